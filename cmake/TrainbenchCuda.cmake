@@ -1,0 +1,53 @@
+# Detects the CUDA toolkit, NCCL and cuDNN. TRAINBENCH_WITH_CUDA defaults to what was found; forcing it ON
+# without a toolkit is a configuration error naming what to install or which variable to set.
+include(CheckLanguage)
+check_language(CUDA)
+set(_tb_cuda_found OFF)
+if(CMAKE_CUDA_COMPILER)
+  set(_tb_cuda_found ON)
+endif()
+option(TRAINBENCH_WITH_CUDA "Build the CUDA/NCCL backend" ${_tb_cuda_found})
+
+if(TRAINBENCH_WITH_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    message(FATAL_ERROR "TRAINBENCH_WITH_CUDA=ON but no CUDA compiler was found: install the CUDA toolkit or "
+                        "set CMAKE_CUDA_COMPILER to nvcc's path")
+  endif()
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    # Hopper by default (H100/H200); override with -DCMAKE_CUDA_ARCHITECTURES=80 etc.
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  find_package(CUDAToolkit REQUIRED)
+
+  set(NCCL_ROOT "" CACHE PATH "Folder holding NCCL (include/nccl.h, lib/libnccl.so)")
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib lib64)
+  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+    message(FATAL_ERROR "NCCL not found: set NCCL_ROOT to the folder holding include/nccl.h and lib/libnccl.so, "
+                        "or configure with -DTRAINBENCH_WITH_CUDA=OFF")
+  endif()
+  set(CUDNN_ROOT "" CACHE PATH "Folder holding cuDNN (include/cudnn.h, lib/libcudnn.so)")
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(CUDNN_LIBRARY cudnn HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib lib64)
+  if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
+    message(FATAL_ERROR "cuDNN not found: set CUDNN_ROOT to the folder holding include/cudnn.h and lib/libcudnn.so, "
+                        "or configure with -DTRAINBENCH_WITH_CUDA=OFF")
+  endif()
+  add_library(trainbench_nccl INTERFACE)
+  target_include_directories(trainbench_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(trainbench_nccl INTERFACE ${NCCL_LIBRARY})
+  add_library(trainbench_cudnn INTERFACE)
+  target_include_directories(trainbench_cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
+  target_link_libraries(trainbench_cudnn INTERFACE ${CUDNN_LIBRARY})
+  message(STATUS "trainbench: CUDA backend ON (CUDA ${CUDAToolkit_VERSION}, archs ${CMAKE_CUDA_ARCHITECTURES}, "
+                 "NCCL ${NCCL_LIBRARY}, cuDNN ${CUDNN_LIBRARY})")
+else()
+  message(STATUS "trainbench: CUDA backend OFF (stubs report \"built without CUDA\")")
+endif()

@@ -1,0 +1,57 @@
+#include "communicator.h"
+
+#include "error.h"
+
+namespace tb {
+namespace {
+
+struct TypeEntry {
+  DataType type;
+  const char* name;
+  size_t size;
+};
+
+constexpr TypeEntry kTypes[] = {
+    {DataType::kFloat32, "float", 4}, {DataType::kFloat64, "double", 8}, {DataType::kInt32, "int32", 4},
+    {DataType::kFloat16, "half", 2},  {DataType::kBFloat16, "bfloat16", 2},
+};
+
+const TypeEntry& Entry(DataType type) {
+  for (const TypeEntry& entry : kTypes) {
+    if (entry.type == type) return entry;
+  }
+  throw RuntimeError("unknown data type");
+}
+
+}  // namespace
+
+size_t DataTypeSize(DataType type) { return Entry(type).size; }
+std::string DataTypeName(DataType type) { return Entry(type).name; }
+
+DataType ParseDataType(const std::string& text, const std::string& flag) {
+  // nccl-tests' names plus the common aliases
+  const std::pair<const char*, DataType> aliases[] = {
+      {"float", DataType::kFloat32},   {"fp32", DataType::kFloat32},    {"float32", DataType::kFloat32},
+      {"double", DataType::kFloat64},  {"fp64", DataType::kFloat64},    {"float64", DataType::kFloat64},
+      {"int32", DataType::kInt32},     {"int", DataType::kInt32},       {"half", DataType::kFloat16},
+      {"fp16", DataType::kFloat16},    {"float16", DataType::kFloat16}, {"bfloat16", DataType::kBFloat16},
+      {"bf16", DataType::kBFloat16},
+  };
+  for (const auto& [name, type] : aliases) {
+    if (text == name) return type;
+  }
+  throw InputError("unknown data type '" + text + "' for " + flag +
+                   " (accepted: float|fp32, double|fp64, int32, half|fp16, bfloat16|bf16)");
+}
+
+std::string ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "unknown";
+}
+
+}  // namespace tb

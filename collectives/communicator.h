@@ -1,0 +1,74 @@
+// The Communicator interface: one set of collective and point-to-point operations over either host memory
+// (MpiCommunicator) or device memory (NcclCommunicator). Benchmarks and training code talk only to this.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tb {
+
+enum class DataType { kFloat32, kFloat64, kInt32, kFloat16, kBFloat16 };
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+enum class MemoryKind { kHost, kDevice };
+
+size_t DataTypeSize(DataType type);
+std::string DataTypeName(DataType type);  // "float", "double", "int32", "half", "bfloat16" (nccl-tests' names)
+DataType ParseDataType(const std::string& text, const std::string& flag);  // throws InputError listing the names
+std::string ReduceOpName(ReduceOp op);
+
+// Memory the communicator operates on (host memory for MPI, device memory for NCCL). Move-only, owned.
+class CommBuffer {
+ public:
+  virtual ~CommBuffer() = default;
+  virtual void* data() = 0;
+  virtual size_t bytes() const = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual std::string backend() const = 0;  // "mpi" or "nccl"
+  virtual MemoryKind memory() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Whether this communicator can reduce/move values of `type` (MPI has no fp16/bf16).
+  virtual bool Supports(DataType type) const = 0;
+
+  virtual std::unique_ptr<CommBuffer> Allocate(size_t bytes) = 0;
+  virtual void Upload(CommBuffer& buffer, const void* host, size_t bytes) = 0;    // host -> buffer
+  virtual void Download(const CommBuffer& buffer, void* host, size_t bytes) = 0;  // buffer -> host
+
+  // Collectives, with NCCL's argument conventions (counts in elements; in place when send == recv):
+  //   all_reduce:     count elements in send and recv
+  //   reduce_scatter: recv_count per rank; send holds size()*recv_count
+  //   all_gather:     send_count per rank; recv holds size()*send_count
+  //   alltoall:       count elements to each peer; send and recv hold size()*count
+  //   broadcast:      count elements from root's send into every rank's recv
+  //   reduce:         count elements, result in root's recv
+  virtual void AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) = 0;
+  virtual void ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) = 0;
+  virtual void AllGather(const void* send, void* recv, size_t send_count, DataType type) = 0;
+  virtual void AllToAll(const void* send, void* recv, size_t count, DataType type) = 0;
+  virtual void Broadcast(const void* send, void* recv, size_t count, DataType type, int root) = 0;
+  virtual void Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) = 0;
+
+  // Point-to-point. SendRecv sends to `dst` and receives from `src` concurrently (one may be -1 to skip it).
+  virtual void SendRecv(const void* send, int dst, void* recv, int src, size_t count, DataType type) = 0;
+
+  // Blocks the host until every operation issued so far has completed (a stream sync for NCCL).
+  virtual void Synchronize() = 0;
+  // Host-side barrier over the ranks of this communicator.
+  virtual void Barrier() = 0;
+
+  // Communicator of ranks [0, k) of this one: every rank must call it; ranks >= k get nullptr.
+  virtual std::unique_ptr<Communicator> Prefix(int k) = 0;
+
+  // Abandons outstanding operations so that a stuck rank can exit (ncclCommAbort). Safe to call from the
+  // watchdog thread; the communicator is unusable afterwards.
+  virtual void Abort() = 0;
+};
+
+}  // namespace tb

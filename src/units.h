@@ -1,0 +1,23 @@
+// Parsing and formatting of byte sizes and lists given on the command line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tb {
+
+// Parses a byte size: a whole number with an optional suffix. K, M, G, T and KiB, MiB, GiB, TiB are powers of
+// 1024 (nccl-tests' convention for -b/-e); KB, MB, GB, TB are powers of 1000. Throws InputError naming `flag`.
+uint64_t ParseSize(const std::string& text, const std::string& flag);
+
+// Parses a comma-separated list of sizes, e.g. "1K,64K,1M".
+std::vector<uint64_t> ParseSizeList(const std::string& text, const std::string& flag);
+
+// Splits "a,b,c" into its non-empty items, trimmed of spaces.
+std::vector<std::string> SplitList(const std::string& text);
+
+// "1.5 GiB"-style rendering for messages (binary units).
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace tb
