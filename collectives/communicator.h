@@ -2,6 +2,8 @@
 // (MpiCommunicator) or device memory (NcclCommunicator). Benchmarks and training code talk only to this.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -62,6 +64,9 @@ class Communicator {
   virtual void Synchronize() = 0;
   // Host-side barrier over the ranks of this communicator.
   virtual void Barrier() = 0;
+  // An MPI communicator over the same ranks in the same order, for host-side agreement and gathering of
+  // small values (timings, counts, stop requests). Owned by this communicator.
+  virtual MPI_Comm host_comm() const = 0;
 
   // Communicator of ranks [0, k) of this one: every rank must call it; ranks >= k get nullptr.
   virtual std::unique_ptr<Communicator> Prefix(int k) = 0;

@@ -25,6 +25,9 @@ bool BuiltWithCuda();
 // Number of usable GPUs on this host: 0 without CUDA, without a driver, or without devices.
 int GpuCount();
 
+// Why GpuCount() is 0, in words ("built without CUDA", "no NVIDIA driver: ..."), or "" when GPUs are usable.
+std::string GpuUnavailableReason();
+
 // Properties of GPU `index`. Throws RuntimeError naming the CUDA call on failure.
 GpuInfo QueryGpu(int index);
 

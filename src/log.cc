@@ -11,17 +11,21 @@ std::string g_host;
 bool g_quiet = false;
 std::mutex g_mutex;
 
-void Emit(FILE* stream, const std::string& kind, const std::string& message) {
+int g_world_size = 1;
+
+void Emit(FILE* stream, const std::string& kind, const std::string& message, bool tag_rank = true) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::string tag = RankTag();
+  // A single process needs no rank prefix.
+  std::string tag = tag_rank && g_world_size > 1 ? RankTag() : "";
   std::fprintf(stream, "trainbench: %s%s%s: %s\n", tag.c_str(), tag.empty() ? "" : " ", kind.c_str(), message.c_str());
   std::fflush(stream);
 }
 
 }  // namespace
 
-void SetLogIdentity(int rank, const std::string& host) {
+void SetLogIdentity(int rank, const std::string& host, int world_size) {
   g_rank = rank;
+  g_world_size = world_size;
   g_host = host;
 }
 
@@ -43,6 +47,6 @@ void Print(const std::string& line, bool force) {
 }
 
 void Warn(const std::string& message) { Emit(stderr, "warning", message); }
-void ErrorLine(const std::string& message) { Emit(stderr, "error", message); }
+void ErrorLine(const std::string& message, bool tag_rank) { Emit(stderr, "error", message, tag_rank); }
 
 }  // namespace tb

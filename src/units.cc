@@ -1,6 +1,7 @@
 #include "units.h"
 
 #include <cctype>
+#include <cstdio>
 #include <limits>
 
 #include "error.h"
@@ -75,6 +76,12 @@ std::vector<uint64_t> ParseSizeList(const std::string& text, const std::string& 
   for (const std::string& item : SplitList(text)) sizes.push_back(ParseSize(item, flag));
   if (sizes.empty()) throw InputError("invalid size list '" + text + "' for " + flag + ": no sizes given");
   return sizes;
+}
+
+std::string JoinNames(const std::vector<std::string>& names, const char* separator) {
+  std::string joined;
+  for (const std::string& name : names) joined += (joined.empty() ? "" : separator) + name;
+  return joined;
 }
 
 std::string FormatBytes(uint64_t bytes) {

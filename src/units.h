@@ -17,6 +17,9 @@ std::vector<uint64_t> ParseSizeList(const std::string& text, const std::string& 
 // Splits "a,b,c" into its non-empty items, trimmed of spaces.
 std::vector<std::string> SplitList(const std::string& text);
 
+// Joins names for messages: {"sum", "avg"} -> "sum|avg".
+std::string JoinNames(const std::vector<std::string>& names, const char* separator = "|");
+
 // "1.5 GiB"-style rendering for messages (binary units).
 std::string FormatBytes(uint64_t bytes);
 

@@ -1,0 +1,30 @@
+// alltoall: rank r sends block p of its buffer to rank p and receives rank p's block r into block p.
+// S is the whole per-rank buffer; busbw factor (n-1)/n (the block to itself does not cross a link).
+#include "collective.h"
+
+namespace tb {
+namespace {
+
+CollectiveCounts Counts(uint64_t bytes, size_t type_size, int n, int) {
+  CollectiveCounts c;
+  c.op_count = bytes / type_size / n;  // elements to each peer
+  c.send_elements = c.recv_elements = c.op_count * n;
+  c.size_bytes = c.send_elements * type_size;
+  return c;
+}
+
+bool Expected(const CollectiveCounts& c, int rank, int, size_t i, ReduceOp, int, double* value) {
+  size_t peer = i / c.op_count;
+  *value = InputValue(static_cast<int>(peer), static_cast<size_t>(rank) * c.op_count + i % c.op_count);
+  return true;
+}
+
+void Run(Communicator& comm, const void* send, void* recv, const CollectiveCounts& c, DataType type, ReduceOp, int) {
+  comm.AllToAll(send, recv, c.op_count, type);
+}
+
+}  // namespace
+
+const CollectiveDef kAllToAll = {"alltoall", "(n-1)/n", FactorNMinusOneOverN, false, false, Counts, Expected, Run};
+
+}  // namespace tb

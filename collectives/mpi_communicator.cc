@@ -1,0 +1,201 @@
+#include "mpi_communicator.h"
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "error.h"
+
+namespace tb {
+namespace {
+
+// Page-aligned host memory: what a real training buffer would be, and what nccl-tests' host path uses.
+class HostBuffer : public CommBuffer {
+ public:
+  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
+    if (posix_memalign(&data_, 4096, bytes ? bytes : 1) != 0) {
+      throw RuntimeError("cannot allocate " + std::to_string(bytes) + " bytes of host memory for a communication buffer");
+    }
+    std::memset(data_, 0, bytes ? bytes : 1);  // touch the pages now, not inside a timed loop
+  }
+  ~HostBuffer() override { std::free(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+};
+
+MPI_Datatype MpiType(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: break;
+  }
+  throw InputError("the MPI backend has no " + DataTypeName(type) + " reductions; use --backend cuda or --dtype float");
+}
+
+MPI_Op MpiOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return MPI_SUM;  // avg = sum, then divided by the rank count
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+int MpiCount(size_t count) {
+  if (count > static_cast<size_t>(INT_MAX)) {
+    throw InputError("message of " + std::to_string(count) + " elements exceeds MPI's int count limit");
+  }
+  return static_cast<int>(count);
+}
+
+template <typename T>
+void DivideAll(void* data, size_t count, int divisor) {
+  T* values = static_cast<T*>(data);
+  for (size_t i = 0; i < count; ++i) values[i] = static_cast<T>(values[i] / divisor);
+}
+
+// ncclAvg semantics on the host: divide the sum by the number of ranks (integer division for int32).
+void DivideByRanks(void* data, size_t count, DataType type, int ranks) {
+  switch (type) {
+    case DataType::kFloat32: DivideAll<float>(data, count, ranks); break;
+    case DataType::kFloat64: DivideAll<double>(data, count, ranks); break;
+    case DataType::kInt32: DivideAll<int32_t>(data, count, ranks); break;
+    default: MpiType(type);  // throws
+  }
+}
+
+class MpiCommunicator : public Communicator {
+ public:
+  // Takes ownership of `comm` (a private duplicate).
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    TB_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+    TB_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  std::string backend() const override { return "mpi"; }
+  MemoryKind memory() const override { return MemoryKind::kHost; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool Supports(DataType type) const override {
+    return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kInt32;
+  }
+
+  std::unique_ptr<CommBuffer> Allocate(size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
+  void Upload(CommBuffer& buffer, const void* host, size_t bytes) override {
+    CheckFits(buffer.bytes(), bytes);
+    std::memcpy(buffer.data(), host, bytes);
+  }
+  void Download(const CommBuffer& buffer, void* host, size_t bytes) override {
+    CheckFits(buffer.bytes(), bytes);
+    std::memcpy(host, const_cast<CommBuffer&>(buffer).data(), bytes);
+  }
+
+  void AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) override {
+    TB_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, MpiCount(count), MpiType(type), MpiOp(op), comm_));
+    if (op == ReduceOp::kAvg) DivideByRanks(recv, count, type, size_);
+  }
+
+  void ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) override {
+    // NCCL's in-place layout puts this rank's block at send + rank*recv_count; MPI's in-place result lands
+    // at the start of the buffer, so it is moved into place afterwards.
+    const size_t block_bytes = recv_count * DataTypeSize(type);
+    const bool in_place = static_cast<const char*>(send) + rank_ * block_bytes == recv;
+    if (in_place) {
+      void* base = const_cast<void*>(send);
+      TB_CHECK_MPI(MPI_Reduce_scatter_block(MPI_IN_PLACE, base, MpiCount(recv_count), MpiType(type), MpiOp(op), comm_));
+      if (rank_ != 0) std::memmove(recv, base, block_bytes);
+    } else {
+      TB_CHECK_MPI(MPI_Reduce_scatter_block(send, recv, MpiCount(recv_count), MpiType(type), MpiOp(op), comm_));
+    }
+    if (op == ReduceOp::kAvg) DivideByRanks(recv, recv_count, type, size_);
+  }
+
+  void AllGather(const void* send, void* recv, size_t send_count, DataType type) override {
+    // In place (NCCL layout) when send already sits at recv + rank*send_count, which is MPI's layout too.
+    const bool in_place = static_cast<const char*>(recv) + rank_ * send_count * DataTypeSize(type) == send;
+    TB_CHECK_MPI(MPI_Allgather(in_place ? MPI_IN_PLACE : send, MpiCount(send_count), MpiType(type), recv,
+                               MpiCount(send_count), MpiType(type), comm_));
+  }
+
+  void AllToAll(const void* send, void* recv, size_t count, DataType type) override {
+    TB_CHECK_MPI(MPI_Alltoall(send == recv ? MPI_IN_PLACE : send, MpiCount(count), MpiType(type), recv,
+                              MpiCount(count), MpiType(type), comm_));
+  }
+
+  void Broadcast(const void* send, void* recv, size_t count, DataType type, int root) override {
+    // MPI broadcasts in place; NCCL's out-of-place form copies root's input into its output first.
+    if (rank_ == root && send != recv) std::memcpy(recv, send, count * DataTypeSize(type));
+    TB_CHECK_MPI(MPI_Bcast(recv, MpiCount(count), MpiType(type), root, comm_));
+  }
+
+  void Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) override {
+    const void* source = (rank_ == root && send == recv) ? MPI_IN_PLACE : send;
+    TB_CHECK_MPI(MPI_Reduce(source, recv, MpiCount(count), MpiType(type), MpiOp(op), root, comm_));
+    if (op == ReduceOp::kAvg && rank_ == root) DivideByRanks(recv, count, type, size_);
+  }
+
+  void SendRecv(const void* send, int dst, void* recv, int src, size_t count, DataType type) override {
+    constexpr int kTag = 7;
+    if (send == recv && dst >= 0 && src >= 0) {
+      TB_CHECK_MPI(MPI_Sendrecv_replace(recv, MpiCount(count), MpiType(type), dst, kTag, src, kTag, comm_,
+                                        MPI_STATUS_IGNORE));
+      return;
+    }
+    // A skipped side moves nothing (count 0), so its buffer may be null.
+    TB_CHECK_MPI(MPI_Sendrecv(send, dst >= 0 ? MpiCount(count) : 0, MpiType(type), dst >= 0 ? dst : MPI_PROC_NULL, kTag,
+                              recv, src >= 0 ? MpiCount(count) : 0, MpiType(type), src >= 0 ? src : MPI_PROC_NULL,
+                              kTag, comm_, MPI_STATUS_IGNORE));
+  }
+
+  void Synchronize() override {}  // MPI calls here are blocking: complete on return
+  void Barrier() override { TB_CHECK_MPI(MPI_Barrier(comm_)); }
+  MPI_Comm host_comm() const override { return comm_; }
+
+  std::unique_ptr<Communicator> Prefix(int k) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    TB_CHECK_MPI(MPI_Comm_split(comm_, rank_ < k ? 0 : MPI_UNDEFINED, rank_, &sub));
+    if (sub == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(sub);
+  }
+
+  // Blocking MPI calls cannot be cancelled one communicator at a time; the watchdog's MPI_Abort ends the job.
+  void Abort() override {}
+
+ private:
+  static void CheckFits(size_t capacity, size_t bytes) {
+    if (bytes > capacity) {
+      throw RuntimeError("copy of " + std::to_string(bytes) + " bytes into a buffer of " + std::to_string(capacity));
+    }
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeMpiCommunicator(MPI_Comm mpi_comm) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  TB_CHECK_MPI(MPI_Comm_dup(mpi_comm, &dup));
+  return std::make_unique<MpiCommunicator>(dup);
+}
+
+}  // namespace tb

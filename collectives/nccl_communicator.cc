@@ -1,0 +1,392 @@
+// NCCL backend of the Communicator: device memory, one NCCL communicator and its own stream per object.
+// The NCCL communicator is non-blocking (config.blocking = 0): no NCCL call waits for other ranks inside NCCL,
+// so that Abort() from the watchdog thread can always get in and release a rank stuck in a collective.
+#include "nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <exception>
+#include <mutex>
+#include <source_location>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_raii.h"
+#include "error.h"
+#include "log.h"
+
+namespace tb {
+namespace {
+
+ncclDataType_t ToNccl(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kBFloat16: return ncclBfloat16;
+  }
+  throw RuntimeError("NCCL communicator: unknown data type " + std::to_string(static_cast<int>(type)));
+}
+
+ncclRedOp_t ToNccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+  }
+  throw RuntimeError("NCCL communicator: unknown reduce operation " + std::to_string(static_cast<int>(op)));
+}
+
+ncclConfig_t NonBlockingConfig() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+// The state of a non-blocking communicator: ncclInProgress while an operation is still being set up, then how
+// it ended (or why the query itself failed).
+ncclResult_t AsyncState(ncclComm_t comm) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
+  return query != ncclSuccess ? query : state;
+}
+
+// NCCL's rule for non-blocking communicators: a call that returned ncclInProgress is finished once the
+// communicator's state is no longer ncclInProgress. `poll` reads that state.
+template <typename Poll>
+ncclResult_t WaitWhileInProgress(ncclResult_t result, Poll poll) {
+  while (result == ncclInProgress) {
+    std::this_thread::yield();
+    result = poll();
+  }
+  return result;
+}
+
+// Completes the creation of `comm` (ncclCommInitRankConfig or ncclCommSplit); a failed one is aborted, which is
+// how NCCL releases a communicator that never became usable.
+void FinishCreation(ncclComm_t comm, ncclResult_t result, const char* what, const std::source_location& where) {
+  result = WaitWhileInProgress(result, [comm] { return AsyncState(comm); });
+  if (result == ncclSuccess) return;
+  const std::string failure =
+      cuda_detail::NcclFailure(result, comm, what, where.file_name(), static_cast<int>(where.line()));
+  if (comm != nullptr) (void)ncclCommAbort(comm);
+  throw RuntimeError(failure);
+}
+
+// An MPI communicator of ours (a dup or a split), freed on destruction while MPI is still up.
+class MpiComm {
+ public:
+  explicit MpiComm(MPI_Comm comm) : comm_(comm) {}
+  ~MpiComm() {
+    int finalized = 0;
+    if (comm_ != MPI_COMM_NULL && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) (void)MPI_Comm_free(&comm_);
+  }
+  MpiComm(MpiComm&& other) noexcept : comm_(std::exchange(other.comm_, MPI_COMM_NULL)) {}
+  MpiComm& operator=(MpiComm&&) = delete;
+
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_;
+};
+
+class NcclBuffer final : public CommBuffer {
+ public:
+  explicit NcclBuffer(size_t bytes) : memory_(bytes) {}
+  void* data() override { return memory_.data(); }
+  size_t bytes() const override { return memory_.bytes(); }
+
+ private:
+  DeviceBuffer memory_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Owns `comm` (created and ready), `mpi_comm` (the same ranks in the same order) and `stream`.
+  NcclCommunicator(ncclComm_t comm, MpiComm mpi_comm, Stream stream, int rank, int size)
+      : comm_(comm), mpi_comm_(std::move(mpi_comm)), stream_(std::move(stream)), rank_(rank), size_(size) {}
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  std::string backend() const override { return "nccl"; }
+  MemoryKind memory() const override { return MemoryKind::kDevice; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool Supports(DataType) const override { return true; }
+
+  std::unique_ptr<CommBuffer> Allocate(size_t bytes) override { return std::make_unique<NcclBuffer>(bytes); }
+  void Upload(CommBuffer& buffer, const void* host, size_t bytes) override;
+  void Download(const CommBuffer& buffer, void* host, size_t bytes) override;
+
+  void AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) override;
+  void ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) override;
+  void AllGather(const void* send, void* recv, size_t send_count, DataType type) override;
+  void AllToAll(const void* send, void* recv, size_t count, DataType type) override;
+  void Broadcast(const void* send, void* recv, size_t count, DataType type, int root) override;
+  void Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) override;
+  void SendRecv(const void* send, int dst, void* recv, int src, size_t count, DataType type) override;
+
+  void Synchronize() override;
+  void Barrier() override { TB_CHECK_MPI(MPI_Barrier(mpi_comm_.get())); }
+  MPI_Comm host_comm() const override { return mpi_comm_.get(); }
+  std::unique_ptr<Communicator> Prefix(int k) override;
+  void Abort() override;
+
+ private:
+  void ThrowIfAborted() const;
+  // The communicator's state, read under the lock; throws once it has been aborted.
+  ncclResult_t PollState();
+  [[noreturn]] void ThrowFailure(ncclResult_t result, const char* what, const std::source_location& where) const;
+  // Waits for an operation whose call returned `result`; throws if it failed.
+  void Settle(ncclResult_t result, const char* what, const std::source_location& where);
+  // Issues one NCCL operation: `call(comm, stream)`.
+  template <typename Call>
+  void Enqueue(const char* what, Call call, std::source_location where = std::source_location::current());
+  // Issues `calls(comm, stream, record)` (ncclSend/ncclRecv, each result passed to `record`) as one NCCL group.
+  template <typename Calls>
+  void Grouped(const char* what, Calls calls, std::source_location where = std::source_location::current());
+  void CheckFits(const CommBuffer& buffer, size_t bytes, const char* what) const;
+
+  ncclComm_t comm_;
+  MpiComm mpi_comm_;  // for Barrier, Prefix and host_comm()
+  Stream stream_;
+  const int rank_;
+  const int size_;
+  // Guards every NCCL call on comm_ against Abort(), which frees comm_ (it may run on the watchdog thread while
+  // this one polls in Synchronize). Held only for single, non-blocking NCCL calls, so Abort() never waits long.
+  std::mutex mutex_;
+  bool aborted_ = false;  // under mutex_
+};
+
+NcclCommunicator::~NcclCommunicator() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (aborted_) return;  // Abort() has released comm_ already
+  // While an exception unwinds, or after an asynchronous error, peers may never finish their part of the work
+  // still queued, and ncclCommFinalize would wait for them forever: abort instead.
+  if (std::uncaught_exceptions() == 0 && AsyncState(comm_) == ncclSuccess) {
+    const ncclResult_t finalized = WaitWhileInProgress(ncclCommFinalize(comm_), [this] { return AsyncState(comm_); });
+    if (finalized == ncclSuccess) {
+      const ncclResult_t destroyed = ncclCommDestroy(comm_);
+      if (destroyed != ncclSuccess) {
+        Warn(cuda_detail::NcclFailure(destroyed, comm_, "ncclCommDestroy", __FILE__, __LINE__));
+      }
+      return;
+    }
+    Warn(cuda_detail::NcclFailure(finalized, comm_, "ncclCommFinalize", __FILE__, __LINE__) + "; aborting instead");
+  }
+  const ncclResult_t result = ncclCommAbort(comm_);
+  if (result != ncclSuccess) Warn(cuda_detail::NcclFailure(result, comm_, "ncclCommAbort", __FILE__, __LINE__));
+}
+
+void NcclCommunicator::ThrowIfAborted() const {
+  if (aborted_) {
+    throw RuntimeError("NCCL communicator aborted (by the watchdog or after a failure); its operations were abandoned");
+  }
+}
+
+ncclResult_t NcclCommunicator::PollState() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ThrowIfAborted();
+  return AsyncState(comm_);
+}
+
+void NcclCommunicator::ThrowFailure(ncclResult_t result, const char* what, const std::source_location& where) const {
+  cuda_detail::ThrowNcclError(result, comm_, what, where.file_name(), static_cast<int>(where.line()));
+}
+
+void NcclCommunicator::Settle(ncclResult_t result, const char* what, const std::source_location& where) {
+  result = WaitWhileInProgress(result, [this] { return PollState(); });
+  if (result != ncclSuccess) ThrowFailure(result, what, where);
+}
+
+template <typename Call>
+void NcclCommunicator::Enqueue(const char* what, Call call, std::source_location where) {
+  ncclResult_t result = ncclSuccess;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ThrowIfAborted();
+    result = call(comm_, stream_.get());
+  }
+  Settle(result, what, where);
+}
+
+template <typename Calls>
+void NcclCommunicator::Grouped(const char* what, Calls calls, std::source_location where) {
+  ncclResult_t first_failure = ncclSuccess;
+  ncclResult_t group_result = ncclSuccess;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ThrowIfAborted();
+    TB_CHECK_NCCL(ncclGroupStart());
+    // Calls inside a group only record their work; the group is closed whatever they return, since a group
+    // left open would capture every later NCCL call of this thread.
+    calls(comm_, stream_.get(), [&first_failure](ncclResult_t result) {
+      if (first_failure == ncclSuccess && result != ncclSuccess && result != ncclInProgress) first_failure = result;
+    });
+    group_result = ncclGroupEnd();
+  }
+  group_result = WaitWhileInProgress(group_result, [this] { return PollState(); });
+  if (first_failure != ncclSuccess) ThrowFailure(first_failure, what, where);  // the more specific of the two
+  if (group_result != ncclSuccess) ThrowFailure(group_result, "ncclGroupEnd", where);
+}
+
+void NcclCommunicator::CheckFits(const CommBuffer& buffer, size_t bytes, const char* what) const {
+  if (bytes > buffer.bytes()) {
+    throw RuntimeError(std::string("NCCL communicator: ") + what + " of " + std::to_string(bytes) + " bytes into a " +
+                       std::to_string(buffer.bytes()) + "-byte buffer");
+  }
+}
+
+// Copies go on our stream, so that they are ordered after the collectives already issued on the buffer, and
+// Synchronize() waits for them without losing the ability to be aborted.
+void NcclCommunicator::Upload(CommBuffer& buffer, const void* host, size_t bytes) {
+  CheckFits(buffer, bytes, "upload");
+  TB_CHECK_CUDA(cudaMemcpyAsync(buffer.data(), host, bytes, cudaMemcpyHostToDevice, stream_.get()));
+  Synchronize();
+}
+
+void NcclCommunicator::Download(const CommBuffer& buffer, void* host, size_t bytes) {
+  CheckFits(buffer, bytes, "download");
+  // CommBuffer::data() is not const, but reading from it is.
+  const void* device = const_cast<CommBuffer&>(buffer).data();
+  TB_CHECK_CUDA(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_.get()));
+  Synchronize();
+}
+
+void NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  Enqueue("ncclAllReduce", [&](ncclComm_t comm, cudaStream_t stream) {
+    return ncclAllReduce(send, recv, count, ToNccl(type), ToNccl(op), comm, stream);
+  });
+}
+
+void NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) {
+  Enqueue("ncclReduceScatter", [&](ncclComm_t comm, cudaStream_t stream) {
+    return ncclReduceScatter(send, recv, recv_count, ToNccl(type), ToNccl(op), comm, stream);
+  });
+}
+
+void NcclCommunicator::AllGather(const void* send, void* recv, size_t send_count, DataType type) {
+  Enqueue("ncclAllGather", [&](ncclComm_t comm, cudaStream_t stream) {
+    return ncclAllGather(send, recv, send_count, ToNccl(type), comm, stream);
+  });
+}
+
+void NcclCommunicator::Broadcast(const void* send, void* recv, size_t count, DataType type, int root) {
+  Enqueue("ncclBroadcast", [&](ncclComm_t comm, cudaStream_t stream) {
+    return ncclBroadcast(send, recv, count, ToNccl(type), root, comm, stream);
+  });
+}
+
+void NcclCommunicator::Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+  Enqueue("ncclReduce", [&](ncclComm_t comm, cudaStream_t stream) {
+    return ncclReduce(send, recv, count, ToNccl(type), ToNccl(op), root, comm, stream);
+  });
+}
+
+void NcclCommunicator::AllToAll(const void* send, void* recv, size_t count, DataType type) {
+  const ncclDataType_t nccl_type = ToNccl(type);
+  const size_t block_bytes = count * DataTypeSize(type);
+  Grouped("ncclSend/ncclRecv (alltoall)", [&](ncclComm_t comm, cudaStream_t stream, auto record) {
+    for (int peer = 0; peer < size_; ++peer) {
+      const size_t offset = static_cast<size_t>(peer) * block_bytes;
+      record(ncclSend(static_cast<const char*>(send) + offset, count, nccl_type, peer, comm, stream));
+      record(ncclRecv(static_cast<char*>(recv) + offset, count, nccl_type, peer, comm, stream));
+    }
+  });
+}
+
+void NcclCommunicator::SendRecv(const void* send, int dst, void* recv, int src, size_t count, DataType type) {
+  const ncclDataType_t nccl_type = ToNccl(type);
+  Grouped("ncclSend/ncclRecv", [&](ncclComm_t comm, cudaStream_t stream, auto record) {
+    if (dst >= 0) record(ncclSend(send, count, nccl_type, dst, comm, stream));
+    if (src >= 0) record(ncclRecv(recv, count, nccl_type, src, comm, stream));
+  });
+}
+
+// As nccl-tests does: poll the stream rather than block in cudaStreamSynchronize, so that an asynchronous NCCL
+// error or an Abort() from the watchdog ends the wait.
+void NcclCommunicator::Synchronize() {
+  while (true) {
+    const cudaError_t status = cudaStreamQuery(stream_.get());
+    // Polled after the query: an abort also ends the stuck kernels, which must not pass for completion.
+    const ncclResult_t state = PollState();
+    if (state != ncclSuccess && state != ncclInProgress) {
+      ThrowFailure(state, "NCCL operation (reported by ncclCommGetAsyncError)", std::source_location::current());
+    }
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) cuda_detail::ThrowCudaError(status, "cudaStreamQuery(stream)", __FILE__, __LINE__);
+    std::this_thread::yield();
+  }
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::Prefix(int k) {
+  if (k < 1 || k > size_) {
+    throw InputError("cannot make a communicator of the first " + std::to_string(k) + " ranks of " +
+                     std::to_string(size_) + " (accepted: 1 to " + std::to_string(size_) + ")");
+  }
+  const bool member = rank_ < k;
+  MPI_Comm sub_mpi_comm = MPI_COMM_NULL;
+  TB_CHECK_MPI(MPI_Comm_split(mpi_comm_.get(), member ? 0 : MPI_UNDEFINED, rank_, &sub_mpi_comm));
+  MpiComm owned_mpi_comm(sub_mpi_comm);
+  Stream stream;  // made before the split, so that nothing can fail between creating the child and owning it
+
+  ncclConfig_t config = NonBlockingConfig();
+  ncclComm_t child = nullptr;
+  const auto where = std::source_location::current();
+  ncclResult_t result = ncclSuccess;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ThrowIfAborted();
+    result = ncclCommSplit(comm_, member ? 0 : NCCL_SPLIT_NOCOLOR, rank_, &child, &config);
+  }
+  // The split runs in the background on the parent, which writes `child` once it is done.
+  Settle(result, "ncclCommSplit", where);
+  if (!member) return nullptr;
+  if (child == nullptr) {
+    throw RuntimeError(FormatFailure("ncclCommSplit", __FILE__, __LINE__, "no communicator for a member rank"));
+  }
+  FinishCreation(child, AsyncState(child), "ncclCommSplit (new communicator)", where);
+  return std::make_unique<NcclCommunicator>(child, std::move(owned_mpi_comm), std::move(stream), rank_, k);
+}
+
+void NcclCommunicator::Abort() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (aborted_) return;
+  aborted_ = true;
+  const ncclResult_t result = ncclCommAbort(comm_);
+  // Abort() runs on the watchdog's path to exit: report, do not throw.
+  if (result != ncclSuccess) Warn(cuda_detail::NcclFailure(result, comm_, "ncclCommAbort", __FILE__, __LINE__));
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeNcclCommunicator(MPI_Comm mpi_comm) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  TB_CHECK_MPI(MPI_Comm_dup(mpi_comm, &dup));
+  MpiComm owned_mpi_comm(dup);
+  int rank = 0;
+  int size = 0;
+  TB_CHECK_MPI(MPI_Comm_rank(dup, &rank));
+  TB_CHECK_MPI(MPI_Comm_size(dup, &size));
+
+  ncclUniqueId id = {};
+  if (rank == 0) TB_CHECK_NCCL(ncclGetUniqueId(&id));
+  TB_CHECK_MPI(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, dup));
+
+  Stream stream;  // made first, so that nothing can fail between creating the communicator and owning it
+  ncclConfig_t config = NonBlockingConfig();
+  ncclComm_t comm = nullptr;
+  const auto where = std::source_location::current();
+  const ncclResult_t result = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  FinishCreation(comm, result, "ncclCommInitRankConfig", where);
+  return std::make_unique<NcclCommunicator>(comm, std::move(owned_mpi_comm), std::move(stream), rank, size);
+}
+
+}  // namespace tb

@@ -1,0 +1,347 @@
+#include "p2p.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <utility>
+
+#include "clock.h"
+#include "console.h"
+#include "error.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kBytesPerGB = 1e9;
+constexpr uint64_t kElementBytes = 4;  // messages are sent as float32
+
+void CheckMessageSize(uint64_t bytes, const char* flag) {
+  if (bytes < kElementBytes || bytes % kElementBytes != 0) {
+    throw InputError(
+        Format("invalid %s %llu: the p2p message size must be a positive multiple of 4 bytes "
+               "(it is sent as float32)",
+               flag, static_cast<unsigned long long>(bytes)));
+  }
+}
+
+void CheckRankLabels(const P2pResult& result, const std::vector<std::string>& rank_hosts,
+                     const std::vector<std::string>& rank_gpus) {
+  if (rank_hosts.size() != static_cast<size_t>(result.n) || rank_gpus.size() != static_cast<size_t>(result.n)) {
+    throw std::logic_error(
+        Format("p2p: %zu hosts and %zu gpus given for %d ranks", rank_hosts.size(), rank_gpus.size(), result.n));
+  }
+}
+
+// One measured phase of one pair, run by every rank so that the barriers match: the pair does its warm-up,
+// then all ranks meet, the pair runs the timed loop, and all ranks meet again. The idle ranks wait inside the
+// phase, so a stuck pair is named by every rank's watchdog. Returns this rank's seconds for the timed loop,
+// 0 when it is not in the pair.
+template <typename Describe, typename Step>
+double TimePhase(Communicator& comm, Watchdog* watchdog, const Describe& describe, bool in_pair, int warmup, int timed,
+                 const Step& step) {
+  Watchdog::Scope guard(watchdog, describe);
+  if (in_pair) {
+    for (int i = 0; i < warmup; ++i) step();
+    comm.Synchronize();
+  }
+  comm.Barrier();
+  double elapsed_s = 0;
+  if (in_pair) {
+    double start_s = NowSeconds();
+    for (int i = 0; i < timed; ++i) step();
+    comm.Synchronize();
+    elapsed_s = NowSeconds() - start_s;
+  }
+  comm.Barrier();
+  return elapsed_s;
+}
+
+// Seconds per pair on this rank (0 where it took no part), laid out as three (n, n) matrices back to back so
+// that one MAX all-reduce yields each pair's time as its slower side saw it.
+struct PairSeconds {
+  explicit PairSeconds(int n) : n(n), values(3 * static_cast<size_t>(n) * n, 0.0) {}
+  double& uni(int src, int dst) { return values[static_cast<size_t>(src) * n + dst]; }
+  double& bidi(int a, int b) { return values[(static_cast<size_t>(n) + a) * n + b]; }
+  double& latency(int a, int b) { return values[(2 * static_cast<size_t>(n) + a) * n + b]; }
+
+  int n;
+  std::vector<double> values;
+};
+
+// Measures the pair {low, high} (low < high): both directions, bidirectional, then the ping-pong.
+void MeasurePair(Communicator& comm, const P2pOptions& options, CommBuffer& send, CommBuffer& recv, int low, int high,
+                 PairSeconds& seconds) {
+  const int rank = comm.rank();
+  const bool in_pair = rank == low || rank == high;
+  const int peer = rank == low ? high : low;
+  const size_t count = options.size_bytes / kElementBytes;
+  const size_t latency_count = options.latency_bytes / kElementBytes;
+  const unsigned long long size = options.size_bytes;
+  // The skipped side still gets a real buffer: MPI checks the pointer even when the peer is MPI_PROC_NULL.
+  auto send_to = [&](int to, size_t elements) {
+    comm.SendRecv(send.data(), to, recv.data(), -1, elements, DataType::kFloat32);
+  };
+  auto receive_from = [&](int from, size_t elements) {
+    comm.SendRecv(send.data(), -1, recv.data(), from, elements, DataType::kFloat32);
+  };
+
+  for (const std::pair<int, int>& direction : {std::pair{low, high}, std::pair{high, low}}) {
+    const int src = direction.first, dst = direction.second;
+    auto describe = [&] {
+      return Format("p2p unidirectional %d->%d, %llu B, %d iterations", src, dst, size, options.iters);
+    };
+    double elapsed_s = TimePhase(comm, options.watchdog, describe, in_pair, options.warmup, options.iters, [&] {
+      if (rank == src) {
+        send_to(dst, count);
+      } else {
+        receive_from(src, count);
+      }
+    });
+    if (in_pair) seconds.uni(src, dst) = elapsed_s;
+  }
+
+  auto describe_bidi = [&] {
+    return Format("p2p bidirectional %d<->%d, %llu B, %d iterations", low, high, size, options.iters);
+  };
+  double elapsed_s = TimePhase(comm, options.watchdog, describe_bidi, in_pair, options.warmup, options.iters,
+                               [&] { comm.SendRecv(send.data(), peer, recv.data(), peer, count, DataType::kFloat32); });
+  if (in_pair) seconds.bidi(low, high) = seconds.bidi(high, low) = elapsed_s;
+
+  auto describe_latency = [&] {
+    return Format("p2p latency %d<->%d, %llu B, %d round trips", low, high,
+                  static_cast<unsigned long long>(options.latency_bytes), options.latency_iters);
+  };
+  elapsed_s = TimePhase(comm, options.watchdog, describe_latency, in_pair, options.warmup, options.latency_iters, [&] {
+    // The lower rank serves, the higher one answers: one round trip per step.
+    if (rank == low) {
+      send_to(peer, latency_count);
+      receive_from(peer, latency_count);
+    } else {
+      receive_from(peer, latency_count);
+      send_to(peer, latency_count);
+    }
+  });
+  if (in_pair) seconds.latency(low, high) = seconds.latency(high, low) = elapsed_s;
+}
+
+// Converts each pair's seconds with `convert`; NaN where the pair was not measured (0 seconds).
+template <typename Convert>
+std::vector<double> FromSeconds(const double* seconds, size_t entries, const Convert& convert) {
+  std::vector<double> values(entries, kNaN);
+  for (size_t i = 0; i < entries; ++i) {
+    if (seconds[i] > 0) values[i] = convert(seconds[i]);
+  }
+  return values;
+}
+
+// Touched once, so that host pages are mapped and device memory is initialised before anything is timed.
+std::unique_ptr<CommBuffer> AllocateFilled(Communicator& comm, size_t bytes) {
+  std::unique_ptr<CommBuffer> buffer = comm.Allocate(bytes);
+  std::vector<float> fill(bytes / kElementBytes, 1.0f);
+  comm.Upload(*buffer, fill.data(), bytes);
+  return buffer;
+}
+
+std::string RankLabel(int rank, const std::vector<std::string>& rank_hosts, const std::vector<std::string>& rank_gpus) {
+  std::string label = Format("rank %d (host %s", rank, rank_hosts[rank].c_str());
+  if (!rank_gpus[rank].empty()) label += ", gpu " + rank_gpus[rank];
+  return label + ")";
+}
+
+// Title line, destination-rank header and one row per source rank, "-" on the diagonal.
+void AppendMatrix(std::vector<std::string>& lines, const std::string& title, const std::vector<double>& values, int n) {
+  std::vector<TextTable::ColumnSpec> columns = {{"src\\dst", "", 8}};
+  for (int dst = 0; dst < n; ++dst) columns.push_back({std::to_string(dst), "", 9});
+  TextTable table(std::move(columns));
+  lines.push_back("#");
+  lines.push_back("# " + title);
+  for (std::string& line : table.HeaderLines()) lines.push_back(std::move(line));
+  for (int src = 0; src < n; ++src) {
+    std::vector<std::string> cells = {std::to_string(src)};
+    for (int dst = 0; dst < n; ++dst) {
+      cells.push_back(src == dst ? "-" : FormatFixed(values[static_cast<size_t>(src) * n + dst], 2));
+    }
+    lines.push_back(table.Row(cells));
+  }
+}
+
+}  // namespace
+
+void ValidateP2pOptions(const P2pOptions& options) {
+  CheckMessageSize(options.size_bytes, "--size");
+  CheckMessageSize(options.latency_bytes, "--latency-size");
+  if (options.iters < 1) throw InputError(Format("invalid --iters %d: must be at least 1", options.iters));
+  if (options.warmup < 0) throw InputError(Format("invalid --warmup %d: must be 0 or more", options.warmup));
+  if (options.latency_iters < 1) {
+    throw InputError(Format("invalid --latency-iters %d: must be at least 1", options.latency_iters));
+  }
+  if (!(options.threshold_fraction >= 0 && options.threshold_fraction <= 1)) {
+    throw InputError(
+        Format("invalid --threshold %g: must be a fraction of the median between 0 and 1", options.threshold_fraction));
+  }
+}
+
+P2pResult RunP2p(Communicator& comm, const P2pOptions& options) {
+  ValidateP2pOptions(options);
+  const int n = comm.size();
+  P2pResult result;
+  result.n = n;
+  const size_t entries = static_cast<size_t>(n) * n;
+  result.uni_GBps.assign(entries, kNaN);
+  result.bidi_GBps.assign(entries, kNaN);
+  result.latency_us.assign(entries, kNaN);
+  result.median_uni_GBps = result.median_bidi_GBps = kNaN;
+  if (n < 2) return result;
+
+  const size_t buffer_bytes = std::max(options.size_bytes, options.latency_bytes);
+  std::unique_ptr<CommBuffer> send = AllocateFilled(comm, buffer_bytes);
+  std::unique_ptr<CommBuffer> recv = AllocateFilled(comm, buffer_bytes);
+
+  PairSeconds seconds(n);
+  for (int low = 0; low < n && result.complete; ++low) {
+    for (int high = low + 1; high < n; ++high) {
+      if (options.stop_requested && options.stop_requested()) {
+        result.complete = false;
+        break;
+      }
+      MeasurePair(comm, options, *send, *recv, low, high, seconds);
+    }
+  }
+
+  TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, seconds.values.data(), static_cast<int>(seconds.values.size()), MPI_DOUBLE,
+                             MPI_MAX, comm.host_comm()));
+  const double* pair_seconds = seconds.values.data();
+  const double moved_GB = static_cast<double>(options.size_bytes) * options.iters / kBytesPerGB;
+  result.uni_GBps = FromSeconds(pair_seconds, entries, [&](double s) { return moved_GB / s; });
+  result.bidi_GBps = FromSeconds(pair_seconds + entries, entries, [&](double s) { return 2 * moved_GB / s; });
+  result.latency_us = FromSeconds(pair_seconds + 2 * entries, entries,
+                                  [&](double s) { return s * 1e6 / (2.0 * options.latency_iters); });
+
+  result.median_uni_GBps = MedianOffDiagonal(result.uni_GBps, n);
+  result.median_bidi_GBps = MedianOffDiagonal(result.bidi_GBps, n);
+  result.flagged = FlagWeakPairs(result.uni_GBps, n, options.threshold_fraction);
+  return result;
+}
+
+double MedianOffDiagonal(const std::vector<double>& matrix, int n) {
+  if (n < 0 || matrix.size() != static_cast<size_t>(n) * n) {
+    throw std::logic_error(Format("MedianOffDiagonal: %zu values for a %d x %d matrix", matrix.size(), n, n));
+  }
+  std::vector<double> values;
+  for (int r = 0; r < n; ++r) {
+    for (int c = 0; c < n; ++c) {
+      double value = matrix[static_cast<size_t>(r) * n + c];
+      if (r != c && !std::isnan(value)) values.push_back(value);
+    }
+  }
+  if (values.empty()) return kNaN;
+  std::sort(values.begin(), values.end());
+  size_t middle = values.size() / 2;
+  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+std::vector<FlaggedPair> FlagWeakPairs(const std::vector<double>& uni_GBps, int n, double fraction) {
+  const double median = MedianOffDiagonal(uni_GBps, n);
+  std::vector<FlaggedPair> flagged;
+  if (std::isnan(median)) return flagged;
+  for (int src = 0; src < n; ++src) {
+    for (int dst = 0; dst < n; ++dst) {
+      double value = uni_GBps[static_cast<size_t>(src) * n + dst];
+      // NaN compares false, so the diagonal and unmeasured pairs are never flagged.
+      if (src != dst && value < fraction * median) flagged.push_back({src, dst, value, value / median});
+    }
+  }
+  return flagged;
+}
+
+void AddP2pToReport(Group& p2p_group, const P2pResult& result, const P2pOptions& options,
+                    const std::vector<std::string>& rank_hosts, const std::vector<std::string>& rank_gpus) {
+  CheckRankLabels(result, rank_hosts, rank_gpus);
+  p2p_group.Set("size_bytes", static_cast<int64_t>(options.size_bytes));
+  p2p_group.Set("iters", int64_t{options.iters});
+  p2p_group.Set("latency_bytes", static_cast<int64_t>(options.latency_bytes));
+  p2p_group.Set("latency_iters", int64_t{options.latency_iters});
+  p2p_group.Set("threshold_fraction", options.threshold_fraction);
+  p2p_group.Set("median_uni_GBps", result.median_uni_GBps);
+  p2p_group.Set("median_bidi_GBps", result.median_bidi_GBps);
+  p2p_group.Set("complete", int64_t{result.complete ? 1 : 0});
+
+  const size_t n = static_cast<size_t>(result.n);
+  p2p_group.matrices["uni_bw_GBps"] = Matrix{
+      "unidirectional bandwidth, row = sender rank, col = receiver rank: size_bytes x iters / time, GB = 1e9 "
+      "bytes; NaN on the diagonal and for pairs not measured",
+      "GB/s", n, n, result.uni_GBps};
+  p2p_group.matrices["bidi_bw_GBps"] = Matrix{
+      "bidirectional bandwidth, symmetric: 2 x size_bytes x iters / time with both ranks sending and receiving "
+      "at once, GB = 1e9 bytes; NaN on the diagonal and for pairs not measured",
+      "GB/s", n, n, result.bidi_GBps};
+  p2p_group.matrices["latency_us"] = Matrix{
+      "latency, symmetric: half the mean round-trip time of a latency_bytes ping-pong over latency_iters round "
+      "trips; NaN on the diagonal and for pairs not measured",
+      "us", n, n, result.latency_us};
+
+  std::vector<int64_t> src_rank, dst_rank;
+  std::vector<std::string> src_host, dst_host, src_gpu, dst_gpu;
+  std::vector<double> uni, fraction;
+  for (const FlaggedPair& pair : result.flagged) {
+    src_rank.push_back(pair.src);
+    dst_rank.push_back(pair.dst);
+    src_host.push_back(rank_hosts[pair.src]);
+    dst_host.push_back(rank_hosts[pair.dst]);
+    src_gpu.push_back(rank_gpus[pair.src]);
+    dst_gpu.push_back(rank_gpus[pair.dst]);
+    uni.push_back(pair.uni_GBps);
+    fraction.push_back(pair.fraction_of_median);
+  }
+  Table flagged;
+  flagged.description =
+      "weak links: ordered pairs whose unidirectional bandwidth is below threshold_fraction x median_uni_GBps";
+  flagged.Add("src_rank", "", std::move(src_rank))
+      .Add("dst_rank", "", std::move(dst_rank))
+      .Add("src_host", "", std::move(src_host))
+      .Add("dst_host", "", std::move(dst_host))
+      .Add("src_gpu", "", std::move(src_gpu))
+      .Add("dst_gpu", "", std::move(dst_gpu))
+      .Add("uni_bw_GBps", "GB/s", std::move(uni))
+      .Add("fraction_of_median", "", std::move(fraction));
+  p2p_group.tables["flagged"] = std::move(flagged);
+}
+
+std::vector<std::string> FormatP2p(const P2pResult& result, const P2pOptions& options,
+                                   const std::vector<std::string>& rank_hosts,
+                                   const std::vector<std::string>& rank_gpus) {
+  CheckRankLabels(result, rank_hosts, rank_gpus);
+  std::vector<std::string> lines = {
+      Format("# p2p: %d ranks, one pair at a time while the others wait; GB = 1e9 bytes", result.n),
+      Format("# Message size : %llu B (%s), %d iterations after %d warm-up",
+             static_cast<unsigned long long>(options.size_bytes), FormatBytes(options.size_bytes).c_str(),
+             options.iters, options.warmup),
+      Format("# Latency size : %llu B, %d round trips (latency = half the mean round trip)",
+             static_cast<unsigned long long>(options.latency_bytes), options.latency_iters),
+  };
+  AppendMatrix(lines, "Unidirectional bandwidth (GB/s), row = sender, col = receiver", result.uni_GBps, result.n);
+  AppendMatrix(lines, "Bidirectional bandwidth (GB/s), both ways at once", result.bidi_GBps, result.n);
+  AppendMatrix(lines, "Latency (us)", result.latency_us, result.n);
+  lines.push_back("#");
+  lines.push_back("# Median unidirectional bandwidth : " + FormatFixed(result.median_uni_GBps, 2) + " GB/s");
+  lines.push_back("# Median bidirectional bandwidth  : " + FormatFixed(result.median_bidi_GBps, 2) + " GB/s");
+  if (!result.complete) lines.push_back("# Incomplete: stopped before every pair was measured (N/A = not measured)");
+  for (const FlaggedPair& pair : result.flagged) {
+    lines.push_back(Format("# weak link: %s -> %s: %.2f GB/s = %.2f x median",
+                           RankLabel(pair.src, rank_hosts, rank_gpus).c_str(),
+                           RankLabel(pair.dst, rank_hosts, rank_gpus).c_str(), pair.uni_GBps, pair.fraction_of_median));
+  }
+  if (result.flagged.empty()) {
+    lines.push_back("# Weak links : 0 OK");
+  } else {
+    lines.push_back(
+        Format("# Weak links : %zu FLAGGED (below %.2f x median)", result.flagged.size(), options.threshold_fraction));
+  }
+  return lines;
+}
+
+}  // namespace tb

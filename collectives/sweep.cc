@@ -1,0 +1,292 @@
+#include "sweep.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "clock.h"
+#include "console.h"
+#include "error.h"
+#include "mpi_util.h"
+
+namespace tb {
+namespace {
+
+// The whole-table column layout, shared by the header and the rows.
+TextTable SweepTable() {
+  return TextTable({{"size", "(B)", 12},      {"count", "(elements)", 12}, {"type", "", 8},
+                    {"redop", "", 6},         {"root", "", 5},             {"time", "(us)", 10},
+                    {"algbw", "(GB/s)", 8},   {"busbw", "(GB/s)", 8},      {"#wrong", "", 7},
+                    {"time", "(us)", 10},     {"algbw", "(GB/s)", 8},      {"busbw", "(GB/s)", 8},
+                    {"#wrong", "", 7}});
+}
+
+struct Buffers {
+  std::unique_ptr<CommBuffer> send;
+  std::unique_ptr<CommBuffer> recv;
+};
+
+// Operand pointers for one mode: separate buffers out of place; one buffer holding both in place.
+struct Operands {
+  const void* send;
+  void* recv;
+};
+
+Operands OperandsFor(Buffers& buffers, const CollectiveCounts& c, size_t type_size, bool in_place) {
+  if (!in_place) return {buffers.send->data(), buffers.recv->data()};
+  char* base = static_cast<char*>(buffers.recv->data());
+  return {base + c.in_place_send_offset * type_size, base + c.in_place_recv_offset * type_size};
+}
+
+std::string Describe(const CollectiveDef& def, const CollectiveCounts& c, DataType type, bool in_place,
+                     const std::string& what) {
+  return def.name + std::string(" ") + (in_place ? "in-place" : "out-of-place") + ", " + std::to_string(c.size_bytes) +
+         " B, " + DataTypeName(type) + ", " + what;
+}
+
+// Times `iters` back-to-back operations after `warmup` untimed ones; returns this rank's mean seconds per op.
+double TimeOperation(Communicator& comm, const CollectiveDef& def, Operands operands, const CollectiveCounts& c,
+                     const SweepOptions& o, bool in_place) {
+  {
+    Watchdog::Scope guard(o.watchdog, [&] {
+      return Describe(def, c, o.type, in_place, std::to_string(o.warmup) + " warm-up iterations");
+    });
+    for (int i = 0; i < o.warmup; ++i) def.run(comm, operands.send, operands.recv, c, o.type, o.reduce_op, o.root);
+    comm.Synchronize();
+    comm.Barrier();
+  }
+  Watchdog::Scope guard(o.watchdog, [&] {
+    return Describe(def, c, o.type, in_place, "timed batch of " + std::to_string(o.iters) + " iterations");
+  });
+  double start = NowSeconds();
+  for (int i = 0; i < o.iters; ++i) def.run(comm, operands.send, operands.recv, c, o.type, o.reduce_op, o.root);
+  comm.Synchronize();
+  return (NowSeconds() - start) / o.iters;
+}
+
+// One verified run: fill inputs, run, compare every defined output element. Returns the wrong count.
+int64_t CheckOperation(Communicator& comm, const CollectiveDef& def, Buffers& buffers, const CollectiveCounts& c,
+                       const SweepOptions& o, bool in_place) {
+  const int rank = comm.rank(), n = comm.size();
+  const size_t type_size = DataTypeSize(o.type);
+  // Host images of the buffers: the receive side starts as sentinel so that a missing write is caught.
+  std::vector<char> recv_image(buffers.recv->bytes());
+  for (size_t i = 0; i < recv_image.size() / type_size; ++i) StoreElement(o.type, recv_image.data(), i, kSentinel);
+  if (in_place) {
+    for (size_t i = 0; i < c.send_elements; ++i) {
+      StoreElement(o.type, recv_image.data(), c.in_place_send_offset + i, InputValue(rank, i));
+    }
+    comm.Upload(*buffers.recv, recv_image.data(), recv_image.size());
+  } else {
+    std::vector<char> send_image(buffers.send->bytes());
+    for (size_t i = 0; i < c.send_elements; ++i) StoreElement(o.type, send_image.data(), i, InputValue(rank, i));
+    comm.Upload(*buffers.send, send_image.data(), send_image.size());
+    comm.Upload(*buffers.recv, recv_image.data(), recv_image.size());
+  }
+  comm.Barrier();
+  {
+    Watchdog::Scope guard(o.watchdog, [&] { return Describe(def, c, o.type, in_place, "verification run"); });
+    Operands operands = OperandsFor(buffers, c, type_size, in_place);
+    def.run(comm, operands.send, operands.recv, c, o.type, o.reduce_op, o.root);
+    comm.Synchronize();
+  }
+  comm.Download(*buffers.recv, recv_image.data(), recv_image.size());
+  const size_t recv_offset = in_place ? c.in_place_recv_offset : 0;
+  int64_t wrong = 0;
+  for (size_t i = 0; i < c.recv_elements; ++i) {
+    double expected = 0;
+    if (!def.expected(c, rank, n, i, o.reduce_op, o.root, &expected)) continue;
+    if (!ValueMatches(o.type, LoadElement(o.type, recv_image.data(), recv_offset + i), expected, n)) ++wrong;
+  }
+  return wrong;
+}
+
+ModeResult MeasureMode(Communicator& comm, const CollectiveDef& def, Buffers& buffers,
+                       const CollectiveCounts& c, const SweepOptions& o, bool in_place, double bus_factor) {
+  ModeResult m;
+  m.measured = true;
+  const size_t type_size = DataTypeSize(o.type);
+  double mine = TimeOperation(comm, def, OperandsFor(buffers, c, type_size, in_place), c, o, in_place);
+  // Each rank's mean, then max (the time), min and average across ranks.
+  std::vector<double> all = AllGatherDoubles(comm.host_comm(), mine);
+  double max = *std::max_element(all.begin(), all.end());
+  double min = *std::min_element(all.begin(), all.end());
+  double sum = 0;
+  for (double t : all) sum += t;
+  m.time_us = max * 1e6;
+  m.time_rank_min_us = min * 1e6;
+  m.time_rank_avg_us = sum / all.size() * 1e6;
+  m.algbw_GBps = static_cast<double>(c.size_bytes) / max / 1e9;
+  m.busbw_GBps = m.algbw_GBps * bus_factor;
+  if (o.check_iters > 0) {
+    int64_t wrong = 0;
+    for (int i = 0; i < o.check_iters; ++i) wrong += CheckOperation(comm, def, buffers, c, o, in_place);
+    TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, comm.host_comm()));
+    m.wrong = wrong;
+  }
+  return m;
+}
+
+
+}  // namespace
+
+SweepResult RunSweep(Communicator& comm, const SweepOptions& o,
+                     const std::function<void(const OpResult&, const SizeResult&)>& on_row) {
+  const int n = comm.size();
+  const size_t type_size = DataTypeSize(o.type);
+  if (!comm.Supports(o.type)) {
+    throw InputError("the " + comm.backend() + " backend cannot run " + DataTypeName(o.type) +
+                     " collectives (--dtype); use float, double or int32, or --backend cuda");
+  }
+  SweepResult result;
+  for (const CollectiveDef* def : o.ops) {
+    OpResult op;
+    op.def = def;
+    op.n_ranks = n;
+    op.bus_factor = def->bus_factor(n);
+    // Buffers sized once for the largest size, as nccl-tests does; reused for every size.
+    uint64_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
+    CollectiveCounts big = def->counts(largest, type_size, n, comm.rank());
+    Buffers buffers;
+    buffers.send = comm.Allocate(std::max<size_t>(big.send_elements * type_size, type_size));
+    buffers.recv = comm.Allocate(std::max<size_t>(std::max(big.send_elements, big.recv_elements) * type_size, type_size));
+    for (uint64_t requested : o.sizes) {
+      if (o.stop_requested && o.stop_requested()) {
+        result.complete = false;
+        break;
+      }
+      CollectiveCounts c = def->counts(requested, type_size, n, comm.rank());
+      if (c.op_count == 0) continue;  // smaller than one element per rank for this operation
+      SizeResult row;
+      row.size_bytes = c.size_bytes;
+      row.count = c.size_bytes / type_size;
+      if (o.out_of_place) row.out_of_place = MeasureMode(comm, *def, buffers, c, o, false, op.bus_factor);
+      if (o.in_place) row.in_place = MeasureMode(comm, *def, buffers, c, o, true, op.bus_factor);
+      for (const ModeResult* m : {&row.out_of_place, &row.in_place}) {
+        if (m->wrong > 0) result.wrong_total += m->wrong;
+      }
+      op.rows.push_back(row);
+      if (on_row) on_row(op, row);
+    }
+    result.ops.push_back(std::move(op));
+    if (!result.complete) break;
+  }
+  return result;
+}
+
+namespace {
+
+std::vector<std::string> ModeCells(const ModeResult& m) {
+  if (!m.measured) return {"-", "-", "-", "-"};
+  return {FormatFixed(m.time_us, 2), FormatFixed(m.algbw_GBps, 2), FormatFixed(m.busbw_GBps, 2),
+          m.wrong < 0 ? "N/A" : std::to_string(m.wrong)};
+}
+
+}  // namespace
+
+std::vector<std::string> SweepHeaderLines(const OpResult& op, const SweepOptions& o) {
+  std::vector<std::string> lines = {
+      Format("# %s: %d ranks, dtype %s, redop %s, root %d, iters %d, warmup %d, check-iters %d, busbw factor %s = %.4f",
+             op.def->name, op.n_ranks, DataTypeName(o.type).c_str(),
+             op.def->uses_reduce_op ? ReduceOpName(o.reduce_op).c_str() : "none", op.def->uses_root ? o.root : -1,
+             o.iters, o.warmup, o.check_iters, op.def->bus_factor_formula, op.bus_factor),
+      "#",
+      Format("# %66s%-37s%s", "", "out-of-place", "in-place"),
+  };
+  for (std::string& line : SweepTable().HeaderLines()) lines.push_back(std::move(line));
+  return lines;
+}
+
+std::string SweepRowLine(const SizeResult& row, const OpResult& op, const SweepOptions& o) {
+  std::vector<std::string> cells = {std::to_string(row.size_bytes), std::to_string(row.count), DataTypeName(o.type),
+                                    op.def->uses_reduce_op ? ReduceOpName(o.reduce_op) : "none",
+                                    std::to_string(op.def->uses_root ? o.root : -1)};
+  for (const ModeResult* m : {&row.out_of_place, &row.in_place}) {
+    for (std::string& cell : ModeCells(*m)) cells.push_back(std::move(cell));
+  }
+  return SweepTable().Row(cells);
+}
+
+std::vector<std::string> SweepFooterLines(const SweepResult& result) {
+  std::vector<std::string> lines;
+  lines.push_back(Format("# Out of bounds values : %lld %s", static_cast<long long>(result.wrong_total),
+                         result.wrong_total == 0 ? "OK" : "FAILED"));
+  for (const OpResult& op : result.ops) {
+    // nccl-tests' "Avg bus bandwidth": mean busbw over the sizes (out-of-place and in-place rows alike).
+    double sum = 0;
+    int terms = 0;
+    for (const SizeResult& row : op.rows) {
+      for (const ModeResult* m : {&row.out_of_place, &row.in_place}) {
+        if (m->measured) {
+          sum += m->busbw_GBps;
+          ++terms;
+        }
+      }
+    }
+    if (terms > 0) lines.push_back(Format("# Avg bus bandwidth    : %.4f GB/s (%s)", sum / terms, op.def->name));
+  }
+  if (!result.complete) lines.push_back("# Sweep stopped early by a signal: the report is marked interrupted");
+  lines.push_back("#");
+  return lines;
+}
+
+void AddSweepToReport(Report& report, const SweepResult& result, const SweepOptions& o) {
+  Group& summary = report.root.Child("summary");
+  for (const OpResult& op : result.ops) {
+    Group& group = report.root.Child("collectives").Child(op.def->name);
+    group.Set("op", std::string(op.def->name));
+    group.Set("dtype", DataTypeName(o.type));
+    group.Set("redop", op.def->uses_reduce_op ? ReduceOpName(o.reduce_op) : std::string("none"));
+    group.Set("root", static_cast<int64_t>(op.def->uses_root ? o.root : -1));
+    group.Set("n_ranks", static_cast<int64_t>(op.n_ranks));
+    group.Set("iters", static_cast<int64_t>(o.iters));
+    group.Set("warmup", static_cast<int64_t>(o.warmup));
+    group.Set("check_iters", static_cast<int64_t>(o.check_iters));
+    group.Set("bus_factor", op.bus_factor);
+    group.Set("bus_factor_formula", std::string(op.def->bus_factor_formula));
+
+    Table& table = group.tables["results"];
+    table.description = std::string(op.def->name) +
+                        " per size: time = max over ranks of each rank's mean time per operation; algbw = "
+                        "size_bytes/time; busbw = algbw x bus_factor; GB = 1e9 bytes; wrong = elements that failed "
+                        "verification (-1 = not checked, NaN times = mode not run)";
+    std::vector<int64_t> sizes, counts;
+    for (const SizeResult& row : op.rows) {
+      sizes.push_back(static_cast<int64_t>(row.size_bytes));
+      counts.push_back(static_cast<int64_t>(row.count));
+    }
+    table.Add("size_bytes", "B", sizes).Add("count", "elements", counts);
+    double peak = 0;
+    int64_t peak_size = 0;
+    for (const char* prefix : {"out_of_place_", "in_place_"}) {
+      const bool in_place = std::string(prefix) == "in_place_";
+      std::vector<double> time, rank_min, rank_avg, algbw, busbw;
+      std::vector<int64_t> wrong;
+      for (const SizeResult& row : op.rows) {
+        const ModeResult& m = in_place ? row.in_place : row.out_of_place;
+        const double nan = std::nan("");
+        time.push_back(m.measured ? m.time_us : nan);
+        rank_min.push_back(m.measured ? m.time_rank_min_us : nan);
+        rank_avg.push_back(m.measured ? m.time_rank_avg_us : nan);
+        algbw.push_back(m.measured ? m.algbw_GBps : nan);
+        busbw.push_back(m.measured ? m.busbw_GBps : nan);
+        wrong.push_back(m.measured ? m.wrong : -1);
+        if (m.measured && m.busbw_GBps > peak) {
+          peak = m.busbw_GBps;
+          peak_size = static_cast<int64_t>(row.size_bytes);
+        }
+      }
+      std::string p = prefix;
+      table.Add(p + "time_us", "us", time)
+          .Add(p + "time_rank_min_us", "us", rank_min)
+          .Add(p + "time_rank_avg_us", "us", rank_avg)
+          .Add(p + "algbw_GBps", "GB/s", algbw)
+          .Add(p + "busbw_GBps", "GB/s", busbw)
+          .Add(p + "wrong", "elements", wrong);
+    }
+    summary.Set(std::string(op.def->name) + "_peak_busbw_GBps", peak);
+    summary.Set(std::string(op.def->name) + "_peak_busbw_size_bytes", peak_size);
+  }
+  summary.Set("wrong_elements_total", result.wrong_total);
+}
+
+}  // namespace tb

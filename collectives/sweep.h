@@ -1,0 +1,76 @@
+// The collectives sweep: for each operation and size, warm up, time, verify, and report in the style of
+// nccl-tests. Backend-agnostic: runs on any Communicator.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collective.h"
+#include "communicator.h"
+#include "report.h"
+#include "watchdog.h"
+
+namespace tb {
+
+struct SweepOptions {
+  std::vector<uint64_t> sizes;                 // requested sizes in bytes (S before rounding to elements)
+  std::vector<const CollectiveDef*> ops;
+  DataType type = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int root = 0;
+  int iters = 20;
+  int warmup = 5;
+  int check_iters = 1;                         // verified runs per size and mode; 0 skips verification
+  bool out_of_place = true;
+  bool in_place = true;
+  Watchdog* watchdog = nullptr;                // guards every warm-up, timed batch and check
+  std::function<bool()> stop_requested;        // asked on every rank between sizes; must agree across ranks
+};
+
+struct ModeResult {
+  bool measured = false;
+  double time_us = 0;            // max over ranks of each rank's mean time per operation
+  double time_rank_min_us = 0;   // min over ranks of the same per-rank means
+  double time_rank_avg_us = 0;
+  double algbw_GBps = 0;         // size_bytes / time, GB = 1e9 bytes
+  double busbw_GBps = 0;         // algbw * bus factor
+  int64_t wrong = -1;            // wrong elements summed over ranks and check iterations; -1 = not checked
+};
+
+struct SizeResult {
+  uint64_t size_bytes = 0;
+  uint64_t count = 0;            // elements per the operation's count argument times what S counts (see counts)
+  ModeResult out_of_place;
+  ModeResult in_place;
+};
+
+struct OpResult {
+  const CollectiveDef* def = nullptr;
+  int n_ranks = 0;
+  double bus_factor = 0;
+  std::vector<SizeResult> rows;
+};
+
+struct SweepResult {
+  std::vector<OpResult> ops;
+  bool complete = true;          // false when stopped early by a signal
+  int64_t wrong_total = 0;
+};
+
+// Runs the sweep. `on_row` is called on every rank after each size (rank 0 prints). Collective over comm.
+SweepResult RunSweep(Communicator& comm, const SweepOptions& options,
+                     const std::function<void(const OpResult&, const SizeResult&)>& on_row);
+
+// Console lines in nccl-tests' layout.
+std::vector<std::string> SweepHeaderLines(const OpResult& op, const SweepOptions& options);
+std::string SweepRowLine(const SizeResult& row, const OpResult& op, const SweepOptions& options);
+std::vector<std::string> SweepFooterLines(const SweepResult& result);
+
+// Writes collectives/<op> groups and the summary attributes (report schema v1, results/README.md).
+void AddSweepToReport(Report& report, const SweepResult& result, const SweepOptions& options);
+
+}  // namespace tb

@@ -1,0 +1,194 @@
+#include "cli.h"
+
+#include <iostream>
+#include <sstream>
+
+#include "build_info.h"
+#include "clock.h"
+#include "device.h"
+#include "error.h"
+#include "log.h"
+#include "mpi_communicator.h"
+#include "nccl_communicator.h"
+#include "signals.h"
+#include "topology_section.h"
+
+namespace tb {
+
+void AgreeOnSetup(const std::function<void()>& step) {
+  std::string message;
+  int code = 0;
+  try {
+    step();
+  } catch (const AgreedFailure&) {
+    throw;
+  } catch (const Error& e) {
+    message = e.what();
+    code = static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    message = e.what();
+    code = static_cast<int>(ExitCode::kRuntime);
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // Lowest failing rank and its code.
+  int mine[2] = {code != 0 ? rank : size, code};
+  int lowest[2] = {size, 0};
+  TB_CHECK_MPI(MPI_Allreduce(mine, lowest, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD));
+  if (lowest[0] == size) return;
+  int failed = code != 0 ? 1 : 0, failures = 0;
+  TB_CHECK_MPI(MPI_Allreduce(&failed, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  // An error every rank shares (a bad flag) is one untagged line; one rank's own problem names the rank.
+  if (rank == lowest[0]) ErrorLine(message, failures < size);
+  throw AgreedFailure(static_cast<ExitCode>(lowest[1]));
+}
+
+void AddCommonOptions(po::options_description& options, CommonOptions& common, bool with_backend) {
+  if (with_backend) {
+    options.add_options()("backend", po::value(&common.backend)->default_value("auto"),
+                          "auto|cpu|cuda: cuda (NCCL, device memory) when every rank has a GPU, else cpu (MPI)");
+  }
+  options.add_options()
+      ("output,o", po::value(&common.output), "write the HDF5 report to this file")
+      ("timeout", po::value(&common.timeout_s)->default_value(600),
+       "watchdog: abort the job when one operation takes longer than this many seconds (0 = off)")
+      ("quiet", po::bool_switch(&common.quiet), "print only the verdict lines")
+      ("help,h", "show this help");
+}
+
+bool ParseCommandLine(const std::string& command, const std::vector<std::string>& args,
+                      const po::options_description& options, const std::string& usage) {
+  po::variables_map values;
+  try {
+    po::store(po::command_line_parser(args).options(options).run(), values);
+    if (values.count("help")) {
+      std::ostringstream text;
+      text << usage << "\n\n" << options;
+      Print(text.str(), true);
+      return false;
+    }
+    po::notify(values);
+  } catch (const po::error& e) {
+    throw InputError(std::string(e.what()) + " (see 'trainbench " + command + " --help')");
+  }
+  return true;
+}
+
+CommandRun::CommandRun(std::string command, std::string command_line, CommonOptions common, RankContext ctx)
+    : command_(std::move(command)), common_(std::move(common)), ctx_(std::move(ctx)) {
+  if (common_.timeout_s < 0) throw InputError("--timeout must be >= 0 seconds (0 turns the watchdog off)");
+  if (common_.backend != "auto" && common_.backend != "cpu" && common_.backend != "cuda") {
+    throw InputError("unknown backend '" + common_.backend + "' for --backend (accepted: auto|cpu|cuda)");
+  }
+  SetQuiet(common_.quiet);
+  Group& root = report_.root;
+  root.Set("schema", std::string(kReportSchemaName));
+  root.Set("schema_version", kReportSchemaVersion);
+  root.Set("tool_version", std::string(kToolVersion));
+  root.Set("git_revision", std::string(kGitRevision));
+  root.Set("command", command_);
+  root.Set("command_line", command_line);
+  root.Set("start_utc", UtcNowIso8601());
+  root.Set("n_ranks", static_cast<int64_t>(ctx_.world_size));
+  root.Set("n_nodes", static_cast<int64_t>(ctx_.node_count));
+  Group& cfg = config();
+  cfg.Set("backend", common_.backend);
+  cfg.Set("output", common_.output);
+  cfg.Set("timeout", common_.timeout_s);
+  cfg.Set("quiet", static_cast<int64_t>(common_.quiet));
+  InstallStopSignalHandlers();
+}
+
+std::string CommandRun::ResolveBackend() {
+  int has_gpu = GpuCount() > 0 ? 1 : 0;
+  int all_have_gpu = 0;
+  TB_CHECK_MPI(MPI_Allreduce(&has_gpu, &all_have_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  std::string backend;
+  if (common_.backend == "cpu") {
+    backend = "mpi";
+  } else if (common_.backend == "cuda") {
+    if (!BuiltWithCuda()) {
+      throw InputError("--backend cuda: this trainbench was built without CUDA (reconfigure with -DTRAINBENCH_WITH_CUDA=ON)");
+    }
+    if (!all_have_gpu) throw InputError("--backend cuda: not every rank has a usable GPU (see 'trainbench info')");
+    backend = "nccl";
+  } else {
+    backend = all_have_gpu ? "nccl" : "mpi";
+  }
+  if (backend == "nccl") BindRankToGpu(ctx_, true);
+  report_.root.Set("backend", backend);
+  return backend;
+}
+
+std::unique_ptr<Communicator> CommandRun::MakeCommunicator(const std::string& backend) {
+  return backend == "nccl" ? MakeNcclCommunicator(MPI_COMM_WORLD) : MakeMpiCommunicator(MPI_COMM_WORLD);
+}
+
+void CommandRun::CheckOutputWritable() {
+  if (common_.output.empty()) return;
+  std::string problem;
+  if (ctx_.world_rank == 0) {
+    try {
+      CheckWritable(common_.output);
+    } catch (const InputError& e) {
+      problem = e.what();
+    }
+  }
+  int length = static_cast<int>(problem.size());
+  TB_CHECK_MPI(MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  problem.resize(static_cast<size_t>(length));
+  TB_CHECK_MPI(MPI_Bcast(problem.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD));
+  if (!problem.empty()) throw InputError(problem);
+}
+
+bool CommandRun::StopRequested() {
+  int mine = PendingStopSignal(), any = 0;
+  TB_CHECK_MPI(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return any != 0;
+}
+
+const Topology& CommandRun::GatherTopologyIntoReport() {
+  topology_ = GatherTopology(MPI_COMM_WORLD, ctx_);
+  if (ctx_.world_rank == 0) AddTopologyToReport(report_.root.Child("topology"), topology_);
+  return topology_;
+}
+
+Watchdog& CommandRun::watchdog(Communicator* comm) {
+  abort_target_ = comm;
+  if (!watchdog_) {
+    watchdog_ = std::make_unique<Watchdog>(common_.timeout_s, [this](const std::string& operation, double elapsed) {
+      ErrorLine("timeout: " + operation + " did not complete within " + std::to_string(common_.timeout_s) +
+                " s (waited " + std::to_string(static_cast<int>(elapsed)) + " s) on a communicator of " +
+                std::to_string(ctx_.world_size) + " ranks; aborting the job. HINT: a rank may be stuck or dead; "
+                "look for its own error above, or raise --timeout for very large sizes");
+      if (abort_target_) abort_target_->Abort();
+      MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kRuntime));
+    });
+  }
+  return *watchdog_;
+}
+
+void CommandRun::WriteReportNow(const std::string& status, const std::string& reason) {
+  if (common_.output.empty() || ctx_.world_rank != 0) return;
+  report_.root.Set("status", status);
+  report_.root.Set("status_reason", reason);
+  report_.root.Set("end_utc", UtcNowIso8601());
+  WriteReport(report_, common_.output);
+}
+
+int CommandRun::Finish(bool interrupted) {
+  int signal_number = PendingStopSignal();
+  int any_signal = 0;
+  TB_CHECK_MPI(MPI_Allreduce(&signal_number, &any_signal, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (interrupted) {
+    WriteReportNow("interrupted", "stopped by signal " + std::to_string(any_signal) + " (SIGTERM/SIGINT)");
+    if (!common_.output.empty()) Print("# Report (interrupted): " + common_.output, true);
+    return 128 + any_signal;
+  }
+  WriteReportNow("complete", "");
+  if (!common_.output.empty()) Print("# Report: " + common_.output);
+  return 0;
+}
+
+}  // namespace tb

@@ -1,0 +1,93 @@
+// What every command shares: common flags, option parsing that turns every mistake into one InputError
+// line, the runtime context, the report header, stop-signal agreement, the watchdog and the final write.
+#pragma once
+
+#include <boost/program_options.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "communicator.h"
+#include "context.h"
+#include "error.h"
+#include "report.h"
+#include "topology.h"
+#include "watchdog.h"
+
+namespace tb {
+
+namespace po = boost::program_options;
+
+struct CommonOptions {
+  std::string backend = "auto";  // auto | cpu | cuda
+  std::string output;            // report path; empty = no report
+  double timeout_s = 600;        // watchdog; 0 disables
+  bool quiet = false;
+};
+
+// Adds --backend, -o/--output, --timeout, --quiet, -h/--help.
+void AddCommonOptions(po::options_description& options, CommonOptions& common, bool with_backend = true);
+
+// Parses args (after the command name) into `options`; throws InputError for any parse error. Returns false
+// when --help was given (the help has been printed by rank 0).
+bool ParseCommandLine(const std::string& command, const std::vector<std::string>& args,
+                      const po::options_description& options, const std::string& usage);
+
+// One launch of one command.
+class CommandRun {
+ public:
+  CommandRun(std::string command, std::string command_line, CommonOptions common, RankContext ctx);
+
+  const RankContext& ctx() const { return ctx_; }
+  const CommonOptions& common() const { return common_; }
+  Report& report() { return report_; }
+  Group& config() { return report_.root.Child("config"); }
+
+  // Resolves --backend (collective: every rank must agree), binding a GPU per rank for cuda, and records it.
+  // Returns "mpi" or "nccl".
+  std::string ResolveBackend();
+  std::unique_ptr<Communicator> MakeCommunicator(const std::string& backend);
+
+  // Collective: InputError on every rank when rank 0 cannot write the report path.
+  void CheckOutputWritable();
+  // Collective: true on every rank when any rank has received SIGTERM/SIGINT.
+  bool StopRequested();
+  // Gathers the topology and adds it to the report (collective).
+  const Topology& GatherTopologyIntoReport();
+  const Topology& topology() const { return topology_; }
+
+  // The watchdog, whose timeout handler names the operation, aborts `comm` and ends the job.
+  Watchdog& watchdog(Communicator* comm);
+
+  // Rank 0 writes the report with this status (no-op without -o). Phase-boundary writes use "failed" with
+  // the reason "did not finish", so that a crash leaves an honest file.
+  void WriteReportNow(const std::string& status, const std::string& reason);
+  // Final status and exit code: complete (0) or interrupted (128+signal).
+  int Finish(bool interrupted);
+
+ private:
+  std::string command_;
+  CommonOptions common_;
+  RankContext ctx_;
+  Report report_;
+  Topology topology_;
+  Communicator* abort_target_ = nullptr;
+  std::unique_ptr<Watchdog> watchdog_;
+};
+
+// Thrown on every rank once the ranks have agreed that a setup step failed somewhere; the failing rank has
+// already printed its line. main() exits with code() and prints nothing more.
+class AgreedFailure : public Error {
+ public:
+  explicit AgreedFailure(ExitCode code) : Error(code, "setup failed (reported above)") {}
+};
+
+// Runs a setup step that every rank executes, then agrees across MPI_COMM_WORLD on whether it failed
+// anywhere: if so, the lowest failing rank prints its message (one line) and every rank throws AgreedFailure
+// with that rank's exit code. This keeps a failure on some ranks from leaving the others in a collective.
+void AgreeOnSetup(const std::function<void()>& step);
+
+
+}  // namespace tb

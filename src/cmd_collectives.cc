@@ -1,0 +1,111 @@
+// `trainbench collectives`: nccl-tests-style sweep over sizes and operations, verified element by element.
+#include <algorithm>
+
+#include "cli.h"
+#include "commands.h"
+#include "console.h"
+#include "error.h"
+#include "fault.h"
+#include "log.h"
+#include "sweep.h"
+#include "sweep_options.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: [mpirun -np N] trainbench collectives [-b MIN] [-e MAX] [-f FACTOR | --sizes LIST] [--ops LIST]\n"
+    "                                            [-d DTYPE] [--redop OP] [-n ITERS] [-w WARMUP] [-c CHECK] [-o FILE]\n"
+    "Times each collective at each size (each rank's mean over ITERS, then the max over ranks), reports algbw =\n"
+    "S/t and busbw = algbw x factor (all_reduce 2(n-1)/n; reduce_scatter, all_gather, alltoall (n-1)/n; broadcast,\n"
+    "reduce, sendrecv 1; GB = 1e9 bytes), and verifies every element. Sizes: K/M/G = x1024, KB/MB/GB = x1000.";
+
+void RecordConfig(Group& cfg, const CollectivesFlags& f, const SweepOptions& o) {
+  cfg.Set("minbytes", f.min_bytes);
+  cfg.Set("maxbytes", f.max_bytes);
+  cfg.Set("stepfactor", f.step_factor);
+  cfg.Set("sizes", f.sizes);
+  cfg.Set("ops", f.ops);
+  cfg.Set("dtype", DataTypeName(o.type));
+  cfg.Set("redop", ReduceOpName(o.reduce_op));
+  cfg.Set("root", static_cast<int64_t>(o.root));
+  cfg.Set("iters", static_cast<int64_t>(o.iters));
+  cfg.Set("warmup", static_cast<int64_t>(o.warmup));
+  cfg.Set("check_iters", static_cast<int64_t>(o.check_iters));
+  cfg.Set("modes", f.modes);
+}
+
+}  // namespace
+
+int RunCollectivesCommand(const CommandInput& input) {
+  CollectivesFlags f;
+  CommonOptions common;
+  po::options_description options("collectives options");
+  options.add_options()
+      ("minbytes,b", po::value(&f.min_bytes)->default_value(f.min_bytes), "smallest size S in bytes")
+      ("maxbytes,e", po::value(&f.max_bytes)->default_value(f.max_bytes), "largest size S in bytes")
+      ("stepfactor,f", po::value(&f.step_factor)->default_value(f.step_factor), "multiply the size by this between steps")
+      ("sizes", po::value(&f.sizes), "explicit comma-separated sizes instead of -b/-e/-f, e.g. 1K,64K,1M")
+      ("ops", po::value(&f.ops)->default_value(f.ops),
+       "comma-separated: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv, or all")
+      ("dtype,d", po::value(&f.dtype)->default_value(f.dtype), "float|double|int32 (and half|bfloat16 on cuda)")
+      ("redop", po::value(&f.redop)->default_value(f.redop), "sum|avg|max|min")
+      ("root", po::value(&f.root)->default_value(f.root), "root rank of broadcast and reduce")
+      ("iters,n", po::value(&f.iters)->default_value(f.iters), "timed iterations per size")
+      ("warmup,w", po::value(&f.warmup)->default_value(f.warmup), "untimed warm-up iterations per size")
+      ("check-iters,c", po::value(&f.check_iters)->default_value(f.check_iters), "verified runs per size (0 = no check)")
+      ("modes", po::value(&f.modes)->default_value(f.modes), "out-of-place, in-place, or both");
+  AddCommonOptions(options, common);
+
+  std::unique_ptr<CommandRun> run;
+  SweepOptions sweep;
+  std::string backend;
+  AgreeOnSetup([&] {
+    if (!ParseCommandLine("collectives", input.args, options, kUsage)) throw AgreedFailure(ExitCode::kOk);
+    run = std::make_unique<CommandRun>("collectives", input.command_line, common, input.ctx);
+  });
+  AgreeOnSetup([&] { backend = run->ResolveBackend(); });
+  std::unique_ptr<Communicator> comm;
+  AgreeOnSetup([&] {
+    // MPI communicators are cheap and cannot fail on one rank only; the type check needs one.
+    comm = backend == "nccl" ? nullptr : run->MakeCommunicator(backend);
+    sweep = ValidateCollectivesFlags(f, input.ctx.world_size, backend == "nccl" ? nullptr : comm.get());
+    RecordConfig(run->config(), f, sweep);
+    run->CheckOutputWritable();
+  });
+  if (!comm) comm = run->MakeCommunicator(backend);
+
+  try {
+    run->GatherTopologyIntoReport();
+    run->WriteReportNow("failed", "did not finish: interrupted during the collectives sweep");
+    sweep.watchdog = &run->watchdog(comm.get());
+    sweep.stop_requested = [&] { return run->StopRequested(); };
+    MaybeInjectFault(input.ctx.world_rank);
+
+    Print(Format("# trainbench collectives: %d ranks on %d nodes, backend %s", input.ctx.world_size,
+                 input.ctx.node_count, backend.c_str()));
+    const CollectiveDef* header_printed_for = nullptr;
+    SweepResult result = RunSweep(*comm, sweep, [&](const OpResult& op, const SizeResult& row) {
+      if (header_printed_for != op.def) {
+        for (const std::string& line : SweepHeaderLines(op, sweep)) Print(line);
+        header_printed_for = op.def;
+      }
+      Print(SweepRowLine(row, op, sweep));
+    });
+    for (const std::string& line : SweepFooterLines(result)) Print(line, true);
+    AddSweepToReport(run->report(), result, sweep);
+    if (result.complete && result.wrong_total > 0) {
+      std::string reason = std::to_string(result.wrong_total) + " elements failed verification (see the #wrong columns)";
+      run->WriteReportNow("failed", reason);
+      if (input.ctx.world_rank == 0) ErrorLine(reason, false);
+      return static_cast<int>(ExitCode::kRuntime);
+    }
+    return run->Finish(!result.complete);
+  } catch (const Error& e) {
+    run->WriteReportNow("failed", e.what());
+    throw;
+  }
+}
+
+}  // namespace tb

@@ -1,0 +1,98 @@
+// `trainbench p2p`: bandwidth and latency of every rank pair as n x n matrices; weak pairs flagged by host
+// and device.
+#include "cli.h"
+#include "commands.h"
+#include "console.h"
+#include "error.h"
+#include "fault.h"
+#include "log.h"
+#include "p2p.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: [mpirun -np N] trainbench p2p [--size BYTES] [-n ITERS] [--latency-size BYTES] [--threshold F] [-o FILE]\n"
+    "Measures, one pair at a time, unidirectional (sender -> receiver) and bidirectional bandwidth at --size and\n"
+    "the latency of a small message (half the round trip); flags pairs below --threshold x the median (GB = 1e9 B).";
+
+struct P2pFlags {
+  std::string size = "32M";
+  int iters = 10;
+  int warmup = 2;
+  std::string latency_size = "8";
+  int latency_iters = 100;
+  double threshold = 0.8;
+};
+
+}  // namespace
+
+int RunP2pCommand(const CommandInput& input) {
+  P2pFlags f;
+  CommonOptions common;
+  po::options_description options("p2p options");
+  options.add_options()
+      ("size", po::value(&f.size)->default_value(f.size), "message size for the bandwidth matrices (multiple of 4 B)")
+      ("iters,n", po::value(&f.iters)->default_value(f.iters), "timed messages per pair and direction")
+      ("warmup,w", po::value(&f.warmup)->default_value(f.warmup), "untimed messages before each timed loop")
+      ("latency-size", po::value(&f.latency_size)->default_value(f.latency_size), "message size for latency")
+      ("latency-iters", po::value(&f.latency_iters)->default_value(f.latency_iters), "timed round trips per pair")
+      ("threshold", po::value(&f.threshold)->default_value(f.threshold),
+       "flag pairs whose bandwidth is below this fraction of the median (0 < F <= 1)");
+  AddCommonOptions(options, common);
+
+  std::unique_ptr<CommandRun> run;
+  std::string backend;
+  P2pOptions p2p;
+  AgreeOnSetup([&] {
+    if (!ParseCommandLine("p2p", input.args, options, kUsage)) throw AgreedFailure(ExitCode::kOk);
+    run = std::make_unique<CommandRun>("p2p", input.command_line, common, input.ctx);
+    p2p.size_bytes = ParseSize(f.size, "--size");
+    p2p.latency_bytes = ParseSize(f.latency_size, "--latency-size");
+    p2p.iters = f.iters;
+    p2p.warmup = f.warmup;
+    p2p.latency_iters = f.latency_iters;
+    p2p.threshold_fraction = f.threshold;
+    ValidateP2pOptions(p2p);
+    Group& cfg = run->config();
+    cfg.Set("size", f.size);
+    cfg.Set("iters", static_cast<int64_t>(f.iters));
+    cfg.Set("warmup", static_cast<int64_t>(f.warmup));
+    cfg.Set("latency_size", f.latency_size);
+    cfg.Set("latency_iters", static_cast<int64_t>(f.latency_iters));
+    cfg.Set("threshold", f.threshold);
+  });
+  AgreeOnSetup([&] { backend = run->ResolveBackend(); });
+  AgreeOnSetup([&] { run->CheckOutputWritable(); });
+  std::unique_ptr<Communicator> comm = run->MakeCommunicator(backend);
+
+  try {
+    const Topology& topology = run->GatherTopologyIntoReport();
+    run->WriteReportNow("failed", "did not finish: interrupted during the p2p measurement");
+    p2p.watchdog = &run->watchdog(comm.get());
+    p2p.stop_requested = [&] { return run->StopRequested(); };
+    MaybeInjectFault(input.ctx.world_rank);
+    Print(Format("# trainbench p2p: %d ranks on %d nodes, backend %s", input.ctx.world_size, input.ctx.node_count,
+                 backend.c_str()));
+    P2pResult result = RunP2p(*comm, p2p);
+    std::vector<std::string> hosts, gpus;
+    for (const RankTopology& r : topology.ranks) {
+      hosts.push_back(r.host);
+      gpus.push_back(r.gpu.index >= 0 ? r.gpu.name + " #" + std::to_string(r.gpu.index) + " " + r.gpu.pci_bus_id : "cpu");
+    }
+    if (input.ctx.world_rank == 0) {
+      for (const std::string& line : FormatP2p(result, p2p, hosts, gpus)) Print(line, line.rfind("# Weak links", 0) == 0);
+      AddP2pToReport(run->report().root.Child("p2p"), result, p2p, hosts, gpus);
+      Group& summary = run->report().root.Child("summary");
+      summary.Set("p2p_median_uni_GBps", result.median_uni_GBps);
+      summary.Set("p2p_flagged_pairs", static_cast<int64_t>(result.flagged.size()));
+    }
+    return run->Finish(!result.complete);
+  } catch (const Error& e) {
+    run->WriteReportNow("failed", e.what());
+    throw;
+  }
+}
+
+}  // namespace tb

@@ -1,0 +1,69 @@
+#include "context.h"
+
+#include <unistd.h>
+
+#include <vector>
+
+#include "device.h"
+#include "error.h"
+
+namespace tb {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  // The watchdog thread may call MPI_Abort; everything else is MPI from the main thread.
+  TB_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::string Hostname() {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  if (MPI_Get_processor_name(name, &length) == MPI_SUCCESS && length > 0) return std::string(name, length);
+  char fallback[256] = {};
+  gethostname(fallback, sizeof fallback - 1);
+  return fallback;
+}
+
+RankContext DiscoverContext(MPI_Comm world) {
+  RankContext ctx;
+  TB_CHECK_MPI(MPI_Comm_rank(world, &ctx.world_rank));
+  TB_CHECK_MPI(MPI_Comm_size(world, &ctx.world_size));
+  ctx.host = Hostname();
+
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  TB_CHECK_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, ctx.world_rank, MPI_INFO_NULL, &node_comm));
+  TB_CHECK_MPI(MPI_Comm_rank(node_comm, &ctx.local_rank));
+  TB_CHECK_MPI(MPI_Comm_size(node_comm, &ctx.local_size));
+
+  // Node index: number the node leaders (local rank 0) in world-rank order, then share it within the node.
+  int is_leader = ctx.local_rank == 0 ? 1 : 0;
+  int leaders_before_me = 0;
+  TB_CHECK_MPI(MPI_Exscan(&is_leader, &leaders_before_me, 1, MPI_INT, MPI_SUM, world));
+  if (ctx.world_rank == 0) leaders_before_me = 0;  // MPI_Exscan leaves rank 0's result undefined
+  int node_index = leaders_before_me;
+  TB_CHECK_MPI(MPI_Bcast(&node_index, 1, MPI_INT, 0, node_comm));
+  ctx.node_index = node_index;
+  TB_CHECK_MPI(MPI_Allreduce(&is_leader, &ctx.node_count, 1, MPI_INT, MPI_SUM, world));
+  MPI_Comm_free(&node_comm);
+  return ctx;
+}
+
+void BindRankToGpu(RankContext& ctx, bool require_one_each) {
+  int gpus = GpuCount();
+  if (gpus == 0) throw InputError("no GPU is usable on " + ctx.host + " (--backend cuda needs one per rank)");
+  if (require_one_each && ctx.local_size > gpus) {
+    throw InputError(std::to_string(ctx.local_size) + " ranks on " + ctx.host + " but only " +
+                     std::to_string(gpus) + " GPUs: start one rank per GPU");
+  }
+  ctx.gpu_index = ctx.local_rank % gpus;
+  BindGpu(ctx.gpu_index);
+}
+
+}  // namespace tb

@@ -1,0 +1,40 @@
+// The runtime context of one rank: MPI world, node and local rank, and the GPU it is bound to.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+namespace tb {
+
+// Owns MPI initialisation for the process (MPI_Init_thread in the constructor, MPI_Finalize in the
+// destructor unless MPI was aborted).
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+struct RankContext {
+  int world_rank = 0;
+  int world_size = 1;
+  int node_index = 0;   // 0..node_count-1, in order of each node's lowest world rank
+  int node_count = 1;
+  int local_rank = 0;   // rank among the ranks on this node (MPI_Comm_split_type shared)
+  int local_size = 1;
+  std::string host;     // MPI_Get_processor_name
+  int gpu_index = -1;   // CUDA ordinal this rank uses, -1 when it runs on the CPU backend
+};
+
+// Discovers world, node and local rank over `world` (collective).
+RankContext DiscoverContext(MPI_Comm world);
+
+// Binds rank to GPU local_rank % GpuCount() and records it in ctx.gpu_index. Throws InputError when there
+// are fewer GPUs than local ranks would need with `require_one_each`, RuntimeError when binding fails.
+void BindRankToGpu(RankContext& ctx, bool require_one_each);
+
+std::string Hostname();
+
+}  // namespace tb

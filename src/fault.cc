@@ -1,0 +1,27 @@
+#include "fault.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "error.h"
+
+namespace tb {
+
+void MaybeInjectFault(int world_rank) {
+  const char* spec = std::getenv("TRAINBENCH_TEST_FAULT");
+  if (!spec) return;
+  std::string text(spec);
+  size_t at = text.find("@rank=");
+  if (at == std::string::npos) throw InputError("TRAINBENCH_TEST_FAULT='" + text + "' is not '<fail|hang>@rank=<r>'");
+  std::string kind = text.substr(0, at);
+  if (std::atoi(text.c_str() + at + 6) != world_rank) return;
+  if (kind == "fail") throw RuntimeError("injected fault (TRAINBENCH_TEST_FAULT=" + text + ")");
+  if (kind == "hang") {
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  throw InputError("TRAINBENCH_TEST_FAULT kind '" + kind + "' is not fail or hang");
+}
+
+}  // namespace tb

@@ -1,0 +1,90 @@
+// trainbench: benchmark for distributed GPU training clusters. Entry point: MPI start-up, command dispatch,
+// and the failure rules of DESIGN.md (one clear line per error, exit codes 0/1/2, MPI_Abort rather than a
+// hang when one rank fails).
+#include <mpi.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "build_info.h"
+#include "cli.h"
+#include "commands.h"
+#include "console.h"
+#include "context.h"
+#include "error.h"
+#include "log.h"
+
+namespace {
+
+struct CommandEntry {
+  const char* name;
+  int (*run)(const tb::CommandInput&);
+  const char* summary;
+};
+
+constexpr CommandEntry kCommands[] = {
+    {"info", tb::RunInfoCommand, "build, backends, devices and topology of this launch"},
+    {"collectives", tb::RunCollectivesCommand, "nccl-tests-style sweep of collective operations (busbw, verified)"},
+    {"p2p", tb::RunP2pCommand, "rank-pair bandwidth and latency matrices; flags weak links"},
+};
+
+std::string Usage() {
+  std::string text =
+      "usage: [mpirun -np N] trainbench <command> [options]\n"
+      "       trainbench <command> --help      options of one command\n"
+      "       trainbench --version\n\ncommands:\n";
+  for (const CommandEntry& c : kCommands) text += tb::Format("  %-13s %s\n", c.name, c.summary);
+  text += "\nexit codes: 0 ok, 1 runtime failure, 2 invalid input, 128+N stopped by signal N";
+  return text;
+}
+
+std::string Join(int argc, char** argv) {
+  std::string line;
+  for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);
+  return line;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tb::MpiSession mpi(&argc, &argv);
+  tb::RankContext ctx = tb::DiscoverContext(MPI_COMM_WORLD);
+  tb::SetLogIdentity(ctx.world_rank, ctx.host, ctx.world_size);
+
+  std::vector<std::string> args(argv + (argc > 1 ? 2 : 1), argv + argc);
+  const std::string command = argc > 1 ? argv[1] : "";
+  if (command == "--help" || command == "-h" || command == "help") {
+    tb::Print(Usage(), true);
+    return 0;
+  }
+  if (command == "--version") {
+    tb::Print(std::string("trainbench ") + tb::kToolVersion + " (" + tb::kGitRevision + ")", true);
+    return 0;
+  }
+  const CommandEntry* entry = nullptr;
+  for (const CommandEntry& c : kCommands) {
+    if (command == c.name) entry = &c;
+  }
+  if (!entry) {
+    if (ctx.world_rank == 0) {
+      std::fprintf(stderr, "trainbench: error: %s\n%s\n",
+                   command.empty() ? "no command given" : ("unknown command '" + command + "'").c_str(), Usage().c_str());
+    }
+    return static_cast<int>(tb::ExitCode::kInput);
+  }
+
+  try {
+    return entry->run(tb::CommandInput{args, Join(argc, argv), ctx});
+  } catch (const tb::AgreedFailure& e) {
+    return static_cast<int>(e.code());  // every rank knows; the failing rank has printed the reason
+  } catch (const tb::Error& e) {
+    tb::ErrorLine(e.what());
+    if (ctx.world_size > 1) MPI_Abort(MPI_COMM_WORLD, static_cast<int>(e.code()));
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    tb::ErrorLine(std::string("unexpected failure: ") + e.what());
+    if (ctx.world_size > 1) MPI_Abort(MPI_COMM_WORLD, static_cast<int>(tb::ExitCode::kRuntime));
+    return static_cast<int>(tb::ExitCode::kRuntime);
+  }
+}

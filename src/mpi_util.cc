@@ -1,0 +1,61 @@
+#include "mpi_util.h"
+
+#include "error.h"
+
+namespace tb {
+
+namespace {
+constexpr char kFieldSeparator = '\x1f';
+}
+
+std::vector<std::string> GatherStrings(MPI_Comm comm, const std::string& mine, int root) {
+  int rank = 0, size = 1;
+  TB_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  TB_CHECK_MPI(MPI_Comm_size(comm, &size));
+  int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(rank == root ? size : 0);
+  TB_CHECK_MPI(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm));
+  std::vector<int> offsets(lengths.size(), 0);
+  int total = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    offsets[i] = total;
+    total += lengths[i];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  TB_CHECK_MPI(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                           root, comm));
+  std::vector<std::string> result;
+  for (size_t i = 0; i < lengths.size(); ++i) result.push_back(all.substr(offsets[i], lengths[i]));
+  return result;
+}
+
+std::vector<double> AllGatherDoubles(MPI_Comm comm, double mine) {
+  int size = 1;
+  TB_CHECK_MPI(MPI_Comm_size(comm, &size));
+  std::vector<double> all(size);
+  TB_CHECK_MPI(MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm));
+  return all;
+}
+
+std::string JoinFields(const std::vector<std::string>& fields) {
+  std::string packed;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i) packed += kFieldSeparator;
+    packed += fields[i];
+  }
+  return packed;
+}
+
+std::vector<std::string> SplitFields(const std::string& packed) {
+  std::vector<std::string> fields;
+  size_t start = 0;
+  while (true) {
+    size_t end = packed.find(kFieldSeparator, start);
+    fields.push_back(packed.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return fields;
+}
+
+}  // namespace tb

@@ -1,0 +1,82 @@
+// Validation of `trainbench collectives` flags: every documented bad input is one InputError naming the flag.
+#include <gtest/gtest.h>
+
+#include "error.h"
+#include "mpi_communicator.h"
+#include "sweep_options.h"
+
+namespace tb {
+namespace {
+
+std::string ErrorOf(const CollectivesFlags& flags, int n_ranks = 4, const Communicator* comm = nullptr) {
+  try {
+    ValidateCollectivesFlags(flags, n_ranks, comm);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CollectivesFlags, DefaultsAreValid) {
+  SweepOptions o = ValidateCollectivesFlags(CollectivesFlags{}, 4, nullptr);
+  ASSERT_FALSE(o.sizes.empty());
+  EXPECT_EQ(o.sizes.front(), 8u);
+  EXPECT_EQ(o.sizes.back(), 32u << 20);
+  EXPECT_EQ(o.ops.size(), 1u);
+  EXPECT_TRUE(o.in_place && o.out_of_place);
+}
+
+TEST(CollectivesFlags, GeometricSizes) {
+  CollectivesFlags f;
+  f.min_bytes = "8";
+  f.max_bytes = "1K";
+  f.step_factor = 4;
+  EXPECT_EQ(ValidateCollectivesFlags(f, 2, nullptr).sizes, (std::vector<uint64_t>{8, 32, 128, 512}));
+  f.max_bytes = "1G";
+  f.step_factor = 2;
+  EXPECT_EQ(ValidateCollectivesFlags(f, 2, nullptr).sizes.back(), 1ULL << 30);
+}
+
+TEST(CollectivesFlags, ExplicitListAndAllOps) {
+  CollectivesFlags f;
+  f.sizes = "1K,64K";
+  f.ops = "all";
+  SweepOptions o = ValidateCollectivesFlags(f, 2, nullptr);
+  EXPECT_EQ(o.sizes, (std::vector<uint64_t>{1024, 65536}));
+  EXPECT_EQ(o.ops.size(), 7u);
+}
+
+TEST(CollectivesFlags, EachBadInputNamesItsFlag) {
+  auto with = [](auto change) {
+    CollectivesFlags f;
+    change(f);
+    return f;
+  };
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.min_bytes = "1Q"; })).find("-b/--minbytes"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.max_bytes = "1Q"; })).find("-e/--maxbytes"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.min_bytes = "1M"; f.max_bytes = "1K"; })).find("is below -b/--minbytes"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.min_bytes = "0"; })).find("-b/--minbytes"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.step_factor = 1; })).find("-f/--stepfactor"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.ops = "all_reduce,allreduce"; })).find("unknown operation 'allreduce'"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.ops = ","; })).find("--ops is empty"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.dtype = "float8"; })).find("unknown data type 'float8'"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.redop = "prod"; })).find("--redop"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.root = 4; })).find("--root 4"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.iters = 0; })).find("-n/--iters must be at least 1"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.warmup = -1; })).find("-w/--warmup"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.check_iters = -2; })).find("-c/--check-iters"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.modes = "sideways"; })).find("--modes"), std::string::npos);
+  EXPECT_NE(ErrorOf(with([](auto& f) { f.sizes = "1K,0"; })).find("--sizes"), std::string::npos);
+}
+
+TEST(CollectivesFlags, HalfPrecisionNeedsTheCudaBackend) {
+  std::unique_ptr<Communicator> mpi = MakeMpiCommunicator(MPI_COMM_SELF);
+  CollectivesFlags f;
+  f.dtype = "bf16";
+  EXPECT_NE(ErrorOf(f, 1, mpi.get()).find("needs the cuda backend"), std::string::npos);
+  f.dtype = "double";
+  EXPECT_EQ(ErrorOf(f, 1, mpi.get()), "");
+}
+
+}  // namespace
+}  // namespace tb

@@ -1,0 +1,354 @@
+// The report model and its HDF5 form: round trip of every kind of content, the atomic write, the errors a
+// user sees for files that are not readable reports, and the layout as an independent tool (h5dump) sees it.
+#include "report.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+
+#include "error.h"
+
+namespace tb {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A fresh directory per test, removed afterwards.
+class ReportFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string test_name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    directory_ = fs::temp_directory_path() / ("trainbench_report_test." + std::to_string(::getpid()) + "." + test_name);
+    fs::remove_all(directory_);
+    fs::create_directories(directory_);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+
+  std::string PathOf(const std::string& name) const { return (directory_ / name).string(); }
+
+  fs::path directory_;
+};
+
+Report MinimalReport() {
+  Report report;
+  report.root.Set("schema", std::string(kReportSchemaName));
+  report.root.Set("schema_version", kReportSchemaVersion);
+  return report;
+}
+
+Report FullReport() {
+  Report report = MinimalReport();
+  report.root.Set("command", std::string("collectives"));
+  report.root.Set("n_ranks", int64_t{4});
+  report.root.Set("bus_factor", 1.5);
+  report.root.Set("status_reason", std::string());
+
+  Group& all_reduce = report.root.Child("collectives").Child("all_reduce");
+  all_reduce.Set("op", std::string("all_reduce"));
+  all_reduce.Set("iters", int64_t{-20});
+  all_reduce.tables["results"]
+      .Add("size_bytes", "B", std::vector<int64_t>{8, 1024, int64_t{1} << 40})
+      .Add("out_of_place_time_us", "us", std::vector<double>{1.25, 3.5, kNaN})
+      .Add("host", "", std::vector<std::string>{"node01", "", "nöde-02 (µ)"});
+  all_reduce.tables["results"].description = "one row per message size";
+
+  Group& p2p = report.root.Child("p2p");
+  p2p.tables["flagged"]
+      .Add("src_rank", "", std::vector<int64_t>{})
+      .Add("uni_bw_GBps", "GB/s", std::vector<double>{})
+      .Add("src_host", "", std::vector<std::string>{});
+  Matrix& latency = p2p.matrices["latency_us"];
+  latency.description = "half the round-trip time";
+  latency.unit = "us";
+  latency.rows = 2;
+  latency.cols = 3;
+  latency.values = {kNaN, 2.5, 3.0, 4.0, kNaN, -1e300};
+  return report;
+}
+
+// Equal values, with NaN equal to NaN (NaN marks unmeasured entries).
+template <typename Value>
+bool SameValues(const std::vector<Value>& a, const std::vector<Value>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if constexpr (std::is_floating_point_v<Value>) {
+      if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    }
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+void ExpectSameGroup(const Group& expected, const Group& actual, const std::string& path) {
+  SCOPED_TRACE("group " + path);
+  EXPECT_EQ(expected.attributes, actual.attributes);
+
+  ASSERT_EQ(expected.tables.size(), actual.tables.size());
+  for (const auto& [name, table] : expected.tables) {
+    SCOPED_TRACE("table " + name);
+    ASSERT_EQ(actual.tables.count(name), 1u);
+    const Table& read = actual.tables.at(name);
+    EXPECT_EQ(table.description, read.description);
+    ASSERT_EQ(table.columns.size(), read.columns.size());
+    for (size_t c = 0; c < table.columns.size(); ++c) {
+      const Column& want = table.columns[c];
+      const Column& got = read.columns[c];
+      SCOPED_TRACE("column " + want.name);
+      EXPECT_EQ(want.name, got.name);
+      EXPECT_EQ(want.unit, got.unit);
+      ASSERT_EQ(want.values.index(), got.values.index());
+      std::visit(
+          [&](const auto& want_values) {
+            using Values = std::decay_t<decltype(want_values)>;
+            EXPECT_TRUE(SameValues(want_values, std::get<Values>(got.values)));
+          },
+          want.values);
+    }
+  }
+
+  ASSERT_EQ(expected.matrices.size(), actual.matrices.size());
+  for (const auto& [name, matrix] : expected.matrices) {
+    SCOPED_TRACE("matrix " + name);
+    ASSERT_EQ(actual.matrices.count(name), 1u);
+    const Matrix& read = actual.matrices.at(name);
+    EXPECT_EQ(matrix.description, read.description);
+    EXPECT_EQ(matrix.unit, read.unit);
+    EXPECT_EQ(matrix.rows, read.rows);
+    EXPECT_EQ(matrix.cols, read.cols);
+    EXPECT_TRUE(SameValues(matrix.values, read.values));
+  }
+
+  ASSERT_EQ(expected.children().size(), actual.children().size());
+  for (const auto& [name, child] : expected.children()) {
+    const Group* read = actual.FindChild(name);
+    ASSERT_NE(read, nullptr) << "missing group " << name;
+    ExpectSameGroup(*child, *read, path + name + "/");
+  }
+}
+
+// Runs `fn` and expects an InputError whose message names `path` and contains `detail`.
+template <typename Fn>
+void ExpectInputError(Fn fn, const std::string& path, const std::string& detail) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one containing '" << detail << "'";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("'" + path + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find(detail), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "one line: " << message;
+    EXPECT_EQ(error.code(), ExitCode::kInput);
+  }
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+// ---- model --------------------------------------------------------------------------------------------
+
+TEST(ReportModel, TableRowsAndFind) {
+  Table table;
+  EXPECT_EQ(table.rows(), 0u);
+  table.Add("rank", "", std::vector<int64_t>{0, 1}).Add("time_us", "us", std::vector<double>{1.0, 2.0});
+  EXPECT_EQ(table.rows(), 2u);
+  ASSERT_NE(table.Find("time_us"), nullptr);
+  EXPECT_EQ(table.Find("time_us")->unit, "us");
+  EXPECT_EQ(table.Find("time_us")->rows(), 2u);
+  EXPECT_EQ(table.Find("missing"), nullptr);
+}
+
+TEST(ReportModel, ChildCreatesOnceAndCopiesAreDeep) {
+  Group root;
+  EXPECT_EQ(root.FindChild("collectives"), nullptr);
+  Group& collectives = root.Child("collectives");
+  collectives.Child("all_reduce").Set("iters", int64_t{20});
+  EXPECT_EQ(&root.Child("collectives"), &collectives);
+  ASSERT_NE(root.FindChild("collectives"), nullptr);
+
+  Group copy = root;
+  copy.Child("collectives").Child("all_reduce").Set("iters", int64_t{50});
+  copy.Child("p2p");
+  EXPECT_EQ(root.Child("collectives").Child("all_reduce").attributes.at("iters"), AttributeValue(int64_t{20}));
+  EXPECT_EQ(root.FindChild("p2p"), nullptr);
+
+  Group assigned;
+  assigned = copy;
+  copy.Child("collectives").Child("all_reduce").Set("iters", int64_t{70});
+  EXPECT_EQ(assigned.Child("collectives").Child("all_reduce").attributes.at("iters"), AttributeValue(int64_t{50}));
+  EXPECT_NE(assigned.FindChild("p2p"), nullptr);
+}
+
+// ---- HDF5 round trip ----------------------------------------------------------------------------------
+
+TEST_F(ReportFileTest, RoundTripKeepsEveryKindOfContent) {
+  const std::string path = PathOf("report.h5");
+  const Report written = FullReport();
+  WriteReport(written, path);
+  const Report read = ReadReport(path);
+  ExpectSameGroup(written.root, read.root, "/");
+}
+
+TEST_F(ReportFileTest, RewriteReplacesTheFileAndLeavesNoTemporary) {
+  const std::string path = PathOf("report.h5");
+  WriteReport(FullReport(), path);
+  Report second = MinimalReport();
+  second.root.Set("status", std::string("complete"));
+  WriteReport(second, path);
+  ExpectSameGroup(second.root, ReadReport(path).root, "/");
+  EXPECT_EQ(std::distance(fs::directory_iterator(directory_), fs::directory_iterator()), 1);
+}
+
+TEST_F(ReportFileTest, FailedWriteLeavesTheExistingFileIntact) {
+  const std::string path = PathOf("report.h5");
+  const Report good = FullReport();
+  WriteReport(good, path);
+
+  Report bad = FullReport();
+  bad.root.Child("p2p").tables["uneven"].Add("a", "", std::vector<int64_t>{1, 2}).Add("b", "", std::vector<double>{1});
+  try {
+    WriteReport(bad, path);
+    ADD_FAILURE() << "a table with uneven columns was written";
+  } catch (const RuntimeError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find("/p2p/uneven"), std::string::npos) << message;
+    EXPECT_NE(message.find("'b'"), std::string::npos) << message;
+  }
+  ExpectSameGroup(good.root, ReadReport(path).root, "/");
+  EXPECT_EQ(std::distance(fs::directory_iterator(directory_), fs::directory_iterator()), 1) << "temporary left";
+}
+
+TEST_F(ReportFileTest, WriteCarriesHdf5MessageAndNamesThePath) {
+  Report report = MinimalReport();
+  report.root.tables["empty"];  // a table without columns has no compound type
+  const std::string path = PathOf("report.h5");
+  EXPECT_THROW(WriteReport(report, path), RuntimeError);
+
+  Report clash = MinimalReport();
+  clash.root.matrices["x"] = Matrix{"", "", 1, 1, {1.0}};
+  clash.root.Child("x");
+  try {
+    WriteReport(clash, path);
+    ADD_FAILURE() << "a group and a matrix shared a name";
+  } catch (const RuntimeError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("cannot write report '" + path + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("cannot create group '/x'"), std::string::npos) << message;
+  }
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(fs::is_empty(directory_));
+}
+
+// ---- read errors --------------------------------------------------------------------------------------
+
+TEST_F(ReportFileTest, ReadMissingFile) {
+  const std::string path = PathOf("absent.h5");
+  ExpectInputError([&] { ReadReport(path); }, path, "no such file");
+}
+
+TEST_F(ReportFileTest, ReadNonHdf5File) {
+  const std::string path = PathOf("notes.txt");
+  WriteBytes(path, "size_bytes,time_us\n8,1.5\n");
+  ExpectInputError([&] { ReadReport(path); }, path, "not an HDF5 file");
+}
+
+TEST_F(ReportFileTest, ReadHdf5FileWithoutSchema) {
+  const std::string path = PathOf("foreign.h5");
+  Report foreign;
+  foreign.root.Set("title", std::string("someone else's data"));
+  WriteReport(foreign, path);
+  ExpectInputError([&] { ReadReport(path); }, path, "not a trainbench report");
+}
+
+TEST_F(ReportFileTest, ReadOtherSchemaName) {
+  const std::string path = PathOf("other.h5");
+  Report other = MinimalReport();
+  other.root.Set("schema", std::string("other.tool"));
+  WriteReport(other, path);
+  ExpectInputError([&] { ReadReport(path); }, path, "not a trainbench report");
+}
+
+TEST_F(ReportFileTest, ReadWrongSchemaVersion) {
+  const std::string path = PathOf("future.h5");
+  Report future = MinimalReport();
+  future.root.Set("schema_version", int64_t{2});
+  WriteReport(future, path);
+  ExpectInputError([&] { ReadReport(path); }, path, "schema version 2 is not supported (this build reads 1)");
+}
+
+TEST_F(ReportFileTest, ReadTruncatedFile) {
+  const std::string path = PathOf("truncated.h5");
+  WriteReport(FullReport(), path);
+  fs::resize_file(path, fs::file_size(path) / 2);
+  ExpectInputError([&] { ReadReport(path); }, path, "truncated");
+}
+
+TEST_F(ReportFileTest, ReadDirectory) {
+  ExpectInputError([&] { ReadReport(directory_.string()); }, directory_.string(), "directory");
+}
+
+// ---- CheckWritable ------------------------------------------------------------------------------------
+
+TEST_F(ReportFileTest, CheckWritableMissingDirectory) {
+  const std::string path = PathOf("no/such/dir/report.h5");
+  ExpectInputError([&] { CheckWritable(path); }, path, "does not exist");
+}
+
+TEST_F(ReportFileTest, CheckWritableDirectoryPath) {
+  ExpectInputError([&] { CheckWritable(directory_.string()); }, directory_.string(), "is a directory");
+}
+
+TEST_F(ReportFileTest, CheckWritableParentIsAFile) {
+  const std::string file = PathOf("plain");
+  WriteBytes(file, "x");
+  const std::string path = file + "/report.h5";
+  ExpectInputError([&] { CheckWritable(path); }, path, "is not a directory");
+}
+
+TEST_F(ReportFileTest, CheckWritableGoodPathLeavesNothingBehind) {
+  EXPECT_NO_THROW(CheckWritable(PathOf("report.h5")));
+  EXPECT_TRUE(fs::is_empty(directory_));
+}
+
+// ---- the file as other tools see it -------------------------------------------------------------------
+
+// Output and exit status of a shell command.
+std::pair<std::string, int> RunCommand(const std::string& command) {
+  std::string output;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {"", -1};
+  char buffer[4096];
+  size_t length = 0;
+  while ((length = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, length);
+  return {output, ::pclose(pipe)};
+}
+
+TEST_F(ReportFileTest, H5dumpSeesCompoundFieldsAndAttributes) {
+  const char* from_environment = std::getenv("H5DUMP");
+  const std::string h5dump = from_environment != nullptr && *from_environment ? from_environment : "h5dump";
+  if (RunCommand("'" + h5dump + "' --version").second != 0) GTEST_SKIP() << "h5dump not runnable as '" << h5dump << "'";
+
+  const std::string path = PathOf("report.h5");
+  WriteReport(FullReport(), path);
+  const auto [output, status] = RunCommand("'" + h5dump + "' '" + path + "'");
+  ASSERT_EQ(status, 0) << output;
+  for (const char* expected :
+       {"DATASET \"results\"", "H5T_STD_I64LE \"size_bytes\";", "H5T_IEEE_F64LE \"out_of_place_time_us\";", "\"host\";",
+        "ATTRIBUTE \"units\"", "ATTRIBUTE \"schema\"", "\"trainbench.report\"", "DATASET \"latency_us\""}) {
+    EXPECT_NE(output.find(expected), std::string::npos) << "missing " << expected << " in:\n" << output;
+  }
+}
+
+}  // namespace
+}  // namespace tb

@@ -1,0 +1,141 @@
+// The sweep harness under mpiexec: verified results, timing statistics across ranks, the report groups,
+// early stop, and a corrupting communicator whose wrong values the verification must catch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "mpi_communicator.h"
+#include "sweep.h"
+#include "sweep_options.h"
+
+namespace tb {
+namespace {
+
+SweepOptions SmallSweep(const std::string& ops) {
+  CollectivesFlags f;
+  f.sizes = "8,1K,64K";
+  f.ops = ops;
+  f.iters = 3;
+  f.warmup = 1;
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return ValidateCollectivesFlags(f, n, nullptr);
+}
+
+TEST(Sweep, AllOperationsVerifyAndTimeConsistently) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  SweepOptions o = SmallSweep("all");
+  int rows_seen = 0;
+  SweepResult result = RunSweep(*comm, o, [&](const OpResult&, const SizeResult&) { ++rows_seen; });
+  EXPECT_TRUE(result.complete);
+  EXPECT_EQ(result.wrong_total, 0);
+  ASSERT_EQ(result.ops.size(), 7u);
+  int rows = 0;
+  for (const OpResult& op : result.ops) {
+    EXPECT_DOUBLE_EQ(op.bus_factor, op.def->bus_factor(comm->size()));
+    for (const SizeResult& row : op.rows) {
+      ++rows;
+      for (const ModeResult* m : {&row.out_of_place, &row.in_place}) {
+        EXPECT_TRUE(m->measured);
+        EXPECT_EQ(m->wrong, 0) << op.def->name << " " << row.size_bytes;
+        EXPECT_GT(m->time_us, 0);
+        EXPECT_LE(m->time_rank_min_us, m->time_rank_avg_us * (1 + 1e-12));
+        EXPECT_LE(m->time_rank_avg_us, m->time_us * (1 + 1e-12));
+        EXPECT_NEAR(m->algbw_GBps, row.size_bytes / (m->time_us * 1e-6) / 1e9, 1e-9 * m->algbw_GBps);
+        EXPECT_NEAR(m->busbw_GBps, m->algbw_GBps * op.bus_factor, 1e-12 + 1e-9 * m->busbw_GBps);
+      }
+    }
+  }
+  EXPECT_EQ(rows, rows_seen);
+}
+
+TEST(Sweep, ReportHoldsTheDocumentedTable) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  SweepOptions o = SmallSweep("all_reduce,broadcast");
+  SweepResult result = RunSweep(*comm, o, nullptr);
+  Report report;
+  AddSweepToReport(report, result, o);
+  const Group* group = report.root.FindChild("collectives")->FindChild("all_reduce");
+  ASSERT_NE(group, nullptr);
+  const Table& table = group->tables.at("results");
+  EXPECT_EQ(table.rows(), 3u);
+  for (const char* column : {"size_bytes", "count", "out_of_place_time_us", "out_of_place_time_rank_min_us",
+                             "out_of_place_time_rank_avg_us", "out_of_place_algbw_GBps", "out_of_place_busbw_GBps",
+                             "out_of_place_wrong", "in_place_time_us", "in_place_busbw_GBps", "in_place_wrong"}) {
+    EXPECT_NE(table.Find(column), nullptr) << column;
+  }
+  EXPECT_EQ(table.Find("in_place_busbw_GBps")->unit, "GB/s");
+  EXPECT_EQ(std::get<std::string>(group->attributes.at("bus_factor_formula")), "2(n-1)/n");
+  const Group* summary = report.root.FindChild("summary");
+  ASSERT_NE(summary, nullptr);
+  EXPECT_EQ(std::get<int64_t>(summary->attributes.at("wrong_elements_total")), 0);
+  EXPECT_GT(std::get<double>(summary->attributes.at("all_reduce_peak_busbw_GBps")), comm->size() > 1 ? 0.0 : -1.0);
+}
+
+TEST(Sweep, StopRequestEndsEarlyOnEveryRank) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  SweepOptions o = SmallSweep("all_reduce,all_gather");
+  int asked = 0;
+  o.stop_requested = [&] { return ++asked > 1; };  // the same on every rank: stop before the second size
+  SweepResult result = RunSweep(*comm, o, nullptr);
+  EXPECT_FALSE(result.complete);
+  ASSERT_EQ(result.ops.size(), 1u);
+  EXPECT_EQ(result.ops[0].rows.size(), 1u);
+}
+
+// Wraps a real communicator and corrupts one element of every all_reduce result on rank 0.
+class CorruptingCommunicator : public Communicator {
+ public:
+  explicit CorruptingCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  std::string backend() const override { return inner_->backend(); }
+  MemoryKind memory() const override { return inner_->memory(); }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  bool Supports(DataType t) const override { return inner_->Supports(t); }
+  std::unique_ptr<CommBuffer> Allocate(size_t b) override { return inner_->Allocate(b); }
+  void Upload(CommBuffer& b, const void* h, size_t n) override { inner_->Upload(b, h, n); }
+  void Download(const CommBuffer& b, void* h, size_t n) override { inner_->Download(b, h, n); }
+  void AllReduce(const void* s, void* r, size_t c, DataType t, ReduceOp op) override {
+    inner_->AllReduce(s, r, c, t, op);
+    if (rank() == 0 && c > 0) static_cast<float*>(r)[c / 2] += 1.0f;
+  }
+  void ReduceScatter(const void* s, void* r, size_t c, DataType t, ReduceOp op) override { inner_->ReduceScatter(s, r, c, t, op); }
+  void AllGather(const void* s, void* r, size_t c, DataType t) override { inner_->AllGather(s, r, c, t); }
+  void AllToAll(const void* s, void* r, size_t c, DataType t) override { inner_->AllToAll(s, r, c, t); }
+  void Broadcast(const void* s, void* r, size_t c, DataType t, int root) override { inner_->Broadcast(s, r, c, t, root); }
+  void Reduce(const void* s, void* r, size_t c, DataType t, ReduceOp op, int root) override { inner_->Reduce(s, r, c, t, op, root); }
+  void SendRecv(const void* s, int d, void* r, int src, size_t c, DataType t) override { inner_->SendRecv(s, d, r, src, c, t); }
+  void Synchronize() override { inner_->Synchronize(); }
+  void Barrier() override { inner_->Barrier(); }
+  MPI_Comm host_comm() const override { return inner_->host_comm(); }
+  std::unique_ptr<Communicator> Prefix(int k) override { return inner_->Prefix(k); }
+  void Abort() override { inner_->Abort(); }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+};
+
+TEST(Sweep, VerificationCatchesAWrongElement) {
+  CorruptingCommunicator comm(MakeMpiCommunicator(MPI_COMM_WORLD));
+  SweepOptions o = SmallSweep("all_reduce");
+  o.check_iters = 2;
+  SweepResult result = RunSweep(comm, o, nullptr);
+  // 3 sizes x 2 modes x 2 check iterations, one wrong element each, seen on every rank after the sum.
+  EXPECT_EQ(result.wrong_total, 3 * 2 * 2);
+  for (const SizeResult& row : result.ops[0].rows) {
+    EXPECT_EQ(row.out_of_place.wrong, 2);
+    EXPECT_EQ(row.in_place.wrong, 2);
+  }
+}
+
+TEST(Sweep, CheckItersZeroMeansNotChecked) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  SweepOptions o = SmallSweep("all_reduce");
+  o.check_iters = 0;
+  SweepResult result = RunSweep(*comm, o, nullptr);
+  EXPECT_EQ(result.ops[0].rows[0].out_of_place.wrong, -1);
+  EXPECT_EQ(result.wrong_total, 0);
+}
+
+}  // namespace
+}  // namespace tb
