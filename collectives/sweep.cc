@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "console.h"
 #include "error.h"
+#include "fault.h"
 #include "mpi_util.h"
 
 namespace tb {
@@ -57,6 +58,7 @@ double TimeOperation(Communicator& comm, const CollectiveDef& def, Operands oper
   Watchdog::Scope guard(o.watchdog, [&] {
     return Describe(def, c, o.type, in_place, "timed batch of " + std::to_string(o.iters) + " iterations");
   });
+  MaybeInjectFault(comm.rank());  // tests only: a rank that fails or never joins the timed batch
   double start = NowSeconds();
   for (int i = 0; i < o.iters; ++i) def.run(comm, operands.send, operands.recv, c, o.type, o.reduce_op, o.root);
   comm.Synchronize();

@@ -5,6 +5,7 @@
 
 #include "build_info.h"
 #include "clock.h"
+#include "console.h"
 #include "device.h"
 #include "error.h"
 #include "log.h"
@@ -143,6 +144,8 @@ void CommandRun::CheckOutputWritable() {
 }
 
 bool CommandRun::StopRequested() {
+  // A rank that never arrives here (dead or stuck) must not leave the others waiting forever.
+  Watchdog::Scope guard(watchdog_.get(), [] { return std::string("agreement on stop signals between measurements"); });
   int mine = PendingStopSignal(), any = 0;
   TB_CHECK_MPI(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   return any != 0;
@@ -158,8 +161,8 @@ Watchdog& CommandRun::watchdog(Communicator* comm) {
   abort_target_ = comm;
   if (!watchdog_) {
     watchdog_ = std::make_unique<Watchdog>(common_.timeout_s, [this](const std::string& operation, double elapsed) {
-      ErrorLine("timeout: " + operation + " did not complete within " + std::to_string(common_.timeout_s) +
-                " s (waited " + std::to_string(static_cast<int>(elapsed)) + " s) on a communicator of " +
+      ErrorLine("timeout: " + operation + " did not complete within " + Format("%g", common_.timeout_s) +
+                " s (waited " + Format("%.1f", elapsed) + " s) on a communicator of " +
                 std::to_string(ctx_.world_size) + " ranks; aborting the job. HINT: a rank may be stuck or dead; "
                 "look for its own error above, or raise --timeout for very large sizes");
       if (abort_target_) abort_target_->Abort();

@@ -5,7 +5,6 @@
 #include "commands.h"
 #include "console.h"
 #include "error.h"
-#include "fault.h"
 #include "log.h"
 #include "sweep.h"
 #include "sweep_options.h"
@@ -81,7 +80,6 @@ int RunCollectivesCommand(const CommandInput& input) {
     run->WriteReportNow("failed", "did not finish: interrupted during the collectives sweep");
     sweep.watchdog = &run->watchdog(comm.get());
     sweep.stop_requested = [&] { return run->StopRequested(); };
-    MaybeInjectFault(input.ctx.world_rank);
 
     Print(Format("# trainbench collectives: %d ranks on %d nodes, backend %s", input.ctx.world_size,
                  input.ctx.node_count, backend.c_str()));

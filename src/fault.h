@@ -1,6 +1,7 @@
 // Fault injection for the failure-rule tests only: TRAINBENCH_TEST_FAULT="<kind>@rank=<r>" makes rank r
-// fail ("fail": throws a RuntimeError) or hang ("hang": sleeps inside a guarded operation) at the start of
-// a benchmark, so that the tests can check that other ranks abort cleanly instead of hanging.
+// fail ("fail": throws a RuntimeError) or hang ("hang": sleeps forever) where a benchmark calls it (before
+// the first timed batch of the collectives sweep; at the start of p2p), so that the tests can check that the
+// other ranks abort cleanly, naming the operation they were stuck in, instead of hanging.
 #pragma once
 
 namespace tb {

@@ -3,7 +3,6 @@
 // hang when one rank fails).
 #include <mpi.h>
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -41,7 +40,10 @@ std::string Usage() {
 
 std::string Join(int argc, char** argv) {
   std::string line;
-  for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {
+    if (i) line += ' ';
+    line += argv[i];
+  }
   return line;
 }
 
@@ -67,9 +69,12 @@ int main(int argc, char** argv) {
     if (command == c.name) entry = &c;
   }
   if (!entry) {
+    std::string names;
+    for (const CommandEntry& c : kCommands) names += (names.empty() ? "" : ", ") + std::string(c.name);
     if (ctx.world_rank == 0) {
-      std::fprintf(stderr, "trainbench: error: %s\n%s\n",
-                   command.empty() ? "no command given" : ("unknown command '" + command + "'").c_str(), Usage().c_str());
+      tb::ErrorLine((command.empty() ? std::string("no command given") : "unknown command '" + command + "'") +
+                        " (accepted: " + names + "; see 'trainbench --help')",
+                    false);
     }
     return static_cast<int>(tb::ExitCode::kInput);
   }

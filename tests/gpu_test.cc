@@ -29,7 +29,7 @@ using tb::ReduceOp;
 constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kFloat16,
                                   DataType::kBFloat16};
 
-std::string NoGpuMessage() { return "no usable GPU (" + tb::GpuUnavailableReason() + ")"; }
+std::string NoGpuMessage() { return "no usable GPU: " + tb::GpuUnavailableReason(); }
 
 // --- host-side fp16/bf16 conversion, rounding to nearest even as the GPU does ----------------------------------
 

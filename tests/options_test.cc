@@ -26,15 +26,18 @@ TEST(CollectivesFlags, DefaultsAreValid) {
   EXPECT_TRUE(o.in_place && o.out_of_place);
 }
 
-TEST(CollectivesFlags, GeometricSizes) {
+CollectivesFlags Geometric(std::string min, std::string max, int64_t factor) {
   CollectivesFlags f;
-  f.min_bytes = "8";
-  f.max_bytes = "1K";
-  f.step_factor = 4;
-  EXPECT_EQ(ValidateCollectivesFlags(f, 2, nullptr).sizes, (std::vector<uint64_t>{8, 32, 128, 512}));
-  f.max_bytes = "1G";
-  f.step_factor = 2;
-  EXPECT_EQ(ValidateCollectivesFlags(f, 2, nullptr).sizes.back(), 1ULL << 30);
+  f.min_bytes = std::move(min);
+  f.max_bytes = std::move(max);
+  f.step_factor = factor;
+  return f;
+}
+
+TEST(CollectivesFlags, GeometricSizes) {
+  EXPECT_EQ(ValidateCollectivesFlags(Geometric("8", "1K", 4), 2, nullptr).sizes,
+            (std::vector<uint64_t>{8, 32, 128, 512}));
+  EXPECT_EQ(ValidateCollectivesFlags(Geometric("8", "1G", 2), 2, nullptr).sizes.back(), 1ULL << 30);
 }
 
 TEST(CollectivesFlags, ExplicitListAndAllOps) {

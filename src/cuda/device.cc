@@ -41,8 +41,8 @@ DeviceCount CountDevices() {
   }
   // These errors are not sticky: clear them so that the next TB_CHECK_CUDA_LAUNCH does not report them.
   (void)cudaGetLastError();
-  const std::string code = std::string(" (CUDA: ") + cudaGetErrorName(error) + ")";
-  if (error == cudaErrorNoDevice) return {0, "no CUDA device is visible, is CUDA_VISIBLE_DEVICES right?" + code};
+  const std::string code = std::string(" (") + cudaGetErrorName(error) + ")";
+  if (error == cudaErrorNoDevice) return {0, "no CUDA device is visible" + code + "; is CUDA_VISIBLE_DEVICES right?"};
   if (error == cudaErrorStubLibrary) return {0, "only the CUDA stub driver library was found" + code};
   int driver = 0;
   if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) return {0, "no NVIDIA driver is loaded" + code};
@@ -50,6 +50,16 @@ DeviceCount CountDevices() {
   TB_CHECK_CUDA(cudaRuntimeGetVersion(&runtime));
   return {0, "the NVIDIA driver supports CUDA " + CudaVersionText(driver) + ", older than the CUDA " +
                  CudaVersionText(runtime) + " runtime this trainbench was built with" + code};
+}
+
+// Clearer than cudaErrorInvalidDevice for the usual mistake: more ranks per node than GPUs, or none visible.
+void CheckIndex(int index) {
+  const DeviceCount devices = CountDevices();
+  if (index >= 0 && index < devices.count) return;
+  if (devices.count == 0) throw RuntimeError("there is no GPU " + std::to_string(index) + ": " + devices.unavailable);
+  throw RuntimeError("there is no GPU " + std::to_string(index) + ": this process sees " +
+                     std::to_string(devices.count) +
+                     " GPU(s); is CUDA_VISIBLE_DEVICES right, and does the number of ranks per node match the GPUs?");
 }
 
 // Lower case, as Linux writes it under /sys/bus/pci ("0000:1b:00.0").
@@ -82,6 +92,7 @@ int GpuCount() { return CountDevices().count; }
 std::string GpuUnavailableReason() { return CountDevices().unavailable; }
 
 GpuInfo QueryGpu(int index) {
+  CheckIndex(index);
   cudaDeviceProp properties = {};
   TB_CHECK_CUDA(cudaGetDeviceProperties(&properties, index));
   GpuInfo info;
@@ -97,20 +108,25 @@ GpuInfo QueryGpu(int index) {
 }
 
 bool GpuPeerAccess(int a, int b) {
+  CheckIndex(a);
+  CheckIndex(b);
+  if (a == b) return true;  // peer access is not defined for a GPU and itself, which always reaches its memory
   int can_access = 0;
   TB_CHECK_CUDA(cudaDeviceCanAccessPeer(&can_access, a, b));
-  // CUDA answers 0 for a == b, but a GPU always reaches its own memory.
-  return a == b || can_access != 0;
+  return can_access != 0;
 }
 
 std::string GpuLinkType(int a, int b) {
-  const std::string bus_a = PciBusId(a);
-  const std::string bus_b = PciBusId(b);
+  CheckIndex(a);
+  CheckIndex(b);
   if (a == b) return "same GPU";
-  return nvml::LinkBetween(bus_a, bus_b);
+  return nvml::LinkBetween(PciBusId(a), PciBusId(b));
 }
 
-void BindGpu(int index) { TB_CHECK_CUDA(cudaSetDevice(index)); }
+void BindGpu(int index) {
+  CheckIndex(index);
+  TB_CHECK_CUDA(cudaSetDevice(index));
+}
 
 std::string CudaRuntimeVersion() {
   int version = 0;

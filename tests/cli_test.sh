@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# End-to-end CLI tests: every documented bad input gets one clear line and exit code 2; good runs write a
+# report that a standard HDF5 tool reads back; the failure rules (rank failure, stuck collective, SIGTERM)
+# end the job with the documented codes instead of hanging.
+#   cli_test.sh TRAINBENCH H5DUMP MPIEXEC [MPIEXEC FLAGS...]
+set -uo pipefail
+tb=$1; h5dump=$2; shift 2; mpiexec=("$@")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+failures=0; checks=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect CODE PATTERN -- COMMAND...: exit code, stderr matches PATTERN, and exactly one line of it is ours
+# (mpiexec adds its own banner about the non-zero exit, which we do not control).
+expect_error() {
+  local code=$1 pattern=$2; shift 3
+  checks=$((checks + 1))
+  timeout 120 "$@" >"$work/out" 2>"$work/err"; local rc=$?
+  local lines; lines=$(grep -c '^trainbench:' "$work/err")
+  if [[ $rc -ne $code ]]; then fail "$* -> exit $rc, want $code; stderr: $(cat "$work/err")"; return; fi
+  if ! grep -qE -- "$pattern" "$work/err"; then fail "$* -> stderr lacks /$pattern/: $(cat "$work/err")"; return; fi
+  if [[ $lines -ne 1 ]]; then fail "$* -> $lines trainbench lines on stderr, want 1: $(cat "$work/err")"; return; fi
+  if grep -qE '^ +[0-9]+ ' "$work/out"; then fail "$* -> benchmark rows printed before the error"; fi
+}
+
+# --- usage errors, single process --------------------------------------------------------------------------
+expect_error 2 "no command given" -- "$tb"
+expect_error 2 "unknown command 'colectives'" -- "$tb" colectives
+expect_error 2 "invalid size '1Q' for -b/--minbytes" -- "$tb" collectives -b 1Q
+expect_error 2 "invalid size '8X' for -e/--maxbytes" -- "$tb" collectives -e 8X
+expect_error 2 "-e/--maxbytes \(1K\) is below -b/--minbytes \(1M\)" -- "$tb" collectives -b 1M -e 1K
+expect_error 2 "unknown operation 'allreduce' for --ops" -- "$tb" collectives --ops allreduce
+expect_error 2 "unknown data type 'float8' for -d/--dtype" -- "$tb" collectives -d float8
+expect_error 2 "unknown reduction 'prod' for --redop" -- "$tb" collectives --redop prod
+expect_error 2 "-n/--iters must be at least 1" -- "$tb" collectives -n 0
+expect_error 2 "-n/--iters must be at least 1" -- "$tb" collectives --iters=-3
+expect_error 2 "-f/--stepfactor must be an integer >= 2" -- "$tb" collectives -f 1
+expect_error 2 "option '--iters' is invalid|invalid.*iters" -- "$tb" collectives --iters abc
+expect_error 2 "unrecognised option '--bogus'" -- "$tb" collectives --bogus
+expect_error 2 "--root 3 is not a rank" -- "$tb" collectives --root 3
+expect_error 2 "needs the cuda backend" -- "$tb" collectives --backend cpu -d bf16
+expect_error 2 "unknown backend 'tpu' for --backend" -- "$tb" collectives --backend tpu
+expect_error 2 "--timeout must be >= 0" -- "$tb" collectives --timeout -1
+expect_error 2 "cannot write report '$work/missing/x.h5'" -- "$tb" collectives -o "$work/missing/x.h5"
+expect_error 2 "cannot write report '$work'" -- "$tb" p2p -o "$work"
+expect_error 2 "cannot write report" -- "$tb" info -o /proc/forbidden.h5
+expect_error 2 "--size" -- "$tb" p2p --size 10
+expect_error 2 "invalid size '1Q' for --size" -- "$tb" p2p --size 1Q
+expect_error 2 "--threshold" -- "$tb" p2p --threshold 2
+if ! "$tb" info --backend cuda >/dev/null 2>&1 && "$tb" info | grep -q "not built"; then
+  expect_error 2 "built without CUDA" -- "$tb" collectives --backend cuda
+fi
+
+# --- the same errors under mpiexec: still one line, exit 2, no hang ----------------------------------------
+expect_error 2 "invalid size '1Q' for -b/--minbytes" -- "${mpiexec[@]}" -n 2 "$tb" collectives -b 1Q
+expect_error 2 "-n/--iters must be at least 1" -- "${mpiexec[@]}" -n 2 "$tb" collectives -n 0
+expect_error 2 "cannot write report" -- "${mpiexec[@]}" -n 2 "$tb" collectives -o "$work/missing/x.h5"
+
+# --- help and version ---------------------------------------------------------------------------------------
+checks=$((checks + 1))
+"$tb" collectives --help | grep -q -- "--maxbytes" || fail "collectives --help lacks --maxbytes"
+checks=$((checks + 1))
+"$tb" --version | grep -q "^trainbench " || fail "--version"
+
+# --- good runs and report read-back with h5dump ---------------------------------------------------------------
+checks=$((checks + 1))
+if "${mpiexec[@]}" -n 2 "$tb" collectives -b 1K -e 64K -f 8 --ops all -n 3 -w 1 -o "$work/c.h5" >"$work/out" 2>"$work/err"; then
+  grep -q "# Out of bounds values : 0 OK" "$work/out" || fail "collectives: no OK verdict"
+  [[ $(grep -cE '^ +[0-9]+ ' "$work/out") -eq 21 ]] || fail "collectives: want 21 rows (7 ops x 3 sizes): $(cat "$work/out")"
+  "$h5dump" -A -a /status "$work/c.h5" | grep -q '"complete"' || fail "report status is not complete"
+  "$h5dump" -d /collectives/all_reduce/results "$work/c.h5" >"$work/dump" || fail "h5dump cannot read the results table"
+  for field in size_bytes out_of_place_busbw_GBps in_place_wrong; do
+    grep -q "\"$field\"" "$work/dump" || fail "results table lacks $field"
+  done
+  "$h5dump" -d /topology/ranks "$work/c.h5" | grep -q '"host"' || fail "topology table lacks host"
+  "$h5dump" -A -a /summary/wrong_elements_total "$work/c.h5" | grep -q "(0): 0" || fail "summary wrong_elements_total"
+  "$h5dump" -A -a /config/ops "$work/c.h5" | grep -q '"all"' || fail "config lacks ops"
+  [[ -z $(ls "$work" | grep -E 'tmp|probe') ]] || fail "temporary files left behind: $(ls "$work")"
+else
+  fail "collectives run failed: $(cat "$work/err")"
+fi
+
+checks=$((checks + 1))
+if "${mpiexec[@]}" -n 2 "$tb" p2p --size 64K -n 3 --latency-iters 10 -o "$work/p.h5" >"$work/out" 2>"$work/err"; then
+  grep -q "# Weak links" "$work/out" || fail "p2p: no verdict line"
+  "$h5dump" -d /p2p/uni_bw_GBps "$work/p.h5" | grep -q "DATASPACE  SIMPLE { ( 2, 2 )" || fail "p2p matrix not 2x2"
+else
+  fail "p2p run failed: $(cat "$work/err")"
+fi
+
+checks=$((checks + 1))
+"$tb" info -o "$work/i.h5" >"$work/out" 2>&1 || fail "info failed: $(cat "$work/out")"
+grep -q "# backends" "$work/out" || fail "info lacks backends line"
+"$h5dump" -A -a /topology/mpi_library "$work/i.h5" >/dev/null 2>&1 || fail "info report lacks topology/mpi_library"
+
+# --- failure rules ------------------------------------------------------------------------------------------
+# A rank that fails: its message names rank and host and what failed; the job ends with code 1, no hang.
+checks=$((checks + 1))
+start=$(date +%s)
+TRAINBENCH_TEST_FAULT=fail@rank=1 timeout 120 "${mpiexec[@]}" -n 2 "$tb" collectives -b 1K -e 1K >"$work/out" 2>"$work/err"
+rc=$?
+[[ $rc -eq 1 ]] || fail "rank failure: exit $rc, want 1"
+grep -qE "rank 1 \(.*\) error: injected fault" "$work/err" || fail "rank failure message: $(cat "$work/err")"
+
+# A stuck collective: the watchdog names the operation and aborts within the timeout.
+checks=$((checks + 1))
+start=$(date +%s)
+TRAINBENCH_TEST_FAULT=hang@rank=1 timeout 120 "${mpiexec[@]}" -n 2 "$tb" collectives -b 1K -e 1K --timeout 3 \
+  -o "$work/hang.h5" >"$work/out" 2>"$work/err"
+rc=$?
+elapsed=$(( $(date +%s) - start ))
+[[ $rc -eq 1 ]] || fail "stuck collective: exit $rc, want 1 (124 = hung): $(cat "$work/err")"
+grep -q "timeout: all_reduce out-of-place, 1024 B, float" "$work/err" || fail "watchdog message: $(cat "$work/err")"
+[[ $elapsed -lt 60 ]] || fail "watchdog took ${elapsed}s"
+"$h5dump" -A -a /status "$work/hang.h5" | grep -q '"failed"' || fail "stuck run: report status is not failed"
+
+# SIGTERM: the run stops at the next size, writes its report as interrupted and exits 128+15.
+checks=$((checks + 1))
+"$tb" collectives -b 64K -e 64K --sizes 64K,64K,64K,64K,64K,64K,64K,64K -n 200000 -c 0 -o "$work/int.h5" \
+  >"$work/out" 2>"$work/err" &
+pid=$!
+sleep 2
+kill -TERM $pid
+wait $pid; rc=$?
+[[ $rc -eq 143 ]] || fail "SIGTERM: exit $rc, want 143: $(cat "$work/err")"
+"$h5dump" -A -a /status "$work/int.h5" | grep -q '"interrupted"' || fail "SIGTERM: report status is not interrupted"
+
+echo "cli_test: $checks checks, $failures failed"
+[[ $failures -eq 0 ]]
