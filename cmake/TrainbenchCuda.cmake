@@ -40,6 +40,16 @@ if(TRAINBENCH_WITH_CUDA)
     message(FATAL_ERROR "cuDNN not found: set CUDNN_ROOT to the folder holding include/cudnn.h and lib/libcudnn.so, "
                         "or configure with -DTRAINBENCH_WITH_CUDA=OFF")
   endif()
+  # cuDNN C++ frontend (header-only; launch/setup fetches it from PyPI into .deps/). Used by the CUDA
+  # transformer's attention; the rest of the CUDA backend builds without it.
+  find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h HINTS ${CMAKE_SOURCE_DIR}/.deps/cudnn-frontend/include
+            DOC "Folder holding cudnn_frontend.h (the include/ folder of the nvidia-cudnn-frontend wheel)")
+  if(CUDNN_FRONTEND_INCLUDE_DIR)
+    message(STATUS "trainbench: cuDNN frontend headers in ${CUDNN_FRONTEND_INCLUDE_DIR}")
+  else()
+    message(STATUS "trainbench: cuDNN frontend headers not found: run launch/setup, or set CUDNN_FRONTEND_INCLUDE_DIR")
+  endif()
+
   add_library(trainbench_nccl INTERFACE)
   target_include_directories(trainbench_nccl INTERFACE ${NCCL_INCLUDE_DIR})
   target_link_libraries(trainbench_nccl INTERFACE ${NCCL_LIBRARY})
