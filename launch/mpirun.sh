@@ -6,5 +6,6 @@ tb_mpirun() {
   local flags=()
   [[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
   [[ $np -gt $(nproc) ]] && flags+=(--oversubscribe)
+  echo "+ mpirun ${flags[*]} -np $np $*" >&2
   mpirun "${flags[@]}" -np "$np" "$@"
 }
