@@ -1,6 +1,20 @@
 # Detects the CUDA toolkit, NCCL and cuDNN. TRAINBENCH_WITH_CUDA defaults to what was found; forcing it ON
 # without a toolkit is a configuration error naming what to install or which variable to set.
 include(CheckLanguage)
+
+# Finds <PREFIX>_INCLUDE_DIR (holding `header`) and <PREFIX>_LIBRARY (lib`library`.so) next to the CUDA
+# toolkit or under <PREFIX>_ROOT (cache variable or environment); stops with a message naming that variable.
+function(trainbench_find_cuda_library prefix header library)
+  set(${prefix}_ROOT "" CACHE PATH "Folder holding ${prefix} (include/${header}, lib/lib${library}.so)")
+  find_path(${prefix}_INCLUDE_DIR ${header} HINTS ${${prefix}_ROOT} ENV ${prefix}_ROOT ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(${prefix}_LIBRARY ${library} HINTS ${${prefix}_ROOT} ENV ${prefix}_ROOT ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib lib64)
+  if(NOT ${prefix}_INCLUDE_DIR OR NOT ${prefix}_LIBRARY)
+    message(FATAL_ERROR "${prefix} not found: set ${prefix}_ROOT to the folder holding include/${header} and "
+                        "lib/lib${library}.so, or configure with -DTRAINBENCH_WITH_CUDA=OFF")
+  endif()
+endfunction()
 check_language(CUDA)
 set(_tb_cuda_found OFF)
 if(CMAKE_CUDA_COMPILER)
@@ -22,24 +36,8 @@ if(TRAINBENCH_WITH_CUDA)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
 
-  set(NCCL_ROOT "" CACHE PATH "Folder holding NCCL (include/nccl.h, lib/libnccl.so)")
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS}
-            PATH_SUFFIXES include)
-  find_library(NCCL_LIBRARY nccl HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_LIBRARY_DIR}
-               PATH_SUFFIXES lib lib64)
-  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
-    message(FATAL_ERROR "NCCL not found: set NCCL_ROOT to the folder holding include/nccl.h and lib/libnccl.so, "
-                        "or configure with -DTRAINBENCH_WITH_CUDA=OFF")
-  endif()
-  set(CUDNN_ROOT "" CACHE PATH "Folder holding cuDNN (include/cudnn.h, lib/libcudnn.so)")
-  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_INCLUDE_DIRS}
-            PATH_SUFFIXES include)
-  find_library(CUDNN_LIBRARY cudnn HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_LIBRARY_DIR}
-               PATH_SUFFIXES lib lib64)
-  if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
-    message(FATAL_ERROR "cuDNN not found: set CUDNN_ROOT to the folder holding include/cudnn.h and lib/libcudnn.so, "
-                        "or configure with -DTRAINBENCH_WITH_CUDA=OFF")
-  endif()
+  trainbench_find_cuda_library(NCCL nccl.h nccl)
+  trainbench_find_cuda_library(CUDNN cudnn.h cudnn)
   # cuDNN C++ frontend (header-only; launch/setup fetches it from PyPI into .deps/). Used by the CUDA
   # transformer's attention; the rest of the CUDA backend builds without it.
   find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h HINTS ${CMAKE_SOURCE_DIR}/.deps/cudnn-frontend/include
