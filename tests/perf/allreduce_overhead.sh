@@ -114,11 +114,13 @@ done
 echo "# time = max over ranks of each rank's mean us per call; one mpirun per program, size and round;"
 echo "# order within a round alternates (odd rounds raw first, even rounds trainbench first)"
 echo "#"
-echo "# round         size     raw_us  trainbench_us  ratio"
+echo "# load1 = 1-minute load average just before the pair (other processes on the machine distort the figures)"
+echo "# round         size     raw_us  trainbench_us  ratio  load1"
 
 declare -A raw_samples tb_samples ratio_samples
 for ((round = 1; round <= ROUNDS; ++round)); do
   for i in "${!SIZES[@]}"; do
+    load1="$(cut -d' ' -f1 /proc/loadavg)"
     if ((round % 2 == 1)); then
       raw_us="$(RunRaw "$i")"
       tb_us="$(RunTrainbench "$i")"
@@ -127,7 +129,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
       raw_us="$(RunRaw "$i")"
     fi
     ratio="$(awk -v t="$tb_us" -v r="$raw_us" 'BEGIN { printf "%.3f", t / r }')"
-    printf "# %5d %12d %10.2f %14.2f  %s\n" "$round" "${SIZES[i]}" "$raw_us" "$tb_us" "$ratio"
+    printf "# %5d %12d %10.2f %14.2f  %s  %s\n" "$round" "${SIZES[i]}" "$raw_us" "$tb_us" "$ratio" "$load1"
     raw_samples[$i]+="$raw_us"$'\n'
     tb_samples[$i]+="$tb_us"$'\n'
     ratio_samples[$i]+="$ratio"$'\n'
