@@ -11,8 +11,10 @@ namespace tb {
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
-  // The watchdog thread may call MPI_Abort; everything else is MPI from the main thread.
-  TB_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  // MPI is called from the main thread only; the watchdog thread's emergency MPI_Abort is outside any thread
+  // level's promise (FUNNELED forbids it too). SINGLE, not FUNNELED: in Open MPI 4.1 any higher level turns on
+  // internal locking that costs ~0.25 us per small collective (tests/perf/README.md, "Finding").
+  TB_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_SINGLE, &provided));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
 

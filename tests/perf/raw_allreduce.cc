@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -68,8 +69,8 @@ int Run(int argc, char** argv, int rank) {
       }
     } else {
       long long size = 0;
-      if (!ParseInteger(arg.c_str(), 1, &size) || size % sizeof(float) != 0) {
-        return Usage(rank, "size must be a positive multiple of 4 bytes: " + arg);
+      if (!ParseInteger(arg.c_str(), 1, &size) || size % 4 != 0 || size / 4 > INT_MAX) {
+        return Usage(rank, "size must be a positive multiple of 4 bytes, at most 8 GiB: " + arg);
       }
       sizes.push_back(size);
     }
