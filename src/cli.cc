@@ -105,7 +105,7 @@ std::string CommandRun::ResolveBackend() {
   int has_gpu = GpuCount() > 0 ? 1 : 0;
   int all_have_gpu = 0;
   TB_CHECK_MPI(MPI_Allreduce(&has_gpu, &all_have_gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  std::string backend;
+  std::string& backend = backend_;
   if (common_.backend == "cpu") {
     backend = "mpi";
   } else if (common_.backend == "cuda") {
@@ -122,8 +122,25 @@ std::string CommandRun::ResolveBackend() {
   return backend;
 }
 
-std::unique_ptr<Communicator> CommandRun::MakeCommunicator(const std::string& backend) {
-  return backend == "nccl" ? MakeNcclCommunicator(MPI_COMM_WORLD) : MakeMpiCommunicator(MPI_COMM_WORLD);
+std::unique_ptr<Communicator> CommandRun::MakeCommunicator() {
+  return backend_ == "nccl" ? MakeNcclCommunicator(MPI_COMM_WORLD) : MakeMpiCommunicator(MPI_COMM_WORLD);
+}
+
+std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandInput& input,
+                                         const po::options_description& options, const std::string& usage,
+                                         const CommonOptions& common,
+                                         const std::function<void(CommandRun&)>& configure) {
+  std::unique_ptr<CommandRun> run;
+  AgreeOnSetup([&] {
+    if (!ParseCommandLine(name, input.args, options, usage)) throw AgreedFailure(ExitCode::kOk);
+    run = std::make_unique<CommandRun>(name, input.command_line, common, input.ctx);
+  });
+  AgreeOnSetup([&] { run->ResolveBackend(); });
+  AgreeOnSetup([&] {
+    configure(*run);
+    run->CheckOutputWritable();
+  });
+  return run;
 }
 
 void CommandRun::CheckOutputWritable() {
@@ -155,6 +172,21 @@ const Topology& CommandRun::GatherTopologyIntoReport() {
   topology_ = GatherTopology(MPI_COMM_WORLD, ctx_);
   if (ctx_.world_rank == 0) AddTopologyToReport(report_.root.Child("topology"), topology_);
   return topology_;
+}
+
+const Topology& CommandRun::BeginMeasurement(const std::string& phase) {
+  GatherTopologyIntoReport();
+  WriteReportNow("failed", "did not finish: interrupted during " + phase);
+  return topology_;
+}
+
+int CommandRun::RecordingFailures(const std::function<int()>& measurement) {
+  try {
+    return measurement();
+  } catch (const Error& e) {
+    WriteReportNow("failed", e.what());
+    throw;
+  }
 }
 
 Watchdog& CommandRun::watchdog(Communicator* comm) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "commands.h"
 #include "communicator.h"
 #include "context.h"
 #include "error.h"
@@ -46,9 +47,11 @@ class CommandRun {
   Group& config() { return report_.root.Child("config"); }
 
   // Resolves --backend (collective: every rank must agree), binding a GPU per rank for cuda, and records it.
-  // Returns "mpi" or "nccl".
+  // Returns "mpi" or "nccl", as backend() does afterwards.
   std::string ResolveBackend();
-  std::unique_ptr<Communicator> MakeCommunicator(const std::string& backend);
+  const std::string& backend() const { return backend_; }
+  // A communicator over MPI_COMM_WORLD on the resolved backend.
+  std::unique_ptr<Communicator> MakeCommunicator();
 
   // Collective: InputError on every rank when rank 0 cannot write the report path.
   void CheckOutputWritable();
@@ -56,6 +59,11 @@ class CommandRun {
   bool StopRequested();
   // Gathers the topology and adds it to the report (collective).
   const Topology& GatherTopologyIntoReport();
+  // GatherTopologyIntoReport, then a first write of the report (status failed, "did not finish: <phase>"), so
+  // that a crash during the measurement leaves an honest file.
+  const Topology& BeginMeasurement(const std::string& phase);
+  // Runs the measurement; a failure is recorded in the report (status failed, its message) as it propagates.
+  int RecordingFailures(const std::function<int()>& measurement);
   const Topology& topology() const { return topology_; }
 
   // The watchdog, whose timeout handler names the operation, aborts `comm` and ends the job.
@@ -69,6 +77,7 @@ class CommandRun {
 
  private:
   std::string command_;
+  std::string backend_;
   CommonOptions common_;
   RankContext ctx_;
   Report report_;
@@ -88,6 +97,14 @@ class AgreedFailure : public Error {
 // anywhere: if so, the lowest failing rank prints its message (one line) and every rank throws AgreedFailure
 // with that rank's exit code. This keeps a failure on some ranks from leaving the others in a collective.
 void AgreeOnSetup(const std::function<void()>& step);
+
+// The setup every command shares, each step agreed across ranks: parse the flags (--help prints and ends
+// with code 0), create the run, resolve the backend, then `configure` (validate the command's own flags and
+// record them in the config group), then check that the report path is writable.
+std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandInput& input,
+                                         const po::options_description& options, const std::string& usage,
+                                         const CommonOptions& common,
+                                         const std::function<void(CommandRun&)>& configure);
 
 
 }  // namespace tb

@@ -57,32 +57,22 @@ int RunCollectivesCommand(const CommandInput& input) {
       ("modes", po::value(&f.modes)->default_value(f.modes), "out-of-place, in-place, or both");
   AddCommonOptions(options, common);
 
-  std::unique_ptr<CommandRun> run;
   SweepOptions sweep;
-  std::string backend;
-  AgreeOnSetup([&] {
-    if (!ParseCommandLine("collectives", input.args, options, kUsage)) throw AgreedFailure(ExitCode::kOk);
-    run = std::make_unique<CommandRun>("collectives", input.command_line, common, input.ctx);
+  std::unique_ptr<CommandRun> run = StartCommand("collectives", input, options, kUsage, common, [&](CommandRun& r) {
+    // The MPI backend has no fp16/bf16: ask a (cheap) MPI communicator, as the sweep will use one.
+    std::unique_ptr<Communicator> mpi = r.backend() == "mpi" ? r.MakeCommunicator() : nullptr;
+    sweep = ValidateCollectivesFlags(f, input.ctx.world_size, mpi.get());
+    RecordConfig(r.config(), f, sweep);
   });
-  AgreeOnSetup([&] { backend = run->ResolveBackend(); });
-  std::unique_ptr<Communicator> comm;
-  AgreeOnSetup([&] {
-    // MPI communicators are cheap and cannot fail on one rank only; the type check needs one.
-    comm = backend == "nccl" ? nullptr : run->MakeCommunicator(backend);
-    sweep = ValidateCollectivesFlags(f, input.ctx.world_size, backend == "nccl" ? nullptr : comm.get());
-    RecordConfig(run->config(), f, sweep);
-    run->CheckOutputWritable();
-  });
-  if (!comm) comm = run->MakeCommunicator(backend);
+  std::unique_ptr<Communicator> comm = run->MakeCommunicator();
 
-  try {
-    run->GatherTopologyIntoReport();
-    run->WriteReportNow("failed", "did not finish: interrupted during the collectives sweep");
+  return run->RecordingFailures([&] {
+    run->BeginMeasurement("the collectives sweep");
     sweep.watchdog = &run->watchdog(comm.get());
     sweep.stop_requested = [&] { return run->StopRequested(); };
 
     Print(Format("# trainbench collectives: %d ranks on %d nodes, backend %s", input.ctx.world_size,
-                 input.ctx.node_count, backend.c_str()));
+                 input.ctx.node_count, run->backend().c_str()));
     const CollectiveDef* header_printed_for = nullptr;
     SweepResult result = RunSweep(*comm, sweep, [&](const OpResult& op, const SizeResult& row) {
       if (header_printed_for != op.def) {
@@ -100,10 +90,7 @@ int RunCollectivesCommand(const CommandInput& input) {
       return static_cast<int>(ExitCode::kRuntime);
     }
     return run->Finish(!result.complete);
-  } catch (const Error& e) {
-    run->WriteReportNow("failed", e.what());
-    throw;
-  }
+  });
 }
 
 }  // namespace tb

@@ -50,14 +50,7 @@ int RunInfoCommand(const CommandInput& input) {
   CommonOptions common;
   po::options_description options("info options");
   AddCommonOptions(options, common);
-  std::unique_ptr<CommandRun> run;
-  std::string backend;
-  AgreeOnSetup([&] {
-    if (!ParseCommandLine("info", input.args, options, kUsage)) throw AgreedFailure(ExitCode::kOk);
-    run = std::make_unique<CommandRun>("info", input.command_line, common, input.ctx);
-  });
-  AgreeOnSetup([&] { backend = run->ResolveBackend(); });
-  AgreeOnSetup([&] { run->CheckOutputWritable(); });
+  std::unique_ptr<CommandRun> run = StartCommand("info", input, options, kUsage, common, [](CommandRun&) {});
   const Topology& topology = run->GatherTopologyIntoReport();
 
   const int gpus = GpuCount();
@@ -68,7 +61,7 @@ int RunInfoCommand(const CommandInput& input) {
   Print(Format("# backends   : mpi (cpu) available; nccl (cuda) %s; this launch uses %s",
                !BuiltWithCuda() ? "not built" : gpus > 0 ? Format("available, %d GPU(s) on rank 0's host", gpus).c_str()
                                                          : "built, but no usable GPU here",
-               backend.c_str()));
+               run->backend().c_str()));
   if (input.ctx.world_rank == 0) {
     std::string versions;
     for (const auto& [library, version] : topology.versions) versions += (versions.empty() ? "" : ", ") + library + " " + version;

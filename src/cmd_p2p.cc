@@ -42,12 +42,8 @@ int RunP2pCommand(const CommandInput& input) {
        "flag pairs whose bandwidth is below this fraction of the median (0 < F <= 1)");
   AddCommonOptions(options, common);
 
-  std::unique_ptr<CommandRun> run;
-  std::string backend;
   P2pOptions p2p;
-  AgreeOnSetup([&] {
-    if (!ParseCommandLine("p2p", input.args, options, kUsage)) throw AgreedFailure(ExitCode::kOk);
-    run = std::make_unique<CommandRun>("p2p", input.command_line, common, input.ctx);
+  std::unique_ptr<CommandRun> run = StartCommand("p2p", input, options, kUsage, common, [&](CommandRun& r) {
     p2p.size_bytes = ParseSize(f.size, "--size");
     p2p.latency_bytes = ParseSize(f.latency_size, "--latency-size");
     p2p.iters = f.iters;
@@ -55,7 +51,7 @@ int RunP2pCommand(const CommandInput& input) {
     p2p.latency_iters = f.latency_iters;
     p2p.threshold_fraction = f.threshold;
     ValidateP2pOptions(p2p);
-    Group& cfg = run->config();
+    Group& cfg = r.config();
     cfg.Set("size", f.size);
     cfg.Set("iters", static_cast<int64_t>(f.iters));
     cfg.Set("warmup", static_cast<int64_t>(f.warmup));
@@ -63,18 +59,15 @@ int RunP2pCommand(const CommandInput& input) {
     cfg.Set("latency_iters", static_cast<int64_t>(f.latency_iters));
     cfg.Set("threshold", f.threshold);
   });
-  AgreeOnSetup([&] { backend = run->ResolveBackend(); });
-  AgreeOnSetup([&] { run->CheckOutputWritable(); });
-  std::unique_ptr<Communicator> comm = run->MakeCommunicator(backend);
+  std::unique_ptr<Communicator> comm = run->MakeCommunicator();
 
-  try {
-    const Topology& topology = run->GatherTopologyIntoReport();
-    run->WriteReportNow("failed", "did not finish: interrupted during the p2p measurement");
+  return run->RecordingFailures([&] {
+    const Topology& topology = run->BeginMeasurement("the p2p measurement");
     p2p.watchdog = &run->watchdog(comm.get());
     p2p.stop_requested = [&] { return run->StopRequested(); };
     MaybeInjectFault(input.ctx.world_rank);
     Print(Format("# trainbench p2p: %d ranks on %d nodes, backend %s", input.ctx.world_size, input.ctx.node_count,
-                 backend.c_str()));
+                 run->backend().c_str()));
     P2pResult result = RunP2p(*comm, p2p);
     std::vector<std::string> hosts, gpus;
     for (const RankTopology& r : topology.ranks) {
@@ -89,10 +82,7 @@ int RunP2pCommand(const CommandInput& input) {
       summary.Set("p2p_flagged_pairs", static_cast<int64_t>(result.flagged.size()));
     }
     return run->Finish(!result.complete);
-  } catch (const Error& e) {
-    run->WriteReportNow("failed", e.what());
-    throw;
-  }
+  });
 }
 
 }  // namespace tb
