@@ -28,6 +28,16 @@ class CommBuffer {
   virtual size_t bytes() const = 0;
 };
 
+// An operation started with Communicator::StartAllReduce, running while the caller goes on.
+class PendingOp {
+ public:
+  virtual ~PendingOp() = default;
+  // Progresses the operation without blocking; true once it has completed (and stays true).
+  virtual bool Test() = 0;
+  // Blocks until the operation has completed.
+  virtual void Wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -56,6 +66,13 @@ class Communicator {
   virtual void AllToAll(const void* send, void* recv, size_t count, DataType type) = 0;
   virtual void Broadcast(const void* send, void* recv, size_t count, DataType type, int root) = 0;
   virtual void Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) = 0;
+
+  // Starts an all_reduce and returns at once (MPI_Iallreduce, progressed by Test/Wait; NCCL: queued on the
+  // communicator's stream). `after_stream`, when not null, is a device stream (cudaStream_t) whose queued work
+  // must finish first — the compute stream that produced the data; the MPI backend ignores it. The buffers must
+  // stay untouched until the operation has completed.
+  virtual std::unique_ptr<PendingOp> StartAllReduce(const void* send, void* recv, size_t count, DataType type,
+                                                    ReduceOp op, void* after_stream = nullptr) = 0;
 
   // Point-to-point. SendRecv sends to `dst` and receives from `src` concurrently (one may be -1 to skip it).
   virtual void SendRecv(const void* send, int dst, void* recv, int src, size_t count, DataType type) = 0;

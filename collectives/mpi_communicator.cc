@@ -73,6 +73,47 @@ void DivideByRanks(void* data, size_t count, DataType type, int ranks) {
   }
 }
 
+// MPI_Iallreduce in flight; an average is divided by the rank count once the sum has arrived.
+class MpiPendingAllReduce : public PendingOp {
+ public:
+  MpiPendingAllReduce(void* recv, size_t count, DataType type, bool average, int ranks)
+      : recv_(recv), count_(count), type_(type), average_(average), ranks_(ranks) {}
+  ~MpiPendingAllReduce() override {
+    // Never leave a request behind: MPI would write into buffers the caller may already have freed.
+    if (!done_ && request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  MpiPendingAllReduce(const MpiPendingAllReduce&) = delete;
+  MpiPendingAllReduce& operator=(const MpiPendingAllReduce&) = delete;
+
+  MPI_Request* request() { return &request_; }
+  bool Test() override {
+    if (done_) return true;
+    int flag = 0;
+    TB_CHECK_MPI(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    if (flag) Complete();
+    return done_;
+  }
+  void Wait() override {
+    if (done_) return;
+    TB_CHECK_MPI(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+    Complete();
+  }
+
+ private:
+  void Complete() {
+    done_ = true;
+    if (average_) DivideByRanks(recv_, count_, type_, ranks_);
+  }
+
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  void* recv_;
+  size_t count_;
+  DataType type_;
+  bool average_;
+  int ranks_;
+  bool done_ = false;
+};
+
 class MpiCommunicator : public Communicator {
  public:
   // Takes ownership of `comm` (a private duplicate).
@@ -110,6 +151,14 @@ class MpiCommunicator : public Communicator {
   void AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) override {
     TB_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, MpiCount(count), MpiType(type), MpiOp(op), comm_));
     if (op == ReduceOp::kAvg) DivideByRanks(recv, count, type, size_);
+  }
+
+  std::unique_ptr<PendingOp> StartAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                                            void*) override {
+    auto pending = std::make_unique<MpiPendingAllReduce>(recv, count, type, op == ReduceOp::kAvg, size_);
+    TB_CHECK_MPI(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, MpiCount(count), MpiType(type), MpiOp(op),
+                                comm_, pending->request()));
+    return pending;
   }
 
   void ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) override {

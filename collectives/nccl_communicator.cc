@@ -126,6 +126,10 @@ class NcclCommunicator final : public Communicator {
   void Download(const CommBuffer& buffer, void* host, size_t bytes) override;
 
   void AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) override;
+  std::unique_ptr<PendingOp> StartAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                                            void* after_stream) override;
+  // Throws when NCCL reports an asynchronous error or the communicator was aborted.
+  void CheckHealth();
   void ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) override;
   void AllGather(const void* send, void* recv, size_t send_count, DataType type) override;
   void AllToAll(const void* send, void* recv, size_t count, DataType type) override;
@@ -310,16 +314,64 @@ void NcclCommunicator::SendRecv(const void* send, int dst, void* recv, int src, 
   });
 }
 
+void NcclCommunicator::CheckHealth() {
+  const ncclResult_t state = PollState();
+  if (state != ncclSuccess && state != ncclInProgress) {
+    ThrowFailure(state, "NCCL operation (reported by ncclCommGetAsyncError)", std::source_location::current());
+  }
+}
+
+namespace {
+
+// An all_reduce queued on the communicator's stream; complete when the event recorded after it has passed.
+// Polled like Synchronize(), so that an asynchronous error or an abort ends a wait.
+class NcclPendingAllReduce : public PendingOp {
+ public:
+  NcclPendingAllReduce(NcclCommunicator& owner, Event done) : owner_(owner), done_event_(std::move(done)) {}
+
+  bool Test() override {
+    if (done_) return true;
+    const cudaError_t status = cudaEventQuery(done_event_.get());
+    owner_.CheckHealth();  // after the query: an abort also ends the stuck kernels
+    if (status == cudaSuccess) {
+      done_ = true;
+    } else if (status != cudaErrorNotReady) {
+      cuda_detail::ThrowCudaError(status, "cudaEventQuery(all_reduce done)", __FILE__, __LINE__);
+    }
+    return done_;
+  }
+  void Wait() override {
+    while (!Test()) std::this_thread::yield();
+  }
+
+ private:
+  NcclCommunicator& owner_;
+  Event done_event_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingOp> NcclCommunicator::StartAllReduce(const void* send, void* recv, size_t count, DataType type,
+                                                           ReduceOp op, void* after_stream) {
+  if (after_stream != nullptr) {
+    // Our stream waits for the producer's queued work (the backward kernels that wrote this bucket).
+    Event produced;
+    produced.Record(static_cast<cudaStream_t>(after_stream));
+    TB_CHECK_CUDA(cudaStreamWaitEvent(stream_.get(), produced.get(), 0));
+  }  // destroying an event that a stream still waits on is allowed: CUDA releases it after the wait
+  AllReduce(send, recv, count, type, op);
+  Event done;
+  done.Record(stream_.get());
+  return std::make_unique<NcclPendingAllReduce>(*this, std::move(done));
+}
+
 // As nccl-tests does: poll the stream rather than block in cudaStreamSynchronize, so that an asynchronous NCCL
 // error or an Abort() from the watchdog ends the wait.
 void NcclCommunicator::Synchronize() {
   while (true) {
     const cudaError_t status = cudaStreamQuery(stream_.get());
-    // Polled after the query: an abort also ends the stuck kernels, which must not pass for completion.
-    const ncclResult_t state = PollState();
-    if (state != ncclSuccess && state != ncclInProgress) {
-      ThrowFailure(state, "NCCL operation (reported by ncclCommGetAsyncError)", std::source_location::current());
-    }
+    CheckHealth();  // after the query: an abort also ends the stuck kernels, which must not pass for completion
     if (status == cudaSuccess) return;
     if (status != cudaErrorNotReady) cuda_detail::ThrowCudaError(status, "cudaStreamQuery(stream)", __FILE__, __LINE__);
     std::this_thread::yield();

@@ -99,6 +99,9 @@ class CorruptingCommunicator : public Communicator {
     inner_->AllReduce(s, r, c, t, op);
     if (rank() == 0 && c > 0) static_cast<float*>(r)[c / 2] += 1.0f;
   }
+  std::unique_ptr<PendingOp> StartAllReduce(const void* s, void* r, size_t c, DataType t, ReduceOp op, void* st) override {
+    return inner_->StartAllReduce(s, r, c, t, op, st);
+  }
   void ReduceScatter(const void* s, void* r, size_t c, DataType t, ReduceOp op) override { inner_->ReduceScatter(s, r, c, t, op); }
   void AllGather(const void* s, void* r, size_t c, DataType t) override { inner_->AllGather(s, r, c, t); }
   void AllToAll(const void* s, void* r, size_t c, DataType t) override { inner_->AllToAll(s, r, c, t); }

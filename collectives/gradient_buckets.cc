@@ -1,0 +1,107 @@
+#include "gradient_buckets.h"
+
+#include <algorithm>
+
+#include "clock.h"
+#include "error.h"
+
+namespace tb {
+
+std::vector<GradientBucket> PlanBuckets(const std::vector<GradientTensor>& tensors, size_t bucket_bytes,
+                                        size_t element_bytes) {
+  if (bucket_bytes == 0) throw InputError("--bucket-mb must be greater than 0");
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    if (tensors[i].offset != tensors[i - 1].offset + tensors[i - 1].count) {
+      throw InputError("gradient tensors are not contiguous at tensor " + std::to_string(i));
+    }
+  }
+  std::vector<GradientBucket> buckets;
+  GradientBucket current;
+  size_t current_bytes = 0;
+  for (size_t i = tensors.size(); i-- > 0;) {
+    if (current.tensors.empty()) current.end = tensors[i].offset + tensors[i].count;
+    current.tensors.push_back(i);
+    current.begin = tensors[i].offset;
+    current_bytes += tensors[i].count * element_bytes;
+    if (current_bytes >= bucket_bytes) {
+      buckets.push_back(std::move(current));
+      current = GradientBucket{};
+      current_bytes = 0;
+    }
+  }
+  if (!current.tensors.empty()) buckets.push_back(std::move(current));
+  return buckets;
+}
+
+BucketedAllReduce::BucketedAllReduce(Communicator& comm, void* gradients, DataType type,
+                                     std::vector<GradientTensor> tensors, size_t bucket_bytes, bool overlap)
+    : comm_(comm),
+      gradients_(static_cast<char*>(gradients)),
+      type_(type),
+      tensors_(std::move(tensors)),
+      buckets_(PlanBuckets(tensors_, bucket_bytes, DataTypeSize(type))),
+      bucket_of_tensor_(tensors_.size()),
+      overlap_(overlap) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (size_t t : buckets_[b].tensors) bucket_of_tensor_[t] = b;
+  }
+}
+
+void BucketedAllReduce::Begin() {
+  tensor_ready_.assign(tensors_.size(), false);
+  pending_tensors_.assign(buckets_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_tensors_[b] = buckets_[b].tensors.size();
+  in_flight_.clear();
+  in_flight_.resize(buckets_.size());
+  started_s_.assign(buckets_.size(), 0);
+  completed_s_.assign(buckets_.size(), 0);
+}
+
+void BucketedAllReduce::Start(size_t b, void* producer_stream) {
+  const GradientBucket& bucket = buckets_[b];
+  void* data = gradients_ + bucket.begin * DataTypeSize(type_);
+  started_s_[b] = NowSeconds();
+  in_flight_[b] = comm_.StartAllReduce(data, data, bucket.end - bucket.begin, type_, ReduceOp::kAvg, producer_stream);
+}
+
+void BucketedAllReduce::TensorReady(size_t index, void* producer_stream) {
+  if (index >= tensors_.size()) throw RuntimeError("gradient tensor " + std::to_string(index) + " does not exist");
+  if (tensor_ready_[index]) {
+    throw RuntimeError("gradient tensor " + std::to_string(index) + " reported ready twice in one step");
+  }
+  tensor_ready_[index] = true;
+  const size_t b = bucket_of_tensor_[index];
+  if (--pending_tensors_[b] == 0 && overlap_) Start(b, producer_stream);
+  Progress();
+}
+
+void BucketedAllReduce::Progress() {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (in_flight_[b] && completed_s_[b] == 0 && in_flight_[b]->Test()) completed_s_[b] = NowSeconds();
+  }
+}
+
+BucketTiming BucketedAllReduce::Finish(void* producer_stream) {
+  BucketTiming timing;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (pending_tensors_[b] != 0) {
+      throw RuntimeError("gradient bucket " + std::to_string(b) + " still misses " +
+                         std::to_string(pending_tensors_[b]) + " tensors at the end of backward");
+    }
+    if (!in_flight_[b]) Start(b, producer_stream);
+  }
+  const double wait_start = NowSeconds();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (completed_s_[b] == 0) {
+      in_flight_[b]->Wait();
+      completed_s_[b] = NowSeconds();
+    }
+    timing.comm_total_s += completed_s_[b] - started_s_[b];
+    timing.bytes += (buckets_[b].end - buckets_[b].begin) * DataTypeSize(type_);
+  }
+  timing.comm_exposed_s = NowSeconds() - wait_start;
+  timing.buckets = buckets_.size();
+  return timing;
+}
+
+}  // namespace tb
