@@ -18,5 +18,6 @@ struct CommandInput {
 int RunInfoCommand(const CommandInput& input);
 int RunCollectivesCommand(const CommandInput& input);
 int RunP2pCommand(const CommandInput& input);
+int RunTrainCommand(const CommandInput& input);
 
 }  // namespace tb

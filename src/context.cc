@@ -1,20 +1,39 @@
 #include "context.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <vector>
 
+#include "clock.h"
 #include "device.h"
 #include "error.h"
 
 namespace tb {
+namespace {
+
+double g_mpi_init_s = 0;
+double g_process_start_s = 0;
+
+}  // namespace
+
+double MpiInitSeconds() { return g_mpi_init_s; }
+double ProcessStartSeconds() { return g_process_start_s; }
+
+double PeakHostMemoryBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
 
 MpiSession::MpiSession(int* argc, char*** argv) {
+  g_process_start_s = NowSeconds();
   int provided = 0;
   // MPI is called from the main thread only; the watchdog thread's emergency MPI_Abort is outside any thread
   // level's promise (FUNNELED forbids it too). SINGLE, not FUNNELED: in Open MPI 4.1 any higher level turns on
   // internal locking that costs ~0.25 us per small collective (tests/perf/README.md, "Finding").
   TB_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_SINGLE, &provided));
+  g_mpi_init_s = NowSeconds() - g_process_start_s;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
 

@@ -17,6 +17,14 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
 };
 
+// Seconds MPI_Init_thread took in this process (0 before MpiSession), and the monotonic time at which the
+// process started its main() (for start-up time: launch to first step).
+double MpiInitSeconds();
+double ProcessStartSeconds();
+
+// Peak resident host memory of this process so far, in bytes (getrusage).
+double PeakHostMemoryBytes();
+
 struct RankContext {
   int world_rank = 0;
   int world_size = 1;

@@ -26,6 +26,7 @@ constexpr CommandEntry kCommands[] = {
     {"info", tb::RunInfoCommand, "build, backends, devices and topology of this launch"},
     {"collectives", tb::RunCollectivesCommand, "nccl-tests-style sweep of collective operations (busbw, verified)"},
     {"p2p", tb::RunP2pCommand, "rank-pair bandwidth and latency matrices; flags weak links"},
+    {"train", tb::RunTrainCommand, "synthetic-transformer training steps: phases, MFU, overlap, scaling sweep"},
 };
 
 std::string Usage() {

@@ -1,5 +1,8 @@
 #include "mpi_util.h"
 
+#include <chrono>
+#include <thread>
+
 #include "error.h"
 
 namespace tb {
@@ -35,6 +38,17 @@ std::vector<double> AllGatherDoubles(MPI_Comm comm, double mine) {
   std::vector<double> all(size);
   TB_CHECK_MPI(MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm));
   return all;
+}
+
+void SleepingBarrier(MPI_Comm comm) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  TB_CHECK_MPI(MPI_Ibarrier(comm, &request));
+  int done = 0;
+  while (true) {
+    TB_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 std::string JoinFields(const std::vector<std::string>& fields) {

@@ -1,0 +1,402 @@
+// The CPU reference transformer: fp32 throughout, every GEMM through cblas_sgemm, layers in cpu_kernels.
+// It owns four flat buffers laid out by MakeLayout — parameters, gradients, AdamW m and v — and one
+// activation buffer that grows to the largest batch·seq seen and is then reused without allocating.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "cpu_kernels.h"
+#include "error.h"
+#include "transformer.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+// A block's tensors, in MakeLayout's order.
+enum BlockTensor : size_t {
+  kLn1Weight,
+  kLn1Bias,
+  kQkvWeight,
+  kQkvBias,
+  kAttnProjWeight,
+  kAttnProjBias,
+  kLn2Weight,
+  kLn2Bias,
+  kFcWeight,
+  kFcBias,
+  kMlpProjWeight,
+  kMlpProjBias,
+  kBlockTensors
+};
+constexpr size_t kWteSlot = 0;
+constexpr size_t kWpeSlot = 1;
+constexpr size_t kFirstBlockSlot = 2;
+
+size_t BlockSlot(int layer, BlockTensor tensor) { return kFirstBlockSlot + layer * kBlockTensors + tensor; }
+// lnf.weight, followed by lnf.bias, comes right after the last block.
+size_t LnfWeightSlot(int layers) { return kFirstBlockSlot + layers * kBlockTensors; }
+
+// Pointers to every tensor of one flat buffer (parameters or gradients).
+struct TensorPointers {
+  float* wte = nullptr;  // (Vp, C)
+  float* wpe = nullptr;  // (maxT, C)
+  std::vector<std::array<float*, kBlockTensors>> blocks;
+  float* lnf_weight = nullptr;  // (C)
+  float* lnf_bias = nullptr;    // (C)
+};
+
+TensorPointers PointTensors(float* base, const std::vector<TensorSlot>& layout, int layers) {
+  TensorPointers p;
+  p.wte = base + layout[kWteSlot].offset;
+  p.wpe = base + layout[kWpeSlot].offset;
+  p.blocks.resize(layers);
+  for (int l = 0; l < layers; ++l) {
+    for (size_t t = 0; t < kBlockTensors; ++t) p.blocks[l][t] = base + layout[BlockSlot(l, BlockTensor(t))].offset;
+  }
+  p.lnf_weight = base + layout[LnfWeightSlot(layers)].offset;
+  p.lnf_bias = base + layout[LnfWeightSlot(layers) + 1].offset;
+  return p;
+}
+
+// What one block keeps from forward for backward.
+struct BlockActivations {
+  float* ln1 = nullptr;        // (N, C)
+  float* ln1_mean = nullptr;   // (N)
+  float* ln1_rstd = nullptr;   // (N)
+  float* qkv = nullptr;        // (N, 3C)
+  float* atty = nullptr;       // (N, C) attention output, before the projection
+  float* att_lse = nullptr;    // (B, NH, T) log-sum-exp of each attention row
+  float* residual2 = nullptr;  // (N, C) residual after attention
+  float* ln2 = nullptr;        // (N, C)
+  float* ln2_mean = nullptr;   // (N)
+  float* ln2_rstd = nullptr;   // (N)
+  float* fch = nullptr;        // (N, 4C) MLP hidden, before GELU
+  float* fch_gelu = nullptr;   // (N, 4C)
+  float* residual3 = nullptr;  // (N, C) residual after the MLP: the block's output
+};
+
+// Box–Muller normals over splitmix64, a few lines of our own: std::normal_distribution's output is left to each
+// standard library, and every rank must draw the same model from the same seed.
+class NormalGenerator {
+ public:
+  explicit NormalGenerator(uint64_t seed) : state_(seed) {}
+
+  float Next(float stddev) {
+    if (has_spare_) {
+      has_spare_ = false;
+      return static_cast<float>(spare_ * stddev);
+    }
+    const double u1 = 1.0 - Uniform();  // (0, 1]: log stays finite
+    const double u2 = Uniform();
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    constexpr double kTwoPi = 6.283185307179586;
+    spare_ = radius * std::sin(kTwoPi * u2);
+    has_spare_ = true;
+    return static_cast<float>(radius * std::cos(kTwoPi * u2) * stddev);
+  }
+
+ private:
+  uint64_t SplitMix64() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return static_cast<double>(SplitMix64() >> 11) * 0x1.0p-53; }  // [0, 1)
+
+  uint64_t state_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
+class CpuTransformer : public Transformer {
+ public:
+  CpuTransformer(const ModelConfig& config, uint64_t seed)
+      : config_(config),
+        layout_(MakeLayout(config)),
+        elements_(layout_.back().offset + layout_.back().count),
+        params_(elements_, 0.0f),
+        grads_(elements_, 0.0f),
+        m_(elements_, 0.0f),
+        v_(elements_, 0.0f),
+        weights_(PointTensors(params_.data(), layout_, config.layers)),
+        weight_grads_(PointTensors(grads_.data(), layout_, config.layers)),
+        attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
+    Initialise(seed);
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  std::string backend() const override { return "cpu"; }
+  const std::vector<TensorSlot>& layout() const override { return layout_; }
+  size_t parameter_elements() const override { return elements_; }
+  float* parameters() override { return params_.data(); }
+  float* gradients() override { return grads_.data(); }
+
+  float Forward(const int32_t* inputs, const int32_t* targets, int batch, int seq) override;
+  void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
+  void ZeroGradients() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+  void AdamWStep(const AdamWConfig& config, int64_t step) override;
+
+ private:
+  void Initialise(uint64_t seed);
+  void CheckBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) const;
+  void ReserveActivations(size_t tokens);
+  // Elements of slot s that the model uses: all of them but wte's padding rows.
+  size_t UsedElements(size_t s) const {
+    return s == kWteSlot ? static_cast<size_t>(config_.vocab) * config_.d_model : layout_[s].count;
+  }
+
+  ModelConfig config_;
+  std::vector<TensorSlot> layout_;
+  size_t elements_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  std::vector<float> m_;
+  std::vector<float> v_;
+  TensorPointers weights_;
+  TensorPointers weight_grads_;
+
+  // Activations for up to capacity_tokens_ rows, all in activations_.
+  size_t capacity_tokens_ = 0;
+  std::vector<float> activations_;
+  float* encoded_ = nullptr;  // (N, C) token + position embedding
+  std::vector<BlockActivations> blocks_;
+  float* lnf_ = nullptr;       // (N, C)
+  float* lnf_mean_ = nullptr;  // (N)
+  float* lnf_rstd_ = nullptr;  // (N)
+  float* logits_ = nullptr;    // (N, V) logits, then probabilities, then their gradient
+  // Gradient scratch for backward.
+  float* residual_grad_ = nullptr;  // (N, C) gradient of the residual stream
+  float* channel_grad_ = nullptr;   // (N, C) gradient of a LayerNorm output or of the attention output
+  float* hidden_grad_ = nullptr;    // (N, 4C) gradient of the MLP hidden, and later of qkv (N, 3C)
+  std::vector<float> attention_scratch_;  // (2, block rows, maxT)
+
+  // The last Forward's batch, kept for Backward.
+  std::vector<int32_t> inputs_;   // (N)
+  std::vector<int32_t> targets_;  // (N)
+  int batch_ = 0;
+  int seq_ = 0;
+  bool backward_pending_ = false;
+};
+
+void CpuTransformer::Initialise(uint64_t seed) {
+  constexpr float kStddev = 0.02f;
+  // GPT-2 scales the projections that write into the residual stream so that its variance does not grow
+  // with depth: each block adds two of them.
+  const float residual_stddev = kStddev / std::sqrt(2.0f * config_.layers);
+  NormalGenerator normal(seed);
+  for (size_t s = 0; s < layout_.size(); ++s) {
+    const TensorSlot& slot = layout_[s];
+    float* p = params_.data() + slot.offset;
+    const bool residual_projection = slot.name.ends_with(".proj.weight");  // attn.proj and mlp.proj
+    const bool layer_norm_gain = !slot.decay && slot.name.ends_with(".weight");
+    if (layer_norm_gain) {
+      std::fill(p, p + slot.count, 1.0f);
+    } else if (slot.decay) {
+      // wte's padding rows are not drawn: they stay zero.
+      const float stddev = residual_projection ? residual_stddev : kStddev;
+      for (size_t i = 0; i < UsedElements(s); ++i) p[i] = normal.Next(stddev);
+    }
+  }
+}
+
+void CpuTransformer::CheckBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) const {
+  if (batch < 1) throw InputError("batch size must be at least 1, got " + std::to_string(batch));
+  if (seq < 1 || seq > config_.seq) {
+    throw InputError("sequence length " + std::to_string(seq) + " is outside 1.." + std::to_string(config_.seq) +
+                     ", the positions of model '" + config_.name + "'");
+  }
+  auto check = [&](const int32_t* tokens, const char* what) {
+    for (size_t i = 0; i < static_cast<size_t>(batch) * seq; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= config_.vocab) {
+        throw InputError(std::string(what) + " token " + std::to_string(tokens[i]) + " at sequence " +
+                         std::to_string(i / seq) + ", position " + std::to_string(i % seq) +
+                         " is outside the vocabulary [0, " + std::to_string(config_.vocab) + ")");
+      }
+    }
+  };
+  check(inputs, "input");
+  check(targets, "target");
+}
+
+void CpuTransformer::ReserveActivations(size_t tokens) {
+  if (tokens <= capacity_tokens_) return;
+  const size_t n = tokens;
+  const size_t c = config_.d_model;
+  const size_t hidden = static_cast<size_t>(config_.mlp_ratio) * c;
+  // One pass to count, one to point: the layout of activations_ is written down once.
+  size_t used = 0;
+  float* base = nullptr;
+  auto take = [&](size_t count) {
+    float* p = base == nullptr ? nullptr : base + used;
+    used += count;
+    return p;
+  };
+  blocks_.resize(config_.layers);
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      // The old buffer goes before the new one arrives, so that growing never holds both.
+      activations_.clear();
+      activations_.shrink_to_fit();
+      try {
+        activations_.resize(used);
+      } catch (const std::bad_alloc&) {
+        capacity_tokens_ = 0;
+        throw RuntimeError("the CPU transformer could not allocate " + FormatBytes(used * sizeof(float)) +
+                           " of activations for " + std::to_string(n) +
+                           " tokens per step HINT: a smaller --micro-batch or --seq needs less");
+      }
+      base = activations_.data();
+      used = 0;
+    }
+    encoded_ = take(n * c);
+    for (BlockActivations& a : blocks_) {
+      a.ln1 = take(n * c);
+      a.ln1_mean = take(n);
+      a.ln1_rstd = take(n);
+      a.qkv = take(n * 3 * c);
+      a.atty = take(n * c);
+      a.att_lse = take(n * config_.heads);
+      a.residual2 = take(n * c);
+      a.ln2 = take(n * c);
+      a.ln2_mean = take(n);
+      a.ln2_rstd = take(n);
+      a.fch = take(n * hidden);
+      a.fch_gelu = take(n * hidden);
+      a.residual3 = take(n * c);
+    }
+    lnf_ = take(n * c);
+    lnf_mean_ = take(n);
+    lnf_rstd_ = take(n);
+    logits_ = take(n * config_.vocab);
+    residual_grad_ = take(n * c);
+    channel_grad_ = take(n * c);
+    hidden_grad_ = take(n * std::max(hidden, 3 * c));
+  }
+  inputs_.resize(n);
+  targets_.resize(n);
+  capacity_tokens_ = n;
+}
+
+float CpuTransformer::Forward(const int32_t* inputs, const int32_t* targets, int batch, int seq) {
+  CheckBatch(inputs, targets, batch, seq);
+  const size_t n = static_cast<size_t>(batch) * seq;
+  const int c = config_.d_model;
+  const int hidden = config_.mlp_ratio * c;
+  ReserveActivations(n);
+  std::copy(inputs, inputs + n, inputs_.begin());
+  std::copy(targets, targets + n, targets_.begin());
+  batch_ = batch;
+  seq_ = seq;
+
+  cpu::EncoderForward(encoded_, inputs_.data(), weights_.wte, weights_.wpe, batch, seq, c);
+  const float* residual = encoded_;  // (N, C)
+  for (int l = 0; l < config_.layers; ++l) {
+    const auto& w = weights_.blocks[l];
+    BlockActivations& a = blocks_[l];
+    cpu::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w[kLn1Weight], w[kLn1Bias], n, c);
+    cpu::MatmulForward(a.qkv, a.ln1, w[kQkvWeight], w[kQkvBias], nullptr, n, c, 3 * c);
+    cpu::AttentionForward(a.atty, a.att_lse, attention_scratch_.data(), a.qkv, batch, seq, c, config_.heads);
+    cpu::MatmulForward(a.residual2, a.atty, w[kAttnProjWeight], w[kAttnProjBias], residual, n, c, c);
+    cpu::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w[kLn2Weight], w[kLn2Bias], n, c);
+    cpu::MatmulForward(a.fch, a.ln2, w[kFcWeight], w[kFcBias], nullptr, n, c, hidden);
+    cpu::GeluForward(a.fch_gelu, a.fch, n * hidden);
+    cpu::MatmulForward(a.residual3, a.fch_gelu, w[kMlpProjWeight], w[kMlpProjBias], a.residual2, n, hidden, c);
+    residual = a.residual3;
+  }
+  cpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, weights_.lnf_weight, weights_.lnf_bias, n, c);
+  // The tied LM head reads only wte's first V rows, so the padding rows never reach the logits.
+  cpu::MatmulForward(logits_, lnf_, weights_.wte, nullptr, nullptr, n, c, config_.vocab);
+  const float loss = cpu::CrossEntropyForward(logits_, targets_.data(), n, config_.vocab);
+  backward_pending_ = true;
+  return loss;
+}
+
+void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready) {
+  // Backward turns the probabilities into their gradient in place, so it runs once per Forward.
+  if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
+  backward_pending_ = false;
+  auto ready = [&](size_t slot) {
+    if (gradient_ready) gradient_ready(slot);
+  };
+  // Slots are reported in descending order: lnf, the blocks from last to first, wpe, and wte last.
+  auto ready_pair = [&](int layer, BlockTensor weight, BlockTensor bias) {
+    ready(BlockSlot(layer, bias));
+    ready(BlockSlot(layer, weight));
+  };
+  const size_t n = static_cast<size_t>(batch_) * seq_;
+  const int c = config_.d_model;
+  const int hidden = config_.mlp_ratio * c;
+
+  cpu::CrossEntropyBackward(logits_, targets_.data(), n, config_.vocab);  // logits_ now holds d loss / d logits
+  cpu::MatmulBackward(channel_grad_, weight_grads_.wte, nullptr, logits_, lnf_, weights_.wte, n, c, config_.vocab);
+  std::fill(residual_grad_, residual_grad_ + n * c, 0.0f);
+  cpu::LayerNormBackward(residual_grad_, weight_grads_.lnf_weight, weight_grads_.lnf_bias, channel_grad_,
+                         blocks_.back().residual3, weights_.lnf_weight, lnf_mean_, lnf_rstd_, n, c);
+  ready(LnfWeightSlot(config_.layers) + 1);
+  ready(LnfWeightSlot(config_.layers));
+
+  // residual_grad_ (N, C) carries the gradient of the residual stream down through the blocks; each
+  // residual add passes it on unchanged and each LayerNorm adds its input gradient to it.
+  for (int l = config_.layers - 1; l >= 0; --l) {
+    const auto& w = weights_.blocks[l];
+    const auto& g = weight_grads_.blocks[l];
+    const BlockActivations& a = blocks_[l];
+    const float* residual = l > 0 ? blocks_[l - 1].residual3 : encoded_;
+    cpu::MatmulBackward(hidden_grad_, g[kMlpProjWeight], g[kMlpProjBias], residual_grad_, a.fch_gelu,
+                        w[kMlpProjWeight], n, hidden, c);
+    ready_pair(l, kMlpProjWeight, kMlpProjBias);
+    cpu::GeluBackward(hidden_grad_, a.fch, n * hidden);
+    cpu::MatmulBackward(channel_grad_, g[kFcWeight], g[kFcBias], hidden_grad_, a.ln2, w[kFcWeight], n, c, hidden);
+    ready_pair(l, kFcWeight, kFcBias);
+    cpu::LayerNormBackward(residual_grad_, g[kLn2Weight], g[kLn2Bias], channel_grad_, a.residual2, w[kLn2Weight],
+                           a.ln2_mean, a.ln2_rstd, n, c);
+    ready_pair(l, kLn2Weight, kLn2Bias);
+    cpu::MatmulBackward(channel_grad_, g[kAttnProjWeight], g[kAttnProjBias], residual_grad_, a.atty,
+                        w[kAttnProjWeight], n, c, c);
+    ready_pair(l, kAttnProjWeight, kAttnProjBias);
+    float* qkv_grad = hidden_grad_;  // (N, 3C): the MLP's hidden gradient is spent by now
+    cpu::AttentionBackward(qkv_grad, attention_scratch_.data(), channel_grad_, a.qkv, a.att_lse, batch_, seq_, c,
+                           config_.heads);
+    cpu::MatmulBackward(channel_grad_, g[kQkvWeight], g[kQkvBias], qkv_grad, a.ln1, w[kQkvWeight], n, c, 3 * c);
+    ready_pair(l, kQkvWeight, kQkvBias);
+    cpu::LayerNormBackward(residual_grad_, g[kLn1Weight], g[kLn1Bias], channel_grad_, residual, w[kLn1Weight],
+                           a.ln1_mean, a.ln1_rstd, n, c);
+    ready_pair(l, kLn1Weight, kLn1Bias);
+  }
+  cpu::EncoderBackward(weight_grads_.wte, weight_grads_.wpe, residual_grad_, inputs_.data(), batch_, seq_, c);
+  ready(kWpeSlot);
+  ready(kWteSlot);
+}
+
+void CpuTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
+  if (step < 1) throw InputError("AdamW step counts from 1, got " + std::to_string(step));
+  for (size_t s = 0; s < layout_.size(); ++s) {
+    const TensorSlot& slot = layout_[s];
+    // wte's padding rows are skipped so that they stay exactly zero whatever lands in their gradient.
+    cpu::AdamWUpdate(params_.data() + slot.offset, grads_.data() + slot.offset, m_.data() + slot.offset,
+                     v_.data() + slot.offset, UsedElements(s), config, slot.decay ? config.weight_decay : 0.0f, step);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed) {
+  ValidateModel(config);
+  try {
+    return std::make_unique<CpuTransformer>(config, seed);
+  } catch (const std::bad_alloc&) {
+    const std::vector<TensorSlot> layout = MakeLayout(config);
+    const uint64_t bytes = 4 * sizeof(float) * (layout.back().offset + layout.back().count);
+    throw RuntimeError("the CPU transformer for model '" + config.name + "' could not allocate " +
+                       FormatBytes(bytes) + " for fp32 parameters, gradients and AdamW moments HINT: run fewer " +
+                       "layers of the same shape with --layers N");
+  }
+}
+
+}  // namespace tb

@@ -1,0 +1,225 @@
+#include "model_config.h"
+
+#include <array>
+#include <climits>
+
+#include "error.h"
+
+namespace tb {
+namespace {
+
+struct Preset {
+  const char* name;
+  int layers;
+  int d_model;
+  int heads;
+  int vocab;
+  int seq;
+};
+
+constexpr int kGptVocab = 50257;
+constexpr int kGptSeq = 1024;
+
+// Real GPT layer shapes: the GPT-2 paper's four models; the GPT-3 paper's 2.7B and 6.7B; 13B at the 5120 width
+// OPT-13B and Megatron use (the GPT-3 paper's 5140 is not 40 heads of 128); and the 70B class's 80 layers of
+// 8192 with 64 heads. Every GPT preset uses the same GPT-2 block, vocabulary and context length. "tiny" is not a
+// real model: a shape small enough for a quick CPU run (demos, tests, the scaling sweep on a laptop).
+constexpr std::array<Preset, 9> kPresets = {{
+    {"tiny", 2, 128, 4, 4096, 256},
+    {"gpt2-124m", 12, 768, 12, kGptVocab, kGptSeq},
+    {"gpt2-350m", 24, 1024, 16, kGptVocab, kGptSeq},
+    {"gpt2-774m", 36, 1280, 20, kGptVocab, kGptSeq},
+    {"gpt2-1.5b", 48, 1600, 25, kGptVocab, kGptSeq},
+    {"gpt-2.7b", 32, 2560, 32, kGptVocab, kGptSeq},
+    {"gpt-6.7b", 32, 4096, 32, kGptVocab, kGptSeq},
+    {"gpt-13b", 40, 5120, 40, kGptVocab, kGptSeq},
+    {"gpt-70b", 80, 8192, 64, kGptVocab, kGptSeq},
+}};
+constexpr int kPresetMlpRatio = 4;
+
+// Embedding rows are allocated in multiples of 128 so the LM-head GEMM gets aligned, tensor-core-friendly
+// shapes; the padding rows take no part in the loss or the parameter count, only in the memory estimate.
+constexpr int64_t kVocabAlignment = 128;
+
+// Far beyond anything a rank can hold, and low enough that every int64 term of the accounting stays exact.
+constexpr long double kMaxParameters = 1e15L;
+
+int PaddedVocab(int vocab) {
+  int64_t padded = (static_cast<int64_t>(vocab) + kVocabAlignment - 1) / kVocabAlignment * kVocabAlignment;
+  if (padded > INT_MAX) {
+    throw InputError("--vocab " + std::to_string(vocab) + " is too large (at most " +
+                     std::to_string(INT_MAX / kVocabAlignment * kVocabAlignment) + ")");
+  }
+  return static_cast<int>(padded);
+}
+
+void RequirePositive(int value, const char* flag) {
+  if (value < 1) throw InputError(std::string(flag) + " " + std::to_string(value) + " must be at least 1");
+}
+
+// Every sequence length a run uses must fit the learned positional embedding.
+void ValidateRunShape(const ModelConfig& config, int micro_batch, int seq) {
+  if (micro_batch < 1) throw InputError("micro-batch " + std::to_string(micro_batch) + " must be at least 1");
+  if (seq < 1 || seq > config.seq) {
+    throw InputError("sequence length " + std::to_string(seq) + " is outside 1.." + std::to_string(config.seq) +
+                     ", the positions of model '" + config.name + "'");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> PresetNames() {
+  std::vector<std::string> names;
+  for (const Preset& preset : kPresets) names.emplace_back(preset.name);
+  return names;
+}
+
+ModelConfig FindPreset(const std::string& name) {
+  for (const Preset& preset : kPresets) {
+    if (name != preset.name) continue;
+    ModelConfig config;
+    config.name = preset.name;
+    config.layers = preset.layers;
+    config.d_model = preset.d_model;
+    config.heads = preset.heads;
+    config.vocab = preset.vocab;
+    config.vocab_padded = PaddedVocab(preset.vocab);
+    config.seq = preset.seq;
+    config.mlp_ratio = kPresetMlpRatio;
+    config.preset_layers = preset.layers;
+    return config;
+  }
+  std::string accepted;
+  for (const Preset& preset : kPresets) accepted += (accepted.empty() ? "" : ", ") + std::string(preset.name);
+  throw InputError("unknown model '" + name + "' for --model (accepted: " + accepted + ")");
+}
+
+ModelConfig WithLayers(ModelConfig config, int layers) {
+  RequirePositive(layers, "--layers");
+  config.layers = layers;
+  config.scaled = layers == config.preset_layers ? ""
+                                                 : std::to_string(layers) + " of " + config.name + "'s " +
+                                                       std::to_string(config.preset_layers) + " layers";
+  ValidateModel(config);
+  return config;
+}
+
+ModelConfig CustomModel(int layers, int d_model, int heads, int vocab, int seq) {
+  ModelConfig config;
+  config.name = "custom";
+  config.layers = layers;
+  config.d_model = d_model;
+  config.heads = heads;
+  config.vocab = vocab;
+  config.vocab_padded = PaddedVocab(vocab);
+  config.seq = seq;
+  config.mlp_ratio = kPresetMlpRatio;
+  config.preset_layers = layers;
+  ValidateModel(config);
+  return config;
+}
+
+void ValidateModel(const ModelConfig& config) {
+  RequirePositive(config.layers, "--layers");
+  RequirePositive(config.d_model, "--d-model");
+  RequirePositive(config.heads, "--heads");
+  RequirePositive(config.seq, "--seq");
+  RequirePositive(config.mlp_ratio, "mlp_ratio");
+  if (config.vocab < 2) {
+    throw InputError("--vocab " + std::to_string(config.vocab) + " must be at least 2 (a loss needs two tokens)");
+  }
+  if (config.vocab_padded < config.vocab || config.vocab_padded % kVocabAlignment != 0) {
+    throw InputError("vocab_padded " + std::to_string(config.vocab_padded) + " must be a multiple of " +
+                     std::to_string(kVocabAlignment) + " no smaller than --vocab " + std::to_string(config.vocab));
+  }
+  if (config.d_model % config.heads != 0) {
+    throw InputError("--d-model " + std::to_string(config.d_model) + " is not divisible by --heads " +
+                     std::to_string(config.heads));
+  }
+  // Even head vectors keep bf16 heads 4-byte aligned for the CUDA attention kernels.
+  if (config.head_dim() % 2 != 0) {
+    throw InputError("head dimension " + std::to_string(config.head_dim()) + " (--d-model " +
+                     std::to_string(config.d_model) + " / --heads " + std::to_string(config.heads) +
+                     ") must be even");
+  }
+  const long double c = config.d_model;
+  const long double mlp = config.mlp_ratio;
+  const long double parameters = config.layers * ((4 + 2 * mlp) * c * c + (9 + mlp) * c) +
+                                 (static_cast<long double>(config.vocab_padded) + config.seq + 2) * c;
+  if (parameters > kMaxParameters) {
+    throw InputError("--layers " + std::to_string(config.layers) + ", --d-model " + std::to_string(config.d_model) +
+                     ", --vocab " + std::to_string(config.vocab) + " and --seq " + std::to_string(config.seq) +
+                     " give more than 1e15 parameters");
+  }
+}
+
+ParameterCount CountParameters(const ModelConfig& config) {
+  ValidateModel(config);
+  const int64_t c = config.d_model;
+  const int64_t hidden = static_cast<int64_t>(config.mlp_ratio) * c;
+  const int64_t ln = 2 * c;                    // gain and bias
+  const int64_t qkv = c * 3 * c + 3 * c;       // (3C, C) weight + bias
+  const int64_t attn_proj = c * c + c;         // (C, C) weight + bias
+  const int64_t fc = c * hidden + hidden;      // (4C, C) weight + bias
+  const int64_t fc_proj = hidden * c + c;      // (C, 4C) weight + bias
+
+  ParameterCount count;
+  count.token_embedding = static_cast<int64_t>(config.vocab) * c;
+  count.position_embedding = static_cast<int64_t>(config.seq) * c;
+  count.per_layer = ln + qkv + attn_proj + ln + fc + fc_proj;
+  count.final_norm = ln;
+  count.total = count.token_embedding + count.position_embedding + config.layers * count.per_layer + count.final_norm;
+  // Embedding lookups are gathers, not matmuls; the tied LM head reuses wte as a (V, C) matmul.
+  count.matmul = config.layers * (c * 3 * c + c * c + c * hidden + hidden * c) + count.token_embedding;
+  return count;
+}
+
+double ModelFlopsPerToken(const ModelConfig& config, int seq) {
+  ValidateRunShape(config, 1, seq);
+  // 2 FLOPs per multiply-add forward and 4 backward (input and weight gradients) for every matmul weight.
+  // Per layer and token, the scores Q.K and the weighted sum of V take 4*T*C forward and 8*T*C backward over
+  // the full T x T; causal masking halves that to 6*T*C.
+  const double matmul = static_cast<double>(CountParameters(config).matmul);
+  return 6.0 * matmul + 6.0 * config.layers * static_cast<double>(seq) * config.d_model;
+}
+
+MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16) {
+  ValidateRunShape(config, micro_batch, seq);
+  const ParameterCount count = CountParameters(config);
+  // The flat buffers hold the padded embedding table: its zero rows cost memory like any other parameter.
+  const double allocated =
+      static_cast<double>(count.total) + static_cast<double>(config.vocab_padded - config.vocab) * config.d_model;
+
+  // bf16: bf16 weights and gradients (2 + 2) and fp32 master weights, AdamW m and v (4 + 4 + 4) — ZeRO's
+  // 16 bytes per parameter for mixed-precision Adam. fp32: weights and gradients (4 + 4) are the master copy,
+  // plus m and v (4 + 4).
+  const double weight_bytes = bf16 ? 2.0 : 4.0;
+  MemoryEstimate estimate;
+  estimate.weights_bytes = weight_bytes * allocated;
+  estimate.gradients_bytes = weight_bytes * allocated;
+  estimate.optimizer_bytes = (bf16 ? 12.0 : 8.0) * allocated;
+
+  // Activations a straightforward implementation keeps for backward: those of llm.c's that backward reads
+  // (without dropout, Korthikanti et al.'s 32*s*b*h + 2*heads*s^2*b bytes per layer in 16 bits). Per layer and
+  // token, in elements of the activation type: the residual stream entering each LayerNorm (2C), ln1 output
+  // (C), q, k, v (3C), attention output before its projection (C), ln2 output (C), fc output before GELU and
+  // after (2 * 4C), and the softmax probabilities (H rows of T: a plain implementation allocates the full
+  // T x T); plus four fp32 LayerNorm statistics (mean and rstd of ln1 and ln2). After the last layer: its
+  // output and the final LayerNorm output (2C), two fp32 statistics, the fp32 logits over the padded
+  // vocabulary (Vp, turned into probabilities and then into their gradient in place) and one fp32 loss per
+  // position. Activation gradients and GEMM workspaces are transient and not counted, and fused attention
+  // (cuDNN SDPA) keeps softmax statistics instead of probabilities, so this is an estimate that errs high for
+  // the CUDA path.
+  const double act = bf16 ? 2.0 : 4.0;
+  const double fp32 = 4.0;
+  const double c = config.d_model;
+  const double hidden = static_cast<double>(config.mlp_ratio) * c;
+  const double per_layer_token = (2 * c + c + 3 * c + c + c + 2 * hidden) * act +
+                                 static_cast<double>(config.heads) * seq * act + 4 * fp32;
+  const double final_token = 2 * c * act + 2 * fp32 + static_cast<double>(config.vocab_padded) * fp32 + fp32;
+  const double tokens = static_cast<double>(micro_batch) * seq;
+  estimate.activations_bytes = tokens * (config.layers * per_layer_token + final_token);
+  return estimate;
+}
+
+}  // namespace tb

@@ -1,0 +1,29 @@
+// Peak dense FLOP rates by device, each with its source, for MFU; and the GEMM rate measured on this rank's
+// device at start-up, for MFU against what the device actually sustains.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace tb {
+
+struct DevicePeak {
+  std::string device;      // the table entry that matched, e.g. "H100 SXM"
+  double bf16_flops = 0;   // dense (no sparsity), FLOP/s
+  double fp32_flops = 0;   // dense FP32 (not TF32), FLOP/s
+  std::string source;
+};
+
+// Looks `device_name` (as CUDA reports it, e.g. "NVIDIA H200") up in the table; nullopt when unknown (CPUs
+// included): MFU against a peak is then not reported.
+std::optional<DevicePeak> FindDevicePeak(const std::string& device_name);
+
+// Sustained fp32 GEMM rate of this process on the CPU (cblas_sgemm, square n=1024, repeated for about
+// `seconds`), in FLOP/s.
+double MeasureCpuGemmFlops(double seconds = 0.3);
+
+// Threads OpenBLAS may use in each rank: the cores of the node shared by its ranks (at least one).
+void SetCpuThreadsPerRank(int ranks_on_node);
+int CpuThreads();
+
+}  // namespace tb

@@ -1,0 +1,87 @@
+#include "train_loop.h"
+
+#include "clock.h"
+#include "error.h"
+#include "gradient_buckets.h"
+
+namespace tb {
+namespace {
+
+// splitmix64: a small, fast, well-mixed generator; enough for synthetic token ids.
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::vector<GradientTensor> GradientTensors(const Transformer& model) {
+  std::vector<GradientTensor> tensors;
+  for (const TensorSlot& slot : model.layout()) tensors.push_back({slot.offset, slot.count});
+  return tensors;
+}
+
+}  // namespace
+
+void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int vocab, std::vector<int32_t>& inputs,
+                    std::vector<int32_t>& targets) {
+  uint64_t state = seed ^ (static_cast<uint64_t>(rank) << 40) ^ (static_cast<uint64_t>(step) << 8);
+  inputs.resize(static_cast<size_t>(batch) * seq);
+  targets.resize(inputs.size());
+  for (int b = 0; b < batch; ++b) {
+    int32_t previous = static_cast<int32_t>(SplitMix64(state) % static_cast<uint64_t>(vocab));
+    for (int t = 0; t < seq; ++t) {
+      const int32_t next = static_cast<int32_t>(SplitMix64(state) % static_cast<uint64_t>(vocab));
+      inputs[static_cast<size_t>(b) * seq + t] = previous;
+      targets[static_cast<size_t>(b) * seq + t] = next;
+      previous = next;
+    }
+  }
+}
+
+std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o) {
+  const ModelConfig& config = model.config();
+  BucketedAllReduce reducer(comm, model.gradients(), DataType::kFloat32, GradientTensors(model),
+                            static_cast<size_t>(o.bucket_mb * 1024 * 1024), o.overlap);
+  std::vector<int32_t> inputs, targets;
+  std::vector<StepRecord> records;
+  for (int step = 0; step < o.warmup_steps + o.steps; ++step) {
+    if (o.stop_requested && o.stop_requested()) break;
+    Watchdog::Scope guard(o.watchdog, [&] { return "training step " + std::to_string(step) + " on " +
+                                                   std::to_string(comm.size()) + " ranks"; });
+    StepRecord r;
+    r.step = step;
+    r.warmup = step < o.warmup_steps;
+    const double step_start = NowSeconds();
+
+    double t = NowSeconds();
+    SyntheticBatch(o.data_seed, comm.rank(), step, o.micro_batch, o.seq, config.vocab, inputs, targets);
+    r.data_wait_s = NowSeconds() - t;  // the synthetic batch is made on demand: its making is the wait
+
+    t = NowSeconds();
+    model.ZeroGradients();
+    r.loss = model.Forward(inputs.data(), targets.data(), o.micro_batch, o.seq);
+    r.forward_s = NowSeconds() - t;
+
+    t = NowSeconds();
+    reducer.Begin();
+    model.Backward([&](size_t slot) { reducer.TensorReady(slot); });
+    r.backward_s = NowSeconds() - t;
+
+    BucketTiming comm_timing = reducer.Finish();
+    r.comm_total_s = comm_timing.comm_total_s;
+    r.comm_exposed_s = comm_timing.comm_exposed_s;
+
+    t = NowSeconds();
+    model.AdamWStep(o.adamw, step + 1);
+    r.optimizer_s = NowSeconds() - t;
+
+    r.step_s = NowSeconds() - step_start;
+    r.tokens = static_cast<int64_t>(o.micro_batch) * o.seq;
+    records.push_back(r);
+    if (o.on_step) o.on_step(r);
+  }
+  return records;
+}
+
+}  // namespace tb

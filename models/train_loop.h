@@ -1,0 +1,55 @@
+// The training loop of `trainbench train`: one data-parallel replica per rank, each step read top to bottom
+// as DESIGN.md ("One training step") lays it out, every phase timed on this rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "communicator.h"
+#include "transformer.h"
+#include "watchdog.h"
+
+namespace tb {
+
+// One step on one rank. Times in seconds.
+struct StepRecord {
+  int step = 0;                 // 0-based, warm-up steps included
+  bool warmup = false;          // run, but kept out of the statistics
+  double data_wait_s = 0;       // waiting for the next batch
+  double h2d_s = 0;             // copying it to the device (0 on the CPU backend: nothing to copy)
+  double forward_s = 0;
+  double backward_s = 0;        // includes starting bucket all-reduces as gradients become final
+  double comm_total_s = 0;      // sum of the bucket all-reduce durations (start to completion)
+  double comm_exposed_s = 0;    // waiting for the buckets after backward: what backward did not hide
+  double optimizer_s = 0;
+  double checkpoint_stall_s = 0;  // 0 until checkpoints exist (no checkpoint is taken in this release)
+  double step_s = 0;            // wall time of the whole step
+  int64_t tokens = 0;           // tokens this rank processed
+  double loss = 0;              // this rank's mean cross-entropy
+};
+
+struct TrainLoopOptions {
+  int micro_batch = 4;          // sequences per rank per step
+  int seq = 1024;               // tokens per sequence
+  int steps = 20;               // measured steps
+  int warmup_steps = 2;         // run first, excluded from the statistics
+  double bucket_mb = 25;        // gradient bucket size in MiB (PyTorch DDP's default)
+  bool overlap = true;          // all-reduce buckets during backward; false: after backward
+  AdamWConfig adamw;
+  uint64_t data_seed = 1;       // synthetic tokens: a function of (data_seed, rank, step)
+  Watchdog* watchdog = nullptr; // guards each step
+  std::function<bool()> stop_requested;                 // asked between steps on every rank; must agree
+  std::function<void(const StepRecord&)> on_step;       // after each step, on every rank
+};
+
+// Synthetic tokens for one rank and step: batch sequences of seq+1 uniform ids in [0, vocab), deterministic.
+// inputs = tokens [0, seq), targets = tokens [1, seq+1) of each sequence.
+void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int vocab, std::vector<int32_t>& inputs,
+                    std::vector<int32_t>& targets);
+
+// Runs warmup_steps + steps training steps of `model` on `comm` (data parallel: gradients averaged over the
+// ranks of comm). Returns this rank's records; stops early (fewer records) when stop_requested says so.
+std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& options);
+
+}  // namespace tb

@@ -1,0 +1,246 @@
+#include "train_summary.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "console.h"
+
+namespace tb {
+namespace {
+
+const double kNaN = std::nan("");
+
+double ComputeOf(const StepRecord& r) { return r.forward_s + r.backward_s + r.optimizer_s; }
+double DataOf(const StepRecord& r) { return r.data_wait_s + r.h2d_s; }
+
+StallBudget BudgetOf(const RankSteps& rank) {
+  StallBudget b;
+  b.rank = rank.rank;
+  b.host = rank.host;
+  b.device = rank.device;
+  std::vector<double> step, compute, exposed, data, checkpoint, other;
+  for (const StepRecord& r : rank.steps) {
+    if (r.warmup || r.step_s <= 0) continue;
+    step.push_back(r.step_s);
+    compute.push_back(ComputeOf(r) / r.step_s);
+    exposed.push_back(r.comm_exposed_s / r.step_s);
+    data.push_back(DataOf(r) / r.step_s);
+    checkpoint.push_back(r.checkpoint_stall_s / r.step_s);
+    other.push_back(std::max(0.0, 1.0 - compute.back() - exposed.back() - data.back() - checkpoint.back()));
+  }
+  auto percentiles = [](const std::vector<double>& v) {
+    return Percentiles{Percentile(v, 50), Percentile(v, 95), Percentile(v, 99)};
+  };
+  b.median_step_s = Percentile(step, 50);
+  b.compute = percentiles(compute);
+  b.comm_exposed = percentiles(exposed);
+  b.data_wait = percentiles(data);
+  b.checkpoint_stall = percentiles(checkpoint);
+  b.other = percentiles(other);
+  return b;
+}
+
+}  // namespace
+
+double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return kNaN;
+  std::sort(values.begin(), values.end());
+  // Nearest rank: the smallest value with at least q% of the values at or below it.
+  size_t rank = static_cast<size_t>(std::ceil(q / 100.0 * static_cast<double>(values.size())));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>& ranks, double model_flops_per_token,
+                            double peak_flops, double measured_gemm_flops, double gradient_bytes) {
+  ScalingPoint p;
+  p.k = k;
+  p.micro_batch = micro_batch;
+  p.model_flops_per_token = model_flops_per_token;
+  p.gradient_bytes = gradient_bytes;
+  const size_t steps = ranks.empty() ? 0 : ranks.front().steps.size();
+  double step_sum = 0, comm_total = 0, comm_exposed = 0, loss_first = 0, loss_last = 0;
+  int64_t tokens_per_step = 0;
+  int measured = 0;
+  bool first = true;
+  for (size_t s = 0; s < steps; ++s) {
+    if (ranks.front().steps[s].warmup) continue;
+    double slowest = 0, loss = 0;
+    int64_t tokens = 0;
+    for (const RankSteps& rank : ranks) {
+      const StepRecord& r = rank.steps[s];
+      slowest = std::max(slowest, r.step_s);
+      tokens += r.tokens;
+      loss += r.loss;
+      comm_total += r.comm_total_s;
+      comm_exposed += r.comm_exposed_s;
+    }
+    loss /= static_cast<double>(ranks.size());
+    if (first) loss_first = loss;
+    first = false;
+    loss_last = loss;
+    step_sum += slowest;
+    tokens_per_step = tokens;
+    ++measured;
+  }
+  p.measured_steps = measured;
+  p.tokens_per_step = tokens_per_step;
+  const double samples = static_cast<double>(measured) * static_cast<double>(ranks.size());
+  p.step_s = measured ? step_sum / measured : kNaN;
+  p.tokens_per_s = static_cast<double>(tokens_per_step) / p.step_s;
+  p.tokens_per_s_per_rank = p.tokens_per_s / k;
+  const double flops_per_rank = p.tokens_per_s_per_rank * model_flops_per_token;
+  p.mfu_peak = peak_flops > 0 ? flops_per_rank / peak_flops : kNaN;
+  p.mfu_measured = measured_gemm_flops > 0 ? flops_per_rank / measured_gemm_flops : kNaN;
+  p.comm_total_s = samples > 0 ? comm_total / samples : kNaN;
+  p.comm_exposed_s = samples > 0 ? comm_exposed / samples : kNaN;
+  p.overlap = p.comm_total_s > 0 ? 1.0 - p.comm_exposed_s / p.comm_total_s : kNaN;
+  p.effective_busbw_GBps =
+      (k > 1 && p.comm_total_s > 0) ? gradient_bytes / p.comm_total_s * 2.0 * (k - 1) / k / 1e9 : kNaN;
+  p.loss_first = loss_first;
+  p.loss_last = loss_last;
+  for (const RankSteps& rank : ranks) p.budgets.push_back(BudgetOf(rank));
+  for (size_t i = 0; i < p.budgets.size(); ++i) {
+    if (p.budgets[i].median_step_s > p.budgets[p.worst_rank].median_step_s) p.worst_rank = static_cast<int>(i);
+  }
+  return p;
+}
+
+void ComputeEfficiency(std::vector<ScalingPoint>& points, bool weak) {
+  if (points.empty()) return;
+  const ScalingPoint* base = &points.front();
+  for (const ScalingPoint& p : points) {
+    if (p.k < base->k) base = &p;
+  }
+  for (ScalingPoint& p : points) {
+    const double ratio = static_cast<double>(p.k) / base->k;
+    if (points.size() == 1) {
+      p.efficiency = kNaN;
+    } else if (weak) {
+      p.efficiency = p.tokens_per_s / (ratio * base->tokens_per_s);
+    } else {
+      p.efficiency = base->step_s / (ratio * p.step_s);
+    }
+  }
+}
+
+std::string StepLine(const StepRecord& r, double loss, int k, double tokens_per_s, double mfu) {
+  const double step = r.step_s > 0 ? r.step_s : kNaN;
+  return Format("step %5d%s | k %3d | loss %.4f | %9.2f ms | %11.0f tok/s | MFU %s | data %4.1f%% comm %4.1f%% ckpt %4.1f%%",
+                r.step, r.warmup ? " (warm-up)" : "          ", k, loss, r.step_s * 1e3, tokens_per_s,
+                std::isnan(mfu) ? "  n/a " : Format("%5.1f%%", mfu * 100).c_str(), 100 * DataOf(r) / step,
+                100 * r.comm_exposed_s / step, 100 * r.checkpoint_stall_s / step);
+}
+
+std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mode) {
+  auto pct = [](double v) { return std::isnan(v) ? std::string("n/a") : Format("%.1f%%", 100 * v); };
+  std::vector<std::string> lines = {
+      Format("# k=%d: %d measured steps, %lld tokens/step, step %.2f ms (slowest rank, mean), %.0f tokens/s, %.0f per rank",
+             p.k, p.measured_steps, static_cast<long long>(p.tokens_per_step), p.step_s * 1e3, p.tokens_per_s,
+             p.tokens_per_s_per_rank),
+      Format("#   MFU %s of peak, %s of measured GEMM rate; %s scaling efficiency %s; loss %.4f -> %.4f",
+             pct(p.mfu_peak).c_str(), pct(p.mfu_measured).c_str(), mode.c_str(), pct(p.efficiency).c_str(),
+             p.loss_first, p.loss_last),
+      Format("#   comm per step: total %.3f ms, exposed %.3f ms, overlap %s; %.1f MB of gradients, effective busbw %s",
+             p.comm_total_s * 1e3, p.comm_exposed_s * 1e3, pct(p.overlap).c_str(), p.gradient_bytes / 1e6,
+             std::isnan(p.effective_busbw_GBps) ? "n/a" : Format("%.2f GB/s", p.effective_busbw_GBps).c_str()),
+      "#   stall budget per rank (share of step time, p50/p95/p99):",
+  };
+  TextTable table({{"rank", "", 6}, {"host", "", 12}, {"step", "(ms)", 9}, {"compute", "", 17},
+                   {"comm_exposed", "", 17}, {"data_wait", "", 17}, {"checkpoint", "", 17}, {"other", "", 17}});
+  for (std::string& line : table.HeaderLines()) lines.push_back(std::move(line));
+  auto cell = [&](const Percentiles& q) { return Format("%.1f/%.1f/%.1f", 100 * q.p50, 100 * q.p95, 100 * q.p99); };
+  for (const StallBudget& b : p.budgets) {
+    lines.push_back(table.Row({std::to_string(b.rank), b.host, FormatFixed(b.median_step_s * 1e3, 2), cell(b.compute),
+                               cell(b.comm_exposed), cell(b.data_wait), cell(b.checkpoint_stall), cell(b.other)}));
+  }
+  const StallBudget& worst = p.budgets[static_cast<size_t>(p.worst_rank)];
+  lines.push_back(Format("#   slowest rank: %d on %s (%s), median step %.2f ms", worst.rank, worst.host.c_str(),
+                         worst.device.c_str(), worst.median_step_s * 1e3));
+  return lines;
+}
+
+std::string PointGroupName(int k) {
+  std::string name = "k";
+  name += std::to_string(k);
+  return name;
+}
+
+void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<RankSteps>& ranks) {
+  Group& group = train.Child(PointGroupName(p.k));
+  std::vector<int64_t> rank_col, step_col, warmup_col, tokens_col;
+  std::vector<double> data, h2d, fwd, bwd, comm_total, comm_exposed, opt, ckpt, step, loss;
+  for (const RankSteps& rank : ranks) {
+    for (const StepRecord& r : rank.steps) {
+      rank_col.push_back(rank.rank);
+      step_col.push_back(r.step);
+      warmup_col.push_back(r.warmup ? 1 : 0);
+      data.push_back(r.data_wait_s);
+      h2d.push_back(r.h2d_s);
+      fwd.push_back(r.forward_s);
+      bwd.push_back(r.backward_s);
+      comm_total.push_back(r.comm_total_s);
+      comm_exposed.push_back(r.comm_exposed_s);
+      opt.push_back(r.optimizer_s);
+      ckpt.push_back(r.checkpoint_stall_s);
+      step.push_back(r.step_s);
+      tokens_col.push_back(r.tokens);
+      loss.push_back(r.loss);
+    }
+  }
+  Table& steps = group.tables["steps"];
+  steps.description = "a row per rank per step; warmup=1 rows are excluded from every statistic";
+  steps.Add("rank", "", rank_col).Add("step", "", step_col).Add("warmup", "", warmup_col)
+      .Add("data_wait_s", "s", data).Add("h2d_s", "s", h2d).Add("forward_s", "s", fwd).Add("backward_s", "s", bwd)
+      .Add("comm_total_s", "s", comm_total).Add("comm_exposed_s", "s", comm_exposed).Add("optimizer_s", "s", opt)
+      .Add("checkpoint_stall_s", "s", ckpt).Add("step_s", "s", step).Add("tokens", "tokens", tokens_col)
+      .Add("loss", "nats", loss);
+
+  std::vector<int64_t> b_rank;
+  std::vector<std::string> b_host, b_device;
+  std::vector<double> b_step;
+  std::vector<std::vector<double>> shares(15);
+  for (const StallBudget& b : p.budgets) {
+    b_rank.push_back(b.rank);
+    b_host.push_back(b.host);
+    b_device.push_back(b.device);
+    b_step.push_back(b.median_step_s);
+    const Percentiles* parts[] = {&b.compute, &b.comm_exposed, &b.data_wait, &b.checkpoint_stall, &b.other};
+    for (int i = 0; i < 5; ++i) {
+      shares[i * 3].push_back(parts[i]->p50);
+      shares[i * 3 + 1].push_back(parts[i]->p95);
+      shares[i * 3 + 2].push_back(parts[i]->p99);
+    }
+  }
+  Table& budget = group.tables["stall_budget"];
+  budget.description = "shares of step time per rank over the measured steps (nearest-rank percentiles): compute = "
+                       "forward+backward+optimizer; data_wait includes h2d; other = the rest";
+  budget.Add("rank", "", b_rank).Add("host", "", b_host).Add("device", "", b_device).Add("median_step_s", "s", b_step);
+  const char* names[] = {"compute", "comm_exposed", "data_wait", "checkpoint_stall", "other"};
+  for (int i = 0; i < 5; ++i) {
+    budget.Add(std::string(names[i]) + "_p50", "fraction", shares[i * 3])
+        .Add(std::string(names[i]) + "_p95", "fraction", shares[i * 3 + 1])
+        .Add(std::string(names[i]) + "_p99", "fraction", shares[i * 3 + 2]);
+  }
+
+  group.Set("ranks", static_cast<int64_t>(p.k));
+  group.Set("micro_batch", static_cast<int64_t>(p.micro_batch));
+  group.Set("tokens_per_step", p.tokens_per_step);
+  group.Set("measured_steps", static_cast<int64_t>(p.measured_steps));
+  group.Set("step_s", p.step_s);
+  group.Set("tokens_per_s", p.tokens_per_s);
+  group.Set("tokens_per_s_per_rank", p.tokens_per_s_per_rank);
+  group.Set("model_flops_per_token", p.model_flops_per_token);
+  group.Set("mfu_peak", p.mfu_peak);
+  group.Set("mfu_measured_gemm", p.mfu_measured);
+  group.Set("scaling_efficiency", p.efficiency);
+  group.Set("comm_total_s", p.comm_total_s);
+  group.Set("comm_exposed_s", p.comm_exposed_s);
+  group.Set("overlap", p.overlap);
+  group.Set("gradient_bytes", p.gradient_bytes);
+  group.Set("effective_busbw_GBps", p.effective_busbw_GBps);
+  group.Set("loss_first", p.loss_first);
+  group.Set("loss_last", p.loss_last);
+  group.Set("worst_rank", static_cast<int64_t>(p.budgets[static_cast<size_t>(p.worst_rank)].rank));
+}
+
+}  // namespace tb

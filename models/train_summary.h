@@ -1,0 +1,81 @@
+// From per-rank step records to the figures `trainbench train` reports: throughput, MFU, scaling efficiency,
+// overlap, effective bus bandwidth of the gradient buckets, and the stall budget per rank with percentiles.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "report.h"
+#include "train_loop.h"
+
+namespace tb {
+
+// Every step of one rank of one scaling point.
+struct RankSteps {
+  int rank = 0;
+  std::string host;
+  std::string device;  // "cpu" or the GPU's name and index
+  std::vector<StepRecord> steps;
+};
+
+struct Percentiles {
+  double p50 = 0, p95 = 0, p99 = 0;
+};
+
+// Shares of step_time over the measured steps of one rank (DESIGN.md "stall budget"): compute =
+// forward+backward+optimizer, comm_exposed, data_wait (+h2d), checkpoint_stall, other = the rest.
+struct StallBudget {
+  int rank = 0;
+  std::string host;
+  std::string device;
+  double median_step_s = 0;
+  Percentiles compute, comm_exposed, data_wait, checkpoint_stall, other;
+};
+
+struct ScalingPoint {
+  int k = 0;                        // ranks
+  int micro_batch = 0;              // sequences per rank per step
+  int64_t tokens_per_step = 0;      // over all k ranks
+  int measured_steps = 0;
+  double step_s = 0;                // mean over measured steps of the slowest rank's step time
+  double tokens_per_s = 0;          // tokens_per_step / step_s
+  double tokens_per_s_per_rank = 0;
+  double model_flops_per_token = 0;
+  double mfu_peak = 0;              // model FLOP/s per rank / peak dense FLOP/s; NaN without a known peak
+  double mfu_measured = 0;          // model FLOP/s per rank / GEMM rate measured at start-up
+  double efficiency = 0;            // weak or strong scaling efficiency against the smallest k; NaN when alone
+  double comm_total_s = 0;          // mean per step over ranks and steps
+  double comm_exposed_s = 0;
+  double overlap = 0;               // 1 - comm_exposed/comm_total; NaN when nothing was communicated
+  double gradient_bytes = 0;        // all-reduced per rank per step
+  double effective_busbw_GBps = 0;  // gradient_bytes / comm_total x 2(k-1)/k, GB = 1e9 bytes; NaN for k = 1
+  double loss_first = 0;            // mean over ranks, first and last measured step
+  double loss_last = 0;
+  std::vector<StallBudget> budgets;
+  int worst_rank = 0;               // the rank with the largest median step time
+};
+
+// Nearest-rank percentile of `values` (copied and sorted), q in [0, 100].
+double Percentile(std::vector<double> values, double q);
+
+// Summarises one scaling point. peak_flops <= 0 means unknown.
+ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>& ranks, double model_flops_per_token,
+                            double peak_flops, double measured_gemm_flops, double gradient_bytes);
+
+// Fills `efficiency` of every point against the one with the fewest ranks: weak (per-rank batch fixed)
+// E(k) = throughput(k) / (k/k0 · throughput(k0)); strong (global batch fixed) E(k) = T(k0)·k0 / (k · T(k)).
+void ComputeEfficiency(std::vector<ScalingPoint>& points, bool weak);
+
+// Console lines.
+std::string StepLine(const StepRecord& mean_record, double loss, int k, double tokens_per_s, double mfu);
+std::vector<std::string> PointLines(const ScalingPoint& point, const std::string& scaling_mode);
+
+// "k4": the report group of the point with 4 ranks.
+std::string PointGroupName(int k);
+
+// Writes train/k<N>: the `steps` table (a row per rank per step), the `stall_budget` table (a row per rank) and
+// the point's summary attributes.
+void AddPointToReport(Group& train, const ScalingPoint& point, const std::vector<RankSteps>& ranks);
+
+}  // namespace tb

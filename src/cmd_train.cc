@@ -1,0 +1,364 @@
+// `trainbench train`: synthetic-transformer training steps on every rank, gradients averaged in buckets
+// overlapped with backward, every phase timed; a scaling sweep over sub-communicators of the first k ranks.
+#include <algorithm>
+#include <cmath>
+
+#include "cli.h"
+#include "clock.h"
+#include "commands.h"
+#include "console.h"
+#include "error.h"
+#include "log.h"
+#include "model_config.h"
+#include "mpi_util.h"
+#include "peaks.h"
+#include "signals.h"
+#include "train_loop.h"
+#include "train_summary.h"
+#include "transformer.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: [mpirun -np N] trainbench train [--model NAME] [--layers N] [--seq T] [--micro-batch B] [--steps S]\n"
+    "                                      [--scaling 1,2,4|pow2] [--scaling-mode weak|strong] [-o FILE]\n"
+    "Runs real training steps (forward, backward, AdamW) of a GPT-style transformer on synthetic tokens; gradients\n"
+    "are averaged in buckets all-reduced during backward (--no-overlap: after it). Per step and rank it times\n"
+    "data_wait, h2d, forward, backward, comm_total, comm_exposed, optimizer, checkpoint_stall and the step.\n"
+    "Model FLOPs per token = 6*N_matmul + 6*L*T*d; MFU = model FLOP/s per rank / peak (or / measured GEMM rate).";
+
+struct TrainFlags {
+  std::string model = "gpt2-124m";
+  int layers = 0;
+  int d_model = 0;
+  int heads = 0;
+  int vocab = 50257;
+  int seq = 0;
+  int micro_batch = 4;
+  int steps = 20;
+  int warmup_steps = 2;
+  double bucket_mb = 25;
+  bool no_overlap = false;
+  std::string scaling;
+  std::string scaling_mode = "weak";
+  int global_batch = 0;
+  double learning_rate = 3e-4;
+  int64_t seed = 1234;
+};
+
+ModelConfig ModelFromFlags(const TrainFlags& f) {
+  ModelConfig config;
+  if (f.model == "custom") {
+    if (f.layers < 1 || f.d_model < 1 || f.heads < 1) {
+      throw InputError("--model custom needs --layers, --d-model and --heads (and optionally --vocab, --seq)");
+    }
+    config = CustomModel(f.layers, f.d_model, f.heads, f.vocab, f.seq > 0 ? f.seq : 1024);
+  } else {
+    if (f.d_model != 0 || f.heads != 0) throw InputError("--d-model and --heads go with --model custom");
+    config = FindPreset(f.model);
+    if (f.layers != 0) config = WithLayers(config, f.layers);
+  }
+  return config;
+}
+
+std::vector<int> ParseScaling(const std::string& text, int world) {
+  std::vector<int> ks;
+  if (text.empty()) return {world};
+  if (text == "pow2") {
+    for (int k = 1; k <= world; k *= 2) ks.push_back(k);
+    return ks;
+  }
+  for (const std::string& item : SplitList(text)) {
+    char* end = nullptr;
+    long k = std::strtol(item.c_str(), &end, 10);
+    if (*end != '\0' || k < 1 || k > world) {
+      throw InputError("invalid rank count '" + item + "' in --scaling: each k must be a whole number in 1.." +
+                       std::to_string(world) + " (the ranks of this launch), or use pow2");
+    }
+    if (!ks.empty() && k <= ks.back()) throw InputError("--scaling must list increasing rank counts (got '" + text + "')");
+    ks.push_back(static_cast<int>(k));
+  }
+  if (ks.empty()) throw InputError("--scaling is empty (e.g. --scaling 1,2,4 or --scaling pow2)");
+  return ks;
+}
+
+// One record as doubles, for gathering to rank 0.
+constexpr int kRecordFields = 14;
+void Pack(const StepRecord& r, std::vector<double>& out) {
+  const double fields[kRecordFields] = {static_cast<double>(r.step), r.warmup ? 1.0 : 0.0, r.data_wait_s, r.h2d_s,
+                                        r.forward_s, r.backward_s, r.comm_total_s, r.comm_exposed_s, r.optimizer_s,
+                                        r.checkpoint_stall_s, r.step_s, static_cast<double>(r.tokens), r.loss, 0.0};
+  out.insert(out.end(), fields, fields + kRecordFields);
+}
+StepRecord Unpack(const double* f) {
+  StepRecord r;
+  r.step = static_cast<int>(f[0]);
+  r.warmup = f[1] != 0;
+  r.data_wait_s = f[2];
+  r.h2d_s = f[3];
+  r.forward_s = f[4];
+  r.backward_s = f[5];
+  r.comm_total_s = f[6];
+  r.comm_exposed_s = f[7];
+  r.optimizer_s = f[8];
+  r.checkpoint_stall_s = f[9];
+  r.step_s = f[10];
+  r.tokens = static_cast<int64_t>(f[11]);
+  r.loss = f[12];
+  return r;
+}
+
+// Every rank's records of one scaling point, on rank 0 (ranks outside the point send none).
+std::vector<RankSteps> GatherSteps(const std::vector<StepRecord>& mine, const Topology& topology, int world_rank,
+                                   int world_size, const std::string& device) {
+  std::vector<double> packed;
+  for (const StepRecord& r : mine) Pack(r, packed);
+  int count = static_cast<int>(packed.size());
+  std::vector<int> counts(world_size), offsets(world_size);
+  TB_CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  int total = 0;
+  for (int i = 0; i < world_size; ++i) {
+    offsets[i] = total;
+    total += counts[i];
+  }
+  std::vector<double> all(static_cast<size_t>(std::max(total, 1)));
+  TB_CHECK_MPI(MPI_Gatherv(packed.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(), MPI_DOUBLE, 0,
+                           MPI_COMM_WORLD));
+  std::vector<RankSteps> ranks;
+  if (world_rank != 0) return ranks;
+  for (int rank = 0; rank < world_size; ++rank) {
+    if (counts[rank] == 0) continue;
+    RankSteps steps;
+    steps.rank = rank;
+    steps.host = topology.ranks[rank].host;
+    steps.device = device;
+    for (int i = 0; i < counts[rank]; i += kRecordFields) steps.steps.push_back(Unpack(all.data() + offsets[rank] + i));
+    ranks.push_back(std::move(steps));
+  }
+  return ranks;
+}
+
+void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq) {
+  const ParameterCount params = CountParameters(c);
+  const MemoryEstimate memory = EstimateMemory(c, micro_batch, seq, false);
+  group.Set("name", c.name);
+  group.Set("layers", static_cast<int64_t>(c.layers));
+  group.Set("preset_layers", static_cast<int64_t>(c.preset_layers));
+  group.Set("scaled", c.scaled);
+  group.Set("d_model", static_cast<int64_t>(c.d_model));
+  group.Set("heads", static_cast<int64_t>(c.heads));
+  group.Set("vocab", static_cast<int64_t>(c.vocab));
+  group.Set("vocab_padded", static_cast<int64_t>(c.vocab_padded));
+  group.Set("max_seq", static_cast<int64_t>(c.seq));
+  group.Set("parameters", params.total);
+  group.Set("matmul_parameters", params.matmul);
+  group.Set("model_flops_per_token", ModelFlopsPerToken(c, seq));
+  group.Set("flops_convention", std::string("6*N_matmul + 6*L*T*d (causal attention, forward+backward)"));
+  group.Set("memory_weights_bytes", memory.weights_bytes);
+  group.Set("memory_gradients_bytes", memory.gradients_bytes);
+  group.Set("memory_optimizer_bytes", memory.optimizer_bytes);
+  group.Set("memory_activations_bytes", memory.activations_bytes);
+  group.Set("memory_precision", std::string("fp32 (CPU reference)"));
+}
+
+}  // namespace
+
+int RunTrainCommand(const CommandInput& input) {
+  TrainFlags f;
+  CommonOptions common;
+  po::options_description options("train options");
+  options.add_options()
+      ("model", po::value(&f.model)->default_value(f.model), "preset (gpt2-124m ... gpt-70b) or custom")
+      ("layers", po::value(&f.layers), "run N layers of the preset's shape (custom: the layer count)")
+      ("d-model", po::value(&f.d_model), "custom: channels")
+      ("heads", po::value(&f.heads), "custom: attention heads")
+      ("vocab", po::value(&f.vocab)->default_value(f.vocab), "custom: vocabulary size")
+      ("seq", po::value(&f.seq), "tokens per sequence (default: the model's 1024)")
+      ("micro-batch", po::value(&f.micro_batch)->default_value(f.micro_batch), "sequences per rank per step (weak scaling)")
+      ("steps", po::value(&f.steps)->default_value(f.steps), "measured steps per scaling point")
+      ("warmup-steps", po::value(&f.warmup_steps)->default_value(f.warmup_steps), "steps run first and left out of the statistics")
+      ("bucket-mb", po::value(&f.bucket_mb)->default_value(f.bucket_mb), "gradient bucket size in MiB")
+      ("no-overlap", po::bool_switch(&f.no_overlap), "all-reduce the gradients after backward instead of during it")
+      ("scaling", po::value(&f.scaling), "rank counts to run, e.g. 1,2,4,8 or pow2 (default: all ranks)")
+      ("scaling-mode", po::value(&f.scaling_mode)->default_value(f.scaling_mode), "weak (per-rank batch fixed) or strong (global batch fixed)")
+      ("global-batch", po::value(&f.global_batch), "strong scaling: sequences per step over all ranks (default: micro-batch x ranks)")
+      ("lr", po::value(&f.learning_rate)->default_value(f.learning_rate), "AdamW learning rate")
+      ("seed", po::value(&f.seed)->default_value(f.seed), "seed of the weights and the synthetic tokens");
+  AddCommonOptions(options, common);
+
+  ModelConfig model;
+  TrainLoopOptions loop;
+  std::vector<int> scaling;
+  bool weak = true;
+  std::unique_ptr<CommandRun> run = StartCommand("train", input, options, kUsage, common, [&](CommandRun& r) {
+    if (r.backend() != "mpi") {
+      throw InputError("trainbench train: the CUDA transformer is not built yet; run the CPU reference with --backend cpu");
+    }
+    model = ModelFromFlags(f);
+    ValidateModel(model);
+    loop.seq = f.seq > 0 ? f.seq : model.seq;
+    if (loop.seq > model.seq) {
+      throw InputError("--seq " + std::to_string(loop.seq) + " exceeds the model's " + std::to_string(model.seq) + " positions");
+    }
+    if (f.micro_batch < 1) throw InputError("--micro-batch must be at least 1");
+    if (f.steps < 1) throw InputError("--steps must be at least 1 (got " + std::to_string(f.steps) + ")");
+    if (f.warmup_steps < 0) throw InputError("--warmup-steps must be >= 0");
+    if (!(f.bucket_mb > 0)) throw InputError("--bucket-mb must be greater than 0");
+    if (!(f.learning_rate > 0)) throw InputError("--lr must be greater than 0");
+    if (f.scaling_mode != "weak" && f.scaling_mode != "strong") {
+      throw InputError("unknown scaling mode '" + f.scaling_mode + "' for --scaling-mode (accepted: weak|strong)");
+    }
+    weak = f.scaling_mode == "weak";
+    scaling = ParseScaling(f.scaling, input.ctx.world_size);
+    const int global_batch = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling.back();
+    if (!weak) {
+      for (int k : scaling) {
+        if (global_batch % k != 0) {
+          throw InputError("--scaling-mode strong: the global batch " + std::to_string(global_batch) +
+                           " does not divide over " + std::to_string(k) + " ranks (set --global-batch)");
+        }
+      }
+    } else if (f.global_batch > 0) {
+      throw InputError("--global-batch goes with --scaling-mode strong");
+    }
+    loop.micro_batch = f.micro_batch;
+    loop.steps = f.steps;
+    loop.warmup_steps = f.warmup_steps;
+    loop.bucket_mb = f.bucket_mb;
+    loop.overlap = !f.no_overlap;
+    loop.adamw.learning_rate = static_cast<float>(f.learning_rate);
+    loop.data_seed = static_cast<uint64_t>(f.seed);
+    Group& cfg = r.config();
+    cfg.Set("model", f.model);
+    cfg.Set("layers", static_cast<int64_t>(model.layers));
+    cfg.Set("seq", static_cast<int64_t>(loop.seq));
+    cfg.Set("micro_batch", static_cast<int64_t>(f.micro_batch));
+    cfg.Set("global_batch", static_cast<int64_t>(global_batch));
+    cfg.Set("steps", static_cast<int64_t>(f.steps));
+    cfg.Set("warmup_steps", static_cast<int64_t>(f.warmup_steps));
+    cfg.Set("bucket_mb", f.bucket_mb);
+    cfg.Set("overlap", static_cast<int64_t>(loop.overlap));
+    cfg.Set("scaling", f.scaling.empty() ? std::to_string(input.ctx.world_size) : f.scaling);
+    cfg.Set("scaling_mode", f.scaling_mode);
+    cfg.Set("lr", f.learning_rate);
+    cfg.Set("seed", f.seed);
+  });
+  const int global_batch = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling.back();
+  std::unique_ptr<Communicator> comm = run->MakeCommunicator();
+  const double comm_ready_s = NowSeconds();
+
+  return run->RecordingFailures([&] {
+    const Topology& topology = run->BeginMeasurement("training");
+    SetCpuThreadsPerRank(input.ctx.local_size);
+    const std::string device = Format("cpu (%d BLAS threads)", CpuThreads());
+    // Each rank measures its GEMM rate alone on its node (the others wait asleep), so that ranks sharing cores
+    // do not halve each other's figure; nodes measure at the same time.
+    double gemm_flops = 0;
+    {
+      MPI_Comm node = MPI_COMM_NULL;
+      TB_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, input.ctx.world_rank, MPI_INFO_NULL, &node));
+      for (int turn = 0; turn < input.ctx.local_size; ++turn) {
+        if (turn == input.ctx.local_rank) gemm_flops = MeasureCpuGemmFlops();
+        SleepingBarrier(node);
+      }
+      MPI_Comm_free(&node);
+    }
+    const std::vector<double> gemm_all = AllGatherDoubles(MPI_COMM_WORLD, gemm_flops);
+    const double gemm_min = *std::min_element(gemm_all.begin(), gemm_all.end());
+    const double flops_per_token = ModelFlopsPerToken(model, loop.seq);
+    const ParameterCount params = CountParameters(model);
+    const MemoryEstimate memory = EstimateMemory(model, loop.micro_batch, loop.seq, false);
+    const std::vector<TensorSlot> layout = MakeLayout(model);
+    // The flat fp32 gradient buffer, padded embedding rows included: what every step all-reduces.
+    const double gradient_bytes = static_cast<double>(layout.back().offset + layout.back().count) * sizeof(float);
+
+    Print(Format("# trainbench train: %d ranks on %d nodes, backend cpu (MPI + CPU reference in fp32)",
+                 input.ctx.world_size, input.ctx.node_count));
+    Print(Format("# model %s%s: %d layers, d %d, %d heads, vocab %d (padded %d), seq %d; %lld parameters",
+                 model.name.c_str(), model.scaled.empty() ? "" : (" (" + model.scaled + ")").c_str(), model.layers,
+                 model.d_model, model.heads, model.vocab, model.vocab_padded, loop.seq,
+                 static_cast<long long>(params.total)));
+    Print(Format("# model FLOPs per token %.4g (6*N_matmul + 6*L*T*d); memory per rank (fp32 estimate): weights %s, "
+                 "gradients %s, optimizer %s, activations %s",
+                 flops_per_token, FormatBytes(static_cast<uint64_t>(memory.weights_bytes)).c_str(),
+                 FormatBytes(static_cast<uint64_t>(memory.gradients_bytes)).c_str(),
+                 FormatBytes(static_cast<uint64_t>(memory.optimizer_bytes)).c_str(),
+                 FormatBytes(static_cast<uint64_t>(memory.activations_bytes)).c_str()));
+    Print(Format("# peak FLOP/s: no table entry for a CPU (MFU against peak: n/a); measured sgemm rate %.1f GFLOP/s "
+                 "(slowest rank, each measured alone on its node), %s", gemm_min / 1e9, device.c_str()));
+
+    Group& train = run->report().root.Child("train");
+    RecordModel(run->report().root.Child("model"), model, loop.micro_batch, loop.seq);
+    train.Set("scaling_mode", f.scaling_mode);
+    train.Set("measured_gemm_flops", gemm_min);
+    train.Set("measured_gemm", std::string("cblas_sgemm fp32 1024^3 on each rank at start-up, one rank of a node at "
+                                           "a time; the slowest rank's rate"));
+    train.Set("peak_flops", std::nan(""));
+    train.Set("peak_source", std::string("none: no peak table entry for a CPU"));
+    train.Set("mpi_init_s", MpiInitSeconds());
+    train.Set("communicator_init_s", comm_ready_s - ProcessStartSeconds() - MpiInitSeconds());
+
+    std::vector<ScalingPoint> points;
+    bool interrupted = false;
+    bool first_step_seen = false;
+    for (int k : scaling) {
+      std::unique_ptr<Communicator> sub = comm->Prefix(k);
+      std::vector<StepRecord> mine;
+      TrainLoopOptions point_loop = loop;
+      point_loop.micro_batch = weak ? loop.micro_batch : global_batch / k;
+      if (sub) {
+        std::unique_ptr<Transformer> transformer = MakeCpuTransformer(model, static_cast<uint64_t>(f.seed));
+        point_loop.watchdog = &run->watchdog(sub.get());
+        point_loop.stop_requested = [&] {
+          int mine_signal = PendingStopSignal() != 0 ? 1 : 0, any = 0;
+          TB_CHECK_MPI(MPI_Allreduce(&mine_signal, &any, 1, MPI_INT, MPI_MAX, sub->host_comm()));
+          return any != 0;
+        };
+        point_loop.on_step = [&](const StepRecord& r) {
+          if (!first_step_seen) {
+            first_step_seen = true;
+            train.Set("startup_s", NowSeconds() - r.step_s - ProcessStartSeconds());
+          }
+          double local[2] = {r.loss, r.step_s}, sums[2] = {0, 0};
+          TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 1, MPI_DOUBLE, MPI_SUM, sub->host_comm()));
+          TB_CHECK_MPI(MPI_Allreduce(&local[1], &sums[1], 1, MPI_DOUBLE, MPI_MAX, sub->host_comm()));
+          const double tokens_per_s = static_cast<double>(r.tokens) * k / sums[1];
+          Print(StepLine(r, sums[0] / k, k, tokens_per_s, std::nan("")));
+        };
+        mine = RunTrainingSteps(*sub, *transformer, point_loop);
+        interrupted = interrupted || static_cast<int>(mine.size()) < point_loop.warmup_steps + point_loop.steps;
+      }
+      SleepingBarrier(MPI_COMM_WORLD);  // ranks outside this point wait here without taking the cores
+      int stopped = interrupted ? 1 : 0, any_stopped = 0;
+      TB_CHECK_MPI(MPI_Allreduce(&stopped, &any_stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+      interrupted = any_stopped != 0;
+      std::vector<RankSteps> ranks = GatherSteps(mine, topology, input.ctx.world_rank, input.ctx.world_size, device);
+      if (input.ctx.world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
+        points.push_back(SummarizePoint(k, point_loop.micro_batch, ranks, flops_per_token, 0.0, gemm_min, gradient_bytes));
+        AddPointToReport(train, points.back(), ranks);
+      }
+      if (interrupted) break;
+    }
+    if (input.ctx.world_rank == 0) {
+      ComputeEfficiency(points, weak);
+      for (ScalingPoint& p : points) {
+        train.Child(PointGroupName(p.k)).Set("scaling_efficiency", p.efficiency);
+        for (const std::string& line : PointLines(p, f.scaling_mode)) Print(line, line.rfind("# k=", 0) == 0);
+      }
+      Group& summary = run->report().root.Child("summary");
+      if (!points.empty()) {
+        summary.Set("train_tokens_per_s", points.back().tokens_per_s);
+        summary.Set("train_ranks", static_cast<int64_t>(points.back().k));
+        summary.Set("train_scaling_efficiency", points.back().efficiency);
+      }
+    }
+    const double peak_host = PeakHostMemoryBytes();
+    const std::vector<double> peaks = AllGatherDoubles(MPI_COMM_WORLD, peak_host);
+    train.Set("peak_host_memory_bytes_max", *std::max_element(peaks.begin(), peaks.end()));
+    return run->Finish(interrupted);
+  });
+}
+
+}  // namespace tb

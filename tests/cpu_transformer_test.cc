@@ -1,0 +1,491 @@
+// The CPU reference transformer: its layout, its initialisation, and its arithmetic against an independent
+// double-precision forward written out naively here — the loss directly, the gradients through central
+// differences of that forward — then AdamW, overfitting one batch, the gradient-ready order and input checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu_kernels.h"
+#include "error.h"
+#include "model_config.h"
+#include "transformer.h"
+
+namespace tb {
+namespace {
+
+// layers 2, C 16, heads 2 (head_dim 8), vocab 37 padded to 128, 12 positions: every tensor small enough to
+// check element by element, and a batch of T = 8 < 12 leaves positional rows that must get no gradient.
+ModelConfig TinyConfig() { return CustomModel(2, 16, 2, 37, 12); }
+constexpr int kBatch = 2;
+constexpr int kSeq = 8;
+
+struct Batch {
+  std::vector<int32_t> inputs;
+  std::vector<int32_t> targets;
+};
+
+Batch RandomBatch(int vocab, int batch, int seq, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+  Batch b;
+  for (int i = 0; i < batch * seq; ++i) {
+    b.inputs.push_back(token(rng));
+    b.targets.push_back(token(rng));
+  }
+  return b;
+}
+
+// Replaces the GPT-2 initialisation with larger values (nonzero biases, LayerNorm gains away from 1) so that
+// attention is peaked and GELU is curved: the check then exercises every nonlinearity, not a near-linear model.
+void Randomise(Transformer& model, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  const ModelConfig& config = model.config();
+  for (const TensorSlot& slot : model.layout()) {
+    const bool gain = !slot.decay && slot.name.ends_with(".weight");
+    const size_t count = slot.name == "wte" ? static_cast<size_t>(config.vocab) * config.d_model : slot.count;
+    for (size_t i = 0; i < count; ++i) model.parameters()[slot.offset + i] = (gain ? 1.0f : 0.0f) + normal(rng);
+  }
+}
+
+// The forward pass written out plainly in double precision, over weights stored (out_features, in_features):
+// the oracle the fp32 BLAS implementation is checked against.
+class ReferenceModel {
+ public:
+  ReferenceModel(const ModelConfig& config, const std::vector<TensorSlot>& layout, const float* params)
+      : config_(config), params_(params, params + layout.back().offset + layout.back().count) {
+    for (const TensorSlot& slot : layout) offsets_[slot.name] = slot.offset;
+  }
+
+  std::vector<double>& params() { return params_; }
+
+  double Loss(const Batch& batch, int batch_size, int seq) const {
+    const int c = config_.d_model;
+    const int n = batch_size * seq;
+    const double* wte = At("wte");
+    const double* wpe = At("wpe");
+    std::vector<double> x(static_cast<size_t>(n) * c);
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < c; ++j) x[i * c + j] = wte[batch.inputs[i] * c + j] + wpe[(i % seq) * c + j];
+    }
+    for (int l = 0; l < config_.layers; ++l) {
+      const std::string h = "h" + std::to_string(l) + ".";
+      std::vector<double> qkv = Linear(LayerNorm(x, n, h + "ln1"), n, c, 3 * c, h + "attn.qkv");
+      std::vector<double> attended = Attention(qkv, batch_size, seq);
+      std::vector<double> projected = Linear(attended, n, c, c, h + "attn.proj");
+      for (size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
+      std::vector<double> hidden = Linear(LayerNorm(x, n, h + "ln2"), n, c, 4 * c, h + "mlp.fc");
+      const double k = std::sqrt(2.0 / std::numbers::pi);
+      for (double& v : hidden) v = 0.5 * v * (1.0 + std::tanh(k * (v + 0.044715 * v * v * v)));
+      std::vector<double> mlp = Linear(hidden, n, 4 * c, c, h + "mlp.proj");
+      for (size_t i = 0; i < x.size(); ++i) x[i] += mlp[i];
+    }
+    std::vector<double> final_norm = LayerNorm(x, n, "lnf");
+    double loss = 0.0;
+    for (int i = 0; i < n; ++i) {
+      std::vector<double> logits(config_.vocab);
+      for (int v = 0; v < config_.vocab; ++v) {
+        for (int j = 0; j < c; ++j) logits[v] += final_norm[i * c + j] * wte[v * c + j];
+      }
+      const double max = *std::max_element(logits.begin(), logits.end());
+      double sum = 0.0;
+      for (double logit : logits) sum += std::exp(logit - max);
+      loss += std::log(sum) + max - logits[batch.targets[i]];
+    }
+    return loss / n;
+  }
+
+ private:
+  const double* At(const std::string& name) const { return params_.data() + offsets_.at(name); }
+
+  std::vector<double> LayerNorm(const std::vector<double>& in, int rows, const std::string& name) const {
+    const int c = config_.d_model;
+    const double* w = At(name + ".weight");
+    const double* b = At(name + ".bias");
+    std::vector<double> out(in.size());
+    for (int r = 0; r < rows; ++r) {
+      double mean = 0.0;
+      double variance = 0.0;
+      for (int j = 0; j < c; ++j) mean += in[r * c + j] / c;
+      for (int j = 0; j < c; ++j) variance += (in[r * c + j] - mean) * (in[r * c + j] - mean) / c;
+      for (int j = 0; j < c; ++j) out[r * c + j] = (in[r * c + j] - mean) / std::sqrt(variance + 1e-5) * w[j] + b[j];
+    }
+    return out;
+  }
+
+  std::vector<double> Linear(const std::vector<double>& in, int rows, int in_channels, int out_channels,
+                             const std::string& name) const {
+    const double* w = At(name + ".weight");  // (out_channels, in_channels)
+    const double* b = At(name + ".bias");
+    std::vector<double> out(static_cast<size_t>(rows) * out_channels);
+    for (int r = 0; r < rows; ++r) {
+      for (int o = 0; o < out_channels; ++o) {
+        double sum = b[o];
+        for (int i = 0; i < in_channels; ++i) sum += in[r * in_channels + i] * w[o * in_channels + i];
+        out[r * out_channels + o] = sum;
+      }
+    }
+    return out;
+  }
+
+  std::vector<double> Attention(const std::vector<double>& qkv, int batch_size, int seq) const {
+    const int c = config_.d_model;
+    const int head_dim = config_.head_dim();
+    std::vector<double> out(static_cast<size_t>(batch_size) * seq * c, 0.0);
+    for (int b = 0; b < batch_size; ++b) {
+      for (int h = 0; h < config_.heads; ++h) {
+        for (int t = 0; t < seq; ++t) {
+          const double* q = &qkv[((b * seq + t) * 3) * c + h * head_dim];
+          std::vector<double> weights(t + 1);
+          for (int u = 0; u <= t; ++u) {
+            const double* k = &qkv[((b * seq + u) * 3 + 1) * c + h * head_dim];
+            for (int d = 0; d < head_dim; ++d) weights[u] += q[d] * k[d] / std::sqrt(head_dim);
+          }
+          const double max = *std::max_element(weights.begin(), weights.end());
+          double sum = 0.0;
+          for (double& w : weights) sum += (w = std::exp(w - max));
+          for (int u = 0; u <= t; ++u) {
+            const double* v = &qkv[((b * seq + u) * 3 + 2) * c + h * head_dim];
+            for (int d = 0; d < head_dim; ++d) out[(b * seq + t) * c + h * head_dim + d] += weights[u] / sum * v[d];
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+  ModelConfig config_;
+  std::vector<double> params_;
+  std::map<std::string, size_t> offsets_;
+};
+
+std::vector<float> Parameters(Transformer& model) {
+  return std::vector<float>(model.parameters(), model.parameters() + model.parameter_elements());
+}
+
+std::vector<float> Gradients(Transformer& model) {
+  return std::vector<float>(model.gradients(), model.gradients() + model.parameter_elements());
+}
+
+// Runs `call` and returns the InputError message it throws ("" when it throws nothing).
+template <typename Call>
+std::string InputErrorOf(Call call) {
+  try {
+    call();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TransformerLayout, NamesCountsAndOffsetsInForwardOrder) {
+  const ModelConfig config = TinyConfig();
+  const std::vector<TensorSlot> layout = MakeLayout(config);
+  const size_t c = 16;
+  struct Expected {
+    std::string suffix;
+    size_t count;
+    bool decay;
+  };
+  const std::vector<Expected> block = {
+      {"ln1.weight", c, false},          {"ln1.bias", c, false},
+      {"attn.qkv.weight", 3 * c * c, true}, {"attn.qkv.bias", 3 * c, false},
+      {"attn.proj.weight", c * c, true},  {"attn.proj.bias", c, false},
+      {"ln2.weight", c, false},          {"ln2.bias", c, false},
+      {"mlp.fc.weight", 4 * c * c, true}, {"mlp.fc.bias", 4 * c, false},
+      {"mlp.proj.weight", 4 * c * c, true}, {"mlp.proj.bias", c, false},
+  };
+  std::vector<TensorSlot> expected = {{"wte", 0, 128 * c, -1, true}, {"wpe", 0, 12 * c, -1, true}};
+  for (int l = 0; l < 2; ++l) {
+    for (const Expected& e : block) {
+      expected.push_back({"h" + std::to_string(l) + "." + e.suffix, 0, e.count, l, e.decay});
+    }
+  }
+  expected.push_back({"lnf.weight", 0, c, -1, false});
+  expected.push_back({"lnf.bias", 0, c, -1, false});
+
+  ASSERT_EQ(layout.size(), expected.size());
+  size_t offset = 0;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    SCOPED_TRACE(expected[i].name);
+    EXPECT_EQ(layout[i].name, expected[i].name);
+    EXPECT_EQ(layout[i].offset, offset);
+    EXPECT_EQ(layout[i].count, expected[i].count);
+    EXPECT_EQ(layout[i].layer, expected[i].layer);
+    EXPECT_EQ(layout[i].decay, expected[i].decay);
+    offset += layout[i].count;
+  }
+}
+
+TEST(TransformerLayout, TotalMatchesClosedForm) {
+  // Vp·C + T·C + L·(12C² + 13C) + 2C, for the tiny model and for gpt2-124m (Vp = 50304, T = 1024).
+  const auto total = [](const std::vector<TensorSlot>& layout) { return layout.back().offset + layout.back().count; };
+  EXPECT_EQ(total(MakeLayout(TinyConfig())), 128u * 16 + 12 * 16 + 2 * (12 * 16 * 16 + 13 * 16) + 2 * 16);
+  const size_t c = 768;
+  EXPECT_EQ(total(MakeLayout(FindPreset("gpt2-124m"))), 50304 * c + 1024 * c + 12 * (12 * c * c + 13 * c) + 2 * c);
+  auto model = MakeCpuTransformer(TinyConfig(), 1);
+  EXPECT_EQ(model->parameter_elements(), total(model->layout()));
+  EXPECT_EQ(model->backend(), "cpu");
+}
+
+TEST(CpuTransformer, SameSeedSameModelOtherSeedOtherModel) {
+  auto a = MakeCpuTransformer(TinyConfig(), 42);
+  auto b = MakeCpuTransformer(TinyConfig(), 42);
+  auto c = MakeCpuTransformer(TinyConfig(), 43);
+  const size_t bytes = a->parameter_elements() * sizeof(float);
+  EXPECT_EQ(std::memcmp(a->parameters(), b->parameters(), bytes), 0);
+  EXPECT_NE(std::memcmp(a->parameters(), c->parameters(), bytes), 0);
+  // Every drawn tensor differs between seeds, not just the first.
+  for (const TensorSlot& slot : a->layout()) {
+    if (!slot.decay) continue;
+    EXPECT_NE(std::memcmp(a->parameters() + slot.offset, c->parameters() + slot.offset, slot.count * sizeof(float)), 0)
+        << slot.name;
+  }
+}
+
+TEST(CpuTransformer, InitialisesAsGpt2) {
+  // C = 64 so that each weight tensor has thousands of draws and its sample deviation is within a few percent.
+  const ModelConfig config = CustomModel(2, 64, 4, 300, 32);
+  auto model = MakeCpuTransformer(config, 7);
+  const float* p = model->parameters();
+  for (const TensorSlot& slot : model->layout()) {
+    SCOPED_TRACE(slot.name);
+    const bool padded = slot.name == "wte";
+    const size_t drawn = padded ? static_cast<size_t>(config.vocab) * config.d_model : slot.count;
+    if (!slot.decay) {
+      const float expected = slot.name.ends_with(".weight") ? 1.0f : 0.0f;  // LayerNorm gains; biases
+      for (size_t i = 0; i < slot.count; ++i) ASSERT_EQ(p[slot.offset + i], expected);
+      continue;
+    }
+    double sum = 0.0;
+    double squares = 0.0;
+    for (size_t i = 0; i < drawn; ++i) {
+      sum += p[slot.offset + i];
+      squares += static_cast<double>(p[slot.offset + i]) * p[slot.offset + i];
+    }
+    const double stddev = std::sqrt(squares / drawn - (sum / drawn) * (sum / drawn));
+    const double expected = slot.name.ends_with(".proj.weight") ? 0.02 / std::sqrt(2.0 * config.layers) : 0.02;
+    EXPECT_NEAR(stddev, expected, 0.06 * expected);
+    EXPECT_NEAR(sum / drawn, 0.0, 0.1 * expected);
+    for (size_t i = drawn; i < slot.count; ++i) ASSERT_EQ(p[slot.offset + i], 0.0f) << "padding row element " << i;
+  }
+}
+
+TEST(CpuTransformer, LossAtInitialisationIsNearLogVocab) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 3);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 11);
+  EXPECT_NEAR(model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq), std::log(37.0), 0.3);
+}
+
+TEST(CpuTransformer, ForwardMatchesDoublePrecisionReference) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 5);
+  Randomise(*model, 6);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 12);
+  const float loss = model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const ReferenceModel reference(config, model->layout(), model->parameters());
+  const double expected = reference.Loss(batch, kBatch, kSeq);
+  EXPECT_NEAR(loss, expected, 1e-5 * expected);
+}
+
+TEST(CpuTransformer, ForwardOfABatchIsTheMeanOverItsSequences) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 5);
+  Randomise(*model, 8);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 13);
+  const float both = model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const float first = model->Forward(batch.inputs.data(), batch.targets.data(), 1, kSeq);
+  const float second = model->Forward(batch.inputs.data() + kSeq, batch.targets.data() + kSeq, 1, kSeq);
+  EXPECT_NEAR(both, (first + second) / 2, 1e-5);
+  // Growing the activations again and coming back gives the same answer bit for bit.
+  const float again = model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  EXPECT_EQ(again, both);
+}
+
+// Backward's gradients against central differences of the double-precision reference, for `samples` random
+// elements of every tensor: with h = 1e-5 in double the difference quotient is exact to ~1e-9, so the
+// tolerance measures the fp32 arithmetic alone. Also checks that what the mean loss cannot depend on — wte's
+// padding rows, wpe's rows past `seq` — gets exactly zero.
+void ExpectGradientsMatchReference(const ModelConfig& config, int batch_size, int seq, int samples) {
+  auto model = MakeCpuTransformer(config, 9);
+  Randomise(*model, 10);
+  const Batch batch = RandomBatch(config.vocab, batch_size, seq, 14);
+  model->ZeroGradients();
+  model->Forward(batch.inputs.data(), batch.targets.data(), batch_size, seq);
+  model->Backward({});
+  const std::vector<float> gradients = Gradients(*model);
+
+  ReferenceModel reference(config, model->layout(), model->parameters());
+  std::mt19937 rng(15);
+  constexpr double kStep = 1e-5;
+  const size_t real_wte = static_cast<size_t>(config.vocab) * config.d_model;
+  const size_t real_wpe = static_cast<size_t>(seq) * config.d_model;
+  for (const TensorSlot& slot : model->layout()) {
+    const size_t real = slot.name == "wte" ? real_wte : slot.name == "wpe" ? real_wpe : slot.count;
+    std::uniform_int_distribution<size_t> pick(0, real - 1);
+    std::vector<size_t> picked;
+    for (int i = 0; i < samples; ++i) picked.push_back(pick(rng));
+    if (slot.name == "wte") picked.push_back(batch.inputs[0] * config.d_model + 3);  // a row the encoder reads
+    for (size_t i : picked) {
+      SCOPED_TRACE(slot.name + "[" + std::to_string(i) + "]");
+      double& p = reference.params()[slot.offset + i];
+      const double saved = p;
+      p = saved + kStep;
+      const double plus = reference.Loss(batch, batch_size, seq);
+      p = saved - kStep;
+      const double minus = reference.Loss(batch, batch_size, seq);
+      p = saved;
+      const double numeric = (plus - minus) / (2 * kStep);
+      const double analytic = gradients[slot.offset + i];
+      EXPECT_NEAR(analytic, numeric, 1e-3 * std::max(std::abs(analytic), std::abs(numeric)) + 1e-7);
+    }
+  }
+  const TensorSlot& wte = model->layout()[0];
+  for (size_t i = real_wte; i < wte.count; ++i) ASSERT_EQ(gradients[wte.offset + i], 0.0f) << "wte element " << i;
+  const TensorSlot& wpe = model->layout()[1];
+  for (size_t i = real_wpe; i < wpe.count; ++i) ASSERT_EQ(gradients[wpe.offset + i], 0.0f) << "wpe element " << i;
+}
+
+TEST(CpuTransformer, GradientsMatchFiniteDifferencesOfReference) {
+  ExpectGradientsMatchReference(TinyConfig(), kBatch, kSeq, 20);
+}
+
+// A sequence of two full attention row blocks and a partial one: the blocks that add into dk and dv, and the
+// keys each block may see, are checked too.
+TEST(CpuTransformer, GradientsMatchAcrossAttentionRowBlocks) {
+  const int seq = 2 * cpu::kAttentionBlockRows + 22;
+  ExpectGradientsMatchReference(CustomModel(1, 16, 2, 37, seq + 10), 1, seq, 6);
+}
+
+TEST(CpuTransformer, BackwardAccumulatesUntilZeroed) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 9);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 16);
+  model->ZeroGradients();
+  model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  model->Backward({});
+  const std::vector<float> once = Gradients(*model);
+  model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  model->Backward({});
+  const std::vector<float> twice = Gradients(*model);
+  // Not bit-exact: a sum of row contributions added onto an earlier sum rounds differently from doubling it.
+  for (size_t i = 0; i < once.size(); ++i) ASSERT_NEAR(twice[i], 2 * once[i], 1e-5 * std::abs(once[i]) + 1e-10) << i;
+  model->ZeroGradients();
+  const std::vector<float> zeroed = Gradients(*model);
+  EXPECT_TRUE(std::all_of(zeroed.begin(), zeroed.end(), [](float g) { return g == 0.0f; }));
+}
+
+TEST(CpuTransformer, GradientReadyOncePerTensorFromLnfDownToWte) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 2);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 17);
+  model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  std::vector<size_t> order;
+  model->Backward([&](size_t slot) { order.push_back(slot); });
+  // Descending slot order is exactly lnf, the blocks from last to first, wpe, then wte.
+  std::vector<size_t> expected(model->layout().size());
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = expected.size() - 1 - i;
+  EXPECT_EQ(order, expected);
+  EXPECT_EQ(model->layout()[order.front()].name, "lnf.bias");
+  EXPECT_EQ(model->layout()[order[order.size() - 2]].name, "wpe");
+  EXPECT_EQ(model->layout()[order.back()].name, "wte");
+}
+
+TEST(CpuTransformer, AdamWStepMatchesFormula) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 4);
+  std::mt19937 rng(18);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  for (size_t i = 0; i < model->parameter_elements(); ++i) model->gradients()[i] = normal(rng);
+  const std::vector<float> before = Parameters(*model);
+  const std::vector<float> gradients = Gradients(*model);  // padding rows included: they must be ignored
+  const AdamWConfig adamw{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  // With the same gradient twice, m̂ = g and v̂ = g² at both steps: w ← w − lr·(g/(|g| + eps) + wd·w).
+  std::vector<double> expected(before.begin(), before.end());
+  for (int64_t step = 1; step <= 2; ++step) {
+    model->AdamWStep(adamw, step);
+    for (const TensorSlot& slot : model->layout()) {
+      const double decay = slot.decay ? adamw.weight_decay : 0.0;
+      const size_t real = slot.name == "wte" ? static_cast<size_t>(config.vocab) * config.d_model : slot.count;
+      for (size_t i = slot.offset; i < slot.offset + real; ++i) {
+        const double g = gradients[i];
+        expected[i] -= adamw.learning_rate * (g / (std::abs(g) + adamw.epsilon) + decay * expected[i]);
+      }
+    }
+  }
+  const float* after = model->parameters();
+  for (const TensorSlot& slot : model->layout()) {
+    SCOPED_TRACE(slot.name);
+    for (size_t i = slot.offset; i < slot.offset + slot.count; ++i) {
+      ASSERT_NEAR(after[i], expected[i], 1e-6 + 1e-5 * std::abs(expected[i])) << "element " << i - slot.offset;
+    }
+  }
+  const size_t padding = static_cast<size_t>(config.vocab) * config.d_model;
+  for (size_t i = padding; i < model->layout()[0].count; ++i) ASSERT_EQ(after[i], 0.0f);
+  EXPECT_NE(InputErrorOf([&] { model->AdamWStep(adamw, 0); }), "");
+}
+
+TEST(CpuTransformer, OverfitsOneBatch) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 21);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 22);
+  AdamWConfig adamw;
+  adamw.learning_rate = 1e-2f;
+  float first = 0.0f;
+  float last = 0.0f;
+  for (int64_t step = 1; step <= 80; ++step) {
+    model->ZeroGradients();
+    last = model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+    if (step == 1) first = last;
+    model->Backward({});
+    model->AdamWStep(adamw, step);
+  }
+  EXPECT_LT(last, 0.3f * first) << "loss went from " << first << " to " << last;
+  const TensorSlot& wte = model->layout()[0];
+  for (size_t i = static_cast<size_t>(config.vocab) * config.d_model; i < wte.count; ++i) {
+    ASSERT_EQ(model->parameters()[wte.offset + i], 0.0f) << "padding element " << i;
+  }
+}
+
+TEST(CpuTransformer, RejectsBadBatches) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 1);
+  Batch batch = RandomBatch(config.vocab, kBatch, 12, 23);
+  const int32_t* in = batch.inputs.data();
+  const int32_t* tg = batch.targets.data();
+  EXPECT_NE(InputErrorOf([&] { model->Forward(in, tg, 1, 13); }).find("sequence length 13"), std::string::npos);
+  EXPECT_NE(InputErrorOf([&] { model->Forward(in, tg, 1, 0); }), "");
+  EXPECT_NE(InputErrorOf([&] { model->Forward(in, tg, 0, 8); }), "");
+  batch.inputs[12 + 5] = 37;
+  const std::string message = InputErrorOf([&] { model->Forward(in, tg, 2, 12); });
+  EXPECT_NE(message.find("input token 37 at sequence 1, position 5"), std::string::npos) << message;
+  batch.inputs[12 + 5] = 0;
+  batch.targets[3] = -1;
+  EXPECT_NE(InputErrorOf([&] { model->Forward(in, tg, 2, 12); }).find("target token -1 at sequence 0, position 3"),
+            std::string::npos);
+  ModelConfig uneven_heads = config;
+  uneven_heads.heads = 3;
+  EXPECT_THROW(MakeCpuTransformer(uneven_heads, 1), InputError);
+}
+
+TEST(CpuTransformer, BackwardNeedsAForwardFirst) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 1);
+  EXPECT_THROW(model->Backward({}), RuntimeError);
+  const Batch batch = RandomBatch(config.vocab, 1, kSeq, 24);
+  model->Forward(batch.inputs.data(), batch.targets.data(), 1, kSeq);
+  model->Backward({});
+  EXPECT_THROW(model->Backward({}), RuntimeError);
+}
+
+}  // namespace
+}  // namespace tb
