@@ -285,6 +285,7 @@ void CpuTransformer::ReserveActivations(size_t tokens) {
 
 float CpuTransformer::Forward(const int32_t* inputs, const int32_t* targets, int batch, int seq) {
   CheckBatch(inputs, targets, batch, seq);
+  backward_pending_ = false;  // the activations are about to change
   const size_t n = static_cast<size_t>(batch) * seq;
   const int c = config_.d_model;
   const int hidden = config_.mlp_ratio * c;

@@ -1,0 +1,215 @@
+// The training loop under mpiexec: replicas stay bit-identical (gradients averaged every step), overlap does
+// not change the result, every rank count of the sweep runs on its prefix communicator; and the summary
+// arithmetic (percentiles, throughput, efficiency, stall budget) on hand-made records.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "model_config.h"
+#include "mpi_communicator.h"
+#include "train_loop.h"
+#include "train_summary.h"
+#include "transformer.h"
+
+namespace tb {
+namespace {
+
+ModelConfig SmallModel() { return CustomModel(2, 32, 4, 97, 16); }
+
+TrainLoopOptions SmallLoop() {
+  TrainLoopOptions o;
+  o.micro_batch = 2;
+  o.seq = 16;
+  o.steps = 3;
+  o.warmup_steps = 1;
+  o.bucket_mb = 0.01;  // ~10 KiB: several buckets even for this small model
+  o.adamw.learning_rate = 1e-2f;
+  return o;
+}
+
+// Rank 0's parameters, broadcast, compared bit for bit on every rank.
+bool SameAsRankZero(Communicator& comm, Transformer& model) {
+  const size_t n = model.parameter_elements();
+  std::vector<float> root(model.parameters(), model.parameters() + n);
+  MPI_Bcast(root.data(), static_cast<int>(n), MPI_FLOAT, 0, comm.host_comm());
+  int same = std::memcmp(root.data(), model.parameters(), n * sizeof(float)) == 0 ? 1 : 0, all = 0;
+  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, comm.host_comm());
+  return all == 1;
+}
+
+TEST(TrainLoop, ReplicasStayBitIdentical) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  auto model = MakeCpuTransformer(SmallModel(), 7);
+  std::vector<float> initial(model->parameters(), model->parameters() + model->parameter_elements());
+  std::vector<StepRecord> records = RunTrainingSteps(*comm, *model, SmallLoop());
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_TRUE(records[0].warmup);
+  EXPECT_FALSE(records[1].warmup);
+  EXPECT_TRUE(SameAsRankZero(*comm, *model));
+  // Training happened: parameters moved.
+  EXPECT_NE(std::memcmp(initial.data(), model->parameters(), initial.size() * sizeof(float)), 0);
+  for (const StepRecord& r : records) {
+    EXPECT_EQ(r.tokens, 2 * 16);
+    EXPECT_GT(r.step_s, 0);
+    EXPECT_GE(r.step_s + 1e-9, r.forward_s + r.backward_s + r.comm_exposed_s + r.optimizer_s);
+    EXPECT_GT(r.loss, 0);
+  }
+}
+
+TEST(TrainLoop, OverlapDoesNotChangeTheResult) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  auto overlapped = MakeCpuTransformer(SmallModel(), 7);
+  auto deferred = MakeCpuTransformer(SmallModel(), 7);
+  TrainLoopOptions o = SmallLoop();
+  RunTrainingSteps(*comm, *overlapped, o);
+  o.overlap = false;
+  RunTrainingSteps(*comm, *deferred, o);
+  EXPECT_EQ(std::memcmp(overlapped->parameters(), deferred->parameters(),
+                        overlapped->parameter_elements() * sizeof(float)),
+            0);
+}
+
+TEST(TrainLoop, EveryPrefixOfTheSweepTrains) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  for (int k = 1; k <= comm->size(); ++k) {
+    std::unique_ptr<Communicator> sub = comm->Prefix(k);
+    if (comm->rank() >= k) {
+      EXPECT_EQ(sub, nullptr);
+      continue;
+    }
+    auto model = MakeCpuTransformer(SmallModel(), 11);
+    std::vector<StepRecord> records = RunTrainingSteps(*sub, *model, SmallLoop());
+    EXPECT_EQ(records.size(), 4u);
+    EXPECT_TRUE(SameAsRankZero(*sub, *model));
+  }
+}
+
+TEST(TrainLoop, StopRequestEndsBetweenSteps) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  auto model = MakeCpuTransformer(SmallModel(), 7);
+  TrainLoopOptions o = SmallLoop();
+  int asked = 0;
+  o.stop_requested = [&] { return ++asked > 2; };
+  EXPECT_EQ(RunTrainingSteps(*comm, *model, o).size(), 2u);
+}
+
+TEST(SyntheticBatch, DeterministicPerRankAndStepWithShiftedTargets) {
+  std::vector<int32_t> in_a, tg_a, in_b, tg_b, in_c, tg_c;
+  SyntheticBatch(5, 1, 3, 2, 8, 50, in_a, tg_a);
+  SyntheticBatch(5, 1, 3, 2, 8, 50, in_b, tg_b);
+  SyntheticBatch(5, 2, 3, 2, 8, 50, in_c, tg_c);
+  EXPECT_EQ(in_a, in_b);
+  EXPECT_EQ(tg_a, tg_b);
+  EXPECT_NE(in_a, in_c);
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 0; t + 1 < 8; ++t) EXPECT_EQ(tg_a[b * 8 + t], in_a[b * 8 + t + 1]);
+  }
+  for (int32_t token : in_a) EXPECT_LT(token, 50);
+}
+
+TEST(TrainSummary, PercentilesAreNearestRank) {
+  std::vector<double> v;
+  for (int i = 1; i <= 100; ++i) v.push_back(i);
+  EXPECT_EQ(Percentile(v, 50), 50);
+  EXPECT_EQ(Percentile(v, 95), 95);
+  EXPECT_EQ(Percentile(v, 99), 99);
+  EXPECT_EQ(Percentile({3, 1, 2}, 50), 2);
+  EXPECT_TRUE(std::isnan(Percentile({}, 50)));
+}
+
+StepRecord Record(int step, bool warmup, double step_s, double forward, double backward, double optimizer,
+                  double exposed, double total, double data) {
+  StepRecord r;
+  r.step = step;
+  r.warmup = warmup;
+  r.step_s = step_s;
+  r.forward_s = forward;
+  r.backward_s = backward;
+  r.optimizer_s = optimizer;
+  r.comm_exposed_s = exposed;
+  r.comm_total_s = total;
+  r.data_wait_s = data;
+  r.tokens = 1000;
+  r.loss = 2.0;
+  return r;
+}
+
+TEST(TrainSummary, ThroughputMfuOverlapAndBudgetByHand) {
+  // Two ranks, a warm-up step (ignored) and two measured steps; rank 1 takes 3 s where rank 0 takes 1 s.
+  std::vector<RankSteps> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    ranks[r].rank = r;
+    ranks[r].host = r ? "b" : "a";
+    ranks[r].device = "cpu";
+    ranks[r].steps.push_back(Record(0, true, 9.0, 1, 1, 1, 1, 1, 1));
+    ranks[r].steps.push_back(Record(1, false, r ? 3.0 : 1.0, 0.3, 0.4, 0.1, 0.1, 0.4, 0.05));
+    ranks[r].steps.push_back(Record(2, false, r ? 3.0 : 1.0, 0.3, 0.4, 0.1, 0.1, 0.4, 0.05));
+  }
+  ScalingPoint p = SummarizePoint(2, 4, ranks, 1e6, 1e12, 4e9, 8e6);
+  EXPECT_EQ(p.measured_steps, 2);
+  EXPECT_EQ(p.tokens_per_step, 2000);
+  EXPECT_DOUBLE_EQ(p.step_s, 3.0);  // the slowest rank sets the pace
+  EXPECT_DOUBLE_EQ(p.tokens_per_s, 2000.0 / 3);
+  EXPECT_DOUBLE_EQ(p.tokens_per_s_per_rank, 1000.0 / 3);
+  EXPECT_DOUBLE_EQ(p.mfu_peak, 1000.0 / 3 * 1e6 / 1e12);
+  EXPECT_DOUBLE_EQ(p.mfu_measured, 1000.0 / 3 * 1e6 / 4e9);
+  EXPECT_DOUBLE_EQ(p.comm_total_s, 0.4);
+  EXPECT_DOUBLE_EQ(p.overlap, 0.75);  // 1 - 0.1 / 0.4
+  EXPECT_DOUBLE_EQ(p.effective_busbw_GBps, 8e6 / 0.4 * 2 * 1 / 2 / 1e9);
+  EXPECT_EQ(p.worst_rank, 1);
+  // Rank 0: compute 0.8 of 1.0 s, exposed 0.1, data 0.05, other 0.05.
+  EXPECT_NEAR(p.budgets[0].compute.p50, 0.8, 1e-12);
+  EXPECT_NEAR(p.budgets[0].comm_exposed.p50, 0.1, 1e-12);
+  EXPECT_NEAR(p.budgets[0].data_wait.p50, 0.05, 1e-12);
+  EXPECT_NEAR(p.budgets[0].other.p50, 0.05, 1e-12);
+  // Rank 1: the same work in 3 s leaves 2 s unaccounted ("other").
+  EXPECT_NEAR(p.budgets[1].compute.p99, 0.8 / 3, 1e-12);
+  EXPECT_NEAR(p.budgets[1].other.p50, 1 - 0.95 / 3, 1e-12);
+  EXPECT_DOUBLE_EQ(p.budgets[1].median_step_s, 3.0);
+
+  ScalingPoint without_peak = SummarizePoint(1, 4, {ranks[0]}, 1e6, 0, 4e9, 8e6);
+  EXPECT_TRUE(std::isnan(without_peak.mfu_peak));
+  EXPECT_TRUE(std::isnan(without_peak.effective_busbw_GBps));  // k = 1 has no bus
+
+  Report report;
+  AddPointToReport(report.root.Child("train"), p, ranks);
+  const Group* group = report.root.FindChild("train")->FindChild("k2");
+  ASSERT_NE(group, nullptr);
+  EXPECT_EQ(group->tables.at("steps").rows(), 6u);
+  for (const char* column : {"rank", "step", "warmup", "data_wait_s", "h2d_s", "forward_s", "backward_s",
+                             "comm_total_s", "comm_exposed_s", "optimizer_s", "checkpoint_stall_s", "step_s",
+                             "tokens", "loss"}) {
+    EXPECT_NE(group->tables.at("steps").Find(column), nullptr) << column;
+  }
+  EXPECT_EQ(group->tables.at("stall_budget").rows(), 2u);
+  EXPECT_NE(group->tables.at("stall_budget").Find("comm_exposed_p95"), nullptr);
+  EXPECT_EQ(std::get<int64_t>(group->attributes.at("worst_rank")), 1);
+}
+
+TEST(TrainSummary, WeakAndStrongEfficiency) {
+  std::vector<ScalingPoint> points(3);
+  points[0].k = 1;
+  points[0].tokens_per_s = 100;
+  points[0].step_s = 1.0;
+  points[1].k = 2;
+  points[1].tokens_per_s = 180;
+  points[1].step_s = 0.6;
+  points[2].k = 4;
+  points[2].tokens_per_s = 320;
+  points[2].step_s = 0.4;
+  ComputeEfficiency(points, true);
+  EXPECT_DOUBLE_EQ(points[0].efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(points[1].efficiency, 0.9);  // 180 / (2 * 100)
+  EXPECT_DOUBLE_EQ(points[2].efficiency, 0.8);  // 320 / (4 * 100)
+  ComputeEfficiency(points, false);
+  EXPECT_DOUBLE_EQ(points[1].efficiency, 1.0 / (2 * 0.6));
+  EXPECT_DOUBLE_EQ(points[2].efficiency, 1.0 / (4 * 0.4));
+  std::vector<ScalingPoint> alone(1);
+  alone[0].k = 4;
+  ComputeEfficiency(alone, true);
+  EXPECT_TRUE(std::isnan(alone[0].efficiency));
+}
+
+}  // namespace
+}  // namespace tb
