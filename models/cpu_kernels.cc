@@ -4,8 +4,52 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 namespace tb::cpu {
+namespace {
+
+// Reductions over eight independent lanes: the compiler may not reorder a single float accumulator, so one
+// accumulator would keep these loops scalar and bound by the latency of each add.
+constexpr int kLanes = 8;
+
+float MaxOf(const float* x, int count) {
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, x[0]);
+  int i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) lanes[k] = x[i + k] > lanes[k] ? x[i + k] : lanes[k];
+  }
+  for (; i < count; ++i) lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
+  return *std::max_element(lanes, lanes + kLanes);
+}
+
+float SumOf(const float* x, int count) {
+  float lanes[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) lanes[k] += x[i + k];
+  }
+  for (; i < count; ++i) lanes[0] += x[i];
+  return std::accumulate(lanes, lanes + kLanes, 0.0f);
+}
+
+float DotOf(const float* x, const float* y, int count) {
+  float lanes[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) lanes[k] += x[i + k] * y[i + k];
+  }
+  for (; i < count; ++i) lanes[0] += x[i] * y[i];
+  return std::accumulate(lanes, lanes + kLanes, 0.0f);
+}
+
+// x[i] = Exp(x[i] - shift), in place.
+void ExpShifted(float* x, int count, float shift) {
+  for (int i = 0; i < count; ++i) x[i] = Exp(x[i] - shift);
+}
+
+}  // namespace
 
 void LayerNormRowForward(float* out, float* mean, float* rstd, const float* in, const float* weight,
                          const float* bias, int channels) {
@@ -47,13 +91,9 @@ void LayerNormRowBackward(float* in_grad, float* weight_grad, float* bias_grad, 
 }
 
 float CausalSoftmaxRow(float* row, int length, int width) {
-  float max = row[0];
-  for (int j = 1; j < length; ++j) max = std::max(max, row[j]);
-  float sum = 0.0f;
-  for (int j = 0; j < length; ++j) {
-    row[j] = std::exp(row[j] - max);
-    sum += row[j];
-  }
+  const float max = MaxOf(row, length);
+  ExpShifted(row, length, max);
+  const float sum = SumOf(row, length);
   const float inverse = 1.0f / sum;
   for (int j = 0; j < length; ++j) row[j] *= inverse;
   std::fill(row + length, row + width, 0.0f);
@@ -201,11 +241,8 @@ void AttentionBackward(float* qkv_grad, float* scratch, const float* out_grad, c
           const int length = r0 + i + 1;
           float* p = att + i * seq;
           float* dp = datt + i * seq;
-          float dot = 0.0f;
-          for (int j = 0; j < length; ++j) {
-            p[j] = std::exp(p[j] - row_lse[r0 + i]);
-            dot += p[j] * dp[j];
-          }
+          ExpShifted(p, length, row_lse[r0 + i]);
+          const float dot = DotOf(p, dp, length);
           for (int j = 0; j < length; ++j) dp[j] = p[j] * (dp[j] - dot);
           std::fill(p + length, p + r1, 0.0f);
           std::fill(dp + length, dp + r1, 0.0f);
@@ -234,13 +271,9 @@ float CrossEntropyForward(float* logits, const int32_t* targets, size_t rows, in
   for (size_t r = 0; r < rows; ++r) {
     float* row = logits + r * vocab;
     const float target_logit = row[targets[r]];
-    float max = row[0];
-    for (int j = 1; j < vocab; ++j) max = std::max(max, row[j]);
-    float sum = 0.0f;
-    for (int j = 0; j < vocab; ++j) {
-      row[j] = std::exp(row[j] - max);
-      sum += row[j];
-    }
+    const float max = MaxOf(row, vocab);
+    ExpShifted(row, vocab, max);
+    const float sum = SumOf(row, vocab);
     const float inverse = 1.0f / sum;
     for (int j = 0; j < vocab; ++j) row[j] *= inverse;
     // -log softmax(target) from the logits themselves: exact even where the probability underflows.

@@ -31,7 +31,7 @@ constexpr const char* kUsage =
 
 struct TrainFlags {
   std::string model = "gpt2-124m";
-  int layers = 0;
+  int layers = -1;  // -1: not given
   int d_model = 0;
   int heads = 0;
   int vocab = 50257;
@@ -58,7 +58,7 @@ ModelConfig ModelFromFlags(const TrainFlags& f) {
   } else {
     if (f.d_model != 0 || f.heads != 0) throw InputError("--d-model and --heads go with --model custom");
     config = FindPreset(f.model);
-    if (f.layers != 0) config = WithLayers(config, f.layers);
+    if (f.layers != -1) config = WithLayers(config, f.layers);
   }
   return config;
 }

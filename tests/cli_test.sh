@@ -51,6 +51,17 @@ if ! "$tb" info --backend cuda >/dev/null 2>&1 && "$tb" info | grep -q "not buil
   expect_error 2 "built without CUDA" -- "$tb" collectives --backend cuda
 fi
 
+expect_error 2 "unknown model 'gpt3' for --model" -- "$tb" train --model gpt3
+expect_error 2 "--layers 0 must be at least 1" -- "$tb" train --model tiny --layers 0
+expect_error 2 "--model custom needs --layers, --d-model and --heads" -- "$tb" train --model custom --layers 2
+expect_error 2 "not divisible by --heads" -- "$tb" train --model custom --layers 2 --d-model 100 --heads 3
+expect_error 2 "--seq 300 exceeds the model's 256 positions" -- "$tb" train --model tiny --seq 300
+expect_error 2 "--steps must be at least 1" -- "$tb" train --model tiny --steps 0
+expect_error 2 "--bucket-mb must be greater than 0" -- "$tb" train --model tiny --bucket-mb 0
+expect_error 2 "invalid rank count '3' in --scaling" -- "$tb" train --model tiny --scaling 1,3
+expect_error 2 "unknown scaling mode 'linear'" -- "$tb" train --model tiny --scaling-mode linear
+expect_error 2 "cannot write report" -- "$tb" train --model tiny -o "$work/missing/t.h5"
+
 # --- the same errors under mpiexec: still one line, exit 2, no hang ----------------------------------------
 expect_error 2 "invalid size '1Q' for -b/--minbytes" -- "${mpiexec[@]}" -n 2 "$tb" collectives -b 1Q
 expect_error 2 "-n/--iters must be at least 1" -- "${mpiexec[@]}" -n 2 "$tb" collectives -n 0
@@ -92,6 +103,19 @@ checks=$((checks + 1))
 "$tb" info -o "$work/i.h5" >"$work/out" 2>&1 || fail "info failed: $(cat "$work/out")"
 grep -q "# backends" "$work/out" || fail "info lacks backends line"
 "$h5dump" -A -a /topology/mpi_library "$work/i.h5" >/dev/null 2>&1 || fail "info report lacks topology/mpi_library"
+
+checks=$((checks + 1))
+if "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 --scaling 1,2 \
+     -o "$work/t.h5" >"$work/out" 2>"$work/err"; then
+  grep -q "^# k=2: 3 measured steps" "$work/out" || fail "train: no k=2 summary: $(cat "$work/out")"
+  [[ $(grep -c '^step ' "$work/out") -eq 8 ]] || fail "train: want 8 step lines (2 points x 4 steps)"
+  "$h5dump" -d /train/k2/steps "$work/t.h5" | grep -q '"comm_exposed_s"' || fail "train: steps table lacks comm_exposed_s"
+  "$h5dump" -A -a /train/k2/scaling_efficiency "$work/t.h5" >/dev/null || fail "train: no scaling_efficiency"
+  "$h5dump" -A -a /model/parameters "$work/t.h5" | grep -q "(0): 953856" || fail "train: tiny should have 953856 parameters"
+  "$h5dump" -A -a /status "$work/t.h5" | grep -q '"complete"' || fail "train: report status is not complete"
+else
+  fail "train run failed: $(cat "$work/err")"
+fi
 
 # --- failure rules ------------------------------------------------------------------------------------------
 # A rank that fails: its message names rank and host and what failed; the job ends with code 1, no hang.
