@@ -32,8 +32,9 @@ inline float Exp(float x) {
   const bool saturate = magnitude > std::bit_cast<int32_t>(kLimit) && magnitude <= 0x7f800000;
   x = std::bit_cast<float>(saturate ? (bits & ~0x7fffffff) | std::bit_cast<int32_t>(kLimit) : bits);
   // exp(x) = 2^n · exp(r), n = round(x·log2(e)), |r| <= ln(2)/2, where a degree-8 Taylor series is exact to
-  // float precision. Adding 1.5·2^23 rounds x·log2(e) to an integer and leaves it in the low mantissa bits;
-  // ln 2 is split so that n·kLn2High is exact.
+  // float precision. Adding 1.5·2^23 rounds x·log2(e) to an integer and leaves it in the low mantissa bits
+  // (IEEE rounding: -ffast-math would fold the add and subtract away); ln 2 is split so that n·kLn2High is
+  // exact.
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2High = 0.693359375f;
   constexpr float kLn2Low = -2.12194440e-4f;

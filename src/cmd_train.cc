@@ -354,9 +354,14 @@ int RunTrainCommand(const CommandInput& input) {
         summary.Set("train_scaling_efficiency", points.back().efficiency);
       }
     }
-    const double peak_host = PeakHostMemoryBytes();
-    const std::vector<double> peaks = AllGatherDoubles(MPI_COMM_WORLD, peak_host);
+    const std::vector<double> peaks = AllGatherDoubles(MPI_COMM_WORLD, PeakHostMemoryBytes());
     train.Set("peak_host_memory_bytes_max", *std::max_element(peaks.begin(), peaks.end()));
+    std::vector<int64_t> memory_rank;
+    for (int rank = 0; rank < input.ctx.world_size; ++rank) memory_rank.push_back(rank);
+    Table& memory_table = train.tables["memory"];
+    memory_table.description = "peak resident host memory of each rank's process over the whole run (getrusage); "
+                               "device memory: none on the CPU backend";
+    memory_table.Add("rank", "", memory_rank).Add("peak_host_memory_bytes", "B", peaks);
     return run->Finish(interrupted);
   });
 }

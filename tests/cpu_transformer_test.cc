@@ -1,12 +1,14 @@
 // The CPU reference transformer: its layout, its initialisation, and its arithmetic against an independent
 // double-precision forward written out naively here — the loss directly, the gradients through central
-// differences of that forward — then AdamW, overfitting one batch, the gradient-ready order and input checks.
+// differences of that forward — then AdamW, overfitting one batch, the gradient-ready order and input checks;
+// and the vectorisable Exp the kernels use, against libm.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <numbers>
 #include <random>
@@ -234,6 +236,26 @@ TEST(TransformerLayout, TotalMatchesClosedForm) {
   auto model = MakeCpuTransformer(TinyConfig(), 1);
   EXPECT_EQ(model->parameter_elements(), total(model->layout()));
   EXPECT_EQ(model->backend(), "cpu");
+}
+
+TEST(CpuKernels, ExpAndTanhMatchLibm) {
+  double worst_exp = 0.0;
+  double worst_tanh = 0.0;
+  for (float x = -87.0f; x <= 87.0f; x += 0.0013f) {
+    worst_exp = std::max(worst_exp, std::abs(cpu::Exp(x) / std::exp(static_cast<double>(x)) - 1.0));
+    worst_tanh = std::max(worst_tanh, std::abs(cpu::TanhViaExp(x / 8) - std::tanh(static_cast<double>(x / 8))));
+  }
+  EXPECT_LT(worst_exp, 2.5e-7);  // about 2 ulp
+  EXPECT_LT(worst_tanh, 2.5e-7);
+  // Saturation instead of inf and 0, and what a softmax or tanh makes of it.
+  EXPECT_LT(cpu::Exp(-1000.0f), 1e-37f);
+  EXPECT_GT(cpu::Exp(-1000.0f), 0.0f);
+  EXPECT_GT(cpu::Exp(1000.0f), 1e37f);
+  EXPECT_TRUE(std::isfinite(cpu::Exp(std::numeric_limits<float>::infinity())));
+  EXPECT_EQ(cpu::TanhViaExp(1000.0f), 1.0f);
+  EXPECT_EQ(cpu::TanhViaExp(-1000.0f), -1.0f);
+  EXPECT_TRUE(std::isnan(cpu::Exp(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(cpu::Gelu(std::numeric_limits<float>::quiet_NaN())));
 }
 
 TEST(CpuTransformer, SameSeedSameModelOtherSeedOtherModel) {
