@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "forwarding_communicator.h"
 #include "mpi_communicator.h"
 #include "sweep.h"
 #include "sweep_options.h"
@@ -83,39 +84,14 @@ TEST(Sweep, StopRequestEndsEarlyOnEveryRank) {
   EXPECT_EQ(result.ops[0].rows.size(), 1u);
 }
 
-// Wraps a real communicator and corrupts one element of every all_reduce result on rank 0.
-class CorruptingCommunicator : public Communicator {
+// Corrupts one element of every all_reduce result on rank 0.
+class CorruptingCommunicator : public ForwardingCommunicator {
  public:
-  explicit CorruptingCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
-  std::string backend() const override { return inner_->backend(); }
-  MemoryKind memory() const override { return inner_->memory(); }
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  bool Supports(DataType t) const override { return inner_->Supports(t); }
-  std::unique_ptr<CommBuffer> Allocate(size_t b) override { return inner_->Allocate(b); }
-  void Upload(CommBuffer& b, const void* h, size_t n) override { inner_->Upload(b, h, n); }
-  void Download(const CommBuffer& b, void* h, size_t n) override { inner_->Download(b, h, n); }
+  using ForwardingCommunicator::ForwardingCommunicator;
   void AllReduce(const void* s, void* r, size_t c, DataType t, ReduceOp op) override {
-    inner_->AllReduce(s, r, c, t, op);
+    ForwardingCommunicator::AllReduce(s, r, c, t, op);
     if (rank() == 0 && c > 0) static_cast<float*>(r)[c / 2] += 1.0f;
   }
-  std::unique_ptr<PendingOp> StartAllReduce(const void* s, void* r, size_t c, DataType t, ReduceOp op, void* st) override {
-    return inner_->StartAllReduce(s, r, c, t, op, st);
-  }
-  void ReduceScatter(const void* s, void* r, size_t c, DataType t, ReduceOp op) override { inner_->ReduceScatter(s, r, c, t, op); }
-  void AllGather(const void* s, void* r, size_t c, DataType t) override { inner_->AllGather(s, r, c, t); }
-  void AllToAll(const void* s, void* r, size_t c, DataType t) override { inner_->AllToAll(s, r, c, t); }
-  void Broadcast(const void* s, void* r, size_t c, DataType t, int root) override { inner_->Broadcast(s, r, c, t, root); }
-  void Reduce(const void* s, void* r, size_t c, DataType t, ReduceOp op, int root) override { inner_->Reduce(s, r, c, t, op, root); }
-  void SendRecv(const void* s, int d, void* r, int src, size_t c, DataType t) override { inner_->SendRecv(s, d, r, src, c, t); }
-  void Synchronize() override { inner_->Synchronize(); }
-  void Barrier() override { inner_->Barrier(); }
-  MPI_Comm host_comm() const override { return inner_->host_comm(); }
-  std::unique_ptr<Communicator> Prefix(int k) override { return inner_->Prefix(k); }
-  void Abort() override { inner_->Abort(); }
-
- private:
-  std::unique_ptr<Communicator> inner_;
 };
 
 TEST(Sweep, VerificationCatchesAWrongElement) {
