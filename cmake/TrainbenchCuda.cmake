@@ -34,6 +34,11 @@ if(TRAINBENCH_WITH_CUDA)
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  # CMake 3.25 knows no CUDA20 dialect flag for nvcc: without these, any target with a .cu fails at generation.
+  if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
   find_package(CUDAToolkit REQUIRED)
 
   trainbench_find_cuda_library(NCCL nccl.h nccl)

@@ -1,0 +1,319 @@
+// fp32 CUDA kernels for the non-GEMM layers, each kernel followed by its launcher; see kernels.h for the
+// contracts. Row-wise layers reduce in registers with warp shuffles (LayerNorm: one warp per row) or through
+// shared memory (cross-entropy: one block per row, since a vocabulary row is far longer than a warp).
+#include "cuda/kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "cuda/cuda_check.h"
+#include "element_math.h"
+
+namespace tb::gpu {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kThreadsPerBlock = 256;
+constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpSize;
+// Elementwise kernels loop over the buffer with a grid stride, so the grid need not grow with the buffer.
+constexpr size_t kMaxElementwiseBlocks = 65536;
+
+cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+unsigned int ElementwiseBlocks(size_t count) {
+  return static_cast<unsigned int>(std::min((count + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxElementwiseBlocks));
+}
+
+unsigned int WarpPerRowBlocks(size_t rows) {
+  return static_cast<unsigned int>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+__device__ float WarpSum(float value) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+// The sum (or max) over the whole block, returned to every thread. `scratch` holds one value per warp; the
+// leading __syncthreads lets a caller reuse it for consecutive reductions.
+template <typename T, typename Combine>
+__device__ T BlockReduce(T value, T* scratch, Combine combine) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value = combine(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  T total = scratch[0];
+  for (int w = 1; w < warps; ++w) total = combine(total, scratch[w]);
+  return total;
+}
+
+// --- encoder --------------------------------------------------------------------------------------------
+
+__global__ void EncoderForwardKernel(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                                     int seq, int channels, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t row = i / channels;
+    const int c = static_cast<int>(i % channels);
+    const int t = static_cast<int>(row % seq);
+    out[i] = wte[static_cast<size_t>(tokens[row]) * channels + c] + wpe[static_cast<size_t>(t) * channels + c];
+  }
+}
+
+__global__ void EncoderBackwardKernel(float* wte_grad, float* wpe_grad, const float* out_grad,
+                                      const int32_t* tokens, int seq, int channels, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t row = i / channels;
+    const int c = static_cast<int>(i % channels);
+    const int t = static_cast<int>(row % seq);
+    atomicAdd(&wte_grad[static_cast<size_t>(tokens[row]) * channels + c], out_grad[i]);
+    atomicAdd(&wpe_grad[static_cast<size_t>(t) * channels + c], out_grad[i]);
+  }
+}
+
+// --- LayerNorm ------------------------------------------------------------------------------------------
+
+__global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                                       const float* bias, size_t rows, int channels) {
+  const size_t row = blockIdx.x * static_cast<size_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const float* x = in + row * channels;
+  float* y = out + row * channels;
+  float sum = 0.0f;
+  for (int c = lane; c < channels; c += kWarpSize) sum += x[c];
+  const float m = WarpSum(sum) / channels;
+  // Two passes, as the reference: the variance of centred values does not cancel when |mean| >> stddev.
+  float squares = 0.0f;
+  for (int c = lane; c < channels; c += kWarpSize) {
+    const float centred = x[c] - m;
+    squares += centred * centred;
+  }
+  const float s = rsqrtf(WarpSum(squares) / channels + 1e-5f);
+  for (int c = lane; c < channels; c += kWarpSize) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+__global__ void LayerNormBackwardKernel(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
+                                        const float* in, const float* weight, const float* mean, const float* rstd,
+                                        size_t rows, int channels) {
+  const size_t row = blockIdx.x * static_cast<size_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const float* x = in + row * channels;
+  const float* dy = out_grad + row * channels;
+  float* dx = in_grad + row * channels;
+  const float m = mean[row];
+  const float s = rstd[row];
+  // With n = (x - mean)·rstd and g = out_grad·weight: dx = rstd·(g - mean(g) - n·mean(g·n)).
+  float g_sum = 0.0f;
+  float gn_sum = 0.0f;
+  for (int c = lane; c < channels; c += kWarpSize) {
+    const float g = dy[c] * weight[c];
+    g_sum += g;
+    gn_sum += g * (x[c] - m) * s;
+  }
+  const float g_mean = WarpSum(g_sum) / channels;
+  const float gn_mean = WarpSum(gn_sum) / channels;
+  for (int c = lane; c < channels; c += kWarpSize) {
+    const float norm = (x[c] - m) * s;
+    const float g = dy[c] * weight[c];
+    dx[c] += s * (g - g_mean - norm * gn_mean);
+    atomicAdd(&weight_grad[c], dy[c] * norm);
+    atomicAdd(&bias_grad[c], dy[c]);
+  }
+}
+
+// --- elementwise ----------------------------------------------------------------------------------------
+
+__global__ void GeluForwardKernel(float* out, const float* in, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = element::Gelu(in[i]);
+  }
+}
+
+__global__ void GeluBackwardKernel(float* grad, const float* in, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    grad[i] *= element::GeluGrad(in[i]);
+  }
+}
+
+__global__ void ResidualAddKernel(float* out, const float* a, const float* b, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = a[i] + b[i];
+  }
+}
+
+// --- cross-entropy --------------------------------------------------------------------------------------
+
+__global__ void CrossEntropyForwardBackwardKernel(float* logits, float* row_losses, const int32_t* targets,
+                                                  int vocab, int vocab_padded, float inverse_rows) {
+  __shared__ float scratch[kThreadsPerBlock / kWarpSize];
+  float* row = logits + static_cast<size_t>(blockIdx.x) * vocab_padded;
+  const int target = targets[blockIdx.x];
+  // Read before the gradient overwrites the row; the reductions' barriers order it before any write.
+  const float target_logit = row[target];
+  float max = -INFINITY;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) max = fmaxf(max, row[j]);
+  max = BlockReduce(max, scratch, [](float a, float b) { return fmaxf(a, b); });
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(row[j] - max);
+  sum = BlockReduce(sum, scratch, [](float a, float b) { return a + b; });
+  const float inverse_sum = 1.0f / sum;
+  for (int j = threadIdx.x; j < vocab_padded; j += blockDim.x) {
+    const float probability = j < vocab ? expf(row[j] - max) * inverse_sum : 0.0f;
+    const float onehot = j == target ? 1.0f : 0.0f;
+    row[j] = j < vocab ? (probability - onehot) * inverse_rows : 0.0f;
+  }
+  // -log softmax(target) from the logits themselves: exact even where the probability underflows.
+  if (threadIdx.x == 0) row_losses[blockIdx.x] = logf(sum) + max - target_logit;
+}
+
+// The mean of row_losses into loss (1), in double as the reference sums it; one block, so no atomics and the
+// same result every run.
+__global__ void MeanLossKernel(float* loss, const float* row_losses, size_t rows) {
+  __shared__ double scratch[kThreadsPerBlock / kWarpSize];
+  double sum = 0.0;
+  for (size_t r = threadIdx.x; r < rows; r += blockDim.x) sum += row_losses[r];
+  sum = BlockReduce(sum, scratch, [](double a, double b) { return a + b; });
+  if (threadIdx.x == 0) *loss = static_cast<float>(sum / static_cast<double>(rows));
+}
+
+// --- AdamW ----------------------------------------------------------------------------------------------
+
+__global__ void AdamWKernel(float* params, const float* grads, float* m, float* v, size_t count,
+                            float learning_rate, float beta1, float beta2, float epsilon, float weight_decay,
+                            float m_correction, float v_correction) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    element::AdamWElement(params[i], grads[i], m[i], v[i], learning_rate, beta1, beta2, epsilon, weight_decay,
+                          m_correction, v_correction);
+  }
+}
+
+}  // namespace
+
+void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int batch, int seq,
+                    int channels, void* stream) {
+  const size_t count = static_cast<size_t>(batch) * seq * channels;
+  if (count == 0) return;
+  EncoderForwardKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(out, tokens, wte, wpe,
+                                                                                          seq, channels, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void EncoderBackward(float* wte_grad, float* wpe_grad, const float* out_grad, const int32_t* tokens, int batch,
+                     int seq, int channels, void* stream) {
+  const size_t count = static_cast<size_t>(batch) * seq * channels;
+  if (count == 0) return;
+  EncoderBackwardKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(
+      wte_grad, wpe_grad, out_grad, tokens, seq, channels, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void LayerNormForward(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                      const float* bias, size_t rows, int channels, void* stream) {
+  if (rows == 0) return;
+  LayerNormForwardKernel<<<WarpPerRowBlocks(rows), kThreadsPerBlock, 0, AsStream(stream)>>>(
+      out, mean, rstd, in, weight, bias, rows, channels);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
+                       const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
+                       int channels, void* stream) {
+  if (rows == 0) return;
+  LayerNormBackwardKernel<<<WarpPerRowBlocks(rows), kThreadsPerBlock, 0, AsStream(stream)>>>(
+      in_grad, weight_grad, bias_grad, out_grad, in, weight, mean, rstd, rows, channels);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void GeluForward(float* out, const float* in, size_t count, void* stream) {
+  if (count == 0) return;
+  GeluForwardKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(out, in, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void GeluBackward(float* grad, const float* in, size_t count, void* stream) {
+  if (count == 0) return;
+  GeluBackwardKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(grad, in, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void ResidualAdd(float* out, const float* a, const float* b, size_t count, void* stream) {
+  if (count == 0) return;
+  ResidualAddKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(out, a, b, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void CrossEntropyForwardBackward(float* logits, float* row_losses, float* loss, const int32_t* targets,
+                                 size_t rows, int vocab, int vocab_padded, void* stream) {
+  if (rows == 0) return;
+  const float inverse_rows = 1.0f / static_cast<float>(rows);
+  CrossEntropyForwardBackwardKernel<<<static_cast<unsigned int>(rows), kThreadsPerBlock, 0, AsStream(stream)>>>(
+      logits, row_losses, targets, vocab, vocab_padded, inverse_rows);
+  TB_CHECK_CUDA_LAUNCH();
+  MeanLossKernel<<<1, kThreadsPerBlock, 0, AsStream(stream)>>>(loss, row_losses, rows);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void AdamWUpdate(float* params, const float* grads, float* m, float* v, size_t count, const AdamWConfig& config,
+                 float weight_decay, int64_t step, void* stream) {
+  if (count == 0) return;
+  // Bias corrections in double on the host, exactly as cpu::AdamWUpdate computes them.
+  const float m_correction = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config.beta1), step)));
+  const float v_correction = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config.beta2), step)));
+  AdamWKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(
+      params, grads, m, v, count, config.learning_rate, config.beta1, config.beta2, config.epsilon, weight_decay,
+      m_correction, v_correction);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
+  if (bytes_ > 0) TB_CHECK_CUDA(cudaMalloc(&data_, bytes_));
+}
+
+// A failed cudaFree means the context is already broken, and the call that broke it has reported.
+DeviceMemory::~DeviceMemory() {
+  if (data_ != nullptr) (void)cudaFree(data_);
+}
+
+DeviceMemory::DeviceMemory(DeviceMemory&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) (void)cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void CopyToDevice(void* device_destination, const void* host_source, size_t bytes) {
+  if (bytes == 0) return;
+  TB_CHECK_CUDA(cudaMemcpy(device_destination, host_source, bytes, cudaMemcpyHostToDevice));
+}
+
+void CopyToHost(void* host_destination, const void* device_source, size_t bytes) {
+  if (bytes == 0) return;
+  TB_CHECK_CUDA(cudaMemcpy(host_destination, device_source, bytes, cudaMemcpyDeviceToHost));
+}
+
+void SynchronizeDevice() { TB_CHECK_CUDA(cudaDeviceSynchronize()); }
+
+}  // namespace tb::gpu

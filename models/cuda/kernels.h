@@ -1,0 +1,100 @@
+// The CUDA implementation's non-GEMM layers in fp32, one launcher per kernel, mirroring cpu_kernels.h function
+// by function (same shapes, same accumulate-or-overwrite rules), plus the few device-memory helpers that tests
+// and host code need. No CUDA type appears here: pointers are device pointers, `stream` is a cudaStream_t
+// passed as void* (null: the legacy default stream). Launchers only enqueue work; each checks its launch and
+// throws RuntimeError on failure. Implemented by models/cuda/kernels.cu, or by models/nocuda/kernels_stub.cc in
+// a build without CUDA, where every function throws "built without CUDA".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "transformer.h"
+
+namespace tb::gpu {
+
+// --- layers ---------------------------------------------------------------------------------------------
+
+// out (B, T, C) = wte[tokens] + wpe[t].
+void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int batch, int seq,
+                    int channels, void* stream);
+// wte_grad (Vp, C) and wpe_grad (T, C) accumulate out_grad (B, T, C); atomics, so the order of the adds into a
+// repeated token's row varies from run to run.
+void EncoderBackward(float* wte_grad, float* wpe_grad, const float* out_grad, const int32_t* tokens, int batch,
+                     int seq, int channels, void* stream);
+
+// out (N, C) = LayerNorm(in (N, C)); mean, rstd (N) kept for backward. One warp per row.
+void LayerNormForward(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                      const float* bias, size_t rows, int channels, void* stream);
+// in_grad (N, C) += d loss / d in; weight_grad, bias_grad (C) accumulate (atomics). One warp per row.
+void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
+                       const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
+                       int channels, void* stream);
+
+// out = Gelu(in), elementwise over count values.
+void GeluForward(float* out, const float* in, size_t count, void* stream);
+// grad *= GeluGrad(in), in place.
+void GeluBackward(float* grad, const float* in, size_t count, void* stream);
+
+// out = a + b, elementwise over count values; out may alias a or b.
+void ResidualAdd(float* out, const float* a, const float* b, size_t count, void* stream);
+
+// Softmax cross-entropy, forward and backward in one pass over logits (N, Vp), of which only the first V
+// columns are real vocabulary: row_losses (N) = -log softmax(target); loss (1) = their mean; logits become
+// d loss / d logits = (softmax - onehot(target)) / N in columns [0, V) and 0 in the padding columns [V, Vp).
+// The same values as cpu::CrossEntropyForward followed by cpu::CrossEntropyBackward. One block per row.
+void CrossEntropyForwardBackward(float* logits, float* row_losses, float* loss, const int32_t* targets,
+                                 size_t rows, int vocab, int vocab_padded, void* stream);
+
+// AdamW over count elements of the flat buffers; step counts from 1.
+void AdamWUpdate(float* params, const float* grads, float* m, float* v, size_t count, const AdamWConfig& config,
+                 float weight_decay, int64_t step, void* stream);
+
+// --- device memory --------------------------------------------------------------------------------------
+
+// Device memory on the current device (cudaMalloc); move-only; empty when moved from.
+class DeviceMemory {
+ public:
+  explicit DeviceMemory(size_t bytes);
+  ~DeviceMemory();
+  DeviceMemory(DeviceMemory&& other) noexcept;
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Blocking copies between host and device memory (cudaMemcpy: ordered after all work already enqueued).
+void CopyToDevice(void* device_destination, const void* host_source, size_t bytes);
+void CopyToHost(void* host_destination, const void* device_source, size_t bytes);
+// Waits for all work on the current device, and throws if any of it faulted.
+void SynchronizeDevice();
+
+// A device copy of `host`.
+template <typename T>
+DeviceMemory Upload(const std::vector<T>& host) {
+  DeviceMemory device(host.size() * sizeof(T));
+  CopyToDevice(device.data(), host.data(), device.bytes());
+  return device;
+}
+
+// The first `count` values of `device`, on the host.
+template <typename T>
+std::vector<T> Download(const DeviceMemory& device, size_t count) {
+  std::vector<T> host(count);
+  CopyToHost(host.data(), device.data(), count * sizeof(T));
+  return host;
+}
+
+}  // namespace tb::gpu

@@ -1,0 +1,66 @@
+// models/cuda/kernels.h for a build without CUDA: every launcher and device-memory call throws, naming itself,
+// so that a caller learns why instead of finding zeros.
+#include "cuda/kernels.h"
+
+#include <string>
+
+#include "error.h"
+
+namespace tb::gpu {
+namespace {
+
+[[noreturn]] void ThrowBuiltWithoutCuda(const char* function) {
+  throw RuntimeError(std::string("tb::gpu::") + function +
+                     " is part of the CUDA backend, and this trainbench was built without CUDA (reconfigure with "
+                     "-DTRAINBENCH_WITH_CUDA=ON on a machine with the CUDA toolkit, NCCL and cuDNN)");
+}
+
+}  // namespace
+
+void EncoderForward(float*, const int32_t*, const float*, const float*, int, int, int, void*) {
+  ThrowBuiltWithoutCuda("EncoderForward");
+}
+
+void EncoderBackward(float*, float*, const float*, const int32_t*, int, int, int, void*) {
+  ThrowBuiltWithoutCuda("EncoderBackward");
+}
+
+void LayerNormForward(float*, float*, float*, const float*, const float*, const float*, size_t, int, void*) {
+  ThrowBuiltWithoutCuda("LayerNormForward");
+}
+
+void LayerNormBackward(float*, float*, float*, const float*, const float*, const float*, const float*,
+                       const float*, size_t, int, void*) {
+  ThrowBuiltWithoutCuda("LayerNormBackward");
+}
+
+void GeluForward(float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("GeluForward"); }
+
+void GeluBackward(float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("GeluBackward"); }
+
+void ResidualAdd(float*, const float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("ResidualAdd"); }
+
+void CrossEntropyForwardBackward(float*, float*, float*, const int32_t*, size_t, int, int, void*) {
+  ThrowBuiltWithoutCuda("CrossEntropyForwardBackward");
+}
+
+void AdamWUpdate(float*, const float*, float*, float*, size_t, const AdamWConfig&, float, int64_t, void*) {
+  ThrowBuiltWithoutCuda("AdamWUpdate");
+}
+
+DeviceMemory::DeviceMemory(size_t) { ThrowBuiltWithoutCuda("DeviceMemory"); }
+
+// Never owns memory: the constructor always throws.
+DeviceMemory::~DeviceMemory() = default;
+
+DeviceMemory::DeviceMemory(DeviceMemory&&) noexcept = default;
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&&) noexcept = default;
+
+void CopyToDevice(void*, const void*, size_t) { ThrowBuiltWithoutCuda("CopyToDevice"); }
+
+void CopyToHost(void*, const void*, size_t) { ThrowBuiltWithoutCuda("CopyToHost"); }
+
+void SynchronizeDevice() { ThrowBuiltWithoutCuda("SynchronizeDevice"); }
+
+}  // namespace tb::gpu
