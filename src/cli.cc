@@ -160,13 +160,15 @@ void CommandRun::CheckOutputWritable() {
   if (!problem.empty()) throw InputError(problem);
 }
 
-bool CommandRun::StopRequested() {
+int CommandRun::AgreedStopSignal(MPI_Comm comm) {
   // A rank that never arrives here (dead or stuck) must not leave the others waiting forever.
   Watchdog::Scope guard(watchdog_.get(), [] { return std::string("agreement on stop signals between measurements"); });
   int mine = PendingStopSignal(), any = 0;
-  TB_CHECK_MPI(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  return any != 0;
+  TB_CHECK_MPI(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm));
+  return any;
 }
+
+bool CommandRun::StopRequested(MPI_Comm comm) { return AgreedStopSignal(comm) != 0; }
 
 const Topology& CommandRun::GatherTopologyIntoReport() {
   topology_ = GatherTopology(MPI_COMM_WORLD, ctx_);
@@ -213,9 +215,7 @@ void CommandRun::WriteReportNow(const std::string& status, const std::string& re
 }
 
 int CommandRun::Finish(bool interrupted) {
-  int signal_number = PendingStopSignal();
-  int any_signal = 0;
-  TB_CHECK_MPI(MPI_Allreduce(&signal_number, &any_signal, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  const int any_signal = AgreedStopSignal(MPI_COMM_WORLD);
   if (interrupted) {
     WriteReportNow("interrupted", "stopped by signal " + std::to_string(any_signal) + " (SIGTERM/SIGINT)");
     if (!common_.output.empty()) Print("# Report (interrupted): " + common_.output, true);

@@ -55,8 +55,9 @@ class CommandRun {
 
   // Collective: InputError on every rank when rank 0 cannot write the report path.
   void CheckOutputWritable();
-  // Collective: true on every rank when any rank has received SIGTERM/SIGINT.
-  bool StopRequested();
+  // Collective over `comm` (all ranks by default, or the ranks of one scaling point): true on every rank when
+  // any of them has received SIGTERM/SIGINT.
+  bool StopRequested(MPI_Comm comm = MPI_COMM_WORLD);
   // Gathers the topology and adds it to the report (collective).
   const Topology& GatherTopologyIntoReport();
   // GatherTopologyIntoReport, then a first write of the report (status failed, "did not finish: <phase>"), so
@@ -76,6 +77,9 @@ class CommandRun {
   int Finish(bool interrupted);
 
  private:
+  // The highest stop signal any rank of `comm` has received (0: none), agreed under the watchdog.
+  int AgreedStopSignal(MPI_Comm comm);
+
   std::string command_;
   std::string backend_;
   CommonOptions common_;

@@ -12,7 +12,6 @@
 #include "model_config.h"
 #include "mpi_util.h"
 #include "peaks.h"
-#include "signals.h"
 #include "train_loop.h"
 #include "train_summary.h"
 #include "transformer.h"
@@ -192,6 +191,7 @@ int RunTrainCommand(const CommandInput& input) {
   TrainLoopOptions loop;
   std::vector<int> scaling;
   bool weak = true;
+  int global_batch = 0;  // sequences per step over all ranks: what strong scaling divides by k
   std::unique_ptr<CommandRun> run = StartCommand("train", input, options, kUsage, common, [&](CommandRun& r) {
     if (r.backend() != "mpi") {
       throw InputError("trainbench train: the CUDA transformer is not built yet; run the CPU reference with --backend cpu");
@@ -212,7 +212,7 @@ int RunTrainCommand(const CommandInput& input) {
     }
     weak = f.scaling_mode == "weak";
     scaling = ParseScaling(f.scaling, input.ctx.world_size);
-    const int global_batch = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling.back();
+    global_batch = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling.back();
     if (!weak) {
       for (int k : scaling) {
         if (global_batch % k != 0) {
@@ -245,7 +245,6 @@ int RunTrainCommand(const CommandInput& input) {
     cfg.Set("lr", f.learning_rate);
     cfg.Set("seed", f.seed);
   });
-  const int global_batch = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling.back();
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();
   const double comm_ready_s = NowSeconds();
 
@@ -311,11 +310,7 @@ int RunTrainCommand(const CommandInput& input) {
       if (sub) {
         std::unique_ptr<Transformer> transformer = MakeCpuTransformer(model, static_cast<uint64_t>(f.seed));
         point_loop.watchdog = &run->watchdog(sub.get());
-        point_loop.stop_requested = [&] {
-          int mine_signal = PendingStopSignal() != 0 ? 1 : 0, any = 0;
-          TB_CHECK_MPI(MPI_Allreduce(&mine_signal, &any, 1, MPI_INT, MPI_MAX, sub->host_comm()));
-          return any != 0;
-        };
+        point_loop.stop_requested = [&] { return run->StopRequested(sub->host_comm()); };
         point_loop.on_step = [&](const StepRecord& r) {
           if (!first_step_seen) {
             first_step_seen = true;
