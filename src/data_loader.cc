@@ -1,0 +1,450 @@
+#include "data_loader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <new>
+
+#include "clock.h"
+#include "error.h"
+#include "token_shard.h"
+
+namespace tb {
+namespace {
+
+namespace fs = std::filesystem;
+
+// O_DIRECT needs offsets, lengths and buffers aligned to the logical block size; 4096 covers every device.
+constexpr uint64_t kDirectAlign = 4096;
+
+uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
+
+// splitmix64's finaliser: a fast, well-mixed 64-bit hash.
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+constexpr int kFeistelRounds = 6;
+
+std::string Errno() { return std::strerror(errno); }
+
+}  // namespace
+
+HostAllocator AlignedHostAllocator() {
+  return HostAllocator{[](size_t bytes) {
+                         void* p = std::aligned_alloc(kDirectAlign, RoundUp(std::max<size_t>(bytes, 1), kDirectAlign));
+                         if (!p) throw std::bad_alloc();
+                         return p;
+                       },
+                       [](void* p) { std::free(p); }};
+}
+
+// ---- SamplePlan ---------------------------------------------------------------------------------------------
+
+SamplePlan::SamplePlan(uint64_t samples, int world, int batch, uint64_t seed)
+    : samples_(samples), world_(world), batch_(batch), seed_(seed) {
+  const uint64_t global = static_cast<uint64_t>(world) * static_cast<uint64_t>(batch);
+  batches_per_epoch_ = samples / global;
+  int bits = 2;
+  while (bits < 64 && (uint64_t{1} << bits) < samples) bits += 2;
+  half_bits_ = bits / 2;
+}
+
+// A keyed bijection on [0, 4^half_bits) (a balanced Feistel network), walked until it lands in [0, samples):
+// a permutation of the samples computed per position, so no rank holds a table of the whole epoch.
+uint64_t SamplePlan::Permute(uint64_t epoch, uint64_t position) const {
+  const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
+  uint64_t keys[kFeistelRounds];
+  for (int r = 0; r < kFeistelRounds; ++r) keys[r] = Mix(seed_ ^ Mix(epoch * kFeistelRounds + r));
+  uint64_t x = position;
+  do {
+    uint64_t left = x >> half_bits_, right = x & mask;
+    for (int r = 0; r < kFeistelRounds; ++r) {
+      const uint64_t next = left ^ (Mix(right ^ keys[r]) & mask);
+      left = right;
+      right = next;
+    }
+    x = (left << half_bits_) | right;
+  } while (x >= samples_);
+  return x;
+}
+
+uint64_t SamplePlan::Sample(uint64_t epoch, uint64_t batch, int rank, int i) const {
+  const uint64_t position = (batch * world_ + rank) * batch_ + i;
+  return Permute(epoch, position);
+}
+
+LoaderPosition SamplePlan::After(const LoaderPosition& p) const {
+  return p.batch + 1 < batches_per_epoch_ ? LoaderPosition{p.epoch, p.batch + 1, p.seed}
+                                          : LoaderPosition{p.epoch + 1, 0, p.seed};
+}
+
+// ---- the files ----------------------------------------------------------------------------------------------
+
+struct DataLoader::Source {
+  struct File {
+    std::string path;
+    int fd = -1;
+    uint64_t data_offset = 0;  // where the records start
+    uint64_t first_sample = 0;
+    uint64_t records = 0;
+  };
+  std::vector<File> files;
+  uint32_t token_bytes = 2;
+  uint64_t vocab = 0;
+  bool wrap_to_vocab = false;  // raw mode: tokens are bytes modulo vocab; shards: out-of-vocab is corruption
+  uint64_t samples = 0;
+
+  ~Source() {
+    for (File& f : files) {
+      if (f.fd >= 0) ::close(f.fd);
+    }
+  }
+
+  const File& FileOf(uint64_t sample) const {
+    auto it = std::upper_bound(files.begin(), files.end(), sample,
+                               [](uint64_t s, const File& f) { return s < f.first_sample; });
+    return *(it - 1);
+  }
+};
+
+struct DataLoader::Slot {
+  uint64_t sequence = UINT64_MAX;  // the batch sequence number it holds
+  int32_t* inputs = nullptr;
+  int32_t* targets = nullptr;
+  LoaderPosition position;
+  std::vector<uint64_t> samples;
+  int done = 0;  // samples read
+  BatchStats stats;
+  double first_start_s = 0;
+  double last_end_s = 0;
+};
+
+// ---- DataLoader ---------------------------------------------------------------------------------------------
+
+namespace {
+
+void CheckOptions(const DataLoaderOptions& o) {
+  if (o.dir.empty()) throw InputError("--data: no data directory given");
+  if (o.seq < 1) throw InputError("--seq must be at least 1 token");
+  if (o.batch < 1) throw InputError("the loader's batch (sequences per rank) must be at least 1");
+  if (o.world < 1 || o.rank < 0 || o.rank >= o.world) {
+    throw InputError("loader rank " + std::to_string(o.rank) + " is not in 0.." + std::to_string(o.world - 1));
+  }
+  if (o.workers < 1) throw InputError("--loader-workers must be at least 1");
+  if (o.prefetch < 1) throw InputError("--prefetch must be at least 1 batch");
+  if (o.io_throttle_MBps < 0) throw InputError("--io-throttle must be >= 0 MB/s (0 = no limit)");
+  if (o.io_latency_ms < 0) throw InputError("--io-latency-ms must be >= 0");
+  if (o.raw && (o.raw_vocab < 1 || o.raw_vocab > (uint64_t{1} << 32))) {
+    throw InputError("raw mode vocab " + std::to_string(o.raw_vocab) + " out of range 1..2^32");
+  }
+  if (!o.allocator.allocate || !o.allocator.release) throw InputError("the loader needs an allocator and a release");
+}
+
+int OpenForReading(const std::string& path, bool direct, const std::string& dir) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+  if (fd < 0 && direct && errno == EINVAL) {
+    throw InputError("--direct-io: the filesystem of '" + dir + "' refuses O_DIRECT (" + path +
+                     ": Invalid argument); run without --direct-io");
+  }
+  if (fd < 0) throw InputError(path + ": cannot open: " + Errno());
+  return fd;
+}
+
+}  // namespace
+
+DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options)) {
+  CheckOptions(options_);
+  source_ = std::make_unique<Source>();
+  Source& src = *source_;
+  uint64_t sample_bytes = 0;
+  if (options_.raw) {
+    src.vocab = options_.raw_vocab;
+    src.token_bytes = TokenBytesForVocab(src.vocab);
+    src.wrap_to_vocab = true;
+    sample_bytes = static_cast<uint64_t>(options_.seq + 1) * src.token_bytes;
+    options_.record_bytes = options_.record_bytes ? options_.record_bytes : sample_bytes;
+    std::error_code ec;
+    if (!fs::is_directory(options_.dir, ec)) {
+      throw InputError("data directory '" + options_.dir + "' does not exist or is not a directory");
+    }
+    std::vector<std::pair<std::string, uint64_t>> found;
+    for (fs::recursive_directory_iterator it(options_.dir, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code size_ec;
+      if (it->is_regular_file(size_ec)) found.emplace_back(it->path().string(), it->file_size(size_ec));
+    }
+    if (ec) throw InputError("cannot list data directory '" + options_.dir + "': " + ec.message());
+    std::sort(found.begin(), found.end());
+    for (const auto& [path, bytes] : found) src.files.push_back({path, -1, 0, 0, bytes / options_.record_bytes});
+  } else {
+    TokenDataset dataset = OpenTokenDataset(options_.dir);
+    src.vocab = dataset.vocab;
+    src.token_bytes = dataset.token_bytes;
+    sample_bytes = static_cast<uint64_t>(options_.seq + 1) * src.token_bytes;
+    options_.record_bytes = options_.record_bytes ? options_.record_bytes : sample_bytes;
+    for (const ShardFile& shard : dataset.shards) {
+      src.files.push_back({shard.path, -1, shard.header.header_bytes, 0,
+                           shard.header.payload_bytes() / options_.record_bytes});
+    }
+  }
+  if (options_.record_bytes < sample_bytes) {
+    throw InputError("--record-bytes " + std::to_string(options_.record_bytes) + " is smaller than one sample: (" +
+                     std::to_string(options_.seq) + " + 1) tokens x " + std::to_string(src.token_bytes) +
+                     " B = " + std::to_string(sample_bytes) + " B");
+  }
+  // Files too small for one record carry no samples and are not opened.
+  std::erase_if(src.files, [](const Source::File& f) { return f.records == 0; });
+  for (Source::File& f : src.files) {
+    f.first_sample = src.samples;
+    src.samples += f.records;
+  }
+  if (src.samples == 0) {
+    throw InputError("data directory '" + options_.dir + "' holds no whole record of " +
+                     std::to_string(options_.record_bytes) + " bytes (" + std::to_string(options_.seq) +
+                     " + 1 tokens per sample)");
+  }
+  for (Source::File& f : src.files) f.fd = OpenForReading(f.path, options_.direct_io, options_.dir);
+
+  plan_ = std::make_unique<SamplePlan>(src.samples, options_.world, options_.batch, options_.seed);
+  if (plan_->batches_per_epoch() == 0) {
+    throw InputError("data directory '" + options_.dir + "' holds " + std::to_string(src.samples) +
+                     " samples, fewer than one global batch of " + std::to_string(options_.world) + " ranks x " +
+                     std::to_string(options_.batch) + " sequences");
+  }
+  if (options_.resume) {
+    const LoaderPosition& r = *options_.resume;
+    if (r.seed != options_.seed) {
+      throw InputError("the saved loader position has seed " + std::to_string(r.seed) + ", this run --seed " +
+                       std::to_string(options_.seed) + "; resume with the same seed");
+    }
+    if (r.batch >= plan_->batches_per_epoch()) {
+      throw InputError("the saved loader position (batch " + std::to_string(r.batch) + ") is past the " +
+                       std::to_string(plan_->batches_per_epoch()) + " global batches per epoch of '" +
+                       options_.dir + "'; was the dataset or the batch size changed?");
+    }
+  }
+
+  totals_.files = src.files.size();
+  totals_.samples = src.samples;
+  totals_.record_bytes = options_.record_bytes;
+  totals_.batches_per_epoch = plan_->batches_per_epoch();
+  totals_.dropped_per_epoch = plan_->dropped_per_epoch();
+
+  const size_t rows = static_cast<size_t>(options_.batch) * options_.seq;
+  for (int i = 0; i < options_.prefetch + 1; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->inputs = static_cast<int32_t*>(options_.allocator.allocate(rows * sizeof(int32_t)));
+    slot->targets = static_cast<int32_t*>(options_.allocator.allocate(rows * sizeof(int32_t)));
+    slot->samples.resize(options_.batch);
+    slots_.push_back(std::move(slot));
+  }
+  const uint64_t scratch_bytes = RoundUp(options_.record_bytes, kDirectAlign) + kDirectAlign;
+  for (int w = 0; w < options_.workers; ++w) scratch_.push_back(AlignedHostAllocator().allocate(scratch_bytes));
+
+  if (options_.direct_io) {
+    // Some filesystems accept O_DIRECT at open and refuse the reads; find out before the workers start.
+    const Source::File& first = src.files.front();
+    if (::pread(first.fd, scratch_[0], kDirectAlign, 0) < 0 && errno == EINVAL) {
+      throw InputError("--direct-io: the filesystem of '" + options_.dir + "' refuses O_DIRECT reads (" +
+                       first.path + ": Invalid argument); run without --direct-io");
+    }
+  }
+  for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this, w] { Work(w); });
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  for (auto& slot : slots_) {
+    options_.allocator.release(slot->inputs);
+    options_.allocator.release(slot->targets);
+  }
+  for (void* p : scratch_) std::free(p);
+}
+
+LoaderPosition DataLoader::PositionOf(uint64_t sequence) const {
+  const LoaderPosition start = options_.resume.value_or(LoaderPosition{0, 0, options_.seed});
+  const uint64_t absolute = start.epoch * plan_->batches_per_epoch() + start.batch + sequence;
+  return LoaderPosition{absolute / plan_->batches_per_epoch(), absolute % plan_->batches_per_epoch(), options_.seed};
+}
+
+bool DataLoader::SleepUntil(double deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto until = std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(deadline)));
+  return !work_cv_.wait_until(lock, until, [&] { return stop_; });
+}
+
+void DataLoader::Work(int worker) {
+  const uint64_t batch = static_cast<uint64_t>(options_.batch);
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stop_ || error_ || next_claim_ / batch < handed_ + options_.prefetch; });
+    if (stop_ || error_) return;
+    const uint64_t claim = next_claim_++;
+    const uint64_t sequence = claim / batch;
+    const int row = static_cast<int>(claim % batch);
+    Slot& slot = *slots_[sequence % slots_.size()];
+    if (row == 0) {
+      // Claims are handed out in order, so the batch's first claim sets up its slot before any other.
+      slot.sequence = sequence;
+      slot.position = PositionOf(sequence);
+      for (int i = 0; i < options_.batch; ++i) {
+        slot.samples[i] = plan_->Sample(slot.position.epoch, slot.position.batch, options_.rank, i);
+      }
+      slot.done = 0;
+      slot.stats = BatchStats{};
+      slot.first_start_s = 0;
+      slot.last_end_s = 0;
+    }
+    const uint64_t sample = slot.samples[row];
+    lock.unlock();
+    SampleRead read;
+    try {
+      read = ReadSample(worker, sample, slot, row);
+    } catch (...) {
+      lock.lock();
+      if (!error_ && !stop_) error_ = std::current_exception();
+      ready_cv_.notify_all();
+      work_cv_.notify_all();
+      return;
+    }
+    lock.lock();
+    if (read.bytes == 0) return;  // stopped while sleeping
+    slot.stats.bytes_read += read.bytes;
+    slot.stats.read_s += read.end_s - read.start_s;
+    slot.first_start_s = slot.done == 0 ? read.start_s : std::min(slot.first_start_s, read.start_s);
+    slot.last_end_s = std::max(slot.last_end_s, read.end_s);
+    if (++slot.done == options_.batch) {
+      slot.stats.fill_s = slot.last_end_s - slot.first_start_s;
+      ready_cv_.notify_all();
+    }
+  }
+}
+
+DataLoader::SampleRead DataLoader::ReadSample(int worker, uint64_t sample, Slot& slot, int row) {
+  const Source& src = *source_;
+  const Source::File& file = src.FileOf(sample);
+  const uint64_t offset = file.data_offset + (sample - file.first_sample) * options_.record_bytes;
+  uint64_t read_at = offset, length = options_.record_bytes;
+  if (options_.direct_io) {
+    read_at = offset / kDirectAlign * kDirectAlign;
+    length = RoundUp(offset + options_.record_bytes, kDirectAlign) - read_at;
+  }
+  SampleRead read;
+  read.start_s = NowSeconds();
+  if (options_.io_latency_ms > 0 && !SleepUntil(read.start_s + options_.io_latency_ms / 1e3)) return read;
+  double paced_until = 0;
+  if (options_.io_throttle_MBps > 0) {
+    // The rank's reads take consecutive turns on one timeline at the throttle rate (no burst), whichever
+    // worker issues them; the read runs during its turn, so slow storage below the limit still shows.
+    std::lock_guard<std::mutex> lock(mutex_);
+    throttle_free_at_ = std::max(throttle_free_at_, NowSeconds()) + length / (options_.io_throttle_MBps * 1e6);
+    paced_until = throttle_free_at_;
+  }
+  char* buffer = static_cast<char*>(scratch_[worker]);
+  const uint64_t needed = offset - read_at + options_.record_bytes;  // the aligned tail may run past the end
+  uint64_t got = 0;
+  while (got < length) {
+    ssize_t n = ::pread(file.fd, buffer + got, length - got, static_cast<off_t>(read_at + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw RuntimeError(file.path + ": read of " + std::to_string(length - got) + " bytes at byte " +
+                         std::to_string(read_at + got) + " failed: " + Errno());
+    }
+    if (n == 0) break;
+    got += static_cast<uint64_t>(n);
+    // O_DIRECT reads come back in whole blocks except at the end of the file, where the next one would fail.
+    if (options_.direct_io && got % kDirectAlign != 0) break;
+  }
+  if (got < needed) {
+    throw InputError(file.path + ": truncated at byte " + std::to_string(read_at + got) + ": sample " +
+                     std::to_string(sample) + " needs bytes " + std::to_string(offset) + ".." +
+                     std::to_string(offset + options_.record_bytes) + " (was the file changed after it was checked?)");
+  }
+  if (paced_until > 0 && !SleepUntil(paced_until)) return read;
+
+  const unsigned char* tokens = reinterpret_cast<const unsigned char*>(buffer + (offset - read_at));
+  const int seq = options_.seq;
+  int32_t* inputs = slot.inputs + static_cast<size_t>(row) * seq;
+  int32_t* targets = slot.targets + static_cast<size_t>(row) * seq;
+  for (int k = 0; k <= seq; ++k) {
+    const unsigned char* p = tokens + static_cast<size_t>(k) * src.token_bytes;
+    uint64_t token = src.token_bytes == 2 ? (p[0] | p[1] << 8)
+                                          : (uint64_t{p[0]} | uint64_t{p[1]} << 8 | uint64_t{p[2]} << 16 |
+                                             uint64_t{p[3]} << 24);
+    if (token >= src.vocab) {
+      if (!src.wrap_to_vocab) {
+        throw InputError(file.path + ": corrupt token " + std::to_string(token) + " at byte " +
+                         std::to_string(offset + static_cast<uint64_t>(k) * src.token_bytes) + " (vocab " +
+                         std::to_string(src.vocab) + ")");
+      }
+      token %= src.vocab;
+    }
+    if (k < seq) inputs[k] = static_cast<int32_t>(token);
+    if (k > 0) targets[k - 1] = static_cast<int32_t>(token);
+  }
+  read.bytes = length;
+  read.end_s = NowSeconds();
+  return read;
+}
+
+const LoaderBatch& DataLoader::Next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+  const uint64_t sequence = handed_;
+  auto ready = [&](uint64_t s) {
+    const Slot& slot = *slots_[s % slots_.size()];
+    return slot.sequence == s && slot.done == options_.batch;
+  };
+  int depth = 0;
+  for (uint64_t s = sequence; s < sequence + options_.prefetch && ready(s); ++s) ++depth;
+  const double wait_start = NowSeconds();
+  ready_cv_.wait(lock, [&] { return error_ || ready(sequence); });
+  if (error_) std::rethrow_exception(error_);
+  const double wait_s = NowSeconds() - wait_start;
+  Slot& slot = *slots_[sequence % slots_.size()];
+  slot.stats.wait_s = wait_s;
+  slot.stats.queue_depth = depth;
+  ++handed_;
+  current_.inputs = slot.inputs;
+  current_.targets = slot.targets;
+  current_.batch = options_.batch;
+  current_.seq = options_.seq;
+  current_.position = slot.position;
+  current_.samples = slot.samples;
+  current_.stats = slot.stats;
+  totals_.batches += 1;
+  totals_.bytes_read += slot.stats.bytes_read;
+  totals_.reads += static_cast<uint64_t>(options_.batch);
+  totals_.read_s += slot.stats.read_s;
+  totals_.wait_s += wait_s;
+  lock.unlock();
+  work_cv_.notify_all();  // a slot is free for the workers again
+  return current_;
+}
+
+LoaderPosition DataLoader::Position() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return PositionOf(handed_);
+}
+
+LoaderStats DataLoader::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return totals_;
+}
+
+}  // namespace tb

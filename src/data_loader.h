@@ -1,0 +1,174 @@
+// The data loader: worker threads read each sample's window of seq+1 tokens with positioned reads (pread,
+// optionally O_DIRECT) into a ring of batch buffers; Next() hands out batches in a fixed order that every
+// rank derives from the seed alone, so that together the ranks read every sample exactly once per epoch and a
+// loader restarted from a saved LoaderPosition continues with exactly the batches an uninterrupted one would.
+//
+// Samples: the dataset is a list of files cut into fixed-size records (record_bytes, by default the seq+1
+// tokens of one window), back to back after each file's header; sample i is the i-th record in file order.
+// Epoch e is a permutation of all samples keyed by (seed, e); global batch g of an epoch is the positions
+// [g*n*B, (g+1)*n*B) of it and rank r takes the B positions starting at g*n*B + r*B. The samples past the last
+// whole global batch are dropped (stats().dropped_per_epoch).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tb {
+
+// Where a loader stands: the next batch it hands out. Saved with a checkpoint and given back to resume.
+struct LoaderPosition {
+  uint64_t epoch = 0;
+  uint64_t batch = 0;  // global batch index within the epoch
+  uint64_t seed = 0;
+
+  bool operator==(const LoaderPosition&) const = default;
+};
+
+// Allocates the output buffers (pass pinned-memory functions for asynchronous copies to the GPU). The
+// default is page-aligned host memory.
+struct HostAllocator {
+  std::function<void*(size_t)> allocate;
+  std::function<void(void*)> release;
+};
+HostAllocator AlignedHostAllocator();
+
+struct DataLoaderOptions {
+  std::string dir;
+  // Raw mode: records of record_bytes from every regular file under `dir` (recursively, sorted by path), no
+  // headers; token k of a sample = its k-th little-endian integer of TokenBytesForVocab(raw_vocab) bytes
+  // modulo raw_vocab.
+  bool raw = false;
+  uint64_t raw_vocab = 50257;
+  int seq = 1024;   // tokens per sequence; a sample is seq+1 tokens
+  int batch = 4;    // sequences per rank per batch (B)
+  int rank = 0;
+  int world = 1;
+  uint64_t seed = 1234;
+  int workers = 2;   // --loader-workers
+  int prefetch = 4;  // --prefetch: batches read ahead of the consumer
+  bool direct_io = false;    // --direct-io: O_DIRECT, reading the 4096-aligned superset of each record
+  uint64_t record_bytes = 0;  // --record-bytes: bytes read per sample; 0 = (seq+1) x token bytes
+  double io_throttle_MBps = 0;  // --io-throttle: this rank's read rate limit (MB = 1e6 B); 0 = none
+  double io_latency_ms = 0;     // --io-latency-ms: added to every read
+  std::optional<LoaderPosition> resume;  // start here (its seed must equal seed); none: epoch 0, batch 0
+  HostAllocator allocator = AlignedHostAllocator();
+};
+
+struct BatchStats {
+  uint64_t bytes_read = 0;   // what the reads asked for (the aligned superset under O_DIRECT)
+  double read_s = 0;         // sum over the batch's reads (each pread, plus throttle and latency)
+  double fill_s = 0;         // from the first read of the batch starting to the last one ending
+  double wait_s = 0;         // how long Next() blocked for this batch
+  int queue_depth = 0;       // batches ready when Next() was called
+  double ReadMBps() const { return fill_s > 0 ? bytes_read / fill_s / 1e6 : 0; }
+};
+
+struct LoaderBatch {
+  const int32_t* inputs = nullptr;   // (B, seq): tokens [0, seq) of each sample
+  const int32_t* targets = nullptr;  // (B, seq): tokens [1, seq + 1) of each sample
+  int batch = 0;
+  int seq = 0;
+  LoaderPosition position;  // this batch's place
+  std::vector<uint64_t> samples;  // (B) dataset sample indices
+  BatchStats stats;
+};
+
+struct LoaderStats {
+  uint64_t files = 0;
+  uint64_t samples = 0;            // in the dataset
+  uint64_t record_bytes = 0;
+  uint64_t batches_per_epoch = 0;  // global batches
+  uint64_t dropped_per_epoch = 0;  // samples past the last whole global batch
+  uint64_t batches = 0;            // handed out by Next()
+  uint64_t bytes_read = 0;         // by the batches handed out
+  uint64_t reads = 0;
+  double read_s = 0;
+  double wait_s = 0;
+};
+
+// Which sample each position of each epoch holds; the arithmetic the loader runs on, shared by every rank.
+class SamplePlan {
+ public:
+  SamplePlan(uint64_t samples, int world, int batch, uint64_t seed);
+
+  uint64_t samples() const { return samples_; }
+  uint64_t batches_per_epoch() const { return batches_per_epoch_; }
+  uint64_t dropped_per_epoch() const { return samples_ - batches_per_epoch_ * world_ * batch_; }
+  // Sample at position i of `rank`'s share of global batch `batch` of `epoch`.
+  uint64_t Sample(uint64_t epoch, uint64_t batch, int rank, int i) const;
+  // The position after `p`: the next global batch, wrapping into the next epoch.
+  LoaderPosition After(const LoaderPosition& p) const;
+
+ private:
+  uint64_t Permute(uint64_t epoch, uint64_t position) const;
+
+  uint64_t samples_;
+  int world_;
+  int batch_;
+  uint64_t seed_;
+  uint64_t batches_per_epoch_;
+  int half_bits_;  // the permutation is a Feistel network over 2 * half_bits_ bits, cycle-walked to samples_
+};
+
+class DataLoader {
+ public:
+  // Opens and checks the dataset (shard headers, or the raw files), checks the options (InputError naming the
+  // flag), and starts the workers.
+  explicit DataLoader(DataLoaderOptions options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Blocks until the next batch is ready. The batch stays valid until the next call. A worker's read error
+  // (InputError/RuntimeError naming the file and byte offset) is rethrown here.
+  const LoaderBatch& Next();
+
+  // The position of the batch the next Next() returns.
+  LoaderPosition Position() const;
+  LoaderStats stats() const;
+  const SamplePlan& plan() const { return *plan_; }
+
+ private:
+  struct Source;
+  struct Slot;
+  struct SampleRead {
+    uint64_t bytes = 0;
+    double start_s = 0;  // NowSeconds
+    double end_s = 0;
+  };
+
+  void Work(int worker);
+  // Reads sample `sample` into row `row` of `slot` (latency, throttle and the pread).
+  SampleRead ReadSample(int worker, uint64_t sample, Slot& slot, int row);
+  // Sleeps until `deadline` (NowSeconds) unless the loader stops first; returns false when it stops.
+  bool SleepUntil(double deadline);
+  LoaderPosition PositionOf(uint64_t sequence) const;
+
+  DataLoaderOptions options_;
+  std::unique_ptr<Source> source_;
+  std::unique_ptr<SamplePlan> plan_;
+  double throttle_free_at_ = 0;  // --io-throttle: when the rank's read timeline is free again (NowSeconds)
+  std::vector<std::unique_ptr<Slot>> slots_;  // ring of prefetch + 1 batches
+  std::vector<void*> scratch_;                // one aligned read buffer per worker
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_;   // workers: a sample to read, or stop
+  std::condition_variable ready_cv_;  // consumer: a batch completed, or an error
+  uint64_t handed_ = 0;       // batches handed out by Next()
+  uint64_t next_claim_ = 0;   // next (batch sequence x B + sample) to read
+  bool stop_ = false;
+  std::exception_ptr error_;
+  LoaderStats totals_;
+  LoaderBatch current_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace tb

@@ -1,0 +1,325 @@
+#include "token_shard.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "checksum.h"
+#include "error.h"
+
+namespace tb {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Byte offsets of the header fields (all little-endian).
+constexpr size_t kMagicAt = 0;
+constexpr size_t kVersionAt = 8;
+constexpr size_t kHeaderBytesAt = 12;
+constexpr size_t kTokenBytesAt = 16;
+constexpr size_t kPayloadCrcAt = 20;
+constexpr size_t kTokenCountAt = 24;
+constexpr size_t kVocabAt = 32;
+constexpr size_t kHeaderCrcAt = 40;  // CRC-32C of bytes [0, 40)
+constexpr size_t kFieldsEnd = 44;
+
+constexpr size_t kVerifyChunkBytes = 4 << 20;
+
+void Put(unsigned char* at, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) at[i] = static_cast<unsigned char>(value >> (8 * i));
+}
+
+uint64_t Get(const unsigned char* at, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) value |= static_cast<uint64_t>(at[i]) << (8 * i);
+  return value;
+}
+
+std::string Hex(uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", value);
+  return text;
+}
+
+std::string Errno() { return std::strerror(errno); }
+
+std::string DtypeName(uint32_t token_bytes) { return token_bytes == 2 ? "uint16" : "uint32"; }
+
+// Reads exactly `bytes` at `offset` unless the file ends first; returns the bytes read.
+size_t ReadAt(int fd, void* buffer, size_t bytes, uint64_t offset, const std::string& path) {
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = ::pread(fd, static_cast<char*>(buffer) + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw InputError(path + ": read failed at byte " + std::to_string(offset + done) + ": " + Errno());
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+class Fd {
+ public:
+  explicit Fd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) throw InputError(path + ": cannot open: " + Errno());
+  }
+  ~Fd() { ::close(fd_); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+uint32_t TokenBytesForVocab(uint64_t vocab) { return vocab <= 65536 ? 2 : 4; }
+
+ShardWriter::ShardWriter(std::string path, uint64_t vocab) : path_(std::move(path)), temp_path_(path_ + ".tmp") {
+  if (vocab < 1 || vocab > (uint64_t{1} << 32)) throw InputError("vocab " + std::to_string(vocab) + " out of range 1..2^32");
+  header_.vocab = vocab;
+  header_.token_bytes = TokenBytesForVocab(vocab);
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw RuntimeError(temp_path_ + ": cannot create: " + Errno());
+  // The header is written last, by Finish(); the payload starts after it.
+  if (::lseek(fd_, kShardHeaderBytes, SEEK_SET) < 0) Fail("seek");
+}
+
+ShardWriter::~ShardWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(temp_path_.c_str());
+  }
+}
+
+void ShardWriter::Fail(const std::string& what) {
+  const std::string message = temp_path_ + ": " + what + " failed at byte " +
+                              std::to_string(header_.file_bytes()) + ": " + Errno();
+  ::close(fd_);
+  ::unlink(temp_path_.c_str());
+  fd_ = -1;
+  throw RuntimeError(message);
+}
+
+void ShardWriter::Append(const void* tokens, uint64_t count) {
+  const size_t bytes = count * header_.token_bytes;
+  const char* data = static_cast<const char*>(tokens);
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = ::write(fd_, data + done, bytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) Fail("write");
+    done += static_cast<size_t>(n);
+  }
+  header_.payload_crc32c = Crc32c(tokens, bytes, header_.payload_crc32c);
+  header_.token_count += count;
+}
+
+void ShardWriter::Finish() {
+  unsigned char bytes[kShardHeaderBytes] = {};
+  std::memcpy(bytes + kMagicAt, kShardMagic, sizeof kShardMagic);
+  Put(bytes + kVersionAt, header_.format_version, 4);
+  Put(bytes + kHeaderBytesAt, header_.header_bytes, 4);
+  Put(bytes + kTokenBytesAt, header_.token_bytes, 4);
+  Put(bytes + kPayloadCrcAt, header_.payload_crc32c, 4);
+  Put(bytes + kTokenCountAt, header_.token_count, 8);
+  Put(bytes + kVocabAt, header_.vocab, 8);
+  Put(bytes + kHeaderCrcAt, Crc32c(bytes, kHeaderCrcAt), 4);
+  if (::pwrite(fd_, bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) Fail("header write");
+  if (::fsync(fd_) != 0) Fail("fsync");
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    ::unlink(temp_path_.c_str());
+    throw RuntimeError(temp_path_ + ": close failed: " + Errno());
+  }
+  fd_ = -1;
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    const std::string message = "cannot rename " + temp_path_ + " to " + path_ + ": " + Errno();
+    ::unlink(temp_path_.c_str());
+    throw RuntimeError(message);
+  }
+  // The rename itself is durable only once the directory is synced.
+  const std::string dir = fs::path(path_).parent_path().empty() ? "." : fs::path(path_).parent_path().string();
+  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+}
+
+ShardHeader ReadShardHeader(const std::string& path) {
+  Fd fd(path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw InputError(path + ": cannot stat: " + Errno());
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  unsigned char bytes[kFieldsEnd] = {};
+  const size_t got = ReadAt(fd.get(), bytes, kFieldsEnd, 0, path);
+  if (got >= sizeof kShardMagic && std::memcmp(bytes + kMagicAt, kShardMagic, sizeof kShardMagic) != 0) {
+    throw InputError(path + ": not a trainbench token shard: bad magic at byte 0 (want \"TBTOKENS\")");
+  }
+  if (file_bytes < kShardHeaderBytes) {
+    throw InputError(path + ": truncated at byte " + std::to_string(file_bytes) + ": the header needs " +
+                     std::to_string(kShardHeaderBytes) + " bytes, file has " + std::to_string(file_bytes));
+  }
+  ShardHeader h;
+  h.format_version = static_cast<uint32_t>(Get(bytes + kVersionAt, 4));
+  h.header_bytes = static_cast<uint32_t>(Get(bytes + kHeaderBytesAt, 4));
+  h.token_bytes = static_cast<uint32_t>(Get(bytes + kTokenBytesAt, 4));
+  h.payload_crc32c = static_cast<uint32_t>(Get(bytes + kPayloadCrcAt, 4));
+  h.token_count = Get(bytes + kTokenCountAt, 8);
+  h.vocab = Get(bytes + kVocabAt, 8);
+  const std::string at = path + ": ";
+  if (h.format_version != kShardFormatVersion) {
+    throw InputError(at + "unsupported format version " + std::to_string(h.format_version) + " at byte " +
+                     std::to_string(kVersionAt) + " (this trainbench reads version " +
+                     std::to_string(kShardFormatVersion) + ")");
+  }
+  if (h.header_bytes != kShardHeaderBytes) {
+    throw InputError(at + "bad header size " + std::to_string(h.header_bytes) + " at byte " +
+                     std::to_string(kHeaderBytesAt) + " (want " + std::to_string(kShardHeaderBytes) + ")");
+  }
+  if (h.token_bytes != 2 && h.token_bytes != 4) {
+    throw InputError(at + "bad token dtype " + std::to_string(h.token_bytes) + " at byte " +
+                     std::to_string(kTokenBytesAt) + " (want 2 = uint16 or 4 = uint32)");
+  }
+  const uint32_t header_crc = static_cast<uint32_t>(Get(bytes + kHeaderCrcAt, 4));
+  if (Crc32c(bytes, kHeaderCrcAt) != header_crc) {
+    throw InputError(at + "header checksum mismatch at byte " + std::to_string(kHeaderCrcAt) + ": bytes 0.." +
+                     std::to_string(kHeaderCrcAt) + " give " + Hex(Crc32c(bytes, kHeaderCrcAt)) + ", stored " +
+                     Hex(header_crc) + " (the header is corrupt)");
+  }
+  if (h.vocab < 1 || h.token_bytes != TokenBytesForVocab(h.vocab)) {
+    throw InputError(at + "vocab " + std::to_string(h.vocab) + " at byte " + std::to_string(kVocabAt) +
+                     " does not match dtype " + DtypeName(h.token_bytes) + " at byte " +
+                     std::to_string(kTokenBytesAt));
+  }
+  if (h.token_count > (UINT64_MAX - kShardHeaderBytes) / h.token_bytes) {
+    throw InputError(at + "impossible token count " + std::to_string(h.token_count) + " at byte " +
+                     std::to_string(kTokenCountAt));
+  }
+  const std::string says = "header says " + std::to_string(h.token_count) + " tokens (" +
+                           std::to_string(h.file_bytes()) + " bytes), file has " + std::to_string(file_bytes);
+  if (file_bytes < h.file_bytes()) throw InputError(at + "truncated at byte " + std::to_string(file_bytes) + ": " + says);
+  if (file_bytes > h.file_bytes()) {
+    throw InputError(at + "unexpected bytes after byte " + std::to_string(h.file_bytes()) + ": " + says);
+  }
+  return h;
+}
+
+void VerifyShardPayload(const std::string& path, const ShardHeader& header) {
+  Fd fd(path);
+  std::vector<unsigned char> chunk(kVerifyChunkBytes);
+  uint32_t crc = 0;
+  uint64_t offset = header.header_bytes;
+  const uint64_t end = header.file_bytes();
+  while (offset < end) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk.size(), end - offset));
+    const size_t got = ReadAt(fd.get(), chunk.data(), want, offset, path);
+    if (got < want) {
+      throw InputError(path + ": truncated at byte " + std::to_string(offset + got) + ": header says " +
+                       std::to_string(header.token_count) + " tokens (" + std::to_string(end) + " bytes)");
+    }
+    crc = Crc32c(chunk.data(), got, crc);
+    offset += got;
+  }
+  if (crc != header.payload_crc32c) {
+    throw InputError(path + ": payload checksum mismatch: bytes " + std::to_string(header.header_bytes) + ".." +
+                     std::to_string(end) + " give " + Hex(crc) + ", the header at byte " +
+                     std::to_string(kPayloadCrcAt) + " says " + Hex(header.payload_crc32c) +
+                     " (the file is corrupt)");
+  }
+}
+
+std::string ShardFileName(uint64_t index) {
+  char name[32];
+  std::snprintf(name, sizeof name, "shard-%05llu.tbs", static_cast<unsigned long long>(index));
+  return name;
+}
+
+std::vector<std::string> ListShardFiles(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw InputError("data directory '" + dir + "' does not exist or is not a directory");
+  std::vector<std::string> paths;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with("shard-") && name.ends_with(".tbs") && it->is_regular_file()) paths.push_back(it->path().string());
+  }
+  if (ec) throw InputError("cannot list data directory '" + dir + "': " + ec.message());
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+TokenDataset OpenTokenDataset(const std::string& dir) {
+  TokenDataset dataset;
+  dataset.dir = dir;
+  for (const std::string& path : ListShardFiles(dir)) {
+    ShardFile shard{path, ReadShardHeader(path)};
+    if (dataset.shards.empty()) {
+      dataset.token_bytes = shard.header.token_bytes;
+      dataset.vocab = shard.header.vocab;
+    } else if (shard.header.token_bytes != dataset.token_bytes || shard.header.vocab != dataset.vocab) {
+      throw InputError(path + ": dtype " + DtypeName(shard.header.token_bytes) + ", vocab " +
+                       std::to_string(shard.header.vocab) + " differ from " + dataset.shards.front().path + " (" +
+                       DtypeName(dataset.token_bytes) + ", vocab " + std::to_string(dataset.vocab) + ")");
+    }
+    dataset.total_tokens += shard.header.token_count;
+    dataset.shards.push_back(std::move(shard));
+  }
+  if (dataset.shards.empty()) {
+    throw InputError("data directory '" + dir + "' holds no token shards (shard-*.tbs); write some with "
+                     "'trainbench data generate --dir " + dir + " --tokens N'");
+  }
+  return dataset;
+}
+
+void VerifyTokenDataset(const TokenDataset& dataset) {
+  for (const ShardFile& shard : dataset.shards) VerifyShardPayload(shard.path, shard.header);
+}
+
+uint64_t ParseTokenCount(const std::string& text, const std::string& flag) {
+  auto invalid = [&](const std::string& why) {
+    return InputError("invalid count '" + text + "' for " + flag + ": " + why +
+                      " (expected a number such as 20000000, 2e7 or 20M; suffixes K=1e3, M=1e6, G=1e9, T=1e12)");
+  };
+  std::string number = text;
+  double multiplier = 1;
+  if (!number.empty()) {
+    switch (number.back()) {
+      case 'K': case 'k': multiplier = 1e3; break;
+      case 'M': case 'm': multiplier = 1e6; break;
+      case 'G': case 'g': multiplier = 1e9; break;
+      case 'T': case 't': multiplier = 1e12; break;
+      default: break;
+    }
+    if (multiplier != 1) number.pop_back();
+  }
+  if (number.empty() || !(std::isdigit(static_cast<unsigned char>(number[0])) || number[0] == '.')) {
+    throw invalid("not a number");
+  }
+  if (std::all_of(number.begin(), number.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
+      multiplier == 1) {
+    // Exact for every uint64, where a double would round above 2^53.
+    errno = 0;
+    const unsigned long long value = std::strtoull(number.c_str(), nullptr, 10);
+    if (errno == ERANGE) throw invalid("too large");
+    if (value == 0) throw invalid("must be at least 1");
+    return value;
+  }
+  char* end = nullptr;
+  const double value = std::strtod(number.c_str(), &end) * multiplier;
+  if (*end != '\0') throw invalid("not a number");
+  if (!std::isfinite(value) || value >= 1.8e19) throw invalid("too large");
+  if (value < 1) throw invalid("must be at least 1");
+  if (value != std::floor(value)) throw invalid("not a whole number");
+  return static_cast<uint64_t>(value);
+}
+
+}  // namespace tb

@@ -1,0 +1,92 @@
+// Token shards: the files `trainbench data generate` writes and the data loader reads. One shard is a
+// 4096-byte header followed by the tokens, little-endian uint16 (vocab <= 65536) or uint32. The header is a
+// whole page so that records whose size is a multiple of 4096 stay page-aligned for O_DIRECT. Layout in
+// src/README.md. Every problem with a shard is an InputError naming the file and the byte offset.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tb {
+
+constexpr char kShardMagic[8] = {'T', 'B', 'T', 'O', 'K', 'E', 'N', 'S'};
+constexpr uint32_t kShardFormatVersion = 1;
+constexpr uint32_t kShardHeaderBytes = 4096;
+
+// Bytes per token for a vocabulary: 2 when every id fits in uint16, else 4.
+uint32_t TokenBytesForVocab(uint64_t vocab);
+
+struct ShardHeader {
+  uint32_t format_version = kShardFormatVersion;
+  uint32_t header_bytes = kShardHeaderBytes;
+  uint32_t token_bytes = 2;  // the dtype: 2 = uint16, 4 = uint32
+  uint32_t payload_crc32c = 0;
+  uint64_t token_count = 0;
+  uint64_t vocab = 0;
+
+  uint64_t payload_bytes() const { return token_count * token_bytes; }
+  uint64_t file_bytes() const { return header_bytes + payload_bytes(); }
+};
+
+// Writes one shard to `path`: tokens go to "<path>.tmp"; Finish() writes the header (count and CRC-32C),
+// fsyncs and renames it to `path`. Destroyed unfinished, it removes the temporary file.
+class ShardWriter {
+ public:
+  ShardWriter(std::string path, uint64_t vocab);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  // Tokens in the shard's dtype (token_bytes() each), already below vocab.
+  void Append(const void* tokens, uint64_t count);
+  void Finish();
+
+  uint32_t token_bytes() const { return header_.token_bytes; }
+  const ShardHeader& header() const { return header_; }
+
+ private:
+  [[noreturn]] void Fail(const std::string& what);
+
+  std::string path_;
+  std::string temp_path_;
+  int fd_ = -1;
+  ShardHeader header_;
+};
+
+// Reads and checks the header of `path` against the file's size: magic, version, dtype, header checksum,
+// vocab, and that the file holds exactly the tokens the header announces.
+ShardHeader ReadShardHeader(const std::string& path);
+
+// Reads the whole payload and compares its CRC-32C with the header's.
+void VerifyShardPayload(const std::string& path, const ShardHeader& header);
+
+struct ShardFile {
+  std::string path;
+  ShardHeader header;
+};
+
+struct TokenDataset {
+  std::string dir;
+  std::vector<ShardFile> shards;  // sorted by name
+  uint32_t token_bytes = 0;
+  uint64_t vocab = 0;
+  uint64_t total_tokens = 0;
+};
+
+// The name of shard `index`: "shard-00003.tbs".
+std::string ShardFileName(uint64_t index);
+// Shard files in `dir` ("shard-*.tbs"), sorted; empty when there are none. InputError when `dir` is missing.
+std::vector<std::string> ListShardFiles(const std::string& dir);
+
+// Header checks of every shard in `dir` (quick: no payload read); all shards must share dtype and vocab.
+// Meant to run before any rank starts work.
+TokenDataset OpenTokenDataset(const std::string& dir);
+// Full checksum verification of every shard (reads the whole dataset).
+void VerifyTokenDataset(const TokenDataset& dataset);
+
+// Token counts on the command line: a plain or scientific number (20000000000, 2e10, 1.5e9) or one with an SI
+// suffix K=1e3, M=1e6, G=1e9, T=1e12 (20G, 1.5M); the result must be a whole number >= 1.
+uint64_t ParseTokenCount(const std::string& text, const std::string& flag);
+
+}  // namespace tb
