@@ -36,6 +36,11 @@ class PendingOp {
   virtual bool Test() = 0;
   // Blocks until the operation has completed.
   virtual void Wait() = 0;
+  // Seconds from the operation's start to its completion, once Test() has returned true or Wait() has
+  // returned: timed with CUDA events on the communicator's stream for NCCL (the start is when the stream reached
+  // it, after the producer's work), with the host clock from the call to the completion seen by Test()/Wait()
+  // for MPI.
+  virtual double Seconds() const = 0;
 };
 
 class Communicator {

@@ -53,14 +53,12 @@ void BucketedAllReduce::Begin() {
   for (size_t b = 0; b < buckets_.size(); ++b) pending_tensors_[b] = buckets_[b].tensors.size();
   in_flight_.clear();
   in_flight_.resize(buckets_.size());
-  started_s_.assign(buckets_.size(), 0);
-  completed_s_.assign(buckets_.size(), 0);
+  completed_.assign(buckets_.size(), false);
 }
 
 void BucketedAllReduce::Start(size_t b, void* producer_stream) {
   const GradientBucket& bucket = buckets_[b];
   void* data = gradients_ + bucket.begin * DataTypeSize(type_);
-  started_s_[b] = NowSeconds();
   in_flight_[b] = comm_.StartAllReduce(data, data, bucket.end - bucket.begin, type_, ReduceOp::kAvg, producer_stream);
 }
 
@@ -77,7 +75,7 @@ void BucketedAllReduce::TensorReady(size_t index, void* producer_stream) {
 
 void BucketedAllReduce::Progress() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (in_flight_[b] && completed_s_[b] == 0 && in_flight_[b]->Test()) completed_s_[b] = NowSeconds();
+    if (in_flight_[b] && !completed_[b] && in_flight_[b]->Test()) completed_[b] = true;
   }
 }
 
@@ -92,11 +90,11 @@ BucketTiming BucketedAllReduce::Finish(void* producer_stream) {
   }
   const double wait_start = NowSeconds();
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (completed_s_[b] == 0) {
+    if (!completed_[b]) {
       in_flight_[b]->Wait();
-      completed_s_[b] = NowSeconds();
+      completed_[b] = true;
     }
-    timing.comm_total_s += completed_s_[b] - started_s_[b];
+    timing.comm_total_s += in_flight_[b]->Seconds();
     timing.bytes += (buckets_[b].end - buckets_[b].begin) * DataTypeSize(type_);
   }
   timing.comm_exposed_s = NowSeconds() - wait_start;

@@ -31,8 +31,8 @@ std::vector<GradientBucket> PlanBuckets(const std::vector<GradientTensor>& tenso
                                         size_t element_bytes);
 
 struct BucketTiming {
-  double comm_total_s = 0;    // sum over buckets of start-to-completion time of each all-reduce
-  double comm_exposed_s = 0;  // time Finish() waited for outstanding reductions after backward
+  double comm_total_s = 0;    // sum over buckets of each all-reduce's start-to-completion (PendingOp::Seconds)
+  double comm_exposed_s = 0;  // host time Finish() waited for outstanding reductions after backward
   size_t buckets = 0;
   size_t bytes = 0;           // bytes all-reduced per rank
 };
@@ -73,8 +73,7 @@ class BucketedAllReduce {
   std::vector<size_t> pending_tensors_;  // per bucket: tensors not yet ready
   std::vector<bool> tensor_ready_;
   std::vector<std::unique_ptr<PendingOp>> in_flight_;
-  std::vector<double> started_s_;
-  std::vector<double> completed_s_;
+  std::vector<bool> completed_;
 };
 
 }  // namespace tb

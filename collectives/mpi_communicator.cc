@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "clock.h"
 #include "error.h"
 
 namespace tb {
@@ -77,7 +78,7 @@ void DivideByRanks(void* data, size_t count, DataType type, int ranks) {
 class MpiPendingAllReduce : public PendingOp {
  public:
   MpiPendingAllReduce(void* recv, size_t count, DataType type, bool average, int ranks)
-      : recv_(recv), count_(count), type_(type), average_(average), ranks_(ranks) {}
+      : recv_(recv), count_(count), type_(type), average_(average), ranks_(ranks), started_s_(NowSeconds()) {}
   ~MpiPendingAllReduce() override {
     // Never leave a request behind: MPI would write into buffers the caller may already have freed.
     if (!done_ && request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
@@ -98,10 +99,12 @@ class MpiPendingAllReduce : public PendingOp {
     TB_CHECK_MPI(MPI_Wait(&request_, MPI_STATUS_IGNORE));
     Complete();
   }
+  double Seconds() const override { return completed_s_ - started_s_; }
 
  private:
   void Complete() {
     done_ = true;
+    completed_s_ = NowSeconds();
     if (average_) DivideByRanks(recv_, count_, type_, ranks_);
   }
 
@@ -112,6 +115,8 @@ class MpiPendingAllReduce : public PendingOp {
   bool average_;
   int ranks_;
   bool done_ = false;
+  double started_s_;
+  double completed_s_ = 0;
 };
 
 class MpiCommunicator : public Communicator {

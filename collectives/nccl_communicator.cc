@@ -327,7 +327,8 @@ namespace {
 // Polled like Synchronize(), so that an asynchronous error or an abort ends a wait.
 class NcclPendingAllReduce : public PendingOp {
  public:
-  NcclPendingAllReduce(NcclCommunicator& owner, Event done) : owner_(owner), done_event_(std::move(done)) {}
+  NcclPendingAllReduce(NcclCommunicator& owner, Event start, Event done)
+      : owner_(owner), start_event_(std::move(start)), done_event_(std::move(done)) {}
 
   bool Test() override {
     if (done_) return true;
@@ -343,9 +344,11 @@ class NcclPendingAllReduce : public PendingOp {
   void Wait() override {
     while (!Test()) std::this_thread::yield();
   }
+  double Seconds() const override { return Event::ElapsedSeconds(start_event_, done_event_); }
 
  private:
   NcclCommunicator& owner_;
+  Event start_event_;
   Event done_event_;
   bool done_ = false;
 };
@@ -360,10 +363,12 @@ std::unique_ptr<PendingOp> NcclCommunicator::StartAllReduce(const void* send, vo
     produced.Record(static_cast<cudaStream_t>(after_stream));
     TB_CHECK_CUDA(cudaStreamWaitEvent(stream_.get(), produced.get(), 0));
   }  // destroying an event that a stream still waits on is allowed: CUDA releases it after the wait
+  Event start;
+  start.Record(stream_.get());
   AllReduce(send, recv, count, type, op);
   Event done;
   done.Record(stream_.get());
-  return std::make_unique<NcclPendingAllReduce>(*this, std::move(done));
+  return std::make_unique<NcclPendingAllReduce>(*this, std::move(start), std::move(done));
 }
 
 // As nccl-tests does: poll the stream rather than block in cudaStreamSynchronize, so that an asynchronous NCCL

@@ -80,40 +80,6 @@ struct BlockActivations {
   float* residual3 = nullptr;  // (N, C) residual after the MLP: the block's output
 };
 
-// Box–Muller normals over splitmix64, a few lines of our own: std::normal_distribution's output is left to each
-// standard library, and every rank must draw the same model from the same seed.
-class NormalGenerator {
- public:
-  explicit NormalGenerator(uint64_t seed) : state_(seed) {}
-
-  float Next(float stddev) {
-    if (has_spare_) {
-      has_spare_ = false;
-      return static_cast<float>(spare_ * stddev);
-    }
-    const double u1 = 1.0 - Uniform();  // (0, 1]: log stays finite
-    const double u2 = Uniform();
-    const double radius = std::sqrt(-2.0 * std::log(u1));
-    constexpr double kTwoPi = 6.283185307179586;
-    spare_ = radius * std::sin(kTwoPi * u2);
-    has_spare_ = true;
-    return static_cast<float>(radius * std::cos(kTwoPi * u2) * stddev);
-  }
-
- private:
-  uint64_t SplitMix64() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return static_cast<double>(SplitMix64() >> 11) * 0x1.0p-53; }  // [0, 1)
-
-  uint64_t state_;
-  double spare_ = 0.0;
-  bool has_spare_ = false;
-};
-
 class CpuTransformer : public Transformer {
  public:
   CpuTransformer(const ModelConfig& config, uint64_t seed)
@@ -127,7 +93,7 @@ class CpuTransformer : public Transformer {
         weights_(PointTensors(params_.data(), layout_, config.layers)),
         weight_grads_(PointTensors(grads_.data(), layout_, config.layers)),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
-    Initialise(seed);
+    InitializeParameters(config_, layout_, seed, params_.data());
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -136,15 +102,19 @@ class CpuTransformer : public Transformer {
   size_t parameter_elements() const override { return elements_; }
   float* parameters() override { return params_.data(); }
   float* gradients() override { return grads_.data(); }
+  float* adam_m() override { return m_.data(); }
+  float* adam_v() override { return v_.data(); }
+  std::string attention() const override { return "cpu"; }
+  std::unique_ptr<PhaseClock> MakePhaseClock() const override { return MakeHostPhaseClock(); }
 
-  float Forward(const int32_t* inputs, const int32_t* targets, int batch, int seq) override;
+  void SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) override;
+  void Forward() override;
+  float Loss() override { return loss_; }
   void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
   void ZeroGradients() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
 
  private:
-  void Initialise(uint64_t seed);
-  void CheckBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) const;
   void ReserveActivations(size_t tokens);
   // Elements of slot s that the model uses: all of them but wte's padding rows.
   size_t UsedElements(size_t s) const {
@@ -182,47 +152,8 @@ class CpuTransformer : public Transformer {
   int batch_ = 0;
   int seq_ = 0;
   bool backward_pending_ = false;
+  float loss_ = 0.0f;
 };
-
-void CpuTransformer::Initialise(uint64_t seed) {
-  constexpr float kStddev = 0.02f;
-  // GPT-2 scales the projections that write into the residual stream so that its variance does not grow
-  // with depth: each block adds two of them.
-  const float residual_stddev = kStddev / std::sqrt(2.0f * config_.layers);
-  NormalGenerator normal(seed);
-  for (size_t s = 0; s < layout_.size(); ++s) {
-    const TensorSlot& slot = layout_[s];
-    float* p = params_.data() + slot.offset;
-    const bool residual_projection = slot.name.ends_with(".proj.weight");  // attn.proj and mlp.proj
-    const bool layer_norm_gain = !slot.decay && slot.name.ends_with(".weight");
-    if (layer_norm_gain) {
-      std::fill(p, p + slot.count, 1.0f);
-    } else if (slot.decay) {
-      // wte's padding rows are not drawn: they stay zero.
-      const float stddev = residual_projection ? residual_stddev : kStddev;
-      for (size_t i = 0; i < UsedElements(s); ++i) p[i] = normal.Next(stddev);
-    }
-  }
-}
-
-void CpuTransformer::CheckBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) const {
-  if (batch < 1) throw InputError("batch size must be at least 1, got " + std::to_string(batch));
-  if (seq < 1 || seq > config_.seq) {
-    throw InputError("sequence length " + std::to_string(seq) + " is outside 1.." + std::to_string(config_.seq) +
-                     ", the positions of model '" + config_.name + "'");
-  }
-  auto check = [&](const int32_t* tokens, const char* what) {
-    for (size_t i = 0; i < static_cast<size_t>(batch) * seq; ++i) {
-      if (tokens[i] < 0 || tokens[i] >= config_.vocab) {
-        throw InputError(std::string(what) + " token " + std::to_string(tokens[i]) + " at sequence " +
-                         std::to_string(i / seq) + ", position " + std::to_string(i % seq) +
-                         " is outside the vocabulary [0, " + std::to_string(config_.vocab) + ")");
-      }
-    }
-  };
-  check(inputs, "input");
-  check(targets, "target");
-}
 
 void CpuTransformer::ReserveActivations(size_t tokens) {
   if (tokens <= capacity_tokens_) return;
@@ -283,17 +214,25 @@ void CpuTransformer::ReserveActivations(size_t tokens) {
   capacity_tokens_ = n;
 }
 
-float CpuTransformer::Forward(const int32_t* inputs, const int32_t* targets, int batch, int seq) {
-  CheckBatch(inputs, targets, batch, seq);
+void CpuTransformer::SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) {
+  CheckBatch(config_, inputs, targets, batch, seq);
   backward_pending_ = false;  // the activations are about to change
   const size_t n = static_cast<size_t>(batch) * seq;
-  const int c = config_.d_model;
-  const int hidden = config_.mlp_ratio * c;
   ReserveActivations(n);
   std::copy(inputs, inputs + n, inputs_.begin());
   std::copy(targets, targets + n, targets_.begin());
   batch_ = batch;
   seq_ = seq;
+}
+
+void CpuTransformer::Forward() {
+  if (batch_ == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
+  backward_pending_ = false;
+  const int batch = batch_;
+  const int seq = seq_;
+  const size_t n = static_cast<size_t>(batch) * seq;
+  const int c = config_.d_model;
+  const int hidden = config_.mlp_ratio * c;
 
   cpu::EncoderForward(encoded_, inputs_.data(), weights_.wte, weights_.wpe, batch, seq, c);
   const float* residual = encoded_;  // (N, C)
@@ -313,9 +252,8 @@ float CpuTransformer::Forward(const int32_t* inputs, const int32_t* targets, int
   cpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, weights_.lnf_weight, weights_.lnf_bias, n, c);
   // The tied LM head reads only wte's first V rows, so the padding rows never reach the logits.
   cpu::MatmulForward(logits_, lnf_, weights_.wte, nullptr, nullptr, n, c, config_.vocab);
-  const float loss = cpu::CrossEntropyForward(logits_, targets_.data(), n, config_.vocab);
+  loss_ = cpu::CrossEntropyForward(logits_, targets_.data(), n, config_.vocab);
   backward_pending_ = true;
-  return loss;
 }
 
 void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready) {

@@ -43,6 +43,8 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
   const ModelConfig& config = model.config();
   BucketedAllReduce reducer(comm, model.gradients(), DataType::kFloat32, GradientTensors(model),
                             static_cast<size_t>(o.bucket_mb * 1024 * 1024), o.overlap);
+  // Device phases are timed where they run (CUDA events on the model's stream); the host clock on the CPU.
+  std::unique_ptr<PhaseClock> clock = model.MakePhaseClock();
   std::vector<int32_t> inputs, targets;
   std::vector<StepRecord> records;
   for (int step = 0; step < o.warmup_steps + o.steps; ++step) {
@@ -54,28 +56,33 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
     r.warmup = step < o.warmup_steps;
     const double step_start = NowSeconds();
 
-    double t = NowSeconds();
     SyntheticBatch(o.data_seed, comm.rank(), step, o.micro_batch, o.seq, config.vocab, inputs, targets);
-    r.data_wait_s = NowSeconds() - t;  // the synthetic batch is made on demand: its making is the wait
+    r.data_wait_s = NowSeconds() - step_start;  // the synthetic batch is made on demand: its making is the wait
 
-    t = NowSeconds();
+    clock->Mark();
+    model.SetBatch(inputs.data(), targets.data(), o.micro_batch, o.seq);
+    clock->Mark();  // h2d
     model.ZeroGradients();
-    r.loss = model.Forward(inputs.data(), targets.data(), o.micro_batch, o.seq);
-    r.forward_s = NowSeconds() - t;
-
-    t = NowSeconds();
+    model.Forward();
+    clock->Mark();  // forward
     reducer.Begin();
-    model.Backward([&](size_t slot) { reducer.TensorReady(slot); });
-    r.backward_s = NowSeconds() - t;
-
-    BucketTiming comm_timing = reducer.Finish();
-    r.comm_total_s = comm_timing.comm_total_s;
-    r.comm_exposed_s = comm_timing.comm_exposed_s;
-
-    t = NowSeconds();
+    model.Backward([&](size_t slot) { reducer.TensorReady(slot, model.stream()); });
+    clock->Mark();  // backward
+    // Waits on the host for every bucket, so the optimizer issued next reads reduced gradients; on a device the
+    // mark after it lands when the last bucket is done, and the interval is what backward did not hide.
+    const BucketTiming comm_timing = reducer.Finish(model.stream());
+    clock->Mark();  // comm_exposed
     model.AdamWStep(o.adamw, step + 1);
-    r.optimizer_s = NowSeconds() - t;
+    clock->Mark();  // optimizer
 
+    const std::vector<double> phases = clock->Intervals();  // waits for the device
+    r.h2d_s = phases[0];
+    r.forward_s = phases[1];
+    r.backward_s = phases[2];
+    r.comm_exposed_s = phases[3];
+    r.optimizer_s = phases[4];
+    r.comm_total_s = comm_timing.comm_total_s;
+    r.loss = model.Loss();
     r.step_s = NowSeconds() - step_start;
     r.tokens = static_cast<int64_t>(o.micro_batch) * o.seq;
     records.push_back(r);

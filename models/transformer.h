@@ -34,6 +34,22 @@ struct AdamWConfig {
   float weight_decay = 0.1f;
 };
 
+// Timestamps in the order of the work a model issues: the host clock for the CPU reference, CUDA events on the
+// model's stream for CUDA, so that a phase is timed where its work runs (DESIGN.md: GPU phases are timed with
+// CUDA events on the stream that does the work).
+class PhaseClock {
+ public:
+  virtual ~PhaseClock() = default;
+  // A timestamp after all work issued so far.
+  virtual void Mark() = 0;
+  // Waits for the last mark; returns the seconds between consecutive marks since the previous call (one fewer
+  // than the marks), and starts over.
+  virtual std::vector<double> Intervals() = 0;
+};
+
+// The host-clock PhaseClock: marks are taken when Mark() is called.
+std::unique_ptr<PhaseClock> MakeHostPhaseClock();
+
 class Transformer {
  public:
   virtual ~Transformer() = default;
@@ -44,9 +60,22 @@ class Transformer {
   // Elements in the flat buffers (the embedding table has vocab_padded rows; padding rows stay zero).
   virtual size_t parameter_elements() const = 0;
 
-  // Forward over `batch` sequences of `seq` tokens (inputs and targets hold batch*seq token ids < vocab);
-  // keeps the activations for Backward; returns the mean cross-entropy over all batch*seq positions.
-  virtual float Forward(const int32_t* inputs, const int32_t* targets, int batch, int seq) = 0;
+  virtual std::string attention() const = 0;  // which attention runs: "cpu", "cudnn-sdpa" or "cublas"
+
+  // Copies one batch into the model's memory (the h2d phase on a device): `batch` sequences of `seq` tokens;
+  // inputs and targets hold batch*seq token ids < vocab, in host memory. Throws InputError for an id out of
+  // range or a shape the model cannot take.
+  virtual void SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) = 0;
+  // Forward over the batch last set; keeps the activations for Backward. On a device it only issues the work.
+  virtual void Forward() = 0;
+  // The mean cross-entropy over all batch*seq positions of the last Forward; waits for the device.
+  virtual float Loss() = 0;
+  // SetBatch, Forward, Loss: for tests and tools that want one call.
+  float ForwardBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) {
+    SetBatch(inputs, targets, batch, seq);
+    Forward();
+    return Loss();
+  }
   // Gradients of the last Forward's mean loss, accumulated into the gradient buffer. Calls
   // gradient_ready(slot) once per tensor, as soon as its gradient is final, so that buckets can be reduced
   // while backward goes on.
@@ -55,16 +84,55 @@ class Transformer {
   // One AdamW update with bias correction; step counts from 1.
   virtual void AdamWStep(const AdamWConfig& config, int64_t step) = 0;
 
-  // The flat buffers (host memory for the CPU reference, device memory for CUDA). Parameters are the fp32
-  // master weights.
+  // The flat fp32 buffers (host memory for the CPU reference, device memory for CUDA). Parameters are the
+  // master weights; adam_m and adam_v AdamW's first and second moments; all four share layout().
   virtual float* parameters() = 0;
   virtual float* gradients() = 0;
+  virtual float* adam_m() = 0;
+  virtual float* adam_v() = 0;
+
+  // The stream the model's work runs on (a cudaStream_t), or null on the CPU: gradient buckets are reduced after
+  // the work queued on it.
+  virtual void* stream() const { return nullptr; }
+  // A PhaseClock that times this model's work.
+  virtual std::unique_ptr<PhaseClock> MakePhaseClock() const = 0;
+  // The most device memory this process has held (cudaMemGetInfo at the high points), 0 on the CPU.
+  virtual uint64_t peak_device_memory_bytes() const { return 0; }
 };
 
 // The CPU reference, initialised as GPT-2 is (normal(0, 0.02) weights, residual projections scaled by
 // 1/sqrt(2*layers), zero biases, unit LayerNorm gains) from `seed`: every rank with the same seed holds the
 // same model.
 std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed);
+
+// Which attention the CUDA transformer runs: cuDNN's fused SDPA (flash attention) through the cuDNN C++
+// frontend, or cuBLAS batched GEMMs with a softmax kernel; auto takes cuDNN when it supports the shape on this
+// device and falls back to cuBLAS otherwise (the reason is kept: CudaTransformerInfo).
+enum class AttentionChoice { kAuto, kCudnn, kCublas };
+
+struct CudaTransformerOptions {
+  int max_batch = 1;  // activations are allocated once for max_batch x config.seq tokens
+  AttentionChoice attention = AttentionChoice::kAuto;
+};
+
+// The CUDA implementation on the current device: bf16 weights and activations for the GEMMs and attention, fp32
+// master weights, gradients and AdamW moments; initialised exactly as the CPU reference (same seed, same
+// weights). Throws RuntimeError in a build without CUDA, or when the device lacks memory (naming how much).
+// `fallback_reason`, when given, receives why auto did not get cuDNN (empty when it did).
+std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint64_t seed,
+                                                 const CudaTransformerOptions& options,
+                                                 std::string* fallback_reason = nullptr);
+
+// Throws InputError unless batch >= 1, 1 <= seq <= config.seq and every id of inputs and targets (batch*seq
+// each) lies in [0, vocab); the message names the first bad id and where it is.
+void CheckBatch(const ModelConfig& config, const int32_t* inputs, const int32_t* targets, int batch, int seq);
+
+// GPT-2's initialisation of the flat fp32 parameter buffer `params` (layout of MakeLayout(config)), drawn from
+// `seed` with our own generator so that every rank and both implementations draw the same model: normal(0, 0.02)
+// matrices and embeddings (residual projections scaled by 1/sqrt(2*layers)), zero biases, unit LayerNorm gains,
+// zero padding rows in wte.
+void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlot>& layout, uint64_t seed,
+                          float* params);
 
 // The layout both implementations share.
 std::vector<TensorSlot> MakeLayout(const ModelConfig& config);

@@ -305,7 +305,7 @@ TEST(CpuTransformer, LossAtInitialisationIsNearLogVocab) {
   const ModelConfig config = TinyConfig();
   auto model = MakeCpuTransformer(config, 3);
   const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 11);
-  EXPECT_NEAR(model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq), std::log(37.0), 0.3);
+  EXPECT_NEAR(model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq), std::log(37.0), 0.3);
 }
 
 TEST(CpuTransformer, ForwardMatchesDoublePrecisionReference) {
@@ -313,7 +313,7 @@ TEST(CpuTransformer, ForwardMatchesDoublePrecisionReference) {
   auto model = MakeCpuTransformer(config, 5);
   Randomise(*model, 6);
   const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 12);
-  const float loss = model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const float loss = model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   const ReferenceModel reference(config, model->layout(), model->parameters());
   const double expected = reference.Loss(batch, kBatch, kSeq);
   EXPECT_NEAR(loss, expected, 1e-5 * expected);
@@ -324,12 +324,12 @@ TEST(CpuTransformer, ForwardOfABatchIsTheMeanOverItsSequences) {
   auto model = MakeCpuTransformer(config, 5);
   Randomise(*model, 8);
   const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 13);
-  const float both = model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
-  const float first = model->Forward(batch.inputs.data(), batch.targets.data(), 1, kSeq);
-  const float second = model->Forward(batch.inputs.data() + kSeq, batch.targets.data() + kSeq, 1, kSeq);
+  const float both = model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const float first = model->ForwardBatch(batch.inputs.data(), batch.targets.data(), 1, kSeq);
+  const float second = model->ForwardBatch(batch.inputs.data() + kSeq, batch.targets.data() + kSeq, 1, kSeq);
   EXPECT_NEAR(both, (first + second) / 2, 1e-5);
   // Growing the activations again and coming back gives the same answer bit for bit.
-  const float again = model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const float again = model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   EXPECT_EQ(again, both);
 }
 
@@ -342,7 +342,7 @@ void ExpectGradientsMatchReference(const ModelConfig& config, int batch_size, in
   Randomise(*model, 10);
   const Batch batch = RandomBatch(config.vocab, batch_size, seq, 14);
   model->ZeroGradients();
-  model->Forward(batch.inputs.data(), batch.targets.data(), batch_size, seq);
+  model->ForwardBatch(batch.inputs.data(), batch.targets.data(), batch_size, seq);
   model->Backward({});
   const std::vector<float> gradients = Gradients(*model);
 
@@ -393,10 +393,10 @@ TEST(CpuTransformer, BackwardAccumulatesUntilZeroed) {
   auto model = MakeCpuTransformer(config, 9);
   const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 16);
   model->ZeroGradients();
-  model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   model->Backward({});
   const std::vector<float> once = Gradients(*model);
-  model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   model->Backward({});
   const std::vector<float> twice = Gradients(*model);
   // Not bit-exact: a sum of row contributions added onto an earlier sum rounds differently from doubling it.
@@ -410,7 +410,7 @@ TEST(CpuTransformer, GradientReadyOncePerTensorFromLnfDownToWte) {
   const ModelConfig config = TinyConfig();
   auto model = MakeCpuTransformer(config, 2);
   const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 17);
-  model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   std::vector<size_t> order;
   model->Backward([&](size_t slot) { order.push_back(slot); });
   // Descending slot order is exactly lnf, the blocks from last to first, wpe, then wte.
@@ -466,7 +466,7 @@ TEST(CpuTransformer, OverfitsOneBatch) {
   float last = 0.0f;
   for (int64_t step = 1; step <= 80; ++step) {
     model->ZeroGradients();
-    last = model->Forward(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+    last = model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
     if (step == 1) first = last;
     model->Backward({});
     model->AdamWStep(adamw, step);
@@ -484,15 +484,15 @@ TEST(CpuTransformer, RejectsBadBatches) {
   Batch batch = RandomBatch(config.vocab, kBatch, 12, 23);
   const int32_t* in = batch.inputs.data();
   const int32_t* tg = batch.targets.data();
-  EXPECT_NE(InputErrorOf([&] { model->Forward(in, tg, 1, 13); }).find("sequence length 13"), std::string::npos);
-  EXPECT_NE(InputErrorOf([&] { model->Forward(in, tg, 1, 0); }), "");
-  EXPECT_NE(InputErrorOf([&] { model->Forward(in, tg, 0, 8); }), "");
+  EXPECT_NE(InputErrorOf([&] { model->ForwardBatch(in, tg, 1, 13); }).find("sequence length 13"), std::string::npos);
+  EXPECT_NE(InputErrorOf([&] { model->ForwardBatch(in, tg, 1, 0); }), "");
+  EXPECT_NE(InputErrorOf([&] { model->ForwardBatch(in, tg, 0, 8); }), "");
   batch.inputs[12 + 5] = 37;
-  const std::string message = InputErrorOf([&] { model->Forward(in, tg, 2, 12); });
+  const std::string message = InputErrorOf([&] { model->ForwardBatch(in, tg, 2, 12); });
   EXPECT_NE(message.find("input token 37 at sequence 1, position 5"), std::string::npos) << message;
   batch.inputs[12 + 5] = 0;
   batch.targets[3] = -1;
-  EXPECT_NE(InputErrorOf([&] { model->Forward(in, tg, 2, 12); }).find("target token -1 at sequence 0, position 3"),
+  EXPECT_NE(InputErrorOf([&] { model->ForwardBatch(in, tg, 2, 12); }).find("target token -1 at sequence 0, position 3"),
             std::string::npos);
   ModelConfig uneven_heads = config;
   uneven_heads.heads = 3;
@@ -504,7 +504,7 @@ TEST(CpuTransformer, BackwardNeedsAForwardFirst) {
   auto model = MakeCpuTransformer(config, 1);
   EXPECT_THROW(model->Backward({}), RuntimeError);
   const Batch batch = RandomBatch(config.vocab, 1, kSeq, 24);
-  model->Forward(batch.inputs.data(), batch.targets.data(), 1, kSeq);
+  model->ForwardBatch(batch.inputs.data(), batch.targets.data(), 1, kSeq);
   model->Backward({});
   EXPECT_THROW(model->Backward({}), RuntimeError);
 }

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     tb::SyntheticBatch(seed, 0, step, batch, seq, vocab, inputs, targets);
     model->ZeroGradients();
-    model->Forward(inputs.data(), targets.data(), batch, seq);
+    model->ForwardBatch(inputs.data(), targets.data(), batch, seq);
     model->Backward([](size_t) {});
     model->AdamWStep(adamw, step + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
