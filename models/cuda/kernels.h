@@ -14,6 +14,13 @@
 
 namespace tb::gpu {
 
+// A bf16 value as stored in device memory: the bits of a __nv_bfloat16 (same size and layout), so that host code
+// and CUDA-free headers can hold bf16 pointers; .cu files reinterpret_cast them to __nv_bfloat16.
+struct Bf16 {
+  uint16_t bits;
+};
+static_assert(sizeof(Bf16) == 2);
+
 // --- layers ---------------------------------------------------------------------------------------------
 
 // out (B, T, C) = wte[tokens] + wpe[t].
