@@ -1,0 +1,411 @@
+#include "checkpoint_format.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "checksum.h"
+#include "clock.h"
+#include "error.h"
+
+namespace tb::checkpoint {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kFormatName[] = "trainbench-checkpoint";
+
+std::string OsMessage(int error_number) { return std::system_category().message(error_number); }
+
+std::string Hex32(uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%08x", value);
+  return text;
+}
+
+// Writes all `bytes`, resuming after short writes and signals. Returns 0 or the errno.
+int WriteAll(int fd, const std::byte* data, uint64_t bytes) {
+  while (bytes > 0) {
+    ssize_t written = ::write(fd, data, std::min<uint64_t>(bytes, 1ull << 30));
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    data += written;
+    bytes -= static_cast<uint64_t>(written);
+  }
+  return 0;
+}
+
+// Reads exactly `bytes` at the current offset. Returns 0, the errno, or -1 when the file ends first.
+int ReadAll(int fd, std::byte* data, uint64_t bytes) {
+  while (bytes > 0) {
+    ssize_t got = ::read(fd, data, std::min<uint64_t>(bytes, 1ull << 30));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (got == 0) return -1;
+    data += got;
+    bytes -= static_cast<uint64_t>(got);
+  }
+  return 0;
+}
+
+// CRC-32C of a whole file read back in blocks; sets `error` and returns false when it cannot be read.
+bool ChecksumFile(const std::string& path, uint64_t block_bytes, uint32_t& crc, uint64_t& bytes, std::string& error) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    error = "cannot read back " + path + ": " + OsMessage(errno);
+    return false;
+  }
+  std::vector<std::byte> block(block_bytes);
+  crc = 0;
+  bytes = 0;
+  while (true) {
+    ssize_t got = ::read(fd, block.data(), block.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      error = "cannot read back " + path + ": " + OsMessage(errno);
+      ::close(fd);
+      return false;
+    }
+    if (got == 0) break;
+    crc = Crc32c(block.data(), static_cast<size_t>(got), crc);
+    bytes += static_cast<uint64_t>(got);
+  }
+  ::close(fd);
+  return true;
+}
+
+bool ParseUnsigned(const std::string& text, uint64_t& value, int base = 10) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value, base);
+  return ec == std::errc() && ptr == end && !text.empty();
+}
+
+}  // namespace
+
+std::string StepDirName(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+std::string RankFileName(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d.bin", rank);
+  return name;
+}
+
+int64_t StepOfDirName(const std::string& name) {
+  constexpr std::string_view kPrefix = "step-";
+  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return -1;
+  uint64_t step = 0;
+  if (!ParseUnsigned(name.substr(kPrefix.size()), step) || step > static_cast<uint64_t>(INT64_MAX)) return -1;
+  return static_cast<int64_t>(step);
+}
+
+uint64_t SliceBegin(uint64_t total, int rank, int n) {
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(total) * static_cast<unsigned>(rank) /
+                               static_cast<unsigned>(n));
+}
+
+std::vector<Piece> PiecesOf(const std::vector<StateBuffer>& buffers, uint64_t begin, uint64_t end) {
+  std::vector<Piece> pieces;
+  uint64_t buffer_start = 0;
+  for (size_t i = 0; i < buffers.size() && buffer_start < end; ++i) {
+    const uint64_t buffer_end = buffer_start + buffers[i].bytes;
+    const uint64_t from = std::max(begin, buffer_start), to = std::min(end, buffer_end);
+    if (from < to) pieces.push_back({i, from - buffer_start, to - from, from - begin});
+    buffer_start = buffer_end;
+  }
+  return pieces;
+}
+
+std::string FormatManifest(const Manifest& m) {
+  std::ostringstream out;
+  out << "# trainbench checkpoint: complete because this file exists; each file holds the byte range [begin, end)\n"
+      << "# of the buffers laid end to end; file lines: name begin end bytes crc32c\n"
+      << "format " << kFormatName << ' ' << kFormatVersion << '\n'
+      << "step " << m.step << '\n'
+      << "world_size " << m.world_size << '\n'
+      << "model_fingerprint " << m.model_fingerprint << '\n'
+      << "total_bytes " << m.total_bytes << '\n';
+  for (const auto& [name, bytes] : m.buffers) out << "buffer " << name << ' ' << bytes << '\n';
+  for (const auto& [key, value] : m.values) out << "meta " << key << ' ' << value << '\n';
+  for (const ManifestFile& f : m.files) {
+    out << "file " << f.name << ' ' << f.begin << ' ' << f.end << ' ' << f.end - f.begin << ' ' << Hex32(f.crc32c)
+        << '\n';
+  }
+  out << "end\n";
+  std::string text = out.str();
+  text += "crc32c " + Hex32(Crc32c(text.data(), text.size())) + "\n";
+  return text;
+}
+
+Manifest ParseManifest(const std::string& text, const std::string& path) {
+  const std::string where = "checkpoint manifest " + path + ": ";
+  auto fail = [&](const std::string& what) { return InputError(where + what); };
+
+  // The last line holds the checksum of everything before it: a torn or edited manifest is refused whole.
+  if (text.empty() || text.back() != '\n') throw fail("truncated (no final line break)");
+  const size_t last_start = text.rfind('\n', text.size() - 2) + 1;  // npos + 1 == 0 for a one-line file
+  const std::string last_line = text.substr(last_start, text.size() - 1 - last_start);
+  uint64_t stored_crc = 0;
+  if (last_line.rfind("crc32c ", 0) != 0 || !ParseUnsigned(last_line.substr(7), stored_crc, 16)) {
+    throw fail("truncated or not a trainbench checkpoint manifest (no final crc32c line)");
+  }
+  const uint32_t actual_crc = Crc32c(text.data(), last_start);
+  if (actual_crc != stored_crc) {
+    throw fail("corrupt: checksum " + Hex32(actual_crc) + " does not match the stored " +
+               Hex32(static_cast<uint32_t>(stored_crc)));
+  }
+
+  Manifest m;
+  bool have_format = false, have_step = false, have_world = false, have_fingerprint = false, have_total = false,
+       have_end = false;
+  std::istringstream lines(text.substr(0, last_start));
+  std::string line;
+  int line_number = 0;
+  while (std::getline(lines, line)) {
+    ++line_number;
+    if (line.empty() || line[0] == '#') continue;
+    const std::string at_line = "line " + std::to_string(line_number) + ": ";
+    if (have_end) throw fail(at_line + "text after 'end'");
+    const size_t space = line.find(' ');
+    const std::string key = line.substr(0, space);
+    const std::string rest = space == std::string::npos ? "" : line.substr(space + 1);
+    std::istringstream fields(rest);
+    std::vector<std::string> words;
+    for (std::string word; fields >> word;) words.push_back(word);
+    uint64_t number = 0;
+    if (!have_format && key != "format") throw fail(at_line + "expected 'format " + kFormatName + " N' first");
+    if (key == "format") {
+      if (words.size() != 2 || words[0] != kFormatName || !ParseUnsigned(words[1], number)) {
+        throw fail(at_line + "not a trainbench checkpoint manifest");
+      }
+      if (number != static_cast<uint64_t>(kFormatVersion)) {
+        throw fail("format version " + words[1] + " is not supported (this build reads version " +
+                   std::to_string(kFormatVersion) + ")");
+      }
+      have_format = true;
+    } else if (key == "step" && words.size() == 1 && ParseUnsigned(words[0], number) && number <= INT64_MAX) {
+      m.step = static_cast<int64_t>(number);
+      have_step = true;
+    } else if (key == "world_size" && words.size() == 1 && ParseUnsigned(words[0], number) && number >= 1 &&
+               number <= INT32_MAX) {
+      m.world_size = static_cast<int>(number);
+      have_world = true;
+    } else if (key == "model_fingerprint") {
+      m.model_fingerprint = rest;
+      have_fingerprint = true;
+    } else if (key == "total_bytes" && words.size() == 1 && ParseUnsigned(words[0], m.total_bytes)) {
+      have_total = true;
+    } else if (key == "buffer" && words.size() == 2 && ParseUnsigned(words[1], number)) {
+      m.buffers.emplace_back(words[0], number);
+    } else if (key == "meta" && !words.empty()) {
+      const size_t value_start = rest.find(' ');
+      m.values[words[0]] = value_start == std::string::npos ? "" : rest.substr(value_start + 1);
+    } else if (key == "file" && words.size() == 5) {
+      ManifestFile f;
+      f.name = words[0];
+      uint64_t size = 0, crc = 0;
+      if (!ParseUnsigned(words[1], f.begin) || !ParseUnsigned(words[2], f.end) || !ParseUnsigned(words[3], size) ||
+          !ParseUnsigned(words[4], crc, 16) || f.end < f.begin || size != f.end - f.begin || crc > UINT32_MAX) {
+        throw fail(at_line + "malformed file line");
+      }
+      f.crc32c = static_cast<uint32_t>(crc);
+      m.files.push_back(f);
+    } else if (key == "end" && words.empty()) {
+      have_end = true;
+    } else {
+      throw fail(at_line + "cannot parse '" + line + "'");
+    }
+  }
+  if (!have_step || !have_world || !have_fingerprint || !have_total || !have_end) {
+    throw fail("incomplete (needs step, world_size, model_fingerprint, total_bytes and end)");
+  }
+  uint64_t buffer_sum = 0;
+  for (const auto& buffer : m.buffers) buffer_sum += buffer.second;
+  if (buffer_sum != m.total_bytes) throw fail("buffer sizes do not add up to total_bytes");
+  if (m.files.size() != static_cast<size_t>(m.world_size)) {
+    throw fail(std::to_string(m.files.size()) + " file lines for world_size " + std::to_string(m.world_size));
+  }
+  uint64_t expected_begin = 0;
+  for (size_t r = 0; r < m.files.size(); ++r) {
+    if (m.files[r].name != RankFileName(static_cast<int>(r)) || m.files[r].begin != expected_begin) {
+      throw fail("file line " + std::to_string(r) + " is not " + RankFileName(static_cast<int>(r)) +
+                 " starting at byte " + std::to_string(expected_begin));
+    }
+    expected_begin = m.files[r].end;
+  }
+  if (expected_begin != m.total_bytes) throw fail("the files do not cover total_bytes");
+  return m;
+}
+
+WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>& sources, const DeviceCopier& copier,
+                             std::byte* staging, uint64_t block_bytes, bool verify) {
+  WriteResult result;
+  const std::string temporary = path + ".tmp";
+  const double start = NowSeconds();
+  auto fail = [&](const std::string& file, int error_number) {
+    result.error = "cannot write " + file + ": " + OsMessage(error_number);
+    ::unlink(temporary.c_str());
+    return result;
+  };
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(temporary, errno);
+  uint32_t crc = 0;
+  try {
+    for (const Source& source : sources) {
+      const auto* data = static_cast<const std::byte*>(source.data);
+      for (uint64_t done = 0; done < source.bytes;) {
+        const uint64_t n = std::min(block_bytes, source.bytes - done);
+        const std::byte* block = data + done;
+        if (source.on_device) {
+          copier.to_host(staging, block, n);
+          block = staging;
+        }
+        crc = Crc32c(block, n, crc);
+        if (int error = WriteAll(fd, block, n); error != 0) {
+          ::close(fd);
+          return fail(temporary, error);
+        }
+        done += n;
+      }
+      result.bytes += source.bytes;
+    }
+  } catch (const std::exception& e) {  // a device copy failed
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    result.error = "cannot write " + temporary + ": " + e.what();
+    return result;
+  }
+  if (::fsync(fd) != 0) {
+    int error = errno;
+    ::close(fd);
+    return fail(temporary, error);
+  }
+  if (::close(fd) != 0) return fail(temporary, errno);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) return fail(path, errno);
+  try {
+    SyncDirectory(fs::path(path).parent_path().string());
+  } catch (const std::exception& e) {
+    ::unlink(path.c_str());
+    result.error = e.what();
+    return result;
+  }
+  result.crc32c = crc;
+  result.seconds = NowSeconds() - start;
+  if (verify) {
+    uint32_t read_crc = 0;
+    uint64_t read_bytes = 0;
+    if (!ChecksumFile(path, block_bytes, read_crc, read_bytes, result.error)) {
+      ::unlink(path.c_str());
+      return result;
+    }
+    if (read_crc != crc || read_bytes != result.bytes) {
+      ::unlink(path.c_str());
+      result.error = "read-back of " + path + " does not match what was written (CRC-32C " + Hex32(read_crc) +
+                     ", expected " + Hex32(crc) + ")";
+      return result;
+    }
+    result.verified = true;
+  }
+  result.ok = true;
+  return result;
+}
+
+void SyncDirectory(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw RuntimeError("cannot open directory " + dir + " to sync it: " + OsMessage(errno));
+  if (::fsync(fd) != 0) {
+    int error = errno;
+    ::close(fd);
+    throw RuntimeError("cannot sync directory " + dir + ": " + OsMessage(error));
+  }
+  ::close(fd);
+}
+
+uint32_t ReadFileChecked(const std::string& path, std::byte* dst, uint64_t bytes, uint64_t block_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError("checkpoint file " + path + ": " + OsMessage(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    int error = errno;
+    ::close(fd);
+    throw InputError("checkpoint file " + path + ": " + OsMessage(error));
+  }
+  if (static_cast<uint64_t>(info.st_size) != bytes) {
+    ::close(fd);
+    throw InputError("checkpoint file " + path + " is " + (static_cast<uint64_t>(info.st_size) < bytes ? "truncated" : "too long") +
+                     ": " + std::to_string(info.st_size) + " bytes, the manifest says " + std::to_string(bytes));
+  }
+  uint32_t crc = 0;
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = std::min(block_bytes, bytes - done);
+    int error = ReadAll(fd, dst + done, n);
+    if (error != 0) {
+      ::close(fd);
+      throw InputError("checkpoint file " + path + ": " +
+                       (error < 0 ? "ends at byte " + std::to_string(done) + " (truncated while reading)" : OsMessage(error)));
+    }
+    crc = Crc32c(dst + done, n, crc);
+    done += n;
+  }
+  ::close(fd);
+  return crc;
+}
+
+std::string ReadTextFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(what + " " + path + " cannot be read: " + OsMessage(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(what + " " + path + " cannot be read: " + OsMessage(errno));
+  return text.str();
+}
+
+void BroadcastString(MPI_Comm comm, std::string& text, int root) {
+  uint64_t length = text.size();
+  TB_CHECK_MPI(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm));
+  text.resize(length);
+  TB_CHECK_MPI(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm));
+}
+
+void AgreeOnStep(MPI_Comm comm, const std::function<void()>& step) {
+  std::string message;
+  int code = 0;
+  try {
+    step();
+  } catch (const Error& e) {
+    message = e.what();
+    code = static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    message = e.what();
+    code = static_cast<int>(ExitCode::kRuntime);
+  }
+  int rank = 0, size = 1;
+  TB_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  TB_CHECK_MPI(MPI_Comm_size(comm, &size));
+  int mine[2] = {code != 0 ? rank : size, code};
+  int lowest[2] = {size, 0};
+  TB_CHECK_MPI(MPI_Allreduce(mine, lowest, 1, MPI_2INT, MPI_MINLOC, comm));
+  if (lowest[0] == size) return;
+  BroadcastString(comm, message, lowest[0]);
+  if (lowest[1] == static_cast<int>(ExitCode::kInput)) throw InputError(message);
+  throw RuntimeError(message);
+}
+
+}  // namespace tb::checkpoint

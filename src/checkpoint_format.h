@@ -1,0 +1,103 @@
+// Internals shared by checkpoint.cc (save) and checkpoint_load.cc: the manifest text format, durable file
+// writes, reads with checksums, and the mapping of byte ranges of the concatenated state onto its buffers.
+// Not part of the public API (checkpoint.h).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+
+namespace tb::checkpoint {
+
+inline constexpr int kFormatVersion = 1;
+inline constexpr char kManifestName[] = "manifest.txt";
+inline constexpr char kPartialSuffix[] = ".partial";
+
+// "step-00000050", "rank-00003.bin".
+std::string StepDirName(int64_t step);
+std::string RankFileName(int rank);
+// The step of a directory named exactly step-<digits>; -1 for any other name (partial ones included).
+int64_t StepOfDirName(const std::string& name);
+
+// First byte of rank r's slice of `total` bytes over n ranks: r*total/n, without overflow.
+uint64_t SliceBegin(uint64_t total, int rank, int n);
+
+// One contiguous part of a byte range of the concatenated state that lies in a single buffer.
+struct Piece {
+  size_t buffer = 0;        // index into the buffers
+  uint64_t offset = 0;      // within that buffer
+  uint64_t bytes = 0;
+  uint64_t position = 0;    // from the start of the range
+};
+// The pieces of [begin, end) of the buffers laid end to end, in order.
+std::vector<Piece> PiecesOf(const std::vector<StateBuffer>& buffers, uint64_t begin, uint64_t end);
+
+struct ManifestFile {
+  std::string name;
+  uint64_t begin = 0;  // byte range of the concatenated state
+  uint64_t end = 0;
+  uint32_t crc32c = 0;
+};
+
+struct Manifest {
+  int64_t step = 0;
+  int world_size = 0;
+  std::string model_fingerprint;
+  uint64_t total_bytes = 0;
+  std::vector<std::pair<std::string, uint64_t>> buffers;  // name, bytes, in state order
+  std::map<std::string, std::string> values;
+  std::vector<ManifestFile> files;  // one per rank, contiguous, covering [0, total_bytes)
+};
+
+// The manifest text; its last line is the CRC-32C of every byte before it.
+std::string FormatManifest(const Manifest& manifest);
+// Parses and checks a manifest (format, version, checksum, consistency); InputError naming `path` otherwise.
+Manifest ParseManifest(const std::string& text, const std::string& path);
+
+// Where a write came from: host memory, or device memory copied block by block through a staging buffer.
+struct Source {
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+  bool on_device = false;
+};
+
+struct WriteResult {
+  bool ok = false;
+  std::string error;  // "cannot write FILE: OS message"
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+  double seconds = 0;
+  bool verified = false;
+};
+
+// Writes the sources, in order, to `path` durably: to path.tmp, fsync, rename, fsync of the directory; with
+// `verify`, reads the file back and compares its CRC-32C. Never throws (runs on the writer thread); on failure
+// nothing is left at path or path.tmp. `staging` (block_bytes) is needed only for device sources.
+WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>& sources, const DeviceCopier& copier,
+                             std::byte* staging, uint64_t block_bytes, bool verify);
+
+// fsync of a directory, so that renames and removals in it are durable. Throws RuntimeError.
+void SyncDirectory(const std::string& dir);
+
+// Reads exactly `bytes` from `path` into `dst` and returns their CRC-32C; InputError when the file is missing,
+// shorter or longer than `bytes`, or unreadable.
+uint32_t ReadFileChecked(const std::string& path, std::byte* dst, uint64_t bytes, uint64_t block_bytes);
+
+// Reads a small text file whole; InputError naming `what` when it cannot be read.
+std::string ReadTextFile(const std::string& path, const std::string& what);
+
+// Collective over `comm`: runs `step`; when it threw on any rank, every rank throws the lowest failing rank's
+// error (InputError or RuntimeError, same message), so that no rank is left waiting in a later collective.
+void AgreeOnStep(MPI_Comm comm, const std::function<void()>& step);
+
+// Broadcasts a string from `root`. Collective.
+void BroadcastString(MPI_Comm comm, std::string& text, int root);
+
+}  // namespace tb::checkpoint
