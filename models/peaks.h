@@ -22,6 +22,10 @@ std::optional<DevicePeak> FindDevicePeak(const std::string& device_name);
 // `seconds`), in FLOP/s.
 double MeasureCpuGemmFlops(double seconds = 0.3);
 
+// Sustained bf16 GEMM rate of the current GPU through the transformer's cuBLASLt path (square n = 8192, fp32
+// accumulation), timed with CUDA events for about `seconds`, in FLOP/s. Throws in a build without CUDA.
+double MeasureDeviceGemmFlops(double seconds = 0.5);
+
 // Threads OpenBLAS may use in each rank: the cores of the node shared by its ranks (at least one).
 void SetCpuThreadsPerRank(int ranks_on_node);
 int CpuThreads();

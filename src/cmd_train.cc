@@ -2,11 +2,13 @@
 // overlapped with backward, every phase timed; a scaling sweep over sub-communicators of the first k ranks.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "cli.h"
 #include "clock.h"
 #include "commands.h"
 #include "console.h"
+#include "device.h"
 #include "error.h"
 #include "log.h"
 #include "model_config.h"
@@ -45,6 +47,22 @@ struct TrainFlags {
   int global_batch = 0;
   double learning_rate = 3e-4;
   int64_t seed = 1234;
+  std::string attention = "auto";
+};
+
+AttentionChoice ParseAttention(const std::string& text) {
+  if (text == "auto") return AttentionChoice::kAuto;
+  if (text == "cudnn") return AttentionChoice::kCudnn;
+  if (text == "cublas") return AttentionChoice::kCublas;
+  throw InputError("unknown attention '" + text + "' for --attention (accepted: auto|cudnn|cublas)");
+}
+
+// What runs the steps on this rank, chosen once for every scaling point.
+struct Backend {
+  bool cuda = false;
+  std::string device;       // "NVIDIA H200 (GPU 0)" or "cpu (2 BLAS threads)"
+  std::string device_name;  // as the peak table knows it
+  std::string description;  // for the header line
 };
 
 ModelConfig ModelFromFlags(const TrainFlags& f) {
@@ -139,9 +157,9 @@ std::vector<RankSteps> GatherSteps(const std::vector<StepRecord>& mine, const To
   return ranks;
 }
 
-void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq) {
+void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq, bool mixed_precision) {
   const ParameterCount params = CountParameters(c);
-  const MemoryEstimate memory = EstimateMemory(c, micro_batch, seq, false);
+  const MemoryEstimate memory = EstimateMemory(c, micro_batch, seq, mixed_precision);
   group.Set("name", c.name);
   group.Set("layers", static_cast<int64_t>(c.layers));
   group.Set("preset_layers", static_cast<int64_t>(c.preset_layers));
@@ -159,7 +177,10 @@ void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq) {
   group.Set("memory_gradients_bytes", memory.gradients_bytes);
   group.Set("memory_optimizer_bytes", memory.optimizer_bytes);
   group.Set("memory_activations_bytes", memory.activations_bytes);
-  group.Set("memory_precision", std::string("fp32 (CPU reference)"));
+  group.Set("memory_precision",
+            std::string(mixed_precision ? "bf16 weights/gradients/activations + fp32 master and AdamW (ZeRO's 16 B per "
+                                          "parameter; the CUDA transformer keeps fp32 gradients: 18 B)"
+                                        : "fp32 (CPU reference)"));
 }
 
 }  // namespace
@@ -184,7 +205,9 @@ int RunTrainCommand(const CommandInput& input) {
       ("scaling-mode", po::value(&f.scaling_mode)->default_value(f.scaling_mode), "weak (per-rank batch fixed) or strong (global batch fixed)")
       ("global-batch", po::value(&f.global_batch), "strong scaling: sequences per step over all ranks (default: micro-batch x ranks)")
       ("lr", po::value(&f.learning_rate)->default_value(f.learning_rate), "AdamW learning rate")
-      ("seed", po::value(&f.seed)->default_value(f.seed), "seed of the weights and the synthetic tokens");
+      ("seed", po::value(&f.seed)->default_value(f.seed), "seed of the weights and the synthetic tokens")
+      ("attention", po::value(&f.attention)->default_value(f.attention),
+       "cuda: auto (cuDNN fused SDPA when it supports the shape, else cuBLAS), cudnn or cublas");
   AddCommonOptions(options, common);
 
   ModelConfig model;
@@ -192,9 +215,11 @@ int RunTrainCommand(const CommandInput& input) {
   std::vector<int> scaling;
   bool weak = true;
   int global_batch = 0;  // sequences per step over all ranks: what strong scaling divides by k
+  AttentionChoice attention = AttentionChoice::kAuto;
   std::unique_ptr<CommandRun> run = StartCommand("train", input, options, kUsage, common, [&](CommandRun& r) {
-    if (r.backend() != "mpi") {
-      throw InputError("trainbench train: the CUDA transformer is not built yet; run the CPU reference with --backend cpu");
+    attention = ParseAttention(f.attention);
+    if (r.backend() != "nccl" && attention != AttentionChoice::kAuto) {
+      throw InputError("--attention " + f.attention + " applies to --backend cuda (the CPU reference has its own)");
     }
     model = ModelFromFlags(f);
     ValidateModel(model);
@@ -244,71 +269,121 @@ int RunTrainCommand(const CommandInput& input) {
     cfg.Set("scaling_mode", f.scaling_mode);
     cfg.Set("lr", f.learning_rate);
     cfg.Set("seed", f.seed);
+    cfg.Set("attention", f.attention);
   });
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();
   const double comm_ready_s = NowSeconds();
 
   return run->RecordingFailures([&] {
     const Topology& topology = run->BeginMeasurement("training");
-    SetCpuThreadsPerRank(input.ctx.local_size);
-    const std::string device = Format("cpu (%d BLAS threads)", CpuThreads());
-    // Each rank measures its GEMM rate alone on its node (the others wait asleep), so that ranks sharing cores
-    // do not halve each other's figure; nodes measure at the same time.
+    const RankContext& ctx = run->ctx();
+    Backend backend;
+    backend.cuda = run->backend() == "nccl";
     double gemm_flops = 0;
-    {
+    if (backend.cuda) {
+      const GpuInfo gpu = QueryGpu(ctx.gpu_index);
+      backend.device_name = gpu.name;
+      backend.device = Format("%s (GPU %d)", gpu.name.c_str(), gpu.index);
+      backend.description = "cuda (NCCL + CUDA transformer: bf16 cuBLASLt GEMMs, fp32 master weights and AdamW)";
+      gemm_flops = MeasureDeviceGemmFlops();  // every rank on its own GPU, all at once
+    } else {
+      SetCpuThreadsPerRank(ctx.local_size);
+      backend.device = Format("cpu (%d BLAS threads)", CpuThreads());
+      backend.description = "cpu (MPI + CPU reference in fp32)";
+      // Each rank measures its GEMM rate alone on its node (the others wait asleep), so that ranks sharing cores
+      // do not halve each other's figure; nodes measure at the same time.
       MPI_Comm node = MPI_COMM_NULL;
-      TB_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, input.ctx.world_rank, MPI_INFO_NULL, &node));
-      for (int turn = 0; turn < input.ctx.local_size; ++turn) {
-        if (turn == input.ctx.local_rank) gemm_flops = MeasureCpuGemmFlops();
+      TB_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx.world_rank, MPI_INFO_NULL, &node));
+      for (int turn = 0; turn < ctx.local_size; ++turn) {
+        if (turn == ctx.local_rank) gemm_flops = MeasureCpuGemmFlops();
         SleepingBarrier(node);
       }
       MPI_Comm_free(&node);
     }
     const std::vector<double> gemm_all = AllGatherDoubles(MPI_COMM_WORLD, gemm_flops);
     const double gemm_min = *std::min_element(gemm_all.begin(), gemm_all.end());
+    // MFU against rank 0's device in the peak table (a launch mixing GPU models is measured against rank 0's).
+    const std::optional<DevicePeak> peak = backend.cuda ? FindDevicePeak(topology.ranks[0].gpu.name) : std::nullopt;
+    const double peak_flops = peak ? peak->bf16_flops : 0.0;
     const double flops_per_token = ModelFlopsPerToken(model, loop.seq);
     const ParameterCount params = CountParameters(model);
-    const MemoryEstimate memory = EstimateMemory(model, loop.micro_batch, loop.seq, false);
+    const MemoryEstimate memory = EstimateMemory(model, loop.micro_batch, loop.seq, backend.cuda);
     const std::vector<TensorSlot> layout = MakeLayout(model);
     // The flat fp32 gradient buffer, padded embedding rows included: what every step all-reduces.
     const double gradient_bytes = static_cast<double>(layout.back().offset + layout.back().count) * sizeof(float);
 
-    Print(Format("# trainbench train: %d ranks on %d nodes, backend cpu (MPI + CPU reference in fp32)",
-                 input.ctx.world_size, input.ctx.node_count));
+    Print(Format("# trainbench train: %d ranks on %d nodes, backend %s", ctx.world_size, ctx.node_count,
+                 backend.description.c_str()));
     Print(Format("# model %s%s: %d layers, d %d, %d heads, vocab %d (padded %d), seq %d; %lld parameters",
                  model.name.c_str(), model.scaled.empty() ? "" : (" (" + model.scaled + ")").c_str(), model.layers,
                  model.d_model, model.heads, model.vocab, model.vocab_padded, loop.seq,
                  static_cast<long long>(params.total)));
-    Print(Format("# model FLOPs per token %.4g (6*N_matmul + 6*L*T*d); memory per rank (fp32 estimate): weights %s, "
+    Print(Format("# model FLOPs per token %.4g (6*N_matmul + 6*L*T*d); memory per rank (%s estimate): weights %s, "
                  "gradients %s, optimizer %s, activations %s",
-                 flops_per_token, FormatBytes(static_cast<uint64_t>(memory.weights_bytes)).c_str(),
+                 flops_per_token, backend.cuda ? "mixed-precision" : "fp32",
+                 FormatBytes(static_cast<uint64_t>(memory.weights_bytes)).c_str(),
                  FormatBytes(static_cast<uint64_t>(memory.gradients_bytes)).c_str(),
                  FormatBytes(static_cast<uint64_t>(memory.optimizer_bytes)).c_str(),
                  FormatBytes(static_cast<uint64_t>(memory.activations_bytes)).c_str()));
-    Print(Format("# peak FLOP/s: no table entry for a CPU (MFU against peak: n/a); measured sgemm rate %.1f GFLOP/s "
-                 "(slowest rank, each measured alone on its node), %s", gemm_min / 1e9, device.c_str()));
+    if (backend.cuda) {
+      Print(Format("# peak FLOP/s: %s; measured bf16 GEMM rate %.1f TFLOP/s (cuBLASLt 8192^3, slowest rank), %s",
+                   peak ? Format("%s bf16 dense %.0f TFLOP/s (%s)", peak->device.c_str(), peak->bf16_flops / 1e12,
+                                 peak->source.c_str()).c_str()
+                        : ("no table entry for " + topology.ranks[0].gpu.name + " (MFU against peak: n/a)").c_str(),
+                   gemm_min / 1e12, backend.device.c_str()));
+    } else {
+      Print(Format("# peak FLOP/s: no table entry for a CPU (MFU against peak: n/a); measured sgemm rate %.1f GFLOP/s "
+                   "(slowest rank, each measured alone on its node), %s", gemm_min / 1e9, backend.device.c_str()));
+    }
 
     Group& train = run->report().root.Child("train");
-    RecordModel(run->report().root.Child("model"), model, loop.micro_batch, loop.seq);
+    RecordModel(run->report().root.Child("model"), model, loop.micro_batch, loop.seq, backend.cuda);
     train.Set("scaling_mode", f.scaling_mode);
+    train.Set("backend", std::string(backend.cuda ? "cuda" : "cpu"));
+    train.Set("device", backend.device);
     train.Set("measured_gemm_flops", gemm_min);
-    train.Set("measured_gemm", std::string("cblas_sgemm fp32 1024^3 on each rank at start-up, one rank of a node at "
-                                           "a time; the slowest rank's rate"));
-    train.Set("peak_flops", std::nan(""));
-    train.Set("peak_source", std::string("none: no peak table entry for a CPU"));
+    train.Set("measured_gemm",
+              std::string(backend.cuda ? "cuBLASLt bf16 GEMM 8192^3 (fp32 accumulation) on each rank's GPU at start-up, "
+                                         "timed with CUDA events; the slowest rank's rate"
+                                       : "cblas_sgemm fp32 1024^3 on each rank at start-up, one rank of a node at "
+                                         "a time; the slowest rank's rate"));
+    train.Set("peak_flops", peak ? peak_flops : std::nan(""));
+    train.Set("peak_source", peak ? peak->device + " bf16 dense: " + peak->source
+                                  : std::string(backend.cuda ? "none: no peak table entry for this GPU"
+                                                             : "none: no peak table entry for a CPU"));
     train.Set("mpi_init_s", MpiInitSeconds());
     train.Set("communicator_init_s", comm_ready_s - ProcessStartSeconds() - MpiInitSeconds());
 
     std::vector<ScalingPoint> points;
     bool interrupted = false;
     bool first_step_seen = false;
+    double peak_device_memory = 0;
+    // Strong scaling gives the fewest ranks the largest batch: the CUDA model's activations are sized for it.
+    const int max_batch = weak ? loop.micro_batch : global_batch / scaling.front();
+    auto make_model = [&]() -> std::unique_ptr<Transformer> {
+      if (!backend.cuda) return MakeCpuTransformer(model, static_cast<uint64_t>(f.seed));
+      CudaTransformerOptions options;
+      options.max_batch = max_batch;
+      options.attention = attention;
+      std::string fallback_reason;
+      std::unique_ptr<Transformer> cuda_model =
+          MakeCudaTransformer(model, static_cast<uint64_t>(f.seed), options, &fallback_reason);
+      if (!train.attributes.contains("attention")) {
+        train.Set("attention", cuda_model->attention());
+        train.Set("attention_fallback_reason", fallback_reason);
+        Print("# attention: " + cuda_model->attention() +
+              (fallback_reason.empty() ? std::string() : " (cuDNN SDPA unavailable: " + fallback_reason + ")"));
+      }
+      return cuda_model;
+    };
+    if (!backend.cuda) train.Set("attention", std::string("cpu"));
     for (int k : scaling) {
       std::unique_ptr<Communicator> sub = comm->Prefix(k);
       std::vector<StepRecord> mine;
       TrainLoopOptions point_loop = loop;
       point_loop.micro_batch = weak ? loop.micro_batch : global_batch / k;
       if (sub) {
-        std::unique_ptr<Transformer> transformer = MakeCpuTransformer(model, static_cast<uint64_t>(f.seed));
+        std::unique_ptr<Transformer> transformer = make_model();
         point_loop.watchdog = &run->watchdog(sub.get());
         point_loop.stop_requested = [&] { return run->StopRequested(sub->host_comm()); };
         point_loop.on_step = [&](const StepRecord& r) {
@@ -320,18 +395,21 @@ int RunTrainCommand(const CommandInput& input) {
           TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 1, MPI_DOUBLE, MPI_SUM, sub->host_comm()));
           TB_CHECK_MPI(MPI_Allreduce(&local[1], &sums[1], 1, MPI_DOUBLE, MPI_MAX, sub->host_comm()));
           const double tokens_per_s = static_cast<double>(r.tokens) * k / sums[1];
-          Print(StepLine(r, sums[0] / k, k, tokens_per_s, std::nan("")));
+          const double mfu = peak ? tokens_per_s / k * flops_per_token / peak_flops : std::nan("");
+          Print(StepLine(r, sums[0] / k, k, tokens_per_s, mfu));
         };
         mine = RunTrainingSteps(*sub, *transformer, point_loop);
+        peak_device_memory = std::max(peak_device_memory, static_cast<double>(transformer->peak_device_memory_bytes()));
         interrupted = interrupted || static_cast<int>(mine.size()) < point_loop.warmup_steps + point_loop.steps;
       }
       SleepingBarrier(MPI_COMM_WORLD);  // ranks outside this point wait here without taking the cores
       int stopped = interrupted ? 1 : 0, any_stopped = 0;
       TB_CHECK_MPI(MPI_Allreduce(&stopped, &any_stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
       interrupted = any_stopped != 0;
-      std::vector<RankSteps> ranks = GatherSteps(mine, topology, input.ctx.world_rank, input.ctx.world_size, device);
-      if (input.ctx.world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
-        points.push_back(SummarizePoint(k, point_loop.micro_batch, ranks, flops_per_token, 0.0, gemm_min, gradient_bytes));
+      std::vector<RankSteps> ranks = GatherSteps(mine, topology, ctx.world_rank, ctx.world_size, backend.device);
+      if (ctx.world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
+        points.push_back(
+            SummarizePoint(k, point_loop.micro_batch, ranks, flops_per_token, peak_flops, gemm_min, gradient_bytes));
         AddPointToReport(train, points.back(), ranks);
       }
       if (interrupted) break;
@@ -350,13 +428,18 @@ int RunTrainCommand(const CommandInput& input) {
       }
     }
     const std::vector<double> peaks = AllGatherDoubles(MPI_COMM_WORLD, PeakHostMemoryBytes());
+    const std::vector<double> device_peaks = AllGatherDoubles(MPI_COMM_WORLD, peak_device_memory);
     train.Set("peak_host_memory_bytes_max", *std::max_element(peaks.begin(), peaks.end()));
+    train.Set("peak_device_memory_bytes_max", *std::max_element(device_peaks.begin(), device_peaks.end()));
     std::vector<int64_t> memory_rank;
-    for (int rank = 0; rank < input.ctx.world_size; ++rank) memory_rank.push_back(rank);
+    for (int rank = 0; rank < ctx.world_size; ++rank) memory_rank.push_back(rank);
     Table& memory_table = train.tables["memory"];
-    memory_table.description = "peak resident host memory of each rank's process over the whole run (getrusage); "
-                               "device memory: none on the CPU backend";
-    memory_table.Add("rank", "", memory_rank).Add("peak_host_memory_bytes", "B", peaks);
+    memory_table.description =
+        "peak resident host memory of each rank's process over the whole run (getrusage); peak device memory in "
+        "use on each rank's GPU (total - free from cudaMemGetInfo at the model's high points; 0 on the CPU backend)";
+    memory_table.Add("rank", "", memory_rank)
+        .Add("peak_host_memory_bytes", "B", peaks)
+        .Add("peak_device_memory_bytes", "B", device_peaks);
     return run->Finish(interrupted);
   });
 }
