@@ -1,0 +1,596 @@
+// Token shards and the data loader: the shard format and every way a shard can be bad; sampling (every sample
+// exactly once per epoch across ranks, simulated in one process); resume; O_DIRECT; raw mode; record sizes;
+// the throttle and latency arithmetic; allocator hook and shutdown.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checksum.h"
+#include "clock.h"
+#include "data_loader.h"
+#include "error.h"
+#include "token_shard.h"
+
+namespace tb {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the working directory (the build tree: a real disk, where /tmp may be tmpfs).
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::current_path() / "data_test_XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+void WriteShard(const std::string& path, uint64_t vocab, const std::vector<uint32_t>& tokens) {
+  ShardWriter writer(path, vocab);
+  if (writer.token_bytes() == 2) {
+    std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
+    writer.Append(narrow.data(), narrow.size());
+  } else {
+    writer.Append(tokens.data(), tokens.size());
+  }
+  writer.Finish();
+}
+
+// Shards whose tokens count up from 0 across the whole dataset, so a token names its own place.
+std::vector<std::vector<uint32_t>> CountingShards(const std::string& dir, uint64_t vocab, const std::vector<size_t>& sizes) {
+  std::vector<std::vector<uint32_t>> shards;
+  uint32_t next = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<uint32_t> tokens(sizes[i]);
+    for (uint32_t& t : tokens) t = static_cast<uint32_t>(next++ % vocab);
+    WriteShard((fs::path(dir) / ShardFileName(i)).string(), vocab, tokens);
+    shards.push_back(std::move(tokens));
+  }
+  return shards;
+}
+
+// The seq+1 tokens of every sample: records of `record_tokens` back to back in each shard, tails dropped.
+std::vector<std::vector<uint32_t>> ExpectedSamples(const std::vector<std::vector<uint32_t>>& shards, int seq,
+                                                   size_t record_tokens) {
+  std::vector<std::vector<uint32_t>> samples;
+  for (const auto& shard : shards) {
+    for (size_t start = 0; start + record_tokens <= shard.size(); start += record_tokens) {
+      samples.emplace_back(shard.begin() + start, shard.begin() + start + seq + 1);
+    }
+  }
+  return samples;
+}
+
+void ExpectBatchMatches(const LoaderBatch& b, const std::vector<std::vector<uint32_t>>& expected) {
+  for (int row = 0; row < b.batch; ++row) {
+    ASSERT_LT(b.samples[row], expected.size());
+    const std::vector<uint32_t>& want = expected[b.samples[row]];
+    for (int k = 0; k < b.seq; ++k) {
+      ASSERT_EQ(b.inputs[row * b.seq + k], static_cast<int32_t>(want[k])) << "sample " << b.samples[row] << " token " << k;
+      ASSERT_EQ(b.targets[row * b.seq + k], static_cast<int32_t>(want[k + 1])) << "sample " << b.samples[row];
+    }
+  }
+}
+
+void PatchBytes(const std::string& path, uint64_t offset, const std::vector<unsigned char>& bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string InputErrorOf(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+// ---- counts and the shard format ----------------------------------------------------------------------------
+
+TEST(TokenCount, SuffixesAndScientific) {
+  EXPECT_EQ(ParseTokenCount("20G", "--tokens"), 20000000000ull);
+  EXPECT_EQ(ParseTokenCount("100M", "--tokens"), 100000000ull);
+  EXPECT_EQ(ParseTokenCount("1.5K", "--tokens"), 1500ull);
+  EXPECT_EQ(ParseTokenCount("2T", "--tokens"), 2000000000000ull);
+  EXPECT_EQ(ParseTokenCount("2e10", "--tokens"), 20000000000ull);
+  EXPECT_EQ(ParseTokenCount("18446744073709551615", "--tokens"), 18446744073709551615ull);
+  for (const char* bad : {"", "0", "1.5", "abc", "5X", "-3", "1e", "0.0001K", "inf", "99999999999999999999"}) {
+    EXPECT_NE(InputErrorOf([&] { ParseTokenCount(bad, "--tokens"); }).find("for --tokens"), std::string::npos) << bad;
+  }
+}
+
+TEST(TokenShard, RoundTripBothDtypes) {
+  TempDir dir;
+  for (uint64_t vocab : {uint64_t{50257}, uint64_t{65536}, uint64_t{65537}, uint64_t{1} << 32}) {
+    const std::string path = dir / "s.tbs";
+    std::vector<uint32_t> tokens = {0, 1, 2, static_cast<uint32_t>(vocab - 1)};
+    WriteShard(path, vocab, tokens);
+    EXPECT_FALSE(fs::exists(path + ".tmp"));
+    const ShardHeader h = ReadShardHeader(path);
+    EXPECT_EQ(h.token_bytes, vocab <= 65536 ? 2u : 4u) << vocab;
+    EXPECT_EQ(h.token_count, 4u);
+    EXPECT_EQ(h.vocab, vocab);
+    EXPECT_EQ(fs::file_size(path), kShardHeaderBytes + 4 * h.token_bytes);
+    EXPECT_NO_THROW(VerifyShardPayload(path, h));
+  }
+}
+
+TEST(TokenShard, UnfinishedWriterLeavesNothing) {
+  TempDir dir;
+  {
+    ShardWriter writer(dir / "s.tbs", 100);
+    const uint16_t t[2] = {1, 2};
+    writer.Append(t, 2);
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+class CorruptShard : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_ / ShardFileName(3);
+    std::vector<uint32_t> tokens(1000);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 % 50257);
+    WriteShard(path_, 50257, tokens);
+  }
+  TempDir dir_;
+  std::string path_;
+};
+
+TEST_F(CorruptShard, BadMagic) {
+  PatchBytes(path_, 0, {'X'});
+  EXPECT_EQ(InputErrorOf([&] { ReadShardHeader(path_); }),
+            path_ + ": not a trainbench token shard: bad magic at byte 0 (want \"TBTOKENS\")");
+}
+
+TEST_F(CorruptShard, BadDtype) {
+  PatchBytes(path_, 16, {3});
+  EXPECT_EQ(InputErrorOf([&] { ReadShardHeader(path_); }),
+            path_ + ": bad token dtype 3 at byte 16 (want 2 = uint16 or 4 = uint32)");
+}
+
+TEST_F(CorruptShard, HeaderChecksum) {
+  PatchBytes(path_, 24, {0x01});  // the token count
+  EXPECT_NE(InputErrorOf([&] { ReadShardHeader(path_); }).find(path_ + ": header checksum mismatch at byte 40"),
+            std::string::npos);
+}
+
+TEST_F(CorruptShard, DtypeThatCannotHoldTheVocab) {
+  PatchBytes(path_, 32, {0x00, 0x00, 0x02});  // vocab 131072 in a uint16 shard, with a header CRC to match
+  std::vector<unsigned char> header(40);
+  std::ifstream(path_, std::ios::binary).read(reinterpret_cast<char*>(header.data()), 40);
+  const uint32_t crc = Crc32c(header.data(), header.size());
+  PatchBytes(path_, 40, {static_cast<unsigned char>(crc), static_cast<unsigned char>(crc >> 8),
+                         static_cast<unsigned char>(crc >> 16), static_cast<unsigned char>(crc >> 24)});
+  EXPECT_EQ(InputErrorOf([&] { ReadShardHeader(path_); }),
+            path_ + ": vocab 131072 at byte 32 does not match dtype uint16 at byte 16");
+}
+
+TEST_F(CorruptShard, BadVersion) {
+  PatchBytes(path_, 8, {9});
+  EXPECT_EQ(InputErrorOf([&] { ReadShardHeader(path_); }),
+            path_ + ": unsupported format version 9 at byte 8 (this trainbench reads version 1)");
+}
+
+TEST_F(CorruptShard, BadPayloadChecksum) {
+  PatchBytes(path_, kShardHeaderBytes + 100, {0xFF});
+  const ShardHeader h = ReadShardHeader(path_);  // the header alone is fine
+  const std::string error = InputErrorOf([&] { VerifyShardPayload(path_, h); });
+  EXPECT_NE(error.find(path_ + ": payload checksum mismatch: bytes 4096..6096 give 0x"), std::string::npos) << error;
+  EXPECT_NE(error.find("the header at byte 20 says 0x"), std::string::npos) << error;
+}
+
+TEST_F(CorruptShard, Truncated) {
+  fs::resize_file(path_, 4096 + 10);
+  EXPECT_EQ(InputErrorOf([&] { ReadShardHeader(path_); }),
+            path_ + ": truncated at byte 4106: header says 1000 tokens (6096 bytes), file has 4106");
+  fs::resize_file(path_, 100);
+  EXPECT_EQ(InputErrorOf([&] { ReadShardHeader(path_); }),
+            path_ + ": truncated at byte 100: the header needs 4096 bytes, file has 100");
+}
+
+TEST_F(CorruptShard, TrailingBytes) {
+  fs::resize_file(path_, 6096 + 2);
+  EXPECT_EQ(InputErrorOf([&] { ReadShardHeader(path_); }),
+            path_ + ": unexpected bytes after byte 6096: header says 1000 tokens (6096 bytes), file has 6098");
+}
+
+TEST_F(CorruptShard, DatasetChecksNameTheFile) {
+  WriteShard(dir_ / ShardFileName(0), 50257, std::vector<uint32_t>(10, 1));
+  EXPECT_NO_THROW(VerifyTokenDataset(OpenTokenDataset(dir_.path())));
+  PatchBytes(path_, kShardHeaderBytes + 2, {0x12});
+  const TokenDataset dataset = OpenTokenDataset(dir_.path());  // headers only: still fine
+  EXPECT_EQ(dataset.shards.size(), 2u);
+  EXPECT_EQ(dataset.total_tokens, 1010u);
+  EXPECT_NE(InputErrorOf([&] { VerifyTokenDataset(dataset); }).find(path_ + ": payload checksum mismatch"),
+            std::string::npos);
+}
+
+TEST_F(CorruptShard, OutOfVocabTokenFailsNextWithFileAndOffset) {
+  // A payload byte flipped without the checksum being verified: the loader still refuses the token.
+  PatchBytes(path_, kShardHeaderBytes + 2 * 5, {0xFF, 0xFF});  // token 5 = 65535 >= 50257
+  DataLoaderOptions o;
+  o.dir = dir_.path();
+  o.seq = 9;  // samples of 10 tokens: token 5 is in sample 0
+  o.batch = 100;
+  o.workers = 2;
+  const std::string error = InputErrorOf([&] {
+    DataLoader loader(o);
+    loader.Next();
+  });
+  EXPECT_EQ(error, path_ + ": corrupt token 65535 at byte 4106 (vocab 50257)");
+}
+
+TEST(TokenDatasetCheck, DirectoryProblems) {
+  TempDir dir;
+  EXPECT_NE(InputErrorOf([&] { OpenTokenDataset(dir / "missing"); }).find("does not exist"), std::string::npos);
+  EXPECT_NE(InputErrorOf([&] { OpenTokenDataset(dir.path()); }).find("holds no token shards"), std::string::npos);
+  WriteShard(dir / ShardFileName(0), 1000, {1, 2, 3});
+  WriteShard(dir / ShardFileName(1), 70000, {1, 2, 3});
+  EXPECT_NE(InputErrorOf([&] { OpenTokenDataset(dir.path()); })
+                .find(dir / ShardFileName(1) + ": dtype uint32, vocab 70000 differ from"),
+            std::string::npos);
+}
+
+// ---- sampling -----------------------------------------------------------------------------------------------
+
+TEST(SamplePlanTest, EachEpochIsAPermutation) {
+  for (uint64_t n : {uint64_t{1}, uint64_t{2}, uint64_t{5}, uint64_t{64}, uint64_t{1000}, uint64_t{4097}}) {
+    SamplePlan plan(n, 1, 1, 42);
+    std::vector<uint64_t> epoch0, epoch1;
+    for (uint64_t b = 0; b < plan.batches_per_epoch(); ++b) {
+      epoch0.push_back(plan.Sample(0, b, 0, 0));
+      epoch1.push_back(plan.Sample(1, b, 0, 0));
+    }
+    std::vector<uint64_t> sorted = epoch0;
+    std::sort(sorted.begin(), sorted.end());
+    for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(sorted[i], i) << "n=" << n;
+    if (n >= 64) {
+      std::vector<uint64_t> other_seed;
+      SamplePlan other(n, 1, 1, 43);
+      for (uint64_t b = 0; b < n; ++b) other_seed.push_back(other.Sample(0, b, 0, 0));
+      EXPECT_NE(epoch0, epoch1) << "epochs must be shuffled differently";
+      EXPECT_NE(epoch0, other_seed) << "seeds must shuffle differently";
+    }
+  }
+}
+
+// Loaders for n ranks in one process: together they read every sample exactly once per epoch, with the right
+// tokens, and each rank's shares are disjoint.
+TEST(DataLoaderTest, EverySampleOncePerEpochAcrossRanks) {
+  TempDir dir;
+  const int seq = 7;
+  const auto shards = CountingShards(dir.path(), 1u << 20, {1000, 333, 2049, 17, 800});
+  const auto expected = ExpectedSamples(shards, seq, seq + 1);
+  const uint64_t samples = expected.size();
+  for (int world : {1, 2, 3, 4}) {
+    const int batch = 5;
+    std::vector<std::unique_ptr<DataLoader>> loaders;
+    for (int r = 0; r < world; ++r) {
+      DataLoaderOptions o;
+      o.dir = dir.path();
+      o.seq = seq;
+      o.batch = batch;
+      o.rank = r;
+      o.world = world;
+      o.seed = 7;
+      o.workers = 3;
+      o.prefetch = 2;
+      loaders.push_back(std::make_unique<DataLoader>(o));
+    }
+    const LoaderStats stats = loaders[0]->stats();
+    ASSERT_EQ(stats.samples, samples);
+    const uint64_t per_epoch = stats.batches_per_epoch;
+    EXPECT_EQ(per_epoch, samples / (world * batch));
+    EXPECT_EQ(stats.dropped_per_epoch, samples - per_epoch * world * batch);
+    for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+      std::map<uint64_t, int> reads;
+      for (uint64_t b = 0; b < per_epoch; ++b) {
+        for (int r = 0; r < world; ++r) {
+          const LoaderBatch& got = loaders[r]->Next();
+          ASSERT_EQ(got.position, (LoaderPosition{epoch, b, 7}));
+          ExpectBatchMatches(got, expected);
+          for (uint64_t s : got.samples) ++reads[s];
+        }
+      }
+      EXPECT_EQ(reads.size(), per_epoch * world * batch) << "world " << world << " epoch " << epoch;
+      for (const auto& [sample, count] : reads) ASSERT_EQ(count, 1) << "sample " << sample << " world " << world;
+    }
+  }
+}
+
+// ---- resume -------------------------------------------------------------------------------------------------
+
+TEST(DataLoaderTest, ResumeFromSavedPositionGivesTheSameBatches) {
+  TempDir dir;
+  const int seq = 15;
+  CountingShards(dir.path(), 50257, {700, 500});
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.seq = seq;
+  o.batch = 3;
+  o.rank = 1;
+  o.world = 2;
+  o.seed = 99;
+  o.workers = 2;
+  o.prefetch = 3;
+  struct Seen {
+    LoaderPosition position;
+    std::vector<uint64_t> samples;
+    std::vector<int32_t> inputs, targets;
+    bool operator==(const Seen&) const = default;
+  };
+  auto copy = [&](const LoaderBatch& b) {
+    return Seen{b.position, b.samples, {b.inputs, b.inputs + b.batch * seq}, {b.targets, b.targets + b.batch * seq}};
+  };
+  const int total = 25, saved_at = 11;  // 12 global batches per epoch: crosses two epoch boundaries
+  std::vector<Seen> uninterrupted;
+  LoaderPosition saved;
+  {
+    DataLoader loader(o);
+    ASSERT_EQ(loader.stats().batches_per_epoch, 12u);
+    for (int i = 0; i < total; ++i) {
+      if (i == saved_at) saved = loader.Position();
+      uninterrupted.push_back(copy(loader.Next()));
+    }
+  }
+  EXPECT_EQ(saved, (LoaderPosition{0, 11, 99}));
+  o.resume = saved;
+  DataLoader resumed(o);
+  EXPECT_EQ(resumed.Position(), saved);
+  for (int i = saved_at; i < total; ++i) ASSERT_EQ(copy(resumed.Next()), uninterrupted[i]) << "batch " << i;
+
+  o.resume = LoaderPosition{0, 0, 98};
+  EXPECT_NE(InputErrorOf([&] { DataLoader bad(o); }).find("resume with the same seed"), std::string::npos);
+  o.resume = LoaderPosition{0, 12, 99};
+  EXPECT_NE(InputErrorOf([&] { DataLoader bad(o); }).find("past the 12 global batches per epoch"), std::string::npos);
+}
+
+// ---- record sizes, raw mode, O_DIRECT -----------------------------------------------------------------------
+
+TEST(DataLoaderTest, RecordBytesReadsLargerRecords) {
+  TempDir dir;
+  const auto shards = CountingShards(dir.path(), 1000, {4096, 3000});
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.seq = 9;
+  o.batch = 2;
+  o.record_bytes = 1000;  // 500 uint16 tokens per record, the first 10 are the sample
+  DataLoader loader(o);
+  EXPECT_EQ(loader.stats().samples, 8u + 6u);
+  const auto expected = ExpectedSamples(shards, o.seq, 500);
+  for (int i = 0; i < 7; ++i) {
+    const LoaderBatch& b = loader.Next();
+    EXPECT_EQ(b.stats.bytes_read, 2000u);
+    ExpectBatchMatches(b, expected);
+  }
+  o.record_bytes = 19;
+  EXPECT_EQ(InputErrorOf([&] { DataLoader bad(o); }),
+            "--record-bytes 19 is smaller than one sample: (9 + 1) tokens x 2 B = 20 B");
+}
+
+TEST(DataLoaderTest, RawModeReadsAnyFiles) {
+  TempDir dir;
+  fs::create_directories(dir / "sub/deeper");
+  std::map<std::string, std::vector<unsigned char>> files;
+  unsigned seed = 1;
+  for (const auto& [name, size] : std::vector<std::pair<std::string, size_t>>{
+           {"a.bin", 200}, {"b.jpg", 64}, {"c.txt", 10}, {"sub/deeper/d", 130}, {"sub/e", 640}}) {
+    std::vector<unsigned char> bytes(size);
+    for (unsigned char& c : bytes) c = static_cast<unsigned char>((seed = seed * 1103515245 + 12345) >> 16);
+    std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), size);
+    files[dir / name] = bytes;
+  }
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.raw = true;
+  o.raw_vocab = 1000;
+  o.seq = 15;  // 16 uint16 tokens: 32 bytes of each 64-byte record
+  o.record_bytes = 64;
+  o.batch = 2;
+  o.workers = 2;
+  DataLoader loader(o);
+  EXPECT_EQ(loader.stats().files, 4u);  // c.txt holds no whole record
+  // Sorted paths: a.bin (3 records), b.jpg (1), sub/deeper/d (2), sub/e (10).
+  std::vector<std::vector<uint32_t>> expected;
+  for (const auto& [path, bytes] : files) {  // std::map: sorted, as the loader sorts
+    for (size_t start = 0; start + 64 <= bytes.size(); start += 64) {
+      std::vector<uint32_t> tokens;
+      for (int k = 0; k < 16; ++k) tokens.push_back((bytes[start + 2 * k] | bytes[start + 2 * k + 1] << 8) % 1000u);
+      expected.push_back(tokens);
+    }
+  }
+  ASSERT_EQ(loader.stats().samples, expected.size());
+  ASSERT_EQ(expected.size(), 16u);
+  std::set<uint64_t> seen;
+  for (int i = 0; i < 8; ++i) {
+    const LoaderBatch& b = loader.Next();
+    ExpectBatchMatches(b, expected);
+    seen.insert(b.samples.begin(), b.samples.end());
+  }
+  EXPECT_EQ(seen.size(), 16u);
+}
+
+TEST(DataLoaderTest, DirectIoReadsTheSameBatches) {
+  TempDir dir;
+  const int seq = 100;  // 202-byte records: most straddle 4096-byte blocks, the last ones end the file
+  const auto shards = CountingShards(dir.path(), 50257, {5000, 10000, 203});
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.seq = seq;
+  o.batch = 4;
+  o.workers = 2;
+  DataLoader buffered(o);
+  o.direct_io = true;
+  std::unique_ptr<DataLoader> direct;
+  try {
+    direct = std::make_unique<DataLoader>(o);
+  } catch (const InputError& e) {
+    if (std::string(e.what()).find("refuses O_DIRECT") != std::string::npos) {
+      GTEST_SKIP() << "the filesystem of " << dir.path() << " refuses O_DIRECT: " << e.what();
+    }
+    throw;
+  }
+  const auto expected = ExpectedSamples(shards, seq, seq + 1);
+  const uint64_t per_epoch = buffered.stats().batches_per_epoch;
+  for (uint64_t i = 0; i < per_epoch; ++i) {
+    const LoaderBatch& a = buffered.Next();
+    const LoaderBatch& b = direct->Next();
+    ASSERT_EQ(a.samples, b.samples);
+    ExpectBatchMatches(b, expected);
+    EXPECT_EQ(b.stats.bytes_read % 4096, 0u);
+    EXPECT_GE(b.stats.bytes_read, a.stats.bytes_read);
+  }
+}
+
+// ---- emulated slow storage ----------------------------------------------------------------------------------
+
+// A consumer that does nothing but take batches waits, in total, for the bytes it consumed at the throttle rate.
+TEST(DataLoaderTest, ThrottleProducesThePredictedWait) {
+  TempDir dir;
+  CountingShards(dir.path(), 50257, {2048 * 64});
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.seq = 2047;  // 4096-byte samples
+  o.batch = 4;
+  o.workers = 3;
+  o.prefetch = 2;
+  o.io_throttle_MBps = 0.5;
+  const int batches = 12;
+  DataLoader loader(o);
+  double wait_s = 0;
+  for (int i = 0; i < batches; ++i) {
+    const double start = NowSeconds();
+    loader.Next();
+    wait_s += NowSeconds() - start;
+  }
+  const double predicted_s = batches * o.batch * 4096.0 / (o.io_throttle_MBps * 1e6);  // 0.393 s
+  EXPECT_GT(wait_s, 0.9 * predicted_s);
+  EXPECT_LT(wait_s, 1.25 * predicted_s);
+  EXPECT_NEAR(loader.stats().wait_s, wait_s, 0.02 * predicted_s);
+  EXPECT_EQ(loader.stats().bytes_read, uint64_t{batches} * o.batch * 4096);
+}
+
+TEST(DataLoaderTest, LatencyPerReadOverlapsAcrossWorkers) {
+  TempDir dir;
+  CountingShards(dir.path(), 50257, {64 * 100});
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.seq = 63;
+  o.batch = 4;
+  o.workers = 2;
+  o.prefetch = 1;
+  o.io_latency_ms = 25;
+  const int batches = 5;
+  DataLoader loader(o);
+  double wait_s = 0;
+  for (int i = 0; i < batches; ++i) {
+    const double start = NowSeconds();
+    const LoaderBatch& b = loader.Next();
+    wait_s += NowSeconds() - start;
+    EXPECT_GE(b.stats.read_s, o.batch * 0.025);
+  }
+  const double predicted_s = batches * o.batch * 0.025 / o.workers;  // 0.25 s
+  EXPECT_GT(wait_s, 0.9 * predicted_s);
+  EXPECT_LT(wait_s, 1.3 * predicted_s);
+}
+
+// ---- buffers, queue, shutdown, flags ------------------------------------------------------------------------
+
+TEST(DataLoaderTest, BuffersComeFromTheAllocatorAndStayValidUntilNext) {
+  TempDir dir;
+  const auto shards = CountingShards(dir.path(), 50257, {5000});
+  const auto expected = ExpectedSamples(shards, 31, 32);
+  std::set<void*> live;
+  int allocations = 0;
+  {
+    DataLoaderOptions o;
+    o.dir = dir.path();
+    o.seq = 31;
+    o.batch = 2;
+    o.prefetch = 3;
+    o.workers = 2;
+    o.allocator = {[&](size_t bytes) {
+                     ++allocations;
+                     void* p = std::malloc(bytes);
+                     live.insert(p);
+                     return p;
+                   },
+                   [&](void* p) {
+                     live.erase(p);
+                     std::free(p);
+                   }};
+    DataLoader loader(o);
+    EXPECT_EQ(allocations, 2 * (o.prefetch + 1));
+    for (int i = 0; i < 10; ++i) {
+      const LoaderBatch& b = loader.Next();
+      EXPECT_TRUE(live.count(const_cast<int32_t*>(b.inputs)));
+      EXPECT_TRUE(live.count(const_cast<int32_t*>(b.targets)));
+      // The workers fill the other slots meanwhile; this batch must stay intact.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ExpectBatchMatches(b, expected);
+      if (i >= 3) {
+        EXPECT_EQ(b.stats.queue_depth, o.prefetch) << "a slow consumer finds the queue full";
+      }
+    }
+  }
+  EXPECT_TRUE(live.empty());
+}
+
+TEST(DataLoaderTest, DestructorStopsThrottledWorkersPromptly) {
+  TempDir dir;
+  CountingShards(dir.path(), 50257, {64 * 100});
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.seq = 63;
+  o.io_throttle_MBps = 0.0001;  // 1.28 s per 128-byte read
+  o.io_latency_ms = 10000;
+  const double start = NowSeconds();
+  {
+    DataLoader loader(o);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_LT(NowSeconds() - start, 1.0);
+}
+
+TEST(DataLoaderTest, BadOptionsNameTheFlag) {
+  TempDir dir;
+  CountingShards(dir.path(), 50257, {1000});
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.seq = 63;
+  auto error = [&](auto change) {
+    DataLoaderOptions bad = o;
+    change(bad);
+    return InputErrorOf([&] { DataLoader loader(bad); });
+  };
+  EXPECT_EQ(error([](DataLoaderOptions& b) { b.workers = 0; }), "--loader-workers must be at least 1");
+  EXPECT_EQ(error([](DataLoaderOptions& b) { b.prefetch = 0; }), "--prefetch must be at least 1 batch");
+  EXPECT_EQ(error([](DataLoaderOptions& b) { b.io_throttle_MBps = -1; }), "--io-throttle must be >= 0 MB/s (0 = no limit)");
+  EXPECT_EQ(error([](DataLoaderOptions& b) { b.io_latency_ms = -1; }), "--io-latency-ms must be >= 0");
+  EXPECT_NE(error([](DataLoaderOptions& b) { b.batch = 100; }).find("fewer than one global batch"), std::string::npos);
+  EXPECT_NE(error([&](DataLoaderOptions& b) { b.dir = dir / "nope"; }).find("does not exist"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tb
