@@ -49,6 +49,7 @@ expect_error 2 "invalid size '1Q' for --size" -- "$tb" p2p --size 1Q
 expect_error 2 "--threshold" -- "$tb" p2p --threshold 2
 if ! "$tb" info --backend cuda >/dev/null 2>&1 && "$tb" info | grep -q "not built"; then
   expect_error 2 "built without CUDA" -- "$tb" collectives --backend cuda
+  expect_error 2 "built without CUDA" -- "$tb" train --model tiny --backend cuda
 fi
 
 expect_error 2 "unknown model 'gpt3' for --model" -- "$tb" train --model gpt3
@@ -61,6 +62,8 @@ expect_error 2 "--bucket-mb must be greater than 0" -- "$tb" train --model tiny 
 expect_error 2 "invalid rank count '3' in --scaling" -- "$tb" train --model tiny --scaling 1,3
 expect_error 2 "unknown scaling mode 'linear'" -- "$tb" train --model tiny --scaling-mode linear
 expect_error 2 "cannot write report" -- "$tb" train --model tiny -o "$work/missing/t.h5"
+expect_error 2 "unknown attention 'flash' for --attention (accepted: auto|cudnn|cublas)" -- "$tb" train --model tiny --attention flash
+expect_error 2 "--attention cublas applies to --backend cuda" -- "$tb" train --model tiny --backend cpu --attention cublas
 
 # --- the same errors under mpiexec: still one line, exit 2, no hang ----------------------------------------
 expect_error 2 "invalid size '1Q' for -b/--minbytes" -- "${mpiexec[@]}" -n 2 "$tb" collectives -b 1Q
@@ -113,6 +116,8 @@ if "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --step
   "$h5dump" -A -a /train/k2/scaling_efficiency "$work/t.h5" >/dev/null || fail "train: no scaling_efficiency"
   "$h5dump" -A -a /model/parameters "$work/t.h5" | grep -q "(0): 953856" || fail "train: tiny should have 953856 parameters"
   "$h5dump" -A -a /status "$work/t.h5" | grep -q '"complete"' || fail "train: report status is not complete"
+  "$h5dump" -A -a /train/attention "$work/t.h5" | grep -q '"cpu"' || fail "train: attention attribute is not cpu"
+  "$h5dump" -d /train/memory "$work/t.h5" | grep -q '"peak_device_memory_bytes"' || fail "train: memory table lacks device column"
 else
   fail "train run failed: $(cat "$work/err")"
 fi
