@@ -1,0 +1,586 @@
+// Checkpoints under mpiexec: bit-exact round trips (sync, async, emulated device buffers), keep-K pruning, the
+// newest complete checkpoint, other world sizes on resume, every kind of bad checkpoint as one agreed
+// InputError, and disk full on a small tmpfs (warn goes on, fail throws on every rank, the previous checkpoint
+// still loads).
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "checkpoint.h"
+#include "checkpoint_format.h"
+#include "error.h"
+
+namespace tb {
+namespace {
+
+namespace fs = std::filesystem;
+
+int Rank(MPI_Comm comm = MPI_COMM_WORLD) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
+int Size(MPI_Comm comm = MPI_COMM_WORLD) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  return size;
+}
+
+bool OnAllRanks(bool mine, MPI_Comm comm = MPI_COMM_WORLD) {
+  int local = mine ? 1 : 0, all = 0;
+  MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, comm);
+  return all == 1;
+}
+
+std::string BroadcastFromZero(std::string text) {
+  int length = static_cast<int>(text.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  text.resize(static_cast<size_t>(length));
+  MPI_Bcast(text.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return text;
+}
+
+// A directory every rank sees, made by rank 0 under the build tree (a real disk) and removed at the end.
+class SharedTempDir {
+ public:
+  SharedTempDir() {
+    std::string pattern;
+    if (Rank() == 0) {
+      pattern = (fs::current_path() / "checkpoint_test_XXXXXX").string();
+      if (!::mkdtemp(pattern.data())) pattern.clear();
+    }
+    path_ = BroadcastFromZero(pattern);
+    if (path_.empty()) throw std::runtime_error("mkdtemp failed");
+  }
+  ~SharedTempDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Rank() == 0) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+ private:
+  std::string path_;
+};
+
+// Training state made of buffers whose sizes are not multiples of anything, so that slices cross buffer
+// boundaries at every world size. The last buffer stands in for device memory: it is reached only through
+// the copier, which counts its calls.
+struct TestState {
+  explicit TestState(std::vector<size_t> sizes = {1001, 4099, 777}) {
+    for (size_t bytes : sizes) data.emplace_back(bytes);
+  }
+  void Fill(uint32_t seed) {
+    uint32_t x = seed * 2654435761u + 1;
+    for (auto& buffer : data) {
+      for (auto& byte : buffer) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        byte = static_cast<unsigned char>(x);
+      }
+    }
+  }
+  void Clear() {
+    for (auto& buffer : data) std::fill(buffer.begin(), buffer.end(), 0);
+  }
+  std::vector<StateBuffer> Buffers() {
+    const char* names[] = {"params", "adam_m", "adam_v", "extra"};
+    std::vector<StateBuffer> buffers;
+    for (size_t i = 0; i < data.size(); ++i) {
+      buffers.push_back({names[i], data[i].data(), data[i].size(), i + 1 == data.size()});
+    }
+    return buffers;
+  }
+  DeviceCopier Copier() {
+    DeviceCopier copier;
+    copier.to_host = [this](void* host, const void* device, uint64_t bytes) {
+      ++to_host_calls;
+      std::memcpy(host, device, bytes);
+    };
+    copier.to_device = [this](void* device, const void* host, uint64_t bytes) {
+      ++to_device_calls;
+      std::memcpy(device, host, bytes);
+    };
+    return copier;
+  }
+  std::vector<std::vector<unsigned char>> data;
+  int to_host_calls = 0;
+  int to_device_calls = 0;
+};
+
+CheckpointMeta Meta(int64_t step) {
+  CheckpointMeta meta;
+  meta.step = step;
+  meta.model_fingerprint = "test-model d=8 layers=2";
+  meta.values["rng_seed"] = "1234";
+  meta.values["loader_position"] = "epoch 0 sample " + std::to_string(step * 8);
+  return meta;
+}
+
+CheckpointOptions Options(const std::string& dir, CheckpointMode mode = CheckpointMode::kSync) {
+  CheckpointOptions options;
+  options.dir = dir;
+  options.mode = mode;
+  options.block_bytes = 1000;  // several blocks per slice
+  return options;
+}
+
+LoadedCheckpoint Load(const std::string& path, TestState& state, MPI_Comm comm = MPI_COMM_WORLD,
+                      uint64_t chunk = 64ull << 20) {
+  return LoadCheckpoint(comm, path, state.Buffers(), "test-model d=8 layers=2", state.Copier(), chunk);
+}
+
+// The InputError message `load` throws on this rank, or "" when it does not throw one.
+std::string InputErrorOf(const std::function<void()>& load) {
+  try {
+    load();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Every rank got the same one-line InputError containing `expected`.
+void ExpectAgreedInputError(const std::string& message, const std::string& expected) {
+  EXPECT_NE(message.find(expected), std::string::npos) << "message: " << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_EQ(BroadcastFromZero(message), message);
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(Checkpoint, SyncRoundTripIsBitExact) {
+  SharedTempDir root;
+  TestState state;
+  state.Fill(1);
+  const TestState saved = state;
+  CheckpointOptions options = Options(root.path());
+  options.verify = true;
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+    EXPECT_EQ(checkpointer.state_bytes(), 1001u + 4099u + 777u);
+    checkpointer.Save(Meta(5));
+    ASSERT_EQ(checkpointer.events().size(), 1u);
+    const CheckpointEvent& event = checkpointer.events()[0];
+    EXPECT_TRUE(event.ok) << event.error;
+    EXPECT_TRUE(event.verified);
+    EXPECT_EQ(event.step, 5);
+    EXPECT_EQ(event.rank, Rank());
+    EXPECT_EQ(event.bytes, checkpointer.slice_bytes());
+    EXPECT_GT(event.write_s, 0);
+    EXPECT_GT(event.stall_s, 0);
+    EXPECT_FALSE(checkpointer.WriterBusy());
+  }
+  const std::string step_dir = root / "step-00000005";
+  std::vector<std::string> expected = {"manifest.txt"};
+  for (int r = 0; r < Size(); ++r) expected.push_back(checkpoint::RankFileName(r));
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(Entries(step_dir), expected);
+  EXPECT_EQ(Entries(root.path()), std::vector<std::string>{"step-00000005"});  // no .partial, no .tmp
+
+  state.Clear();
+  const LoadedCheckpoint loaded = Load(root.path(), state);
+  EXPECT_EQ(state.data, saved.data);
+  EXPECT_GT(state.to_device_calls, 0);
+  EXPECT_EQ(loaded.dir, step_dir);
+  EXPECT_EQ(loaded.meta.step, 5);
+  EXPECT_EQ(loaded.meta.values, Meta(5).values);
+  EXPECT_EQ(loaded.meta.model_fingerprint, "test-model d=8 layers=2");
+  EXPECT_EQ(loaded.saved_world_size, Size());
+  EXPECT_EQ(loaded.bytes, 1001u + 4099u + 777u);
+
+  // The manifest is plain text that names what it describes.
+  const std::string manifest =
+      checkpoint::ReadTextFile((fs::path(step_dir) / "manifest.txt").string(), "manifest");
+  EXPECT_NE(manifest.find("world_size " + std::to_string(Size()) + "\n"), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("buffer adam_m 4099\n"), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("meta loader_position epoch 0 sample 40\n"), std::string::npos) << manifest;
+}
+
+TEST(Checkpoint, AsyncSavesTheSnapshotWhileTrainingGoesOn) {
+  SharedTempDir root;
+  TestState state;
+  state.Fill(1);
+  const TestState first = state;
+  TestState second = state;
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, Options(root.path(), CheckpointMode::kAsync), state.Buffers(),
+                              state.Copier());
+    checkpointer.Save(Meta(1));
+    state.Fill(2);  // training changes the state while the writer works on the snapshot
+    second = state;
+    // Poll alone completes it: every rank keeps polling until its own event is recorded.
+    while (checkpointer.events().empty()) checkpointer.Poll();
+    EXPECT_TRUE(checkpointer.events()[0].ok) << checkpointer.events()[0].error;
+    MPI_Barrier(MPI_COMM_WORLD);
+    EXPECT_TRUE(fs::exists(root / "step-00000001/manifest.txt"));
+    checkpointer.Save(Meta(2));
+    checkpointer.Drain();
+    ASSERT_EQ(checkpointer.events().size(), 2u);
+    for (const CheckpointEvent& event : checkpointer.events()) {
+      EXPECT_TRUE(event.ok) << event.error;
+      EXPECT_EQ(event.mode, CheckpointMode::kAsync);
+      EXPECT_GT(event.write_s, 0);
+      EXPECT_NE(event.crc32c, 0u);
+    }
+    EXPECT_FALSE(checkpointer.WriterBusy());
+  }
+  state.Clear();
+  EXPECT_EQ(Load(root / "step-00000001", state).meta.step, 1);
+  EXPECT_EQ(state.data, first.data);
+  state.Clear();
+  EXPECT_EQ(Load(root.path(), state).meta.step, 2);
+  EXPECT_EQ(state.data, second.data);
+}
+
+TEST(Checkpoint, KeepPrunesOlderCheckpointsAndLeftovers) {
+  SharedTempDir root;
+  TestState state;
+  CheckpointOptions options = Options(root.path(), CheckpointMode::kAsync);
+  options.keep = 2;
+  Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+  if (Rank() == 0) fs::create_directories(root / "step-00000000.partial");  // an interrupted run's leftover
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int step = 1; step <= 4; ++step) {
+    state.Fill(step);
+    checkpointer.Save(Meta(step));
+    checkpointer.Poll();
+  }
+  checkpointer.Drain();
+  EXPECT_EQ(Entries(root.path()), (std::vector<std::string>{"step-00000003", "step-00000004"}));
+  TestState loaded;
+  EXPECT_EQ(Load(root / "step-00000003", loaded).meta.step, 3);
+  state.Fill(3);
+  EXPECT_EQ(loaded.data, state.data);
+}
+
+TEST(Checkpoint, ResumeTakesTheNewestCompleteCheckpoint) {
+  SharedTempDir root;
+  TestState state;
+  Checkpointer checkpointer(MPI_COMM_WORLD, Options(root.path()), state.Buffers(), state.Copier());
+  state.Fill(10);
+  checkpointer.Save(Meta(10));
+  const TestState at_ten = state;
+  state.Fill(9);
+  checkpointer.Save(Meta(9));  // saved later, but an older step
+  if (Rank() == 0) fs::create_directories(root / "step-00000030");  // no manifest: incomplete
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(ResolveCheckpoint(root.path()), root / "step-00000010");
+  state.Clear();
+  EXPECT_EQ(Load(root.path() + "/", state).meta.step, 10);
+  EXPECT_EQ(state.data, at_ten.data);
+  ExpectAgreedInputError(InputErrorOf([&] { Load(root / "step-00000030", state); }), "incomplete checkpoint");
+}
+
+TEST(Checkpoint, LoadsAtAnotherWorldSize) {
+  SharedTempDir root;
+  TestState state;
+  state.Fill(7);
+  const TestState saved = state;
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, Options(root / "all"), state.Buffers(), state.Copier());
+    checkpointer.Save(Meta(1));
+  }
+  // Saved by every rank, loaded by each prefix of them (fewer ranks read more files each), with a small
+  // gather chunk so that the all-gather takes several rounds.
+  for (int k = 1; k < Size(); ++k) {
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, Rank() < k ? 0 : MPI_UNDEFINED, Rank(), &sub);
+    if (sub != MPI_COMM_NULL) {
+      TestState loaded;
+      const LoadedCheckpoint info = Load(root / "all", loaded, sub, 333);
+      EXPECT_EQ(info.saved_world_size, Size());
+      EXPECT_EQ(loaded.data, saved.data) << "loaded by " << k << " ranks";
+      MPI_Comm_free(&sub);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  // Saved by one rank, loaded by all (most ranks read no file).
+  MPI_Comm single = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, Rank() == 0 ? 0 : MPI_UNDEFINED, 0, &single);
+  if (single != MPI_COMM_NULL) {
+    Checkpointer checkpointer(single, Options(root / "one"), state.Buffers(), state.Copier());
+    checkpointer.Save(Meta(2));
+    MPI_Comm_free(&single);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  TestState loaded;
+  const LoadedCheckpoint info = Load(root / "one", loaded, MPI_COMM_WORLD, 1000);
+  EXPECT_EQ(info.saved_world_size, 1);
+  EXPECT_EQ(info.read_bytes, Rank() == Size() - 1 ? saved.data[0].size() + 4099 + 777 : 0u);
+  EXPECT_EQ(loaded.data, saved.data);
+}
+
+// Saves one checkpoint at step 1 under root/ckpt and returns the step directory.
+std::string SaveOne(const SharedTempDir& root, TestState& state) {
+  state.Fill(3);
+  Checkpointer checkpointer(MPI_COMM_WORLD, Options(root / "ckpt"), state.Buffers(), state.Copier());
+  checkpointer.Save(Meta(1));
+  MPI_Barrier(MPI_COMM_WORLD);
+  return root / "ckpt/step-00000001";
+}
+
+// Rank 0 changes a file between barriers.
+void OnRankZero(const std::function<void()>& change) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (Rank() == 0) change();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Checkpoint, CorruptSliceIsNamed) {
+  SharedTempDir root;
+  TestState state;
+  const std::string dir = SaveOne(root, state);
+  const std::string victim = (fs::path(dir) / checkpoint::RankFileName(Size() - 1)).string();
+  OnRankZero([&] {
+    std::fstream file(victim, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(10);
+    char byte = 0;
+    file.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x01);
+    file.seekp(10);
+    file.write(&byte, 1);
+  });
+  ExpectAgreedInputError(InputErrorOf([&] { Load(dir, state); }),
+                         "checkpoint file " + victim + " is corrupt: CRC-32C");
+}
+
+TEST(Checkpoint, TruncatedSliceIsNamed) {
+  SharedTempDir root;
+  TestState state;
+  const std::string dir = SaveOne(root, state);
+  const std::string victim = (fs::path(dir) / checkpoint::RankFileName(0)).string();
+  OnRankZero([&] { fs::resize_file(victim, fs::file_size(victim) - 3); });
+  ExpectAgreedInputError(InputErrorOf([&] { Load(root / "ckpt", state); }),
+                         "checkpoint file " + victim + " is truncated");
+}
+
+TEST(Checkpoint, BadManifestsAndPathsAreOneLineErrors) {
+  SharedTempDir root;
+  TestState state;
+  const std::string dir = SaveOne(root, state);
+  const std::string manifest = (fs::path(dir) / "manifest.txt").string();
+  const std::string good = checkpoint::ReadTextFile(manifest, "manifest");
+  auto write_manifest = [&](const std::string& text) {
+    OnRankZero([&] { std::ofstream(manifest, std::ios::binary | std::ios::trunc) << text; });
+  };
+
+  std::string edited = good;
+  edited.replace(edited.find("step 1\n"), 7, "step 2\n");
+  write_manifest(edited);
+  ExpectAgreedInputError(InputErrorOf([&] { Load(dir, state); }), manifest + ": corrupt: checksum");
+
+  write_manifest(good.substr(0, good.size() / 2));
+  ExpectAgreedInputError(InputErrorOf([&] { Load(dir, state); }), manifest + ": truncated");
+
+  write_manifest("hello\n");
+  ExpectAgreedInputError(InputErrorOf([&] { Load(dir, state); }), "not a trainbench checkpoint manifest");
+
+  write_manifest(good);
+  ExpectAgreedInputError(InputErrorOf([&] {
+                           LoadCheckpoint(MPI_COMM_WORLD, dir, state.Buffers(), "another-model", state.Copier());
+                         }),
+                         "was written for model 'test-model d=8 layers=2', this run's model is 'another-model'");
+  TestState other({1001, 4099, 778});
+  ExpectAgreedInputError(InputErrorOf([&] { Load(dir, other); }), "holds params 1001 B, adam_m 4099 B, adam_v 777 B; "
+                                                                  "this run has params 1001 B, adam_m 4099 B, adam_v 778 B");
+
+  OnRankZero([&] { fs::remove(manifest); });
+  ExpectAgreedInputError(InputErrorOf([&] { Load(dir, state); }), "holds no manifest.txt: an incomplete checkpoint");
+  ExpectAgreedInputError(InputErrorOf([&] { Load(root / "ckpt", state); }), "holds no complete checkpoint");
+  ExpectAgreedInputError(InputErrorOf([&] { Load(root / "missing", state); }), root / "missing: no such directory");
+}
+
+TEST(Checkpoint, OptionChecksNeedNoMpi) {
+  SharedTempDir root;
+  EXPECT_EQ(ParseCheckpointMode("async"), CheckpointMode::kAsync);
+  EXPECT_EQ(ParseCheckpointErrorPolicy("warn"), CheckpointErrorPolicy::kWarn);
+  EXPECT_EQ(InputErrorOf([] { ParseCheckpointMode("later"); }), "--checkpoint-mode 'later': expected sync|async");
+  EXPECT_EQ(InputErrorOf([] { ParseCheckpointErrorPolicy("ignore"); }),
+            "--on-checkpoint-error 'ignore': expected fail|warn");
+  EXPECT_EQ(InputErrorOf([&] { ResolveCheckpoint(root / "nope"); }), "--resume " + (root / "nope") + ": no such directory");
+  if (Rank() == 0) std::ofstream(root / "file") << "x";
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(InputErrorOf([&] { ResolveCheckpoint(root / "file"); }), "--resume " + (root / "file") + " is not a directory");
+  EXPECT_NE(InputErrorOf([&] { PrepareCheckpointDir(root / "file/sub"); }).find("--checkpoint-dir " + (root / "file/sub")),
+            std::string::npos);
+  if (Rank() == 0) PrepareCheckpointDir(root / "new/deeper");
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_TRUE(fs::is_directory(root / "new/deeper"));
+}
+
+TEST(Checkpoint, ManifestFormatRoundTrip) {
+  checkpoint::Manifest m;
+  m.step = 123;
+  m.world_size = 2;
+  m.model_fingerprint = "gpt2-124m  layers=12";
+  m.total_bytes = 30;
+  m.buffers = {{"params", 10}, {"adam_m", 20}};
+  m.values = {{"seed", "1 2 3"}, {"empty", ""}};
+  m.files = {{"rank-00000.bin", 0, 15, 0xdeadbeef}, {"rank-00001.bin", 15, 30, 7}};
+  const checkpoint::Manifest back = checkpoint::ParseManifest(checkpoint::FormatManifest(m), "m");
+  EXPECT_EQ(back.step, 123);
+  EXPECT_EQ(back.model_fingerprint, m.model_fingerprint);
+  EXPECT_EQ(back.buffers, m.buffers);
+  EXPECT_EQ(back.values, m.values);
+  ASSERT_EQ(back.files.size(), 2u);
+  EXPECT_EQ(back.files[0].crc32c, 0xdeadbeefu);
+  EXPECT_EQ(back.files[1].begin, 15u);
+  m.files[1].begin = 16;  // a gap between slices
+  EXPECT_NE(InputErrorOf([&] { checkpoint::ParseManifest(checkpoint::FormatManifest(m), "m"); }).find("starting at byte 15"),
+            std::string::npos);
+}
+
+// A copier whose device-to-host copy fails on one rank: that rank's slice write fails, every rank learns it.
+TEST(Checkpoint, OneRanksFailureIsAgreedByAll) {
+  SharedTempDir root;
+  TestState state;
+  state.Fill(4);
+  DeviceCopier copier = state.Copier();
+  const int failing = Size() - 1;
+  copier.to_host = [&](void* host, const void* device, uint64_t bytes) {
+    if (Rank() == failing) throw RuntimeError("emulated device error");
+    std::memcpy(host, device, bytes);
+  };
+  // The failing rank's slice must include device bytes: the emulated device buffer is the last one.
+  CheckpointOptions options = Options(root.path());
+  options.on_error = CheckpointErrorPolicy::kWarn;
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), copier);
+    checkpointer.Save(Meta(1));
+    ASSERT_EQ(checkpointer.events().size(), 1u);
+    const CheckpointEvent& event = checkpointer.events()[0];
+    EXPECT_FALSE(event.ok);
+    EXPECT_NE(event.error.find("checkpoint at step 1 failed on rank " + std::to_string(failing) + ": cannot write "),
+              std::string::npos)
+        << event.error;
+    EXPECT_NE(event.error.find("emulated device error"), std::string::npos) << event.error;
+  }
+  EXPECT_TRUE(Entries(root.path()).empty());  // the partial files are gone
+  options.on_error = CheckpointErrorPolicy::kFail;
+  Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), copier);
+  bool threw = false;
+  try {
+    checkpointer.Save(Meta(2));
+  } catch (const RuntimeError& e) {
+    threw = std::string(e.what()).find("emulated device error") != std::string::npos;
+  }
+  EXPECT_TRUE(OnAllRanks(threw));
+}
+
+// A tmpfs of `bytes` mounted on a fresh directory by rank 0 (every rank of this node sees it); skipped, with
+// the reason, where mounting is not allowed.
+class SmallTmpfs {
+ public:
+  SmallTmpfs(const SharedTempDir& root, uint64_t bytes) : path_(root / "tmpfs") {
+    std::string problem;
+    if (Rank() == 0) {
+      fs::create_directories(path_);
+      const std::string data = "size=" + std::to_string(bytes);
+      if (::mount("tmpfs", path_.c_str(), "tmpfs", 0, data.c_str()) != 0) {
+        problem = "cannot mount a tmpfs on " + path_ + ": " + std::strerror(errno);
+      }
+    }
+    problem_ = BroadcastFromZero(problem);
+    mounted_ = problem_.empty();
+  }
+  ~SmallTmpfs() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (Rank() == 0 && mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+  }
+  const std::string& problem() const { return problem_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::string problem_;
+  bool mounted_ = false;
+};
+
+TEST(Checkpoint, DiskFullKeepsThePreviousCheckpoint) {
+  SharedTempDir root;
+  // Room for one checkpoint of about 1 MiB (plus a page per file), not for two.
+  TestState state({300001, 400003, 350007});
+  const uint64_t checkpoint_bytes = 300001 + 400003 + 350007;
+  SmallTmpfs tmpfs(root, checkpoint_bytes * 3 / 2);
+  if (!tmpfs.problem().empty()) GTEST_SKIP() << tmpfs.problem();
+  const std::string dir = tmpfs.path() + "/ckpt";
+
+  state.Fill(1);
+  const TestState first = state;
+  CheckpointOptions options = Options(dir);
+  options.block_bytes = 64 << 10;
+  options.on_error = CheckpointErrorPolicy::kWarn;
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+    checkpointer.Save(Meta(1));
+    state.Fill(2);
+    checkpointer.Save(Meta(2));  // warn: no exception, a failed event
+    ASSERT_EQ(checkpointer.events().size(), 2u);
+    EXPECT_TRUE(checkpointer.events()[0].ok);
+    const CheckpointEvent& failed = checkpointer.events()[1];
+    EXPECT_FALSE(failed.ok);
+    EXPECT_NE(failed.error.find("checkpoint at step 2 failed on rank "), std::string::npos) << failed.error;
+    EXPECT_NE(failed.error.find("cannot write " + dir + "/step-00000002.partial/rank-"), std::string::npos)
+        << failed.error;
+    EXPECT_NE(failed.error.find("No space left on device"), std::string::npos) << failed.error;
+  }
+  EXPECT_EQ(Entries(dir), std::vector<std::string>{"step-00000001"});  // the failed one left nothing
+
+  // Async with fail: the write fails in the background; the next Save throws on every rank.
+  options.mode = CheckpointMode::kAsync;
+  options.on_error = CheckpointErrorPolicy::kFail;
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+    checkpointer.Save(Meta(3));
+    std::string message;
+    try {
+      checkpointer.Save(Meta(4));
+    } catch (const RuntimeError& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("checkpoint at step 3 failed on rank "), std::string::npos) << message;
+    EXPECT_TRUE(OnAllRanks(message.find("No space left on device") != std::string::npos));
+  }
+  // Sync with fail: Save itself throws on every rank.
+  options.mode = CheckpointMode::kSync;
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+    bool threw = false;
+    try {
+      checkpointer.Save(Meta(5));
+    } catch (const RuntimeError& e) {
+      threw = std::string(e.what()).find("No space left on device") != std::string::npos;
+    }
+    EXPECT_TRUE(OnAllRanks(threw));
+  }
+  EXPECT_EQ(Entries(dir), std::vector<std::string>{"step-00000001"});
+  state.Clear();
+  EXPECT_EQ(Load(dir, state).meta.step, 1);
+  EXPECT_EQ(state.data, first.data);
+}
+
+}  // namespace
+}  // namespace tb
