@@ -1,8 +1,10 @@
-// fp32 CUDA kernels for the non-GEMM layers, each kernel followed by its launcher; see kernels.h for the
-// contracts. Row-wise layers reduce in registers with warp shuffles (LayerNorm: one warp per row) or through
-// shared memory (cross-entropy: one block per row, since a vocabulary row is far longer than a warp).
+// CUDA kernels for the non-GEMM layers (fp32 math, fp32 or bf16 tensors), each kernel followed by its launcher;
+// see kernels.h for the contracts. Row-wise layers reduce in registers with warp shuffles (LayerNorm: one warp per
+// row) or through shared memory (cross-entropy: one block per row, since a vocabulary row is far longer than a
+// warp).
 #include "cuda/kernels.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -54,6 +56,14 @@ __device__ T BlockReduce(T value, T* scratch, Combine combine) {
   return total;
 }
 
+// fp32 in registers, fp32 or bf16 in memory: templated kernels read and write either through these.
+__device__ float LoadFloat(const float* p) { return *p; }
+__device__ float LoadFloat(const Bf16* p) { return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p)); }
+__device__ void StoreFloat(float* p, float value) { *p = value; }
+__device__ void StoreFloat(Bf16* p, float value) {
+  *reinterpret_cast<__nv_bfloat16*>(p) = __float2bfloat16_rn(value);
+}
+
 // --- encoder --------------------------------------------------------------------------------------------
 
 __global__ void EncoderForwardKernel(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -81,13 +91,14 @@ __global__ void EncoderBackwardKernel(float* wte_grad, float* wpe_grad, const fl
 
 // --- LayerNorm ------------------------------------------------------------------------------------------
 
-__global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* in, const float* weight,
+template <typename Out>
+__global__ void LayerNormForwardKernel(Out* out, float* mean, float* rstd, const float* in, const float* weight,
                                        const float* bias, size_t rows, int channels) {
   const size_t row = blockIdx.x * static_cast<size_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
   if (row >= rows) return;
   const int lane = threadIdx.x % kWarpSize;
   const float* x = in + row * channels;
-  float* y = out + row * channels;
+  Out* y = out + row * channels;
   float sum = 0.0f;
   for (int c = lane; c < channels; c += kWarpSize) sum += x[c];
   const float m = WarpSum(sum) / channels;
@@ -98,21 +109,22 @@ __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, con
     squares += centred * centred;
   }
   const float s = rsqrtf(WarpSum(squares) / channels + 1e-5f);
-  for (int c = lane; c < channels; c += kWarpSize) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+  for (int c = lane; c < channels; c += kWarpSize) StoreFloat(&y[c], (x[c] - m) * s * weight[c] + bias[c]);
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
   }
 }
 
-__global__ void LayerNormBackwardKernel(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
-                                        const float* in, const float* weight, const float* mean, const float* rstd,
-                                        size_t rows, int channels) {
+template <typename OutGrad>
+__global__ void LayerNormBackwardKernel(float* in_grad, float* weight_grad, float* bias_grad,
+                                        const OutGrad* out_grad, const float* in, const float* weight,
+                                        const float* mean, const float* rstd, size_t rows, int channels) {
   const size_t row = blockIdx.x * static_cast<size_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
   if (row >= rows) return;
   const int lane = threadIdx.x % kWarpSize;
   const float* x = in + row * channels;
-  const float* dy = out_grad + row * channels;
+  const OutGrad* dy = out_grad + row * channels;
   float* dx = in_grad + row * channels;
   const float m = mean[row];
   const float s = rstd[row];
@@ -120,7 +132,7 @@ __global__ void LayerNormBackwardKernel(float* in_grad, float* weight_grad, floa
   float g_sum = 0.0f;
   float gn_sum = 0.0f;
   for (int c = lane; c < channels; c += kWarpSize) {
-    const float g = dy[c] * weight[c];
+    const float g = LoadFloat(&dy[c]) * weight[c];
     g_sum += g;
     gn_sum += g * (x[c] - m) * s;
   }
@@ -128,10 +140,11 @@ __global__ void LayerNormBackwardKernel(float* in_grad, float* weight_grad, floa
   const float gn_mean = WarpSum(gn_sum) / channels;
   for (int c = lane; c < channels; c += kWarpSize) {
     const float norm = (x[c] - m) * s;
-    const float g = dy[c] * weight[c];
+    const float out_grad_c = LoadFloat(&dy[c]);
+    const float g = out_grad_c * weight[c];
     dx[c] += s * (g - g_mean - norm * gn_mean);
-    atomicAdd(&weight_grad[c], dy[c] * norm);
-    atomicAdd(&bias_grad[c], dy[c]);
+    atomicAdd(&weight_grad[c], out_grad_c * norm);
+    atomicAdd(&bias_grad[c], out_grad_c);
   }
 }
 
@@ -155,6 +168,13 @@ __global__ void ResidualAddKernel(float* out, const float* a, const float* b, si
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     out[i] = a[i] + b[i];
+  }
+}
+
+__global__ void CastToBf16Kernel(Bf16* out, const float* in, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    StoreFloat(&out[i], in[i]);
   }
 }
 
@@ -195,13 +215,16 @@ __global__ void MeanLossKernel(float* loss, const float* row_losses, size_t rows
 
 // --- AdamW ----------------------------------------------------------------------------------------------
 
-__global__ void AdamWKernel(float* params, const float* grads, float* m, float* v, size_t count,
+__global__ void AdamWKernel(float* params, const float* grads, float* m, float* v, Bf16* params_bf16, size_t count,
                             float learning_rate, float beta1, float beta2, float epsilon, float weight_decay,
                             float m_correction, float v_correction) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    element::AdamWElement(params[i], grads[i], m[i], v[i], learning_rate, beta1, beta2, epsilon, weight_decay,
+    float param = params[i];
+    element::AdamWElement(param, grads[i], m[i], v[i], learning_rate, beta1, beta2, epsilon, weight_decay,
                           m_correction, v_correction);
+    params[i] = param;
+    if (params_bf16 != nullptr) StoreFloat(&params_bf16[i], param);
   }
 }
 
@@ -225,21 +248,49 @@ void EncoderBackward(float* wte_grad, float* wpe_grad, const float* out_grad, co
   TB_CHECK_CUDA_LAUNCH();
 }
 
-void LayerNormForward(float* out, float* mean, float* rstd, const float* in, const float* weight,
-                      const float* bias, size_t rows, int channels, void* stream) {
+namespace {
+
+template <typename Out>
+void LaunchLayerNormForward(Out* out, float* mean, float* rstd, const float* in, const float* weight,
+                            const float* bias, size_t rows, int channels, void* stream) {
   if (rows == 0) return;
   LayerNormForwardKernel<<<WarpPerRowBlocks(rows), kThreadsPerBlock, 0, AsStream(stream)>>>(
       out, mean, rstd, in, weight, bias, rows, channels);
   TB_CHECK_CUDA_LAUNCH();
 }
 
-void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
-                       const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
-                       int channels, void* stream) {
+template <typename OutGrad>
+void LaunchLayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const OutGrad* out_grad,
+                             const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
+                             int channels, void* stream) {
   if (rows == 0) return;
   LayerNormBackwardKernel<<<WarpPerRowBlocks(rows), kThreadsPerBlock, 0, AsStream(stream)>>>(
       in_grad, weight_grad, bias_grad, out_grad, in, weight, mean, rstd, rows, channels);
   TB_CHECK_CUDA_LAUNCH();
+}
+
+}  // namespace
+
+void LayerNormForward(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                      const float* bias, size_t rows, int channels, void* stream) {
+  LaunchLayerNormForward(out, mean, rstd, in, weight, bias, rows, channels, stream);
+}
+
+void LayerNormForward(Bf16* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                      size_t rows, int channels, void* stream) {
+  LaunchLayerNormForward(out, mean, rstd, in, weight, bias, rows, channels, stream);
+}
+
+void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
+                       const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
+                       int channels, void* stream) {
+  LaunchLayerNormBackward(in_grad, weight_grad, bias_grad, out_grad, in, weight, mean, rstd, rows, channels, stream);
+}
+
+void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const Bf16* out_grad, const float* in,
+                       const float* weight, const float* mean, const float* rstd, size_t rows, int channels,
+                       void* stream) {
+  LaunchLayerNormBackward(in_grad, weight_grad, bias_grad, out_grad, in, weight, mean, rstd, rows, channels, stream);
 }
 
 void GeluForward(float* out, const float* in, size_t count, void* stream) {
@@ -260,6 +311,12 @@ void ResidualAdd(float* out, const float* a, const float* b, size_t count, void*
   TB_CHECK_CUDA_LAUNCH();
 }
 
+void CastToBf16(Bf16* out, const float* in, size_t count, void* stream) {
+  if (count == 0) return;
+  CastToBf16Kernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(out, in, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
 void CrossEntropyForwardBackward(float* logits, float* row_losses, float* loss, const int32_t* targets,
                                  size_t rows, int vocab, int vocab_padded, void* stream) {
   if (rows == 0) return;
@@ -272,14 +329,14 @@ void CrossEntropyForwardBackward(float* logits, float* row_losses, float* loss, 
 }
 
 void AdamWUpdate(float* params, const float* grads, float* m, float* v, size_t count, const AdamWConfig& config,
-                 float weight_decay, int64_t step, void* stream) {
+                 float weight_decay, int64_t step, void* stream, Bf16* params_bf16) {
   if (count == 0) return;
   // Bias corrections in double on the host, exactly as cpu::AdamWUpdate computes them.
   const float m_correction = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config.beta1), step)));
   const float v_correction = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config.beta2), step)));
   AdamWKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(
-      params, grads, m, v, count, config.learning_rate, config.beta1, config.beta2, config.epsilon, weight_decay,
-      m_correction, v_correction);
+      params, grads, m, v, params_bf16, count, config.learning_rate, config.beta1, config.beta2, config.epsilon,
+      weight_decay, m_correction, v_correction);
   TB_CHECK_CUDA_LAUNCH();
 }
 

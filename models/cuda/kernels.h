@@ -1,11 +1,13 @@
-// The CUDA implementation's non-GEMM layers in fp32, one launcher per kernel, mirroring cpu_kernels.h function
-// by function (same shapes, same accumulate-or-overwrite rules), plus the few device-memory helpers that tests
-// and host code need. No CUDA type appears here: pointers are device pointers, `stream` is a cudaStream_t
-// passed as void* (null: the legacy default stream). Launchers only enqueue work; each checks its launch and
-// throws RuntimeError on failure. Implemented by models/cuda/kernels.cu, or by models/nocuda/kernels_stub.cc in
-// a build without CUDA, where every function throws "built without CUDA".
+// The CUDA implementation's non-GEMM layers (fp32 math; bf16 variants where a GEMM reads or writes the tensor),
+// one launcher per kernel, mirroring cpu_kernels.h function by function (same shapes, same accumulate-or-overwrite
+// rules), plus the few device-memory helpers that tests and host code need. No CUDA type appears here: pointers
+// are device pointers, `stream` is a cudaStream_t passed as void* (null: the legacy default stream). Launchers
+// only enqueue work; each checks its launch and throws RuntimeError on failure. Implemented by
+// models/cuda/kernels.cu, or by models/nocuda/kernels_stub.cc in a build without CUDA, where every function
+// throws "built without CUDA".
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -21,6 +23,17 @@ struct Bf16 {
 };
 static_assert(sizeof(Bf16) == 2);
 
+// float -> bf16 on the host, rounding to nearest even as the device's __float2bfloat16_rn does (NaN stays a
+// quiet NaN, overflow rounds to infinity); for tests and host code that prepare or read bf16 tensors.
+inline Bf16 ToBf16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<uint16_t>((bits >> 16) | 0x0040u)};
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return Bf16{static_cast<uint16_t>((bits + rounding) >> 16)};
+}
+// bf16 -> float, exact.
+inline float ToFloat(Bf16 value) { return std::bit_cast<float>(static_cast<uint32_t>(value.bits) << 16); }
+
 // --- layers ---------------------------------------------------------------------------------------------
 
 // out (B, T, C) = wte[tokens] + wpe[t].
@@ -34,10 +47,18 @@ void EncoderBackward(float* wte_grad, float* wpe_grad, const float* out_grad, co
 // out (N, C) = LayerNorm(in (N, C)); mean, rstd (N) kept for backward. One warp per row.
 void LayerNormForward(float* out, float* mean, float* rstd, const float* in, const float* weight,
                       const float* bias, size_t rows, int channels, void* stream);
+// The same with a bf16 output, as the GEMM that reads it takes it (statistics and math stay fp32; the fp32
+// result is rounded once, to nearest even).
+void LayerNormForward(Bf16* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                      size_t rows, int channels, void* stream);
 // in_grad (N, C) += d loss / d in; weight_grad, bias_grad (C) accumulate (atomics). One warp per row.
 void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
                        const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
                        int channels, void* stream);
+// The same with a bf16 out_grad (what a backward GEMM writes); in, in_grad and the weight gradients stay fp32.
+void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const Bf16* out_grad, const float* in,
+                       const float* weight, const float* mean, const float* rstd, size_t rows, int channels,
+                       void* stream);
 
 // out = Gelu(in), elementwise over count values.
 void GeluForward(float* out, const float* in, size_t count, void* stream);
@@ -47,6 +68,9 @@ void GeluBackward(float* grad, const float* in, size_t count, void* stream);
 // out = a + b, elementwise over count values; out may alias a or b.
 void ResidualAdd(float* out, const float* a, const float* b, size_t count, void* stream);
 
+// out = in rounded to bf16 (nearest even, as ToBf16), elementwise over count values.
+void CastToBf16(Bf16* out, const float* in, size_t count, void* stream);
+
 // Softmax cross-entropy, forward and backward in one pass over logits (N, Vp), of which only the first V
 // columns are real vocabulary: row_losses (N) = -log softmax(target); loss (1) = their mean; logits become
 // d loss / d logits = (softmax - onehot(target)) / N in columns [0, V) and 0 in the padding columns [V, Vp).
@@ -54,9 +78,10 @@ void ResidualAdd(float* out, const float* a, const float* b, size_t count, void*
 void CrossEntropyForwardBackward(float* logits, float* row_losses, float* loss, const int32_t* targets,
                                  size_t rows, int vocab, int vocab_padded, void* stream);
 
-// AdamW over count elements of the flat buffers; step counts from 1.
+// AdamW over count elements of the flat buffers; step counts from 1. With params_bf16 non-null, the updated
+// parameters are also written there rounded to bf16 (the compute copy the GEMMs read), in the same pass.
 void AdamWUpdate(float* params, const float* grads, float* m, float* v, size_t count, const AdamWConfig& config,
-                 float weight_decay, int64_t step, void* stream);
+                 float weight_decay, int64_t step, void* stream, Bf16* params_bf16 = nullptr);
 
 // --- device memory --------------------------------------------------------------------------------------
 

@@ -29,8 +29,17 @@ void LayerNormForward(float*, float*, float*, const float*, const float*, const 
   ThrowBuiltWithoutCuda("LayerNormForward");
 }
 
+void LayerNormForward(Bf16*, float*, float*, const float*, const float*, const float*, size_t, int, void*) {
+  ThrowBuiltWithoutCuda("LayerNormForward");
+}
+
 void LayerNormBackward(float*, float*, float*, const float*, const float*, const float*, const float*,
                        const float*, size_t, int, void*) {
+  ThrowBuiltWithoutCuda("LayerNormBackward");
+}
+
+void LayerNormBackward(float*, float*, float*, const Bf16*, const float*, const float*, const float*, const float*,
+                       size_t, int, void*) {
   ThrowBuiltWithoutCuda("LayerNormBackward");
 }
 
@@ -40,11 +49,13 @@ void GeluBackward(float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("
 
 void ResidualAdd(float*, const float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("ResidualAdd"); }
 
+void CastToBf16(Bf16*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("CastToBf16"); }
+
 void CrossEntropyForwardBackward(float*, float*, float*, const int32_t*, size_t, int, int, void*) {
   ThrowBuiltWithoutCuda("CrossEntropyForwardBackward");
 }
 
-void AdamWUpdate(float*, const float*, float*, float*, size_t, const AdamWConfig&, float, int64_t, void*) {
+void AdamWUpdate(float*, const float*, float*, float*, size_t, const AdamWConfig&, float, int64_t, void*, Bf16*) {
   ThrowBuiltWithoutCuda("AdamWUpdate");
 }
 

@@ -1,0 +1,549 @@
+// The CUDA transformer: the CPU reference's model (cpu_transformer.cc) in mixed precision on one device, on one
+// non-blocking stream. fp32 master weights, gradients and AdamW moments in four flat buffers laid out by MakeLayout
+// (the train loop all-reduces the gradient buffer in buckets); a bf16 copy of the weights for the GEMMs, rewritten
+// by AdamW in the same pass; bf16 activations except the residual stream, the LayerNorm statistics, the attention
+// log-sum-exp and the logits, which stay fp32. GEMMs through cuBLASLt (gemm.h), attention through cuDNN's fused SDPA
+// or cuBLAS (attention.h), every other layer a small kernel (kernels.h). Forward and backward follow the CPU
+// reference step by step, so each tensor can be compared with its reference.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_raii.h"
+#include "cuda/gemm.h"
+#include "cuda/kernels.h"
+#include "error.h"
+#include "transformer.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+using gpu::Bf16;
+
+// A block's tensors, in MakeLayout's order (as cpu_transformer.cc).
+enum BlockTensor : size_t {
+  kLn1Weight,
+  kLn1Bias,
+  kQkvWeight,
+  kQkvBias,
+  kAttnProjWeight,
+  kAttnProjBias,
+  kLn2Weight,
+  kLn2Bias,
+  kFcWeight,
+  kFcBias,
+  kMlpProjWeight,
+  kMlpProjBias,
+  kBlockTensors
+};
+constexpr size_t kWteSlot = 0;
+constexpr size_t kWpeSlot = 1;
+constexpr size_t kFirstBlockSlot = 2;
+
+size_t BlockSlot(int layer, BlockTensor tensor) { return kFirstBlockSlot + layer * kBlockTensors + tensor; }
+// lnf.weight, followed by lnf.bias, comes right after the last block.
+size_t LnfWeightSlot(int layers) { return kFirstBlockSlot + layers * kBlockTensors; }
+
+// Every tensor is carved at this alignment: cuBLASLt and cuDNN pick their fastest kernels for 16-byte aligned
+// operands, and 256 bytes is what cudaMalloc itself guarantees.
+constexpr size_t kTensorAlignment = 256;
+// Device memory the libraries may still take after construction (cuBLASLt plans, cuDNN graphs and their
+// workspaces are built on first use of a shape), kept free by the memory check so that a model which passes it
+// does not fail in its first step. cuBLASLt's recommended workspace on Hopper is 32 MiB.
+constexpr uint64_t kLibraryReserveBytes = 256ull << 20;
+
+// Typed tensors carved out of one allocation. Run twice: first with a null base to count the bytes, then over the
+// allocation to point every tensor, so that the layout is written down once.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <typename T>
+  T* Take(size_t count) {
+    const size_t offset = used_;
+    used_ += (count * sizeof(T) + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+    return base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + offset);
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+// What one block keeps from forward for backward. N = B·T tokens.
+struct BlockActivations {
+  Bf16* ln1 = nullptr;         // (N, C)
+  float* ln1_mean = nullptr;   // (N)
+  float* ln1_rstd = nullptr;   // (N)
+  Bf16* qkv = nullptr;         // (N, 3C)
+  Bf16* atty = nullptr;        // (N, C) attention output, before the projection
+  float* att_lse = nullptr;    // (B, NH, T) log-sum-exp of each attention row
+  float* residual2 = nullptr;  // (N, C) residual after attention
+  Bf16* ln2 = nullptr;         // (N, C)
+  float* ln2_mean = nullptr;   // (N)
+  float* ln2_rstd = nullptr;   // (N)
+  Bf16* fch = nullptr;         // (N, 4C) MLP hidden, before GELU (the GELU epilogue's aux output)
+  Bf16* fch_gelu = nullptr;    // (N, 4C)
+  float* residual3 = nullptr;  // (N, C) residual after the MLP: the block's output
+};
+
+// PhaseClock over CUDA events recorded on the model's stream. The events are created as marks first need them
+// and reused every step after, so a step allocates nothing.
+class CudaPhaseClock : public PhaseClock {
+ public:
+  explicit CudaPhaseClock(cudaStream_t stream) : stream_(stream) {}
+
+  void Mark() override {
+    if (marks_ == events_.size()) events_.emplace_back();
+    events_[marks_++].Record(stream_);
+  }
+
+  std::vector<double> Intervals() override {
+    const size_t marks = marks_;
+    marks_ = 0;
+    std::vector<double> intervals;
+    if (marks == 1) events_[0].Synchronize();
+    for (size_t i = 1; i < marks; ++i) intervals.push_back(Event::ElapsedSeconds(events_[i - 1], events_[i]));
+    return intervals;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<Event> events_;
+  size_t marks_ = 0;
+};
+
+// A stretch of the flat buffers that AdamW updates in one launch: consecutive slots with the same decay rule.
+struct AdamWRange {
+  size_t offset = 0;
+  size_t count = 0;
+  bool decay = false;
+};
+
+class CudaTransformer final : public Transformer {
+ public:
+  CudaTransformer(const ModelConfig& config, uint64_t seed, const CudaTransformerOptions& options);
+  ~CudaTransformer() override;
+  CudaTransformer(const CudaTransformer&) = delete;
+  CudaTransformer& operator=(const CudaTransformer&) = delete;
+
+  const ModelConfig& config() const override { return config_; }
+  std::string backend() const override { return "cuda"; }
+  const std::vector<TensorSlot>& layout() const override { return layout_; }
+  size_t parameter_elements() const override { return elements_; }
+  std::string attention() const override { return attention_->name(); }
+  float* parameters() override { return params_; }
+  float* gradients() override { return grads_; }
+  float* adam_m() override { return m_; }
+  float* adam_v() override { return v_; }
+  void* stream() const override { return stream_.get(); }
+  std::unique_ptr<PhaseClock> MakePhaseClock() const override {
+    return std::make_unique<CudaPhaseClock>(stream_.get());
+  }
+  uint64_t peak_device_memory_bytes() const override { return peak_device_memory_; }
+
+  void SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) override;
+  void Forward() override;
+  float Loss() override;
+  void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
+  void ZeroGradients() override;
+  void AdamWStep(const AdamWConfig& config, int64_t step) override;
+
+  // Why auto attention did not get cuDNN ("" when it did, or when attention was chosen explicitly).
+  const std::string& fallback_reason() const { return fallback_reason_; }
+
+ private:
+  // Points every activation tensor into `base` (null: only counts); returns the bytes they take.
+  size_t PointActivations(char* base);
+  void CheckDeviceMemory(uint64_t needed_bytes, uint64_t activation_bytes) const;
+  // Records the device memory in use now if it is the most so far.
+  void NoteDeviceMemory();
+  // Offsets into the flat buffers.
+  float* Param(size_t slot) const { return params_ + layout_[slot].offset; }
+  float* Grad(size_t slot) const { return grads_ + layout_[slot].offset; }
+  const Bf16* Bf16Param(size_t slot) const { return params_bf16_ + layout_[slot].offset; }
+
+  ModelConfig config_;
+  CudaTransformerOptions options_;
+  std::vector<TensorSlot> layout_;
+  size_t elements_;
+  std::vector<AdamWRange> adamw_ranges_;
+  size_t max_tokens_;  // options.max_batch · config.seq: the activations' capacity
+
+  // Declared first, destroyed last: everything below enqueues work on it.
+  Stream stream_;
+  std::unique_ptr<gpu::Gemm> gemm_;
+  std::unique_ptr<gpu::Attention> attention_;
+  std::string fallback_reason_;
+
+  // Flat buffers, MakeLayout's order (P = elements_): fp32 master weights, gradients, AdamW m and v, and the bf16
+  // copy of the weights that the GEMMs read (biases included: bf16-output GEMMs take a bf16 bias).
+  DeviceBuffer flat_buffers_;
+  float* params_ = nullptr;      // (P)
+  float* grads_ = nullptr;       // (P)
+  float* m_ = nullptr;           // (P)
+  float* v_ = nullptr;           // (P)
+  Bf16* params_bf16_ = nullptr;  // (P)
+
+  // Activations and backward scratch for up to max_tokens_ tokens, all in one allocation.
+  DeviceBuffer activation_buffer_;
+  int32_t* tokens_ = nullptr;     // (2, N) the batch's inputs, then its targets (N = this batch's B·T)
+  float* encoded_ = nullptr;      // (N, C) token + position embedding: the residual stream entering block 0
+  std::vector<BlockActivations> blocks_;
+  Bf16* lnf_ = nullptr;           // (N, C)
+  float* lnf_mean_ = nullptr;     // (N)
+  float* lnf_rstd_ = nullptr;     // (N)
+  float* logits_ = nullptr;       // (N, Vp) logits, then (the cross-entropy kernel) d loss / d logits
+  float* row_losses_ = nullptr;   // (N)
+  float* loss_ = nullptr;         // (1) the mean loss
+  float* residual_grad_ = nullptr;     // (N, C) gradient of the residual stream, fp32 as the stream itself
+  Bf16* residual_grad_bf16_ = nullptr; // (N, C) its bf16 copy, the out_grad of the projections' backward GEMMs
+  Bf16* channel_grad_ = nullptr;       // (N, C) gradient of a LayerNorm output or of the attention output
+  // (N, max(Vp, 4C)): d loss / d logits in bf16, then each block's MLP hidden gradient (N, 4C), then its qkv
+  // gradient (N, 3C): each is spent before the next is written (the CPU reference's hidden_grad_ likewise).
+  Bf16* grad_scratch_ = nullptr;
+
+  // Pinned staging for the batch's tokens (2, max_tokens_), and the event after their copy to the device: the next
+  // SetBatch waits for it before overwriting the staging buffer.
+  PinnedBuffer token_staging_;
+  Event tokens_copied_;
+  PinnedBuffer loss_host_;  // (1)
+
+  int batch_ = 0;
+  int seq_ = 0;
+  bool backward_pending_ = false;
+  // Device memory is measured after construction and after the first forward and backward of each batch shape
+  // (libraries build plans and graphs per shape).
+  bool forward_measured_ = false;
+  bool backward_measured_ = false;
+  uint64_t peak_device_memory_ = 0;
+};
+
+CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const CudaTransformerOptions& options)
+    : config_(config),
+      options_(options),
+      layout_(MakeLayout(config)),
+      elements_(layout_.back().offset + layout_.back().count),
+      max_tokens_(static_cast<size_t>(options.max_batch) * config.seq) {
+  // AdamW ranges: wte's padding rows are skipped (they stay exactly zero, as in the CPU reference), and
+  // consecutive slots with the same decay rule share a launch.
+  for (size_t s = 0; s < layout_.size(); ++s) {
+    const TensorSlot& slot = layout_[s];
+    const size_t used = s == kWteSlot ? static_cast<size_t>(config_.vocab) * config_.d_model : slot.count;
+    if (!adamw_ranges_.empty() && adamw_ranges_.back().decay == slot.decay &&
+        adamw_ranges_.back().offset + adamw_ranges_.back().count == slot.offset) {
+      adamw_ranges_.back().count += used;
+    } else {
+      adamw_ranges_.push_back(AdamWRange{slot.offset, used, slot.decay});
+    }
+  }
+
+  // The libraries first: their handles and workspaces are then part of what cudaMemGetInfo reports as used.
+  gemm_ = std::make_unique<gpu::Gemm>(stream());
+  const int c = config_.d_model;
+  if (options_.attention == AttentionChoice::kCublas) {
+    attention_ = gpu::MakeCublasAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
+  } else {
+    try {
+      attention_ = gpu::MakeCudnnAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
+    } catch (const RuntimeError& error) {
+      if (options_.attention == AttentionChoice::kCudnn) {
+        throw RuntimeError(std::string("attention 'cudnn' was asked for, but cuDNN's fused attention cannot run "
+                                       "this model here: ") +
+                           error.what() + " HINT: choose cublas (or auto, which falls back to it)");
+      }
+      fallback_reason_ = error.what();
+      attention_ = gpu::MakeCublasAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
+    }
+  }
+
+  const uint64_t flat_bytes = elements_ * (4 * sizeof(float) + sizeof(Bf16));
+  const uint64_t activation_bytes = PointActivations(nullptr);
+  CheckDeviceMemory(flat_bytes + activation_bytes + kLibraryReserveBytes, activation_bytes);
+
+  // Flat buffers: five tensors of P elements, each aligned.
+  Carver flat(nullptr);
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      flat_buffers_ = DeviceBuffer(flat.used());
+      flat = Carver(static_cast<char*>(flat_buffers_.data()));
+    }
+    params_ = flat.Take<float>(elements_);
+    grads_ = flat.Take<float>(elements_);
+    m_ = flat.Take<float>(elements_);
+    v_ = flat.Take<float>(elements_);
+    params_bf16_ = flat.Take<Bf16>(elements_);
+  }
+  activation_buffer_ = DeviceBuffer(activation_bytes);
+  PointActivations(static_cast<char*>(activation_buffer_.data()));
+  token_staging_ = PinnedBuffer(2 * max_tokens_ * sizeof(int32_t));
+  loss_host_ = PinnedBuffer(sizeof(float));
+
+  // The same initial weights as the CPU reference: drawn on the host from the same seed, then uploaded.
+  std::vector<float> initial(elements_);
+  InitializeParameters(config_, layout_, seed, initial.data());
+  TB_CHECK_CUDA(cudaMemcpyAsync(params_, initial.data(), elements_ * sizeof(float), cudaMemcpyHostToDevice,
+                                stream_.get()));
+  gpu::CastToBf16(params_bf16_, params_, elements_, stream());
+  TB_CHECK_CUDA(cudaMemsetAsync(grads_, 0, elements_ * sizeof(float), stream_.get()));
+  TB_CHECK_CUDA(cudaMemsetAsync(m_, 0, elements_ * sizeof(float), stream_.get()));
+  TB_CHECK_CUDA(cudaMemsetAsync(v_, 0, elements_ * sizeof(float), stream_.get()));
+  TB_CHECK_CUDA(cudaMemsetAsync(loss_, 0, sizeof(float), stream_.get()));  // Loss() before any Forward: 0
+  stream_.Synchronize();
+  NoteDeviceMemory();
+}
+
+// Buffers are freed after the work that uses them has finished. Nothing to report from a destructor: a failed
+// synchronisation means the context is already broken, and the call that broke it has reported.
+CudaTransformer::~CudaTransformer() { (void)cudaStreamSynchronize(stream_.get()); }
+
+size_t CudaTransformer::PointActivations(char* base) {
+  const size_t n = max_tokens_;
+  const size_t c = config_.d_model;
+  const size_t hidden = static_cast<size_t>(config_.mlp_ratio) * c;
+  const size_t vp = config_.vocab_padded;
+  Carver carve(base);
+  tokens_ = carve.Take<int32_t>(2 * n);
+  encoded_ = carve.Take<float>(n * c);
+  blocks_.resize(config_.layers);
+  for (BlockActivations& a : blocks_) {
+    a.ln1 = carve.Take<Bf16>(n * c);
+    a.ln1_mean = carve.Take<float>(n);
+    a.ln1_rstd = carve.Take<float>(n);
+    a.qkv = carve.Take<Bf16>(n * 3 * c);
+    a.atty = carve.Take<Bf16>(n * c);
+    a.att_lse = carve.Take<float>(n * config_.heads);
+    a.residual2 = carve.Take<float>(n * c);
+    a.ln2 = carve.Take<Bf16>(n * c);
+    a.ln2_mean = carve.Take<float>(n);
+    a.ln2_rstd = carve.Take<float>(n);
+    a.fch = carve.Take<Bf16>(n * hidden);
+    a.fch_gelu = carve.Take<Bf16>(n * hidden);
+    a.residual3 = carve.Take<float>(n * c);
+  }
+  lnf_ = carve.Take<Bf16>(n * c);
+  lnf_mean_ = carve.Take<float>(n);
+  lnf_rstd_ = carve.Take<float>(n);
+  logits_ = carve.Take<float>(n * vp);
+  row_losses_ = carve.Take<float>(n);
+  loss_ = carve.Take<float>(1);
+  residual_grad_ = carve.Take<float>(n * c);
+  residual_grad_bf16_ = carve.Take<Bf16>(n * c);
+  channel_grad_ = carve.Take<Bf16>(n * c);
+  grad_scratch_ = carve.Take<Bf16>(n * std::max({vp, hidden, 3 * c}));
+  return carve.used();
+}
+
+void CudaTransformer::CheckDeviceMemory(uint64_t needed_bytes, uint64_t activation_bytes) const {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  TB_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (needed_bytes <= free_bytes) return;
+  throw RuntimeError("the CUDA transformer for model '" + config_.name + "' needs " + FormatBytes(needed_bytes) +
+                     " of device memory (" + FormatBytes(elements_ * (4 * sizeof(float) + sizeof(Bf16))) +
+                     " for fp32 weights, gradients and AdamW moments and the bf16 weights, " +
+                     FormatBytes(activation_bytes) + " for the activations of " + std::to_string(options_.max_batch) +
+                     " x " + std::to_string(config_.seq) + " tokens, " + FormatBytes(kLibraryReserveBytes) +
+                     " kept for cuBLASLt and cuDNN), but only " + FormatBytes(free_bytes) + " of the device's " +
+                     FormatBytes(total_bytes) + " are free HINT: run fewer layers of the same shape with --layers N, " +
+                     "or a smaller --micro-batch");
+}
+
+void CudaTransformer::NoteDeviceMemory() {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  TB_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  peak_device_memory_ = std::max<uint64_t>(peak_device_memory_, total_bytes - free_bytes);
+}
+
+void CudaTransformer::SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) {
+  CheckBatch(config_, inputs, targets, batch, seq);
+  if (batch > options_.max_batch) {
+    throw InputError(std::string("batch size ") + std::to_string(batch) + " is larger than the " +
+                     std::to_string(options_.max_batch) +
+                     " sequences the CUDA transformer allocated activations for (its max_batch)");
+  }
+  backward_pending_ = false;  // the activations are about to change
+  if (batch != batch_ || seq != seq_) forward_measured_ = backward_measured_ = false;
+  const size_t n = static_cast<size_t>(batch) * seq;
+  // The previous batch's copy may still be reading the staging buffer.
+  tokens_copied_.Synchronize();
+  int32_t* staging = static_cast<int32_t*>(token_staging_.data());
+  std::copy(inputs, inputs + n, staging);
+  std::copy(targets, targets + n, staging + n);
+  TB_CHECK_CUDA(cudaMemcpyAsync(tokens_, staging, 2 * n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
+  tokens_copied_.Record(stream_.get());
+  batch_ = batch;
+  seq_ = seq;
+}
+
+void CudaTransformer::Forward() {
+  if (batch_ == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
+  backward_pending_ = false;
+  const size_t n = static_cast<size_t>(batch_) * seq_;
+  const int c = config_.d_model;
+  const int hidden = config_.mlp_ratio * c;
+  const int32_t* inputs = tokens_;
+  const int32_t* targets = tokens_ + n;
+
+  // The embeddings are gathered from the fp32 master weights: no GEMM reads them here.
+  gpu::EncoderForward(encoded_, inputs, Param(kWteSlot), Param(kWpeSlot), batch_, seq_, c, stream());
+  const float* residual = encoded_;  // (N, C)
+  for (int l = 0; l < config_.layers; ++l) {
+    BlockActivations& a = blocks_[l];
+    auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
+    auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
+    gpu::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, param(kLn1Weight), param(kLn1Bias), n, c, stream());
+    gemm_->LinearForward(a.qkv, nullptr, a.ln1, bf16_param(kQkvWeight), bf16_param(kQkvBias), n, c, 3 * c);
+    attention_->Forward(a.atty, a.att_lse, a.qkv, batch_, seq_);
+    // The projections add into the fp32 residual stream, with their fp32 master biases.
+    gemm_->LinearForwardFloat(a.residual2, residual, a.atty, bf16_param(kAttnProjWeight), param(kAttnProjBias), n,
+                              c, c);
+    gpu::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(kLn2Weight), param(kLn2Bias), n, c,
+                          stream());
+    gemm_->LinearForward(a.fch_gelu, a.fch, a.ln2, bf16_param(kFcWeight), bf16_param(kFcBias), n, c, hidden);
+    gemm_->LinearForwardFloat(a.residual3, a.residual2, a.fch_gelu, bf16_param(kMlpProjWeight),
+                              param(kMlpProjBias), n, hidden, c);
+    residual = a.residual3;
+  }
+  gpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, Param(LnfWeightSlot(config_.layers)),
+                        Param(LnfWeightSlot(config_.layers) + 1), n, c, stream());
+  // The tied LM head over all Vp rows of wte, so that the GEMM keeps its aligned shape: the padding rows are zero,
+  // their logits are 0, and the cross-entropy ignores those columns (and gives them zero gradient).
+  gemm_->LinearForwardFloat(logits_, nullptr, lnf_, Bf16Param(kWteSlot), nullptr, n, c, config_.vocab_padded);
+  // Loss and d loss / d logits in one pass, in place, as llm.c does: Backward starts from them.
+  gpu::CrossEntropyForwardBackward(logits_, row_losses_, loss_, targets, n, config_.vocab, config_.vocab_padded,
+                                   stream());
+  backward_pending_ = true;
+  if (!forward_measured_) {
+    NoteDeviceMemory();
+    forward_measured_ = true;
+  }
+}
+
+float CudaTransformer::Loss() {
+  TB_CHECK_CUDA(cudaMemcpyAsync(loss_host_.data(), loss_, sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+  stream_.Synchronize();
+  return *static_cast<const float*>(loss_host_.data());
+}
+
+void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready) {
+  // The cross-entropy kernel turned the logits into their gradient, so backward runs once per Forward.
+  if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
+  backward_pending_ = false;
+  auto ready = [&](size_t slot) {
+    if (gradient_ready) gradient_ready(slot);
+  };
+  // Slots are reported in descending order, as the CPU reference does: lnf, the blocks from last to first, wpe,
+  // and wte last. A slot is reported once the work that finishes its gradient is enqueued on stream(): the
+  // loop's all-reduce of its bucket waits for an event recorded there after it.
+  auto ready_pair = [&](int layer, BlockTensor weight, BlockTensor bias) {
+    ready(BlockSlot(layer, bias));
+    ready(BlockSlot(layer, weight));
+  };
+  const size_t n = static_cast<size_t>(batch_) * seq_;
+  const int c = config_.d_model;
+  const int hidden = config_.mlp_ratio * c;
+  const int vp = config_.vocab_padded;
+  const int32_t* inputs = tokens_;
+
+  // LM head: d loss / d logits (N, Vp) in bf16 for the GEMMs; its padding columns are zero, so wte's padding rows
+  // get a zero gradient.
+  Bf16* logits_grad = grad_scratch_;
+  gpu::CastToBf16(logits_grad, logits_, n * vp, stream());
+  gemm_->LinearBackwardInput(channel_grad_, logits_grad, Bf16Param(kWteSlot), nullptr, n, c, vp);
+  gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, logits_grad, lnf_, n, c, vp);
+  TB_CHECK_CUDA(cudaMemsetAsync(residual_grad_, 0, n * c * sizeof(float), stream_.get()));
+  const size_t lnf_slot = LnfWeightSlot(config_.layers);
+  gpu::LayerNormBackward(residual_grad_, Grad(lnf_slot), Grad(lnf_slot + 1), channel_grad_, blocks_.back().residual3,
+                         Param(lnf_slot), lnf_mean_, lnf_rstd_, n, c, stream());
+  ready(lnf_slot + 1);
+  ready(lnf_slot);
+
+  // residual_grad_ (N, C) carries the gradient of the residual stream down through the blocks in fp32; each
+  // residual add passes it on unchanged and each LayerNorm adds its input gradient to it. The projections'
+  // backward GEMMs read its bf16 copy.
+  for (int l = config_.layers - 1; l >= 0; --l) {
+    const BlockActivations& a = blocks_[l];
+    auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
+    auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
+    auto grad = [&](BlockTensor t) { return Grad(BlockSlot(l, t)); };
+    const float* residual = l > 0 ? blocks_[l - 1].residual3 : encoded_;
+
+    // MLP projection; the GELU gradient is fused into its input gradient (the DGELU epilogue over fch).
+    Bf16* hidden_grad = grad_scratch_;  // (N, 4C): the logits' gradient is spent by now
+    gpu::CastToBf16(residual_grad_bf16_, residual_grad_, n * c, stream());
+    gemm_->LinearBackwardInput(hidden_grad, residual_grad_bf16_, bf16_param(kMlpProjWeight), a.fch, n, hidden, c);
+    gemm_->LinearBackwardWeights(grad(kMlpProjWeight), grad(kMlpProjBias), residual_grad_bf16_, a.fch_gelu, n,
+                                 hidden, c);
+    ready_pair(l, kMlpProjWeight, kMlpProjBias);
+    gemm_->LinearBackwardInput(channel_grad_, hidden_grad, bf16_param(kFcWeight), nullptr, n, c, hidden);
+    gemm_->LinearBackwardWeights(grad(kFcWeight), grad(kFcBias), hidden_grad, a.ln2, n, c, hidden);
+    ready_pair(l, kFcWeight, kFcBias);
+    gpu::LayerNormBackward(residual_grad_, grad(kLn2Weight), grad(kLn2Bias), channel_grad_, a.residual2,
+                           param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, stream());
+    ready_pair(l, kLn2Weight, kLn2Bias);
+
+    // Attention projection, attention, qkv.
+    gpu::CastToBf16(residual_grad_bf16_, residual_grad_, n * c, stream());
+    gemm_->LinearBackwardInput(channel_grad_, residual_grad_bf16_, bf16_param(kAttnProjWeight), nullptr, n, c, c);
+    gemm_->LinearBackwardWeights(grad(kAttnProjWeight), grad(kAttnProjBias), residual_grad_bf16_, a.atty, n, c, c);
+    ready_pair(l, kAttnProjWeight, kAttnProjBias);
+    Bf16* qkv_grad = grad_scratch_;  // (N, 3C): the MLP's hidden gradient is spent by now
+    attention_->Backward(qkv_grad, channel_grad_, a.qkv, a.atty, a.att_lse, batch_, seq_);
+    gemm_->LinearBackwardInput(channel_grad_, qkv_grad, bf16_param(kQkvWeight), nullptr, n, c, 3 * c);
+    gemm_->LinearBackwardWeights(grad(kQkvWeight), grad(kQkvBias), qkv_grad, a.ln1, n, c, 3 * c);
+    ready_pair(l, kQkvWeight, kQkvBias);
+    gpu::LayerNormBackward(residual_grad_, grad(kLn1Weight), grad(kLn1Bias), channel_grad_, residual,
+                           param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c, stream());
+    ready_pair(l, kLn1Weight, kLn1Bias);
+  }
+  gpu::EncoderBackward(Grad(kWteSlot), Grad(kWpeSlot), residual_grad_, inputs, batch_, seq_, c, stream());
+  ready(kWpeSlot);
+  ready(kWteSlot);
+  if (!backward_measured_) {
+    NoteDeviceMemory();
+    backward_measured_ = true;
+  }
+}
+
+void CudaTransformer::ZeroGradients() {
+  TB_CHECK_CUDA(cudaMemsetAsync(grads_, 0, elements_ * sizeof(float), stream_.get()));
+}
+
+void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
+  if (step < 1) throw InputError(std::string("AdamW step counts from 1, got ") + std::to_string(step));
+  // The bf16 weights are rewritten from the updated master weights in the same pass; wte's padding rows, skipped,
+  // stay zero in both.
+  for (const AdamWRange& range : adamw_ranges_) {
+    gpu::AdamWUpdate(params_ + range.offset, grads_ + range.offset, m_ + range.offset, v_ + range.offset,
+                     range.count, config, range.decay ? config.weight_decay : 0.0f, step, stream(),
+                     params_bf16_ + range.offset);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint64_t seed,
+                                                 const CudaTransformerOptions& options,
+                                                 std::string* fallback_reason) {
+  ValidateModel(config);
+  if (options.max_batch < 1) {
+    throw InputError(std::string("the CUDA transformer's max_batch must be at least 1, got ") +
+                     std::to_string(options.max_batch));
+  }
+  auto model = std::make_unique<CudaTransformer>(config, seed, options);
+  if (fallback_reason != nullptr) *fallback_reason = model->fallback_reason();
+  return model;
+}
+
+}  // namespace tb

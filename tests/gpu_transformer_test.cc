@@ -1,0 +1,575 @@
+// The CUDA transformer (models/cuda/cuda_transformer.cu) against the CPU reference (MakeCpuTransformer) on tiny
+// models, and the bf16 kernels it added (models/cuda/kernels.h) against the reference's layers. Every GPU test skips,
+// saying why, when no GPU is usable (and in a build without CUDA, where the stub is checked instead).
+//
+// Tolerances:
+// - the bf16 kernels: a bf16 store rounds to nearest, a relative error of at most 2^-9; a LayerNorm output rounded
+//   once is checked at 2^-8 relative (twice that, for the fp32 result differing from the reference's by ~1e-5 and
+//   rounding the other way at a tie) + 1e-5 absolute. Kernels whose inputs are bf16 get the same bf16 values as the
+//   reference, so their fp32 results keep the fp32 tolerances of gpu_kernels_test.cc (1e-5; 1e-4 for sums over all
+//   rows). Casts and the bf16 copy written by AdamW are compared bit for bit with the host's ToBf16.
+// - the whole model: activations and GEMM operands are bf16 (8 bits of mantissa: ~2e-3 relative per rounding),
+//   accumulation fp32. The loss is a mean over tokens of log-sum-exps of logits whose errors are ~1e-3 relative and
+//   average out: 1e-2 relative is far above that noise and far below what any wrong layer gives (O(1)). Gradients
+//   pass through ~20 bf16 roundings between the loss and wte (each ~1e-3 rms, independent, so adding in quadrature)
+//   and the column sums of the bias gradients cancel: per tensor ||g_gpu - g_cpu|| / ||g_cpu|| < 3e-2. A wrong
+//   transpose, layer or scale gives O(1). AdamW on identical gradients is the same formula in fp32: 1e-6 relative.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "clock.h"
+#include "cpu_kernels.h"
+#include "cuda/kernels.h"
+#include "device.h"
+#include "error.h"
+#include "model_config.h"
+#include "transformer.h"
+
+namespace tb {
+namespace {
+
+using gpu::Bf16;
+using gpu::DeviceMemory;
+using gpu::Download;
+using gpu::Upload;
+
+std::string NoGpuMessage() { return std::string("no usable GPU: ") + GpuUnavailableReason(); }
+
+std::vector<float> RandomNormal(size_t count, float stddev, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> values(count);
+  for (float& value : values) value = normal(generator);
+  return values;
+}
+
+std::vector<Bf16> ToBf16(const std::vector<float>& values) {
+  std::vector<Bf16> rounded(values.size());
+  for (size_t i = 0; i < values.size(); ++i) rounded[i] = gpu::ToBf16(values[i]);
+  return rounded;
+}
+
+std::vector<float> ToFloat(const std::vector<Bf16>& values) {
+  std::vector<float> widened(values.size());
+  for (size_t i = 0; i < values.size(); ++i) widened[i] = gpu::ToFloat(values[i]);
+  return widened;
+}
+
+// Fails, naming the first offending element and how many there are, unless every
+// |actual - expected| <= abs_tol + rel_tol·|expected|.
+void ExpectAllNear(const std::vector<float>& actual, const std::vector<float>& expected, float abs_tol,
+                   float rel_tol, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  size_t failures = 0;
+  size_t first = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const bool near = std::fabs(actual[i] - expected[i]) <= abs_tol + rel_tol * std::fabs(expected[i]);
+    if (!near && failures++ == 0) first = i;
+  }
+  EXPECT_EQ(failures, 0u) << what << ": first at [" << first << "]: gpu " << actual[first] << ", cpu "
+                          << expected[first] << " (tolerance " << abs_tol << " + " << rel_tol << "·|cpu|)";
+}
+
+// ||actual - expected|| / ||expected||; 0 when both are zero, infinity when only expected is.
+double RelativeDifference(const float* actual, const float* expected, size_t count) {
+  double difference = 0.0;
+  double norm = 0.0;
+  for (size_t i = 0; i < count; ++i) {
+    difference += (static_cast<double>(actual[i]) - expected[i]) * (static_cast<double>(actual[i]) - expected[i]);
+    norm += static_cast<double>(expected[i]) * expected[i];
+  }
+  if (norm == 0.0) return difference == 0.0 ? 0.0 : INFINITY;
+  return std::sqrt(difference / norm);
+}
+
+// A model's device buffer on the host, after all work queued on any stream.
+std::vector<float> DownloadDevice(const float* device, size_t count) {
+  gpu::SynchronizeDevice();
+  std::vector<float> host(count);
+  gpu::CopyToHost(host.data(), device, count * sizeof(float));
+  return host;
+}
+
+// Host values into a model's device buffer; returns once the copy has landed (a copy from pageable memory may
+// return before its DMA ends, and the model's stream does not wait for the legacy stream).
+void UploadDevice(float* device, const float* host, size_t count) {
+  gpu::SynchronizeDevice();
+  gpu::CopyToDevice(device, host, count * sizeof(float));
+  gpu::SynchronizeDevice();
+}
+
+// --- bf16 on the host, CPU only ------------------------------------------------------------------------------
+
+TEST(Bf16Host, RoundsToNearestEven) {
+  EXPECT_EQ(gpu::ToBf16(1.0f).bits, 0x3f80u);
+  EXPECT_EQ(gpu::ToFloat(gpu::ToBf16(257.0f)), 256.0f);  // halfway: to even
+  EXPECT_EQ(gpu::ToFloat(gpu::ToBf16(259.0f)), 260.0f);  // halfway: to even
+  EXPECT_EQ(gpu::ToFloat(gpu::ToBf16(257.5f)), 258.0f);  // above halfway: up
+  EXPECT_EQ(gpu::ToFloat(gpu::ToBf16(-3.0f)), -3.0f);
+  EXPECT_EQ(gpu::ToBf16(-0.0f).bits, 0x8000u);
+  EXPECT_EQ(gpu::ToBf16(3.4e38f).bits, 0x7f80u);  // rounds up to infinity
+  EXPECT_EQ(gpu::ToBf16(-INFINITY).bits, 0xff80u);
+  EXPECT_TRUE(std::isnan(gpu::ToFloat(gpu::ToBf16(NAN))));
+}
+
+// --- bf16 kernels against the CPU reference ------------------------------------------------------------------
+
+// Channels not a multiple of the warp size, so that the tails of every loop run.
+constexpr int kRowsBatch = 3;
+constexpr int kRowsSeq = 17;
+constexpr int kChannels = 100;
+constexpr size_t kRows = static_cast<size_t>(kRowsBatch) * kRowsSeq;
+
+TEST(GpuBf16Kernels, CastToBf16MatchesHostRounding) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  std::vector<float> in = RandomNormal(100003, 3.0f, 1);
+  // Ties both ways, signed zeros, infinities, overflow to infinity, the smallest normal.
+  for (float value : {257.0f, 259.0f, -257.0f, 0.0f, -0.0f, INFINITY, -INFINITY, 3.4e38f, -3.4e38f, 1.17549435e-38f}) {
+    in.push_back(value);
+  }
+  const DeviceMemory d_in = Upload(in);
+  const DeviceMemory out(in.size() * sizeof(Bf16));
+  gpu::CastToBf16(out.as<Bf16>(), d_in.as<float>(), in.size(), nullptr);
+  gpu::SynchronizeDevice();
+  const std::vector<Bf16> device = Download<Bf16>(out, in.size());
+  size_t failures = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (device[i].bits != gpu::ToBf16(in[i]).bits && failures++ < 5) {
+      ADD_FAILURE() << "cast of " << in[i] << " at [" << i << "]: device 0x" << std::hex << device[i].bits
+                    << ", host 0x" << gpu::ToBf16(in[i]).bits;
+    }
+  }
+  EXPECT_EQ(failures, 0u);
+}
+
+TEST(GpuBf16Kernels, LayerNormForwardWritesBf16) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  std::vector<float> in = RandomNormal(kRows * kChannels, 1.0f, 2);  // (N, C), the fp32 residual stream
+  for (float& value : in) value += 30.0f;
+  std::vector<float> weight = RandomNormal(kChannels, 0.1f, 3);  // (C)
+  for (float& value : weight) value += 1.0f;
+  const std::vector<float> bias = RandomNormal(kChannels, 0.1f, 4);  // (C)
+  std::vector<float> cpu_out(in.size()), cpu_mean(kRows), cpu_rstd(kRows);
+  cpu::LayerNormForward(cpu_out.data(), cpu_mean.data(), cpu_rstd.data(), in.data(), weight.data(), bias.data(),
+                        kRows, kChannels);
+
+  const DeviceMemory d_in = Upload(in), d_weight = Upload(weight), d_bias = Upload(bias);
+  const DeviceMemory out(in.size() * sizeof(Bf16)), mean(kRows * sizeof(float)), rstd(kRows * sizeof(float));
+  gpu::LayerNormForward(out.as<Bf16>(), mean.as<float>(), rstd.as<float>(), d_in.as<float>(), d_weight.as<float>(),
+                        d_bias.as<float>(), kRows, kChannels, nullptr);
+  gpu::SynchronizeDevice();
+
+  ExpectAllNear(ToFloat(Download<Bf16>(out, in.size())), cpu_out, 1e-5f, 1.0f / 256, "bf16 layernorm out");
+  ExpectAllNear(Download<float>(mean, kRows), cpu_mean, 1e-5f, 1e-5f, "layernorm mean");
+  ExpectAllNear(Download<float>(rstd, kRows), cpu_rstd, 1e-5f, 1e-5f, "layernorm rstd");
+}
+
+TEST(GpuBf16Kernels, LayerNormBackwardReadsBf16OutGrad) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  std::vector<float> in = RandomNormal(kRows * kChannels, 1.0f, 10);  // (N, C)
+  for (float& value : in) value += 30.0f;
+  std::vector<float> weight = RandomNormal(kChannels, 0.1f, 11);  // (C)
+  for (float& value : weight) value += 1.0f;
+  const std::vector<float> bias = RandomNormal(kChannels, 0.1f, 12);  // (C)
+  // The gradient as a backward GEMM leaves it: bf16. The reference gets the same values in fp32.
+  const std::vector<Bf16> out_grad = ToBf16(RandomNormal(in.size(), 1.0f, 13));  // (N, C)
+  std::vector<float> cpu_in_grad = RandomNormal(in.size(), 1.0f, 14);            // (N, C), accumulated into
+  std::vector<float> cpu_weight_grad = RandomNormal(kChannels, 1.0f, 15);        // (C), accumulated into
+  std::vector<float> cpu_bias_grad = RandomNormal(kChannels, 1.0f, 16);          // (C), accumulated into
+  const DeviceMemory in_grad = Upload(cpu_in_grad);
+  const DeviceMemory weight_grad = Upload(cpu_weight_grad);
+  const DeviceMemory bias_grad = Upload(cpu_bias_grad);
+
+  std::vector<float> cpu_out(in.size()), cpu_mean(kRows), cpu_rstd(kRows);
+  cpu::LayerNormForward(cpu_out.data(), cpu_mean.data(), cpu_rstd.data(), in.data(), weight.data(), bias.data(),
+                        kRows, kChannels);
+  cpu::LayerNormBackward(cpu_in_grad.data(), cpu_weight_grad.data(), cpu_bias_grad.data(), ToFloat(out_grad).data(),
+                         in.data(), weight.data(), cpu_mean.data(), cpu_rstd.data(), kRows, kChannels);
+
+  // The device's own statistics, as in the model.
+  const DeviceMemory d_in = Upload(in), d_weight = Upload(weight), d_bias = Upload(bias);
+  const DeviceMemory d_out_grad = Upload(out_grad);
+  const DeviceMemory out(in.size() * sizeof(Bf16)), mean(kRows * sizeof(float)), rstd(kRows * sizeof(float));
+  gpu::LayerNormForward(out.as<Bf16>(), mean.as<float>(), rstd.as<float>(), d_in.as<float>(), d_weight.as<float>(),
+                        d_bias.as<float>(), kRows, kChannels, nullptr);
+  gpu::LayerNormBackward(in_grad.as<float>(), weight_grad.as<float>(), bias_grad.as<float>(), d_out_grad.as<Bf16>(),
+                         d_in.as<float>(), d_weight.as<float>(), mean.as<float>(), rstd.as<float>(), kRows, kChannels,
+                         nullptr);
+  gpu::SynchronizeDevice();
+
+  ExpectAllNear(Download<float>(in_grad, cpu_in_grad.size()), cpu_in_grad, 1e-5f, 1e-5f, "layernorm in_grad");
+  ExpectAllNear(Download<float>(weight_grad, kChannels), cpu_weight_grad, 1e-4f, 1e-5f, "layernorm weight_grad");
+  ExpectAllNear(Download<float>(bias_grad, kChannels), cpu_bias_grad, 1e-4f, 1e-5f, "layernorm bias_grad");
+}
+
+TEST(GpuBf16Kernels, AdamWWritesTheBf16Copy) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  constexpr size_t kCount = 100003;  // not a multiple of the block size
+  std::vector<float> cpu_params = RandomNormal(kCount, 0.02f, 50);
+  std::vector<float> cpu_m(kCount, 0.0f), cpu_v(kCount, 0.0f);
+  const DeviceMemory params = Upload(cpu_params), m = Upload(cpu_m), v = Upload(cpu_v);
+  const DeviceMemory params_bf16(kCount * sizeof(Bf16));
+  const AdamWConfig config;
+  for (int64_t step = 1; step <= 3; ++step) {
+    const std::vector<float> grads = RandomNormal(kCount, 1.0f, 50 + static_cast<uint32_t>(step));
+    cpu::AdamWUpdate(cpu_params.data(), grads.data(), cpu_m.data(), cpu_v.data(), kCount, config, config.weight_decay,
+                     step);
+    const DeviceMemory d_grads = Upload(grads);
+    gpu::AdamWUpdate(params.as<float>(), d_grads.as<float>(), m.as<float>(), v.as<float>(), kCount, config,
+                     config.weight_decay, step, nullptr, params_bf16.as<Bf16>());
+    gpu::SynchronizeDevice();
+  }
+  const std::vector<float> device_params = Download<float>(params, kCount);
+  ExpectAllNear(device_params, cpu_params, 1e-7f, 1e-6f, "adamw params");
+  ExpectAllNear(Download<float>(m, kCount), cpu_m, 1e-7f, 1e-6f, "adamw m");
+  ExpectAllNear(Download<float>(v, kCount), cpu_v, 1e-7f, 1e-6f, "adamw v");
+  const std::vector<Bf16> device_bf16 = Download<Bf16>(params_bf16, kCount);
+  size_t failures = 0;
+  for (size_t i = 0; i < kCount; ++i) failures += device_bf16[i].bits != gpu::ToBf16(device_params[i]).bits;
+  EXPECT_EQ(failures, 0u) << "bf16 copies that are not the updated fp32 parameter rounded to nearest even";
+}
+
+// --- the whole model against the CPU reference ---------------------------------------------------------------
+
+constexpr int kBatch = 2;
+constexpr int kSeq = 16;
+constexpr double kLossTolerance = 1e-2;      // relative; see the top of the file
+constexpr double kGradientTolerance = 3e-2;  // relative norm per tensor
+
+// Head size 16 (cuDNN may or may not take it; auto falls back to cuBLAS when it does not); vocabulary 100, padded to
+// 128.
+ModelConfig SmallHeadsConfig() { return CustomModel(2, 64, 4, 100, kSeq); }
+// Head size 64, which cuDNN's fused attention supports on every device it runs on.
+ModelConfig Head64Config() { return CustomModel(2, 128, 2, 100, kSeq); }
+
+struct Batch {
+  std::vector<int32_t> inputs;
+  std::vector<int32_t> targets;
+};
+
+Batch RandomBatch(int vocab, int batch, int seq, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+  Batch b;
+  for (int i = 0; i < batch * seq; ++i) {
+    b.inputs.push_back(token(generator));
+    b.targets.push_back(token(generator));
+  }
+  return b;
+}
+
+std::unique_ptr<Transformer> MakeGpuModel(const ModelConfig& config, uint64_t seed,
+                                          AttentionChoice attention = AttentionChoice::kAuto) {
+  CudaTransformerOptions options;
+  options.max_batch = kBatch;
+  options.attention = attention;
+  return MakeCudaTransformer(config, seed, options);
+}
+
+std::string InputErrorOf(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(CudaTransformer, StartsFromTheCpuReferenceWeights) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = SmallHeadsConfig();
+  auto cpu = MakeCpuTransformer(config, 7);
+  auto gpu = MakeGpuModel(config, 7);
+  EXPECT_EQ(gpu->backend(), "cuda");
+  EXPECT_NE(gpu->stream(), nullptr);
+  ASSERT_EQ(gpu->parameter_elements(), cpu->parameter_elements());
+  ASSERT_EQ(gpu->layout().size(), cpu->layout().size());
+  for (size_t s = 0; s < cpu->layout().size(); ++s) {
+    EXPECT_EQ(gpu->layout()[s].name, cpu->layout()[s].name);
+    EXPECT_EQ(gpu->layout()[s].offset, cpu->layout()[s].offset);
+  }
+  const size_t n = cpu->parameter_elements();
+  const std::vector<float> params = DownloadDevice(gpu->parameters(), n);
+  size_t different = 0;
+  for (size_t i = 0; i < n; ++i) different += params[i] != cpu->parameters()[i];
+  EXPECT_EQ(different, 0u) << "of " << n << " initial parameters differ from the CPU reference's";
+  for (float* buffer : {gpu->gradients(), gpu->adam_m(), gpu->adam_v()}) {
+    const std::vector<float> values = DownloadDevice(buffer, n);
+    size_t nonzero = 0;
+    for (float value : values) nonzero += value != 0.0f;
+    EXPECT_EQ(nonzero, 0u);
+  }
+  EXPECT_GT(gpu->peak_device_memory_bytes(), 18 * n);  // at least the flat buffers: 4 fp32 + 1 bf16 per element
+}
+
+// Forward and backward on both implementations: the loss, each tensor's gradient and the order gradient_ready
+// reports them in; then a second, smaller batch of odd length (its targets sit at a different offset).
+void ExpectForwardAndBackwardMatchCpu(const ModelConfig& config) {
+  auto cpu = MakeCpuTransformer(config, 11);
+  std::string fallback_reason;
+  CudaTransformerOptions options;
+  options.max_batch = kBatch;
+  auto gpu = MakeCudaTransformer(config, 11, options, &fallback_reason);
+  std::string attention = std::string("attention ") + gpu->attention();
+  if (!fallback_reason.empty()) attention += std::string(" (") + fallback_reason + ")";
+  SCOPED_TRACE(attention);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 12);
+
+  std::vector<size_t> cpu_order;
+  std::vector<size_t> gpu_order;
+  cpu->ZeroGradients();
+  gpu->ZeroGradients();
+  const float cpu_loss = cpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const float gpu_loss = gpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  EXPECT_NEAR(gpu_loss, cpu_loss, kLossTolerance * cpu_loss);
+  cpu->Backward([&](size_t slot) { cpu_order.push_back(slot); });
+  gpu->Backward([&](size_t slot) { gpu_order.push_back(slot); });
+  EXPECT_EQ(gpu_order, cpu_order);
+  EXPECT_EQ(gpu_order.size(), cpu->layout().size());
+
+  const size_t n = cpu->parameter_elements();
+  const std::vector<float> grads = DownloadDevice(gpu->gradients(), n);
+  for (const TensorSlot& slot : cpu->layout()) {
+    const double difference =
+        RelativeDifference(grads.data() + slot.offset, cpu->gradients() + slot.offset, slot.count);
+    EXPECT_LT(difference, kGradientTolerance) << slot.name;
+  }
+  // wte's padding rows get no gradient.
+  const TensorSlot& wte = cpu->layout()[0];
+  for (size_t i = static_cast<size_t>(config.vocab) * config.d_model; i < wte.count; ++i) {
+    ASSERT_EQ(grads[wte.offset + i], 0.0f) << "wte padding element " << i;
+  }
+
+  const Batch shorter = RandomBatch(config.vocab, 1, kSeq - 7, 13);
+  const float cpu_shorter = cpu->ForwardBatch(shorter.inputs.data(), shorter.targets.data(), 1, kSeq - 7);
+  const float gpu_shorter = gpu->ForwardBatch(shorter.inputs.data(), shorter.targets.data(), 1, kSeq - 7);
+  EXPECT_NEAR(gpu_shorter, cpu_shorter, kLossTolerance * cpu_shorter);
+}
+
+TEST(CudaTransformer, ForwardAndBackwardMatchCpuReferenceHeadSize16) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  ExpectForwardAndBackwardMatchCpu(SmallHeadsConfig());
+}
+
+TEST(CudaTransformer, ForwardAndBackwardMatchCpuReferenceHeadSize64) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  ExpectForwardAndBackwardMatchCpu(Head64Config());
+}
+
+// AdamW from identical gradients (the CPU's, copied into the device's buffer): the master weights and moments agree
+// to fp32 rounding; the bf16 weights follow (the next forward's loss moves as the reference's does); wte's padding
+// rows stay zero.
+TEST(CudaTransformer, AdamWStepMatchesCpuReference) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = SmallHeadsConfig();
+  auto cpu = MakeCpuTransformer(config, 21);
+  auto gpu = MakeGpuModel(config, 21);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 22);
+  const size_t n = cpu->parameter_elements();
+  AdamWConfig adamw;
+  adamw.learning_rate = 1e-2f;  // large steps, so that a forward with stale bf16 weights would show
+  const float cpu_before = cpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const float gpu_before = gpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  for (int64_t step = 1; step <= 2; ++step) {
+    cpu->ZeroGradients();
+    cpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+    cpu->Backward({});
+    UploadDevice(gpu->gradients(), cpu->gradients(), n);
+    cpu->AdamWStep(adamw, step);
+    gpu->AdamWStep(adamw, step);
+  }
+  ExpectAllNear(DownloadDevice(gpu->parameters(), n), std::vector<float>(cpu->parameters(), cpu->parameters() + n),
+                1e-7f, 1e-6f, "parameters after AdamW");
+  ExpectAllNear(DownloadDevice(gpu->adam_m(), n), std::vector<float>(cpu->adam_m(), cpu->adam_m() + n), 1e-7f, 1e-6f,
+                "AdamW m");
+  ExpectAllNear(DownloadDevice(gpu->adam_v(), n), std::vector<float>(cpu->adam_v(), cpu->adam_v() + n), 1e-7f, 1e-6f,
+                "AdamW v");
+  const std::vector<float> params = DownloadDevice(gpu->parameters(), n);
+  const TensorSlot& wte = cpu->layout()[0];
+  for (size_t i = static_cast<size_t>(config.vocab) * config.d_model; i < wte.count; ++i) {
+    ASSERT_EQ(params[wte.offset + i], 0.0f) << "wte padding element " << i;
+  }
+
+  const float cpu_after = cpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const float gpu_after = gpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  EXPECT_NEAR(gpu_after, cpu_after, kLossTolerance * cpu_after);
+  // The loss moved (two steps down the gradient of this very batch), and the device's moved with it: the change
+  // through the GEMM weights, which only the bf16 copy carries, is most of it.
+  const float cpu_change = cpu_after - cpu_before;
+  const float gpu_change = gpu_after - gpu_before;
+  ASSERT_LT(cpu_change, -0.1f) << "the reference's loss went from " << cpu_before << " to " << cpu_after;
+  EXPECT_NEAR(gpu_change, cpu_change, 0.1f * std::fabs(cpu_change) + 0.01f);
+}
+
+TEST(CudaTransformer, OverfitsOneBatch) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = SmallHeadsConfig();
+  auto gpu = MakeGpuModel(config, 31);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 32);
+  AdamWConfig adamw;
+  adamw.learning_rate = 1e-2f;
+  float first = 0.0f;
+  float last = 0.0f;
+  for (int64_t step = 1; step <= 30; ++step) {
+    gpu->ZeroGradients();
+    last = gpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+    if (step == 1) first = last;
+    gpu->Backward({});
+    gpu->AdamWStep(adamw, step);
+  }
+  EXPECT_LT(last, 0.5f * first) << "loss went from " << first << " to " << last;
+  const std::vector<float> params = DownloadDevice(gpu->parameters(), gpu->parameter_elements());
+  const TensorSlot& wte = gpu->layout()[0];
+  for (size_t i = static_cast<size_t>(config.vocab) * config.d_model; i < wte.count; ++i) {
+    ASSERT_EQ(params[wte.offset + i], 0.0f) << "wte padding element " << i;
+  }
+}
+
+// cuDNN's fused attention and the cuBLAS path on the same model: the same loss and gradients within the bf16
+// tolerances (each is checked against the CPU above; this pins the two against each other on one device).
+TEST(CudaTransformer, BothAttentionsAgree) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = Head64Config();
+  std::unique_ptr<Transformer> cudnn;
+  try {
+    cudnn = MakeGpuModel(config, 41, AttentionChoice::kCudnn);
+  } catch (const RuntimeError& error) {
+    GTEST_SKIP() << "cuDNN's fused attention does not run here: " << error.what();
+  }
+  auto cublas = MakeGpuModel(config, 41, AttentionChoice::kCublas);
+  EXPECT_EQ(cudnn->attention(), "cudnn-sdpa");
+  EXPECT_EQ(cublas->attention(), "cublas");
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 42);
+  const float cudnn_loss = cudnn->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const float cublas_loss = cublas->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  EXPECT_NEAR(cudnn_loss, cublas_loss, kLossTolerance * cublas_loss);
+  cudnn->ZeroGradients();
+  cublas->ZeroGradients();
+  cudnn->Backward({});
+  cublas->Backward({});
+  const size_t n = cublas->parameter_elements();
+  const std::vector<float> cudnn_grads = DownloadDevice(cudnn->gradients(), n);
+  const std::vector<float> cublas_grads = DownloadDevice(cublas->gradients(), n);
+  for (const TensorSlot& slot : cublas->layout()) {
+    EXPECT_LT(RelativeDifference(cudnn_grads.data() + slot.offset, cublas_grads.data() + slot.offset, slot.count),
+              kGradientTolerance)
+        << slot.name;
+  }
+}
+
+TEST(CudaTransformer, AutoAttentionSaysWhatRuns) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  for (const ModelConfig& config : {SmallHeadsConfig(), Head64Config()}) {
+    std::string fallback_reason = "not written";
+    CudaTransformerOptions options;
+    auto gpu = MakeCudaTransformer(config, 1, options, &fallback_reason);
+    if (gpu->attention() == "cudnn-sdpa") {
+      EXPECT_EQ(fallback_reason, "");
+    } else {
+      EXPECT_EQ(gpu->attention(), "cublas");
+      EXPECT_NE(fallback_reason, "");
+      EXPECT_NE(fallback_reason, "not written");
+    }
+  }
+}
+
+TEST(CudaTransformer, RejectsBadBatchesAndCalls) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = SmallHeadsConfig();
+  auto gpu = MakeGpuModel(config, 1);
+  Batch batch = RandomBatch(config.vocab, kBatch + 1, kSeq, 51);
+  const int32_t* in = batch.inputs.data();
+  const int32_t* tg = batch.targets.data();
+  EXPECT_THROW(gpu->Forward(), RuntimeError);  // before any SetBatch
+  EXPECT_THROW(gpu->Backward({}), RuntimeError);
+  const std::string too_many = InputErrorOf([&] { gpu->SetBatch(in, tg, kBatch + 1, kSeq); });
+  EXPECT_NE(too_many.find("max_batch"), std::string::npos) << too_many;
+  EXPECT_NE(InputErrorOf([&] { gpu->SetBatch(in, tg, 1, kSeq + 1); }).find("sequence length"), std::string::npos);
+  batch.inputs[kSeq + 5] = config.vocab;
+  const std::string message = InputErrorOf([&] { gpu->SetBatch(in, tg, 2, kSeq); });
+  EXPECT_NE(message.find("input token 100 at sequence 1, position 5"), std::string::npos) << message;
+  batch.inputs[kSeq + 5] = 0;
+  gpu->ForwardBatch(in, tg, kBatch, kSeq);
+  gpu->Backward({});
+  EXPECT_THROW(gpu->Backward({}), RuntimeError);  // once per Forward
+  EXPECT_NE(InputErrorOf([&] { gpu->AdamWStep(AdamWConfig{}, 0); }), "");
+  CudaTransformerOptions no_batch;
+  no_batch.max_batch = 0;
+  EXPECT_THROW(MakeCudaTransformer(config, 1, no_batch), InputError);
+}
+
+// A model far larger than any device: refused before anything is allocated, naming what it needs and what to do.
+TEST(CudaTransformer, RefusesAModelThatDoesNotFit) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = FindPreset("gpt-70b");  // 65e9 parameters: over 1 TB of weights and optimizer state
+  try {
+    MakeGpuModel(config, 1);
+    ADD_FAILURE() << "a 70B-parameter model fitted on one device";
+  } catch (const RuntimeError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("free"), std::string::npos) << message;
+    EXPECT_NE(message.find("--layers"), std::string::npos) << message;
+    EXPECT_NE(message.find("--micro-batch"), std::string::npos) << message;
+  }
+}
+
+// The phases of one step timed by events on the model's stream: non-negative, and together the host's wall time
+// from the first mark to the end of Intervals (a sleep between two marks, with the device idle, shows as such).
+TEST(CudaTransformer, PhaseClockIntervalsAddUpToWallTime) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = SmallHeadsConfig();
+  auto gpu = MakeGpuModel(config, 61);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 62);
+  std::unique_ptr<PhaseClock> clock = gpu->MakePhaseClock();
+  for (int step = 0; step < 3; ++step) {  // the same events serve every step
+    gpu::SynchronizeDevice();
+    const double start = NowSeconds();
+    clock->Mark();
+    gpu->SetBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+    clock->Mark();
+    gpu->ZeroGradients();
+    gpu->Forward();
+    clock->Mark();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    clock->Mark();
+    gpu->Backward({});
+    gpu->AdamWStep(AdamWConfig{}, step + 1);
+    clock->Mark();
+    const std::vector<double> intervals = clock->Intervals();
+    const double wall = NowSeconds() - start;
+    ASSERT_EQ(intervals.size(), 4u);
+    double sum = 0.0;
+    for (double interval : intervals) {
+      EXPECT_GE(interval, 0.0);
+      sum += interval;
+    }
+    EXPECT_GE(intervals[2], 0.015) << "the 20 ms sleep between two marks";
+    EXPECT_LE(sum, wall + 1e-3);
+    EXPECT_GE(sum, 0.8 * wall - 2e-3) << "wall " << wall;
+  }
+  EXPECT_TRUE(clock->Intervals().empty());
+}
+
+// --- a build without CUDA --------------------------------------------------------------------------------------
+
+TEST(CudaTransformerStub, SaysBuiltWithoutCuda) {
+  if (BuiltWithCuda()) GTEST_SKIP() << "this trainbench was built with CUDA: there is no stub to check";
+  try {
+    MakeCudaTransformer(CustomModel(1, 16, 2, 37, 8), 1, CudaTransformerOptions{});
+    ADD_FAILURE() << "MakeCudaTransformer did not throw in a build without CUDA";
+  } catch (const RuntimeError& error) {
+    EXPECT_NE(std::string(error.what()).find("built without CUDA"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace tb
