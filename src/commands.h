@@ -19,5 +19,6 @@ int RunInfoCommand(const CommandInput& input);
 int RunCollectivesCommand(const CommandInput& input);
 int RunP2pCommand(const CommandInput& input);
 int RunTrainCommand(const CommandInput& input);
+int RunDataCommand(const CommandInput& input);
 
 }  // namespace tb

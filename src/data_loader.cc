@@ -25,14 +25,6 @@ constexpr uint64_t kDirectAlign = 4096;
 
 uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
 
-// splitmix64's finaliser: a fast, well-mixed 64-bit hash.
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 constexpr int kFeistelRounds = 6;
 
 std::string Errno() { return std::strerror(errno); }
@@ -64,12 +56,12 @@ SamplePlan::SamplePlan(uint64_t samples, int world, int batch, uint64_t seed)
 uint64_t SamplePlan::Permute(uint64_t epoch, uint64_t position) const {
   const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
   uint64_t keys[kFeistelRounds];
-  for (int r = 0; r < kFeistelRounds; ++r) keys[r] = Mix(seed_ ^ Mix(epoch * kFeistelRounds + r));
+  for (int r = 0; r < kFeistelRounds; ++r) keys[r] = SplitMix64(seed_ ^ SplitMix64(epoch * kFeistelRounds + r));
   uint64_t x = position;
   do {
     uint64_t left = x >> half_bits_, right = x & mask;
     for (int r = 0; r < kFeistelRounds; ++r) {
-      const uint64_t next = left ^ (Mix(right ^ keys[r]) & mask);
+      const uint64_t next = left ^ (SplitMix64(right ^ keys[r]) & mask);
       left = right;
       right = next;
     }

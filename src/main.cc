@@ -27,6 +27,7 @@ constexpr CommandEntry kCommands[] = {
     {"collectives", tb::RunCollectivesCommand, "nccl-tests-style sweep of collective operations (busbw, verified)"},
     {"p2p", tb::RunP2pCommand, "rank-pair bandwidth and latency matrices; flags weak links"},
     {"train", tb::RunTrainCommand, "synthetic-transformer training steps: phases, MFU, overlap, scaling sweep"},
+    {"data", tb::RunDataCommand, "data generate: write a token-shard dataset for the data loader"},
 };
 
 std::string Usage() {

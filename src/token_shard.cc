@@ -284,6 +284,76 @@ void VerifyTokenDataset(const TokenDataset& dataset) {
   for (const ShardFile& shard : dataset.shards) VerifyShardPayload(shard.path, shard.header);
 }
 
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+TokenGenerator::TokenGenerator(uint64_t vocab, double zipf_exponent) : vocab_(vocab) {
+  if (vocab < 1 || vocab > (uint64_t{1} << 32)) {
+    throw InputError("--vocab " + std::to_string(vocab) + " is out of range 1..4294967296");
+  }
+  if (zipf_exponent == 0) return;
+  if (vocab > kMaxZipfVocab) {
+    throw InputError("--vocab " + std::to_string(vocab) + " is too large for --distribution zipf (at most " +
+                     std::to_string(kMaxZipfVocab) + ")");
+  }
+  // Vose's alias method: scale the weights to mean 1, then pair each column below 1 with one above.
+  std::vector<double> scaled(vocab);
+  double total = 0;
+  for (uint64_t t = 0; t < vocab; ++t) total += scaled[t] = std::pow(static_cast<double>(t + 1), -zipf_exponent);
+  std::vector<uint32_t> small, large;
+  for (uint64_t t = 0; t < vocab; ++t) {
+    scaled[t] *= static_cast<double>(vocab) / total;
+    (scaled[t] < 1 ? small : large).push_back(static_cast<uint32_t>(t));
+  }
+  keep_below_.assign(vocab, UINT32_MAX);
+  alias_.resize(vocab);
+  for (uint64_t t = 0; t < vocab; ++t) alias_[t] = static_cast<uint32_t>(t);
+  while (!small.empty() && !large.empty()) {
+    const uint32_t s = small.back(), l = large.back();
+    small.pop_back();
+    keep_below_[s] = static_cast<uint32_t>(std::min(scaled[s] * 4294967296.0, 4294967295.0));
+    alias_[s] = l;
+    scaled[l] -= 1 - scaled[s];
+    if (scaled[l] < 1) {
+      large.pop_back();
+      small.push_back(l);
+    }
+  }
+}
+
+template <typename T>
+void TokenGenerator::FillAs(T* out, uint64_t count, uint64_t& state) const {
+  // Each 64-bit draw gives a column (high half, scaled to the vocab by multiply-shift) and a 32-bit coin.
+  auto column = [&](uint64_t bits32) { return (bits32 * vocab_) >> 32; };
+  if (alias_.empty()) {
+    uint64_t i = 0;
+    for (; i + 1 < count; i += 2) {  // two uniform tokens per draw
+      const uint64_t r = SplitMix64(state++);
+      out[i] = static_cast<T>(column(r >> 32));
+      out[i + 1] = static_cast<T>(column(r & 0xFFFFFFFFu));
+    }
+    if (i < count) out[i] = static_cast<T>(column(SplitMix64(state++) >> 32));
+    return;
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t r = SplitMix64(state++);
+    const uint64_t c = column(r >> 32);
+    out[i] = static_cast<T>((r & 0xFFFFFFFFu) < keep_below_[c] ? c : alias_[c]);
+  }
+}
+
+void TokenGenerator::Fill(void* out, uint64_t count, uint64_t& state) const {
+  if (TokenBytesForVocab(vocab_) == 2) {
+    FillAs(static_cast<uint16_t*>(out), count, state);
+  } else {
+    FillAs(static_cast<uint32_t*>(out), count, state);
+  }
+}
+
 uint64_t ParseTokenCount(const std::string& text, const std::string& flag) {
   auto invalid = [&](const std::string& why) {
     return InputError("invalid count '" + text + "' for " + flag + ": " + why +

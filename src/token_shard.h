@@ -85,6 +85,32 @@ TokenDataset OpenTokenDataset(const std::string& dir);
 // Full checksum verification of every shard (reads the whole dataset).
 void VerifyTokenDataset(const TokenDataset& dataset);
 
+// splitmix64's finaliser: a fast, well-mixed 64-bit hash (token streams, sample permutations).
+uint64_t SplitMix64(uint64_t x);
+
+// Synthetic tokens for `data generate`: uniform over [0, vocab), or Zipf: token t with probability proportional
+// to 1 / (t + 1)^exponent (drawn through an alias table, so as fast as uniform). A stream depends only on its
+// starting state, so shard i, started from StreamState(seed, i), is the same whichever rank writes it.
+class TokenGenerator {
+ public:
+  static constexpr uint64_t kMaxZipfVocab = uint64_t{1} << 24;  // the alias table takes 8 bytes per token id
+
+  // zipf_exponent 0: uniform. InputError for a vocab out of 1..2^32 (Zipf: 1..kMaxZipfVocab).
+  TokenGenerator(uint64_t vocab, double zipf_exponent);
+  static uint64_t StreamState(uint64_t seed, uint64_t stream) { return SplitMix64(seed ^ SplitMix64(stream)); }
+
+  // `count` tokens of TokenBytesForVocab(vocab) bytes each into `out`, advancing `state`.
+  void Fill(void* out, uint64_t count, uint64_t& state) const;
+
+ private:
+  template <typename T>
+  void FillAs(T* out, uint64_t count, uint64_t& state) const;
+
+  uint64_t vocab_;
+  std::vector<uint32_t> keep_below_;  // Zipf alias table: column c keeps c when the coin < keep_below_[c] / 2^32
+  std::vector<uint32_t> alias_;       // ... and gives alias_[c] otherwise; empty for uniform
+};
+
 // Token counts on the command line: a plain or scientific number (20000000000, 2e10, 1.5e9) or one with an SI
 // suffix K=1e3, M=1e6, G=1e9, T=1e12 (20G, 1.5M); the result must be a whole number >= 1.
 uint64_t ParseTokenCount(const std::string& text, const std::string& flag);
