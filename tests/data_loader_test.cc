@@ -252,6 +252,46 @@ TEST(TokenDatasetCheck, DirectoryProblems) {
             std::string::npos);
 }
 
+TEST(TokenGeneratorTest, UniformCoversTheVocabEvenly) {
+  const TokenGenerator generator(10, 0);
+  std::vector<uint16_t> tokens(1000001);
+  uint64_t state = TokenGenerator::StreamState(1, 0);
+  generator.Fill(tokens.data(), tokens.size(), state);
+  std::vector<int> counts(10);
+  for (uint16_t t : tokens) ++counts.at(t);
+  for (int c : counts) EXPECT_NEAR(c / 1e6, 0.1, 0.002);
+}
+
+TEST(TokenGeneratorTest, ZipfFrequenciesFollowThePowerLaw) {
+  const int vocab = 100;
+  const TokenGenerator generator(vocab, 1.0);
+  std::vector<uint16_t> tokens(4000000);
+  uint64_t state = TokenGenerator::StreamState(2, 0);
+  generator.Fill(tokens.data(), tokens.size(), state);
+  std::vector<double> counts(vocab);
+  for (uint16_t t : tokens) counts.at(t) += 1;
+  double harmonic = 0;
+  for (int t = 1; t <= vocab; ++t) harmonic += 1.0 / t;
+  for (int t : {0, 1, 9, 99}) {
+    const double want = 1.0 / (t + 1) / harmonic;
+    EXPECT_NEAR(counts[t] / tokens.size(), want, 0.03 * want + 1e-4) << "token " << t;
+  }
+}
+
+TEST(TokenGeneratorTest, StreamsDependOnSeedAndIndexOnly) {
+  const TokenGenerator generator(70000, 0);
+  auto stream = [&](uint64_t seed, uint64_t index) {
+    std::vector<uint32_t> tokens(64);
+    uint64_t state = TokenGenerator::StreamState(seed, index);
+    generator.Fill(tokens.data(), tokens.size(), state);
+    return tokens;
+  };
+  EXPECT_EQ(stream(1, 3), stream(1, 3));
+  EXPECT_NE(stream(1, 3), stream(1, 4));
+  EXPECT_NE(stream(1, 3), stream(2, 3));
+  for (uint32_t t : stream(1, 3)) EXPECT_LT(t, 70000u);
+}
+
 // ---- sampling -----------------------------------------------------------------------------------------------
 
 TEST(SamplePlanTest, EachEpochIsAPermutation) {

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# End-to-end tests of `trainbench data`: every bad input gets one line and exit 2 (alone and under mpiexec);
+# existing shards are kept without --force; the free-space check (on a small tmpfs when mounting is allowed);
+# the dataset does not depend on the number of ranks that wrote it.
+#   data_cli_test.sh TRAINBENCH MPIEXEC [MPIEXEC FLAGS...]
+set -uo pipefail
+tb=$1; shift; mpiexec=("$@")
+work=$(mktemp -d); small=""
+cleanup() { [[ -n $small ]] && umount "$small" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+failures=0; checks=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_error CODE PATTERN -- COMMAND...: the exit code, and exactly one 'trainbench:' line on stderr, matching.
+expect_error() {
+  local code=$1 pattern=$2; shift 3
+  checks=$((checks + 1))
+  timeout 120 "$@" >"$work/out" 2>"$work/err"; local rc=$?
+  local ours; ours=$(grep -c '^trainbench:' "$work/err")
+  if [[ $rc -ne $code ]]; then fail "$* -> exit $rc, want $code; stderr: $(cat "$work/err")"; return; fi
+  if [[ $ours -ne 1 ]]; then fail "$* -> $ours trainbench lines on stderr, want 1: $(cat "$work/err")"; return; fi
+  grep -qE -- "$pattern" "$work/err" || fail "$* -> stderr lacks /$pattern/: $(cat "$work/err")"
+}
+
+expect_ok() {
+  checks=$((checks + 1))
+  timeout 300 "$@" >"$work/out" 2>"$work/err" || fail "$* -> exit $?; stderr: $(cat "$work/err")"
+}
+
+d="$work/tokens"
+expect_error 2 "no subcommand given \(accepted: generate" -- "$tb" data
+expect_error 2 "unknown subcommand 'generat' for trainbench data \(accepted: generate\)" -- "$tb" data generat
+expect_error 2 "--dir is required" -- "$tb" data generate --tokens 1M
+expect_error 2 "--tokens is required" -- "$tb" data generate --dir "$d"
+expect_error 2 "invalid count '1Q' for --tokens" -- "$tb" data generate --dir "$d" --tokens 1Q
+expect_error 2 "invalid count '0' for --tokens: must be at least 1" -- "$tb" data generate --dir "$d" --tokens 0
+expect_error 2 "invalid count '1.5' for --shard-tokens: not a whole number" -- "$tb" data generate --dir "$d" --tokens 1M --shard-tokens 1.5
+expect_error 2 "--vocab 0 is out of range" -- "$tb" data generate --dir "$d" --tokens 1M --vocab 0
+expect_error 2 "--vocab 20000000 is too large for --distribution zipf" -- "$tb" data generate --dir "$d" --tokens 1M --vocab 20000000 --distribution zipf
+expect_error 2 "unknown distribution 'normal' for --distribution \(accepted: uniform\|zipf\)" -- "$tb" data generate --dir "$d" --tokens 1M --distribution normal
+expect_error 2 "--zipf-exponent 0 is out of range" -- "$tb" data generate --dir "$d" --tokens 1M --zipf-exponent 0
+expect_error 2 "at most 99999" -- "$tb" data generate --dir "$d" --tokens 1M --shard-tokens 1
+expect_error 2 "unrecognised option '--bogus'" -- "$tb" data generate --dir "$d" --tokens 1M --bogus
+expect_error 2 "cannot create --dir '/proc/x/tokens'" -- "$tb" data generate --dir /proc/x/tokens --tokens 1M
+expect_error 2 "not enough space in --dir '$d': the dataset needs 2000000.041 GB" -- "$tb" data generate --dir "$d" --tokens 1000T --shard-tokens 100G
+expect_error 2 "cannot write report" -- "$tb" data generate --dir "$d" --tokens 1M -o "$work/missing/r.h5"
+expect_error 2 "invalid count '1Q' for --tokens" -- "${mpiexec[@]}" -n 2 "$tb" data generate --dir "$d" --tokens 1Q
+expect_error 2 "no subcommand given" -- "${mpiexec[@]}" -n 2 "$tb" data
+[[ -e $d && -n $(ls "$d") ]] && fail "a refused command left files in $d: $(ls "$d")"
+
+checks=$((checks + 1))
+"$tb" data generate --help | grep -q "SI suffixes K=1e3, M=1e6, G=1e9, T=1e12" || fail "generate --help does not explain the suffixes"
+checks=$((checks + 1))
+"$tb" data --help | grep -q "generate" || fail "data --help does not list generate"
+
+# A dataset, then refusal to overwrite it, then --force with fewer shards leaves none of the old ones.
+expect_ok "$tb" data generate --dir "$d" --tokens 2.5M --shard-tokens 1M --seed 5
+grep -qE "^# wrote 2500000 tokens in 3 shards, 0.005 GB, to $d in" "$work/out" || fail "final line: $(cat "$work/out")"
+checks=$((checks + 1))
+[[ $(ls "$d") == $'shard-00000.tbs\nshard-00001.tbs\nshard-00002.tbs' ]] || fail "files: $(ls "$d")"
+[[ $(stat -c %s "$d/shard-00002.tbs") -eq $((4096 + 500000 * 2)) ]] || fail "last shard size"
+expect_error 2 "--dir '$d' already holds 3 token shards; add --force to replace them" -- "$tb" data generate --dir "$d" --tokens 1M
+expect_error 2 "already holds 3 token shards" -- "${mpiexec[@]}" -n 2 "$tb" data generate --dir "$d" --tokens 1M
+expect_ok "$tb" data generate --dir "$d" --tokens 1M --shard-tokens 1M --force --quiet
+checks=$((checks + 1))
+[[ $(ls "$d") == "shard-00000.tbs" ]] || fail "--force left old shards: $(ls "$d")"
+[[ -z $(cat "$work/err") ]] || fail "--quiet printed progress: $(cat "$work/err")"
+
+# Two ranks split the shards and write the same bytes one rank writes.
+expect_ok "$tb" data generate --dir "$work/one" --tokens 3.5M --shard-tokens 1M --vocab 70000 --distribution zipf --seed 9
+expect_ok "${mpiexec[@]}" -n 2 "$tb" data generate --dir "$work/two" --tokens 3.5M --shard-tokens 1M --vocab 70000 --distribution zipf --seed 9 -o "$work/two.h5"
+checks=$((checks + 1))
+for f in "$work"/one/*.tbs; do
+  cmp -s "$f" "$work/two/$(basename "$f")" || fail "$(basename "$f") differs between 1 and 2 ranks"
+done
+[[ $(ls "$work/two" | wc -l) -eq 4 ]] || fail "2 ranks wrote $(ls "$work/two" | wc -l) shards, want 4"
+[[ -s "$work/two.h5" ]] || fail "no report"
+
+# The free-space check on a real small filesystem.
+checks=$((checks + 1))
+mkdir -p "$work/small"
+if mount -t tmpfs -o size=1m tmpfs "$work/small" 2>/dev/null; then
+  small="$work/small"
+  expect_error 2 "not enough space in --dir '$small': the dataset needs 0.002 GB \(1000000 tokens x 2 B \+ headers\), the filesystem has 0.001 GB free" \
+    -- "$tb" data generate --dir "$small" --tokens 1M
+  [[ -z $(ls "$small") ]] || fail "the refused run wrote to $small"
+else
+  echo "SKIP: cannot mount a tmpfs here (needs root and mount permission); free-space check tested with 1000T only"
+fi
+
+echo "data_cli_test: $checks checks, $failures failures"
+[[ $failures -eq 0 ]]
