@@ -135,7 +135,7 @@ struct Checkpointer::HostMemory {
 
 // One checkpoint from its Save() to the end of the agreement on its outcome.
 struct Checkpointer::Pending {
-  enum class Stage { kWriting, kGathering, kAnnouncing };
+  enum class Stage { kWriting, kGathering, kConcluding, kAnnouncing };
   Stage stage = Stage::kWriting;
   int64_t step = 0;
   CheckpointMeta meta;
@@ -143,7 +143,7 @@ struct Checkpointer::Pending {
   std::string final_dir;
   CheckpointEvent event;
   WriteResult result;        // written by the writer thread; read only after join
-  std::thread writer;
+  std::thread writer;        // async: this rank's slice write, then on rank 0 the conclusion
   double stall_since = 0;    // > 0 while the caller is blocked in one of our calls for this checkpoint
   Status mine;
   std::vector<Status> gathered;  // rank 0
@@ -309,7 +309,24 @@ bool Checkpointer::Advance(bool block) {
   }
   if (p.stage == Stage::kGathering) {
     if (!Complete(p.request, block)) return false;
-    if (rank_ == 0) Conclude(p);
+    if (rank_ == 0 && options_.mode == CheckpointMode::kAsync) {
+      // The manifest's fsync, the renames and the pruning of old checkpoints (deleting gigabytes) would stall
+      // rank 0's training loop, and with it every rank: the background thread does them too.
+      writer_busy_.store(true, std::memory_order_release);
+      p.writer = std::thread([this, &p] {
+        Conclude(p);
+        writer_busy_.store(false, std::memory_order_release);
+      });
+    } else if (rank_ == 0) {
+      Conclude(p);
+    }
+    p.stage = Stage::kConcluding;
+  }
+  if (p.stage == Stage::kConcluding) {
+    if (p.writer.joinable()) {
+      if (!block && WriterBusy()) return false;
+      p.writer.join();
+    }
     TB_CHECK_MPI(MPI_Ibcast(&p.outcome, sizeof(Status), MPI_BYTE, 0, comm_, &p.request));
     p.stage = Stage::kAnnouncing;
   }

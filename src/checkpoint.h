@@ -84,7 +84,7 @@ struct CheckpointEvent {
 //
 // Sync:  Save() blocks for the write, the fsync and the manifest; the checkpoint is complete when it returns.
 // Async: Save() copies this rank's slice into a host snapshot (the stall) and returns; a background thread
-//        writes and fsyncs it while training goes on. Poll() (once per step) completes the checkpoint without
+//        writes and fsyncs it while training goes on (and on rank 0 then writes the manifest and prunes). Poll() (once per step) completes the checkpoint without
 //        blocking when every rank's writer is done; the next Save() or Drain() waits for whatever is left.
 // A failed checkpoint leaves no files and the previous checkpoint intact. With kFail every rank throws the
 // same RuntimeError, in async mode at the next Save() or Drain(); with kWarn rank 0 prints a warning, the
@@ -107,7 +107,8 @@ class Checkpointer {
   // Completes the checkpoint in flight, if any (call before the end of training). Collective.
   void Drain();
 
-  // True while this rank's background writer is writing (to measure how much slower steps run meanwhile).
+  // True while this rank's background thread works: writing its slice, and on rank 0 also the manifest and the
+  // pruning (to measure how much slower steps run meanwhile).
   bool WriterBusy() const { return writer_busy_.load(std::memory_order_acquire); }
   // Completed checkpoints (ok or failed), oldest first.
   const std::vector<CheckpointEvent>& events() const { return events_; }
@@ -119,6 +120,7 @@ class Checkpointer {
   // Moves the checkpoint in flight on by as much as possible; with `block`, to its end. True when it ended.
   bool Advance(bool block);
   // Rank 0, once every slice status is in: manifest, publication and pruning, or removal of the partial files.
+  // No MPI (it runs on the background thread in async mode).
   void Conclude(Pending& pending);
   void Publish(const Pending& pending);
   void Prune(int64_t newest_step);

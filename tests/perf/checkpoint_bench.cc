@@ -1,0 +1,121 @@
+// Checkpoint driver for tests/perf/checkpoint_vs_fio.sh: saves a host state of --bytes (three buffers, as
+// fp32 weights and two AdamW moments) --reps times with the real Checkpointer and prints what the training
+// loop would see per checkpoint.
+//
+// usage: mpirun -np N perf_checkpoint_bench --dir DIR --bytes B --mode sync|async [--reps R] [--block B]
+//
+// Per rep, rank 0 prints "rep I stall_s S write_s W" (max over ranks): sync: stall = the Save() call (snapshot
+// of nothing, write, fsync, manifest: the whole checkpoint); async: stall = Save() (the snapshot) plus every
+// Poll() until the checkpoint completed, polled each millisecond as a training loop would poll each step;
+// write_s = the slice write + fsync on the slowest rank (in the background for async).
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint.h"
+#include "clock.h"
+#include "error.h"
+#include "units.h"
+
+namespace {
+
+double MaxOverRanks(double mine) {
+  double max = 0;
+  MPI_Reduce(&mine, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  return max;
+}
+
+int Run(int argc, char** argv, int rank) {
+  std::string dir, mode_text = "sync";
+  uint64_t bytes = 0, block = 8ull << 20;
+  int reps = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--dir") {
+      dir = value;
+    } else if (flag == "--bytes") {
+      bytes = tb::ParseSize(value, flag);
+    } else if (flag == "--mode") {
+      mode_text = value;
+    } else if (flag == "--reps") {
+      reps = std::stoi(value);
+    } else if (flag == "--block") {
+      block = tb::ParseSize(value, flag);
+    } else {
+      throw tb::InputError("unknown flag " + flag);
+    }
+  }
+  if (dir.empty() || bytes == 0 || reps < 1 || argc % 2 == 0) {
+    throw tb::InputError("usage: perf_checkpoint_bench --dir DIR --bytes B --mode sync|async [--reps R] [--block B]");
+  }
+  tb::CheckpointOptions options;
+  options.dir = dir;
+  options.mode = tb::ParseCheckpointMode(mode_text, "--mode");
+  options.keep = 0;  // the script removes the checkpoints; pruning is not what is measured
+  options.block_bytes = block;
+
+  const uint64_t each = bytes / 3;
+  std::vector<std::vector<unsigned char>> state = {std::vector<unsigned char>(each), std::vector<unsigned char>(each),
+                                                   std::vector<unsigned char>(bytes - 2 * each)};
+  for (size_t b = 0; b < state.size(); ++b) {
+    for (size_t i = 0; i < state[b].size(); ++i) state[b][i] = static_cast<unsigned char>(i * 31 + b);
+  }
+  std::vector<tb::StateBuffer> buffers = {{"params", state[0].data(), state[0].size(), false},
+                                          {"adam_m", state[1].data(), state[1].size(), false},
+                                          {"adam_v", state[2].data(), state[2].size(), false}};
+  tb::Checkpointer checkpointer(MPI_COMM_WORLD, options, buffers);
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (rank == 0) {
+    std::printf("# perf_checkpoint_bench: mode %s, %d ranks, state %llu bytes (%s) in 3 buffers, block %llu, dir %s\n",
+                mode_text.c_str(), size, static_cast<unsigned long long>(bytes), tb::FormatBytes(bytes).c_str(),
+                static_cast<unsigned long long>(block), dir.c_str());
+  }
+  for (int rep = 0; rep < reps; ++rep) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    tb::CheckpointMeta meta;
+    meta.step = rep + 1;
+    meta.model_fingerprint = "perf-checkpoint-bench";
+    double start = tb::NowSeconds();
+    checkpointer.Save(meta);
+    const double save = tb::NowSeconds() - start;
+    double stall = save;
+    while (checkpointer.events().size() < static_cast<size_t>(rep + 1)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      start = tb::NowSeconds();
+      checkpointer.Poll();
+      stall += tb::NowSeconds() - start;
+    }
+    const tb::CheckpointEvent& event = checkpointer.events().back();
+    if (!event.ok) throw tb::RuntimeError(event.error);
+    const double max_stall = MaxOverRanks(stall), max_save = MaxOverRanks(save), max_write = MaxOverRanks(event.write_s);
+    if (rank == 0) std::printf("rep %d stall_s %.6f save_s %.6f write_s %.6f\n", rep + 1, max_stall, max_save, max_write);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int code = 0;
+  try {
+    code = Run(argc, argv, rank);
+  } catch (const tb::Error& e) {
+    std::fprintf(stderr, "perf_checkpoint_bench: rank %d: %s\n", rank, e.what());
+    code = static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "perf_checkpoint_bench: rank %d: %s\n", rank, e.what());
+    code = 1;
+  }
+  if (code != 0) MPI_Abort(MPI_COMM_WORLD, code);
+  MPI_Finalize();
+  return 0;
+}
