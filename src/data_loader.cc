@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,25 @@ uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * t
 constexpr int kFeistelRounds = 6;
 
 std::string Errno() { return std::strerror(errno); }
+
+// Tokens [0, seq) of a sample into `inputs` and [1, seq] into `targets`, as int32 (ids above 2^31 keep their
+// bits); returns the largest id. Plain loops over fixed-size loads so the compiler vectorises them.
+template <typename T>
+uint64_t WidenTokens(const unsigned char* bytes, int seq, int32_t* inputs, int32_t* targets) {
+  static_assert(std::endian::native == std::endian::little, "shards are little-endian");
+  uint32_t largest = 0;
+  for (int k = 0; k < seq; ++k) {
+    T token;
+    std::memcpy(&token, bytes + static_cast<size_t>(k) * sizeof(T), sizeof(T));
+    inputs[k] = static_cast<int32_t>(token);
+    largest = std::max<uint32_t>(largest, token);
+  }
+  std::memcpy(targets, inputs + 1, static_cast<size_t>(seq - 1) * sizeof(int32_t));
+  T last;
+  std::memcpy(&last, bytes + static_cast<size_t>(seq) * sizeof(T), sizeof(T));
+  targets[seq - 1] = static_cast<int32_t>(last);
+  return std::max<uint32_t>(largest, last);
+}
 
 }  // namespace
 
@@ -373,21 +393,21 @@ DataLoader::SampleRead DataLoader::ReadSample(int worker, uint64_t sample, Slot&
   const int seq = options_.seq;
   int32_t* inputs = slot.inputs + static_cast<size_t>(row) * seq;
   int32_t* targets = slot.targets + static_cast<size_t>(row) * seq;
-  for (int k = 0; k <= seq; ++k) {
-    const unsigned char* p = tokens + static_cast<size_t>(k) * src.token_bytes;
-    uint64_t token = src.token_bytes == 2 ? (p[0] | p[1] << 8)
-                                          : (uint64_t{p[0]} | uint64_t{p[1]} << 8 | uint64_t{p[2]} << 16 |
-                                             uint64_t{p[3]} << 24);
-    if (token >= src.vocab) {
+  const uint64_t largest = src.token_bytes == 2 ? WidenTokens<uint16_t>(tokens, seq, inputs, targets)
+                                                : WidenTokens<uint32_t>(tokens, seq, inputs, targets);
+  if (largest >= src.vocab) {
+    for (int k = 0; k <= seq; ++k) {
+      const uint64_t token = k < seq ? static_cast<uint32_t>(inputs[k]) : static_cast<uint32_t>(targets[seq - 1]);
+      if (token < src.vocab) continue;
       if (!src.wrap_to_vocab) {
         throw InputError(file.path + ": corrupt token " + std::to_string(token) + " at byte " +
                          std::to_string(offset + static_cast<uint64_t>(k) * src.token_bytes) + " (vocab " +
                          std::to_string(src.vocab) + ")");
       }
-      token %= src.vocab;
+      const int32_t wrapped = static_cast<int32_t>(token % src.vocab);
+      if (k < seq) inputs[k] = wrapped;
+      if (k > 0) targets[k - 1] = wrapped;
     }
-    if (k < seq) inputs[k] = static_cast<int32_t>(token);
-    if (k > 0) targets[k - 1] = static_cast<int32_t>(token);
   }
   read.bytes = length;
   read.end_s = NowSeconds();
