@@ -47,20 +47,31 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
   std::unique_ptr<PhaseClock> clock = model.MakePhaseClock();
   std::vector<int32_t> inputs, targets;
   std::vector<StepRecord> records;
-  for (int step = 0; step < o.warmup_steps + o.steps; ++step) {
+  for (int step = o.first_step; step < o.warmup_steps + o.steps; ++step) {
     if (o.stop_requested && o.stop_requested()) break;
     Watchdog::Scope guard(o.watchdog, [&] { return "training step " + std::to_string(step) + " on " +
                                                    std::to_string(comm.size()) + " ranks"; });
     StepRecord r;
     r.step = step;
     r.warmup = step < o.warmup_steps;
+    r.checkpoint_writing = o.checkpoint_writing && o.checkpoint_writing();
     const double step_start = NowSeconds();
 
-    SyntheticBatch(o.data_seed, comm.rank(), step, o.micro_batch, o.seq, config.vocab, inputs, targets);
-    r.data_wait_s = NowSeconds() - step_start;  // the synthetic batch is made on demand: its making is the wait
+    StepBatch batch;
+    if (o.next_batch) {
+      batch = o.next_batch(step);
+    } else {  // made on demand: its making is the wait
+      SyntheticBatch(o.data_seed, comm.rank(), step, o.micro_batch, o.seq, config.vocab, inputs, targets);
+      batch.inputs = inputs.data();
+      batch.targets = targets.data();
+    }
+    r.data_wait_s = NowSeconds() - step_start;
+    r.data_bytes = batch.bytes_read;
+    r.data_read_MBps = batch.read_MBps;
+    r.loader_queue_depth = batch.queue_depth;
 
     clock->Mark();
-    model.SetBatch(inputs.data(), targets.data(), o.micro_batch, o.seq);
+    model.SetBatch(batch.inputs, batch.targets, o.micro_batch, o.seq);
     clock->Mark();  // h2d
     model.ZeroGradients();
     model.Forward();
@@ -83,6 +94,11 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
     r.optimizer_s = phases[4];
     r.comm_total_s = comm_timing.comm_total_s;
     r.loss = model.Loss();
+    if (o.checkpoint) {
+      const double checkpoint_start = NowSeconds();
+      o.checkpoint(step);
+      r.checkpoint_stall_s = NowSeconds() - checkpoint_start;
+    }
     r.step_s = NowSeconds() - step_start;
     r.tokens = static_cast<int64_t>(o.micro_batch) * o.seq;
     records.push_back(r);

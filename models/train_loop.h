@@ -23,10 +23,24 @@ struct StepRecord {
   double comm_total_s = 0;      // sum of the bucket all-reduce durations (start to completion)
   double comm_exposed_s = 0;    // waiting for the buckets after backward: what backward did not hide
   double optimizer_s = 0;
-  double checkpoint_stall_s = 0;  // 0 until checkpoints exist (no checkpoint is taken in this release)
+  double checkpoint_stall_s = 0;  // the loop blocked on checkpoints (snapshot, or the whole write when sync)
   double step_s = 0;            // wall time of the whole step
   int64_t tokens = 0;           // tokens this rank processed
   double loss = 0;              // this rank's mean cross-entropy
+  // From the data loader (zero / -1 with synthetic tokens):
+  uint64_t data_bytes = 0;      // bytes read for this step's batch
+  double data_read_MBps = 0;    // their read throughput: bytes / (first read's start to last read's end), 1e6 B/s
+  int loader_queue_depth = -1;  // batches ready when the step asked for its batch
+  bool checkpoint_writing = false;  // an asynchronous checkpoint writer was busy when the step began
+};
+
+// One step's tokens, in host memory: (micro_batch, seq) inputs and targets.
+struct StepBatch {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+  uint64_t bytes_read = 0;
+  double read_MBps = 0;
+  int queue_depth = -1;
 };
 
 struct TrainLoopOptions {
@@ -38,6 +52,14 @@ struct TrainLoopOptions {
   bool overlap = true;          // all-reduce buckets during backward; false: after backward
   AdamWConfig adamw;
   uint64_t data_seed = 1;       // synthetic tokens: a function of (data_seed, rank, step)
+  int first_step = 0;           // global index of the first step (a resume continues at its checkpoint's step);
+                                // steps run while first_step + run < warmup_steps + steps
+  // The batch of global step `step`; null: synthetic tokens (SyntheticBatch). The loop times the call as
+  // data_wait.
+  std::function<StepBatch(int step)> next_batch;
+  // After step `step`'s optimizer: checkpoint if one is due (the loop times the call as checkpoint_stall).
+  std::function<void(int step)> checkpoint;
+  std::function<bool()> checkpoint_writing;  // whether a background checkpoint writer is busy
   Watchdog* watchdog = nullptr; // guards each step
   std::function<bool()> stop_requested;                 // asked between steps on every rank; must agree
   std::function<void(const StepRecord&)> on_step;       // after each step, on every rank
@@ -48,8 +70,8 @@ struct TrainLoopOptions {
 void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int vocab, std::vector<int32_t>& inputs,
                     std::vector<int32_t>& targets);
 
-// Runs warmup_steps + steps training steps of `model` on `comm` (data parallel: gradients averaged over the
-// ranks of comm). Returns this rank's records; stops early (fewer records) when stop_requested says so.
+// Runs global steps first_step .. warmup_steps + steps - 1 of `model` on `comm` (data parallel: gradients averaged
+// over the ranks of comm). Returns this rank's records; stops early (fewer records) when stop_requested says so.
 std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& options);
 
 }  // namespace tb

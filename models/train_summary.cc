@@ -165,10 +165,11 @@ std::string PointGroupName(int k) {
   return name;
 }
 
-void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<RankSteps>& ranks) {
-  Group& group = train.Child(PointGroupName(p.k));
-  std::vector<int64_t> rank_col, step_col, warmup_col, tokens_col;
-  std::vector<double> data, h2d, fwd, bwd, comm_total, comm_exposed, opt, ckpt, step, loss;
+void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<RankSteps>& ranks,
+                      const std::string& name) {
+  Group& group = train.Child(name.empty() ? PointGroupName(p.k) : name);
+  std::vector<int64_t> rank_col, step_col, warmup_col, tokens_col, data_bytes, queue_depth, writing;
+  std::vector<double> data, h2d, fwd, bwd, comm_total, comm_exposed, opt, ckpt, step, loss, read_rate;
   for (const RankSteps& rank : ranks) {
     for (const StepRecord& r : rank.steps) {
       rank_col.push_back(rank.rank);
@@ -185,6 +186,10 @@ void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<Ran
       step.push_back(r.step_s);
       tokens_col.push_back(r.tokens);
       loss.push_back(r.loss);
+      data_bytes.push_back(static_cast<int64_t>(r.data_bytes));
+      read_rate.push_back(r.data_read_MBps);
+      queue_depth.push_back(r.loader_queue_depth);
+      writing.push_back(r.checkpoint_writing ? 1 : 0);
     }
   }
   Table& steps = group.tables["steps"];
@@ -193,7 +198,8 @@ void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<Ran
       .Add("data_wait_s", "s", data).Add("h2d_s", "s", h2d).Add("forward_s", "s", fwd).Add("backward_s", "s", bwd)
       .Add("comm_total_s", "s", comm_total).Add("comm_exposed_s", "s", comm_exposed).Add("optimizer_s", "s", opt)
       .Add("checkpoint_stall_s", "s", ckpt).Add("step_s", "s", step).Add("tokens", "tokens", tokens_col)
-      .Add("loss", "nats", loss);
+      .Add("loss", "nats", loss).Add("data_bytes", "B", data_bytes).Add("data_read_MBps", "MB/s", read_rate)
+      .Add("loader_queue_depth", "batches", queue_depth).Add("checkpoint_writing", "", writing);
 
   std::vector<int64_t> b_rank;
   std::vector<std::string> b_host, b_device;

@@ -76,6 +76,8 @@ std::string PointGroupName(int k);
 
 // Writes train/k<N>: the `steps` table (a row per rank per step), the `stall_budget` table (a row per rank) and
 // the point's summary attributes.
-void AddPointToReport(Group& train, const ScalingPoint& point, const std::vector<RankSteps>& ranks);
+// `name` overrides the group's name (a storage sweep runs one k at several rates: k4_throttle200).
+void AddPointToReport(Group& train, const ScalingPoint& point, const std::vector<RankSteps>& ranks,
+                      const std::string& name = "");
 
 }  // namespace tb

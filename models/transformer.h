@@ -83,6 +83,9 @@ class Transformer {
   virtual void ZeroGradients() = 0;
   // One AdamW update with bias correction; step counts from 1.
   virtual void AdamWStep(const AdamWConfig& config, int64_t step) = 0;
+  // Call after writing parameters() from outside (a checkpoint restore): refreshes what is derived from the
+  // master weights (the CUDA implementation's bf16 copy). Nothing to do on the CPU.
+  virtual void ParametersChanged() {}
 
   // The flat fp32 buffers (host memory for the CPU reference, device memory for CUDA). Parameters are the
   // master weights; adam_m and adam_v AdamW's first and second moments; all four share layout().

@@ -15,6 +15,7 @@
 #include "mpi_util.h"
 #include "peaks.h"
 #include "train_loop.h"
+#include "train_io.h"
 #include "train_summary.h"
 #include "transformer.h"
 #include "units.h"
@@ -102,11 +103,13 @@ std::vector<int> ParseScaling(const std::string& text, int world) {
 }
 
 // One record as doubles, for gathering to rank 0.
-constexpr int kRecordFields = 14;
+constexpr int kRecordFields = 17;
 void Pack(const StepRecord& r, std::vector<double>& out) {
   const double fields[kRecordFields] = {static_cast<double>(r.step), r.warmup ? 1.0 : 0.0, r.data_wait_s, r.h2d_s,
                                         r.forward_s, r.backward_s, r.comm_total_s, r.comm_exposed_s, r.optimizer_s,
-                                        r.checkpoint_stall_s, r.step_s, static_cast<double>(r.tokens), r.loss, 0.0};
+                                        r.checkpoint_stall_s, r.step_s, static_cast<double>(r.tokens), r.loss,
+                                        static_cast<double>(r.data_bytes), r.data_read_MBps,
+                                        static_cast<double>(r.loader_queue_depth), r.checkpoint_writing ? 1.0 : 0.0};
   out.insert(out.end(), fields, fields + kRecordFields);
 }
 StepRecord Unpack(const double* f) {
@@ -124,6 +127,10 @@ StepRecord Unpack(const double* f) {
   r.step_s = f[10];
   r.tokens = static_cast<int64_t>(f[11]);
   r.loss = f[12];
+  r.data_bytes = static_cast<uint64_t>(f[13]);
+  r.data_read_MBps = f[14];
+  r.loader_queue_depth = static_cast<int>(f[15]);
+  r.checkpoint_writing = f[16] != 0;
   return r;
 }
 
@@ -183,6 +190,46 @@ void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq, b
                                         : "fp32 (CPU reference)"));
 }
 
+// Share of step time that every rank's measured steps spent waiting for data (data_wait + h2d, as the stall
+// budget counts it).
+double DataWaitShare(const std::vector<RankSteps>& ranks) {
+  double data = 0, step = 0;
+  for (const RankSteps& rank : ranks) {
+    for (const StepRecord& r : rank.steps) {
+      if (r.warmup) continue;
+      data += r.data_wait_s + r.h2d_s;
+      step += r.step_s;
+    }
+  }
+  return step > 0 ? data / step : std::nan("");
+}
+
+// io/throttle_sweep: one row per storage rate, and the rate at which data_wait reaches `share` of step time.
+void AddStorageSweep(Group& io, const std::vector<double>& rates, const std::vector<ScalingPoint>& points,
+                     const std::vector<double>& shares, double share) {
+  std::vector<double> step_s, tokens_per_s;
+  for (const ScalingPoint& p : points) {
+    step_s.push_back(p.step_s);
+    tokens_per_s.push_back(p.tokens_per_s);
+  }
+  const std::vector<double> measured_rates(rates.begin(), rates.begin() + static_cast<long>(points.size()));
+  Table& table = io.tables["throttle_sweep"];
+  table.description = "storage sweep: the same run at decreasing --io-throttle rates per rank; data_wait_share = "
+                      "(data_wait + h2d) / step time over every rank's measured steps";
+  table.Add("io_throttle_MBps", "MB/s", measured_rates).Add("data_wait_share", "", shares)
+      .Add("step_s", "s", step_s).Add("tokens_per_s", "tokens/s", tokens_per_s);
+  const double crossing = ThrottleAtDataWaitShare(measured_rates, shares, share);
+  io.Set("sweep_data_wait_share", share);
+  io.Set("throttle_at_data_wait_share_MBps", crossing);
+  Print(std::isnan(crossing)
+            ? Format("# storage sweep: data_wait %s %.0f%% of step time %s", shares.empty() || shares[0] < share
+                     ? "stays under" : "is already over", 100 * share,
+                     shares.empty() || shares[0] < share ? "at every rate tried" : "at the fastest rate tried")
+            : Format("# storage sweep: data_wait reaches %.0f%% of step time at %.1f MB/s per rank (linear between "
+                     "the sweep's rates)", 100 * share, crossing),
+        true);
+}
+
 }  // namespace
 
 int RunTrainCommand(const CommandInput& input) {
@@ -208,9 +255,12 @@ int RunTrainCommand(const CommandInput& input) {
       ("seed", po::value(&f.seed)->default_value(f.seed), "seed of the weights and the synthetic tokens")
       ("attention", po::value(&f.attention)->default_value(f.attention),
        "cuda: auto (cuDNN fused SDPA when it supports the shape, else cuBLAS), cudnn or cublas");
+  TrainIoFlags io_flags;
+  AddTrainIoOptions(options, io_flags);
   AddCommonOptions(options, common);
 
   ModelConfig model;
+  TrainIoPlan io_plan;
   TrainLoopOptions loop;
   std::vector<int> scaling;
   bool weak = true;
@@ -270,6 +320,9 @@ int RunTrainCommand(const CommandInput& input) {
     cfg.Set("lr", f.learning_rate);
     cfg.Set("seed", f.seed);
     cfg.Set("attention", f.attention);
+    std::vector<std::pair<int, int>> point_batches;
+    for (int k : scaling) point_batches.emplace_back(k, weak ? f.micro_batch : global_batch / k);
+    io_plan = PlanTrainIo(io_flags, model, loop.seq, point_batches, static_cast<uint64_t>(f.seed), cfg);
   });
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();
   const double comm_ready_s = NowSeconds();
@@ -377,13 +430,32 @@ int RunTrainCommand(const CommandInput& input) {
       return cuda_model;
     };
     if (!backend.cuda) train.Set("attention", std::string("cpu"));
+    // One run of the loop per scaling point, or per storage rate of a sweep (which takes one point).
+    struct RunPoint {
+      int k;
+      double throttle_MBps;
+      std::string name;
+    };
+    const bool sweep = io_plan.throttles_MBps.size() > 1;
+    const bool with_io = io_plan.loader || io_plan.checkpoints || !io_plan.resume_dir.empty();
+    std::vector<RunPoint> runs;
     for (int k : scaling) {
+      for (double throttle : io_plan.throttles_MBps) {
+        runs.push_back({k, throttle, sweep ? Format("k%d_throttle%g", k, throttle) : PointGroupName(k)});
+      }
+    }
+    std::vector<double> sweep_shares;
+    for (const RunPoint& point : runs) {
+      const int k = point.k;
       std::unique_ptr<Communicator> sub = comm->Prefix(k);
       std::vector<StepRecord> mine;
       TrainLoopOptions point_loop = loop;
       point_loop.micro_batch = weak ? loop.micro_batch : global_batch / k;
       if (sub) {
         std::unique_ptr<Transformer> transformer = make_model();
+        PointIo io(io_flags, io_plan, *sub, *transformer, point_loop.micro_batch, loop.seq,
+                   static_cast<uint64_t>(f.seed), point.throttle_MBps, runs.size() > 1 ? point.name : "");
+        io.Prepare(point_loop);
         point_loop.watchdog = &run->watchdog(sub.get());
         point_loop.stop_requested = [&] { return run->StopRequested(sub->host_comm()); };
         point_loop.on_step = [&](const StepRecord& r) {
@@ -399,8 +471,11 @@ int RunTrainCommand(const CommandInput& input) {
           Print(StepLine(r, sums[0] / k, k, tokens_per_s, mfu));
         };
         mine = RunTrainingSteps(*sub, *transformer, point_loop);
+        io.Finish();
+        if (with_io) io.AddToReport(run->report().root.Child("io"), point.name, mine);
         peak_device_memory = std::max(peak_device_memory, static_cast<double>(transformer->peak_device_memory_bytes()));
-        interrupted = interrupted || static_cast<int>(mine.size()) < point_loop.warmup_steps + point_loop.steps;
+        const int expected = point_loop.warmup_steps + point_loop.steps - point_loop.first_step;
+        interrupted = interrupted || static_cast<int>(mine.size()) < expected;
       }
       SleepingBarrier(MPI_COMM_WORLD);  // ranks outside this point wait here without taking the cores
       int stopped = interrupted ? 1 : 0, any_stopped = 0;
@@ -410,15 +485,23 @@ int RunTrainCommand(const CommandInput& input) {
       if (ctx.world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
         points.push_back(
             SummarizePoint(k, point_loop.micro_batch, ranks, flops_per_token, peak_flops, gemm_min, gradient_bytes));
-        AddPointToReport(train, points.back(), ranks);
+        AddPointToReport(train, points.back(), ranks, point.name);
+        if (sweep) sweep_shares.push_back(DataWaitShare(ranks));
       }
       if (interrupted) break;
     }
-    if (input.ctx.world_rank == 0) {
-      ComputeEfficiency(points, weak);
-      for (ScalingPoint& p : points) {
-        train.Child(PointGroupName(p.k)).Set("scaling_efficiency", p.efficiency);
+    if (ctx.world_rank == 0) {
+      if (!sweep) ComputeEfficiency(points, weak);
+      for (size_t i = 0; i < points.size(); ++i) {
+        const ScalingPoint& p = points[i];
+        train.Child(runs[i].name).Set("scaling_efficiency", p.efficiency);
+        if (sweep) Print(Format("# storage sweep: --io-throttle %g MB/s per rank", runs[i].throttle_MBps), true);
         for (const std::string& line : PointLines(p, f.scaling_mode)) Print(line, line.rfind("# k=", 0) == 0);
+      }
+      if (sweep) {
+        std::vector<double> rates;
+        for (const RunPoint& point : runs) rates.push_back(point.throttle_MBps);
+        AddStorageSweep(run->report().root.Child("io"), rates, points, sweep_shares, io_flags.data_wait_share);
       }
       Group& summary = run->report().root.Child("summary");
       if (!points.empty()) {

@@ -42,6 +42,16 @@ std::string GpuLinkType(int a, int b);
 // Makes GPU `index` the current device of this process.
 void BindGpu(int index);
 
+// Page-locked host memory (cudaHostAlloc) for fast, asynchronous copies to and from the current GPU, and its
+// release. Throws RuntimeError when it cannot be had (or in a build without CUDA).
+void* AllocatePinnedHost(uint64_t bytes);
+void FreePinnedHost(void* pointer);
+
+// Device memory copies on the current GPU, complete when they return. They do not wait for work on streams
+// created non-blocking: the caller makes sure such work is done (or not yet issued).
+void CopyDeviceToHost(void* host, const void* device, uint64_t bytes);
+void CopyHostToDevice(void* device, const void* host, uint64_t bytes);
+
 // Library versions as text ("12.8", "2.28.3", ...), or "not built" without CUDA.
 std::string CudaRuntimeVersion();
 std::string CudaDriverVersion();

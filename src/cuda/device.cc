@@ -128,6 +128,27 @@ void BindGpu(int index) {
   TB_CHECK_CUDA(cudaSetDevice(index));
 }
 
+void* AllocatePinnedHost(uint64_t bytes) {
+  void* pointer = nullptr;
+  TB_CHECK_CUDA(cudaHostAlloc(&pointer, bytes, cudaHostAllocDefault));
+  return pointer;
+}
+
+void FreePinnedHost(void* pointer) {
+  if (pointer != nullptr) TB_CHECK_CUDA(cudaFreeHost(pointer));
+}
+
+void CopyDeviceToHost(void* host, const void* device, uint64_t bytes) {
+  TB_CHECK_CUDA(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+}
+
+void CopyHostToDevice(void* device, const void* host, uint64_t bytes) {
+  TB_CHECK_CUDA(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return before the DMA lands, and streams created non-blocking do not
+  // wait for the legacy stream: make the copy complete before anything else reads the memory.
+  TB_CHECK_CUDA(cudaDeviceSynchronize());
+}
+
 std::string CudaRuntimeVersion() {
   int version = 0;
   TB_CHECK_CUDA(cudaRuntimeGetVersion(&version));

@@ -29,6 +29,10 @@ bool GpuPeerAccess(int, int) { ThrowBuiltWithoutCuda("GpuPeerAccess"); }
 std::string GpuLinkType(int, int) { ThrowBuiltWithoutCuda("GpuLinkType"); }
 
 void BindGpu(int) { ThrowBuiltWithoutCuda("BindGpu"); }
+void* AllocatePinnedHost(uint64_t) { ThrowBuiltWithoutCuda("AllocatePinnedHost"); }
+void FreePinnedHost(void*) { ThrowBuiltWithoutCuda("FreePinnedHost"); }
+void CopyDeviceToHost(void*, const void*, uint64_t) { ThrowBuiltWithoutCuda("CopyDeviceToHost"); }
+void CopyHostToDevice(void*, const void*, uint64_t) { ThrowBuiltWithoutCuda("CopyHostToDevice"); }
 
 std::string CudaRuntimeVersion() { return kNotBuilt; }
 std::string CudaDriverVersion() { return kNotBuilt; }

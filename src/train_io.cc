@@ -1,0 +1,437 @@
+#include "train_io.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "console.h"
+#include "device.h"
+#include "error.h"
+#include "log.h"
+#include "mpi_util.h"
+#include "token_shard.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+constexpr const char* kLoaderEpoch = "loader_epoch";
+constexpr const char* kLoaderBatch = "loader_batch";
+constexpr const char* kLoaderSeed = "loader_seed";
+constexpr const char* kDataSeed = "data_seed";
+constexpr const char* kSavedAtRanks = "ranks";
+
+std::vector<double> ParseRates(const std::string& text) {
+  if (text.empty()) return {0};
+  std::vector<double> rates;
+  for (const std::string& item : SplitList(text)) {
+    char* end = nullptr;
+    const double rate = std::strtod(item.c_str(), &end);
+    if (*end != '\0' || !(rate >= 0) || !std::isfinite(rate)) {
+      throw InputError("invalid rate '" + item + "' for --io-throttle: MB/s as a number >= 0 (0 = no limit), or a "
+                       "list of rates > 0 for a storage sweep, e.g. 800,400,200,100");
+    }
+    rates.push_back(rate);
+  }
+  if (rates.empty()) throw InputError("--io-throttle is empty (e.g. --io-throttle 200, or 800,400,200 for a sweep)");
+  if (rates.size() > 1) {
+    for (size_t i = 0; i < rates.size(); ++i) {
+      if (rates[i] <= 0 || (i > 0 && rates[i] >= rates[i - 1])) {
+        throw InputError("--io-throttle " + text + ": a storage sweep lists decreasing rates > 0 (e.g. 800,400,200)");
+      }
+    }
+  }
+  return rates;
+}
+
+uint64_t ParseUnsigned(const std::string& text) { return std::stoull(text); }
+
+DeviceCopier CopierFor(const Transformer& model) {
+  DeviceCopier copier;
+  if (model.backend() != "cuda") return copier;
+  copier.to_host = [](void* host, const void* device, uint64_t bytes) { CopyDeviceToHost(host, device, bytes); };
+  copier.to_device = [](void* device, const void* host, uint64_t bytes) { CopyHostToDevice(device, host, bytes); };
+  copier.allocate_pinned = [](uint64_t bytes) { return AllocatePinnedHost(bytes); };
+  copier.free_pinned = [](void* pointer) { FreePinnedHost(pointer); };
+  return copier;
+}
+
+std::vector<StateBuffer> StateOf(Transformer& model) {
+  const uint64_t bytes = model.parameter_elements() * sizeof(float);
+  const bool device = model.backend() == "cuda";
+  return {{"params", model.parameters(), bytes, device},
+          {"adam_m", model.adam_m(), bytes, device},
+          {"adam_v", model.adam_v(), bytes, device}};
+}
+
+}  // namespace
+
+void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
+  options.add_options()
+      ("data", po::value(&f.data_dir), "read each step's tokens from this directory of token shards "
+                                       "(trainbench data generate) instead of generating them")
+      ("data-raw", po::bool_switch(&f.data_raw), "--data is any directory of files: fixed-size records, tokens "
+                                                 "taken from their bytes (measures an existing dataset's storage)")
+      ("loader-workers", po::value(&f.loader_workers)->default_value(f.loader_workers), "reader threads per rank")
+      ("prefetch", po::value(&f.prefetch)->default_value(f.prefetch), "batches read ahead per rank")
+      ("direct-io", po::bool_switch(&f.direct_io), "read with O_DIRECT, bypassing the page cache")
+      ("record-bytes", po::value(&f.record_bytes), "bytes read per sample (image-like records; default: seq+1 tokens)")
+      ("io-throttle", po::value(&f.io_throttle), "emulated storage: read rate limit per rank in MB/s (1e6 B/s); a "
+                                                 "decreasing list (800,400,200) runs a storage sweep")
+      ("io-latency-ms", po::value(&f.io_latency_ms)->default_value(f.io_latency_ms), "emulated storage: latency "
+                                                                                      "added to every read")
+      ("data-wait-share", po::value(&f.data_wait_share)->default_value(f.data_wait_share),
+       "storage sweep: report the rate at which data_wait reaches this share of step time")
+      ("checkpoint-dir", po::value(&f.checkpoint_dir), "write checkpoints here (step-NNNNNNNN/ per checkpoint)")
+      ("checkpoint-every", po::value(&f.checkpoint_every)->default_value(f.checkpoint_every),
+       "checkpoint after every N steps (0: never)")
+      ("checkpoint-keep", po::value(&f.checkpoint_keep)->default_value(f.checkpoint_keep),
+       "keep the newest N complete checkpoints (0: all)")
+      ("checkpoint-mode", po::value(&f.checkpoint_mode)->default_value(f.checkpoint_mode),
+       "sync (the loop waits for write and fsync) or async (snapshot, then a background writer)")
+      ("checkpoint-verify", po::bool_switch(&f.checkpoint_verify), "read each slice back after fsync and check it")
+      ("on-checkpoint-error", po::value(&f.on_checkpoint_error)->default_value(f.on_checkpoint_error),
+       "fail (stop the run) or warn (record it and train on) when a checkpoint cannot be written")
+      ("resume", po::value(&f.resume), "continue from this checkpoint (or the newest complete one under this "
+                                       "directory): weights, AdamW state, step and loader position");
+}
+
+std::string ModelFingerprint(const ModelConfig& m) {
+  return Format("%s:layers=%d,d_model=%d,heads=%d,vocab=%d,vocab_padded=%d,seq=%d,mlp_ratio=%d", m.name.c_str(),
+                m.layers, m.d_model, m.heads, m.vocab, m.vocab_padded, m.seq, m.mlp_ratio);
+}
+
+TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq,
+                        const std::vector<std::pair<int, int>>& points, uint64_t seed, Group& config) {
+  TrainIoPlan plan;
+  plan.throttles_MBps = ParseRates(f.io_throttle);
+  if (plan.throttles_MBps.size() > 1 && points.size() > 1) {
+    throw InputError("--io-throttle with several rates (a storage sweep) takes one scaling point: drop --scaling "
+                     "or give it one rank count");
+  }
+  if (!(f.data_wait_share > 0 && f.data_wait_share < 1)) {
+    throw InputError("--data-wait-share must lie between 0 and 1 (e.g. 0.05 for 5% of step time)");
+  }
+  if (f.io_latency_ms < 0) throw InputError("--io-latency-ms must be >= 0");
+  if (f.loader_workers < 1) throw InputError("--loader-workers must be at least 1");
+  if (f.prefetch < 1) throw InputError("--prefetch must be at least 1 batch");
+  const bool loader_flags = f.data_raw || f.direct_io || !f.record_bytes.empty() || !f.io_throttle.empty() ||
+                            f.io_latency_ms > 0;
+  if (f.data_dir.empty() && loader_flags) {
+    throw InputError("--data-raw, --direct-io, --record-bytes, --io-throttle and --io-latency-ms go with --data DIR");
+  }
+  plan.loader = !f.data_dir.empty();
+  if (!f.record_bytes.empty()) plan.record_bytes = ParseSize(f.record_bytes, "--record-bytes");
+  if (plan.loader) {
+    if (!f.data_raw) {
+      const TokenDataset dataset = OpenTokenDataset(f.data_dir);
+      if (dataset.vocab > static_cast<uint64_t>(model.vocab)) {
+        throw InputError("--data '" + f.data_dir + "' has token ids up to " + std::to_string(dataset.vocab - 1) +
+                         ", beyond model '" + model.name + "' (vocab " + std::to_string(model.vocab) + ")");
+      }
+      plan.dataset_tokens = dataset.total_tokens;
+    }
+    // Every point's loader, opened as the run will open it (one worker, no prefetch to speak of): the same checks,
+    // now, on every rank, so that a dataset too small for a global batch is reported before work starts.
+    for (const auto& [k, micro_batch] : points) {
+      DataLoaderOptions o;
+      o.dir = f.data_dir;
+      o.raw = f.data_raw;
+      o.raw_vocab = static_cast<uint64_t>(model.vocab);
+      o.seq = seq;
+      o.batch = micro_batch;
+      o.world = k;
+      o.seed = seed;
+      o.workers = 1;
+      o.prefetch = 1;
+      o.direct_io = f.direct_io;
+      o.record_bytes = plan.record_bytes;
+      const LoaderStats stats = DataLoader(o).stats();
+      plan.dataset_files = stats.files;
+      plan.dataset_samples = stats.samples;
+    }
+  }
+
+  plan.checkpoint_mode = ParseCheckpointMode(f.checkpoint_mode);
+  plan.on_error = ParseCheckpointErrorPolicy(f.on_checkpoint_error);
+  if (f.checkpoint_every < 0) throw InputError("--checkpoint-every must be >= 0 (0: no checkpoints)");
+  if (f.checkpoint_keep < 0) throw InputError("--checkpoint-keep must be >= 0 (0: keep all)");
+  if (f.checkpoint_every > 0 && f.checkpoint_dir.empty()) {
+    throw InputError("--checkpoint-every needs --checkpoint-dir DIR");
+  }
+  if (!f.checkpoint_dir.empty() && f.checkpoint_every == 0) {
+    throw InputError("--checkpoint-dir needs --checkpoint-every N (steps between checkpoints)");
+  }
+  plan.checkpoints = f.checkpoint_every > 0;
+  if (plan.checkpoints) PrepareCheckpointDir(f.checkpoint_dir);
+  if (!f.resume.empty()) {
+    if (points.size() > 1 || plan.throttles_MBps.size() > 1) {
+      throw InputError("--resume continues one run: drop --scaling (or give it one rank count) and the sweep");
+    }
+    plan.resume_dir = ResolveCheckpoint(f.resume);
+  }
+
+  config.Set("data", f.data_dir);
+  config.Set("data_raw", static_cast<int64_t>(f.data_raw));
+  config.Set("loader_workers", static_cast<int64_t>(f.loader_workers));
+  config.Set("prefetch", static_cast<int64_t>(f.prefetch));
+  config.Set("direct_io", static_cast<int64_t>(f.direct_io));
+  config.Set("record_bytes", static_cast<int64_t>(plan.record_bytes));
+  config.Set("io_throttle", f.io_throttle);
+  config.Set("io_latency_ms", f.io_latency_ms);
+  config.Set("data_wait_share", f.data_wait_share);
+  config.Set("checkpoint_dir", f.checkpoint_dir);
+  config.Set("checkpoint_every", static_cast<int64_t>(f.checkpoint_every));
+  config.Set("checkpoint_keep", static_cast<int64_t>(f.checkpoint_keep));
+  config.Set("checkpoint_mode", f.checkpoint_mode);
+  config.Set("checkpoint_verify", static_cast<int64_t>(f.checkpoint_verify));
+  config.Set("on_checkpoint_error", f.on_checkpoint_error);
+  config.Set("resume", f.resume);
+  return plan;
+}
+
+PointIo::PointIo(const TrainIoFlags& flags, const TrainIoPlan& plan, Communicator& comm, Transformer& model,
+                 int micro_batch, int seq, uint64_t seed, double throttle_MBps, const std::string& checkpoint_subdir)
+    : flags_(flags),
+      plan_(plan),
+      comm_(comm),
+      model_(model),
+      micro_batch_(micro_batch),
+      seq_(seq),
+      seed_(seed),
+      throttle_MBps_(throttle_MBps),
+      checkpoint_dir_(checkpoint_subdir.empty() ? flags.checkpoint_dir
+                                                : flags.checkpoint_dir + "/" + checkpoint_subdir) {}
+
+PointIo::~PointIo() = default;
+
+void PointIo::Prepare(TrainLoopOptions& loop) {
+  if (!plan_.resume_dir.empty()) {
+    resumed_ = LoadCheckpoint(comm_.host_comm(), plan_.resume_dir, StateOf(model_), ModelFingerprint(model_.config()),
+                              CopierFor(model_));
+    model_.ParametersChanged();
+    const CheckpointMeta& meta = resumed_.meta;
+    auto value = [&](const char* key) -> std::string {
+      auto it = meta.values.find(key);
+      return it == meta.values.end() ? std::string() : it->second;
+    };
+    if (meta.step >= loop.warmup_steps + loop.steps) {
+      throw InputError("--resume: checkpoint '" + resumed_.dir + "' is at step " + std::to_string(meta.step) +
+                       ", at or past this run's last step (" + std::to_string(loop.warmup_steps + loop.steps) +
+                       " = --warmup-steps + --steps)");
+    }
+    if (value(kDataSeed) != std::to_string(loop.data_seed)) {
+      throw InputError("--resume: checkpoint '" + resumed_.dir + "' was written with --seed " + value(kDataSeed) +
+                       ", this run has --seed " + std::to_string(loop.data_seed));
+    }
+    if (plan_.loader != !value(kLoaderEpoch).empty()) {
+      throw InputError("--resume: checkpoint '" + resumed_.dir + "' was written " +
+                       (plan_.loader ? "without --data" : "with --data") + "; resume it the same way");
+    }
+    if (plan_.loader) {
+      resume_position_ =
+          LoaderPosition{ParseUnsigned(value(kLoaderEpoch)), ParseUnsigned(value(kLoaderBatch)),
+                         ParseUnsigned(value(kLoaderSeed))};
+    }
+    loop.first_step = static_cast<int>(meta.step);
+    Print(Format("# resumed from %s: step %lld, %s read in %.2f s (written by %d ranks)", resumed_.dir.c_str(),
+                 static_cast<long long>(meta.step), FormatBytes(resumed_.read_bytes).c_str(), resumed_.seconds,
+                 resumed_.saved_world_size));
+  }
+  if (plan_.loader) {
+    DataLoaderOptions o;
+    o.dir = flags_.data_dir;
+    o.raw = flags_.data_raw;
+    o.raw_vocab = static_cast<uint64_t>(model_.config().vocab);
+    o.seq = seq_;
+    o.batch = micro_batch_;
+    o.rank = comm_.rank();
+    o.world = comm_.size();
+    o.seed = seed_;
+    o.workers = flags_.loader_workers;
+    o.prefetch = flags_.prefetch;
+    o.direct_io = flags_.direct_io;
+    o.record_bytes = plan_.record_bytes;
+    o.io_throttle_MBps = throttle_MBps_;
+    o.io_latency_ms = flags_.io_latency_ms;
+    o.resume = resume_position_;
+    loader_ = std::make_unique<DataLoader>(std::move(o));
+    loop.next_batch = [this](int) {
+      const LoaderBatch& b = loader_->Next();
+      return StepBatch{b.inputs, b.targets, b.stats.bytes_read, b.stats.ReadMBps(), b.stats.queue_depth};
+    };
+  }
+  if (plan_.checkpoints) {
+    CheckpointOptions o;
+    o.dir = checkpoint_dir_;
+    o.mode = plan_.checkpoint_mode;
+    o.keep = flags_.checkpoint_keep;
+    o.on_error = plan_.on_error;
+    o.verify = flags_.checkpoint_verify;
+    checkpointer_ = std::make_unique<Checkpointer>(comm_.host_comm(), o, StateOf(model_), CopierFor(model_));
+    loop.checkpoint = [this](int step) { Save(step); };
+    loop.checkpoint_writing = [this] { return checkpointer_->WriterBusy(); };
+  }
+}
+
+void PointIo::Save(int step) {
+  checkpointer_->Poll();
+  const int done = step + 1;  // steps completed: where a resume continues
+  if (done % flags_.checkpoint_every != 0) return;
+  CheckpointMeta meta;
+  meta.step = done;
+  meta.model_fingerprint = ModelFingerprint(model_.config());
+  meta.values[kDataSeed] = std::to_string(seed_);
+  meta.values[kSavedAtRanks] = std::to_string(comm_.size());
+  if (loader_) {
+    const LoaderPosition next = loader_->Position();  // the batch the next step would take
+    meta.values[kLoaderEpoch] = std::to_string(next.epoch);
+    meta.values[kLoaderBatch] = std::to_string(next.batch);
+    meta.values[kLoaderSeed] = std::to_string(next.seed);
+  }
+  checkpointer_->Save(meta);
+}
+
+void PointIo::Finish() {
+  if (checkpointer_) checkpointer_->Drain();
+}
+
+void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<StepRecord>& records) {
+  MPI_Comm comm = comm_.host_comm();
+  const int size = comm_.size();
+  const bool root = comm_.rank() == 0;
+  Group* group = root ? &io.Child(name) : nullptr;
+
+  // Stall shares over this rank's measured steps, and how much slower steps ran while a checkpoint writer worked.
+  double step = 0, data = 0, checkpoint = 0, busy_step = 0, idle_step = 0;
+  int busy = 0, idle = 0;
+  for (const StepRecord& r : records) {
+    if (r.warmup) continue;
+    step += r.step_s;
+    data += r.data_wait_s + r.h2d_s;
+    checkpoint += r.checkpoint_stall_s;
+    // A step that took a checkpoint is its own kind: its stall is counted there, not as writer slowdown.
+    if (r.checkpoint_stall_s > 0 && plan_.checkpoints) continue;
+    (r.checkpoint_writing ? busy_step : idle_step) += r.step_s;
+    (r.checkpoint_writing ? busy : idle) += 1;
+  }
+  const std::vector<double> steps = AllGatherDoubles(comm, step);
+  const std::vector<double> datas = AllGatherDoubles(comm, data);
+  const std::vector<double> checkpoints = AllGatherDoubles(comm, checkpoint);
+  const std::vector<double> busy_sum = AllGatherDoubles(comm, busy_step);
+  const std::vector<double> busy_n = AllGatherDoubles(comm, busy);
+  const std::vector<double> idle_sum = AllGatherDoubles(comm, idle_step);
+  const std::vector<double> idle_n = AllGatherDoubles(comm, idle);
+  if (root) {
+    double step_total = 0, data_total = 0, checkpoint_total = 0, bs = 0, bn = 0, is = 0, in = 0;
+    for (int i = 0; i < size; ++i) {
+      step_total += steps[i];
+      data_total += datas[i];
+      checkpoint_total += checkpoints[i];
+      bs += busy_sum[i];
+      bn += busy_n[i];
+      is += idle_sum[i];
+      in += idle_n[i];
+    }
+    const double nan = std::nan("");
+    group->Set("data_wait_share", step_total > 0 ? data_total / step_total : nan);
+    group->Set("checkpoint_stall_share", step_total > 0 ? checkpoint_total / step_total : nan);
+    group->Set("io_throttle_MBps", throttle_MBps_);
+    group->Set("checkpoint_writer_slowdown", bn > 0 && in > 0 ? (bs / bn) / (is / in) : nan);
+    group->Set("checkpoint_writer_slowdown_steps", static_cast<int64_t>(bn));
+    if (!plan_.resume_dir.empty()) {
+      group->Set("resumed_from", resumed_.dir);
+      group->Set("resumed_step", static_cast<int64_t>(resumed_.meta.step));
+      group->Set("resume_load_s", resumed_.seconds);
+      group->Set("resume_saved_ranks", static_cast<int64_t>(resumed_.saved_world_size));
+    }
+  }
+
+  if (loader_) {
+    const LoaderStats s = loader_->stats();
+    const double fields[] = {static_cast<double>(s.batches), static_cast<double>(s.bytes_read),
+                             static_cast<double>(s.reads), s.read_s, s.wait_s};
+    std::vector<std::vector<double>> columns;
+    for (double v : fields) columns.push_back(AllGatherDoubles(comm, v));
+    if (root) {
+      group->Set("dataset_files", static_cast<int64_t>(s.files));
+      group->Set("dataset_samples", static_cast<int64_t>(s.samples));
+      group->Set("record_bytes", static_cast<int64_t>(s.record_bytes));
+      group->Set("batches_per_epoch", static_cast<int64_t>(s.batches_per_epoch));
+      group->Set("dropped_samples_per_epoch", static_cast<int64_t>(s.dropped_per_epoch));
+      std::vector<int64_t> ranks(size);
+      for (int i = 0; i < size; ++i) ranks[i] = i;
+      std::vector<double> rate(size);
+      for (int i = 0; i < size; ++i) rate[i] = columns[3][i] > 0 ? columns[1][i] / columns[3][i] / 1e6 : 0;
+      Table& table = group->tables["loader"];
+      table.description = "per rank: batches handed to the loop, bytes read, reads, the sum of read times (workers "
+                          "overlap, so bytes/read_s is a per-read rate), and the loop's total wait for batches";
+      table.Add("rank", "", ranks).Add("batches", "", columns[0]).Add("bytes_read", "B", columns[1])
+          .Add("reads", "", columns[2]).Add("read_s", "s", columns[3]).Add("per_read_MBps", "MB/s", rate)
+          .Add("wait_s", "s", columns[4]);
+    }
+  }
+
+  if (checkpointer_) {
+    // Every rank's events as text fields, kEventFields per event, gathered to rank 0.
+    constexpr size_t kEventFields = 11;
+    std::vector<std::string> fields;
+    for (const CheckpointEvent& e : checkpointer_->events()) {
+      for (std::string field : {std::to_string(e.step), std::to_string(e.rank), std::string(CheckpointModeName(e.mode)),
+                                std::to_string(e.bytes), Format("%.9g", e.stall_s), Format("%.9g", e.write_s),
+                                Format("%.9g", e.write_gbps), std::to_string(e.crc32c),
+                                std::string(e.verified ? "1" : "0"), std::string(e.ok ? "1" : "0"), e.error}) {
+        fields.push_back(std::move(field));
+      }
+    }
+    const std::vector<std::string> gathered = GatherStrings(comm, fields.empty() ? std::string() : JoinFields(fields));
+    if (root) {
+      std::vector<int64_t> step_col, rank_col, bytes_col, crc_col, verified_col, ok_col;
+      std::vector<double> stall_col, write_col, gbps_col;
+      std::vector<std::string> mode_col, error_col;
+      for (const std::string& packed : gathered) {
+        if (packed.empty()) continue;
+        const std::vector<std::string> all = SplitFields(packed);
+        for (size_t at = 0; at + kEventFields <= all.size(); at += kEventFields) {
+          const std::string* v = all.data() + at;
+          step_col.push_back(std::stoll(v[0]));
+          rank_col.push_back(std::stoll(v[1]));
+          mode_col.push_back(v[2]);
+          bytes_col.push_back(std::stoll(v[3]));
+          stall_col.push_back(std::stod(v[4]));
+          write_col.push_back(std::stod(v[5]));
+          gbps_col.push_back(std::stod(v[6]));
+          crc_col.push_back(std::stoll(v[7]));
+          verified_col.push_back(std::stoll(v[8]));
+          ok_col.push_back(std::stoll(v[9]));
+          error_col.push_back(v[10]);
+        }
+      }
+      group->Set("checkpoint_dir", checkpoint_dir_);
+      group->Set("checkpoint_state_bytes", static_cast<int64_t>(checkpointer_->state_bytes()));
+      Table& table = group->tables["checkpoints"];
+      table.description =
+          "a row per checkpoint per rank: its slice's bytes; stall_s = time the training loop was blocked (sync: "
+          "copy, write, fsync and manifest; async: the snapshot, plus any wait for the previous writer); write_s = "
+          "write + fsync + rename of the slice file; write_GBps = bytes / write_s (1e9 B/s); crc32c of the slice; "
+          "verified = read back after fsync with the same checksum; ok = the checkpoint is complete";
+      table.Add("step", "", step_col).Add("rank", "", rank_col).Add("mode", "", mode_col).Add("bytes", "B", bytes_col)
+          .Add("stall_s", "s", stall_col).Add("write_s", "s", write_col).Add("write_GBps", "GB/s", gbps_col)
+          .Add("crc32c", "", crc_col).Add("verified", "", verified_col).Add("ok", "", ok_col)
+          .Add("error", "", error_col);
+    }
+  }
+}
+
+double ThrottleAtDataWaitShare(const std::vector<double>& rates, const std::vector<double>& shares, double share) {
+  for (size_t i = 0; i < rates.size() && i < shares.size(); ++i) {
+    if (shares[i] < share) continue;
+    if (i == 0) return std::nan("");  // already past it at the fastest rate: the crossing lies above the sweep
+    // Linear between the last rate below the share and the first at or above it.
+    const double t = (share - shares[i - 1]) / (shares[i] - shares[i - 1]);
+    return rates[i - 1] + t * (rates[i] - rates[i - 1]);
+  }
+  return std::nan("");
+}
+
+}  // namespace tb

@@ -1,0 +1,109 @@
+// The storage side of `trainbench train`: each step's batch from the data loader (instead of synthetic tokens),
+// checkpoints after the optimizer, resume from a checkpoint, a sweep over emulated storage rates, and the
+// report's `io` group. Part of the trainbench executable (it joins src/ with models/).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "communicator.h"
+#include "data_loader.h"
+#include "model_config.h"
+#include "report.h"
+#include "train_loop.h"
+#include "transformer.h"
+
+namespace tb {
+
+struct TrainIoFlags {
+  std::string data_dir;           // --data: token shards (trainbench data generate), or any files with --data-raw
+  bool data_raw = false;
+  int loader_workers = 2;
+  int prefetch = 4;
+  bool direct_io = false;
+  std::string record_bytes;       // --record-bytes SIZE
+  std::string io_throttle;        // --io-throttle MB/s, or a list of them: a storage sweep
+  double io_latency_ms = 0;
+  double data_wait_share = 0.05;  // --data-wait-share: the sweep reports the rate where data_wait passes this
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  int checkpoint_keep = 0;
+  std::string checkpoint_mode = "sync";
+  bool checkpoint_verify = false;
+  std::string on_checkpoint_error = "fail";
+  std::string resume;
+};
+
+void AddTrainIoOptions(po::options_description& options, TrainIoFlags& flags);
+
+// The flags checked, with what the checks found. Built at option time on every rank (agreed), so that a missing
+// data or checkpoint directory is reported before any rank starts work.
+struct TrainIoPlan {
+  bool loader = false;
+  uint64_t record_bytes = 0;
+  std::vector<double> throttles_MBps = {0};  // one run per value; 0 = no throttle
+  bool checkpoints = false;
+  CheckpointMode checkpoint_mode = CheckpointMode::kSync;
+  CheckpointErrorPolicy on_error = CheckpointErrorPolicy::kFail;
+  std::string resume_dir;  // the checkpoint --resume resolved to; empty: none
+  // Dataset, for the report.
+  uint64_t dataset_files = 0;
+  uint64_t dataset_samples = 0;
+  uint64_t dataset_tokens = 0;
+};
+
+// Validates the I/O flags against the model and the scaling points (micro-batch per k), records them in the
+// config group, and returns the plan. InputError naming the flag for anything wrong.
+TrainIoPlan PlanTrainIo(const TrainIoFlags& flags, const ModelConfig& model, int seq,
+                        const std::vector<std::pair<int, int>>& points_k_micro_batch, uint64_t seed, Group& config);
+
+// A checkpoint's model identity: a resume with another model is refused.
+std::string ModelFingerprint(const ModelConfig& model);
+
+// The loader and checkpointer of one run of the training loop (one scaling point at one storage rate), on the
+// ranks of `comm`. Everything collective is over comm's ranks.
+class PointIo {
+ public:
+  PointIo(const TrainIoFlags& flags, const TrainIoPlan& plan, Communicator& comm, Transformer& model,
+          int micro_batch, int seq, uint64_t seed, double throttle_MBps, const std::string& checkpoint_subdir);
+  ~PointIo();
+
+  // Restores the model (and the loader's place) from --resume, when given; sets loop.first_step. Then sets the
+  // loop's hooks: next_batch from the loader (when --data), checkpoint and checkpoint_writing (when
+  // --checkpoint-every).
+  void Prepare(TrainLoopOptions& loop);
+  // After the loop: completes an asynchronous checkpoint still in flight.
+  void Finish();
+  // Gathers loader statistics and checkpoint events to comm's rank 0 and adds them under io/<name>, with the
+  // stall shares of `records` (this rank's). Collective over comm.
+  void AddToReport(Group& io, const std::string& name, const std::vector<StepRecord>& records);
+
+ private:
+  void Save(int step);
+
+  const TrainIoFlags& flags_;
+  const TrainIoPlan& plan_;
+  Communicator& comm_;
+  Transformer& model_;
+  int micro_batch_;
+  int seq_;
+  uint64_t seed_;
+  double throttle_MBps_;
+  std::string checkpoint_dir_;
+  std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::optional<LoaderPosition> resume_position_;
+  LoadedCheckpoint resumed_;
+};
+
+// Storage sweep: for runs at decreasing throttle rates, the rate at which the data_wait share of step time first
+// reaches `share` (linear between the two sweep points around it); NaN when it never does or already does at the
+// fastest rate. `rates_MBps` and `data_wait_shares` are parallel.
+double ThrottleAtDataWaitShare(const std::vector<double>& rates_MBps, const std::vector<double>& data_wait_shares,
+                               double share);
+
+}  // namespace tb
