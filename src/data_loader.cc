@@ -129,7 +129,27 @@ struct DataLoader::Source {
   }
 };
 
+void DataLoader::FreeDeleter::operator()(void* p) const { std::free(p); }
+
 struct DataLoader::Slot {
+  // The buffers go back through the allocator's release, also when the loader's constructor fails.
+  Slot(const HostAllocator& allocator, size_t values) : release(allocator.release) {
+    inputs = static_cast<int32_t*>(allocator.allocate(values * sizeof(int32_t)));
+    try {
+      targets = static_cast<int32_t*>(allocator.allocate(values * sizeof(int32_t)));
+    } catch (...) {
+      release(inputs);
+      throw;
+    }
+  }
+  ~Slot() {
+    release(inputs);
+    release(targets);
+  }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+  std::function<void(void*)> release;
   uint64_t sequence = UINT64_MAX;  // the batch sequence number it holds
   int32_t* inputs = nullptr;
   int32_t* targets = nullptr;
@@ -253,19 +273,18 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
 
   const size_t rows = static_cast<size_t>(options_.batch) * options_.seq;
   for (int i = 0; i < options_.prefetch + 1; ++i) {
-    auto slot = std::make_unique<Slot>();
-    slot->inputs = static_cast<int32_t*>(options_.allocator.allocate(rows * sizeof(int32_t)));
-    slot->targets = static_cast<int32_t*>(options_.allocator.allocate(rows * sizeof(int32_t)));
-    slot->samples.resize(options_.batch);
-    slots_.push_back(std::move(slot));
+    slots_.push_back(std::make_unique<Slot>(options_.allocator, rows));
+    slots_.back()->samples.resize(options_.batch);
   }
   const uint64_t scratch_bytes = RoundUp(options_.record_bytes, kDirectAlign) + kDirectAlign;
-  for (int w = 0; w < options_.workers; ++w) scratch_.push_back(AlignedHostAllocator().allocate(scratch_bytes));
+  for (int w = 0; w < options_.workers; ++w) {
+    scratch_.emplace_back(AlignedHostAllocator().allocate(scratch_bytes));
+  }
 
   if (options_.direct_io) {
     // Some filesystems accept O_DIRECT at open and refuse the reads; find out before the workers start.
     const Source::File& first = src.files.front();
-    if (::pread(first.fd, scratch_[0], kDirectAlign, 0) < 0 && errno == EINVAL) {
+    if (::pread(first.fd, scratch_[0].get(), kDirectAlign, 0) < 0 && errno == EINVAL) {
       throw InputError("--direct-io: the filesystem of '" + options_.dir + "' refuses O_DIRECT reads (" +
                        first.path + ": Invalid argument); run without --direct-io");
     }
@@ -280,11 +299,6 @@ DataLoader::~DataLoader() {
   }
   work_cv_.notify_all();
   for (std::thread& t : threads_) t.join();
-  for (auto& slot : slots_) {
-    options_.allocator.release(slot->inputs);
-    options_.allocator.release(slot->targets);
-  }
-  for (void* p : scratch_) std::free(p);
 }
 
 LoaderPosition DataLoader::PositionOf(uint64_t sequence) const {
@@ -367,7 +381,7 @@ DataLoader::SampleRead DataLoader::ReadSample(int worker, uint64_t sample, Slot&
     throttle_free_at_ = std::max(throttle_free_at_, NowSeconds()) + length / (options_.io_throttle_MBps * 1e6);
     paced_until = throttle_free_at_;
   }
-  char* buffer = static_cast<char*>(scratch_[worker]);
+  char* buffer = static_cast<char*>(scratch_[worker].get());
   const uint64_t needed = offset - read_at + options_.record_bytes;  // the aligned tail may run past the end
   uint64_t got = 0;
   while (got < length) {

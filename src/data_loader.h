@@ -157,7 +157,10 @@ class DataLoader {
   std::unique_ptr<SamplePlan> plan_;
   double throttle_free_at_ = 0;  // --io-throttle: when the rank's read timeline is free again (NowSeconds)
   std::vector<std::unique_ptr<Slot>> slots_;  // ring of prefetch + 1 batches
-  std::vector<void*> scratch_;                // one aligned read buffer per worker
+  struct FreeDeleter {
+    void operator()(void* p) const;
+  };
+  std::vector<std::unique_ptr<void, FreeDeleter>> scratch_;  // one aligned read buffer per worker
 
   mutable std::mutex mutex_;
   std::condition_variable work_cv_;   // workers: a sample to read, or stop

@@ -597,6 +597,27 @@ TEST(DataLoaderTest, BuffersComeFromTheAllocatorAndStayValidUntilNext) {
   EXPECT_TRUE(live.empty());
 }
 
+TEST(DataLoaderTest, FailedAllocationReleasesWhatWasAllocated) {
+  TempDir dir;
+  CountingShards(dir.path(), 50257, {5000});
+  std::set<void*> live;
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.seq = 31;
+  o.allocator = {[&](size_t bytes) {
+                   if (live.size() == 5) throw RuntimeError("pinned memory exhausted");
+                   void* p = std::malloc(bytes);
+                   live.insert(p);
+                   return p;
+                 },
+                 [&](void* p) {
+                   live.erase(p);
+                   std::free(p);
+                 }};
+  EXPECT_THROW(DataLoader loader(o), RuntimeError);
+  EXPECT_TRUE(live.empty());
+}
+
 TEST(DataLoaderTest, DestructorStopsThrottledWorkersPromptly) {
   TempDir dir;
   CountingShards(dir.path(), 50257, {64 * 100});
