@@ -157,6 +157,8 @@ class CudaTransformer final : public Transformer {
   void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
   void ZeroGradients() override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
+  // The bf16 weights again from the master weights written from outside.
+  void ParametersChanged() override { gpu::CastToBf16(params_bf16_, params_, elements_, stream()); }
 
   // Why auto attention did not get cuDNN ("" when it did, or when attention was chosen explicitly).
   const std::string& fallback_reason() const { return fallback_reason_; }
@@ -537,6 +539,13 @@ std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint
                                                  const CudaTransformerOptions& options,
                                                  std::string* fallback_reason) {
   ValidateModel(config);
+  // Every slot offset of the flat buffers and every activation row is then a multiple of 8 elements: bf16 weights,
+  // biases and rows stay 16-byte aligned, which cuBLASLt's bias and GELU epilogues require (gemm.h refuses less).
+  if (config.d_model % 8 != 0) {
+    throw InputError(std::string("--d-model ") + std::to_string(config.d_model) +
+                     " is not a multiple of 8, which the CUDA transformer needs (16-byte aligned bf16 rows and biases "
+                     "for cuBLASLt) HINT: a d_model of 8·k, or --backend cpu");
+  }
   if (options.max_batch < 1) {
     throw InputError(std::string("the CUDA transformer's max_batch must be at least 1, got ") +
                      std::to_string(options.max_batch));
