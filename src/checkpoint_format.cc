@@ -267,6 +267,8 @@ WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>&
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return fail(temporary, errno);
   uint32_t crc = 0;
+  uint64_t offset = 0;
+  bool start_writeback = true;
   try {
     for (const Source& source : sources) {
       const auto* data = static_cast<const std::byte*>(source.data);
@@ -282,6 +284,18 @@ WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>&
           ::close(fd);
           return fail(temporary, error);
         }
+        // Start writeback of this block now: the disk then works while later blocks are copied, instead of
+        // the whole file waiting in the page cache for the final fsync (which still makes it durable).
+        if (start_writeback && ::sync_file_range(fd, static_cast<off64_t>(offset), static_cast<off64_t>(n),
+                                                 SYNC_FILE_RANGE_WRITE) != 0) {
+          if (errno != EINVAL && errno != ESPIPE && errno != ENOSYS) {
+            int error = errno;
+            ::close(fd);
+            return fail(temporary, error);
+          }
+          start_writeback = false;  // not supported by this file system
+        }
+        offset += n;
         done += n;
       }
       result.bytes += source.bytes;

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Checkpoint write throughput against fio writing the same bytes, and the async checkpoint stall against the
+# sync one, in one invocation. Per round, in rotating order:
+#   fio   N jobs (one file each, S/N bytes), sequential write()s of BLOCK bytes, fsync at the end
+#   sync  perf_checkpoint_bench on N ranks: Save() of an S-byte state in sync mode (each rank writes its S/N slice
+#         in BLOCK writes and fsyncs it; rank 0 then writes the manifest and renames the directory)
+#   async the same in async mode: the stall is Save() (the snapshot) plus the Poll() calls until it completed
+# Prints fio GB/s, checkpoint GB/s (S / sync stall) and their ratio (target >= 0.9), and async stall / sync stall
+# (target <= 0.10).
+#
+# usage: tests/perf/checkpoint_vs_fio.sh BUILD_DIR [DIR] [ROUNDS]
+#   BUILD_DIR  a build directory holding tests/perf_checkpoint_bench (make perf_checkpoint_bench)
+#   DIR        where to write (default: a temporary directory under BUILD_DIR); its filesystem is what is measured
+#   ROUNDS     rounds of (fio, sync, async) (default 5)
+# Environment: TB_PERF_RANKS (2), TB_PERF_CKPT_BYTES (1073741824), TB_PERF_BLOCK (8388608),
+#              TB_PERF_MPIRUN_FLAGS (extra mpirun flags, default "--oversubscribe").
+# Exit status: 0 whatever the ratios (a benchmark, not a test); 1 when a run failed; 2 on a usage error.
+set -euo pipefail
+
+Die() {
+  echo "checkpoint_vs_fio.sh: $*" >&2
+  exit 1
+}
+
+Usage() {
+  echo "usage: $0 BUILD_DIR [DIR] [ROUNDS]" >&2
+  exit 2
+}
+
+[[ $# -ge 1 && $# -le 3 ]] || Usage
+BUILD_DIR="$(cd "$1" 2>/dev/null && pwd)" || Die "build directory '$1' does not exist"
+readonly BUILD_DIR
+readonly BENCH="$BUILD_DIR/tests/perf_checkpoint_bench"
+[[ -x "$BENCH" ]] || Die "no $BENCH (build it: cmake --build $BUILD_DIR --target perf_checkpoint_bench)"
+readonly ROUNDS="${3:-5}"
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || Usage
+FIO="$(command -v fio || true)"
+[[ -n "$FIO" ]] || Die "fio is not installed (apt-get install fio)"
+readonly FIO
+MPIRUN="$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null | head -n 1)"
+[[ -n "$MPIRUN" && -x "$MPIRUN" ]] || MPIRUN="$(command -v mpirun || true)"
+[[ -n "$MPIRUN" ]] || Die "no mpirun found"
+readonly MPIRUN
+
+readonly RANKS="${TB_PERF_RANKS:-2}"
+readonly BYTES="${TB_PERF_CKPT_BYTES:-1073741824}"
+readonly BLOCK="${TB_PERF_BLOCK:-8388608}"
+((BYTES % RANKS == 0)) || Die "TB_PERF_CKPT_BYTES ($BYTES) must be a multiple of TB_PERF_RANKS ($RANKS): same bytes per file"
+readonly FILE_BYTES=$((BYTES / RANKS))
+MPIRUN_FLAGS=(-np "$RANKS")
+read -r -a extra_flags <<<"${TB_PERF_MPIRUN_FLAGS---oversubscribe}"
+MPIRUN_FLAGS+=("${extra_flags[@]}")
+[[ "$(id -u)" == 0 ]] && MPIRUN_FLAGS+=(--allow-run-as-root)
+readonly MPIRUN_FLAGS
+
+if [[ $# -ge 2 ]]; then
+  mkdir -p "$2" || Die "cannot create $2"
+  WORK_DIR="$(mktemp -d "$2/checkpoint_vs_fio.XXXXXX")" || Die "cannot create a directory under $2"
+else
+  WORK_DIR="$(mktemp -d "$BUILD_DIR/checkpoint_vs_fio.XXXXXX")" || Die "cannot create a directory under $BUILD_DIR"
+fi
+readonly WORK_DIR
+trap 'rm -rf "$WORK_DIR"' EXIT
+readonly LOG="$WORK_DIR/last.log"
+readonly TARGET="$WORK_DIR/target"
+
+# Each run starts on an empty directory with no dirty pages of the previous run still being written back.
+Clean() {
+  rm -rf "$TARGET"
+  mkdir -p "$TARGET"
+  sync
+}
+
+RunOrDie() {
+  if ! "$@" >"$LOG" 2>&1; then
+    cat "$LOG" >&2
+    Die "command failed: $*"
+  fi
+}
+
+readonly FIO_CMD=("$FIO" --name=ckpt --directory="$TARGET" --numjobs="$RANKS" --size="$FILE_BYTES" --bs="$BLOCK"
+  --rw=write --ioengine=psync --end_fsync=1 --fallocate=none --group_reporting --output-format=terse)
+
+# Prints fio's GB/s: bytes written / group runtime (the runtime includes the final fsync).
+RunFio() {
+  Clean
+  RunOrDie "${FIO_CMD[@]}"
+  awk -F';' 'NF > 50 { if ($50 > 0) { printf "%.4f\n", $47 * 1024 / ($50 / 1000) / 1e9; found = 1 } }
+             END { exit !found }' "$LOG" || { cat "$LOG" >&2; Die "cannot read fio's terse output"; }
+}
+
+# Prints "stall_s write_s" of one checkpoint in mode $1.
+RunCheckpoint() {
+  Clean
+  RunOrDie "$MPIRUN" "${MPIRUN_FLAGS[@]}" "$BENCH" --dir "$TARGET" --bytes "$BYTES" --block "$BLOCK" --mode "$1" --reps 1
+  awk '$1 == "rep" { print $4, $8; found = 1 } END { exit !found }' "$LOG" ||
+    { cat "$LOG" >&2; Die "no 'rep' line in perf_checkpoint_bench's output"; }
+}
+
+Median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; printf "%.4f\n", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+echo "# checkpoint_vs_fio: $BYTES bytes in $RANKS files of $FILE_BYTES, block $BLOCK, $ROUNDS rounds"
+echo "# date:   $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "# host:   $(hostname)"
+cpu_model="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)"
+echo "# cpu:    ${cpu_model:-unknown}, $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) memory"
+os_name="$(sed -n 's/^PRETTY_NAME="\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' /etc/os-release 2>/dev/null || true)"
+echo "# os:     ${os_name:-$(uname -s)} ($(uname -r))"
+echo "# disk:   $(df -T "$WORK_DIR" | awk 'NR == 2 { print $1, $2, "mounted on", $7 }'), dirty_ratio $(cat /proc/sys/vm/dirty_ratio)%"
+echo "# fio:    $("$FIO" --version) : ${FIO_CMD[*]}"
+echo "# ckpt:   $MPIRUN ${MPIRUN_FLAGS[*]} $BENCH --dir $TARGET --bytes $BYTES --block $BLOCK --mode sync|async --reps 1"
+echo "# each run starts on an empty directory after sync(1); order rotates each round"
+echo "#"
+echo "# round  fio_GB/s  ckpt_GB/s  ratio   sync_stall_s  async_stall_s  async/sync  ckpt_write_s"
+
+declare -a fio_rates ckpt_rates ratios stall_ratios sync_stalls async_stalls
+for ((round = 1; round <= ROUNDS; ++round)); do
+  for ((k = 0; k < 3; ++k)); do
+    case $(((round + k) % 3)) in
+      0) fio_rate="$(RunFio)" ;;
+      1) out="$(RunCheckpoint sync)" && read -r sync_stall sync_write <<<"$out" ;;
+      2) out="$(RunCheckpoint async)" && read -r async_stall _ <<<"$out" ;;
+    esac
+  done
+  ckpt_rate="$(awk -v b="$BYTES" -v s="$sync_stall" 'BEGIN { printf "%.4f", b / s / 1e9 }')"
+  ratio="$(awk -v c="$ckpt_rate" -v f="$fio_rate" 'BEGIN { printf "%.3f", c / f }')"
+  stall_ratio="$(awk -v a="$async_stall" -v s="$sync_stall" 'BEGIN { printf "%.3f", a / s }')"
+  printf "# %5d  %8.3f  %9.3f  %5s  %13.3f  %13.3f  %10s  %12.3f\n" "$round" "$fio_rate" "$ckpt_rate" "$ratio" \
+    "$sync_stall" "$async_stall" "$stall_ratio" "$sync_write"
+  fio_rates+=("$fio_rate")
+  ckpt_rates+=("$ckpt_rate")
+  ratios+=("$ratio")
+  stall_ratios+=("$stall_ratio")
+  sync_stalls+=("$sync_stall")
+  async_stalls+=("$async_stall")
+done
+
+Verdict() { awk -v v="$1" -v t="$3" "BEGIN { exit !(v $2 t) }" && echo "met" || echo "NOT met"; }
+fio_med="$(printf "%s\n" "${fio_rates[@]}" | Median)"
+ckpt_med="$(printf "%s\n" "${ckpt_rates[@]}" | Median)"
+ratio_med="$(printf "%s\n" "${ratios[@]}" | Median)"
+stall_med="$(printf "%s\n" "${stall_ratios[@]}" | Median)"
+echo "#"
+echo "# medians over $ROUNDS rounds; ratio = checkpoint GB/s / fio GB/s per round; async/sync per round"
+printf "fio_write_GB/s       %.3f\n" "$fio_med"
+printf "checkpoint_sync_GB/s %.3f\n" "$ckpt_med"
+printf "write_ratio          %.3f  (range %s..%s)  target >= 0.9: %s\n" "$ratio_med" \
+  "$(printf "%s\n" "${ratios[@]}" | sort -g | head -n 1)" "$(printf "%s\n" "${ratios[@]}" | sort -g | tail -n 1)" \
+  "$(Verdict "$ratio_med" ">=" 0.9)"
+printf "sync_stall_s         %.3f\n" "$(printf "%s\n" "${sync_stalls[@]}" | Median)"
+printf "async_stall_s        %.3f\n" "$(printf "%s\n" "${async_stalls[@]}" | Median)"
+printf "async/sync_stall     %.3f  (range %s..%s)  target <= 0.10: %s\n" "$stall_med" \
+  "$(printf "%s\n" "${stall_ratios[@]}" | sort -g | head -n 1)" \
+  "$(printf "%s\n" "${stall_ratios[@]}" | sort -g | tail -n 1)" "$(Verdict "$stall_med" "<=" 0.10)"
+exit 0
