@@ -2,20 +2,9 @@
 // so that a caller learns why instead of finding zeros.
 #include "cuda/kernels.h"
 
-#include <string>
-
-#include "error.h"
+#include "nocuda/built_without_cuda.h"
 
 namespace tb::gpu {
-namespace {
-
-[[noreturn]] void ThrowBuiltWithoutCuda(const char* function) {
-  throw RuntimeError(std::string("tb::gpu::") + function +
-                     " is part of the CUDA backend, and this trainbench was built without CUDA (reconfigure with "
-                     "-DTRAINBENCH_WITH_CUDA=ON on a machine with the CUDA toolkit, NCCL and cuDNN)");
-}
-
-}  // namespace
 
 void EncoderForward(float*, const int32_t*, const float*, const float*, int, int, int, void*) {
   ThrowBuiltWithoutCuda("EncoderForward");

@@ -1,0 +1,353 @@
+// Gemm over cuBLASLt (see gemm.h for the contracts). bf16 A and B, fp32 accumulation and scale, bf16 or fp32 D.
+//
+// Row-major through cuBLASLt's column-major convention: a row-major matrix X (r, c) with leading dimension c
+// occupies the same bytes as the column-major matrix Xᵀ (c, r) with leading dimension c. cuBLASLt computes
+// D (m, n) = op(A) (m, k) · op(B) (k, n), column-major, with A stored (m, k) or, transposed, (k, m). So:
+//
+//   forward         out (N, OC) = in · Wᵀ          ⇔ outᵀ (OC, N) = W (OC, IC) · inᵀ (IC, N)
+//                   W row-major (OC, IC) is column-major (IC, OC), ld IC: A = W, transa = T (op(A) = W)
+//                   in row-major (N, IC) is column-major (IC, N), ld IC:   B = in, transb = N
+//                   D = out as column-major (OC, N), ld OC; m = OC, n = N, k = IC; bias has m = OC entries
+//                   (cuBLASLt broadcasts a bias of D's row count over D's columns) and the GELU aux matrix
+//                   has D's shape and ld.
+//   input grad      in_grad (N, IC) = out_grad · W ⇔ in_gradᵀ (IC, N) = Wᵀ (IC, OC) · out_gradᵀ (OC, N)
+//                   A = W as column-major (IC, OC), ld IC, transa = N; B = out_grad as (OC, N), ld OC,
+//                   transb = N; D = in_grad (IC, N), ld IC; m = IC, n = N, k = OC; DGELU's aux = gelu_pre
+//                   has D's shape and ld.
+//   weight grad     W_grad (OC, IC) += out_gradᵀ · in ⇔ W_gradᵀ (IC, OC) += inᵀ (IC, N) · out_grad (N, OC)
+//                   A = in as (IC, N), ld IC, transa = N; B = out_grad stored (OC, N), ld OC, transb = T
+//                   (op(B) = (N, OC)); C = D = W_grad (IC, OC), ld IC, fp32, beta = 1; m = IC, n = OC, k = N.
+//
+// The bias gradient is a column sum of out_grad added into fp32 (ColumnSumKernel below), not the BGRADB
+// epilogue: that epilogue overwrites its output, and the contract here (as in cpu::MatmulBackward) accumulates.
+#include "cuda/gemm.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "cuda/cublas_check.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_raii.h"
+#include "error.h"
+
+namespace tb::gpu {
+namespace {
+
+// cuBLASLt's split-K and stream-K algorithms on Hopper want a workspace; 32 MiB is what NVIDIA suggests there.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// cuBLASLt's epilogues read bias and aux in 16-byte vectors.
+constexpr uintptr_t kEpilogueAlignment = 16;
+// The GELU aux matrix's leading dimension must be a multiple of 8 elements (cublasLt.h, EPILOGUE_AUX_LD).
+constexpr int64_t kAuxLdMultiple = 8;
+constexpr unsigned int kColumnSumRowGroups = 8;
+
+// Owners of cuBLASLt's opaque handles: each type's destroy function, called once, result ignored (a failed
+// destroy means the context is already broken, and whatever broke it has reported).
+template <auto Destroy>
+struct LtDeleter {
+  template <typename T>
+  void operator()(T* handle) const noexcept {
+    (void)Destroy(handle);
+  }
+};
+using LtHandle = std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, LtDeleter<cublasLtDestroy>>;
+using MatmulDesc = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, LtDeleter<cublasLtMatmulDescDestroy>>;
+using MatrixLayout =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LtDeleter<cublasLtMatrixLayoutDestroy>>;
+using MatmulPreference =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, LtDeleter<cublasLtMatmulPreferenceDestroy>>;
+
+// The largest power of two up to 256 that divides the address: what cuBLASLt's heuristic assumes of a pointer
+// (256 unless told otherwise), so each plan is chosen for the alignment its pointers really have.
+uint32_t AlignmentOf(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+std::string Hex(const void* pointer) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%p", pointer);
+  return text;
+}
+
+const char* EpilogueName(cublasLtEpilogue_t epilogue) {
+  switch (epilogue) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "none";
+    case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX: return "GELU_AUX";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+    default: return "other";
+  }
+}
+
+// One column-major matmul D = alpha·op(A)·op(B) + beta·C with an epilogue, as cuBLASLt sees it. A and B are bf16;
+// C has D's type and layout (C may be D itself, or unread when beta is 0).
+struct Matmul {
+  const char* caller;
+  cublasOperation_t transa;
+  cublasOperation_t transb;
+  int64_t m, n, k;
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  const void* c;  // null: beta must be 0, and D is passed in its place
+  void* d;
+  int64_t ldd;
+  cudaDataType_t d_type;
+  float beta;
+  cublasLtEpilogue_t epilogue;
+  const void* bias;  // BIAS epilogues; D's type, m entries
+  const void* aux;   // GELU_AUX (written) and DGELU (read) epilogues; D's type, (m, n) with ld aux_ld
+  int64_t aux_ld;
+};
+
+// What a plan depends on: the descriptors' contents and the pointer alignments the heuristic saw.
+struct PlanKey {
+  int epilogue;
+  int transa, transb;
+  int64_t m, n, k, lda, ldb, ldd, aux_ld;
+  int d_type;
+  uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
+  auto operator<=>(const PlanKey&) const = default;
+};
+
+struct Plan {
+  MatmulDesc desc;
+  MatrixLayout a, b, c, d;
+  cublasLtMatmulAlgo_t algo;
+};
+
+template <typename T>
+void SetDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  TB_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+}
+
+template <typename T>
+void SetPreference(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferenceAttributes_t attribute,
+                   const T& value) {
+  TB_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
+}
+
+MatrixLayout MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  TB_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols),
+                                             ld));
+  return MatrixLayout(layout);
+}
+
+// The epilogue pointers change from call to call; the descriptor is reused, so they are set before each use.
+void SetEpiloguePointers(cublasLtMatmulDesc_t desc, const Matmul& call) {
+  if (call.bias != nullptr) SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
+  if (call.aux != nullptr) SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, call.aux);
+}
+
+// out_sum (cols) += column sums of in (rows, cols), bf16 in, fp32 sums. Each block owns 32 columns and walks
+// every row (threadIdx.y picks a row group), so each sum is added in the same order on every run: no atomics.
+__global__ void ColumnSumKernel(float* out_sum, const __nv_bfloat16* in, size_t rows, int cols) {
+  __shared__ float partial[kColumnSumRowGroups][32 + 1];
+  const int col = blockIdx.x * 32 + threadIdx.x;
+  float sum = 0.0f;
+  if (col < cols) {
+    for (size_t r = threadIdx.y; r < rows; r += kColumnSumRowGroups) sum += __bfloat162float(in[r * cols + col]);
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+    for (unsigned int g = 0; g < kColumnSumRowGroups; ++g) total += partial[g][threadIdx.x];
+    out_sum[col] += total;
+  }
+}
+
+}  // namespace
+
+struct Gemm::Impl {
+  cudaStream_t stream;
+  LtHandle handle;
+  DeviceBuffer workspace;
+  std::map<PlanKey, Plan> plans;
+
+  explicit Impl(void* stream_pointer) : stream(static_cast<cudaStream_t>(stream_pointer)) {
+    cublasLtHandle_t raw = nullptr;
+    TB_CHECK_CUBLAS(cublasLtCreate(&raw));
+    handle.reset(raw);
+    workspace = DeviceBuffer(kWorkspaceBytes);
+  }
+
+  // The plan for `call`'s shape, types, epilogue and pointer alignments: built and chosen by cuBLASLt's heuristic
+  // on first use, then reused.
+  const Plan& PlanFor(const Matmul& call) {
+    const void* c = call.c != nullptr ? call.c : call.d;
+    const PlanKey key{static_cast<int>(call.epilogue), static_cast<int>(call.transa), static_cast<int>(call.transb),
+                      call.m, call.n, call.k, call.lda, call.ldb, call.ldd, call.aux_ld, static_cast<int>(call.d_type),
+                      AlignmentOf(call.a), AlignmentOf(call.b), AlignmentOf(c), AlignmentOf(call.d),
+                      AlignmentOf(call.bias), AlignmentOf(call.aux)};
+    if (const auto found = plans.find(key); found != plans.end()) return found->second;
+
+    Plan plan;
+    cublasLtMatmulDesc_t desc = nullptr;
+    TB_CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    plan.desc.reset(desc);
+    SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(call.transa));
+    SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(call.transb));
+    SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(call.epilogue));
+    // Bias and aux take D's type, cuBLASLt's default for bf16 and fp32 outputs: no type attributes to set.
+    if (call.aux != nullptr) SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, call.aux_ld);
+    // The heuristic reads the epilogue pointers' values to learn their alignment.
+    SetEpiloguePointers(desc, call);
+
+    const bool a_transposed = call.transa != CUBLAS_OP_N;
+    const bool b_transposed = call.transb != CUBLAS_OP_N;
+    plan.a = MakeLayout(CUDA_R_16BF, a_transposed ? call.k : call.m, a_transposed ? call.m : call.k, call.lda);
+    plan.b = MakeLayout(CUDA_R_16BF, b_transposed ? call.n : call.k, b_transposed ? call.k : call.n, call.ldb);
+    plan.c = MakeLayout(call.d_type, call.m, call.n, call.ldd);
+    plan.d = MakeLayout(call.d_type, call.m, call.n, call.ldd);
+
+    cublasLtMatmulPreference_t raw_preference = nullptr;
+    TB_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&raw_preference));
+    const MatmulPreference preference(raw_preference);
+    SetPreference(raw_preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kWorkspaceBytes});
+    SetPreference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
+    SetPreference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
+    SetPreference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+    SetPreference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a.get(), plan.b.get(),
+                                                                 plan.c.get(), plan.d.get(), raw_preference, 1,
+                                                                 &result, &found);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+      const std::string what = std::string("cuBLASLt algorithm for Gemm::") + call.caller + " (m " +
+                               std::to_string(call.m) + ", n " + std::to_string(call.n) + ", k " +
+                               std::to_string(call.k) + ", D " + (call.d_type == CUDA_R_32F ? "fp32" : "bf16") +
+                               ", epilogue " + EpilogueName(call.epilogue) + ")";
+      const std::string reason = status != CUBLAS_STATUS_SUCCESS
+                                     ? std::string(cublasGetStatusName(status)) + ": " + cublasGetStatusString(status)
+                                     : "the heuristic found no algorithm";
+      throw RuntimeError(FormatFailure(what.c_str(), __FILE__, __LINE__, reason,
+                                       "this GPU or cuBLAS version may not support this combination of shapes, "
+                                       "types, alignments and epilogue"));
+    }
+    plan.algo = result.algo;
+    return plans.emplace(key, std::move(plan)).first->second;
+  }
+
+  void Run(const Matmul& call) {
+    const Plan& plan = PlanFor(call);
+    SetEpiloguePointers(plan.desc.get(), call);
+    const float alpha = 1.0f;
+    TB_CHECK_CUBLAS(cublasLtMatmul(handle.get(), plan.desc.get(), &alpha, call.a, plan.a.get(), call.b,
+                                   plan.b.get(), &call.beta, call.c != nullptr ? call.c : call.d, plan.c.get(),
+                                   call.d, plan.d.get(), &plan.algo, workspace.data(), workspace.bytes(), stream));
+  }
+};
+
+namespace {
+
+void CheckShape(const char* caller, size_t rows, int in_features, int out_features) {
+  if (in_features < 1 || out_features < 1 || rows > static_cast<size_t>(INT64_MAX)) {
+    throw RuntimeError(std::string("Gemm::") + caller + ": invalid shape (rows " + std::to_string(rows) +
+                       ", in_features " + std::to_string(in_features) + ", out_features " +
+                       std::to_string(out_features) + ")");
+  }
+}
+
+// cuBLASLt's epilogues load bias and aux in 16-byte vectors; a less aligned pointer would be read wrongly or
+// fault, so refuse it with the reason.
+void CheckEpiloguePointer(const char* caller, const char* name, const void* pointer) {
+  if (pointer != nullptr && reinterpret_cast<uintptr_t>(pointer) % kEpilogueAlignment != 0) {
+    throw RuntimeError(std::string("Gemm::") + caller + ": " + name + " (" + Hex(pointer) +
+                       ") is not 16-byte aligned, which cuBLASLt's epilogues need (offset buffers by multiples of 8 "
+                       "bf16 or 4 fp32 values)");
+  }
+}
+
+void CheckAuxLd(const char* caller, const char* name, int features) {
+  if (features % kAuxLdMultiple != 0) {
+    throw RuntimeError(std::string("Gemm::") + caller + ": " + name + " has " + std::to_string(features) +
+                       " columns, and cuBLASLt's GELU epilogues need a multiple of 8");
+  }
+}
+
+}  // namespace
+
+Gemm::Gemm(void* stream) : impl_(std::make_unique<Impl>(stream)) {}
+
+Gemm::~Gemm() = default;
+
+void Gemm::LinearForward(Bf16* out, Bf16* pre_gelu, const Bf16* in, const Bf16* weight, const Bf16* bias,
+                         size_t rows, int in_features, int out_features) {
+  constexpr const char* kCaller = "LinearForward";
+  CheckShape(kCaller, rows, in_features, out_features);
+  CheckEpiloguePointer(kCaller, "bias", bias);
+  CheckEpiloguePointer(kCaller, "pre_gelu", pre_gelu);
+  if (pre_gelu != nullptr) CheckAuxLd(kCaller, "pre_gelu", out_features);
+  if (rows == 0) return;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (pre_gelu != nullptr) {
+    epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  } else if (bias != nullptr) {
+    epilogue = CUBLASLT_EPILOGUE_BIAS;
+  }
+  impl_->Run(Matmul{kCaller, CUBLAS_OP_T, CUBLAS_OP_N, out_features, static_cast<int64_t>(rows), in_features, weight,
+                    in_features, in, in_features, nullptr, out, out_features, CUDA_R_16BF, 0.0f, epilogue, bias,
+                    pre_gelu, out_features});
+}
+
+void Gemm::LinearForwardFloat(float* out, const float* residual, const Bf16* in, const Bf16* weight,
+                              const float* bias, size_t rows, int in_features, int out_features) {
+  constexpr const char* kCaller = "LinearForwardFloat";
+  CheckShape(kCaller, rows, in_features, out_features);
+  CheckEpiloguePointer(kCaller, "bias", bias);
+  if (rows == 0) return;
+  // C = residual with beta = 1; cuBLASLt allows C and D to be the same buffer when their layouts match, as here.
+  impl_->Run(Matmul{kCaller, CUBLAS_OP_T, CUBLAS_OP_N, out_features, static_cast<int64_t>(rows), in_features, weight,
+                    in_features, in, in_features, residual, out, out_features, CUDA_R_32F,
+                    residual != nullptr ? 1.0f : 0.0f, bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
+                    bias, nullptr, 0});
+}
+
+void Gemm::LinearBackwardInput(Bf16* in_grad, const Bf16* out_grad, const Bf16* weight, const Bf16* gelu_pre,
+                               size_t rows, int in_features, int out_features) {
+  constexpr const char* kCaller = "LinearBackwardInput";
+  CheckShape(kCaller, rows, in_features, out_features);
+  CheckEpiloguePointer(kCaller, "gelu_pre", gelu_pre);
+  if (gelu_pre != nullptr) CheckAuxLd(kCaller, "gelu_pre", in_features);
+  if (rows == 0) return;
+  impl_->Run(Matmul{kCaller, CUBLAS_OP_N, CUBLAS_OP_N, in_features, static_cast<int64_t>(rows), out_features, weight,
+                    in_features, out_grad, out_features, nullptr, in_grad, in_features, CUDA_R_16BF, 0.0f,
+                    gelu_pre != nullptr ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, gelu_pre,
+                    in_features});
+}
+
+void Gemm::LinearBackwardWeights(float* weight_grad, float* bias_grad, const Bf16* out_grad, const Bf16* in,
+                                 size_t rows, int in_features, int out_features) {
+  constexpr const char* kCaller = "LinearBackwardWeights";
+  CheckShape(kCaller, rows, in_features, out_features);
+  if (rows == 0) return;
+  impl_->Run(Matmul{kCaller, CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, static_cast<int64_t>(rows), in,
+                    in_features, out_grad, out_features, weight_grad, weight_grad, in_features, CUDA_R_32F, 1.0f,
+                    CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0});
+  if (bias_grad != nullptr) {
+    const dim3 block(32, kColumnSumRowGroups);
+    const dim3 grid(static_cast<unsigned int>((out_features + 31) / 32));
+    ColumnSumKernel<<<grid, block, 0, impl_->stream>>>(bias_grad, reinterpret_cast<const __nv_bfloat16*>(out_grad),
+                                                       rows, out_features);
+    TB_CHECK_CUDA_LAUNCH();
+  }
+}
+
+}  // namespace tb::gpu

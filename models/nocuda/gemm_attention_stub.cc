@@ -1,0 +1,40 @@
+// models/cuda/gemm.h and attention.h for a build without CUDA: constructing a Gemm or an Attention throws,
+// naming itself, so that a caller learns why instead of finding zeros.
+#include "cuda/attention.h"
+#include "cuda/gemm.h"
+#include "nocuda/built_without_cuda.h"
+
+namespace tb::gpu {
+
+// Never constructed: the constructor throws. Complete so that ~Gemm can destroy the (always empty) pointer.
+struct Gemm::Impl {};
+
+Gemm::Gemm(void*) { ThrowBuiltWithoutCuda("Gemm"); }
+
+Gemm::~Gemm() = default;
+
+void Gemm::LinearForward(Bf16*, Bf16*, const Bf16*, const Bf16*, const Bf16*, size_t, int, int) {
+  ThrowBuiltWithoutCuda("Gemm::LinearForward");
+}
+
+void Gemm::LinearForwardFloat(float*, const float*, const Bf16*, const Bf16*, const float*, size_t, int, int) {
+  ThrowBuiltWithoutCuda("Gemm::LinearForwardFloat");
+}
+
+void Gemm::LinearBackwardInput(Bf16*, const Bf16*, const Bf16*, const Bf16*, size_t, int, int) {
+  ThrowBuiltWithoutCuda("Gemm::LinearBackwardInput");
+}
+
+void Gemm::LinearBackwardWeights(float*, float*, const Bf16*, const Bf16*, size_t, int, int) {
+  ThrowBuiltWithoutCuda("Gemm::LinearBackwardWeights");
+}
+
+std::unique_ptr<Attention> MakeCudnnAttention(int, int, int, int, void*) {
+  ThrowBuiltWithoutCuda("MakeCudnnAttention");
+}
+
+std::unique_ptr<Attention> MakeCublasAttention(int, int, int, int, void*) {
+  ThrowBuiltWithoutCuda("MakeCublasAttention");
+}
+
+}  // namespace tb::gpu

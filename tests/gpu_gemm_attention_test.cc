@@ -1,0 +1,512 @@
+// The CUDA transformer's GEMMs (models/cuda/gemm.h, cuBLASLt) and attention (models/cuda/attention.h, cuBLAS and
+// cuDNN) against the CPU reference (models/cpu_kernels.h) on random inputs rounded to bf16 first, so that both sides
+// multiply the same numbers. Every GPU test skips, saying why, when no GPU is usable; in a build without CUDA the
+// stubs are checked instead.
+//
+// Tolerances, as |gpu - cpu| <= abs + rel·|cpu|, from where the two sides differ:
+// - Products of bf16 values are exact in fp32, so a GEMM differs from the reference only by the order of its fp32
+//   additions (K terms of unit-scale values: ~sqrt(K)·2^-24·sqrt(K) ≈ 2e-4 at K = 3072, and the tensor cores'
+//   accumulation may truncate rather than round: allow 1e-3 absolute) and, for bf16 outputs, by the final rounding
+//   to bf16, at most half an ulp = 2^-8 relative (8 significant bits). bf16 outputs: 2e-3 + 2^-8·|cpu|; fp32
+//   outputs: 1e-3 + 1e-4·|cpu|.
+// - The GELU epilogues compute tanh on the device, possibly with the hardware's tanh.approx (relative error
+//   2^-10.99), so GELU and its gradient may differ by 0.5·|x|·2^-11·(...) more than the exact tanh: 4e-3 +
+//   2^-7·|cpu|.
+// - Attention rounds the probabilities P (and in backward dS) to bf16 before the second GEMMs, as flash attention
+//   does, so each term of Σⱼ Pⱼ·Vⱼ carries up to 2^-8 relative error; cuDNN also takes rowsum(dO ⊙ O) from the
+//   bf16 output. The error is a fraction of a percent of the tensor's scale, not of each element (a sum of terms
+//   of both signs may be near 0). So: element-wise 2^-7·|cpu| + 2^-4·rms(cpu), and overall
+//   ‖gpu - cpu‖ / ‖cpu‖ <= 2^-6 (observed bf16 error is ~0.3%; a wrong stride, head or transpose gives ~100%).
+//   lse is fp32 throughout: 5e-4 absolute on values of ~5.
+// Shapes: small ones with sizes that are not multiples of 8 where the API allows them (rows and sequence lengths
+// always; features and head sizes where no epilogue or cuDNN needs a multiple of 8), and the transformer's real
+// ones: C = 768 with 12 heads (gpt2-124m) and C = 1600 with 25 heads (gpt2-1.5b), head size 64.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu_kernels.h"
+#include "cuda/attention.h"
+#include "cuda/gemm.h"
+#include "cuda/kernels.h"
+#include "device.h"
+#include "error.h"
+
+namespace {
+
+using tb::gpu::Bf16;
+using tb::gpu::DeviceMemory;
+using tb::gpu::Download;
+using tb::gpu::Upload;
+
+std::string NoGpuMessage() { return "no usable GPU: " + tb::GpuUnavailableReason(); }
+
+// Random normal values, rounded to bf16: `values` for the CPU reference, `bits` for the device.
+struct Bf16Values {
+  std::vector<float> values;
+  std::vector<Bf16> bits;
+};
+
+Bf16Values RandomBf16(size_t count, float stddev, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> normal(0.0f, stddev);
+  Bf16Values result{std::vector<float>(count), std::vector<Bf16>(count)};
+  for (size_t i = 0; i < count; ++i) {
+    result.bits[i] = tb::gpu::ToBf16(normal(generator));
+    result.values[i] = tb::gpu::ToFloat(result.bits[i]);
+  }
+  return result;
+}
+
+std::vector<float> RandomFloats(size_t count, float stddev, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> values(count);
+  for (float& value : values) value = normal(generator);
+  return values;
+}
+
+std::vector<float> DownloadBf16(const DeviceMemory& device, size_t count) {
+  const std::vector<Bf16> bits = Download<Bf16>(device, count);
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = tb::gpu::ToFloat(bits[i]);
+  return values;
+}
+
+// Fails, naming the first offending element and how many there are, unless every
+// |actual - expected| <= abs_tol + rel_tol·|expected|.
+void ExpectAllNear(const std::vector<float>& actual, const std::vector<float>& expected, float abs_tol,
+                   float rel_tol, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  size_t failures = 0;
+  size_t first = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const bool near = std::fabs(actual[i] - expected[i]) <= abs_tol + rel_tol * std::fabs(expected[i]);
+    if (!near && failures++ == 0) first = i;
+  }
+  EXPECT_EQ(failures, 0u) << what << ": " << failures << " of " << actual.size() << " differ, first at [" << first
+                          << "]: gpu " << actual[first] << ", cpu " << expected[first] << " (tolerance " << abs_tol
+                          << " + " << rel_tol << "·|cpu|)";
+}
+
+double Rms(const std::vector<float>& values) {
+  double sum = 0.0;
+  for (float value : values) sum += static_cast<double>(value) * value;
+  return std::sqrt(sum / static_cast<double>(values.size()));
+}
+
+// The attention tolerance of the comment at the top: element-wise against the tensor's scale, and overall.
+void ExpectAttentionNear(const std::vector<float>& actual, const std::vector<float>& expected, const std::string& what,
+                         double scale = 1.0) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  const double rms = Rms(expected);
+  if (rms == 0.0) {  // T = 1: a query with one key has zero dQ and dK, exactly, on both sides
+    ExpectAllNear(actual, expected, 0.0f, 0.0f, what);
+    return;
+  }
+  ExpectAllNear(actual, expected, static_cast<float>(scale * rms / 16), static_cast<float>(scale / 128), what);
+  double error = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double difference = static_cast<double>(actual[i]) - expected[i];
+    error += difference * difference;
+  }
+  const double relative_error = std::sqrt(error / static_cast<double>(actual.size())) / rms;
+  EXPECT_LE(relative_error, scale / 64) << what << ": relative RMS error " << relative_error;
+}
+
+template <typename Call>
+void ExpectRuntimeErrorContaining(const std::string& text, Call call) {
+  try {
+    call();
+    ADD_FAILURE() << "no RuntimeError; expected one saying '" << text << "'";
+  } catch (const tb::RuntimeError& error) {
+    EXPECT_NE(std::string(error.what()).find(text), std::string::npos) << error.what();
+  }
+}
+
+// --- Gemm ------------------------------------------------------------------------------------------------------
+
+struct LinearShape {
+  size_t rows;
+  int in_features;
+  int out_features;
+};
+
+std::string Describe(const LinearShape& shape) {
+  return "rows " + std::to_string(shape.rows) + ", " + std::to_string(shape.in_features) + " -> " +
+         std::to_string(shape.out_features);
+}
+
+// Non-multiples of 8 everywhere (features even), and the transformer's qkv layer at both real widths.
+const std::vector<LinearShape> kPlainShapes = {{37, 100, 60}, {5, 6, 2}, {128, 768, 2304}, {64, 1600, 4800}};
+// The GELU epilogues need the GELU side's features to be a multiple of 8: the MLP's fc layer.
+const std::vector<LinearShape> kGeluShapes = {{37, 100, 200}, {128, 768, 3072}, {64, 1600, 6400}};
+
+// Inputs of one linear layer, host and device; weights scaled so that outputs are of unit scale.
+struct LinearInputs {
+  Bf16Values in;      // (N, IC)
+  Bf16Values weight;  // (OC, IC)
+  Bf16Values bias;    // (OC)
+  DeviceMemory d_in, d_weight, d_bias;
+
+  explicit LinearInputs(const LinearShape& shape, uint32_t seed)
+      : in(RandomBf16(shape.rows * shape.in_features, 1.0f, seed)),
+        weight(RandomBf16(static_cast<size_t>(shape.out_features) * shape.in_features,
+                          1.0f / std::sqrt(static_cast<float>(shape.in_features)), seed + 1)),
+        bias(RandomBf16(shape.out_features, 0.5f, seed + 2)),
+        d_in(Upload(in.bits)),
+        d_weight(Upload(weight.bits)),
+        d_bias(Upload(bias.bits)) {}
+};
+
+TEST(GpuGemm, LinearForwardWithAndWithoutBias) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::gpu::Gemm gemm(nullptr);
+  for (const LinearShape& shape : kPlainShapes) {
+    const LinearInputs inputs(shape, 10);
+    for (const bool with_bias : {false, true}) {
+      const std::string what = Describe(shape) + (with_bias ? ", bias" : ", no bias");
+      const size_t out_count = shape.rows * shape.out_features;
+      std::vector<float> expected(out_count);
+      tb::cpu::MatmulForward(expected.data(), inputs.in.values.data(), inputs.weight.values.data(),
+                             with_bias ? inputs.bias.values.data() : nullptr, nullptr, shape.rows, shape.in_features,
+                             shape.out_features);
+      const DeviceMemory out(out_count * sizeof(Bf16));
+      gemm.LinearForward(out.as<Bf16>(), nullptr, inputs.d_in.as<Bf16>(), inputs.d_weight.as<Bf16>(),
+                         with_bias ? inputs.d_bias.as<Bf16>() : nullptr, shape.rows, shape.in_features,
+                         shape.out_features);
+      tb::gpu::SynchronizeDevice();
+      ExpectAllNear(DownloadBf16(out, out_count), expected, 2e-3f, 1.0f / 256, what);
+    }
+  }
+}
+
+TEST(GpuGemm, LinearForwardGeluKeepsPreActivation) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::gpu::Gemm gemm(nullptr);
+  for (const LinearShape& shape : kGeluShapes) {
+    const LinearInputs inputs(shape, 20);
+    for (const bool with_bias : {false, true}) {
+      const std::string what = Describe(shape) + (with_bias ? ", bias" : ", no bias");
+      const size_t out_count = shape.rows * shape.out_features;
+      std::vector<float> expected_pre(out_count);
+      tb::cpu::MatmulForward(expected_pre.data(), inputs.in.values.data(), inputs.weight.values.data(),
+                             with_bias ? inputs.bias.values.data() : nullptr, nullptr, shape.rows, shape.in_features,
+                             shape.out_features);
+      std::vector<float> expected_out(out_count);
+      tb::cpu::GeluForward(expected_out.data(), expected_pre.data(), out_count);
+      const DeviceMemory out(out_count * sizeof(Bf16));
+      const DeviceMemory pre(out_count * sizeof(Bf16));
+      gemm.LinearForward(out.as<Bf16>(), pre.as<Bf16>(), inputs.d_in.as<Bf16>(), inputs.d_weight.as<Bf16>(),
+                         with_bias ? inputs.d_bias.as<Bf16>() : nullptr, shape.rows, shape.in_features,
+                         shape.out_features);
+      tb::gpu::SynchronizeDevice();
+      ExpectAllNear(DownloadBf16(pre, out_count), expected_pre, 2e-3f, 1.0f / 256, what + ": pre_gelu");
+      ExpectAllNear(DownloadBf16(out, out_count), expected_out, 4e-3f, 1.0f / 128, what + ": out");
+    }
+  }
+}
+
+TEST(GpuGemm, LinearForwardFloatResidualBiasAndInPlace) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::gpu::Gemm gemm(nullptr);
+  // The projections into the residual stream, and the LM head's logits (no residual, no bias; Vp = 50304 rows of
+  // wte would make the CPU side slow, 1024 columns exercise the same path).
+  const std::vector<LinearShape> shapes = {{37, 100, 60}, {128, 768, 768}, {64, 6400, 1600}, {64, 768, 1024}};
+  for (const LinearShape& shape : shapes) {
+    const LinearInputs inputs(shape, 30);
+    const size_t out_count = shape.rows * shape.out_features;
+    const std::vector<float> residual = RandomFloats(out_count, 1.0f, 33);
+    const std::vector<float> bias = RandomFloats(shape.out_features, 0.5f, 34);
+    const DeviceMemory d_bias = Upload(bias);
+    for (const bool with_residual : {false, true}) {
+      for (const bool with_bias : {false, true}) {
+        for (const bool in_place : {false, true}) {
+          if (in_place && !with_residual) continue;
+          const std::string what = Describe(shape) + (with_residual ? ", residual" : "") + (with_bias ? ", bias" : "") +
+                                   (in_place ? ", in place" : "");
+          std::vector<float> expected(out_count);
+          tb::cpu::MatmulForward(expected.data(), inputs.in.values.data(), inputs.weight.values.data(),
+                                 with_bias ? bias.data() : nullptr, with_residual ? residual.data() : nullptr,
+                                 shape.rows, shape.in_features, shape.out_features);
+          const DeviceMemory d_residual = Upload(residual);
+          const DeviceMemory separate_out(out_count * sizeof(float));
+          float* out = in_place ? d_residual.as<float>() : separate_out.as<float>();
+          gemm.LinearForwardFloat(out, with_residual ? d_residual.as<float>() : nullptr, inputs.d_in.as<Bf16>(),
+                                  inputs.d_weight.as<Bf16>(), with_bias ? d_bias.as<float>() : nullptr, shape.rows,
+                                  shape.in_features, shape.out_features);
+          tb::gpu::SynchronizeDevice();
+          ExpectAllNear(Download<float>(in_place ? d_residual : separate_out, out_count), expected, 1e-3f, 1e-4f,
+                        what);
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuGemm, LinearBackwardInputWithAndWithoutGeluGradient) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::gpu::Gemm gemm(nullptr);
+  // With GELU: the MLP projection's input gradient, IC = 4C (a multiple of 8, as the epilogue needs).
+  const std::vector<LinearShape> shapes = {{37, 200, 60}, {5, 8, 2}, {128, 3072, 768}, {64, 6400, 1600}};
+  for (const LinearShape& shape : shapes) {
+    const LinearInputs inputs(shape, 40);
+    const size_t in_count = shape.rows * shape.in_features;
+    const size_t out_count = shape.rows * shape.out_features;
+    const Bf16Values out_grad = RandomBf16(out_count, 1.0f, 43);
+    const Bf16Values gelu_pre = RandomBf16(in_count, 1.5f, 44);
+    const DeviceMemory d_out_grad = Upload(out_grad.bits);
+    const DeviceMemory d_gelu_pre = Upload(gelu_pre.bits);
+    std::vector<float> expected(in_count);
+    std::vector<float> unused_weight_grad(static_cast<size_t>(shape.out_features) * shape.in_features);
+    tb::cpu::MatmulBackward(expected.data(), unused_weight_grad.data(), nullptr, out_grad.values.data(),
+                            inputs.in.values.data(), inputs.weight.values.data(), shape.rows, shape.in_features,
+                            shape.out_features);
+    const DeviceMemory in_grad(in_count * sizeof(Bf16));
+    gemm.LinearBackwardInput(in_grad.as<Bf16>(), d_out_grad.as<Bf16>(), inputs.d_weight.as<Bf16>(), nullptr,
+                             shape.rows, shape.in_features, shape.out_features);
+    tb::gpu::SynchronizeDevice();
+    ExpectAllNear(DownloadBf16(in_grad, in_count), expected, 2e-3f, 1.0f / 256, Describe(shape) + ", no GELU");
+
+    tb::cpu::GeluBackward(expected.data(), gelu_pre.values.data(), in_count);
+    gemm.LinearBackwardInput(in_grad.as<Bf16>(), d_out_grad.as<Bf16>(), inputs.d_weight.as<Bf16>(),
+                             d_gelu_pre.as<Bf16>(), shape.rows, shape.in_features, shape.out_features);
+    tb::gpu::SynchronizeDevice();
+    ExpectAllNear(DownloadBf16(in_grad, in_count), expected, 4e-3f, 1.0f / 128, Describe(shape) + ", GELU");
+  }
+}
+
+TEST(GpuGemm, LinearBackwardWeightsAccumulates) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::gpu::Gemm gemm(nullptr);
+  for (const LinearShape& shape : kPlainShapes) {
+    const LinearInputs inputs(shape, 50);
+    const size_t weight_count = static_cast<size_t>(shape.out_features) * shape.in_features;
+    const Bf16Values out_grad = RandomBf16(shape.rows * shape.out_features, 1.0f, 53);
+    const DeviceMemory d_out_grad = Upload(out_grad.bits);
+    for (const bool with_bias : {false, true}) {
+      const std::string what = Describe(shape) + (with_bias ? ", bias" : ", no bias");
+      // Gradients start non-zero: backward adds to them.
+      std::vector<float> weight_grad = RandomFloats(weight_count, 1.0f, 54);
+      std::vector<float> bias_grad = RandomFloats(shape.out_features, 1.0f, 55);
+      const DeviceMemory d_weight_grad = Upload(weight_grad);
+      const DeviceMemory d_bias_grad = Upload(bias_grad);
+      std::vector<float> unused_in_grad(shape.rows * shape.in_features);
+      tb::cpu::MatmulBackward(unused_in_grad.data(), weight_grad.data(), with_bias ? bias_grad.data() : nullptr,
+                              out_grad.values.data(), inputs.in.values.data(), inputs.weight.values.data(),
+                              shape.rows, shape.in_features, shape.out_features);
+      gemm.LinearBackwardWeights(d_weight_grad.as<float>(), with_bias ? d_bias_grad.as<float>() : nullptr,
+                                 d_out_grad.as<Bf16>(), inputs.d_in.as<Bf16>(), shape.rows, shape.in_features,
+                                 shape.out_features);
+      tb::gpu::SynchronizeDevice();
+      ExpectAllNear(Download<float>(d_weight_grad, weight_count), weight_grad, 1e-3f, 1e-4f, what + ": weight");
+      // Without a bias, the bias gradient is untouched (still its starting values).
+      ExpectAllNear(Download<float>(d_bias_grad, bias_grad.size()), bias_grad, 1e-3f, 1e-4f, what + ": bias");
+    }
+  }
+}
+
+TEST(GpuGemm, RefusesWhatItsEpiloguesCannotDo) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::gpu::Gemm gemm(nullptr);
+  const LinearShape shape{8, 16, 24};
+  const LinearInputs inputs(shape, 60);
+  const DeviceMemory out(shape.rows * shape.out_features * sizeof(Bf16));
+  const DeviceMemory pre(shape.rows * 64 * sizeof(Bf16));
+  // A bias one bf16 past an aligned address.
+  const DeviceMemory bias(static_cast<size_t>(shape.out_features + 1) * sizeof(Bf16));
+  ExpectRuntimeErrorContaining("16-byte aligned", [&] {
+    gemm.LinearForward(out.as<Bf16>(), nullptr, inputs.d_in.as<Bf16>(), inputs.d_weight.as<Bf16>(),
+                       bias.as<Bf16>() + 1, shape.rows, shape.in_features, shape.out_features);
+  });
+  // The GELU aux matrix's leading dimension (out_features) must be a multiple of 8.
+  const LinearShape odd{8, 16, 20};
+  const LinearInputs odd_inputs(odd, 61);
+  ExpectRuntimeErrorContaining("multiple of 8", [&] {
+    gemm.LinearForward(out.as<Bf16>(), pre.as<Bf16>(), odd_inputs.d_in.as<Bf16>(), odd_inputs.d_weight.as<Bf16>(),
+                       nullptr, odd.rows, odd.in_features, odd.out_features);
+  });
+}
+
+// --- attention -------------------------------------------------------------------------------------------------
+
+struct AttentionShape {
+  int batch;
+  int seq;
+  int channels;
+  int heads;
+};
+
+std::string Describe(const AttentionShape& shape) {
+  return "B " + std::to_string(shape.batch) + ", T " + std::to_string(shape.seq) + ", C " +
+         std::to_string(shape.channels) + ", NH " + std::to_string(shape.heads);
+}
+
+// What both implementations run: cuDNN needs head sizes that are multiples of 8; sequence lengths are free.
+const std::vector<AttentionShape> kAttentionShapes = {
+    {2, 17, 128, 2}, {3, 70, 96, 3}, {2, 128, 768, 12}, {1, 200, 1600, 25}};
+// cuBLAS runs any head size.
+const std::vector<AttentionShape> kCublasOnlyShapes = {{2, 9, 30, 3}, {1, 1, 8, 2}};
+
+// The CPU reference's forward and backward on one random input, and the same input on the device.
+struct AttentionCase {
+  AttentionShape shape;
+  size_t qkv_count, out_count, lse_count;
+  Bf16Values qkv, out_grad;
+  std::vector<float> out, lse, qkv_grad;  // CPU results
+  DeviceMemory d_qkv, d_out_grad;
+
+  explicit AttentionCase(const AttentionShape& s, uint32_t seed)
+      : shape(s),
+        qkv_count(static_cast<size_t>(s.batch) * s.seq * 3 * s.channels),
+        out_count(static_cast<size_t>(s.batch) * s.seq * s.channels),
+        lse_count(static_cast<size_t>(s.batch) * s.heads * s.seq),
+        // q and k of stddev 1.5: scaled scores of stddev ~2, so rows mix peaked and spread probabilities.
+        qkv(RandomBf16(qkv_count, 1.5f, seed)),
+        out_grad(RandomBf16(out_count, 1.0f, seed + 1)),
+        out(out_count),
+        lse(lse_count),
+        qkv_grad(qkv_count),
+        d_qkv(Upload(qkv.bits)),
+        d_out_grad(Upload(out_grad.bits)) {
+    std::vector<float> scratch(2 * static_cast<size_t>(tb::cpu::kAttentionBlockRows) * s.seq);
+    tb::cpu::AttentionForward(out.data(), lse.data(), scratch.data(), qkv.values.data(), s.batch, s.seq, s.channels,
+                              s.heads);
+    tb::cpu::AttentionBackward(qkv_grad.data(), scratch.data(), out_grad.values.data(), qkv.values.data(), lse.data(),
+                               s.batch, s.seq, s.channels, s.heads);
+  }
+};
+
+// What one implementation produced for a case: Forward's out and lse, then Backward's qkv_grad from those.
+struct AttentionResult {
+  std::vector<float> out, lse, qkv_grad;
+};
+
+AttentionResult RunAttention(tb::gpu::Attention& attention, const AttentionCase& c) {
+  const DeviceMemory out(c.out_count * sizeof(Bf16));
+  const DeviceMemory lse(c.lse_count * sizeof(float));
+  const DeviceMemory qkv_grad(c.qkv_count * sizeof(Bf16));
+  attention.Forward(out.as<Bf16>(), lse.as<float>(), c.d_qkv.as<Bf16>(), c.shape.batch, c.shape.seq);
+  attention.Backward(qkv_grad.as<Bf16>(), c.d_out_grad.as<Bf16>(), c.d_qkv.as<Bf16>(), out.as<Bf16>(),
+                     lse.as<float>(), c.shape.batch, c.shape.seq);
+  tb::gpu::SynchronizeDevice();
+  return {DownloadBf16(out, c.out_count), Download<float>(lse, c.lse_count), DownloadBf16(qkv_grad, c.qkv_count)};
+}
+
+// The q (part 0), k (1) or v (2) columns of a (B, T, 3C) tensor: dQ, dK and dV differ in scale, so each is held
+// to its own.
+std::vector<float> QkvPart(const std::vector<float>& qkv, int channels, int part) {
+  const size_t rows = qkv.size() / (3 * static_cast<size_t>(channels));
+  std::vector<float> values(rows * channels);
+  for (size_t r = 0; r < rows; ++r) {
+    for (int c = 0; c < channels; ++c) values[r * channels + c] = qkv[(r * 3 + part) * channels + c];
+  }
+  return values;
+}
+
+// Attention tolerances for out and for each of dQ, dK, dV; `scale` widens them (two implementations compared
+// with each other).
+void ExpectAttentionOutputsNear(const AttentionResult& actual, const std::vector<float>& out,
+                                const std::vector<float>& qkv_grad, int channels, const std::string& what,
+                                double scale = 1.0) {
+  ExpectAttentionNear(actual.out, out, what + ": out", scale);
+  const char* const names[] = {": dq", ": dk", ": dv"};
+  for (int part = 0; part < 3; ++part) {
+    ExpectAttentionNear(QkvPart(actual.qkv_grad, channels, part), QkvPart(qkv_grad, channels, part),
+                        what + names[part], scale);
+  }
+}
+
+void ExpectMatchesCpu(const AttentionResult& result, const AttentionCase& c, const std::string& name) {
+  const std::string what = name + ", " + Describe(c.shape);
+  ExpectAttentionOutputsNear(result, c.out, c.qkv_grad, c.shape.channels, what);
+  ExpectAllNear(result.lse, c.lse, 5e-4f, 0.0f, what + ": lse");
+}
+
+// cuDNN's attention for `shape`, or null with the reason when this build has no cuDNN frontend.
+std::unique_ptr<tb::gpu::Attention> MakeCudnnOrSkipReason(const AttentionShape& shape, int max_batch, int max_seq,
+                                                          std::string& skip_reason) {
+  try {
+    return tb::gpu::MakeCudnnAttention(shape.channels, shape.heads, max_batch, max_seq, nullptr);
+  } catch (const tb::RuntimeError& error) {
+    const std::string message = error.what();
+    if (message.find("without the cuDNN frontend headers") == std::string::npos) throw;
+    skip_reason = message;
+    return nullptr;
+  }
+}
+
+TEST(GpuAttention, CublasForwardAndBackwardMatchCpu) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  std::vector<AttentionShape> shapes = kAttentionShapes;
+  shapes.insert(shapes.end(), kCublasOnlyShapes.begin(), kCublasOnlyShapes.end());
+  for (const AttentionShape& shape : shapes) {
+    const AttentionCase c(shape, 70);
+    // Made for more than it runs: the workspace is sized by the maxima, the calls by (batch, seq).
+    const auto attention =
+        tb::gpu::MakeCublasAttention(shape.channels, shape.heads, shape.batch + 1, shape.seq + 5, nullptr);
+    EXPECT_EQ(attention->name(), "cublas");
+    EXPECT_GT(attention->workspace_bytes(), 0u);
+    ExpectMatchesCpu(RunAttention(*attention, c), c, "cublas");
+  }
+}
+
+TEST(GpuAttention, CudnnForwardAndBackwardMatchCpuAndCublas) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  for (const AttentionShape& shape : kAttentionShapes) {
+    const AttentionCase c(shape, 80);
+    std::string skip_reason;
+    const auto cudnn = MakeCudnnOrSkipReason(shape, shape.batch + 1, shape.seq + 5, skip_reason);
+    if (cudnn == nullptr) GTEST_SKIP() << skip_reason;
+    EXPECT_EQ(cudnn->name(), "cudnn-sdpa");
+    const AttentionResult from_cudnn = RunAttention(*cudnn, c);
+    ExpectMatchesCpu(from_cudnn, c, "cudnn");
+    // Both implementations agree with each other within twice the tolerance each has against the reference.
+    const auto cublas = tb::gpu::MakeCublasAttention(shape.channels, shape.heads, shape.batch, shape.seq, nullptr);
+    const AttentionResult from_cublas = RunAttention(*cublas, c);
+    const std::string what = "cudnn vs cublas, " + Describe(shape);
+    ExpectAttentionOutputsNear(from_cudnn, from_cublas.out, from_cublas.qkv_grad, shape.channels, what, 2.0);
+    ExpectAllNear(from_cudnn.lse, from_cublas.lse, 1e-3f, 0.0f, what + ": lse");
+  }
+}
+
+TEST(GpuAttention, CudnnRunsSmallerBatchesAndSequencesThanItsMaxima) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const AttentionShape largest{3, 64, 128, 2};
+  std::string skip_reason;
+  const auto cudnn = MakeCudnnOrSkipReason(largest, largest.batch, largest.seq, skip_reason);
+  if (cudnn == nullptr) GTEST_SKIP() << skip_reason;
+  for (const AttentionShape& shape : {AttentionShape{1, 33, 128, 2}, largest, AttentionShape{2, 64, 128, 2}}) {
+    const AttentionCase c(shape, 90);
+    ExpectMatchesCpu(RunAttention(*cudnn, c), c, "cudnn");
+  }
+}
+
+TEST(GpuAttention, ShapesOutsideTheMaximaAndUnsupportedHeadSizesThrow) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const auto cublas = tb::gpu::MakeCublasAttention(64, 2, 2, 16, nullptr);
+  ExpectRuntimeErrorContaining("outside what it was made for",
+                               [&] { cublas->Forward(nullptr, nullptr, nullptr, 3, 16); });
+  ExpectRuntimeErrorContaining("outside what it was made for",
+                               [&] { cublas->Backward(nullptr, nullptr, nullptr, nullptr, nullptr, 2, 17); });
+  ExpectRuntimeErrorContaining("invalid shape", [] { tb::gpu::MakeCublasAttention(100, 3, 1, 1, nullptr); });
+  // A head size of 3 (odd, so bf16 heads are not even 4-byte aligned): cuDNN refuses, saying so.
+  ExpectRuntimeErrorContaining("cuDNN", [] { tb::gpu::MakeCudnnAttention(6, 2, 1, 16, nullptr); });
+}
+
+// --- a build without CUDA ---------------------------------------------------------------------------------------
+
+TEST(GpuGemmAttentionStubs, BuildWithoutCudaSaysSo) {
+  if (tb::BuiltWithCuda()) GTEST_SKIP() << "this trainbench was built with CUDA: there are no stubs to check";
+  ExpectRuntimeErrorContaining("built without CUDA", [] { tb::gpu::Gemm gemm(nullptr); });
+  ExpectRuntimeErrorContaining("built without CUDA", [] { tb::gpu::MakeCublasAttention(768, 12, 1, 64, nullptr); });
+  ExpectRuntimeErrorContaining("built without CUDA", [] { tb::gpu::MakeCudnnAttention(768, 12, 1, 64, nullptr); });
+}
+
+}  // namespace
