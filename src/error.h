@@ -30,6 +30,18 @@ class RuntimeError : public Error {
   explicit RuntimeError(const std::string& message) : Error(ExitCode::kRuntime, message) {}
 };
 
+// An error that every rank of a communicator raised together, from a check they agreed on (a corrupt checkpoint
+// every rank verified, a checkpoint write every rank saw fail): only the `reporter` rank prints it, so that the
+// user reads one line; the others wait for the reporter's MPI_Abort.
+class SharedError : public Error {
+ public:
+  SharedError(const Error& error, bool reporter) : Error(error.code(), error.what()), reporter_(reporter) {}
+  bool reporter() const { return reporter_; }
+
+ private:
+  bool reporter_;
+};
+
 // Formats "what failed at file:line: library message [HINT: hint]".
 std::string FormatFailure(const char* what, const char* file, int line, const std::string& library_message,
                           const std::string& hint = "");

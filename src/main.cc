@@ -3,7 +3,9 @@
 // hang when one rank fails).
 #include <mpi.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "build_info.h"
@@ -85,6 +87,17 @@ int main(int argc, char** argv) {
     return entry->run(tb::CommandInput{args, Join(argc, argv), ctx});
   } catch (const tb::AgreedFailure& e) {
     return static_cast<int>(e.code());  // every rank knows; the failing rank has printed the reason
+  } catch (const tb::SharedError& e) {
+    // Every rank of the failing communicator holds this error; one prints it and ends the job (ranks outside that
+    // communicator may be waiting for it). The others wait to be ended, so that the abort cannot cut the line.
+    if (e.reporter()) {
+      tb::ErrorLine(e.what());
+      if (ctx.world_size > 1) MPI_Abort(MPI_COMM_WORLD, static_cast<int>(e.code()));
+      return static_cast<int>(e.code());
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    MPI_Abort(MPI_COMM_WORLD, static_cast<int>(e.code()));  // the reporter could not: end the job anyway
+    return static_cast<int>(e.code());
   } catch (const tb::Error& e) {
     tb::ErrorLine(e.what());
     if (ctx.world_size > 1) MPI_Abort(MPI_COMM_WORLD, static_cast<int>(e.code()));

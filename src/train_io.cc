@@ -207,8 +207,12 @@ PointIo::~PointIo() = default;
 
 void PointIo::Prepare(TrainLoopOptions& loop) {
   if (!plan_.resume_dir.empty()) {
-    resumed_ = LoadCheckpoint(comm_.host_comm(), plan_.resume_dir, StateOf(model_), ModelFingerprint(model_.config()),
-                              CopierFor(model_));
+    try {
+      resumed_ = LoadCheckpoint(comm_.host_comm(), plan_.resume_dir, StateOf(model_),
+                                ModelFingerprint(model_.config()), CopierFor(model_));
+    } catch (const InputError& e) {
+      throw SharedError(e, comm_.rank() == 0);  // every rank found the same problem: one line
+    }
     model_.ParametersChanged();
     const CheckpointMeta& meta = resumed_.meta;
     auto value = [&](const char* key) -> std::string {
@@ -275,7 +279,7 @@ void PointIo::Prepare(TrainLoopOptions& loop) {
 }
 
 void PointIo::Save(int step) {
-  checkpointer_->Poll();
+  Shared([&] { checkpointer_->Poll(); });
   const int done = step + 1;  // steps completed: where a resume continues
   if (done % flags_.checkpoint_every != 0) return;
   CheckpointMeta meta;
@@ -289,11 +293,19 @@ void PointIo::Save(int step) {
     meta.values[kLoaderBatch] = std::to_string(next.batch);
     meta.values[kLoaderSeed] = std::to_string(next.seed);
   }
-  checkpointer_->Save(meta);
+  Shared([&] { checkpointer_->Save(meta); });
 }
 
 void PointIo::Finish() {
-  if (checkpointer_) checkpointer_->Drain();
+  if (checkpointer_) Shared([&] { checkpointer_->Drain(); });
+}
+
+void PointIo::Shared(const std::function<void()>& collective) {
+  try {
+    collective();
+  } catch (const RuntimeError& e) {
+    throw SharedError(e, comm_.rank() == 0);  // the checkpointer agreed on the failure: every rank throws it
+  }
 }
 
 void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<StepRecord>& records) {

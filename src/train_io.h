@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,8 @@ class PointIo {
 
  private:
   void Save(int step);
+  // Runs a collective checkpointer call; its agreed failure (thrown on every rank) becomes a SharedError.
+  void Shared(const std::function<void()>& collective);
 
   const TrainIoFlags& flags_;
   const TrainIoPlan& plan_;

@@ -6,22 +6,7 @@
 set -uo pipefail
 tb=$1; h5dump=$2; shift 2; mpiexec=("$@")
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-failures=0; checks=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect CODE PATTERN -- COMMAND...: exit code, stderr matches PATTERN, and exactly one line of it is ours
-# (mpiexec adds its own banner about the non-zero exit, which we do not control).
-expect_error() {
-  local code=$1 pattern=$2; shift 3
-  checks=$((checks + 1))
-  timeout 120 "$@" >"$work/out" 2>"$work/err"; local rc=$?
-  local lines; lines=$(grep -c '^trainbench:' "$work/err")
-  if [[ $rc -ne $code ]]; then fail "$* -> exit $rc, want $code; stderr: $(cat "$work/err")"; return; fi
-  if ! grep -qE -- "$pattern" "$work/err"; then fail "$* -> stderr lacks /$pattern/: $(cat "$work/err")"; return; fi
-  if [[ $lines -ne 1 ]]; then fail "$* -> $lines trainbench lines on stderr, want 1: $(cat "$work/err")"; return; fi
-  if grep -qE '^ +[0-9]+ ' "$work/out"; then fail "$* -> benchmark rows printed before the error"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
 # --- usage errors, single process --------------------------------------------------------------------------
 expect_error 2 "no command given" -- "$tb"
@@ -154,5 +139,4 @@ wait $pid; rc=$?
 [[ $rc -eq 143 ]] || fail "SIGTERM: exit $rc, want 143: $(cat "$work/err")"
 "$h5dump" -A -a /status "$work/int.h5" | grep -q '"interrupted"' || fail "SIGTERM: report status is not interrupted"
 
-echo "cli_test: $checks checks, $failures failed"
-[[ $failures -eq 0 ]]
+finish cli_test

@@ -1,0 +1,30 @@
+# Shared by the CLI test scripts (sourced): failure counting and the checks they all make. The sourcing script
+# sets `work` (a scratch directory) first.
+failures=0; checks=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_error CODE PATTERN -- COMMAND...: the exit code, stderr matching PATTERN, and exactly one line of it
+# ours (mpiexec adds its own banner about the non-zero exit, which we do not control); no benchmark rows before.
+expect_error() {
+  local code=$1 pattern=$2; shift 3
+  checks=$((checks + 1))
+  timeout 120 "$@" >"$work/out" 2>"$work/err"; local rc=$?
+  local lines; lines=$(grep -c '^trainbench:' "$work/err")
+  if [[ $rc -ne $code ]]; then fail "$* -> exit $rc, want $code; stderr: $(cat "$work/err")"; return; fi
+  if ! grep -qE -- "$pattern" "$work/err"; then fail "$* -> stderr lacks /$pattern/: $(cat "$work/err")"; return; fi
+  if [[ $lines -ne 1 ]]; then fail "$* -> $lines trainbench lines on stderr, want 1: $(cat "$work/err")"; return; fi
+  if grep -qE '^ +[0-9]+ ' "$work/out"; then fail "$* -> benchmark rows printed before the error"; fi
+}
+
+# expect_ok COMMAND...: exit 0 (stdout in $work/out, stderr in $work/err).
+expect_ok() {
+  checks=$((checks + 1))
+  timeout 300 "$@" >"$work/out" 2>"$work/err" || fail "$* -> exit $?; stderr: $(tail -5 "$work/err")"
+}
+
+# finish NAME: the tally; the script's exit status.
+finish() {
+  echo "$1: $checks checks, $failures failed"
+  [[ $failures -eq 0 ]]
+}

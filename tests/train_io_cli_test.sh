@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# End-to-end tests of `trainbench train`'s storage side: a resumed run is bit-exact (10 steps with a checkpoint at
+# 5, resumed from 5 to 10, equal 10 uninterrupted steps: the step-10 checkpoints are compared byte for byte), with
+# synthetic tokens and with the loader, sync and async, at 2 ranks; the report's io group; the storage sweep; a
+# corrupt checkpoint; every bad I/O flag gets one line and exit 2 before any rank starts work.
+#   train_io_cli_test.sh TRAINBENCH H5DUMP MPIEXEC [MPIEXEC FLAGS...]
+set -uo pipefail
+tb=$1; h5dump=$2; shift 2; mpiexec=("$@")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+export OPENBLAS_NUM_THREADS=1
+
+tokens=$work/tokens
+expect_ok "$tb" data generate --dir "$tokens" --tokens 200K --shard-tokens 60K --vocab 4096 --quiet
+small=(--model tiny --seq 32 --micro-batch 2 --warmup-steps 2 --steps 8)
+
+# --- resume is bit-exact ----------------------------------------------------------------------------------------
+# same_checkpoint A B: the two checkpoints hold the same bytes (every rank's slice).
+same_checkpoint() {
+  checks=$((checks + 1))
+  local f
+  for f in "$1"/rank-*.bin; do
+    cmp -s "$f" "$2/$(basename "$f")" || { fail "resume not bit-exact: $f differs from $2/$(basename "$f")"; return; }
+  done
+}
+for mode in sync async; do
+  for data in synthetic loader; do
+    extra=(); [[ $data == loader ]] && extra=(--data "$tokens" --loader-workers 2)
+    a=$work/$mode-$data-a b=$work/$mode-$data-b
+    expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" "${extra[@]}" --checkpoint-dir "$a" --checkpoint-every 5 \
+      --checkpoint-mode $mode -o "$work/$mode-$data.h5"
+    expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" "${extra[@]}" --checkpoint-dir "$b" --checkpoint-every 5 \
+      --checkpoint-mode $mode --resume "$a/step-00000005" -o "$work/$mode-$data-resumed.h5"
+    grep -q "^# resumed from .*step 5" "$work/out" || fail "$mode/$data: no resume line: $(cat "$work/out")"
+    [[ $(grep -c '^step ' "$work/out") -eq 5 ]] || fail "$mode/$data: the resumed run should run steps 5..9"
+    same_checkpoint "$a/step-00000010" "$b/step-00000010"
+  done
+done
+# The full run differs from one that never checkpointed only in timing: a different seed must not match.
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --seed 99 --checkpoint-dir "$work/other" --checkpoint-every 10
+checks=$((checks + 1))
+cmp -s "$work/other/step-00000010/rank-00000.bin" "$work/sync-synthetic-a/step-00000010/rank-00000.bin" &&
+  fail "two seeds gave the same checkpoint: the comparison above proves nothing"
+
+# --- the report's io group ----------------------------------------------------------------------------------------
+r=$work/async-loader.h5
+"$h5dump" -d /io/k2/checkpoints "$r" | grep -q '"stall_s"' || fail "io/k2/checkpoints table missing"
+"$h5dump" -d /io/k2/loader "$r" | grep -q '"bytes_read"' || fail "io/k2/loader table missing"
+"$h5dump" -A -a /io/k2/data_wait_share "$r" >/dev/null 2>&1 || fail "io/k2 lacks data_wait_share"
+"$h5dump" -H -d /train/k2/steps "$r" | grep -q '"data_bytes"' || fail "steps table lacks data_bytes"
+# Two checkpoints (steps 5 and 10) on each of 2 ranks: 4 rows.
+"$h5dump" -d /io/k2/checkpoints "$r" | grep -q 'DATASPACE  SIMPLE { ( 4 )' || fail "want 4 checkpoint rows"
+"$h5dump" -A -a /io/k2/resumed_step "$work/async-loader-resumed.h5" | grep -q "(0): 5" || fail "resumed_step not 5"
+
+# --- storage sweep: throttled reads show up as data_wait ------------------------------------------------------------
+expect_ok "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --steps 3 --data "$tokens" \
+  --record-bytes 64K --prefetch 1 --io-throttle 100,0.5 -o "$work/sweep.h5"
+grep -q "^# storage sweep: data_wait reaches 5% of step time at" "$work/out" ||
+  fail "sweep: no crossing reported: $(grep storage "$work/out")"
+"$h5dump" -d /io/throttle_sweep "$work/sweep.h5" | grep -q '"data_wait_share"' || fail "sweep table missing"
+"$h5dump" -d /train/k1_throttle0.5/steps "$work/sweep.h5" >/dev/null 2>&1 || fail "sweep point group missing"
+
+# --- bad input: one line, exit 2, before any rank starts work --------------------------------------------------------
+expect_error 2 "--checkpoint-every needs --checkpoint-dir" -- "$tb" train "${small[@]}" --checkpoint-every 5
+expect_error 2 "--checkpoint-dir needs --checkpoint-every" -- "$tb" train "${small[@]}" --checkpoint-dir "$work/x"
+expect_error 2 "--checkpoint-every must be >= 0" -- "$tb" train "${small[@]}" --checkpoint-every -1 --checkpoint-dir "$work/x"
+expect_error 2 "--checkpoint-mode 'fast': expected sync\|async" -- "$tb" train "${small[@]}" --checkpoint-mode fast
+expect_error 2 "--on-checkpoint-error" -- "$tb" train "${small[@]}" --on-checkpoint-error ignore
+expect_error 2 "--resume" -- "$tb" train "${small[@]}" --resume "$work/none"
+expect_error 2 "--resume" -- "$tb" train "${small[@]}" --resume "$tokens"
+expect_error 2 "written with --seed 1234, this run has --seed 7" -- "$tb" train "${small[@]}" --seed 7 \
+  --resume "$work/sync-synthetic-a/step-00000005"
+expect_error 2 "at or past this run's last step" -- "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 0 \
+  --steps 4 --resume "$work/sync-synthetic-a/step-00000005"
+expect_error 2 "was written with --data; resume it the same way" -- "$tb" train "${small[@]}" \
+  --resume "$work/sync-loader-a/step-00000005"
+expect_error 2 "another model|fingerprint|model" -- "$tb" train --model tiny --layers 1 --seq 32 --micro-batch 2 \
+  --resume "$work/sync-synthetic-a/step-00000005"
+expect_error 2 "data directory '$work/missing'|$work/missing" -- "$tb" train "${small[@]}" --data "$work/missing"
+expect_error 2 "go with --data DIR" -- "$tb" train "${small[@]}" --io-throttle 10
+expect_error 2 "invalid rate 'fast' for --io-throttle" -- "$tb" train "${small[@]}" --data "$tokens" --io-throttle fast
+expect_error 2 "a storage sweep lists decreasing rates" -- "$tb" train "${small[@]}" --data "$tokens" --io-throttle 10,20
+expect_error 2 "a storage sweep.*takes one scaling point" -- "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" \
+  --data "$tokens" --io-throttle 20,10 --scaling 1,2
+expect_error 2 "--data-wait-share must lie between 0 and 1" -- "$tb" train "${small[@]}" --data-wait-share 2
+expect_error 2 "--loader-workers must be at least 1" -- "$tb" train "${small[@]}" --data "$tokens" --loader-workers 0
+expect_error 2 "smaller than one sample" -- "$tb" train "${small[@]}" --data "$tokens" --record-bytes 8
+expect_ok "$tb" data generate --dir "$work/wide" --tokens 10K --vocab 60000 --quiet
+expect_error 2 "beyond model 'tiny' \(vocab 4096\)" -- "$tb" train "${small[@]}" --data "$work/wide"
+expect_error 2 "fewer than one global batch" -- "$tb" train --seq 250 --micro-batch 64 --data "$work/wide" \
+  --model custom --layers 1 --d-model 64 --heads 2 --vocab 60000
+# A corrupt slice: the checksum names the file; every rank refuses with one line.
+cp -r "$work/sync-synthetic-a/step-00000005" "$work/corrupt"
+printf 'x' | dd of="$work/corrupt/rank-00001.bin" bs=1 seek=100 conv=notrunc status=none
+expect_error 2 "rank-00001.bin" -- "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --resume "$work/corrupt"
+
+finish train_io_cli_test
