@@ -1,0 +1,20 @@
+// The HTML page of `trainbench report --html` and `trainbench cost --html`: plots for people who would rather
+// look than read, drawn by results/plots.py (matplotlib and h5py under /usr/bin/python3, from Debian's packages)
+// into one self-contained file (images inline as data: URIs, no scripts or links to fetch: it opens offline).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tb {
+
+// Writes `html_path` from the reports at `report_paths` (already validated by ReadReport): busbw against size per
+// run, scaling efficiency against GPU count, the stall budget per rank as stacked bars, the p2p matrix as a
+// heatmap — each plot only where the reports hold its data — and, when `cost_json` names a file written by
+// `trainbench cost --format json`, the cost per configuration. The page is written to a temporary name and
+// renamed. Throws InputError when the plotting script or its Python packages are missing (naming what to install),
+// RuntimeError when the script fails (with its last error line).
+void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::string& html_path,
+                     const std::string& cost_json = "");
+
+}  // namespace tb
