@@ -8,24 +8,7 @@ tb=$1; shift; mpiexec=("$@")
 work=$(mktemp -d); small=""
 cleanup() { [[ -n $small ]] && umount "$small" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-failures=0; checks=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# expect_error CODE PATTERN -- COMMAND...: the exit code, and exactly one 'trainbench:' line on stderr, matching.
-expect_error() {
-  local code=$1 pattern=$2; shift 3
-  checks=$((checks + 1))
-  timeout 120 "$@" >"$work/out" 2>"$work/err"; local rc=$?
-  local ours; ours=$(grep -c '^trainbench:' "$work/err")
-  if [[ $rc -ne $code ]]; then fail "$* -> exit $rc, want $code; stderr: $(cat "$work/err")"; return; fi
-  if [[ $ours -ne 1 ]]; then fail "$* -> $ours trainbench lines on stderr, want 1: $(cat "$work/err")"; return; fi
-  grep -qE -- "$pattern" "$work/err" || fail "$* -> stderr lacks /$pattern/: $(cat "$work/err")"
-}
-
-expect_ok() {
-  checks=$((checks + 1))
-  timeout 300 "$@" >"$work/out" 2>"$work/err" || fail "$* -> exit $?; stderr: $(cat "$work/err")"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
 d="$work/tokens"
 expect_error 2 "no subcommand given \(accepted: generate" -- "$tb" data
@@ -88,5 +71,4 @@ else
   echo "SKIP: cannot mount a tmpfs here (needs root and mount permission); free-space check tested with 1000T only"
 fi
 
-echo "data_cli_test: $checks checks, $failures failures"
-[[ $failures -eq 0 ]]
+finish data_cli_test
