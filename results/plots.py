@@ -1,0 +1,541 @@
+#!/usr/bin/python3
+"""Plots of trainbench reports in one self-contained HTML page.
+
+    /usr/bin/python3 results/plots.py --out page.html [--cost cost.json] report1.h5 [report2.h5 ...]
+
+Runs under Debian's /usr/bin/python3, which is where python3-h5py and python3-matplotlib install (a pyenv or
+virtualenv python3 on PATH usually lacks them). Reads the reports with h5py only (schema v1, results/README.md),
+draws with matplotlib's Agg backend and writes one HTML file whose images are inline PNG data: URIs, with no
+scripts, styles or fonts to fetch, so it opens offline. Plots, each only where the reports hold its data: busbw
+against message size per collective, scaling efficiency against GPU count, the stall budget per rank, the p2p
+unidirectional bandwidth matrix, and the cost per configuration from `trainbench cost --format json`.
+
+Exit codes: 0 written; 2 bad input (an unreadable report or cost file, an unwritable output; one line on stderr);
+3 h5py or matplotlib missing.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import html
+import io
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+# Imported here but reported in main(), so that a missing package is one clear line and exit 3, and --help works.
+try:
+    import h5py
+    import matplotlib
+    import numpy as np
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+    from matplotlib.patches import Rectangle
+    MISSING_PACKAGE = ""
+except ImportError as missing:
+    MISSING_PACKAGE = missing.name or str(missing)
+
+PROG = "plots.py"
+SCHEMA_NAME = "trainbench.report"
+SCHEMA_VERSION = 1
+# Stall budget components in stacking order: (column prefix in train/k<N>/stall_budget, legend label).
+STALL_COMPONENTS = [
+    ("compute", "compute (fwd+bwd+opt)"),
+    ("comm_exposed", "comm_exposed"),
+    ("data_wait", "data_wait (+h2d)"),
+    ("checkpoint_stall", "checkpoint"),
+    ("other", "other"),
+]
+# Cost parts stacked in the cost plot when the JSON gives them (key, label); their sum is the total.
+COST_PARTS = [("gpu_usd", "GPU time"), ("storage_usd", "storage"), ("transfer_usd", "transfer"),
+              ("retry_usd", "retries")]
+TRAIN_POINT = re.compile(r"^k(\d+)$")  # storage-sweep groups (k<N>_throttle<r>) are not scaling points
+MAX_ANNOTATED_RANKS = 16  # beyond this the heatmap's cell labels become unreadable
+
+
+class InputProblem(Exception):
+    """A file the user gave cannot be used: exit 2 with this one line."""
+
+
+@dataclass
+class Collective:
+    op: str
+    n_ranks: int
+    factor: float
+    formula: str
+    sizes: Any
+    busbw_out_of_place: Any
+    busbw_in_place: Any
+
+
+@dataclass
+class ScalingPoint:
+    ranks: int
+    efficiency: float
+    tokens_per_s: float
+
+
+@dataclass
+class StallBudget:
+    ranks_in_point: int
+    rank_labels: list[str]
+    shares_p50: dict[str, Any]  # component -> share of step time per rank (0..1)
+
+
+@dataclass
+class P2p:
+    uni_GBps: Any  # (n, n), row = sender, NaN on the diagonal
+    flagged: list[tuple[int, int]]
+    median_GBps: float
+    threshold: float
+
+
+@dataclass
+class Run:
+    name: str
+    command: str
+    status: str
+    n_ranks: int
+    backend: str
+    start_utc: str
+    collectives: dict[str, Collective] = field(default_factory=dict)
+    scaling_mode: str = ""
+    scaling: list[ScalingPoint] = field(default_factory=list)
+    stall: StallBudget | None = None
+    p2p: P2p | None = None
+
+
+@dataclass
+class Section:
+    title: str
+    images: list[tuple[str, str]]  # (base64 PNG, alt text)
+    caption: str
+    missing: str = ""
+
+
+# --- command line and errors ----------------------------------------------------------------------------------------
+
+def die(message: str, code: int = 2) -> NoReturn:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        die(f"{message} (usage: {PROG} --out PAGE.html [--cost COST.json] REPORT.h5 [REPORT.h5 ...])")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = OneLineParser(prog=PROG, description="Plots of trainbench reports in one self-contained HTML page.")
+    parser.add_argument("--out", required=True, help="the HTML page to write")
+    parser.add_argument("--cost", help="JSON written by `trainbench cost --format json`")
+    parser.add_argument("reports", nargs="+", help="trainbench HDF5 reports (schema v1)")
+    return parser.parse_args(argv)
+
+
+# --- reading reports ------------------------------------------------------------------------------------------------
+
+def text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def column(table: Any, name: str) -> Any:
+    if name not in (table.dtype.names or ()):
+        raise KeyError(f"table '{table.name}' lacks column '{name}'")
+    return table[name]
+
+
+def open_report(path: str) -> Any:
+    if not os.path.exists(path):
+        raise InputProblem(f"cannot read report '{path}': no such file")
+    if os.path.isdir(path) or not os.access(path, os.R_OK):
+        raise InputProblem(f"cannot read report '{path}': not a readable file")
+    if not h5py.is_hdf5(path):
+        raise InputProblem(f"cannot read report '{path}': not an HDF5 file")
+    try:
+        f = h5py.File(path, "r", locking=False)
+    except OSError as e:
+        raise InputProblem(f"cannot read report '{path}': the HDF5 file is damaged or truncated (HDF5: {e})")
+    schema = text(f.attrs.get("schema", ""))
+    if schema != SCHEMA_NAME:
+        f.close()
+        raise InputProblem(f"cannot read report '{path}': not a trainbench report (root attribute schema is "
+                           f"'{schema}', want '{SCHEMA_NAME}')")
+    version = int(f.attrs.get("schema_version", -1))
+    if version != SCHEMA_VERSION:
+        f.close()
+        raise InputProblem(f"cannot read report '{path}': schema version {version} is not supported "
+                           f"(this script reads {SCHEMA_VERSION})")
+    return f
+
+
+def read_collectives(f: Any) -> dict[str, Collective]:
+    found = {}
+    for op, group in sorted(f.get("collectives", {}).items()):
+        results = group["results"][:]
+        if len(results) == 0:
+            continue
+        found[op] = Collective(
+            op=op, n_ranks=int(group.attrs["n_ranks"]), factor=float(group.attrs["bus_factor"]),
+            formula=text(group.attrs["bus_factor_formula"]), sizes=column(results, "size_bytes"),
+            busbw_out_of_place=column(results, "out_of_place_busbw_GBps"),
+            busbw_in_place=column(results, "in_place_busbw_GBps"))
+    return found
+
+
+def train_points(f: Any) -> list[tuple[int, Any]]:
+    """(ranks, group) of every scaling point, by rank count."""
+    points = []
+    for name, group in f.get("train", {}).items():
+        match = TRAIN_POINT.match(name)
+        if match and isinstance(group, h5py.Group):
+            points.append((int(match.group(1)), group))
+    return sorted(points, key=lambda p: p[0])
+
+
+def read_stall(ranks_in_point: int, group: Any) -> StallBudget | None:
+    if "stall_budget" not in group:
+        return None
+    table = group["stall_budget"][:]
+    if len(table) == 0:
+        return None
+    labels = [f"{int(r)}\n{text(h)}" for r, h in zip(column(table, "rank"), column(table, "host"))]
+    shares = {key: column(table, f"{key}_p50") for key, _ in STALL_COMPONENTS}
+    return StallBudget(ranks_in_point, labels, shares)
+
+
+def read_p2p(f: Any) -> P2p | None:
+    group = f.get("p2p")
+    if group is None or "uni_bw_GBps" not in group:
+        return None
+    flagged = []
+    if "flagged" in group:
+        table = group["flagged"][:]
+        flagged = [(int(s), int(d)) for s, d in zip(column(table, "src_rank"), column(table, "dst_rank"))]
+    return P2p(uni_GBps=group["uni_bw_GBps"][:], flagged=flagged,
+               median_GBps=float(group.attrs.get("median_uni_GBps", math.nan)),
+               threshold=float(group.attrs.get("threshold_fraction", math.nan)))
+
+
+def read_run(path: str) -> Run:
+    f = open_report(path)
+    try:
+        with f:
+            run = Run(name=os.path.basename(path), command=text(f.attrs.get("command", "")),
+                      status=text(f.attrs.get("status", "")), n_ranks=int(f.attrs.get("n_ranks", 0)),
+                      backend=text(f.attrs.get("backend", "")), start_utc=text(f.attrs.get("start_utc", "")))
+            run.collectives = read_collectives(f)
+            points = train_points(f)
+            if points:
+                run.scaling_mode = text(f["train"].attrs.get("scaling_mode", ""))
+                run.scaling = [ScalingPoint(k, float(g.attrs.get("scaling_efficiency", math.nan)),
+                                            float(g.attrs.get("tokens_per_s", math.nan))) for k, g in points]
+                run.stall = read_stall(*points[-1])
+            run.p2p = read_p2p(f)
+            return run
+    except (KeyError, ValueError, TypeError, OSError) as e:
+        raise InputProblem(f"cannot read report '{path}': the HDF5 file is damaged or not laid out as schema v1 "
+                           f"describes ({e})")
+
+
+# --- reading the cost JSON ------------------------------------------------------------------------------------------
+
+def read_cost(path: str) -> list[dict[str, Any]]:
+    """Configurations from `trainbench cost --format json`: see "HTML plots" in results/README.md for the keys."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise InputProblem(f"cannot read cost file '{path}': no such file")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputProblem(f"cannot read cost file '{path}': {e}")
+    except json.JSONDecodeError as e:
+        raise InputProblem(f"cannot read cost file '{path}': not JSON ({e})")
+    rows = data.get("configurations") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        raise InputProblem(f"cannot read cost file '{path}': no 'configurations' list at the top level")
+    for i, row in enumerate(rows):
+        total = row.get("total_usd") if isinstance(row, dict) else None
+        if not isinstance(total, (int, float)) or isinstance(total, bool) or not math.isfinite(total):
+            raise InputProblem(f"cannot read cost file '{path}': configurations[{i}] lacks a numeric 'total_usd'")
+    return rows
+
+
+# --- drawing --------------------------------------------------------------------------------------------------------
+
+def png_base64(fig: Any) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def binary_size(value: float, _position: int = 0) -> str:
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if value >= scale:
+            return f"{value / scale:g}{unit}"
+    return f"{value:g}"
+
+
+def busbw_section(runs: list[Run]) -> Section:
+    title = "Bus bandwidth against message size"
+    ops = sorted({op for run in runs for op in run.collectives})
+    if not ops:
+        return Section(title, [], "", missing="No report holds collectives results (run `trainbench collectives`).")
+    images, factors = [], []
+    for op in ops:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for i, run in enumerate(r for r in runs if op in r.collectives):
+            c = run.collectives[op]
+            color = f"C{i}"
+            ax.plot(c.sizes, c.busbw_out_of_place, "o-", color=color, label=f"{run.name} ({c.n_ranks} ranks)")
+            ax.plot(c.sizes, c.busbw_in_place, "--", color=color, alpha=0.6, label=f"{run.name} in-place")
+            factors.append(f"{op} {c.formula} = {c.factor:.4g} at n = {c.n_ranks} ({run.name})")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(binary_size))
+        ax.set_xlabel("message size S (bytes per rank buffer, K = 1024)")
+        ax.set_ylabel("busbw (GB/s, GB = 1e9 B)")
+        ax.set_title(f"{op}: bus bandwidth against message size")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+        images.append((png_base64(fig), f"{op} busbw against message size"))
+    caption = ("busbw = algbw × factor, algbw = S / t: S is the bytes per rank buffer as nccl-tests counts it, t the "
+               "time per operation (each rank's mean over the timed iterations, maximum over ranks). The factor is "
+               "2(n−1)/n for all_reduce; (n−1)/n for reduce_scatter, all_gather and alltoall; 1 for broadcast, "
+               "reduce and sendrecv (n ranks), which makes busbw comparable with the link's bandwidth. Solid: "
+               "out-of-place; dashed: in-place. Here: " + "; ".join(factors) + ".")
+    return Section(title, images, caption)
+
+
+def scaling_section(runs: list[Run]) -> Section:
+    title = "Scaling efficiency against GPU count"
+    swept = [r for r in runs if sum(math.isfinite(p.efficiency) for p in r.scaling) >= 2]
+    if not swept:
+        return Section(title, [], "", missing="No report holds a training scaling sweep with two or more points "
+                                              "(run `trainbench train --scaling 1,2,4`).")
+    fig, (eff_ax, tput_ax) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for i, run in enumerate(swept):
+        ks = [p.ranks for p in run.scaling]
+        label = f"{run.name} ({run.scaling_mode})"
+        eff_ax.plot(ks, [100 * p.efficiency for p in run.scaling], "o-", color=f"C{i}", label=label)
+        tput_ax.plot(ks, [p.tokens_per_s for p in run.scaling], "o-", color=f"C{i}", label=label)
+    eff_ax.axhline(100, color="grey", linestyle=":", label="ideal")
+    eff_ax.set_ylim(0, max(110, eff_ax.get_ylim()[1]))
+    eff_ax.set_ylabel("scaling efficiency (%)")
+    eff_ax.set_title("Scaling efficiency")
+    tput_ax.set_ylabel("throughput (tokens/s, all ranks)")
+    tput_ax.set_title("Training throughput")
+    for ax in (eff_ax, tput_ax):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _p: f"{v:g}"))
+        ax.set_xlabel("GPUs (ranks, k)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    caption = ("One point per scaling point k (the first k ranks of the launch). Weak scaling (per-rank batch "
+               "fixed): E(k) = throughput(k) / (k/k0 · throughput(k0)); strong scaling (global batch fixed): "
+               "E(k) = T(k0)·k0 / (k·T(k)), T = step time; k0 = the smallest point run, whose efficiency is 100%. "
+               "Throughput = tokens per step over all ranks ÷ the mean step time of the slowest rank.")
+    return Section(title, [(png_base64(fig), "scaling efficiency and throughput against GPU count")], caption)
+
+
+def stall_section(runs: list[Run]) -> Section:
+    title = "Stall budget per rank"
+    with_stall = [r for r in runs if r.stall is not None]
+    if not with_stall:
+        return Section(title, [], "", missing="No report holds a training stall budget (run `trainbench train`).")
+    images = []
+    for run in with_stall:
+        stall = run.stall
+        positions = np.arange(len(stall.rank_labels))
+        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(positions) + 3), 4.5))
+        bottom = np.zeros(len(positions))
+        for i, (key, label) in enumerate(STALL_COMPONENTS):
+            share = 100 * np.asarray(stall.shares_p50[key], dtype=float)
+            ax.bar(positions, share, bottom=bottom, color=f"C{i}", label=label)
+            bottom += share
+        ax.set_xticks(positions, stall.rank_labels, fontsize="small")
+        ax.set_xlabel("rank (host)")
+        ax.set_ylabel("share of step time, p50 (%)")
+        ax.set_ylim(0, max(105, bottom.max() + 5))
+        ax.set_title(f"{run.name}: stall budget at k = {stall.ranks_in_point}")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
+        images.append((png_base64(fig), f"{run.name} stall budget per rank"))
+    caption = ("Each bar is one rank at the largest scaling point of the run: the median (p50) over measured steps "
+               "of each part's share of that rank's step time. compute = forward + backward + optimizer; "
+               "comm_exposed = waiting for gradient all-reduce buckets after backward (what overlap did not hide); "
+               "data_wait = waiting for the batch plus the host-to-device copy; checkpoint = time the loop was "
+               "blocked by checkpointing; other = the rest of the step. Medians are taken per part, so a bar need "
+               "not add up to exactly 100%.")
+    return Section(title, images, caption)
+
+
+def heatmap(run: Run) -> str:
+    p2p = run.p2p
+    n = p2p.uni_GBps.shape[0]
+    fig, ax = plt.subplots(figsize=(max(5, 0.5 * n + 3), max(4, 0.5 * n + 2)))
+    cmap = plt.get_cmap("viridis").copy()
+    cmap.set_bad("lightgrey")  # the diagonal (NaN): a rank does not send to itself
+    image = ax.imshow(np.ma.masked_invalid(p2p.uni_GBps), cmap=cmap, origin="upper")
+    fig.colorbar(image, ax=ax, label="unidirectional bandwidth (GB/s)")
+    if n <= MAX_ANNOTATED_RANKS:
+        for (src, dst), value in np.ndenumerate(p2p.uni_GBps):
+            if math.isfinite(value):
+                # viridis is dark at the low end and yellow at the top: dark text on the bright cells
+                color = "black" if image.norm(value) > 0.6 else "white"
+                ax.text(dst, src, f"{value:.3g}", ha="center", va="center", fontsize="small", color=color)
+    for src, dst in p2p.flagged:
+        ax.add_patch(Rectangle((dst - 0.5, src - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2.5))
+    ticks = range(n)
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+    ax.set_xlabel("receiver rank")
+    ax.set_ylabel("sender rank")
+    ax.set_title(f"{run.name}: p2p unidirectional bandwidth, median {p2p.median_GBps:.3g} GB/s, "
+                 f"{len(p2p.flagged)} flagged")
+    return png_base64(fig)
+
+
+def p2p_section(runs: list[Run]) -> Section:
+    title = "Point-to-point bandwidth matrix"
+    with_p2p = [r for r in runs if r.p2p is not None]
+    if not with_p2p:
+        return Section(title, [], "", missing="No report holds a p2p matrix (run `trainbench p2p`).")
+    images = [(heatmap(run), f"{run.name} p2p unidirectional bandwidth matrix") for run in with_p2p]
+    thresholds = "; ".join(f"{r.name}: {r.p2p.threshold:g} × median" for r in with_p2p)
+    caption = ("Row = sender, column = receiver. Unidirectional bandwidth = bytes × iterations / time of a one-way "
+               "stream between the pair while the other ranks wait (time = the slower of sender and receiver); "
+               "GB = 1e9 bytes. The diagonal is not measured (grey). Pairs outlined in red are flagged as weak "
+               f"links: below the threshold fraction of the median ({thresholds}).")
+    return Section(title, images, caption)
+
+
+def cost_label(row: dict[str, Any]) -> str:
+    parts = [str(row[k]) for k in ("run", "offering") if row.get(k) not in (None, "")]
+    if row.get("gpus"):
+        parts.append(f"{row['gpus']} GPUs")
+    return " · ".join(parts) or "configuration"
+
+
+def cost_section(rows: list[dict[str, Any]] | None) -> Section:
+    title = "Total task cost per configuration"
+    if rows is None:
+        return Section(title, [], "", missing="No cost file given (pass --cost with the output of "
+                                              "`trainbench cost --format json`).")
+    if not rows:
+        return Section(title, [], "", missing="The cost file lists no configurations.")
+    labels = [cost_label(r) for r in rows]
+    totals = np.array([float(r["total_usd"]) for r in rows])
+    positions = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * len(rows)))
+    parts = [(k, label) for k, label in COST_PARTS if all(isinstance(r.get(k), (int, float)) for r in rows)]
+    left = np.zeros(len(rows))
+    for i, (key, label) in enumerate(parts):
+        values = np.array([float(r[key]) for r in rows])
+        ax.barh(positions, values, left=left, color=f"C{i}", label=label)
+        left += values
+    if not parts:
+        ax.barh(positions, totals, color="C0", label="total")
+    for y, (total, row) in enumerate(zip(totals, rows)):
+        note = f" ${total:,.0f}"
+        if isinstance(row.get("time_to_train_hours"), (int, float)):
+            note += f", {row['time_to_train_hours']:.3g} h"
+        ax.text(total, y, note, va="center", fontsize="small")
+    ax.set_yticks(positions, labels, fontsize="small")
+    ax.invert_yaxis()
+    ax.set_xlim(0, totals.max() * 1.3 if totals.max() > 0 else 1)
+    ax.set_xlabel("total task cost (USD)")
+    ax.set_title("Total task cost per configuration (labels: total, time to train)")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
+    caption = ("Total = GPU price per hour × GPUs × runtime + storage + transfer + expected retry cost (failures "
+               "from the MTBF × (restart time + work lost since the last checkpoint) × hourly price); runtime from "
+               "the measured throughput and start-up time for the target token count. Bars are split into those "
+               "parts when the cost file gives them. USD as in the price file.")
+    return Section(title, [(png_base64(fig), "total task cost per configuration")], caption)
+
+
+# --- the page -------------------------------------------------------------------------------------------------------
+
+STYLE = """
+body { font-family: sans-serif; margin: 2em auto; max-width: 1150px; color: #222; }
+table { border-collapse: collapse; margin-bottom: 1em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+img { display: block; max-width: 100%; margin: 0.5em 0; }
+.caption { font-size: 0.9em; color: #444; max-width: 60em; }
+.missing { color: #a15c00; }
+"""
+
+
+def runs_table(runs: list[Run]) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(r.command)}</td><td>{html.escape(r.status)}</td>"
+        f"<td>{r.n_ranks}</td><td>{html.escape(r.backend)}</td><td>{html.escape(r.start_utc)}</td></tr>"
+        for r in runs)
+    return ("<table><tr><th>run (file)</th><th>command</th><th>status</th><th>ranks</th><th>backend</th>"
+            f"<th>started (UTC)</th></tr>{rows}</table>")
+
+
+def section_html(section: Section) -> str:
+    parts = [f"<h2>{html.escape(section.title)}</h2>"]
+    if section.missing:
+        parts.append(f'<p class="missing">{html.escape(section.missing)}</p>')
+    for data, alt in section.images:
+        parts.append(f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">')
+    if section.caption:
+        parts.append(f'<p class="caption">{html.escape(section.caption)}</p>')
+    return "\n".join(parts)
+
+
+def page_html(runs: list[Run], sections: list[Section]) -> str:
+    generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = "\n".join(section_html(s) for s in sections)
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f"<title>trainbench plots: {html.escape(', '.join(r.name for r in runs))}</title>\n"
+            f"<style>{STYLE}</style>\n</head>\n<body>\n<h1>trainbench plots</h1>\n"
+            f"<p>Generated {generated} from {len(runs)} report(s). GB = 1e9 bytes.</p>\n"
+            f"{runs_table(runs)}\n{body}\n</body>\n</html>\n")
+
+
+def write_atomically(path: str, content: str) -> None:
+    """A temporary file in the destination's directory, renamed onto it: readers never see half a page."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise InputProblem(f"cannot write '{path}': {e.strerror}")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise InputProblem(f"cannot write '{path}': {e.strerror}")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if MISSING_PACKAGE:
+        die(f"{sys.executable} lacks the Python package '{MISSING_PACKAGE}': install python3-h5py "
+            "python3-matplotlib (Debian packages, for /usr/bin/python3)", code=3)
+    try:
+        runs = [read_run(path) for path in args.reports]
+        cost_rows = read_cost(args.cost) if args.cost else None
+        sections = [busbw_section(runs), scaling_section(runs), stall_section(runs), p2p_section(runs),
+                    cost_section(cost_rows)]
+        write_atomically(args.out, page_html(runs, sections))
+    except InputProblem as e:
+        die(str(e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
