@@ -108,7 +108,7 @@ void PrepareCheckpointDir(const std::string& dir, const std::string& flag) {
 // Host memory for snapshots and staging: pinned through the caller's allocator when there is one, else
 // page-aligned and touched now, so that the first checkpoint does not pay for page faults in its stall.
 struct Checkpointer::HostMemory {
-  HostMemory(uint64_t bytes, const DeviceCopier& copier) : bytes(bytes), free_pinned(copier.free_pinned) {
+  HostMemory(uint64_t bytes, const DeviceCopier& copier) : free_pinned(copier.free_pinned) {
     const uint64_t rounded = std::max<uint64_t>(kPageBytes, (bytes + kPageBytes - 1) / kPageBytes * kPageBytes);
     if (copier.allocate_pinned) {
       data = static_cast<std::byte*>(copier.allocate_pinned(rounded));
@@ -129,7 +129,6 @@ struct Checkpointer::HostMemory {
   HostMemory& operator=(const HostMemory&) = delete;
 
   std::byte* data = nullptr;
-  uint64_t bytes = 0;
   std::function<void(void*)> free_pinned;
 };
 
