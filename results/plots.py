@@ -247,8 +247,13 @@ def read_run(path: str) -> Run:
 
 # --- reading the cost JSON ------------------------------------------------------------------------------------------
 
-def read_cost(path: str) -> list[dict[str, Any]]:
-    """Configurations from `trainbench cost --format json`: see "HTML plots" in results/README.md for the keys."""
+def is_number(value: Any) -> bool:
+    """JSON numbers only (not booleans); trainbench writes NaN and infinities as null."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_cost(path: str) -> tuple[list[dict[str, Any]], Any]:
+    """The `costs` rows and `deadline_hours` of `trainbench cost --format json` (keys: results/README.md)."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -258,14 +263,14 @@ def read_cost(path: str) -> list[dict[str, Any]]:
         raise InputProblem(f"cannot read cost file '{path}': {e}")
     except json.JSONDecodeError as e:
         raise InputProblem(f"cannot read cost file '{path}': not JSON ({e})")
-    rows = data.get("configurations") if isinstance(data, dict) else None
+    rows = data.get("costs") if isinstance(data, dict) else None
     if not isinstance(rows, list):
-        raise InputProblem(f"cannot read cost file '{path}': no 'configurations' list at the top level")
+        raise InputProblem(f"cannot read cost file '{path}': no 'costs' list at the top level (want the output of "
+                           "`trainbench cost --format json`)")
     for i, row in enumerate(rows):
-        total = row.get("total_usd") if isinstance(row, dict) else None
-        if not isinstance(total, (int, float)) or isinstance(total, bool) or not math.isfinite(total):
-            raise InputProblem(f"cannot read cost file '{path}': configurations[{i}] lacks a numeric 'total_usd'")
-    return rows
+        if not isinstance(row, dict) or not is_number(row.get("total_usd")):
+            raise InputProblem(f"cannot read cost file '{path}': costs[{i}] lacks a numeric 'total_usd'")
+    return rows, data.get("deadline_hours")
 
 
 # --- drawing --------------------------------------------------------------------------------------------------------
@@ -417,24 +422,34 @@ def p2p_section(runs: list[Run]) -> Section:
 
 
 def cost_label(row: dict[str, Any]) -> str:
-    parts = [str(row[k]) for k in ("run", "offering") if row.get(k) not in (None, "")]
-    if row.get("gpus"):
-        parts.append(f"{row['gpus']} GPUs")
-    return " · ".join(parts) or "configuration"
+    config = " ".join(str(row[k]) for k in ("run", "config") if row.get(k))
+    if row.get("projected"):
+        config += " (projected)"
+    return " · ".join(part for part in (config, str(row.get("offering") or "")) if part) or "configuration"
 
 
-def cost_section(rows: list[dict[str, Any]] | None) -> Section:
+def cost_note(row: dict[str, Any]) -> str:
+    """The text beside a bar: total, time to train, and which decision the row wins."""
+    note = f" ${row['total_usd']:,.0f}"
+    if is_number(row.get("time_to_train_hours")):
+        note += f", {row['time_to_train_hours']:.3g} h"
+    if row.get("marks"):
+        note += f" [{row['marks']}]"
+    return note
+
+
+def cost_section(cost: tuple[list[dict[str, Any]], Any] | None) -> Section:
     title = "Total task cost per configuration"
-    if rows is None:
+    if cost is None:
         return Section(title, [], "", missing="No cost file given (pass --cost with the output of "
                                               "`trainbench cost --format json`).")
+    rows, deadline_hours = cost
     if not rows:
         return Section(title, [], "", missing="The cost file lists no configurations.")
-    labels = [cost_label(r) for r in rows]
     totals = np.array([float(r["total_usd"]) for r in rows])
     positions = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * len(rows)))
-    parts = [(k, label) for k, label in COST_PARTS if all(isinstance(r.get(k), (int, float)) for r in rows)]
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.5 * len(rows)))
+    parts = [(k, label) for k, label in COST_PARTS if all(is_number(r.get(k)) for r in rows)]
     left = np.zeros(len(rows))
     for i, (key, label) in enumerate(parts):
         values = np.array([float(r[key]) for r in rows])
@@ -443,20 +458,19 @@ def cost_section(rows: list[dict[str, Any]] | None) -> Section:
     if not parts:
         ax.barh(positions, totals, color="C0", label="total")
     for y, (total, row) in enumerate(zip(totals, rows)):
-        note = f" ${total:,.0f}"
-        if isinstance(row.get("time_to_train_hours"), (int, float)):
-            note += f", {row['time_to_train_hours']:.3g} h"
-        ax.text(total, y, note, va="center", fontsize="small")
-    ax.set_yticks(positions, labels, fontsize="small")
+        ax.text(total, y, cost_note(row), va="center", fontsize="small")
+    ax.set_yticks(positions, [cost_label(r) for r in rows], fontsize="small")
     ax.invert_yaxis()
-    ax.set_xlim(0, totals.max() * 1.3 if totals.max() > 0 else 1)
+    ax.set_xlim(0, totals.max() * 1.45 if totals.max() > 0 else 1)
     ax.set_xlabel("total task cost (USD)")
-    ax.set_title("Total task cost per configuration (labels: total, time to train)")
+    deadline = f", deadline {deadline_hours:g} h" if is_number(deadline_hours) else ""
+    ax.set_title(f"Total task cost per configuration (labels: total, time to train{deadline})")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
-    caption = ("Total = GPU price per hour × GPUs × runtime + storage + transfer + expected retry cost (failures "
-               "from the MTBF × (restart time + work lost since the last checkpoint) × hourly price); runtime from "
-               "the measured throughput and start-up time for the target token count. Bars are split into those "
-               "parts when the cost file gives them. USD as in the price file.")
+    caption = ("Total = GPU cost (price per hour of the whole nodes × run time) + storage + transfer + expected "
+               "retry cost (failures expected from the nodes' MTBF × (restart + work lost since the last "
+               "checkpoint) × hourly price); run time from the measured (or projected) throughput and start-up "
+               "time for the target. Bars are split into those parts when every row gives them. Marks: cheapest, "
+               "fastest, and deadline = cheapest within the deadline. USD as in the price file.")
     return Section(title, [(png_base64(fig), "total task cost per configuration")], caption)
 
 
@@ -528,9 +542,9 @@ def main(argv: list[str]) -> int:
             "python3-matplotlib (Debian packages, for /usr/bin/python3)", code=3)
     try:
         runs = [read_run(path) for path in args.reports]
-        cost_rows = read_cost(args.cost) if args.cost else None
+        cost = read_cost(args.cost) if args.cost else None
         sections = [busbw_section(runs), scaling_section(runs), stall_section(runs), p2p_section(runs),
-                    cost_section(cost_rows)]
+                    cost_section(cost)]
         write_atomically(args.out, page_html(runs, sections))
     except InputProblem as e:
         die(str(e))
