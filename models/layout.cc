@@ -8,6 +8,7 @@
 
 #include "clock.h"
 #include "error.h"
+#include "random.h"
 #include "transformer.h"
 
 namespace tb {
@@ -34,13 +35,7 @@ class NormalGenerator {
   }
 
  private:
-  uint64_t SplitMix64() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return static_cast<double>(SplitMix64() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double Uniform() { return static_cast<double>(NextSplitMix64(state_) >> 11) * 0x1.0p-53; }  // [0, 1)
 
   uint64_t state_;
   double spare_ = 0.0;

@@ -3,17 +3,10 @@
 #include "clock.h"
 #include "error.h"
 #include "gradient_buckets.h"
+#include "random.h"
 
 namespace tb {
 namespace {
-
-// splitmix64: a small, fast, well-mixed generator; enough for synthetic token ids.
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 std::vector<GradientTensor> GradientTensors(const Transformer& model) {
   std::vector<GradientTensor> tensors;
@@ -29,9 +22,9 @@ void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int v
   inputs.resize(static_cast<size_t>(batch) * seq);
   targets.resize(inputs.size());
   for (int b = 0; b < batch; ++b) {
-    int32_t previous = static_cast<int32_t>(SplitMix64(state) % static_cast<uint64_t>(vocab));
+    int32_t previous = static_cast<int32_t>(NextSplitMix64(state) % static_cast<uint64_t>(vocab));
     for (int t = 0; t < seq; ++t) {
-      const int32_t next = static_cast<int32_t>(SplitMix64(state) % static_cast<uint64_t>(vocab));
+      const int32_t next = static_cast<int32_t>(NextSplitMix64(state) % static_cast<uint64_t>(vocab));
       inputs[static_cast<size_t>(b) * seq + t] = previous;
       targets[static_cast<size_t>(b) * seq + t] = next;
       previous = next;

@@ -284,13 +284,6 @@ void VerifyTokenDataset(const TokenDataset& dataset) {
   for (const ShardFile& shard : dataset.shards) VerifyShardPayload(shard.path, shard.header);
 }
 
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 TokenGenerator::TokenGenerator(uint64_t vocab, double zipf_exponent) : vocab_(vocab) {
   if (vocab < 1 || vocab > (uint64_t{1} << 32)) {
     throw InputError("--vocab " + std::to_string(vocab) + " is out of range 1..4294967296");

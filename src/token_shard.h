@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "random.h"
+
 namespace tb {
 
 constexpr char kShardMagic[8] = {'T', 'B', 'T', 'O', 'K', 'E', 'N', 'S'};
@@ -85,8 +87,6 @@ TokenDataset OpenTokenDataset(const std::string& dir);
 // Full checksum verification of every shard (reads the whole dataset).
 void VerifyTokenDataset(const TokenDataset& dataset);
 
-// splitmix64's finaliser: a fast, well-mixed 64-bit hash (token streams, sample permutations).
-uint64_t SplitMix64(uint64_t x);
 
 // Synthetic tokens for `data generate`: uniform over [0, vocab), or Zipf: token t with probability proportional
 // to 1 / (t + 1)^exponent (drawn through an alias table, so as fast as uniform). A stream depends only on its
