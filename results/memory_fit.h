@@ -1,0 +1,44 @@
+// Memory fit: whether a model's per-GPU training state and activations fit in a GPU's memory, with the margin;
+// calibrated by a measured peak when a report has one. The estimate itself comes from models/ (EstimateMemory);
+// this layer only compares, calibrates and states the result.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace tb {
+
+// Per-GPU bytes of data parallel training (every rank holds the whole model).
+struct MemoryBreakdown {
+  double weights_bytes = 0;
+  double gradients_bytes = 0;
+  double optimizer_bytes = 0;
+  double activations_bytes = 0;
+  double model_states_bytes() const { return weights_bytes + gradients_bytes + optimizer_bytes; }
+  double total_bytes() const { return model_states_bytes() + activations_bytes; }
+};
+
+// Measured / estimated peak of a run on a GPU: how far the estimate is from what the device really used (CUDA
+// context, allocator caching and workspaces push it up; fused attention pulls activations down).
+struct MemoryCalibration {
+  double factor = 1;
+  std::string source;  // "measured peak 30.1 GiB / estimate 27.4 GiB on run.h5"
+};
+
+// nullopt when the run measured no device memory (CPU backend: 0) or estimated none.
+std::optional<MemoryCalibration> CalibrateMemory(double measured_peak_bytes, double estimated_bytes,
+                                                 const std::string& run);
+
+struct MemoryFit {
+  MemoryBreakdown estimate;
+  double calibration = 1;        // applied to the total
+  double required_bytes = 0;     // estimate.total_bytes() x calibration
+  double gpu_memory_bytes = 0;
+  double margin_bytes = 0;       // gpu_memory - required; negative: short by that much
+  bool fits = false;             // required <= gpu_memory
+};
+
+MemoryFit FitMemory(const MemoryBreakdown& estimate, double gpu_memory_bytes,
+                    const std::optional<MemoryCalibration>& calibration);
+
+}  // namespace tb

@@ -1,0 +1,279 @@
+#include "projection.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "console.h"
+#include "error.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+constexpr int kParameters = 4;
+constexpr const char* kParameterNames[kParameters] = {"alpha_intra", "beta_intra", "alpha_inter", "beta_inter"};
+// Below this pivot the (unit-scaled) normal equations are singular: a column is a combination of the others.
+constexpr double kSingularPivot = 1e-9;
+
+// Solves the square system m x = rhs in place (Gaussian elimination with partial pivoting). False when singular.
+bool Solve(std::vector<std::vector<double>> m, std::vector<double> rhs, std::vector<double>& x) {
+  const size_t n = rhs.size();
+  for (size_t col = 0; col < n; ++col) {
+    size_t pivot = col;
+    for (size_t row = col + 1; row < n; ++row) {
+      if (std::fabs(m[row][col]) > std::fabs(m[pivot][col])) pivot = row;
+    }
+    if (std::fabs(m[pivot][col]) < kSingularPivot) return false;
+    std::swap(m[pivot], m[col]);
+    std::swap(rhs[pivot], rhs[col]);
+    for (size_t row = col + 1; row < n; ++row) {
+      const double f = m[row][col] / m[col][col];
+      for (size_t j = col; j < n; ++j) m[row][j] -= f * m[col][j];
+      rhs[row] -= f * rhs[col];
+    }
+  }
+  x.assign(n, 0.0);
+  for (size_t i = n; i-- > 0;) {
+    double sum = rhs[i];
+    for (size_t j = i + 1; j < n; ++j) sum -= m[i][j] * x[j];
+    x[i] = sum / m[i][i];
+  }
+  return true;
+}
+
+// Least squares of sum_i (c_i . p / t_i - 1)^2 over the parameters in `active`; the others stay 0. Columns are
+// scaled to unit norm first (alpha coefficients count steps, beta coefficients count bytes: 1e9 apart).
+bool SolveRelative(const std::vector<AllReduceSample>& samples, const std::vector<int>& active,
+                   std::array<double, kParameters>& params) {
+  const size_t n = active.size();
+  std::vector<std::vector<double>> rows;
+  for (const AllReduceSample& s : samples) {
+    const std::array<double, kParameters> c = AllReduceCoefficients(s.nodes, s.gpus_per_node, s.bytes, s.ops);
+    std::vector<double> row(n);
+    for (size_t j = 0; j < n; ++j) row[j] = c[static_cast<size_t>(active[j])] / s.time_s;
+    rows.push_back(std::move(row));
+  }
+  std::vector<double> scale(n, 0.0);
+  for (const auto& row : rows) {
+    for (size_t j = 0; j < n; ++j) scale[j] += row[j] * row[j];
+  }
+  for (double& s : scale) s = std::sqrt(s);
+  std::vector<std::vector<double>> normal(n, std::vector<double>(n, 0.0));
+  std::vector<double> rhs(n, 0.0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < n; ++i) {
+      rhs[i] += row[i] / scale[i];
+      for (size_t j = 0; j < n; ++j) normal[i][j] += row[i] / scale[i] * row[j] / scale[j];
+    }
+  }
+  std::vector<double> x;
+  if (!Solve(normal, rhs, x)) return false;
+  params.fill(0.0);
+  for (size_t j = 0; j < n; ++j) params[static_cast<size_t>(active[j])] = x[j] / scale[j];
+  return true;
+}
+
+std::string ParameterLabel(int index) { return kParameterNames[index]; }
+
+}  // namespace
+
+std::array<double, 4> AllReduceCoefficients(int nodes, int gpus_per_node, double bytes, double ops) {
+  const double g = gpus_per_node, m = nodes;
+  return {ops * 2.0 * (g - 1.0), 2.0 * (g - 1.0) / g * bytes, ops * 2.0 * (m - 1.0),
+          2.0 * (m - 1.0) / m * bytes / g};
+}
+
+double PredictAllReduceSeconds(const LinkModel& links, int nodes, int gpus_per_node, double bytes, double ops) {
+  const std::array<double, 4> c = AllReduceCoefficients(nodes, gpus_per_node, bytes, ops);
+  return c[0] * links.intra.alpha_s + c[1] * links.intra.beta_s_per_byte + c[2] * links.inter.alpha_s +
+         c[3] * links.inter.beta_s_per_byte;
+}
+
+AlphaBetaFit FitAlphaBeta(const std::vector<AllReduceSample>& samples) {
+  AlphaBetaFit fit;
+  std::vector<AllReduceSample> usable;
+  for (const AllReduceSample& s : samples) {
+    if (s.time_s > 0 && std::isfinite(s.time_s) && s.nodes * s.gpus_per_node > 1) usable.push_back(s);
+  }
+  fit.samples = static_cast<int>(usable.size());
+  // The parameters some sample depends on.
+  std::vector<int> active;
+  for (int j = 0; j < kParameters; ++j) {
+    for (const AllReduceSample& s : usable) {
+      if (AllReduceCoefficients(s.nodes, s.gpus_per_node, s.bytes, s.ops)[static_cast<size_t>(j)] != 0) {
+        active.push_back(j);
+        break;
+      }
+    }
+  }
+  std::array<double, kParameters> params{};
+  while (!active.empty()) {
+    if (!SolveRelative(usable, active, params)) {
+      // Not identifiable: fix an alpha at 0 (a latency cannot be told from a bandwidth when every sample has the
+      // same bytes per message step), the inter-node one first when both are active.
+      auto alpha = std::find_if(active.rbegin(), active.rend(), [](int j) { return j % 2 == 0; });
+      if (alpha == active.rend()) break;  // betas alone singular cannot happen with nonzero columns; stay unfitted
+      fit.notes.push_back(ParameterLabel(*alpha) + " cannot be separated from the bandwidth term by these " +
+                          "measurements (one size per message count): fixed at 0");
+      active.erase(std::next(alpha).base());
+      continue;
+    }
+    // Keep the parameters physical: fix the most negative one at 0 and fit the rest again.
+    int worst = -1;
+    for (int j : active) {
+      if (params[static_cast<size_t>(j)] < 0 && (worst < 0 || params[static_cast<size_t>(j)] < params[static_cast<size_t>(worst)])) {
+        worst = j;
+      }
+    }
+    if (worst < 0) break;
+    fit.notes.push_back(ParameterLabel(worst) + " fitted negative: fixed at 0");
+    active.erase(std::find(active.begin(), active.end(), worst));
+    params.fill(0.0);
+  }
+  const bool fitted = !active.empty();
+  auto class_fitted = [&](int alpha_index) {
+    return fitted && (std::count(active.begin(), active.end(), alpha_index) ||
+                      std::count(active.begin(), active.end(), alpha_index + 1));
+  };
+  fit.links.intra = {params[0], params[1], class_fitted(0), ""};
+  fit.links.inter = {params[2], params[3], class_fitted(2), ""};
+  double sum = 0;
+  for (const AllReduceSample& s : usable) {
+    const double r = PredictAllReduceSeconds(fit.links, s.nodes, s.gpus_per_node, s.bytes, s.ops) / s.time_s - 1.0;
+    sum += r * r;
+  }
+  fit.rms_relative_error = usable.empty() ? 0.0 : std::sqrt(sum / usable.size());
+  return fit;
+}
+
+LinkModel ResolveLinks(const AlphaBetaFit& fit, const LinkOverrides& overrides) {
+  LinkModel links = fit.links;
+  links.intra.origin = links.intra.fitted ? "fitted" : "not measured";
+  if (overrides.inter_node_gbps) {
+    links.inter.beta_s_per_byte = 8.0 / (*overrides.inter_node_gbps * 1e9);
+    links.inter.origin = Format("bandwidth from --inter-node-gbps %g", *overrides.inter_node_gbps);
+  } else {
+    links.inter.origin = links.inter.fitted ? "bandwidth fitted" : "bandwidth not measured";
+  }
+  if (links.inter.fitted) {
+    links.inter.origin += ", latency fitted";
+  } else {
+    links.inter.alpha_s = overrides.inter_node_latency_s;
+    links.inter.origin += Format(", latency %g us assumed (--inter-node-latency-us)", overrides.inter_node_latency_s * 1e6);
+  }
+  return links;
+}
+
+std::string MissingLinks(const LinkModel& links, const Layout& layout) {
+  if (layout.gpus_per_node > 1 && !links.intra.fitted) {
+    return "no intra-node measurement (give a collectives report with --collectives, or a run with --scaling to k > 1)";
+  }
+  if (layout.nodes > 1 && !(links.inter.beta_s_per_byte > 0)) {
+    return "no inter-node measurement (give --inter-node-gbps, the network rate per GPU)";
+  }
+  return "";
+}
+
+std::string Layout::Name() const { return std::to_string(nodes) + "x" + std::to_string(gpus_per_node); }
+
+std::vector<Layout> ParseLayouts(const std::string& text, int gpus_per_node, const std::string& flag) {
+  constexpr long kMaxGpus = 1 << 20;
+  auto positive = [&](const std::string& item, const std::string& digits) {
+    char* end = nullptr;
+    const long value = digits.empty() ? 0 : std::strtol(digits.c_str(), &end, 10);
+    if (digits.empty() || *end != '\0' || value <= 0 || value > kMaxGpus) {
+      throw InputError(flag + " '" + item + "': expected a GPU count (16) or nodes x GPUs per node (2x8)");
+    }
+    return static_cast<int>(value);
+  };
+  std::vector<Layout> layouts;
+  for (const std::string& item : SplitList(text)) {
+    const size_t x = item.find_first_of("xX");
+    Layout layout;
+    if (x != std::string::npos) {
+      layout.nodes = positive(item, item.substr(0, x));
+      layout.gpus_per_node = positive(item, item.substr(x + 1));
+    } else {
+      const int k = positive(item, item);
+      if (k > gpus_per_node && k % gpus_per_node != 0) {
+        throw InputError(flag + " '" + item + "': not a multiple of --gpus-per-node " + std::to_string(gpus_per_node) +
+                         " (write NxG, e.g. 3x4, for another layout)");
+      }
+      layout.nodes = k <= gpus_per_node ? 1 : k / gpus_per_node;
+      layout.gpus_per_node = k <= gpus_per_node ? k : gpus_per_node;
+    }
+    if (static_cast<long>(layout.nodes) * layout.gpus_per_node > kMaxGpus) {
+      throw InputError(flag + " '" + item + "': too many GPUs");
+    }
+    layouts.push_back(layout);
+  }
+  if (layouts.empty()) throw InputError(flag + ": expected a list such as 16,32,64 or 1x8,2x4");
+  return layouts;
+}
+
+StepModel::StepModel(const std::vector<TrainPointInput>& points, bool weak, const TrainPointInput& smallest)
+    : reference_(points.back()), smallest_(smallest), weak_(weak) {
+  for (auto it = points.rbegin(); it != points.rend(); ++it) {
+    if (it->comm_total_s > 0) {
+      overlap_ = std::clamp(1.0 - it->comm_exposed_s / it->comm_total_s, 0.0, 1.0);
+      overlap_measured_ = true;
+      break;
+    }
+  }
+}
+
+ProjectedPoint StepModel::Project(const LinkModel& links, const Layout& layout) const {
+  ProjectedPoint p;
+  p.layout = layout;
+  const int k = layout.gpus();
+  const double base = (reference_.step_s - reference_.comm_exposed_s) *
+                      (weak_ ? 1.0 : static_cast<double>(reference_.k) / k);
+  p.comm_s = k > 1 ? PredictAllReduceSeconds(links, layout.nodes, layout.gpus_per_node, reference_.gradient_bytes,
+                                             reference_.buckets)
+                   : 0.0;
+  p.exposed_s = (1.0 - overlap_) * p.comm_s;
+  p.step_s = base + p.exposed_s;
+  p.tokens_per_step = weak_ ? reference_.tokens_per_step / reference_.k * k : reference_.tokens_per_step;
+  p.tokens_per_s = p.tokens_per_step / p.step_s;
+  const double smallest_rate = smallest_.tokens_per_step / smallest_.step_s;
+  p.efficiency = p.tokens_per_s / (static_cast<double>(k) / smallest_.k * smallest_rate);
+  return p;
+}
+
+std::vector<AllReduceSample> TrainSamples(const std::vector<TrainPointInput>& points) {
+  std::vector<AllReduceSample> samples;
+  for (const TrainPointInput& p : points) {
+    if (p.k < 2 || !(p.comm_total_s > 0)) continue;
+    samples.push_back({p.nodes, p.gpus_per_node, p.gradient_bytes, p.buckets, p.comm_total_s,
+                       "train k=" + std::to_string(p.k) + " gradient buckets"});
+  }
+  return samples;
+}
+
+std::optional<HeldOutCheck> CheckHeldOut(const std::vector<TrainPointInput>& points,
+                                         const std::vector<AllReduceSample>& collective_samples, bool weak,
+                                         const LinkOverrides& overrides) {
+  if (points.size() < 2) return std::nullopt;
+  const TrainPointInput& held = points.back();
+  const std::vector<TrainPointInput> rest(points.begin(), points.end() - 1);
+  std::vector<AllReduceSample> samples = collective_samples;
+  for (const AllReduceSample& s : TrainSamples(rest)) samples.push_back(s);
+  const AlphaBetaFit fit = FitAlphaBeta(samples);
+  const LinkModel links = ResolveLinks(fit, overrides);
+  HeldOutCheck check;
+  check.k = held.k;
+  check.layout = {held.nodes, held.gpus_per_node};
+  if (!MissingLinks(links, check.layout).empty()) return std::nullopt;
+  const StepModel model(rest, weak, points.front());
+  check.predicted_step_s = model.Project(links, check.layout).step_s;
+  check.measured_step_s = held.step_s;
+  check.relative_error = std::fabs(check.predicted_step_s - check.measured_step_s) / check.measured_step_s;
+  check.notes = fit.notes;
+  if (!model.overlap_measured()) {
+    check.notes.push_back("no communicating point below k=" + std::to_string(held.k) + ": overlap assumed 0");
+  }
+  return check;
+}
+
+}  // namespace tb

@@ -1,0 +1,152 @@
+// Projection of a training run to other GPU counts and layouts with an alpha-beta model of the gradient
+// all-reduce, fitted to the run's own measurements (collective sweeps and the training buckets).
+//
+// Model. A link class c (intra-node, inter-node) has a latency alpha_c (s per message step) and an inverse
+// bandwidth beta_c (s per byte). An all-reduce of S bytes per rank:
+//   one node, n ranks (ring):     t = 2(n-1)/n * S * beta_intra + 2(n-1) * alpha_intra
+//   m nodes x g ranks (hierarchical: reduce-scatter inside each node, all-reduce of each rank's S/g shard across
+//   the m nodes at the inter-node rate per rank, all-gather inside each node):
+//     t = 2(g-1)/g * S * beta_intra + 2(g-1) * alpha_intra + 2(m-1)/m * (S/g) * beta_inter + 2(m-1) * alpha_inter
+// (m = 1 gives the ring; g = 1 a ring across nodes). B all-reduces of S_1..S_B bytes add up: the S terms see the
+// total bytes, the alpha terms count B times. Every measurement is thus linear in (alpha_intra, beta_intra,
+// alpha_inter, beta_inter) and they are fitted by least squares on the relative error (each equation divided by
+// its measured time, so that 8-byte and 1-GB messages weigh alike), with the parameters kept >= 0.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tb {
+
+// A timed all-reduce measurement: `ops` all-reduces of `bytes` per rank in total, on `nodes` x `gpus_per_node`
+// ranks, taking `time_s`.
+struct AllReduceSample {
+  int nodes = 1;
+  int gpus_per_node = 1;
+  double bytes = 0;
+  double ops = 1;
+  double time_s = 0;
+  std::string source;  // what was measured, e.g. "all_reduce 1048576 B at 8 ranks", "train k=4 buckets"
+};
+
+// The four model coefficients of a sample: time = c[0]*alpha_intra + c[1]*beta_intra + c[2]*alpha_inter +
+// c[3]*beta_inter.
+std::array<double, 4> AllReduceCoefficients(int nodes, int gpus_per_node, double bytes, double ops);
+
+struct LinkParameters {
+  double alpha_s = 0;
+  double beta_s_per_byte = 0;
+  bool fitted = false;  // from measurements (false: not measured, or given by the user)
+  std::string origin;   // how the values were obtained, for the output
+  double bandwidth_GBps() const { return beta_s_per_byte > 0 ? 1.0 / beta_s_per_byte / 1e9 : 0; }
+};
+
+struct LinkModel {
+  LinkParameters intra;
+  LinkParameters inter;
+};
+
+struct AlphaBetaFit {
+  LinkModel links;
+  int samples = 0;
+  double rms_relative_error = 0;  // over the fitted samples
+  std::vector<std::string> notes;  // what could not be identified and what was assumed instead
+};
+
+// Fits the parameters that the samples determine; a link class without samples stays unfitted (zeros), an alpha
+// that the samples cannot tell from beta (all at one size-to-message ratio) is fixed at 0 and noted.
+AlphaBetaFit FitAlphaBeta(const std::vector<AllReduceSample>& samples);
+
+double PredictAllReduceSeconds(const LinkModel& links, int nodes, int gpus_per_node, double bytes, double ops);
+
+struct Layout {
+  int nodes = 1;
+  int gpus_per_node = 1;
+  int gpus() const { return nodes * gpus_per_node; }
+  std::string Name() const;  // "2x8"
+};
+
+// What the user gives for links the run did not measure (or wants to replace).
+struct LinkOverrides {
+  std::optional<double> inter_node_gbps;  // network rate per GPU, Gbit/s: replaces the fitted inter-node beta
+  double inter_node_latency_s = 5e-6;     // inter-node alpha when the run measured no inter-node link
+};
+
+// The fit's links with the overrides applied: intra-node as fitted; inter-node beta = 8 / (gbps x 1e9) when
+// given, else as fitted; inter-node alpha as fitted, else the override latency.
+LinkModel ResolveLinks(const AlphaBetaFit& fit, const LinkOverrides& overrides);
+
+// Why `links` cannot model `layout` (a link class it needs has no bandwidth), or "" when it can.
+std::string MissingLinks(const LinkModel& links, const Layout& layout);
+
+// A measured training point, as the projection uses it.
+struct TrainPointInput {
+  int k = 0;
+  int nodes = 1;
+  int gpus_per_node = 1;
+  double step_s = 0;            // without checkpoint stalls
+  double comm_total_s = 0;      // all-reduce time per step (sum over buckets)
+  double comm_exposed_s = 0;    // what backward did not hide
+  double gradient_bytes = 0;    // per rank per step
+  double buckets = 1;           // all-reduces per step
+  double tokens_per_step = 0;   // over all k ranks
+};
+
+
+// Parses "16,32,2x4": a count k becomes ceil(k / gpus_per_node) nodes of min(k, gpus_per_node) GPUs (k must then
+// be a multiple of gpus_per_node); "MxG" is M nodes of G GPUs. Throws InputError naming `flag`.
+std::vector<Layout> ParseLayouts(const std::string& text, int gpus_per_node, const std::string& flag);
+
+struct ProjectedPoint {
+  Layout layout;
+  double comm_s = 0;         // modelled all-reduce time per step
+  double exposed_s = 0;      // (1 - overlap) x comm_s
+  double step_s = 0;         // compute (and the rest of the step) + exposed
+  double tokens_per_step = 0;
+  double tokens_per_s = 0;
+  double efficiency = 0;     // throughput(k) / (k/k0 x throughput(k0)), k0 = the smallest measured point
+};
+
+// The step model: step(k) = base(k) + (1 - overlap) x comm(k), where base is the reference point's step time
+// without its exposed communication (weak scaling: the same per rank at every k; strong: scaled by k_ref / k),
+// overlap = 1 - comm_exposed/comm_total of the largest reference point that communicated (0 when none did), and
+// comm(k) the modelled all-reduce of the gradient buckets.
+class StepModel {
+ public:
+  // `points` ascending by k; the reference is the last one; `smallest` is the efficiency baseline.
+  StepModel(const std::vector<TrainPointInput>& points, bool weak, const TrainPointInput& smallest);
+  ProjectedPoint Project(const LinkModel& links, const Layout& layout) const;
+  double overlap() const { return overlap_; }
+  bool overlap_measured() const { return overlap_measured_; }
+  const TrainPointInput& reference() const { return reference_; }
+
+ private:
+  TrainPointInput reference_;
+  TrainPointInput smallest_;
+  bool weak_;
+  double overlap_ = 0;
+  bool overlap_measured_ = false;
+};
+
+// Samples of the training buckets: comm_total per step of each point with k > 1 (`ops` = buckets).
+std::vector<AllReduceSample> TrainSamples(const std::vector<TrainPointInput>& points);
+
+// The model's error on a point it was not fitted on: the fit and the step model use every collective sample and
+// every training point below the largest k; the largest is predicted.
+struct HeldOutCheck {
+  int k = 0;
+  Layout layout;
+  double predicted_step_s = 0;
+  double measured_step_s = 0;
+  double relative_error = 0;  // |predicted - measured| / measured
+  std::vector<std::string> notes;
+};
+// nullopt when fewer than two training points were measured, or the points below the largest leave a link class
+// that the largest point uses without any fitted parameter (then there is nothing to predict from).
+std::optional<HeldOutCheck> CheckHeldOut(const std::vector<TrainPointInput>& points,
+                                         const std::vector<AllReduceSample>& collective_samples, bool weak,
+                                         const LinkOverrides& overrides);
+
+}  // namespace tb

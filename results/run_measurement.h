@@ -1,0 +1,53 @@
+// What `trainbench cost` needs from a report, read once and checked: the training points (throughput, step time
+// without checkpoint stalls, communication, layout), start-up, checkpoint stalls and size, the all-reduce sweep,
+// the device and the model's memory. Every missing piece is an InputError naming the file.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memory_fit.h"
+#include "projection.h"
+#include "report.h"
+
+namespace tb {
+
+struct MeasuredPoint {
+  TrainPointInput train;               // k, layout, step_s (without checkpoint stalls), communication
+  double step_s_reported = 0;          // the report's step_s (checkpoint stalls included)
+  double tokens_per_s_reported = 0;    // the report's tokens_per_s
+  int micro_batch = 0;
+  std::optional<double> checkpoint_stall_s;  // mean over io/k<N>/checkpoints rows (every rank and event)
+  int checkpoint_events = 0;           // rows averaged
+  double checkpoint_state_bytes = 0;   // the whole checkpoint (io checkpoint_state_bytes); 0 when none was written
+};
+
+struct RunMeasurement {
+  std::string path;
+  std::string device;                  // rank 0's GPU name as CUDA reports it, or "cpu"
+  int ranks = 0;
+  int nodes = 0;
+  bool weak_scaling = true;
+  double startup_s = 0;                // train startup_s
+  std::vector<MeasuredPoint> points;   // ascending k (k<N> groups; storage-sweep groups are skipped)
+  std::vector<AllReduceSample> all_reduce;  // this report's collectives/all_reduce sweep, if any
+  // The model as it ran.
+  std::string model_name;
+  std::string model_scaled;            // what --layers changed ("" when nothing)
+  double parameters = 0;
+  int seq = 0;
+  MemoryBreakdown memory_estimate;     // the report's per-rank estimate (model memory_* attributes)
+  std::string memory_precision;
+  double peak_device_memory_bytes = 0; // max over ranks (0 on the CPU backend)
+};
+
+// Reads the training measurement. Throws InputError "'<path>': no training measurement (...)" when the report has no
+// train section or no measured point.
+RunMeasurement ReadRunMeasurement(const Report& report, const std::string& path);
+
+// The all_reduce sweep of a collectives report (out-of-place time per size, verified sizes only). Throws
+// InputError when the report has none.
+std::vector<AllReduceSample> ReadAllReduceSamples(const Report& report, const std::string& path);
+
+}  // namespace tb

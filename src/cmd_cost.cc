@@ -1,0 +1,844 @@
+// `trainbench cost`: from training reports and a price file to the decision — total task cost, $/1M tokens and time
+// to train per run and offering, the cheapest, the fastest and the cheapest within a deadline; projection of a run
+// to other GPU counts and layouts (alpha-beta model fitted to its own measurements, with its held-out error); and
+// whether a model fits in a GPU's memory. Reads files only: one process, no MPI communication.
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <sstream>
+
+#include "commands.h"
+#include "console.h"
+#include "cost.h"
+#include "error.h"
+#include "log.h"
+#include "memory_fit.h"
+#include "model_config.h"
+#include "prices.h"
+#include "projection.h"
+#include "report.h"
+#include "run_measurement.h"
+#include "token_shard.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+namespace po = boost::program_options;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// The checkpoint trainbench writes holds fp32 weights and both AdamW moments.
+constexpr double kCheckpointBytesPerParameter = 12.0;
+
+constexpr const char* kUsage =
+    "usage: trainbench cost RUN.h5 [RUN.h5 ...] --prices P.toml (--train-tokens N | --train-steps N)\n"
+    "                       [--deadline-hours H] [--k N] [--format text|csv|json]\n"
+    "       trainbench cost RUN.h5 --project 16,32,2x8 [--gpus-per-node 8] [--inter-node-gbps R]\n"
+    "                       [--collectives C.h5] [--prices P.toml --train-tokens N]\n"
+    "       trainbench cost --model NAME [--layers N] [--micro-batch B] [--seq T] --gpu-memory 80G [--prices P.toml]\n"
+    "\n"
+    "Cost, per run and price offering whose GPU model matches the run's device (see launch/prices.example.toml):\n"
+    "  runtime = start-up (measured) + target tokens / measured tokens/s (largest k, or --k; checkpoint stalls\n"
+    "  removed) + checkpoint overhead (runtime / interval x measured stall); nodes = ceil(GPUs / GPUs per node),\n"
+    "  whole nodes billed. Failures = runtime x nodes / MTBF per node; each loses restart time + start-up + half a\n"
+    "  checkpoint interval (failures fall uniformly between checkpoints). total = GPU + storage (dataset + kept\n"
+    "  checkpoints, $/GB-month over the time to train, 730 h a month) + egress + retry. Young/Daly interval =\n"
+    "  sqrt(2 x checkpoint stall x MTBF of the job), MTBF of the job = MTBF per node / nodes.\n"
+    "Projection: alpha (latency) and beta (s/byte) per link class fitted by least squares (relative error) to the\n"
+    "  all_reduce sweep (t = 2(n-1)/n S beta + 2(n-1) alpha) and the training buckets (comm_total per step vs\n"
+    "  gradient bytes); across nodes a hierarchical all-reduce (intra-node reduce-scatter, inter-node all-reduce of\n"
+    "  S/g bytes per GPU at --inter-node-gbps, intra-node all-gather). step(k) = measured step without exposed\n"
+    "  communication + (1 - measured overlap) x modelled all-reduce. The error is shown on the largest measured k,\n"
+    "  predicted from a fit without it.\n"
+    "Memory fit: per-GPU weights, gradients, optimizer state (bf16 + fp32 master and AdamW: 16 B/parameter) and\n"
+    "  activations, data parallel without sharding; scaled by measured peak / estimate when a report measured\n"
+    "  device memory.";
+
+struct CostFlags {
+  std::vector<std::string> reports;
+  std::string prices;
+  std::string train_tokens;
+  std::string train_steps;
+  double deadline_hours = 0;
+  int k = 0;
+  std::string project;
+  int gpus_per_node = 8;
+  double inter_node_gbps = 0;
+  double inter_node_latency_us = 5;
+  std::string collectives;
+  std::string device_as;
+  std::string model;
+  int layers = 0;
+  int micro_batch = 0;
+  int seq = 0;
+  std::string gpu_memory;
+  std::string format = "text";
+};
+
+// Parses the flags and the report paths; false after --help.
+bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::variables_map& given) {
+  po::options_description options("cost options");
+  options.add_options()
+      ("prices", po::value(&f.prices), "price file (TOML): offerings and assumptions")
+      ("train-tokens", po::value(&f.train_tokens), "the training target in tokens (300e9, 300G; SI suffixes)")
+      ("train-steps", po::value(&f.train_steps), "or in optimizer steps of the priced configuration")
+      ("deadline-hours", po::value(&f.deadline_hours), "mark the cheapest configuration that trains within H hours")
+      ("k", po::value(&f.k), "price this measured scaling point (default: the largest)")
+      ("project", po::value(&f.project), "project to these GPU counts or layouts: 16,32,2x8 (NxG = N nodes of G GPUs)")
+      ("gpus-per-node", po::value(&f.gpus_per_node)->default_value(f.gpus_per_node), "layout of a plain count in --project")
+      ("inter-node-gbps", po::value(&f.inter_node_gbps), "network rate per GPU across nodes, Gbit/s (replaces a fitted one)")
+      ("inter-node-latency-us", po::value(&f.inter_node_latency_us)->default_value(f.inter_node_latency_us),
+       "inter-node latency alpha when the run measured no inter-node link")
+      ("collectives", po::value(&f.collectives), "a collectives report of the same machines: its all_reduce sweep joins the fit")
+      ("device-as", po::value(&f.device_as), "price the runs as if measured on this GPU model (e.g. a CPU test run)")
+      ("model", po::value(&f.model), "memory fit of this model (a preset name)")
+      ("layers", po::value(&f.layers), "with --model: this many layers of its shape")
+      ("micro-batch", po::value(&f.micro_batch), "with --model: sequences per GPU per step (1)")
+      ("seq", po::value(&f.seq), "with --model: tokens per sequence (the model's)")
+      ("gpu-memory", po::value(&f.gpu_memory), "with --model: GPU memory to fit in (80G = 80 GiB, 80GB = 80e9 B)")
+      ("format", po::value(&f.format)->default_value(f.format), "text|csv|json")
+      ("help,h", "show this help");
+  po::options_description hidden;
+  hidden.add_options()("reports", po::value(&f.reports)->multitoken());
+  po::options_description all;
+  all.add(options).add(hidden);
+  po::positional_options_description positional;
+  positional.add("reports", -1);
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), given);
+    if (given.count("help")) {
+      std::ostringstream text;
+      text << kUsage << "\n\n" << options;
+      Print(text.str(), true);
+      return false;
+    }
+    po::notify(given);
+  } catch (const po::error& e) {
+    throw InputError(std::string(e.what()) + " (see 'trainbench cost --help')");
+  }
+  return true;
+}
+
+// ---- formatting --------------------------------------------------------------------------------------------------
+
+// "$1,234,567" above $100, "$12.34" below.
+std::string Usd(double value) {
+  if (!std::isfinite(value)) return "n/a";
+  if (std::fabs(value) < 100) return Format("$%.2f", value);
+  const std::string digits = Format("%.0f", std::fabs(value));
+  std::string grouped = value < 0 ? "-$" : "$";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
+  return grouped;
+}
+
+std::string Gib(double bytes) { return Format("%.1f GiB", bytes / kGiB); }
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += Format("\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(double value) { return std::isfinite(value) ? Format("%.10g", value) : "null"; }
+
+// A JSON object written field by field.
+class JsonObject {
+ public:
+  JsonObject& Add(const std::string& key, const std::string& raw_json) {
+    fields_.push_back(JsonString(key) + ": " + raw_json);
+    return *this;
+  }
+  JsonObject& Num(const std::string& key, double value) { return Add(key, JsonNumber(value)); }
+  JsonObject& Str(const std::string& key, const std::string& value) { return Add(key, JsonString(value)); }
+  JsonObject& Bool(const std::string& key, bool value) { return Add(key, value ? "true" : "false"); }
+  template <typename T>
+  JsonObject& Opt(const std::string& key, const std::optional<T>& value) {
+    if constexpr (std::is_same_v<T, size_t>) {
+      return Add(key, value ? std::to_string(*value) : "null");
+    } else {
+      return Add(key, value ? JsonNumber(*value) : "null");
+    }
+  }
+  std::string Json() const {
+    std::string out = "{";
+    for (size_t i = 0; i < fields_.size(); ++i) out += (i ? ", " : "") + fields_[i];
+    return out + "}";
+  }
+
+ private:
+  std::vector<std::string> fields_;
+};
+
+std::string JsonArray(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ",\n  " : "\n  ") + items[i];
+  return out + (items.empty() ? "]" : "\n]");
+}
+
+std::string CsvField(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// ---- the analysis ------------------------------------------------------------------------------------------------
+
+struct MemoryCheck {
+  std::string what;  // "gpt-13b (40 layers), micro-batch 1, seq 1024, bf16 mixed precision"
+  MemoryBreakdown estimate;
+  std::optional<MemoryCalibration> calibration;
+};
+
+struct RunAnalysis {
+  RunMeasurement m;
+  size_t priced = 0;  // index into m.points
+  std::optional<GpuModel> gpu;
+  bool device_as = false;  // gpu comes from --device-as, not from the device
+  std::optional<double> stall_s;
+  int stall_events = 0;
+  int stall_k = 0;
+  double checkpoint_gb = 0;
+  std::string checkpoint_size_source;
+  std::vector<AllReduceSample> collective_samples;  // this report's and --collectives'
+  std::optional<AlphaBetaFit> fit;
+  LinkModel links;
+  std::optional<HeldOutCheck> held_out;
+  std::optional<StepModel> step_model;
+  std::vector<ProjectedPoint> projected;
+  MemoryCheck memory;
+};
+
+// A configuration priced: the measured point or a projected layout of one run.
+struct Config {
+  size_t run = 0;
+  std::string label;  // "k8 1x8" (measured) or "2x8" (projected)
+  bool projected = false;
+  Layout layout;
+  double tokens_per_step = 0;
+  double step_s = 0;  // without checkpoint stalls
+};
+
+struct CostRow {
+  Config config;
+  const Offering* offering = nullptr;
+  CostInputs inputs;
+  CostBreakdown cost;
+  MemoryFit memory;
+};
+
+std::string RunName(const RunAnalysis& run) { return run.m.path; }
+
+// The estimate for --model, or the run's own as its report states it.
+MemoryCheck ModelMemory(const CostFlags& f, const RunMeasurement* run) {
+  MemoryCheck check;
+  if (!f.model.empty()) {
+    ModelConfig config = FindPreset(f.model);
+    if (f.layers > 0) config = WithLayers(config, f.layers);
+    const int micro_batch = f.micro_batch > 0 ? f.micro_batch : 1;
+    const int seq = f.seq > 0 ? f.seq : config.seq;
+    const MemoryEstimate e = EstimateMemory(config, micro_batch, seq, true);
+    check.estimate = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes};
+    check.what = Format("%s (%d layers, %.3g parameters), micro-batch %d, seq %d, bf16 mixed precision",
+                        config.name.c_str(), config.layers, static_cast<double>(CountParameters(config).total),
+                        micro_batch, seq);
+  } else if (run) {
+    check.estimate = run->memory_estimate;
+    check.what = Format("%s as run (%s%.3g parameters, micro-batch %d, seq %d; %s)", run->model_name.c_str(),
+                        run->model_scaled.empty() ? "" : (run->model_scaled + ", ").c_str(), run->parameters,
+                        run->points.back().micro_batch, run->seq, run->memory_precision.c_str());
+  }
+  if (run) {
+    check.calibration = CalibrateMemory(run->peak_device_memory_bytes, run->memory_estimate.total_bytes(), run->path);
+  }
+  return check;
+}
+
+RunAnalysis AnalyzeRun(const std::string& path, const CostFlags& f, const std::vector<AllReduceSample>& extra_samples,
+                       const std::vector<Layout>& layouts, const LinkOverrides& overrides,
+                       const std::optional<PriceFile>& prices) {
+  RunAnalysis a;
+  a.m = ReadRunMeasurement(ReadReport(path), path);
+  a.priced = a.m.points.size() - 1;
+  if (f.k > 0) {
+    std::vector<std::string> measured;
+    bool found = false;
+    for (size_t i = 0; i < a.m.points.size(); ++i) {
+      measured.push_back(std::to_string(a.m.points[i].train.k));
+      if (a.m.points[i].train.k == f.k) {
+        a.priced = i;
+        found = true;
+      }
+    }
+    if (!found) throw InputError("--k " + std::to_string(f.k) + ": '" + path + "' measured k = " + JoinNames(measured, ","));
+  }
+  a.device_as = !f.device_as.empty();
+  a.gpu = a.device_as ? std::optional<GpuModel>(FindGpuModel(f.device_as, "--device-as")) : MatchGpuModel(a.m.device);
+
+  // The checkpoint stall of the priced point, else of the largest point that checkpointed.
+  const MeasuredPoint& priced = a.m.points[a.priced];
+  const MeasuredPoint* stalled = priced.checkpoint_stall_s ? &priced : nullptr;
+  for (auto it = a.m.points.rbegin(); !stalled && it != a.m.points.rend(); ++it) {
+    if (it->checkpoint_stall_s) stalled = &*it;
+  }
+  if (stalled) {
+    a.stall_s = stalled->checkpoint_stall_s;
+    a.stall_events = stalled->checkpoint_events;
+    a.stall_k = stalled->train.k;
+  }
+  if (prices) {
+    const CostAssumptions& as = prices->assumptions;
+    if (as.checkpoint_size == CheckpointSizeSource::kGigabytes) {
+      a.checkpoint_gb = as.checkpoint_gb;
+      a.checkpoint_size_source = "from the price file";
+    } else if (stalled && stalled->checkpoint_state_bytes > 0) {
+      a.checkpoint_gb = stalled->checkpoint_state_bytes / 1e9;
+      a.checkpoint_size_source = "measured";
+    } else {
+      a.checkpoint_gb = a.m.parameters * kCheckpointBytesPerParameter / 1e9;
+      a.checkpoint_size_source = "estimated: 12 B/parameter (fp32 weights + AdamW m, v)";
+    }
+  }
+
+  a.collective_samples = a.m.all_reduce;
+  a.collective_samples.insert(a.collective_samples.end(), extra_samples.begin(), extra_samples.end());
+  if (!layouts.empty()) {
+    std::vector<TrainPointInput> points;
+    for (const MeasuredPoint& p : a.m.points) points.push_back(p.train);
+    std::vector<AllReduceSample> samples = a.collective_samples;
+    for (const AllReduceSample& s : TrainSamples(points)) samples.push_back(s);
+    a.fit = FitAlphaBeta(samples);
+    a.links = ResolveLinks(*a.fit, overrides);
+    a.step_model.emplace(points, a.m.weak_scaling, points.front());
+    for (const Layout& layout : layouts) {
+      const std::string missing = MissingLinks(a.links, layout);
+      if (!missing.empty()) {
+        throw InputError("cannot project '" + path + "' to " + layout.Name() + ": " + missing);
+      }
+      a.projected.push_back(a.step_model->Project(a.links, layout));
+    }
+    a.held_out = CheckHeldOut(points, a.collective_samples, a.m.weak_scaling, overrides);
+  }
+  a.memory = ModelMemory(f, &a.m);
+  return a;
+}
+
+std::vector<Config> ConfigsOf(const RunAnalysis& a, size_t run_index) {
+  std::vector<Config> configs;
+  const MeasuredPoint& p = a.m.points[a.priced];
+  const Layout measured{p.train.nodes, p.train.gpus_per_node};
+  configs.push_back({run_index, "k" + std::to_string(p.train.k) + " " + measured.Name(), false, measured,
+                     p.train.tokens_per_step, p.train.step_s});
+  for (const ProjectedPoint& q : a.projected) {
+    configs.push_back({run_index, q.layout.Name(), true, q.layout, q.tokens_per_step, q.step_s});
+  }
+  return configs;
+}
+
+// ---- output ------------------------------------------------------------------------------------------------------
+
+std::string Marks(size_t index, const CostDecision& d) {
+  std::vector<std::string> marks;
+  if (d.cheapest == index) marks.push_back("cheapest");
+  if (d.fastest == index) marks.push_back("fastest");
+  if (d.cheapest_within_deadline == index) marks.push_back("deadline");
+  return JoinNames(marks, ",");
+}
+
+std::string MemoryCell(const MemoryFit& fit) {
+  return Format("%s %+.1f", fit.fits ? "yes" : "NO", fit.margin_bytes / kGiB);
+}
+
+std::string RowName(const CostRow& row, const std::vector<RunAnalysis>& runs) {
+  return RunName(runs[row.config.run]) + " " + row.config.label + (row.config.projected ? " (projected)" : "") +
+         " on " + row.offering->name;
+}
+
+std::vector<std::string> DecisionLines(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs,
+                                       const CostDecision& d, std::optional<double> deadline) {
+  std::vector<std::string> lines;
+  auto describe = [&](size_t i) {
+    return RowName(rows[i], runs) + ": " + Usd(rows[i].cost.total_usd) +
+           Format(", %.1f h to train, $%.4f per 1M tokens", rows[i].cost.time_to_train_hours,
+                  rows[i].cost.usd_per_million_tokens);
+  };
+  if (d.cheapest) lines.push_back("# cheapest: " + describe(*d.cheapest));
+  if (d.fastest) lines.push_back("# fastest: " + describe(*d.fastest));
+  if (deadline) {
+    lines.push_back(d.cheapest_within_deadline
+                        ? Format("# cheapest within %g h: ", *deadline) + describe(*d.cheapest_within_deadline)
+                        : Format("# none meets the deadline of %g h (the fastest takes %.1f h)", *deadline,
+                                 rows[*d.fastest].cost.time_to_train_hours));
+  }
+  return lines;
+}
+
+std::vector<std::string> RunLines(const RunAnalysis& a, const std::optional<PriceFile>& prices) {
+  std::vector<std::string> lines;
+  const RunMeasurement& m = a.m;
+  std::vector<std::string> ks;
+  for (const MeasuredPoint& p : m.points) ks.push_back(std::to_string(p.train.k));
+  lines.push_back(Format("# run %s: %s%s; %s; measured k = %s on %d node(s), %s scaling", m.path.c_str(),
+                         m.device.c_str(),
+                         !a.gpu                ? " (no known GPU model)"
+                         : a.device_as         ? (", priced as " + a.gpu->name + " (--device-as)").c_str()
+                                               : (" -> " + a.gpu->name).c_str(),
+                         m.model_name.c_str(), JoinNames(ks, ",").c_str(), m.nodes, m.weak_scaling ? "weak" : "strong"));
+  const MeasuredPoint& p = m.points[a.priced];
+  lines.push_back(Format("#   priced point k=%d (%s): %.6g tokens/s without checkpoint stalls (%.6g as reported), "
+                         "start-up %.1f s",
+                         p.train.k, Layout{p.train.nodes, p.train.gpus_per_node}.Name().c_str(),
+                         p.train.tokens_per_step / p.train.step_s, p.tokens_per_s_reported, m.startup_s));
+  if (a.stall_s) {
+    lines.push_back(Format("#   checkpoint: stall %.3g s (mean of %d rank-events at k=%d)", *a.stall_s, a.stall_events,
+                           a.stall_k) +
+                    (prices ? Format(", %.3g GB (%s)", a.checkpoint_gb, a.checkpoint_size_source.c_str()) : ""));
+  } else {
+    lines.push_back(std::string("#   checkpoint stall and Young/Daly interval: n/a: run with --checkpoint-every to measure") +
+                    (prices ? Format("; size %.3g GB (%s)", a.checkpoint_gb, a.checkpoint_size_source.c_str()) : ""));
+  }
+  return lines;
+}
+
+std::vector<std::string> ProjectionLines(const RunAnalysis& a) {
+  std::vector<std::string> lines;
+  if (!a.fit) return lines;
+  const AlphaBetaFit& fit = *a.fit;
+  lines.push_back("# projection of " + RunName(a) +
+                  " (alpha-beta all-reduce model, ring inside a node, hierarchical across nodes):");
+  lines.push_back(Format("#   fit: %d samples (%zu collective sizes, the rest training buckets), rms relative error %.1f%%",
+                         fit.samples, a.collective_samples.size(), fit.rms_relative_error * 100));
+  auto link = [](const char* name, const LinkParameters& l) {
+    return Format("#   %s: alpha %.3g us, beta 1/(%.4g GB/s) (%s)", name, l.alpha_s * 1e6, l.bandwidth_GBps(),
+                  l.origin.c_str());
+  };
+  lines.push_back(link("intra-node", a.links.intra));
+  lines.push_back(link("inter-node", a.links.inter));
+  for (const std::string& note : fit.notes) lines.push_back("#   note: " + note);
+  lines.push_back(a.step_model->overlap_measured()
+                      ? Format("#   overlap %.2f (measured at the largest communicating point)", a.step_model->overlap())
+                      : std::string("#   overlap: no point communicated; assumed 0 (every all-reduce exposed)"));
+  if (a.held_out) {
+    const HeldOutCheck& h = *a.held_out;
+    lines.push_back(Format("#   held out k=%d (%s): predicted step %.4g s, measured %.4g s: error %.1f%% "
+                           "(fitted without it)",
+                           h.k, h.layout.Name().c_str(), h.predicted_step_s, h.measured_step_s, h.relative_error * 100));
+    for (const std::string& note : h.notes) lines.push_back("#   held-out note: " + note);
+  } else {
+    lines.push_back("#   held-out error: n/a (needs two measured k and a fit without the largest)");
+  }
+  TextTable table({{"layout", "", 8}, {"gpus", "", 6}, {"step", "(s)", 10}, {"comm", "(s)", 10}, {"exposed", "(s)", 10},
+                   {"tokens/s", "", 12}, {"efficiency", "", 10}, {"source", "", 10}});
+  for (const std::string& line : table.HeaderLines()) lines.push_back(line);
+  for (const MeasuredPoint& p : a.m.points) {
+    const Layout layout{p.train.nodes, p.train.gpus_per_node};
+    lines.push_back(table.Row({layout.Name(), std::to_string(p.train.k), Format("%.4g", p.train.step_s),
+                               Format("%.4g", p.train.comm_total_s), Format("%.4g", p.train.comm_exposed_s),
+                               Format("%.6g", p.train.tokens_per_step / p.train.step_s), "-", "measured"}));
+  }
+  for (const ProjectedPoint& q : a.projected) {
+    lines.push_back(table.Row({q.layout.Name(), std::to_string(q.layout.gpus()), Format("%.4g", q.step_s),
+                               Format("%.4g", q.comm_s), Format("%.4g", q.exposed_s), Format("%.6g", q.tokens_per_s),
+                               Format("%.3f", q.efficiency), "projected"}));
+  }
+  return lines;
+}
+
+std::vector<std::string> MemoryLines(const MemoryCheck& check, const std::vector<std::pair<std::string, double>>& gpus) {
+  std::vector<std::string> lines;
+  lines.push_back("# memory fit, per GPU (data parallel, no sharding): " + check.what);
+  const MemoryBreakdown& e = check.estimate;
+  lines.push_back("#   weights " + Gib(e.weights_bytes) + ", gradients " + Gib(e.gradients_bytes) + ", optimizer " +
+                  Gib(e.optimizer_bytes) + ", activations " + Gib(e.activations_bytes) + ": total " +
+                  Gib(e.total_bytes()));
+  lines.push_back(check.calibration ? Format("#   calibration x%.3f: %s", check.calibration->factor,
+                                             check.calibration->source.c_str())
+                                    : std::string("#   calibration: none (no report measured device memory)"));
+  for (const auto& [name, bytes] : gpus) {
+    const MemoryFit fit = FitMemory(e, bytes, check.calibration);
+    lines.push_back(Format("#   %s, %s: needs %s: %s", name.c_str(), Gib(bytes).c_str(), Gib(fit.required_bytes).c_str(),
+                           fit.fits ? ("fits, " + Gib(fit.margin_bytes) + " to spare").c_str()
+                                    : ("does NOT fit, short by " + Gib(-fit.margin_bytes)).c_str()));
+  }
+  return lines;
+}
+
+std::string MemoryJson(const MemoryCheck& check, const std::vector<std::pair<std::string, double>>& gpus) {
+  std::vector<std::string> fits;
+  for (const auto& [name, bytes] : gpus) {
+    const MemoryFit fit = FitMemory(check.estimate, bytes, check.calibration);
+    fits.push_back(JsonObject().Str("gpu", name).Num("gpu_memory_bytes", bytes).Num("required_bytes", fit.required_bytes)
+                       .Num("margin_bytes", fit.margin_bytes).Bool("fits", fit.fits).Json());
+  }
+  const MemoryBreakdown& e = check.estimate;
+  return JsonObject()
+      .Str("what", check.what)
+      .Num("weights_bytes", e.weights_bytes)
+      .Num("gradients_bytes", e.gradients_bytes)
+      .Num("optimizer_bytes", e.optimizer_bytes)
+      .Num("activations_bytes", e.activations_bytes)
+      .Num("total_bytes", e.total_bytes())
+      .Num("calibration", check.calibration ? check.calibration->factor : 1.0)
+      .Str("calibration_source", check.calibration ? check.calibration->source : "none")
+      .Add("fits", JsonArray(fits))
+      .Json();
+}
+
+std::string RunJson(const RunAnalysis& a) {
+  std::vector<std::string> points;
+  for (const MeasuredPoint& p : a.m.points) {
+    points.push_back(JsonObject()
+                         .Num("k", p.train.k)
+                         .Str("layout", Layout{p.train.nodes, p.train.gpus_per_node}.Name())
+                         .Num("step_s", p.train.step_s)
+                         .Num("step_s_reported", p.step_s_reported)
+                         .Num("tokens_per_step", p.train.tokens_per_step)
+                         .Num("tokens_per_s", p.train.tokens_per_step / p.train.step_s)
+                         .Num("tokens_per_s_reported", p.tokens_per_s_reported)
+                         .Num("comm_total_s", p.train.comm_total_s)
+                         .Num("comm_exposed_s", p.train.comm_exposed_s)
+                         .Num("gradient_bytes", p.train.gradient_bytes)
+                         .Opt("checkpoint_stall_s", p.checkpoint_stall_s)
+                         .Json());
+  }
+  JsonObject run;
+  run.Str("path", a.m.path).Str("device", a.m.device).Str("gpu_model", a.gpu ? a.gpu->name : "")
+      .Num("ranks", a.m.ranks).Num("nodes", a.m.nodes).Str("scaling_mode", a.m.weak_scaling ? "weak" : "strong")
+      .Num("startup_s", a.m.startup_s).Num("priced_k", a.m.points[a.priced].train.k).Add("points", JsonArray(points))
+      .Opt("checkpoint_stall_s", a.stall_s).Num("checkpoint_events", a.stall_events)
+      .Str("checkpoint_stall", a.stall_s ? "measured" : "n/a: run with --checkpoint-every to measure")
+      .Num("checkpoint_gb", a.checkpoint_gb).Str("checkpoint_size_source", a.checkpoint_size_source);
+  if (a.fit) {
+    auto link = [](const LinkParameters& l) {
+      return JsonObject().Num("alpha_s", l.alpha_s).Num("beta_s_per_byte", l.beta_s_per_byte)
+          .Num("bandwidth_GBps", l.bandwidth_GBps()).Bool("fitted", l.fitted).Str("origin", l.origin).Json();
+    };
+    std::vector<std::string> notes, projected;
+    for (const std::string& n : a.fit->notes) notes.push_back(JsonString(n));
+    for (const ProjectedPoint& q : a.projected) {
+      projected.push_back(JsonObject().Str("layout", q.layout.Name()).Num("gpus", q.layout.gpus())
+                              .Num("nodes", q.layout.nodes).Num("step_s", q.step_s).Num("comm_s", q.comm_s)
+                              .Num("exposed_s", q.exposed_s).Num("tokens_per_s", q.tokens_per_s)
+                              .Num("efficiency", q.efficiency).Json());
+    }
+    JsonObject projection;
+    projection.Num("samples", a.fit->samples).Num("collective_samples", static_cast<double>(a.collective_samples.size()))
+        .Num("rms_relative_error", a.fit->rms_relative_error).Add("intra", link(a.links.intra))
+        .Add("inter", link(a.links.inter)).Add("notes", JsonArray(notes))
+        .Num("overlap", a.step_model->overlap()).Bool("overlap_measured", a.step_model->overlap_measured());
+    if (a.held_out) {
+      projection.Add("held_out", JsonObject().Num("k", a.held_out->k).Str("layout", a.held_out->layout.Name())
+                                     .Num("predicted_step_s", a.held_out->predicted_step_s)
+                                     .Num("measured_step_s", a.held_out->measured_step_s)
+                                     .Num("relative_error", a.held_out->relative_error).Json());
+    } else {
+      projection.Add("held_out", "null");
+    }
+    projection.Add("points", JsonArray(projected));
+    run.Add("projection", projection.Json());
+  }
+  return run.Json();
+}
+
+std::string CostRowJson(const CostRow& row, const std::vector<RunAnalysis>& runs, size_t index, const CostDecision& d) {
+  const CostBreakdown& c = row.cost;
+  return JsonObject()
+      .Str("run", RunName(runs[row.config.run]))
+      .Str("config", row.config.label)
+      .Bool("projected", row.config.projected)
+      .Str("offering", row.offering->name)
+      .Str("gpu", row.offering->gpu)
+      .Num("gpus", row.inputs.gpus)
+      .Num("nodes", c.nodes)
+      .Num("billed_gpus", c.billed_gpus)
+      .Num("target_tokens", row.inputs.target_tokens)
+      .Num("tokens_per_s", row.inputs.tokens_per_s)
+      .Num("job_usd_per_hour", c.job_usd_per_hour)
+      .Num("work_hours", c.work_hours)
+      .Num("startup_hours", c.startup_hours)
+      .Num("checkpoint_interval_hours", c.checkpoint_interval_hours)
+      .Bool("interval_is_young_daly", c.interval_is_young_daly)
+      .Opt("young_daly_hours", c.young_daly_hours)
+      .Num("checkpoint_overhead_hours", c.checkpoint_overhead_hours)
+      .Num("run_hours", c.run_hours)
+      .Num("job_mtbf_hours", c.job_mtbf_hours)
+      .Num("expected_failures", c.expected_failures)
+      .Num("lost_hours_per_failure", c.lost_hours_per_failure)
+      .Num("retry_hours", c.retry_hours)
+      .Num("time_to_train_hours", c.time_to_train_hours)
+      .Num("gpu_usd", c.gpu_usd)
+      .Num("storage_gb", c.storage_gb)
+      .Num("storage_usd", c.storage_usd)
+      .Num("transfer_usd", c.transfer_usd)
+      .Num("retry_usd", c.retry_usd)
+      .Num("total_usd", c.total_usd)
+      .Num("usd_per_million_tokens", c.usd_per_million_tokens)
+      .Num("gpu_memory_bytes", row.memory.gpu_memory_bytes)
+      .Num("memory_required_bytes", row.memory.required_bytes)
+      .Bool("memory_fits", row.memory.fits)
+      .Str("marks", Marks(index, d))
+      .Json();
+}
+
+void PrintCsv(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs, const CostDecision& d) {
+  Print("run,config,projected,offering,gpu,gpus,nodes,billed_gpus,target_tokens,tokens_per_s,job_usd_per_hour,"
+        "run_hours,expected_failures,retry_hours,time_to_train_hours,gpu_usd,storage_usd,transfer_usd,retry_usd,"
+        "total_usd,usd_per_million_tokens,checkpoint_interval_hours,young_daly_hours,memory_required_bytes,"
+        "gpu_memory_bytes,memory_fits,marks",
+        true);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const CostRow& r = rows[i];
+    const CostBreakdown& c = r.cost;
+    Print(CsvField(RunName(runs[r.config.run])) + "," + CsvField(r.config.label) + "," + (r.config.projected ? "1" : "0") +
+              "," + CsvField(r.offering->name) + "," + CsvField(r.offering->gpu) +
+              Format(",%d,%d,%d,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,",
+                     r.inputs.gpus, c.nodes, c.billed_gpus, r.inputs.target_tokens, r.inputs.tokens_per_s,
+                     c.job_usd_per_hour, c.run_hours, c.expected_failures, c.retry_hours, c.time_to_train_hours,
+                     c.gpu_usd, c.storage_usd, c.transfer_usd, c.retry_usd, c.total_usd, c.usd_per_million_tokens,
+                     c.checkpoint_interval_hours) +
+              (c.young_daly_hours ? Format("%.10g", *c.young_daly_hours) : std::string()) +
+              Format(",%.10g,%.10g,%d,", r.memory.required_bytes, r.memory.gpu_memory_bytes, r.memory.fits ? 1 : 0) +
+              CsvField(Marks(i, d)),
+          true);
+  }
+}
+
+void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs, const CostDecision& d) {
+  size_t run_width = 3, offering_width = 8;
+  for (const CostRow& r : rows) {
+    run_width = std::max(run_width, RunName(runs[r.config.run]).size());
+    offering_width = std::max(offering_width, r.offering->name.size());
+  }
+  TextTable table({{"run", "", static_cast<int>(run_width)}, {"config", "", 8},
+                   {"offering", "", static_cast<int>(offering_width)}, {"gpus", "", 5}, {"nodes", "", 5},
+                   {"time", "(h)", 9}, {"gpu", "($)", 12}, {"storage", "($)", 10}, {"egress", "($)", 9},
+                   {"failures", "", 8}, {"retry", "($)", 10}, {"total", "($)", 12}, {"per_1M_tok", "($)", 10},
+                   {"ckpt_every", "(h)", 10}, {"young_daly", "(h)", 10}, {"fits", "(GiB)", 10}, {"", "", 0}});
+  for (const std::string& line : table.HeaderLines()) Print(line);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const CostRow& r = rows[i];
+    const CostBreakdown& c = r.cost;
+    Print(table.Row({RunName(runs[r.config.run]), r.config.label + (r.config.projected ? "*" : ""), r.offering->name,
+                     std::to_string(r.inputs.gpus), std::to_string(c.nodes), Format("%.1f", c.time_to_train_hours),
+                     Usd(c.gpu_usd), Usd(c.storage_usd), Usd(c.transfer_usd), Format("%.2f", c.expected_failures),
+                     Usd(c.retry_usd), Usd(c.total_usd), Format("%.4f", c.usd_per_million_tokens),
+                     Format("%.2f%s", c.checkpoint_interval_hours, c.interval_is_young_daly ? "yd" : ""),
+                     c.young_daly_hours ? Format("%.2f", *c.young_daly_hours) : "n/a", MemoryCell(r.memory),
+                     Marks(i, d)}));
+  }
+}
+
+}  // namespace
+
+int RunCostCommand(const CommandInput& input) {
+  CostFlags f;
+  po::variables_map given;
+  if (!ParseCostFlags(input.args, f, given)) return 0;
+
+  // Flags first, then files: a mistake in a flag is reported before anything is read.
+  if (f.format != "text" && f.format != "csv" && f.format != "json") {
+    throw InputError("--format '" + f.format + "': expected text|csv|json");
+  }
+  if (!f.train_tokens.empty() && !f.train_steps.empty()) {
+    throw InputError("--train-tokens and --train-steps: give one training target, not both");
+  }
+  const bool has_target = !f.train_tokens.empty() || !f.train_steps.empty();
+  if (!f.prices.empty() && !f.reports.empty() && !has_target) {
+    throw InputError("--prices needs a training target: --train-tokens N or --train-steps N");
+  }
+  const std::optional<double> target_tokens =
+      f.train_tokens.empty() ? std::nullopt : std::optional<double>(ParseTokenCount(f.train_tokens, "--train-tokens"));
+  const std::optional<double> target_steps =
+      f.train_steps.empty() ? std::nullopt : std::optional<double>(ParseTokenCount(f.train_steps, "--train-steps"));
+  std::optional<double> deadline;
+  if (given.count("deadline-hours")) {
+    if (!(f.deadline_hours > 0)) throw InputError(Format("--deadline-hours %g must be greater than 0", f.deadline_hours));
+    if (f.prices.empty()) throw InputError("--deadline-hours needs --prices");
+    deadline = f.deadline_hours;
+  }
+  if (f.reports.empty() && f.model.empty()) {
+    throw InputError("no reports given (usage: trainbench cost RUN.h5 ... --prices P, or --model NAME --gpu-memory SIZE)");
+  }
+  if (!f.reports.empty() && f.prices.empty() && f.project.empty() && f.model.empty()) {
+    throw InputError("nothing to compute: give --prices P (cost), --project LIST (projection) or --model NAME (memory fit)");
+  }
+  if (f.model.empty() && (given.count("layers") || given.count("micro-batch") || given.count("seq"))) {
+    throw InputError("--layers, --micro-batch and --seq go with --model");
+  }
+  if (f.model.empty() && !f.gpu_memory.empty()) throw InputError("--gpu-memory goes with --model");
+  if (!f.model.empty() && f.gpu_memory.empty() && f.prices.empty()) {
+    throw InputError("--model needs --gpu-memory SIZE (or --prices, for each offering's GPU memory)");
+  }
+  if (given.count("k") && f.k <= 0) throw InputError("--k " + std::to_string(f.k) + " must be at least 1");
+  if (f.gpus_per_node <= 0) throw InputError("--gpus-per-node must be at least 1");
+  if (given.count("inter-node-gbps") && !(f.inter_node_gbps > 0)) throw InputError("--inter-node-gbps must be greater than 0");
+  if (!(f.inter_node_latency_us >= 0)) throw InputError("--inter-node-latency-us must be >= 0");
+  if (!f.collectives.empty() && f.reports.size() != 1) {
+    throw InputError("--collectives goes with exactly one training report (the machines it measured)");
+  }
+  if (!f.collectives.empty() && f.project.empty()) throw InputError("--collectives feeds the projection: add --project");
+  if (f.reports.empty() && (!f.project.empty() || !f.device_as.empty() || given.count("k"))) {
+    throw InputError("--project, --k and --device-as need training reports");
+  }
+  if (!f.device_as.empty()) FindGpuModel(f.device_as, "--device-as");
+  const std::vector<Layout> layouts =
+      f.project.empty() ? std::vector<Layout>{} : ParseLayouts(f.project, f.gpus_per_node, "--project");
+  LinkOverrides overrides;
+  if (given.count("inter-node-gbps")) overrides.inter_node_gbps = f.inter_node_gbps;
+  overrides.inter_node_latency_s = f.inter_node_latency_us * 1e-6;
+  std::optional<double> gpu_memory;
+  if (!f.gpu_memory.empty()) gpu_memory = static_cast<double>(ParseSize(f.gpu_memory, "--gpu-memory"));
+  if (!f.model.empty()) ModelMemory(f, nullptr);  // an unknown preset or shape fails here, before the files
+
+  std::optional<PriceFile> prices;
+  if (!f.prices.empty()) prices = ReadPriceFile(f.prices);
+  std::vector<AllReduceSample> extra_samples;
+  if (!f.collectives.empty()) extra_samples = ReadAllReduceSamples(ReadReport(f.collectives), f.collectives);
+  std::vector<RunAnalysis> runs;
+  for (const std::string& path : f.reports) runs.push_back(AnalyzeRun(path, f, extra_samples, layouts, overrides, prices));
+
+  // Cost rows: every run's configurations on every offering of its GPU model.
+  std::vector<CostRow> rows;
+  std::vector<std::string> notes;
+  if (prices && !runs.empty()) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const RunAnalysis& a = runs[i];
+      if (!a.gpu) {
+        notes.push_back("# " + RunName(a) + ": device '" + a.m.device + "' is no known GPU model (known: " +
+                        KnownGpuModelNames() + "); --device-as MODEL prices it as one");
+        continue;
+      }
+      bool matched = false;
+      for (const Offering& offering : prices->offerings) {
+        if (offering.gpu != a.gpu->name) continue;
+        matched = true;
+        for (const Config& config : ConfigsOf(a, i)) {
+          CostRow row;
+          row.config = config;
+          row.offering = &offering;
+          row.inputs.tokens_per_s = config.tokens_per_step / config.step_s;
+          row.inputs.target_tokens = target_tokens ? *target_tokens : *target_steps * config.tokens_per_step;
+          row.inputs.gpus = config.layout.gpus();
+          row.inputs.startup_s = a.m.startup_s;
+          row.inputs.checkpoint_stall_s = a.stall_s;
+          row.inputs.checkpoint_gb = a.checkpoint_gb;
+          row.cost = ComputeCost(row.inputs, offering, prices->assumptions);
+          row.memory = FitMemory(a.memory.estimate, offering.gpu_memory_gib * kGiB, a.memory.calibration);
+          rows.push_back(std::move(row));
+        }
+      }
+      if (!matched) {
+        notes.push_back("# " + RunName(a) + ": no offering in " + prices->path + " has GPU model " + a.gpu->name);
+      }
+    }
+    if (rows.empty()) {
+      throw InputError("no offering in '" + prices->path + "' matches the device of any run (" + notes.front().substr(2) + ")");
+    }
+  }
+  const CostDecision decision = Decide([&] {
+    std::vector<CostBreakdown> costs;
+    for (const CostRow& r : rows) costs.push_back(r.cost);
+    return costs;
+  }(), deadline);
+
+  // Memory fits of --model without reports: against --gpu-memory and each offering's GPU.
+  std::vector<std::pair<std::string, double>> memory_targets;
+  if (gpu_memory) memory_targets.push_back({"--gpu-memory " + f.gpu_memory, *gpu_memory});
+  if (prices) {
+    for (const Offering& o : prices->offerings) memory_targets.push_back({o.name + " (" + o.gpu + ")", o.gpu_memory_gib * kGiB});
+  }
+  const std::optional<MemoryCheck> model_memory =
+      f.model.empty() ? std::nullopt : std::optional<MemoryCheck>(ModelMemory(f, runs.empty() ? nullptr : &runs.front().m));
+
+  if (f.format == "json") {
+    std::vector<std::string> run_json, row_json;
+    for (const RunAnalysis& a : runs) run_json.push_back(RunJson(a));
+    for (size_t i = 0; i < rows.size(); ++i) row_json.push_back(CostRowJson(rows[i], runs, i, decision));
+    JsonObject out;
+    out.Str("prices", f.prices).Opt("target_tokens", target_tokens).Opt("target_steps", target_steps)
+        .Opt("deadline_hours", deadline).Add("runs", JsonArray(run_json)).Add("costs", JsonArray(row_json))
+        .Add("decision", JsonObject().Opt("cheapest", decision.cheapest).Opt("fastest", decision.fastest)
+                             .Opt("cheapest_within_deadline", decision.cheapest_within_deadline)
+                             .Bool("deadline_met", decision.cheapest_within_deadline.has_value()).Json())
+        .Add("memory", model_memory ? MemoryJson(*model_memory, memory_targets) : "null");
+    Print(out.Json(), true);
+    return 0;
+  }
+  if (f.format == "csv") {
+    if (!rows.empty()) {
+      PrintCsv(rows, runs, decision);
+    } else if (!runs.empty() && !layouts.empty()) {
+      Print("run,layout,gpus,nodes,source,step_s,comm_s,exposed_s,tokens_per_s,efficiency", true);
+      for (const RunAnalysis& a : runs) {
+        for (const ProjectedPoint& q : a.projected) {
+          Print(CsvField(RunName(a)) + Format(",%s,%d,%d,projected,%.10g,%.10g,%.10g,%.10g,%.10g", q.layout.Name().c_str(),
+                                              q.layout.gpus(), q.layout.nodes, q.step_s, q.comm_s, q.exposed_s,
+                                              q.tokens_per_s, q.efficiency),
+                true);
+        }
+      }
+    } else if (model_memory) {
+      Print("gpu,gpu_memory_bytes,weights_bytes,gradients_bytes,optimizer_bytes,activations_bytes,calibration,"
+            "required_bytes,margin_bytes,fits",
+            true);
+      for (const auto& [name, bytes] : memory_targets) {
+        const MemoryFit fit = FitMemory(model_memory->estimate, bytes, model_memory->calibration);
+        const MemoryBreakdown& e = model_memory->estimate;
+        Print(CsvField(name) + Format(",%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%d", bytes, e.weights_bytes,
+                                      e.gradients_bytes, e.optimizer_bytes, e.activations_bytes, fit.calibration,
+                                      fit.required_bytes, fit.margin_bytes, fit.fits ? 1 : 0),
+              true);
+      }
+    }
+    return 0;
+  }
+
+  Print(Format("# trainbench cost: %zu run(s)", runs.size()) +
+        (prices ? Format("; prices %s (%zu offerings)", prices->path.c_str(), prices->offerings.size()) : "") +
+        (target_tokens ? Format("; target %.4g tokens", *target_tokens) : "") +
+        (target_steps ? Format("; target %.4g steps", *target_steps) : "") +
+        (deadline ? Format("; deadline %g h", *deadline) : ""));
+  for (const RunAnalysis& a : runs) {
+    Print("#");
+    for (const std::string& line : RunLines(a, prices)) Print(line);
+  }
+  for (const RunAnalysis& a : runs) {
+    if (!a.fit) continue;
+    Print("#");
+    for (const std::string& line : ProjectionLines(a)) Print(line);
+  }
+  if (model_memory) {
+    Print("#");
+    for (const std::string& line : MemoryLines(*model_memory, memory_targets)) Print(line);
+  }
+  if (!rows.empty()) {
+    Print("#");
+    Print(Format("# cost per run and offering (config * = projected; ckpt_every 'yd' = the Young/Daly interval; "
+                 "fits = GPU memory left, %s)",
+                 model_memory ? "the --model checked" : "each run's model as run"));
+    PrintCostTable(rows, runs, decision);
+    for (const std::string& line : notes) Print(line);
+    for (const std::string& line : DecisionLines(rows, runs, decision, deadline)) Print(line, true);
+  }
+  return 0;
+}
+
+}  // namespace tb

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# End-to-end tests of `trainbench cost` on real reports (a 2-rank CPU scaling sweep with and without checkpoints, a
+# collectives sweep): cost per offering with the cheapest/fastest/deadline verdicts, text, CSV and JSON (both parse),
+# --train-steps, --k, projection with its held-out error, the memory fit; every bad input gets one line and exit 2.
+#   cost_cli_test.sh TRAINBENCH MPIEXEC [MPIEXEC FLAGS...]
+set -uo pipefail
+tb=$1; shift; mpiexec=("$@")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+export OPENBLAS_NUM_THREADS=1
+prices=$(cd "$(dirname "${BASH_SOURCE[0]}")/../launch" && pwd)/prices.example.toml
+h100=(--device-as "H100 SXM")  # the runs here are on CPUs: price them as H100 SXM nodes
+
+# expect_out PATTERN: the last command's stdout matches PATTERN.
+expect_out() {
+  checks=$((checks + 1))
+  grep -qE -- "$1" "$work/out" || fail "stdout lacks /$1/: $(head -c 3000 "$work/out")"
+}
+
+# --- real reports --------------------------------------------------------------------------------------------------
+small=(--model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --steps 3 --scaling 1,2)
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" -o "$work/train.h5"
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --checkpoint-dir "$work/ckpt" --checkpoint-every 2 \
+  -o "$work/ckpt.h5"
+expect_ok "${mpiexec[@]}" -n 2 "$tb" collectives -b 1K -e 4M -f 4 -n 5 -w 2 -o "$work/coll.h5"
+r=$work/train.h5
+
+# --- cost ------------------------------------------------------------------------------------------------------------
+expect_ok "$tb" cost "$r" "$work/ckpt.h5" --prices "$prices" --train-tokens 1e9 --deadline-hours 1e9 "${h100[@]}"
+expect_out "^# run $r: cpu, priced as H100 SXM \(--device-as\)"
+expect_out "^#   checkpoint stall and Young/Daly interval: n/a: run with --checkpoint-every to measure"
+expect_out "^#   checkpoint: stall [0-9.e+-]+ s \(mean of 4 rank-events at k=2\), [0-9.e+-]+ GB \(measured\)"
+expect_out "^# cheapest: .* on (aws-p5.48xlarge|lambda-8x-h100-sxm|coreweave-hgx-h100): \\$"
+expect_out "^# fastest: "
+expect_out "^# cheapest within 1e\+09 h: "
+# 2 runs x the 3 H100 SXM offerings of the example file.
+checks=$((checks + 1))
+[[ $(grep -cE " k2 1x2 +(aws-p5.48xlarge|lambda-8x-h100-sxm|coreweave-hgx-h100) " "$work/out") -eq 6 ]] ||
+  fail "want 6 cost rows: $(cat "$work/out")"
+
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --deadline-hours 1e-9 "${h100[@]}"
+expect_out "^# none meets the deadline of 1e-09 h \(the fastest takes [0-9.]+ h\)"
+
+# The cheapest of the three H100 offerings at the same throughput is the lowest $/GPU-hour: Lambda's $2.99.
+expect_ok "$tb" cost "$r" --prices "$prices" --train-steps 1000 "${h100[@]}"
+expect_out "^# cheapest: $r k2 1x2 on lambda-8x-h100-sxm"
+expect_out "target 1000 steps"
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --k 1 "${h100[@]}"
+expect_out " k1 1x1 +lambda-8x-h100-sxm "
+
+# JSON parses, with the numbers the rows imply; CSV parses to the same totals.
+expect_ok "$tb" cost "$r" "$work/ckpt.h5" --prices "$prices" --train-tokens 1e9 --deadline-hours 100000 \
+  --format json "${h100[@]}"
+cp "$work/out" "$work/cost.json"
+checks=$((checks + 1))
+python3 - "$work/cost.json" <<'EOF' || fail "cost JSON: $(head -c 2000 "$work/cost.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = d["costs"]
+assert len(rows) == 6, len(rows)
+for row in rows:
+    parts = row["gpu_usd"] + row["storage_usd"] + row["transfer_usd"] + row["retry_usd"]
+    assert abs(parts - row["total_usd"]) <= 1e-9 * row["total_usd"], row
+    assert abs(row["usd_per_million_tokens"] - row["total_usd"] / 1e3) <= 1e-9 * row["total_usd"], row
+    assert row["target_tokens"] == 1e9
+cheapest = d["decision"]["cheapest"]
+assert rows[cheapest]["total_usd"] == min(r["total_usd"] for r in rows)
+assert "cheapest" in rows[cheapest]["marks"]
+assert d["runs"][0]["checkpoint_stall_s"] is None
+assert d["runs"][1]["checkpoint_stall_s"] > 0
+EOF
+expect_ok "$tb" cost "$r" "$work/ckpt.h5" --prices "$prices" --train-tokens 1e9 --format csv "${h100[@]}"
+checks=$((checks + 1))
+python3 - "$work/out" "$work/cost.json" <<'EOF' || fail "cost CSV: $(head -c 2000 "$work/out")"
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+d = json.load(open(sys.argv[2]))
+assert len(rows) == len(d["costs"]) == 6
+for a, b in zip(rows, d["costs"]):
+    assert a["offering"] == b["offering"] and a["run"] == b["run"]
+    assert abs(float(a["total_usd"]) - b["total_usd"]) <= 1e-9 * b["total_usd"], (a, b)
+EOF
+
+# --- projection ------------------------------------------------------------------------------------------------------
+expect_ok "$tb" cost "$r" --project 4,2x2,16 --collectives "$work/coll.h5" --inter-node-gbps 100
+expect_out "^#   fit: [0-9]+ samples \([0-9]+ collective sizes"
+expect_out "^#   intra-node: alpha [0-9.e+-]+ us, beta 1/\([0-9.e+-]+ GB/s\) \(fitted\)"
+expect_out "^#   inter-node: .*bandwidth from --inter-node-gbps 100, latency 5 us assumed"
+expect_out "^#   held out k=2 \(1x2\): predicted step [0-9.e+-]+ s, measured [0-9.e+-]+ s: error [0-9.]+%"
+expect_out "^ +2x8 +16 .* projected$"
+expect_out "^ +1x2 +2 .* measured$"
+expect_ok "$tb" cost "$r" --project 4 --collectives "$work/coll.h5" --format json
+checks=$((checks + 1))
+python3 -c 'import json,sys; d=json.load(sys.stdin); p=d["runs"][0]["projection"]; assert p["held_out"]["relative_error"] >= 0; assert p["points"][0]["layout"] == "1x4"' \
+  <"$work/out" || fail "projection JSON: $(head -c 2000 "$work/out")"
+# Projected configurations are priced too.
+expect_ok "$tb" cost "$r" --project 16 --inter-node-gbps 400 --prices "$prices" --train-tokens 1e9 "${h100[@]}"
+expect_out " 2x8\* +lambda-8x-h100-sxm "
+
+# --- memory fit ------------------------------------------------------------------------------------------------------
+expect_ok "$tb" cost --model gpt-13b --gpu-memory 80G
+expect_out "^#   --gpu-memory 80G, 80.0 GiB: needs [0-9.]+ GiB: does NOT fit, short by"
+expect_ok "$tb" cost --model gpt2-124m --micro-batch 1 --seq 512 --gpu-memory 80G --format json
+checks=$((checks + 1))
+python3 -c 'import json,sys; m=json.load(sys.stdin)["memory"]; assert m["fits"][0]["fits"] is True; assert abs(m["weights_bytes"]+m["gradients_bytes"]+m["optimizer_bytes"] - 16*(m["weights_bytes"]/2)) < 1' \
+  <"$work/out" || fail "memory JSON: $(head -c 2000 "$work/out")"
+expect_ok "$tb" cost --model gpt-70b --layers 8 --prices "$prices"
+expect_out "^#   aws-p5.48xlarge \(H100 SXM\), 80.0 GiB: needs"
+expect_ok "$tb" cost --help
+expect_out "Young/Daly"
+
+# --- bad input: one line, exit 2 ------------------------------------------------------------------------------------
+run_cost=("$tb" cost)
+expect_error 2 "cannot read report '$work/none.h5': no such file" -- "${run_cost[@]}" "$work/none.h5" --project 4
+echo "not hdf5" >"$work/text.h5"
+expect_error 2 "cannot read report '$work/text.h5': not an HDF5 file" -- "${run_cost[@]}" "$work/text.h5" --project 4
+head -c 3000 "$r" >"$work/truncated.h5"
+expect_error 2 "cannot read report '$work/truncated.h5': the HDF5 file is damaged or truncated" -- \
+  "${run_cost[@]}" "$work/truncated.h5" --project 4
+h5copy -i "$r" -o "$work/foreign.h5" -s /train -d /train
+expect_error 2 "cannot read report '$work/foreign.h5': not a trainbench report" -- \
+  "${run_cost[@]}" "$work/foreign.h5" --project 4
+expect_error 2 "'$work/coll.h5': no training measurement" -- \
+  "${run_cost[@]}" "$work/coll.h5" --prices "$prices" --train-tokens 1e9
+expect_error 2 "no offering in '.*prices.example.toml' matches the device of any run .*device 'cpu' is no known GPU model" -- \
+  "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9
+
+bad_prices() {  # bad_prices NAME SED-EXPRESSION: the example file edited
+  sed "$2" "$prices" >"$work/$1.toml"
+}
+bad_prices unknown_gpu 's/^gpu = "H100 PCIe"/gpu = "H100 SXN"/'
+expect_error 2 "unknown_gpu.toml:[0-9]+: offering 'lambda-1x-h100-pcie': unknown GPU 'H100 SXN' \(known: B200, .*H100 SXM" -- \
+  "${run_cost[@]}" "$r" --prices "$work/unknown_gpu.toml" --train-tokens 1e9
+bad_prices negative 's/^usd_per_gpu_hour = 2.99/usd_per_gpu_hour = -2.99/'
+expect_error 2 "negative.toml:[0-9]+: offering 'lambda-8x-h100-sxm': usd_per_gpu_hour must be > 0, got -2.99" -- \
+  "${run_cost[@]}" "$r" --prices "$work/negative.toml" --train-tokens 1e9
+bad_prices missing '/^usd_per_node_hour = 32.7726/d'
+expect_error 2 "missing.toml:[0-9]+: offering 'aws-p4d.24xlarge': missing price: give usd_per_gpu_hour or usd_per_node_hour" -- \
+  "${run_cost[@]}" "$r" --prices "$work/missing.toml" --train-tokens 1e9
+bad_prices both 's/^usd_per_node_hour = 98.32/usd_per_node_hour = 98.32\nusd_per_gpu_hour = 12.29/'
+expect_error 2 "offering 'aws-p5.48xlarge': give usd_per_gpu_hour or usd_per_node_hour, not both" -- \
+  "${run_cost[@]}" "$r" --prices "$work/both.toml" --train-tokens 1e9
+bad_prices no_storage '0,/^storage_usd_per_gb_month/{/^storage_usd_per_gb_month/d}'
+expect_error 2 "no_storage.toml:[0-9]+: offering 'aws-p5.48xlarge': missing storage_usd_per_gb_month" -- \
+  "${run_cost[@]}" "$r" --prices "$work/no_storage.toml" --train-tokens 1e9
+bad_prices malformed 's/^gpus_per_node = 8$/gpus_per_node = [8]/'
+expect_error 2 "malformed.toml:[0-9]+: arrays are not supported" -- \
+  "${run_cost[@]}" "$r" --prices "$work/malformed.toml" --train-tokens 1e9
+expect_error 2 "cannot read price file '$work/none.toml'" -- "${run_cost[@]}" "$r" --prices "$work/none.toml" --train-tokens 1e9
+expect_error 2 "--train-tokens and --train-steps: give one training target, not both" -- \
+  "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --train-steps 10
+expect_error 2 "--prices needs a training target: --train-tokens N or --train-steps N" -- "${run_cost[@]}" "$r" --prices "$prices"
+expect_error 2 "--format 'xml': expected text\|csv\|json" -- "${run_cost[@]}" "$r" --project 4 --format xml
+expect_error 2 "--train-tokens" -- "${run_cost[@]}" "$r" --prices "$prices" --train-tokens lots
+expect_error 2 "--k 3: '$r' measured k = 1,2" -- "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --k 3 "${h100[@]}"
+expect_error 2 "cannot project '$r' to 2x8: no inter-node measurement \(give --inter-node-gbps" -- "${run_cost[@]}" "$r" --project 16
+expect_error 2 "--project '12': not a multiple of --gpus-per-node 8" -- "${run_cost[@]}" "$r" --project 12
+expect_error 2 "--device-as: unknown GPU 'H100' \(known: " -- "${run_cost[@]}" "$r" --project 4 --device-as H100
+expect_error 2 "nothing to compute" -- "${run_cost[@]}" "$r"
+expect_error 2 "no reports given" -- "${run_cost[@]}"
+expect_error 2 "--model needs --gpu-memory" -- "${run_cost[@]}" --model gpt-13b
+expect_error 2 "gpt-14b" -- "${run_cost[@]}" --model gpt-14b --gpu-memory 80G
+expect_error 2 "--gpu-memory" -- "${run_cost[@]}" --model gpt-13b --gpu-memory lots
+expect_error 2 "--deadline-hours -1 must be greater than 0" -- \
+  "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --deadline-hours -1
+expect_error 2 "--collectives goes with exactly one training report" -- \
+  "${run_cost[@]}" "$r" "$r" --project 4 --collectives "$work/coll.h5"
+expect_error 2 "unrecognised option '--bogus'" -- "${run_cost[@]}" "$r" --bogus
+
+finish cost_cli_tests
