@@ -20,6 +20,7 @@ int RunCollectivesCommand(const CommandInput& input);
 int RunP2pCommand(const CommandInput& input);
 int RunTrainCommand(const CommandInput& input);
 int RunDataCommand(const CommandInput& input);
+int RunReportCommand(const CommandInput& input);
 int RunCostCommand(const CommandInput& input);
 
 }  // namespace tb

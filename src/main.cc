@@ -30,6 +30,7 @@ constexpr CommandEntry kCommands[] = {
     {"p2p", tb::RunP2pCommand, "rank-pair bandwidth and latency matrices; flags weak links"},
     {"train", tb::RunTrainCommand, "synthetic-transformer training steps: phases, MFU, overlap, scaling sweep"},
     {"data", tb::RunDataCommand, "data generate: write a token-shard dataset for the data loader"},
+    {"report", tb::RunReportCommand, "tables of one or more reports side by side (text, CSV, JSON); --html plots"},
     {"cost", tb::RunCostCommand, "total task cost, time to train and memory fit per price offering; projection"},
 };
 

@@ -1,0 +1,390 @@
+#include "export.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+
+#include "console.h"
+#include "error.h"
+
+namespace tb {
+namespace {
+
+// One table over every run that has it: the union of the runs' columns (a collectives report with two ops and one
+// with three give different headline columns), each run's rows laid out on that union.
+struct MergedTable {
+  const ViewTable* first = nullptr;  // section, name, title and per_run come from the first run that has it
+  std::vector<ViewColumn> columns;
+  struct Part {
+    size_t run;
+    std::vector<std::vector<Cell>> rows;
+  };
+  std::vector<Part> parts;
+};
+
+size_t SectionIndex(const std::string& section) {
+  const std::vector<std::string>& names = ReportSectionNames();
+  return static_cast<size_t>(std::find(names.begin(), names.end(), section) - names.begin());
+}
+
+std::vector<MergedTable> Merge(const std::vector<RunView>& runs) {
+  std::vector<MergedTable> merged;
+  std::map<std::string, size_t> index_of;
+  for (size_t run = 0; run < runs.size(); ++run) {
+    for (const ViewTable& table : runs[run].tables) {
+      auto [it, added] = index_of.emplace(table.FullName(), merged.size());
+      if (added) merged.push_back(MergedTable{&table, {}, {}});
+      MergedTable& m = merged[it->second];
+      std::vector<size_t> position;
+      for (const ViewColumn& column : table.columns) {
+        auto found = std::find_if(m.columns.begin(), m.columns.end(),
+                                  [&](const ViewColumn& c) { return c.name == column.name; });
+        position.push_back(static_cast<size_t>(found - m.columns.begin()));
+        if (found == m.columns.end()) m.columns.push_back(column);
+      }
+      MergedTable::Part part{run, {}};
+      for (const std::vector<Cell>& row : table.rows) {
+        std::vector<Cell>& laid_out = part.rows.emplace_back();
+        for (size_t i = 0; i < row.size(); ++i) {
+          if (laid_out.size() <= position[i]) laid_out.resize(position[i] + 1);
+          laid_out[position[i]] = row[i];
+        }
+      }
+      m.parts.push_back(std::move(part));
+    }
+  }
+  for (MergedTable& m : merged) {
+    for (MergedTable::Part& part : m.parts) {
+      for (std::vector<Cell>& row : part.rows) row.resize(m.columns.size());
+    }
+  }
+  // Sections in their documented order whatever the first run held; tables within a section as they came.
+  std::stable_sort(merged.begin(), merged.end(), [](const MergedTable& a, const MergedTable& b) {
+    return SectionIndex(a.first->section) < SectionIndex(b.first->section);
+  });
+  return merged;
+}
+
+std::string ShortestDouble(double value) {
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, result.ptr);
+}
+
+// --- text ---------------------------------------------------------------------------------------------------
+
+std::string CellText(const Cell& cell, const ViewColumn& column) {
+  if (const auto* i = std::get_if<int64_t>(&cell)) return std::to_string(*i);
+  if (const auto* s = std::get_if<std::string>(&cell)) return s->empty() ? "-" : *s;
+  if (const auto* d = std::get_if<double>(&cell)) {
+    if (std::isinf(*d)) return *d > 0 ? "inf" : "-inf";
+    if (column.percent) return FormatFixed(*d * 100, column.decimals);
+    if (column.decimals < 0) return std::isnan(*d) ? "N/A" : Format("%.4g", *d);
+    return FormatFixed(*d, column.decimals);
+  }
+  return "-";
+}
+
+std::string UnitText(const ViewColumn& column) {
+  if (column.percent) return "(%)";
+  return column.unit.empty() ? "" : "(" + column.unit + ")";
+}
+
+std::string PadRight(const std::string& text, size_t width) {
+  return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
+}
+
+// A fixed-width table whose columns are as wide as their widest cell; the first column is left-aligned (names).
+std::vector<std::string> TextBlock(const std::vector<std::string>& titles, const std::vector<std::string>& units,
+                                   const std::vector<std::vector<std::string>>& rows, bool left_first) {
+  std::vector<size_t> widths(titles.size());
+  for (size_t c = 0; c < titles.size(); ++c) {
+    widths[c] = std::max(titles[c].size(), units[c].size()) + (c == 0 ? 1 : 0);
+    for (const std::vector<std::string>& row : rows) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::vector<TextTable::ColumnSpec> specs;
+  for (size_t c = 0; c < titles.size(); ++c) {
+    std::string title = titles[c], unit = units[c];
+    if (c == 0 && left_first) {
+      title = PadRight(title, widths[c] - 1);
+      if (!unit.empty()) unit = PadRight(unit, widths[c] - 1);
+    }
+    specs.push_back({title, unit, static_cast<int>(widths[c])});
+  }
+  TextTable table(specs);
+  std::vector<std::string> lines = table.HeaderLines();
+  for (std::vector<std::string> row : rows) {
+    if (left_first) row[0] = PadRight(row[0], widths[0]);
+    lines.push_back(table.Row(row));
+  }
+  return lines;
+}
+
+// Values longer than this (command lines, fallback reasons) would widen a run's column for every field: they are
+// printed under the table instead.
+constexpr size_t kWideValue = 40;
+
+void SideBySide(const MergedTable& m, size_t run_count, std::vector<std::string>& lines) {
+  std::vector<std::string> titles = {"field", ""}, units = {"", ""};
+  for (size_t run = 0; run < run_count; ++run) {
+    titles.push_back("run " + std::to_string(run + 1));
+    units.push_back("");
+  }
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> wide;
+  for (size_t c = 0; c < m.columns.size(); ++c) {
+    std::vector<std::string> row = {m.columns[c].name, UnitText(m.columns[c])};
+    row.resize(2 + run_count, "-");
+    bool any = false;
+    for (const MergedTable::Part& part : m.parts) {
+      const Cell& cell = part.rows.front()[c];
+      any = any || !std::holds_alternative<std::monostate>(cell);
+      std::string text = CellText(cell, m.columns[c]);
+      if (text.size() > kWideValue) {
+        wide.push_back(Format("# %s, run %zu: %s", m.columns[c].name.c_str(), part.run + 1, text.c_str()));
+        text = "(below)";
+      }
+      row[2 + part.run] = std::move(text);
+    }
+    if (any) rows.push_back(std::move(row));
+  }
+  lines.push_back("# " + m.first->FullName() + ": " + m.first->title);
+  for (std::string& line : TextBlock(titles, units, rows, true)) lines.push_back(std::move(line));
+  for (std::string& line : wide) lines.push_back(std::move(line));
+}
+
+void RunByRun(const MergedTable& m, const std::vector<RunView>& runs, std::vector<std::string>& lines) {
+  for (const MergedTable::Part& part : m.parts) {
+    if (&part != &m.parts.front()) lines.push_back("#");
+    const std::string heading = "# " + m.first->FullName() + ": " + m.first->title + ", run " +
+                                std::to_string(part.run + 1) + " (" + runs[part.run].label + ")";
+    if (part.rows.empty()) {
+      lines.push_back(heading + ": none");
+      continue;
+    }
+    lines.push_back(heading);
+    // Columns no row of this run fills (a resume field in a run that did not resume) are left out.
+    std::vector<size_t> shown;
+    for (size_t c = 0; c < m.columns.size(); ++c) {
+      for (const std::vector<Cell>& row : part.rows) {
+        if (!std::holds_alternative<std::monostate>(row[c])) {
+          shown.push_back(c);
+          break;
+        }
+      }
+    }
+    std::vector<std::string> titles, units;
+    for (size_t c : shown) {
+      titles.push_back(m.columns[c].name);
+      units.push_back(UnitText(m.columns[c]));
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const std::vector<Cell>& row : part.rows) {
+      std::vector<std::string>& text = rows.emplace_back();
+      for (size_t c : shown) text.push_back(CellText(row[c], m.columns[c]));
+    }
+    for (std::string& line : TextBlock(titles, units, rows, false)) lines.push_back(std::move(line));
+  }
+}
+
+// --- CSV and JSON ---------------------------------------------------------------------------------------------
+
+std::string CsvCell(const Cell& cell) {
+  if (const auto* i = std::get_if<int64_t>(&cell)) return std::to_string(*i);
+  if (const auto* d = std::get_if<double>(&cell)) return CsvNumber(*d);
+  if (const auto* s = std::get_if<std::string>(&cell)) return CsvField(*s);
+  return "";
+}
+
+std::string CsvLine(const std::vector<std::string>& fields) {
+  std::string line;
+  for (size_t i = 0; i < fields.size(); ++i) line += (i ? "," : "") + fields[i];
+  return line + "\n";
+}
+
+std::string JsonCell(const Cell& cell) {
+  if (const auto* i = std::get_if<int64_t>(&cell)) return std::to_string(*i);
+  if (const auto* d = std::get_if<double>(&cell)) return JsonNumber(*d);
+  if (const auto* s = std::get_if<std::string>(&cell)) return JsonString(*s);
+  return "null";
+}
+
+std::string JsonRow(const ViewTable& table, const std::vector<Cell>& row) {
+  std::string text = "{";
+  for (size_t c = 0; c < table.columns.size(); ++c) {
+    text += (c ? ", " : "") + JsonString(table.columns[c].name) + ": " + JsonCell(row[c]);
+  }
+  return text + "}";
+}
+
+// Length of the valid UTF-8 sequence starting at text[i], or 0 when it is not one (RFC 3629: no overlong forms,
+// no surrogates, nothing past U+10FFFF).
+size_t Utf8SequenceLength(const std::string& text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  size_t length = 0;
+  unsigned char low = 0x80, high = 0xBF;  // range of the second byte
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size()) return 0;
+  if (byte(i + 1) < low || byte(i + 1) > high) return 0;
+  for (size_t k = 2; k < length; ++k) {
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
+ExportFormat ParseExportFormat(const std::string& name) {
+  if (name == "text") return ExportFormat::kText;
+  if (name == "csv") return ExportFormat::kCsv;
+  if (name == "json") return ExportFormat::kJson;
+  throw InputError("unknown format '" + name + "' for --format (accepted: text|csv|json)");
+}
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      const size_t length = Utf8SequenceLength(text, i);
+      out += length ? text.substr(i, length) : std::string("\\ufffd");
+      i += length ? length : 1;
+      continue;
+    }
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += Format("\\u%04x", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+    ++i;
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(double value) {
+  if (!std::isfinite(value)) return "null";
+  return ShortestDouble(value);
+}
+
+std::string CsvField(const std::string& text) {
+  // A leading '#' would read as one of our comment lines when the field starts a line.
+  const bool quote = text.find_first_of(",\"\r\n") != std::string::npos ||
+                     (!text.empty() && (text.front() == ' ' || text.back() == ' ' || text.front() == '#'));
+  if (!quote) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string CsvNumber(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  return ShortestDouble(value);
+}
+
+std::string ExportText(const std::vector<RunView>& runs) {
+  std::vector<std::string> lines = {Format("# trainbench report: %zu run%s", runs.size(), runs.size() == 1 ? "" : "s")};
+  for (size_t run = 0; run < runs.size(); ++run) lines.push_back(Format("#   run %zu: %s", run + 1, runs[run].label.c_str()));
+  for (const MergedTable& m : Merge(runs)) {
+    lines.push_back("");
+    if (m.first->per_run) {
+      SideBySide(m, runs.size(), lines);
+    } else {
+      RunByRun(m, runs, lines);
+    }
+  }
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
+
+std::string ExportCsv(const std::vector<RunView>& runs) {
+  std::string text;
+  for (const MergedTable& m : Merge(runs)) {
+    if (!text.empty()) text += "\n";
+    text += "# " + m.first->FullName() + "\n";
+    std::vector<std::string> units = {"# units"}, names = {"run"};
+    for (const ViewColumn& column : m.columns) {
+      units.push_back(CsvField(column.unit));
+      names.push_back(CsvField(column.name));
+    }
+    text += CsvLine(units) + CsvLine(names);
+    for (const MergedTable::Part& part : m.parts) {
+      for (const std::vector<Cell>& row : part.rows) {
+        std::vector<std::string> fields = {CsvField(runs[part.run].label)};
+        for (const Cell& cell : row) fields.push_back(CsvCell(cell));
+        text += CsvLine(fields);
+      }
+    }
+  }
+  return text;
+}
+
+std::string ExportJson(const std::vector<RunView>& runs) {
+  std::string text = "{\n  \"format\": \"trainbench.report.export\",\n  \"version\": 1,\n  \"units\": {";
+  bool first_table = true;
+  for (const MergedTable& m : Merge(runs)) {
+    std::string units;
+    for (const ViewColumn& column : m.columns) {
+      if (column.unit.empty()) continue;
+      units += (units.empty() ? "" : ", ") + JsonString(column.name) + ": " + JsonString(column.unit);
+    }
+    text += std::string(first_table ? "\n" : ",\n") + "    " + JsonString(m.first->FullName()) + ": {" + units + "}";
+    first_table = false;
+  }
+  text += first_table ? "},\n" : "\n  },\n";
+  text += "  \"runs\": [";
+  for (size_t run = 0; run < runs.size(); ++run) {
+    text += std::string(run ? "," : "") + "\n    {\n      \"file\": " + JsonString(runs[run].label);
+    const std::vector<ViewTable>& tables = runs[run].tables;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      const ViewTable& table = tables[t];
+      const bool opens_section = t == 0 || tables[t - 1].section != table.section;
+      const bool closes_section = t + 1 == tables.size() || tables[t + 1].section != table.section;
+      text += opens_section ? ",\n      " + JsonString(table.section) + ": {\n" : ",\n";
+      text += "        " + JsonString(table.name) + ": ";
+      if (table.per_run) {
+        text += JsonRow(table, table.rows.front());
+      } else {
+        text += "[";
+        for (size_t r = 0; r < table.rows.size(); ++r) {
+          text += std::string(r ? "," : "") + "\n          " + JsonRow(table, table.rows[r]);
+        }
+        text += table.rows.empty() ? "]" : "\n        ]";
+      }
+      if (closes_section) text += "\n      }";
+    }
+    text += "\n    }";
+  }
+  text += runs.empty() ? "]\n}\n" : "\n  ]\n}\n";
+  return text;
+}
+
+}  // namespace tb

@@ -1,0 +1,131 @@
+// `trainbench report`: one or more HDF5 reports as tables — side by side, or exported as CSV or JSON — and, with
+// --html, as a page of plots. Reads files only; under mpirun every rank checks the input and rank 0 prints.
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
+#include "cli.h"
+#include "commands.h"
+#include "error.h"
+#include "export.h"
+#include "html_report.h"
+#include "log.h"
+#include "report.h"
+#include "report_view.h"
+
+namespace tb {
+namespace {
+
+std::string Usage() {
+  std::string sections;
+  for (const std::string& name : ReportSectionNames()) sections += (sections.empty() ? "" : ", ") + name;
+  return "usage: trainbench report REPORT.h5 [REPORT.h5 ...] [--format text|csv|json] [--sections LIST] [--html FILE]\n"
+         "Shows reports written by trainbench (-o): per run the config, topology, collectives, flagged p2p pairs,\n"
+         "training per scaling point with the stall budget per rank, and I/O. Several runs: headline figures side by\n"
+         "side (a column per run), detail tables run by run. Writes to standard output (redirect it to keep it).\n"
+         "Sections (--sections, comma-separated; all by default): " +
+         sections;
+}
+
+struct ReportFlags {
+  std::vector<std::string> files;
+  std::string format = "text";
+  std::string sections;
+  bool sections_given = false;
+  std::string html;
+};
+
+// The report goes to standard output; an -o/--output here would most likely be a mistyped redirection.
+void RejectOutputFlag(const std::vector<std::string>& args) {
+  for (const std::string& arg : args) {
+    if (arg == "--") return;
+    if (arg == "-o" || arg.rfind("--output", 0) == 0 || (arg.rfind("-o", 0) == 0 && arg.size() > 2)) {
+      throw InputError("'trainbench report' has no " + arg.substr(0, arg.rfind("--", 0) == 0 ? 8 : 2) +
+                       ": it writes to standard output (redirect it: > run.json), and --html FILE writes the plots");
+    }
+  }
+}
+
+std::vector<std::string> ParseSections(const ReportFlags& f) {
+  const std::vector<std::string>& known = ReportSectionNames();
+  if (!f.sections_given) return known;
+  std::vector<std::string> chosen;
+  std::stringstream stream(f.sections);
+  std::string name;
+  while (std::getline(stream, name, ',')) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string accepted;
+      for (const std::string& k : known) accepted += (accepted.empty() ? "" : ", ") + k;
+      throw InputError("unknown section '" + name + "' for --sections (accepted: " + accepted + ")");
+    }
+    chosen.push_back(name);
+  }
+  if (chosen.empty()) throw InputError("--sections is empty (give a comma-separated list; see 'trainbench report --help')");
+  return chosen;
+}
+
+// Parses the flags; false when --help was given (and printed).
+bool ParseReportFlags(const std::vector<std::string>& args, ReportFlags& f) {
+  po::options_description options("report options");
+  options.add_options()
+      ("format", po::value(&f.format)->default_value(f.format), "text|csv|json (layouts in results/README.md)")
+      ("sections", po::value(&f.sections), "comma-separated sections to show (all by default)")
+      ("html", po::value(&f.html), "also write a self-contained HTML page of plots to this file")
+      ("help,h", "show this help");
+  po::options_description hidden;
+  hidden.add_options()("file", po::value(&f.files));
+  po::options_description all;
+  all.add(options).add(hidden);
+  po::positional_options_description positional;
+  positional.add("file", -1);
+  RejectOutputFlag(args);
+  try {
+    po::variables_map values;
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), values);
+    if (values.count("help")) {
+      std::ostringstream text;
+      text << Usage() << "\n\n" << options;
+      Print(text.str(), true);
+      return false;
+    }
+    po::notify(values);
+    f.sections_given = values.count("sections") > 0;
+  } catch (const po::error& e) {
+    throw InputError(std::string(e.what()) + " (see 'trainbench report --help')");
+  }
+  if (f.files.empty()) throw InputError("no report files given (usage: trainbench report A.h5 [B.h5 ...])");
+  return true;
+}
+
+}  // namespace
+
+int RunReportCommand(const CommandInput& input) {
+  ReportFlags f;
+  bool help = false;
+  ExportFormat format = ExportFormat::kText;
+  std::vector<RunView> runs;
+  // Every rank checks the same input, so that a bad file ends the job with one line whatever the launch.
+  AgreeOnSetup([&] {
+    help = !ParseReportFlags(input.args, f);
+    if (help) return;
+    format = ParseExportFormat(f.format);
+    const std::vector<std::string> sections = ParseSections(f);
+    for (const std::string& file : f.files) runs.push_back(ViewReport(ReadReport(file), file, sections));
+  });
+  if (help || input.ctx.world_rank != 0) return 0;
+
+  std::string text;
+  switch (format) {
+    case ExportFormat::kText: text = ExportText(runs); break;
+    case ExportFormat::kCsv: text = ExportCsv(runs); break;
+    case ExportFormat::kJson: text = ExportJson(runs); break;
+  }
+  if (!f.html.empty()) {
+    WriteHtmlReport(f.files, f.html);
+    if (format == ExportFormat::kText) text += "\n# HTML report: " + f.html + "\n";
+  }
+  std::cout << text << std::flush;
+  return 0;
+}
+
+}  // namespace tb

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# End-to-end tests of `trainbench report` on real reports (collectives, p2p and train with the loader and a
+# checkpoint, at 2 ranks; info): runs side by side in text, JSON and CSV that parse and carry the report's exact
+# numbers (checked against h5dump), --sections, and every bad input: one line, exit 2, nothing printed before it.
+#   report_cli_test.sh TRAINBENCH H5DUMP MPIEXEC [MPIEXEC FLAGS...]
+set -uo pipefail
+tb=$1; h5dump=$2; shift 2; mpiexec=("$@")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+export OPENBLAS_NUM_THREADS=1
+# Any Python 3 parses JSON and CSV; the reports are written with h5py from Debian's python3-h5py (launch/setup).
+py=python3
+h5py=/usr/bin/python3
+
+# --- real reports -----------------------------------------------------------------------------------------------
+c=$work/c.h5 p=$work/p.h5 t=$work/t.h5 i=$work/i.h5
+expect_ok "${mpiexec[@]}" -n 2 "$tb" collectives -b 1K -e 64K -f 8 --ops all_reduce,all_gather -n 3 -w 1 -o "$c"
+expect_ok "${mpiexec[@]}" -n 2 "$tb" p2p --size 64K -n 3 --latency-iters 10 -o "$p"
+expect_ok "$tb" data generate --dir "$work/tokens" --tokens 50K --shard-tokens 20K --vocab 4096 --quiet
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --steps 2 \
+  --scaling 1,2 --data "$work/tokens" --checkpoint-dir "$work/ckpt" --checkpoint-every 2 -o "$t"
+expect_ok "$tb" info -o "$i"
+for r in "$c" "$p" "$t" "$i"; do [[ -s $r ]] || { fail "no report $r"; finish report_cli_tests; exit; }; done
+
+# exact MEMBER: the attribute as h5dump prints it with every digit.
+exact() { "$h5dump" -m %.17g -A -a "$1" "$2" | sed -n 's/^ *(0): //p'; }
+train_tokens=$(exact /summary/train_tokens_per_s "$t")
+[[ -n $train_tokens ]] || fail "h5dump cannot read /summary/train_tokens_per_s"
+
+# --- text: headline figures side by side, details run by run --------------------------------------------------------
+expect_ok "$tb" report "$c" "$t"
+out=$work/out
+grep -qx "#   run 1: $c" "$out" && grep -qx "#   run 2: $t" "$out" || fail "text: runs not listed: $(head -3 "$out")"
+grep -qE '^# +field +run 1 +run 2$' "$out" || fail "text: no side-by-side header"
+# tokens/s: nothing for the collectives run, the train run's largest point for the other.
+grep -qE '^tokens_per_s +\(tokens/s\) +- +[0-9]+$' "$out" || fail "text: tokens_per_s row: $(grep ^tokens_per_s "$out")"
+grep -qE '^all_reduce_peak_busbw_GBps +\(GB/s\) +[0-9.]+ +-$' "$out" || fail "text: all_reduce peak busbw row"
+grep -qE '^command +(train|collectives) ' "$out" || fail "text: config row command"
+for heading in "collectives.results: .*, run 1 \($c\)" "train.points: .*, run 2 \($t\)" "train.stall_budget: .*, run 2" \
+               "io.checkpoints: .*, run 2" "io.loader: .*, run 2" "topology.summary: " "config.options: .*, run 1"; do
+  grep -qE "^# $heading" "$out" || fail "text: no table /$heading/"
+done
+grep -qE "^ +k2 +0 +[^ ]+ +cpu \(1 BLAS threads\)" "$out" || fail "text: stall budget row of rank 0 at k2 missing"
+
+# --- JSON: parses; the numbers are the report's, to the last bit ------------------------------------------------------
+checks=$((checks + 1))
+if "$tb" report "$c" "$p" "$t" "$i" --format json >"$work/all.json" 2>"$work/err"; then
+  "$py" - "$work/all.json" "$train_tokens" "$c" "$p" "$t" "$i" <<'EOF' || fail "JSON checks failed"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+want_tokens = float(sys.argv[2])
+runs = doc["runs"]
+assert [r["file"] for r in runs] == sys.argv[3:], [r["file"] for r in runs]
+c, p, t, i = runs
+summary = t["train"]["summary"]
+assert summary["tokens_per_s"] == want_tokens, (summary["tokens_per_s"], want_tokens)
+assert summary["mfu_peak"] is None, "NaN (no peak for a CPU) must be null"
+assert summary["ranks"] == 2 and isinstance(summary["ranks"], int)
+assert [pt["point"] for pt in t["train"]["points"]] == ["k1", "k2"]
+assert len(t["train"]["stall_budget"]) == 3
+assert t["io"]["summary"]["checkpoints"] == 1, t["io"]["summary"]
+assert t["io"]["checkpoints"][0]["ranks"] == 2 and t["io"]["checkpoints"][0]["ok"] == 1
+assert {"train", "io"}.isdisjoint(c) and "collectives" in c and "p2p" in p and "topology" in i
+assert c["collectives"]["peak"]["wrong_elements_total"] == 0
+assert len(c["collectives"]["results"]) == 6, len(c["collectives"]["results"])
+assert p["p2p"]["summary"]["median_uni_GBps"] > 0
+assert doc["units"]["train.summary"]["tokens_per_s"] == "tokens/s"
+assert i["config"]["run"]["command"] == "info"
+EOF
+else
+  fail "report --format json -> exit $?: $(cat "$work/err")"
+fi
+# Every double of the JSON equals h5py's reading of the same attribute (when python3-h5py is there).
+checks=$((checks + 1))
+if "$h5py" -c 'import h5py' 2>/dev/null; then
+  "$h5py" - "$work/all.json" "$c" "$t" <<'EOF' || fail "JSON numbers differ from the HDF5 attributes"
+import json, sys, math, h5py
+doc = json.load(open(sys.argv[1]))
+c, t = doc["runs"][0], doc["runs"][2]
+with h5py.File(sys.argv[3], "r") as f:
+    for pt in t["train"]["points"]:
+        attrs = f["train/" + pt["point"]].attrs
+        for name in ("tokens_per_s", "step_s", "overlap", "mfu_measured_gemm", "scaling_efficiency"):
+            a = float(attrs[name])
+            assert (pt[name] is None and math.isnan(a)) or pt[name] == a, (pt["point"], name, pt[name], a)
+with h5py.File(sys.argv[2], "r") as f:
+    rows = [r for r in c["collectives"]["results"] if r["op"] == "all_reduce"]
+    table = f["collectives/all_reduce/results"][:]
+    assert [r["out_of_place_busbw_GBps"] for r in rows] == [float(x) for x in table["out_of_place_busbw_GBps"]]
+EOF
+else
+  echo "note: $h5py has no h5py; JSON checked against h5dump only"
+fi
+
+# --- CSV: every block parses, every row as wide as its header, the numbers read back -----------------------------------
+checks=$((checks + 1))
+if "$tb" report "$c" "$t" --format csv >"$work/all.csv" 2>"$work/err"; then
+  "$py" - "$work/all.csv" "$train_tokens" "$c" "$t" <<'EOF' || fail "CSV checks failed"
+import csv, io, sys
+text = open(sys.argv[1]).read()
+want_tokens, files = float(sys.argv[2]), set(sys.argv[3:])
+blocks = {}
+for block in text.split("\n\n"):
+    lines = block.strip("\n").split("\n")
+    assert lines[0].startswith("# ") and lines[1].startswith("# units,"), lines[:2]
+    rows = list(csv.reader(io.StringIO("\n".join(lines[1:]) + "\n")))
+    units, header, data = rows[0], rows[1], rows[2:]
+    assert header[0] == "run" and len(units) == len(header), (lines[0], header)
+    for row in data:
+        assert len(row) == len(header), (lines[0], row)
+        assert row[0] in files, row[0]
+    blocks[lines[0][2:]] = [dict(zip(header, row)) for row in data]
+train = blocks["train.summary"]
+assert len(train) == 1 and float(train[0]["tokens_per_s"]) == want_tokens, train
+assert train[0]["mfu_peak"] == "nan"
+assert {row["run"] for row in blocks["config.run"]} == files
+assert len(blocks["collectives.results"]) == 6
+EOF
+else
+  fail "report --format csv -> exit $?: $(cat "$work/err")"
+fi
+
+# --- --sections ----------------------------------------------------------------------------------------------------
+expect_ok "$tb" report "$c" "$t" --sections train,io
+grep -q '^# train.summary' "$out" && grep -q '^# io.summary' "$out" || fail "--sections train,io: train or io missing"
+grep -qE '^# (config|topology|collectives|p2p)\.' "$out" && fail "--sections train,io shows other sections"
+expect_ok "$tb" report "$t" --sections collectives --format json
+"$py" -c 'import json,sys; r = json.load(sys.stdin)["runs"][0]; assert set(r) == {"file"}, set(r)' <"$out" ||
+  fail "--sections collectives on a train report should give the run and no tables"
+expect_ok "$tb" report "$i" --format csv --sections topology
+[[ $(grep -c '^# topology.summary$' "$out") -eq 1 && $(grep -c '^#' "$out") -eq 2 ]] || fail "info report, topology only"
+
+# --- --html: the page of plots is written (when matplotlib is there to draw it) ----------------------------------------
+if "$h5py" -c 'import h5py, matplotlib' 2>/dev/null; then
+  expect_ok "$tb" report "$c" "$t" --html "$work/r.html"
+  grep -q "^# HTML report: $work/r.html" "$out" || fail "--html: no line naming the page"
+  [[ -s $work/r.html ]] || fail "--html: no page written"
+fi
+
+# --- bad input: one line naming the file, exit 2, no table before it --------------------------------------------------
+printf 'not hdf5\n' >"$work/text.h5"
+cp "$t" "$work/truncated.h5"; truncate -s $(($(stat -c %s "$t") / 2)) "$work/truncated.h5"
+expect_error 2 "cannot read report '$work/none.h5': no such file" -- "$tb" report "$work/none.h5"
+expect_error 2 "cannot read report '$work/text.h5': not an HDF5 file" -- "$tb" report "$work/text.h5"
+expect_error 2 "cannot read report '$work/truncated.h5': the HDF5 file is damaged or truncated" -- \
+  "$tb" report "$work/truncated.h5"
+expect_error 2 "cannot read report '$work': it is a directory" -- "$tb" report "$work"
+# A good file first: still nothing printed, the bad one named.
+expect_error 2 "cannot read report '$work/none.h5'" -- "$tb" report "$t" "$work/none.h5"
+[[ -s $out ]] && fail "a bad second file: output printed before the error"
+checks=$((checks + 1))
+if "$h5py" -c 'import h5py' 2>/dev/null; then
+  "$h5py" - "$work/foreign.h5" "$t" "$work/v99.h5" <<'EOF' || fail "cannot write the h5py test files"
+import shutil, sys, h5py, numpy
+with h5py.File(sys.argv[1], "w") as f:                 # someone else's HDF5: data, no trainbench identity
+    f["temperature"] = numpy.arange(10.0)
+    f.attrs["instrument"] = "thermometer"
+shutil.copyfile(sys.argv[2], sys.argv[3])
+with h5py.File(sys.argv[3], "r+") as f:                # ours, from a future schema
+    f.attrs["schema_version"] = numpy.int64(99)
+EOF
+  expect_error 2 "cannot read report '$work/foreign.h5': not a trainbench report" -- "$tb" report "$work/foreign.h5"
+  expect_error 2 "cannot read report '$work/v99.h5': schema version 99 is not supported \(this build reads 1\)" -- \
+    "$tb" report "$work/v99.h5"
+else
+  fail "$h5py lacks h5py (Debian's python3-h5py, installed by launch/setup): foreign and v99 files not tested"
+fi
+expect_error 2 "no report files given" -- "$tb" report
+expect_error 2 "no report files given" -- "$tb" report --format json
+expect_error 2 "unknown format 'bogus' for --format \(accepted: text\|csv\|json\)" -- "$tb" report "$t" --format bogus
+expect_error 2 "unknown section 'bogus' for --sections \(accepted: config, topology, collectives, p2p, train, io\)" -- \
+  "$tb" report "$t" --sections train,bogus
+expect_error 2 "'trainbench report' has no -o: it writes to standard output" -- "$tb" report "$t" -o "$work/x.json"
+expect_error 2 "has no --output" -- "$tb" report "$t" --output="$work/x.json"
+expect_error 2 "unrecognised option '--bogus'" -- "$tb" report "$t" --bogus
+# Under mpiexec: every rank sees the bad file, one line is printed, no rank hangs.
+expect_error 2 "cannot read report '$work/truncated.h5'" -- "${mpiexec[@]}" -n 2 "$tb" report "$work/truncated.h5"
+expect_ok "$tb" report --help
+grep -q "Sections (--sections, comma-separated; all by default): config, topology, collectives, p2p, train, io" "$out" ||
+  fail "--help does not list the sections"
+
+finish report_cli_tests
