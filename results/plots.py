@@ -301,7 +301,8 @@ def busbw_section(runs: list[Run]) -> Section:
             c = run.collectives[op]
             color = f"C{i}"
             ax.plot(c.sizes, c.busbw_out_of_place, "o-", color=color, label=f"{run.name} ({c.n_ranks} ranks)")
-            ax.plot(c.sizes, c.busbw_in_place, "--", color=color, alpha=0.6, label=f"{run.name} in-place")
+            if np.isfinite(c.busbw_in_place).any():  # --modes out-of-place leaves the in-place columns unmeasured
+                ax.plot(c.sizes, c.busbw_in_place, "--", color=color, alpha=0.6, label=f"{run.name} in-place")
             factors.append(f"{op} {c.formula} = {c.factor:.4g} at n = {c.n_ranks} ({run.name})")
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(binary_size))

@@ -1,0 +1,212 @@
+// WriteHtmlReport: how it finds and runs the plotting script and what its outcomes become (a stand-in script under
+// /bin/sh plays plots.py for the exit-code mapping and the argument vector), then the real plots.py on a report
+// written by WriteReport (skipped when /usr/bin/python3 lacks h5py or matplotlib).
+#include "html_report.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "error.h"
+#include "report.h"
+
+namespace tb {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Sets an environment variable for the life of the object, then restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) previous_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (previous_) {
+      setenv(name_, previous_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> previous_;
+};
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+size_t CountOf(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++count;
+  return count;
+}
+
+class HtmlReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string test_name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    directory_ = fs::temp_directory_path() / ("trainbench_html_test." + std::to_string(::getpid()) + "." + test_name);
+    fs::remove_all(directory_);
+    fs::create_directories(directory_);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+
+  std::string PathOf(const std::string& name) const { return (directory_ / name).string(); }
+
+  // A stand-in for plots.py, run by /bin/sh: records its arguments one per line, then runs `body`.
+  std::string FakeScript(const std::string& body) const {
+    const std::string path = PathOf("fake_plots.sh");
+    std::ofstream(path) << "printf '%s\\n' \"$@\" > '" << PathOf("args") << "'\n" << body << "\n";
+    return path;
+  }
+
+  // The error WriteHtmlReport throws with the stand-in script `body`; fails the test when it throws nothing.
+  template <typename ErrorType>
+  std::string ErrorFrom(const std::string& body) {
+    ScopedEnv python("TRAINBENCH_PYTHON", "/bin/sh");
+    ScopedEnv script("TRAINBENCH_PLOTS_SCRIPT", FakeScript(body));
+    try {
+      WriteHtmlReport({PathOf("a.h5")}, PathOf("page.html"));
+    } catch (const ErrorType& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "no error thrown for a script doing: " << body;
+    return "";
+  }
+
+  fs::path directory_;
+};
+
+TEST_F(HtmlReportTest, MissingScriptIsAnInputErrorNamingIt) {
+  ScopedEnv script("TRAINBENCH_PLOTS_SCRIPT", "/nonexistent/plots.py");
+  try {
+    WriteHtmlReport({PathOf("a.h5")}, PathOf("page.html"));
+    FAIL() << "no error for a missing plotting script";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'/nonexistent/plots.py' is missing"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TRAINBENCH_PLOTS_SCRIPT"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(HtmlReportTest, MissingPythonIsAnInputErrorSayingWhatToInstall) {
+  ScopedEnv python("TRAINBENCH_PYTHON", "/nonexistent/python3");
+  ScopedEnv script("TRAINBENCH_PLOTS_SCRIPT", FakeScript("exit 0"));
+  try {
+    WriteHtmlReport({PathOf("a.h5")}, PathOf("page.html"));
+    FAIL() << "no error for a missing interpreter";
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("cannot run '/nonexistent/python3'"), std::string::npos) << message;
+    EXPECT_NE(message.find("install python3-h5py python3-matplotlib"), std::string::npos) << message;
+  }
+}
+
+TEST_F(HtmlReportTest, ArgumentsReachTheScriptAsGivenWithoutAShell) {
+  ScopedEnv python("TRAINBENCH_PYTHON", "/bin/sh");
+  ScopedEnv script("TRAINBENCH_PLOTS_SCRIPT", FakeScript("exit 0"));
+  // Spaces, a quote, a dollar sign and a leading dash would each be mangled by a shell or taken for an option.
+  const std::vector<std::string> reports = {PathOf("run one.h5"), "-odd'$name.h5"};
+  WriteHtmlReport(reports, PathOf("out page.html"), PathOf("cost.json"));
+  const std::string expected = "--out\n" + PathOf("out page.html") + "\n--cost\n" + PathOf("cost.json") +
+                               "\n--\n" + reports[0] + "\n" + reports[1] + "\n";
+  EXPECT_EQ(ReadFile(PathOf("args")), expected);
+
+  WriteHtmlReport({reports[0]}, PathOf("page.html"));  // no cost file: no --cost
+  EXPECT_EQ(ReadFile(PathOf("args")), "--out\n" + PathOf("page.html") + "\n--\n" + reports[0] + "\n");
+}
+
+TEST_F(HtmlReportTest, ScriptInputErrorBecomesAnInputErrorWithItsLine) {
+  const std::string message = ErrorFrom<InputError>(
+      "echo 'a warning first' >&2; echo \"plots.py: cannot read cost file 'c.json': not JSON\" >&2; exit 2");
+  EXPECT_EQ(message, "cannot read cost file 'c.json': not JSON");
+}
+
+TEST_F(HtmlReportTest, MissingPackagesBecomeAnInputErrorSayingWhatToInstall) {
+  const std::string message = ErrorFrom<InputError>(
+      "echo \"plots.py: /usr/bin/python3 lacks the Python package 'h5py': install python3-h5py "
+      "python3-matplotlib\" >&2; exit 3");
+  EXPECT_EQ(message.rfind("cannot make the HTML page: ", 0), 0u) << message;
+  EXPECT_NE(message.find("install python3-h5py python3-matplotlib"), std::string::npos) << message;
+}
+
+TEST_F(HtmlReportTest, ScriptFailureIsARuntimeErrorWithItsLastLine) {
+  // Only RuntimeError is caught here: an InputError (also a tb::Error) would escape and fail the test.
+  const std::string message = ErrorFrom<RuntimeError>(
+      "echo 'Traceback (most recent call last):' >&2; echo 'ValueError: boom' >&2; echo >&2; exit 1");
+  EXPECT_NE(message.find("failed (exit code 1): ValueError: boom"), std::string::npos) << message;
+}
+
+TEST_F(HtmlReportTest, ScriptKilledBySignalIsARuntimeError) {
+  const std::string message = ErrorFrom<RuntimeError>("kill -KILL $$");
+  EXPECT_NE(message.find("failed (signal 9)"), std::string::npos) << message;
+}
+
+// The real plots.py: whether Debian's Python has what it needs decides between running and skipping.
+bool PlotsPythonReady() {
+  return std::system("/usr/bin/python3 -c 'import h5py, matplotlib' >/dev/null 2>&1") == 0;
+}
+
+Report CollectivesReport() {
+  Report report;
+  report.root.Set("schema", std::string(kReportSchemaName));
+  report.root.Set("schema_version", kReportSchemaVersion);
+  report.root.Set("command", std::string("collectives"));
+  report.root.Set("status", std::string("complete"));
+  report.root.Set("n_ranks", int64_t{4});
+  report.root.Set("backend", std::string("mpi"));
+  Group& all_reduce = report.root.Child("collectives").Child("all_reduce");
+  all_reduce.Set("n_ranks", int64_t{4});
+  all_reduce.Set("bus_factor", 1.5);
+  all_reduce.Set("bus_factor_formula", std::string("2(n-1)/n"));
+  all_reduce.tables["results"]
+      .Add("size_bytes", "B", std::vector<int64_t>{1024, 65536, 1048576})
+      .Add("out_of_place_busbw_GBps", "GB/s", std::vector<double>{0.5, 3.0, 9.5})
+      .Add("in_place_busbw_GBps", "GB/s", std::vector<double>{0.4, 2.9, 9.6});
+  return report;
+}
+
+TEST_F(HtmlReportTest, RealScriptDrawsWhatTheReportHolds) {
+  if (!PlotsPythonReady()) GTEST_SKIP() << "/usr/bin/python3 lacks h5py or matplotlib (apt-get install python3-h5py "
+                                           "python3-matplotlib)";
+  WriteReport(CollectivesReport(), PathOf("coll.h5"));
+  WriteHtmlReport({PathOf("coll.h5")}, PathOf("page.html"));
+  const std::string page = ReadFile(PathOf("page.html"));
+  EXPECT_EQ(CountOf(page, "src=\"data:image/png;base64,"), 1u);  // all_reduce busbw; nothing else is in the report
+  EXPECT_NE(page.find("all_reduce 2(n-1)/n = 1.5 at n = 4 (coll.h5)"), std::string::npos);
+  EXPECT_NE(page.find("No report holds a p2p matrix"), std::string::npos);
+  EXPECT_NE(page.find("No report holds a training scaling sweep"), std::string::npos);
+  for (const auto& entry : fs::directory_iterator(directory_)) {
+    EXPECT_NE(entry.path().extension(), ".tmp") << "temporary file left behind: " << entry.path();
+  }
+}
+
+TEST_F(HtmlReportTest, RealScriptRejectsAFileThatIsNotHdf5) {
+  if (!PlotsPythonReady()) GTEST_SKIP() << "/usr/bin/python3 lacks h5py or matplotlib";
+  std::ofstream(PathOf("text.h5")) << "not a report\n";
+  try {
+    WriteHtmlReport({PathOf("text.h5")}, PathOf("page.html"));
+    FAIL() << "no error for a text file";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot read report '" + PathOf("text.h5") + "': not an HDF5 file");
+  }
+  EXPECT_FALSE(fs::exists(PathOf("page.html")));
+}
+
+}  // namespace
+}  // namespace tb
