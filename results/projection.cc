@@ -153,8 +153,11 @@ LinkModel ResolveLinks(const AlphaBetaFit& fit, const LinkOverrides& overrides) 
   if (overrides.inter_node_gbps) {
     links.inter.beta_s_per_byte = 8.0 / (*overrides.inter_node_gbps * 1e9);
     links.inter.origin = Format("bandwidth from --inter-node-gbps %g", *overrides.inter_node_gbps);
+  } else if (links.inter.fitted) {
+    links.inter.origin = "bandwidth fitted";
   } else {
-    links.inter.origin = links.inter.fitted ? "bandwidth fitted" : "bandwidth not measured";
+    links.inter.origin = "no multi-node measurement; --inter-node-gbps gives the rate per GPU";
+    return links;  // no bandwidth: the class cannot be used, whatever its latency
   }
   if (links.inter.fitted) {
     links.inter.origin += ", latency fitted";

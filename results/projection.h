@@ -75,7 +75,8 @@ struct LinkOverrides {
 };
 
 // The fit's links with the overrides applied: intra-node as fitted; inter-node beta = 8 / (gbps x 1e9) when
-// given, else as fitted; inter-node alpha as fitted, else the override latency.
+// given, else as fitted (neither: no bandwidth, the class cannot be used); inter-node alpha as fitted, else the
+// override latency.
 LinkModel ResolveLinks(const AlphaBetaFit& fit, const LinkOverrides& overrides);
 
 // Why `links` cannot model `layout` (a link class it needs has no bandwidth), or "" when it can.

@@ -427,6 +427,7 @@ std::vector<std::string> ProjectionLines(const RunAnalysis& a) {
   lines.push_back(Format("#   fit: %d samples (%zu collective sizes, the rest training buckets), rms relative error %.1f%%",
                          fit.samples, a.collective_samples.size(), fit.rms_relative_error * 100));
   auto link = [](const char* name, const LinkParameters& l) {
+    if (!(l.beta_s_per_byte > 0)) return Format("#   %s: not measured (%s)", name, l.origin.c_str());
     return Format("#   %s: alpha %.3g us, beta 1/(%.4g GB/s) (%s)", name, l.alpha_s * 1e6, l.bandwidth_GBps(),
                   l.origin.c_str());
   };
@@ -661,6 +662,9 @@ int RunCostCommand(const CommandInput& input) {
     throw InputError("--train-tokens and --train-steps: give one training target, not both");
   }
   const bool has_target = !f.train_tokens.empty() || !f.train_steps.empty();
+  if (has_target && (f.prices.empty() || f.reports.empty())) {
+    throw InputError("--train-tokens and --train-steps price training reports: they go with reports and --prices");
+  }
   if (!f.prices.empty() && !f.reports.empty() && !has_target) {
     throw InputError("--prices needs a training target: --train-tokens N or --train-steps N");
   }
@@ -811,7 +815,8 @@ int RunCostCommand(const CommandInput& input) {
     return 0;
   }
 
-  Print(Format("# trainbench cost: %zu run(s)", runs.size()) +
+  Print(std::string("# trainbench cost: ") +
+        (runs.empty() ? std::string("memory fit") : Format("%zu run(s)", runs.size())) +
         (prices ? Format("; prices %s (%zu offerings)", prices->path.c_str(), prices->offerings.size()) : "") +
         (target_tokens ? Format("; target %.4g tokens", *target_tokens) : "") +
         (target_steps ? Format("; target %.4g steps", *target_steps) : "") +

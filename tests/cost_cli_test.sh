@@ -157,6 +157,7 @@ expect_error 2 "cannot project '$r' to 2x8: no inter-node measurement \(give --i
 expect_error 2 "--project '12': not a multiple of --gpus-per-node 8" -- "${run_cost[@]}" "$r" --project 12
 expect_error 2 "--device-as: unknown GPU 'H100' \(known: " -- "${run_cost[@]}" "$r" --project 4 --device-as H100
 expect_error 2 "nothing to compute" -- "${run_cost[@]}" "$r"
+expect_error 2 "they go with reports and --prices" -- "${run_cost[@]}" "$r" --project 4 --train-tokens 1e9
 expect_error 2 "no reports given" -- "${run_cost[@]}"
 expect_error 2 "--model needs --gpu-memory" -- "${run_cost[@]}" --model gpt-13b
 expect_error 2 "gpt-14b" -- "${run_cost[@]}" --model gpt-14b --gpu-memory 80G
