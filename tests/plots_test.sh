@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # End-to-end test of results/plots.py: real reports from the built trainbench (collectives, p2p, a train scaling
-# sweep at 2 ranks), the page drawn from them, then rendered in headless Chromium: every plot an <img> with an
-# inline PNG that the browser decoded (natural width and height > 0), the PNGs themselves sound, the screenshot
-# not blank. Bad inputs: one line on stderr and exit 2 (missing, not HDF5, foreign HDF5, truncated, bad cost JSON,
-# unwritable output). Without h5py/matplotlib only the exit-3 message is checked; without Chromium the rendering
-# checks are skipped with a message.
+# sweep at 2 ranks) and `trainbench cost --format json`; the page drawn from them by the script and by `trainbench
+# report --html`, then rendered in headless Chromium: every plot an <img> with an inline PNG that the browser
+# decoded (natural width and height > 0), the PNGs themselves sound, the screenshot not blank. Bad inputs: one line
+# on stderr and exit 2 (missing, not HDF5, foreign HDF5, truncated, bad cost JSON, unwritable output; no script or
+# interpreter behind `report --html`). Without h5py/matplotlib only the exit-3 message is checked; without
+# Chromium the rendering checks are skipped with a message.
 #   plots_test.sh TRAINBENCH MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
 tb=$1; shift; mpiexec=("$@")
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
-plots=$(cd "$(dirname "${BASH_SOURCE[0]}")/../results" && pwd)/plots.py
+source_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+plots=$source_dir/results/plots.py
 python=/usr/bin/python3  # Debian's python3-h5py and python3-matplotlib belong to this interpreter
 export OPENBLAS_NUM_THREADS=1
 
@@ -22,10 +24,13 @@ expect_plots_error() {
   rm -f "$work/bad.html"
   timeout 300 "$python" "$plots" --out "$work/bad.html" "$@" >"$work/out" 2>"$work/err"; local rc=$?
   if [[ $rc -ne $code ]]; then fail "plots.py $* -> exit $rc, want $code; stderr: $(cat "$work/err")"; return; fi
-  if [[ $(wc -l <"$work/err") -ne 1 ]]; then fail "plots.py $* -> stderr is not one line: $(cat "$work/err")"; return; fi
+  [[ $(wc -l <"$work/err") -eq 1 ]] || { fail "plots.py $* -> stderr is not one line: $(cat "$work/err")"; return; }
   grep -qE -- "$pattern" "$work/err" || fail "plots.py $* -> stderr lacks /$pattern/: $(cat "$work/err")"
   [[ ! -e $work/bad.html ]] || fail "plots.py $* -> wrote a page despite the error"
 }
+
+# png_count HTML: the inline PNG images of a page.
+png_count() { grep -o 'src="data:image/png;base64,' "$1" | wc -l; }
 
 if ! "$python" -c 'import h5py, matplotlib' 2>/dev/null; then
   expect_plots_error 3 "install python3-h5py python3-matplotlib" -- "$work/any.h5"
@@ -39,24 +44,17 @@ expect_ok "${mpiexec[@]}" -n 2 "$tb" collectives -b 1K -e 1M --quiet -o "$work/c
 expect_ok "${mpiexec[@]}" -n 2 "$tb" p2p --size 64K --quiet -o "$work/p2p.h5"
 expect_ok "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --steps 3 \
   --scaling 1,2 --quiet -o "$work/train.h5"
-# The shape of `trainbench cost --format json` (src/cmd_cost.cc), trimmed to the keys the plot reads.
-cat >"$work/cost.json" <<'EOF'
-{"deadline_hours": 72, "costs": [
-  {"run": "nvlink8.h5", "config": "k8 1x8", "projected": false, "offering": "h100-sxm", "gpus": 8,
-   "gpu_usd": 30000, "storage_usd": 120.5, "transfer_usd": 40, "retry_usd": 900, "total_usd": 31060.5,
-   "time_to_train_hours": 48.2, "marks": "fastest,deadline"},
-  {"run": "pcie2x4.h5", "config": "2x4", "projected": true, "offering": "a100-pcie", "gpus": 8,
-   "gpu_usd": 26000, "storage_usd": 210, "transfer_usd": 40, "retry_usd": 2100, "total_usd": 28350,
-   "time_to_train_hours": 96.0, "marks": "cheapest"}
-]}
-EOF
+# Total task cost of the training run on the example price offerings (a CPU run, priced as if it ran on H100s).
+expect_ok "$tb" cost "$work/train.h5" --prices "$source_dir/launch/prices.example.toml" --train-tokens 1e9 \
+  --deadline-hours 72 --device-as "H100 SXM" --format json
+cp "$work/out" "$work/cost.json"
 
 # --- the page -----------------------------------------------------------------------------------------------------
 # all_reduce busbw, scaling, stall budget, p2p heatmap, cost: five plots.
 page=$work/page.html
 expect_ok "$python" "$plots" --out "$page" --cost "$work/cost.json" "$work/coll.h5" "$work/p2p.h5" "$work/train.h5"
 checks=$((checks + 1))
-[[ $(grep -o 'src="data:image/png;base64,' "$page" | wc -l) -eq 5 ]] || fail "want 5 inline PNGs in $page"
+[[ $(png_count "$page") -eq 5 ]] || fail "want 5 inline PNGs in $page"
 checks=$((checks + 1))
 grep -qE '(src|href)="(https?:)?//' "$page" && fail "the page fetches something from the network"
 grep -q "coll.h5" "$page" && grep -q "train.h5" "$page" || fail "run names missing from the page"
@@ -65,8 +63,18 @@ ls "$work"/page.html.*.tmp >/dev/null 2>&1 && fail "temporary file left behind"
 # Only a collectives report: one plot, and a line for each thing it lacks.
 expect_ok "$python" "$plots" --out "$work/coll.html" "$work/coll.h5"
 checks=$((checks + 1))
-[[ $(grep -o 'src="data:image/png;base64,' "$work/coll.html" | wc -l) -eq 1 ]] || fail "want 1 inline PNG in coll.html"
+[[ $(png_count "$work/coll.html") -eq 1 ]] || fail "want 1 inline PNG in coll.html"
 [[ $(grep -c 'class="missing"' "$work/coll.html") -eq 4 ]] || fail "want 4 missing-data lines in coll.html"
+
+# Through `trainbench report --html` (WriteHtmlReport): the same four report plots, and no cost without a cost file.
+expect_ok "$tb" report "$work/coll.h5" "$work/p2p.h5" "$work/train.h5" --html "$work/report.html"
+checks=$((checks + 1))
+[[ $(png_count "$work/report.html") -eq 4 ]] || fail "want 4 inline PNGs in report.html"
+grep -q "^# HTML report: $work/report.html" "$work/out" || fail "report did not name the page: $(tail -3 "$work/out")"
+TRAINBENCH_PLOTS_SCRIPT=/nonexistent/plots.py expect_error 2 "plotting script '/nonexistent/plots.py' is missing" -- \
+  "$tb" report "$work/coll.h5" --html "$work/report2.html"
+TRAINBENCH_PYTHON=/nonexistent/python3 expect_error 2 "cannot run '/nonexistent/python3'.*install python3-h5py" -- \
+  "$tb" report "$work/coll.h5" --html "$work/report2.html"
 
 # check_pngs HTML: every inline PNG decodes, has a PNG header with width and height > 0 and is not a stub.
 check_pngs() {
@@ -107,13 +115,16 @@ document.getElementById("page").addEventListener("load", (event) => {
 </script></body></html>
 EOF
   checks=$((checks + 1))
-  "${browser[@]}" --allow-file-access-from-files --dump-dom "file://$work/probe.html" >"$work/dom.html" 2>"$work/chromium.err" ||
+  "${browser[@]}" --allow-file-access-from-files --dump-dom "file://$work/probe.html" \
+    >"$work/dom.html" 2>"$work/chromium.err" ||
     fail "chromium --dump-dom failed: $(tail -3 "$work/chromium.err")"
   rendered=$(grep -oE 'image png-data complete [1-9][0-9]*x[1-9][0-9]*' "$work/dom.html" | wc -l)
-  [[ $rendered -eq 5 ]] || fail "Chromium decoded $rendered of 5 inline PNGs: $(grep -A6 'id="result"' "$work/dom.html")"
+  [[ $rendered -eq 5 ]] ||
+    fail "Chromium decoded $rendered of 5 inline PNGs: $(grep -A6 'id="result"' "$work/dom.html")"
 
   checks=$((checks + 1))
-  "${browser[@]}" --window-size=1200,2400 --screenshot="$work/shot.png" "file://$page" >/dev/null 2>"$work/chromium.err" ||
+  "${browser[@]}" --window-size=1200,2400 --screenshot="$work/shot.png" "file://$page" \
+    >/dev/null 2>"$work/chromium.err" ||
     fail "chromium --screenshot failed: $(tail -3 "$work/chromium.err")"
   # Not blank: a white page with text has few colours; plots bring thousands and cover a good part of the page.
   "$python" - "$work/shot.png" <<'PY' || fail "the screenshot looks blank"
