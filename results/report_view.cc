@@ -275,11 +275,11 @@ std::vector<ViewTable> P2pSection(const Report& report) {
   const Table* flagged_table = FindTable(p2p, "flagged");
 
   ViewTable summary = MakeTable("p2p", "summary", "point to point", true,
-                                {{"median_uni_GBps", "GB/s"},
-                                 {"median_bidi_GBps", "GB/s"},
-                                 {"min_uni_GBps", "GB/s"},
+                                {{"median_uni_GBps", "GB/s", 3},
+                                 {"median_bidi_GBps", "GB/s", 3},
+                                 {"min_uni_GBps", "GB/s", 3},
                                  {"flagged_pairs", "pairs"},
-                                 {"threshold_fraction", "", 2},
+                                 {"threshold_fraction", "fraction", 0, true},
                                  {"size_bytes", "B"}});
   RowWriter row(summary);
   for (const char* name : {"median_uni_GBps", "median_bidi_GBps", "threshold_fraction", "size_bytes"}) {
@@ -303,8 +303,8 @@ std::vector<ViewTable> P2pSection(const Report& report) {
                                  {"dst_host", ""},
                                  {"src_gpu", ""},
                                  {"dst_gpu", ""},
-                                 {"uni_bw_GBps", "GB/s"},
-                                 {"fraction_of_median", "", 2, true}});
+                                 {"uni_bw_GBps", "GB/s", 3},
+                                 {"fraction_of_median", "fraction", 2, true}});
   if (flagged_table) {
     for (size_t r = 0; r < flagged_table->rows(); ++r) {
       RowWriter pair(flagged);
@@ -322,10 +322,10 @@ const std::vector<ViewColumn>& PointFigureColumns() {
       {"ranks", "ranks"},
       {"tokens_per_s", "tokens/s", 0},
       {"tokens_per_s_per_rank", "tokens/s", 0},
-      {"mfu_peak", "", 1, true},
-      {"mfu_measured_gemm", "", 1, true},
-      {"scaling_efficiency", "", 1, true},
-      {"overlap", "", 1, true},
+      {"mfu_peak", "fraction", 1, true},
+      {"mfu_measured_gemm", "fraction", 1, true},
+      {"scaling_efficiency", "fraction", 1, true},
+      {"overlap", "fraction", 1, true},
       {"step_s", "s", 4}};
   return columns;
 }
@@ -390,8 +390,8 @@ std::vector<ViewTable> TrainSection(const Report& report) {
   std::vector<ViewColumn> budget_columns = {
       {"point", ""}, {"rank", ""}, {"host", ""}, {"device", ""}, {"median_step_s", "s", 4}};
   for (const std::string& phase : phases) {
-    budget_columns.push_back({phase + "_p50", "", 1, true});
-    budget_columns.push_back({phase + "_p95", "", 1, true});
+    budget_columns.push_back({phase + "_p50", "fraction", 1, true});
+    budget_columns.push_back({phase + "_p95", "fraction", 1, true});
   }
   ViewTable budget = MakeTable("train", "stall_budget", "stall budget per rank (share of step time, p50/p95)",
                                false, budget_columns);
@@ -462,10 +462,10 @@ std::vector<ViewTable> IoSection(const Report& report) {
   if (io == nullptr) return {};
   const std::vector<PointGroup> points = Points(io);
 
-  const std::vector<ViewColumn> share_columns = {{"data_wait_share", "", 2, true},
-                                                 {"checkpoint_stall_share", "", 2, true},
+  const std::vector<ViewColumn> share_columns = {{"data_wait_share", "fraction", 2, true},
+                                                 {"checkpoint_stall_share", "fraction", 2, true},
                                                  {"checkpoint_writer_slowdown", "", 3}};
-  const std::vector<ViewColumn> sweep_columns = {{"sweep_data_wait_share", "", 2, true},
+  const std::vector<ViewColumn> sweep_columns = {{"sweep_data_wait_share", "fraction", 2, true},
                                                  {"throttle_at_data_wait_share_MBps", "MB/s", 2}};
   std::vector<ViewColumn> summary_columns = {{"point", ""}};
   summary_columns.insert(summary_columns.end(), share_columns.begin(), share_columns.end());
@@ -488,8 +488,8 @@ std::vector<ViewTable> IoSection(const Report& report) {
   point_columns.insert(point_columns.end(), point_detail.begin(), point_detail.end());
   ViewTable point_table = MakeTable("io", "points", "I/O, per point", false, point_columns);
 
-  const std::vector<ViewColumn> loader_columns = {{"rank", ""},           {"batches", ""},
-                                                  {"bytes_read", "B"},    {"reads", ""},
+  const std::vector<ViewColumn> loader_columns = {{"rank", ""},           {"batches", "", 0},
+                                                  {"bytes_read", "B", 0}, {"reads", "", 0},
                                                   {"read_s", "s", 4},     {"per_read_MBps", "MB/s", 2},
                                                   {"wait_s", "s", 4}};
   std::vector<ViewColumn> loader_all = {{"point", ""}};
@@ -545,7 +545,7 @@ std::vector<ViewTable> IoSection(const Report& report) {
   if (const Table* sweep = FindTable(io, "throttle_sweep")) {
     ViewTable rates = MakeTable("io", "throttle_sweep", "storage sweep: emulated read rate per rank", false,
                                 {{"io_throttle_MBps", "MB/s", 2},
-                                 {"data_wait_share", "", 2, true},
+                                 {"data_wait_share", "fraction", 2, true},
                                  {"step_s", "s", 4},
                                  {"tokens_per_s", "tokens/s", 0}});
     for (size_t r = 0; r < sweep->rows(); ++r) {

@@ -19,7 +19,7 @@ struct ViewColumn {
   std::string name;      // as in the exports: "tokens_per_s"
   std::string unit;      // "tokens/s", "" for counts and text
   int decimals = 2;      // text only: digits after the point for doubles; -1: 4 significant digits (1.5e+14)
-  bool percent = false;  // text only: a fraction shown as a percentage
+  bool percent = false;  // text only: a fraction (unit "fraction", 0..1) shown as a percentage
 };
 
 struct ViewTable {
