@@ -360,7 +360,6 @@ CostAssumptions ReadAssumptions(const TomlTable& table, const std::string& file)
 
 TomlDocument ParseToml(const std::string& text, const std::string& file) {
   TomlDocument doc;
-  doc.file = file;
   TomlTable* current = &doc.root;
   std::istringstream in(text);
   std::string line;

@@ -32,7 +32,6 @@ struct TomlTable {
 };
 
 struct TomlDocument {
-  std::string file;  // for messages
   TomlTable root;
   std::map<std::string, TomlTable> tables;                    // [name]
   std::map<std::string, std::vector<TomlTable>> table_arrays;  // [[name]], in file order
