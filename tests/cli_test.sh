@@ -47,7 +47,7 @@ expect_error 2 "--bucket-mb must be greater than 0" -- "$tb" train --model tiny 
 expect_error 2 "invalid rank count '3' in --scaling" -- "$tb" train --model tiny --scaling 1,3
 expect_error 2 "unknown scaling mode 'linear'" -- "$tb" train --model tiny --scaling-mode linear
 expect_error 2 "cannot write report" -- "$tb" train --model tiny -o "$work/missing/t.h5"
-expect_error 2 "unknown attention 'flash' for --attention (accepted: auto|cudnn|cublas)" -- "$tb" train --model tiny --attention flash
+expect_error 2 "unknown attention 'flash' for --attention \(accepted: auto\|cudnn\|cublas\)" -- "$tb" train --model tiny --attention flash
 expect_error 2 "--attention cublas applies to --backend cuda" -- "$tb" train --model tiny --backend cpu --attention cublas
 
 # --- the same errors under mpiexec: still one line, exit 2, no hang ----------------------------------------
