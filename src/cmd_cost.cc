@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <optional>
 #include <sstream>
 
@@ -13,6 +15,8 @@
 #include "console.h"
 #include "cost.h"
 #include "error.h"
+#include "export.h"
+#include "html_report.h"
 #include "log.h"
 #include "memory_fit.h"
 #include "model_config.h"
@@ -75,6 +79,7 @@ struct CostFlags {
   int seq = 0;
   std::string gpu_memory;
   std::string format = "text";
+  std::string html;
 };
 
 // Parses the flags and the report paths; false after --help.
@@ -99,6 +104,7 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
       ("seq", po::value(&f.seq), "with --model: tokens per sequence (the model's)")
       ("gpu-memory", po::value(&f.gpu_memory), "with --model: GPU memory to fit in (80G = 80 GiB, 80GB = 80e9 B)")
       ("format", po::value(&f.format)->default_value(f.format), "text|csv|json")
+      ("html", po::value(&f.html), "also write an HTML page: the reports' plots and the cost per configuration")
       ("help,h", "show this help");
   po::options_description hidden;
   hidden.add_options()("reports", po::value(&f.reports)->multitoken());
@@ -138,27 +144,6 @@ std::string Usd(double value) {
 
 std::string Gib(double bytes) { return Format("%.1f GiB", bytes / kGiB); }
 
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += Format("\\u%04x", c);
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string JsonNumber(double value) { return std::isfinite(value) ? Format("%.10g", value) : "null"; }
-
 // A JSON object written field by field.
 class JsonObject {
  public:
@@ -191,13 +176,6 @@ std::string JsonArray(const std::vector<std::string>& items) {
   std::string out = "[";
   for (size_t i = 0; i < items.size(); ++i) out += (i ? ",\n  " : "\n  ") + items[i];
   return out + (items.empty() ? "]" : "\n]");
-}
-
-std::string CsvField(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
 }
 
 // ---- the analysis ------------------------------------------------------------------------------------------------
@@ -649,6 +627,24 @@ void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnaly
 
 }  // namespace
 
+// The HTML page of the reports' plots with the cost per configuration, drawn from this run's JSON (handed to
+// plots.py through a temporary file beside the page).
+void WriteCostHtml(const std::vector<std::string>& reports, const std::string& html, const std::string& json) {
+  const std::string json_path = html + ".cost.json.tmp";
+  {
+    std::ofstream out(json_path);
+    out << json;
+    if (!out.flush()) throw InputError("--html: cannot write '" + json_path + "' beside the page");
+  }
+  try {
+    WriteHtmlReport(reports, html, json_path);
+  } catch (...) {
+    std::remove(json_path.c_str());
+    throw;
+  }
+  std::remove(json_path.c_str());
+}
+
 int RunCostCommand(const CommandInput& input) {
   CostFlags f;
   po::variables_map given;
@@ -772,7 +768,7 @@ int RunCostCommand(const CommandInput& input) {
   const std::optional<MemoryCheck> model_memory =
       f.model.empty() ? std::nullopt : std::optional<MemoryCheck>(ModelMemory(f, runs.empty() ? nullptr : &runs.front().m));
 
-  if (f.format == "json") {
+  auto json = [&] {
     std::vector<std::string> run_json, row_json;
     for (const RunAnalysis& a : runs) run_json.push_back(RunJson(a));
     for (size_t i = 0; i < rows.size(); ++i) row_json.push_back(CostRowJson(rows[i], runs, i, decision));
@@ -783,7 +779,14 @@ int RunCostCommand(const CommandInput& input) {
                              .Opt("cheapest_within_deadline", decision.cheapest_within_deadline)
                              .Bool("deadline_met", decision.cheapest_within_deadline.has_value()).Json())
         .Add("memory", model_memory ? MemoryJson(*model_memory, memory_targets) : "null");
-    Print(out.Json(), true);
+    return out.Json();
+  };
+  if (!f.html.empty()) {
+    WriteCostHtml(f.reports, f.html, json());
+    if (f.format == "text") Print("# HTML report: " + f.html);
+  }
+  if (f.format == "json") {
+    Print(json(), true);
     return 0;
   }
   if (f.format == "csv") {

@@ -26,6 +26,16 @@ expect_ok "${mpiexec[@]}" -n 2 "$tb" collectives -b 1K -e 4M -f 4 -n 5 -w 2 -o "
 r=$work/train.h5
 
 # --- cost ------------------------------------------------------------------------------------------------------------
+# --html: the reports' plots and the cost per configuration in one page (when the plotting packages are here).
+if /usr/bin/python3 -c 'import h5py, matplotlib' 2>/dev/null; then
+  expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --html "$work/cost.html" "${h100[@]}"
+  checks=$((checks + 1))
+  grep -q "Total task cost per configuration" "$work/cost.html" && grep -q "data:image/png;base64" "$work/cost.html" ||
+    fail "cost --html: no cost plot in the page"
+  [[ -z $(ls "$work"/cost.html.*tmp* 2>/dev/null) ]] || fail "cost --html left its temporary JSON behind"
+else
+  echo "SKIP: cost --html (needs python3-h5py and python3-matplotlib under /usr/bin/python3)"
+fi
 expect_ok "$tb" cost "$r" "$work/ckpt.h5" --prices "$prices" --train-tokens 1e9 --deadline-hours 1e9 "${h100[@]}"
 expect_out "^# run $r: cpu, priced as H100 SXM \(--device-as\)"
 expect_out "^#   checkpoint stall and Young/Daly interval: n/a: run with --checkpoint-every to measure"
