@@ -35,17 +35,20 @@
 #include "cuda/attention.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "gpu_test_util.h"
 #include "device.h"
 #include "error.h"
 
 namespace {
 
+using tb::test::ExpectAllNear;
+using tb::test::NoGpuMessage;
+using tb::test::RandomNormal;
+
 using tb::gpu::Bf16;
 using tb::gpu::DeviceMemory;
 using tb::gpu::Download;
 using tb::gpu::Upload;
-
-std::string NoGpuMessage() { return "no usable GPU: " + tb::GpuUnavailableReason(); }
 
 // Random normal values, rounded to bf16: `values` for the CPU reference, `bits` for the device.
 struct Bf16Values {
@@ -64,13 +67,6 @@ Bf16Values RandomBf16(size_t count, float stddev, uint32_t seed) {
   return result;
 }
 
-std::vector<float> RandomFloats(size_t count, float stddev, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<float> values(count);
-  for (float& value : values) value = normal(generator);
-  return values;
-}
 
 std::vector<float> DownloadBf16(const DeviceMemory& device, size_t count) {
   const std::vector<Bf16> bits = Download<Bf16>(device, count);
@@ -79,21 +75,6 @@ std::vector<float> DownloadBf16(const DeviceMemory& device, size_t count) {
   return values;
 }
 
-// Fails, naming the first offending element and how many there are, unless every
-// |actual - expected| <= abs_tol + rel_tol·|expected|.
-void ExpectAllNear(const std::vector<float>& actual, const std::vector<float>& expected, float abs_tol,
-                   float rel_tol, const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  size_t failures = 0;
-  size_t first = 0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    const bool near = std::fabs(actual[i] - expected[i]) <= abs_tol + rel_tol * std::fabs(expected[i]);
-    if (!near && failures++ == 0) first = i;
-  }
-  EXPECT_EQ(failures, 0u) << what << ": " << failures << " of " << actual.size() << " differ, first at [" << first
-                          << "]: gpu " << actual[first] << ", cpu " << expected[first] << " (tolerance " << abs_tol
-                          << " + " << rel_tol << "·|cpu|)";
-}
 
 double Rms(const std::vector<float>& values) {
   double sum = 0.0;
@@ -222,8 +203,8 @@ TEST(GpuGemm, LinearForwardFloatResidualBiasAndInPlace) {
   for (const LinearShape& shape : shapes) {
     const LinearInputs inputs(shape, 30);
     const size_t out_count = shape.rows * shape.out_features;
-    const std::vector<float> residual = RandomFloats(out_count, 1.0f, 33);
-    const std::vector<float> bias = RandomFloats(shape.out_features, 0.5f, 34);
+    const std::vector<float> residual = RandomNormal(out_count, 1.0f, 33);
+    const std::vector<float> bias = RandomNormal(shape.out_features, 0.5f, 34);
     const DeviceMemory d_bias = Upload(bias);
     for (const bool with_residual : {false, true}) {
       for (const bool with_bias : {false, true}) {
@@ -293,8 +274,8 @@ TEST(GpuGemm, LinearBackwardWeightsAccumulates) {
     for (const bool with_bias : {false, true}) {
       const std::string what = Describe(shape) + (with_bias ? ", bias" : ", no bias");
       // Gradients start non-zero: backward adds to them.
-      std::vector<float> weight_grad = RandomFloats(weight_count, 1.0f, 54);
-      std::vector<float> bias_grad = RandomFloats(shape.out_features, 1.0f, 55);
+      std::vector<float> weight_grad = RandomNormal(weight_count, 1.0f, 54);
+      std::vector<float> bias_grad = RandomNormal(shape.out_features, 1.0f, 55);
       const DeviceMemory d_weight_grad = Upload(weight_grad);
       const DeviceMemory d_bias_grad = Upload(bias_grad);
       std::vector<float> unused_in_grad(shape.rows * shape.in_features);

@@ -28,45 +28,21 @@
 #include "cuda/kernels.h"
 #include "device.h"
 #include "element_math.h"
+#include "gpu_test_util.h"
 
 namespace {
+
+using tb::test::ExpectAllNear;
+using tb::test::NoGpuMessage;
+using tb::test::RandomNormal;
+using tb::test::RandomTokens;
 
 using tb::gpu::DeviceMemory;
 using tb::gpu::Download;
 using tb::gpu::Upload;
 
-std::vector<float> RandomNormal(size_t count, float stddev, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<float> values(count);
-  for (float& value : values) value = normal(generator);
-  return values;
-}
 
-std::vector<int32_t> RandomTokens(size_t count, int vocab, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::uniform_int_distribution<int32_t> uniform(0, vocab - 1);
-  std::vector<int32_t> tokens(count);
-  for (int32_t& token : tokens) token = uniform(generator);
-  return tokens;
-}
 
-// Fails, naming the first offending element and how many there are, unless every
-// |actual - expected| <= abs_tol + rel_tol·|expected|.
-void ExpectAllNear(const std::vector<float>& actual, const std::vector<float>& expected, float abs_tol,
-                   float rel_tol, const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  size_t failures = 0;
-  size_t first = 0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    const bool near = std::fabs(actual[i] - expected[i]) <= abs_tol + rel_tol * std::fabs(expected[i]);
-    if (!near && failures++ == 0) first = i;
-  }
-  EXPECT_EQ(failures, 0u) << what << ": first at [" << first << "]: gpu " << actual[first] << ", cpu "
-                          << expected[first] << " (tolerance " << abs_tol << " + " << rel_tol << "·|cpu|)";
-}
-
-std::string NoGpuMessage() { return "no usable GPU: " + tb::GpuUnavailableReason(); }
 
 // --- shared per-element math, CPU only ---------------------------------------------------------------------
 

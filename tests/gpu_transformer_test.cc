@@ -29,6 +29,7 @@
 #include "clock.h"
 #include "cpu_kernels.h"
 #include "cuda/kernels.h"
+#include "gpu_test_util.h"
 #include "device.h"
 #include "error.h"
 #include "model_config.h"
@@ -37,20 +38,15 @@
 namespace tb {
 namespace {
 
+using tb::test::ExpectAllNear;
+using tb::test::NoGpuMessage;
+using tb::test::RandomNormal;
+
 using gpu::Bf16;
 using gpu::DeviceMemory;
 using gpu::Download;
 using gpu::Upload;
 
-std::string NoGpuMessage() { return std::string("no usable GPU: ") + GpuUnavailableReason(); }
-
-std::vector<float> RandomNormal(size_t count, float stddev, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<float> values(count);
-  for (float& value : values) value = normal(generator);
-  return values;
-}
 
 std::vector<Bf16> ToBf16(const std::vector<float>& values) {
   std::vector<Bf16> rounded(values.size());
@@ -64,20 +60,6 @@ std::vector<float> ToFloat(const std::vector<Bf16>& values) {
   return widened;
 }
 
-// Fails, naming the first offending element and how many there are, unless every
-// |actual - expected| <= abs_tol + rel_tol·|expected|.
-void ExpectAllNear(const std::vector<float>& actual, const std::vector<float>& expected, float abs_tol,
-                   float rel_tol, const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  size_t failures = 0;
-  size_t first = 0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    const bool near = std::fabs(actual[i] - expected[i]) <= abs_tol + rel_tol * std::fabs(expected[i]);
-    if (!near && failures++ == 0) first = i;
-  }
-  EXPECT_EQ(failures, 0u) << what << ": first at [" << first << "]: gpu " << actual[first] << ", cpu "
-                          << expected[first] << " (tolerance " << abs_tol << " + " << rel_tol << "·|cpu|)";
-}
 
 // ||actual - expected|| / ||expected||; 0 when both are zero, infinity when only expected is.
 double RelativeDifference(const float* actual, const float* expected, size_t count) {

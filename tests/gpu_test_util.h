@@ -1,0 +1,52 @@
+// What the GPU tests share: the skip message, seeded random inputs, and the element-wise comparison against the
+// CPU reference.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device.h"
+
+namespace tb::test {
+
+inline std::string NoGpuMessage() { return "no usable GPU: " + GpuUnavailableReason(); }
+
+inline std::vector<float> RandomNormal(size_t count, float stddev, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> values(count);
+  for (float& value : values) value = normal(generator);
+  return values;
+}
+
+inline std::vector<int32_t> RandomTokens(size_t count, int vocab, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_int_distribution<int32_t> uniform(0, vocab - 1);
+  std::vector<int32_t> tokens(count);
+  for (int32_t& token : tokens) token = uniform(generator);
+  return tokens;
+}
+
+// Fails, naming how many elements differ and the first of them, unless every
+// |actual - expected| <= abs_tol + rel_tol·|expected|.
+inline void ExpectAllNear(const std::vector<float>& actual, const std::vector<float>& expected, float abs_tol,
+                          float rel_tol, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  size_t failures = 0;
+  size_t first = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const bool near = std::fabs(actual[i] - expected[i]) <= abs_tol + rel_tol * std::fabs(expected[i]);
+    if (!near && failures++ == 0) first = i;
+  }
+  EXPECT_EQ(failures, 0u) << what << ": " << failures << " of " << actual.size() << " differ, first at [" << first
+                          << "]: gpu " << actual[first] << ", cpu " << expected[first] << " (tolerance " << abs_tol
+                          << " + " << rel_tol << "·|cpu|)";
+}
+
+}  // namespace tb::test
