@@ -17,30 +17,6 @@
 namespace tb {
 namespace {
 
-// A block's tensors, in MakeLayout's order.
-enum BlockTensor : size_t {
-  kLn1Weight,
-  kLn1Bias,
-  kQkvWeight,
-  kQkvBias,
-  kAttnProjWeight,
-  kAttnProjBias,
-  kLn2Weight,
-  kLn2Bias,
-  kFcWeight,
-  kFcBias,
-  kMlpProjWeight,
-  kMlpProjBias,
-  kBlockTensors
-};
-constexpr size_t kWteSlot = 0;
-constexpr size_t kWpeSlot = 1;
-constexpr size_t kFirstBlockSlot = 2;
-
-size_t BlockSlot(int layer, BlockTensor tensor) { return kFirstBlockSlot + layer * kBlockTensors + tensor; }
-// lnf.weight, followed by lnf.bias, comes right after the last block.
-size_t LnfWeightSlot(int layers) { return kFirstBlockSlot + layers * kBlockTensors; }
-
 // Pointers to every tensor of one flat buffer (parameters or gradients).
 struct TensorPointers {
   float* wte = nullptr;  // (Vp, C)

@@ -140,4 +140,28 @@ void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlo
 // The layout both implementations share.
 std::vector<TensorSlot> MakeLayout(const ModelConfig& config);
 
+// Where MakeLayout puts each tensor: a block's tensors in their order, and the slots around the blocks.
+enum BlockTensor : size_t {
+  kLn1Weight,
+  kLn1Bias,
+  kQkvWeight,
+  kQkvBias,
+  kAttnProjWeight,
+  kAttnProjBias,
+  kLn2Weight,
+  kLn2Bias,
+  kFcWeight,
+  kFcBias,
+  kMlpProjWeight,
+  kMlpProjBias,
+  kBlockTensors
+};
+constexpr size_t kWteSlot = 0;
+constexpr size_t kWpeSlot = 1;
+constexpr size_t kFirstBlockSlot = 2;
+
+inline size_t BlockSlot(int layer, BlockTensor tensor) { return kFirstBlockSlot + layer * kBlockTensors + tensor; }
+// lnf.weight, followed by lnf.bias, comes right after the last block.
+inline size_t LnfWeightSlot(int layers) { return kFirstBlockSlot + layers * kBlockTensors; }
+
 }  // namespace tb

@@ -29,30 +29,6 @@ namespace {
 
 using gpu::Bf16;
 
-// A block's tensors, in MakeLayout's order (as cpu_transformer.cc).
-enum BlockTensor : size_t {
-  kLn1Weight,
-  kLn1Bias,
-  kQkvWeight,
-  kQkvBias,
-  kAttnProjWeight,
-  kAttnProjBias,
-  kLn2Weight,
-  kLn2Bias,
-  kFcWeight,
-  kFcBias,
-  kMlpProjWeight,
-  kMlpProjBias,
-  kBlockTensors
-};
-constexpr size_t kWteSlot = 0;
-constexpr size_t kWpeSlot = 1;
-constexpr size_t kFirstBlockSlot = 2;
-
-size_t BlockSlot(int layer, BlockTensor tensor) { return kFirstBlockSlot + layer * kBlockTensors + tensor; }
-// lnf.weight, followed by lnf.bias, comes right after the last block.
-size_t LnfWeightSlot(int layers) { return kFirstBlockSlot + layers * kBlockTensors; }
-
 // Every tensor is carved at this alignment: cuBLASLt and cuDNN pick their fastest kernels for 16-byte aligned
 // operands, and 256 bytes is what cudaMalloc itself guarantees.
 constexpr size_t kTensorAlignment = 256;
