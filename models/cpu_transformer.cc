@@ -83,7 +83,8 @@ class CpuTransformer : public Transformer {
   std::string attention() const override { return "cpu"; }
   std::unique_ptr<PhaseClock> MakePhaseClock() const override { return MakeHostPhaseClock(); }
 
-  void SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) override;
+  using Transformer::SetBatch;
+  void SetBatch(const TokenBatch& batch) override;
   void Forward() override;
   float Loss() override { return loss_; }
   void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
@@ -190,15 +191,13 @@ void CpuTransformer::ReserveActivations(size_t tokens) {
   capacity_tokens_ = n;
 }
 
-void CpuTransformer::SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) {
-  CheckBatch(config_, inputs, targets, batch, seq);
+void CpuTransformer::SetBatch(const TokenBatch& batch) {
+  CheckBatchShape(config_, batch.batch, batch.seq);
   backward_pending_ = false;  // the activations are about to change
-  const size_t n = static_cast<size_t>(batch) * seq;
-  ReserveActivations(n);
-  std::copy(inputs, inputs + n, inputs_.begin());
-  std::copy(targets, targets + n, targets_.begin());
-  batch_ = batch;
-  seq_ = seq;
+  ReserveActivations(static_cast<size_t>(batch.batch) * batch.seq);
+  UnpackTokens(batch, static_cast<uint64_t>(config_.vocab), inputs_.data(), targets_.data());
+  batch_ = batch.batch;
+  seq_ = batch.seq;
 }
 
 void CpuTransformer::Forward() {

@@ -119,23 +119,12 @@ void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlo
 }
 
 
-void CheckBatch(const ModelConfig& config, const int32_t* inputs, const int32_t* targets, int batch, int seq) {
+void CheckBatchShape(const ModelConfig& config, int batch, int seq) {
   if (batch < 1) throw InputError("batch size must be at least 1, got " + std::to_string(batch));
   if (seq < 1 || seq > config.seq) {
     throw InputError("sequence length " + std::to_string(seq) + " is outside 1.." + std::to_string(config.seq) +
                      ", the positions of model '" + config.name + "'");
   }
-  auto check = [&](const int32_t* tokens, const char* what) {
-    for (size_t i = 0; i < static_cast<size_t>(batch) * seq; ++i) {
-      if (tokens[i] < 0 || tokens[i] >= config.vocab) {
-        throw InputError(std::string(what) + " token " + std::to_string(tokens[i]) + " at sequence " +
-                         std::to_string(i / seq) + ", position " + std::to_string(i % seq) +
-                         " is outside the vocabulary [0, " + std::to_string(config.vocab) + ")");
-      }
-    }
-  };
-  check(inputs, "input");
-  check(targets, "target");
 }
 
 }  // namespace tb

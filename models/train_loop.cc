@@ -39,6 +39,7 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
   // Device phases are timed where they run (CUDA events on the model's stream); the host clock on the CPU.
   std::unique_ptr<PhaseClock> clock = model.MakePhaseClock();
   std::vector<int32_t> inputs, targets;
+  TokenBatch synthetic;
   std::vector<StepRecord> records;
   for (int step = o.first_step; step < o.warmup_steps + o.steps; ++step) {
     if (o.stop_requested && o.stop_requested()) break;
@@ -55,8 +56,8 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
       batch = o.next_batch(step);
     } else {  // made on demand: its making is the wait
       SyntheticBatch(o.data_seed, comm.rank(), step, o.micro_batch, o.seq, config.vocab, inputs, targets);
-      batch.inputs = inputs.data();
-      batch.targets = targets.data();
+      synthetic = TokenArrays(inputs.data(), targets.data(), o.micro_batch, o.seq);
+      batch.tokens = &synthetic;
     }
     r.data_wait_s = NowSeconds() - step_start;
     r.data_bytes = batch.bytes_read;
@@ -64,7 +65,10 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
     r.loader_queue_depth = batch.queue_depth;
 
     clock->Mark();
-    model.SetBatch(batch.inputs, batch.targets, o.micro_batch, o.seq);
+    if (!batch.tokens || batch.tokens->batch != o.micro_batch || batch.tokens->seq != o.seq) {
+      throw RuntimeError("the batch source gave a batch of another shape than micro_batch x seq");
+    }
+    model.SetBatch(*batch.tokens);
     clock->Mark();  // h2d
     model.ZeroGradients();
     model.Forward();

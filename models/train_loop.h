@@ -34,10 +34,9 @@ struct StepRecord {
   bool checkpoint_writing = false;  // an asynchronous checkpoint writer was busy when the step began
 };
 
-// One step's tokens, in host memory: (micro_batch, seq) inputs and targets.
+// One step's tokens, in host memory: micro_batch sequences of seq positions (valid until the next call).
 struct StepBatch {
-  const int32_t* inputs = nullptr;
-  const int32_t* targets = nullptr;
+  const TokenBatch* tokens = nullptr;
   uint64_t bytes_read = 0;
   double read_MBps = 0;
   int queue_depth = -1;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model_config.h"
+#include "token_batch.h"
 
 namespace tb {
 
@@ -62,10 +63,14 @@ class Transformer {
 
   virtual std::string attention() const = 0;  // which attention runs: "cpu", "cudnn-sdpa" or "cublas"
 
-  // Copies one batch into the model's memory (the h2d phase on a device): `batch` sequences of `seq` tokens;
-  // inputs and targets hold batch*seq token ids < vocab, in host memory. Throws InputError for an id out of
-  // range or a shape the model cannot take.
-  virtual void SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) = 0;
+  // Copies one batch into the model's memory (the h2d phase on a device), unpacking it into int32 input and
+  // target ids on the way (UnpackTokens): batch.batch sequences of batch.seq positions, in host memory. Throws
+  // InputError for an id outside [0, vocab) or a shape the model cannot take.
+  virtual void SetBatch(const TokenBatch& batch) = 0;
+  // The same from int32 arrays: inputs and targets hold batch*seq ids each.
+  void SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) {
+    SetBatch(TokenArrays(inputs, targets, batch, seq));
+  }
   // Forward over the batch last set; keeps the activations for Backward. On a device it only issues the work.
   virtual void Forward() = 0;
   // The mean cross-entropy over all batch*seq positions of the last Forward; waits for the device.
@@ -126,9 +131,8 @@ std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint
                                                  const CudaTransformerOptions& options,
                                                  std::string* fallback_reason = nullptr);
 
-// Throws InputError unless batch >= 1, 1 <= seq <= config.seq and every id of inputs and targets (batch*seq
-// each) lies in [0, vocab); the message names the first bad id and where it is.
-void CheckBatch(const ModelConfig& config, const int32_t* inputs, const int32_t* targets, int batch, int seq);
+// Throws InputError unless batch >= 1 and 1 <= seq <= config.seq (the ids are checked by UnpackTokens).
+void CheckBatchShape(const ModelConfig& config, int batch, int seq);
 
 // GPT-2's initialisation of the flat fp32 parameter buffer `params` (layout of MakeLayout(config)), drawn from
 // `seed` with our own generator so that every rank and both implementations draw the same model: normal(0, 0.02)

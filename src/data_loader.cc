@@ -1,6 +1,7 @@
 #include "data_loader.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,25 +30,6 @@ uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * t
 constexpr int kFeistelRounds = 6;
 
 std::string Errno() { return std::strerror(errno); }
-
-// Tokens [0, seq) of a sample into `inputs` and [1, seq] into `targets`, as int32 (ids above 2^31 keep their
-// bits); returns the largest id. Plain loops over fixed-size loads so the compiler vectorises them.
-template <typename T>
-uint64_t WidenTokens(const unsigned char* bytes, int seq, int32_t* inputs, int32_t* targets) {
-  static_assert(std::endian::native == std::endian::little, "shards are little-endian");
-  uint32_t largest = 0;
-  for (int k = 0; k < seq; ++k) {
-    T token;
-    std::memcpy(&token, bytes + static_cast<size_t>(k) * sizeof(T), sizeof(T));
-    inputs[k] = static_cast<int32_t>(token);
-    largest = std::max<uint32_t>(largest, token);
-  }
-  std::memcpy(targets, inputs + 1, static_cast<size_t>(seq - 1) * sizeof(int32_t));
-  T last;
-  std::memcpy(&last, bytes + static_cast<size_t>(seq) * sizeof(T), sizeof(T));
-  targets[seq - 1] = static_cast<int32_t>(last);
-  return std::max<uint32_t>(largest, last);
-}
 
 }  // namespace
 
@@ -110,7 +92,9 @@ struct DataLoader::Source {
     uint64_t first_sample = 0;
     uint64_t records = 0;
   };
-  std::vector<File> files;
+  std::vector<File> files;  // fd -1 after opening: more files than descriptors to spare; opened per read
+  bool direct = false;
+  std::string dir;
   uint32_t token_bytes = 2;
   uint64_t vocab = 0;
   bool wrap_to_vocab = false;  // raw mode: tokens are bytes modulo vocab; shards: out-of-vocab is corruption
@@ -129,30 +113,21 @@ struct DataLoader::Source {
   }
 };
 
-void DataLoader::FreeDeleter::operator()(void* p) const { std::free(p); }
-
 struct DataLoader::Slot {
-  // The buffers go back through the allocator's release, also when the loader's constructor fails.
-  Slot(const HostAllocator& allocator, size_t values) : release(allocator.release) {
-    inputs = static_cast<int32_t*>(allocator.allocate(values * sizeof(int32_t)));
-    try {
-      targets = static_cast<int32_t*>(allocator.allocate(values * sizeof(int32_t)));
-    } catch (...) {
-      release(inputs);
-      throw;
-    }
+  // The buffer goes back through the allocator's release, also when the loader's constructor fails.
+  Slot(const HostAllocator& allocator, size_t bytes, int batch) : release(allocator.release) {
+    buffer = static_cast<unsigned char*>(allocator.allocate(bytes));
+    samples.resize(batch);
+    windows.resize(batch);
   }
-  ~Slot() {
-    release(inputs);
-    release(targets);
-  }
+  ~Slot() { release(buffer); }
   Slot(const Slot&) = delete;
   Slot& operator=(const Slot&) = delete;
 
   std::function<void(void*)> release;
   uint64_t sequence = UINT64_MAX;  // the batch sequence number it holds
-  int32_t* inputs = nullptr;
-  int32_t* targets = nullptr;
+  unsigned char* buffer = nullptr;  // B rows of row_stride_ bytes
+  std::vector<const unsigned char*> windows;  // where each row's sample starts in the buffer
   LoaderPosition position;
   std::vector<uint64_t> samples;
   int done = 0;  // samples read
@@ -191,6 +166,31 @@ int OpenForReading(const std::string& path, bool direct, const std::string& dir)
   if (fd < 0) throw InputError(path + ": cannot open: " + Errno());
   return fd;
 }
+
+// Descriptors the loader keeps open: half the soft limit, the rest left to MPI, NCCL and the checkpoint writer.
+// Files past it are opened for each read.
+uint64_t DescriptorBudget() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 1024;
+  return std::max<uint64_t>(16, limit.rlim_cur / 2);
+}
+
+// A descriptor opened for one read, closed after it.
+class ReadDescriptor {
+ public:
+  ReadDescriptor(int kept, const std::string& path, bool direct, const std::string& dir)
+      : fd_(kept >= 0 ? kept : OpenForReading(path, direct, dir)), owned_(kept < 0) {}
+  ~ReadDescriptor() {
+    if (owned_) ::close(fd_);
+  }
+  ReadDescriptor(const ReadDescriptor&) = delete;
+  ReadDescriptor& operator=(const ReadDescriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+  bool owned_;
+};
 
 }  // namespace
 
@@ -244,7 +244,11 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
                      std::to_string(options_.record_bytes) + " bytes (" + std::to_string(options_.seq) +
                      " + 1 tokens per sample)");
   }
-  for (Source::File& f : src.files) f.fd = OpenForReading(f.path, options_.direct_io, options_.dir);
+  src.direct = options_.direct_io;
+  src.dir = options_.dir;
+  const uint64_t keep_open = std::min<uint64_t>(src.files.size(), DescriptorBudget());
+  for (uint64_t i = 0; i < keep_open; ++i) src.files[i].fd = OpenForReading(src.files[i].path, src.direct, src.dir);
+  totals_.open_files = keep_open;
 
   plan_ = std::make_unique<SamplePlan>(src.samples, options_.world, options_.batch, options_.seed);
   if (plan_->batches_per_epoch() == 0) {
@@ -271,25 +275,28 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
   totals_.batches_per_epoch = plan_->batches_per_epoch();
   totals_.dropped_per_epoch = plan_->dropped_per_epoch();
 
-  const size_t rows = static_cast<size_t>(options_.batch) * options_.seq;
+  // Rows hold whole records; under O_DIRECT the 4096-aligned superset of one, which starts at most a block early.
+  row_stride_ = options_.direct_io ? RoundUp(options_.record_bytes, kDirectAlign) + kDirectAlign
+                                   : RoundUp(options_.record_bytes, 64);
+  claim_rows_ = (options_.batch + options_.workers - 1) / options_.workers;
   for (int i = 0; i < options_.prefetch + 1; ++i) {
-    slots_.push_back(std::make_unique<Slot>(options_.allocator, rows));
-    slots_.back()->samples.resize(options_.batch);
-  }
-  const uint64_t scratch_bytes = RoundUp(options_.record_bytes, kDirectAlign) + kDirectAlign;
-  for (int w = 0; w < options_.workers; ++w) {
-    scratch_.emplace_back(AlignedHostAllocator().allocate(scratch_bytes));
+    slots_.push_back(std::make_unique<Slot>(options_.allocator, options_.batch * row_stride_, options_.batch));
   }
 
   if (options_.direct_io) {
     // Some filesystems accept O_DIRECT at open and refuse the reads; find out before the workers start.
     const Source::File& first = src.files.front();
-    if (::pread(first.fd, scratch_[0].get(), kDirectAlign, 0) < 0 && errno == EINVAL) {
+    if (::pread(first.fd, slots_[0]->buffer, kDirectAlign, 0) < 0 && errno == EINVAL) {
       throw InputError("--direct-io: the filesystem of '" + options_.dir + "' refuses O_DIRECT reads (" +
                        first.path + ": Invalid argument); run without --direct-io");
     }
   }
-  for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this, w] { Work(w); });
+  current_.tokens.batch = options_.batch;
+  current_.tokens.seq = options_.seq;
+  current_.tokens.token_bytes = static_cast<int>(src.token_bytes);
+  current_.tokens.wrap_vocab = src.wrap_to_vocab ? src.vocab : 0;
+  current_.tokens.origin = [this](int window, int token) { return OriginOf(current_.samples.at(window), token); };
+  for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { Work(); });
 }
 
 DataLoader::~DataLoader() {
@@ -314,17 +321,22 @@ bool DataLoader::SleepUntil(double deadline) {
   return !work_cv_.wait_until(lock, until, [&] { return stop_; });
 }
 
-void DataLoader::Work(int worker) {
+// A worker claims claim_rows_ consecutive rows of the oldest batch not yet claimed (so that the workers share
+// each batch), reads them without the lock, then adds them to the batch; the one that completes it wakes the
+// consumer. Two lock acquisitions per claim, none per read.
+void DataLoader::Work() {
   const uint64_t batch = static_cast<uint64_t>(options_.batch);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stop_ || error_ || next_claim_ / batch < handed_ + options_.prefetch; });
     if (stop_ || error_) return;
-    const uint64_t claim = next_claim_++;
+    const uint64_t claim = next_claim_;
     const uint64_t sequence = claim / batch;
-    const int row = static_cast<int>(claim % batch);
+    const int first_row = static_cast<int>(claim % batch);
+    const int rows = std::min(claim_rows_, options_.batch - first_row);
+    next_claim_ += static_cast<uint64_t>(rows);
     Slot& slot = *slots_[sequence % slots_.size()];
-    if (row == 0) {
+    if (first_row == 0) {
       // Claims are handed out in order, so the batch's first claim sets up its slot before any other.
       slot.sequence = sequence;
       slot.position = PositionOf(sequence);
@@ -336,11 +348,18 @@ void DataLoader::Work(int worker) {
       slot.first_start_s = 0;
       slot.last_end_s = 0;
     }
-    const uint64_t sample = slot.samples[row];
     lock.unlock();
-    SampleRead read;
+    BatchStats part;
+    double first_start_s = 0, last_end_s = 0;
     try {
-      read = ReadSample(worker, sample, slot, row);
+      for (int row = first_row; row < first_row + rows; ++row) {
+        const SampleRead read = ReadSample(slot.samples[row], slot, row);
+        if (read.bytes == 0) return;  // stopped while sleeping
+        part.bytes_read += read.bytes;
+        part.read_s += read.end_s - read.start_s;
+        first_start_s = row == first_row ? read.start_s : std::min(first_start_s, read.start_s);
+        last_end_s = std::max(last_end_s, read.end_s);
+      }
     } catch (...) {
       lock.lock();
       if (!error_ && !stop_) error_ = std::current_exception();
@@ -349,19 +368,22 @@ void DataLoader::Work(int worker) {
       return;
     }
     lock.lock();
-    if (read.bytes == 0) return;  // stopped while sleeping
-    slot.stats.bytes_read += read.bytes;
-    slot.stats.read_s += read.end_s - read.start_s;
-    slot.first_start_s = slot.done == 0 ? read.start_s : std::min(slot.first_start_s, read.start_s);
-    slot.last_end_s = std::max(slot.last_end_s, read.end_s);
-    if (++slot.done == options_.batch) {
+    slot.stats.bytes_read += part.bytes_read;
+    slot.stats.read_s += part.read_s;
+    slot.first_start_s = slot.done == 0 ? first_start_s : std::min(slot.first_start_s, first_start_s);
+    slot.last_end_s = std::max(slot.last_end_s, last_end_s);
+    slot.done += rows;
+    if (slot.done == options_.batch) {
       slot.stats.fill_s = slot.last_end_s - slot.first_start_s;
+      // Woken outside the lock, so the consumer does not wake only to wait for this worker's mutex.
+      lock.unlock();
       ready_cv_.notify_all();
+      lock.lock();
     }
   }
 }
 
-DataLoader::SampleRead DataLoader::ReadSample(int worker, uint64_t sample, Slot& slot, int row) {
+DataLoader::SampleRead DataLoader::ReadSample(uint64_t sample, Slot& slot, int row) {
   const Source& src = *source_;
   const Source::File& file = src.FileOf(sample);
   const uint64_t offset = file.data_offset + (sample - file.first_sample) * options_.record_bytes;
@@ -381,11 +403,12 @@ DataLoader::SampleRead DataLoader::ReadSample(int worker, uint64_t sample, Slot&
     throttle_free_at_ = std::max(throttle_free_at_, NowSeconds()) + length / (options_.io_throttle_MBps * 1e6);
     paced_until = throttle_free_at_;
   }
-  char* buffer = static_cast<char*>(scratch_[worker].get());
+  unsigned char* buffer = slot.buffer + static_cast<size_t>(row) * row_stride_;
   const uint64_t needed = offset - read_at + options_.record_bytes;  // the aligned tail may run past the end
+  const ReadDescriptor fd(file.fd, file.path, src.direct, src.dir);
   uint64_t got = 0;
   while (got < length) {
-    ssize_t n = ::pread(file.fd, buffer + got, length - got, static_cast<off_t>(read_at + got));
+    ssize_t n = ::pread(fd.get(), buffer + got, length - got, static_cast<off_t>(read_at + got));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       throw RuntimeError(file.path + ": read of " + std::to_string(length - got) + " bytes at byte " +
@@ -402,30 +425,16 @@ DataLoader::SampleRead DataLoader::ReadSample(int worker, uint64_t sample, Slot&
                      std::to_string(offset + options_.record_bytes) + " (was the file changed after it was checked?)");
   }
   if (paced_until > 0 && !SleepUntil(paced_until)) return read;
-
-  const unsigned char* tokens = reinterpret_cast<const unsigned char*>(buffer + (offset - read_at));
-  const int seq = options_.seq;
-  int32_t* inputs = slot.inputs + static_cast<size_t>(row) * seq;
-  int32_t* targets = slot.targets + static_cast<size_t>(row) * seq;
-  const uint64_t largest = src.token_bytes == 2 ? WidenTokens<uint16_t>(tokens, seq, inputs, targets)
-                                                : WidenTokens<uint32_t>(tokens, seq, inputs, targets);
-  if (largest >= src.vocab) {
-    for (int k = 0; k <= seq; ++k) {
-      const uint64_t token = k < seq ? static_cast<uint32_t>(inputs[k]) : static_cast<uint32_t>(targets[seq - 1]);
-      if (token < src.vocab) continue;
-      if (!src.wrap_to_vocab) {
-        throw InputError(file.path + ": corrupt token " + std::to_string(token) + " at byte " +
-                         std::to_string(offset + static_cast<uint64_t>(k) * src.token_bytes) + " (vocab " +
-                         std::to_string(src.vocab) + ")");
-      }
-      const int32_t wrapped = static_cast<int32_t>(token % src.vocab);
-      if (k < seq) inputs[k] = wrapped;
-      if (k > 0) targets[k - 1] = wrapped;
-    }
-  }
+  slot.windows[row] = buffer + (offset - read_at);
   read.bytes = length;
   read.end_s = NowSeconds();
   return read;
+}
+
+TokenOrigin DataLoader::OriginOf(uint64_t sample, int token) const {
+  const Source::File& file = source_->FileOf(sample);
+  return TokenOrigin{file.path, file.data_offset + (sample - file.first_sample) * options_.record_bytes +
+                                    static_cast<uint64_t>(token) * source_->token_bytes};
 }
 
 const LoaderBatch& DataLoader::Next() {
@@ -446,10 +455,7 @@ const LoaderBatch& DataLoader::Next() {
   slot.stats.wait_s = wait_s;
   slot.stats.queue_depth = depth;
   ++handed_;
-  current_.inputs = slot.inputs;
-  current_.targets = slot.targets;
-  current_.batch = options_.batch;
-  current_.seq = options_.seq;
+  current_.tokens.windows = slot.windows;
   current_.position = slot.position;
   current_.samples = slot.samples;
   current_.stats = slot.stats;

@@ -1,5 +1,6 @@
 // The data loader: worker threads read each sample's window of seq+1 tokens with positioned reads (pread,
-// optionally O_DIRECT) into a ring of batch buffers; Next() hands out batches in a fixed order that every
+// optionally O_DIRECT) straight into a ring of batch buffers, and do nothing else to them: the model unpacks a
+// batch into int32 ids itself (UnpackTokens, token_batch.h). Next() hands out batches in a fixed order that every
 // rank derives from the seed alone, so that together the ranks read every sample exactly once per epoch and a
 // loader restarted from a saved LoaderPosition continues with exactly the batches an uninterrupted one would.
 //
@@ -21,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "token_batch.h"
+
 namespace tb {
 
 // Where a loader stands: the next batch it hands out. Saved with a checkpoint and given back to resume.
@@ -32,8 +35,8 @@ struct LoaderPosition {
   bool operator==(const LoaderPosition&) const = default;
 };
 
-// Allocates the output buffers (pass pinned-memory functions for asynchronous copies to the GPU). The
-// default is page-aligned host memory.
+// Allocates the batch buffers (one per ring slot; pass pinned-memory functions to copy straight from them to a
+// GPU). The default is page-aligned host memory; O_DIRECT needs 4096-byte alignment.
 struct HostAllocator {
   std::function<void*(size_t)> allocate;
   std::function<void(void*)> release;
@@ -72,10 +75,9 @@ struct BatchStats {
 };
 
 struct LoaderBatch {
-  const int32_t* inputs = nullptr;   // (B, seq): tokens [0, seq) of each sample
-  const int32_t* targets = nullptr;  // (B, seq): tokens [1, seq + 1) of each sample
-  int batch = 0;
-  int seq = 0;
+  // B windows of seq+1 tokens as read (the file's token width; raw mode wraps ids into raw_vocab); the origin
+  // names the file and byte of each token.
+  TokenBatch tokens;
   LoaderPosition position;  // this batch's place
   std::vector<uint64_t> samples;  // (B) dataset sample indices
   BatchStats stats;
@@ -83,6 +85,7 @@ struct LoaderBatch {
 
 struct LoaderStats {
   uint64_t files = 0;
+  uint64_t open_files = 0;         // kept open; the others are opened for each read (more than the fd budget)
   uint64_t samples = 0;            // in the dataset
   uint64_t record_bytes = 0;
   uint64_t batches_per_epoch = 0;  // global batches
@@ -145,22 +148,21 @@ class DataLoader {
     double end_s = 0;
   };
 
-  void Work(int worker);
-  // Reads sample `sample` into row `row` of `slot` (latency, throttle and the pread).
-  SampleRead ReadSample(int worker, uint64_t sample, Slot& slot, int row);
+  void Work();
+  // Reads sample `sample` into row `row` of `slot` (latency, throttle and the pread); bytes 0 when stopped.
+  SampleRead ReadSample(uint64_t sample, Slot& slot, int row);
   // Sleeps until `deadline` (NowSeconds) unless the loader stops first; returns false when it stops.
   bool SleepUntil(double deadline);
   LoaderPosition PositionOf(uint64_t sequence) const;
+  TokenOrigin OriginOf(uint64_t sample, int token) const;
 
   DataLoaderOptions options_;
   std::unique_ptr<Source> source_;
   std::unique_ptr<SamplePlan> plan_;
+  uint64_t row_stride_ = 0;  // bytes between rows of a slot's buffer (the aligned superset under O_DIRECT)
+  int claim_rows_ = 1;       // rows a worker claims at once: the batch shared evenly among the workers
   double throttle_free_at_ = 0;  // --io-throttle: when the rank's read timeline is free again (NowSeconds)
   std::vector<std::unique_ptr<Slot>> slots_;  // ring of prefetch + 1 batches
-  struct FreeDeleter {
-    void operator()(void* p) const;
-  };
-  std::vector<std::unique_ptr<void, FreeDeleter>> scratch_;  // one aligned read buffer per worker
 
   mutable std::mutex mutex_;
   std::condition_variable work_cv_;   // workers: a sample to read, or stop

@@ -262,7 +262,7 @@ void PointIo::Prepare(TrainLoopOptions& loop) {
     loader_ = std::make_unique<DataLoader>(std::move(o));
     loop.next_batch = [this](int) {
       const LoaderBatch& b = loader_->Next();
-      return StepBatch{b.inputs, b.targets, b.stats.bytes_read, b.stats.ReadMBps(), b.stats.queue_depth};
+      return StepBatch{&b.tokens, b.stats.bytes_read, b.stats.ReadMBps(), b.stats.queue_depth};
     };
   }
   if (plan_.checkpoints) {

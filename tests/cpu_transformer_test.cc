@@ -319,6 +319,34 @@ TEST(CpuTransformer, ForwardMatchesDoublePrecisionReference) {
   EXPECT_NEAR(loss, expected, 1e-5 * expected);
 }
 
+// What a data loader hands over (windows of seq+1 uint16 tokens) trains the same as the equivalent int32 arrays.
+TEST(CpuTransformer, TokenWindowsEqualTheirArrays) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 5);
+  std::mt19937 rng(21);
+  std::vector<uint16_t> windows(kBatch * (kSeq + 1));
+  for (uint16_t& t : windows) t = static_cast<uint16_t>(rng() % config.vocab);
+  Batch arrays;
+  TokenBatch b;
+  b.batch = kBatch;
+  b.seq = kSeq;
+  b.token_bytes = 2;
+  for (int i = 0; i < kBatch; ++i) {
+    const uint16_t* w = windows.data() + i * (kSeq + 1);
+    b.windows.push_back(reinterpret_cast<const unsigned char*>(w));
+    for (int k = 0; k < kSeq; ++k) {
+      arrays.inputs.push_back(w[k]);
+      arrays.targets.push_back(w[k + 1]);
+    }
+  }
+  model->SetBatch(b);
+  model->Forward();
+  const float from_windows = model->Loss();
+  EXPECT_EQ(from_windows, model->ForwardBatch(arrays.inputs.data(), arrays.targets.data(), kBatch, kSeq));
+  windows[3] = static_cast<uint16_t>(config.vocab);
+  EXPECT_THROW(model->SetBatch(b), InputError);
+}
+
 TEST(CpuTransformer, ForwardOfABatchIsTheMeanOverItsSequences) {
   const ModelConfig config = TinyConfig();
   auto model = MakeCpuTransformer(config, 5);

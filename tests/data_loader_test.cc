@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "data_loader.h"
 #include "error.h"
+#include "token_batch.h"
 #include "token_shard.h"
 
 namespace tb {
@@ -79,13 +80,28 @@ std::vector<std::vector<uint32_t>> ExpectedSamples(const std::vector<std::vector
   return samples;
 }
 
+// A batch as the model gets it: int32 inputs and targets (every id accepted unless `vocab` says otherwise).
+struct Unpacked {
+  std::vector<int32_t> inputs, targets;
+  bool operator==(const Unpacked&) const = default;
+};
+Unpacked Unpack(const LoaderBatch& b, uint64_t vocab = uint64_t{1} << 32) {
+  Unpacked u;
+  u.inputs.resize(static_cast<size_t>(b.tokens.batch) * b.tokens.seq);
+  u.targets.resize(u.inputs.size());
+  UnpackTokens(b.tokens, vocab, u.inputs.data(), u.targets.data());
+  return u;
+}
+
 void ExpectBatchMatches(const LoaderBatch& b, const std::vector<std::vector<uint32_t>>& expected) {
-  for (int row = 0; row < b.batch; ++row) {
+  const Unpacked u = Unpack(b);
+  const int seq = b.tokens.seq;
+  for (int row = 0; row < b.tokens.batch; ++row) {
     ASSERT_LT(b.samples[row], expected.size());
     const std::vector<uint32_t>& want = expected[b.samples[row]];
-    for (int k = 0; k < b.seq; ++k) {
-      ASSERT_EQ(b.inputs[row * b.seq + k], static_cast<int32_t>(want[k])) << "sample " << b.samples[row] << " token " << k;
-      ASSERT_EQ(b.targets[row * b.seq + k], static_cast<int32_t>(want[k + 1])) << "sample " << b.samples[row];
+    for (int k = 0; k < seq; ++k) {
+      ASSERT_EQ(u.inputs[row * seq + k], static_cast<int32_t>(want[k])) << "sample " << b.samples[row] << " token " << k;
+      ASSERT_EQ(u.targets[row * seq + k], static_cast<int32_t>(want[k + 1])) << "sample " << b.samples[row];
     }
   }
 }
@@ -226,19 +242,101 @@ TEST_F(CorruptShard, DatasetChecksNameTheFile) {
             std::string::npos);
 }
 
-TEST_F(CorruptShard, OutOfVocabTokenFailsNextWithFileAndOffset) {
-  // A payload byte flipped without the checksum being verified: the loader still refuses the token.
+TEST_F(CorruptShard, OutOfVocabTokenFailsUnpackWithFileAndOffset) {
+  // A payload byte flipped without the checksum being verified: unpacking the batch (the model's SetBatch)
+  // refuses the token and names where the loader read it.
   PatchBytes(path_, kShardHeaderBytes + 2 * 5, {0xFF, 0xFF});  // token 5 = 65535 >= 50257
   DataLoaderOptions o;
   o.dir = dir_.path();
   o.seq = 9;  // samples of 10 tokens: token 5 is in sample 0
   o.batch = 100;
   o.workers = 2;
-  const std::string error = InputErrorOf([&] {
-    DataLoader loader(o);
-    loader.Next();
-  });
-  EXPECT_EQ(error, path_ + ": corrupt token 65535 at byte 4106 (vocab 50257)");
+  DataLoader loader(o);
+  const LoaderBatch& b = loader.Next();
+  EXPECT_EQ(InputErrorOf([&] { Unpack(b, 50257); }), path_ + ": corrupt token 65535 at byte 4106 (vocab 50257)");
+}
+
+// ---- unpacking a batch into the model's ids -----------------------------------------------------------------
+
+// Windows of uint16 and uint32 tokens: inputs are tokens [0, seq), targets [1, seq], for every width and length.
+TEST(UnpackTokensTest, WindowsWidenIntoInputsAndTargets) {
+  for (int seq : {1, 2, 7, 8, 9, 33, 100}) {
+    for (int width : {2, 4}) {
+      const int batch = 3;
+      std::vector<unsigned char> bytes(static_cast<size_t>(batch) * (seq + 1) * width + 1);  // +1: windows unaligned
+      TokenBatch b;
+      b.batch = batch;
+      b.seq = seq;
+      b.token_bytes = width;
+      std::vector<std::vector<uint32_t>> want(batch);
+      for (int i = 0; i < batch; ++i) {
+        unsigned char* window = bytes.data() + 1 + static_cast<size_t>(i) * (seq + 1) * width;
+        b.windows.push_back(window);
+        for (int k = 0; k <= seq; ++k) {
+          const uint32_t token = width == 2 ? static_cast<uint32_t>(60000 - 7 * i - k) : 3000000000u - i - k;
+          want[i].push_back(token);
+          std::memcpy(window + static_cast<size_t>(k) * width, &token, width);  // little-endian host
+        }
+      }
+      std::vector<int32_t> inputs(static_cast<size_t>(batch) * seq, -1), targets(inputs.size(), -1);
+      UnpackTokens(b, uint64_t{1} << 32, inputs.data(), targets.data());
+      for (int i = 0; i < batch; ++i) {
+        for (int k = 0; k < seq; ++k) {
+          ASSERT_EQ(static_cast<uint32_t>(inputs[i * seq + k]), want[i][k]) << seq << " " << width << " " << i << " " << k;
+          ASSERT_EQ(static_cast<uint32_t>(targets[i * seq + k]), want[i][k + 1]) << seq << " " << width;
+        }
+      }
+    }
+  }
+}
+
+TEST(UnpackTokensTest, IdsOutsideTheVocabulary) {
+  const uint16_t tokens[2][5] = {{1, 2, 3, 4, 5}, {6, 7, 99, 8, 9}};
+  TokenBatch b;
+  b.batch = 2;
+  b.seq = 4;
+  b.token_bytes = 2;
+  b.windows = {reinterpret_cast<const unsigned char*>(tokens[0]), reinterpret_cast<const unsigned char*>(tokens[1])};
+  std::vector<int32_t> in(8), tg(8);
+  EXPECT_EQ(InputErrorOf([&] { UnpackTokens(b, 50, in.data(), tg.data()); }),
+            "token 99 at sequence 1, position 2 is outside the vocabulary [0, 50)");
+  b.origin = [](int window, int token) { return TokenOrigin{"f" + std::to_string(window), 4096u + 2u * token}; };
+  EXPECT_EQ(InputErrorOf([&] { UnpackTokens(b, 50, in.data(), tg.data()); }), "f1: corrupt token 99 at byte 4100 (vocab 50)");
+  EXPECT_NO_THROW(UnpackTokens(b, 100, in.data(), tg.data()));
+  // Raw files: ids wrap into the vocabulary instead.
+  b.wrap_vocab = 50;
+  UnpackTokens(b, 50, in.data(), tg.data());
+  EXPECT_EQ(in, (std::vector<int32_t>{1, 2, 3, 4, 6, 7, 49, 8}));
+  EXPECT_EQ(tg, (std::vector<int32_t>{2, 3, 4, 5, 7, 49, 8, 9}));
+  // The last token (a target only) is checked too.
+  const uint16_t last[5] = {1, 2, 3, 4, 77};
+  TokenBatch one;
+  one.batch = 1;
+  one.seq = 4;
+  one.token_bytes = 2;
+  one.windows = {reinterpret_cast<const unsigned char*>(last)};
+  EXPECT_EQ(InputErrorOf([&] { UnpackTokens(one, 50, in.data(), tg.data()); }),
+            "token 77 at sequence 0, position 4 is outside the vocabulary [0, 50)");
+  one.token_bytes = 3;
+  EXPECT_EQ(InputErrorOf([&] { UnpackTokens(one, 50, in.data(), tg.data()); }), "token width 3 bytes (want 2 or 4)");
+  one.token_bytes = 2;
+  one.batch = 2;
+  EXPECT_EQ(InputErrorOf([&] { UnpackTokens(one, 50, in.data(), tg.data()); }), "a token batch of 2 sequences with 1 windows");
+  one.seq = 0;
+  EXPECT_NE(InputErrorOf([&] { UnpackTokens(one, 50, in.data(), tg.data()); }).find("at least one sequence"), std::string::npos);
+}
+
+TEST(UnpackTokensTest, ArraysAreCopiedAndChecked) {
+  std::vector<int32_t> inputs = {1, 2, 3, 4, 5, 6}, targets = {2, 3, 4, 5, 6, 7};
+  std::vector<int32_t> in(6), tg(6);
+  UnpackTokens(TokenArrays(inputs.data(), targets.data(), 2, 3), 8, in.data(), tg.data());
+  EXPECT_EQ(in, inputs);
+  EXPECT_EQ(tg, targets);
+  EXPECT_EQ(InputErrorOf([&] { UnpackTokens(TokenArrays(inputs.data(), targets.data(), 2, 3), 7, in.data(), tg.data()); }),
+            "target token 7 at sequence 1, position 2 is outside the vocabulary [0, 7)");
+  inputs[1] = -3;
+  EXPECT_EQ(InputErrorOf([&] { UnpackTokens(TokenArrays(inputs.data(), targets.data(), 2, 3), 8, in.data(), tg.data()); }),
+            "input token -3 at sequence 0, position 1 is outside the vocabulary [0, 8)");
 }
 
 TEST(TokenDatasetCheck, DirectoryProblems) {
@@ -377,12 +475,10 @@ TEST(DataLoaderTest, ResumeFromSavedPositionGivesTheSameBatches) {
   struct Seen {
     LoaderPosition position;
     std::vector<uint64_t> samples;
-    std::vector<int32_t> inputs, targets;
+    Unpacked tokens;
     bool operator==(const Seen&) const = default;
   };
-  auto copy = [&](const LoaderBatch& b) {
-    return Seen{b.position, b.samples, {b.inputs, b.inputs + b.batch * seq}, {b.targets, b.targets + b.batch * seq}};
-  };
+  auto copy = [&](const LoaderBatch& b) { return Seen{b.position, b.samples, Unpack(b)}; };
   const int total = 25, saved_at = 11;  // 12 global batches per epoch: crosses two epoch boundaries
   std::vector<Seen> uninterrupted;
   LoaderPosition saved;
@@ -561,7 +657,13 @@ TEST(DataLoaderTest, BuffersComeFromTheAllocatorAndStayValidUntilNext) {
   TempDir dir;
   const auto shards = CountingShards(dir.path(), 50257, {5000});
   const auto expected = ExpectedSamples(shards, 31, 32);
-  std::set<void*> live;
+  std::map<const unsigned char*, size_t> live;
+  auto inside = [&](const unsigned char* p, size_t bytes) {
+    for (const auto& [start, size] : live) {
+      if (p >= start && p + bytes <= start + size) return true;
+    }
+    return false;
+  };
   int allocations = 0;
   {
     DataLoaderOptions o;
@@ -573,19 +675,18 @@ TEST(DataLoaderTest, BuffersComeFromTheAllocatorAndStayValidUntilNext) {
     o.allocator = {[&](size_t bytes) {
                      ++allocations;
                      void* p = std::malloc(bytes);
-                     live.insert(p);
+                     live[static_cast<const unsigned char*>(p)] = bytes;
                      return p;
                    },
                    [&](void* p) {
-                     live.erase(p);
+                     live.erase(static_cast<const unsigned char*>(p));
                      std::free(p);
                    }};
     DataLoader loader(o);
-    EXPECT_EQ(allocations, 2 * (o.prefetch + 1));
+    EXPECT_EQ(allocations, o.prefetch + 1);  // one buffer per ring slot
     for (int i = 0; i < 10; ++i) {
       const LoaderBatch& b = loader.Next();
-      EXPECT_TRUE(live.count(const_cast<int32_t*>(b.inputs)));
-      EXPECT_TRUE(live.count(const_cast<int32_t*>(b.targets)));
+      for (const unsigned char* window : b.tokens.windows) EXPECT_TRUE(inside(window, (31 + 1) * 2));
       // The workers fill the other slots meanwhile; this batch must stay intact.
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       ExpectBatchMatches(b, expected);
@@ -605,7 +706,7 @@ TEST(DataLoaderTest, FailedAllocationReleasesWhatWasAllocated) {
   o.dir = dir.path();
   o.seq = 31;
   o.allocator = {[&](size_t bytes) {
-                   if (live.size() == 5) throw RuntimeError("pinned memory exhausted");
+                   if (live.size() == 3) throw RuntimeError("pinned memory exhausted");
                    void* p = std::malloc(bytes);
                    live.insert(p);
                    return p;

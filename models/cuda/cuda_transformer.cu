@@ -127,7 +127,8 @@ class CudaTransformer final : public Transformer {
   }
   uint64_t peak_device_memory_bytes() const override { return peak_device_memory_; }
 
-  void SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) override;
+  using Transformer::SetBatch;
+  void SetBatch(const TokenBatch& tokens) override;
   void Forward() override;
   float Loss() override;
   void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
@@ -343,8 +344,9 @@ void CudaTransformer::NoteDeviceMemory() {
   peak_device_memory_ = std::max<uint64_t>(peak_device_memory_, total_bytes - free_bytes);
 }
 
-void CudaTransformer::SetBatch(const int32_t* inputs, const int32_t* targets, int batch, int seq) {
-  CheckBatch(config_, inputs, targets, batch, seq);
+void CudaTransformer::SetBatch(const TokenBatch& tokens) {
+  const int batch = tokens.batch, seq = tokens.seq;
+  CheckBatchShape(config_, batch, seq);
   if (batch > options_.max_batch) {
     throw InputError(std::string("batch size ") + std::to_string(batch) + " is larger than the " +
                      std::to_string(options_.max_batch) +
@@ -356,8 +358,7 @@ void CudaTransformer::SetBatch(const int32_t* inputs, const int32_t* targets, in
   // The previous batch's copy may still be reading the staging buffer.
   tokens_copied_.Synchronize();
   int32_t* staging = static_cast<int32_t*>(token_staging_.data());
-  std::copy(inputs, inputs + n, staging);
-  std::copy(targets, targets + n, staging + n);
+  UnpackTokens(tokens, static_cast<uint64_t>(config_.vocab), staging, staging + n);
   TB_CHECK_CUDA(cudaMemcpyAsync(tokens_, staging, 2 * n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
   tokens_copied_.Record(stream_.get());
   batch_ = batch;
