@@ -2,10 +2,12 @@
 // exactly once per epoch across ranks, simulated in one process); resume; O_DIRECT; raw mode; record sizes;
 // the throttle and latency arithmetic; allocator hook and shutdown.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -565,6 +567,55 @@ TEST(DataLoaderTest, RawModeReadsAnyFiles) {
     seen.insert(b.samples.begin(), b.samples.end());
   }
   EXPECT_EQ(seen.size(), 16u);
+}
+
+// More files than descriptors to spare: the first half of the soft limit stay open, the others are opened for
+// each read, and every sample still comes back right.
+TEST(DataLoaderTest, FilesBeyondTheDescriptorBudgetAreOpenedPerRead) {
+  TempDir dir;
+  const int files = 40;
+  std::vector<std::vector<uint32_t>> expected;
+  for (int f = 0; f < files; ++f) {
+    std::vector<unsigned char> bytes(64);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(f * 3 + i);
+    char name[16];
+    std::snprintf(name, sizeof name, "f%03d", f);  // sorted as the loader sorts
+    std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), 64);
+    for (size_t start = 0; start < 64; start += 32) {
+      std::vector<uint32_t> tokens;
+      for (int k = 0; k < 16; ++k) tokens.push_back((bytes[start + 2 * k] | bytes[start + 2 * k + 1] << 8) % 50000u);
+      expected.push_back(tokens);
+    }
+  }
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = 48;  // a budget of 24 descriptors for the loader
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::set<uint64_t> seen;
+  try {
+    DataLoaderOptions o;
+    o.dir = dir.path();
+    o.raw = true;
+    o.raw_vocab = 50000;
+    o.seq = 15;
+    o.record_bytes = 32;
+    o.batch = 4;
+    o.workers = 2;
+    DataLoader loader(o);
+    EXPECT_EQ(loader.stats().files, 40u);
+    EXPECT_EQ(loader.stats().open_files, 24u);
+    for (int i = 0; i < 20; ++i) {
+      const LoaderBatch& b = loader.Next();
+      ExpectBatchMatches(b, expected);
+      seen.insert(b.samples.begin(), b.samples.end());
+    }
+  } catch (...) {
+    ::setrlimit(RLIMIT_NOFILE, &saved);
+    throw;
+  }
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  EXPECT_EQ(seen.size(), 80u);
 }
 
 TEST(DataLoaderTest, DirectIoReadsTheSameBatches) {

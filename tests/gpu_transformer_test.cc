@@ -394,6 +394,36 @@ TEST(CudaTransformer, AdamWStepMatchesCpuReference) {
 }
 
 // Weights written from outside (as a checkpoint restore writes them) reach the GEMMs after ParametersChanged().
+// The loader's form of a batch (windows of seq+1 uint16 tokens, unpacked into the pinned staging buffer) gives
+// the same loss as the equivalent int32 arrays.
+TEST(CudaTransformer, TokenWindowsEqualTheirArrays) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = SmallHeadsConfig();
+  auto gpu = MakeGpuModel(config, 17);
+  std::mt19937 generator(23);
+  std::vector<uint16_t> windows(kBatch * (kSeq + 1));
+  for (uint16_t& t : windows) t = static_cast<uint16_t>(generator() % config.vocab);
+  Batch arrays;
+  TokenBatch tokens;
+  tokens.batch = kBatch;
+  tokens.seq = kSeq;
+  tokens.token_bytes = 2;
+  for (int i = 0; i < kBatch; ++i) {
+    const uint16_t* w = windows.data() + i * (kSeq + 1);
+    tokens.windows.push_back(reinterpret_cast<const unsigned char*>(w));
+    for (int k = 0; k < kSeq; ++k) {
+      arrays.inputs.push_back(w[k]);
+      arrays.targets.push_back(w[k + 1]);
+    }
+  }
+  gpu->SetBatch(tokens);
+  gpu->Forward();
+  const float from_windows = gpu->Loss();
+  EXPECT_EQ(from_windows, gpu->ForwardBatch(arrays.inputs.data(), arrays.targets.data(), kBatch, kSeq));
+  windows[kSeq + 3] = static_cast<uint16_t>(config.vocab);
+  EXPECT_NE(InputErrorOf([&] { gpu->SetBatch(tokens); }).find("token 100 at sequence 1, position 2"), std::string::npos);
+}
+
 TEST(CudaTransformer, ParametersChangedRefreshesTheBf16Weights) {
   if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
   const ModelConfig config = SmallHeadsConfig();
