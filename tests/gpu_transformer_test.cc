@@ -77,7 +77,7 @@ double RelativeDifference(const float* actual, const float* expected, size_t cou
 std::vector<float> DownloadDevice(const float* device, size_t count) {
   gpu::SynchronizeDevice();
   std::vector<float> host(count);
-  gpu::CopyToHost(host.data(), device, count * sizeof(float));
+  CopyDeviceToHost(host.data(), device, count * sizeof(float));
   return host;
 }
 
@@ -85,7 +85,7 @@ std::vector<float> DownloadDevice(const float* device, size_t count) {
 // return before its DMA ends, and the model's stream does not wait for the legacy stream).
 void UploadDevice(float* device, const float* host, size_t count) {
   gpu::SynchronizeDevice();
-  gpu::CopyToDevice(device, host, count * sizeof(float));
+  CopyHostToDevice(device, host, count * sizeof(float));
   gpu::SynchronizeDevice();
 }
 

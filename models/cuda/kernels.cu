@@ -361,16 +361,6 @@ DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
   return *this;
 }
 
-void CopyToDevice(void* device_destination, const void* host_source, size_t bytes) {
-  if (bytes == 0) return;
-  TB_CHECK_CUDA(cudaMemcpy(device_destination, host_source, bytes, cudaMemcpyHostToDevice));
-}
-
-void CopyToHost(void* host_destination, const void* device_source, size_t bytes) {
-  if (bytes == 0) return;
-  TB_CHECK_CUDA(cudaMemcpy(host_destination, device_source, bytes, cudaMemcpyDeviceToHost));
-}
-
 void SynchronizeDevice() { TB_CHECK_CUDA(cudaDeviceSynchronize()); }
 
 }  // namespace tb::gpu

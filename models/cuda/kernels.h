@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "device.h"
 #include "transformer.h"
 
 namespace tb::gpu {
@@ -107,9 +108,6 @@ class DeviceMemory {
   size_t bytes_ = 0;
 };
 
-// Blocking copies between host and device memory (cudaMemcpy: ordered after all work already enqueued).
-void CopyToDevice(void* device_destination, const void* host_source, size_t bytes);
-void CopyToHost(void* host_destination, const void* device_source, size_t bytes);
 // Waits for all work on the current device, and throws if any of it faulted.
 void SynchronizeDevice();
 
@@ -117,7 +115,7 @@ void SynchronizeDevice();
 template <typename T>
 DeviceMemory Upload(const std::vector<T>& host) {
   DeviceMemory device(host.size() * sizeof(T));
-  CopyToDevice(device.data(), host.data(), device.bytes());
+  CopyHostToDevice(device.data(), host.data(), device.bytes());  // device.h: blocking, complete on return
   return device;
 }
 
@@ -125,7 +123,7 @@ DeviceMemory Upload(const std::vector<T>& host) {
 template <typename T>
 std::vector<T> Download(const DeviceMemory& device, size_t count) {
   std::vector<T> host(count);
-  CopyToHost(host.data(), device.data(), count * sizeof(T));
+  CopyDeviceToHost(host.data(), device.data(), count * sizeof(T));
   return host;
 }
 

@@ -57,9 +57,7 @@ DeviceMemory::DeviceMemory(DeviceMemory&&) noexcept = default;
 
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&&) noexcept = default;
 
-void CopyToDevice(void*, const void*, size_t) { ThrowBuiltWithoutCuda("CopyToDevice"); }
 
-void CopyToHost(void*, const void*, size_t) { ThrowBuiltWithoutCuda("CopyToHost"); }
 
 void SynchronizeDevice() { ThrowBuiltWithoutCuda("SynchronizeDevice"); }
 

@@ -139,10 +139,12 @@ void FreePinnedHost(void* pointer) {
 }
 
 void CopyDeviceToHost(void* host, const void* device, uint64_t bytes) {
+  if (bytes == 0) return;
   TB_CHECK_CUDA(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
 }
 
 void CopyHostToDevice(void* device, const void* host, uint64_t bytes) {
+  if (bytes == 0) return;
   TB_CHECK_CUDA(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
   // From pageable memory cudaMemcpy may return before the DMA lands, and streams created non-blocking do not
   // wait for the legacy stream: make the copy complete before anything else reads the memory.
