@@ -1,6 +1,7 @@
 #include "data_loader.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +25,9 @@ namespace fs = std::filesystem;
 
 // O_DIRECT needs offsets, lengths and buffers aligned to the logical block size; 4096 covers every device.
 constexpr uint64_t kDirectAlign = 4096;
+// Transparent huge pages: their size on x86-64 and arm64 with 4 KiB base pages, and the smallest block offered.
+constexpr uint64_t kHugePage = uint64_t{2} << 20;
+constexpr uint64_t kHugeFrom = uint64_t{256} << 10;
 
 uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
 
@@ -33,10 +37,14 @@ std::string Errno() { return std::strerror(errno); }
 
 }  // namespace
 
-HostAllocator AlignedHostAllocator() {
-  return HostAllocator{[](size_t bytes) {
-                         void* p = std::aligned_alloc(kDirectAlign, RoundUp(std::max<size_t>(bytes, 1), kDirectAlign));
+HostAllocator AlignedHostAllocator(bool huge_pages) {
+  return HostAllocator{[huge_pages](size_t bytes) {
+                         const bool huge = huge_pages && bytes >= kHugeFrom;
+                         const size_t align = huge ? kHugePage : kDirectAlign;
+                         const size_t size = RoundUp(std::max<size_t>(bytes, 1), align);
+                         void* p = std::aligned_alloc(align, size);
                          if (!p) throw std::bad_alloc();
+                         if (huge) ::madvise(p, size, MADV_HUGEPAGE);  // advice: plain pages if refused
                          return p;
                        },
                        [](void* p) { std::free(p); }};
@@ -114,22 +122,13 @@ struct DataLoader::Source {
 };
 
 struct DataLoader::Slot {
-  // The buffer goes back through the allocator's release, also when the loader's constructor fails.
-  Slot(const HostAllocator& allocator, size_t bytes, int batch) : release(allocator.release) {
-    buffer = static_cast<unsigned char*>(allocator.allocate(bytes));
-    samples.resize(batch);
-    windows.resize(batch);
-  }
-  ~Slot() { release(buffer); }
-  Slot(const Slot&) = delete;
-  Slot& operator=(const Slot&) = delete;
+  Slot(unsigned char* buffer, int batch) : buffer(buffer), windows(batch), samples(batch) {}
 
-  std::function<void(void*)> release;
-  uint64_t sequence = UINT64_MAX;  // the batch sequence number it holds
-  unsigned char* buffer = nullptr;  // B rows of row_stride_ bytes
+  unsigned char* buffer;  // B rows of row_stride_ bytes in the loader's ring
   std::vector<const unsigned char*> windows;  // where each row's sample starts in the buffer
-  LoaderPosition position;
   std::vector<uint64_t> samples;
+  uint64_t sequence = UINT64_MAX;  // the batch sequence number it holds
+  LoaderPosition position;
   int done = 0;  // samples read
   BatchStats stats;
   double first_start_s = 0;
@@ -279,8 +278,11 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
   row_stride_ = options_.direct_io ? RoundUp(options_.record_bytes, kDirectAlign) + kDirectAlign
                                    : RoundUp(options_.record_bytes, 64);
   claim_rows_ = (options_.batch + options_.workers - 1) / options_.workers;
+  const size_t slot_bytes = static_cast<size_t>(options_.batch) * row_stride_;
+  ring_ = std::unique_ptr<void, std::function<void(void*)>>(
+      options_.allocator.allocate(slot_bytes * static_cast<size_t>(options_.prefetch + 1)), options_.allocator.release);
   for (int i = 0; i < options_.prefetch + 1; ++i) {
-    slots_.push_back(std::make_unique<Slot>(options_.allocator, options_.batch * row_stride_, options_.batch));
+    slots_.push_back(std::make_unique<Slot>(static_cast<unsigned char*>(ring_.get()) + i * slot_bytes, options_.batch));
   }
 
   if (options_.direct_io) {

@@ -6,11 +6,15 @@
 # Environment: TB_PERF_TOKENS (dataset size, default 512M tokens = 1 GB), TB_PERF_SECONDS (per run, default 5),
 # TB_PERF_ROUNDS (default 3: fio and the loader alternate, first one then the other; medians are printed),
 # TB_PERF_WORKERS (default "1 2 4"), TB_PERF_RECORDS (record sizes in bytes, default "4096 65536"),
-# TB_PERF_BATCHES (the loader's batch per configuration, default "1M 8"): a size with a suffix (K, M) is a batch
+# TB_PERF_BATCHES (the loader's batch per configuration, default "1M"): a size with a suffix (K, M) is a batch
 # of that many bytes (sequences = bytes / record), a plain number is sequences. The loader hands its consumer one
 # batch at a time; a training step asks once per step (milliseconds to seconds), so 1 MiB batches keep the
 # bench's hand-offs near that rate (thousands per second), while 8 records per batch measure the hand-off too
 # (one consumer wake-up per batch, 100k+ per second with 4 KiB records).
+# Buffers: each pair is measured twice, like with like: fio's default buffers and the loader's ring on plain
+# 4 KiB pages (the target comparison), then both on 2 MiB huge pages (fio --iomem=shmhuge, the loader's default
+# ring). fio needs reserved hugetlb pages for that: with TB_PERF_RESERVE_HUGEPAGES=1 (root) the script adds 16 to
+# vm.nr_hugepages for the run and restores it; without free ones the huge-page columns say "-".
 # DATA_DIR defaults to BUILD_DIR/loader_vs_fio_data (a real disk: /tmp may be tmpfs, which refuses O_DIRECT); it
 # is generated once and kept for the next invocation.
 set -uo pipefail
@@ -25,7 +29,7 @@ seconds=${TB_PERF_SECONDS:-5}
 rounds=${TB_PERF_ROUNDS:-3}
 workers_list=${TB_PERF_WORKERS:-1 2 4}
 records=${TB_PERF_RECORDS:-4096 65536}
-batches=${TB_PERF_BATCHES:-1M 8}
+batches=${TB_PERF_BATCHES:-1M}
 tb=$build/trainbench
 bench=$build/tests/perf_loader_bench
 fio=$(command -v fio) || { echo "fio not found (apt-get install fio)" >&2; exit 1; }
@@ -45,9 +49,21 @@ echo "# dataset: $(ls "$data"/shard-*.tbs | wc -l) shards, $(du -sh "$data" | cu
 echo "# buffered: both read through a warm page cache (the dataset is read once first; fio --invalidate=0); direct: O_DIRECT"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg); $rounds rounds of $seconds s per tool and configuration"
 cat "$data"/shard-*.tbs >/dev/null
+if [[ ${TB_PERF_RESERVE_HUGEPAGES:-0} == 1 ]]; then
+  old_hugepages=$(cat /proc/sys/vm/nr_hugepages)
+  if echo $((old_hugepages + 16)) >/proc/sys/vm/nr_hugepages 2>/dev/null; then
+    trap 'echo "$old_hugepages" >/proc/sys/vm/nr_hugepages' EXIT
+  else
+    echo "# cannot reserve huge pages (not root?): the huge-page fio runs are skipped" >&2
+  fi
+fi
+max_workers=$(tr ' ' '\n' <<<"$workers_list" | sort -n | tail -1)
+free_huge=$(awk '/HugePages_Free/{print $2}' /proc/meminfo)
+fio_huge=$([[ ${free_huge:-0} -ge $max_workers ]] && echo 1 || echo 0)
+echo "# huge pages: transparent huge pages $(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown) (the loader's ring); ${free_huge:-0} free hugetlb pages (fio --iomem=shmhuge)$([[ $fio_huge == 1 ]] || echo ": too few, huge-page fio runs skipped")"
 
-fio_MBps() {  # direct bs jobs
-  "$fio" --name=loader_vs_fio --filename="$files" --rw=randread --bs="$2" --ioengine=psync --direct="$1" \
+fio_MBps() {  # direct bs jobs iomem
+  "$fio" --name=loader_vs_fio --filename="$files" --rw=randread --bs="$2" --ioengine=psync --direct="$1" --iomem="$4" \
     --numjobs="$3" --invalidate=0 --randrepeat=0 --time_based --runtime="$seconds" --group_reporting --output-format=json 2>/dev/null |
     python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0]["read"]["bw_bytes"] / 1e6))'
 }
@@ -60,46 +76,55 @@ sequences() {  # batch-spec record
   esac
 }
 
-loader_MBps() {  # direct record workers sequences
+loader_MBps() {  # direct record workers sequences huge
   local out
-  out=$("$bench" "$data" $(($2 / 2 - 1)) "$4" "$3" $((2 * $3)) "$1" "$2" "$seconds") || return 1
+  out=$("$bench" "$data" $(($2 / 2 - 1)) "$4" "$3" $((2 * $3)) "$1" "$2" "$seconds" "$5") || return 1
   awk '{print $2}' <<<"$out"
 }
 
 median() { tr ' ' '\n' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
-printf "#%9s %8s %8s %6s %12s %12s %8s\n" mode record workers batch fio_MB/s loader_MB/s ratio
+printf "#%9s %8s %8s %6s %10s %10s %7s %10s %10s %7s\n" mode record workers batch fio loader ratio fio_huge \
+  loader_huge ratio
+printf "#%34s %29s %29s\n" "" "MB/s, 4 KiB-page buffers" "MB/s, 2 MiB-page buffers"
 status=0
+ratio() { [[ $1 == - || $2 == - ]] && echo - || printf "%.3f" "$(echo "$2 / $1" | bc -l)"; }
 for direct in 0 1; do
   mode=$([[ $direct == 1 ]] && echo direct || echo buffered)
   for record in $records; do  # uint16 tokens and seq = record/2 - 1: one sample is exactly one record
     for workers in $workers_list; do
-      fs=""
-      declare -A ls_=()
+      declare -A runs=()
+      run() {  # key command...
+        local v
+        v=$("${@:2}") && [[ -n $v ]] || { echo "a run failed: $1 ($mode, $record B, $workers workers)" >&2; status=1; return; }
+        runs[$1]+=" $v"
+      }
       for ((round = 1; round <= rounds; ++round)); do
-        # fio and the loader take turns going first.
-        if ((round % 2)); then f=$(fio_MBps "$direct" "$record" "$workers") || f=""; fi
+        fio_runs() {
+          run fio fio_MBps "$direct" "$record" "$workers" malloc
+          [[ $fio_huge == 1 ]] && run fio_huge fio_MBps "$direct" "$record" "$workers" shmhuge
+        }
+        ((round % 2)) && fio_runs  # fio and the loader take turns going first
         for spec in $batches; do
-          l=$(loader_MBps "$direct" "$record" "$workers" "$(sequences "$spec" "$record")") || l=""
-          [[ -n $l ]] || { echo "a loader run failed ($mode, $record B, $workers workers, batch $spec)" >&2; status=1; }
-          ls_[$spec]+=" $l"
+          run "l0 $spec" loader_MBps "$direct" "$record" "$workers" "$(sequences "$spec" "$record")" 0
+          run "l1 $spec" loader_MBps "$direct" "$record" "$workers" "$(sequences "$spec" "$record")" 1
         done
-        if ! ((round % 2)); then f=$(fio_MBps "$direct" "$record" "$workers") || f=""; fi
-        [[ -n $f ]] || { echo "a fio run failed ($mode, $record B, $workers workers)" >&2; status=1; }
-        fs+=" $f"
+        ((round % 2)) || fio_runs
       done
-      f=$(median <<<"${fs# }")
+      med() { [[ -n ${runs[$1]:-} ]] && median <<<"${runs[$1]# }" || echo -; }
+      f=$(med fio); fh=$(med fio_huge)
+      [[ $fio_huge == 1 ]] || fh=-
       for spec in $batches; do
-        l=$(median <<<"${ls_[$spec]# }")
-        printf "%10s %8s %8s %6s %12.1f %12.1f %8.3f\n" "$mode" "$record" "$workers" "$(sequences "$spec" "$record")" \
-          "$f" "$l" "$(echo "$l / $f" | bc -l)"
+        l=$(med "l0 $spec"); lh=$(med "l1 $spec")
+        printf "%10s %8s %8s %6s %10s %10s %7s %10s %10s %7s\n" "$mode" "$record" "$workers" \
+          "$(sequences "$spec" "$record")" "$f" "$l" "$(ratio "$f" "$l")" "$fh" "$lh" "$(ratio "$fh" "$lh")"
       done
-      unset ls_
+      unset runs
     done
   done
 done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# commands: fio --rw=randread --bs=RECORD --ioengine=psync --direct=0|1 --numjobs=W --invalidate=0 --randrepeat=0"
+echo "# commands: fio --rw=randread --bs=RECORD --ioengine=psync --direct=0|1 --iomem=malloc|shmhuge --numjobs=W --invalidate=0 --randrepeat=0"
 echo "#             --time_based --runtime=$seconds --filename=<every shard, ':'-separated>"
-echo "#           perf_loader_bench DIR SEQ=RECORD/2-1 BATCH WORKERS=W PREFETCH=2W DIRECT RECORD $seconds"
+echo "#           perf_loader_bench DIR SEQ=RECORD/2-1 BATCH WORKERS=W PREFETCH=2W DIRECT RECORD $seconds HUGE=0|1"
 exit $status
