@@ -17,7 +17,7 @@ struct StepRecord {
   int step = 0;                 // 0-based, warm-up steps included
   bool warmup = false;          // run, but kept out of the statistics
   double data_wait_s = 0;       // waiting for the next batch
-  double h2d_s = 0;             // copying it to the model's memory (the device; a host copy on the CPU backend)
+  double h2d_s = 0;             // unpacking it into int32 ids in the model's memory (the device; host on the CPU)
   double forward_s = 0;
   double backward_s = 0;        // includes starting bucket all-reduces as gradients become final
   double comm_total_s = 0;      // sum of the bucket all-reduce durations (start to completion)
