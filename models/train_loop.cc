@@ -6,15 +6,12 @@
 #include "random.h"
 
 namespace tb {
-namespace {
 
-std::vector<GradientTensor> GradientTensors(const Transformer& model) {
+std::vector<GradientTensor> GradientTensors(const std::vector<TensorSlot>& layout) {
   std::vector<GradientTensor> tensors;
-  for (const TensorSlot& slot : model.layout()) tensors.push_back({slot.offset, slot.count});
+  for (const TensorSlot& slot : layout) tensors.push_back({slot.offset, slot.count});
   return tensors;
 }
-
-}  // namespace
 
 void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int vocab, std::vector<int32_t>& inputs,
                     std::vector<int32_t>& targets) {
@@ -34,7 +31,7 @@ void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int v
 
 std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o) {
   const ModelConfig& config = model.config();
-  BucketedAllReduce reducer(comm, model.gradients(), DataType::kFloat32, GradientTensors(model),
+  BucketedAllReduce reducer(comm, model.gradients(), DataType::kFloat32, GradientTensors(model.layout()),
                             static_cast<size_t>(o.bucket_mb * 1024 * 1024), o.overlap);
   // Device phases are timed where they run (CUDA events on the model's stream); the host clock on the CPU.
   std::unique_ptr<PhaseClock> clock = model.MakePhaseClock();

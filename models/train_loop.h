@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "communicator.h"
+#include "gradient_buckets.h"
 #include "transformer.h"
 #include "watchdog.h"
 
@@ -63,6 +64,9 @@ struct TrainLoopOptions {
   std::function<bool()> stop_requested;                 // asked between steps on every rank; must agree
   std::function<void(const StepRecord&)> on_step;       // after each step, on every rank
 };
+
+// The gradient tensors of a layout, as the bucketed all-reduce takes them.
+std::vector<GradientTensor> GradientTensors(const std::vector<TensorSlot>& layout);
 
 // Synthetic tokens for one rank and step: batch sequences of seq+1 uniform ids in [0, vocab), deterministic.
 // inputs = tokens [0, seq), targets = tokens [1, seq+1) of each sequence.

@@ -140,8 +140,10 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
       Format("#   MFU %s of peak, %s of measured GEMM rate; %s scaling efficiency %s; loss %.4f -> %.4f",
              pct(p.mfu_peak).c_str(), pct(p.mfu_measured).c_str(), mode.c_str(), pct(p.efficiency).c_str(),
              p.loss_first, p.loss_last),
-      Format("#   comm per step: total %.3f ms, exposed %.3f ms, overlap %s; %.1f MB of gradients, effective busbw %s",
+      Format("#   comm per step: total %.3f ms, exposed %.3f ms, overlap %s; %.1f MB of gradients in %lld bucket%s, "
+             "effective busbw %s",
              p.comm_total_s * 1e3, p.comm_exposed_s * 1e3, pct(p.overlap).c_str(), p.gradient_bytes / 1e6,
+             static_cast<long long>(p.gradient_buckets), p.gradient_buckets == 1 ? "" : "s",
              std::isnan(p.effective_busbw_GBps) ? "n/a" : Format("%.2f GB/s", p.effective_busbw_GBps).c_str()),
       "#   stall budget per rank (share of step time, p50/p95/p99):",
   };
@@ -243,6 +245,7 @@ void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<Ran
   group.Set("comm_exposed_s", p.comm_exposed_s);
   group.Set("overlap", p.overlap);
   group.Set("gradient_bytes", p.gradient_bytes);
+  group.Set("gradient_buckets", p.gradient_buckets);
   group.Set("effective_busbw_GBps", p.effective_busbw_GBps);
   group.Set("loss_first", p.loss_first);
   group.Set("loss_last", p.loss_last);

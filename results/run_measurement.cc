@@ -139,8 +139,10 @@ RunMeasurement ReadRunMeasurement(const Report& report, const std::string& path)
     p.train.comm_total_s = r.Number(*group, "comm_total_s", where);
     p.train.comm_exposed_s = r.Number(*group, "comm_exposed_s", where);
     p.train.gradient_bytes = r.Number(*group, "gradient_bytes", where);
-    // Buckets close once they hold bucket_bytes, so a step has about this many all-reduces.
-    p.train.buckets = std::max(1.0, std::ceil(p.train.gradient_bytes / bucket_bytes));
+    // The all-reduces per step as train recorded them; reports written before it did get the estimate (buckets
+    // close once they hold bucket_bytes, so a step has about this many).
+    p.train.buckets = r.NumberOr(*group, "gradient_buckets", 0.0);
+    if (!(p.train.buckets >= 1)) p.train.buckets = std::max(1.0, std::ceil(p.train.gradient_bytes / bucket_bytes));
     p.train.tokens_per_step = r.Number(*group, "tokens_per_step", where);
     p.step_s_reported = r.Number(*group, "step_s", where);
     p.tokens_per_s_reported = r.Number(*group, "tokens_per_s", where);

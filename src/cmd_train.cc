@@ -364,6 +364,9 @@ int RunTrainCommand(const CommandInput& input) {
     const std::vector<TensorSlot> layout = MakeLayout(model);
     // The flat fp32 gradient buffer, padded embedding rows included: what every step all-reduces.
     const double gradient_bytes = static_cast<double>(layout.back().offset + layout.back().count) * sizeof(float);
+    // The all-reduces per step: the buckets the loop forms over the same layout.
+    const int64_t gradient_buckets = static_cast<int64_t>(
+        PlanBuckets(GradientTensors(layout), static_cast<size_t>(f.bucket_mb * 1024 * 1024), sizeof(float)).size());
 
     Print(Format("# trainbench train: %d ranks on %d nodes, backend %s", ctx.world_size, ctx.node_count,
                  backend.description.c_str()));
@@ -485,6 +488,7 @@ int RunTrainCommand(const CommandInput& input) {
       if (ctx.world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
         points.push_back(
             SummarizePoint(k, point_loop.micro_batch, ranks, flops_per_token, peak_flops, gemm_min, gradient_bytes));
+        points.back().gradient_buckets = gradient_buckets;
         AddPointToReport(train, points.back(), ranks, point.name);
         if (sweep) sweep_shares.push_back(DataWaitShare(ranks));
       }

@@ -644,7 +644,10 @@ TEST(RunMeasurement, ReadsPointsLayoutsAndCheckpoints) {
   EXPECT_EQ(k2.train.gpus_per_node, 1);
   // Slowest rank per measured step without its stall: 1.1 s at steps 1, 2, 3.
   EXPECT_NEAR(k2.train.step_s, 1.1, 1e-12);
-  EXPECT_DOUBLE_EQ(k2.train.buckets, 3.0);
+  EXPECT_DOUBLE_EQ(k2.train.buckets, 3.0);  // estimated: the report does not say
+  Report recorded = SyntheticRun();
+  recorded.root.Child("train").Child("k2").Set("gradient_buckets", int64_t{7});
+  EXPECT_DOUBLE_EQ(ReadRunMeasurement(recorded, "run.h5").points.at(1).train.buckets, 7.0);
   ASSERT_TRUE(k2.checkpoint_stall_s.has_value());
   EXPECT_NEAR(*k2.checkpoint_stall_s, 0.55, 1e-12);  // mean of 0.4, 0.6, 0.5, 0.7
   EXPECT_EQ(k2.checkpoint_events, 4);
