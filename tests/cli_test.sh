@@ -99,6 +99,9 @@ if "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --step
   [[ $(grep -c '^step ' "$work/out") -eq 8 ]] || fail "train: want 8 step lines (2 points x 4 steps)"
   "$h5dump" -d /train/k2/steps "$work/t.h5" | grep -q '"comm_exposed_s"' || fail "train: steps table lacks comm_exposed_s"
   "$h5dump" -A -a /train/k2/scaling_efficiency "$work/t.h5" >/dev/null || fail "train: no scaling_efficiency"
+  # tiny's 3.8 MB of gradients fit one 25 MiB bucket
+  "$h5dump" -A -a /train/k2/gradient_buckets "$work/t.h5" | grep -q "(0): 1$" || fail "train: gradient_buckets is not 1"
+  grep -q "MB of gradients in 1 bucket," "$work/out" || fail "train: the comm line does not give the bucket count"
   "$h5dump" -A -a /model/parameters "$work/t.h5" | grep -q "(0): 953856" || fail "train: tiny should have 953856 parameters"
   "$h5dump" -A -a /status "$work/t.h5" | grep -q '"complete"' || fail "train: report status is not complete"
   "$h5dump" -A -a /train/attention "$work/t.h5" | grep -q '"cpu"' || fail "train: attention attribute is not cpu"
