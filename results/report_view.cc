@@ -476,6 +476,7 @@ std::vector<ViewTable> IoSection(const Report& report) {
   const std::vector<ViewColumn> point_detail = {{"io_throttle_MBps", "MB/s", 2},
                                                 {"checkpoint_writer_slowdown_steps", "steps"},
                                                 {"dataset_files", "files"},
+                                                {"dataset_files_kept_open", "files"},
                                                 {"dataset_samples", "samples"},
                                                 {"record_bytes", "B"},
                                                 {"dropped_samples_per_epoch", "samples"},

@@ -367,6 +367,7 @@ void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<
     for (double v : fields) columns.push_back(AllGatherDoubles(comm, v));
     if (root) {
       group->Set("dataset_files", static_cast<int64_t>(s.files));
+      group->Set("dataset_files_kept_open", static_cast<int64_t>(s.open_files));
       group->Set("dataset_samples", static_cast<int64_t>(s.samples));
       group->Set("record_bytes", static_cast<int64_t>(s.record_bytes));
       group->Set("batches_per_epoch", static_cast<int64_t>(s.batches_per_epoch));

@@ -47,6 +47,8 @@ r=$work/async-loader.h5
 "$h5dump" -d /io/k2/checkpoints "$r" | grep -q '"stall_s"' || fail "io/k2/checkpoints table missing"
 "$h5dump" -d /io/k2/loader "$r" | grep -q '"bytes_read"' || fail "io/k2/loader table missing"
 "$h5dump" -A -a /io/k2/data_wait_share "$r" >/dev/null 2>&1 || fail "io/k2 lacks data_wait_share"
+[[ $("$h5dump" -A -a /io/k2/dataset_files_kept_open "$r" | grep -c "(0): [1-9]") == 1 ]] ||
+  fail "io/k2 dataset_files_kept_open missing or 0"
 "$h5dump" -H -d /train/k2/steps "$r" | grep -q '"data_bytes"' || fail "steps table lacks data_bytes"
 # Two checkpoints (steps 5 and 10) on each of 2 ranks: 4 rows.
 "$h5dump" -d /io/k2/checkpoints "$r" | grep -q 'DATASPACE  SIMPLE { ( 4 )' || fail "want 4 checkpoint rows"
