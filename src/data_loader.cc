@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "error.h"
 #include "token_shard.h"
+#include "units.h"
 
 namespace tb {
 namespace {
@@ -165,6 +166,11 @@ int OpenForReading(const std::string& path, bool direct, const std::string& dir)
   return fd;
 }
 
+uint64_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : uint64_t{1} << 34;
+}
+
 // Descriptors the loader keeps open: half the soft limit, the rest left to MPI, NCCL and the checkpoint writer.
 // Files past it are opened for each read.
 uint64_t DescriptorBudget() {
@@ -278,6 +284,15 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
                                    : RoundUp(options_.record_bytes, 64);
   claim_rows_ = (options_.batch + options_.workers - 1) / options_.workers;
   const size_t slot_bytes = static_cast<size_t>(options_.batch) * row_stride_;
+  const uint64_t ring_bytes = static_cast<uint64_t>(slot_bytes) * static_cast<uint64_t>(options_.prefetch + 1);
+  const uint64_t ring_limit = options_.ring_limit_bytes ? options_.ring_limit_bytes : PhysicalMemoryBytes() / 4;
+  if (ring_bytes > ring_limit) {
+    throw InputError("the loader's buffers would take " + FormatBytes(ring_bytes) + " (" +
+                     std::to_string(options_.prefetch + 1) + " batches = --prefetch + 1, of " +
+                     std::to_string(options_.batch) + " records of " + std::to_string(row_stride_) +
+                     " B), more than " + FormatBytes(ring_limit) + (options_.ring_limit_bytes ? "" : ", a quarter of this host's memory") +
+                     "; lower --prefetch, --record-bytes or --micro-batch");
+  }
   ring_ = std::unique_ptr<void, std::function<void(void*)>>(
       options_.allocator.allocate(slot_bytes * static_cast<size_t>(options_.prefetch + 1)), options_.allocator.release);
   for (int i = 0; i < options_.prefetch + 1; ++i) {

@@ -66,6 +66,9 @@ struct DataLoaderOptions {
   double io_throttle_MBps = 0;  // --io-throttle: this rank's read rate limit (MB = 1e6 B); 0 = none
   double io_latency_ms = 0;     // --io-latency-ms: added to every read
   std::optional<LoaderPosition> resume;  // start here (its seed must equal seed); none: epoch 0, batch 0
+  // The ring (prefetch + 1 batches of B records) may take at most this much memory; 0 = a quarter of the host's
+  // physical memory. Larger is an InputError naming --prefetch and --record-bytes, before anything is allocated.
+  uint64_t ring_limit_bytes = 0;
   HostAllocator allocator = AlignedHostAllocator();
 };
 

@@ -143,7 +143,7 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
       o.world = k;
       o.seed = seed;
       o.workers = 1;
-      o.prefetch = 1;
+      o.prefetch = f.prefetch;  // the ring's size is checked here, before any rank starts work
       o.direct_io = f.direct_io;
       o.record_bytes = plan.record_bytes;
       const LoaderStats stats = DataLoader(o).stats();

@@ -797,6 +797,30 @@ TEST(DataLoaderTest, DestructorStopsThrottledWorkersPromptly) {
   EXPECT_LT(NowSeconds() - start, 1.0);
 }
 
+// A ring larger than the host can hold is refused before anything is allocated, naming what to lower. A sparse
+// file provides records as large as the host's memory without taking disk space.
+TEST(DataLoaderTest, ARingTooLargeForTheHostIsRefused) {
+  TempDir dir;
+  const uint64_t memory = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  {
+    std::ofstream(dir / "huge.bin").put('x');
+  }
+  fs::resize_file(dir / "huge.bin", memory);
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.raw = true;
+  o.seq = 15;
+  o.batch = 1;
+  o.prefetch = 1;
+  o.record_bytes = memory / 2;  // 2 records; a ring of 2 batches of one = the host's memory
+  const std::string error = InputErrorOf([&] { DataLoader loader(o); });
+  EXPECT_NE(error.find("a quarter of this host's memory; lower --prefetch, --record-bytes or --micro-batch"),
+            std::string::npos) << error;
+  o.ring_limit_bytes = 100;  // 2 batches of one 64-byte record: 128 B
+  o.record_bytes = 64;
+  EXPECT_NE(InputErrorOf([&] { DataLoader loader(o); }).find("would take 128 B (2 batches = --prefetch + 1, of 1 records of 64 B), more than 100 B;"), std::string::npos);
+}
+
 TEST(DataLoaderTest, BadOptionsNameTheFlag) {
   TempDir dir;
   CountingShards(dir.path(), 50257, {1000});

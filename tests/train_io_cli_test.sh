@@ -63,6 +63,12 @@ grep -q "^# storage sweep: data_wait reaches 5% of step time at" "$work/out" ||
 "$h5dump" -d /train/k1_throttle0.5/steps "$work/sweep.h5" >/dev/null 2>&1 || fail "sweep point group missing"
 
 # --- bad input: one line, exit 2, before any rank starts work --------------------------------------------------------
+# Records as large as the host's memory (a sparse file: no disk space): the loader's buffers cannot fit.
+memory=$(( $(awk '/^MemTotal:/{print $2}' /proc/meminfo) * 1024 ))
+mkdir -p "$work/sparse" && truncate -s "$memory" "$work/sparse/big.bin"
+expect_error 2 "the loader's buffers would take .*; lower --prefetch, --record-bytes or --micro-batch" -- \
+  "$tb" train "${small[@]}" --data "$work/sparse" --data-raw --record-bytes $((memory / 2)) --prefetch 1
+rm -rf "$work/sparse"
 expect_error 2 "--checkpoint-every needs --checkpoint-dir" -- "$tb" train "${small[@]}" --checkpoint-every 5
 expect_error 2 "--checkpoint-dir needs --checkpoint-every" -- "$tb" train "${small[@]}" --checkpoint-dir "$work/x"
 expect_error 2 "--checkpoint-every must be >= 0" -- "$tb" train "${small[@]}" --checkpoint-every -1 --checkpoint-dir "$work/x"
