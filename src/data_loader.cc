@@ -99,10 +99,13 @@ struct DataLoader::Source {
     uint64_t data_offset = 0;  // where the records start
     uint64_t first_sample = 0;
     uint64_t records = 0;
+
+    // Where sample `sample` (one of this file's) starts in the file.
+    uint64_t RecordOffset(uint64_t sample, uint64_t record_bytes) const {
+      return data_offset + (sample - first_sample) * record_bytes;
+    }
   };
   std::vector<File> files;  // fd -1 after opening: more files than descriptors to spare; opened per read
-  bool direct = false;
-  std::string dir;
   uint32_t token_bytes = 2;
   uint64_t vocab = 0;
   bool wrap_to_vocab = false;  // raw mode: tokens are bytes modulo vocab; shards: out-of-vocab is corruption
@@ -248,10 +251,8 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
                      std::to_string(options_.record_bytes) + " bytes (" + std::to_string(options_.seq) +
                      " + 1 tokens per sample)");
   }
-  src.direct = options_.direct_io;
-  src.dir = options_.dir;
   const uint64_t keep_open = std::min<uint64_t>(src.files.size(), DescriptorBudget());
-  for (uint64_t i = 0; i < keep_open; ++i) src.files[i].fd = OpenForReading(src.files[i].path, src.direct, src.dir);
+  for (uint64_t i = 0; i < keep_open; ++i) src.files[i].fd = OpenForReading(src.files[i].path, options_.direct_io, options_.dir);
   totals_.open_files = keep_open;
 
   plan_ = std::make_unique<SamplePlan>(src.samples, options_.world, options_.batch, options_.seed);
@@ -402,7 +403,7 @@ void DataLoader::Work() {
 DataLoader::SampleRead DataLoader::ReadSample(uint64_t sample, Slot& slot, int row) {
   const Source& src = *source_;
   const Source::File& file = src.FileOf(sample);
-  const uint64_t offset = file.data_offset + (sample - file.first_sample) * options_.record_bytes;
+  const uint64_t offset = file.RecordOffset(sample, options_.record_bytes);
   uint64_t read_at = offset, length = options_.record_bytes;
   if (options_.direct_io) {
     read_at = offset / kDirectAlign * kDirectAlign;
@@ -421,7 +422,7 @@ DataLoader::SampleRead DataLoader::ReadSample(uint64_t sample, Slot& slot, int r
   }
   unsigned char* buffer = slot.buffer + static_cast<size_t>(row) * row_stride_;
   const uint64_t needed = offset - read_at + options_.record_bytes;  // the aligned tail may run past the end
-  const ReadDescriptor fd(file.fd, file.path, src.direct, src.dir);
+  const ReadDescriptor fd(file.fd, file.path, options_.direct_io, options_.dir);
   uint64_t got = 0;
   while (got < length) {
     ssize_t n = ::pread(fd.get(), buffer + got, length - got, static_cast<off_t>(read_at + got));
@@ -449,8 +450,7 @@ DataLoader::SampleRead DataLoader::ReadSample(uint64_t sample, Slot& slot, int r
 
 TokenOrigin DataLoader::OriginOf(uint64_t sample, int token) const {
   const Source::File& file = source_->FileOf(sample);
-  return TokenOrigin{file.path, file.data_offset + (sample - file.first_sample) * options_.record_bytes +
-                                    static_cast<uint64_t>(token) * source_->token_bytes};
+  return TokenOrigin{file.path, file.RecordOffset(sample, options_.record_bytes) + static_cast<uint64_t>(token) * source_->token_bytes};
 }
 
 const LoaderBatch& DataLoader::Next() {
