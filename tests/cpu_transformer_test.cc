@@ -18,6 +18,7 @@
 #include "cpu_kernels.h"
 #include "error.h"
 #include "model_config.h"
+#include "token_windows.h"
 #include "transformer.h"
 
 namespace tb {
@@ -323,28 +324,13 @@ TEST(CpuTransformer, ForwardMatchesDoublePrecisionReference) {
 TEST(CpuTransformer, TokenWindowsEqualTheirArrays) {
   const ModelConfig config = TinyConfig();
   auto model = MakeCpuTransformer(config, 5);
-  std::mt19937 rng(21);
-  std::vector<uint16_t> windows(kBatch * (kSeq + 1));
-  for (uint16_t& t : windows) t = static_cast<uint16_t>(rng() % config.vocab);
-  Batch arrays;
-  TokenBatch b;
-  b.batch = kBatch;
-  b.seq = kSeq;
-  b.token_bytes = 2;
-  for (int i = 0; i < kBatch; ++i) {
-    const uint16_t* w = windows.data() + i * (kSeq + 1);
-    b.windows.push_back(reinterpret_cast<const unsigned char*>(w));
-    for (int k = 0; k < kSeq; ++k) {
-      arrays.inputs.push_back(w[k]);
-      arrays.targets.push_back(w[k + 1]);
-    }
-  }
-  model->SetBatch(b);
+  test::WindowBatch b(config.vocab, kBatch, kSeq, 21);
+  model->SetBatch(b.windows);
   model->Forward();
   const float from_windows = model->Loss();
-  EXPECT_EQ(from_windows, model->ForwardBatch(arrays.inputs.data(), arrays.targets.data(), kBatch, kSeq));
-  windows[3] = static_cast<uint16_t>(config.vocab);
-  EXPECT_THROW(model->SetBatch(b), InputError);
+  EXPECT_EQ(from_windows, model->ForwardBatch(b.inputs.data(), b.targets.data(), kBatch, kSeq));
+  b.tokens[3] = static_cast<uint16_t>(config.vocab);
+  EXPECT_THROW(model->SetBatch(b.windows), InputError);
 }
 
 TEST(CpuTransformer, ForwardOfABatchIsTheMeanOverItsSequences) {

@@ -108,6 +108,17 @@ void ExpectBatchMatches(const LoaderBatch& b, const std::vector<std::vector<uint
   }
 }
 
+// Raw mode's samples of one file: each whole record of `record` bytes gives its first `tokens` little-endian
+// uint16 values modulo `vocab`.
+void AppendRawSamples(const std::vector<unsigned char>& bytes, size_t record, int tokens, uint32_t vocab,
+                      std::vector<std::vector<uint32_t>>& samples) {
+  for (size_t start = 0; start + record <= bytes.size(); start += record) {
+    std::vector<uint32_t> sample;
+    for (int k = 0; k < tokens; ++k) sample.push_back((bytes[start + 2 * k] | bytes[start + 2 * k + 1] << 8) % vocab);
+    samples.push_back(sample);
+  }
+}
+
 void PatchBytes(const std::string& path, uint64_t offset, const std::vector<unsigned char>& bytes) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(static_cast<std::streamoff>(offset));
@@ -551,13 +562,7 @@ TEST(DataLoaderTest, RawModeReadsAnyFiles) {
   EXPECT_EQ(loader.stats().files, 4u);  // c.txt holds no whole record
   // Sorted paths: a.bin (3 records), b.jpg (1), sub/deeper/d (2), sub/e (10).
   std::vector<std::vector<uint32_t>> expected;
-  for (const auto& [path, bytes] : files) {  // std::map: sorted, as the loader sorts
-    for (size_t start = 0; start + 64 <= bytes.size(); start += 64) {
-      std::vector<uint32_t> tokens;
-      for (int k = 0; k < 16; ++k) tokens.push_back((bytes[start + 2 * k] | bytes[start + 2 * k + 1] << 8) % 1000u);
-      expected.push_back(tokens);
-    }
-  }
+  for (const auto& [path, bytes] : files) AppendRawSamples(bytes, 64, 16, 1000, expected);  // std::map: sorted
   ASSERT_EQ(loader.stats().samples, expected.size());
   ASSERT_EQ(expected.size(), 16u);
   std::set<uint64_t> seen;
@@ -581,40 +586,36 @@ TEST(DataLoaderTest, FilesBeyondTheDescriptorBudgetAreOpenedPerRead) {
     char name[16];
     std::snprintf(name, sizeof name, "f%03d", f);  // sorted as the loader sorts
     std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), 64);
-    for (size_t start = 0; start < 64; start += 32) {
-      std::vector<uint32_t> tokens;
-      for (int k = 0; k < 16; ++k) tokens.push_back((bytes[start + 2 * k] | bytes[start + 2 * k + 1] << 8) % 50000u);
-      expected.push_back(tokens);
-    }
+    AppendRawSamples(bytes, 32, 16, 50000, expected);
   }
-  rlimit saved{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
-  rlimit low = saved;
-  low.rlim_cur = 48;  // a budget of 24 descriptors for the loader
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  // The soft descriptor limit lowered for this test, and given back however it ends.
+  struct LowFileLimit {
+    rlimit saved{};
+    explicit LowFileLimit(rlim_t soft) {
+      if (::getrlimit(RLIMIT_NOFILE, &saved) != 0) throw std::runtime_error("getrlimit failed");
+      rlimit low = saved;
+      low.rlim_cur = soft;
+      if (::setrlimit(RLIMIT_NOFILE, &low) != 0) throw std::runtime_error("setrlimit failed");
+    }
+    ~LowFileLimit() { ::setrlimit(RLIMIT_NOFILE, &saved); }
+  } limit(48);  // a budget of 24 descriptors for the loader
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.raw = true;
+  o.raw_vocab = 50000;
+  o.seq = 15;
+  o.record_bytes = 32;
+  o.batch = 4;
+  o.workers = 2;
+  DataLoader loader(o);
+  EXPECT_EQ(loader.stats().files, 40u);
+  EXPECT_EQ(loader.stats().open_files, 24u);
   std::set<uint64_t> seen;
-  try {
-    DataLoaderOptions o;
-    o.dir = dir.path();
-    o.raw = true;
-    o.raw_vocab = 50000;
-    o.seq = 15;
-    o.record_bytes = 32;
-    o.batch = 4;
-    o.workers = 2;
-    DataLoader loader(o);
-    EXPECT_EQ(loader.stats().files, 40u);
-    EXPECT_EQ(loader.stats().open_files, 24u);
-    for (int i = 0; i < 20; ++i) {
-      const LoaderBatch& b = loader.Next();
-      ExpectBatchMatches(b, expected);
-      seen.insert(b.samples.begin(), b.samples.end());
-    }
-  } catch (...) {
-    ::setrlimit(RLIMIT_NOFILE, &saved);
-    throw;
+  for (int i = 0; i < 20; ++i) {
+    const LoaderBatch& b = loader.Next();
+    ExpectBatchMatches(b, expected);
+    seen.insert(b.samples.begin(), b.samples.end());
   }
-  ::setrlimit(RLIMIT_NOFILE, &saved);
   EXPECT_EQ(seen.size(), 80u);
 }
 

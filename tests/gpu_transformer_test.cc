@@ -30,6 +30,7 @@
 #include "cpu_kernels.h"
 #include "cuda/kernels.h"
 #include "gpu_test_util.h"
+#include "token_windows.h"
 #include "device.h"
 #include "error.h"
 #include "model_config.h"
@@ -400,28 +401,14 @@ TEST(CudaTransformer, TokenWindowsEqualTheirArrays) {
   if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
   const ModelConfig config = SmallHeadsConfig();
   auto gpu = MakeGpuModel(config, 17);
-  std::mt19937 generator(23);
-  std::vector<uint16_t> windows(kBatch * (kSeq + 1));
-  for (uint16_t& t : windows) t = static_cast<uint16_t>(generator() % config.vocab);
-  Batch arrays;
-  TokenBatch tokens;
-  tokens.batch = kBatch;
-  tokens.seq = kSeq;
-  tokens.token_bytes = 2;
-  for (int i = 0; i < kBatch; ++i) {
-    const uint16_t* w = windows.data() + i * (kSeq + 1);
-    tokens.windows.push_back(reinterpret_cast<const unsigned char*>(w));
-    for (int k = 0; k < kSeq; ++k) {
-      arrays.inputs.push_back(w[k]);
-      arrays.targets.push_back(w[k + 1]);
-    }
-  }
-  gpu->SetBatch(tokens);
+  test::WindowBatch b(config.vocab, kBatch, kSeq, 23);
+  gpu->SetBatch(b.windows);
   gpu->Forward();
   const float from_windows = gpu->Loss();
-  EXPECT_EQ(from_windows, gpu->ForwardBatch(arrays.inputs.data(), arrays.targets.data(), kBatch, kSeq));
-  windows[kSeq + 3] = static_cast<uint16_t>(config.vocab);
-  EXPECT_NE(InputErrorOf([&] { gpu->SetBatch(tokens); }).find("token 100 at sequence 1, position 2"), std::string::npos);
+  EXPECT_EQ(from_windows, gpu->ForwardBatch(b.inputs.data(), b.targets.data(), kBatch, kSeq));
+  b.tokens[kSeq + 3] = static_cast<uint16_t>(config.vocab);
+  EXPECT_NE(InputErrorOf([&] { gpu->SetBatch(b.windows); }).find("token 100 at sequence 1, position 2"),
+            std::string::npos);
 }
 
 TEST(CudaTransformer, ParametersChangedRefreshesTheBf16Weights) {
