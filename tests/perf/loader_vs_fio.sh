@@ -89,21 +89,23 @@ printf "#%9s %8s %8s %6s %10s %10s %7s %10s %10s %7s\n" mode record workers batc
 printf "#%34s %29s %29s\n" "" "MB/s, 4 KiB-page buffers" "MB/s, 2 MiB-page buffers"
 status=0
 ratio() { [[ $1 == - || $2 == - ]] && echo - || printf "%.3f" "$(echo "$2 / $1" | bc -l)"; }
+declare -A runs  # "key" -> the MB/s of each round, for the configuration being measured
+run() {  # key command...: one measurement into runs[key]
+  local v
+  v=$("${@:2}") && [[ -n $v ]] || { echo "a run failed: $1 ($mode, $record B, $workers workers)" >&2; status=1; return; }
+  runs[$1]+=" $v"
+}
+fio_runs() {
+  run fio fio_MBps "$direct" "$record" "$workers" malloc
+  if [[ $fio_huge == 1 ]]; then run fio_huge fio_MBps "$direct" "$record" "$workers" shmhuge; fi
+}
+med() { [[ -n ${runs[$1]:-} ]] && median <<<"${runs[$1]# }" || echo -; }
 for direct in 0 1; do
   mode=$([[ $direct == 1 ]] && echo direct || echo buffered)
   for record in $records; do  # uint16 tokens and seq = record/2 - 1: one sample is exactly one record
     for workers in $workers_list; do
-      declare -A runs=()
-      run() {  # key command...
-        local v
-        v=$("${@:2}") && [[ -n $v ]] || { echo "a run failed: $1 ($mode, $record B, $workers workers)" >&2; status=1; return; }
-        runs[$1]+=" $v"
-      }
+      runs=()
       for ((round = 1; round <= rounds; ++round)); do
-        fio_runs() {
-          run fio fio_MBps "$direct" "$record" "$workers" malloc
-          [[ $fio_huge == 1 ]] && run fio_huge fio_MBps "$direct" "$record" "$workers" shmhuge
-        }
         ((round % 2)) && fio_runs  # fio and the loader take turns going first
         for spec in $batches; do
           run "l0 $spec" loader_MBps "$direct" "$record" "$workers" "$(sequences "$spec" "$record")" 0
@@ -111,15 +113,12 @@ for direct in 0 1; do
         done
         ((round % 2)) || fio_runs
       done
-      med() { [[ -n ${runs[$1]:-} ]] && median <<<"${runs[$1]# }" || echo -; }
-      f=$(med fio); fh=$(med fio_huge)
-      [[ $fio_huge == 1 ]] || fh=-
+      f=$(med fio); fh=$(med fio_huge)  # "-" when not run
       for spec in $batches; do
         l=$(med "l0 $spec"); lh=$(med "l1 $spec")
         printf "%10s %8s %8s %6s %10s %10s %7s %10s %10s %7s\n" "$mode" "$record" "$workers" \
           "$(sequences "$spec" "$record")" "$f" "$l" "$(ratio "$f" "$l")" "$fh" "$lh" "$(ratio "$fh" "$lh")"
       done
-      unset runs
     done
   done
 done
