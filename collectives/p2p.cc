@@ -179,9 +179,9 @@ void ValidateP2pOptions(const P2pOptions& options) {
   if (options.latency_iters < 1) {
     throw InputError(Format("invalid --latency-iters %d: must be at least 1", options.latency_iters));
   }
-  if (!(options.threshold_fraction >= 0 && options.threshold_fraction <= 1)) {
+  if (!(options.threshold_fraction > 0 && options.threshold_fraction <= 1)) {
     throw InputError(
-        Format("invalid --threshold %g: must be a fraction of the median between 0 and 1", options.threshold_fraction));
+        Format("invalid --threshold %g: must be a fraction of the median in (0, 1]", options.threshold_fraction));
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "console.h"
 #include "error.h"
+#include "flags.h"
 #include "units.h"
 
 namespace tb {
@@ -183,15 +184,15 @@ std::string Layout::Name() const { return std::to_string(nodes) + "x" + std::to_
 std::vector<Layout> ParseLayouts(const std::string& text, int gpus_per_node, const std::string& flag) {
   constexpr long kMaxGpus = 1 << 20;
   auto positive = [&](const std::string& item, const std::string& digits) {
-    char* end = nullptr;
-    const long value = digits.empty() ? 0 : std::strtol(digits.c_str(), &end, 10);
-    if (digits.empty() || *end != '\0' || value <= 0 || value > kMaxGpus) {
+    const bool decimal = IsDecimalNumber(digits, false) && digits.size() <= 8;
+    const long value = decimal ? std::strtol(digits.c_str(), nullptr, 10) : 0;
+    if (value <= 0 || value > kMaxGpus) {
       throw InputError(flag + " '" + item + "': expected a GPU count (16) or nodes x GPUs per node (2x8)");
     }
     return static_cast<int>(value);
   };
   std::vector<Layout> layouts;
-  for (const std::string& item : SplitList(text)) {
+  for (const std::string& item : SplitFlagList(text, flag)) {
     const size_t x = item.find_first_of("xX");
     Layout layout;
     if (x != std::string::npos) {

@@ -52,17 +52,36 @@ void AddCommonOptions(po::options_description& options, CommonOptions& common, b
   }
   options.add_options()
       ("output,o", po::value(&common.output), "write the HDF5 report to this file")
-      ("timeout", po::value(&common.timeout_s)->default_value(600),
+      ("timeout", Number(&common.timeout_s, RealRange::Between(0, kMaxTimeoutSeconds))->default_value(600),
        "watchdog: abort the job when one operation takes longer than this many seconds (0 = off)")
       ("quiet", po::bool_switch(&common.quiet), "print only the verdict lines")
       ("help,h", "show this help");
 }
 
 bool ParseCommandLine(const std::string& command, const std::vector<std::string>& args,
-                      const po::options_description& options, const std::string& usage) {
-  po::variables_map values;
+                      const po::options_description& options, const std::string& usage, const ParseSpec& spec) {
+  po::options_description all;
+  all.add(options);
+  po::positional_options_description positional;
+  po::command_line_parser parser(args);
+  parser.options(all);
+  if (!spec.positional.empty()) {
+    all.add_options()(spec.positional.c_str(), po::value<std::vector<std::string>>());
+    positional.add(spec.positional.c_str(), -1);
+    parser.positional(positional);
+  }
+  po::variables_map local;
+  po::variables_map& values = spec.given ? *spec.given : local;
   try {
-    po::store(po::command_line_parser(args).options(options).run(), values);
+    const po::parsed_options parsed = parser.run();
+    // Without a positional slot, boost keeps stray words aside instead of refusing them.
+    const std::vector<std::string> stray = spec.positional.empty()
+        ? po::collect_unrecognized(parsed.options, po::include_positional) : std::vector<std::string>{};
+    if (!stray.empty()) {
+      throw InputError("unexpected argument '" + stray.front() + "' (every value follows its flag; see 'trainbench " +
+                       command + " --help')");
+    }
+    po::store(parsed, values);
     if (values.count("help")) {
       std::ostringstream text;
       text << usage << "\n\n" << options;
@@ -73,12 +92,15 @@ bool ParseCommandLine(const std::string& command, const std::vector<std::string>
   } catch (const po::error& e) {
     throw InputError(std::string(e.what()) + " (see 'trainbench " + command + " --help')");
   }
+  CheckFlagRules(values, spec.rules);
+  if (!spec.positional.empty() && spec.positional_target) {
+    if (values.count(spec.positional)) *spec.positional_target = values[spec.positional].as<std::vector<std::string>>();
+  }
   return true;
 }
 
 CommandRun::CommandRun(std::string command, std::string command_line, CommonOptions common, RankContext ctx)
     : command_(std::move(command)), common_(std::move(common)), ctx_(std::move(ctx)) {
-  if (common_.timeout_s < 0) throw InputError("--timeout must be >= 0 seconds (0 turns the watchdog off)");
   if (common_.backend != "auto" && common_.backend != "cpu" && common_.backend != "cuda") {
     throw InputError("unknown backend '" + common_.backend + "' for --backend (accepted: auto|cpu|cuda)");
   }
@@ -129,10 +151,13 @@ std::unique_ptr<Communicator> CommandRun::MakeCommunicator() {
 std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandInput& input,
                                          const po::options_description& options, const std::string& usage,
                                          const CommonOptions& common,
-                                         const std::function<void(CommandRun&)>& configure) {
+                                         const std::function<void(CommandRun&)>& configure,
+                                         const std::vector<FlagRule>& rules) {
   std::unique_ptr<CommandRun> run;
   AgreeOnSetup([&] {
-    if (!ParseCommandLine(name, input.args, options, usage)) throw AgreedFailure(ExitCode::kOk);
+    ParseSpec spec;
+    spec.rules = rules;
+    if (!ParseCommandLine(name, input.args, options, usage, spec)) throw AgreedFailure(ExitCode::kOk);
     run = std::make_unique<CommandRun>(name, input.command_line, common, input.ctx);
   });
   AgreeOnSetup([&] { run->ResolveBackend(); });

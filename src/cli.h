@@ -13,6 +13,7 @@
 #include "communicator.h"
 #include "context.h"
 #include "error.h"
+#include "flags.h"
 #include "report.h"
 #include "topology.h"
 #include "watchdog.h"
@@ -31,10 +32,22 @@ struct CommonOptions {
 // Adds --backend, -o/--output, --timeout, --quiet, -h/--help.
 void AddCommonOptions(po::options_description& options, CommonOptions& common, bool with_backend = true);
 
-// Parses args (after the command name) into `options`; throws InputError for any parse error. Returns false
-// when --help was given (the help has been printed by rank 0).
+// --timeout's ceiling: far past any real operation, and far inside the watchdog clock's int64 nanoseconds.
+constexpr double kMaxTimeoutSeconds = 1e7;
+
+// How a command line is read beyond its options: the rules between flags, a name for positional words (report
+// files; none: a stray word is an error) and where they go, and a place for what was typed.
+struct ParseSpec {
+  std::vector<FlagRule> rules;
+  std::string positional;
+  std::vector<std::string>* positional_target = nullptr;
+  po::variables_map* given = nullptr;
+};
+
+// Parses args (after the command name) into `options`; throws InputError for any parse error, a stray word or a
+// broken flag rule. Returns false when --help was given (the help has been printed by rank 0).
 bool ParseCommandLine(const std::string& command, const std::vector<std::string>& args,
-                      const po::options_description& options, const std::string& usage);
+                      const po::options_description& options, const std::string& usage, const ParseSpec& spec = {});
 
 // One launch of one command.
 class CommandRun {
@@ -108,7 +121,8 @@ void AgreeOnSetup(const std::function<void()>& step);
 std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandInput& input,
                                          const po::options_description& options, const std::string& usage,
                                          const CommonOptions& common,
-                                         const std::function<void(CommandRun&)>& configure);
+                                         const std::function<void(CommandRun&)>& configure,
+                                         const std::vector<FlagRule>& rules = {});
 
 
 }  // namespace tb

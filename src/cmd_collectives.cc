@@ -37,6 +37,9 @@ void RecordConfig(Group& cfg, const CollectivesFlags& f, const SweepOptions& o) 
 
 }  // namespace
 
+// Past any useful batch, and far inside the int counters the timing loops keep.
+constexpr int64_t kMaxIterations = 1 << 24;
+
 int RunCollectivesCommand(const CommandInput& input) {
   CollectivesFlags f;
   CommonOptions common;
@@ -44,16 +47,16 @@ int RunCollectivesCommand(const CommandInput& input) {
   options.add_options()
       ("minbytes,b", po::value(&f.min_bytes)->default_value(f.min_bytes), "smallest size S in bytes")
       ("maxbytes,e", po::value(&f.max_bytes)->default_value(f.max_bytes), "largest size S in bytes")
-      ("stepfactor,f", po::value(&f.step_factor)->default_value(f.step_factor), "multiply the size by this between steps")
+      ("stepfactor,f", Number(&f.step_factor, IntRange::Between(2, 1 << 20))->default_value(f.step_factor), "multiply the size by this between steps")
       ("sizes", po::value(&f.sizes), "explicit comma-separated sizes instead of -b/-e/-f, e.g. 1K,64K,1M")
       ("ops", po::value(&f.ops)->default_value(f.ops),
        "comma-separated: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv, or all")
       ("dtype,d", po::value(&f.dtype)->default_value(f.dtype), "float|double|int32 (and half|bfloat16 on cuda)")
       ("redop", po::value(&f.redop)->default_value(f.redop), "sum|avg|max|min")
-      ("root", po::value(&f.root)->default_value(f.root), "root rank of broadcast and reduce")
-      ("iters,n", po::value(&f.iters)->default_value(f.iters), "timed iterations per size")
-      ("warmup,w", po::value(&f.warmup)->default_value(f.warmup), "untimed warm-up iterations per size")
-      ("check-iters,c", po::value(&f.check_iters)->default_value(f.check_iters), "verified runs per size (0 = no check)")
+      ("root", Number(&f.root, IntRange::AtLeast(0))->default_value(f.root), "root rank of broadcast and reduce")
+      ("iters,n", Number(&f.iters, IntRange::Between(1, kMaxIterations))->default_value(f.iters), "timed iterations per size")
+      ("warmup,w", Number(&f.warmup, IntRange::Between(0, kMaxIterations))->default_value(f.warmup), "untimed warm-up iterations per size")
+      ("check-iters,c", Number(&f.check_iters, IntRange::Between(0, kMaxIterations))->default_value(f.check_iters), "verified runs per size (0 = no check)")
       ("modes", po::value(&f.modes)->default_value(f.modes), "out-of-place, in-place, or both");
   AddCommonOptions(options, common);
 
@@ -63,7 +66,7 @@ int RunCollectivesCommand(const CommandInput& input) {
     std::unique_ptr<Communicator> mpi = r.backend() == "mpi" ? r.MakeCommunicator() : nullptr;
     sweep = ValidateCollectivesFlags(f, input.ctx.world_size, mpi.get());
     RecordConfig(r.config(), f, sweep);
-  });
+  }, {Excludes("sizes", "minbytes"), Excludes("sizes", "maxbytes"), Excludes("sizes", "stepfactor")});
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();
 
   return run->RecordingFailures([&] {

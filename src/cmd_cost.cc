@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cli.h"
 #include "commands.h"
 #include "console.h"
 #include "cost.h"
@@ -89,42 +90,35 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
       ("prices", po::value(&f.prices), "price file (TOML): offerings and assumptions")
       ("train-tokens", po::value(&f.train_tokens), "the training target in tokens (300e9, 300G; SI suffixes)")
       ("train-steps", po::value(&f.train_steps), "or in optimizer steps of the priced configuration")
-      ("deadline-hours", po::value(&f.deadline_hours), "mark the cheapest configuration that trains within H hours")
-      ("k", po::value(&f.k), "price this measured scaling point (default: the largest)")
+      ("deadline-hours", Number(&f.deadline_hours, RealRange::AboveUpTo(0, 1e7)),
+       "mark the cheapest configuration that trains within H hours")
+      ("k", Number(&f.k, IntRange::AtLeast(1)), "price this measured scaling point (default: the largest)")
       ("project", po::value(&f.project), "project to these GPU counts or layouts: 16,32,2x8 (NxG = N nodes of G GPUs)")
-      ("gpus-per-node", po::value(&f.gpus_per_node)->default_value(f.gpus_per_node), "layout of a plain count in --project")
-      ("inter-node-gbps", po::value(&f.inter_node_gbps), "network rate per GPU across nodes, Gbit/s (replaces a fitted one)")
-      ("inter-node-latency-us", po::value(&f.inter_node_latency_us)->default_value(f.inter_node_latency_us),
-       "inter-node latency alpha when the run measured no inter-node link")
+      ("gpus-per-node", Number(&f.gpus_per_node, IntRange::Between(1, 1 << 10))->default_value(f.gpus_per_node),
+       "layout of a plain count in --project")
+      ("inter-node-gbps", Number(&f.inter_node_gbps, RealRange::AboveUpTo(0, 1e6)),
+       "network rate per GPU across nodes, Gbit/s (replaces a fitted one)")
+      ("inter-node-latency-us", Number(&f.inter_node_latency_us, RealRange::Between(0, 1e6))
+       ->default_value(f.inter_node_latency_us), "inter-node latency alpha when the run measured no inter-node link")
       ("collectives", po::value(&f.collectives), "a collectives report of the same machines: its all_reduce sweep joins the fit")
       ("device-as", po::value(&f.device_as), "price the runs as if measured on this GPU model (e.g. a CPU test run)")
       ("model", po::value(&f.model), "memory fit of this model (a preset name)")
-      ("layers", po::value(&f.layers), "with --model: this many layers of its shape")
-      ("micro-batch", po::value(&f.micro_batch), "with --model: sequences per GPU per step (1)")
-      ("seq", po::value(&f.seq), "with --model: tokens per sequence (the model's)")
+      ("layers", Number(&f.layers, IntRange::Between(1, 4096)), "with --model: this many layers of its shape")
+      ("micro-batch", Number(&f.micro_batch, IntRange::AtLeast(1)), "with --model: sequences per GPU per step (1)")
+      ("seq", Number(&f.seq, IntRange::Between(1, 1 << 20)), "with --model: tokens per sequence (the model's)")
       ("gpu-memory", po::value(&f.gpu_memory), "with --model: GPU memory to fit in (80G = 80 GiB, 80GB = 80e9 B)")
       ("format", po::value(&f.format)->default_value(f.format), "text|csv|json")
       ("html", po::value(&f.html), "also write an HTML page: the reports' plots and the cost per configuration")
       ("help,h", "show this help");
-  po::options_description hidden;
-  hidden.add_options()("reports", po::value(&f.reports)->multitoken());
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("reports", -1);
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), given);
-    if (given.count("help")) {
-      std::ostringstream text;
-      text << kUsage << "\n\n" << options;
-      Print(text.str(), true);
-      return false;
-    }
-    po::notify(given);
-  } catch (const po::error& e) {
-    throw InputError(std::string(e.what()) + " (see 'trainbench cost --help')");
-  }
-  return true;
+  std::vector<FlagRule> rules = {Excludes("train-tokens", "train-steps"), Needs("deadline-hours", "prices"),
+                                 Needs("collectives", "project"), Needs("gpus-per-node", "project")};
+  for (const char* flag : {"layers", "micro-batch", "seq", "gpu-memory"}) rules.push_back(Needs(flag, "model"));
+  ParseSpec spec;
+  spec.rules = rules;
+  spec.positional = "reports";
+  spec.positional_target = &f.reports;
+  spec.given = &given;
+  return ParseCommandLine("cost", args, options, kUsage, spec);
 }
 
 // ---- formatting --------------------------------------------------------------------------------------------------
@@ -654,9 +648,6 @@ int RunCostCommand(const CommandInput& input) {
   if (f.format != "text" && f.format != "csv" && f.format != "json") {
     throw InputError("--format '" + f.format + "': expected text|csv|json");
   }
-  if (!f.train_tokens.empty() && !f.train_steps.empty()) {
-    throw InputError("--train-tokens and --train-steps: give one training target, not both");
-  }
   const bool has_target = !f.train_tokens.empty() || !f.train_steps.empty();
   if (has_target && (f.prices.empty() || f.reports.empty())) {
     throw InputError("--train-tokens and --train-steps price training reports: they go with reports and --prices");
@@ -669,32 +660,19 @@ int RunCostCommand(const CommandInput& input) {
   const std::optional<double> target_steps =
       f.train_steps.empty() ? std::nullopt : std::optional<double>(ParseTokenCount(f.train_steps, "--train-steps"));
   std::optional<double> deadline;
-  if (given.count("deadline-hours")) {
-    if (!(f.deadline_hours > 0)) throw InputError(Format("--deadline-hours %g must be greater than 0", f.deadline_hours));
-    if (f.prices.empty()) throw InputError("--deadline-hours needs --prices");
-    deadline = f.deadline_hours;
-  }
+  if (given.count("deadline-hours")) deadline = f.deadline_hours;
   if (f.reports.empty() && f.model.empty()) {
     throw InputError("no reports given (usage: trainbench cost RUN.h5 ... --prices P, or --model NAME --gpu-memory SIZE)");
   }
   if (!f.reports.empty() && f.prices.empty() && f.project.empty() && f.model.empty()) {
     throw InputError("nothing to compute: give --prices P (cost), --project LIST (projection) or --model NAME (memory fit)");
   }
-  if (f.model.empty() && (given.count("layers") || given.count("micro-batch") || given.count("seq"))) {
-    throw InputError("--layers, --micro-batch and --seq go with --model");
-  }
-  if (f.model.empty() && !f.gpu_memory.empty()) throw InputError("--gpu-memory goes with --model");
   if (!f.model.empty() && f.gpu_memory.empty() && f.prices.empty()) {
     throw InputError("--model needs --gpu-memory SIZE (or --prices, for each offering's GPU memory)");
   }
-  if (given.count("k") && f.k <= 0) throw InputError("--k " + std::to_string(f.k) + " must be at least 1");
-  if (f.gpus_per_node <= 0) throw InputError("--gpus-per-node must be at least 1");
-  if (given.count("inter-node-gbps") && !(f.inter_node_gbps > 0)) throw InputError("--inter-node-gbps must be greater than 0");
-  if (!(f.inter_node_latency_us >= 0)) throw InputError("--inter-node-latency-us must be >= 0");
   if (!f.collectives.empty() && f.reports.size() != 1) {
     throw InputError("--collectives goes with exactly one training report (the machines it measured)");
   }
-  if (!f.collectives.empty() && f.project.empty()) throw InputError("--collectives feeds the projection: add --project");
   if (f.reports.empty() && (!f.project.empty() || !f.device_as.empty() || given.count("k"))) {
     throw InputError("--project, --k and --device-as need training reports");
   }

@@ -105,16 +105,9 @@ GeneratePlan PlanFromFlags(const GenerateFlags& f) {
   GeneratePlan plan;
   plan.tokens = ParseTokenCount(f.tokens, "--tokens");
   plan.shard_tokens = ParseTokenCount(f.shard_tokens, "--shard-tokens");
-  if (f.vocab < 1 || f.vocab > (int64_t{1} << 32)) {
-    throw InputError("--vocab " + std::to_string(f.vocab) + " is out of range 1..4294967296");
-  }
   if (f.distribution != "uniform" && f.distribution != "zipf") {
     throw InputError("unknown distribution '" + f.distribution + "' for --distribution (accepted: uniform|zipf)");
   }
-  if (!(f.zipf_exponent > 0) || f.zipf_exponent > 10) {
-    throw InputError("--zipf-exponent " + Format("%g", f.zipf_exponent) + " is out of range (0, 10]");
-  }
-  if (f.seed < 0) throw InputError("--seed must be >= 0");
   plan.shards = (plan.tokens + plan.shard_tokens - 1) / plan.shard_tokens;
   if (plan.shards > 99999) {
     throw InputError(Format("--tokens / --shard-tokens gives %llu shards; at most 99999 (raise --shard-tokens)",
@@ -198,11 +191,11 @@ int RunGenerate(const CommandInput& input, const std::vector<std::string>& args)
       ("dir", po::value(&f.dir), "directory to write the shards to (created if missing)")
       ("tokens", po::value(&f.tokens), "tokens in the dataset (e.g. 20G = 2e10)")
       ("shard-tokens", po::value(&f.shard_tokens)->default_value(f.shard_tokens), "tokens per shard (the last holds the rest)")
-      ("vocab", po::value(&f.vocab)->default_value(f.vocab), "token ids are 0..vocab-1; uint16 up to 65536, else uint32")
+      ("vocab", Number(&f.vocab, IntRange::Between(2, int64_t{1} << 32))->default_value(f.vocab), "token ids are 0..vocab-1; uint16 up to 65536, else uint32")
       ("distribution", po::value(&f.distribution)->default_value(f.distribution),
        "uniform|zipf: zipf gives token t a probability proportional to 1/(t+1)^S")
-      ("zipf-exponent", po::value(&f.zipf_exponent)->default_value(f.zipf_exponent), "S of --distribution zipf")
-      ("seed", po::value(&f.seed)->default_value(f.seed), "shard i's tokens depend only on the seed and i")
+      ("zipf-exponent", Number(&f.zipf_exponent, RealRange::AboveUpTo(0, 10))->default_value(f.zipf_exponent), "S of --distribution zipf")
+      ("seed", Number(&f.seed, IntRange::AtLeast(0))->default_value(f.seed), "shard i's tokens depend only on the seed and i")
       ("force", po::bool_switch(&f.force), "replace the shards already in --dir");
   AddCommonOptions(options, common, false);
 
@@ -225,7 +218,7 @@ int RunGenerate(const CommandInput& input, const std::vector<std::string>& args)
     cfg.Set("zipf_exponent", f.zipf_exponent);
     cfg.Set("seed", f.seed);
     cfg.Set("force", static_cast<int64_t>(f.force));
-  });
+  }, {Needs("zipf-exponent", "distribution", "zipf")});
 
   return run->RecordingFailures([&] {
     run->BeginMeasurement("data generate");

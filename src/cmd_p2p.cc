@@ -34,12 +34,12 @@ int RunP2pCommand(const CommandInput& input) {
   po::options_description options("p2p options");
   options.add_options()
       ("size", po::value(&f.size)->default_value(f.size), "message size for the bandwidth matrices (multiple of 4 B)")
-      ("iters,n", po::value(&f.iters)->default_value(f.iters), "timed messages per pair and direction")
-      ("warmup,w", po::value(&f.warmup)->default_value(f.warmup), "untimed messages before each timed loop")
+      ("iters,n", Number(&f.iters, IntRange::Between(1, 1 << 24))->default_value(f.iters), "timed messages per pair and direction")
+      ("warmup,w", Number(&f.warmup, IntRange::Between(0, 1 << 24))->default_value(f.warmup), "untimed messages before each timed loop")
       ("latency-size", po::value(&f.latency_size)->default_value(f.latency_size), "message size for latency")
-      ("latency-iters", po::value(&f.latency_iters)->default_value(f.latency_iters), "timed round trips per pair")
-      ("threshold", po::value(&f.threshold)->default_value(f.threshold),
-       "flag pairs whose bandwidth is below this fraction of the median (0 < F <= 1)");
+      ("latency-iters", Number(&f.latency_iters, IntRange::Between(1, 1 << 24))->default_value(f.latency_iters), "timed round trips per pair")
+      ("threshold", Number(&f.threshold, RealRange::AboveUpTo(0, 1))->default_value(f.threshold),
+       "flag pairs whose bandwidth is below this fraction of the median");
   AddCommonOptions(options, common);
 
   P2pOptions p2p;

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "report.h"
 #include "report_view.h"
+#include "units.h"
 
 namespace tb {
 namespace {
@@ -50,17 +51,12 @@ std::vector<std::string> ParseSections(const ReportFlags& f) {
   const std::vector<std::string>& known = ReportSectionNames();
   if (!f.sections_given) return known;
   std::vector<std::string> chosen;
-  std::stringstream stream(f.sections);
-  std::string name;
-  while (std::getline(stream, name, ',')) {
+  for (const std::string& name : SplitFlagList(f.sections, "--sections")) {
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      std::string accepted;
-      for (const std::string& k : known) accepted += (accepted.empty() ? "" : ", ") + k;
-      throw InputError("unknown section '" + name + "' for --sections (accepted: " + accepted + ")");
+      throw InputError("unknown section '" + name + "' for --sections (accepted: " + JoinNames(known, ", ") + ")");
     }
     chosen.push_back(name);
   }
-  if (chosen.empty()) throw InputError("--sections is empty (give a comma-separated list; see 'trainbench report --help')");
   return chosen;
 }
 
@@ -72,27 +68,14 @@ bool ParseReportFlags(const std::vector<std::string>& args, ReportFlags& f) {
       ("sections", po::value(&f.sections), "comma-separated sections to show (all by default)")
       ("html", po::value(&f.html), "also write a self-contained HTML page of plots to this file")
       ("help,h", "show this help");
-  po::options_description hidden;
-  hidden.add_options()("file", po::value(&f.files));
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("file", -1);
   RejectOutputFlag(args);
-  try {
-    po::variables_map values;
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), values);
-    if (values.count("help")) {
-      std::ostringstream text;
-      text << Usage() << "\n\n" << options;
-      Print(text.str(), true);
-      return false;
-    }
-    po::notify(values);
-    f.sections_given = values.count("sections") > 0;
-  } catch (const po::error& e) {
-    throw InputError(std::string(e.what()) + " (see 'trainbench report --help')");
-  }
+  po::variables_map given;
+  ParseSpec spec;
+  spec.positional = "file";
+  spec.positional_target = &f.files;
+  spec.given = &given;
+  if (!ParseCommandLine("report", args, options, Usage(), spec)) return false;
+  f.sections_given = given.count("sections") > 0;
   if (f.files.empty()) throw InputError("no report files given (usage: trainbench report A.h5 [B.h5 ...])");
   return true;
 }

@@ -31,6 +31,12 @@ constexpr const char* kUsage =
     "data_wait, h2d, forward, backward, comm_total, comm_exposed, optimizer, checkpoint_stall and the step.\n"
     "Model FLOPs per token = 6*N_matmul + 6*L*T*d; MFU = model FLOP/s per rank / peak (or / measured GEMM rate).";
 
+// Shape ceilings: past any model trained today, low enough that parameter, FLOP and memory counts stay exact.
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxWidth = 1 << 17;
+constexpr int64_t kMaxVocab = 1 << 24;
+constexpr int64_t kMaxSeq = 1 << 20;
+
 struct TrainFlags {
   std::string model = "gpt2-124m";
   int layers = -1;  // -1: not given
@@ -69,12 +75,15 @@ struct Backend {
 ModelConfig ModelFromFlags(const TrainFlags& f) {
   ModelConfig config;
   if (f.model == "custom") {
-    if (f.layers < 1 || f.d_model < 1 || f.heads < 1) {
-      throw InputError("--model custom needs --layers, --d-model and --heads (and optionally --vocab, --seq)");
+    std::vector<std::string> missing;
+    if (f.layers == -1) missing.push_back("--layers");
+    if (f.d_model == 0) missing.push_back("--d-model");
+    if (f.heads == 0) missing.push_back("--heads");
+    if (!missing.empty()) {
+      throw InputError("--model custom needs " + JoinNames(missing, ", ") + " (and optionally --vocab, --seq)");
     }
     config = CustomModel(f.layers, f.d_model, f.heads, f.vocab, f.seq > 0 ? f.seq : 1024);
   } else {
-    if (f.d_model != 0 || f.heads != 0) throw InputError("--d-model and --heads go with --model custom");
     config = FindPreset(f.model);
     if (f.layers != -1) config = WithLayers(config, f.layers);
   }
@@ -88,17 +97,10 @@ std::vector<int> ParseScaling(const std::string& text, int world) {
     for (int k = 1; k <= world; k *= 2) ks.push_back(k);
     return ks;
   }
-  for (const std::string& item : SplitList(text)) {
-    char* end = nullptr;
-    long k = std::strtol(item.c_str(), &end, 10);
-    if (*end != '\0' || k < 1 || k > world) {
-      throw InputError("invalid rank count '" + item + "' in --scaling: each k must be a whole number in 1.." +
-                       std::to_string(world) + " (the ranks of this launch), or use pow2");
-    }
+  for (const int64_t k : ParseIntegerList(text, "--scaling", IntRange::Between(1, world))) {
     if (!ks.empty() && k <= ks.back()) throw InputError("--scaling must list increasing rank counts (got '" + text + "')");
     ks.push_back(static_cast<int>(k));
   }
-  if (ks.empty()) throw InputError("--scaling is empty (e.g. --scaling 1,2,4 or --scaling pow2)");
   return ks;
 }
 
@@ -238,21 +240,21 @@ int RunTrainCommand(const CommandInput& input) {
   po::options_description options("train options");
   options.add_options()
       ("model", po::value(&f.model)->default_value(f.model), "preset (gpt2-124m ... gpt-70b) or custom")
-      ("layers", po::value(&f.layers), "run N layers of the preset's shape (custom: the layer count)")
-      ("d-model", po::value(&f.d_model), "custom: channels")
-      ("heads", po::value(&f.heads), "custom: attention heads")
-      ("vocab", po::value(&f.vocab)->default_value(f.vocab), "custom: vocabulary size")
-      ("seq", po::value(&f.seq), "tokens per sequence (default: the model's 1024)")
-      ("micro-batch", po::value(&f.micro_batch)->default_value(f.micro_batch), "sequences per rank per step (weak scaling)")
-      ("steps", po::value(&f.steps)->default_value(f.steps), "measured steps per scaling point")
-      ("warmup-steps", po::value(&f.warmup_steps)->default_value(f.warmup_steps), "steps run first and left out of the statistics")
-      ("bucket-mb", po::value(&f.bucket_mb)->default_value(f.bucket_mb), "gradient bucket size in MiB")
+      ("layers", Number(&f.layers, IntRange::Between(1, kMaxLayers)), "run N layers of the preset's shape (custom: the layer count)")
+      ("d-model", Number(&f.d_model, IntRange::Between(1, kMaxWidth)), "custom: channels")
+      ("heads", Number(&f.heads, IntRange::Between(1, kMaxWidth)), "custom: attention heads")
+      ("vocab", Number(&f.vocab, IntRange::Between(2, kMaxVocab))->default_value(f.vocab), "custom: vocabulary size")
+      ("seq", Number(&f.seq, IntRange::Between(1, kMaxSeq)), "tokens per sequence (default: the model's 1024)")
+      ("micro-batch", Number(&f.micro_batch, IntRange::AtLeast(1))->default_value(f.micro_batch), "sequences per rank per step (weak scaling)")
+      ("steps", Number(&f.steps, IntRange::AtLeast(1))->default_value(f.steps), "measured steps per scaling point")
+      ("warmup-steps", Number(&f.warmup_steps, IntRange::AtLeast(0))->default_value(f.warmup_steps), "steps run first and left out of the statistics")
+      ("bucket-mb", Number(&f.bucket_mb, RealRange::AboveUpTo(0, 1 << 20))->default_value(f.bucket_mb), "gradient bucket size in MiB")
       ("no-overlap", po::bool_switch(&f.no_overlap), "all-reduce the gradients after backward instead of during it")
       ("scaling", po::value(&f.scaling), "rank counts to run, e.g. 1,2,4,8 or pow2 (default: all ranks)")
       ("scaling-mode", po::value(&f.scaling_mode)->default_value(f.scaling_mode), "weak (per-rank batch fixed) or strong (global batch fixed)")
-      ("global-batch", po::value(&f.global_batch), "strong scaling: sequences per step over all ranks (default: micro-batch x ranks)")
-      ("lr", po::value(&f.learning_rate)->default_value(f.learning_rate), "AdamW learning rate")
-      ("seed", po::value(&f.seed)->default_value(f.seed), "seed of the weights and the synthetic tokens")
+      ("global-batch", Number(&f.global_batch, IntRange::AtLeast(1)), "strong scaling: sequences per step over all ranks (default: micro-batch x ranks)")
+      ("lr", Number(&f.learning_rate, RealRange::AboveUpTo(0, 1))->default_value(f.learning_rate), "AdamW learning rate")
+      ("seed", Number(&f.seed, IntRange::AtLeast(0))->default_value(f.seed), "seed of the weights and the synthetic tokens")
       ("attention", po::value(&f.attention)->default_value(f.attention),
        "cuda: auto (cuDNN fused SDPA when it supports the shape, else cuBLAS), cudnn or cublas");
   TrainIoFlags io_flags;
@@ -266,6 +268,9 @@ int RunTrainCommand(const CommandInput& input) {
   bool weak = true;
   int global_batch = 0;  // sequences per step over all ranks: what strong scaling divides by k
   AttentionChoice attention = AttentionChoice::kAuto;
+  std::vector<FlagRule> rules = TrainIoFlagRules();
+  for (const char* flag : {"d-model", "heads", "vocab"}) rules.push_back(Needs(flag, "model", "custom"));
+  rules.push_back(Needs("global-batch", "scaling-mode", "strong"));
   std::unique_ptr<CommandRun> run = StartCommand("train", input, options, kUsage, common, [&](CommandRun& r) {
     attention = ParseAttention(f.attention);
     if (r.backend() != "nccl" && attention != AttentionChoice::kAuto) {
@@ -277,11 +282,6 @@ int RunTrainCommand(const CommandInput& input) {
     if (loop.seq > model.seq) {
       throw InputError("--seq " + std::to_string(loop.seq) + " exceeds the model's " + std::to_string(model.seq) + " positions");
     }
-    if (f.micro_batch < 1) throw InputError("--micro-batch must be at least 1");
-    if (f.steps < 1) throw InputError("--steps must be at least 1 (got " + std::to_string(f.steps) + ")");
-    if (f.warmup_steps < 0) throw InputError("--warmup-steps must be >= 0");
-    if (!(f.bucket_mb > 0)) throw InputError("--bucket-mb must be greater than 0");
-    if (!(f.learning_rate > 0)) throw InputError("--lr must be greater than 0");
     if (f.scaling_mode != "weak" && f.scaling_mode != "strong") {
       throw InputError("unknown scaling mode '" + f.scaling_mode + "' for --scaling-mode (accepted: weak|strong)");
     }
@@ -295,8 +295,6 @@ int RunTrainCommand(const CommandInput& input) {
                            " does not divide over " + std::to_string(k) + " ranks (set --global-batch)");
         }
       }
-    } else if (f.global_batch > 0) {
-      throw InputError("--global-batch goes with --scaling-mode strong");
     }
     loop.micro_batch = f.micro_batch;
     loop.steps = f.steps;
@@ -323,7 +321,7 @@ int RunTrainCommand(const CommandInput& input) {
     std::vector<std::pair<int, int>> point_batches;
     for (int k : scaling) point_batches.emplace_back(k, weak ? f.micro_batch : global_batch / k);
     io_plan = PlanTrainIo(io_flags, model, loop.seq, point_batches, static_cast<uint64_t>(f.seed), cfg);
-  });
+  }, rules);
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();
   const double comm_ready_s = NowSeconds();
 

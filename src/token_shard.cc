@@ -13,6 +13,7 @@
 
 #include "checksum.h"
 #include "error.h"
+#include "flags.h"
 
 namespace tb {
 namespace {
@@ -364,9 +365,7 @@ uint64_t ParseTokenCount(const std::string& text, const std::string& flag) {
     }
     if (multiplier != 1) number.pop_back();
   }
-  if (number.empty() || !(std::isdigit(static_cast<unsigned char>(number[0])) || number[0] == '.')) {
-    throw invalid("not a number");
-  }
+  if (!IsDecimalNumber(number, true)) throw invalid("not a number");
   if (std::all_of(number.begin(), number.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
       multiplier == 1) {
     // Exact for every uint64, where a double would round above 2^53.

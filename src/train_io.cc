@@ -23,17 +23,8 @@ constexpr const char* kSavedAtRanks = "ranks";
 
 std::vector<double> ParseRates(const std::string& text) {
   if (text.empty()) return {0};
-  std::vector<double> rates;
-  for (const std::string& item : SplitList(text)) {
-    char* end = nullptr;
-    const double rate = std::strtod(item.c_str(), &end);
-    if (*end != '\0' || !(rate >= 0) || !std::isfinite(rate)) {
-      throw InputError("invalid rate '" + item + "' for --io-throttle: MB/s as a number >= 0 (0 = no limit), or a "
-                       "list of rates > 0 for a storage sweep, e.g. 800,400,200,100");
-    }
-    rates.push_back(rate);
-  }
-  if (rates.empty()) throw InputError("--io-throttle is empty (e.g. --io-throttle 200, or 800,400,200 for a sweep)");
+  // MB/s per rank; 0 = no limit (a single rate only). The ceiling is far past any storage.
+  const std::vector<double> rates = ParseRealList(text, "--io-throttle", RealRange::Between(0, 1e9));
   if (rates.size() > 1) {
     for (size_t i = 0; i < rates.size(); ++i) {
       if (rates[i] <= 0 || (i > 0 && rates[i] >= rates[i - 1])) {
@@ -66,26 +57,31 @@ std::vector<StateBuffer> StateOf(Transformer& model) {
 
 }  // namespace
 
+// Ceilings far past any real setting, low enough that the products taken from them cannot overflow.
+constexpr int64_t kMaxLoaderWorkers = 1024;
+constexpr int64_t kMaxPrefetch = 1 << 16;
+constexpr double kMaxLatencyMs = 1e6;
+
 void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
   options.add_options()
       ("data", po::value(&f.data_dir), "read each step's tokens from this directory of token shards "
                                        "(trainbench data generate) instead of generating them")
       ("data-raw", po::bool_switch(&f.data_raw), "--data is any directory of files: fixed-size records, tokens "
                                                  "taken from their bytes (measures an existing dataset's storage)")
-      ("loader-workers", po::value(&f.loader_workers)->default_value(f.loader_workers), "reader threads per rank")
-      ("prefetch", po::value(&f.prefetch)->default_value(f.prefetch), "batches read ahead per rank")
+      ("loader-workers", Number(&f.loader_workers, IntRange::Between(1, kMaxLoaderWorkers))->default_value(f.loader_workers), "reader threads per rank")
+      ("prefetch", Number(&f.prefetch, IntRange::Between(1, kMaxPrefetch))->default_value(f.prefetch), "batches read ahead per rank")
       ("direct-io", po::bool_switch(&f.direct_io), "read with O_DIRECT, bypassing the page cache")
       ("record-bytes", po::value(&f.record_bytes), "bytes read per sample (image-like records; default: seq+1 tokens)")
       ("io-throttle", po::value(&f.io_throttle), "emulated storage: read rate limit per rank in MB/s (1e6 B/s); a "
                                                  "decreasing list (800,400,200) runs a storage sweep")
-      ("io-latency-ms", po::value(&f.io_latency_ms)->default_value(f.io_latency_ms), "emulated storage: latency "
+      ("io-latency-ms", Number(&f.io_latency_ms, RealRange::Between(0, kMaxLatencyMs))->default_value(f.io_latency_ms), "emulated storage: latency "
                                                                                       "added to every read")
-      ("data-wait-share", po::value(&f.data_wait_share)->default_value(f.data_wait_share),
+      ("data-wait-share", Number(&f.data_wait_share, RealRange::Inside(0, 1))->default_value(f.data_wait_share),
        "storage sweep: report the rate at which data_wait reaches this share of step time")
       ("checkpoint-dir", po::value(&f.checkpoint_dir), "write checkpoints here (step-NNNNNNNN/ per checkpoint)")
-      ("checkpoint-every", po::value(&f.checkpoint_every)->default_value(f.checkpoint_every),
+      ("checkpoint-every", Number(&f.checkpoint_every, IntRange::AtLeast(0))->default_value(f.checkpoint_every),
        "checkpoint after every N steps (0: never)")
-      ("checkpoint-keep", po::value(&f.checkpoint_keep)->default_value(f.checkpoint_keep),
+      ("checkpoint-keep", Number(&f.checkpoint_keep, IntRange::AtLeast(0))->default_value(f.checkpoint_keep),
        "keep the newest N complete checkpoints (0: all)")
       ("checkpoint-mode", po::value(&f.checkpoint_mode)->default_value(f.checkpoint_mode),
        "sync (the loop waits for write and fsync) or async (snapshot, then a background writer)")
@@ -94,6 +90,20 @@ void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
        "fail (stop the run) or warn (record it and train on) when a checkpoint cannot be written")
       ("resume", po::value(&f.resume), "continue from this checkpoint (or the newest complete one under this "
                                        "directory): weights, AdamW state, step and loader position");
+}
+
+std::vector<FlagRule> TrainIoFlagRules() {
+  std::vector<FlagRule> rules;
+  for (const char* flag : {"data-raw", "loader-workers", "prefetch", "direct-io", "record-bytes", "io-throttle",
+                           "io-latency-ms"}) {
+    rules.push_back(Needs(flag, "data"));
+  }
+  rules.push_back(Needs("data-wait-share", "io-throttle"));
+  for (const char* flag : {"checkpoint-every", "checkpoint-keep", "checkpoint-mode", "checkpoint-verify",
+                           "on-checkpoint-error"}) {
+    rules.push_back(Needs(flag, "checkpoint-dir"));
+  }
+  return rules;
 }
 
 std::string ModelFingerprint(const ModelConfig& m) {
@@ -108,17 +118,6 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
   if (plan.throttles_MBps.size() > 1 && points.size() > 1) {
     throw InputError("--io-throttle with several rates (a storage sweep) takes one scaling point: drop --scaling "
                      "or give it one rank count");
-  }
-  if (!(f.data_wait_share > 0 && f.data_wait_share < 1)) {
-    throw InputError("--data-wait-share must lie between 0 and 1 (e.g. 0.05 for 5% of step time)");
-  }
-  if (f.io_latency_ms < 0) throw InputError("--io-latency-ms must be >= 0");
-  if (f.loader_workers < 1) throw InputError("--loader-workers must be at least 1");
-  if (f.prefetch < 1) throw InputError("--prefetch must be at least 1 batch");
-  const bool loader_flags = f.data_raw || f.direct_io || !f.record_bytes.empty() || !f.io_throttle.empty() ||
-                            f.io_latency_ms > 0;
-  if (f.data_dir.empty() && loader_flags) {
-    throw InputError("--data-raw, --direct-io, --record-bytes, --io-throttle and --io-latency-ms go with --data DIR");
   }
   plan.loader = !f.data_dir.empty();
   if (!f.record_bytes.empty()) plan.record_bytes = ParseSize(f.record_bytes, "--record-bytes");
@@ -154,11 +153,6 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
 
   plan.checkpoint_mode = ParseCheckpointMode(f.checkpoint_mode);
   plan.on_error = ParseCheckpointErrorPolicy(f.on_checkpoint_error);
-  if (f.checkpoint_every < 0) throw InputError("--checkpoint-every must be >= 0 (0: no checkpoints)");
-  if (f.checkpoint_keep < 0) throw InputError("--checkpoint-keep must be >= 0 (0: keep all)");
-  if (f.checkpoint_every > 0 && f.checkpoint_dir.empty()) {
-    throw InputError("--checkpoint-every needs --checkpoint-dir DIR");
-  }
   if (!f.checkpoint_dir.empty() && f.checkpoint_every == 0) {
     throw InputError("--checkpoint-dir needs --checkpoint-every N (steps between checkpoints)");
   }

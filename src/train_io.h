@@ -40,6 +40,8 @@ struct TrainIoFlags {
 };
 
 void AddTrainIoOptions(po::options_description& options, TrainIoFlags& flags);
+// The rules between those flags: loader flags need --data, checkpoint flags need --checkpoint-dir.
+std::vector<FlagRule> TrainIoFlagRules();
 
 // The flags checked, with what the checks found. Built at option time on every rank (agreed), so that a missing
 // data or checkpoint directory is reported before any rank starts work.

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "error.h"
+#include "flags.h"
 
 namespace tb {
 namespace {
@@ -55,26 +56,13 @@ uint64_t ParseSize(const std::string& raw, const std::string& flag) {
     value = value * 10 + digit;
   }
   if (value > std::numeric_limits<uint64_t>::max() / multiplier) throw invalid("too large");
+  if (value == 0) throw invalid("must be at least 1 byte");
   return value * multiplier;
-}
-
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> items;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    std::string item = Trim(text.substr(start, comma - start));
-    if (!item.empty()) items.push_back(item);
-    start = comma + 1;
-  }
-  return items;
 }
 
 std::vector<uint64_t> ParseSizeList(const std::string& text, const std::string& flag) {
   std::vector<uint64_t> sizes;
-  for (const std::string& item : SplitList(text)) sizes.push_back(ParseSize(item, flag));
-  if (sizes.empty()) throw InputError("invalid size list '" + text + "' for " + flag + ": no sizes given");
+  for (const std::string& item : SplitFlagList(text, flag)) sizes.push_back(ParseSize(item, flag));
   return sizes;
 }
 

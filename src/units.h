@@ -8,14 +8,12 @@
 namespace tb {
 
 // Parses a byte size: a whole number with an optional suffix. K, M, G, T and KiB, MiB, GiB, TiB are powers of
-// 1024 (nccl-tests' convention for -b/-e); KB, MB, GB, TB are powers of 1000. Throws InputError naming `flag`.
+// 1024 (nccl-tests' convention for -b/-e); KB, MB, GB, TB are powers of 1000. Zero is refused (no size here means
+// nothing). Throws InputError naming `flag`.
 uint64_t ParseSize(const std::string& text, const std::string& flag);
 
-// Parses a comma-separated list of sizes, e.g. "1K,64K,1M".
+// Parses a comma-separated list of sizes, e.g. "1K,64K,1M" (no empty items).
 std::vector<uint64_t> ParseSizeList(const std::string& text, const std::string& flag);
-
-// Splits "a,b,c" into its non-empty items, trimmed of spaces.
-std::vector<std::string> SplitList(const std::string& text);
 
 // Joins names for messages: {"sum", "avg"} -> "sum|avg".
 std::string JoinNames(const std::vector<std::string>& names, const char* separator = "|");

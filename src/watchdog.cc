@@ -1,5 +1,6 @@
 #include "watchdog.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "clock.h"
@@ -52,8 +53,10 @@ void Watchdog::Run() {
       lock.lock();
       continue;
     }
-    // Wake at the deadline, or earlier when a new operation begins or we are stopped.
-    wake_.wait_for(lock, std::chrono::duration<double>(timeout_s_ - elapsed));
+    // Wake at the deadline, or earlier when a new operation begins or we are stopped. The wait is sliced: a
+    // duration past the clock's int64 nanoseconds would overflow into a deadline already past (a busy spin).
+    constexpr double kLongestWait_s = 3600;
+    wake_.wait_for(lock, std::chrono::duration<double>(std::min(timeout_s_ - elapsed, kLongestWait_s)));
   }
 }
 

@@ -1,0 +1,143 @@
+// The one grammar and range check of numeric flags, lists and rules between flags (src/flags.h), through the
+// same program_options parsing every command uses.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <sstream>
+
+#include "error.h"
+#include "flags.h"
+
+namespace tb {
+namespace {
+
+std::string InputErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  } catch (const po::error& e) {
+    return std::string("po: ") + e.what();
+  }
+  return "";
+}
+
+TEST(ParseInteger, DecimalOnly) {
+  EXPECT_EQ(ParseInteger("12", "--n", IntRange::AtLeast(1)), 12);
+  EXPECT_EQ(ParseInteger(" -3 ", "--n", IntRange{}), -3);
+  for (const char* bad : {"0x10", "010x", "1e3", "1.0", "+", "-", "", "12 3", "inf", "nan", "٣"}) {
+    EXPECT_NE(InputErrorOf([&] { ParseInteger(bad, "--n", IntRange{}); }).find("--n '"), std::string::npos) << bad;
+  }
+  EXPECT_NE(InputErrorOf([&] { ParseInteger("99999999999999999999", "--n", IntRange{}); }).find("too large"),
+            std::string::npos);
+}
+
+TEST(ParseInteger, RangeInTheMessage) {
+  EXPECT_EQ(InputErrorOf([] { ParseInteger("0", "--steps", IntRange::AtLeast(1)); }),
+            "--steps '0': out of range (accepted: a whole number >= 1)");
+  EXPECT_EQ(InputErrorOf([] { ParseInteger("5000", "--layers", IntRange::Between(1, 4096)); }),
+            "--layers '5000': out of range (accepted: a whole number 1..4096)");
+  EXPECT_EQ(ParseInteger("4096", "--layers", IntRange::Between(1, 4096)), 4096);
+}
+
+TEST(ParseReal, FiniteDecimalsOnly) {
+  EXPECT_DOUBLE_EQ(ParseReal("3e-4", "--lr", RealRange::AboveUpTo(0, 1)), 3e-4);
+  EXPECT_DOUBLE_EQ(ParseReal(".5", "--x", RealRange{}), 0.5);
+  EXPECT_DOUBLE_EQ(ParseReal("300E9", "--x", RealRange{}), 300e9);
+  for (const char* bad : {"inf", "-inf", "nan", "NaN", "infinity", "0x1p3", "1e", "1e+", ".", "1.2.3", "1,5", ""}) {
+    EXPECT_NE(InputErrorOf([&] { ParseReal(bad, "--x", RealRange{}); }).find("not a decimal number"),
+              std::string::npos) << bad;
+  }
+  EXPECT_NE(InputErrorOf([] { ParseReal("1e999", "--x", RealRange{}); }).find("too large"), std::string::npos);
+  EXPECT_EQ(InputErrorOf([] { ParseReal("0", "--lr", RealRange::AboveUpTo(0, 1)); }),
+            "--lr '0': out of range (accepted: a number in (0, 1])");
+  EXPECT_NE(InputErrorOf([] { ParseReal("1", "--share", RealRange::Inside(0, 1)); }).find("in (0, 1)"),
+            std::string::npos);
+}
+
+TEST(Range, Describe) {
+  EXPECT_EQ(IntRange::AtLeast(0).Describe(), ">= 0");
+  EXPECT_EQ(RealRange::Above(0).Describe(), "> 0");
+  EXPECT_EQ(RealRange::Between(0, 1e7).Describe(), "in [0, 1e+07]");
+  EXPECT_EQ(IntRange{}.Describe(), "of any size");
+  EXPECT_FALSE(RealRange{}.Contains(std::nan("")));
+  EXPECT_FALSE(RealRange{}.Contains(INFINITY));
+}
+
+TEST(SplitFlagList, EmptyItemsAreRefused) {
+  EXPECT_EQ(SplitFlagList(" a, b ,c ", "--ops"), (std::vector<std::string>{"a", "b", "c"}));
+  for (const char* bad : {"", " ", "a,,b", "a,", ",a", ","}) {
+    EXPECT_NE(InputErrorOf([&] { SplitFlagList(bad, "--ops"); }).find("--ops '"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(ParseIntegerList("1,2,4", "--scaling", IntRange::AtLeast(1)), (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_NE(InputErrorOf([] { ParseRealList("1,x", "--r", RealRange{}); }).find("'x'"), std::string::npos);
+}
+
+// Parses `args` as a command would (options, then rules); the message of what was refused, or "".
+struct Parsed {
+  int steps = 20;
+  double lr = 3e-4;
+  std::string model = "gpt2-124m";
+  int heads = 0;
+  bool raw = false;
+  std::string data;
+};
+std::string ParseArgs(std::vector<std::string> args, Parsed& p, const std::vector<FlagRule>& rules = {}) {
+  po::options_description options;
+  options.add_options()("steps", Number(&p.steps, IntRange::AtLeast(1))->default_value(p.steps), "")
+      ("lr", Number(&p.lr, RealRange::AboveUpTo(0, 1))->default_value(p.lr), "")
+      ("model", po::value(&p.model)->default_value(p.model), "")
+      ("heads", Number(&p.heads, IntRange::Between(1, 64)), "")
+      ("raw", po::bool_switch(&p.raw), "")
+      ("data", po::value(&p.data), "");
+  return InputErrorOf([&] {
+    po::variables_map given;
+    po::store(po::command_line_parser(args).options(options).run(), given);
+    po::notify(given);
+    CheckFlagRules(given, rules);
+  });
+}
+
+TEST(Number, ParsesChecksAndNamesTheFlag) {
+  Parsed p;
+  EXPECT_EQ(ParseArgs({"--steps", "7", "--lr", "1e-3"}, p), "");
+  EXPECT_EQ(p.steps, 7);
+  EXPECT_DOUBLE_EQ(p.lr, 1e-3);
+  Parsed q;
+  EXPECT_EQ(ParseArgs({}, q), "");
+  EXPECT_EQ(q.steps, 20);
+  EXPECT_EQ(ParseArgs({"--lr", "inf"}, q), "po: --lr 'inf': not a decimal number (accepted: a number in (0, 1])");
+  EXPECT_EQ(ParseArgs({"--steps", "0"}, q), "po: --steps '0': out of range (accepted: a whole number >= 1)");
+  EXPECT_EQ(ParseArgs({"--steps", "3000000000"}, q),
+            "po: --steps '3000000000': too large (accepted: a whole number >= 1)");  // past int
+  EXPECT_NE(ParseArgs({"--steps", "1", "--steps", "2"}, q).find("more than once"), std::string::npos);
+}
+
+TEST(Number, HelpShowsTheRangeAndTheDefault) {
+  int steps = 20;
+  double lr = 3e-4;
+  po::options_description options;
+  options.add_options()("steps", Number(&steps, IntRange::AtLeast(1))->default_value(steps), "steps")
+      ("lr", Number(&lr, RealRange::AboveUpTo(0, 1))->default_value(lr), "rate");
+  std::ostringstream help;
+  help << options;
+  EXPECT_NE(help.str().find("--steps N>=1 (=20)"), std::string::npos) << help.str();
+  EXPECT_NE(help.str().find("--lr X in (0,1] (=0.0003)"), std::string::npos) << help.str();
+}
+
+TEST(FlagRules, NeedsAndExcludes) {
+  const std::vector<FlagRule> rules = {Needs("heads", "model", "custom"), Needs("raw", "data"),
+                                       Excludes("steps", "heads")};
+  Parsed p;
+  EXPECT_EQ(ParseArgs({"--heads", "4"}, p, rules), "--heads goes with --model custom (--model is 'gpt2-124m')");
+  EXPECT_EQ(ParseArgs({"--model", "custom", "--heads", "4"}, p, rules), "");
+  EXPECT_EQ(ParseArgs({"--raw"}, p, rules), "--raw goes with --data (not given)");
+  EXPECT_EQ(ParseArgs({"--raw", "--data", "d"}, p, rules), "");
+  EXPECT_EQ(ParseArgs({"--model", "custom", "--steps", "3", "--heads", "2"}, p, rules),
+            "--steps and --heads cannot be given together");
+  EXPECT_EQ(ParseArgs({"--model", "custom"}, p, rules), "");  // a default never breaks a rule
+}
+
+}  // namespace
+}  // namespace tb
