@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "error.h"
+#include "paths.h"
 #include "report.h"
 
 namespace tb {
@@ -597,11 +598,8 @@ void WriteReport(const Report& report, const std::string& path) {
 
 Report ReadReport(const std::string& path) {
   const std::string prefix = "cannot read report '" + path + "': ";
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    throw InputError(prefix + (errno == ENOENT ? std::string("no such file") : std::strerror(errno)));
-  }
-  if (S_ISDIR(info.st_mode)) throw InputError(prefix + "it is a directory");
+  const std::string problem = InputFileProblem(path);
+  if (!problem.empty()) throw InputError(prefix + problem);
   try {
     return ReadReportFile(path);
   } catch (const std::exception& error) {
@@ -620,10 +618,9 @@ void CheckWritable(const std::string& path) {
                               : SystemError("cannot inspect directory '" + directory + "'", stat_errno));
   }
   if (!S_ISDIR(info.st_mode)) fail("'" + directory + "' is not a directory");
-  if (::stat(path.c_str(), &info) == 0) {
-    if (S_ISDIR(info.st_mode)) fail("it is a directory");
-    if (::access(path.c_str(), W_OK) != 0) fail("the existing file is not writable");
-  }
+  const std::string problem = OutputFileProblem(path, {});
+  if (!problem.empty()) fail(problem);
+  if (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), W_OK) != 0) fail("the existing file is not writable");
   // Permissions alone do not tell (read-only mounts, quotas, ACLs): create and remove a real file.
   const std::string probe = path + ".probe." + std::to_string(::getpid());
   int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

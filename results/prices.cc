@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "error.h"
+#include "paths.h"
 #include "units.h"
 
 namespace tb {
@@ -484,6 +485,8 @@ PriceFile ParsePriceFile(const std::string& text, const std::string& path) {
 }
 
 PriceFile ReadPriceFile(const std::string& path) {
+  const std::string problem = InputFileProblem(path);
+  if (!problem.empty()) throw InputError("cannot read price file '" + path + "': " + problem);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("cannot read price file '" + path + "': no such file or not readable");
   std::ostringstream text;

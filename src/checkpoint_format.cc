@@ -16,6 +16,7 @@
 #include "checksum.h"
 #include "clock.h"
 #include "error.h"
+#include "paths.h"
 
 namespace tb::checkpoint {
 
@@ -353,8 +354,9 @@ void SyncDirectory(const std::string& dir) {
 }
 
 uint32_t ReadFileChecked(const std::string& path, std::byte* dst, uint64_t bytes, uint64_t block_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw InputError("checkpoint file " + path + ": " + OsMessage(errno));
+  std::string why;
+  int fd = OpenInputFile(path, 0, why);
+  if (fd < 0) throw InputError("checkpoint file " + path + ": " + why);
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
     int error = errno;
@@ -383,6 +385,8 @@ uint32_t ReadFileChecked(const std::string& path, std::byte* dst, uint64_t bytes
 }
 
 std::string ReadTextFile(const std::string& path, const std::string& what) {
+  const std::string problem = InputFileProblem(path);
+  if (!problem.empty()) throw InputError(what + " " + path + " cannot be read: " + problem);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(what + " " + path + " cannot be read: " + OsMessage(errno));
   std::ostringstream text;

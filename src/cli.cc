@@ -11,6 +11,7 @@
 #include "log.h"
 #include "mpi_communicator.h"
 #include "nccl_communicator.h"
+#include "paths.h"
 #include "signals.h"
 #include "topology_section.h"
 
@@ -168,11 +169,17 @@ std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandI
   return run;
 }
 
+void CheckOutputPath(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs) {
+  const std::string problem = OutputFileProblem(path, inputs);
+  if (!problem.empty()) throw InputError("refusing to write " + flag + " '" + path + "': " + problem);
+}
+
 void CommandRun::CheckOutputWritable() {
   if (common_.output.empty()) return;
   std::string problem;
   if (ctx_.world_rank == 0) {
     try {
+      CheckOutputPath(common_.output, "-o", inputs_);
       CheckWritable(common_.output);
     } catch (const InputError& e) {
       problem = e.what();

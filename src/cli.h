@@ -66,7 +66,9 @@ class CommandRun {
   // A communicator over MPI_COMM_WORLD on the resolved backend.
   std::unique_ptr<Communicator> MakeCommunicator();
 
-  // Collective: InputError on every rank when rank 0 cannot write the report path.
+  // Files (or directories of files) this run reads: -o must be none of them.
+  void AddInputs(const std::vector<std::string>& paths) { inputs_.insert(inputs_.end(), paths.begin(), paths.end()); }
+  // Collective: InputError on every rank when rank 0 cannot write the report path, or it is one of the inputs.
   void CheckOutputWritable();
   // Collective over `comm` (all ranks by default, or the ranks of one scaling point): true on every rank when
   // any of them has received SIGTERM/SIGINT.
@@ -99,9 +101,14 @@ class CommandRun {
   RankContext ctx_;
   Report report_;
   Topology topology_;
+  std::vector<std::string> inputs_;
   Communicator* abort_target_ = nullptr;
   std::unique_ptr<Watchdog> watchdog_;
 };
+
+// InputError "<flag> '<path>': <why>" when `path` may not be written as an output of a run that reads `inputs`
+// (paths.h's OutputFileProblem): a FIFO or device, or one of the inputs.
+void CheckOutputPath(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs);
 
 // Thrown on every rank once the ranks have agreed that a setup step failed somewhere; the failing rank has
 // already printed its line. main() exits with code() and prints nothing more.

@@ -685,6 +685,13 @@ int RunCostCommand(const CommandInput& input) {
   std::optional<double> gpu_memory;
   if (!f.gpu_memory.empty()) gpu_memory = static_cast<double>(ParseSize(f.gpu_memory, "--gpu-memory"));
   if (!f.model.empty()) ModelMemory(f, nullptr);  // an unknown preset or shape fails here, before the files
+  if (!f.html.empty()) {
+    std::vector<std::string> inputs = f.reports;
+    for (const std::string* path : {&f.prices, &f.collectives}) {
+      if (!path->empty()) inputs.push_back(*path);
+    }
+    CheckOutputPath(f.html, "--html", inputs);
+  }
 
   std::optional<PriceFile> prices;
   if (!f.prices.empty()) prices = ReadPriceFile(f.prices);

@@ -93,6 +93,7 @@ int RunReportCommand(const CommandInput& input) {
     if (help) return;
     format = ParseExportFormat(f.format);
     const std::vector<std::string> sections = ParseSections(f);
+    if (!f.html.empty()) CheckOutputPath(f.html, "--html", f.files);
     for (const std::string& file : f.files) runs.push_back(ViewReport(ReadReport(file), file, sections));
   });
   if (help || input.ctx.world_rank != 0) return 0;

@@ -321,6 +321,7 @@ int RunTrainCommand(const CommandInput& input) {
     std::vector<std::pair<int, int>> point_batches;
     for (int k : scaling) point_batches.emplace_back(k, weak ? f.micro_batch : global_batch / k);
     io_plan = PlanTrainIo(io_flags, model, loop.seq, point_batches, static_cast<uint64_t>(f.seed), cfg);
+    r.AddInputs(TrainInputs(io_flags, io_plan));
   }, rules);
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();
   const double comm_ready_s = NowSeconds();

@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "error.h"
+#include "paths.h"
 #include "token_shard.h"
 #include "units.h"
 
@@ -160,12 +161,13 @@ void CheckOptions(const DataLoaderOptions& o) {
 }
 
 int OpenForReading(const std::string& path, bool direct, const std::string& dir) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
-  if (fd < 0 && direct && errno == EINVAL) {
+  std::string why;
+  int fd = OpenInputFile(path, direct ? O_DIRECT : 0, why);
+  if (fd < 0 && direct && why == std::strerror(EINVAL)) {
     throw InputError("--direct-io: the filesystem of '" + dir + "' refuses O_DIRECT (" + path +
                      ": Invalid argument); run without --direct-io");
   }
-  if (fd < 0) throw InputError(path + ": cannot open: " + Errno());
+  if (fd < 0) throw InputError(path + ": cannot open: " + why);
   return fd;
 }
 

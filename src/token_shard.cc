@@ -14,6 +14,7 @@
 #include "checksum.h"
 #include "error.h"
 #include "flags.h"
+#include "paths.h"
 
 namespace tb {
 namespace {
@@ -68,8 +69,10 @@ size_t ReadAt(int fd, void* buffer, size_t bytes, uint64_t offset, const std::st
 
 class Fd {
  public:
-  explicit Fd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    if (fd_ < 0) throw InputError(path + ": cannot open: " + Errno());
+  explicit Fd(const std::string& path) {
+    std::string why;
+    fd_ = OpenInputFile(path, 0, why);
+    if (fd_ < 0) throw InputError(path + ": cannot open: " + why);
   }
   ~Fd() { ::close(fd_); }
   Fd(const Fd&) = delete;

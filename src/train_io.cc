@@ -9,6 +9,7 @@
 #include "error.h"
 #include "log.h"
 #include "mpi_util.h"
+#include "paths.h"
 #include "token_shard.h"
 #include "units.h"
 
@@ -106,6 +107,13 @@ std::vector<FlagRule> TrainIoFlagRules() {
   return rules;
 }
 
+std::vector<std::string> TrainInputs(const TrainIoFlags& f, const TrainIoPlan& plan) {
+  std::vector<std::string> inputs;
+  if (plan.loader) inputs.push_back(f.data_dir);
+  if (!plan.resume_dir.empty()) inputs.push_back(plan.resume_dir);
+  return inputs;
+}
+
 std::string ModelFingerprint(const ModelConfig& m) {
   return Format("%s:layers=%d,d_model=%d,heads=%d,vocab=%d,vocab_padded=%d,seq=%d,mlp_ratio=%d", m.name.c_str(),
                 m.layers, m.d_model, m.heads, m.vocab, m.vocab_padded, m.seq, m.mlp_ratio);
@@ -157,6 +165,11 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
     throw InputError("--checkpoint-dir needs --checkpoint-every N (steps between checkpoints)");
   }
   plan.checkpoints = f.checkpoint_every > 0;
+  if (plan.checkpoints && plan.loader && DirectoriesOverlap(f.checkpoint_dir, f.data_dir)) {
+    // A raw directory would read the checkpoints as data, and pruning must never reach a shard.
+    throw InputError("--checkpoint-dir '" + f.checkpoint_dir + "' overlaps --data '" + f.data_dir +
+                     "': keep checkpoints outside the dataset");
+  }
   if (plan.checkpoints) PrepareCheckpointDir(f.checkpoint_dir);
   if (!f.resume.empty()) {
     if (points.size() > 1 || plan.throttles_MBps.size() > 1) {

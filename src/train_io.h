@@ -59,6 +59,9 @@ struct TrainIoPlan {
   uint64_t dataset_tokens = 0;
 };
 
+// What a run reads (the data directory, the checkpoint it resumes from): no output may be one of them.
+std::vector<std::string> TrainInputs(const TrainIoFlags& flags, const TrainIoPlan& plan);
+
 // Validates the I/O flags against the model and the scaling points (micro-batch per k), records them in the
 // config group, and returns the plan. InputError naming the flag for anything wrong.
 TrainIoPlan PlanTrainIo(const TrainIoFlags& flags, const ModelConfig& model, int seq,
