@@ -26,6 +26,11 @@ double PeakHostMemoryBytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
 }
 
+uint64_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : uint64_t{1} << 34;
+}
+
 MpiSession::MpiSession(int* argc, char*** argv) {
   g_process_start_s = NowSeconds();
   int provided = 0;

@@ -1,6 +1,8 @@
 // The runtime context of one rank: MPI world, node and local rank, and the GPU it is bound to.
 #pragma once
 
+#include <cstdint>
+
 #include <mpi.h>
 
 #include <string>
@@ -24,6 +26,8 @@ double ProcessStartSeconds();
 
 // Peak resident host memory of this process so far, in bytes (getrusage).
 double PeakHostMemoryBytes();
+// The host's physical memory in bytes (sysconf).
+uint64_t PhysicalMemoryBytes();
 
 struct RankContext {
   int world_rank = 0;

@@ -14,6 +14,7 @@
 #include <new>
 
 #include "clock.h"
+#include "context.h"
 #include "error.h"
 #include "paths.h"
 #include "token_shard.h"
@@ -169,11 +170,6 @@ int OpenForReading(const std::string& path, bool direct, const std::string& dir)
   }
   if (fd < 0) throw InputError(path + ": cannot open: " + why);
   return fd;
-}
-
-uint64_t PhysicalMemoryBytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : uint64_t{1} << 34;
 }
 
 // Descriptors the loader keeps open: half the soft limit, the rest left to MPI, NCCL and the checkpoint writer.

@@ -72,17 +72,17 @@ std::string JoinNames(const std::vector<std::string>& names, const char* separat
   return joined;
 }
 
-std::string FormatBytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
+std::string FormatBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = bytes;
   int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
+  while (value >= 1024.0 && unit < 6) {
     value /= 1024.0;
     ++unit;
   }
   char buffer[64];
   if (unit == 0) {
-    std::snprintf(buffer, sizeof buffer, "%llu B", static_cast<unsigned long long>(bytes));
+    std::snprintf(buffer, sizeof buffer, "%.0f B", value);
   } else {
     std::snprintf(buffer, sizeof buffer, "%.4g %s", value, units[unit]);
   }

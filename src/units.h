@@ -19,6 +19,6 @@ std::vector<uint64_t> ParseSizeList(const std::string& text, const std::string& 
 std::string JoinNames(const std::vector<std::string>& names, const char* separator = "|");
 
 // "1.5 GiB"-style rendering for messages (binary units).
-std::string FormatBytes(uint64_t bytes);
+std::string FormatBytes(double bytes);
 
 }  // namespace tb
