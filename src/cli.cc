@@ -59,10 +59,14 @@ void AddCommonOptions(po::options_description& options, CommonOptions& common, b
 }
 
 bool ParseCommandLine(const std::string& command, const std::vector<std::string>& args,
-                      const po::options_description& options, const std::string& usage) {
+                      const po::options_description& options, const std::string& usage,
+                      const po::positional_options_description* positional) {
   po::variables_map values;
   try {
-    po::store(po::command_line_parser(args).options(options).run(), values);
+    po::command_line_parser parser(args);
+    parser.options(options);
+    if (positional) parser.positional(*positional);
+    po::store(parser.run(), values);
     if (values.count("help")) {
       std::ostringstream text;
       text << usage << "\n\n" << options;

@@ -31,10 +31,12 @@ struct CommonOptions {
 // Adds --backend, -o/--output, --timeout, --quiet, -h/--help.
 void AddCommonOptions(po::options_description& options, CommonOptions& common, bool with_backend = true);
 
-// Parses args (after the command name) into `options`; throws InputError for any parse error. Returns false
-// when --help was given (the help has been printed by rank 0).
+// Parses args (after the command name) into `options`, with `positional` (when given) naming the options that bare
+// arguments fill; throws InputError for any parse error. Returns false when --help was given (the help has been printed by
+// rank 0).
 bool ParseCommandLine(const std::string& command, const std::vector<std::string>& args,
-                      const po::options_description& options, const std::string& usage);
+                      const po::options_description& options, const std::string& usage,
+                      const po::positional_options_description* positional = nullptr);
 
 // One launch of one command.
 class CommandRun {

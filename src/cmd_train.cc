@@ -324,6 +324,8 @@ int RunTrainCommand(const CommandInput& input) {
     for (int k : scaling) point_batches.emplace_back(k, weak ? f.micro_batch : global_batch / k);
     io_plan = PlanTrainIo(io_flags, model, loop.seq, point_batches, static_cast<uint64_t>(f.seed), cfg);
   });
+  // The one expensive check (it reads the whole dataset) runs last, once every flag is known to be good.
+  AgreeOnSetup([&] { VerifyTrainData(io_flags, io_plan, input.ctx.world_rank, input.ctx.world_size); });
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();
   const double comm_ready_s = NowSeconds();
 
@@ -407,6 +409,7 @@ int RunTrainCommand(const CommandInput& input) {
     train.Set("peak_source", peak ? peak->device + " bf16 dense: " + peak->source
                                   : std::string(backend.cuda ? "none: no peak table entry for this GPU"
                                                              : "none: no peak table entry for a CPU"));
+    if (io_plan.loader) AddDataVerifyToReport(ctx.world_rank == 0 ? &run->report().root.Child("io") : nullptr, io_flags, io_plan);
     train.Set("mpi_init_s", MpiInitSeconds());
     train.Set("communicator_init_s", comm_ready_s - ProcessStartSeconds() - MpiInitSeconds());
 

@@ -15,7 +15,7 @@
 
 #include "clock.h"
 #include "error.h"
-#include "token_shard.h"
+#include "token_dataset.h"
 #include "units.h"
 
 namespace tb {

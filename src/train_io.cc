@@ -9,7 +9,7 @@
 #include "error.h"
 #include "log.h"
 #include "mpi_util.h"
-#include "token_shard.h"
+#include "token_dataset.h"
 #include "units.h"
 
 namespace tb {
@@ -72,6 +72,8 @@ void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
                                        "(trainbench data generate) instead of generating them")
       ("data-raw", po::bool_switch(&f.data_raw), "--data is any directory of files: fixed-size records, tokens "
                                                  "taken from their bytes (measures an existing dataset's storage)")
+      ("skip-data-verify", po::bool_switch(&f.skip_data_verify), "check only the shards' headers, not their payload "
+                                                                 "checksums (for a dataset 'data verify' just passed)")
       ("loader-workers", po::value(&f.loader_workers)->default_value(f.loader_workers), "reader threads per rank")
       ("prefetch", po::value(&f.prefetch)->default_value(f.prefetch), "batches read ahead per rank")
       ("direct-io", po::bool_switch(&f.direct_io), "read with O_DIRECT, bypassing the page cache")
@@ -115,10 +117,11 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
   if (f.io_latency_ms < 0) throw InputError("--io-latency-ms must be >= 0");
   if (f.loader_workers < 1) throw InputError("--loader-workers must be at least 1");
   if (f.prefetch < 1) throw InputError("--prefetch must be at least 1 batch");
-  const bool loader_flags = f.data_raw || f.direct_io || !f.record_bytes.empty() || !f.io_throttle.empty() ||
-                            f.io_latency_ms > 0;
+  const bool loader_flags = f.data_raw || f.skip_data_verify || f.direct_io || !f.record_bytes.empty() ||
+                            !f.io_throttle.empty() || f.io_latency_ms > 0;
   if (f.data_dir.empty() && loader_flags) {
-    throw InputError("--data-raw, --direct-io, --record-bytes, --io-throttle and --io-latency-ms go with --data DIR");
+    throw InputError("--data-raw, --skip-data-verify, --direct-io, --record-bytes, --io-throttle and --io-latency-ms "
+                     "go with --data DIR");
   }
   plan.loader = !f.data_dir.empty();
   if (!f.record_bytes.empty()) plan.record_bytes = ParseSize(f.record_bytes, "--record-bytes");
@@ -173,6 +176,7 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
 
   config.Set("data", f.data_dir);
   config.Set("data_raw", static_cast<int64_t>(f.data_raw));
+  config.Set("skip_data_verify", static_cast<int64_t>(f.skip_data_verify));
   config.Set("loader_workers", static_cast<int64_t>(f.loader_workers));
   config.Set("prefetch", static_cast<int64_t>(f.prefetch));
   config.Set("direct_io", static_cast<int64_t>(f.direct_io));
@@ -188,6 +192,31 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
   config.Set("on_checkpoint_error", f.on_checkpoint_error);
   config.Set("resume", f.resume);
   return plan;
+}
+
+void VerifyTrainData(const TrainIoFlags& f, TrainIoPlan& plan, int rank, int ranks) {
+  if (!plan.loader || f.data_raw || f.skip_data_verify) return;
+  plan.data_check = VerifyPayloads(OpenTokenDataset(f.data_dir), rank, ranks, f.loader_workers);
+  if (!plan.data_check.bad_shards.empty()) throw FirstProblem(plan.data_check.bad_shards, f.data_dir);
+}
+
+void AddDataVerifyToReport(Group* io, const TrainIoFlags& f, const TrainIoPlan& plan) {
+  const std::vector<double> seconds = AllGatherDoubles(MPI_COMM_WORLD, plan.data_check.seconds);
+  const std::vector<double> bytes = AllGatherDoubles(MPI_COMM_WORLD, static_cast<double>(plan.data_check.bytes));
+  if (!io) return;
+  const double slowest_s = *std::max_element(seconds.begin(), seconds.end());
+  double total_bytes = 0;
+  for (double b : bytes) total_bytes += b;
+  const std::string how = f.data_raw           ? "not verified: --data-raw files carry no checksums"
+                          : f.skip_data_verify ? "not verified: --skip-data-verify (shard headers only)"
+                                               : "payload CRC-32C of every shard, before the first step";
+  io->Set("data_verify", how);
+  io->Set("data_verify_bytes", total_bytes);
+  io->Set("data_verify_s", slowest_s);
+  if (total_bytes == 0) return Print("# data: " + how);
+  Print(Format("# data: %s of shards verified in %.2f s before the first step (%.2f GB/s, %zu ranks x %d threads)",
+               FormatBytes(static_cast<uint64_t>(total_bytes)).c_str(), slowest_s,
+               total_bytes / std::max(slowest_s, 1e-9) / 1e9, seconds.size(), f.loader_workers));
 }
 
 PointIo::PointIo(const TrainIoFlags& flags, const TrainIoPlan& plan, Communicator& comm, Transformer& model,
