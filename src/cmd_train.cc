@@ -14,6 +14,7 @@
 #include "model_config.h"
 #include "mpi_util.h"
 #include "peaks.h"
+#include "report_check.h"
 #include "train_loop.h"
 #include "train_io.h"
 #include "train_summary.h"
@@ -512,6 +513,9 @@ int RunTrainCommand(const CommandInput& input) {
       }
       Group& summary = run->report().root.Child("summary");
       if (!points.empty()) {
+        std::string measured;
+        for (size_t i = 0; i < points.size(); ++i) measured += (i ? "," : "") + runs[i].name;
+        summary.Set(kTrainPointsAttribute, measured);
         summary.Set("train_tokens_per_s", points.back().tokens_per_s);
         summary.Set("train_ranks", static_cast<int64_t>(points.back().k));
         summary.Set("train_scaling_efficiency", points.back().efficiency);
