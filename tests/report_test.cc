@@ -381,6 +381,10 @@ TEST(ReportDamage, WholeReportsAreNotDamaged) {
   sweep.root.Child("train").Child("k1_throttle100") = *sweep.root.Child("train").FindChild("k1");
   sweep.root.Child("io").Child("k1_throttle100");
   EXPECT_EQ(DamageWithout(sweep, "train/k1"), "");
+  Report stopped = MinimalReport();  // a collectives sweep stopped before its first operation
+  stopped.root.Set("status", std::string("interrupted"));
+  stopped.root.Child("summary").Set("wrong_elements_total", int64_t{0});
+  EXPECT_EQ(FindReportDamage(stopped), "");
 }
 
 TEST(ReportDamage, RootAttributes) {
