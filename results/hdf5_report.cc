@@ -18,6 +18,7 @@
 #include "error.h"
 #include "paths.h"
 #include "report.h"
+#include "report_check.h"
 
 namespace tb {
 namespace {
@@ -566,6 +567,7 @@ Report ReadReportFile(const std::string& path) {
 
   Report report;
   ReadGroup(root.get(), "/", report.root);
+  if (std::string damage = FindReportDamage(report); !damage.empty()) throw InputError(damage);
   return report;
 }
 

@@ -1,6 +1,8 @@
 // `trainbench data generate`: writes a token-shard dataset for the data loader. Under mpirun the shards are
 // split across ranks (shard i is written by rank i mod n) into one directory that every rank sees; shard i's
 // tokens depend only on --seed and i, so the dataset is the same whatever the rank count.
+// `trainbench data verify`: checks such a dataset (headers, consistency, every payload's checksum), split the
+// same way.
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -14,8 +16,9 @@
 #include "console.h"
 #include "error.h"
 #include "log.h"
+#include "mpi_util.h"
 #include "signals.h"
-#include "token_shard.h"
+#include "token_dataset.h"
 #include "units.h"
 
 namespace tb {
@@ -24,7 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kDataUsage =
-    "usage: trainbench data generate --dir DIR --tokens N [options]   (see 'trainbench data generate --help')";
+    "usage: trainbench data generate --dir DIR --tokens N [options]   (see 'trainbench data generate --help')\n"
+    "       trainbench data verify DIR [--threads N] [--quiet]        (see 'trainbench data verify --help')";
 
 constexpr const char* kGenerateUsage =
     "usage: [mpirun -np N] trainbench data generate --dir DIR --tokens N [--shard-tokens N] [--vocab V]\n"
@@ -34,6 +38,14 @@ constexpr const char* kGenerateUsage =
     "Token counts take SI suffixes K=1e3, M=1e6, G=1e9, T=1e12 (20G, 1.5M) or plain and scientific numbers (2e10).\n"
     "Free space is checked first; existing shards are replaced only with --force. Each shard is written to a\n"
     "temporary name, fsynced and renamed. Under mpirun, shard i is written by rank i mod N (DIR must be shared).";
+
+constexpr const char* kVerifyUsage =
+    "usage: [mpirun -np N] trainbench data verify DIR [--threads N] [--quiet]\n"
+    "Checks a token-shard dataset without changing it: every shard's header (magic, version, dtype, header CRC-32C,\n"
+    "vocab, the token count against the file size), that all shards share dtype and vocab, that no unfinished\n"
+    "write (shard-*.tbs.tmp) is left, and every payload's CRC-32C, streamed and read once (under mpirun, shard i\n"
+    "by rank i mod N; --threads shards at a time per rank). Prints a line per bad file, then a summary.\n"
+    "Exit code 0: the dataset is good; 2: it is damaged (or DIR is not a dataset).";
 
 constexpr uint64_t kChunkTokens = 1 << 20;
 constexpr double kProgressLineEvery_s = 10;
@@ -121,6 +133,14 @@ GeneratePlan PlanFromFlags(const GenerateFlags& f) {
   return plan;
 }
 
+// The files a new dataset replaces: the shards of an earlier one, and unfinished shards of a killed write.
+std::vector<std::string> OldShardFiles(const std::string& dir) {
+  std::vector<std::string> old = ListShardFiles(dir);
+  const std::vector<std::string> partial = ListPartialShardFiles(dir);
+  old.insert(old.end(), partial.begin(), partial.end());
+  return old;
+}
+
 // Rank 0's checks of the directory: it can be created, holds no shards (or --force), and has room.
 void CheckDirectory(const GenerateFlags& f, const GeneratePlan& plan) {
   std::error_code ec;
@@ -129,11 +149,11 @@ void CheckDirectory(const GenerateFlags& f, const GeneratePlan& plan) {
     throw InputError("cannot create --dir '" + f.dir + "': " + (ec ? ec.message() : "not a directory"));
   }
   if (::access(f.dir.c_str(), W_OK) != 0) throw InputError("cannot write to --dir '" + f.dir + "': permission denied");
-  const std::vector<std::string> existing = ListShardFiles(f.dir);
+  const std::vector<std::string> existing = OldShardFiles(f.dir);
   uint64_t reclaimed = 0;
   if (!existing.empty()) {
     if (!f.force) {
-      throw InputError(Format("--dir '%s' already holds %zu token shards; add --force to replace them", f.dir.c_str(),
+      throw InputError(Format("--dir '%s' already holds %zu token shard files; add --force to replace them", f.dir.c_str(),
                               existing.size()));
     }
     for (const std::string& path : existing) reclaimed += fs::file_size(path, ec);
@@ -225,13 +245,13 @@ int RunGenerate(const CommandInput& input, const std::vector<std::string>& args)
     // Old shards go before any rank writes, so that a smaller dataset leaves none of them behind.
     AgreeOnSetup([&] {
       if (input.ctx.world_rank != 0 || !f.force) return;
-      for (const std::string& path : ListShardFiles(f.dir)) {
+      for (const std::string& path : OldShardFiles(f.dir)) {
         std::error_code ec;
         if (!fs::remove(path, ec) && ec) throw RuntimeError("cannot remove old shard " + path + ": " + ec.message());
       }
     });
     Print(Format("# trainbench data generate: %llu tokens (%s, vocab %lld, %s) in %llu shards of %llu to %s, %d ranks",
-                 static_cast<unsigned long long>(plan.tokens), plan.token_bytes == 2 ? "uint16" : "uint32",
+                 static_cast<unsigned long long>(plan.tokens), TokenDtypeName(plan.token_bytes).c_str(),
                  static_cast<long long>(f.vocab), f.distribution.c_str(),
                  static_cast<unsigned long long>(plan.shards), static_cast<unsigned long long>(plan.shard_tokens),
                  f.dir.c_str(), input.ctx.world_size));
@@ -257,18 +277,107 @@ int RunGenerate(const CommandInput& input, const std::vector<std::string>& args)
   });
 }
 
+struct VerifyFlags {
+  std::string dir;
+  int threads = 4;
+  bool quiet = false;
+};
+
+// Parses `data verify`'s flags; false when --help was given (and printed).
+bool ParseVerifyFlags(const std::vector<std::string>& args, VerifyFlags& f) {
+  po::options_description options("data verify options");
+  options.add_options()
+      ("dir", po::value(&f.dir), "the dataset's directory (or give it as the first argument)")
+      ("threads", Number(&f.threads, IntRange::Between(1, 256))->default_value(f.threads), "shards checked at a time on each rank")
+      ("quiet", po::bool_switch(&f.quiet), "print only the bad files and the summary")
+      ("help,h", "show this help");
+  std::vector<std::string> words;
+  ParseSpec spec;
+  spec.positional = "directory";
+  spec.positional_target = &words;
+  if (!ParseCommandLine("data verify", args, options, kVerifyUsage, spec)) return false;
+  if (words.size() > 1 || (!words.empty() && !f.dir.empty())) {
+    throw InputError("data verify checks one dataset: give its directory once (usage: trainbench data verify DIR)");
+  }
+  if (!words.empty()) f.dir = words.front();
+  if (f.dir.empty()) throw InputError("no dataset given (usage: trainbench data verify DIR)");
+  return true;
+}
+
+// Every problem the ranks found, on rank 0 (empty elsewhere), sorted by file: the header problems every rank
+// found alike once, each rank's payload problems.
+std::vector<std::string> GatherProblems(const DatasetScan& scan, const PayloadCheck& mine) {
+  const std::vector<std::string> packed =
+      GatherStrings(MPI_COMM_WORLD, mine.bad_shards.empty() ? std::string() : JoinFields(mine.bad_shards));
+  std::vector<std::string> problems;
+  if (packed.empty()) return problems;  // not rank 0
+  problems = scan.bad_shards;
+  problems.insert(problems.end(), scan.partial_files.begin(), scan.partial_files.end());
+  for (const std::string& rank_lines : packed) {
+    if (rank_lines.empty()) continue;
+    for (std::string& line : SplitFields(rank_lines)) problems.push_back(std::move(line));
+  }
+  std::sort(problems.begin(), problems.end());
+  return problems;
+}
+
+// Prints the dataset's bad files and the summary (rank 0); the exit code: 2 when anything is wrong.
+int VerifyVerdict(const VerifyFlags& f, const DatasetScan& scan, const PayloadCheck& mine, const RankContext& ctx) {
+  const std::vector<std::string> problems = GatherProblems(scan, mine);
+  double bytes = static_cast<double>(mine.bytes), seconds = mine.seconds;
+  TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  int damaged = problems.empty() ? 0 : 1;
+  TB_CHECK_MPI(MPI_Bcast(&damaged, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (ctx.world_rank != 0) return damaged ? static_cast<int>(ExitCode::kInput) : 0;
+  for (const std::string& line : problems) Print(line, true);
+  const size_t files = scan.dataset.shards.size() + scan.bad_shards.size();
+  Print(Format("# checked %zu shards, %.3f GB of payload in %.2f s (%.2f GB/s): %s", files, bytes / 1e9, seconds,
+               seconds > 0 ? bytes / seconds / 1e9 : 0.0,
+               damaged ? (std::to_string(problems.size()) + " bad files").c_str() : "all good"),
+        true);
+  if (!damaged) return 0;
+  ErrorLine(Format("data directory '%s' is damaged: %zu bad files (listed above; the first: %s)", f.dir.c_str(),
+                   problems.size(), problems.front().c_str()),
+            false);
+  return static_cast<int>(ExitCode::kInput);
+}
+
+int RunVerify(const CommandInput& input, const std::vector<std::string>& args) {
+  VerifyFlags f;
+  bool help = false;
+  DatasetScan scan;
+  AgreeOnSetup([&] {
+    help = !ParseVerifyFlags(args, f);
+    if (!help) scan = ScanTokenDataset(f.dir);
+  });
+  if (help) return 0;
+  SetQuiet(f.quiet);
+  const TokenDataset& dataset = scan.dataset;
+  Print(Format("# trainbench data verify: %s: %zu shards, %llu tokens (%s, vocab %llu); %d ranks x %d threads",
+               f.dir.c_str(), dataset.shards.size() + scan.bad_shards.size(),
+               static_cast<unsigned long long>(dataset.total_tokens), TokenDtypeName(dataset.token_bytes).c_str(),
+               static_cast<unsigned long long>(dataset.vocab), input.ctx.world_size, f.threads));
+  const PayloadCheck mine = VerifyPayloads(dataset, input.ctx.world_rank, input.ctx.world_size, f.threads);
+  return VerifyVerdict(f, scan, mine, input.ctx);
+}
+
 }  // namespace
 
 int RunDataCommand(const CommandInput& input) {
   const std::string sub = input.args.empty() ? "" : input.args[0];
-  if (sub == "generate") return RunGenerate(input, std::vector<std::string>(input.args.begin() + 1, input.args.end()));
+  const std::vector<std::string> rest(input.args.begin() + (input.args.empty() ? 0 : 1), input.args.end());
+  if (sub == "generate") return RunGenerate(input, rest);
+  if (sub == "verify") return RunVerify(input, rest);
   if (sub == "--help" || sub == "-h") {
-    Print(std::string(kDataUsage) + "\nsubcommands:\n  generate      write a token-shard dataset for the data loader", true);
+    Print(std::string(kDataUsage) + "\nsubcommands:\n  generate      write a token-shard dataset for the data loader\n"
+                                    "  verify        check a dataset's headers and payload checksums",
+          true);
     return 0;
   }
   AgreeOnSetup([&] {
-    throw InputError(sub.empty() ? "trainbench data: no subcommand given (accepted: generate; see 'trainbench data generate --help')"
-                                 : "unknown subcommand '" + sub + "' for trainbench data (accepted: generate)");
+    throw InputError(sub.empty() ? "trainbench data: no subcommand given (accepted: generate, verify; see 'trainbench data --help')"
+                                 : "unknown subcommand '" + sub + "' for trainbench data (accepted: generate, verify)");
   });
   return static_cast<int>(ExitCode::kInput);
 }

@@ -14,6 +14,7 @@
 #include "model_config.h"
 #include "mpi_util.h"
 #include "peaks.h"
+#include "report_check.h"
 #include "train_loop.h"
 #include "train_io.h"
 #include "train_summary.h"
@@ -353,6 +354,8 @@ int RunTrainCommand(const CommandInput& input) {
     io_plan = PlanTrainIo(io_flags, model, loop.seq, point_batches, static_cast<uint64_t>(f.seed), cfg);
     r.AddInputs(TrainInputs(io_flags, io_plan));
   }, rules);
+  // The one expensive check (it reads the whole dataset) runs last, once every flag is known to be good.
+  AgreeOnSetup([&] { VerifyTrainData(io_flags, io_plan, input.ctx.world_rank, input.ctx.world_size); });
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();
   const double comm_ready_s = NowSeconds();
 
@@ -436,6 +439,7 @@ int RunTrainCommand(const CommandInput& input) {
     train.Set("peak_source", peak ? peak->device + " bf16 dense: " + peak->source
                                   : std::string(backend.cuda ? "none: no peak table entry for this GPU"
                                                              : "none: no peak table entry for a CPU"));
+    if (io_plan.loader) AddDataVerifyToReport(ctx.world_rank == 0 ? &run->report().root.Child("io") : nullptr, io_flags, io_plan);
     train.Set("mpi_init_s", MpiInitSeconds());
     train.Set("communicator_init_s", comm_ready_s - ProcessStartSeconds() - MpiInitSeconds());
 
@@ -538,6 +542,9 @@ int RunTrainCommand(const CommandInput& input) {
       }
       Group& summary = run->report().root.Child("summary");
       if (!points.empty()) {
+        std::string measured;
+        for (size_t i = 0; i < points.size(); ++i) measured += (i ? "," : "") + runs[i].name;
+        summary.Set(kTrainPointsAttribute, measured);
         summary.Set("train_tokens_per_s", points.back().tokens_per_s);
         summary.Set("train_ranks", static_cast<int64_t>(points.back().k));
         summary.Set("train_scaling_efficiency", points.back().efficiency);

@@ -17,7 +17,7 @@
 #include "context.h"
 #include "error.h"
 #include "paths.h"
-#include "token_shard.h"
+#include "token_dataset.h"
 #include "units.h"
 
 namespace tb {

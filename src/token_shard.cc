@@ -52,8 +52,6 @@ std::string Hex(uint32_t value) {
 
 std::string Errno() { return std::strerror(errno); }
 
-std::string DtypeName(uint32_t token_bytes) { return token_bytes == 2 ? "uint16" : "uint32"; }
-
 // Reads exactly `bytes` at `offset` unless the file ends first; returns the bytes read.
 size_t ReadAt(int fd, void* buffer, size_t bytes, uint64_t offset, const std::string& path) {
   size_t done = 0;
@@ -86,6 +84,8 @@ class Fd {
 }  // namespace
 
 uint32_t TokenBytesForVocab(uint64_t vocab) { return vocab <= 65536 ? 2 : 4; }
+
+std::string TokenDtypeName(uint32_t token_bytes) { return token_bytes == 2 ? "uint16" : "uint32"; }
 
 ShardWriter::ShardWriter(std::string path, uint64_t vocab) : path_(std::move(path)), temp_path_(path_ + ".tmp") {
   if (vocab < 1 || vocab > (uint64_t{1} << 32)) throw InputError("vocab " + std::to_string(vocab) + " out of range 1..2^32");
@@ -202,7 +202,7 @@ ShardHeader ReadShardHeader(const std::string& path) {
   }
   if (h.vocab < 1 || h.token_bytes != TokenBytesForVocab(h.vocab)) {
     throw InputError(at + "vocab " + std::to_string(h.vocab) + " at byte " + std::to_string(kVocabAt) +
-                     " does not match dtype " + DtypeName(h.token_bytes) + " at byte " +
+                     " does not match dtype " + TokenDtypeName(h.token_bytes) + " at byte " +
                      std::to_string(kTokenBytesAt));
   }
   if (h.token_count > (UINT64_MAX - kShardHeaderBytes) / h.token_bytes) {
@@ -232,60 +232,17 @@ void VerifyShardPayload(const std::string& path, const ShardHeader& header) {
                        std::to_string(header.token_count) + " tokens (" + std::to_string(end) + " bytes)");
     }
     crc = Crc32c(chunk.data(), got, crc);
+    ::posix_fadvise(fd.get(), static_cast<off_t>(offset), static_cast<off_t>(got), POSIX_FADV_DONTNEED);  // advice
     offset += got;
   }
+  // Again over the whole file: pages still queued for the LRU when their range was advised stay cached otherwise.
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
   if (crc != header.payload_crc32c) {
     throw InputError(path + ": payload checksum mismatch: bytes " + std::to_string(header.header_bytes) + ".." +
                      std::to_string(end) + " give " + Hex(crc) + ", the header at byte " +
                      std::to_string(kPayloadCrcAt) + " says " + Hex(header.payload_crc32c) +
                      " (the file is corrupt)");
   }
-}
-
-std::string ShardFileName(uint64_t index) {
-  char name[32];
-  std::snprintf(name, sizeof name, "shard-%05llu.tbs", static_cast<unsigned long long>(index));
-  return name;
-}
-
-std::vector<std::string> ListShardFiles(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw InputError("data directory '" + dir + "' does not exist or is not a directory");
-  std::vector<std::string> paths;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.starts_with("shard-") && name.ends_with(".tbs") && it->is_regular_file()) paths.push_back(it->path().string());
-  }
-  if (ec) throw InputError("cannot list data directory '" + dir + "': " + ec.message());
-  std::sort(paths.begin(), paths.end());
-  return paths;
-}
-
-TokenDataset OpenTokenDataset(const std::string& dir) {
-  TokenDataset dataset;
-  dataset.dir = dir;
-  for (const std::string& path : ListShardFiles(dir)) {
-    ShardFile shard{path, ReadShardHeader(path)};
-    if (dataset.shards.empty()) {
-      dataset.token_bytes = shard.header.token_bytes;
-      dataset.vocab = shard.header.vocab;
-    } else if (shard.header.token_bytes != dataset.token_bytes || shard.header.vocab != dataset.vocab) {
-      throw InputError(path + ": dtype " + DtypeName(shard.header.token_bytes) + ", vocab " +
-                       std::to_string(shard.header.vocab) + " differ from " + dataset.shards.front().path + " (" +
-                       DtypeName(dataset.token_bytes) + ", vocab " + std::to_string(dataset.vocab) + ")");
-    }
-    dataset.total_tokens += shard.header.token_count;
-    dataset.shards.push_back(std::move(shard));
-  }
-  if (dataset.shards.empty()) {
-    throw InputError("data directory '" + dir + "' holds no token shards (shard-*.tbs); write some with "
-                     "'trainbench data generate --dir " + dir + " --tokens N'");
-  }
-  return dataset;
-}
-
-void VerifyTokenDataset(const TokenDataset& dataset) {
-  for (const ShardFile& shard : dataset.shards) VerifyShardPayload(shard.path, shard.header);
 }
 
 TokenGenerator::TokenGenerator(uint64_t vocab, double zipf_exponent) : vocab_(vocab) {

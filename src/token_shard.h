@@ -1,7 +1,8 @@
 // Token shards: the files `trainbench data generate` writes and the data loader reads. One shard is a
 // 4096-byte header followed by the tokens, little-endian uint16 (vocab <= 65536) or uint32. The header is a
 // whole page so that records whose size is a multiple of 4096 stay page-aligned for O_DIRECT. Layout in
-// src/README.md. Every problem with a shard is an InputError naming the file and the byte offset.
+// src/README.md. Every problem with a shard is an InputError naming the file and the byte offset. A directory of
+// shards is a dataset: token_dataset.h.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,8 @@ constexpr uint32_t kShardHeaderBytes = 4096;
 
 // Bytes per token for a vocabulary: 2 when every id fits in uint16, else 4.
 uint32_t TokenBytesForVocab(uint64_t vocab);
+// "uint16" or "uint32", for messages.
+std::string TokenDtypeName(uint32_t token_bytes);
 
 struct ShardHeader {
   uint32_t format_version = kShardFormatVersion;
@@ -60,33 +63,10 @@ class ShardWriter {
 // vocab, and that the file holds exactly the tokens the header announces.
 ShardHeader ReadShardHeader(const std::string& path);
 
-// Reads the whole payload and compares its CRC-32C with the header's.
+// Reads the whole payload and compares its CRC-32C with the header's. Streams it through one 4 MiB buffer and drops
+// what it read from the page cache behind it, so that a check of a large dataset neither evicts everything else nor
+// leaves the loader's first epoch reading from a cache the check filled.
 void VerifyShardPayload(const std::string& path, const ShardHeader& header);
-
-struct ShardFile {
-  std::string path;
-  ShardHeader header;
-};
-
-struct TokenDataset {
-  std::string dir;
-  std::vector<ShardFile> shards;  // sorted by name
-  uint32_t token_bytes = 0;
-  uint64_t vocab = 0;
-  uint64_t total_tokens = 0;
-};
-
-// The name of shard `index`: "shard-00003.tbs".
-std::string ShardFileName(uint64_t index);
-// Shard files in `dir` ("shard-*.tbs"), sorted; empty when there are none. InputError when `dir` is missing.
-std::vector<std::string> ListShardFiles(const std::string& dir);
-
-// Header checks of every shard in `dir` (quick: no payload read); all shards must share dtype and vocab.
-// Meant to run before any rank starts work.
-TokenDataset OpenTokenDataset(const std::string& dir);
-// Full checksum verification of every shard (reads the whole dataset).
-void VerifyTokenDataset(const TokenDataset& dataset);
-
 
 // Synthetic tokens for `data generate`: uniform over [0, vocab), or Zipf: token t with probability proportional
 // to 1 / (t + 1)^exponent (drawn through an alias table, so as fast as uniform). A stream depends only on its

@@ -10,7 +10,7 @@
 #include "log.h"
 #include "mpi_util.h"
 #include "paths.h"
-#include "token_shard.h"
+#include "token_dataset.h"
 #include "units.h"
 
 namespace tb {
@@ -69,6 +69,8 @@ void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
                                        "(trainbench data generate) instead of generating them")
       ("data-raw", po::bool_switch(&f.data_raw), "--data is any directory of files: fixed-size records, tokens "
                                                  "taken from their bytes (measures an existing dataset's storage)")
+      ("skip-data-verify", po::bool_switch(&f.skip_data_verify), "check only the shards' headers, not their payload "
+                                                                 "checksums (for a dataset 'data verify' just passed)")
       ("loader-workers", Number(&f.loader_workers, IntRange::Between(1, kMaxLoaderWorkers))->default_value(f.loader_workers), "reader threads per rank")
       ("prefetch", Number(&f.prefetch, IntRange::Between(1, kMaxPrefetch))->default_value(f.prefetch), "batches read ahead per rank")
       ("direct-io", po::bool_switch(&f.direct_io), "read with O_DIRECT, bypassing the page cache")
@@ -95,8 +97,8 @@ void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
 
 std::vector<FlagRule> TrainIoFlagRules() {
   std::vector<FlagRule> rules;
-  for (const char* flag : {"data-raw", "loader-workers", "prefetch", "direct-io", "record-bytes", "io-throttle",
-                           "io-latency-ms"}) {
+  for (const char* flag : {"data-raw", "skip-data-verify", "loader-workers", "prefetch", "direct-io", "record-bytes",
+                           "io-throttle", "io-latency-ms"}) {
     rules.push_back(Needs(flag, "data"));
   }
   rules.push_back(Needs("data-wait-share", "io-throttle"));
@@ -180,6 +182,7 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
 
   config.Set("data", f.data_dir);
   config.Set("data_raw", static_cast<int64_t>(f.data_raw));
+  config.Set("skip_data_verify", static_cast<int64_t>(f.skip_data_verify));
   config.Set("loader_workers", static_cast<int64_t>(f.loader_workers));
   config.Set("prefetch", static_cast<int64_t>(f.prefetch));
   config.Set("direct_io", static_cast<int64_t>(f.direct_io));
@@ -195,6 +198,31 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
   config.Set("on_checkpoint_error", f.on_checkpoint_error);
   config.Set("resume", f.resume);
   return plan;
+}
+
+void VerifyTrainData(const TrainIoFlags& f, TrainIoPlan& plan, int rank, int ranks) {
+  if (!plan.loader || f.data_raw || f.skip_data_verify) return;
+  plan.data_check = VerifyPayloads(OpenTokenDataset(f.data_dir), rank, ranks, f.loader_workers);
+  if (!plan.data_check.bad_shards.empty()) throw FirstProblem(plan.data_check.bad_shards, f.data_dir);
+}
+
+void AddDataVerifyToReport(Group* io, const TrainIoFlags& f, const TrainIoPlan& plan) {
+  const std::vector<double> seconds = AllGatherDoubles(MPI_COMM_WORLD, plan.data_check.seconds);
+  const std::vector<double> bytes = AllGatherDoubles(MPI_COMM_WORLD, static_cast<double>(plan.data_check.bytes));
+  if (!io) return;
+  const double slowest_s = *std::max_element(seconds.begin(), seconds.end());
+  double total_bytes = 0;
+  for (double b : bytes) total_bytes += b;
+  const std::string how = f.data_raw           ? "not verified: --data-raw files carry no checksums"
+                          : f.skip_data_verify ? "not verified: --skip-data-verify (shard headers only)"
+                                               : "payload CRC-32C of every shard, before the first step";
+  io->Set("data_verify", how);
+  io->Set("data_verify_bytes", total_bytes);
+  io->Set("data_verify_s", slowest_s);
+  if (total_bytes == 0) return Print("# data: " + how);
+  Print(Format("# data: %s of shards verified in %.2f s before the first step (%.2f GB/s, %zu ranks x %d threads)",
+               FormatBytes(static_cast<uint64_t>(total_bytes)).c_str(), slowest_s,
+               total_bytes / std::max(slowest_s, 1e-9) / 1e9, seconds.size(), f.loader_workers));
 }
 
 PointIo::PointIo(const TrainIoFlags& flags, const TrainIoPlan& plan, Communicator& comm, Transformer& model,

@@ -15,6 +15,7 @@
 #include "data_loader.h"
 #include "model_config.h"
 #include "report.h"
+#include "token_dataset.h"
 #include "train_loop.h"
 #include "transformer.h"
 
@@ -23,6 +24,7 @@ namespace tb {
 struct TrainIoFlags {
   std::string data_dir;           // --data: token shards (trainbench data generate), or any files with --data-raw
   bool data_raw = false;
+  bool skip_data_verify = false;  // --skip-data-verify: headers only, no payload checksum pass
   int loader_workers = 2;
   int prefetch = 4;
   bool direct_io = false;
@@ -57,6 +59,7 @@ struct TrainIoPlan {
   uint64_t dataset_files = 0;
   uint64_t dataset_samples = 0;
   uint64_t dataset_tokens = 0;
+  PayloadCheck data_check;  // this rank's share of the payload checksum pass (VerifyTrainData)
 };
 
 // What a run reads (the data directory, the checkpoint it resumes from): no output may be one of them.
@@ -66,6 +69,14 @@ std::vector<std::string> TrainInputs(const TrainIoFlags& flags, const TrainIoPla
 // config group, and returns the plan. InputError naming the flag for anything wrong.
 TrainIoPlan PlanTrainIo(const TrainIoFlags& flags, const ModelConfig& model, int seq,
                         const std::vector<std::pair<int, int>>& points_k_micro_batch, uint64_t seed, Group& config);
+
+// The payload checksums of --data's shards, before any rank starts work: this rank's share (shard i on rank
+// i mod ranks) on --loader-workers threads. InputError naming the first corrupt shard; run it under AgreeOnSetup.
+// Nothing to do for --data-raw (no checksums), --skip-data-verify or without --data.
+void VerifyTrainData(const TrainIoFlags& flags, TrainIoPlan& plan, int rank, int ranks);
+// What the checksum pass read and how long it took (the slowest rank), in `io` on rank 0 (nullptr elsewhere), and
+// printed. Collective over MPI_COMM_WORLD.
+void AddDataVerifyToReport(Group* io, const TrainIoFlags& flags, const TrainIoPlan& plan);
 
 // A checkpoint's model identity: a resume with another model is refused.
 std::string ModelFingerprint(const ModelConfig& model);

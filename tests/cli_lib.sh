@@ -23,6 +23,29 @@ expect_ok() {
   timeout 300 "$@" >"$work/out" 2>"$work/err" || fail "$* -> exit $?; stderr: $(tail -5 "$work/err")"
 }
 
+# expect_error_unchanged CODE PATTERN FILE -- COMMAND...: expect_error, and FILE (an input) byte for byte as before.
+expect_error_unchanged() {
+  local code=$1 pattern=$2 file=$3; shift 4
+  local before; before=$(md5sum <"$file")
+  expect_error "$code" "$pattern" -- "$@"
+  [[ $(md5sum <"$file") == "$before" ]] || fail "$* changed its input $file"
+}
+
+# without SRC DST ITEM: DST is a copy of the report SRC less ITEM: a group or dataset ("train/k2") or an attribute
+# ("@status" at the root, "train/k2@tokens_per_s"); deleted with h5py from Debian's /usr/bin/python3.
+without() {
+  cp "$1" "$2" && /usr/bin/python3 - "$2" "$3" <<'EOF' || fail "cannot delete $3 from $2 (needs /usr/bin/python3 with h5py)"
+import sys, h5py
+path, item = sys.argv[1], sys.argv[2]
+where, _, attribute = item.partition("@")
+with h5py.File(path, "r+") as f:
+    if attribute:
+        del f[where or "/"].attrs[attribute]
+    else:
+        del f[where]
+EOF
+}
+
 # finish NAME: the tally; the script's exit status.
 finish() {
   echo "$1: $checks checks, $failures failed"

@@ -130,6 +130,19 @@ expect_error 2 "cannot read report '$work/truncated.h5': the HDF5 file is damage
 h5copy -i "$r" -o "$work/foreign.h5" -s /train -d /train
 expect_error 2 "cannot read report '$work/foreign.h5': not a trainbench report" -- \
   "${run_cost[@]}" "$work/foreign.h5" --project 4
+# Damaged: the report lacks a point its summary lists, or its root status; the --collectives report lacks its sweep.
+without "$r" "$work/no_k2.h5" train/k2
+expect_error_unchanged 2 "cannot read report '$work/no_k2.h5': damaged: summary/train_points lists the training point k2, but group /train/k2 is missing" \
+  "$work/no_k2.h5" -- "${run_cost[@]}" "$work/no_k2.h5" --prices "$prices" --train-tokens 1e9 "${h100[@]}"
+without "$r" "$work/no_status.h5" @status
+expect_error_unchanged 2 "cannot read report '$work/no_status.h5': damaged: the root attribute 'status' \(written to every report\) is missing" \
+  "$work/no_status.h5" -- "${run_cost[@]}" "$work/no_status.h5" --project 4
+without "$work/ckpt.h5" "$work/no_io.h5" io/k2
+expect_error_unchanged 2 "'$work/no_io.h5': damaged: .*, but group /io/k2 is missing" \
+  "$work/no_io.h5" -- "${run_cost[@]}" "$r" "$work/no_io.h5" --prices "$prices" --train-tokens 1e9 "${h100[@]}"
+without "$work/coll.h5" "$work/no_sweep.h5" collectives/all_reduce/results
+expect_error_unchanged 2 "cannot read report '$work/no_sweep.h5': damaged: summary/all_reduce_peak_busbw_GBps reports a sweep of all_reduce, but /collectives/all_reduce/results is missing" \
+  "$work/no_sweep.h5" -- "${run_cost[@]}" "$r" --collectives "$work/no_sweep.h5" --project 4
 expect_error 2 "'$work/coll.h5': no training measurement" -- \
   "${run_cost[@]}" "$work/coll.h5" --prices "$prices" --train-tokens 1e9
 expect_error 2 "no offering in '.*prices.example.toml' matches the device of any run .*device 'cpu' is no known GPU model" -- \

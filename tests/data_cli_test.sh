@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of `trainbench data`: every bad input gets one line and exit 2 (alone and under mpiexec);
-# existing shards are kept without --force; the free-space check (on a small tmpfs when mounting is allowed);
+# existing shards are kept without --force; `data verify` lists each bad file (payload, header, dtype, unfinished
+# write) and leaves the dataset as it was; the free-space check (on a small tmpfs when mounting is allowed);
 # the dataset does not depend on the number of ranks that wrote it.
 #   data_cli_test.sh TRAINBENCH MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
@@ -12,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
 d="$work/tokens"
 expect_error 2 "no subcommand given \(accepted: generate" -- "$tb" data
-expect_error 2 "unknown subcommand 'generat' for trainbench data \(accepted: generate\)" -- "$tb" data generat
+expect_error 2 "unknown subcommand 'generat' for trainbench data \(accepted: generate, verify\)" -- "$tb" data generat
 expect_error 2 "--dir is required" -- "$tb" data generate --tokens 1M
 expect_error 2 "--tokens is required" -- "$tb" data generate --dir "$d"
 expect_error 2 "invalid count '1Q' for --tokens" -- "$tb" data generate --dir "$d" --tokens 1Q
@@ -42,8 +43,9 @@ grep -qE "^# wrote 2500000 tokens in 3 shards, 0.005 GB, to $d in" "$work/out" |
 checks=$((checks + 1))
 [[ $(ls "$d") == $'shard-00000.tbs\nshard-00001.tbs\nshard-00002.tbs' ]] || fail "files: $(ls "$d")"
 [[ $(stat -c %s "$d/shard-00002.tbs") -eq $((4096 + 500000 * 2)) ]] || fail "last shard size"
-expect_error 2 "--dir '$d' already holds 3 token shards; add --force to replace them" -- "$tb" data generate --dir "$d" --tokens 1M
-expect_error 2 "already holds 3 token shards" -- "${mpiexec[@]}" -n 2 "$tb" data generate --dir "$d" --tokens 1M
+expect_error 2 "--dir '$d' already holds 3 token shard files; add --force to replace them" -- "$tb" data generate --dir "$d" --tokens 1M
+expect_error 2 "already holds 3 token shard files" -- "${mpiexec[@]}" -n 2 "$tb" data generate --dir "$d" --tokens 1M
+echo partial >"$d/shard-00007.tbs.tmp"  # a killed write's leftover goes with --force too
 expect_ok "$tb" data generate --dir "$d" --tokens 1M --shard-tokens 1M --force --quiet
 checks=$((checks + 1))
 [[ $(ls "$d") == "shard-00000.tbs" ]] || fail "--force left old shards: $(ls "$d")"
@@ -58,6 +60,42 @@ for f in "$work"/one/*.tbs; do
 done
 [[ $(ls "$work/two" | wc -l) -eq 4 ]] || fail "2 ranks wrote $(ls "$work/two" | wc -l) shards, want 4"
 [[ -s "$work/two.h5" ]] || fail "no report"
+
+# --- data verify: a good dataset passes; each bad file is a line, the verdict one error line and exit 2 -----------------
+expect_ok "$tb" data verify "$work/one"
+checks=$((checks + 1))
+grep -qE "^# checked 4 shards, 0.014 GB of payload in [0-9.]+ s \([0-9.]+ GB/s\): all good$" "$work/out" ||
+  fail "verify of a good dataset: $(cat "$work/out")"
+expect_ok "${mpiexec[@]}" -n 2 "$tb" data verify --dir "$work/two" --threads 1 --quiet
+checks=$((checks + 1))
+[[ $(cat "$work/out") == "# checked 4 shards,"*"all good" ]] || fail "verify --quiet printed more: $(cat "$work/out")"
+v=$work/damaged; cp -r "$work/one" "$v"
+printf 'x' | dd of="$v/shard-00001.tbs" bs=1 seek=5000 conv=notrunc status=none  # a payload byte
+printf 'x' | dd of="$v/shard-00002.tbs" bs=1 seek=33 conv=notrunc status=none    # the vocab: the header CRC fails
+cp "$d/shard-00000.tbs" "$v/shard-00009.tbs"                                     # uint16 among uint32 shards
+echo partial >"$v/shard-00004.tbs.tmp"                                           # a killed write
+sums=$(cd "$v" && md5sum *)
+for launch in "" "${mpiexec[*]} -n 2"; do
+  expect_error 2 "data directory '$v' is damaged: 4 bad files \(listed above; the first: $v/shard-00001.tbs: payload checksum mismatch" \
+    -- $launch "$tb" data verify "$v" --threads 2
+  checks=$((checks + 1))
+  [[ $(grep -c "^$v/shard-0000[1249].tbs" "$work/out") -eq 4 ]] || fail "verify ($launch): want 4 bad-file lines: $(cat "$work/out")"
+  grep -q "^$v/shard-00002.tbs: header checksum mismatch at byte 40" "$work/out" || fail "verify: header line"
+  grep -q "^$v/shard-00009.tbs: dtype uint16, vocab 50257 differ from $v/shard-00000.tbs (uint32, vocab 70000)" "$work/out" ||
+    fail "verify: dtype line"
+  grep -q "^$v/shard-00004.tbs.tmp: an unfinished shard" "$work/out" || fail "verify: unfinished-write line"
+  grep -qE "^# checked 5 shards, .*: 4 bad files$" "$work/out" || fail "verify: summary line: $(tail -1 "$work/out")"
+done
+checks=$((checks + 1))
+[[ $(cd "$v" && md5sum *) == "$sums" ]] || fail "data verify changed the dataset"
+mkdir -p "$work/empty"
+expect_error 2 "data directory '$work/empty' holds no token shards" -- "$tb" data verify "$work/empty"
+expect_error 2 "data directory '$work/nothing' does not exist" -- "$tb" data verify "$work/nothing"
+expect_error 2 "no dataset given \(usage: trainbench data verify DIR\)" -- "$tb" data verify
+expect_error 2 "--threads 0 is out of range 1..256" -- "$tb" data verify "$v" --threads 0
+expect_error 2 "too many positional options" -- "${mpiexec[@]}" -n 2 "$tb" data verify "$v" "$d"
+checks=$((checks + 1))
+"$tb" data verify --help | grep -q "Exit code 0: the dataset is good; 2: it is damaged" || fail "verify --help"
 
 # The free-space check on a real small filesystem.
 checks=$((checks + 1))

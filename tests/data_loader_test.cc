@@ -23,6 +23,7 @@
 #include "data_loader.h"
 #include "error.h"
 #include "token_batch.h"
+#include "token_dataset.h"
 #include "token_shard.h"
 
 namespace tb {
@@ -246,13 +247,65 @@ TEST_F(CorruptShard, TrailingBytes) {
 
 TEST_F(CorruptShard, DatasetChecksNameTheFile) {
   WriteShard(dir_ / ShardFileName(0), 50257, std::vector<uint32_t>(10, 1));
-  EXPECT_NO_THROW(VerifyTokenDataset(OpenTokenDataset(dir_.path())));
+  const PayloadCheck good = VerifyPayloads(OpenTokenDataset(dir_.path()), 0, 1, 2);
+  EXPECT_TRUE(good.bad_shards.empty());
+  EXPECT_EQ(good.shards, 2u);
+  EXPECT_EQ(good.bytes, 1010u * 2);
   PatchBytes(path_, kShardHeaderBytes + 2, {0x12});
   const TokenDataset dataset = OpenTokenDataset(dir_.path());  // headers only: still fine
   EXPECT_EQ(dataset.shards.size(), 2u);
   EXPECT_EQ(dataset.total_tokens, 1010u);
-  EXPECT_NE(InputErrorOf([&] { VerifyTokenDataset(dataset); }).find(path_ + ": payload checksum mismatch"),
-            std::string::npos);
+  const PayloadCheck bad = VerifyPayloads(dataset, 0, 1, 1);
+  ASSERT_EQ(bad.bad_shards.size(), 1u);
+  EXPECT_NE(bad.bad_shards[0].find(path_ + ": payload checksum mismatch"), std::string::npos) << bad.bad_shards[0];
+}
+
+// Ranks split the payload check: every shard is read by exactly one part, whatever the thread count, and a corrupt
+// one is found by the part that holds it.
+TEST(TokenDatasetCheck, PartsShareTheShardsOnce) {
+  TempDir dir;
+  CountingShards(dir.path(), 50257, {100, 200, 300, 400, 500});
+  PatchBytes(dir / ShardFileName(3), kShardHeaderBytes + 10, {0xAB});
+  const TokenDataset dataset = OpenTokenDataset(dir.path());
+  for (int threads : {1, 3, 8}) {
+    uint64_t shards = 0, bytes = 0;
+    std::vector<std::string> bad;
+    for (int part = 0; part < 3; ++part) {
+      const PayloadCheck check = VerifyPayloads(dataset, part, 3, threads);
+      shards += check.shards;
+      bytes += check.bytes;
+      bad.insert(bad.end(), check.bad_shards.begin(), check.bad_shards.end());
+      EXPECT_EQ(check.bad_shards.size(), part == 0 ? 1u : 0u) << "shard 3 is part 0's (3 mod 3)";
+    }
+    EXPECT_EQ(shards, 5u);
+    EXPECT_EQ(bytes, 1500u * 2);
+    ASSERT_EQ(bad.size(), 1u);
+    EXPECT_EQ(bad[0].rfind(dir / ShardFileName(3) + ": payload checksum mismatch", 0), 0u) << bad[0];
+  }
+}
+
+// Every problem the headers show is listed (one line each, naming the file); OpenTokenDataset refuses with the
+// first and counts the rest. An unfinished write's temporary file is not a shard, but it is a problem.
+TEST(TokenDatasetCheck, ScanListsEveryProblem) {
+  TempDir dir;
+  CountingShards(dir.path(), 50257, {100, 100, 100});
+  PatchBytes(dir / ShardFileName(0), 0, {'X'});
+  fs::resize_file(dir / ShardFileName(2), 4096 + 10);
+  std::ofstream(dir / (ShardFileName(3) + ".tmp")) << "partial";
+  const DatasetScan scan = ScanTokenDataset(dir.path());
+  ASSERT_EQ(scan.bad_shards.size(), 2u);
+  EXPECT_EQ(scan.bad_shards[0].rfind(dir / ShardFileName(0) + ": not a trainbench token shard", 0), 0u);
+  EXPECT_EQ(scan.bad_shards[1].rfind(dir / ShardFileName(2) + ": truncated at byte 4106", 0), 0u);
+  ASSERT_EQ(scan.partial_files.size(), 1u);
+  EXPECT_EQ(scan.partial_files[0].rfind(dir / ShardFileName(3) + ".tmp: an unfinished shard", 0), 0u);
+  ASSERT_EQ(scan.dataset.shards.size(), 1u);
+  EXPECT_EQ(scan.dataset.shards[0].path, dir / ShardFileName(1));
+  const std::string error = InputErrorOf([&] { OpenTokenDataset(dir.path()); });
+  EXPECT_EQ(error.rfind(dir / ShardFileName(0) + ": not a trainbench token shard", 0), 0u) << error;
+  EXPECT_NE(error.find("(and 2 more problems in '" + dir.path() + "'; 'trainbench data verify " + dir.path() +
+                       "' lists them)"),
+            std::string::npos)
+      << error;
 }
 
 TEST_F(CorruptShard, OutOfVocabTokenFailsUnpackWithFileAndOffset) {

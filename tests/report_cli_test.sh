@@ -165,6 +165,25 @@ EOF
 else
   fail "$h5py lacks h5py (Debian's python3-h5py, installed by launch/setup): foreign and v99 files not tested"
 fi
+# Damaged: the report lacks what its own summary or root attributes name (a deleted point, io group, sweep, status).
+without "$t" "$work/no_k2.h5" train/k2
+expect_error_unchanged 2 "cannot read report '$work/no_k2.h5': damaged: summary/train_points lists the training point k2, but group /train/k2 is missing" \
+  "$work/no_k2.h5" -- "$tb" report "$work/no_k2.h5"
+without "$t" "$work/no_io.h5" io/k1
+expect_error_unchanged 2 "'$work/no_io.h5': damaged: .* the training point k1 of a run with --data, checkpoints or --resume, but group /io/k1 is missing" \
+  "$work/no_io.h5" -- "$tb" report "$c" "$work/no_io.h5"
+without "$c" "$work/no_gather.h5" collectives/all_gather
+expect_error_unchanged 2 "'$work/no_gather.h5': damaged: summary/all_gather_peak_busbw_GBps reports a sweep of all_gather, but /collectives/all_gather/results is missing" \
+  "$work/no_gather.h5" -- "$tb" report "$work/no_gather.h5" --format json
+without "$p" "$work/no_uni.h5" p2p/uni_bw_GBps
+expect_error_unchanged 2 "'$work/no_uni.h5': damaged: summary/p2p_median_uni_GBps reports a p2p matrix, but /p2p/uni_bw_GBps is missing" \
+  "$work/no_uni.h5" -- "$tb" report "$work/no_uni.h5"
+without "$i" "$work/no_status.h5" @status
+expect_error_unchanged 2 "cannot read report '$work/no_status.h5': damaged: the root attribute 'status' \(written to every report\) is missing" \
+  "$work/no_status.h5" -- "${mpiexec[@]}" -n 2 "$tb" report "$work/no_status.h5"
+without "$t" "$work/no_tps.h5" train/k2@tokens_per_s
+expect_error_unchanged 2 "'$work/no_tps.h5': damaged: .* but attribute /train/k2 tokens_per_s is missing" \
+  "$work/no_tps.h5" -- "$tb" report "$work/no_tps.h5"
 expect_error 2 "no report files given" -- "$tb" report
 expect_error 2 "no report files given" -- "$tb" report --format json
 expect_error 2 "unknown format 'bogus' for --format \(accepted: text\|csv\|json\)" -- "$tb" report "$t" --format bogus

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "error.h"
+#include "report_check.h"
 
 namespace tb {
 namespace {
@@ -38,10 +39,18 @@ class ReportFileTest : public ::testing::Test {
   fs::path directory_;
 };
 
+// The root attributes every command writes (a report without one is damaged).
 Report MinimalReport() {
   Report report;
   report.root.Set("schema", std::string(kReportSchemaName));
   report.root.Set("schema_version", kReportSchemaVersion);
+  report.root.Set("command", std::string("info"));
+  report.root.Set("command_line", std::string("trainbench info -o r.h5"));
+  report.root.Set("start_utc", std::string("2024-05-01T12:00:00Z"));
+  report.root.Set("end_utc", std::string("2024-05-01T12:00:01Z"));
+  report.root.Set("n_ranks", int64_t{1});
+  report.root.Set("status", std::string("complete"));
+  report.root.Set("status_reason", std::string());
   return report;
 }
 
@@ -322,6 +331,121 @@ TEST_F(ReportFileTest, CheckWritableGoodPathLeavesNothingBehind) {
 }
 
 // ---- the file as other tools see it -------------------------------------------------------------------
+
+// ---- damage: what the report says it holds --------------------------------------------------------------
+
+// A whole report of a 1,2-rank training run with the loader: every group its summary and config name.
+Report TrainReport() {
+  Report report = MinimalReport();
+  report.root.Set("command", std::string("train"));
+  report.root.Child("config").Set("data", std::string("tokens"));
+  report.root.Child("model").Set("name", std::string("tiny"));
+  Group& summary = report.root.Child("summary");
+  summary.Set(kTrainPointsAttribute, std::string("k1,k2"));
+  summary.Set("train_ranks", int64_t{2});
+  for (const char* point : {"k1", "k2"}) {
+    Group& group = report.root.Child("train").Child(point);
+    group.Set("tokens_per_s", 1000.0);
+    group.tables["steps"].Add("step", "", std::vector<int64_t>{0});
+    report.root.Child("io").Child(point).Set("data_wait_share", 0.1);
+  }
+  return report;
+}
+
+std::string DamageWithout(Report report, const std::string& path) {
+  Group* group = &report.root;
+  std::string rest = path;
+  for (size_t slash; (slash = rest.find('/')) != std::string::npos; rest = rest.substr(slash + 1)) {
+    group = &group->Child(rest.substr(0, slash));
+  }
+  const bool removed = group->attributes.erase(rest) + group->tables.erase(rest) + group->matrices.erase(rest) > 0;
+  if (!removed) {
+    Group copy;
+    for (const auto& [name, child] : group->children()) {
+      if (name != rest) copy.Child(name) = *child;
+    }
+    copy.attributes = group->attributes;
+    copy.tables = group->tables;
+    copy.matrices = group->matrices;
+    *group = std::move(copy);
+  }
+  return FindReportDamage(report);
+}
+
+TEST(ReportDamage, WholeReportsAreNotDamaged) {
+  EXPECT_EQ(FindReportDamage(MinimalReport()), "");
+  EXPECT_EQ(FindReportDamage(TrainReport()), "");
+  Report sweep = TrainReport();  // older reports: no train_points, a storage sweep's groups for train_ranks
+  sweep.root.Child("summary").attributes.erase(kTrainPointsAttribute);
+  sweep.root.Child("summary").Set("train_ranks", int64_t{1});
+  sweep.root.Child("train").Child("k1_throttle100") = *sweep.root.Child("train").FindChild("k1");
+  sweep.root.Child("io").Child("k1_throttle100");
+  EXPECT_EQ(DamageWithout(sweep, "train/k1"), "");
+  Report stopped = MinimalReport();  // a collectives sweep stopped before its first operation
+  stopped.root.Set("status", std::string("interrupted"));
+  stopped.root.Child("summary").Set("wrong_elements_total", int64_t{0});
+  EXPECT_EQ(FindReportDamage(stopped), "");
+}
+
+TEST(ReportDamage, RootAttributes) {
+  EXPECT_EQ(DamageWithout(MinimalReport(), "status"),
+            "damaged: the root attribute 'status' (written to every report) is missing");
+  EXPECT_NE(DamageWithout(MinimalReport(), "end_utc").find("'end_utc'"), std::string::npos);
+  Report odd = MinimalReport();
+  odd.root.Set("status", std::string("fine"));
+  EXPECT_EQ(FindReportDamage(odd), "damaged: the root attribute 'status' is 'fine' (want complete, interrupted or failed)");
+}
+
+TEST(ReportDamage, TrainingPointsAndTheirIo) {
+  EXPECT_EQ(DamageWithout(TrainReport(), "train/k2"),
+            "damaged: summary/train_points lists the training point k2, but group /train/k2 is missing");
+  EXPECT_EQ(DamageWithout(TrainReport(), "train/k1/steps"),
+            "damaged: summary/train_points lists the training point k1, but /train/k1/steps is missing");
+  EXPECT_EQ(DamageWithout(TrainReport(), "train/k2/tokens_per_s"),
+            "damaged: summary/train_points lists the training point k2, but attribute /train/k2 tokens_per_s is missing");
+  EXPECT_EQ(DamageWithout(TrainReport(), "io/k2"),
+            "damaged: summary/train_points lists the training point k2 of a run with --data, checkpoints or --resume, "
+            "but group /io/k2 is missing");
+  EXPECT_EQ(DamageWithout(TrainReport(), "model"),
+            "damaged: summary/train_points reports a training run, but group /model is missing");
+  Report old = TrainReport();  // before train_points: train_ranks names the largest point
+  old.root.Child("summary").attributes.erase(kTrainPointsAttribute);
+  EXPECT_EQ(DamageWithout(old, "train/k2"),
+            "damaged: summary/train_ranks lists the training point k2, but group /train/k2 is missing");
+  EXPECT_EQ(DamageWithout(old, "train/k1"), "") << "only the largest point is named";
+}
+
+TEST(ReportDamage, CollectivesAndP2p) {
+  Report report = MinimalReport();
+  Group& summary = report.root.Child("summary");
+  summary.Set("all_reduce_peak_busbw_GBps", 10.0);
+  summary.Set("wrong_elements_total", int64_t{0});
+  summary.Set("p2p_median_uni_GBps", 5.0);
+  summary.Set("p2p_flagged_pairs", int64_t{0});
+  report.root.Child("collectives").Child("all_reduce").tables["results"].Add("size_bytes", "", std::vector<int64_t>{8});
+  report.root.Child("p2p").matrices["uni_bw_GBps"] = Matrix{"", "GB/s", 1, 1, {1.0}};
+  report.root.Child("p2p").tables["flagged"].Add("src_rank", "", std::vector<int64_t>{});
+  EXPECT_EQ(FindReportDamage(report), "");
+  EXPECT_EQ(DamageWithout(report, "collectives/all_reduce/results"),
+            "damaged: summary/all_reduce_peak_busbw_GBps reports a sweep of all_reduce, but "
+            "/collectives/all_reduce/results is missing");
+  EXPECT_EQ(DamageWithout(report, "p2p/uni_bw_GBps"),
+            "damaged: summary/p2p_median_uni_GBps reports a p2p matrix, but /p2p/uni_bw_GBps is missing");
+  EXPECT_EQ(DamageWithout(report, "p2p/flagged"),
+            "damaged: summary/p2p_flagged_pairs reports flagged pairs, but /p2p/flagged is missing");
+}
+
+// ReadReport, which `report` and `cost` both read through, refuses a damaged file with one line naming it.
+TEST_F(ReportFileTest, ReadRefusesADamagedReport) {
+  const std::string path = PathOf("damaged.h5");
+  Report report = TrainReport();
+  WriteReport(report, path);
+  EXPECT_NO_THROW(ReadReport(path));
+  report.root.Child("summary").Set(kTrainPointsAttribute, std::string("k1,k2,k4"));
+  WriteReport(report, path);
+  ExpectInputError([&] { ReadReport(path); }, path,
+                   "damaged: summary/train_points lists the training point k4, but group /train/k4 is missing");
+}
 
 // Output and exit status of a shell command.
 std::pair<std::string, int> RunCommand(const std::string& command) {

@@ -2,7 +2,8 @@
 # End-to-end tests of `trainbench train`'s storage side: a resumed run is bit-exact (10 steps with a checkpoint at
 # 5, resumed from 5 to 10, equal 10 uninterrupted steps: the step-10 checkpoints are compared byte for byte), with
 # synthetic tokens and with the loader, sync and async, at 2 ranks; the report's io group; the storage sweep; a
-# corrupt checkpoint; every bad I/O flag gets one line and exit 2 before any rank starts work.
+# corrupt checkpoint; every bad I/O flag gets one line and exit 2 before any rank starts work; shard checksums are
+# verified before the first step and a corrupt shard is refused on every rank.
 #   train_io_cli_test.sh TRAINBENCH H5DUMP MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
 tb=$1; h5dump=$2; shift 2; mpiexec=("$@")
@@ -101,5 +102,25 @@ expect_error 2 "fewer than one global batch" -- "$tb" train --seq 250 --micro-ba
 cp -r "$work/sync-synthetic-a/step-00000005" "$work/corrupt"
 printf 'x' | dd of="$work/corrupt/rank-00001.bin" bs=1 seek=100 conv=notrunc status=none
 expect_error 2 "rank-00001.bin" -- "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --resume "$work/corrupt"
+
+# --- shard checksums: verified before the first step; a corrupt payload is refused on every rank ------------------
+"$h5dump" -A -a /io/data_verify_bytes "$work/sync-loader.h5" | grep -q "(0): 400000" ||
+  fail "io data_verify_bytes is not the dataset's 200K tokens x 2 B"
+bad=$work/bad-tokens; cp -r "$tokens" "$bad"
+printf 'x' | dd of="$bad/shard-00003.tbs" bs=1 seek=5000 conv=notrunc status=none  # still a token below 4096
+sums=$(md5sum "$bad"/*)
+expect_error 2 "rank 1 .*: $bad/shard-00003.tbs: payload checksum mismatch" -- \
+  "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --data "$bad" -o "$work/bad.h5"
+grep -q "^step " "$work/out" && fail "a corrupt shard: steps ran before the refusal"
+[[ -e $work/bad.h5 ]] && fail "a corrupt shard: a report was written"
+expect_error 2 "^trainbench: error: $bad/shard-00003.tbs: payload checksum mismatch" -- \
+  "$tb" train "${small[@]}" --data "$bad" --loader-workers 3
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --data "$bad" --skip-data-verify
+grep -q "^# data: not verified: --skip-data-verify (shard headers only)" "$work/out" || fail "no --skip-data-verify line"
+expect_ok "$tb" train "${small[@]}" --data "$bad" --data-raw
+grep -q "^# data: not verified: --data-raw files carry no checksums" "$work/out" || fail "no --data-raw line"
+checks=$((checks + 1))
+[[ $(md5sum "$bad"/*) == "$sums" ]] || fail "train changed the dataset"
+expect_error 2 "--skip-data-verify, .* go with --data DIR" -- "$tb" train "${small[@]}" --skip-data-verify
 
 finish train_io_cli_test

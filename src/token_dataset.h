@@ -1,0 +1,62 @@
+// A token dataset: the shards `trainbench data generate` writes into one directory (shard-00000.tbs, ...), and the
+// two checks `train --data` and `data verify` run on it: the headers (cheap: 44 bytes per shard, run on every rank
+// before any work starts) and the payload checksums (every byte read once, split over ranks and threads).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "error.h"
+#include "token_shard.h"
+
+namespace tb {
+
+struct ShardFile {
+  std::string path;
+  ShardHeader header;
+};
+
+struct TokenDataset {
+  std::string dir;
+  std::vector<ShardFile> shards;  // sorted by name
+  uint32_t token_bytes = 0;
+  uint64_t vocab = 0;
+  uint64_t total_tokens = 0;
+};
+
+// The name of shard `index`: "shard-00003.tbs".
+std::string ShardFileName(uint64_t index);
+// Shard files in `dir` ("shard-*.tbs"), sorted; empty when there are none. InputError when `dir` is missing.
+std::vector<std::string> ListShardFiles(const std::string& dir);
+// Unfinished shards in `dir` ("shard-*.tbs.tmp": a ShardWriter that never reached Finish), sorted.
+std::vector<std::string> ListPartialShardFiles(const std::string& dir);
+
+// What the headers say about a directory of shards; every problem is one line naming the file.
+struct DatasetScan {
+  TokenDataset dataset;                    // the shards whose headers are good and agree with the first good one
+  std::vector<std::string> bad_shards;     // header problems; dtype or vocab differing from the first good shard
+  std::vector<std::string> partial_files;  // unfinished shards: a write was killed, so the dataset is incomplete
+};
+// InputError only when `dir` is missing or cannot be listed, or holds no shard file at all.
+DatasetScan ScanTokenDataset(const std::string& dir);
+
+// The header checks of every shard, without reading payloads: the first problem ScanTokenDataset finds is an
+// InputError (FirstProblem). Meant to run before any rank starts work.
+TokenDataset OpenTokenDataset(const std::string& dir);
+
+struct PayloadCheck {
+  std::vector<std::string> bad_shards;  // one line each, naming the file, in shard order
+  uint64_t shards = 0;                  // checked by this part
+  uint64_t bytes = 0;                   // payload bytes read by this part
+  double seconds = 0;                   // wall time of the check
+};
+// The payload CRC-32C of shards part, part + parts, part + 2 parts, ... of `dataset` (ranks split a dataset this
+// way), on `threads` threads, each streaming one shard at a time (VerifyShardPayload). A corrupt or unreadable
+// shard is a line of bad_shards; anything else (out of memory) is thrown.
+PayloadCheck VerifyPayloads(const TokenDataset& dataset, int part, int parts, int threads);
+
+// The first of `problems` (one line naming the file), with how many more there are and how to list them all.
+InputError FirstProblem(const std::vector<std::string>& problems, const std::string& dir);
+
+}  // namespace tb
