@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end tests of `trainbench train`'s storage side: a resumed run is bit-exact (10 steps with a checkpoint at
 # 5, resumed from 5 to 10, equal 10 uninterrupted steps: the step-10 checkpoints are compared byte for byte), with
-# synthetic tokens and with the loader, sync and async, at 2 ranks; the report's io group; the storage sweep; a
-# corrupt checkpoint; every bad I/O flag gets one line and exit 2 before any rank starts work.
+# synthetic tokens and with the loader, sync and async, at 2 ranks, and with another loader and checkpoint set-up;
+# a resume that cannot be bit-identical (another trajectory option) is refused naming the option; an older
+# manifest; the report's io group; the storage sweep; a corrupt checkpoint; every bad I/O flag gets one line and
+# exit 2 before any rank starts work.
 #   train_io_cli_test.sh TRAINBENCH H5DUMP MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
 tb=$1; h5dump=$2; shift 2; mpiexec=("$@")
@@ -36,6 +38,13 @@ for mode in sync async; do
     same_checkpoint "$a/step-00000010" "$b/step-00000010"
   done
 done
+# Options that change only when the bytes arrive or which steps are measured may change on resume: loader workers,
+# prefetch, checkpoint mode, and the split of the 10 steps into warm-up and measured ones.
+b=$work/allowed-b
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 0 --steps 10 \
+  --data "$tokens" --loader-workers 1 --prefetch 1 --checkpoint-dir "$b" --checkpoint-every 5 --checkpoint-mode async \
+  --resume "$work/sync-loader-a/step-00000005"
+same_checkpoint "$work/sync-loader-a/step-00000010" "$b/step-00000010"
 # The full run differs from one that never checkpointed only in timing: a different seed must not match.
 expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --seed 99 --checkpoint-dir "$work/other" --checkpoint-every 10
 checks=$((checks + 1))
@@ -76,14 +85,55 @@ expect_error 2 "--checkpoint-mode 'fast': expected sync\|async" -- "$tb" train "
 expect_error 2 "--on-checkpoint-error" -- "$tb" train "${small[@]}" --on-checkpoint-error ignore
 expect_error 2 "--resume" -- "$tb" train "${small[@]}" --resume "$work/none"
 expect_error 2 "--resume" -- "$tb" train "${small[@]}" --resume "$tokens"
-expect_error 2 "written with --seed 1234, this run has --seed 7" -- "$tb" train "${small[@]}" --seed 7 \
-  --resume "$work/sync-synthetic-a/step-00000005"
-expect_error 2 "at or past this run's last step" -- "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 0 \
+# A continuation that cannot be bit-identical: one line naming the option and both values, before any work.
+a5=$work/sync-synthetic-a/step-00000005
+expect_error 2 "written with --seed 1234, this run has --seed 7; resume with the same value" -- \
+  "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --seed 7 --resume "$a5"
+expect_error 2 "written with --micro-batch 2, this run has --micro-batch 4; resume with the same value" -- \
+  "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 4 --warmup-steps 2 --steps 8 --resume "$a5"
+expect_error 2 "written with 2 ranks, this run has 1 ranks" -- "$tb" train "${small[@]}" --resume "$a5"
+one=$work/one-rank
+expect_ok "$tb" train "${small[@]}" --data "$tokens" --checkpoint-dir "$one" --checkpoint-every 5 --quiet
+o5=$one/step-00000005
+expect_error 2 "written with --seq 32, this run has --seq 16;" -- "$tb" train --model tiny --seq 16 --micro-batch 2 \
+  --warmup-steps 2 --steps 8 --data "$tokens" --resume "$o5"
+expect_error 2 "written with --lr 0.0003, this run has --lr 0.001;" -- "$tb" train "${small[@]}" --lr 1e-3 \
+  --data "$tokens" --resume "$o5"
+expect_error 2 "written with --layers 2, this run has --layers 1;" -- "$tb" train "${small[@]}" --layers 1 \
+  --data "$tokens" --resume "$o5"
+expect_error 2 "written with --data $tokens, this run has no --data;" -- "$tb" train "${small[@]}" --resume "$o5"
+expect_error 2 "written with no --record-bytes, this run has --record-bytes 128;" -- "$tb" train "${small[@]}" \
+  --data "$tokens" --record-bytes 128 --resume "$o5"
+expect_error 2 "written with 2 sequences per rank \(--global-batch / ranks\), this run has 4 sequences per rank" -- \
+  "$tb" train "${small[@]}" --data "$tokens" --scaling-mode strong --global-batch 4 --resume "$o5"
+# The same per-rank batch through --scaling-mode strong is the same trajectory: allowed (and a 0.0003 written as
+# 3e-4 is the same rate).
+expect_ok "$tb" train "${small[@]}" --data "$tokens" --scaling-mode strong --global-batch 2 --lr 3e-4 --resume "$o5"
+# A manifest of an older trainbench, without the trajectory values (and its checksum line redone): resumed, with
+# a line saying what could not be checked, also kept in the report.
+old=$work/old-manifest
+cp -r "$o5" "$old"
+grep -vE '^(meta (seq|micro_batch|lr|backend|data|data_raw|record_bytes) |crc32c )' "$o5/manifest.txt" |
+  python3 -c '
+import sys
+text = sys.stdin.buffer.read()
+crc = 0xFFFFFFFF
+for byte in text:
+    crc ^= byte
+    for _ in range(8):
+        crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+sys.stdout.buffer.write(text + b"crc32c %08x\n" % (crc ^ 0xFFFFFFFF))' >"$old/manifest.txt"
+expect_ok "$tb" train "${small[@]}" --data "$tokens" --resume "$old" -o "$work/old.h5"
+grep -q "^# resume: the checkpoint (an older trainbench's) does not record --backend, --seq, --micro-batch, --lr, --data, --data-raw, --record-bytes; assumed equal" "$work/out" ||
+  fail "old manifest: no line naming the unchecked options: $(cat "$work/out")"
+"$h5dump" -A -a /io/k1/resume_unchecked "$work/old.h5" | grep -q -- '--backend, --seq' ||
+  fail "io/k1/resume_unchecked missing"
+expect_error 2 "at or past this run's last step" -- "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 0 \
   --steps 4 --resume "$work/sync-synthetic-a/step-00000005"
-expect_error 2 "was written with --data; resume it the same way" -- "$tb" train "${small[@]}" \
+expect_error 2 "was written with --data .*, this run has no --data" -- "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" \
   --resume "$work/sync-loader-a/step-00000005"
-expect_error 2 "another model|fingerprint|model" -- "$tb" train --model tiny --layers 1 --seq 32 --micro-batch 2 \
-  --resume "$work/sync-synthetic-a/step-00000005"
+expect_error 2 "written with --model tiny, this run has --model custom;" -- "${mpiexec[@]}" -n 2 "$tb" train \
+  --model custom --layers 2 --d-model 128 --heads 4 --vocab 4096 --seq 32 --micro-batch 2 --resume "$a5"
 expect_error 2 "data directory '$work/missing'|$work/missing" -- "$tb" train "${small[@]}" --data "$work/missing"
 expect_error 2 "go with --data DIR" -- "$tb" train "${small[@]}" --io-throttle 10
 expect_error 2 "invalid rate 'fast' for --io-throttle" -- "$tb" train "${small[@]}" --data "$tokens" --io-throttle fast
