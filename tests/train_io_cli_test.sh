@@ -3,7 +3,7 @@
 # 5, resumed from 5 to 10, equal 10 uninterrupted steps: the step-10 checkpoints are compared byte for byte), with
 # synthetic tokens and with the loader, sync and async, at 2 ranks, and with another loader and checkpoint set-up;
 # a resume that cannot be bit-identical (another trajectory option) is refused naming the option; an older
-# manifest; the report's io group; the storage sweep; a corrupt checkpoint; every bad I/O flag gets one line and
+# manifest; the report's io group; the reason of a stuck step (watchdog) and of a full disk in the report; the storage sweep; a corrupt checkpoint; every bad I/O flag gets one line and
 # exit 2 before any rank starts work.
 #   train_io_cli_test.sh TRAINBENCH H5DUMP MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
@@ -70,6 +70,45 @@ grep -q "^# storage sweep: data_wait reaches 5% of step time at" "$work/out" ||
   fail "sweep: no crossing reported: $(grep storage "$work/out")"
 "$h5dump" -d /io/throttle_sweep "$work/sweep.h5" | grep -q '"data_wait_share"' || fail "sweep table missing"
 "$h5dump" -d /train/k1_throttle0.5/steps "$work/sweep.h5" >/dev/null 2>&1 || fail "sweep point group missing"
+
+# --- why a run ended, in its report -----------------------------------------------------------------------------
+# reason_is FILE PATTERN: the report's status is failed and its status_reason matches PATTERN.
+reason_is() {
+  checks=$((checks + 1))
+  "$h5dump" -a /status "$1" | grep -q '(0): "failed"' || { fail "$1: status is not failed"; return; }
+  "$h5dump" -a /status_reason "$1" | grep -qE -- "$2" ||
+    fail "$1: status_reason lacks /$2/: $("$h5dump" -a /status_reason "$1" | grep '(0)')"
+}
+# A step stuck on the only rank: its watchdog names it, in the error line and in the report, then aborts.
+TRAINBENCH_TEST_FAULT=hang@rank=0 expect_error 1 "timeout: training step 0 on 1 ranks did not complete within 2 s" -- \
+  "$tb" train "${small[@]}" --timeout 2 -o "$work/stuck1.h5"
+reason_is "$work/stuck1.h5" "^ +\(0\): \"timeout: training step 0 on 1 ranks did not complete within 2 s .*the job was aborted"
+# Rank 1 stuck: rank 0 times out waiting for it in the step's all-reduce and records it before the job ends.
+checks=$((checks + 1))
+TRAINBENCH_TEST_FAULT=hang@rank=1 timeout 120 "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --timeout 2 \
+  -o "$work/stuck2.h5" >"$work/out" 2>"$work/err"
+rc=$?; [[ $rc -eq 1 ]] || fail "stuck rank 1: exit $rc, want 1: $(cat "$work/err")"
+reason_is "$work/stuck2.h5" "timeout: training step 0 on 2 ranks did not complete within 2 s"
+# Disk full when the report is rewritten: one line naming the file and the OS error, exit 1; the earlier report
+# stays readable, its status saying why it is the last one. (300 steps make a ~70 KB report; the first, ~15 KB.)
+full=$work/full
+mkdir -p "$full"
+if mount -t tmpfs -o size=64k tmpfs "$full" 2>/dev/null; then
+  trap 'umount "$full" 2>/dev/null; rm -rf "$work"' EXIT
+  checks=$((checks + 1))
+  "$tb" train --model tiny --seq 16 --micro-batch 1 --warmup-steps 0 --steps 300 -o "$full/r.h5" --quiet \
+    >"$work/out" 2>"$work/err"
+  rc=$?; [[ $rc -eq 1 ]] || fail "disk full: exit $rc, want 1"
+  [[ $(wc -l <"$work/err") -eq 1 ]] && grep -qE "^trainbench: error: cannot write report '$full/r.h5': cannot write \
+$full/r.h5.tmp.[0-9]+: No space left on device; the earlier report stays, marked failed with this reason$" "$work/err" ||
+    fail "disk full: want one line naming the file and the OS error: $(cat "$work/err")"
+  reason_is "$full/r.h5" "writing the next one \(status complete\) failed: cannot write report .*No space left on device"
+  expect_ok "$tb" report "$full/r.h5" --sections config
+  ls "$full" | grep -q tmp && fail "disk full: a temporary report was left: $(ls "$full")"
+  umount "$full"
+else
+  echo "SKIP: cannot mount a tmpfs here (needs root and mount permission); disk-full report rewrite not tested"
+fi
 
 # --- bad input: one line, exit 2, before any rank starts work --------------------------------------------------------
 # Records as large as the host's memory (a sparse file: no disk space): the loader's buffers cannot fit.
