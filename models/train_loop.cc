@@ -2,6 +2,7 @@
 
 #include "clock.h"
 #include "error.h"
+#include "fault.h"
 #include "gradient_buckets.h"
 #include "random.h"
 
@@ -42,6 +43,7 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
     if (o.stop_requested && o.stop_requested()) break;
     Watchdog::Scope guard(o.watchdog, [&] { return "training step " + std::to_string(step) + " on " +
                                                    std::to_string(comm.size()) + " ranks"; });
+    if (step == o.first_step) MaybeInjectFault(comm.rank());  // tests only: a rank that fails or hangs in a step
     StepRecord r;
     r.step = step;
     r.warmup = step < o.warmup_steps;

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "durable_file.h"
 #include "error.h"
 #include "paths.h"
 #include "report.h"
@@ -288,14 +289,43 @@ void WriteGroup(hid_t location, const std::string& path, const Group& group) {
 // `error_number` is taken by the caller right after the failing call, before anything can change errno.
 std::string SystemError(const std::string& what, int error_number) { return what + ": " + std::strerror(error_number); }
 
-// Flushes `path` (a file or a directory) to stable storage.
-void SyncPath(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) throw RuntimeError(SystemError("cannot open '" + path + "' to sync it", errno));
-  int rc = ::fsync(fd);
-  const int sync_errno = errno;
-  ::close(fd);
-  if (rc != 0) throw RuntimeError(SystemError("cannot sync '" + path + "'", sync_errno));
+// File access in memory (the core driver, no backing store): HDF5 builds or edits the file image and never
+// touches the disk, so that a full disk is our own write's one OS error, never HDF5's error stack or a file id
+// left half-closed (whose flush at exit crashed the process).
+PropertyListId InMemoryAccess() {
+  PropertyListId access = FileAccess();
+  Check(H5Pset_fapl_core(access.get(), 1 << 20, false), "cannot select HDF5's in-memory file driver");
+  return access;
+}
+
+// The bytes of an open in-memory file, which is closed.
+std::vector<char> FileImage(FileId& file) {
+  Check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush the report");
+  const ssize_t size = Check(H5Fget_file_image(file.get(), nullptr, 0), "cannot size the report's image");
+  std::vector<char> image(static_cast<size_t>(size));
+  Check(H5Fget_file_image(file.get(), image.data(), image.size()), "cannot copy the report's image");
+  file.Close("cannot close the report");
+  return image;
+}
+
+std::vector<char> ReportImage(const Report& report) {
+  QuietHdf5Errors quiet;
+  PropertyListId access = InMemoryAccess();
+  FileId file(Check(H5Fcreate("trainbench-report.h5", H5F_ACC_TRUNC, H5P_DEFAULT, access.get()),
+                    "cannot create the report in memory"));
+  GroupId root(Check(H5Gopen2(file.get(), "/", H5P_DEFAULT), "cannot open the root group"));
+  WriteGroup(root.get(), "/", report.root);
+  root.Close("cannot close the root group");
+  return FileImage(file);
+}
+
+// `image` to `path` under a temporary name in the same directory, then renamed over it.
+void ReplaceReport(const std::string& path, const std::vector<char>& image) {
+  try {
+    ReplaceFileDurably(path, path + ".tmp." + std::to_string(::getpid()), image.data(), image.size());
+  } catch (const std::exception& error) {
+    throw RuntimeError("cannot write report '" + path + "': " + error.what());
+  }
 }
 
 std::string DirectoryOf(const std::string& path) {
@@ -574,28 +604,35 @@ Report ReadReportFile(const std::string& path) {
 }  // namespace
 
 void WriteReport(const Report& report, const std::string& path) {
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  std::vector<char> image;
   try {
-    {
-      QuietHdf5Errors quiet;
-      PropertyListId access = FileAccess();
-      FileId file(Check(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()),
-                        "cannot create '" + temporary + "'"));
-      GroupId root(Check(H5Gopen2(file.get(), "/", H5P_DEFAULT), "cannot open the root group"));
-      WriteGroup(root.get(), "/", report.root);
-      root.Close("cannot close the root group");
-      file.Close("cannot close '" + temporary + "'");
-    }
-    SyncPath(temporary, O_RDONLY);
-    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-      throw RuntimeError(SystemError("cannot rename '" + temporary + "' to '" + path + "'", errno));
-    }
-    // The rename itself is durable only once the directory is.
-    SyncPath(DirectoryOf(path), O_RDONLY | O_DIRECTORY);
+    image = ReportImage(report);
   } catch (const std::exception& error) {
-    ::unlink(temporary.c_str());
     throw RuntimeError("cannot write report '" + path + "': " + error.what());
   }
+  ReplaceReport(path, image);
+}
+
+void RewriteReportStatus(const std::string& path, const std::string& status, const std::string& reason,
+                         const std::string& end_utc) {
+  std::vector<char> image;
+  try {
+    QuietHdf5Errors quiet;
+    PropertyListId access = InMemoryAccess();
+    FileId file(Check(H5Fopen(path.c_str(), H5F_ACC_RDWR, access.get()), "cannot open '" + path + "'"));
+    GroupId root(Check(H5Gopen2(file.get(), "/", H5P_DEFAULT), "cannot open the root group"));
+    for (const auto& [name, value] : {std::pair{"status", status}, {"status_reason", reason}, {"end_utc", end_utc}}) {
+      if (Check(H5Aexists(root.get(), name), "cannot look up attribute '" + std::string(name) + "'") > 0) {
+        Check(H5Adelete(root.get(), name), "cannot replace attribute '" + std::string(name) + "'");
+      }
+      WriteAttribute(root.get(), "/", name, value);
+    }
+    root.Close("cannot close the root group");
+    image = FileImage(file);
+  } catch (const std::exception& error) {
+    throw RuntimeError("cannot rewrite the status of report '" + path + "': " + error.what());
+  }
+  ReplaceReport(path, image);
 }
 
 Report ReadReport(const std::string& path) {

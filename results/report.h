@@ -74,9 +74,17 @@ struct Report {
   Group root;
 };
 
-// Writes `report` to `path` atomically: a temporary name in the same directory, fsync, rename. A failed write
-// leaves any previous file at `path` intact. Throws RuntimeError carrying HDF5's own message.
+// Writes `report` to `path` atomically: built in memory, then a temporary name in the same directory, fsync,
+// rename. A failed write leaves any previous file at `path` intact. Throws RuntimeError with one line naming the
+// report and the file and OS error ("cannot write report 'r.h5': cannot write r.h5.tmp.42: No space left on
+// device"), or HDF5's own message when building the file failed.
 void WriteReport(const Report& report, const std::string& path);
+
+// Rewrites only the root attributes status, status_reason and end_utc of the report at `path`, keeping the rest
+// as it is, the same atomic way (for a run that cannot write its whole report any more: a stuck operation, a
+// full disk). Throws RuntimeError naming the file.
+void RewriteReportStatus(const std::string& path, const std::string& status, const std::string& reason,
+                         const std::string& end_utc);
 
 // Reads a report written by WriteReport. Throws InputError naming the file and what is wrong (missing,
 // not HDF5, not a trainbench report, unknown schema version).

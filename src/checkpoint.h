@@ -154,6 +154,11 @@ void PrepareCheckpointDir(const std::string& dir, const std::string& flag = "--c
 // the newest complete one is taken. Returns that checkpoint's directory; InputError when there is none.
 std::string ResolveCheckpoint(const std::string& path, const std::string& flag = "--resume");
 
+// What the manifest of the checkpoint at `path` (see ResolveCheckpoint) records: step, model fingerprint and
+// values, for option-time checks on one rank, before any rank loads it. InputError for a missing or corrupt
+// manifest.
+CheckpointMeta ReadCheckpointMeta(const std::string& path, const std::string& flag = "--resume");
+
 struct LoadedCheckpoint {
   std::string dir;          // the checkpoint read (path resolved)
   CheckpointMeta meta;

@@ -15,6 +15,7 @@
 
 #include "checksum.h"
 #include "clock.h"
+#include "durable_file.h"
 #include "error.h"
 #include "paths.h"
 
@@ -32,20 +33,6 @@ std::string Hex32(uint32_t value) {
   char text[16];
   std::snprintf(text, sizeof text, "%08x", value);
   return text;
-}
-
-// Writes all `bytes`, resuming after short writes and signals. Returns 0 or the errno.
-int WriteAll(int fd, const std::byte* data, uint64_t bytes) {
-  while (bytes > 0) {
-    ssize_t written = ::write(fd, data, std::min<uint64_t>(bytes, 1ull << 30));
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    data += written;
-    bytes -= static_cast<uint64_t>(written);
-  }
-  return 0;
 }
 
 // Reads exactly `bytes` at the current offset. Returns 0, the errno, or -1 when the file ends first.

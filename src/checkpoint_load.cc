@@ -66,6 +66,13 @@ std::string ResolveCheckpoint(const std::string& path, const std::string& flag) 
   return newest_dir;
 }
 
+CheckpointMeta ReadCheckpointMeta(const std::string& path, const std::string& flag) {
+  const std::string manifest_path = (fs::path(ResolveCheckpoint(path, flag)) / checkpoint::kManifestName).string();
+  const Manifest manifest =
+      checkpoint::ParseManifest(checkpoint::ReadTextFile(manifest_path, "checkpoint manifest"), manifest_path);
+  return {manifest.step, manifest.model_fingerprint, manifest.values};
+}
+
 LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const std::vector<StateBuffer>& buffers,
                                 const std::string& model_fingerprint, const DeviceCopier& copier,
                                 uint64_t gather_chunk_bytes) {

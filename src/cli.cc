@@ -1,7 +1,11 @@
 #include "cli.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "build_info.h"
 #include "clock.h"
@@ -217,8 +221,14 @@ const Topology& CommandRun::BeginMeasurement(const std::string& phase) {
 int CommandRun::RecordingFailures(const std::function<int()>& measurement) {
   try {
     return measurement();
+  } catch (const ReportWriteFailed&) {
+    throw;  // the report is what failed: WriteReportNow has recorded what it could
   } catch (const Error& e) {
-    WriteReportNow("failed", e.what());
+    try {
+      WriteReportNow("failed", e.what());
+    } catch (const ReportWriteFailed& write) {
+      Warn(write.what());  // the run's own failure stays the error line
+    }
     throw;
   }
 }
@@ -226,24 +236,65 @@ int CommandRun::RecordingFailures(const std::function<int()>& measurement) {
 Watchdog& CommandRun::watchdog(Communicator* comm) {
   abort_target_ = comm;
   if (!watchdog_) {
-    watchdog_ = std::make_unique<Watchdog>(common_.timeout_s, [this](const std::string& operation, double elapsed) {
-      ErrorLine("timeout: " + operation + " did not complete within " + Format("%g", common_.timeout_s) +
-                " s (waited " + Format("%.1f", elapsed) + " s) on a communicator of " +
-                std::to_string(ctx_.world_size) + " ranks; aborting the job. HINT: a rank may be stuck or dead; "
-                "look for its own error above, or raise --timeout for very large sizes");
-      if (abort_target_) abort_target_->Abort();
-      MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kRuntime));
-    });
+    watchdog_ = std::make_unique<Watchdog>(
+        common_.timeout_s, [this](const std::string& operation, double elapsed) { OnTimeout(operation, elapsed); });
   }
   return *watchdog_;
 }
 
+void CommandRun::OnTimeout(const std::string& operation, double elapsed_s) {
+  const std::string what = "timeout: " + operation + " did not complete within " + Format("%g", common_.timeout_s) +
+                           " s (waited " + Format("%.1f", elapsed_s) + " s) on a communicator of " +
+                           std::to_string(ctx_.world_size) + " ranks";
+  ErrorLine(what + "; aborting the job. HINT: a rank may be stuck or dead; look for its own error above, or raise "
+                   "--timeout for very large sizes");
+  if (ctx_.world_rank == 0) {
+    // A write in progress on the main thread finishes first; one that hangs (stuck storage) is not waited for.
+    std::unique_lock<std::timed_mutex> lock(report_mutex_, std::chrono::seconds(10));
+    const std::string problem = lock.owns_lock() ? RewriteStatusOnDisk(what + "; the job was aborted")
+                                                 : "a report write on the main thread did not finish";
+    if (!problem.empty()) Warn("the report keeps its earlier status: " + problem);
+  } else {
+    // The other ranks stuck in the same operation time out at about the same moment: give rank 0 the time to
+    // record the reason before this abort ends it.
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(common_.timeout_s, 10.0)));
+  }
+  if (abort_target_) abort_target_->Abort();
+  MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kRuntime));
+  std::abort();  // MPI_Abort does not return
+}
+
+std::string CommandRun::RewriteStatusOnDisk(const std::string& reason) {
+  if (common_.output.empty() || !report_on_disk_) return "";
+  try {
+    RewriteReportStatus(common_.output, "failed", reason, UtcNowIso8601());
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
 void CommandRun::WriteReportNow(const std::string& status, const std::string& reason) {
   if (common_.output.empty() || ctx_.world_rank != 0) return;
+  std::lock_guard<std::timed_mutex> lock(report_mutex_);
   report_.root.Set("status", status);
   report_.root.Set("status_reason", reason);
   report_.root.Set("end_utc", UtcNowIso8601());
-  WriteReport(report_, common_.output);
+  try {
+    WriteReport(report_, common_.output);
+    report_on_disk_ = true;
+  } catch (const RuntimeError& e) {
+    if (!report_on_disk_) throw ReportWriteFailed(e.what());
+    // One line says it all: the write's error, and what the file on disk now is.
+    const bool rewritten =
+        RewriteStatusOnDisk("this is the report as of an earlier phase boundary: writing the next one (status " +
+                            status + (reason.empty() ? "" : ": " + reason) + ") failed: " + e.what())
+            .empty();
+    throw ReportWriteFailed(e.what() + std::string(rewritten ? "; the earlier report stays, marked failed with this "
+                                                               "reason"
+                                                             : "; the earlier report stays as it was (its status could "
+                                                               "not be rewritten either)"));
+  }
 }
 
 int CommandRun::Finish(bool interrupted) {

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -86,7 +87,9 @@ class CommandRun {
   Watchdog& watchdog(Communicator* comm);
 
   // Rank 0 writes the report with this status (no-op without -o). Phase-boundary writes use "failed" with
-  // the reason "did not finish", so that a crash leaves an honest file.
+  // the reason "did not finish", so that a crash leaves an honest file. When the write fails (disk full), the
+  // file this run wrote last stays, its status rewritten to failed with the reason where that still fits, and
+  // ReportWriteFailed (one line naming the report and the OS error) is thrown.
   void WriteReportNow(const std::string& status, const std::string& reason);
   // Final status and exit code: complete (0) or interrupted (128+signal).
   int Finish(bool interrupted);
@@ -94,6 +97,12 @@ class CommandRun {
  private:
   // The highest stop signal any rank of `comm` has received (0: none), agreed under the watchdog.
   int AgreedStopSignal(MPI_Comm comm);
+  // The watchdog thread's handler: names the operation, records it in the report, aborts the job.
+  [[noreturn]] void OnTimeout(const std::string& operation, double elapsed_s);
+  // Rank 0: status failed and `reason` in the report file this run last wrote, without touching report_ (which
+  // the main thread may be changing). Call with report_mutex_ held. Returns why it could not ("" when done, or
+  // when this run has written no file yet).
+  std::string RewriteStatusOnDisk(const std::string& reason);
 
   std::string command_;
   std::string backend_;
@@ -104,6 +113,15 @@ class CommandRun {
   std::vector<std::string> inputs_;
   Communicator* abort_target_ = nullptr;
   std::unique_ptr<Watchdog> watchdog_;
+  // The main thread's report writes and the watchdog's status rewrite, which run on different threads.
+  std::timed_mutex report_mutex_;
+  bool report_on_disk_ = false;  // this run has written -o: a status rewrite must not touch another run's file
+};
+
+// The report could not be written (rank 0); the message is one line naming the file and the OS error.
+class ReportWriteFailed : public RuntimeError {
+ public:
+  explicit ReportWriteFailed(const std::string& message) : RuntimeError(message) {}
 };
 
 // InputError "<flag> '<path>': <why>" when `path` may not be written as an output of a run that reads `inputs`

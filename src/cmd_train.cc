@@ -91,6 +91,28 @@ ModelConfig ModelFromFlags(const TrainFlags& f) {
   return config;
 }
 
+// The training options that determine the numbers each step computes (the model's shape is in the checkpoint's
+// fingerprint; PlanTrainIo adds the data options). Not among them: --steps, --warmup-steps (which steps are
+// measured, not what they compute) and, on the CPU backend, --bucket-mb and --no-overlap (MPI's sums come out the
+// same over any bucket layout: checked bit for bit at 4 and 8 ranks); NCCL picks its algorithm by message size.
+TrajectoryOf TrainTrajectory(const TrainFlags& f, int seq, bool cuda, bool weak) {
+  return [=](int ranks, int micro_batch) {
+    Trajectory options = {
+        {"ranks", "ranks", std::to_string(ranks)},
+        {"backend", "--backend", cuda ? "cuda" : "cpu"},
+        {"seq", "--seq", std::to_string(seq)},
+        {"micro_batch", weak ? "--micro-batch" : "sequences per rank (--global-batch / ranks)",
+         std::to_string(micro_batch)},
+        {"lr", "--lr", Format("%.9g", f.learning_rate)},
+        {"data_seed", "--seed", std::to_string(f.seed)}};
+    if (cuda) {
+      options.push_back({"attention", "--attention", f.attention});
+      options.push_back({"bucket_mb", "--bucket-mb", Format("%.9g", f.bucket_mb)});
+    }
+    return options;
+  };
+}
+
 std::vector<int> ParseScaling(const std::string& text, int world) {
   std::vector<int> ks;
   if (text.empty()) return {world};
@@ -349,9 +371,10 @@ int RunTrainCommand(const CommandInput& input) {
     cfg.Set("lr", f.learning_rate);
     cfg.Set("seed", f.seed);
     cfg.Set("attention", f.attention);
-    std::vector<std::pair<int, int>> point_batches;
-    for (int k : scaling) point_batches.emplace_back(k, weak ? f.micro_batch : global_batch / k);
-    io_plan = PlanTrainIo(io_flags, model, loop.seq, point_batches, static_cast<uint64_t>(f.seed), cfg);
+    TrainIoRun io_run{loop.seq, static_cast<uint64_t>(f.seed), loop.warmup_steps + loop.steps, {},
+                      TrainTrajectory(f, loop.seq, r.backend() == "nccl", weak)};
+    for (int k : scaling) io_run.points.emplace_back(k, weak ? f.micro_batch : global_batch / k);
+    io_plan = PlanTrainIo(io_flags, model, io_run, cfg);
     r.AddInputs(TrainInputs(io_flags, io_plan));
   }, rules);
   // The one expensive check (it reads the whole dataset) runs last, once every flag is known to be good.

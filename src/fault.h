@@ -1,6 +1,7 @@
 // Fault injection for the failure-rule tests only: TRAINBENCH_TEST_FAULT="<kind>@rank=<r>" makes rank r
 // fail ("fail": throws a RuntimeError) or hang ("hang": sleeps forever) where a benchmark calls it (before
-// the first timed batch of the collectives sweep; at the start of p2p), so that the tests can check that the
+// the first timed batch of the collectives sweep; at the start of p2p; in train's first step, under the step's
+// watchdog guard), so that the tests can check that the
 // other ranks abort cleanly, naming the operation they were stuck in, instead of hanging.
 #pragma once
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "console.h"
@@ -19,8 +20,6 @@ namespace {
 constexpr const char* kLoaderEpoch = "loader_epoch";
 constexpr const char* kLoaderBatch = "loader_batch";
 constexpr const char* kLoaderSeed = "loader_seed";
-constexpr const char* kDataSeed = "data_seed";
-constexpr const char* kSavedAtRanks = "ranks";
 
 std::vector<double> ParseRates(const std::string& text) {
   if (text.empty()) return {0};
@@ -121,46 +120,109 @@ std::string ModelFingerprint(const ModelConfig& m) {
                 m.layers, m.d_model, m.heads, m.vocab, m.vocab_padded, m.seq, m.mlp_ratio);
 }
 
-TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq,
-                        const std::vector<std::pair<int, int>>& points, uint64_t seed, Group& config) {
-  TrainIoPlan plan;
-  plan.throttles_MBps = ParseRates(f.io_throttle);
-  if (plan.throttles_MBps.size() > 1 && points.size() > 1) {
-    throw InputError("--io-throttle with several rates (a storage sweep) takes one scaling point: drop --scaling "
-                     "or give it one rank count");
-  }
-  plan.loader = !f.data_dir.empty();
-  if (!f.record_bytes.empty()) plan.record_bytes = ParseSize(f.record_bytes, "--record-bytes");
-  if (plan.loader) {
-    if (!f.data_raw) {
-      const TokenDataset dataset = OpenTokenDataset(f.data_dir);
-      if (dataset.vocab > static_cast<uint64_t>(model.vocab)) {
-        throw InputError("--data '" + f.data_dir + "' has token ids up to " + std::to_string(dataset.vocab - 1) +
-                         ", beyond model '" + model.name + "' (vocab " + std::to_string(model.vocab) + ")");
-      }
-      plan.dataset_tokens = dataset.total_tokens;
-    }
-    // Every point's loader, opened as the run will open it (one worker, no prefetch to speak of): the same checks,
-    // now, on every rank, so that a dataset too small for a global batch is reported before work starts.
-    for (const auto& [k, micro_batch] : points) {
-      DataLoaderOptions o;
-      o.dir = f.data_dir;
-      o.raw = f.data_raw;
-      o.raw_vocab = static_cast<uint64_t>(model.vocab);
-      o.seq = seq;
-      o.batch = micro_batch;
-      o.world = k;
-      o.seed = seed;
-      o.workers = 1;
-      o.prefetch = f.prefetch;  // the ring's size is checked here, before any rank starts work
-      o.direct_io = f.direct_io;
-      o.record_bytes = plan.record_bytes;
-      const LoaderStats stats = DataLoader(o).stats();
-      plan.dataset_files = stats.files;
-      plan.dataset_samples = stats.samples;
-    }
-  }
+namespace {
 
+// How a trajectory option reads in a message: "--seq 32", "no --data", "--data-raw", "2 ranks".
+std::string Describe(const std::string& flag, const std::string& value) {
+  if (value.empty()) return "no " + flag;
+  if (value == "on") return flag;
+  return flag.rfind("--", 0) == 0 ? flag + " " + value : value + " " + flag;
+}
+
+// The model's part of the trajectory, one entry per field of its fingerprint ("tiny:layers=2,d_model=128,..."),
+// keyed "model.<field>", so that a resume with another shape names the flag that differs. The checkpoint keeps
+// these in its fingerprint, not as values.
+Trajectory ModelTrajectory(const std::string& fingerprint) {
+  static const std::map<std::string, std::string> kFlags = {
+      {"layers", "--layers"}, {"d_model", "--d-model"}, {"heads", "--heads"}, {"vocab", "--vocab"}, {"seq", "--seq"}};
+  const size_t colon = fingerprint.find(':');
+  Trajectory fields = {{"model.name", "--model", fingerprint.substr(0, colon)}};
+  if (colon == std::string::npos) return fields;
+  for (const std::string& item : SplitFlagList(fingerprint.substr(colon + 1), "the model fingerprint")) {
+    const size_t equals = item.find('=');
+    const std::string name = item.substr(0, equals);
+    const auto flag = kFlags.find(name);
+    fields.push_back({"model." + name, flag == kFlags.end() ? "model " + name : flag->second,
+                      equals == std::string::npos ? "" : item.substr(equals + 1)});
+  }
+  return fields;
+}
+
+// Refuses (InputError naming the option and both values) the first of `ours` that the checkpoint recorded with
+// another value. Returns the flags of those it does not record (an older trainbench wrote it), comma-separated.
+std::string CompareTrajectory(const std::string& dir, const std::map<std::string, std::string>& saved,
+                              const Trajectory& ours) {
+  std::string unchecked;
+  for (const TrajectoryOption& option : ours) {
+    const auto it = saved.find(option.key);
+    if (it == saved.end()) {
+      unchecked += (unchecked.empty() ? "" : ", ") + option.flag;
+    } else if (it->second != option.value) {
+      throw InputError("--resume: checkpoint '" + dir + "' was written with " + Describe(option.flag, it->second) +
+                       ", this run has " + Describe(option.flag, option.value) + "; resume with the same value");
+    }
+  }
+  return unchecked;
+}
+
+// --resume: the checkpoint this run can continue bit-identically, or InputError.
+void PlanResume(const TrainIoFlags& f, const ModelConfig& model, const TrainIoRun& run, TrainIoPlan& plan) {
+  if (run.points.size() > 1 || plan.throttles_MBps.size() > 1) {
+    throw InputError("--resume continues one run: drop --scaling (or give it one rank count) and the sweep");
+  }
+  plan.resume_dir = ResolveCheckpoint(f.resume);
+  const CheckpointMeta meta = ReadCheckpointMeta(plan.resume_dir);
+  const std::string& dir = plan.resume_dir;
+  if (meta.step >= run.last_step) {
+    throw InputError("--resume: checkpoint '" + dir + "' is at step " + std::to_string(meta.step) +
+                     ", at or past this run's last step (" + std::to_string(run.last_step) +
+                     " = --warmup-steps + --steps)");
+  }
+  std::map<std::string, std::string> saved = meta.values;
+  for (const TrajectoryOption& field : ModelTrajectory(meta.model_fingerprint)) saved[field.key] = field.value;
+  Trajectory ours = ModelTrajectory(ModelFingerprint(model));
+  for (TrajectoryOption& option : plan.trajectory(run.points[0].first, run.points[0].second)) {
+    ours.push_back(std::move(option));
+  }
+  plan.resume_unchecked = CompareTrajectory(dir, saved, ours);
+  // A checkpoint older than the "data" value says whether it was taken with the loader by its position.
+  if (plan.loader != meta.values.contains(kLoaderEpoch)) {
+    throw InputError("--resume: checkpoint '" + dir + "' was written " + (plan.loader ? "without --data" : "with --data") +
+                     "; resume it the same way");
+  }
+}
+
+// Every point's loader, opened as the run will open it (one worker): the same checks, now, on every rank, so that
+// a dataset too small for a global batch or a ring too large for the host is reported before work starts.
+void PlanLoader(const TrainIoFlags& f, const ModelConfig& model, const TrainIoRun& run, TrainIoPlan& plan) {
+  if (!f.data_raw) {
+    const TokenDataset dataset = OpenTokenDataset(f.data_dir);
+    if (dataset.vocab > static_cast<uint64_t>(model.vocab)) {
+      throw InputError("--data '" + f.data_dir + "' has token ids up to " + std::to_string(dataset.vocab - 1) +
+                       ", beyond model '" + model.name + "' (vocab " + std::to_string(model.vocab) + ")");
+    }
+    plan.dataset_tokens = dataset.total_tokens;
+  }
+  for (const auto& [k, micro_batch] : run.points) {
+    DataLoaderOptions o;
+    o.dir = f.data_dir;
+    o.raw = f.data_raw;
+    o.raw_vocab = static_cast<uint64_t>(model.vocab);
+    o.seq = run.seq;
+    o.batch = micro_batch;
+    o.world = k;
+    o.seed = run.seed;
+    o.workers = 1;
+    o.prefetch = f.prefetch;
+    o.direct_io = f.direct_io;
+    o.record_bytes = plan.record_bytes;
+    const LoaderStats stats = DataLoader(o).stats();
+    plan.dataset_files = stats.files;
+    plan.dataset_samples = stats.samples;
+  }
+}
+
+void PlanCheckpoints(const TrainIoFlags& f, TrainIoPlan& plan) {
   plan.checkpoint_mode = ParseCheckpointMode(f.checkpoint_mode);
   plan.on_error = ParseCheckpointErrorPolicy(f.on_checkpoint_error);
   if (!f.checkpoint_dir.empty() && f.checkpoint_every == 0) {
@@ -173,13 +235,31 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
                      "': keep checkpoints outside the dataset");
   }
   if (plan.checkpoints) PrepareCheckpointDir(f.checkpoint_dir);
-  if (!f.resume.empty()) {
-    if (points.size() > 1 || plan.throttles_MBps.size() > 1) {
-      throw InputError("--resume continues one run: drop --scaling (or give it one rank count) and the sweep");
-    }
-    plan.resume_dir = ResolveCheckpoint(f.resume);
-  }
+}
 
+void CheckLoaderFlags(const TrainIoRun& run, const TrainIoPlan& plan) {
+  if (plan.throttles_MBps.size() > 1 && run.points.size() > 1) {
+    throw InputError("--io-throttle with several rates (a storage sweep) takes one scaling point: drop --scaling "
+                     "or give it one rank count");
+  }
+}
+
+// The data options of the trajectory: which samples each step reads. The loader's workers, prefetch, direct I/O
+// and throttle change only when the bytes arrive.
+TrajectoryOf WithDataOptions(const TrainIoFlags& f, const TrainIoPlan& plan, TrajectoryOf training) {
+  std::error_code ec;
+  const std::string data = f.data_dir.empty() ? "" : std::filesystem::weakly_canonical(f.data_dir, ec).string();
+  Trajectory options = {{"data", "--data", data},
+                        {"data_raw", "--data-raw", f.data_raw ? "on" : ""},
+                        {"record_bytes", "--record-bytes", plan.record_bytes ? std::to_string(plan.record_bytes) : ""}};
+  return [training = std::move(training), options](int ranks, int micro_batch) {
+    Trajectory all = training(ranks, micro_batch);
+    all.insert(all.end(), options.begin(), options.end());
+    return all;
+  };
+}
+
+void RecordIoConfig(const TrainIoFlags& f, const TrainIoPlan& plan, Group& config) {
   config.Set("data", f.data_dir);
   config.Set("data_raw", static_cast<int64_t>(f.data_raw));
   config.Set("skip_data_verify", static_cast<int64_t>(f.skip_data_verify));
@@ -197,6 +277,21 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, int seq
   config.Set("checkpoint_verify", static_cast<int64_t>(f.checkpoint_verify));
   config.Set("on_checkpoint_error", f.on_checkpoint_error);
   config.Set("resume", f.resume);
+}
+
+}  // namespace
+
+TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, const TrainIoRun& run, Group& config) {
+  TrainIoPlan plan;
+  plan.throttles_MBps = ParseRates(f.io_throttle);
+  CheckLoaderFlags(run, plan);
+  plan.loader = !f.data_dir.empty();
+  if (!f.record_bytes.empty()) plan.record_bytes = ParseSize(f.record_bytes, "--record-bytes");
+  if (plan.loader) PlanLoader(f, model, run, plan);
+  PlanCheckpoints(f, plan);
+  plan.trajectory = WithDataOptions(f, plan, run.trajectory);
+  if (!f.resume.empty()) PlanResume(f, model, run, plan);
+  RecordIoConfig(f, plan, config);
   return plan;
 }
 
@@ -241,76 +336,69 @@ PointIo::PointIo(const TrainIoFlags& flags, const TrainIoPlan& plan, Communicato
 PointIo::~PointIo() = default;
 
 void PointIo::Prepare(TrainLoopOptions& loop) {
-  if (!plan_.resume_dir.empty()) {
-    try {
-      resumed_ = LoadCheckpoint(comm_.host_comm(), plan_.resume_dir, StateOf(model_),
-                                ModelFingerprint(model_.config()), CopierFor(model_));
-    } catch (const InputError& e) {
-      throw SharedError(e, comm_.rank() == 0);  // every rank found the same problem: one line
-    }
-    model_.ParametersChanged();
-    const CheckpointMeta& meta = resumed_.meta;
-    auto value = [&](const char* key) -> std::string {
-      auto it = meta.values.find(key);
-      return it == meta.values.end() ? std::string() : it->second;
-    };
-    if (meta.step >= loop.warmup_steps + loop.steps) {
-      throw InputError("--resume: checkpoint '" + resumed_.dir + "' is at step " + std::to_string(meta.step) +
-                       ", at or past this run's last step (" + std::to_string(loop.warmup_steps + loop.steps) +
-                       " = --warmup-steps + --steps)");
-    }
-    if (value(kDataSeed) != std::to_string(loop.data_seed)) {
-      throw InputError("--resume: checkpoint '" + resumed_.dir + "' was written with --seed " + value(kDataSeed) +
-                       ", this run has --seed " + std::to_string(loop.data_seed));
-    }
-    if (plan_.loader != !value(kLoaderEpoch).empty()) {
-      throw InputError("--resume: checkpoint '" + resumed_.dir + "' was written " +
-                       (plan_.loader ? "without --data" : "with --data") + "; resume it the same way");
-    }
-    if (plan_.loader) {
-      resume_position_ =
-          LoaderPosition{ParseUnsigned(value(kLoaderEpoch)), ParseUnsigned(value(kLoaderBatch)),
-                         ParseUnsigned(value(kLoaderSeed))};
-    }
-    loop.first_step = static_cast<int>(meta.step);
-    Print(Format("# resumed from %s: step %lld, %s read in %.2f s (written by %d ranks)", resumed_.dir.c_str(),
-                 static_cast<long long>(meta.step), FormatBytes(resumed_.read_bytes).c_str(), resumed_.seconds,
-                 resumed_.saved_world_size));
+  if (!plan_.resume_dir.empty()) Resume(loop);
+  if (plan_.loader) OpenLoader(loop);
+  if (plan_.checkpoints) OpenCheckpointer(loop);
+}
+
+void PointIo::Resume(TrainLoopOptions& loop) {
+  try {
+    resumed_ = LoadCheckpoint(comm_.host_comm(), plan_.resume_dir, StateOf(model_), ModelFingerprint(model_.config()),
+                              CopierFor(model_));
+  } catch (const InputError& e) {
+    throw SharedError(e, comm_.rank() == 0);  // every rank found the same problem: one line
   }
+  model_.ParametersChanged();
+  const CheckpointMeta& meta = resumed_.meta;  // its trajectory options were compared in PlanTrainIo
   if (plan_.loader) {
-    DataLoaderOptions o;
-    o.dir = flags_.data_dir;
-    o.raw = flags_.data_raw;
-    o.raw_vocab = static_cast<uint64_t>(model_.config().vocab);
-    o.seq = seq_;
-    o.batch = micro_batch_;
-    o.rank = comm_.rank();
-    o.world = comm_.size();
-    o.seed = seed_;
-    o.workers = flags_.loader_workers;
-    o.prefetch = flags_.prefetch;
-    o.direct_io = flags_.direct_io;
-    o.record_bytes = plan_.record_bytes;
-    o.io_throttle_MBps = throttle_MBps_;
-    o.io_latency_ms = flags_.io_latency_ms;
-    o.resume = resume_position_;
-    loader_ = std::make_unique<DataLoader>(std::move(o));
-    loop.next_batch = [this](int) {
-      const LoaderBatch& b = loader_->Next();
-      return StepBatch{&b.tokens, b.stats.bytes_read, b.stats.ReadMBps(), b.stats.queue_depth};
-    };
+    resume_position_ = LoaderPosition{ParseUnsigned(meta.values.at(kLoaderEpoch)),
+                                      ParseUnsigned(meta.values.at(kLoaderBatch)),
+                                      ParseUnsigned(meta.values.at(kLoaderSeed))};
   }
-  if (plan_.checkpoints) {
-    CheckpointOptions o;
-    o.dir = checkpoint_dir_;
-    o.mode = plan_.checkpoint_mode;
-    o.keep = flags_.checkpoint_keep;
-    o.on_error = plan_.on_error;
-    o.verify = flags_.checkpoint_verify;
-    checkpointer_ = std::make_unique<Checkpointer>(comm_.host_comm(), o, StateOf(model_), CopierFor(model_));
-    loop.checkpoint = [this](int step) { Save(step); };
-    loop.checkpoint_writing = [this] { return checkpointer_->WriterBusy(); };
+  loop.first_step = static_cast<int>(meta.step);
+  Print(Format("# resumed from %s: step %lld, %s read in %.2f s (written by %d ranks)", resumed_.dir.c_str(),
+               static_cast<long long>(meta.step), FormatBytes(resumed_.read_bytes).c_str(), resumed_.seconds,
+               resumed_.saved_world_size));
+  if (!plan_.resume_unchecked.empty()) {
+    Print("# resume: the checkpoint (an older trainbench's) does not record " + plan_.resume_unchecked +
+          "; assumed equal to this run's");
   }
+}
+
+void PointIo::OpenLoader(TrainLoopOptions& loop) {
+  DataLoaderOptions o;
+  o.dir = flags_.data_dir;
+  o.raw = flags_.data_raw;
+  o.raw_vocab = static_cast<uint64_t>(model_.config().vocab);
+  o.seq = seq_;
+  o.batch = micro_batch_;
+  o.rank = comm_.rank();
+  o.world = comm_.size();
+  o.seed = seed_;
+  o.workers = flags_.loader_workers;
+  o.prefetch = flags_.prefetch;
+  o.direct_io = flags_.direct_io;
+  o.record_bytes = plan_.record_bytes;
+  o.io_throttle_MBps = throttle_MBps_;
+  o.io_latency_ms = flags_.io_latency_ms;
+  o.resume = resume_position_;
+  loader_ = std::make_unique<DataLoader>(std::move(o));
+  loop.next_batch = [this](int) {
+    const LoaderBatch& b = loader_->Next();
+    return StepBatch{&b.tokens, b.stats.bytes_read, b.stats.ReadMBps(), b.stats.queue_depth};
+  };
+}
+
+void PointIo::OpenCheckpointer(TrainLoopOptions& loop) {
+  CheckpointOptions o;
+  o.dir = checkpoint_dir_;
+  o.mode = plan_.checkpoint_mode;
+  o.keep = flags_.checkpoint_keep;
+  o.on_error = plan_.on_error;
+  o.verify = flags_.checkpoint_verify;
+  checkpointer_ = std::make_unique<Checkpointer>(comm_.host_comm(), o, StateOf(model_), CopierFor(model_));
+  loop.checkpoint = [this](int step) { Save(step); };
+  loop.checkpoint_writing = [this] { return checkpointer_->WriterBusy(); };
 }
 
 void PointIo::Save(int step) {
@@ -320,8 +408,9 @@ void PointIo::Save(int step) {
   CheckpointMeta meta;
   meta.step = done;
   meta.model_fingerprint = ModelFingerprint(model_.config());
-  meta.values[kDataSeed] = std::to_string(seed_);
-  meta.values[kSavedAtRanks] = std::to_string(comm_.size());
+  for (const TrajectoryOption& option : plan_.trajectory(comm_.size(), micro_batch_)) {
+    meta.values[option.key] = option.value;
+  }
   if (loader_) {
     const LoaderPosition next = loader_->Position();  // the batch the next step would take
     meta.values[kLoaderEpoch] = std::to_string(next.epoch);
@@ -391,6 +480,7 @@ void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<
       group->Set("resumed_step", static_cast<int64_t>(resumed_.meta.step));
       group->Set("resume_load_s", resumed_.seconds);
       group->Set("resume_saved_ranks", static_cast<int64_t>(resumed_.saved_world_size));
+      group->Set("resume_unchecked", plan_.resume_unchecked);
     }
   }
 

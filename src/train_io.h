@@ -45,6 +45,26 @@ void AddTrainIoOptions(po::options_description& options, TrainIoFlags& flags);
 // The rules between those flags: loader flags need --data, checkpoint flags need --checkpoint-dir.
 std::vector<FlagRule> TrainIoFlagRules();
 
+// An option that determines the trajectory (the numbers every step computes): recorded in each checkpoint's
+// manifest and compared on --resume, so that a continuation that cannot be bit-identical is refused by name.
+struct TrajectoryOption {
+  std::string key;    // manifest key (a "meta KEY VALUE" line)
+  std::string flag;   // how the user sets it: "--micro-batch"; a noun ("ranks") reads "2 ranks"
+  std::string value;  // this run's, as text; "" = not given ("no --data"), "on" = a switch given
+};
+using Trajectory = std::vector<TrajectoryOption>;
+// The run's trajectory options at a scaling point of `ranks` ranks taking `micro_batch` sequences each.
+using TrajectoryOf = std::function<Trajectory(int ranks, int micro_batch)>;
+
+// What PlanTrainIo checks the I/O flags against.
+struct TrainIoRun {
+  int seq = 0;
+  uint64_t seed = 0;
+  int last_step = 0;                         // --warmup-steps + --steps: a resume must start before it
+  std::vector<std::pair<int, int>> points;   // (ranks, micro-batch) of every scaling point
+  TrajectoryOf trajectory;                   // the training options; PlanTrainIo adds the data options
+};
+
 // The flags checked, with what the checks found. Built at option time on every rank (agreed), so that a missing
 // data or checkpoint directory is reported before any rank starts work.
 struct TrainIoPlan {
@@ -55,6 +75,8 @@ struct TrainIoPlan {
   CheckpointMode checkpoint_mode = CheckpointMode::kSync;
   CheckpointErrorPolicy on_error = CheckpointErrorPolicy::kFail;
   std::string resume_dir;  // the checkpoint --resume resolved to; empty: none
+  std::string resume_unchecked;  // trajectory options an older checkpoint does not record ("--seq, --lr")
+  TrajectoryOf trajectory;       // what each checkpoint records: the run's options and the data options
   // Dataset, for the report.
   uint64_t dataset_files = 0;
   uint64_t dataset_samples = 0;
@@ -65,10 +87,11 @@ struct TrainIoPlan {
 // What a run reads (the data directory, the checkpoint it resumes from): no output may be one of them.
 std::vector<std::string> TrainInputs(const TrainIoFlags& flags, const TrainIoPlan& plan);
 
-// Validates the I/O flags against the model and the scaling points (micro-batch per k), records them in the
-// config group, and returns the plan. InputError naming the flag for anything wrong.
-TrainIoPlan PlanTrainIo(const TrainIoFlags& flags, const ModelConfig& model, int seq,
-                        const std::vector<std::pair<int, int>>& points_k_micro_batch, uint64_t seed, Group& config);
+// Validates the I/O flags against the model and the scaling points, records them in the config group, and
+// returns the plan. With --resume, reads the checkpoint's manifest and refuses one that this run cannot continue
+// bit-identically: another model or trajectory option (naming the option and both values), or a step at or past
+// run.last_step. InputError naming the flag for anything wrong.
+TrainIoPlan PlanTrainIo(const TrainIoFlags& flags, const ModelConfig& model, const TrainIoRun& run, Group& config);
 
 // The payload checksums of --data's shards, before any rank starts work: this rank's share (shard i on rank
 // i mod ranks) on --loader-workers threads. InputError naming the first corrupt shard; run it under AgreeOnSetup.
@@ -100,6 +123,9 @@ class PointIo {
   void AddToReport(Group& io, const std::string& name, const std::vector<StepRecord>& records);
 
  private:
+  void Resume(TrainLoopOptions& loop);
+  void OpenLoader(TrainLoopOptions& loop);
+  void OpenCheckpointer(TrainLoopOptions& loop);
   void Save(int step);
   // Runs a collective checkpointer call; its agreed failure (thrown on every rank) becomes a SharedError.
   void Shared(const std::function<void()>& collective);

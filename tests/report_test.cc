@@ -259,6 +259,31 @@ TEST_F(ReportFileTest, WriteCarriesHdf5MessageAndNamesThePath) {
   EXPECT_TRUE(fs::is_empty(directory_));
 }
 
+TEST_F(ReportFileTest, StatusRewriteChangesOnlyTheStatus) {
+  const std::string path = PathOf("report.h5");
+  const Report written = FullReport();
+  WriteReport(written, path);
+  RewriteReportStatus(path, "failed", "timeout: all_reduce did not complete", "2030-01-01T00:00:00Z");
+  Report expected = written;
+  expected.root.Set("status", std::string("failed"));
+  expected.root.Set("status_reason", std::string("timeout: all_reduce did not complete"));
+  expected.root.Set("end_utc", std::string("2030-01-01T00:00:00Z"));
+  ExpectSameGroup(expected.root, ReadReport(path).root, "/");
+  EXPECT_EQ(std::distance(fs::directory_iterator(directory_), fs::directory_iterator()), 1) << "temporary left";
+}
+
+TEST_F(ReportFileTest, StatusRewriteOfAMissingFileNamesIt) {
+  const std::string path = PathOf("absent.h5");
+  try {
+    RewriteReportStatus(path, "failed", "why", "");
+    ADD_FAILURE() << "a missing report was rewritten";
+  } catch (const RuntimeError& error) {
+    EXPECT_NE(std::string(error.what()).find("cannot rewrite the status of report '" + path + "'"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_TRUE(fs::is_empty(directory_));
+}
+
 // ---- read errors --------------------------------------------------------------------------------------
 
 TEST_F(ReportFileTest, ReadMissingFile) {

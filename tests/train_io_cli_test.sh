@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end tests of `trainbench train`'s storage side: a resumed run is bit-exact (10 steps with a checkpoint at
 # 5, resumed from 5 to 10, equal 10 uninterrupted steps: the step-10 checkpoints are compared byte for byte), with
-# synthetic tokens and with the loader, sync and async, at 2 ranks; the report's io group; the storage sweep; a
-# corrupt checkpoint; every bad I/O flag gets one line and exit 2 before any rank starts work; shard checksums are
-# verified before the first step and a corrupt shard is refused on every rank.
+# synthetic tokens and with the loader, sync and async, at 2 ranks, and with another loader and checkpoint set-up;
+# a resume that cannot be bit-identical (another trajectory option) is refused naming the option; an older
+# manifest; the report's io group; the reason of a stuck step (watchdog) and of a full disk in the report; the
+# storage sweep; a corrupt checkpoint; every bad I/O flag gets one line and exit 2 before any rank starts work;
+# shard checksums are verified before the first step and a corrupt shard is refused on every rank.
 #   train_io_cli_test.sh TRAINBENCH H5DUMP MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
 tb=$1; h5dump=$2; shift 2; mpiexec=("$@")
@@ -37,6 +39,13 @@ for mode in sync async; do
     same_checkpoint "$a/step-00000010" "$b/step-00000010"
   done
 done
+# Options that change only when the bytes arrive or which steps are measured may change on resume: loader workers,
+# prefetch, checkpoint mode, and the split of the 10 steps into warm-up and measured ones.
+b=$work/allowed-b
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 0 --steps 10 \
+  --data "$tokens" --loader-workers 1 --prefetch 1 --checkpoint-dir "$b" --checkpoint-every 5 --checkpoint-mode async \
+  --resume "$work/sync-loader-a/step-00000005"
+same_checkpoint "$work/sync-loader-a/step-00000010" "$b/step-00000010"
 # The full run differs from one that never checkpointed only in timing: a different seed must not match.
 expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --seed 99 --checkpoint-dir "$work/other" --checkpoint-every 10
 checks=$((checks + 1))
@@ -63,6 +72,45 @@ grep -q "^# storage sweep: data_wait reaches 5% of step time at" "$work/out" ||
 "$h5dump" -d /io/throttle_sweep "$work/sweep.h5" | grep -q '"data_wait_share"' || fail "sweep table missing"
 "$h5dump" -d /train/k1_throttle0.5/steps "$work/sweep.h5" >/dev/null 2>&1 || fail "sweep point group missing"
 
+# --- why a run ended, in its report -----------------------------------------------------------------------------
+# reason_is FILE PATTERN: the report's status is failed and its status_reason matches PATTERN.
+reason_is() {
+  checks=$((checks + 1))
+  "$h5dump" -a /status "$1" | grep -q '(0): "failed"' || { fail "$1: status is not failed"; return; }
+  "$h5dump" -a /status_reason "$1" | grep -qE -- "$2" ||
+    fail "$1: status_reason lacks /$2/: $("$h5dump" -a /status_reason "$1" | grep '(0)')"
+}
+# A step stuck on the only rank: its watchdog names it, in the error line and in the report, then aborts.
+TRAINBENCH_TEST_FAULT=hang@rank=0 expect_error 1 "timeout: training step 0 on 1 ranks did not complete within 2 s" -- \
+  "$tb" train "${small[@]}" --timeout 2 -o "$work/stuck1.h5"
+reason_is "$work/stuck1.h5" "^ +\(0\): \"timeout: training step 0 on 1 ranks did not complete within 2 s .*the job was aborted"
+# Rank 1 stuck: rank 0 times out waiting for it in the step's all-reduce and records it before the job ends.
+checks=$((checks + 1))
+TRAINBENCH_TEST_FAULT=hang@rank=1 timeout 120 "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --timeout 2 \
+  -o "$work/stuck2.h5" >"$work/out" 2>"$work/err"
+rc=$?; [[ $rc -eq 1 ]] || fail "stuck rank 1: exit $rc, want 1: $(cat "$work/err")"
+reason_is "$work/stuck2.h5" "timeout: training step 0 on 2 ranks did not complete within 2 s"
+# Disk full when the report is rewritten: one line naming the file and the OS error, exit 1; the earlier report
+# stays readable, its status saying why it is the last one. (300 steps make a ~70 KB report; the first, ~15 KB.)
+full=$work/full
+mkdir -p "$full"
+if mount -t tmpfs -o size=64k tmpfs "$full" 2>/dev/null; then
+  trap 'umount "$full" 2>/dev/null; rm -rf "$work"' EXIT
+  checks=$((checks + 1))
+  "$tb" train --model tiny --seq 16 --micro-batch 1 --warmup-steps 0 --steps 300 -o "$full/r.h5" --quiet \
+    >"$work/out" 2>"$work/err"
+  rc=$?; [[ $rc -eq 1 ]] || fail "disk full: exit $rc, want 1"
+  [[ $(wc -l <"$work/err") -eq 1 ]] && grep -qE "^trainbench: error: cannot write report '$full/r.h5': cannot write \
+$full/r.h5.tmp.[0-9]+: No space left on device; the earlier report stays, marked failed with this reason$" "$work/err" ||
+    fail "disk full: want one line naming the file and the OS error: $(cat "$work/err")"
+  reason_is "$full/r.h5" "writing the next one \(status complete\) failed: cannot write report .*No space left on device"
+  expect_ok "$tb" report "$full/r.h5" --sections config
+  ls "$full" | grep -q tmp && fail "disk full: a temporary report was left: $(ls "$full")"
+  umount "$full"
+else
+  echo "SKIP: cannot mount a tmpfs here (needs root and mount permission); disk-full report rewrite not tested"
+fi
+
 # --- bad input: one line, exit 2, before any rank starts work --------------------------------------------------------
 # Records as large as the host's memory (a sparse file: no disk space): the loader's buffers cannot fit.
 memory=$(( $(awk '/^MemTotal:/{print $2}' /proc/meminfo) * 1024 ))
@@ -77,14 +125,55 @@ expect_error 2 "--checkpoint-mode 'fast': expected sync\|async" -- "$tb" train "
 expect_error 2 "--on-checkpoint-error" -- "$tb" train "${small[@]}" --on-checkpoint-error ignore
 expect_error 2 "--resume" -- "$tb" train "${small[@]}" --resume "$work/none"
 expect_error 2 "--resume" -- "$tb" train "${small[@]}" --resume "$tokens"
-expect_error 2 "written with --seed 1234, this run has --seed 7" -- "$tb" train "${small[@]}" --seed 7 \
-  --resume "$work/sync-synthetic-a/step-00000005"
-expect_error 2 "at or past this run's last step" -- "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 0 \
+# A continuation that cannot be bit-identical: one line naming the option and both values, before any work.
+a5=$work/sync-synthetic-a/step-00000005
+expect_error 2 "written with --seed 1234, this run has --seed 7; resume with the same value" -- \
+  "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --seed 7 --resume "$a5"
+expect_error 2 "written with --micro-batch 2, this run has --micro-batch 4; resume with the same value" -- \
+  "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 4 --warmup-steps 2 --steps 8 --resume "$a5"
+expect_error 2 "written with 2 ranks, this run has 1 ranks" -- "$tb" train "${small[@]}" --resume "$a5"
+one=$work/one-rank
+expect_ok "$tb" train "${small[@]}" --data "$tokens" --checkpoint-dir "$one" --checkpoint-every 5 --quiet
+o5=$one/step-00000005
+expect_error 2 "written with --seq 32, this run has --seq 16;" -- "$tb" train --model tiny --seq 16 --micro-batch 2 \
+  --warmup-steps 2 --steps 8 --data "$tokens" --resume "$o5"
+expect_error 2 "written with --lr 0.0003, this run has --lr 0.001;" -- "$tb" train "${small[@]}" --lr 1e-3 \
+  --data "$tokens" --resume "$o5"
+expect_error 2 "written with --layers 2, this run has --layers 1;" -- "$tb" train "${small[@]}" --layers 1 \
+  --data "$tokens" --resume "$o5"
+expect_error 2 "written with --data $tokens, this run has no --data;" -- "$tb" train "${small[@]}" --resume "$o5"
+expect_error 2 "written with no --record-bytes, this run has --record-bytes 128;" -- "$tb" train "${small[@]}" \
+  --data "$tokens" --record-bytes 128 --resume "$o5"
+expect_error 2 "written with 2 sequences per rank \(--global-batch / ranks\), this run has 4 sequences per rank" -- \
+  "$tb" train "${small[@]}" --data "$tokens" --scaling-mode strong --global-batch 4 --resume "$o5"
+# The same per-rank batch through --scaling-mode strong is the same trajectory: allowed (and a 0.0003 written as
+# 3e-4 is the same rate).
+expect_ok "$tb" train "${small[@]}" --data "$tokens" --scaling-mode strong --global-batch 2 --lr 3e-4 --resume "$o5"
+# A manifest of an older trainbench, without the trajectory values (and its checksum line redone): resumed, with
+# a line saying what could not be checked, also kept in the report.
+old=$work/old-manifest
+cp -r "$o5" "$old"
+grep -vE '^(meta (seq|micro_batch|lr|backend|data|data_raw|record_bytes) |crc32c )' "$o5/manifest.txt" |
+  python3 -c '
+import sys
+text = sys.stdin.buffer.read()
+crc = 0xFFFFFFFF
+for byte in text:
+    crc ^= byte
+    for _ in range(8):
+        crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+sys.stdout.buffer.write(text + b"crc32c %08x\n" % (crc ^ 0xFFFFFFFF))' >"$old/manifest.txt"
+expect_ok "$tb" train "${small[@]}" --data "$tokens" --resume "$old" -o "$work/old.h5"
+grep -q "^# resume: the checkpoint (an older trainbench's) does not record --backend, --seq, --micro-batch, --lr, --data, --data-raw, --record-bytes; assumed equal" "$work/out" ||
+  fail "old manifest: no line naming the unchecked options: $(cat "$work/out")"
+"$h5dump" -A -a /io/k1/resume_unchecked "$work/old.h5" | grep -q -- '--backend, --seq' ||
+  fail "io/k1/resume_unchecked missing"
+expect_error 2 "at or past this run's last step" -- "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 0 \
   --steps 4 --resume "$work/sync-synthetic-a/step-00000005"
-expect_error 2 "was written with --data; resume it the same way" -- "$tb" train "${small[@]}" \
+expect_error 2 "was written with --data .*, this run has no --data" -- "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" \
   --resume "$work/sync-loader-a/step-00000005"
-expect_error 2 "another model|fingerprint|model" -- "$tb" train --model tiny --layers 1 --seq 32 --micro-batch 2 \
-  --resume "$work/sync-synthetic-a/step-00000005"
+expect_error 2 "written with --model tiny, this run has --model custom;" -- "${mpiexec[@]}" -n 2 "$tb" train \
+  --model custom --layers 2 --d-model 128 --heads 4 --vocab 4096 --seq 32 --micro-batch 2 --resume "$a5"
 expect_error 2 "data directory '$work/missing'|$work/missing" -- "$tb" train "${small[@]}" --data "$work/missing"
 expect_error 2 "go with --data DIR" -- "$tb" train "${small[@]}" --io-throttle 10
 expect_error 2 "invalid rate 'fast' for --io-throttle" -- "$tb" train "${small[@]}" --data "$tokens" --io-throttle fast
