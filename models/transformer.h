@@ -140,6 +140,11 @@ void CheckBatchShape(const ModelConfig& config, int batch, int seq);
 // zero padding rows in wte.
 void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlot>& layout, uint64_t seed,
                           float* params);
+// Elements [begin, end) of that same buffer into out[0, end - begin): the same bits, for any range (a device upload
+// draws the weights chunk by chunk into a pinned staging buffer). Every element of the range is written. Both
+// functions draw on CpuThreads() threads.
+void InitializeParameterRange(const ModelConfig& config, const std::vector<TensorSlot>& layout, uint64_t seed,
+                              size_t begin, size_t end, float* out);
 
 // The layout both implementations share.
 std::vector<TensorSlot> MakeLayout(const ModelConfig& config);
