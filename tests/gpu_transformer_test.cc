@@ -182,11 +182,12 @@ TEST(GpuBf16Kernels, LayerNormBackwardReadsBf16OutGrad) {
   const DeviceMemory d_in = Upload(in), d_weight = Upload(weight), d_bias = Upload(bias);
   const DeviceMemory d_out_grad = Upload(out_grad);
   const DeviceMemory out(in.size() * sizeof(Bf16)), mean(kRows * sizeof(float)), rstd(kRows * sizeof(float));
+  const DeviceMemory scratch(gpu::LayerNormBackwardScratchFloats(kRows, kChannels) * sizeof(float));
   gpu::LayerNormForward(out.as<Bf16>(), mean.as<float>(), rstd.as<float>(), d_in.as<float>(), d_weight.as<float>(),
                         d_bias.as<float>(), kRows, kChannels, nullptr);
   gpu::LayerNormBackward(in_grad.as<float>(), weight_grad.as<float>(), bias_grad.as<float>(), d_out_grad.as<Bf16>(),
                          d_in.as<float>(), d_weight.as<float>(), mean.as<float>(), rstd.as<float>(), kRows, kChannels,
-                         nullptr);
+                         scratch.as<float>(), nullptr);
   gpu::SynchronizeDevice();
 
   ExpectAllNear(Download<float>(in_grad, cpu_in_grad.size()), cpu_in_grad, 1e-5f, 1e-5f, "layernorm in_grad");
