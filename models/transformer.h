@@ -121,6 +121,9 @@ enum class AttentionChoice { kAuto, kCudnn, kCublas };
 struct CudaTransformerOptions {
   int max_batch = 1;  // activations are allocated once for max_batch x config.seq tokens
   AttentionChoice attention = AttentionChoice::kAuto;
+  // The sequence length the caller's batches will have (0: config.seq): attention is prepared for it, and chosen
+  // by it (cuDNN's does not run 1 token: auto takes cuBLAS, cudnn is refused) before the first step.
+  int seq = 0;
 };
 
 // The CUDA implementation on the current device: bf16 weights and activations for the GEMMs and attention, fp32

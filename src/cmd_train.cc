@@ -422,6 +422,7 @@ int RunTrainCommand(const CommandInput& input) {
       CudaTransformerOptions options;
       options.max_batch = max_batch;
       options.attention = attention;
+      options.seq = loop.seq;
       std::string fallback_reason;
       const double setup_start = NowSeconds();
       std::unique_ptr<Transformer> cuda_model =

@@ -236,7 +236,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
     attention_ = gpu::MakeCublasAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
   } else {
     try {
-      attention_ = gpu::MakeCudnnAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
+      attention_ = gpu::MakeCudnnAttention(c, config_.heads, options_.max_batch, config_.seq, stream(), options_.seq);
     } catch (const RuntimeError& error) {
       if (options_.attention == AttentionChoice::kCudnn) {
         throw RuntimeError(std::string("attention 'cudnn' was asked for, but cuDNN's fused attention cannot run "
@@ -549,6 +549,10 @@ std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint
   if (options.max_batch < 1) {
     throw InputError(std::string("the CUDA transformer's max_batch must be at least 1, got ") +
                      std::to_string(options.max_batch));
+  }
+  if (options.seq < 0 || options.seq > config.seq) {
+    throw InputError("the CUDA transformer's run sequence length " + std::to_string(options.seq) + " is outside 0.." +
+                     std::to_string(config.seq) + ", the positions of model '" + config.name + "'");
   }
   auto model = std::make_unique<CudaTransformer>(config, seed, options);
   if (fallback_reason != nullptr) *fallback_reason = model->fallback_reason();

@@ -65,7 +65,8 @@ check_attention() {  # check_attention NAME EXPECTED: the attention the run says
 
 train() {  # train NAME SECONDS ARGS...: one training run on one GPU, with its report and its first-loss check
   local name=$1 limit=$2; shift 2
-  step "$name" "$limit" mpirun -np 1 trainbench train --backend cuda "$@" -o "$out/$name.h5" &&
+  # Unbound: Open MPI binds a lone rank to one core, and the initial weights are drawn on every core it may use.
+  step "$name" "$limit" mpirun -np 1 --bind-to none trainbench train --backend cuda "$@" -o "$out/$name.h5" &&
     check_first_loss "$name" 50257  # GPT-2's vocabulary, both presets
 }
 
