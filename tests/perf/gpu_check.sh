@@ -73,6 +73,7 @@ train() {  # train NAME SECONDS ARGS...: one training run on one GPU, with its r
 {
   echo "# gpu_check $part $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>&1
+  nvidia-smi 2>/dev/null | grep -m1 -o "Driver Version.*CUDA Version: *[0-9.]*"  # even if trainbench cannot start
 } | tee "$log"
 # Versions first: driver, CUDA runtime, cuDNN and NCCL as the programs load them (trainbench info's library line).
 step info 40 mpirun -np 1 trainbench info -o "$out/info.h5"
