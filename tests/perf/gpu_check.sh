@@ -11,16 +11,21 @@
 # Training steps also check the first step's loss: ≈ ln V for random tokens at GPT-2's initialisation.
 # Exit status: 0 when every step passed, 1 when one failed, 2 on a usage error.
 #
-#   tests/perf/gpu_prepare.sh BUNDLE_SCRIPT              # here: build-gpu (sm_90) and the .gpu bundle
-#   tests/perf/gpu_check.sh .gpu OUT_DIR tests|train|cublas   # on the GPU host, one part per call
+#   tests/perf/gpu_prepare.sh BUNDLE_SCRIPT                      # here: build-gpu (sm_90), .gpu and .gpu.tar.gz
+#   tests/perf/gpu_check.sh .gpu.tar.gz OUT_DIR tests|train|cublas   # on the GPU host, one part per call
+# BUNDLE is the packed folder or its .tar.gz (unpacked into a scratch folder first).
 set -uo pipefail
-usage() { echo "usage: tests/perf/gpu_check.sh BUNDLE_DIR OUT_DIR tests|train|cublas" >&2; exit 2; }
+usage() { echo "usage: tests/perf/gpu_check.sh BUNDLE_DIR|BUNDLE.tar.gz OUT_DIR tests|train|cublas" >&2; exit 2; }
 [[ $# -eq 3 && $3 =~ ^(tests|train|cublas)$ ]] || usage
 bundle=$(realpath "$1") out=$(realpath -m "$2") part=$3
+scratch=$(mktemp -d)
+if [[ -f $bundle ]]; then
+  tar -xzf "$bundle" -C "$scratch" || { echo "gpu_check: cannot unpack $bundle" >&2; exit 2; }
+  bundle=$scratch/.gpu
+fi
 [[ -x $bundle/run ]] || { echo "gpu_check: $bundle/run missing (run tests/perf/gpu_prepare.sh here first)" >&2; exit 2; }
 mkdir -p "$out"
 log=$out/gpu_check_$part.log
-scratch=$(mktemp -d)
 cd "$scratch"  # for anything the programs write besides their reports
 failures=0
 
@@ -63,6 +68,18 @@ check_attention() {  # check_attention NAME EXPECTED: the attention the run says
   fi
 }
 
+# On a GPU host a skipped GPU test means a layer went unchecked (no usable GPU, or a build without the cuDNN
+# frontend): only the checks of the no-CUDA stubs and the test that needs two ranks may skip.
+check_skips() {
+  local unexpected
+  [[ -f $out/gpu_tests.xml ]] || { verdict "gpu_tests skips" "FAILED: no $out/gpu_tests.xml"; return; }
+  unexpected=$(grep -o '<skipped message="[^"]*"' "$out/gpu_tests.xml" | grep -v -e "built with CUDA" -e "needs 2 ranks" |
+    sed 's/.*&#x0A;//; s/"$//' | sort | uniq -c)
+  if [[ -z $unexpected ]]; then verdict "gpu_tests skips" "ok (only the stub checks and the 2-rank test)"; else
+    verdict "gpu_tests skips" "FAILED: $(echo "$unexpected" | head -n 3 | tr -s ' ' | paste -sd ';')"
+  fi
+}
+
 train() {  # train NAME SECONDS ARGS...: one training run on one GPU, with its report and its first-loss check
   local name=$1 limit=$2; shift 2
   # Unbound: Open MPI binds a lone rank to one core, and the initial weights are drawn on every core it may use.
@@ -83,6 +100,7 @@ case $part in
   tests)
     step gpu_tests 200 gpu_tests --gtest_color=no --gtest_output="xml:$out/gpu_tests.xml"
     grep -E "^\[  (FAILED|SKIPPED) |^\[  PASSED|^\[==========\]" "$scratch/gpu_tests.out" | tail -n 12 | tee -a "$log"
+    check_skips
     step collectives 60 mpirun -np 1 trainbench collectives --backend cuda -b 1M -e 1G -f 4 -d bf16 \
       -o "$out/collectives.h5"
     ;;
