@@ -8,11 +8,13 @@
 #include <nccl.h>
 
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <source_location>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_raii.h"
@@ -106,6 +108,15 @@ class NcclBuffer final : public CommBuffer {
   DeviceBuffer memory_;
 };
 
+// The events of one started all_reduce: the producer's work done (our stream waits for it), the all_reduce's start
+// and its end. Kept by the communicator and reused bucket after bucket, step after step, rather than three created
+// and destroyed per bucket.
+struct AllReduceEvents {
+  Event produced;
+  Event start;
+  Event done;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   // Owns `comm` (created and ready), `mpi_comm` (the same ranks in the same order) and `stream`.
@@ -130,6 +141,9 @@ class NcclCommunicator final : public Communicator {
                                             void* after_stream) override;
   // Throws when NCCL reports an asynchronous error or the communicator was aborted.
   void CheckHealth();
+  // A set of events for an all_reduce, made only when none is spare; given back when its PendingOp goes.
+  std::unique_ptr<AllReduceEvents> TakeEvents();
+  void ReturnEvents(std::unique_ptr<AllReduceEvents> events);
   void ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) override;
   void AllGather(const void* send, void* recv, size_t send_count, DataType type) override;
   void AllToAll(const void* send, void* recv, size_t count, DataType type) override;
@@ -167,6 +181,9 @@ class NcclCommunicator final : public Communicator {
   // this one polls in Synchronize). Held only for single, non-blocking NCCL calls, so Abort() never waits long.
   std::mutex mutex_;
   bool aborted_ = false;  // under mutex_
+  // Events of finished all_reduces, for the next ones. Its own lock: a PendingOp may go on another thread.
+  std::mutex events_mutex_;
+  std::vector<std::unique_ptr<AllReduceEvents>> spare_events_;  // under events_mutex_
 };
 
 NcclCommunicator::~NcclCommunicator() {
@@ -327,12 +344,17 @@ namespace {
 // Polled like Synchronize(), so that an asynchronous error or an abort ends a wait.
 class NcclPendingAllReduce : public PendingOp {
  public:
-  NcclPendingAllReduce(NcclCommunicator& owner, Event start, Event done)
-      : owner_(owner), start_event_(std::move(start)), done_event_(std::move(done)) {}
+  NcclPendingAllReduce(NcclCommunicator& owner, std::unique_ptr<AllReduceEvents> events)
+      : owner_(owner), events_(std::move(events)) {}
+  // Recording the events again for a later all_reduce is safe even before this one finished (a record replaces
+  // the event's state; waits already queued keep the state they saw).
+  ~NcclPendingAllReduce() override { owner_.ReturnEvents(std::move(events_)); }
+  NcclPendingAllReduce(const NcclPendingAllReduce&) = delete;
+  NcclPendingAllReduce& operator=(const NcclPendingAllReduce&) = delete;
 
   bool Test() override {
     if (done_) return true;
-    const cudaError_t status = cudaEventQuery(done_event_.get());
+    const cudaError_t status = cudaEventQuery(events_->done.get());
     owner_.CheckHealth();  // after the query: an abort also ends the stuck kernels
     if (status == cudaSuccess) {
       done_ = true;
@@ -344,31 +366,48 @@ class NcclPendingAllReduce : public PendingOp {
   void Wait() override {
     while (!Test()) std::this_thread::yield();
   }
-  double Seconds() const override { return Event::ElapsedSeconds(start_event_, done_event_); }
+  double Seconds() const override { return Event::ElapsedSeconds(events_->start, events_->done); }
+  AllReduceEvents& events() { return *events_; }
 
  private:
   NcclCommunicator& owner_;
-  Event start_event_;
-  Event done_event_;
+  std::unique_ptr<AllReduceEvents> events_;
   bool done_ = false;
 };
 
 }  // namespace
 
+std::unique_ptr<AllReduceEvents> NcclCommunicator::TakeEvents() {
+  {
+    std::lock_guard<std::mutex> lock(events_mutex_);
+    if (!spare_events_.empty()) {
+      std::unique_ptr<AllReduceEvents> events = std::move(spare_events_.back());
+      spare_events_.pop_back();
+      return events;
+    }
+  }
+  return std::make_unique<AllReduceEvents>();
+}
+
+void NcclCommunicator::ReturnEvents(std::unique_ptr<AllReduceEvents> events) {
+  std::lock_guard<std::mutex> lock(events_mutex_);
+  spare_events_.push_back(std::move(events));
+}
+
 std::unique_ptr<PendingOp> NcclCommunicator::StartAllReduce(const void* send, void* recv, size_t count, DataType type,
                                                            ReduceOp op, void* after_stream) {
+  // Owned by the pending op from here on, so that a failing call below still gives the events back.
+  auto pending = std::make_unique<NcclPendingAllReduce>(*this, TakeEvents());
+  AllReduceEvents& events = pending->events();
   if (after_stream != nullptr) {
     // Our stream waits for the producer's queued work (the backward kernels that wrote this bucket).
-    Event produced;
-    produced.Record(static_cast<cudaStream_t>(after_stream));
-    TB_CHECK_CUDA(cudaStreamWaitEvent(stream_.get(), produced.get(), 0));
-  }  // destroying an event that a stream still waits on is allowed: CUDA releases it after the wait
-  Event start;
-  start.Record(stream_.get());
+    events.produced.Record(static_cast<cudaStream_t>(after_stream));
+    TB_CHECK_CUDA(cudaStreamWaitEvent(stream_.get(), events.produced.get(), 0));
+  }
+  events.start.Record(stream_.get());
   AllReduce(send, recv, count, type, op);
-  Event done;
-  done.Record(stream_.get());
-  return std::make_unique<NcclPendingAllReduce>(*this, std::move(start), std::move(done));
+  events.done.Record(stream_.get());
+  return pending;
 }
 
 // As nccl-tests does: poll the stream rather than block in cudaStreamSynchronize, so that an asynchronous NCCL

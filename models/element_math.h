@@ -48,4 +48,33 @@ TB_HOST_DEVICE inline void AdamWElement(float& param, float grad, float& m, floa
   param -= learning_rate * (m_hat / (sqrtf(v_hat) + epsilon) + weight_decay * param);
 }
 
+// The softmax normaliser of a stream of logits in one pass (the online softmax of Milakov and Gimelshein, 2018):
+// the largest value so far and Σ exp(x − max) over the values so far. Two of them (two threads' shares of a row)
+// merge into the one of the values of both. Empty: max −∞, sum 0. Logits are finite.
+struct SoftmaxAccumulator {
+  float max = -INFINITY;
+  float sum = 0.0f;
+};
+
+TB_HOST_DEVICE inline SoftmaxAccumulator SoftmaxAdd(SoftmaxAccumulator a, float x) {
+  if (x > a.max) {
+    a.sum = a.sum * expf(a.max - x) + 1.0f;  // rescale what was summed against the new max (0 when empty)
+    a.max = x;
+  } else {
+    a.sum += expf(x - a.max);
+  }
+  return a;
+}
+
+TB_HOST_DEVICE inline SoftmaxAccumulator SoftmaxMerge(SoftmaxAccumulator a, SoftmaxAccumulator b) {
+  if (a.max < b.max) {
+    const SoftmaxAccumulator larger = b;
+    b = a;
+    a = larger;
+  }
+  if (b.sum == 0.0f) return a;  // b is empty (and so is a, if its max is −∞ too)
+  a.sum += b.sum * expf(b.max - a.max);
+  return a;
+}
+
 }  // namespace tb::element

@@ -2,45 +2,101 @@
 // nn.Linear stores them, (out_features, in_features) row-major, so y = x · Wᵀ + b and a checkpoint maps onto
 // GPT-2's tensors one to one.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "clock.h"
 #include "error.h"
+#include "peaks.h"
 #include "random.h"
 #include "transformer.h"
 
 namespace tb {
 namespace {
 
-// Box–Muller normals over splitmix64, a few lines of our own: std::normal_distribution's output is left to each
-// standard library, and every rank must draw the same model from the same seed.
-class NormalGenerator {
- public:
-  explicit NormalGenerator(uint64_t seed) : state_(seed) {}
+// GPT-2's initial weights are one stream of normals over the seed: Box–Muller over splitmix64, a few lines of our
+// own (std::normal_distribution's output is left to each standard library, and every rank must draw the same model
+// from the same seed). Normals 2p and 2p+1 are radius·cos and radius·sin of the pair made from uniforms 2p and
+// 2p+1, and splitmix64 jumps straight to any uniform, so any stretch of the stream can be drawn on its own, on any
+// thread, with the bits one thread drawing the whole stream in order would get.
+double UniformAt(uint64_t seed, uint64_t index) {  // [0, 1)
+  return static_cast<double>(SplitMix64(seed + index * kSplitMix64Increment) >> 11) * 0x1.0p-53;
+}
 
-  float Next(float stddev) {
-    if (has_spare_) {
-      has_spare_ = false;
-      return static_cast<float>(spare_ * stddev);
+// The two normals of pair `pair`, before scaling.
+void NormalPairAt(uint64_t seed, uint64_t pair, double normals[2]) {
+  const double u1 = 1.0 - UniformAt(seed, 2 * pair);  // (0, 1]: log stays finite
+  const double u2 = UniformAt(seed, 2 * pair + 1);
+  const double radius = std::sqrt(-2.0 * std::log(u1));
+  constexpr double kTwoPi = 6.283185307179586;
+  normals[0] = radius * std::cos(kTwoPi * u2);
+  normals[1] = radius * std::sin(kTwoPi * u2);
+}
+
+// out[i] = normal first + i of the stream, times stddev, for i in [0, count).
+void DrawNormals(uint64_t seed, uint64_t first, size_t count, float stddev, float* out) {
+  const uint64_t end = first + count;
+  for (uint64_t pair = first / 2; 2 * pair < end; ++pair) {
+    double normals[2];
+    NormalPairAt(seed, pair, normals);
+    for (uint64_t index = 2 * pair; index < 2 * pair + 2; ++index) {
+      if (index >= first && index < end) out[index - first] = static_cast<float>(normals[index - 2 * pair] * stddev);
     }
-    const double u1 = 1.0 - Uniform();  // (0, 1]: log stays finite
-    const double u2 = Uniform();
-    const double radius = std::sqrt(-2.0 * std::log(u1));
-    constexpr double kTwoPi = 6.283185307179586;
-    spare_ = radius * std::sin(kTwoPi * u2);
-    has_spare_ = true;
-    return static_cast<float>(radius * std::cos(kTwoPi * u2) * stddev);
   }
+}
 
- private:
-  double Uniform() { return static_cast<double>(NextSplitMix64(state_) >> 11) * 0x1.0p-53; }  // [0, 1)
-
-  uint64_t state_;
-  double spare_ = 0.0;
-  bool has_spare_ = false;
+// How GPT-2's initialisation fills one slot of the layout.
+struct SlotFill {
+  enum Kind { kZero, kOne, kNormal } kind = kZero;
+  size_t drawn = 0;           // kNormal: the slot's first `drawn` elements are normals, the rest zero (wte's padding)
+  float stddev = 0.0f;        // kNormal
+  uint64_t first_normal = 0;  // kNormal: the stream index of the slot's first element
 };
+
+std::vector<SlotFill> SlotFills(const ModelConfig& config, const std::vector<TensorSlot>& layout) {
+  constexpr float kStddev = 0.02f;
+  // GPT-2 scales the projections that write into the residual stream so that its variance does not grow
+  // with depth: each block adds two of them.
+  const float residual_stddev = kStddev / std::sqrt(2.0f * config.layers);
+  std::vector<SlotFill> fills;
+  uint64_t normals = 0;  // drawn by the slots before
+  for (const TensorSlot& slot : layout) {
+    SlotFill fill;
+    if (!slot.decay && slot.name.ends_with(".weight")) {  // a LayerNorm gain
+      fill.kind = SlotFill::kOne;
+    } else if (slot.decay) {
+      fill.kind = SlotFill::kNormal;
+      fill.drawn = slot.name == "wte" ? static_cast<size_t>(config.vocab) * config.d_model : slot.count;
+      fill.stddev = slot.name.ends_with(".proj.weight") ? residual_stddev : kStddev;  // attn.proj and mlp.proj
+      fill.first_normal = normals;
+      normals += fill.drawn;
+    }
+    fills.push_back(fill);
+  }
+  return fills;
+}
+
+// Elements [begin, end) of one slot into out.
+void FillSlotPart(const SlotFill& fill, uint64_t seed, size_t begin, size_t end, float* out) {
+  const size_t drawn_end = fill.kind == SlotFill::kNormal ? std::clamp(fill.drawn, begin, end) : begin;
+  if (drawn_end > begin) DrawNormals(seed, fill.first_normal + begin, drawn_end - begin, fill.stddev, out);
+  std::fill(out + (drawn_end - begin), out + (end - begin), fill.kind == SlotFill::kOne ? 1.0f : 0.0f);
+}
+
+// Calls work(i) for every i in [0, count), on up to `threads` threads, the caller's among them.
+void ParallelFor(size_t count, int threads, const std::function<void(size_t)>& work) {
+  std::atomic<size_t> next{0};
+  auto run = [&] {
+    for (size_t i = next++; i < count; i = next++) work(i);
+  };
+  std::vector<std::jthread> helpers;
+  for (size_t t = 1; t < std::min(count, static_cast<size_t>(std::max(threads, 1))); ++t) helpers.emplace_back(run);
+  run();
+}
 
 class HostPhaseClock : public PhaseClock {
  public:
@@ -95,27 +151,31 @@ std::vector<TensorSlot> MakeLayout(const ModelConfig& config) {
   return layout;
 }
 
-void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlot>& layout, uint64_t seed,
-                          float* params) {
-  constexpr float kStddev = 0.02f;
-  // GPT-2 scales the projections that write into the residual stream so that its variance does not grow
-  // with depth: each block adds two of them.
-  const float residual_stddev = kStddev / std::sqrt(2.0f * config.layers);
-  NormalGenerator normal(seed);
+void InitializeParameterRange(const ModelConfig& config, const std::vector<TensorSlot>& layout, uint64_t seed,
+                              size_t begin, size_t end, float* out) {
+  // Work in pieces of at most 1 Mi elements (a few ms each), so that every thread gets some of a large slot.
+  constexpr size_t kPieceElements = size_t{1} << 20;
+  struct Piece {
+    size_t slot, begin, end;  // within the slot
+  };
+  const std::vector<SlotFill> fills = SlotFills(config, layout);
+  std::vector<Piece> pieces;
   for (size_t s = 0; s < layout.size(); ++s) {
-    const TensorSlot& slot = layout[s];
-    float* p = params + slot.offset;
-    const bool residual_projection = slot.name.ends_with(".proj.weight");  // attn.proj and mlp.proj
-    const bool layer_norm_gain = !slot.decay && slot.name.ends_with(".weight");
-    if (layer_norm_gain) {
-      std::fill(p, p + slot.count, 1.0f);
-    } else if (slot.decay) {
-      // wte's padding rows are not drawn: they stay zero.
-      const size_t drawn = slot.name == "wte" ? static_cast<size_t>(config.vocab) * config.d_model : slot.count;
-      const float stddev = residual_projection ? residual_stddev : kStddev;
-      for (size_t i = 0; i < drawn; ++i) p[i] = normal.Next(stddev);
+    const size_t offset = layout[s].offset;
+    const size_t low = std::max(begin, offset), high = std::min(end, offset + layout[s].count);
+    for (size_t b = low; b < high; b += kPieceElements) {
+      pieces.push_back({s, b - offset, std::min(b + kPieceElements, high) - offset});
     }
   }
+  ParallelFor(pieces.size(), CpuThreads(), [&](size_t i) {
+    const Piece& piece = pieces[i];
+    FillSlotPart(fills[piece.slot], seed, piece.begin, piece.end, out + layout[piece.slot].offset + piece.begin - begin);
+  });
+}
+
+void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlot>& layout, uint64_t seed,
+                          float* params) {
+  InitializeParameterRange(config, layout, seed, 0, layout.back().offset + layout.back().count, params);
 }
 
 

@@ -121,6 +121,9 @@ enum class AttentionChoice { kAuto, kCudnn, kCublas };
 struct CudaTransformerOptions {
   int max_batch = 1;  // activations are allocated once for max_batch x config.seq tokens
   AttentionChoice attention = AttentionChoice::kAuto;
+  // The sequence length the caller's batches will have (0: config.seq): attention is prepared for it, and chosen
+  // by it (cuDNN's does not run 1 token: auto takes cuBLAS, cudnn is refused) before the first step.
+  int seq = 0;
 };
 
 // The CUDA implementation on the current device: bf16 weights and activations for the GEMMs and attention, fp32
@@ -140,6 +143,11 @@ void CheckBatchShape(const ModelConfig& config, int batch, int seq);
 // zero padding rows in wte.
 void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlot>& layout, uint64_t seed,
                           float* params);
+// Elements [begin, end) of that same buffer into out[0, end - begin): the same bits, for any range (a device upload
+// draws the weights chunk by chunk into a pinned staging buffer). Every element of the range is written. Both
+// functions draw on CpuThreads() threads.
+void InitializeParameterRange(const ModelConfig& config, const std::vector<TensorSlot>& layout, uint64_t seed,
+                              size_t begin, size_t end, float* out);
 
 // The layout both implementations share.
 std::vector<TensorSlot> MakeLayout(const ModelConfig& config);

@@ -387,6 +387,8 @@ int RunTrainCommand(const CommandInput& input) {
     const RankContext& ctx = run->ctx();
     Backend backend;
     backend.cuda = run->backend() == "nccl";
+    // The cores of a node shared by its ranks: OpenBLAS's threads on the CPU, the initial weights' draw on both.
+    SetCpuThreadsPerRank(ctx.local_size);
     double gemm_flops = 0;
     if (backend.cuda) {
       const GpuInfo gpu = QueryGpu(ctx.gpu_index);
@@ -395,7 +397,6 @@ int RunTrainCommand(const CommandInput& input) {
       backend.description = "cuda (NCCL + CUDA transformer: bf16 cuBLASLt GEMMs, fp32 master weights and AdamW)";
       gemm_flops = MeasureDeviceGemmFlops();  // every rank on its own GPU, all at once
     } else {
-      SetCpuThreadsPerRank(ctx.local_size);
       backend.device = Format("cpu (%d BLAS threads)", CpuThreads());
       backend.description = "cpu (MPI + CPU reference in fp32)";
       // Each rank measures its GEMM rate alone on its node (the others wait asleep), so that ranks sharing cores
@@ -477,10 +478,15 @@ int RunTrainCommand(const CommandInput& input) {
       CudaTransformerOptions options;
       options.max_batch = max_batch;
       options.attention = attention;
+      options.seq = loop.seq;
       std::string fallback_reason;
+      const double setup_start = NowSeconds();
       std::unique_ptr<Transformer> cuda_model =
           MakeCudaTransformer(model, static_cast<uint64_t>(f.seed), options, &fallback_reason);
       if (!train.attributes.contains("attention")) {
+        // Mostly the host's draw of the initial weights and their upload: what a large model costs before step 0.
+        Print(Format("# model setup: %.2f s (device memory, initial weights on %d host threads, upload)",
+                     NowSeconds() - setup_start, CpuThreads()));
         train.Set("attention", cuda_model->attention());
         train.Set("attention_fallback_reason", fallback_reason);
         Print("# attention: " + cuda_model->attention() +

@@ -13,11 +13,13 @@
 #include <numbers>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu_kernels.h"
 #include "error.h"
 #include "model_config.h"
+#include "random.h"
 #include "token_windows.h"
 #include "transformer.h"
 
@@ -299,6 +301,61 @@ TEST(CpuTransformer, InitialisesAsGpt2) {
     EXPECT_NEAR(stddev, expected, 0.06 * expected);
     EXPECT_NEAR(sum / drawn, 0.0, 0.1 * expected);
     for (size_t i = drawn; i < slot.count; ++i) ASSERT_EQ(p[slot.offset + i], 0.0f) << "padding row element " << i;
+  }
+}
+
+// The initial weights are one stream of normals in layout order (Box–Muller over splitmix64, a spare carried from
+// one tensor into the next), drawn here by one thread in order: InitializeParameters, which draws pieces of it on
+// several threads by jumping ahead, must give the same bits.
+TEST(InitializeParameters, EqualsTheStreamDrawnInOrder) {
+  const ModelConfig config = CustomModel(2, 12, 2, 301, 16);
+  const std::vector<TensorSlot> layout = MakeLayout(config);
+  const size_t elements = layout.back().offset + layout.back().count;
+  uint64_t state = 99;
+  bool has_spare = false;
+  double spare = 0.0;
+  auto next = [&](float stddev) {
+    if (has_spare) {
+      has_spare = false;
+      return static_cast<float>(spare * stddev);
+    }
+    const double u1 = 1.0 - static_cast<double>(NextSplitMix64(state) >> 11) * 0x1.0p-53;
+    const double u2 = static_cast<double>(NextSplitMix64(state) >> 11) * 0x1.0p-53;
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    spare = radius * std::sin(2 * std::numbers::pi * u2);
+    has_spare = true;
+    return static_cast<float>(radius * std::cos(2 * std::numbers::pi * u2) * stddev);
+  };
+  std::vector<float> expected(elements, 0.0f);
+  for (const TensorSlot& slot : layout) {
+    float* p = expected.data() + slot.offset;
+    if (!slot.decay && slot.name.ends_with(".weight")) std::fill(p, p + slot.count, 1.0f);
+    if (!slot.decay) continue;
+    const size_t drawn = slot.name == "wte" ? static_cast<size_t>(config.vocab) * config.d_model : slot.count;
+    const float stddev = slot.name.ends_with(".proj.weight") ? 0.02f / std::sqrt(2.0f * config.layers) : 0.02f;
+    for (size_t i = 0; i < drawn; ++i) p[i] = next(stddev);
+  }
+  std::vector<float> actual(elements, std::numeric_limits<float>::quiet_NaN());
+  InitializeParameters(config, layout, 99, actual.data());
+  EXPECT_EQ(std::memcmp(actual.data(), expected.data(), elements * sizeof(float)), 0);
+}
+
+// Any range, at any boundary (inside a pair of normals, across slots, inside wte's padding), writes every element
+// of it with the bits of the whole buffer.
+TEST(InitializeParameters, RangesEqualTheWhole) {
+  const ModelConfig config = CustomModel(2, 12, 2, 301, 16);
+  const std::vector<TensorSlot> layout = MakeLayout(config);
+  const size_t elements = layout.back().offset + layout.back().count;
+  std::vector<float> whole(elements);
+  InitializeParameters(config, layout, 5, whole.data());
+  const size_t wte_padding = static_cast<size_t>(config.vocab) * config.d_model + 3;
+  const size_t h0 = layout[BlockSlot(0, kQkvWeight)].offset;
+  for (const auto& [begin, end] : std::vector<std::pair<size_t, size_t>>{
+           {0, 1}, {1, 2}, {3, 1000}, {wte_padding, h0 + 7}, {h0 - 1, h0 + 1}, {h0 + 1, elements}, {0, elements}}) {
+    SCOPED_TRACE(std::to_string(begin) + ".." + std::to_string(end));
+    std::vector<float> part(end - begin, std::numeric_limits<float>::quiet_NaN());
+    InitializeParameterRange(config, layout, 5, begin, end, part.data());
+    EXPECT_EQ(std::memcmp(part.data(), whole.data() + begin, part.size() * sizeof(float)), 0);
   }
 }
 

@@ -417,7 +417,7 @@ std::unique_ptr<tb::gpu::Attention> MakeCudnnOrSkipReason(const AttentionShape& 
     return tb::gpu::MakeCudnnAttention(shape.channels, shape.heads, max_batch, max_seq, nullptr);
   } catch (const tb::RuntimeError& error) {
     const std::string message = error.what();
-    if (message.find("without the cuDNN frontend headers") == std::string::npos) throw;
+    if (!tb::test::BuiltWithoutCudnnFrontend(message)) throw;
     skip_reason = message;
     return nullptr;
   }
@@ -479,6 +479,20 @@ TEST(GpuAttention, ShapesOutsideTheMaximaAndUnsupportedHeadSizesThrow) {
   ExpectRuntimeErrorContaining("invalid shape", [] { tb::gpu::MakeCublasAttention(100, 3, 1, 1, nullptr); });
   // A head size of 3 (odd, so bf16 heads are not even 4-byte aligned): cuDNN refuses, saying so.
   ExpectRuntimeErrorContaining("cuDNN", [] { tb::gpu::MakeCudnnAttention(6, 2, 1, 16, nullptr); });
+}
+
+// cuDNN's SDPA backward fails on sequences of 1 token: refused when made for them, and when called with them.
+TEST(GpuAttention, CudnnRefusesOneTokenSequences) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const AttentionShape shape{2, 16, 128, 2};
+  std::string skip_reason;
+  const auto cudnn = MakeCudnnOrSkipReason(shape, shape.batch, shape.seq, skip_reason);
+  if (cudnn == nullptr) GTEST_SKIP() << skip_reason;
+  ExpectRuntimeErrorContaining("1 token", [] { tb::gpu::MakeCudnnAttention(128, 2, 2, 1, nullptr); });
+  ExpectRuntimeErrorContaining("1 token", [] { tb::gpu::MakeCudnnAttention(128, 2, 2, 16, nullptr, 1); });
+  ExpectRuntimeErrorContaining("1 token", [&] { cudnn->Forward(nullptr, nullptr, nullptr, 1, 1); });
+  ExpectRuntimeErrorContaining("1 token",
+                               [&] { cudnn->Backward(nullptr, nullptr, nullptr, nullptr, nullptr, 2, 1); });
 }
 
 // --- a build without CUDA ---------------------------------------------------------------------------------------

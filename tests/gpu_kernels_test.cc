@@ -9,9 +9,10 @@
 // - GELU: 2e-6 + 2e-6·|cpu|: the device's tanhf (2 ulp) against the reference's TanhViaExp (~1e-7 absolute),
 //   scaled by x. Its gradient: 1e-5 + 2e-6·|cpu| for inputs of stddev 2 (|x| < ~8): near tanh's saturation
 //   both lose ~1 ulp of t in 1 - t², multiplied by 0.5·x·du/dx (up to ~30 there).
-// - LayerNorm and cross-entropy: 1e-5 relative + 1e-5 absolute (or 1e-4 for weight/bias gradients summed over
-//   all rows): warp-shuffle reductions add in a different order than the reference's loop, and expf differs
-//   from cpu::Exp by a few ulp.
+// - LayerNorm, cross-entropy and column sums: 1e-5 relative + 1e-5 absolute (or 1e-4 for sums over all rows:
+//   weight/bias gradients, column sums): block partial sums and warp-shuffle reductions add in a different order
+//   than the reference's loop, and expf differs from cpu::Exp by a few ulp; the online softmax rescales its
+//   running sum, a few ulp more. bf16 outputs add one rounding, 2^-8 relative.
 // - AdamW: 1e-6 relative + 1e-7 absolute after three steps: the same formula, rounded the same, except that
 //   the device may contract a multiply-add into an FMA.
 #include <gtest/gtest.h>
@@ -87,6 +88,30 @@ TEST(ElementMath, AdamWElementMatchesCpuReference) {
   }
 }
 
+// The online softmax accumulator against the two-pass max and sum, over values fed one at a time and merged in
+// pieces (as a block's threads do), including empty pieces and a first value that is not the largest.
+TEST(ElementMath, OnlineSoftmaxMatchesTwoPasses) {
+  const std::vector<float> values = RandomNormal(5000, 4.0f, 3);
+  const float max = *std::max_element(values.begin(), values.end());
+  double sum = 0.0;
+  for (const float value : values) sum += std::exp(static_cast<double>(value) - max);
+  for (const size_t piece : {size_t{1}, size_t{7}, size_t{256}, values.size()}) {
+    tb::element::SoftmaxAccumulator total;
+    for (size_t begin = 0; begin < values.size(); begin += piece) {
+      tb::element::SoftmaxAccumulator part;
+      for (size_t i = begin; i < std::min(values.size(), begin + piece); ++i) {
+        part = tb::element::SoftmaxAdd(part, values[i]);
+      }
+      total = tb::element::SoftmaxMerge(tb::element::SoftmaxMerge(total, tb::element::SoftmaxAccumulator{}), part);
+    }
+    EXPECT_EQ(total.max, max) << "pieces of " << piece;
+    EXPECT_NEAR(total.sum, sum, 1e-5 * sum) << "pieces of " << piece;
+  }
+  const tb::element::SoftmaxAccumulator empty = tb::element::SoftmaxMerge({}, {});
+  EXPECT_EQ(empty.sum, 0.0f);
+  EXPECT_TRUE(std::isinf(empty.max) && empty.max < 0);
+}
+
 // --- GPU kernels against the CPU reference -----------------------------------------------------------------
 
 // Shapes with channels that are not a multiple of the warp size, so the tails of every loop run.
@@ -130,8 +155,11 @@ TEST(GpuKernels, EncoderForwardAndBackward) {
 
 TEST(GpuKernels, LayerNormForwardAndBackward) {
   if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  // More rows than one block of the backward takes (64), the last block partial: the per-block partial sums of the
+  // weight and bias gradients and their second pass both run.
+  constexpr size_t kNormRows = 700;
   // A large common offset checks that the variance is taken of centred values.
-  std::vector<float> in = RandomNormal(kRows * kChannels, 1.0f, 10);  // (N, C)
+  std::vector<float> in = RandomNormal(kNormRows * kChannels, 1.0f, 10);  // (N, C)
   for (float& value : in) value += 30.0f;
   std::vector<float> weight = RandomNormal(kChannels, 0.1f, 11);  // (C)
   for (float& value : weight) value += 1.0f;
@@ -144,25 +172,26 @@ TEST(GpuKernels, LayerNormForwardAndBackward) {
   const DeviceMemory weight_grad = Upload(cpu_weight_grad);
   const DeviceMemory bias_grad = Upload(cpu_bias_grad);
 
-  std::vector<float> cpu_out(in.size()), cpu_mean(kRows), cpu_rstd(kRows);
+  std::vector<float> cpu_out(in.size()), cpu_mean(kNormRows), cpu_rstd(kNormRows);
   tb::cpu::LayerNormForward(cpu_out.data(), cpu_mean.data(), cpu_rstd.data(), in.data(), weight.data(),
-                            bias.data(), kRows, kChannels);
+                            bias.data(), kNormRows, kChannels);
   tb::cpu::LayerNormBackward(cpu_in_grad.data(), cpu_weight_grad.data(), cpu_bias_grad.data(), out_grad.data(),
-                             in.data(), weight.data(), cpu_mean.data(), cpu_rstd.data(), kRows, kChannels);
+                             in.data(), weight.data(), cpu_mean.data(), cpu_rstd.data(), kNormRows, kChannels);
 
   const DeviceMemory d_in = Upload(in), d_weight = Upload(weight), d_bias = Upload(bias);
   const DeviceMemory d_out_grad = Upload(out_grad);
-  const DeviceMemory out(in.size() * sizeof(float)), mean(kRows * sizeof(float)), rstd(kRows * sizeof(float));
+  const DeviceMemory out(in.size() * sizeof(float)), mean(kNormRows * sizeof(float)), rstd(kNormRows * sizeof(float));
+  const DeviceMemory scratch(tb::gpu::LayerNormBackwardScratchFloats(kNormRows, kChannels) * sizeof(float));
   tb::gpu::LayerNormForward(out.as<float>(), mean.as<float>(), rstd.as<float>(), d_in.as<float>(),
-                            d_weight.as<float>(), d_bias.as<float>(), kRows, kChannels, nullptr);
+                            d_weight.as<float>(), d_bias.as<float>(), kNormRows, kChannels, nullptr);
   tb::gpu::LayerNormBackward(in_grad.as<float>(), weight_grad.as<float>(), bias_grad.as<float>(),
                              d_out_grad.as<float>(), d_in.as<float>(), d_weight.as<float>(), mean.as<float>(),
-                             rstd.as<float>(), kRows, kChannels, nullptr);
+                             rstd.as<float>(), kNormRows, kChannels, scratch.as<float>(), nullptr);
   tb::gpu::SynchronizeDevice();
 
   ExpectAllNear(Download<float>(out, cpu_out.size()), cpu_out, 1e-5f, 1e-5f, "layernorm out");
-  ExpectAllNear(Download<float>(mean, kRows), cpu_mean, 1e-5f, 1e-5f, "layernorm mean");
-  ExpectAllNear(Download<float>(rstd, kRows), cpu_rstd, 1e-5f, 1e-5f, "layernorm rstd");
+  ExpectAllNear(Download<float>(mean, kNormRows), cpu_mean, 1e-5f, 1e-5f, "layernorm mean");
+  ExpectAllNear(Download<float>(rstd, kNormRows), cpu_rstd, 1e-5f, 1e-5f, "layernorm rstd");
   ExpectAllNear(Download<float>(in_grad, cpu_in_grad.size()), cpu_in_grad, 1e-5f, 1e-5f, "layernorm in_grad");
   ExpectAllNear(Download<float>(weight_grad, kChannels), cpu_weight_grad, 1e-4f, 1e-5f, "layernorm weight_grad");
   ExpectAllNear(Download<float>(bias_grad, kChannels), cpu_bias_grad, 1e-4f, 1e-5f, "layernorm bias_grad");
@@ -218,14 +247,52 @@ TEST(GpuKernels, CrossEntropyForwardBackward) {
   }
 
   const DeviceMemory logits = Upload(padded), d_targets = Upload(targets);
-  const DeviceMemory row_losses(kRows * sizeof(float)), loss(sizeof(float));
+  const DeviceMemory row_losses(kRows * sizeof(float)), loss(sizeof(float)), bf16_loss(sizeof(float));
+  const DeviceMemory bf16_grad(padded.size() * sizeof(tb::gpu::Bf16));
+  // The model's way first (bf16 gradient, logits kept), then the fp32 one over the logits themselves.
+  tb::gpu::CrossEntropyForwardBackward(bf16_grad.as<tb::gpu::Bf16>(), row_losses.as<float>(), bf16_loss.as<float>(),
+                                       logits.as<float>(), d_targets.as<int32_t>(), kRows, kVocab, kVocabPadded,
+                                       nullptr);
   tb::gpu::CrossEntropyForwardBackward(logits.as<float>(), row_losses.as<float>(), loss.as<float>(),
-                                       d_targets.as<int32_t>(), kRows, kVocab, kVocabPadded, nullptr);
+                                       logits.as<float>(), d_targets.as<int32_t>(), kRows, kVocab, kVocabPadded,
+                                       nullptr);
   tb::gpu::SynchronizeDevice();
 
   EXPECT_NEAR(Download<float>(loss, 1)[0], cpu_loss, 1e-5f * std::fabs(cpu_loss));
-  // Gradients are probabilities / N: compare on that scale.
+  EXPECT_EQ(Download<float>(bf16_loss, 1)[0], Download<float>(loss, 1)[0]);  // the same pass over the same logits
+  // Gradients are probabilities / N: compare on that scale; bf16 adds one rounding (2^-8 relative).
   ExpectAllNear(Download<float>(logits, padded.size()), expected_grad, 1e-5f / kRows, 1e-5f, "cross-entropy grad");
+  std::vector<float> from_bf16;
+  for (const tb::gpu::Bf16 value : Download<tb::gpu::Bf16>(bf16_grad, padded.size())) {
+    from_bf16.push_back(tb::gpu::ToFloat(value));
+  }
+  ExpectAllNear(from_bf16, expected_grad, 1e-5f / kRows, 1.0f / 256, "cross-entropy bf16 grad");
+}
+
+// Column sums (the bias gradients) over more rows than one chunk (256) and columns that are not a multiple of 32,
+// against a sum in double; bf16 inputs are exact in fp32, so only the summation order differs.
+TEST(GpuKernels, ColumnSumAddsIntoItsOutput) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  constexpr size_t kSumRows = 1000;
+  constexpr int kCols = 100;
+  std::vector<tb::gpu::Bf16> in;
+  for (const float value : RandomNormal(kSumRows * kCols, 1.0f, 60)) in.push_back(tb::gpu::ToBf16(value));
+  const std::vector<float> initial = RandomNormal(kCols, 1.0f, 61);  // accumulated into
+  std::vector<float> expected(kCols);
+  for (int c = 0; c < kCols; ++c) {
+    double sum = initial[c];
+    for (size_t r = 0; r < kSumRows; ++r) sum += tb::gpu::ToFloat(in[r * kCols + c]);
+    expected[c] = static_cast<float>(sum);
+  }
+  const DeviceMemory d_in = Upload(in), out = Upload(initial);
+  const DeviceMemory scratch(tb::gpu::ColumnSumScratchFloats(kSumRows, kCols) * sizeof(float));
+  tb::gpu::ColumnSum(out.as<float>(), d_in.as<tb::gpu::Bf16>(), kSumRows, kCols, scratch.as<float>(), nullptr);
+  const std::vector<float> first = Download<float>(out, kCols);
+  ExpectAllNear(first, expected, 1e-4f, 1e-5f, "column sums");
+  // Again from the same start: no atomics, so the same bits.
+  const DeviceMemory again = Upload(initial);
+  tb::gpu::ColumnSum(again.as<float>(), d_in.as<tb::gpu::Bf16>(), kSumRows, kCols, scratch.as<float>(), nullptr);
+  EXPECT_EQ(Download<float>(again, kCols), first);
 }
 
 TEST(GpuKernels, AdamWUpdate) {

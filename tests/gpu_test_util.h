@@ -11,11 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attention.h"
 #include "device.h"
 
 namespace tb::test {
 
 inline std::string NoGpuMessage() { return "no usable GPU: " + GpuUnavailableReason(); }
+
+// Whether a failure to make cuDNN's attention is this build's lack of the cuDNN frontend (the stub): the one reason a
+// cuDNN test skips. Any other failure (cuDNN refusing a shape, a cuDNN error) fails the test.
+inline bool BuiltWithoutCudnnFrontend(const std::string& message) {
+  return message.find(gpu::kBuiltWithoutCudnnFrontend) != std::string::npos;
+}
 
 inline std::vector<float> RandomNormal(size_t count, float stddev, uint32_t seed) {
   std::mt19937 generator(seed);

@@ -32,9 +32,17 @@ class Attention {
   virtual size_t workspace_bytes() const = 0;
 };
 
-// cuDNN's fused SDPA. Throws RuntimeError, carrying cuDNN's own reason, when this cuDNN, device or shape cannot
-// run it (for example a head size it does not support), so that the caller can fall back to cuBLAS.
-std::unique_ptr<Attention> MakeCudnnAttention(int channels, int heads, int max_batch, int max_seq, void* stream);
+// In MakeCudnnAttention's message when, and only when, this build has no cuDNN frontend (attention_cudnn_stub.cc):
+// the one reason a cuDNN test may skip rather than fail.
+inline constexpr char kBuiltWithoutCudnnFrontend[] = "built without the cuDNN frontend headers";
+
+// cuDNN's fused SDPA for batches of up to max_batch x max_seq, its graphs built at once for (max_batch, seq), the
+// shape the caller will run (0: max_seq). Throws RuntimeError, carrying cuDNN's own reason, when this cuDNN, device
+// or shape cannot run it (for example a head size it does not support), so that the caller can fall back to cuBLAS
+// before it runs anything. A sequence of 1 token is refused here, and by Forward and Backward: cuDNN's SDPA
+// backward fails on it (PyTorch does not send it to cuDNN either).
+std::unique_ptr<Attention> MakeCudnnAttention(int channels, int heads, int max_batch, int max_seq, void* stream,
+                                              int seq = 0);
 // cuBLAS batched GEMMs + causal softmax.
 std::unique_ptr<Attention> MakeCublasAttention(int channels, int heads, int max_batch, int max_seq, void* stream);
 

@@ -198,9 +198,13 @@ std::string CudnnVersionText() {
 
 void* Mutable(const void* pointer) { return const_cast<void*>(pointer); }
 
+constexpr const char* kOneTokenRefusal =
+    "sequences of 1 token are not run on cuDNN's fused attention: its SDPA backward fails on them (use the cuBLAS "
+    "attention, or a longer --seq)";
+
 class CudnnAttention final : public Attention {
  public:
-  CudnnAttention(int channels, int heads, int max_batch, int max_seq, void* stream)
+  CudnnAttention(int channels, int heads, int max_batch, int max_seq, int seq, void* stream)
       : channels_(channels),
         heads_(heads),
         max_batch_(max_batch),
@@ -210,7 +214,7 @@ class CudnnAttention final : public Attention {
     TB_CHECK_CUDNN(cudnnCreate(&raw));
     handle_.reset(raw);
     TB_CHECK_CUDNN(cudnnSetStream(raw, static_cast<cudaStream_t>(stream)));
-    GraphsFor(max_batch, max_seq, true, true);
+    GraphsFor(max_batch, seq, true, true);
   }
 
   std::string name() const override { return "cudnn-sdpa"; }
@@ -244,6 +248,7 @@ class CudnnAttention final : public Attention {
   };
 
   void CheckShape(const char* caller, int batch, int seq) const {
+    if (seq == 1) throw RuntimeError(std::string("cuDNN attention ") + caller + ": " + kOneTokenRefusal);
     if (batch < 1 || batch > max_batch_ || seq < 1 || seq > max_seq_) {
       throw RuntimeError("cuDNN attention " + std::string(caller) + ": batch " + std::to_string(batch) + ", seq " +
                          std::to_string(seq) + " outside what it was made for (batch 1.." +
@@ -288,14 +293,19 @@ class CudnnAttention final : public Attention {
 
 }  // namespace
 
-std::unique_ptr<Attention> MakeCudnnAttention(int channels, int heads, int max_batch, int max_seq, void* stream) {
-  if (channels < 1 || heads < 1 || channels % heads != 0 || max_batch < 1 || max_seq < 1) {
+std::unique_ptr<Attention> MakeCudnnAttention(int channels, int heads, int max_batch, int max_seq, void* stream,
+                                              int seq) {
+  if (seq == 0) seq = max_seq;
+  if (channels < 1 || heads < 1 || channels % heads != 0 || max_batch < 1 || max_seq < 1 || seq < 1 ||
+      seq > max_seq) {
     throw RuntimeError("MakeCudnnAttention: invalid shape (channels " + std::to_string(channels) + ", heads " +
                        std::to_string(heads) + ", max_batch " + std::to_string(max_batch) + ", max_seq " +
-                       std::to_string(max_seq) + ")");
+                       std::to_string(max_seq) + ", seq " + std::to_string(seq) + ")");
   }
+  // Before any graph: the caller falls back (auto) or refuses (cudnn) before its run starts.
+  if (seq == 1 || max_seq == 1) throw RuntimeError(std::string("cuDNN fused attention: ") + kOneTokenRefusal);
   try {
-    return std::make_unique<CudnnAttention>(channels, heads, max_batch, max_seq, stream);
+    return std::make_unique<CudnnAttention>(channels, heads, max_batch, max_seq, seq, stream);
   } catch (const RuntimeError& error) {
     throw RuntimeError("cuDNN fused attention is not available for " + std::to_string(heads) + " heads of " +
                        std::to_string(channels / heads) + " (cuDNN " + CudnnVersionText() + "): " + error.what());

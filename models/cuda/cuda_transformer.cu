@@ -144,6 +144,7 @@ class CudaTransformer final : public Transformer {
   // Points every activation tensor into `base` (null: only counts); returns the bytes they take.
   size_t PointActivations(char* base);
   void CheckDeviceMemory(uint64_t needed_bytes, uint64_t activation_bytes) const;
+  void UploadInitialParameters(uint64_t seed);
   // Records the device memory in use now if it is the most so far.
   void NoteDeviceMemory();
   // Offsets into the flat buffers.
@@ -181,13 +182,15 @@ class CudaTransformer final : public Transformer {
   Bf16* lnf_ = nullptr;           // (N, C)
   float* lnf_mean_ = nullptr;     // (N)
   float* lnf_rstd_ = nullptr;     // (N)
-  float* logits_ = nullptr;       // (N, Vp) logits, then (the cross-entropy kernel) d loss / d logits
+  float* logits_ = nullptr;       // (N, Vp)
   float* row_losses_ = nullptr;   // (N)
   float* loss_ = nullptr;         // (1) the mean loss
   float* residual_grad_ = nullptr;     // (N, C) gradient of the residual stream, fp32 as the stream itself
   Bf16* residual_grad_bf16_ = nullptr; // (N, C) its bf16 copy, the out_grad of the projections' backward GEMMs
   Bf16* channel_grad_ = nullptr;       // (N, C) gradient of a LayerNorm output or of the attention output
-  // (N, max(Vp, 4C)): d loss / d logits in bf16, then each block's MLP hidden gradient (N, 4C), then its qkv
+  float* layernorm_scratch_ = nullptr; // LayerNorm backward's per-block partial sums of its weight gradients
+  // (N, max(Vp, 4C)): d loss / d logits in bf16 (written by the cross-entropy in Forward), then each block's MLP
+  // hidden gradient (N, 4C), then its qkv
   // gradient (N, 3C): each is spent before the next is written (the CPU reference's hidden_grad_ likewise).
   Bf16* grad_scratch_ = nullptr;
 
@@ -233,7 +236,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
     attention_ = gpu::MakeCublasAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
   } else {
     try {
-      attention_ = gpu::MakeCudnnAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
+      attention_ = gpu::MakeCudnnAttention(c, config_.heads, options_.max_batch, config_.seq, stream(), options_.seq);
     } catch (const RuntimeError& error) {
       if (options_.attention == AttentionChoice::kCudnn) {
         throw RuntimeError(std::string("attention 'cudnn' was asked for, but cuDNN's fused attention cannot run "
@@ -267,11 +270,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
   token_staging_ = PinnedBuffer(2 * max_tokens_ * sizeof(int32_t));
   loss_host_ = PinnedBuffer(sizeof(float));
 
-  // The same initial weights as the CPU reference: drawn on the host from the same seed, then uploaded.
-  std::vector<float> initial(elements_);
-  InitializeParameters(config_, layout_, seed, initial.data());
-  TB_CHECK_CUDA(cudaMemcpyAsync(params_, initial.data(), elements_ * sizeof(float), cudaMemcpyHostToDevice,
-                                stream_.get()));
+  UploadInitialParameters(seed);
   gpu::CastToBf16(params_bf16_, params_, elements_, stream());
   TB_CHECK_CUDA(cudaMemsetAsync(grads_, 0, elements_ * sizeof(float), stream_.get()));
   TB_CHECK_CUDA(cudaMemsetAsync(m_, 0, elements_ * sizeof(float), stream_.get()));
@@ -279,6 +278,28 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
   TB_CHECK_CUDA(cudaMemsetAsync(loss_, 0, sizeof(float), stream_.get()));  // Loss() before any Forward: 0
   stream_.Synchronize();
   NoteDeviceMemory();
+}
+
+// The same initial weights as the CPU reference, drawn on the host from the same seed (InitializeParameterRange, on
+// every core this rank may use) chunk by chunk into two pinned staging buffers, each chunk's copy running while the
+// next is drawn: no pageable vector of all P parameters to fault in (6 GB for gpt2-1.5b), and copies at the pinned
+// rate.
+void CudaTransformer::UploadInitialParameters(uint64_t seed) {
+  constexpr size_t kChunkElements = size_t{16} << 20;  // 64 MiB of fp32
+  const size_t chunk = std::min(kChunkElements, elements_);
+  PinnedBuffer staging[2] = {PinnedBuffer(chunk * sizeof(float)), PinnedBuffer(chunk * sizeof(float))};
+  Event copied[2];
+  for (size_t begin = 0, i = 0; begin < elements_; begin += chunk, ++i) {
+    const size_t count = std::min(chunk, elements_ - begin);
+    PinnedBuffer& buffer = staging[i % 2];
+    if (i >= 2) copied[i % 2].Synchronize();  // the copy from this buffer two chunks ago
+    float* host = static_cast<float*>(buffer.data());
+    InitializeParameterRange(config_, layout_, seed, begin, begin + count, host);
+    TB_CHECK_CUDA(cudaMemcpyAsync(params_ + begin, host, count * sizeof(float), cudaMemcpyHostToDevice,
+                                  stream_.get()));
+    copied[i % 2].Record(stream_.get());
+  }
+  stream_.Synchronize();  // before the staging buffers go
 }
 
 // Buffers are freed after the work that uses them has finished. Nothing to report from a destructor: a failed
@@ -318,6 +339,7 @@ size_t CudaTransformer::PointActivations(char* base) {
   residual_grad_ = carve.Take<float>(n * c);
   residual_grad_bf16_ = carve.Take<Bf16>(n * c);
   channel_grad_ = carve.Take<Bf16>(n * c);
+  layernorm_scratch_ = carve.Take<float>(gpu::LayerNormBackwardScratchFloats(n, config_.d_model));
   grad_scratch_ = carve.Take<Bf16>(n * std::max({vp, hidden, 3 * c}));
   return carve.used();
 }
@@ -399,9 +421,11 @@ void CudaTransformer::Forward() {
   // The tied LM head over all Vp rows of wte, so that the GEMM keeps its aligned shape: the padding rows are zero,
   // their logits are 0, and the cross-entropy ignores those columns (and gives them zero gradient).
   gemm_->LinearForwardFloat(logits_, nullptr, lnf_, Bf16Param(kWteSlot), nullptr, n, c, config_.vocab_padded);
-  // Loss and d loss / d logits in one pass, in place, as llm.c does: Backward starts from them.
-  gpu::CrossEntropyForwardBackward(logits_, row_losses_, loss_, targets, n, config_.vocab, config_.vocab_padded,
-                                   stream());
+  // Loss and d loss / d logits together, as llm.c does, the gradient in bf16 for the LM head's backward GEMMs:
+  // Backward starts from it.
+  Bf16* logits_grad = grad_scratch_;
+  gpu::CrossEntropyForwardBackward(logits_grad, row_losses_, loss_, logits_, targets, n, config_.vocab,
+                                   config_.vocab_padded, stream());
   backward_pending_ = true;
   if (!forward_measured_) {
     NoteDeviceMemory();
@@ -416,7 +440,7 @@ float CudaTransformer::Loss() {
 }
 
 void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready) {
-  // The cross-entropy kernel turned the logits into their gradient, so backward runs once per Forward.
+  // Backward overwrites the logits' gradient that Forward left in grad_scratch_, so it runs once per Forward.
   if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
   backward_pending_ = false;
   auto ready = [&](size_t slot) {
@@ -435,16 +459,15 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   const int vp = config_.vocab_padded;
   const int32_t* inputs = tokens_;
 
-  // LM head: d loss / d logits (N, Vp) in bf16 for the GEMMs; its padding columns are zero, so wte's padding rows
+  // LM head: d loss / d logits (N, Vp) in bf16, from Forward; its padding columns are zero, so wte's padding rows
   // get a zero gradient.
-  Bf16* logits_grad = grad_scratch_;
-  gpu::CastToBf16(logits_grad, logits_, n * vp, stream());
+  const Bf16* logits_grad = grad_scratch_;
   gemm_->LinearBackwardInput(channel_grad_, logits_grad, Bf16Param(kWteSlot), nullptr, n, c, vp);
   gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, logits_grad, lnf_, n, c, vp);
   TB_CHECK_CUDA(cudaMemsetAsync(residual_grad_, 0, n * c * sizeof(float), stream_.get()));
   const size_t lnf_slot = LnfWeightSlot(config_.layers);
   gpu::LayerNormBackward(residual_grad_, Grad(lnf_slot), Grad(lnf_slot + 1), channel_grad_, blocks_.back().residual3,
-                         Param(lnf_slot), lnf_mean_, lnf_rstd_, n, c, stream());
+                         Param(lnf_slot), lnf_mean_, lnf_rstd_, n, c, layernorm_scratch_, stream());
   ready(lnf_slot + 1);
   ready(lnf_slot);
 
@@ -469,7 +492,7 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
     gemm_->LinearBackwardWeights(grad(kFcWeight), grad(kFcBias), hidden_grad, a.ln2, n, c, hidden);
     ready_pair(l, kFcWeight, kFcBias);
     gpu::LayerNormBackward(residual_grad_, grad(kLn2Weight), grad(kLn2Bias), channel_grad_, a.residual2,
-                           param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, stream());
+                           param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, layernorm_scratch_, stream());
     ready_pair(l, kLn2Weight, kLn2Bias);
 
     // Attention projection, attention, qkv.
@@ -483,7 +506,7 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
     gemm_->LinearBackwardWeights(grad(kQkvWeight), grad(kQkvBias), qkv_grad, a.ln1, n, c, 3 * c);
     ready_pair(l, kQkvWeight, kQkvBias);
     gpu::LayerNormBackward(residual_grad_, grad(kLn1Weight), grad(kLn1Bias), channel_grad_, residual,
-                           param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c, stream());
+                           param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c, layernorm_scratch_, stream());
     ready_pair(l, kLn1Weight, kLn1Bias);
   }
   gpu::EncoderBackward(Grad(kWteSlot), Grad(kWpeSlot), residual_grad_, inputs, batch_, seq_, c, stream());
@@ -526,6 +549,10 @@ std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint
   if (options.max_batch < 1) {
     throw InputError(std::string("the CUDA transformer's max_batch must be at least 1, got ") +
                      std::to_string(options.max_batch));
+  }
+  if (options.seq < 0 || options.seq > config.seq) {
+    throw InputError("the CUDA transformer's run sequence length " + std::to_string(options.seq) + " is outside 0.." +
+                     std::to_string(config.seq) + ", the positions of model '" + config.name + "'");
   }
   auto model = std::make_unique<CudaTransformer>(config, seed, options);
   if (fallback_reason != nullptr) *fallback_reason = model->fallback_reason();

@@ -18,12 +18,15 @@
 //                   A = in as (IC, N), ld IC, transa = N; B = out_grad stored (OC, N), ld OC, transb = T
 //                   (op(B) = (N, OC)); C = D = W_grad (IC, OC), ld IC, fp32, beta = 1; m = IC, n = OC, k = N.
 //
-// The bias gradient is a column sum of out_grad added into fp32 (ColumnSumKernel below), not the BGRADB
-// epilogue: that epilogue overwrites its output, and the contract here (as in cpu::MatmulBackward) accumulates.
+// C always has D's type, shape and leading dimension, so one layout serves both: cuBLASLt's in-place rule (C == D,
+// as for the weight gradients and the residual adds) wants C's layout to be D's.
+//
+// The bias gradient is a column sum of out_grad added into fp32 (gpu::ColumnSum: partial sums over many blocks,
+// then their sum), not the BGRADB epilogue: that epilogue overwrites its output where the contract here (as in
+// cpu::MatmulBackward) accumulates, and needs its own support from the heuristic for each shape.
 #include "cuda/gemm.h"
 
 #include <cublasLt.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -47,7 +50,6 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr uintptr_t kEpilogueAlignment = 16;
 // The GELU aux matrix's leading dimension must be a multiple of 8 elements (cublasLt.h, EPILOGUE_AUX_LD).
 constexpr int64_t kAuxLdMultiple = 8;
-constexpr unsigned int kColumnSumRowGroups = 8;
 
 // Owners of cuBLASLt's opaque handles: each type's destroy function, called once, result ignored (a failed
 // destroy means the context is already broken, and whatever broke it has reported).
@@ -125,7 +127,7 @@ struct PlanKey {
 
 struct Plan {
   MatmulDesc desc;
-  MatrixLayout a, b, c, d;
+  MatrixLayout a, b, d;  // d is C's layout too
   cublasLtMatmulAlgo_t algo;
 };
 
@@ -153,24 +155,6 @@ void SetEpiloguePointers(cublasLtMatmulDesc_t desc, const Matmul& call) {
   if (call.aux != nullptr) SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, call.aux);
 }
 
-// out_sum (cols) += column sums of in (rows, cols), bf16 in, fp32 sums. Each block owns 32 columns and walks
-// every row (threadIdx.y picks a row group), so each sum is added in the same order on every run: no atomics.
-__global__ void ColumnSumKernel(float* out_sum, const __nv_bfloat16* in, size_t rows, int cols) {
-  __shared__ float partial[kColumnSumRowGroups][32 + 1];
-  const int col = blockIdx.x * 32 + threadIdx.x;
-  float sum = 0.0f;
-  if (col < cols) {
-    for (size_t r = threadIdx.y; r < rows; r += kColumnSumRowGroups) sum += __bfloat162float(in[r * cols + col]);
-  }
-  partial[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float total = 0.0f;
-    for (unsigned int g = 0; g < kColumnSumRowGroups; ++g) total += partial[g][threadIdx.x];
-    out_sum[col] += total;
-  }
-}
-
 }  // namespace
 
 struct Gemm::Impl {
@@ -178,6 +162,7 @@ struct Gemm::Impl {
   LtHandle handle;
   DeviceBuffer workspace;
   std::map<PlanKey, Plan> plans;
+  DeviceBuffer column_sum_scratch;  // the bias gradients' partial sums, grown to the largest shape seen
 
   explicit Impl(void* stream_pointer) : stream(static_cast<cudaStream_t>(stream_pointer)) {
     cublasLtHandle_t raw = nullptr;
@@ -212,7 +197,6 @@ struct Gemm::Impl {
     const bool b_transposed = call.transb != CUBLAS_OP_N;
     plan.a = MakeLayout(CUDA_R_16BF, a_transposed ? call.k : call.m, a_transposed ? call.m : call.k, call.lda);
     plan.b = MakeLayout(CUDA_R_16BF, b_transposed ? call.n : call.k, b_transposed ? call.k : call.n, call.ldb);
-    plan.c = MakeLayout(call.d_type, call.m, call.n, call.ldd);
     plan.d = MakeLayout(call.d_type, call.m, call.n, call.ldd);
 
     cublasLtMatmulPreference_t raw_preference = nullptr;
@@ -227,7 +211,7 @@ struct Gemm::Impl {
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a.get(), plan.b.get(),
-                                                                 plan.c.get(), plan.d.get(), raw_preference, 1,
+                                                                 plan.d.get(), plan.d.get(), raw_preference, 1,
                                                                  &result, &found);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
       const std::string what = std::string("cuBLASLt algorithm for Gemm::") + call.caller + " (m " +
@@ -245,12 +229,20 @@ struct Gemm::Impl {
     return plans.emplace(key, std::move(plan)).first->second;
   }
 
+  // Scratch for ColumnSum over (rows, cols). Growing frees the old buffer: cudaFree waits for the device, so no
+  // queued column sum still uses it (first calls of a new shape only).
+  float* ColumnSumScratch(size_t rows, int cols) {
+    const size_t bytes = ColumnSumScratchFloats(rows, cols) * sizeof(float);
+    if (bytes > column_sum_scratch.bytes()) column_sum_scratch = DeviceBuffer(bytes);
+    return static_cast<float*>(column_sum_scratch.data());
+  }
+
   void Run(const Matmul& call) {
     const Plan& plan = PlanFor(call);
     SetEpiloguePointers(plan.desc.get(), call);
     const float alpha = 1.0f;
     TB_CHECK_CUBLAS(cublasLtMatmul(handle.get(), plan.desc.get(), &alpha, call.a, plan.a.get(), call.b,
-                                   plan.b.get(), &call.beta, call.c != nullptr ? call.c : call.d, plan.c.get(),
+                                   plan.b.get(), &call.beta, call.c != nullptr ? call.c : call.d, plan.d.get(),
                                    call.d, plan.d.get(), &plan.algo, workspace.data(), workspace.bytes(), stream));
   }
 };
@@ -342,11 +334,7 @@ void Gemm::LinearBackwardWeights(float* weight_grad, float* bias_grad, const Bf1
                     in_features, out_grad, out_features, weight_grad, weight_grad, in_features, CUDA_R_32F, 1.0f,
                     CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0});
   if (bias_grad != nullptr) {
-    const dim3 block(32, kColumnSumRowGroups);
-    const dim3 grid(static_cast<unsigned int>((out_features + 31) / 32));
-    ColumnSumKernel<<<grid, block, 0, impl_->stream>>>(bias_grad, reinterpret_cast<const __nv_bfloat16*>(out_grad),
-                                                       rows, out_features);
-    TB_CHECK_CUDA_LAUNCH();
+    ColumnSum(bias_grad, out_grad, rows, out_features, impl_->ColumnSumScratch(rows, out_features), impl_->stream);
   }
 }
 

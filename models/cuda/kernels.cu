@@ -1,7 +1,9 @@
 // CUDA kernels for the non-GEMM layers (fp32 math, fp32 or bf16 tensors), each kernel followed by its launcher;
 // see kernels.h for the contracts. Row-wise layers reduce in registers with warp shuffles (LayerNorm: one warp per
 // row) or through shared memory (cross-entropy: one block per row, since a vocabulary row is far longer than a
-// warp).
+// warp). Reductions over rows (LayerNorm's weight gradients, the bias gradients' column sums) write one partial
+// sum per block of rows and add those in a second pass, rather than atomics from every row into the same few
+// floats or a few blocks walking every row.
 #include "cuda/kernels.h"
 
 #include <cuda_bf16.h>
@@ -33,17 +35,47 @@ unsigned int WarpPerRowBlocks(size_t rows) {
   return static_cast<unsigned int>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
+// A reduction over rows spread over blocks: at most max_blocks of up to rows_per_block rows each (more when the
+// cap binds). Launchers and the scratch sizes they publish both come from here.
+struct RowBlocks {
+  size_t blocks;
+  size_t rows_per_block;
+};
+
+RowBlocks SplitRows(size_t rows, size_t rows_per_block, size_t max_blocks) {
+  const size_t blocks = std::clamp<size_t>((rows + rows_per_block - 1) / rows_per_block, 1, max_blocks);
+  return {blocks, (rows + blocks - 1) / blocks};
+}
+
+// LayerNorm backward: 64 rows per block (8 per warp) give gpt2-124m's 16k rows 256 blocks, two per SM and more;
+// the second pass then sums at most 512 partial rows.
+constexpr size_t kLayerNormRowsPerBlock = 64;
+constexpr size_t kLayerNormMaxBlocks = 512;
+// Column sums: chunks of 256 rows (32 loads per thread), at most 256 chunks.
+constexpr size_t kColumnSumRowsPerChunk = 256;
+constexpr size_t kColumnSumMaxChunks = 256;
+constexpr int kColumnTile = 32;
+constexpr int kColumnSumRowGroups = kThreadsPerBlock / kColumnTile;
+// Dynamic shared memory a kernel gets without opting in (cudaFuncAttributeMaxDynamicSharedMemorySize).
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+
 __device__ float WarpSum(float value) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
   return value;
 }
 
-// The sum (or max) over the whole block, returned to every thread. `scratch` holds one value per warp; the
+__device__ float ShuffleXor(float value, int offset) { return __shfl_xor_sync(0xffffffffu, value, offset); }
+__device__ double ShuffleXor(double value, int offset) { return __shfl_xor_sync(0xffffffffu, value, offset); }
+__device__ element::SoftmaxAccumulator ShuffleXor(element::SoftmaxAccumulator value, int offset) {
+  return {ShuffleXor(value.max, offset), ShuffleXor(value.sum, offset)};
+}
+
+// The sum (or max, or merge) over the whole block, returned to every thread. `scratch` holds one value per warp; the
 // leading __syncthreads lets a caller reuse it for consecutive reductions.
 template <typename T, typename Combine>
 __device__ T BlockReduce(T value, T* scratch, Combine combine) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    value = combine(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    value = combine(value, ShuffleXor(value, offset));
   }
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -116,35 +148,76 @@ __global__ void LayerNormForwardKernel(Out* out, float* mean, float* rstd, const
   }
 }
 
+// One warp per row, the block's rows [blockIdx.x·rows_per_block, ...) shared by its warps; in_grad directly, the
+// weight and bias gradients of the block's rows summed in shared memory, then written to its row of partials
+// (blocks, 2C): weight gradient in [0, C), bias gradient in [C, 2C).
 template <typename OutGrad>
-__global__ void LayerNormBackwardKernel(float* in_grad, float* weight_grad, float* bias_grad,
-                                        const OutGrad* out_grad, const float* in, const float* weight,
-                                        const float* mean, const float* rstd, size_t rows, int channels) {
-  const size_t row = blockIdx.x * static_cast<size_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
-  if (row >= rows) return;
+__global__ void LayerNormBackwardKernel(float* in_grad, float* partials, const OutGrad* out_grad, const float* in,
+                                        const float* weight, const float* mean, const float* rstd, size_t rows,
+                                        int channels, size_t rows_per_block) {
+  extern __shared__ float block_sums[];  // (2C)
+  for (int c = threadIdx.x; c < 2 * channels; c += blockDim.x) block_sums[c] = 0.0f;
+  __syncthreads();
   const int lane = threadIdx.x % kWarpSize;
-  const float* x = in + row * channels;
-  const OutGrad* dy = out_grad + row * channels;
-  float* dx = in_grad + row * channels;
-  const float m = mean[row];
-  const float s = rstd[row];
-  // With n = (x - mean)·rstd and g = out_grad·weight: dx = rstd·(g - mean(g) - n·mean(g·n)).
-  float g_sum = 0.0f;
-  float gn_sum = 0.0f;
-  for (int c = lane; c < channels; c += kWarpSize) {
-    const float g = LoadFloat(&dy[c]) * weight[c];
-    g_sum += g;
-    gn_sum += g * (x[c] - m) * s;
+  const size_t first = blockIdx.x * rows_per_block;
+  const size_t last = first + rows_per_block < rows ? first + rows_per_block : rows;
+  for (size_t row = first + threadIdx.x / kWarpSize; row < last; row += kWarpsPerBlock) {
+    const float* x = in + row * channels;
+    const OutGrad* dy = out_grad + row * channels;
+    float* dx = in_grad + row * channels;
+    const float m = mean[row];
+    const float s = rstd[row];
+    // With n = (x - mean)·rstd and g = out_grad·weight: dx = rstd·(g - mean(g) - n·mean(g·n)).
+    float g_sum = 0.0f;
+    float gn_sum = 0.0f;
+    for (int c = lane; c < channels; c += kWarpSize) {
+      const float g = LoadFloat(&dy[c]) * weight[c];
+      g_sum += g;
+      gn_sum += g * (x[c] - m) * s;
+    }
+    const float g_mean = WarpSum(g_sum) / channels;
+    const float gn_mean = WarpSum(gn_sum) / channels;
+    for (int c = lane; c < channels; c += kWarpSize) {
+      const float norm = (x[c] - m) * s;
+      const float out_grad_c = LoadFloat(&dy[c]);
+      const float g = out_grad_c * weight[c];
+      dx[c] += s * (g - g_mean - norm * gn_mean);
+      atomicAdd(&block_sums[c], out_grad_c * norm);  // shared memory: the block's warps, not the grid
+      atomicAdd(&block_sums[channels + c], out_grad_c);
+    }
   }
-  const float g_mean = WarpSum(g_sum) / channels;
-  const float gn_mean = WarpSum(gn_sum) / channels;
-  for (int c = lane; c < channels; c += kWarpSize) {
-    const float norm = (x[c] - m) * s;
-    const float out_grad_c = LoadFloat(&dy[c]);
-    const float g = out_grad_c * weight[c];
-    dx[c] += s * (g - g_mean - norm * gn_mean);
-    atomicAdd(&weight_grad[c], out_grad_c * norm);
-    atomicAdd(&bias_grad[c], out_grad_c);
+  __syncthreads();
+  float* partial = partials + blockIdx.x * 2 * static_cast<size_t>(channels);
+  for (int c = threadIdx.x; c < 2 * channels; c += blockDim.x) partial[c] = block_sums[c];
+}
+
+// --- column sums ----------------------------------------------------------------------------------------
+
+// Column sums of in (rows, cols; leading dimension ld) over chunks of rows_per_chunk rows, one chunk per blockIdx.y
+// and 32 columns per blockIdx.x, written to out[chunk·cols + col]; with `accumulate` (one chunk) added to
+// out[col] instead. Each sum runs in a fixed order (each row group's rows, then the groups in order): the same
+// result on every run.
+template <typename In>
+__global__ void ColumnSumKernel(float* out, bool accumulate, const In* in, size_t rows, int cols, size_t ld,
+                                size_t rows_per_chunk) {
+  __shared__ float partial[kColumnSumRowGroups][kColumnTile + 1];
+  const int col = blockIdx.x * kColumnTile + threadIdx.x;
+  const size_t first = blockIdx.y * rows_per_chunk;
+  const size_t last = first + rows_per_chunk < rows ? first + rows_per_chunk : rows;
+  float sum = 0.0f;
+  if (col < cols) {
+    for (size_t r = first + threadIdx.y; r < last; r += kColumnSumRowGroups) sum += LoadFloat(&in[r * ld + col]);
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+    for (int g = 0; g < kColumnSumRowGroups; ++g) total += partial[g][threadIdx.x];
+    if (accumulate) {
+      out[col] += total;
+    } else {
+      out[blockIdx.y * static_cast<size_t>(cols) + col] = total;
+    }
   }
 }
 
@@ -180,27 +253,32 @@ __global__ void CastToBf16Kernel(Bf16* out, const float* in, size_t count) {
 
 // --- cross-entropy --------------------------------------------------------------------------------------
 
-__global__ void CrossEntropyForwardBackwardKernel(float* logits, float* row_losses, const int32_t* targets,
-                                                  int vocab, int vocab_padded, float inverse_rows) {
-  __shared__ float scratch[kThreadsPerBlock / kWarpSize];
-  float* row = logits + static_cast<size_t>(blockIdx.x) * vocab_padded;
+// One block per row: the max and the normaliser in one read of the row (online softmax), then the gradient in a
+// second. logits_grad may be the logits themselves (fp32): each element is read before its own thread writes it,
+// and the target's logit before the reduction's barriers.
+template <typename Grad>
+__global__ void CrossEntropyForwardBackwardKernel(Grad* logits_grad, float* row_losses, const float* logits,
+                                                  const int32_t* targets, int vocab, int vocab_padded,
+                                                  float inverse_rows) {
+  __shared__ element::SoftmaxAccumulator scratch[kThreadsPerBlock / kWarpSize];
+  const size_t offset = static_cast<size_t>(blockIdx.x) * vocab_padded;
+  const float* row = logits + offset;
+  Grad* grad = logits_grad + offset;
   const int target = targets[blockIdx.x];
-  // Read before the gradient overwrites the row; the reductions' barriers order it before any write.
   const float target_logit = row[target];
-  float max = -INFINITY;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) max = fmaxf(max, row[j]);
-  max = BlockReduce(max, scratch, [](float a, float b) { return fmaxf(a, b); });
-  float sum = 0.0f;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(row[j] - max);
-  sum = BlockReduce(sum, scratch, [](float a, float b) { return a + b; });
-  const float inverse_sum = 1.0f / sum;
+  element::SoftmaxAccumulator softmax;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) softmax = element::SoftmaxAdd(softmax, row[j]);
+  softmax = BlockReduce(softmax, scratch, [](element::SoftmaxAccumulator a, element::SoftmaxAccumulator b) {
+    return element::SoftmaxMerge(a, b);
+  });
+  const float inverse_sum = 1.0f / softmax.sum;
   for (int j = threadIdx.x; j < vocab_padded; j += blockDim.x) {
-    const float probability = j < vocab ? expf(row[j] - max) * inverse_sum : 0.0f;
-    const float onehot = j == target ? 1.0f : 0.0f;
-    row[j] = j < vocab ? (probability - onehot) * inverse_rows : 0.0f;
+    float value = 0.0f;  // the padding columns
+    if (j < vocab) value = (expf(row[j] - softmax.max) * inverse_sum - (j == target ? 1.0f : 0.0f)) * inverse_rows;
+    StoreFloat(&grad[j], value);
   }
   // -log softmax(target) from the logits themselves: exact even where the probability underflows.
-  if (threadIdx.x == 0) row_losses[blockIdx.x] = logf(sum) + max - target_logit;
+  if (threadIdx.x == 0) row_losses[blockIdx.x] = logf(softmax.sum) + softmax.max - target_logit;
 }
 
 // The mean of row_losses into loss (1), in double as the reference sums it; one block, so no atomics and the
@@ -259,14 +337,39 @@ void LaunchLayerNormForward(Out* out, float* mean, float* rstd, const float* in,
   TB_CHECK_CUDA_LAUNCH();
 }
 
+template <typename In>
+void LaunchColumnSum(float* out, bool accumulate, const In* in, size_t rows, int cols, size_t ld, RowBlocks split,
+                     cudaStream_t stream) {
+  const dim3 block(kColumnTile, kColumnSumRowGroups);
+  const dim3 grid(static_cast<unsigned int>((cols + kColumnTile - 1) / kColumnTile),
+                  static_cast<unsigned int>(split.blocks));
+  ColumnSumKernel<<<grid, block, 0, stream>>>(out, accumulate, in, rows, cols, ld, split.rows_per_block);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+// Adds the (blocks, ld) partial sums' first `cols` columns, block by block, into out (cols).
+void AddPartialSums(float* out, const float* partials, size_t blocks, int cols, size_t ld, cudaStream_t stream) {
+  LaunchColumnSum(out, true, partials, blocks, cols, ld, RowBlocks{1, blocks}, stream);
+}
+
 template <typename OutGrad>
 void LaunchLayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const OutGrad* out_grad,
                              const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
-                             int channels, void* stream) {
+                             int channels, float* scratch, void* stream) {
   if (rows == 0) return;
-  LayerNormBackwardKernel<<<WarpPerRowBlocks(rows), kThreadsPerBlock, 0, AsStream(stream)>>>(
-      in_grad, weight_grad, bias_grad, out_grad, in, weight, mean, rstd, rows, channels);
+  const RowBlocks split = SplitRows(rows, kLayerNormRowsPerBlock, kLayerNormMaxBlocks);
+  const size_t shared_bytes = 2 * static_cast<size_t>(channels) * sizeof(float);
+  if (shared_bytes > kDefaultSharedBytes) {  // d_model above 6144; Hopper allows up to 227 KiB (C = 29056)
+    TB_CHECK_CUDA(cudaFuncSetAttribute(LayerNormBackwardKernel<OutGrad>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(shared_bytes)));
+  }
+  LayerNormBackwardKernel<<<static_cast<unsigned int>(split.blocks), kThreadsPerBlock, shared_bytes,
+                            AsStream(stream)>>>(in_grad, scratch, out_grad, in, weight, mean, rstd, rows, channels,
+                                                split.rows_per_block);
   TB_CHECK_CUDA_LAUNCH();
+  const size_t ld = 2 * static_cast<size_t>(channels);
+  AddPartialSums(weight_grad, scratch, split.blocks, channels, ld, AsStream(stream));
+  AddPartialSums(bias_grad, scratch + channels, split.blocks, channels, ld, AsStream(stream));
 }
 
 }  // namespace
@@ -283,14 +386,31 @@ void LayerNormForward(Bf16* out, float* mean, float* rstd, const float* in, cons
 
 void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
                        const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
-                       int channels, void* stream) {
-  LaunchLayerNormBackward(in_grad, weight_grad, bias_grad, out_grad, in, weight, mean, rstd, rows, channels, stream);
+                       int channels, float* scratch, void* stream) {
+  LaunchLayerNormBackward(in_grad, weight_grad, bias_grad, out_grad, in, weight, mean, rstd, rows, channels, scratch,
+                          stream);
 }
 
 void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const Bf16* out_grad, const float* in,
                        const float* weight, const float* mean, const float* rstd, size_t rows, int channels,
-                       void* stream) {
-  LaunchLayerNormBackward(in_grad, weight_grad, bias_grad, out_grad, in, weight, mean, rstd, rows, channels, stream);
+                       float* scratch, void* stream) {
+  LaunchLayerNormBackward(in_grad, weight_grad, bias_grad, out_grad, in, weight, mean, rstd, rows, channels, scratch,
+                          stream);
+}
+
+size_t LayerNormBackwardScratchFloats(size_t rows, int channels) {
+  return SplitRows(rows, kLayerNormRowsPerBlock, kLayerNormMaxBlocks).blocks * 2 * static_cast<size_t>(channels);
+}
+
+void ColumnSum(float* out, const Bf16* in, size_t rows, int cols, float* scratch, void* stream) {
+  if (rows == 0 || cols < 1) return;
+  const RowBlocks split = SplitRows(rows, kColumnSumRowsPerChunk, kColumnSumMaxChunks);
+  LaunchColumnSum(scratch, false, in, rows, cols, static_cast<size_t>(cols), split, AsStream(stream));
+  AddPartialSums(out, scratch, split.blocks, cols, static_cast<size_t>(cols), AsStream(stream));
+}
+
+size_t ColumnSumScratchFloats(size_t rows, int cols) {
+  return SplitRows(rows, kColumnSumRowsPerChunk, kColumnSumMaxChunks).blocks * static_cast<size_t>(std::max(cols, 0));
 }
 
 void GeluForward(float* out, const float* in, size_t count, void* stream) {
@@ -317,15 +437,30 @@ void CastToBf16(Bf16* out, const float* in, size_t count, void* stream) {
   TB_CHECK_CUDA_LAUNCH();
 }
 
-void CrossEntropyForwardBackward(float* logits, float* row_losses, float* loss, const int32_t* targets,
-                                 size_t rows, int vocab, int vocab_padded, void* stream) {
+namespace {
+
+template <typename Grad>
+void LaunchCrossEntropy(Grad* logits_grad, float* row_losses, float* loss, const float* logits,
+                        const int32_t* targets, size_t rows, int vocab, int vocab_padded, void* stream) {
   if (rows == 0) return;
   const float inverse_rows = 1.0f / static_cast<float>(rows);
   CrossEntropyForwardBackwardKernel<<<static_cast<unsigned int>(rows), kThreadsPerBlock, 0, AsStream(stream)>>>(
-      logits, row_losses, targets, vocab, vocab_padded, inverse_rows);
+      logits_grad, row_losses, logits, targets, vocab, vocab_padded, inverse_rows);
   TB_CHECK_CUDA_LAUNCH();
   MeanLossKernel<<<1, kThreadsPerBlock, 0, AsStream(stream)>>>(loss, row_losses, rows);
   TB_CHECK_CUDA_LAUNCH();
+}
+
+}  // namespace
+
+void CrossEntropyForwardBackward(Bf16* logits_grad, float* row_losses, float* loss, const float* logits,
+                                 const int32_t* targets, size_t rows, int vocab, int vocab_padded, void* stream) {
+  LaunchCrossEntropy(logits_grad, row_losses, loss, logits, targets, rows, vocab, vocab_padded, stream);
+}
+
+void CrossEntropyForwardBackward(float* logits_grad, float* row_losses, float* loss, const float* logits,
+                                 const int32_t* targets, size_t rows, int vocab, int vocab_padded, void* stream) {
+  LaunchCrossEntropy(logits_grad, row_losses, loss, logits, targets, rows, vocab, vocab_padded, stream);
 }
 
 void AdamWUpdate(float* params, const float* grads, float* m, float* v, size_t count, const AdamWConfig& config,

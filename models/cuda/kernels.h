@@ -52,14 +52,25 @@ void LayerNormForward(float* out, float* mean, float* rstd, const float* in, con
 // result is rounded once, to nearest even).
 void LayerNormForward(Bf16* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
                       size_t rows, int channels, void* stream);
-// in_grad (N, C) += d loss / d in; weight_grad, bias_grad (C) accumulate (atomics). One warp per row.
+// in_grad (N, C) += d loss / d in; weight_grad, bias_grad (C) accumulate. One warp per row; each block of rows
+// sums its weight and bias gradients in shared memory and writes them to `scratch`
+// (LayerNormBackwardScratchFloats(rows, channels) floats), and a second pass adds those partial sums, in block
+// order, into weight_grad and bias_grad: no global atomics. (The shared-memory adds of a block's warps come in
+// varying order, so the last bits can vary from run to run.)
 void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
                        const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
-                       int channels, void* stream);
+                       int channels, float* scratch, void* stream);
 // The same with a bf16 out_grad (what a backward GEMM writes); in, in_grad and the weight gradients stay fp32.
 void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const Bf16* out_grad, const float* in,
                        const float* weight, const float* mean, const float* rstd, size_t rows, int channels,
-                       void* stream);
+                       float* scratch, void* stream);
+size_t LayerNormBackwardScratchFloats(size_t rows, int channels);
+
+// out (cols) += column sums of in (rows, cols) (a bias gradient), in two passes spread over many blocks: the
+// column sums of chunks of rows into `scratch` (ColumnSumScratchFloats(rows, cols) floats), then their sums in
+// chunk order. No atomics: the same result on every run.
+void ColumnSum(float* out, const Bf16* in, size_t rows, int cols, float* scratch, void* stream);
+size_t ColumnSumScratchFloats(size_t rows, int cols);
 
 // out = Gelu(in), elementwise over count values.
 void GeluForward(float* out, const float* in, size_t count, void* stream);
@@ -72,12 +83,16 @@ void ResidualAdd(float* out, const float* a, const float* b, size_t count, void*
 // out = in rounded to bf16 (nearest even, as ToBf16), elementwise over count values.
 void CastToBf16(Bf16* out, const float* in, size_t count, void* stream);
 
-// Softmax cross-entropy, forward and backward in one pass over logits (N, Vp), of which only the first V
-// columns are real vocabulary: row_losses (N) = -log softmax(target); loss (1) = their mean; logits become
-// d loss / d logits = (softmax - onehot(target)) / N in columns [0, V) and 0 in the padding columns [V, Vp).
-// The same values as cpu::CrossEntropyForward followed by cpu::CrossEntropyBackward. One block per row.
-void CrossEntropyForwardBackward(float* logits, float* row_losses, float* loss, const int32_t* targets,
-                                 size_t rows, int vocab, int vocab_padded, void* stream);
+// Softmax cross-entropy, forward and backward, over logits (N, Vp) of which only the first V columns are real
+// vocabulary: row_losses (N) = -log softmax(target); loss (1) = their mean; logits_grad (N, Vp) = d loss / d logits
+// = (softmax - onehot(target)) / N in columns [0, V) and 0 in the padding columns [V, Vp). The same values as
+// cpu::CrossEntropyForward followed by cpu::CrossEntropyBackward. One block per row, reading it twice: once for
+// the max and the normaliser together (online softmax), once to write the gradient, in bf16 for the GEMMs that
+// read it. The fp32 overload may write over the logits themselves (logits_grad == logits).
+void CrossEntropyForwardBackward(Bf16* logits_grad, float* row_losses, float* loss, const float* logits,
+                                 const int32_t* targets, size_t rows, int vocab, int vocab_padded, void* stream);
+void CrossEntropyForwardBackward(float* logits_grad, float* row_losses, float* loss, const float* logits,
+                                 const int32_t* targets, size_t rows, int vocab, int vocab_padded, void* stream);
 
 // AdamW over count elements of the flat buffers; step counts from 1. With params_bf16 non-null, the updated
 // parameters are also written there rounded to bf16 (the compute copy the GEMMs read), in the same pass.

@@ -29,7 +29,7 @@ void Gemm::LinearBackwardWeights(float*, float*, const Bf16*, const Bf16*, size_
   ThrowBuiltWithoutCuda("Gemm::LinearBackwardWeights");
 }
 
-std::unique_ptr<Attention> MakeCudnnAttention(int, int, int, int, void*) {
+std::unique_ptr<Attention> MakeCudnnAttention(int, int, int, int, void*, int) {
   ThrowBuiltWithoutCuda("MakeCudnnAttention");
 }
 

@@ -23,14 +23,20 @@ void LayerNormForward(Bf16*, float*, float*, const float*, const float*, const f
 }
 
 void LayerNormBackward(float*, float*, float*, const float*, const float*, const float*, const float*,
-                       const float*, size_t, int, void*) {
+                       const float*, size_t, int, float*, void*) {
   ThrowBuiltWithoutCuda("LayerNormBackward");
 }
 
 void LayerNormBackward(float*, float*, float*, const Bf16*, const float*, const float*, const float*, const float*,
-                       size_t, int, void*) {
+                       size_t, int, float*, void*) {
   ThrowBuiltWithoutCuda("LayerNormBackward");
 }
+
+size_t LayerNormBackwardScratchFloats(size_t, int) { ThrowBuiltWithoutCuda("LayerNormBackwardScratchFloats"); }
+
+void ColumnSum(float*, const Bf16*, size_t, int, float*, void*) { ThrowBuiltWithoutCuda("ColumnSum"); }
+
+size_t ColumnSumScratchFloats(size_t, int) { ThrowBuiltWithoutCuda("ColumnSumScratchFloats"); }
 
 void GeluForward(float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("GeluForward"); }
 
@@ -40,7 +46,11 @@ void ResidualAdd(float*, const float*, const float*, size_t, void*) { ThrowBuilt
 
 void CastToBf16(Bf16*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("CastToBf16"); }
 
-void CrossEntropyForwardBackward(float*, float*, float*, const int32_t*, size_t, int, int, void*) {
+void CrossEntropyForwardBackward(Bf16*, float*, float*, const float*, const int32_t*, size_t, int, int, void*) {
+  ThrowBuiltWithoutCuda("CrossEntropyForwardBackward");
+}
+
+void CrossEntropyForwardBackward(float*, float*, float*, const float*, const int32_t*, size_t, int, int, void*) {
   ThrowBuiltWithoutCuda("CrossEntropyForwardBackward");
 }
 
