@@ -17,15 +17,15 @@ expect_error 2 "-e/--maxbytes \(1K\) is below -b/--minbytes \(1M\)" -- "$tb" col
 expect_error 2 "unknown operation 'allreduce' for --ops" -- "$tb" collectives --ops allreduce
 expect_error 2 "unknown data type 'float8' for -d/--dtype" -- "$tb" collectives -d float8
 expect_error 2 "unknown reduction 'prod' for --redop" -- "$tb" collectives --redop prod
-expect_error 2 "-n/--iters must be at least 1" -- "$tb" collectives -n 0
-expect_error 2 "-n/--iters must be at least 1" -- "$tb" collectives --iters=-3
-expect_error 2 "-f/--stepfactor must be an integer >= 2" -- "$tb" collectives -f 1
-expect_error 2 "option '--iters' is invalid|invalid.*iters" -- "$tb" collectives --iters abc
+expect_error 2 "--iters '0': out of range \(accepted: a whole number 1\.\.16777216\)" -- "$tb" collectives -n 0
+expect_error 2 "--iters '-3': out of range" -- "$tb" collectives --iters=-3
+expect_error 2 "--stepfactor '1': out of range" -- "$tb" collectives -f 1
+expect_error 2 "--iters 'abc': not a decimal whole number" -- "$tb" collectives --iters abc
 expect_error 2 "unrecognised option '--bogus'" -- "$tb" collectives --bogus
 expect_error 2 "--root 3 is not a rank" -- "$tb" collectives --root 3
 expect_error 2 "needs the cuda backend" -- "$tb" collectives --backend cpu -d bf16
 expect_error 2 "unknown backend 'tpu' for --backend" -- "$tb" collectives --backend tpu
-expect_error 2 "--timeout must be >= 0" -- "$tb" collectives --timeout -1
+expect_error 2 "--timeout '-1': out of range \(accepted: a number in \[0, 1e\+07\]\)" -- "$tb" collectives --timeout -1
 expect_error 2 "cannot write report '$work/missing/x.h5'" -- "$tb" collectives -o "$work/missing/x.h5"
 expect_error 2 "cannot write report '$work'" -- "$tb" p2p -o "$work"
 expect_error 2 "cannot write report" -- "$tb" info -o /proc/forbidden.h5
@@ -38,13 +38,13 @@ if ! "$tb" info --backend cuda >/dev/null 2>&1 && "$tb" info | grep -q "not buil
 fi
 
 expect_error 2 "unknown model 'gpt3' for --model" -- "$tb" train --model gpt3
-expect_error 2 "--layers 0 must be at least 1" -- "$tb" train --model tiny --layers 0
-expect_error 2 "--model custom needs --layers, --d-model and --heads" -- "$tb" train --model custom --layers 2
+expect_error 2 "--layers '0': out of range" -- "$tb" train --model tiny --layers 0
+expect_error 2 "--model custom needs --d-model, --heads" -- "$tb" train --model custom --layers 2
 expect_error 2 "not divisible by --heads" -- "$tb" train --model custom --layers 2 --d-model 100 --heads 3
 expect_error 2 "--seq 300 exceeds the model's 256 positions" -- "$tb" train --model tiny --seq 300
-expect_error 2 "--steps must be at least 1" -- "$tb" train --model tiny --steps 0
-expect_error 2 "--bucket-mb must be greater than 0" -- "$tb" train --model tiny --bucket-mb 0
-expect_error 2 "invalid rank count '3' in --scaling" -- "$tb" train --model tiny --scaling 1,3
+expect_error 2 "--steps '0': out of range \(accepted: a whole number >= 1\)" -- "$tb" train --model tiny --steps 0
+expect_error 2 "--bucket-mb '0': out of range" -- "$tb" train --model tiny --bucket-mb 0
+expect_error 2 "--scaling '3': out of range \(accepted: a whole number 1\.\.1\)" -- "$tb" train --model tiny --scaling 1,3
 expect_error 2 "unknown scaling mode 'linear'" -- "$tb" train --model tiny --scaling-mode linear
 expect_error 2 "cannot write report" -- "$tb" train --model tiny -o "$work/missing/t.h5"
 expect_error 2 "unknown attention 'flash' for --attention \(accepted: auto\|cudnn\|cublas\)" -- "$tb" train --model tiny --attention flash
@@ -52,7 +52,7 @@ expect_error 2 "--attention cublas applies to --backend cuda" -- "$tb" train --m
 
 # --- the same errors under mpiexec: still one line, exit 2, no hang ----------------------------------------
 expect_error 2 "invalid size '1Q' for -b/--minbytes" -- "${mpiexec[@]}" -n 2 "$tb" collectives -b 1Q
-expect_error 2 "-n/--iters must be at least 1" -- "${mpiexec[@]}" -n 2 "$tb" collectives -n 0
+expect_error 2 "--iters '0': out of range" -- "${mpiexec[@]}" -n 2 "$tb" collectives -n 0
 expect_error 2 "cannot write report" -- "${mpiexec[@]}" -n 2 "$tb" collectives -o "$work/missing/x.h5"
 
 # --- help and version ---------------------------------------------------------------------------------------

@@ -185,7 +185,7 @@ expect_error 2 "no reports given" -- "${run_cost[@]}"
 expect_error 2 "--model needs --gpu-memory" -- "${run_cost[@]}" --model gpt-13b
 expect_error 2 "gpt-14b" -- "${run_cost[@]}" --model gpt-14b --gpu-memory 80G
 expect_error 2 "--gpu-memory" -- "${run_cost[@]}" --model gpt-13b --gpu-memory lots
-expect_error 2 "--deadline-hours -1 must be greater than 0" -- \
+expect_error 2 "--deadline-hours '-1': out of range" -- \
   "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --deadline-hours -1
 expect_error 2 "--collectives goes with exactly one training report" -- \
   "${run_cost[@]}" "$r" "$r" --project 4 --collectives "$work/coll.h5"

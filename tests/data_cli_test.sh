@@ -19,10 +19,10 @@ expect_error 2 "--tokens is required" -- "$tb" data generate --dir "$d"
 expect_error 2 "invalid count '1Q' for --tokens" -- "$tb" data generate --dir "$d" --tokens 1Q
 expect_error 2 "invalid count '0' for --tokens: must be at least 1" -- "$tb" data generate --dir "$d" --tokens 0
 expect_error 2 "invalid count '1.5' for --shard-tokens: not a whole number" -- "$tb" data generate --dir "$d" --tokens 1M --shard-tokens 1.5
-expect_error 2 "--vocab 0 is out of range" -- "$tb" data generate --dir "$d" --tokens 1M --vocab 0
+expect_error 2 "--vocab '0': out of range" -- "$tb" data generate --dir "$d" --tokens 1M --vocab 0
 expect_error 2 "--vocab 20000000 is too large for --distribution zipf" -- "$tb" data generate --dir "$d" --tokens 1M --vocab 20000000 --distribution zipf
 expect_error 2 "unknown distribution 'normal' for --distribution \(accepted: uniform\|zipf\)" -- "$tb" data generate --dir "$d" --tokens 1M --distribution normal
-expect_error 2 "--zipf-exponent 0 is out of range" -- "$tb" data generate --dir "$d" --tokens 1M --zipf-exponent 0
+expect_error 2 "--zipf-exponent '0': out of range" -- "$tb" data generate --dir "$d" --tokens 1M --distribution zipf --zipf-exponent 0
 expect_error 2 "at most 99999" -- "$tb" data generate --dir "$d" --tokens 1M --shard-tokens 1
 expect_error 2 "unrecognised option '--bogus'" -- "$tb" data generate --dir "$d" --tokens 1M --bogus
 expect_error 2 "cannot create --dir '/proc/x/tokens'" -- "$tb" data generate --dir /proc/x/tokens --tokens 1M
@@ -92,7 +92,7 @@ mkdir -p "$work/empty"
 expect_error 2 "data directory '$work/empty' holds no token shards" -- "$tb" data verify "$work/empty"
 expect_error 2 "data directory '$work/nothing' does not exist" -- "$tb" data verify "$work/nothing"
 expect_error 2 "no dataset given \(usage: trainbench data verify DIR\)" -- "$tb" data verify
-expect_error 2 "--threads 0 is out of range 1..256" -- "$tb" data verify "$v" --threads 0
+expect_error 2 "--threads '0': out of range \(accepted: a whole number 1\.\.256\)" -- "$tb" data verify "$v" --threads 0
 expect_error 2 "too many positional options" -- "${mpiexec[@]}" -n 2 "$tb" data verify "$v" "$d"
 checks=$((checks + 1))
 "$tb" data verify --help | grep -q "Exit code 0: the dataset is good; 2: it is damaged" || fail "verify --help"
