@@ -90,7 +90,7 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
       ("prices", po::value(&f.prices), "price file (TOML): offerings and assumptions")
       ("train-tokens", po::value(&f.train_tokens), "the training target in tokens (300e9, 300G; SI suffixes)")
       ("train-steps", po::value(&f.train_steps), "or in optimizer steps of the priced configuration")
-      ("deadline-hours", Number(&f.deadline_hours, RealRange::AboveUpTo(0, 1e7)),
+      ("deadline-hours", Number(&f.deadline_hours, RealRange::AboveUpTo(0, 1e12)),
        "mark the cheapest configuration that trains within H hours")
       ("k", Number(&f.k, IntRange::AtLeast(1)), "price this measured scaling point (default: the largest)")
       ("project", po::value(&f.project), "project to these GPU counts or layouts: 16,32,2x8 (NxG = N nodes of G GPUs)")

@@ -331,8 +331,10 @@ LoaderPosition DataLoader::PositionOf(uint64_t sequence) const {
 
 bool DataLoader::SleepUntil(double deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  const auto until = std::chrono::steady_clock::time_point(
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(deadline)));
+  // The clock counts int64 nanoseconds: a deadline past ~292 years would overflow into the past (a busy spin).
+  constexpr double kLatest_s = 1e9;
+  const auto until = std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::min(deadline, kLatest_s))));
   return !work_cv_.wait_until(lock, until, [&] { return stop_; });
 }
 

@@ -35,24 +35,28 @@ bool Unbounded(T bound, bool low) {
   return bound == (low ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
 }
 
+// The end of the digits that start at `i`.
+size_t SkipDigits(const std::string& text, size_t i) {
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  return i;
+}
+
 }  // namespace
 
 bool IsDecimalNumber(const std::string& text, bool real) {
-  if (text.empty()) return false;
-  size_t i = text[0] == '-' ? 1 : 0;
-  size_t digits = 0, fraction = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++digits;
+  const size_t sign = !text.empty() && text[0] == '-' ? 1 : 0;
+  size_t i = SkipDigits(text, sign);
+  size_t digits = i - sign;
   if (real && i < text.size() && text[i] == '.') {
-    ++i;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++fraction;
+    const size_t fraction = SkipDigits(text, i + 1);
+    digits += fraction - (i + 1);
+    i = fraction;
   }
-  if (digits + fraction == 0) return false;
+  if (digits == 0) return false;
   if (real && i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
-    ++i;
-    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
-    size_t exponent = 0;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++exponent;
-    if (exponent == 0) return false;
+    const size_t exponent = i + 1 + (i + 1 < text.size() && (text[i + 1] == '+' || text[i + 1] == '-') ? 1 : 0);
+    i = SkipDigits(text, exponent);
+    if (i == exponent) return false;
   }
   return i == text.size();
 }

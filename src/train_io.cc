@@ -21,10 +21,18 @@ constexpr const char* kLoaderEpoch = "loader_epoch";
 constexpr const char* kLoaderBatch = "loader_batch";
 constexpr const char* kLoaderSeed = "loader_seed";
 
+constexpr double kMinThrottleMBps = 1e-3;
+
 std::vector<double> ParseRates(const std::string& text) {
   if (text.empty()) return {0};
   // MB/s per rank; 0 = no limit (a single rate only). The ceiling is far past any storage.
   const std::vector<double> rates = ParseRealList(text, "--io-throttle", RealRange::Between(0, 1e9));
+  for (double rate : rates) {
+    if (rate > 0 && rate < kMinThrottleMBps) {
+      throw InputError(Format("--io-throttle '%g': the lowest rate is %g MB/s (1 kB/s; 0 = no limit)", rate,
+                              kMinThrottleMBps));
+    }
+  }
   if (rates.size() > 1) {
     for (size_t i = 0; i < rates.size(); ++i) {
       if (rates[i] <= 0 || (i > 0 && rates[i] >= rates[i - 1])) {

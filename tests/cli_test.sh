@@ -27,7 +27,7 @@ expect_error 2 "needs the cuda backend" -- "$tb" collectives --backend cpu -d bf
 expect_error 2 "unknown backend 'tpu' for --backend" -- "$tb" collectives --backend tpu
 expect_error 2 "--timeout '-1': out of range \(accepted: a number in \[0, 1e\+07\]\)" -- "$tb" collectives --timeout -1
 expect_error 2 "cannot write report '$work/missing/x.h5'" -- "$tb" collectives -o "$work/missing/x.h5"
-expect_error 2 "cannot write report '$work'" -- "$tb" p2p -o "$work"
+expect_error 2 "refusing to write -o '$work': it is a directory" -- "$tb" p2p -o "$work"
 expect_error 2 "cannot write report" -- "$tb" info -o /proc/forbidden.h5
 expect_error 2 "--size" -- "$tb" p2p --size 10
 expect_error 2 "invalid size '1Q' for --size" -- "$tb" p2p --size 1Q
@@ -135,7 +135,7 @@ grep -q "timeout: all_reduce out-of-place, 1024 B, float" "$work/err" || fail "w
 # once the first size's row is out (the handlers are installed by then), with 63 sizes still to run.
 checks=$((checks + 1))
 sizes=$(printf '64K,%.0s' {1..64}); sizes=${sizes%,}
-"$tb" collectives -b 64K -e 64K --sizes "$sizes" -n 200000 -c 0 -o "$work/int.h5" >"$work/out" 2>"$work/err" &
+"$tb" collectives --sizes "$sizes" -n 200000 -c 0 -o "$work/int.h5" >"$work/out" 2>"$work/err" &
 pid=$!
 for _ in $(seq 600); do grep -qE '^ +65536 ' "$work/out" && break; sleep 0.1; done
 kill -TERM $pid

@@ -170,7 +170,7 @@ bad_prices malformed 's/^gpus_per_node = 8$/gpus_per_node = [8]/'
 expect_error 2 "malformed.toml:[0-9]+: arrays are not supported" -- \
   "${run_cost[@]}" "$r" --prices "$work/malformed.toml" --train-tokens 1e9
 expect_error 2 "cannot read price file '$work/none.toml'" -- "${run_cost[@]}" "$r" --prices "$work/none.toml" --train-tokens 1e9
-expect_error 2 "--train-tokens and --train-steps: give one training target, not both" -- \
+expect_error 2 "--train-tokens and --train-steps cannot be given together" -- \
   "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --train-steps 10
 expect_error 2 "--prices needs a training target: --train-tokens N or --train-steps N" -- "${run_cost[@]}" "$r" --prices "$prices"
 expect_error 2 "--format 'xml': expected text\|csv\|json" -- "${run_cost[@]}" "$r" --project 4 --format xml

@@ -93,7 +93,7 @@ expect_error 2 "data directory '$work/empty' holds no token shards" -- "$tb" dat
 expect_error 2 "data directory '$work/nothing' does not exist" -- "$tb" data verify "$work/nothing"
 expect_error 2 "no dataset given \(usage: trainbench data verify DIR\)" -- "$tb" data verify
 expect_error 2 "--threads '0': out of range \(accepted: a whole number 1\.\.256\)" -- "$tb" data verify "$v" --threads 0
-expect_error 2 "too many positional options" -- "${mpiexec[@]}" -n 2 "$tb" data verify "$v" "$d"
+expect_error 2 "data verify checks one dataset: give its directory once" -- "${mpiexec[@]}" -n 2 "$tb" data verify "$v" "$d"
 checks=$((checks + 1))
 "$tb" data verify --help | grep -q "Exit code 0: the dataset is good; 2: it is damaged" || fail "verify --help"
 

@@ -53,6 +53,7 @@ expect_error 2 "--scaling '1,,2': empty item" -- "$tb" train --model tiny --scal
 expect_error 2 "--scaling '1,': empty item" -- "$tb" train --model tiny --scaling 1,
 expect_error 2 "--sizes '1K,,1M': empty item" -- "$tb" collectives --sizes 1K,,1M
 expect_error 2 "--ops ',': empty item" -- "$tb" collectives --ops ,
+expect_error 2 "--io-throttle '1e-09': the lowest rate is 0.001 MB/s" -- "$tb" train --model tiny --data "$work" --io-throttle 1e-9
 expect_error 2 "--io-throttle '10,': empty item" -- "$tb" train --model tiny --data "$work" --io-throttle 10,
 expect_error 2 "unexpected argument 'stray'" -- "$tb" train --model tiny stray
 expect_error 2 "unexpected argument '5'" -- "$tb" collectives -n 2 5
