@@ -131,6 +131,14 @@ ModeResult MeasureMode(Communicator& comm, const CollectiveDef& def, Buffers& bu
 
 }  // namespace
 
+BufferBytes SweepBufferBytes(const CollectiveDef& def, const SweepOptions& o, int n, int rank) {
+  const size_t type_size = DataTypeSize(o.type);
+  const uint64_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
+  const CollectiveCounts big = def.counts(largest, type_size, n, rank);
+  return {std::max<size_t>(big.send_elements * type_size, type_size),
+          std::max<size_t>(std::max(big.send_elements, big.recv_elements) * type_size, type_size)};
+}
+
 SweepResult RunSweep(Communicator& comm, const SweepOptions& o,
                      const std::function<void(const OpResult&, const SizeResult&)>& on_row) {
   const int n = comm.size();
@@ -146,11 +154,10 @@ SweepResult RunSweep(Communicator& comm, const SweepOptions& o,
     op.n_ranks = n;
     op.bus_factor = def->bus_factor(n);
     // Buffers sized once for the largest size, as nccl-tests does; reused for every size.
-    uint64_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
-    CollectiveCounts big = def->counts(largest, type_size, n, comm.rank());
+    const BufferBytes bytes = SweepBufferBytes(*def, o, n, comm.rank());
     Buffers buffers;
-    buffers.send = comm.Allocate(std::max<size_t>(big.send_elements * type_size, type_size));
-    buffers.recv = comm.Allocate(std::max<size_t>(std::max(big.send_elements, big.recv_elements) * type_size, type_size));
+    buffers.send = comm.Allocate(bytes.send);
+    buffers.recv = comm.Allocate(bytes.recv);
     for (uint64_t requested : o.sizes) {
       if (o.stop_requested && o.stop_requested()) {
         result.complete = false;

@@ -62,6 +62,14 @@ struct SweepResult {
 };
 
 // Runs the sweep. `on_row` is called on every rank after each size (rank 0 prints). Collective over comm.
+// The send and receive buffers the sweep of `def` allocates on `rank` of `n`: sized once for the largest size (and
+// as large again on the host while an iteration is checked).
+struct BufferBytes {
+  size_t send = 0;
+  size_t recv = 0;
+};
+BufferBytes SweepBufferBytes(const CollectiveDef& def, const SweepOptions& options, int n, int rank);
+
 SweepResult RunSweep(Communicator& comm, const SweepOptions& options,
                      const std::function<void(const OpResult&, const SizeResult&)>& on_row);
 

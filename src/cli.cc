@@ -18,6 +18,7 @@
 #include "paths.h"
 #include "signals.h"
 #include "topology_section.h"
+#include "units.h"
 
 namespace tb {
 
@@ -176,6 +177,26 @@ std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandI
 void CheckOutputPath(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs) {
   const std::string problem = OutputFileProblem(path, inputs);
   if (!problem.empty()) throw InputError("refusing to write " + flag + " '" + path + "': " + problem);
+}
+
+void CheckMemoryFits(const CommandRun& run, const MemoryNeed& need) {
+  const std::string lower = "; lower " + need.lower;
+  if (run.backend() == "nccl" && need.device_bytes > 0) {
+    const GpuInfo gpu = QueryGpu(run.ctx().gpu_index);
+    if (need.device_bytes > static_cast<double>(gpu.memory_bytes)) {
+      throw InputError("the run needs an estimated " + FormatBytes(need.device_bytes) + " of GPU memory per rank (" +
+                       need.device_parts + "), more than the " + FormatBytes(gpu.memory_bytes) + " of " + gpu.name +
+                       lower);
+    }
+  }
+  const double node = need.host_bytes * run.ctx().local_size;
+  const double host = static_cast<double>(PhysicalMemoryBytes());
+  if (node > host) {
+    throw InputError(Format("the run needs an estimated %s of host memory: %d rank(s) on this node, %s each (%s), "
+                            "more than the host's %s", FormatBytes(node).c_str(), run.ctx().local_size,
+                            FormatBytes(need.host_bytes).c_str(), need.host_parts.c_str(), FormatBytes(host).c_str()) +
+                     lower + " (or run fewer ranks per node)");
+  }
 }
 
 void CommandRun::CheckOutputWritable() {

@@ -128,6 +128,20 @@ class ReportWriteFailed : public RuntimeError {
 // (paths.h's OutputFileProblem): a FIFO or device, or one of the inputs.
 void CheckOutputPath(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs);
 
+// What a run will allocate per rank, estimated before it starts, and what each part is made of.
+struct MemoryNeed {
+  double host_bytes = 0;
+  std::string host_parts;    // "weights 3.6 MiB, ..." for the message
+  double device_bytes = 0;   // on the rank's GPU (cuda backend)
+  std::string device_parts;
+  std::string lower;         // the flags that lower it: "--micro-batch, --seq or --layers"
+};
+
+// InputError, before anything is allocated, when `need` cannot fit: device_bytes against the rank's GPU (cuda
+// backend), host_bytes times the ranks of this node against the host's physical memory. The message names the
+// estimate, its parts and the flags to lower.
+void CheckMemoryFits(const CommandRun& run, const MemoryNeed& need);
+
 // Thrown on every rank once the ranks have agreed that a setup step failed somewhere; the failing rank has
 // already printed its line. main() exits with code() and prints nothing more.
 class AgreedFailure : public Error {

@@ -35,6 +35,25 @@ void RecordConfig(Group& cfg, const CollectivesFlags& f, const SweepOptions& o) 
   cfg.Set("modes", f.modes);
 }
 
+// The largest buffers any operation of the sweep allocates per rank: on the device (nccl) or the host (mpi), plus
+// their host images while an iteration is checked.
+MemoryNeed SweepMemoryNeed(const SweepOptions& o, const RankContext& ctx, bool nccl) {
+  double buffers = 0;
+  for (const CollectiveDef* def : o.ops) {
+    const BufferBytes bytes = SweepBufferBytes(*def, o, ctx.world_size, ctx.world_rank);
+    buffers = std::max(buffers, static_cast<double>(bytes.send) + static_cast<double>(bytes.recv));
+  }
+  const double images = o.check_iters > 0 ? buffers : 0;
+  MemoryNeed need;
+  need.lower = "-e/--maxbytes (or the largest of --sizes)";
+  need.device_bytes = nccl ? buffers : 0;
+  need.device_parts = "send and receive buffers of the largest size";
+  need.host_bytes = (nccl ? 0 : buffers) + images;
+  need.host_parts = nccl ? "host images of the buffers for the check" : "send and receive buffers of the largest "
+                                                                       "size and their images for the check";
+  return need;
+}
+
 }  // namespace
 
 // Past any useful batch, and far inside the int counters the timing loops keep.
@@ -65,6 +84,7 @@ int RunCollectivesCommand(const CommandInput& input) {
     // The MPI backend has no fp16/bf16: ask a (cheap) MPI communicator, as the sweep will use one.
     std::unique_ptr<Communicator> mpi = r.backend() == "mpi" ? r.MakeCommunicator() : nullptr;
     sweep = ValidateCollectivesFlags(f, input.ctx.world_size, mpi.get());
+    CheckMemoryFits(r, SweepMemoryNeed(sweep, input.ctx, r.backend() == "nccl"));
     RecordConfig(r.config(), f, sweep);
   }, {Excludes("sizes", "minbytes"), Excludes("sizes", "maxbytes"), Excludes("sizes", "stepfactor")});
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();

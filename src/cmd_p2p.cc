@@ -26,6 +26,16 @@ struct P2pFlags {
   double threshold = 0.8;
 };
 
+// A send and a receive buffer of the larger message size per rank, on the device (nccl) or the host.
+MemoryNeed P2pMemoryNeed(const P2pOptions& o, bool nccl) {
+  const double buffers = 2.0 * static_cast<double>(std::max(o.size_bytes, o.latency_bytes));
+  MemoryNeed need;
+  need.lower = "--size";
+  (nccl ? need.device_bytes : need.host_bytes) = buffers;
+  need.device_parts = need.host_parts = "a send and a receive buffer of --size";
+  return need;
+}
+
 }  // namespace
 
 int RunP2pCommand(const CommandInput& input) {
@@ -51,6 +61,7 @@ int RunP2pCommand(const CommandInput& input) {
     p2p.latency_iters = f.latency_iters;
     p2p.threshold_fraction = f.threshold;
     ValidateP2pOptions(p2p);
+    CheckMemoryFits(r, P2pMemoryNeed(p2p, r.backend() == "nccl"));
     Group& cfg = r.config();
     cfg.Set("size", f.size);
     cfg.Set("iters", static_cast<int64_t>(f.iters));

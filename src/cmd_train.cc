@@ -255,33 +255,26 @@ void AddStorageSweep(Group& io, const std::vector<double>& rates, const std::vec
         true);
 }
 
-// Refuses, before any rank allocates, a run whose estimated memory cannot fit: each rank's model state and
-// activations against its GPU on the CUDA backend, and the ranks of a node together against the host's memory
-// (on the CUDA backend the host holds the fp32 initial weights while they are drawn and uploaded).
-void CheckMemoryFits(const ModelConfig& model, int micro_batch, int seq, const CommandRun& run) {
-  const bool cuda = run.backend() == "nccl";
+// What a training run needs per rank: its model state and activations on the device (cuda) or the host (cpu);
+// on cuda the host holds the fp32 initial weights while they are drawn and uploaded.
+MemoryNeed TrainMemoryNeed(const ModelConfig& model, int micro_batch, int seq, bool cuda) {
   const MemoryEstimate m = EstimateMemory(model, micro_batch, seq, cuda);
   const std::string parts = Format("weights %s, gradients %s, optimizer %s, activations %s at --micro-batch %d and "
                                    "--seq %d", FormatBytes(m.weights_bytes).c_str(),
                                    FormatBytes(m.gradients_bytes).c_str(), FormatBytes(m.optimizer_bytes).c_str(),
                                    FormatBytes(m.activations_bytes).c_str(), micro_batch, seq);
-  const std::string lower = "; lower --micro-batch, --seq or --layers";
+  MemoryNeed need;
+  need.lower = "--micro-batch, --seq or --layers";
   if (cuda) {
-    const GpuInfo gpu = QueryGpu(run.ctx().gpu_index);
-    if (m.total_bytes() > static_cast<double>(gpu.memory_bytes)) {
-      throw InputError("the run needs an estimated " + FormatBytes(m.total_bytes()) + " of GPU memory per rank (" +
-                       parts + "), more than the " + FormatBytes(gpu.memory_bytes) + " of " + gpu.name + lower);
-    }
+    need.device_bytes = m.total_bytes();
+    need.device_parts = parts;
+    need.host_bytes = 4.0 * static_cast<double>(CountParameters(model).total);
+    need.host_parts = "fp32 initial weights";
+  } else {
+    need.host_bytes = m.total_bytes();
+    need.host_parts = parts;
   }
-  const double per_rank = cuda ? 4.0 * static_cast<double>(CountParameters(model).total) : m.total_bytes();
-  const double node = per_rank * run.ctx().local_size;
-  const double host = static_cast<double>(PhysicalMemoryBytes());
-  if (node > host) {
-    throw InputError(Format("the run needs an estimated %s of host memory: %d rank(s) on this node, %s each (%s), "
-                            "more than the host's %s", FormatBytes(node).c_str(), run.ctx().local_size,
-                            FormatBytes(per_rank).c_str(), cuda ? "fp32 initial weights" : parts.c_str(),
-                            FormatBytes(host).c_str()) + lower + " (or run fewer ranks per node)");
-  }
+  return need;
 }
 
 }  // namespace
@@ -348,7 +341,8 @@ int RunTrainCommand(const CommandInput& input) {
         }
       }
     }
-    CheckMemoryFits(model, weak ? f.micro_batch : global_batch / scaling.front(), loop.seq, r);
+    CheckMemoryFits(r, TrainMemoryNeed(model, weak ? f.micro_batch : global_batch / scaling.front(), loop.seq,
+                                       r.backend() == "nccl"));
     loop.micro_batch = f.micro_batch;
     loop.steps = f.steps;
     loop.warmup_steps = f.warmup_steps;

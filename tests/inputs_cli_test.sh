@@ -121,5 +121,11 @@ expect_error 2 "the run needs an estimated .* of host memory: 1 rank\(s\) on thi
   "$tb" train --model tiny --micro-batch 100000000
 expect_error 2 "the run needs an estimated .* of host memory: 2 rank\(s\) on this node" -- \
   "${mpiexec[@]}" -n 2 "$tb" train --model gpt-70b --layers 40 --micro-batch 1 --seq 128
+expect_error 2 "the run needs an estimated .* of host memory: .*send and receive buffers of the largest size.*lower -e/--maxbytes" -- \
+  "$tb" collectives -e 1T
+expect_error 2 "the run needs an estimated .* of host memory: 2 rank\(s\) on this node" -- \
+  "${mpiexec[@]}" -n 2 "$tb" collectives --sizes 1K,1T --ops all_gather
+expect_error 2 "the run needs an estimated .* of host memory: .*a send and a receive buffer of --size.*lower --size" -- \
+  "$tb" p2p --size 1T
 
 finish inputs_cli_test
