@@ -86,7 +86,9 @@ int RunCollectivesCommand(const CommandInput& input) {
     sweep = ValidateCollectivesFlags(f, input.ctx.world_size, mpi.get());
     CheckMemoryFits(r, SweepMemoryNeed(sweep, input.ctx, r.backend() == "nccl"));
     RecordConfig(r.config(), f, sweep);
-  }, {Excludes("sizes", "minbytes"), Excludes("sizes", "maxbytes"), Excludes("sizes", "stepfactor")});
+  }, {Excludes("sizes", "minbytes"), Excludes("sizes", "maxbytes"), Excludes("sizes", "stepfactor"),
+      Needs("root", "ops", {"broadcast", "reduce", "all"}),
+      Needs("redop", "ops", {"all_reduce", "reduce", "reduce_scatter", "all"})});
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();
 
   return run->RecordingFailures([&] {

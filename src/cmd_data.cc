@@ -238,7 +238,7 @@ int RunGenerate(const CommandInput& input, const std::vector<std::string>& args)
     cfg.Set("zipf_exponent", f.zipf_exponent);
     cfg.Set("seed", f.seed);
     cfg.Set("force", static_cast<int64_t>(f.force));
-  }, {Needs("zipf-exponent", "distribution", "zipf")});
+  }, {Needs("zipf-exponent", "distribution", {"zipf"})});
 
   return run->RecordingFailures([&] {
     run->BeginMeasurement("data generate");

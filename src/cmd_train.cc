@@ -314,8 +314,8 @@ int RunTrainCommand(const CommandInput& input) {
   int global_batch = 0;  // sequences per step over all ranks: what strong scaling divides by k
   AttentionChoice attention = AttentionChoice::kAuto;
   std::vector<FlagRule> rules = TrainIoFlagRules();
-  for (const char* flag : {"d-model", "heads", "vocab"}) rules.push_back(Needs(flag, "model", "custom"));
-  rules.push_back(Needs("global-batch", "scaling-mode", "strong"));
+  for (const char* flag : {"d-model", "heads", "vocab"}) rules.push_back(Needs(flag, "model", {"custom"}));
+  rules.push_back(Needs("global-batch", "scaling-mode", {"strong"}));
   std::unique_ptr<CommandRun> run = StartCommand("train", input, options, kUsage, common, [&](CommandRun& r) {
     attention = ParseAttention(f.attention);
     if (r.backend() != "nccl" && attention != AttentionChoice::kAuto) {

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 
 #include "error.h"
 
@@ -185,10 +186,31 @@ template class RangedValue<int>;
 template class RangedValue<int64_t>;
 template class RangedValue<double>;
 
-FlagRule Needs(std::string flag, std::string other, std::string value) {
-  return {std::move(flag), std::move(other), std::move(value), false};
+FlagRule Needs(std::string flag, std::string other, std::vector<std::string> values) {
+  return {std::move(flag), std::move(other), std::move(values), false};
 }
-FlagRule Excludes(std::string flag, std::string other) { return {std::move(flag), std::move(other), "", true}; }
+FlagRule Excludes(std::string flag, std::string other) { return {std::move(flag), std::move(other), {}, true}; }
+
+namespace {
+
+// Whether `text` is one of `values`, or a comma-separated list holding one of them.
+bool HoldsOneOf(const std::string& text, const std::vector<std::string>& values) {
+  std::stringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (std::find(values.begin(), values.end(), item) != values.end()) return true;
+  }
+  return false;
+}
+
+std::string JoinValues(const std::vector<std::string>& values) {
+  std::string joined;
+  for (const std::string& v : values) joined += (joined.empty() ? "" : "|") + v;
+  return joined;
+}
+
+}  // namespace
 
 void CheckFlagRules(const po::variables_map& given, const std::vector<FlagRule>& rules) {
   auto typed = [&](const std::string& name) { return given.count(name) > 0 && !given[name].defaulted(); };
@@ -198,13 +220,12 @@ void CheckFlagRules(const po::variables_map& given, const std::vector<FlagRule>&
       if (typed(rule.other)) throw InputError("--" + rule.flag + " and --" + rule.other + " cannot be given together");
       continue;
     }
-    const bool present = rule.value.empty() ? typed(rule.other) : given.count(rule.other) > 0;
-    const bool matches = rule.value.empty() || (present && given[rule.other].as<std::string>() == rule.value);
-    if (!present || !matches) {
-      throw InputError("--" + rule.flag + " goes with --" + rule.other + (rule.value.empty() ? "" : " " + rule.value) +
-                       (present ? " (--" + rule.other + " is '" + given[rule.other].as<std::string>() + "')"
-                                : " (not given)"));
-    }
+    const bool present = rule.values.empty() ? typed(rule.other) : given.count(rule.other) > 0;
+    const std::string held = present && !rule.values.empty() ? given[rule.other].as<std::string>() : "";
+    if (present && (rule.values.empty() || HoldsOneOf(held, rule.values))) continue;
+    throw InputError("--" + rule.flag + " goes with --" + rule.other +
+                     (rule.values.empty() ? "" : " " + JoinValues(rule.values)) +
+                     (present ? " (--" + rule.other + " is '" + held + "')" : " (not given)"));
   }
 }
 

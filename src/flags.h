@@ -80,16 +80,17 @@ inline RangedValue<double>* Number(double* target, const RealRange& range) {
   return new RangedValue<double>(target, range);
 }
 
-// A rule between flags, checked on what the user typed: `flag` only means something when `needs` is given (and,
-// when `value` is not empty, given that value: "--zipf-exponent goes with --distribution zipf"); or, with
-// `excludes`, the two cannot be given together.
+// A rule between flags, checked on what the user typed: `flag` only means something when `other` is given (and,
+// when `values` is not empty, holds one of them, or lists one of them in a comma-separated list: "--zipf-exponent
+// goes with --distribution zipf", "--root goes with --ops broadcast|reduce|all"); or, with `excludes`, the two
+// cannot be given together.
 struct FlagRule {
   std::string flag;
   std::string other;
-  std::string value;       // with a `needs` rule: the value `other` must have
-  bool excludes = false;   // false: `flag` needs `other`; true: `flag` and `other` exclude each other
+  std::vector<std::string> values;  // with a `needs` rule: what `other` must hold
+  bool excludes = false;            // false: `flag` needs `other`; true: `flag` and `other` exclude each other
 };
-FlagRule Needs(std::string flag, std::string other, std::string value = "");
+FlagRule Needs(std::string flag, std::string other, std::vector<std::string> values = {});
 FlagRule Excludes(std::string flag, std::string other);
 
 // Throws InputError for the first rule that what was given breaks.

@@ -22,7 +22,9 @@ expect_error 2 "--iters '-3': out of range" -- "$tb" collectives --iters=-3
 expect_error 2 "--stepfactor '1': out of range" -- "$tb" collectives -f 1
 expect_error 2 "--iters 'abc': not a decimal whole number" -- "$tb" collectives --iters abc
 expect_error 2 "unrecognised option '--bogus'" -- "$tb" collectives --bogus
-expect_error 2 "--root 3 is not a rank" -- "$tb" collectives --root 3
+expect_error 2 "--root 3 is not a rank" -- "$tb" collectives --ops broadcast --root 3
+expect_error 2 "--root goes with --ops broadcast\|reduce\|all \(--ops is 'all_reduce'\)" -- "$tb" collectives --root 1
+expect_error 2 "--redop goes with --ops all_reduce\|reduce\|reduce_scatter\|all \(--ops is 'all_gather'\)" -- "$tb" collectives --ops all_gather --redop max
 expect_error 2 "needs the cuda backend" -- "$tb" collectives --backend cpu -d bf16
 expect_error 2 "unknown backend 'tpu' for --backend" -- "$tb" collectives --backend tpu
 expect_error 2 "--timeout '-1': out of range \(accepted: a number in \[0, 1e\+07\]\)" -- "$tb" collectives --timeout -1

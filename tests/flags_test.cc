@@ -127,7 +127,7 @@ TEST(Number, HelpShowsTheRangeAndTheDefault) {
 }
 
 TEST(FlagRules, NeedsAndExcludes) {
-  const std::vector<FlagRule> rules = {Needs("heads", "model", "custom"), Needs("raw", "data"),
+  const std::vector<FlagRule> rules = {Needs("heads", "model", {"custom"}), Needs("raw", "data"),
                                        Excludes("steps", "heads")};
   Parsed p;
   EXPECT_EQ(ParseArgs({"--heads", "4"}, p, rules), "--heads goes with --model custom (--model is 'gpt2-124m')");
@@ -137,6 +137,14 @@ TEST(FlagRules, NeedsAndExcludes) {
   EXPECT_EQ(ParseArgs({"--model", "custom", "--steps", "3", "--heads", "2"}, p, rules),
             "--steps and --heads cannot be given together");
   EXPECT_EQ(ParseArgs({"--model", "custom"}, p, rules), "");  // a default never breaks a rule
+}
+
+TEST(FlagRules, NeedsOneItemOfAList) {
+  const std::vector<FlagRule> rules = {Needs("heads", "model", {"broadcast", "reduce"})};
+  Parsed p;
+  EXPECT_EQ(ParseArgs({"--model", "all_reduce, reduce", "--heads", "2"}, p, rules), "");
+  EXPECT_EQ(ParseArgs({"--model", "all_reduce,reducer", "--heads", "2"}, p, rules),
+            "--heads goes with --model broadcast|reduce (--model is 'all_reduce,reducer')");
 }
 
 }  // namespace
