@@ -111,7 +111,8 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
       ("html", po::value(&f.html), "also write an HTML page: the reports' plots and the cost per configuration")
       ("help,h", "show this help");
   std::vector<FlagRule> rules = {Excludes("train-tokens", "train-steps"), Needs("deadline-hours", "prices"),
-                                 Needs("collectives", "project"), Needs("gpus-per-node", "project")};
+                                 Needs("collectives", "project"), Needs("gpus-per-node", "project"),
+                                 Needs("inter-node-gbps", "project"), Needs("inter-node-latency-us", "project")};
   for (const char* flag : {"layers", "micro-batch", "seq", "gpu-memory"}) rules.push_back(Needs(flag, "model"));
   ParseSpec spec;
   spec.rules = rules;

@@ -68,6 +68,7 @@ expect_error 2 "--checkpoint-mode goes with --checkpoint-dir" -- "$tb" train --m
 expect_error 2 "--zipf-exponent goes with --distribution zipf" -- "$tb" data generate --dir d --tokens 1K --zipf-exponent 2
 expect_error 2 "--sizes and --minbytes cannot be given together" -- "$tb" collectives --sizes 1K -b 8
 expect_error 2 "--layers goes with --model" -- "$tb" cost --layers 2
+expect_error 2 "--inter-node-gbps goes with --project" -- "$tb" cost --model gpt2-124m --gpu-memory 80G --inter-node-gbps 100
 expect_error 2 "--train-tokens and --train-steps cannot be given together" -- "$tb" cost --train-tokens 1G --train-steps 5
 
 # --- nothing we write may destroy an input -------------------------------------------------------------------------
