@@ -161,15 +161,9 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
   return lines;
 }
 
-std::string PointGroupName(int k) {
-  std::string name = "k";
-  name += std::to_string(k);
-  return name;
-}
-
 void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<RankSteps>& ranks,
                       const std::string& name) {
-  Group& group = train.Child(name.empty() ? PointGroupName(p.k) : name);
+  Group& group = train.Child(name.empty() ? PointGroupName({p.k, 0}) : name);
   std::vector<int64_t> rank_col, step_col, warmup_col, tokens_col, data_bytes, queue_depth, writing;
   std::vector<double> data, h2d, fwd, bwd, comm_total, comm_exposed, opt, ckpt, step, loss, read_rate;
   for (const RankSteps& rank : ranks) {

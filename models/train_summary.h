@@ -73,7 +73,7 @@ std::string StepLine(const StepRecord& mean_record, double loss, int k, double t
 std::vector<std::string> PointLines(const ScalingPoint& point, const std::string& scaling_mode);
 
 // "k4": the report group of the point with 4 ranks.
-std::string PointGroupName(int k);
+
 
 // Writes train/k<N>: the `steps` table (a row per rank per step), the `stall_budget` table (a row per rank) and
 // the point's summary attributes.

@@ -1,5 +1,10 @@
 #include "report.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 namespace tb {
 
 size_t Column::rows() const {
@@ -49,6 +54,35 @@ Group& Group::Child(const std::string& name) {
 const Group* Group::FindChild(const std::string& name) const {
   auto it = children_.find(name);
   return it == children_.end() ? nullptr : it->second.get();
+}
+
+std::string PointGroupName(const PointGroup& point) {
+  std::string name = "k";  // (not "k" + ...: GCC 12 warns falsely about that concatenation)
+  name += std::to_string(point.ranks);
+  if (point.throttle_MBps > 0) {
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%g", point.throttle_MBps);
+    name += std::string("_throttle") + rate;
+  }
+  return name;
+}
+
+std::optional<PointGroup> ParsePointGroupName(const std::string& name) {
+  constexpr const char* kMarker = "_throttle";
+  const size_t marker = name.find(kMarker);
+  const std::string ranks = name.substr(1, marker == std::string::npos ? std::string::npos : marker - 1);
+  if (name.empty() || name[0] != 'k' || ranks.empty() || ranks.size() > 9 ||
+      !std::all_of(ranks.begin(), ranks.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  PointGroup point;
+  point.ranks = std::stoll(ranks);
+  if (marker == std::string::npos) return point;
+  const std::string rate = name.substr(marker + std::strlen(kMarker));
+  char* end = nullptr;
+  point.throttle_MBps = std::strtod(rate.c_str(), &end);
+  if (rate.empty() || *end != '\0' || !(point.throttle_MBps > 0)) return std::nullopt;
+  return point;
 }
 
 }  // namespace tb

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <variant>
@@ -73,6 +74,16 @@ inline constexpr int64_t kReportSchemaVersion = 1;
 struct Report {
   Group root;
 };
+
+// One measured point's group under train/ and io/: "k<ranks>", or "k<ranks>_throttle<rate>" for a point of a
+// storage sweep (the rate in MB/s per rank, as %g writes it). Built and parsed here only.
+struct PointGroup {
+  int64_t ranks = 0;
+  double throttle_MBps = 0;  // 0: not a sweep's point
+};
+std::string PointGroupName(const PointGroup& point);
+// The point a group's name stands for; nullopt for any other name.
+std::optional<PointGroup> ParsePointGroupName(const std::string& name);
 
 // Writes `report` to `path` atomically: built in memory, then a temporary name in the same directory, fsync,
 // rename. A failed write leaves any previous file at `path` intact. Throws RuntimeError with one line naming the

@@ -66,12 +66,6 @@ std::string P2pDamage(const Group& root, const Group& summary) {
 }
 
 // "k<ranks>", built by appending: GCC 12 warns falsely (-Wrestrict) about "k" + std::to_string(...).
-std::string PointName(int64_t ranks) {
-  std::string name = "k";
-  name += std::to_string(ranks);
-  return name;
-}
-
 std::vector<std::string> SplitNames(const std::string& list) {
   std::vector<std::string> names;
   std::stringstream stream(list);
@@ -87,11 +81,13 @@ std::pair<std::vector<std::string>, std::string> ClaimedPoints(const Group& summ
   if (summary.attributes.contains(kTrainPointsAttribute)) {
     return {SplitNames(Text(summary, kTrainPointsAttribute)), "summary/" + std::string(kTrainPointsAttribute)};
   }
-  const std::string point = PointName(Integer(summary, "train_ranks"));
+  const int64_t ranks = Integer(summary, "train_ranks");
+  const std::string point = PointGroupName({ranks, 0});
   std::vector<std::string> sweep;
   if (train) {
     for (const auto& [name, group] : train->children()) {
-      if (name.starts_with(point + "_throttle")) sweep.push_back(name);
+      const std::optional<PointGroup> parsed = ParsePointGroupName(name);
+      if (parsed && parsed->ranks == ranks && parsed->throttle_MBps > 0) sweep.push_back(name);
     }
   }
   return {sweep.empty() ? std::vector<std::string>{point} : sweep, "summary/train_ranks"};

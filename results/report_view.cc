@@ -104,7 +104,7 @@ std::string CountedList(const std::vector<std::string>& values,
 std::string CountTimes(const std::string& value, int count) { return std::to_string(count) + " x " + value; }
 
 // A scaling point's group: "k<N>" or "k<N>_throttle<MBps>".
-struct PointGroup {
+struct PointEntry {
   std::string name;
   const Group* group;
   int64_t ranks;
@@ -113,22 +113,15 @@ struct PointGroup {
 
 // The points of `parent` (train or io) in the order they ran: by rank count, then a storage sweep's rates from
 // fast to slow (the order --io-throttle takes them in). The last one is the run's headline point.
-std::vector<PointGroup> Points(const Group* parent) {
-  std::vector<PointGroup> points;
+std::vector<PointEntry> Points(const Group* parent) {
+  std::vector<PointEntry> points;
   if (parent == nullptr) return points;
   for (const auto& [name, child] : parent->children()) {
-    if (name.size() < 2 || name[0] != 'k') continue;
-    char* end = nullptr;
-    const long long ranks = std::strtoll(name.c_str() + 1, &end, 10);
-    if (end == name.c_str() + 1) continue;
-    double throttle = 0;
-    const std::string marker = "_throttle";
-    if (name.compare(end - name.c_str(), marker.size(), marker) == 0) {
-      throttle = std::strtod(end + marker.size(), nullptr);
-    }
-    points.push_back(PointGroup{name, child.get(), ranks, throttle});
+    const std::optional<PointGroup> point = ParsePointGroupName(name);
+    if (!point) continue;
+    points.push_back(PointEntry{name, child.get(), point->ranks, point->throttle_MBps});
   }
-  std::sort(points.begin(), points.end(), [](const PointGroup& a, const PointGroup& b) {
+  std::sort(points.begin(), points.end(), [](const PointEntry& a, const PointEntry& b) {
     if (a.ranks != b.ranks) return a.ranks < b.ranks;
     if ((a.throttle_MBps == 0) != (b.throttle_MBps == 0)) return a.throttle_MBps == 0;
     return a.throttle_MBps > b.throttle_MBps;
@@ -345,7 +338,7 @@ std::vector<ViewTable> TrainSection(const Report& report) {
   const Group* train = report.root.FindChild("train");
   if (train == nullptr) return {};
   const Group* model = report.root.FindChild("model");
-  const std::vector<PointGroup> points = Points(train);
+  const std::vector<PointEntry> points = Points(train);
 
   std::vector<ViewColumn> summary_columns = {{"model", ""}, {"scaled", ""}, {"parameters", ""}, {"backend", ""},
                                              {"device", ""}, {"attention", ""}, {"attention_fallback_reason", ""},
@@ -396,7 +389,7 @@ std::vector<ViewTable> TrainSection(const Report& report) {
   ViewTable budget = MakeTable("train", "stall_budget", "stall budget per rank (share of step time, p50/p95)",
                                false, budget_columns);
 
-  for (const PointGroup& point : points) {
+  for (const PointEntry& point : points) {
     RowWriter point_row(point_table);
     point_row.Set("point", point.name);
     CopyAttributes(point_row, point.group, PointFigureColumns());
@@ -460,7 +453,7 @@ void AddCheckpointRows(ViewTable& out, const std::string& point, const Table& sl
 std::vector<ViewTable> IoSection(const Report& report) {
   const Group* io = report.root.FindChild("io");
   if (io == nullptr) return {};
-  const std::vector<PointGroup> points = Points(io);
+  const std::vector<PointEntry> points = Points(io);
 
   const std::vector<ViewColumn> share_columns = {{"data_wait_share", "fraction", 2, true},
                                                  {"checkpoint_stall_share", "fraction", 2, true},
@@ -511,7 +504,7 @@ std::vector<ViewTable> IoSection(const Report& report) {
                                      {"error", ""}});
 
   int64_t last_point_checkpoints = 0;
-  for (const PointGroup& point : points) {
+  for (const PointEntry& point : points) {
     RowWriter row(point_table);
     row.Set("point", point.name);
     CopyAttributes(row, point.group, share_columns);
@@ -532,7 +525,7 @@ std::vector<ViewTable> IoSection(const Report& report) {
 
   RowWriter row(summary);
   if (!points.empty()) {
-    const PointGroup& last = points.back();
+    const PointEntry& last = points.back();
     row.Set("point", last.name);
     CopyAttributes(row, last.group, share_columns);
     row.Set("checkpoints", last_point_checkpoints);

@@ -73,9 +73,8 @@ Layout LayoutOfFirst(int k, const std::map<int64_t, int64_t>& rank_nodes) {
 
 // "k8" -> 8; 0 for other names (storage-sweep groups "k8_throttle200").
 int PointRanks(const std::string& name) {
-  if (name.size() < 2 || name[0] != 'k') return 0;
-  if (!std::all_of(name.begin() + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; })) return 0;
-  return std::stoi(name.substr(1));
+  const std::optional<PointGroup> point = ParsePointGroupName(name);
+  return point && point->throttle_MBps == 0 ? static_cast<int>(point->ranks) : 0;
 }
 
 // Mean over measured steps of the slowest rank's step time without its checkpoint stall.

@@ -277,8 +277,10 @@ void CommandRun::OnTimeout(const std::string& operation, double elapsed_s) {
     if (!problem.empty()) Warn("the report keeps its earlier status: " + problem);
   } else {
     // The other ranks stuck in the same operation time out at about the same moment: give rank 0 the time to
-    // record the reason before this abort ends it.
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(common_.timeout_s, 10.0)));
+    // record the reason before this abort ends it (its own wait for the lock, 10 s, and the rewrite on a busy
+    // machine). When rank 0 is done sooner, its MPI_Abort ends this rank first.
+    constexpr double kReportGrace_s = 15;
+    std::this_thread::sleep_for(std::chrono::duration<double>(kReportGrace_s));
   }
   if (abort_target_) abort_target_->Abort();
   MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kRuntime));

@@ -127,64 +127,14 @@ std::vector<int> ParseScaling(const std::string& text, int world) {
   return ks;
 }
 
-// One record as doubles, for gathering to rank 0.
-constexpr int kRecordFields = 17;
-void Pack(const StepRecord& r, std::vector<double>& out) {
-  const double fields[kRecordFields] = {static_cast<double>(r.step), r.warmup ? 1.0 : 0.0, r.data_wait_s, r.h2d_s,
-                                        r.forward_s, r.backward_s, r.comm_total_s, r.comm_exposed_s, r.optimizer_s,
-                                        r.checkpoint_stall_s, r.step_s, static_cast<double>(r.tokens), r.loss,
-                                        static_cast<double>(r.data_bytes), r.data_read_MBps,
-                                        static_cast<double>(r.loader_queue_depth), r.checkpoint_writing ? 1.0 : 0.0};
-  out.insert(out.end(), fields, fields + kRecordFields);
-}
-StepRecord Unpack(const double* f) {
-  StepRecord r;
-  r.step = static_cast<int>(f[0]);
-  r.warmup = f[1] != 0;
-  r.data_wait_s = f[2];
-  r.h2d_s = f[3];
-  r.forward_s = f[4];
-  r.backward_s = f[5];
-  r.comm_total_s = f[6];
-  r.comm_exposed_s = f[7];
-  r.optimizer_s = f[8];
-  r.checkpoint_stall_s = f[9];
-  r.step_s = f[10];
-  r.tokens = static_cast<int64_t>(f[11]);
-  r.loss = f[12];
-  r.data_bytes = static_cast<uint64_t>(f[13]);
-  r.data_read_MBps = f[14];
-  r.loader_queue_depth = static_cast<int>(f[15]);
-  r.checkpoint_writing = f[16] != 0;
-  return r;
-}
-
 // Every rank's records of one scaling point, on rank 0 (ranks outside the point send none).
-std::vector<RankSteps> GatherSteps(const std::vector<StepRecord>& mine, const Topology& topology, int world_rank,
-                                   int world_size, const std::string& device) {
-  std::vector<double> packed;
-  for (const StepRecord& r : mine) Pack(r, packed);
-  int count = static_cast<int>(packed.size());
-  std::vector<int> counts(world_size), offsets(world_size);
-  TB_CHECK_MPI(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
-  int total = 0;
-  for (int i = 0; i < world_size; ++i) {
-    offsets[i] = total;
-    total += counts[i];
-  }
-  std::vector<double> all(static_cast<size_t>(std::max(total, 1)));
-  TB_CHECK_MPI(MPI_Gatherv(packed.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(), MPI_DOUBLE, 0,
-                           MPI_COMM_WORLD));
+std::vector<RankSteps> GatherSteps(const std::vector<StepRecord>& mine, const Topology& topology,
+                                   const std::string& device) {
   std::vector<RankSteps> ranks;
-  if (world_rank != 0) return ranks;
-  for (int rank = 0; rank < world_size; ++rank) {
-    if (counts[rank] == 0) continue;
-    RankSteps steps;
-    steps.rank = rank;
-    steps.host = topology.ranks[rank].host;
-    steps.device = device;
-    for (int i = 0; i < counts[rank]; i += kRecordFields) steps.steps.push_back(Unpack(all.data() + offsets[rank] + i));
-    ranks.push_back(std::move(steps));
+  const std::vector<std::vector<StepRecord>> all = GatherRecords(MPI_COMM_WORLD, mine);
+  for (size_t rank = 0; rank < all.size(); ++rank) {
+    if (all[rank].empty()) continue;
+    ranks.push_back({static_cast<int>(rank), topology.ranks[rank].host, device, all[rank]});
   }
   return ranks;
 }
@@ -277,11 +227,69 @@ MemoryNeed TrainMemoryNeed(const ModelConfig& model, int micro_batch, int seq, b
   return need;
 }
 
-}  // namespace
+// One run of the loop: a scaling point, or one storage rate of a sweep (which takes one point).
+struct RunPoint {
+  int k;
+  double throttle_MBps;
+  std::string name;
+};
 
-int RunTrainCommand(const CommandInput& input) {
-  TrainFlags f;
-  CommonOptions common;
+// What start-up measured before the first point: the device, its GEMM rate and peak, the model's accounting.
+struct TrainSetup {
+  Backend backend;
+  double gemm_min = 0;  // the slowest rank's measured GEMM rate, FLOP/s
+  std::optional<DevicePeak> peak;
+  double peak_flops = 0;
+  double flops_per_token = 0;
+  double gradient_bytes = 0;      // the flat fp32 gradient buffer every step all-reduces
+  int64_t gradient_buckets = 0;   // the all-reduces per step: the buckets the loop forms over the same layout
+};
+
+// `trainbench train`, step by step: plan (flags, model, I/O; agreed by every rank before any work), start-up
+// (device, GEMM rate, header), the points (model, I/O, loop, gather, summarise each), the summary, the memory.
+class TrainCommand {
+ public:
+  explicit TrainCommand(const CommandInput& input) : input_(input) {}
+  void Plan();
+  int Run();
+
+ private:
+  void Configure(CommandRun& r);
+  void RecordConfig(Group& cfg) const;
+  void MeasureDevice();
+  void PrintHeader() const;
+  void RecordHeader(double comm_ready_s);
+  std::unique_ptr<Transformer> MakeModel();
+  std::vector<RunPoint> Points() const;
+  bool RunPoints(Communicator& comm);
+  std::vector<StepRecord> RunOnePoint(Communicator& sub, const RunPoint& point, TrainLoopOptions& point_loop);
+  void Summarise(const std::vector<RunPoint>& runs);
+  void RecordMemory();
+  Group& train() { return run_->report().root.Child("train"); }
+  int PointBatch(int k) const { return weak_ ? f_.micro_batch : global_batch_ / k; }
+
+  const CommandInput& input_;
+  TrainFlags f_;
+  TrainIoFlags io_flags_;
+  CommonOptions common_;
+  std::unique_ptr<CommandRun> run_;
+  ModelConfig model_;
+  TrainIoPlan io_plan_;
+  TrainLoopOptions loop_;
+  std::vector<int> scaling_;
+  bool weak_ = true;
+  int global_batch_ = 0;  // sequences per step over all ranks: what strong scaling divides by k
+  AttentionChoice attention_ = AttentionChoice::kAuto;
+  const Topology* topology_ = nullptr;
+  TrainSetup setup_;
+  std::vector<ScalingPoint> points_;
+  std::vector<double> sweep_shares_;
+  bool first_step_seen_ = false;
+  double peak_device_memory_ = 0;
+};
+
+void TrainCommand::Plan() {
+  TrainFlags& f = f_;
   po::options_description options("train options");
   options.add_options()
       ("model", po::value(&f.model)->default_value(f.model), "preset (gpt2-124m ... gpt-70b) or custom")
@@ -302,292 +310,334 @@ int RunTrainCommand(const CommandInput& input) {
       ("seed", Number(&f.seed, IntRange::AtLeast(0))->default_value(f.seed), "seed of the weights and the synthetic tokens")
       ("attention", po::value(&f.attention)->default_value(f.attention),
        "cuda: auto (cuDNN fused SDPA when it supports the shape, else cuBLAS), cudnn or cublas");
-  TrainIoFlags io_flags;
-  AddTrainIoOptions(options, io_flags);
-  AddCommonOptions(options, common);
-
-  ModelConfig model;
-  TrainIoPlan io_plan;
-  TrainLoopOptions loop;
-  std::vector<int> scaling;
-  bool weak = true;
-  int global_batch = 0;  // sequences per step over all ranks: what strong scaling divides by k
-  AttentionChoice attention = AttentionChoice::kAuto;
+  AddTrainIoOptions(options, io_flags_);
+  AddCommonOptions(options, common_);
   std::vector<FlagRule> rules = TrainIoFlagRules();
   for (const char* flag : {"d-model", "heads", "vocab"}) rules.push_back(Needs(flag, "model", {"custom"}));
   rules.push_back(Needs("global-batch", "scaling-mode", {"strong"}));
-  std::unique_ptr<CommandRun> run = StartCommand("train", input, options, kUsage, common, [&](CommandRun& r) {
-    attention = ParseAttention(f.attention);
-    if (r.backend() != "nccl" && attention != AttentionChoice::kAuto) {
-      throw InputError("--attention " + f.attention + " applies to --backend cuda (the CPU reference has its own)");
-    }
-    model = ModelFromFlags(f);
-    ValidateModel(model);
-    loop.seq = f.seq > 0 ? f.seq : model.seq;
-    if (loop.seq > model.seq) {
-      throw InputError("--seq " + std::to_string(loop.seq) + " exceeds the model's " + std::to_string(model.seq) + " positions");
-    }
-    if (f.scaling_mode != "weak" && f.scaling_mode != "strong") {
-      throw InputError("unknown scaling mode '" + f.scaling_mode + "' for --scaling-mode (accepted: weak|strong)");
-    }
-    weak = f.scaling_mode == "weak";
-    scaling = ParseScaling(f.scaling, input.ctx.world_size);
-    global_batch = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling.back();
-    if (!weak) {
-      for (int k : scaling) {
-        if (global_batch % k != 0) {
-          throw InputError("--scaling-mode strong: the global batch " + std::to_string(global_batch) +
-                           " does not divide over " + std::to_string(k) + " ranks (set --global-batch)");
-        }
-      }
-    }
-    CheckMemoryFits(r, TrainMemoryNeed(model, weak ? f.micro_batch : global_batch / scaling.front(), loop.seq,
-                                       r.backend() == "nccl"));
-    loop.micro_batch = f.micro_batch;
-    loop.steps = f.steps;
-    loop.warmup_steps = f.warmup_steps;
-    loop.bucket_mb = f.bucket_mb;
-    loop.overlap = !f.no_overlap;
-    loop.adamw.learning_rate = static_cast<float>(f.learning_rate);
-    loop.data_seed = static_cast<uint64_t>(f.seed);
-    Group& cfg = r.config();
-    cfg.Set("model", f.model);
-    cfg.Set("layers", static_cast<int64_t>(model.layers));
-    cfg.Set("seq", static_cast<int64_t>(loop.seq));
-    cfg.Set("micro_batch", static_cast<int64_t>(f.micro_batch));
-    cfg.Set("global_batch", static_cast<int64_t>(global_batch));
-    cfg.Set("steps", static_cast<int64_t>(f.steps));
-    cfg.Set("warmup_steps", static_cast<int64_t>(f.warmup_steps));
-    cfg.Set("bucket_mb", f.bucket_mb);
-    cfg.Set("overlap", static_cast<int64_t>(loop.overlap));
-    cfg.Set("scaling", f.scaling.empty() ? std::to_string(input.ctx.world_size) : f.scaling);
-    cfg.Set("scaling_mode", f.scaling_mode);
-    cfg.Set("lr", f.learning_rate);
-    cfg.Set("seed", f.seed);
-    cfg.Set("attention", f.attention);
-    TrainIoRun io_run{loop.seq, static_cast<uint64_t>(f.seed), loop.warmup_steps + loop.steps, {},
-                      TrainTrajectory(f, loop.seq, r.backend() == "nccl", weak)};
-    for (int k : scaling) io_run.points.emplace_back(k, weak ? f.micro_batch : global_batch / k);
-    io_plan = PlanTrainIo(io_flags, model, io_run, cfg);
-    r.AddInputs(TrainInputs(io_flags, io_plan));
-  }, rules);
+  run_ = StartCommand("train", input_, options, kUsage, common_, [&](CommandRun& r) { Configure(r); }, rules);
   // The one expensive check (it reads the whole dataset) runs last, once every flag is known to be good.
-  AgreeOnSetup([&] { VerifyTrainData(io_flags, io_plan, input.ctx.world_rank, input.ctx.world_size); });
-  std::unique_ptr<Communicator> comm = run->MakeCommunicator();
+  AgreeOnSetup([&] { VerifyTrainData(io_flags_, io_plan_, input_.ctx.world_rank, input_.ctx.world_size); });
+}
+
+// Validates the flags against the model, the ranks and the host (every rank, agreed), and plans the I/O.
+void TrainCommand::Configure(CommandRun& r) {
+  const TrainFlags& f = f_;
+  attention_ = ParseAttention(f.attention);
+  if (r.backend() != "nccl" && attention_ != AttentionChoice::kAuto) {
+    throw InputError("--attention " + f.attention + " applies to --backend cuda (the CPU reference has its own)");
+  }
+  model_ = ModelFromFlags(f);
+  ValidateModel(model_);
+  loop_.seq = f.seq > 0 ? f.seq : model_.seq;
+  if (loop_.seq > model_.seq) {
+    throw InputError("--seq " + std::to_string(loop_.seq) + " exceeds the model's " + std::to_string(model_.seq) + " positions");
+  }
+  if (f.scaling_mode != "weak" && f.scaling_mode != "strong") {
+    throw InputError("unknown scaling mode '" + f.scaling_mode + "' for --scaling-mode (accepted: weak|strong)");
+  }
+  weak_ = f.scaling_mode == "weak";
+  scaling_ = ParseScaling(f.scaling, input_.ctx.world_size);
+  global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back();
+  for (int k : scaling_) {
+    if (!weak_ && global_batch_ % k != 0) {
+      throw InputError("--scaling-mode strong: the global batch " + std::to_string(global_batch_) +
+                       " does not divide over " + std::to_string(k) + " ranks (set --global-batch)");
+    }
+  }
+  // Strong scaling gives the fewest ranks the largest batch.
+  CheckMemoryFits(r, TrainMemoryNeed(model_, PointBatch(scaling_.front()), loop_.seq, r.backend() == "nccl"));
+  loop_.micro_batch = f.micro_batch;
+  loop_.steps = f.steps;
+  loop_.warmup_steps = f.warmup_steps;
+  loop_.bucket_mb = f.bucket_mb;
+  loop_.overlap = !f.no_overlap;
+  loop_.adamw.learning_rate = static_cast<float>(f.learning_rate);
+  loop_.data_seed = static_cast<uint64_t>(f.seed);
+  RecordConfig(r.config());
+  TrainIoRun io_run{loop_.seq, static_cast<uint64_t>(f.seed), loop_.warmup_steps + loop_.steps, {},
+                    TrainTrajectory(f, loop_.seq, r.backend() == "nccl", weak_)};
+  for (int k : scaling_) io_run.points.emplace_back(k, PointBatch(k));
+  io_plan_ = PlanTrainIo(io_flags_, model_, io_run, r.config());
+  r.AddInputs(TrainInputs(io_flags_, io_plan_));
+}
+
+void TrainCommand::RecordConfig(Group& cfg) const {
+  const TrainFlags& f = f_;
+  cfg.Set("model", f.model);
+  cfg.Set("layers", static_cast<int64_t>(model_.layers));
+  cfg.Set("seq", static_cast<int64_t>(loop_.seq));
+  cfg.Set("micro_batch", static_cast<int64_t>(f.micro_batch));
+  cfg.Set("global_batch", static_cast<int64_t>(global_batch_));
+  cfg.Set("steps", static_cast<int64_t>(f.steps));
+  cfg.Set("warmup_steps", static_cast<int64_t>(f.warmup_steps));
+  cfg.Set("bucket_mb", f.bucket_mb);
+  cfg.Set("overlap", static_cast<int64_t>(loop_.overlap));
+  cfg.Set("scaling", f.scaling.empty() ? std::to_string(input_.ctx.world_size) : f.scaling);
+  cfg.Set("scaling_mode", f.scaling_mode);
+  cfg.Set("lr", f.learning_rate);
+  cfg.Set("seed", f.seed);
+  cfg.Set("attention", f.attention);
+}
+
+int TrainCommand::Run() {
+  std::unique_ptr<Communicator> comm = run_->MakeCommunicator();
   const double comm_ready_s = NowSeconds();
-
-  return run->RecordingFailures([&] {
-    const Topology& topology = run->BeginMeasurement("training");
-    const RankContext& ctx = run->ctx();
-    Backend backend;
-    backend.cuda = run->backend() == "nccl";
-    // The cores of a node shared by its ranks: OpenBLAS's threads on the CPU, the initial weights' draw on both.
-    SetCpuThreadsPerRank(ctx.local_size);
-    double gemm_flops = 0;
-    if (backend.cuda) {
-      const GpuInfo gpu = QueryGpu(ctx.gpu_index);
-      backend.device_name = gpu.name;
-      backend.device = Format("%s (GPU %d)", gpu.name.c_str(), gpu.index);
-      backend.description = "cuda (NCCL + CUDA transformer: bf16 cuBLASLt GEMMs, fp32 master weights and AdamW)";
-      gemm_flops = MeasureDeviceGemmFlops();  // every rank on its own GPU, all at once
-    } else {
-      backend.device = Format("cpu (%d BLAS threads)", CpuThreads());
-      backend.description = "cpu (MPI + CPU reference in fp32)";
-      // Each rank measures its GEMM rate alone on its node (the others wait asleep), so that ranks sharing cores
-      // do not halve each other's figure; nodes measure at the same time.
-      MPI_Comm node = MPI_COMM_NULL;
-      TB_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx.world_rank, MPI_INFO_NULL, &node));
-      for (int turn = 0; turn < ctx.local_size; ++turn) {
-        if (turn == ctx.local_rank) gemm_flops = MeasureCpuGemmFlops();
-        SleepingBarrier(node);
-      }
-      MPI_Comm_free(&node);
-    }
-    const std::vector<double> gemm_all = AllGatherDoubles(MPI_COMM_WORLD, gemm_flops);
-    const double gemm_min = *std::min_element(gemm_all.begin(), gemm_all.end());
-    // MFU against rank 0's device in the peak table (a launch mixing GPU models is measured against rank 0's).
-    const std::optional<DevicePeak> peak = backend.cuda ? FindDevicePeak(topology.ranks[0].gpu.name) : std::nullopt;
-    const double peak_flops = peak ? peak->bf16_flops : 0.0;
-    const double flops_per_token = ModelFlopsPerToken(model, loop.seq);
-    const ParameterCount params = CountParameters(model);
-    const MemoryEstimate memory = EstimateMemory(model, loop.micro_batch, loop.seq, backend.cuda);
-    const std::vector<TensorSlot> layout = MakeLayout(model);
-    // The flat fp32 gradient buffer, padded embedding rows included: what every step all-reduces.
-    const double gradient_bytes = static_cast<double>(layout.back().offset + layout.back().count) * sizeof(float);
-    // The all-reduces per step: the buckets the loop forms over the same layout.
-    const int64_t gradient_buckets = static_cast<int64_t>(
-        PlanBuckets(GradientTensors(layout), static_cast<size_t>(f.bucket_mb * 1024 * 1024), sizeof(float)).size());
-
-    Print(Format("# trainbench train: %d ranks on %d nodes, backend %s", ctx.world_size, ctx.node_count,
-                 backend.description.c_str()));
-    Print(Format("# model %s%s: %d layers, d %d, %d heads, vocab %d (padded %d), seq %d; %lld parameters",
-                 model.name.c_str(), model.scaled.empty() ? "" : (" (" + model.scaled + ")").c_str(), model.layers,
-                 model.d_model, model.heads, model.vocab, model.vocab_padded, loop.seq,
-                 static_cast<long long>(params.total)));
-    Print(Format("# model FLOPs per token %.4g (6*N_matmul + 6*L*T*d); memory per rank (%s estimate): weights %s, "
-                 "gradients %s, optimizer %s, activations %s",
-                 flops_per_token, backend.cuda ? "mixed-precision" : "fp32",
-                 FormatBytes(static_cast<uint64_t>(memory.weights_bytes)).c_str(),
-                 FormatBytes(static_cast<uint64_t>(memory.gradients_bytes)).c_str(),
-                 FormatBytes(static_cast<uint64_t>(memory.optimizer_bytes)).c_str(),
-                 FormatBytes(static_cast<uint64_t>(memory.activations_bytes)).c_str()));
-    if (backend.cuda) {
-      Print(Format("# peak FLOP/s: %s; measured bf16 GEMM rate %.1f TFLOP/s (cuBLASLt 8192^3, slowest rank), %s",
-                   peak ? Format("%s bf16 dense %.0f TFLOP/s (%s)", peak->device.c_str(), peak->bf16_flops / 1e12,
-                                 peak->source.c_str()).c_str()
-                        : ("no table entry for " + topology.ranks[0].gpu.name + " (MFU against peak: n/a)").c_str(),
-                   gemm_min / 1e12, backend.device.c_str()));
-    } else {
-      Print(Format("# peak FLOP/s: no table entry for a CPU (MFU against peak: n/a); measured sgemm rate %.1f GFLOP/s "
-                   "(slowest rank, each measured alone on its node), %s", gemm_min / 1e9, backend.device.c_str()));
-    }
-
-    Group& train = run->report().root.Child("train");
-    RecordModel(run->report().root.Child("model"), model, loop.micro_batch, loop.seq, backend.cuda);
-    train.Set("scaling_mode", f.scaling_mode);
-    train.Set("backend", std::string(backend.cuda ? "cuda" : "cpu"));
-    train.Set("device", backend.device);
-    train.Set("measured_gemm_flops", gemm_min);
-    train.Set("measured_gemm",
-              std::string(backend.cuda ? "cuBLASLt bf16 GEMM 8192^3 (fp32 accumulation) on each rank's GPU at start-up, "
-                                         "timed with CUDA events; the slowest rank's rate"
-                                       : "cblas_sgemm fp32 1024^3 on each rank at start-up, one rank of a node at "
-                                         "a time; the slowest rank's rate"));
-    train.Set("peak_flops", peak ? peak_flops : std::nan(""));
-    train.Set("peak_source", peak ? peak->device + " bf16 dense: " + peak->source
-                                  : std::string(backend.cuda ? "none: no peak table entry for this GPU"
-                                                             : "none: no peak table entry for a CPU"));
-    if (io_plan.loader) AddDataVerifyToReport(ctx.world_rank == 0 ? &run->report().root.Child("io") : nullptr, io_flags, io_plan);
-    train.Set("mpi_init_s", MpiInitSeconds());
-    train.Set("communicator_init_s", comm_ready_s - ProcessStartSeconds() - MpiInitSeconds());
-
-    std::vector<ScalingPoint> points;
-    bool interrupted = false;
-    bool first_step_seen = false;
-    double peak_device_memory = 0;
-    // Strong scaling gives the fewest ranks the largest batch: the CUDA model's activations are sized for it.
-    const int max_batch = weak ? loop.micro_batch : global_batch / scaling.front();
-    auto make_model = [&]() -> std::unique_ptr<Transformer> {
-      if (!backend.cuda) return MakeCpuTransformer(model, static_cast<uint64_t>(f.seed));
-      CudaTransformerOptions options;
-      options.max_batch = max_batch;
-      options.attention = attention;
-      options.seq = loop.seq;
-      std::string fallback_reason;
-      const double setup_start = NowSeconds();
-      std::unique_ptr<Transformer> cuda_model =
-          MakeCudaTransformer(model, static_cast<uint64_t>(f.seed), options, &fallback_reason);
-      if (!train.attributes.contains("attention")) {
-        // Mostly the host's draw of the initial weights and their upload: what a large model costs before step 0.
-        Print(Format("# model setup: %.2f s (device memory, initial weights on %d host threads, upload)",
-                     NowSeconds() - setup_start, CpuThreads()));
-        train.Set("attention", cuda_model->attention());
-        train.Set("attention_fallback_reason", fallback_reason);
-        Print("# attention: " + cuda_model->attention() +
-              (fallback_reason.empty() ? std::string() : " (cuDNN SDPA unavailable: " + fallback_reason + ")"));
-      }
-      return cuda_model;
-    };
-    if (!backend.cuda) train.Set("attention", std::string("cpu"));
-    // One run of the loop per scaling point, or per storage rate of a sweep (which takes one point).
-    struct RunPoint {
-      int k;
-      double throttle_MBps;
-      std::string name;
-    };
-    const bool sweep = io_plan.throttles_MBps.size() > 1;
-    const bool with_io = io_plan.loader || io_plan.checkpoints || !io_plan.resume_dir.empty();
-    std::vector<RunPoint> runs;
-    for (int k : scaling) {
-      for (double throttle : io_plan.throttles_MBps) {
-        runs.push_back({k, throttle, sweep ? Format("k%d_throttle%g", k, throttle) : PointGroupName(k)});
-      }
-    }
-    std::vector<double> sweep_shares;
-    for (const RunPoint& point : runs) {
-      const int k = point.k;
-      std::unique_ptr<Communicator> sub = comm->Prefix(k);
-      std::vector<StepRecord> mine;
-      TrainLoopOptions point_loop = loop;
-      point_loop.micro_batch = weak ? loop.micro_batch : global_batch / k;
-      if (sub) {
-        std::unique_ptr<Transformer> transformer = make_model();
-        PointIo io(io_flags, io_plan, *sub, *transformer, point_loop.micro_batch, loop.seq,
-                   static_cast<uint64_t>(f.seed), point.throttle_MBps, runs.size() > 1 ? point.name : "");
-        io.Prepare(point_loop);
-        point_loop.watchdog = &run->watchdog(sub.get());
-        point_loop.stop_requested = [&] { return run->StopRequested(sub->host_comm()); };
-        point_loop.on_step = [&](const StepRecord& r) {
-          if (!first_step_seen) {
-            first_step_seen = true;
-            train.Set("startup_s", NowSeconds() - r.step_s - ProcessStartSeconds());
-          }
-          double local[2] = {r.loss, r.step_s}, sums[2] = {0, 0};
-          TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 1, MPI_DOUBLE, MPI_SUM, sub->host_comm()));
-          TB_CHECK_MPI(MPI_Allreduce(&local[1], &sums[1], 1, MPI_DOUBLE, MPI_MAX, sub->host_comm()));
-          const double tokens_per_s = static_cast<double>(r.tokens) * k / sums[1];
-          const double mfu = peak ? tokens_per_s / k * flops_per_token / peak_flops : std::nan("");
-          Print(StepLine(r, sums[0] / k, k, tokens_per_s, mfu));
-        };
-        mine = RunTrainingSteps(*sub, *transformer, point_loop);
-        io.Finish();
-        if (with_io) io.AddToReport(run->report().root.Child("io"), point.name, mine);
-        peak_device_memory = std::max(peak_device_memory, static_cast<double>(transformer->peak_device_memory_bytes()));
-        const int expected = point_loop.warmup_steps + point_loop.steps - point_loop.first_step;
-        interrupted = interrupted || static_cast<int>(mine.size()) < expected;
-      }
-      SleepingBarrier(MPI_COMM_WORLD);  // ranks outside this point wait here without taking the cores
-      int stopped = interrupted ? 1 : 0, any_stopped = 0;
-      TB_CHECK_MPI(MPI_Allreduce(&stopped, &any_stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-      interrupted = any_stopped != 0;
-      std::vector<RankSteps> ranks = GatherSteps(mine, topology, ctx.world_rank, ctx.world_size, backend.device);
-      if (ctx.world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
-        points.push_back(
-            SummarizePoint(k, point_loop.micro_batch, ranks, flops_per_token, peak_flops, gemm_min, gradient_bytes));
-        points.back().gradient_buckets = gradient_buckets;
-        AddPointToReport(train, points.back(), ranks, point.name);
-        if (sweep) sweep_shares.push_back(DataWaitShare(ranks));
-      }
-      if (interrupted) break;
-    }
-    if (ctx.world_rank == 0) {
-      if (!sweep) ComputeEfficiency(points, weak);
-      for (size_t i = 0; i < points.size(); ++i) {
-        const ScalingPoint& p = points[i];
-        train.Child(runs[i].name).Set("scaling_efficiency", p.efficiency);
-        if (sweep) Print(Format("# storage sweep: --io-throttle %g MB/s per rank", runs[i].throttle_MBps), true);
-        for (const std::string& line : PointLines(p, f.scaling_mode)) Print(line, line.rfind("# k=", 0) == 0);
-      }
-      if (sweep) {
-        std::vector<double> rates;
-        for (const RunPoint& point : runs) rates.push_back(point.throttle_MBps);
-        AddStorageSweep(run->report().root.Child("io"), rates, points, sweep_shares, io_flags.data_wait_share);
-      }
-      Group& summary = run->report().root.Child("summary");
-      if (!points.empty()) {
-        std::string measured;
-        for (size_t i = 0; i < points.size(); ++i) measured += (i ? "," : "") + runs[i].name;
-        summary.Set(kTrainPointsAttribute, measured);
-        summary.Set("train_tokens_per_s", points.back().tokens_per_s);
-        summary.Set("train_ranks", static_cast<int64_t>(points.back().k));
-        summary.Set("train_scaling_efficiency", points.back().efficiency);
-      }
-    }
-    const std::vector<double> peaks = AllGatherDoubles(MPI_COMM_WORLD, PeakHostMemoryBytes());
-    const std::vector<double> device_peaks = AllGatherDoubles(MPI_COMM_WORLD, peak_device_memory);
-    train.Set("peak_host_memory_bytes_max", *std::max_element(peaks.begin(), peaks.end()));
-    train.Set("peak_device_memory_bytes_max", *std::max_element(device_peaks.begin(), device_peaks.end()));
-    std::vector<int64_t> memory_rank;
-    for (int rank = 0; rank < ctx.world_size; ++rank) memory_rank.push_back(rank);
-    Table& memory_table = train.tables["memory"];
-    memory_table.description =
-        "peak resident host memory of each rank's process over the whole run (getrusage); peak device memory in "
-        "use on each rank's GPU (total - free from cudaMemGetInfo at the model's high points; 0 on the CPU backend)";
-    memory_table.Add("rank", "", memory_rank)
-        .Add("peak_host_memory_bytes", "B", peaks)
-        .Add("peak_device_memory_bytes", "B", device_peaks);
-    return run->Finish(interrupted);
+  return run_->RecordingFailures([&] {
+    topology_ = &run_->BeginMeasurement("training");
+    MeasureDevice();
+    PrintHeader();
+    RecordHeader(comm_ready_s);
+    const bool interrupted = RunPoints(*comm);
+    RecordMemory();
+    return run_->Finish(interrupted);
   });
+}
+
+// The backend's device and its GEMM rate, measured on every rank (collective), then the model's accounting.
+void TrainCommand::MeasureDevice() {
+  const RankContext& ctx = run_->ctx();
+  Backend& backend = setup_.backend;
+  backend.cuda = run_->backend() == "nccl";
+  // The cores of a node shared by its ranks: OpenBLAS's threads on the CPU, the initial weights' draw on both.
+  SetCpuThreadsPerRank(ctx.local_size);
+  double gemm_flops = 0;
+  if (backend.cuda) {
+    const GpuInfo gpu = QueryGpu(ctx.gpu_index);
+    backend.device_name = gpu.name;
+    backend.device = Format("%s (GPU %d)", gpu.name.c_str(), gpu.index);
+    backend.description = "cuda (NCCL + CUDA transformer: bf16 cuBLASLt GEMMs, fp32 master weights and AdamW)";
+    gemm_flops = MeasureDeviceGemmFlops();  // every rank on its own GPU, all at once
+  } else {
+    backend.device = Format("cpu (%d BLAS threads)", CpuThreads());
+    backend.description = "cpu (MPI + CPU reference in fp32)";
+    // Each rank measures its GEMM rate alone on its node (the others wait asleep), so that ranks sharing cores
+    // do not halve each other's figure; nodes measure at the same time.
+    MPI_Comm node = MPI_COMM_NULL;
+    TB_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx.world_rank, MPI_INFO_NULL, &node));
+    for (int turn = 0; turn < ctx.local_size; ++turn) {
+      if (turn == ctx.local_rank) gemm_flops = MeasureCpuGemmFlops();
+      SleepingBarrier(node);
+    }
+    MPI_Comm_free(&node);
+  }
+  const std::vector<double> gemm_all = AllGatherDoubles(MPI_COMM_WORLD, gemm_flops);
+  setup_.gemm_min = *std::min_element(gemm_all.begin(), gemm_all.end());
+  // MFU against rank 0's device in the peak table (a launch mixing GPU models is measured against rank 0's).
+  setup_.peak = backend.cuda ? FindDevicePeak(topology_->ranks[0].gpu.name) : std::nullopt;
+  setup_.peak_flops = setup_.peak ? setup_.peak->bf16_flops : 0.0;
+  setup_.flops_per_token = ModelFlopsPerToken(model_, loop_.seq);
+  const std::vector<TensorSlot> layout = MakeLayout(model_);
+  setup_.gradient_bytes = static_cast<double>(layout.back().offset + layout.back().count) * sizeof(float);
+  setup_.gradient_buckets = static_cast<int64_t>(
+      PlanBuckets(GradientTensors(layout), static_cast<size_t>(f_.bucket_mb * 1024 * 1024), sizeof(float)).size());
+}
+
+void TrainCommand::PrintHeader() const {
+  const RankContext& ctx = run_->ctx();
+  const Backend& backend = setup_.backend;
+  const ParameterCount params = CountParameters(model_);
+  const MemoryEstimate memory = EstimateMemory(model_, loop_.micro_batch, loop_.seq, backend.cuda);
+  Print(Format("# trainbench train: %d ranks on %d nodes, backend %s", ctx.world_size, ctx.node_count,
+               backend.description.c_str()));
+  Print(Format("# model %s%s: %d layers, d %d, %d heads, vocab %d (padded %d), seq %d; %lld parameters",
+               model_.name.c_str(), model_.scaled.empty() ? "" : (" (" + model_.scaled + ")").c_str(), model_.layers,
+               model_.d_model, model_.heads, model_.vocab, model_.vocab_padded, loop_.seq,
+               static_cast<long long>(params.total)));
+  Print(Format("# model FLOPs per token %.4g (6*N_matmul + 6*L*T*d); memory per rank (%s estimate): weights %s, "
+               "gradients %s, optimizer %s, activations %s",
+               setup_.flops_per_token, backend.cuda ? "mixed-precision" : "fp32",
+               FormatBytes(memory.weights_bytes).c_str(), FormatBytes(memory.gradients_bytes).c_str(),
+               FormatBytes(memory.optimizer_bytes).c_str(), FormatBytes(memory.activations_bytes).c_str()));
+  const std::optional<DevicePeak>& peak = setup_.peak;
+  if (backend.cuda) {
+    Print(Format("# peak FLOP/s: %s; measured bf16 GEMM rate %.1f TFLOP/s (cuBLASLt 8192^3, slowest rank), %s",
+                 peak ? Format("%s bf16 dense %.0f TFLOP/s (%s)", peak->device.c_str(), peak->bf16_flops / 1e12,
+                               peak->source.c_str()).c_str()
+                      : ("no table entry for " + topology_->ranks[0].gpu.name + " (MFU against peak: n/a)").c_str(),
+                 setup_.gemm_min / 1e12, backend.device.c_str()));
+  } else {
+    Print(Format("# peak FLOP/s: no table entry for a CPU (MFU against peak: n/a); measured sgemm rate %.1f GFLOP/s "
+                 "(slowest rank, each measured alone on its node), %s", setup_.gemm_min / 1e9, backend.device.c_str()));
+  }
+}
+
+// The model and the run-wide train attributes (collective: the data verification's figures are gathered).
+void TrainCommand::RecordHeader(double comm_ready_s) {
+  const Backend& backend = setup_.backend;
+  const std::optional<DevicePeak>& peak = setup_.peak;
+  Group& t = train();
+  RecordModel(run_->report().root.Child("model"), model_, loop_.micro_batch, loop_.seq, backend.cuda);
+  t.Set("scaling_mode", f_.scaling_mode);
+  t.Set("backend", std::string(backend.cuda ? "cuda" : "cpu"));
+  t.Set("device", backend.device);
+  t.Set("measured_gemm_flops", setup_.gemm_min);
+  t.Set("measured_gemm",
+        std::string(backend.cuda ? "cuBLASLt bf16 GEMM 8192^3 (fp32 accumulation) on each rank's GPU at start-up, "
+                                   "timed with CUDA events; the slowest rank's rate"
+                                 : "cblas_sgemm fp32 1024^3 on each rank at start-up, one rank of a node at "
+                                   "a time; the slowest rank's rate"));
+  t.Set("peak_flops", peak ? setup_.peak_flops : std::nan(""));
+  t.Set("peak_source", peak ? peak->device + " bf16 dense: " + peak->source
+                            : std::string(backend.cuda ? "none: no peak table entry for this GPU"
+                                                       : "none: no peak table entry for a CPU"));
+  if (io_plan_.loader) {
+    AddDataVerifyToReport(run_->ctx().world_rank == 0 ? &run_->report().root.Child("io") : nullptr, io_flags_,
+                          io_plan_);
+  }
+  t.Set("mpi_init_s", MpiInitSeconds());
+  t.Set("communicator_init_s", comm_ready_s - ProcessStartSeconds() - MpiInitSeconds());
+  if (!backend.cuda) t.Set("attention", std::string("cpu"));
+}
+
+std::unique_ptr<Transformer> TrainCommand::MakeModel() {
+  if (!setup_.backend.cuda) return MakeCpuTransformer(model_, static_cast<uint64_t>(f_.seed));
+  CudaTransformerOptions options;
+  options.max_batch = PointBatch(scaling_.front());  // the CUDA model's activations are sized for the largest batch
+  options.attention = attention_;
+  options.seq = loop_.seq;
+  std::string fallback_reason;
+  const double setup_start = NowSeconds();
+  std::unique_ptr<Transformer> cuda_model =
+      MakeCudaTransformer(model_, static_cast<uint64_t>(f_.seed), options, &fallback_reason);
+  Group& t = train();
+  if (!t.attributes.contains("attention")) {
+    // Mostly the host's draw of the initial weights and their upload: what a large model costs before step 0.
+    Print(Format("# model setup: %.2f s (device memory, initial weights on %d host threads, upload)",
+                 NowSeconds() - setup_start, CpuThreads()));
+    t.Set("attention", cuda_model->attention());
+    t.Set("attention_fallback_reason", fallback_reason);
+    Print("# attention: " + cuda_model->attention() +
+          (fallback_reason.empty() ? std::string() : " (cuDNN SDPA unavailable: " + fallback_reason + ")"));
+  }
+  return cuda_model;
+}
+
+std::vector<RunPoint> TrainCommand::Points() const {
+  const bool sweep = io_plan_.throttles_MBps.size() > 1;
+  std::vector<RunPoint> runs;
+  for (int k : scaling_) {
+    for (double throttle : io_plan_.throttles_MBps) {
+      runs.push_back({k, throttle, PointGroupName({k, sweep ? throttle : 0})});
+    }
+  }
+  return runs;
+}
+
+// Each point on the first k ranks (the others wait asleep), its records gathered and summarised on rank 0; stops
+// after a point that a signal cut short. Returns whether the run was interrupted. Collective.
+bool TrainCommand::RunPoints(Communicator& comm) {
+  const std::vector<RunPoint> runs = Points();
+  const bool sweep = io_plan_.throttles_MBps.size() > 1;
+  bool interrupted = false;
+  for (const RunPoint& point : runs) {
+    std::unique_ptr<Communicator> sub = comm.Prefix(point.k);
+    TrainLoopOptions point_loop = loop_;
+    point_loop.micro_batch = PointBatch(point.k);
+    std::vector<StepRecord> mine;
+    if (sub) {
+      mine = RunOnePoint(*sub, point, point_loop);
+      const int expected = point_loop.warmup_steps + point_loop.steps - point_loop.first_step;
+      interrupted = interrupted || static_cast<int>(mine.size()) < expected;
+    }
+    SleepingBarrier(MPI_COMM_WORLD);  // ranks outside this point wait here without taking the cores
+    int stopped = interrupted ? 1 : 0, any_stopped = 0;
+    TB_CHECK_MPI(MPI_Allreduce(&stopped, &any_stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    interrupted = any_stopped != 0;
+    const std::vector<RankSteps> ranks = GatherSteps(mine, *topology_, setup_.backend.device);
+    if (run_->ctx().world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
+      points_.push_back(SummarizePoint(point.k, point_loop.micro_batch, ranks, setup_.flops_per_token,
+                                       setup_.peak_flops, setup_.gemm_min, setup_.gradient_bytes));
+      points_.back().gradient_buckets = setup_.gradient_buckets;
+      AddPointToReport(train(), points_.back(), ranks, point.name);
+      if (sweep) sweep_shares_.push_back(DataWaitShare(ranks));
+    }
+    if (interrupted) break;
+  }
+  if (run_->ctx().world_rank == 0) Summarise(runs);
+  return interrupted;
+}
+
+// One point on the ranks of `sub`: a fresh model and its I/O, the loop with a line per step, the io group.
+std::vector<StepRecord> TrainCommand::RunOnePoint(Communicator& sub, const RunPoint& point,
+                                                  TrainLoopOptions& point_loop) {
+  std::unique_ptr<Transformer> transformer = MakeModel();
+  const bool several = Points().size() > 1;
+  PointIo io(io_flags_, io_plan_, sub, *transformer, point_loop.micro_batch, loop_.seq,
+             static_cast<uint64_t>(f_.seed), point.throttle_MBps, several ? point.name : "");
+  io.Prepare(point_loop);
+  point_loop.watchdog = &run_->watchdog(&sub);
+  point_loop.stop_requested = [&] { return run_->StopRequested(sub.host_comm()); };
+  point_loop.on_step = [&](const StepRecord& r) {
+    if (!first_step_seen_) {
+      first_step_seen_ = true;
+      train().Set("startup_s", NowSeconds() - r.step_s - ProcessStartSeconds());
+    }
+    double local[2] = {r.loss, r.step_s}, sums[2] = {0, 0};
+    TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 1, MPI_DOUBLE, MPI_SUM, sub.host_comm()));
+    TB_CHECK_MPI(MPI_Allreduce(&local[1], &sums[1], 1, MPI_DOUBLE, MPI_MAX, sub.host_comm()));
+    const double tokens_per_s = static_cast<double>(r.tokens) * point.k / sums[1];
+    const double mfu = setup_.peak ? tokens_per_s / point.k * setup_.flops_per_token / setup_.peak_flops : std::nan("");
+    Print(StepLine(r, sums[0] / point.k, point.k, tokens_per_s, mfu));
+  };
+  std::vector<StepRecord> mine = RunTrainingSteps(sub, *transformer, point_loop);
+  io.Finish();
+  if (io_plan_.loader || io_plan_.checkpoints || !io_plan_.resume_dir.empty()) {
+    io.AddToReport(run_->report().root.Child("io"), point.name, mine);
+  }
+  peak_device_memory_ = std::max(peak_device_memory_, static_cast<double>(transformer->peak_device_memory_bytes()));
+  return mine;
+}
+
+// Rank 0: scaling efficiency, each point's lines, the storage sweep, and the summary the other commands read.
+void TrainCommand::Summarise(const std::vector<RunPoint>& runs) {
+  const bool sweep = io_plan_.throttles_MBps.size() > 1;
+  if (!sweep) ComputeEfficiency(points_, weak_);
+  for (size_t i = 0; i < points_.size(); ++i) {
+    const ScalingPoint& p = points_[i];
+    train().Child(runs[i].name).Set("scaling_efficiency", p.efficiency);
+    if (sweep) Print(Format("# storage sweep: --io-throttle %g MB/s per rank", runs[i].throttle_MBps), true);
+    for (const std::string& line : PointLines(p, f_.scaling_mode)) Print(line, line.rfind("# k=", 0) == 0);
+  }
+  if (sweep) {
+    std::vector<double> rates;
+    for (const RunPoint& point : runs) rates.push_back(point.throttle_MBps);
+    AddStorageSweep(run_->report().root.Child("io"), rates, points_, sweep_shares_, io_flags_.data_wait_share);
+  }
+  if (points_.empty()) return;
+  Group& summary = run_->report().root.Child("summary");
+  std::string measured;
+  for (size_t i = 0; i < points_.size(); ++i) measured += (i ? "," : "") + runs[i].name;
+  summary.Set(kTrainPointsAttribute, measured);
+  summary.Set("train_tokens_per_s", points_.back().tokens_per_s);
+  summary.Set("train_ranks", static_cast<int64_t>(points_.back().k));
+  summary.Set("train_scaling_efficiency", points_.back().efficiency);
+}
+
+// Peak host and device memory of every rank over the whole run (collective).
+void TrainCommand::RecordMemory() {
+  const std::vector<double> peaks = AllGatherDoubles(MPI_COMM_WORLD, PeakHostMemoryBytes());
+  const std::vector<double> device_peaks = AllGatherDoubles(MPI_COMM_WORLD, peak_device_memory_);
+  Group& t = train();
+  t.Set("peak_host_memory_bytes_max", *std::max_element(peaks.begin(), peaks.end()));
+  t.Set("peak_device_memory_bytes_max", *std::max_element(device_peaks.begin(), device_peaks.end()));
+  std::vector<int64_t> memory_rank;
+  for (int rank = 0; rank < run_->ctx().world_size; ++rank) memory_rank.push_back(rank);
+  Table& memory_table = t.tables["memory"];
+  memory_table.description =
+      "peak resident host memory of each rank's process over the whole run (getrusage); peak device memory in "
+      "use on each rank's GPU (total - free from cudaMemGetInfo at the model's high points; 0 on the CPU backend)";
+  memory_table.Add("rank", "", memory_rank)
+      .Add("peak_host_memory_bytes", "B", peaks)
+      .Add("peak_device_memory_bytes", "B", device_peaks);
+}
+
+}  // namespace
+
+int RunTrainCommand(const CommandInput& input) {
+  TrainCommand command(input);
+  command.Plan();
+  return command.Run();
 }
 
 }  // namespace tb

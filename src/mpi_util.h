@@ -3,13 +3,30 @@
 
 #include <mpi.h>
 
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace tb {
 
 // Gathers one string per rank to `root` (empty vector on other ranks). Collective.
 std::vector<std::string> GatherStrings(MPI_Comm comm, const std::string& mine, int root = 0);
+
+// Gathers each rank's records to `root` as their bytes, laid out as T (the same binary on every rank): one vector per
+// rank on `root`, none elsewhere. Collective. For plain records (StepRecord), instead of packing fields by index.
+template <typename T>
+std::vector<std::vector<T>> GatherRecords(MPI_Comm comm, const std::vector<T>& mine, int root = 0) {
+  static_assert(std::is_trivially_copyable_v<T>, "records travel as their bytes");
+  const std::string bytes(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T));
+  std::vector<std::vector<T>> all;
+  for (const std::string& packed : GatherStrings(comm, bytes, root)) {
+    std::vector<T> records(packed.size() / sizeof(T));
+    std::memcpy(records.data(), packed.data(), records.size() * sizeof(T));
+    all.push_back(std::move(records));
+  }
+  return all;
+}
 
 // Gathers one double per rank to every rank. Collective.
 std::vector<double> AllGatherDoubles(MPI_Comm comm, double mine);
