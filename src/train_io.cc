@@ -441,132 +441,134 @@ void PointIo::Shared(const std::function<void()>& collective) {
 }
 
 void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<StepRecord>& records) {
-  MPI_Comm comm = comm_.host_comm();
-  const int size = comm_.size();
-  const bool root = comm_.rank() == 0;
-  Group* group = root ? &io.Child(name) : nullptr;
+  Group* group = comm_.rank() == 0 ? &io.Child(name) : nullptr;
+  AddSharesToReport(group, records);
+  if (loader_) AddLoaderToReport(group);
+  if (checkpointer_) AddCheckpointsToReport(group);
+}
 
-  // Stall shares over this rank's measured steps, and how much slower steps ran while a checkpoint writer worked.
-  double step = 0, data = 0, checkpoint = 0, busy_step = 0, idle_step = 0;
-  int busy = 0, idle = 0;
+// Stall shares over every rank's measured steps, how much slower steps ran while a checkpoint writer worked, and
+// where the run resumed from (collective).
+void PointIo::AddSharesToReport(Group* group, const std::vector<StepRecord>& records) {
+  // Per rank: measured step time, data wait, checkpoint stall; steps (and their time) with the writer busy / idle.
+  enum { kStep, kData, kCheckpoint, kBusyTime, kBusySteps, kIdleTime, kIdleSteps, kSums };
+  double mine[kSums] = {};
   for (const StepRecord& r : records) {
     if (r.warmup) continue;
-    step += r.step_s;
-    data += r.data_wait_s + r.h2d_s;
-    checkpoint += r.checkpoint_stall_s;
+    mine[kStep] += r.step_s;
+    mine[kData] += r.data_wait_s + r.h2d_s;
+    mine[kCheckpoint] += r.checkpoint_stall_s;
     // A step that took a checkpoint is its own kind: its stall is counted there, not as writer slowdown.
     if (r.checkpoint_stall_s > 0 && plan_.checkpoints) continue;
-    (r.checkpoint_writing ? busy_step : idle_step) += r.step_s;
-    (r.checkpoint_writing ? busy : idle) += 1;
+    mine[r.checkpoint_writing ? kBusyTime : kIdleTime] += r.step_s;
+    mine[r.checkpoint_writing ? kBusySteps : kIdleSteps] += 1;
   }
-  const std::vector<double> steps = AllGatherDoubles(comm, step);
-  const std::vector<double> datas = AllGatherDoubles(comm, data);
-  const std::vector<double> checkpoints = AllGatherDoubles(comm, checkpoint);
-  const std::vector<double> busy_sum = AllGatherDoubles(comm, busy_step);
-  const std::vector<double> busy_n = AllGatherDoubles(comm, busy);
-  const std::vector<double> idle_sum = AllGatherDoubles(comm, idle_step);
-  const std::vector<double> idle_n = AllGatherDoubles(comm, idle);
-  if (root) {
-    double step_total = 0, data_total = 0, checkpoint_total = 0, bs = 0, bn = 0, is = 0, in = 0;
-    for (int i = 0; i < size; ++i) {
-      step_total += steps[i];
-      data_total += datas[i];
-      checkpoint_total += checkpoints[i];
-      bs += busy_sum[i];
-      bn += busy_n[i];
-      is += idle_sum[i];
-      in += idle_n[i];
-    }
-    const double nan = std::nan("");
-    group->Set("data_wait_share", step_total > 0 ? data_total / step_total : nan);
-    group->Set("checkpoint_stall_share", step_total > 0 ? checkpoint_total / step_total : nan);
-    group->Set("io_throttle_MBps", throttle_MBps_);
-    group->Set("checkpoint_writer_slowdown", bn > 0 && in > 0 ? (bs / bn) / (is / in) : nan);
-    group->Set("checkpoint_writer_slowdown_steps", static_cast<int64_t>(bn));
-    if (!plan_.resume_dir.empty()) {
-      group->Set("resumed_from", resumed_.dir);
-      group->Set("resumed_step", static_cast<int64_t>(resumed_.meta.step));
-      group->Set("resume_load_s", resumed_.seconds);
-      group->Set("resume_saved_ranks", static_cast<int64_t>(resumed_.saved_world_size));
-      group->Set("resume_unchecked", plan_.resume_unchecked);
-    }
-  }
+  double total[kSums] = {};
+  TB_CHECK_MPI(MPI_Allreduce(mine, total, kSums, MPI_DOUBLE, MPI_SUM, comm_.host_comm()));
+  if (!group) return;
+  const double nan = std::nan("");
+  group->Set("data_wait_share", total[kStep] > 0 ? total[kData] / total[kStep] : nan);
+  group->Set("checkpoint_stall_share", total[kStep] > 0 ? total[kCheckpoint] / total[kStep] : nan);
+  group->Set("io_throttle_MBps", throttle_MBps_);
+  const bool compared = total[kBusySteps] > 0 && total[kIdleSteps] > 0;
+  group->Set("checkpoint_writer_slowdown", compared ? (total[kBusyTime] / total[kBusySteps]) /
+                                                          (total[kIdleTime] / total[kIdleSteps])
+                                                    : nan);
+  group->Set("checkpoint_writer_slowdown_steps", static_cast<int64_t>(total[kBusySteps]));
+  if (plan_.resume_dir.empty()) return;
+  group->Set("resumed_from", resumed_.dir);
+  group->Set("resumed_step", static_cast<int64_t>(resumed_.meta.step));
+  group->Set("resume_load_s", resumed_.seconds);
+  group->Set("resume_saved_ranks", static_cast<int64_t>(resumed_.saved_world_size));
+  group->Set("resume_unchecked", plan_.resume_unchecked);
+}
 
-  if (loader_) {
-    const LoaderStats s = loader_->stats();
-    const double fields[] = {static_cast<double>(s.batches), static_cast<double>(s.bytes_read),
-                             static_cast<double>(s.reads), s.read_s, s.wait_s};
-    std::vector<std::vector<double>> columns;
-    for (double v : fields) columns.push_back(AllGatherDoubles(comm, v));
-    if (root) {
-      group->Set("dataset_files", static_cast<int64_t>(s.files));
-      group->Set("dataset_files_kept_open", static_cast<int64_t>(s.open_files));
-      group->Set("dataset_samples", static_cast<int64_t>(s.samples));
-      group->Set("record_bytes", static_cast<int64_t>(s.record_bytes));
-      group->Set("batches_per_epoch", static_cast<int64_t>(s.batches_per_epoch));
-      group->Set("dropped_samples_per_epoch", static_cast<int64_t>(s.dropped_per_epoch));
-      std::vector<int64_t> ranks(size);
-      for (int i = 0; i < size; ++i) ranks[i] = i;
-      std::vector<double> rate(size);
-      for (int i = 0; i < size; ++i) rate[i] = columns[3][i] > 0 ? columns[1][i] / columns[3][i] / 1e6 : 0;
-      Table& table = group->tables["loader"];
-      table.description = "per rank: batches handed to the loop, bytes read, reads, the sum of read times (workers "
-                          "overlap, so bytes/read_s is a per-read rate), and the loop's total wait for batches";
-      table.Add("rank", "", ranks).Add("batches", "", columns[0]).Add("bytes_read", "B", columns[1])
-          .Add("reads", "", columns[2]).Add("read_s", "s", columns[3]).Add("per_read_MBps", "MB/s", rate)
-          .Add("wait_s", "s", columns[4]);
-    }
+// The loader's figures, and a row per rank of what it read (collective).
+void PointIo::AddLoaderToReport(Group* group) {
+  const LoaderStats s = loader_->stats();
+  struct RankLoader {
+    double batches, bytes_read, reads, read_s, wait_s;
+  };
+  const RankLoader mine{static_cast<double>(s.batches), static_cast<double>(s.bytes_read),
+                        static_cast<double>(s.reads), s.read_s, s.wait_s};
+  const std::vector<std::vector<RankLoader>> all = GatherRecords(comm_.host_comm(), std::vector<RankLoader>{mine});
+  if (!group) return;
+  group->Set("dataset_files", static_cast<int64_t>(s.files));
+  group->Set("dataset_files_kept_open", static_cast<int64_t>(s.open_files));
+  group->Set("dataset_samples", static_cast<int64_t>(s.samples));
+  group->Set("record_bytes", static_cast<int64_t>(s.record_bytes));
+  group->Set("batches_per_epoch", static_cast<int64_t>(s.batches_per_epoch));
+  group->Set("dropped_samples_per_epoch", static_cast<int64_t>(s.dropped_per_epoch));
+  std::vector<int64_t> ranks;
+  std::vector<double> batches, bytes, reads, read_s, rate, wait_s;
+  for (size_t rank = 0; rank < all.size(); ++rank) {
+    const RankLoader& r = all[rank].front();
+    ranks.push_back(static_cast<int64_t>(rank));
+    batches.push_back(r.batches);
+    bytes.push_back(r.bytes_read);
+    reads.push_back(r.reads);
+    read_s.push_back(r.read_s);
+    rate.push_back(r.read_s > 0 ? r.bytes_read / r.read_s / 1e6 : 0);
+    wait_s.push_back(r.wait_s);
   }
+  Table& table = group->tables["loader"];
+  table.description = "per rank: batches handed to the loop, bytes read, reads, the sum of read times (workers "
+                      "overlap, so bytes/read_s is a per-read rate), and the loop's total wait for batches";
+  table.Add("rank", "", ranks).Add("batches", "", batches).Add("bytes_read", "B", bytes).Add("reads", "", reads)
+      .Add("read_s", "s", read_s).Add("per_read_MBps", "MB/s", rate).Add("wait_s", "s", wait_s);
+}
 
-  if (checkpointer_) {
-    // Every rank's events as text fields, kEventFields per event, gathered to rank 0.
-    constexpr size_t kEventFields = 11;
-    std::vector<std::string> fields;
-    for (const CheckpointEvent& e : checkpointer_->events()) {
-      for (std::string field : {std::to_string(e.step), std::to_string(e.rank), std::string(CheckpointModeName(e.mode)),
-                                std::to_string(e.bytes), Format("%.9g", e.stall_s), Format("%.9g", e.write_s),
-                                Format("%.9g", e.write_gbps), std::to_string(e.crc32c),
-                                std::string(e.verified ? "1" : "0"), std::string(e.ok ? "1" : "0"), e.error}) {
-        fields.push_back(std::move(field));
-      }
-    }
-    const std::vector<std::string> gathered = GatherStrings(comm, fields.empty() ? std::string() : JoinFields(fields));
-    if (root) {
-      std::vector<int64_t> step_col, rank_col, bytes_col, crc_col, verified_col, ok_col;
-      std::vector<double> stall_col, write_col, gbps_col;
-      std::vector<std::string> mode_col, error_col;
-      for (const std::string& packed : gathered) {
-        if (packed.empty()) continue;
-        const std::vector<std::string> all = SplitFields(packed);
-        for (size_t at = 0; at + kEventFields <= all.size(); at += kEventFields) {
-          const std::string* v = all.data() + at;
-          step_col.push_back(std::stoll(v[0]));
-          rank_col.push_back(std::stoll(v[1]));
-          mode_col.push_back(v[2]);
-          bytes_col.push_back(std::stoll(v[3]));
-          stall_col.push_back(std::stod(v[4]));
-          write_col.push_back(std::stod(v[5]));
-          gbps_col.push_back(std::stod(v[6]));
-          crc_col.push_back(std::stoll(v[7]));
-          verified_col.push_back(std::stoll(v[8]));
-          ok_col.push_back(std::stoll(v[9]));
-          error_col.push_back(v[10]);
-        }
-      }
-      group->Set("checkpoint_dir", checkpoint_dir_);
-      group->Set("checkpoint_state_bytes", static_cast<int64_t>(checkpointer_->state_bytes()));
-      Table& table = group->tables["checkpoints"];
-      table.description =
-          "a row per checkpoint per rank: its slice's bytes; stall_s = time the training loop was blocked (sync: "
-          "copy, write, fsync and manifest; async: the snapshot, plus any wait for the previous writer); write_s = "
-          "write + fsync + rename of the slice file; write_GBps = bytes / write_s (1e9 B/s); crc32c of the slice; "
-          "verified = read back after fsync with the same checksum; ok = the checkpoint is complete";
-      table.Add("step", "", step_col).Add("rank", "", rank_col).Add("mode", "", mode_col).Add("bytes", "B", bytes_col)
-          .Add("stall_s", "s", stall_col).Add("write_s", "s", write_col).Add("write_GBps", "GB/s", gbps_col)
-          .Add("crc32c", "", crc_col).Add("verified", "", verified_col).Add("ok", "", ok_col)
-          .Add("error", "", error_col);
+// A row per checkpoint per rank (collective): the events' figures travel as records, their errors as text.
+void PointIo::AddCheckpointsToReport(Group* group) {
+  struct EventFigures {
+    int64_t step;
+    int rank;
+    CheckpointMode mode;
+    uint64_t bytes;
+    double stall_s, write_s, write_gbps;
+    uint32_t crc32c;
+    bool verified, ok;
+  };
+  std::vector<EventFigures> mine;
+  std::vector<std::string> errors;
+  for (const CheckpointEvent& e : checkpointer_->events()) {
+    mine.push_back({e.step, e.rank, e.mode, e.bytes, e.stall_s, e.write_s, e.write_gbps, e.crc32c, e.verified, e.ok});
+    errors.push_back(e.error);
+  }
+  const std::vector<std::vector<EventFigures>> figures = GatherRecords(comm_.host_comm(), mine);
+  const std::vector<std::string> texts = GatherStrings(comm_.host_comm(), JoinFields(errors));
+  if (!group) return;
+  std::vector<int64_t> step, rank, bytes, crc, verified, ok;
+  std::vector<double> stall, write, gbps;
+  std::vector<std::string> mode, error;
+  for (size_t r = 0; r < figures.size(); ++r) {
+    const std::vector<std::string> rank_errors = figures[r].empty() ? std::vector<std::string>{} : SplitFields(texts[r]);
+    for (size_t i = 0; i < figures[r].size(); ++i) {
+      const EventFigures& e = figures[r][i];
+      step.push_back(e.step);
+      rank.push_back(e.rank);
+      mode.push_back(CheckpointModeName(e.mode));
+      bytes.push_back(static_cast<int64_t>(e.bytes));
+      stall.push_back(e.stall_s);
+      write.push_back(e.write_s);
+      gbps.push_back(e.write_gbps);
+      crc.push_back(e.crc32c);
+      verified.push_back(e.verified);
+      ok.push_back(e.ok);
+      error.push_back(i < rank_errors.size() ? rank_errors[i] : "");
     }
   }
+  group->Set("checkpoint_dir", checkpoint_dir_);
+  group->Set("checkpoint_state_bytes", static_cast<int64_t>(checkpointer_->state_bytes()));
+  Table& table = group->tables["checkpoints"];
+  table.description =
+      "a row per checkpoint per rank: its slice's bytes; stall_s = time the training loop was blocked (sync: "
+      "copy, write, fsync and manifest; async: the snapshot, plus any wait for the previous writer); write_s = "
+      "write + fsync + rename of the slice file; write_GBps = bytes / write_s (1e9 B/s); crc32c of the slice; "
+      "verified = read back after fsync with the same checksum; ok = the checkpoint is complete";
+  table.Add("step", "", step).Add("rank", "", rank).Add("mode", "", mode).Add("bytes", "B", bytes)
+      .Add("stall_s", "s", stall).Add("write_s", "s", write).Add("write_GBps", "GB/s", gbps).Add("crc32c", "", crc)
+      .Add("verified", "", verified).Add("ok", "", ok).Add("error", "", error);
 }
 
 double ThrottleAtDataWaitShare(const std::vector<double>& rates, const std::vector<double>& shares, double share) {

@@ -127,6 +127,10 @@ class PointIo {
   void OpenLoader(TrainLoopOptions& loop);
   void OpenCheckpointer(TrainLoopOptions& loop);
   void Save(int step);
+  // The parts of AddToReport, each collective; `group` is null on ranks other than the point's first.
+  void AddSharesToReport(Group* group, const std::vector<StepRecord>& records);
+  void AddLoaderToReport(Group* group);
+  void AddCheckpointsToReport(Group* group);
   // Runs a collective checkpointer call; its agreed failure (thrown on every rank) becomes a SharedError.
   void Shared(const std::function<void()>& collective);
 
