@@ -161,14 +161,16 @@ constexpr const char* kAssumptionKeys =
     "checkpoint_size_gb, checkpoints_kept, dataset_gb, egress_gb, checkpoint_interval_hours, young_daly_interval";
 
 Offering ReadOffering(const toml::table& table, const std::string& file, size_t index) {
-  const std::string number = "#" + std::to_string(index + 1);
-  const std::optional<std::string> name = FieldReader(table, file, "offering '" + number + "': ").OptionalString("name");
-  FieldReader r(table, file, "offering '" + name.value_or(number) + "': ");
+  // Errors name the offering, or its number until its name is known.
+  const auto where = [](const std::string& name) { return std::string("offering '").append(name).append("': "); };
+  const std::string number = std::string("#").append(std::to_string(index + 1));
+  const std::optional<std::string> name = FieldReader(table, file, where(number)).OptionalString("name");
+  FieldReader r(table, file, where(name.value_or(number)));
   Offering o;
   o.line = r.TableLine();
   o.name = r.String("name");
   const std::string gpu = r.String("gpu");
-  o.gpu = FindGpuModel(gpu, file + ":" + std::to_string(r.LineOf("gpu")) + ": offering '" + o.name + "'").name;
+  o.gpu = FindGpuModel(gpu, At(file, r.LineOf("gpu")) + "offering '" + o.name + "'").name;
   const int64_t per_node = r.Integer("gpus_per_node");
   if (per_node <= 0 || per_node > 1024) r.Fail(r.LineOf("gpus_per_node"), "gpus_per_node must be 1..1024");
   o.gpus_per_node = static_cast<int>(per_node);
@@ -176,7 +178,7 @@ Offering ReadOffering(const toml::table& table, const std::string& file, size_t 
   o.usd_per_node_hour = r.OptionalNumber("usd_per_node_hour");
   if (o.usd_per_gpu_hour.has_value() == o.usd_per_node_hour.has_value()) {
     r.Fail(r.TableLine(), o.usd_per_gpu_hour ? "give usd_per_gpu_hour or usd_per_node_hour, not both"
-                                          : "missing price: give usd_per_gpu_hour or usd_per_node_hour");
+                                             : "missing price: give usd_per_gpu_hour or usd_per_node_hour");
   }
   if (o.usd_per_gpu_hour) r.CheckSign("usd_per_gpu_hour", *o.usd_per_gpu_hour, true);
   if (o.usd_per_node_hour) r.CheckSign("usd_per_node_hour", *o.usd_per_node_hour, true);

@@ -1,7 +1,7 @@
 // `trainbench cost` building blocks: the cost of a job against hand-computed cases, Young/Daly, the alpha-beta fit
-// (exact on noise-free synthetic measurements, close with noise), the step projection and its held-out error, the
-// TOML subset and price file checks, GPU model matching, the memory fit against ZeRO's 16 bytes per parameter, and
-// reading a run's measurements from a report.
+// (exact on noise-free synthetic measurements, close with noise), the step projection and its held-out error, price
+// files (TOML read by toml++) and their checks, GPU model matching, the memory fit against ZeRO's 16 bytes per
+// parameter, and reading a run's measurements from a report.
 #include <gtest/gtest.h>
 
 #include <cmath>
