@@ -7,6 +7,7 @@
 
 #include "console.h"
 #include "error.h"
+#include "json.h"
 
 namespace tb {
 namespace {
@@ -203,47 +204,43 @@ std::string CsvLine(const std::vector<std::string>& fields) {
   return line + "\n";
 }
 
-std::string JsonCell(const Cell& cell) {
-  if (const auto* i = std::get_if<int64_t>(&cell)) return std::to_string(*i);
-  if (const auto* d = std::get_if<double>(&cell)) return JsonNumber(*d);
-  if (const auto* s = std::get_if<std::string>(&cell)) return JsonString(*s);
-  return "null";
+Json JsonCell(const Cell& cell) {
+  if (const auto* i = std::get_if<int64_t>(&cell)) return *i;
+  if (const auto* d = std::get_if<double>(&cell)) return *d;  // NaN and infinities are written as null
+  if (const auto* s = std::get_if<std::string>(&cell)) return *s;
+  return nullptr;
 }
 
-std::string JsonRow(const ViewTable& table, const std::vector<Cell>& row) {
-  std::string text = "{";
-  for (size_t c = 0; c < table.columns.size(); ++c) {
-    text += (c ? ", " : "") + JsonString(table.columns[c].name) + ": " + JsonCell(row[c]);
-  }
-  return text + "}";
+Json JsonRow(const ViewTable& table, const std::vector<Cell>& row) {
+  Json object = Json::object();
+  for (size_t c = 0; c < table.columns.size(); ++c) object[table.columns[c].name] = JsonCell(row[c]);
+  return object;
 }
 
-// Length of the valid UTF-8 sequence starting at text[i], or 0 when it is not one (RFC 3629: no overlong forms,
-// no surrogates, nothing past U+10FFFF).
-size_t Utf8SequenceLength(const std::string& text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  size_t length = 0;
-  unsigned char low = 0x80, high = 0xBF;  // range of the second byte
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 0;
+// A headline table is one object, a detail table an array of row objects.
+Json JsonTable(const ViewTable& table) {
+  if (table.per_run) return JsonRow(table, table.rows.front());
+  Json rows = Json::array();
+  for (const std::vector<Cell>& row : table.rows) rows.push_back(JsonRow(table, row));
+  return rows;
+}
+
+// The units of every table's columns that have one, by table.
+Json JsonUnits(const std::vector<RunView>& runs) {
+  Json units = Json::object();
+  for (const MergedTable& m : Merge(runs)) {
+    Json& table = units[m.first->FullName()] = Json::object();
+    for (const ViewColumn& column : m.columns) {
+      if (!column.unit.empty()) table[column.name] = column.unit;
+    }
   }
-  if (i + length > text.size()) return 0;
-  if (byte(i + 1) < low || byte(i + 1) > high) return 0;
-  for (size_t k = 2; k < length; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  }
-  return length;
+  return units;
+}
+
+Json JsonRun(const RunView& run) {
+  Json object = {{"file", run.label}};
+  for (const ViewTable& table : run.tables) object[table.section][table.name] = JsonTable(table);
+  return object;
 }
 
 }  // namespace
@@ -253,41 +250,6 @@ ExportFormat ParseExportFormat(const std::string& name) {
   if (name == "csv") return ExportFormat::kCsv;
   if (name == "json") return ExportFormat::kJson;
   throw InputError("unknown format '" + name + "' for --format (accepted: text|csv|json)");
-}
-
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (size_t i = 0; i < text.size();) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x80) {
-      const size_t length = Utf8SequenceLength(text, i);
-      out += length ? text.substr(i, length) : std::string("\\ufffd");
-      i += length ? length : 1;
-      continue;
-    }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += Format("\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-    ++i;
-  }
-  return out + "\"";
-}
-
-std::string JsonNumber(double value) {
-  if (!std::isfinite(value)) return "null";
-  return ShortestDouble(value);
 }
 
 std::string CsvField(const std::string& text) {
@@ -348,43 +310,9 @@ std::string ExportCsv(const std::vector<RunView>& runs) {
 }
 
 std::string ExportJson(const std::vector<RunView>& runs) {
-  std::string text = "{\n  \"format\": \"trainbench.report.export\",\n  \"version\": 1,\n  \"units\": {";
-  bool first_table = true;
-  for (const MergedTable& m : Merge(runs)) {
-    std::string units;
-    for (const ViewColumn& column : m.columns) {
-      if (column.unit.empty()) continue;
-      units += (units.empty() ? "" : ", ") + JsonString(column.name) + ": " + JsonString(column.unit);
-    }
-    text += std::string(first_table ? "\n" : ",\n") + "    " + JsonString(m.first->FullName()) + ": {" + units + "}";
-    first_table = false;
-  }
-  text += first_table ? "},\n" : "\n  },\n";
-  text += "  \"runs\": [";
-  for (size_t run = 0; run < runs.size(); ++run) {
-    text += std::string(run ? "," : "") + "\n    {\n      \"file\": " + JsonString(runs[run].label);
-    const std::vector<ViewTable>& tables = runs[run].tables;
-    for (size_t t = 0; t < tables.size(); ++t) {
-      const ViewTable& table = tables[t];
-      const bool opens_section = t == 0 || tables[t - 1].section != table.section;
-      const bool closes_section = t + 1 == tables.size() || tables[t + 1].section != table.section;
-      text += opens_section ? ",\n      " + JsonString(table.section) + ": {\n" : ",\n";
-      text += "        " + JsonString(table.name) + ": ";
-      if (table.per_run) {
-        text += JsonRow(table, table.rows.front());
-      } else {
-        text += "[";
-        for (size_t r = 0; r < table.rows.size(); ++r) {
-          text += std::string(r ? "," : "") + "\n          " + JsonRow(table, table.rows[r]);
-        }
-        text += table.rows.empty() ? "]" : "\n        ]";
-      }
-      if (closes_section) text += "\n      }";
-    }
-    text += "\n    }";
-  }
-  text += runs.empty() ? "]\n}\n" : "\n  ]\n}\n";
-  return text;
+  Json doc = {{"format", "trainbench.report.export"}, {"version", 1}, {"units", JsonUnits(runs)}, {"runs", Json::array()}};
+  for (const RunView& run : runs) doc["runs"].push_back(JsonRun(run));
+  return DumpJson(doc) + "\n";
 }
 
 }  // namespace tb

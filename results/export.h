@@ -18,14 +18,11 @@ ExportFormat ParseExportFormat(const std::string& name);
 std::string ExportText(const std::vector<RunView>& runs);
 // One CSV block per table, every run's rows in it with a leading `run` column; blocks separated by a blank line.
 std::string ExportCsv(const std::vector<RunView>& runs);
-// One JSON object: the runs, each with its sections and tables; numbers as numbers, NaN and infinities as null.
+// One JSON object: the runs, each with its sections and tables; numbers as numbers, NaN and infinities as null
+// (nlohmann-json through DumpJson).
 std::string ExportJson(const std::vector<RunView>& runs);
 
-// Building blocks, exposed for their tests.
-// A JSON string literal: quotes, backslashes and control characters escaped; invalid UTF-8 becomes U+FFFD.
-std::string JsonString(const std::string& text);
-// The shortest text that reads back as exactly `value` (strtod); "null" for NaN and infinities.
-std::string JsonNumber(double value);
+// Building blocks, exposed for their tests (JSON text is written by DumpJson, json.h).
 // A CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, quote, line break or edge space.
 std::string CsvField(const std::string& text);
 // The shortest text that reads back as exactly `value`; "nan", "inf", "-inf" (read by strtod, Python, pandas).

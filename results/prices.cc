@@ -1,10 +1,10 @@
 #include "prices.h"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -16,183 +16,39 @@
 namespace tb {
 namespace {
 
-// ---- TOML subset ---------------------------------------------------------------------------------------------
+// ---- TOML ----------------------------------------------------------------------------------------------------
 
-class LineParser {
- public:
-  LineParser(const std::string& line, const std::string& file, int number)
-      : text_(line), file_(file), number_(number) {}
+int NodeLine(const toml::node& node) { return static_cast<int>(node.source().begin.line); }
 
-  [[noreturn]] void Fail(const std::string& what) const {
-    throw InputError(file_ + ":" + std::to_string(number_) + ": " + what);
+std::string At(const std::string& file, int line) { return file + ":" + std::to_string(line) + ": "; }
+
+// "an array", "a date", ...: what a value of the wrong kind is, for its error.
+std::string KindOf(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    default: return "nothing";
   }
+}
 
-  void SkipSpaces() {
-    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\t')) ++at_;
+// The document (toml++, TOML 1.0); a syntax error is "FILE:LINE: not valid TOML: <toml++'s words> (column C)".
+toml::table ParseToml(const std::string& text, const std::string& file) {
+  try {
+    return toml::parse(text, std::string_view(file));
+  } catch (const toml::parse_error& e) {
+    std::string what(e.description());
+    if (!what.empty()) what[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(what[0])));
+    throw InputError(At(file, static_cast<int>(e.source().begin.line)) + "not valid TOML: " + what + " (column " +
+                     std::to_string(e.source().begin.column) + ")");
   }
-  bool AtEnd() const { return at_ >= text_.size(); }
-  char Peek(size_t ahead = 0) const { return at_ + ahead < text_.size() ? text_[at_ + ahead] : '\0'; }
-  bool Consume(char c) {
-    if (Peek() != c) return false;
-    ++at_;
-    return true;
-  }
-  bool StartsWith(const char* prefix) const { return text_.compare(at_, std::char_traits<char>::length(prefix), prefix) == 0; }
-
-  // After a header or a value: only spaces and a comment may follow.
-  void ExpectLineEnd(const char* after) {
-    SkipSpaces();
-    if (!AtEnd() && Peek() != '#') Fail(std::string("unexpected text after ") + after + ": '" + text_.substr(at_) + "'");
-  }
-
-  std::string Key() {
-    SkipSpaces();
-    std::string key;
-    if (Peek() == '"') {
-      key = BasicString();
-    } else if (Peek() == '\'') {
-      key = LiteralString();
-    } else {
-      while (!AtEnd() && (std::isalnum(static_cast<unsigned char>(Peek())) || Peek() == '_' || Peek() == '-')) key += text_[at_++];
-      if (key.empty()) Fail(AtEnd() ? "expected a key" : "expected a key, found '" + std::string(1, Peek()) + "'");
-    }
-    SkipSpaces();
-    if (Peek() == '.') Fail("dotted keys are not supported in price files (use a [table] header)");
-    return key;
-  }
-
-  // "[[name]]" or "[name]"; returns the name.
-  std::string Header(bool array) {
-    at_ += array ? 2 : 1;
-    const std::string name = Key();
-    const char* close = array ? "]]" : "]";
-    if (!StartsWith(close)) Fail(std::string("expected '") + close + "' to close the table header");
-    at_ += array ? 2 : 1;
-    ExpectLineEnd("the table header");
-    return name;
-  }
-
-  TomlValue Value() {
-    SkipSpaces();
-    if (AtEnd()) Fail("missing value after '='");
-    const char c = Peek();
-    if (StartsWith("\"\"\"") || StartsWith("'''")) Fail("multi-line strings are not supported in price files");
-    if (c == '"') return BasicString();
-    if (c == '\'') return LiteralString();
-    if (c == '[') Fail("arrays are not supported in price files");
-    if (c == '{') Fail("inline tables are not supported in price files");
-    std::string token;
-    while (!AtEnd() && Peek() != ' ' && Peek() != '\t' && Peek() != '#') token += text_[at_++];
-    if (token == "true") return true;
-    if (token == "false") return false;
-    return Number(token);
-  }
-
- private:
-  std::string BasicString() {
-    ++at_;  // opening quote
-    std::string value;
-    while (true) {
-      if (AtEnd()) Fail("unterminated string");
-      const char c = text_[at_++];
-      if (c == '"') return value;
-      if (c != '\\') {
-        value += c;
-        continue;
-      }
-      if (AtEnd()) Fail("unterminated string");
-      const char e = text_[at_++];
-      switch (e) {
-        case '"': value += '"'; break;
-        case '\\': value += '\\'; break;
-        case 'n': value += '\n'; break;
-        case 't': value += '\t'; break;
-        case 'r': value += '\r'; break;
-        default: Fail(std::string("unsupported escape '\\") + e + "' in a string");
-      }
-    }
-  }
-
-  std::string LiteralString() {
-    ++at_;
-    const size_t close = text_.find('\'', at_);
-    if (close == std::string::npos) Fail("unterminated string");
-    std::string value = text_.substr(at_, close - at_);
-    at_ = close + 1;
-    return value;
-  }
-
-  // Digits with single underscores between them: "1_000". Returns the digits, or "" when malformed.
-  static std::string Digits(const std::string& text, size_t& at) {
-    std::string digits;
-    while (at < text.size()) {
-      if (std::isdigit(static_cast<unsigned char>(text[at]))) {
-        digits += text[at++];
-      } else if (text[at] == '_' && !digits.empty() && at + 1 < text.size() &&
-                 std::isdigit(static_cast<unsigned char>(text[at + 1]))) {
-        ++at;
-      } else {
-        break;
-      }
-    }
-    return digits;
-  }
-
-  TomlValue Number(const std::string& token) {
-    if (token.empty()) Fail("missing value after '='");
-    std::string bare = token;
-    if (bare[0] == '+' || bare[0] == '-') bare = bare.substr(1);
-    if (bare == "inf" || bare == "nan") Fail("'" + token + "': inf and nan are not accepted in price files");
-    const bool year_month = bare.size() >= 7 && bare[4] == '-' &&
-                            std::all_of(bare.begin(), bare.begin() + 4, [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    if (token.find(':') != std::string::npos || year_month) {
-      Fail("'" + token + "': dates and times are not supported in price files");
-    }
-    if (bare.size() > 1 && bare[0] == '0' && std::isalpha(static_cast<unsigned char>(bare[1])) && bare[1] != 'e' &&
-        bare[1] != 'E') {
-      Fail("'" + token + "': only decimal numbers are supported in price files");
-    }
-    // [sign] int [. digits] [e [sign] digits], each digit run with optional single underscores.
-    size_t at = token[0] == '+' || token[0] == '-' ? 1 : 0;
-    std::string canonical = token[0] == '-' ? "-" : "";
-    const std::string whole = Digits(token, at);
-    if (whole.empty()) Fail("'" + token + "' is not a value (strings need quotes: \"...\")");
-    if (whole.size() > 1 && whole[0] == '0') Fail("'" + token + "': leading zeros are not allowed");
-    canonical += whole;
-    bool is_float = false;
-    if (at < token.size() && token[at] == '.') {
-      ++at;
-      const std::string fraction = Digits(token, at);
-      if (fraction.empty()) Fail("'" + token + "': a decimal point needs digits after it");
-      canonical += "." + fraction;
-      is_float = true;
-    }
-    if (at < token.size() && (token[at] == 'e' || token[at] == 'E')) {
-      ++at;
-      canonical += "e";
-      if (at < token.size() && (token[at] == '+' || token[at] == '-')) canonical += token[at++];
-      const std::string exponent = Digits(token, at);
-      if (exponent.empty()) Fail("'" + token + "': an exponent needs digits");
-      canonical += exponent;
-      is_float = true;
-    }
-    if (at != token.size()) Fail("'" + token + "' is not a number (strings need quotes: \"...\")");
-    if (!is_float) {
-      int64_t value = 0;
-      const auto [end, ec] = std::from_chars(canonical.data(), canonical.data() + canonical.size(), value);
-      if (ec != std::errc() || end != canonical.data() + canonical.size()) Fail("'" + token + "' is out of range");
-      return value;
-    }
-    const double value = std::strtod(canonical.c_str(), nullptr);
-    if (!std::isfinite(value)) Fail("'" + token + "' is out of range");
-    return value;
-  }
-
-  const std::string& text_;
-  const std::string& file_;
-  int number_;
-  size_t at_ = 0;
-};
+}
 
 // ---- GPU models ----------------------------------------------------------------------------------------------
 
@@ -215,77 +71,84 @@ std::string Canonical(const std::string& name) {
 // Reads the typed fields of one table, rejecting unknown keys at the end.
 class FieldReader {
  public:
-  FieldReader(const TomlTable& table, const std::string& file, std::string where)
+  FieldReader(const toml::table& table, const std::string& file, std::string where)
       : table_(table), file_(file), where_(std::move(where)) {}
 
-  [[noreturn]] void Fail(int line, const std::string& what) const {
-    throw InputError(file_ + ":" + std::to_string(line) + ": " + where_ + what);
-  }
+  [[noreturn]] void Fail(int line, const std::string& what) const { throw InputError(At(file_, line) + where_ + what); }
+  int TableLine() const { return NodeLine(table_); }
   int LineOf(const std::string& key) const {
-    auto it = table_.entries.find(key);
-    return it == table_.entries.end() ? table_.line : it->second.line;
+    const toml::node* node = table_.get(key);
+    return node ? NodeLine(*node) : TableLine();
   }
-  const TomlEntry* Find(const std::string& key) {
+  const toml::node* Find(const std::string& key) {
     used_.insert(key);
-    auto it = table_.entries.find(key);
-    return it == table_.entries.end() ? nullptr : &it->second;
+    return table_.get(key);
   }
 
   std::optional<std::string> OptionalString(const std::string& key) {
-    const TomlEntry* entry = Find(key);
-    if (!entry) return std::nullopt;
-    if (!std::holds_alternative<std::string>(entry->value)) Fail(entry->line, key + " must be a string in quotes");
-    return std::get<std::string>(entry->value);
+    const toml::node* node = Find(key);
+    if (!node) return std::nullopt;
+    if (!node->is_string()) WrongKind(key, *node, "a string in quotes");
+    return node->as_string()->get();
   }
   std::string String(const std::string& key) {
     std::optional<std::string> value = OptionalString(key);
-    if (!value) Fail(table_.line, "missing " + key);
+    if (!value) Fail(TableLine(), "missing " + key);
     if (value->empty()) Fail(LineOf(key), key + " must not be empty");
     return *value;
   }
   std::optional<double> OptionalNumber(const std::string& key) {
-    const TomlEntry* entry = Find(key);
-    if (!entry) return std::nullopt;
-    if (const auto* i = std::get_if<int64_t>(&entry->value)) return static_cast<double>(*i);
-    if (const auto* d = std::get_if<double>(&entry->value)) return *d;
-    Fail(entry->line, key + " must be a number");
+    const toml::node* node = Find(key);
+    if (!node) return std::nullopt;
+    if (const auto* i = node->as_integer()) return static_cast<double>(i->get());
+    if (!node->is_floating_point()) WrongKind(key, *node, "a number");
+    const double value = node->as_floating_point()->get();
+    if (!std::isfinite(value)) Fail(NodeLine(*node), key + " must be a finite number, got " + Text(value));
+    return value;
   }
   // A number >= 0 (> 0 when `positive`); required.
   double Number(const std::string& key, bool positive) {
     std::optional<double> value = OptionalNumber(key);
-    if (!value) Fail(table_.line, "missing " + key);
+    if (!value) Fail(TableLine(), "missing " + key);
     CheckSign(key, *value, positive);
     return *value;
   }
   void CheckSign(const std::string& key, double value, bool positive) const {
     if (positive ? !(value > 0) : !(value >= 0)) {
-      std::ostringstream text;
-      text << key << " must be " << (positive ? "> 0" : ">= 0") << ", got " << value;
-      Fail(LineOf(key), text.str());
+      Fail(LineOf(key), key + " must be " + (positive ? "> 0" : ">= 0") + ", got " + Text(value));
     }
   }
   int64_t Integer(const std::string& key) {
-    const TomlEntry* entry = Find(key);
-    if (!entry) Fail(table_.line, "missing " + key);
-    const auto* value = std::get_if<int64_t>(&entry->value);
-    if (!value) Fail(entry->line, key + " must be a whole number");
-    return *value;
+    const toml::node* node = Find(key);
+    if (!node) Fail(TableLine(), "missing " + key);
+    if (!node->is_integer()) WrongKind(key, *node, "a whole number");
+    return node->as_integer()->get();
   }
   std::optional<bool> OptionalBool(const std::string& key) {
-    const TomlEntry* entry = Find(key);
-    if (!entry) return std::nullopt;
-    const auto* value = std::get_if<bool>(&entry->value);
-    if (!value) Fail(entry->line, key + " must be true or false");
-    return *value;
+    const toml::node* node = Find(key);
+    if (!node) return std::nullopt;
+    if (!node->is_boolean()) WrongKind(key, *node, "true or false");
+    return node->as_boolean()->get();
   }
   void RejectUnknown(const std::string& accepted) const {
-    for (const auto& [key, entry] : table_.entries) {
-      if (!used_.contains(key)) Fail(entry.line, "unknown key '" + key + "' (accepted: " + accepted + ")");
+    for (const auto& [key, node] : table_) {
+      if (!used_.contains(std::string(key.str()))) {
+        Fail(NodeLine(node), "unknown key '" + std::string(key.str()) + "' (accepted: " + accepted + ")");
+      }
     }
   }
 
  private:
-  const TomlTable& table_;
+  [[noreturn]] void WrongKind(const std::string& key, const toml::node& node, const std::string& wanted) const {
+    Fail(NodeLine(node), key + " must be " + wanted + " (got " + KindOf(node) + ")");
+  }
+  static std::string Text(double value) {
+    std::ostringstream text;
+    text << value;
+    return text.str();
+  }
+
+  const toml::table& table_;
   const std::string& file_;
   std::string where_;
   std::set<std::string> used_;
@@ -297,26 +160,25 @@ constexpr const char* kOfferingKeys =
 constexpr const char* kAssumptionKeys =
     "checkpoint_size_gb, checkpoints_kept, dataset_gb, egress_gb, checkpoint_interval_hours, young_daly_interval";
 
-Offering ReadOffering(const TomlTable& table, const std::string& file, size_t index) {
-  FieldReader probe(table, file, "");
-  const std::optional<std::string> name = probe.OptionalString("name");
-  std::string where = "offering '";
-  where += name ? *name : '#' + std::to_string(index + 1);
-  where += "': ";
-  FieldReader r(table, file, where);
+Offering ReadOffering(const toml::table& table, const std::string& file, size_t index) {
+  // Errors name the offering, or its number until its name is known.
+  const auto where = [](const std::string& name) { return std::string("offering '").append(name).append("': "); };
+  const std::string number = std::string("#").append(std::to_string(index + 1));
+  const std::optional<std::string> name = FieldReader(table, file, where(number)).OptionalString("name");
+  FieldReader r(table, file, where(name.value_or(number)));
   Offering o;
-  o.line = table.line;
+  o.line = r.TableLine();
   o.name = r.String("name");
   const std::string gpu = r.String("gpu");
-  o.gpu = FindGpuModel(gpu, file + ":" + std::to_string(r.LineOf("gpu")) + ": offering '" + o.name + "'").name;
+  o.gpu = FindGpuModel(gpu, At(file, r.LineOf("gpu")) + "offering '" + o.name + "'").name;
   const int64_t per_node = r.Integer("gpus_per_node");
   if (per_node <= 0 || per_node > 1024) r.Fail(r.LineOf("gpus_per_node"), "gpus_per_node must be 1..1024");
   o.gpus_per_node = static_cast<int>(per_node);
   o.usd_per_gpu_hour = r.OptionalNumber("usd_per_gpu_hour");
   o.usd_per_node_hour = r.OptionalNumber("usd_per_node_hour");
   if (o.usd_per_gpu_hour.has_value() == o.usd_per_node_hour.has_value()) {
-    r.Fail(table.line, o.usd_per_gpu_hour ? "give usd_per_gpu_hour or usd_per_node_hour, not both"
-                                          : "missing price: give usd_per_gpu_hour or usd_per_node_hour");
+    r.Fail(r.TableLine(), o.usd_per_gpu_hour ? "give usd_per_gpu_hour or usd_per_node_hour, not both"
+                                             : "missing price: give usd_per_gpu_hour or usd_per_node_hour");
   }
   if (o.usd_per_gpu_hour) r.CheckSign("usd_per_gpu_hour", *o.usd_per_gpu_hour, true);
   if (o.usd_per_node_hour) r.CheckSign("usd_per_node_hour", *o.usd_per_node_hour, true);
@@ -331,25 +193,27 @@ Offering ReadOffering(const TomlTable& table, const std::string& file, size_t in
   return o;
 }
 
-CostAssumptions ReadAssumptions(const TomlTable& table, const std::string& file) {
+CostAssumptions ReadAssumptions(const toml::table& table, const std::string& file) {
   FieldReader r(table, file, "[assumptions] ");
   CostAssumptions a;
-  if (const TomlEntry* size = r.Find("checkpoint_size_gb")) {
-    if (const auto* text = std::get_if<std::string>(&size->value)) {
-      if (*text != "measured") r.Fail(size->line, "checkpoint_size_gb must be \"measured\" or a number of GB");
+  if (const toml::node* size = r.Find("checkpoint_size_gb")) {
+    if (size->is_string()) {
+      if (size->as_string()->get() != "measured") {
+        r.Fail(NodeLine(*size), "checkpoint_size_gb must be \"measured\" or a number of GB");
+      }
     } else {
       a.checkpoint_size = CheckpointSizeSource::kGigabytes;
       a.checkpoint_gb = r.Number("checkpoint_size_gb", false);
     }
   }
-  if (table.entries.contains("checkpoints_kept")) {
+  if (table.contains("checkpoints_kept")) {
     const int64_t kept = r.Integer("checkpoints_kept");
     if (kept < 0 || kept > 1000000) r.Fail(r.LineOf("checkpoints_kept"), "checkpoints_kept must be 0..1000000");
     a.checkpoints_kept = static_cast<int>(kept);
   }
-  if (table.entries.contains("dataset_gb")) a.dataset_gb = r.Number("dataset_gb", false);
-  if (table.entries.contains("egress_gb")) a.egress_gb = r.Number("egress_gb", false);
-  if (table.entries.contains("checkpoint_interval_hours")) {
+  if (table.contains("dataset_gb")) a.dataset_gb = r.Number("dataset_gb", false);
+  if (table.contains("egress_gb")) a.egress_gb = r.Number("egress_gb", false);
+  if (table.contains("checkpoint_interval_hours")) {
     a.checkpoint_interval_hours = r.Number("checkpoint_interval_hours", true);
   }
   a.young_daly_interval = r.OptionalBool("young_daly_interval").value_or(false);
@@ -357,45 +221,29 @@ CostAssumptions ReadAssumptions(const TomlTable& table, const std::string& file)
   return a;
 }
 
-}  // namespace
-
-TomlDocument ParseToml(const std::string& text, const std::string& file) {
-  TomlDocument doc;
-  TomlTable* current = &doc.root;
-  std::istringstream in(text);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    LineParser p(line, file, number);
-    p.SkipSpaces();
-    if (p.AtEnd() || p.Peek() == '#') continue;
-    if (p.Peek() == '[') {
-      const bool array = p.Peek(1) == '[';
-      const std::string name = p.Header(array);
-      if (array) {
-        if (doc.tables.contains(name)) p.Fail("[[" + name + "]] reuses the name of the table [" + name + "]");
-        std::vector<TomlTable>& list = doc.table_arrays[name];
-        list.push_back(TomlTable{number, {}});
-        current = &list.back();
-      } else {
-        if (doc.tables.contains(name)) p.Fail("table [" + name + "] defined twice");
-        if (doc.table_arrays.contains(name)) p.Fail("[" + name + "] reuses the name of the array [[" + name + "]]");
-        current = &doc.tables[name];
-        current->line = number;
-      }
-      continue;
+std::vector<Offering> ReadOfferings(const toml::array& tables, const std::string& file) {
+  std::vector<Offering> offerings;
+  std::set<std::string> names;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    Offering offering = ReadOffering(*tables[i].as_table(), file, i);
+    if (!names.insert(offering.name).second) {
+      throw InputError(At(file, offering.line) + "offering name '" + offering.name + "' used twice");
     }
-    const std::string key = p.Key();
-    if (!p.Consume('=')) p.Fail("expected '=' after the key '" + key + "'");
-    TomlValue value = p.Value();
-    p.ExpectLineEnd("the value");
-    if (current->entries.contains(key)) {
-      p.Fail("duplicate key '" + key + "' (first on line " + std::to_string(current->entries[key].line) + ")");
-    }
-    current->entries[key] = TomlEntry{std::move(value), number};
+    offerings.push_back(std::move(offering));
   }
-  return doc;
+  return offerings;
 }
+
+// Anything at the top level but [assumptions] and [[offering]].
+[[noreturn]] void RejectTopLevel(const std::string& name, const toml::node& node, const std::string& file) {
+  const char* accepted = " (accepted: [assumptions], [[offering]])";
+  if (node.is_table()) throw InputError(At(file, NodeLine(node)) + "unknown table [" + name + "]" + accepted);
+  if (node.is_array_of_tables()) throw InputError(At(file, NodeLine(node)) + "unknown table [[" + name + "]]" + accepted);
+  throw InputError(At(file, NodeLine(node)) + "key '" + name +
+                   "' outside a table (price files hold [assumptions] and [[offering]] tables)");
+}
+
+}  // namespace
 
 const std::vector<GpuModel>& KnownGpuModels() {
   // Memory as sold, in GiB (a datasheet's "80GB" of HBM is 80 GiB); the more specific names first.
@@ -451,33 +299,17 @@ double Offering::NodeHourUsd() const {
 }
 
 PriceFile ParsePriceFile(const std::string& text, const std::string& path) {
-  const TomlDocument doc = ParseToml(text, path);
+  const toml::table doc = ParseToml(text, path);
   PriceFile prices;
   prices.path = path;
-  for (const auto& [key, entry] : doc.root.entries) {
-    throw InputError(path + ":" + std::to_string(entry.line) + ": key '" + key +
-                     "' outside a table (price files hold [assumptions] and [[offering]] tables)");
-  }
-  for (const auto& [name, table] : doc.tables) {
-    if (name != "assumptions") {
-      throw InputError(path + ":" + std::to_string(table.line) + ": unknown table [" + name +
-                       "] (accepted: [assumptions], [[offering]])");
-    }
-    prices.assumptions = ReadAssumptions(table, path);
-  }
-  for (const auto& [name, list] : doc.table_arrays) {
-    if (name != "offering") {
-      throw InputError(path + ":" + std::to_string(list.front().line) + ": unknown table [[" + name +
-                       "]] (accepted: [assumptions], [[offering]])");
-    }
-    std::set<std::string> names;
-    for (size_t i = 0; i < list.size(); ++i) {
-      Offering offering = ReadOffering(list[i], path, i);
-      if (!names.insert(offering.name).second) {
-        throw InputError(path + ":" + std::to_string(offering.line) + ": offering name '" + offering.name +
-                         "' used twice");
-      }
-      prices.offerings.push_back(std::move(offering));
+  for (const auto& [key, node] : doc) {
+    const std::string name(key.str());
+    if (name == "assumptions" && node.is_table()) {
+      prices.assumptions = ReadAssumptions(*node.as_table(), path);
+    } else if (name == "offering" && node.is_array_of_tables()) {
+      prices.offerings = ReadOfferings(*node.as_array(), path);
+    } else {
+      RejectTopLevel(name, node, path);
     }
   }
   if (prices.offerings.empty()) throw InputError(path + ": no [[offering]] tables: nothing to price");

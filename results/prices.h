@@ -1,44 +1,13 @@
-// Price files for `trainbench cost`: a small TOML reader (the subset a price file needs) and the offerings and
-// assumptions it describes. Prices always come from a file the user edits, never from code; the only table in
+// Price files for `trainbench cost`: TOML (read by toml++, TOML 1.0) and the offerings and assumptions it
+// describes. Prices always come from a file the user edits, never from code; the only table in
 // code is the list of GPU models an offering may name, with the rules that match them to device names.
 #pragma once
 
-#include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 namespace tb {
-
-// ---- TOML subset ---------------------------------------------------------------------------------------------
-// Supported: `key = value` with bare keys (A-Za-z0-9_-) or "quoted" keys; values: basic strings "..." (escapes
-// \" \\ \n \t \r), literal strings '...', integers (decimal, optional sign, underscores between digits), floats
-// (1.5, 1e3, -2.5E-3, 1_000.5), booleans; tables [name]; arrays of tables [[name]]; comments (#) and blank lines.
-// Anything else (dotted keys, inline tables, arrays, dates, hex, inf/nan, multi-line strings) is an InputError
-// "FILE:LINE: <what>" naming the construct, as are duplicate keys and trailing text after a value.
-
-using TomlValue = std::variant<std::string, int64_t, double, bool>;
-
-struct TomlEntry {
-  TomlValue value;
-  int line = 0;  // 1-based line of the key, for errors about the value
-};
-
-struct TomlTable {
-  int line = 0;  // line of the header; 0 for the root table
-  std::map<std::string, TomlEntry> entries;
-};
-
-struct TomlDocument {
-  TomlTable root;
-  std::map<std::string, TomlTable> tables;                    // [name]
-  std::map<std::string, std::vector<TomlTable>> table_arrays;  // [[name]], in file order
-};
-
-// Parses `text` (the contents of `file`). Throws InputError "file:line: ..." on anything outside the subset.
-TomlDocument ParseToml(const std::string& text, const std::string& file);
 
 // ---- GPU models ----------------------------------------------------------------------------------------------
 // Matching rules: a device name (as CUDA reports it: "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB") is
@@ -101,8 +70,8 @@ struct PriceFile {
 
 // Reads and validates a price file: every offering has name, gpu (a known model), gpus_per_node > 0, exactly one of
 // usd_per_gpu_hour and usd_per_node_hour, and non-negative storage/egress prices, mtbf_node_hours > 0,
-// restart_hours >= 0; unknown keys are errors (a typo must not silently price at 0). Throws InputError
-// "FILE:LINE: ...".
+// restart_hours >= 0; numbers are finite; unknown keys and tables are errors (a typo must not silently price at 0).
+// Throws InputError "FILE:LINE: ..." (a TOML syntax error: "FILE:LINE: not valid TOML: <toml++'s words> (column C)").
 PriceFile ParsePriceFile(const std::string& text, const std::string& path);
 PriceFile ReadPriceFile(const std::string& path);
 

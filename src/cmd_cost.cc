@@ -18,6 +18,7 @@
 #include "error.h"
 #include "export.h"
 #include "html_report.h"
+#include "json.h"
 #include "log.h"
 #include "memory_fit.h"
 #include "model_config.h"
@@ -138,40 +139,6 @@ std::string Usd(double value) {
 }
 
 std::string Gib(double bytes) { return Format("%.1f GiB", bytes / kGiB); }
-
-// A JSON object written field by field.
-class JsonObject {
- public:
-  JsonObject& Add(const std::string& key, const std::string& raw_json) {
-    fields_.push_back(JsonString(key) + ": " + raw_json);
-    return *this;
-  }
-  JsonObject& Num(const std::string& key, double value) { return Add(key, JsonNumber(value)); }
-  JsonObject& Str(const std::string& key, const std::string& value) { return Add(key, JsonString(value)); }
-  JsonObject& Bool(const std::string& key, bool value) { return Add(key, value ? "true" : "false"); }
-  template <typename T>
-  JsonObject& Opt(const std::string& key, const std::optional<T>& value) {
-    if constexpr (std::is_same_v<T, size_t>) {
-      return Add(key, value ? std::to_string(*value) : "null");
-    } else {
-      return Add(key, value ? JsonNumber(*value) : "null");
-    }
-  }
-  std::string Json() const {
-    std::string out = "{";
-    for (size_t i = 0; i < fields_.size(); ++i) out += (i ? ", " : "") + fields_[i];
-    return out + "}";
-  }
-
- private:
-  std::vector<std::string> fields_;
-};
-
-std::string JsonArray(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ",\n  " : "\n  ") + items[i];
-  return out + (items.empty() ? "]" : "\n]");
-}
 
 // ---- the analysis ------------------------------------------------------------------------------------------------
 
@@ -455,121 +422,126 @@ std::vector<std::string> MemoryLines(const MemoryCheck& check, const std::vector
   return lines;
 }
 
-std::string MemoryJson(const MemoryCheck& check, const std::vector<std::pair<std::string, double>>& gpus) {
-  std::vector<std::string> fits;
+Json MemoryJson(const MemoryCheck& check, const std::vector<std::pair<std::string, double>>& gpus) {
+  Json fits = Json::array();
   for (const auto& [name, bytes] : gpus) {
     const MemoryFit fit = FitMemory(check.estimate, bytes, check.calibration);
-    fits.push_back(JsonObject().Str("gpu", name).Num("gpu_memory_bytes", bytes).Num("required_bytes", fit.required_bytes)
-                       .Num("margin_bytes", fit.margin_bytes).Bool("fits", fit.fits).Json());
+    fits.push_back({{"gpu", name}, {"gpu_memory_bytes", bytes}, {"required_bytes", fit.required_bytes},
+                    {"margin_bytes", fit.margin_bytes}, {"fits", fit.fits}});
   }
   const MemoryBreakdown& e = check.estimate;
-  return JsonObject()
-      .Str("what", check.what)
-      .Num("weights_bytes", e.weights_bytes)
-      .Num("gradients_bytes", e.gradients_bytes)
-      .Num("optimizer_bytes", e.optimizer_bytes)
-      .Num("activations_bytes", e.activations_bytes)
-      .Num("total_bytes", e.total_bytes())
-      .Num("calibration", check.calibration ? check.calibration->factor : 1.0)
-      .Str("calibration_source", check.calibration ? check.calibration->source : "none")
-      .Add("fits", JsonArray(fits))
-      .Json();
+  return {{"what", check.what},
+          {"weights_bytes", e.weights_bytes},
+          {"gradients_bytes", e.gradients_bytes},
+          {"optimizer_bytes", e.optimizer_bytes},
+          {"activations_bytes", e.activations_bytes},
+          {"total_bytes", e.total_bytes()},
+          {"calibration", check.calibration ? check.calibration->factor : 1.0},
+          {"calibration_source", check.calibration ? check.calibration->source : "none"},
+          {"fits", fits}};
 }
 
-std::string RunJson(const RunAnalysis& a) {
-  std::vector<std::string> points;
-  for (const MeasuredPoint& p : a.m.points) {
-    points.push_back(JsonObject()
-                         .Num("k", p.train.k)
-                         .Str("layout", Layout{p.train.nodes, p.train.gpus_per_node}.Name())
-                         .Num("step_s", p.train.step_s)
-                         .Num("step_s_reported", p.step_s_reported)
-                         .Num("tokens_per_step", p.train.tokens_per_step)
-                         .Num("tokens_per_s", p.train.tokens_per_step / p.train.step_s)
-                         .Num("tokens_per_s_reported", p.tokens_per_s_reported)
-                         .Num("comm_total_s", p.train.comm_total_s)
-                         .Num("comm_exposed_s", p.train.comm_exposed_s)
-                         .Num("gradient_bytes", p.train.gradient_bytes)
-                         .Opt("checkpoint_stall_s", p.checkpoint_stall_s)
-                         .Json());
-  }
-  JsonObject run;
-  run.Str("path", a.m.path).Str("device", a.m.device).Str("gpu_model", a.gpu ? a.gpu->name : "")
-      .Num("ranks", a.m.ranks).Num("nodes", a.m.nodes).Str("scaling_mode", a.m.weak_scaling ? "weak" : "strong")
-      .Num("startup_s", a.m.startup_s).Num("priced_k", a.m.points[a.priced].train.k).Add("points", JsonArray(points))
-      .Opt("checkpoint_stall_s", a.stall_s).Num("checkpoint_events", a.stall_events)
-      .Str("checkpoint_stall", a.stall_s ? "measured" : "n/a: run with --checkpoint-every to measure")
-      .Num("checkpoint_gb", a.checkpoint_gb).Str("checkpoint_size_source", a.checkpoint_size_source);
-  if (a.fit) {
-    auto link = [](const LinkParameters& l) {
-      return JsonObject().Num("alpha_s", l.alpha_s).Num("beta_s_per_byte", l.beta_s_per_byte)
-          .Num("bandwidth_GBps", l.bandwidth_GBps()).Bool("fitted", l.fitted).Str("origin", l.origin).Json();
-    };
-    std::vector<std::string> notes, projected;
-    for (const std::string& n : a.fit->notes) notes.push_back(JsonString(n));
-    for (const ProjectedPoint& q : a.projected) {
-      projected.push_back(JsonObject().Str("layout", q.layout.Name()).Num("gpus", q.layout.gpus())
-                              .Num("nodes", q.layout.nodes).Num("step_s", q.step_s).Num("comm_s", q.comm_s)
-                              .Num("exposed_s", q.exposed_s).Num("tokens_per_s", q.tokens_per_s)
-                              .Num("efficiency", q.efficiency).Json());
-    }
-    JsonObject projection;
-    projection.Num("samples", a.fit->samples).Num("collective_samples", static_cast<double>(a.collective_samples.size()))
-        .Num("rms_relative_error", a.fit->rms_relative_error).Add("intra", link(a.links.intra))
-        .Add("inter", link(a.links.inter)).Add("notes", JsonArray(notes))
-        .Num("overlap", a.step_model->overlap()).Bool("overlap_measured", a.step_model->overlap_measured());
-    if (a.held_out) {
-      projection.Add("held_out", JsonObject().Num("k", a.held_out->k).Str("layout", a.held_out->layout.Name())
-                                     .Num("predicted_step_s", a.held_out->predicted_step_s)
-                                     .Num("measured_step_s", a.held_out->measured_step_s)
-                                     .Num("relative_error", a.held_out->relative_error).Json());
-    } else {
-      projection.Add("held_out", "null");
-    }
-    projection.Add("points", JsonArray(projected));
-    run.Add("projection", projection.Json());
-  }
-  return run.Json();
+Json PointJson(const MeasuredPoint& p) {
+  return {{"k", p.train.k},
+          {"layout", Layout{p.train.nodes, p.train.gpus_per_node}.Name()},
+          {"step_s", p.train.step_s},
+          {"step_s_reported", p.step_s_reported},
+          {"tokens_per_step", p.train.tokens_per_step},
+          {"tokens_per_s", p.train.tokens_per_step / p.train.step_s},
+          {"tokens_per_s_reported", p.tokens_per_s_reported},
+          {"comm_total_s", p.train.comm_total_s},
+          {"comm_exposed_s", p.train.comm_exposed_s},
+          {"gradient_bytes", p.train.gradient_bytes},
+          {"checkpoint_stall_s", JsonOrNull(p.checkpoint_stall_s)}};
 }
 
-std::string CostRowJson(const CostRow& row, const std::vector<RunAnalysis>& runs, size_t index, const CostDecision& d) {
+Json LinkJson(const LinkParameters& l) {
+  return {{"alpha_s", l.alpha_s}, {"beta_s_per_byte", l.beta_s_per_byte}, {"bandwidth_GBps", l.bandwidth_GBps()},
+          {"fitted", l.fitted}, {"origin", l.origin}};
+}
+
+Json HeldOutJson(const std::optional<HeldOutCheck>& h) {
+  if (!h) return nullptr;
+  return {{"k", h->k}, {"layout", h->layout.Name()}, {"predicted_step_s", h->predicted_step_s},
+          {"measured_step_s", h->measured_step_s}, {"relative_error", h->relative_error}};
+}
+
+Json ProjectionJson(const RunAnalysis& a) {
+  Json points = Json::array();
+  for (const ProjectedPoint& q : a.projected) {
+    points.push_back({{"layout", q.layout.Name()}, {"gpus", q.layout.gpus()}, {"nodes", q.layout.nodes},
+                      {"step_s", q.step_s}, {"comm_s", q.comm_s}, {"exposed_s", q.exposed_s},
+                      {"tokens_per_s", q.tokens_per_s}, {"efficiency", q.efficiency}});
+  }
+  return {{"samples", a.fit->samples},
+          {"collective_samples", a.collective_samples.size()},
+          {"rms_relative_error", a.fit->rms_relative_error},
+          {"intra", LinkJson(a.links.intra)},
+          {"inter", LinkJson(a.links.inter)},
+          {"notes", a.fit->notes},
+          {"overlap", a.step_model->overlap()},
+          {"overlap_measured", a.step_model->overlap_measured()},
+          {"held_out", HeldOutJson(a.held_out)},
+          {"points", points}};
+}
+
+Json RunJson(const RunAnalysis& a) {
+  Json points = Json::array();
+  for (const MeasuredPoint& p : a.m.points) points.push_back(PointJson(p));
+  Json run = {{"path", a.m.path},
+              {"device", a.m.device},
+              {"gpu_model", a.gpu ? a.gpu->name : ""},
+              {"ranks", a.m.ranks},
+              {"nodes", a.m.nodes},
+              {"scaling_mode", a.m.weak_scaling ? "weak" : "strong"},
+              {"startup_s", a.m.startup_s},
+              {"priced_k", a.m.points[a.priced].train.k},
+              {"points", points},
+              {"checkpoint_stall_s", JsonOrNull(a.stall_s)},
+              {"checkpoint_events", a.stall_events},
+              {"checkpoint_stall", a.stall_s ? "measured" : "n/a: run with --checkpoint-every to measure"},
+              {"checkpoint_gb", a.checkpoint_gb},
+              {"checkpoint_size_source", a.checkpoint_size_source}};
+  if (a.fit) run["projection"] = ProjectionJson(a);
+  return run;
+}
+
+Json CostRowJson(const CostRow& row, const std::vector<RunAnalysis>& runs, size_t index, const CostDecision& d) {
   const CostBreakdown& c = row.cost;
-  return JsonObject()
-      .Str("run", RunName(runs[row.config.run]))
-      .Str("config", row.config.label)
-      .Bool("projected", row.config.projected)
-      .Str("offering", row.offering->name)
-      .Str("gpu", row.offering->gpu)
-      .Num("gpus", row.inputs.gpus)
-      .Num("nodes", c.nodes)
-      .Num("billed_gpus", c.billed_gpus)
-      .Num("target_tokens", row.inputs.target_tokens)
-      .Num("tokens_per_s", row.inputs.tokens_per_s)
-      .Num("job_usd_per_hour", c.job_usd_per_hour)
-      .Num("work_hours", c.work_hours)
-      .Num("startup_hours", c.startup_hours)
-      .Num("checkpoint_interval_hours", c.checkpoint_interval_hours)
-      .Bool("interval_is_young_daly", c.interval_is_young_daly)
-      .Opt("young_daly_hours", c.young_daly_hours)
-      .Num("checkpoint_overhead_hours", c.checkpoint_overhead_hours)
-      .Num("run_hours", c.run_hours)
-      .Num("job_mtbf_hours", c.job_mtbf_hours)
-      .Num("expected_failures", c.expected_failures)
-      .Num("lost_hours_per_failure", c.lost_hours_per_failure)
-      .Num("retry_hours", c.retry_hours)
-      .Num("time_to_train_hours", c.time_to_train_hours)
-      .Num("gpu_usd", c.gpu_usd)
-      .Num("storage_gb", c.storage_gb)
-      .Num("storage_usd", c.storage_usd)
-      .Num("transfer_usd", c.transfer_usd)
-      .Num("retry_usd", c.retry_usd)
-      .Num("total_usd", c.total_usd)
-      .Num("usd_per_million_tokens", c.usd_per_million_tokens)
-      .Num("gpu_memory_bytes", row.memory.gpu_memory_bytes)
-      .Num("memory_required_bytes", row.memory.required_bytes)
-      .Bool("memory_fits", row.memory.fits)
-      .Str("marks", Marks(index, d))
-      .Json();
+  return {{"run", RunName(runs[row.config.run])},
+          {"config", row.config.label},
+          {"projected", row.config.projected},
+          {"offering", row.offering->name},
+          {"gpu", row.offering->gpu},
+          {"gpus", row.inputs.gpus},
+          {"nodes", c.nodes},
+          {"billed_gpus", c.billed_gpus},
+          {"target_tokens", row.inputs.target_tokens},
+          {"tokens_per_s", row.inputs.tokens_per_s},
+          {"job_usd_per_hour", c.job_usd_per_hour},
+          {"work_hours", c.work_hours},
+          {"startup_hours", c.startup_hours},
+          {"checkpoint_interval_hours", c.checkpoint_interval_hours},
+          {"interval_is_young_daly", c.interval_is_young_daly},
+          {"young_daly_hours", JsonOrNull(c.young_daly_hours)},
+          {"checkpoint_overhead_hours", c.checkpoint_overhead_hours},
+          {"run_hours", c.run_hours},
+          {"job_mtbf_hours", c.job_mtbf_hours},
+          {"expected_failures", c.expected_failures},
+          {"lost_hours_per_failure", c.lost_hours_per_failure},
+          {"retry_hours", c.retry_hours},
+          {"time_to_train_hours", c.time_to_train_hours},
+          {"gpu_usd", c.gpu_usd},
+          {"storage_gb", c.storage_gb},
+          {"storage_usd", c.storage_usd},
+          {"transfer_usd", c.transfer_usd},
+          {"retry_usd", c.retry_usd},
+          {"total_usd", c.total_usd},
+          {"usd_per_million_tokens", c.usd_per_million_tokens},
+          {"gpu_memory_bytes", row.memory.gpu_memory_bytes},
+          {"memory_required_bytes", row.memory.required_bytes},
+          {"memory_fits", row.memory.fits},
+          {"marks", Marks(index, d)}};
 }
 
 void PrintCsv(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs, const CostDecision& d) {
@@ -755,17 +727,20 @@ int RunCostCommand(const CommandInput& input) {
       f.model.empty() ? std::nullopt : std::optional<MemoryCheck>(ModelMemory(f, runs.empty() ? nullptr : &runs.front().m));
 
   auto json = [&] {
-    std::vector<std::string> run_json, row_json;
-    for (const RunAnalysis& a : runs) run_json.push_back(RunJson(a));
-    for (size_t i = 0; i < rows.size(); ++i) row_json.push_back(CostRowJson(rows[i], runs, i, decision));
-    JsonObject out;
-    out.Str("prices", f.prices).Opt("target_tokens", target_tokens).Opt("target_steps", target_steps)
-        .Opt("deadline_hours", deadline).Add("runs", JsonArray(run_json)).Add("costs", JsonArray(row_json))
-        .Add("decision", JsonObject().Opt("cheapest", decision.cheapest).Opt("fastest", decision.fastest)
-                             .Opt("cheapest_within_deadline", decision.cheapest_within_deadline)
-                             .Bool("deadline_met", decision.cheapest_within_deadline.has_value()).Json())
-        .Add("memory", model_memory ? MemoryJson(*model_memory, memory_targets) : "null");
-    return out.Json();
+    Json out = {{"prices", f.prices},
+                {"target_tokens", JsonOrNull(target_tokens)},
+                {"target_steps", JsonOrNull(target_steps)},
+                {"deadline_hours", JsonOrNull(deadline)},
+                {"runs", Json::array()},
+                {"costs", Json::array()},
+                {"decision", {{"cheapest", JsonOrNull(decision.cheapest)},
+                              {"fastest", JsonOrNull(decision.fastest)},
+                              {"cheapest_within_deadline", JsonOrNull(decision.cheapest_within_deadline)},
+                              {"deadline_met", decision.cheapest_within_deadline.has_value()}}},
+                {"memory", model_memory ? MemoryJson(*model_memory, memory_targets) : Json(nullptr)}};
+    for (const RunAnalysis& a : runs) out["runs"].push_back(RunJson(a));
+    for (size_t i = 0; i < rows.size(); ++i) out["costs"].push_back(CostRowJson(rows[i], runs, i, decision));
+    return DumpJson(out);
   };
   if (!f.html.empty()) {
     WriteCostHtml(f.reports, f.html, json());

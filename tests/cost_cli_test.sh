@@ -167,8 +167,11 @@ bad_prices no_storage '0,/^storage_usd_per_gb_month/{/^storage_usd_per_gb_month/
 expect_error 2 "no_storage.toml:[0-9]+: offering 'aws-p5.48xlarge': missing storage_usd_per_gb_month" -- \
   "${run_cost[@]}" "$r" --prices "$work/no_storage.toml" --train-tokens 1e9
 bad_prices malformed 's/^gpus_per_node = 8$/gpus_per_node = [8]/'
-expect_error 2 "malformed.toml:[0-9]+: arrays are not supported" -- \
+expect_error 2 "malformed.toml:37: offering 'aws-p5.48xlarge': gpus_per_node must be a whole number \(got an array\)" -- \
   "${run_cost[@]}" "$r" --prices "$work/malformed.toml" --train-tokens 1e9
+bad_prices syntax 's/^usd_per_node_hour = 98.32$/usd_per_node_hour = 98.32 98.32/'
+expect_error 2 "syntax.toml:38: not valid TOML: .* \(column [0-9]+\)" -- \
+  "${run_cost[@]}" "$r" --prices "$work/syntax.toml" --train-tokens 1e9
 expect_error 2 "cannot read price file '$work/none.toml'" -- "${run_cost[@]}" "$r" --prices "$work/none.toml" --train-tokens 1e9
 expect_error 2 "--train-tokens and --train-steps cannot be given together" -- \
   "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --train-steps 10

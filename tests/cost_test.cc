@@ -1,7 +1,7 @@
 // `trainbench cost` building blocks: the cost of a job against hand-computed cases, Young/Daly, the alpha-beta fit
-// (exact on noise-free synthetic measurements, close with noise), the step projection and its held-out error, the
-// TOML subset and price file checks, GPU model matching, the memory fit against ZeRO's 16 bytes per parameter, and
-// reading a run's measurements from a report.
+// (exact on noise-free synthetic measurements, close with noise), the step projection and its held-out error, price
+// files (TOML read by toml++) and their checks, GPU model matching, the memory fit against ZeRO's 16 bytes per
+// parameter, and reading a run's measurements from a report.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -365,75 +365,6 @@ TEST(Projection, HeldOutNeedsTwoPointsAndAFit) {
   EXPECT_NE(check->notes.back().find("overlap assumed 0"), std::string::npos);
 }
 
-// ---- TOML subset ---------------------------------------------------------------------------------------------
-
-TEST(Toml, ParsesTheSubset) {
-  const TomlDocument doc = ParseToml(
-      "# comment\n"
-      "top = 'literal \\n kept'\n"
-      "\n"
-      "[table]  # trailing comment\n"
-      "s = \"a \\\"quoted\\\" \\\\ word\\t\"\n"
-      "i = -1_000\n"
-      "f = 1e3\n"
-      "g = 1_000.5\n"
-      "h = -2.5E-3\n"
-      "b = true\n"
-      "\"quoted key\" = false\n"
-      "[[item]]\n"
-      "n = 1\n"
-      "[[item]]\n"
-      "n = 2\n",
-      "t.toml");
-  EXPECT_EQ(std::get<std::string>(doc.root.entries.at("top").value), "literal \\n kept");
-  const TomlTable& t = doc.tables.at("table");
-  EXPECT_EQ(t.line, 4);
-  EXPECT_EQ(std::get<std::string>(t.entries.at("s").value), "a \"quoted\" \\ word\t");
-  EXPECT_EQ(std::get<int64_t>(t.entries.at("i").value), -1000);
-  EXPECT_DOUBLE_EQ(std::get<double>(t.entries.at("f").value), 1000.0);
-  EXPECT_DOUBLE_EQ(std::get<double>(t.entries.at("g").value), 1000.5);
-  EXPECT_DOUBLE_EQ(std::get<double>(t.entries.at("h").value), -0.0025);
-  EXPECT_EQ(std::get<bool>(t.entries.at("b").value), true);
-  EXPECT_EQ(std::get<bool>(t.entries.at("quoted key").value), false);
-  EXPECT_EQ(t.entries.at("i").line, 6);
-  ASSERT_EQ(doc.table_arrays.at("item").size(), 2u);
-  EXPECT_EQ(std::get<int64_t>(doc.table_arrays.at("item")[1].entries.at("n").value), 2);
-}
-
-TEST(Toml, ErrorsNameFileLineAndConstruct) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"a = [1, 2]", "p.toml:1: arrays are not supported"},
-      {"a = {x = 1}", "p.toml:1: inline tables are not supported"},
-      {"a.b = 1", "p.toml:1: dotted keys are not supported"},
-      {"a = 1979-05-27", "p.toml:1: '1979-05-27': dates and times are not supported"},
-      {"a = 07:32:00", "p.toml:1: '07:32:00': dates and times"},
-      {"a = 0x10", "p.toml:1: '0x10': only decimal numbers"},
-      {"a = 01", "p.toml:1: '01': leading zeros"},
-      {"a = inf", "p.toml:1: 'inf': inf and nan"},
-      {"a = 1__0", "p.toml:1: '1__0' is not a number"},
-      {"a = 1.", "p.toml:1: '1.': a decimal point needs digits"},
-      {"a = 1e", "p.toml:1: '1e': an exponent needs digits"},
-      {"a = 1e999", "p.toml:1: '1e999' is out of range"},
-      {"a = 99999999999999999999", "is out of range"},
-      {"a = hello", "p.toml:1: 'hello' is not a value (strings need quotes"},
-      {"a = \"open", "p.toml:1: unterminated string"},
-      {"a = \"\\x\"", "p.toml:1: unsupported escape"},
-      {"a = \"\"\"x\"\"\"", "p.toml:1: multi-line strings"},
-      {"a = 1 b", "p.toml:1: unexpected text after the value"},
-      {"a =", "p.toml:1: missing value"},
-      {"a 1", "p.toml:1: expected '=' after the key 'a'"},
-      {"= 1", "p.toml:1: expected a key"},
-      {"a = 1\na = 2", "p.toml:2: duplicate key 'a' (first on line 1)"},
-      {"[t]\n[t]", "p.toml:2: table [t] defined twice"},
-      {"[t\n", "p.toml:1: expected ']'"},
-      {"[t]\n[[t]]", "p.toml:2: [[t]] reuses the name"},
-  };
-  for (const auto& [text, want] : cases) {
-    const std::string got = InputErrorOf([&] { ParseToml(text, "p.toml"); });
-    EXPECT_NE(got.find(want), std::string::npos) << "input: " << text << "\ngot: " << got << "\nwant: " << want;
-  }
-}
-
 // ---- price files ---------------------------------------------------------------------------------------------
 
 const char* kGoodPrices =
@@ -514,6 +445,103 @@ TEST(Prices, ErrorsNameFileLineAndField) {
   }
   EXPECT_NE(InputErrorOf([] { ReadPriceFile("/nonexistent/p.toml"); }).find("cannot read price file '/nonexistent/p.toml'"),
             std::string::npos);
+}
+
+// Price files are TOML 1.0, read by toml++: what the spec allows is accepted (hex, octal and underscored integers,
+// exponents, literal and multi-line strings, quoted keys, inline tables, an array of inline tables).
+TEST(Prices, ReadsTomlAsTheSpecDefines) {
+  const PriceFile p = ParsePriceFile(
+      "# comment\n"
+      "assumptions = { dataset_gb = 6e2, checkpoints_kept = 0x3 }  # trailing comment\n"
+      "\n"
+      "[[offering]]\n"
+      "name = 'node \\n literal'\n"
+      "\"gpu\" = \"\"\"H100 SXM\"\"\"\n"
+      "gpus_per_node = 0o10\n"
+      "usd_per_node_hour = 9_8.32\n"
+      "storage_usd_per_gb_month = 2.3E-2\n"
+      "egress_usd_per_gb = 0\n"
+      "mtbf_node_hours = 6_335\n"
+      "restart_hours = +0.5\n",
+      "t.toml");
+  ASSERT_EQ(p.offerings.size(), 1u);
+  const Offering& o = p.offerings[0];
+  EXPECT_EQ(o.name, "node \\n literal");
+  EXPECT_EQ(o.gpu, "H100 SXM");
+  EXPECT_EQ(o.gpus_per_node, 8);
+  EXPECT_DOUBLE_EQ(o.NodeHourUsd(), 98.32);
+  EXPECT_DOUBLE_EQ(o.storage_usd_per_gb_month, 0.023);
+  EXPECT_DOUBLE_EQ(o.mtbf_node_hours, 6335);
+  EXPECT_DOUBLE_EQ(o.restart_hours, 0.5);
+  EXPECT_EQ(o.line, 4);
+  EXPECT_DOUBLE_EQ(p.assumptions.dataset_gb, 600);
+  EXPECT_EQ(p.assumptions.checkpoints_kept, 3);
+
+  const PriceFile inline_offerings = ParsePriceFile(
+      "offering = [\n"
+      "  {name = \"a\", gpu = \"L4\", gpus_per_node = 1, usd_per_gpu_hour = 1, storage_usd_per_gb_month = 0,"
+      " egress_usd_per_gb = 0, mtbf_node_hours = 1e4, restart_hours = 0},\n"
+      "]\n",
+      "t.toml");
+  ASSERT_EQ(inline_offerings.offerings.size(), 1u);
+  EXPECT_EQ(inline_offerings.offerings[0].gpu, "L4");
+}
+
+// Anything that is not TOML: the file, the line and toml++'s words for what is wrong.
+TEST(Prices, TomlSyntaxErrorsNameFileAndLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"a = 01", "p.toml:1: not valid TOML: "},
+      {"a = 1__0", "p.toml:1: not valid TOML: "},
+      {"a = 1.", "p.toml:1: not valid TOML: "},
+      {"a = 1e", "p.toml:1: not valid TOML: "},
+      {"a = 1e999", "p.toml:1: not valid TOML: "},
+      {"a = 99999999999999999999", "p.toml:1: not valid TOML: "},
+      {"a = hello", "p.toml:1: not valid TOML: "},
+      {"a = \"open", "p.toml:1: not valid TOML: "},
+      {"a = \"\\x\"", "p.toml:1: not valid TOML: "},
+      {"a = \"\xff\"", "p.toml:1: not valid TOML: "},  // invalid UTF-8
+      {"a = 1 b", "p.toml:1: not valid TOML: "},
+      {"a =", "p.toml:1: not valid TOML: "},
+      {"a 1", "p.toml:1: not valid TOML: "},
+      {"= 1", "p.toml:1: not valid TOML: "},
+      {"a = 1\na = 2", "p.toml:2: not valid TOML: "},
+      {"[t]\n[t]", "p.toml:2: not valid TOML: "},
+      {"[t\n", "p.toml:1: not valid TOML: "},
+      {"[t]\n[[t]]", "p.toml:2: not valid TOML: "},
+      {Edited("restart_hours = 0.5", "restart_hours = 0.5 0.5"), "p.toml:13: not valid TOML: "},
+  };
+  for (const auto& [text, want] : cases) {
+    const std::string got = InputErrorOf([&] { ParsePriceFile(text, "p.toml"); });
+    EXPECT_EQ(got.rfind(want, 0), 0u) << "input: " << text << "\ngot: " << got << "\nwant: " << want;
+    EXPECT_NE(got.find("(column "), std::string::npos) << got;
+  }
+  // toml++'s own words follow, e.g. for a duplicate key:
+  EXPECT_NE(InputErrorOf([] { ParsePriceFile("a = 1\na = 2", "p.toml"); }).find("redefine"), std::string::npos);
+}
+
+// Valid TOML whose values a price file cannot use: the key, its line and what the value is.
+TEST(Prices, ValuesOfTheWrongKindNameTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {Edited("gpus_per_node = 8", "gpus_per_node = [8]"),
+       "p.toml:8: offering 'node': gpus_per_node must be a whole number (got an array)"},
+      {Edited("usd_per_node_hour = 98.32", "usd_per_node_hour = {x = 1}"),
+       "p.toml:9: offering 'node': usd_per_node_hour must be a number (got a table)"},
+      {Edited("usd_per_node_hour = 98.32", "usd_per_node_hour = 1979-05-27"),
+       "p.toml:9: offering 'node': usd_per_node_hour must be a number (got a date)"},
+      {Edited("usd_per_node_hour = 98.32", "usd_per_node_hour = 07:32:00"), "must be a number (got a time)"},
+      {Edited("usd_per_node_hour = 98.32", "usd_per_node_hour = inf"),
+       "p.toml:9: offering 'node': usd_per_node_hour must be a finite number, got inf"},
+      {Edited("mtbf_node_hours = 6335", "mtbf_node_hours = nan"), "p.toml:12: offering 'node': mtbf_node_hours must be a finite number"},
+      {Edited("name = \"node\"", "name.first = \"node\""), "p.toml:6: offering '#1': name must be a string in quotes (got a table)"},
+      {Edited("young_daly_interval = true", "young_daly_interval = 1"),
+       "p.toml:4: [assumptions] young_daly_interval must be true or false (got an integer)"},
+      {Edited("[assumptions]", "a.b = 1\n[assumptions]"), "p.toml:1: unknown table [a]"},
+      {Edited("[assumptions]", "[[assumptions]]"), "p.toml:1: unknown table [[assumptions]]"},
+  };
+  for (const auto& [text, want] : cases) {
+    const std::string got = InputErrorOf([&] { ParsePriceFile(text, "p.toml"); });
+    EXPECT_NE(got.find(want), std::string::npos) << "input: " << text << "\ngot: " << got << "\nwant: " << want;
+  }
 }
 
 TEST(Prices, GpuModelMatching) {

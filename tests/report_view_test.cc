@@ -15,6 +15,7 @@
 
 #include "error.h"
 #include "export.h"
+#include "json.h"
 
 namespace tb {
 namespace {
@@ -312,18 +313,23 @@ TEST(ReportView, OnlyTheSectionsAReportHasAndTheChosenOnes) {
   EXPECT_THROW(ViewSection(report, "bogus"), std::invalid_argument);
 }
 
+// JSON text of one value, as the exports write it (DumpJson, nlohmann-json).
+std::string JsonText(const Json& value) { return DumpJson(value, -1); }
+
 TEST(Export, JsonStringEscapes) {
-  EXPECT_EQ(JsonString("plain"), "\"plain\"");
-  EXPECT_EQ(JsonString("a\"b\\c"), "\"a\\\"b\\\\c\"");
-  EXPECT_EQ(JsonString("l1\nl2\r\t\b\f"), "\"l1\\nl2\\r\\t\\b\\f\"");
-  EXPECT_EQ(JsonString(std::string("nul\0x\x1f", 6)), "\"nul\\u0000x\\u001f\"");
-  EXPECT_EQ(JsonString("/ and \x7f stay"), "\"/ and \x7f stay\"");
-  EXPECT_EQ(JsonString("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"), "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"");  // é € 😀
-  // Invalid UTF-8 (a stray continuation byte, an overlong form, a surrogate, a cut sequence) cannot pass through.
-  EXPECT_EQ(JsonString("a\x80z"), "\"a\\ufffdz\"");
-  EXPECT_EQ(JsonString("\xc0\xaf"), "\"\\ufffd\\ufffd\"");
-  EXPECT_EQ(JsonString("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");
-  EXPECT_EQ(JsonString("\xe2\x82"), "\"\\ufffd\\ufffd\"");
+  EXPECT_EQ(JsonText("plain"), "\"plain\"");
+  EXPECT_EQ(JsonText("a\"b\\c"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(JsonText("l1\nl2\r\t\b\f"), "\"l1\\nl2\\r\\t\\b\\f\"");
+  EXPECT_EQ(JsonText(std::string("nul\0x\x1f", 6)), "\"nul\\u0000x\\u001f\"");
+  EXPECT_EQ(JsonText("/ and \x7f stay"), "\"/ and \x7f stay\"");
+  EXPECT_EQ(JsonText("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"), "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"");  // é € 😀
+  // Invalid UTF-8 (a stray continuation byte, an overlong form, a surrogate, a cut sequence) cannot pass through: each
+  // maximal invalid subpart becomes one U+FFFD (Unicode's best practice, as Python's decode(errors="replace")).
+  const std::string fffd = "\xef\xbf\xbd";
+  EXPECT_EQ(JsonText("a\x80z"), "\"a" + fffd + "z\"");
+  EXPECT_EQ(JsonText("\xc0\xaf"), "\"" + fffd + fffd + "\"");
+  EXPECT_EQ(JsonText("\xed\xa0\x80"), "\"" + fffd + fffd + fffd + "\"");
+  EXPECT_EQ(JsonText("\xe2\x82"), "\"" + fffd + "\"");
 }
 
 TEST(Export, CsvQuotesOnlyWhatNeedsIt) {
@@ -344,16 +350,16 @@ const double kHardDoubles[] = {0.1,     1.0 / 3.0, 2.0 / 3.0,  1e-300, 5e-324,  
 
 TEST(Export, NumbersReadBackAsTheSameDoubles) {
   for (double value : kHardDoubles) {
-    for (const std::string& text : {JsonNumber(value), CsvNumber(value)}) {
+    for (const std::string& text : {JsonText(value), CsvNumber(value)}) {
       char* end = nullptr;
       const double back = std::strtod(text.c_str(), &end);
       EXPECT_EQ(*end, '\0') << text;
       EXPECT_EQ(std::memcmp(&back, &value, sizeof value), 0) << text << " read back as " << back;
     }
   }
-  EXPECT_EQ(JsonNumber(0.1), "0.1");  // shortest, not %.17g's 0.10000000000000001
-  EXPECT_EQ(JsonNumber(kNaN), "null");
-  EXPECT_EQ(JsonNumber(std::numeric_limits<double>::infinity()), "null");
+  EXPECT_EQ(JsonText(0.1), "0.1");  // shortest, not %.17g's 0.10000000000000001
+  EXPECT_EQ(JsonText(kNaN), "null");
+  EXPECT_EQ(JsonText(std::numeric_limits<double>::infinity()), "null");
   EXPECT_EQ(CsvNumber(kNaN), "nan");
   EXPECT_EQ(CsvNumber(-std::numeric_limits<double>::infinity()), "-inf");
   EXPECT_TRUE(std::isnan(std::strtod(CsvNumber(kNaN).c_str(), nullptr)));
@@ -377,9 +383,10 @@ TEST(Export, JsonHoldsEveryRunWithNumbersAsNumbers) {
   EXPECT_EQ(json.front(), '{');
   EXPECT_NE(json.find("\"file\": \"t \\\"1\\\".h5\""), std::string::npos);
   EXPECT_NE(json.find("\"file\": \"c.h5\""), std::string::npos);
-  const size_t summary = json.find("\"summary\": {\"model\"");
-  ASSERT_NE(summary, std::string::npos);
-  const double tokens = JsonValueAfter(json, "tokens_per_s", summary);
+  const Json summary = Json::parse(json)["runs"][0]["train"]["summary"];  // a headline table: one object
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary.begin().key(), "model");  // columns in the view's order
+  const double tokens = summary["tokens_per_s"].get<double>();
   EXPECT_EQ(std::memcmp(&tokens, &kHardDoubles[1], sizeof tokens), 0);  // 1/3 exactly
   EXPECT_NE(json.find("\"mfu_peak\": null"), std::string::npos);        // NaN
   EXPECT_NE(json.find("\"git_revision\": null"), std::string::npos);    // absent
