@@ -612,12 +612,29 @@ void WriteCostHtml(const std::vector<std::string>& reports, const std::string& h
   std::remove(json_path.c_str());
 }
 
-int RunCostCommand(const CommandInput& input) {
-  CostFlags f;
-  po::variables_map given;
-  if (!ParseCostFlags(input.args, f, given)) return 0;
+namespace {
 
-  // Flags first, then files: a mistake in a flag is reported before anything is read.
+// What the flags ask for, checked before any file is read.
+struct CostPlan {
+  std::optional<double> target_tokens, target_steps, deadline, gpu_memory;
+  std::vector<Layout> layouts;
+  LinkOverrides overrides;
+};
+
+// Everything one `cost` command computes, from the plan through the decision.
+struct CostRun {
+  CostPlan plan;
+  std::optional<PriceFile> prices;
+  std::vector<RunAnalysis> runs;
+  std::vector<CostRow> rows;
+  std::vector<std::string> notes;  // runs that could not be priced, and why
+  CostDecision decision;
+  std::vector<std::pair<std::string, double>> memory_targets;  // --model's fit: --gpu-memory and each offering's GPU
+  std::optional<MemoryCheck> model_memory;
+};
+
+// The flag combinations that mean nothing (each one line, exit 2); then the values the plan takes from them.
+void CheckCostFlags(const CostFlags& f, const po::variables_map& given) {
   if (f.format != "text" && f.format != "csv" && f.format != "json") {
     throw InputError("--format '" + f.format + "': expected text|csv|json");
   }
@@ -628,12 +645,6 @@ int RunCostCommand(const CommandInput& input) {
   if (!f.prices.empty() && !f.reports.empty() && !has_target) {
     throw InputError("--prices needs a training target: --train-tokens N or --train-steps N");
   }
-  const std::optional<double> target_tokens =
-      f.train_tokens.empty() ? std::nullopt : std::optional<double>(ParseTokenCount(f.train_tokens, "--train-tokens"));
-  const std::optional<double> target_steps =
-      f.train_steps.empty() ? std::nullopt : std::optional<double>(ParseTokenCount(f.train_steps, "--train-steps"));
-  std::optional<double> deadline;
-  if (given.count("deadline-hours")) deadline = f.deadline_hours;
   if (f.reports.empty() && f.model.empty()) {
     throw InputError("no reports given (usage: trainbench cost RUN.h5 ... --prices P, or --model NAME --gpu-memory SIZE)");
   }
@@ -649,14 +660,19 @@ int RunCostCommand(const CommandInput& input) {
   if (f.reports.empty() && (!f.project.empty() || !f.device_as.empty() || given.count("k"))) {
     throw InputError("--project, --k and --device-as need training reports");
   }
+}
+
+CostPlan PlanCost(const CostFlags& f, const po::variables_map& given) {
+  CheckCostFlags(f, given);
+  CostPlan plan;
+  if (!f.train_tokens.empty()) plan.target_tokens = ParseTokenCount(f.train_tokens, "--train-tokens");
+  if (!f.train_steps.empty()) plan.target_steps = ParseTokenCount(f.train_steps, "--train-steps");
+  if (given.count("deadline-hours")) plan.deadline = f.deadline_hours;
   if (!f.device_as.empty()) FindGpuModel(f.device_as, "--device-as");
-  const std::vector<Layout> layouts =
-      f.project.empty() ? std::vector<Layout>{} : ParseLayouts(f.project, f.gpus_per_node, "--project");
-  LinkOverrides overrides;
-  if (given.count("inter-node-gbps")) overrides.inter_node_gbps = f.inter_node_gbps;
-  overrides.inter_node_latency_s = f.inter_node_latency_us * 1e-6;
-  std::optional<double> gpu_memory;
-  if (!f.gpu_memory.empty()) gpu_memory = static_cast<double>(ParseSize(f.gpu_memory, "--gpu-memory"));
+  if (!f.project.empty()) plan.layouts = ParseLayouts(f.project, f.gpus_per_node, "--project");
+  if (given.count("inter-node-gbps")) plan.overrides.inter_node_gbps = f.inter_node_gbps;
+  plan.overrides.inter_node_latency_s = f.inter_node_latency_us * 1e-6;
+  if (!f.gpu_memory.empty()) plan.gpu_memory = static_cast<double>(ParseSize(f.gpu_memory, "--gpu-memory"));
   if (!f.model.empty()) ModelMemory(f, nullptr);  // an unknown preset or shape fails here, before the files
   if (!f.html.empty()) {
     std::vector<std::string> inputs = f.reports;
@@ -665,147 +681,174 @@ int RunCostCommand(const CommandInput& input) {
     }
     CheckOutputPath(f.html, "--html", inputs);
   }
+  return plan;
+}
 
-  std::optional<PriceFile> prices;
-  if (!f.prices.empty()) prices = ReadPriceFile(f.prices);
+// The price file, the --collectives sweep and every report, analysed.
+void ReadCostInputs(const CostFlags& f, CostRun& c) {
+  if (!f.prices.empty()) c.prices = ReadPriceFile(f.prices);
   std::vector<AllReduceSample> extra_samples;
   if (!f.collectives.empty()) extra_samples = ReadAllReduceSamples(ReadReport(f.collectives), f.collectives);
-  std::vector<RunAnalysis> runs;
-  for (const std::string& path : f.reports) runs.push_back(AnalyzeRun(path, f, extra_samples, layouts, overrides, prices));
+  for (const std::string& path : f.reports) {
+    c.runs.push_back(AnalyzeRun(path, f, extra_samples, c.plan.layouts, c.plan.overrides, c.prices));
+  }
+}
 
-  // Cost rows: every run's configurations on every offering of its GPU model.
-  std::vector<CostRow> rows;
-  std::vector<std::string> notes;
-  if (prices && !runs.empty()) {
-    for (size_t i = 0; i < runs.size(); ++i) {
-      const RunAnalysis& a = runs[i];
-      if (!a.gpu) {
-        notes.push_back("# " + RunName(a) + ": device '" + a.m.device + "' is no known GPU model (known: " +
+CostRow PriceConfig(const Config& config, const RunAnalysis& a, const Offering& offering, const CostRun& c) {
+  CostRow row;
+  row.config = config;
+  row.offering = &offering;
+  row.inputs.tokens_per_s = config.tokens_per_step / config.step_s;
+  row.inputs.target_tokens =
+      c.plan.target_tokens ? *c.plan.target_tokens : *c.plan.target_steps * config.tokens_per_step;
+  row.inputs.gpus = config.layout.gpus();
+  row.inputs.startup_s = a.m.startup_s;
+  row.inputs.checkpoint_stall_s = a.stall_s;
+  row.inputs.checkpoint_gb = a.checkpoint_gb;
+  row.cost = ComputeCost(row.inputs, offering, c.prices->assumptions);
+  row.memory = FitMemory(a.memory.estimate, offering.gpu_memory_gib * kGiB, a.memory.calibration);
+  return row;
+}
+
+// Cost rows: every run's configurations on every offering of its GPU model; a note for each run left unpriced.
+void PriceRuns(CostRun& c) {
+  if (!c.prices || c.runs.empty()) return;
+  for (size_t i = 0; i < c.runs.size(); ++i) {
+    const RunAnalysis& a = c.runs[i];
+    if (!a.gpu) {
+      c.notes.push_back("# " + RunName(a) + ": device '" + a.m.device + "' is no known GPU model (known: " +
                         KnownGpuModelNames() + "); --device-as MODEL prices it as one");
-        continue;
-      }
-      bool matched = false;
-      for (const Offering& offering : prices->offerings) {
-        if (offering.gpu != a.gpu->name) continue;
-        matched = true;
-        for (const Config& config : ConfigsOf(a, i)) {
-          CostRow row;
-          row.config = config;
-          row.offering = &offering;
-          row.inputs.tokens_per_s = config.tokens_per_step / config.step_s;
-          row.inputs.target_tokens = target_tokens ? *target_tokens : *target_steps * config.tokens_per_step;
-          row.inputs.gpus = config.layout.gpus();
-          row.inputs.startup_s = a.m.startup_s;
-          row.inputs.checkpoint_stall_s = a.stall_s;
-          row.inputs.checkpoint_gb = a.checkpoint_gb;
-          row.cost = ComputeCost(row.inputs, offering, prices->assumptions);
-          row.memory = FitMemory(a.memory.estimate, offering.gpu_memory_gib * kGiB, a.memory.calibration);
-          rows.push_back(std::move(row));
-        }
-      }
-      if (!matched) {
-        notes.push_back("# " + RunName(a) + ": no offering in " + prices->path + " has GPU model " + a.gpu->name);
-      }
+      continue;
     }
-    if (rows.empty()) {
-      throw InputError("no offering in '" + prices->path + "' matches the device of any run (" + notes.front().substr(2) + ")");
+    bool matched = false;
+    for (const Offering& offering : c.prices->offerings) {
+      if (offering.gpu != a.gpu->name) continue;
+      matched = true;
+      for (const Config& config : ConfigsOf(a, i)) c.rows.push_back(PriceConfig(config, a, offering, c));
+    }
+    if (!matched) {
+      c.notes.push_back("# " + RunName(a) + ": no offering in " + c.prices->path + " has GPU model " + a.gpu->name);
     }
   }
-  const CostDecision decision = Decide([&] {
-    std::vector<CostBreakdown> costs;
-    for (const CostRow& r : rows) costs.push_back(r.cost);
-    return costs;
-  }(), deadline);
+  if (c.rows.empty()) {
+    throw InputError("no offering in '" + c.prices->path + "' matches the device of any run (" +
+                     c.notes.front().substr(2) + ")");
+  }
+}
 
-  // Memory fits of --model without reports: against --gpu-memory and each offering's GPU.
-  std::vector<std::pair<std::string, double>> memory_targets;
-  if (gpu_memory) memory_targets.push_back({"--gpu-memory " + f.gpu_memory, *gpu_memory});
-  if (prices) {
-    for (const Offering& o : prices->offerings) memory_targets.push_back({o.name + " (" + o.gpu + ")", o.gpu_memory_gib * kGiB});
+// The decision over the rows, and --model's memory fit against --gpu-memory and each offering's GPU.
+void DecideCost(const CostFlags& f, CostRun& c) {
+  std::vector<CostBreakdown> costs;
+  for (const CostRow& r : c.rows) costs.push_back(r.cost);
+  c.decision = Decide(costs, c.plan.deadline);
+  if (c.plan.gpu_memory) c.memory_targets.push_back({"--gpu-memory " + f.gpu_memory, *c.plan.gpu_memory});
+  if (c.prices) {
+    for (const Offering& o : c.prices->offerings) {
+      c.memory_targets.push_back({o.name + " (" + o.gpu + ")", o.gpu_memory_gib * kGiB});
+    }
   }
-  const std::optional<MemoryCheck> model_memory =
-      f.model.empty() ? std::nullopt : std::optional<MemoryCheck>(ModelMemory(f, runs.empty() ? nullptr : &runs.front().m));
+  if (!f.model.empty()) c.model_memory = ModelMemory(f, c.runs.empty() ? nullptr : &c.runs.front().m);
+}
 
-  auto json = [&] {
-    Json out = {{"prices", f.prices},
-                {"target_tokens", JsonOrNull(target_tokens)},
-                {"target_steps", JsonOrNull(target_steps)},
-                {"deadline_hours", JsonOrNull(deadline)},
-                {"runs", Json::array()},
-                {"costs", Json::array()},
-                {"decision", {{"cheapest", JsonOrNull(decision.cheapest)},
-                              {"fastest", JsonOrNull(decision.fastest)},
-                              {"cheapest_within_deadline", JsonOrNull(decision.cheapest_within_deadline)},
-                              {"deadline_met", decision.cheapest_within_deadline.has_value()}}},
-                {"memory", model_memory ? MemoryJson(*model_memory, memory_targets) : Json(nullptr)}};
-    for (const RunAnalysis& a : runs) out["runs"].push_back(RunJson(a));
-    for (size_t i = 0; i < rows.size(); ++i) out["costs"].push_back(CostRowJson(rows[i], runs, i, decision));
-    return DumpJson(out);
-  };
-  if (!f.html.empty()) {
-    WriteCostHtml(f.reports, f.html, json());
-    if (f.format == "text") Print("# HTML report: " + f.html);
-  }
-  if (f.format == "json") {
-    Print(json(), true);
-    return 0;
-  }
-  if (f.format == "csv") {
-    if (!rows.empty()) {
-      PrintCsv(rows, runs, decision);
-    } else if (!runs.empty() && !layouts.empty()) {
-      Print("run,layout,gpus,nodes,source,step_s,comm_s,exposed_s,tokens_per_s,efficiency", true);
-      for (const RunAnalysis& a : runs) {
-        for (const ProjectedPoint& q : a.projected) {
-          Print(CsvField(RunName(a)) + Format(",%s,%d,%d,projected,%.10g,%.10g,%.10g,%.10g,%.10g", q.layout.Name().c_str(),
-                                              q.layout.gpus(), q.layout.nodes, q.step_s, q.comm_s, q.exposed_s,
-                                              q.tokens_per_s, q.efficiency),
-                true);
-        }
-      }
-    } else if (model_memory) {
-      Print("gpu,gpu_memory_bytes,weights_bytes,gradients_bytes,optimizer_bytes,activations_bytes,calibration,"
-            "required_bytes,margin_bytes,fits",
-            true);
-      for (const auto& [name, bytes] : memory_targets) {
-        const MemoryFit fit = FitMemory(model_memory->estimate, bytes, model_memory->calibration);
-        const MemoryBreakdown& e = model_memory->estimate;
-        Print(CsvField(name) + Format(",%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%d", bytes, e.weights_bytes,
-                                      e.gradients_bytes, e.optimizer_bytes, e.activations_bytes, fit.calibration,
-                                      fit.required_bytes, fit.margin_bytes, fit.fits ? 1 : 0),
+std::string CostJson(const CostFlags& f, const CostRun& c) {
+  Json out = {{"prices", f.prices},
+              {"target_tokens", JsonOrNull(c.plan.target_tokens)},
+              {"target_steps", JsonOrNull(c.plan.target_steps)},
+              {"deadline_hours", JsonOrNull(c.plan.deadline)},
+              {"runs", Json::array()},
+              {"costs", Json::array()},
+              {"decision", {{"cheapest", JsonOrNull(c.decision.cheapest)},
+                            {"fastest", JsonOrNull(c.decision.fastest)},
+                            {"cheapest_within_deadline", JsonOrNull(c.decision.cheapest_within_deadline)},
+                            {"deadline_met", c.decision.cheapest_within_deadline.has_value()}}},
+              {"memory", c.model_memory ? MemoryJson(*c.model_memory, c.memory_targets) : Json(nullptr)}};
+  for (const RunAnalysis& a : c.runs) out["runs"].push_back(RunJson(a));
+  for (size_t i = 0; i < c.rows.size(); ++i) out["costs"].push_back(CostRowJson(c.rows[i], c.runs, i, c.decision));
+  return DumpJson(out);
+}
+
+// CSV: the cost rows; else the projected layouts; else the memory fit.
+void PrintCostCsv(const CostRun& c) {
+  if (!c.rows.empty()) {
+    PrintCsv(c.rows, c.runs, c.decision);
+  } else if (!c.runs.empty() && !c.plan.layouts.empty()) {
+    Print("run,layout,gpus,nodes,source,step_s,comm_s,exposed_s,tokens_per_s,efficiency", true);
+    for (const RunAnalysis& a : c.runs) {
+      for (const ProjectedPoint& q : a.projected) {
+        Print(CsvField(RunName(a)) + Format(",%s,%d,%d,projected,%.10g,%.10g,%.10g,%.10g,%.10g", q.layout.Name().c_str(),
+                                            q.layout.gpus(), q.layout.nodes, q.step_s, q.comm_s, q.exposed_s,
+                                            q.tokens_per_s, q.efficiency),
               true);
       }
     }
-    return 0;
+  } else if (c.model_memory) {
+    Print("gpu,gpu_memory_bytes,weights_bytes,gradients_bytes,optimizer_bytes,activations_bytes,calibration,"
+          "required_bytes,margin_bytes,fits",
+          true);
+    for (const auto& [name, bytes] : c.memory_targets) {
+      const MemoryFit fit = FitMemory(c.model_memory->estimate, bytes, c.model_memory->calibration);
+      const MemoryBreakdown& e = c.model_memory->estimate;
+      Print(CsvField(name) + Format(",%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%d", bytes, e.weights_bytes,
+                                    e.gradients_bytes, e.optimizer_bytes, e.activations_bytes, fit.calibration,
+                                    fit.required_bytes, fit.margin_bytes, fit.fits ? 1 : 0),
+            true);
+    }
   }
+}
 
+void PrintCostText(const CostRun& c) {
+  const CostPlan& p = c.plan;
   Print(std::string("# trainbench cost: ") +
-        (runs.empty() ? std::string("memory fit") : Format("%zu run(s)", runs.size())) +
-        (prices ? Format("; prices %s (%zu offerings)", prices->path.c_str(), prices->offerings.size()) : "") +
-        (target_tokens ? Format("; target %.4g tokens", *target_tokens) : "") +
-        (target_steps ? Format("; target %.4g steps", *target_steps) : "") +
-        (deadline ? Format("; deadline %g h", *deadline) : ""));
-  for (const RunAnalysis& a : runs) {
+        (c.runs.empty() ? std::string("memory fit") : Format("%zu run(s)", c.runs.size())) +
+        (c.prices ? Format("; prices %s (%zu offerings)", c.prices->path.c_str(), c.prices->offerings.size()) : "") +
+        (p.target_tokens ? Format("; target %.4g tokens", *p.target_tokens) : "") +
+        (p.target_steps ? Format("; target %.4g steps", *p.target_steps) : "") +
+        (p.deadline ? Format("; deadline %g h", *p.deadline) : ""));
+  for (const RunAnalysis& a : c.runs) {
     Print("#");
-    for (const std::string& line : RunLines(a, prices)) Print(line);
+    for (const std::string& line : RunLines(a, c.prices)) Print(line);
   }
-  for (const RunAnalysis& a : runs) {
+  for (const RunAnalysis& a : c.runs) {
     if (!a.fit) continue;
     Print("#");
     for (const std::string& line : ProjectionLines(a)) Print(line);
   }
-  if (model_memory) {
+  if (c.model_memory) {
     Print("#");
-    for (const std::string& line : MemoryLines(*model_memory, memory_targets)) Print(line);
+    for (const std::string& line : MemoryLines(*c.model_memory, c.memory_targets)) Print(line);
   }
-  if (!rows.empty()) {
-    Print("#");
-    Print(Format("# cost per run and offering (config * = projected; ckpt_every 'yd' = the Young/Daly interval; "
-                 "fits = GPU memory left, %s)",
-                 model_memory ? "the --model checked" : "each run's model as run"));
-    PrintCostTable(rows, runs, decision);
-    for (const std::string& line : notes) Print(line);
-    for (const std::string& line : DecisionLines(rows, runs, decision, deadline)) Print(line, true);
+  if (c.rows.empty()) return;
+  Print("#");
+  Print(Format("# cost per run and offering (config * = projected; ckpt_every 'yd' = the Young/Daly interval; "
+               "fits = GPU memory left, %s)",
+               c.model_memory ? "the --model checked" : "each run's model as run"));
+  PrintCostTable(c.rows, c.runs, c.decision);
+  for (const std::string& line : c.notes) Print(line);
+  for (const std::string& line : DecisionLines(c.rows, c.runs, c.decision, p.deadline)) Print(line, true);
+}
+
+}  // namespace
+
+// Flags first, then files: a mistake in a flag is reported before anything is read.
+int RunCostCommand(const CommandInput& input) {
+  CostFlags f;
+  po::variables_map given;
+  if (!ParseCostFlags(input.args, f, given)) return 0;
+  CostRun c;
+  c.plan = PlanCost(f, given);
+  ReadCostInputs(f, c);
+  PriceRuns(c);
+  DecideCost(f, c);
+  if (!f.html.empty()) {
+    WriteCostHtml(f.reports, f.html, CostJson(f, c));
+    if (f.format == "text") Print("# HTML report: " + f.html);
+  }
+  if (f.format == "json") {
+    Print(CostJson(f, c), true);
+  } else if (f.format == "csv") {
+    PrintCostCsv(c);
+  } else {
+    PrintCostText(c);
   }
   return 0;
 }
