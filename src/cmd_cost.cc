@@ -633,18 +633,8 @@ struct CostRun {
   std::optional<MemoryCheck> model_memory;
 };
 
-// The flag combinations that mean nothing (each one line, exit 2); then the values the plan takes from them.
-void CheckCostFlags(const CostFlags& f, const po::variables_map& given) {
-  if (f.format != "text" && f.format != "csv" && f.format != "json") {
-    throw InputError("--format '" + f.format + "': expected text|csv|json");
-  }
-  const bool has_target = !f.train_tokens.empty() || !f.train_steps.empty();
-  if (has_target && (f.prices.empty() || f.reports.empty())) {
-    throw InputError("--train-tokens and --train-steps price training reports: they go with reports and --prices");
-  }
-  if (!f.prices.empty() && !f.reports.empty() && !has_target) {
-    throw InputError("--prices needs a training target: --train-tokens N or --train-steps N");
-  }
+// That there is something to compute, and the files each computation needs.
+void CheckCostWork(const CostFlags& f, const po::variables_map& given) {
   if (f.reports.empty() && f.model.empty()) {
     throw InputError("no reports given (usage: trainbench cost RUN.h5 ... --prices P, or --model NAME --gpu-memory SIZE)");
   }
@@ -660,6 +650,21 @@ void CheckCostFlags(const CostFlags& f, const po::variables_map& given) {
   if (f.reports.empty() && (!f.project.empty() || !f.device_as.empty() || given.count("k"))) {
     throw InputError("--project, --k and --device-as need training reports");
   }
+}
+
+// The flag combinations that mean nothing (each one line, exit 2): the format and the training target first.
+void CheckCostFlags(const CostFlags& f, const po::variables_map& given) {
+  if (f.format != "text" && f.format != "csv" && f.format != "json") {
+    throw InputError("--format '" + f.format + "': expected text|csv|json");
+  }
+  const bool has_target = !f.train_tokens.empty() || !f.train_steps.empty();
+  if (has_target && (f.prices.empty() || f.reports.empty())) {
+    throw InputError("--train-tokens and --train-steps price training reports: they go with reports and --prices");
+  }
+  if (!f.prices.empty() && !f.reports.empty() && !has_target) {
+    throw InputError("--prices needs a training target: --train-tokens N or --train-steps N");
+  }
+  CheckCostWork(f, given);
 }
 
 CostPlan PlanCost(const CostFlags& f, const po::variables_map& given) {
