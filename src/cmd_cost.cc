@@ -654,9 +654,7 @@ void CheckCostWork(const CostFlags& f, const po::variables_map& given) {
 
 // The flag combinations that mean nothing (each one line, exit 2): the format and the training target first.
 void CheckCostFlags(const CostFlags& f, const po::variables_map& given) {
-  if (f.format != "text" && f.format != "csv" && f.format != "json") {
-    throw InputError("--format '" + f.format + "': expected text|csv|json");
-  }
+  ParseExportFormat(f.format);  // the one check and message of --format, as report's
   const bool has_target = !f.train_tokens.empty() || !f.train_steps.empty();
   if (has_target && (f.prices.empty() || f.reports.empty())) {
     throw InputError("--train-tokens and --train-steps price training reports: they go with reports and --prices");

@@ -176,7 +176,7 @@ expect_error 2 "cannot read price file '$work/none.toml'" -- "${run_cost[@]}" "$
 expect_error 2 "--train-tokens and --train-steps cannot be given together" -- \
   "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --train-steps 10
 expect_error 2 "--prices needs a training target: --train-tokens N or --train-steps N" -- "${run_cost[@]}" "$r" --prices "$prices"
-expect_error 2 "--format 'xml': expected text\|csv\|json" -- "${run_cost[@]}" "$r" --project 4 --format xml
+expect_error 2 "unknown format 'xml' for --format \(accepted: text\|csv\|json\)" -- "${run_cost[@]}" "$r" --project 4 --format xml
 expect_error 2 "--train-tokens" -- "${run_cost[@]}" "$r" --prices "$prices" --train-tokens lots
 expect_error 2 "--k 3: '$r' measured k = 1,2" -- "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --k 3 "${h100[@]}"
 expect_error 2 "cannot project '$r' to 2x8: no inter-node measurement \(give --inter-node-gbps" -- "${run_cost[@]}" "$r" --project 16
