@@ -13,6 +13,7 @@
 
 #include "checkpoint_format.h"
 #include "clock.h"
+#include "durable_file.h"
 #include "error.h"
 #include "log.h"
 #include "units.h"
@@ -101,7 +102,7 @@ void PrepareCheckpointDir(const std::string& dir, const std::string& flag) {
   if (ec) throw InputError(flag + " " + dir + ": cannot create the directory: " + ec.message());
   if (!fs::is_directory(dir, ec)) throw InputError(flag + " " + dir + " is not a directory");
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    throw InputError(flag + " " + dir + " is not writable: " + std::system_category().message(errno));
+    throw InputError(flag + " " + dir + " is not writable: " + OsMessage(errno));
   }
 }
 
@@ -393,7 +394,7 @@ void Checkpointer::Publish(const Pending& p) {
     if (had_old) fs::rename(replaced, p.final_dir, restore);
     throw RuntimeError("cannot rename " + p.partial_dir + " to " + p.final_dir + ": " + ec.message());
   }
-  checkpoint::SyncDirectory(options_.dir);
+  SyncDirectory(options_.dir);
   if (had_old) fs::remove_all(replaced, ec);
 }
 
@@ -426,7 +427,7 @@ void Checkpointer::Prune(int64_t newest) {
     }
     const size_t keep_older = options_.keep > 0 ? static_cast<size_t>(options_.keep - 1) : older.size();
     for (size_t i = keep_older; i < older.size(); ++i) RemoveDirectoryAtomically(older[i].second, ".pruned");
-    checkpoint::SyncDirectory(options_.dir);
+    SyncDirectory(options_.dir);
   } catch (const std::exception& e) {
     Warn(std::string("pruning old checkpoints: ") + e.what());
   }

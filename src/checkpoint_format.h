@@ -77,14 +77,11 @@ struct WriteResult {
   bool verified = false;
 };
 
-// Writes the sources, in order, to `path` durably: to path.tmp, fsync, rename, fsync of the directory; with
+// Writes the sources, in order, to `path` through a DurableFile (durable_file.h) named path.tmp; with
 // `verify`, reads the file back and compares its CRC-32C. Never throws (runs on the writer thread); on failure
 // nothing is left at path or path.tmp. `staging` (block_bytes) is needed only for device sources.
 WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>& sources, const DeviceCopier& copier,
                              std::byte* staging, uint64_t block_bytes, bool verify);
-
-// fsync of a directory, so that renames and removals in it are durable. Throws RuntimeError.
-void SyncDirectory(const std::string& dir);
 
 // Reads exactly `bytes` from `path` into `dst` and returns their CRC-32C; InputError when the file is missing,
 // shorter or longer than `bytes`, or unreadable.

@@ -142,13 +142,6 @@ struct MemoryNeed {
 // estimate, its parts and the flags to lower.
 void CheckMemoryFits(const CommandRun& run, const MemoryNeed& need);
 
-// Thrown on every rank once the ranks have agreed that a setup step failed somewhere; the failing rank has
-// already printed its line. main() exits with code() and prints nothing more.
-class AgreedFailure : public Error {
- public:
-  explicit AgreedFailure(ExitCode code) : Error(code, "setup failed (reported above)") {}
-};
-
 // Runs a setup step that every rank executes, then agrees across MPI_COMM_WORLD on whether it failed
 // anywhere: if so, the lowest failing rank prints its message (one line) and every rank throws AgreedFailure
 // with that rank's exit code. This keeps a failure on some ranks from leaving the others in a collective.

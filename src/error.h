@@ -42,6 +42,16 @@ class SharedError : public Error {
   bool reporter_;
 };
 
+// The operating system's message for an errno value ("No space left on device"); thread-safe, unlike strerror.
+std::string OsMessage(int error_number);
+
+// Thrown on every rank once the ranks have agreed that a setup step failed somewhere (AgreeOnSetup, cli.h); the
+// failing rank has already printed its line. main() exits with code() and prints nothing more.
+class AgreedFailure : public Error {
+ public:
+  explicit AgreedFailure(ExitCode code) : Error(code, "setup failed (reported above)") {}
+};
+
 // Formats "what failed at file:line: library message [HINT: hint]".
 std::string FormatFailure(const char* what, const char* file, int line, const std::string& library_message,
                           const std::string& hint = "");
