@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "durable_file.h"
 #include "error.h"
+#include "mpi_util.h"
 #include "log.h"
 #include "units.h"
 
@@ -156,7 +157,7 @@ Checkpointer::Checkpointer(MPI_Comm comm, CheckpointOptions options, std::vector
     : options_(std::move(options)), buffers_(std::move(buffers)), copier_(std::move(copier)) {
   TB_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
   TB_CHECK_MPI(MPI_Comm_size(comm, &size_));
-  checkpoint::AgreeOnStep(comm, [&] {
+  AgreeOnStep(comm, [&] {
     if (options_.keep < 0) throw InputError("--checkpoint-keep " + std::to_string(options_.keep) + ": expected >= 0");
     if (options_.block_bytes == 0) throw InputError("checkpoint block size must be positive");
     if (static_cast<bool>(copier_.allocate_pinned) != static_cast<bool>(copier_.free_pinned)) {
@@ -216,7 +217,7 @@ void Checkpointer::Save(const CheckpointMeta& meta) {
 
   // Rank 0 starts from an empty partial directory (an interrupted run may have left one) before anyone writes.
   try {
-    checkpoint::AgreeOnStep(comm_, [&] {
+    AgreeOnStep(comm_, [&] {
       CheckMeta(meta);
       if (rank_ != 0) return;
       std::error_code ec;

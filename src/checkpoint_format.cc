@@ -353,35 +353,4 @@ std::string ReadTextFile(const std::string& path, const std::string& what) {
   return text.str();
 }
 
-void BroadcastString(MPI_Comm comm, std::string& text, int root) {
-  uint64_t length = text.size();
-  TB_CHECK_MPI(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm));
-  text.resize(length);
-  TB_CHECK_MPI(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm));
-}
-
-void AgreeOnStep(MPI_Comm comm, const std::function<void()>& step) {
-  std::string message;
-  int code = 0;
-  try {
-    step();
-  } catch (const Error& e) {
-    message = e.what();
-    code = static_cast<int>(e.code());
-  } catch (const std::exception& e) {
-    message = e.what();
-    code = static_cast<int>(ExitCode::kRuntime);
-  }
-  int rank = 0, size = 1;
-  TB_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  TB_CHECK_MPI(MPI_Comm_size(comm, &size));
-  int mine[2] = {code != 0 ? rank : size, code};
-  int lowest[2] = {size, 0};
-  TB_CHECK_MPI(MPI_Allreduce(mine, lowest, 1, MPI_2INT, MPI_MINLOC, comm));
-  if (lowest[0] == size) return;
-  BroadcastString(comm, message, lowest[0]);
-  if (lowest[1] == static_cast<int>(ExitCode::kInput)) throw InputError(message);
-  throw RuntimeError(message);
-}
-
 }  // namespace tb::checkpoint

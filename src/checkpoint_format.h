@@ -3,11 +3,8 @@
 // Not part of the public API (checkpoint.h).
 #pragma once
 
-#include <mpi.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -89,12 +86,5 @@ uint32_t ReadFileChecked(const std::string& path, std::byte* dst, uint64_t bytes
 
 // Reads a small text file whole; InputError naming `what` when it cannot be read.
 std::string ReadTextFile(const std::string& path, const std::string& what);
-
-// Collective over `comm`: runs `step`; when it threw on any rank, every rank throws the lowest failing rank's
-// error (InputError or RuntimeError, same message), so that no rank is left waiting in a later collective.
-void AgreeOnStep(MPI_Comm comm, const std::function<void()>& step);
-
-// Broadcasts a string from `root`. Collective.
-void BroadcastString(MPI_Comm comm, std::string& text, int root);
 
 }  // namespace tb::checkpoint
