@@ -61,6 +61,8 @@ struct TrainLoopOptions {
   std::function<void(int step)> checkpoint;
   std::function<bool()> checkpoint_writing;  // whether a background checkpoint writer is busy
   Watchdog* watchdog = nullptr; // guards each step
+  std::function<void()> at_first_step;                  // if set, called at the start of the first step, under its
+                                                        // watchdog guard (where the CLI injects test faults)
   std::function<bool()> stop_requested;                 // asked between steps on every rank; must agree
   std::function<void(const StepRecord&)> on_step;       // after each step, on every rank
 };

@@ -10,6 +10,7 @@
 #include "console.h"
 #include "device.h"
 #include "error.h"
+#include "fault.h"
 #include "log.h"
 #include "model_config.h"
 #include "mpi_util.h"
@@ -517,6 +518,7 @@ int RunTrainCommand(const CommandInput& input) {
         io.Prepare(point_loop);
         point_loop.watchdog = &run->watchdog(sub.get());
         point_loop.stop_requested = [&] { return run->StopRequested(sub->host_comm()); };
+        point_loop.at_first_step = TestFaultHook(ctx.world_rank);
         point_loop.on_step = [&](const StepRecord& r) {
           if (!first_step_seen) {
             first_step_seen = true;
