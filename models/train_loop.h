@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "communicator.h"
+#include "definitions.h"
 #include "gradient_buckets.h"
 #include "transformer.h"
 #include "watchdog.h"
@@ -48,7 +49,7 @@ struct TrainLoopOptions {
   int seq = 1024;               // tokens per sequence
   int steps = 20;               // measured steps
   int warmup_steps = 2;         // run first, excluded from the statistics
-  double bucket_mb = 25;        // gradient bucket size in MiB (PyTorch DDP's default)
+  double bucket_mb = kDefaultBucketMiB;  // gradient bucket size in MiB
   bool overlap = true;          // all-reduce buckets during backward; false: after backward
   AdamWConfig adamw;
   uint64_t data_seed = 1;       // synthetic tokens: a function of (data_seed, rank, step)

@@ -12,6 +12,7 @@
 #include "mpi_util.h"
 #include "paths.h"
 #include "token_dataset.h"
+#include "train_summary.h"
 #include "units.h"
 
 namespace tb {
@@ -447,39 +448,37 @@ void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<
   Group* group = root ? &io.Child(name) : nullptr;
 
   // Stall shares over this rank's measured steps, and how much slower steps ran while a checkpoint writer worked.
-  double step = 0, data = 0, checkpoint = 0, busy_step = 0, idle_step = 0;
+  StepTotals mine;
+  double busy_step = 0, idle_step = 0;
   int busy = 0, idle = 0;
   for (const StepRecord& r : records) {
+    mine.Add(r);
     if (r.warmup) continue;
-    step += r.step_s;
-    data += r.data_wait_s + r.h2d_s;
-    checkpoint += r.checkpoint_stall_s;
     // A step that took a checkpoint is its own kind: its stall is counted there, not as writer slowdown.
     if (r.checkpoint_stall_s > 0 && plan_.checkpoints) continue;
     (r.checkpoint_writing ? busy_step : idle_step) += r.step_s;
     (r.checkpoint_writing ? busy : idle) += 1;
   }
-  const std::vector<double> steps = AllGatherDoubles(comm, step);
-  const std::vector<double> datas = AllGatherDoubles(comm, data);
-  const std::vector<double> checkpoints = AllGatherDoubles(comm, checkpoint);
+  const std::vector<double> steps = AllGatherDoubles(comm, mine.step_s);
+  const std::vector<double> datas = AllGatherDoubles(comm, mine.data_wait_s);
+  const std::vector<double> checkpoints = AllGatherDoubles(comm, mine.checkpoint_stall_s);
   const std::vector<double> busy_sum = AllGatherDoubles(comm, busy_step);
   const std::vector<double> busy_n = AllGatherDoubles(comm, busy);
   const std::vector<double> idle_sum = AllGatherDoubles(comm, idle_step);
   const std::vector<double> idle_n = AllGatherDoubles(comm, idle);
   if (root) {
-    double step_total = 0, data_total = 0, checkpoint_total = 0, bs = 0, bn = 0, is = 0, in = 0;
+    StepTotals total;
+    double bs = 0, bn = 0, is = 0, in = 0;
     for (int i = 0; i < size; ++i) {
-      step_total += steps[i];
-      data_total += datas[i];
-      checkpoint_total += checkpoints[i];
+      total += StepTotals{steps[i], datas[i], checkpoints[i]};
       bs += busy_sum[i];
       bn += busy_n[i];
       is += idle_sum[i];
       in += idle_n[i];
     }
     const double nan = std::nan("");
-    group->Set("data_wait_share", step_total > 0 ? data_total / step_total : nan);
-    group->Set("checkpoint_stall_share", step_total > 0 ? checkpoint_total / step_total : nan);
+    group->Set("data_wait_share", total.data_wait_share());
+    group->Set("checkpoint_stall_share", total.checkpoint_stall_share());
     group->Set("io_throttle_MBps", throttle_MBps_);
     group->Set("checkpoint_writer_slowdown", bn > 0 && in > 0 ? (bs / bn) / (is / in) : nan);
     group->Set("checkpoint_writer_slowdown_steps", static_cast<int64_t>(bn));
