@@ -1,5 +1,5 @@
 // The training loop of `trainbench train`: one data-parallel replica per rank, each step read top to bottom
-// as DESIGN.md ("One training step") lays it out, every phase timed on this rank.
+// as README.md ("One training step") lays it out, every phase timed on this rank.
 #pragma once
 
 #include <cstdint>

@@ -43,7 +43,7 @@ struct Percentiles {
   double p50 = 0, p95 = 0, p99 = 0;
 };
 
-// Shares of step_time over the measured steps of one rank (DESIGN.md "stall budget"): compute =
+// Shares of step_time over the measured steps of one rank (README.md, "One training step"): compute =
 // forward+backward+optimizer, comm_exposed, data_wait (+h2d), checkpoint_stall, other = the rest.
 struct StallBudget {
   int rank = 0;

@@ -6,7 +6,7 @@
 
 namespace tb {
 
-// Process exit codes (DESIGN.md): 0 ok, 1 runtime failure, 2 invalid input, 3 validation regression.
+// Process exit codes (README.md, "Exit codes and failures"): 0 ok, 1 runtime failure, 2 invalid input, 3 validation regression.
 enum class ExitCode : int { kOk = 0, kRuntime = 1, kInput = 2, kRegression = 3 };
 
 class Error : public std::runtime_error {
