@@ -64,6 +64,51 @@ std::vector<StateBuffer> StateOf(Transformer& model) {
           {"adam_v", model.adam_v(), bytes, device}};
 }
 
+// A rank's checkpoint events as text fields, kEventFields per event, for gathering to rank 0.
+constexpr size_t kEventFields = 11;
+
+std::string PackEvents(const std::vector<CheckpointEvent>& events) {
+  std::vector<std::string> fields;
+  for (const CheckpointEvent& e : events) {
+    for (std::string field : {std::to_string(e.step), std::to_string(e.rank), std::string(CheckpointModeName(e.mode)),
+                              std::to_string(e.bytes), Format("%.9g", e.stall_s), Format("%.9g", e.write_s),
+                              Format("%.9g", e.write_gbps), std::to_string(e.crc32c),
+                              std::string(e.verified ? "1" : "0"), std::string(e.ok ? "1" : "0"), e.error}) {
+      fields.push_back(std::move(field));
+    }
+  }
+  return fields.empty() ? std::string() : JoinFields(fields);
+}
+
+// The io/<point>/checkpoints columns from every rank's PackEvents.
+void AddEventColumns(Table& table, const std::vector<std::string>& gathered) {
+  std::vector<int64_t> step_col, rank_col, bytes_col, crc_col, verified_col, ok_col;
+  std::vector<double> stall_col, write_col, gbps_col;
+  std::vector<std::string> mode_col, error_col;
+  for (const std::string& packed : gathered) {
+    if (packed.empty()) continue;
+    const std::vector<std::string> all = SplitFields(packed);
+    for (size_t at = 0; at + kEventFields <= all.size(); at += kEventFields) {
+      const std::string* v = all.data() + at;
+      step_col.push_back(std::stoll(v[0]));
+      rank_col.push_back(std::stoll(v[1]));
+      mode_col.push_back(v[2]);
+      bytes_col.push_back(std::stoll(v[3]));
+      stall_col.push_back(std::stod(v[4]));
+      write_col.push_back(std::stod(v[5]));
+      gbps_col.push_back(std::stod(v[6]));
+      crc_col.push_back(std::stoll(v[7]));
+      verified_col.push_back(std::stoll(v[8]));
+      ok_col.push_back(std::stoll(v[9]));
+      error_col.push_back(v[10]);
+    }
+  }
+  table.Add("step", "", step_col).Add("rank", "", rank_col).Add("mode", "", mode_col).Add("bytes", "B", bytes_col)
+      .Add("stall_s", "s", stall_col).Add("write_s", "s", write_col).Add("write_GBps", "GB/s", gbps_col)
+      .Add("crc32c", "", crc_col).Add("verified", "", verified_col).Add("ok", "", ok_col)
+      .Add("error", "", error_col);
+}
+
 }  // namespace
 
 // Ceilings far past any real setting, low enough that the products taken from them cannot overflow.
@@ -442,12 +487,15 @@ void PointIo::Shared(const std::function<void()>& collective) {
 }
 
 void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<StepRecord>& records) {
-  MPI_Comm comm = comm_.host_comm();
-  const int size = comm_.size();
-  const bool root = comm_.rank() == 0;
-  Group* group = root ? &io.Child(name) : nullptr;
+  Group* group = comm_.rank() == 0 ? &io.Child(name) : nullptr;
+  AddStepShares(group, records);
+  if (loader_) AddLoaderStats(group);
+  if (checkpointer_) AddCheckpointEvents(group);
+}
 
+void PointIo::AddStepShares(Group* group, const std::vector<StepRecord>& records) {
   // Stall shares over this rank's measured steps, and how much slower steps ran while a checkpoint writer worked.
+  MPI_Comm comm = comm_.host_comm();
   StepTotals mine;
   double busy_step = 0, idle_step = 0;
   int busy = 0, idle = 0;
@@ -466,106 +514,67 @@ void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<
   const std::vector<double> busy_n = AllGatherDoubles(comm, busy);
   const std::vector<double> idle_sum = AllGatherDoubles(comm, idle_step);
   const std::vector<double> idle_n = AllGatherDoubles(comm, idle);
-  if (root) {
-    StepTotals total;
-    double bs = 0, bn = 0, is = 0, in = 0;
-    for (int i = 0; i < size; ++i) {
-      total += StepTotals{steps[i], datas[i], checkpoints[i]};
-      bs += busy_sum[i];
-      bn += busy_n[i];
-      is += idle_sum[i];
-      in += idle_n[i];
-    }
-    const double nan = std::nan("");
-    group->Set("data_wait_share", total.data_wait_share());
-    group->Set("checkpoint_stall_share", total.checkpoint_stall_share());
-    group->Set("io_throttle_MBps", throttle_MBps_);
-    group->Set("checkpoint_writer_slowdown", bn > 0 && in > 0 ? (bs / bn) / (is / in) : nan);
-    group->Set("checkpoint_writer_slowdown_steps", static_cast<int64_t>(bn));
-    if (!plan_.resume_dir.empty()) {
-      group->Set("resumed_from", resumed_.dir);
-      group->Set("resumed_step", static_cast<int64_t>(resumed_.meta.step));
-      group->Set("resume_load_s", resumed_.seconds);
-      group->Set("resume_saved_ranks", static_cast<int64_t>(resumed_.saved_world_size));
-      group->Set("resume_unchecked", plan_.resume_unchecked);
-    }
+  if (!group) return;
+  StepTotals total;
+  double bs = 0, bn = 0, is = 0, in = 0;
+  for (int i = 0; i < comm_.size(); ++i) {
+    total += StepTotals{steps[i], datas[i], checkpoints[i]};
+    bs += busy_sum[i];
+    bn += busy_n[i];
+    is += idle_sum[i];
+    in += idle_n[i];
   }
+  group->Set("data_wait_share", total.data_wait_share());
+  group->Set("checkpoint_stall_share", total.checkpoint_stall_share());
+  group->Set("io_throttle_MBps", throttle_MBps_);
+  group->Set("checkpoint_writer_slowdown", bn > 0 && in > 0 ? (bs / bn) / (is / in) : std::nan(""));
+  group->Set("checkpoint_writer_slowdown_steps", static_cast<int64_t>(bn));
+  if (plan_.resume_dir.empty()) return;
+  group->Set("resumed_from", resumed_.dir);
+  group->Set("resumed_step", static_cast<int64_t>(resumed_.meta.step));
+  group->Set("resume_load_s", resumed_.seconds);
+  group->Set("resume_saved_ranks", static_cast<int64_t>(resumed_.saved_world_size));
+  group->Set("resume_unchecked", plan_.resume_unchecked);
+}
 
-  if (loader_) {
-    const LoaderStats s = loader_->stats();
-    const double fields[] = {static_cast<double>(s.batches), static_cast<double>(s.bytes_read),
-                             static_cast<double>(s.reads), s.read_s, s.wait_s};
-    std::vector<std::vector<double>> columns;
-    for (double v : fields) columns.push_back(AllGatherDoubles(comm, v));
-    if (root) {
-      group->Set("dataset_files", static_cast<int64_t>(s.files));
-      group->Set("dataset_files_kept_open", static_cast<int64_t>(s.open_files));
-      group->Set("dataset_samples", static_cast<int64_t>(s.samples));
-      group->Set("record_bytes", static_cast<int64_t>(s.record_bytes));
-      group->Set("batches_per_epoch", static_cast<int64_t>(s.batches_per_epoch));
-      group->Set("dropped_samples_per_epoch", static_cast<int64_t>(s.dropped_per_epoch));
-      std::vector<int64_t> ranks(size);
-      for (int i = 0; i < size; ++i) ranks[i] = i;
-      std::vector<double> rate(size);
-      for (int i = 0; i < size; ++i) rate[i] = columns[3][i] > 0 ? columns[1][i] / columns[3][i] / 1e6 : 0;
-      Table& table = group->tables["loader"];
-      table.description = "per rank: batches handed to the loop, bytes read, reads, the sum of read times (workers "
-                          "overlap, so bytes/read_s is a per-read rate), and the loop's total wait for batches";
-      table.Add("rank", "", ranks).Add("batches", "", columns[0]).Add("bytes_read", "B", columns[1])
-          .Add("reads", "", columns[2]).Add("read_s", "s", columns[3]).Add("per_read_MBps", "MB/s", rate)
-          .Add("wait_s", "s", columns[4]);
-    }
-  }
+void PointIo::AddLoaderStats(Group* group) {
+  const int size = comm_.size();
+  const LoaderStats s = loader_->stats();
+  const double fields[] = {static_cast<double>(s.batches), static_cast<double>(s.bytes_read),
+                           static_cast<double>(s.reads), s.read_s, s.wait_s};
+  std::vector<std::vector<double>> columns;
+  for (double v : fields) columns.push_back(AllGatherDoubles(comm_.host_comm(), v));
+  if (!group) return;
+  group->Set("dataset_files", static_cast<int64_t>(s.files));
+  group->Set("dataset_files_kept_open", static_cast<int64_t>(s.open_files));
+  group->Set("dataset_samples", static_cast<int64_t>(s.samples));
+  group->Set("record_bytes", static_cast<int64_t>(s.record_bytes));
+  group->Set("batches_per_epoch", static_cast<int64_t>(s.batches_per_epoch));
+  group->Set("dropped_samples_per_epoch", static_cast<int64_t>(s.dropped_per_epoch));
+  std::vector<int64_t> ranks(size);
+  for (int i = 0; i < size; ++i) ranks[i] = i;
+  std::vector<double> rate(size);
+  for (int i = 0; i < size; ++i) rate[i] = columns[3][i] > 0 ? columns[1][i] / columns[3][i] / 1e6 : 0;
+  Table& table = group->tables["loader"];
+  table.description = "per rank: batches handed to the loop, bytes read, reads, the sum of read times (workers "
+                      "overlap, so bytes/read_s is a per-read rate), and the loop's total wait for batches";
+  table.Add("rank", "", ranks).Add("batches", "", columns[0]).Add("bytes_read", "B", columns[1])
+      .Add("reads", "", columns[2]).Add("read_s", "s", columns[3]).Add("per_read_MBps", "MB/s", rate)
+      .Add("wait_s", "s", columns[4]);
+}
 
-  if (checkpointer_) {
-    // Every rank's events as text fields, kEventFields per event, gathered to rank 0.
-    constexpr size_t kEventFields = 11;
-    std::vector<std::string> fields;
-    for (const CheckpointEvent& e : checkpointer_->events()) {
-      for (std::string field : {std::to_string(e.step), std::to_string(e.rank), std::string(CheckpointModeName(e.mode)),
-                                std::to_string(e.bytes), Format("%.9g", e.stall_s), Format("%.9g", e.write_s),
-                                Format("%.9g", e.write_gbps), std::to_string(e.crc32c),
-                                std::string(e.verified ? "1" : "0"), std::string(e.ok ? "1" : "0"), e.error}) {
-        fields.push_back(std::move(field));
-      }
-    }
-    const std::vector<std::string> gathered = GatherStrings(comm, fields.empty() ? std::string() : JoinFields(fields));
-    if (root) {
-      std::vector<int64_t> step_col, rank_col, bytes_col, crc_col, verified_col, ok_col;
-      std::vector<double> stall_col, write_col, gbps_col;
-      std::vector<std::string> mode_col, error_col;
-      for (const std::string& packed : gathered) {
-        if (packed.empty()) continue;
-        const std::vector<std::string> all = SplitFields(packed);
-        for (size_t at = 0; at + kEventFields <= all.size(); at += kEventFields) {
-          const std::string* v = all.data() + at;
-          step_col.push_back(std::stoll(v[0]));
-          rank_col.push_back(std::stoll(v[1]));
-          mode_col.push_back(v[2]);
-          bytes_col.push_back(std::stoll(v[3]));
-          stall_col.push_back(std::stod(v[4]));
-          write_col.push_back(std::stod(v[5]));
-          gbps_col.push_back(std::stod(v[6]));
-          crc_col.push_back(std::stoll(v[7]));
-          verified_col.push_back(std::stoll(v[8]));
-          ok_col.push_back(std::stoll(v[9]));
-          error_col.push_back(v[10]);
-        }
-      }
-      group->Set("checkpoint_dir", checkpoint_dir_);
-      group->Set("checkpoint_state_bytes", static_cast<int64_t>(checkpointer_->state_bytes()));
-      Table& table = group->tables["checkpoints"];
-      table.description =
-          "a row per checkpoint per rank: its slice's bytes; stall_s = time the training loop was blocked (sync: "
-          "copy, write, fsync and manifest; async: the snapshot, plus any wait for the previous writer); write_s = "
-          "write + fsync + rename of the slice file; write_GBps = bytes / write_s (1e9 B/s); crc32c of the slice; "
-          "verified = read back after fsync with the same checksum; ok = the checkpoint is complete";
-      table.Add("step", "", step_col).Add("rank", "", rank_col).Add("mode", "", mode_col).Add("bytes", "B", bytes_col)
-          .Add("stall_s", "s", stall_col).Add("write_s", "s", write_col).Add("write_GBps", "GB/s", gbps_col)
-          .Add("crc32c", "", crc_col).Add("verified", "", verified_col).Add("ok", "", ok_col)
-          .Add("error", "", error_col);
-    }
-  }
+void PointIo::AddCheckpointEvents(Group* group) {
+  const std::vector<std::string> gathered = GatherStrings(comm_.host_comm(), PackEvents(checkpointer_->events()));
+  if (!group) return;
+  group->Set("checkpoint_dir", checkpoint_dir_);
+  group->Set("checkpoint_state_bytes", static_cast<int64_t>(checkpointer_->state_bytes()));
+  Table& table = group->tables["checkpoints"];
+  table.description =
+      "a row per checkpoint per rank: its slice's bytes; stall_s = time the training loop was blocked (sync: "
+      "copy, write, fsync and manifest; async: the snapshot, plus any wait for the previous writer); write_s = "
+      "write + fsync + rename of the slice file; write_GBps = bytes / write_s (1e9 B/s); crc32c of the slice; "
+      "verified = read back after fsync with the same checksum; ok = the checkpoint is complete";
+  AddEventColumns(table, gathered);
 }
 
 double ThrottleAtDataWaitShare(const std::vector<double>& rates, const std::vector<double>& shares, double share) {

@@ -127,6 +127,10 @@ class PointIo {
   void OpenLoader(TrainLoopOptions& loop);
   void OpenCheckpointer(TrainLoopOptions& loop);
   void Save(int step);
+  // The parts of AddToReport; `group` is null on every rank but comm's rank 0.
+  void AddStepShares(Group* group, const std::vector<StepRecord>& records);
+  void AddLoaderStats(Group* group);
+  void AddCheckpointEvents(Group* group);
   // Runs a collective checkpointer call; its agreed failure (thrown on every rank) becomes a SharedError.
   void Shared(const std::function<void()>& collective);
 
