@@ -1,11 +1,10 @@
-// all_reduce: every rank ends with the reduction of all ranks' buffers. busbw factor 2(n-1)/n: a ring moves
-// each byte out and back in, n-1 steps each way.
+// all_reduce: every rank ends with the reduction of all ranks' buffers. busbw factor 2(n-1)/n
+// (AllReduceBusFactor, definitions.h).
 #include "collective.h"
+#include "definitions.h"
 
 namespace tb {
 namespace {
-
-double Factor(int n) { return 2.0 * (n - 1) / n; }
 
 CollectiveCounts Counts(uint64_t bytes, size_t type_size, int, int) { return SingleBufferCounts(bytes, type_size); }
 
@@ -20,6 +19,6 @@ void Run(Communicator& comm, const void* send, void* recv, const CollectiveCount
 
 }  // namespace
 
-const CollectiveDef kAllReduce = {"all_reduce", "2(n-1)/n", Factor, true, false, Counts, Expected, Run};
+const CollectiveDef kAllReduce = {"all_reduce", "2(n-1)/n", AllReduceBusFactor, true, false, Counts, Expected, Run};
 
 }  // namespace tb

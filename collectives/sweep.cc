@@ -6,7 +6,6 @@
 #include "clock.h"
 #include "console.h"
 #include "error.h"
-#include "fault.h"
 #include "mpi_util.h"
 
 namespace tb {
@@ -58,7 +57,7 @@ double TimeOperation(Communicator& comm, const CollectiveDef& def, Operands oper
   Watchdog::Scope guard(o.watchdog, [&] {
     return Describe(def, c, o.type, in_place, "timed batch of " + std::to_string(o.iters) + " iterations");
   });
-  MaybeInjectFault(comm.rank());  // tests only: a rank that fails or never joins the timed batch
+  if (o.before_timed_batch) o.before_timed_batch();
   double start = NowSeconds();
   for (int i = 0; i < o.iters; ++i) def.run(comm, operands.send, operands.recv, c, o.type, o.reduce_op, o.root);
   comm.Synchronize();

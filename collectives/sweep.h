@@ -29,6 +29,8 @@ struct SweepOptions {
   bool in_place = true;
   Watchdog* watchdog = nullptr;                // guards every warm-up, timed batch and check
   std::function<bool()> stop_requested;        // asked on every rank between sizes; must agree across ranks
+  std::function<void()> before_timed_batch;    // if set, called on every rank just before each timed batch,
+                                               // under its watchdog guard (where the CLI injects test faults)
 };
 
 struct ModeResult {

@@ -47,7 +47,7 @@ struct ParameterCount {
 // Exact counts for the real vocabulary V (gpt2-124m: 124,439,808 in total).
 ParameterCount CountParameters(const ModelConfig& config);
 
-// Model FLOPs per token for forward+backward (DESIGN.md): 6*N_matmul + 6*L*T*C (causal attention).
+// Model FLOPs per token for forward+backward (README.md, "Definitions"): 6*N_matmul + 6*L*T*C (causal attention).
 double ModelFlopsPerToken(const ModelConfig& config, int seq);
 
 struct MemoryEstimate {

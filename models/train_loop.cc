@@ -2,7 +2,6 @@
 
 #include "clock.h"
 #include "error.h"
-#include "fault.h"
 #include "gradient_buckets.h"
 #include "random.h"
 
@@ -43,7 +42,7 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
     if (o.stop_requested && o.stop_requested()) break;
     Watchdog::Scope guard(o.watchdog, [&] { return "training step " + std::to_string(step) + " on " +
                                                    std::to_string(comm.size()) + " ranks"; });
-    if (step == o.first_step) MaybeInjectFault(comm.rank());  // tests only: a rank that fails or hangs in a step
+    if (step == o.first_step && o.at_first_step) o.at_first_step();
     StepRecord r;
     r.step = step;
     r.warmup = step < o.warmup_steps;

@@ -1,5 +1,5 @@
 // The training loop of `trainbench train`: one data-parallel replica per rank, each step read top to bottom
-// as DESIGN.md ("One training step") lays it out, every phase timed on this rank.
+// as README.md ("One training step") lays it out, every phase timed on this rank.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "communicator.h"
+#include "definitions.h"
 #include "gradient_buckets.h"
 #include "transformer.h"
 #include "watchdog.h"
@@ -48,7 +49,7 @@ struct TrainLoopOptions {
   int seq = 1024;               // tokens per sequence
   int steps = 20;               // measured steps
   int warmup_steps = 2;         // run first, excluded from the statistics
-  double bucket_mb = 25;        // gradient bucket size in MiB (PyTorch DDP's default)
+  double bucket_mb = kDefaultBucketMiB;  // gradient bucket size in MiB
   bool overlap = true;          // all-reduce buckets during backward; false: after backward
   AdamWConfig adamw;
   uint64_t data_seed = 1;       // synthetic tokens: a function of (data_seed, rank, step)
@@ -61,6 +62,8 @@ struct TrainLoopOptions {
   std::function<void(int step)> checkpoint;
   std::function<bool()> checkpoint_writing;  // whether a background checkpoint writer is busy
   Watchdog* watchdog = nullptr; // guards each step
+  std::function<void()> at_first_step;                  // if set, called at the start of the first step, under its
+                                                        // watchdog guard (where the CLI injects test faults)
   std::function<bool()> stop_requested;                 // asked between steps on every rank; must agree
   std::function<void(const StepRecord&)> on_step;       // after each step, on every rank
 };

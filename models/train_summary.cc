@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "console.h"
+#include "definitions.h"
 
 namespace tb {
 namespace {
@@ -11,7 +12,6 @@ namespace {
 const double kNaN = std::nan("");
 
 double ComputeOf(const StepRecord& r) { return r.forward_s + r.backward_s + r.optimizer_s; }
-double DataOf(const StepRecord& r) { return r.data_wait_s + r.h2d_s; }
 
 StallBudget BudgetOf(const RankSteps& rank) {
   StallBudget b;
@@ -24,7 +24,7 @@ StallBudget BudgetOf(const RankSteps& rank) {
     step.push_back(r.step_s);
     compute.push_back(ComputeOf(r) / r.step_s);
     exposed.push_back(r.comm_exposed_s / r.step_s);
-    data.push_back(DataOf(r) / r.step_s);
+    data.push_back(DataWaitOf(r) / r.step_s);
     checkpoint.push_back(r.checkpoint_stall_s / r.step_s);
     other.push_back(std::max(0.0, 1.0 - compute.back() - exposed.back() - data.back() - checkpoint.back()));
   }
@@ -40,7 +40,36 @@ StallBudget BudgetOf(const RankSteps& rank) {
   return b;
 }
 
+double ShareOf(double part_s, double step_s) { return step_s > 0 ? part_s / step_s : kNaN; }
+
 }  // namespace
+
+double DataWaitOf(const StepRecord& r) { return r.data_wait_s + r.h2d_s; }
+
+void StepTotals::Add(const StepRecord& r) {
+  if (r.warmup) return;
+  step_s += r.step_s;
+  data_wait_s += DataWaitOf(r);
+  checkpoint_stall_s += r.checkpoint_stall_s;
+}
+
+StepTotals& StepTotals::operator+=(const StepTotals& other) {
+  step_s += other.step_s;
+  data_wait_s += other.data_wait_s;
+  checkpoint_stall_s += other.checkpoint_stall_s;
+  return *this;
+}
+
+double StepTotals::data_wait_share() const { return ShareOf(data_wait_s, step_s); }
+double StepTotals::checkpoint_stall_share() const { return ShareOf(checkpoint_stall_s, step_s); }
+
+double DataWaitShare(const std::vector<RankSteps>& ranks) {
+  StepTotals totals;
+  for (const RankSteps& rank : ranks) {
+    for (const StepRecord& r : rank.steps) totals.Add(r);
+  }
+  return totals.data_wait_share();
+}
 
 double Percentile(std::vector<double> values, double q) {
   if (values.empty()) return kNaN;
@@ -95,7 +124,7 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
   p.comm_exposed_s = samples > 0 ? comm_exposed / samples : kNaN;
   p.overlap = p.comm_total_s > 0 ? 1.0 - p.comm_exposed_s / p.comm_total_s : kNaN;
   p.effective_busbw_GBps =
-      (k > 1 && p.comm_total_s > 0) ? gradient_bytes / p.comm_total_s * 2.0 * (k - 1) / k / 1e9 : kNaN;
+      (k > 1 && p.comm_total_s > 0) ? gradient_bytes / p.comm_total_s * AllReduceBusFactor(k) / 1e9 : kNaN;
   p.loss_first = loss_first;
   p.loss_last = loss_last;
   for (const RankSteps& rank : ranks) p.budgets.push_back(BudgetOf(rank));
@@ -127,7 +156,7 @@ std::string StepLine(const StepRecord& r, double loss, int k, double tokens_per_
   const double step = r.step_s > 0 ? r.step_s : kNaN;
   return Format("step %5d%s | k %3d | loss %.4f | %9.2f ms | %11.0f tok/s | MFU %s | data %4.1f%% comm %4.1f%% ckpt %4.1f%%",
                 r.step, r.warmup ? " (warm-up)" : "          ", k, loss, r.step_s * 1e3, tokens_per_s,
-                std::isnan(mfu) ? "  n/a " : Format("%5.1f%%", mfu * 100).c_str(), 100 * DataOf(r) / step,
+                std::isnan(mfu) ? "  n/a " : Format("%5.1f%%", mfu * 100).c_str(), 100 * DataWaitOf(r) / step,
                 100 * r.comm_exposed_s / step, 100 * r.checkpoint_stall_s / step);
 }
 

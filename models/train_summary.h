@@ -19,11 +19,31 @@ struct RankSteps {
   std::vector<StepRecord> steps;
 };
 
+// A step's data_wait as every figure counts it: waiting for the batch plus copying it in (data_wait_s + h2d_s).
+// The one definition behind the stall budget's data_wait, io/<point>/data_wait_share and the storage sweep.
+double DataWaitOf(const StepRecord& r);
+
+// Sums over measured steps (warm-up steps are skipped), and the shares of step time they give.
+struct StepTotals {
+  double step_s = 0;
+  double data_wait_s = 0;         // DataWaitOf
+  double checkpoint_stall_s = 0;
+
+  void Add(const StepRecord& r);
+  StepTotals& operator+=(const StepTotals& other);
+  // data_wait share = sum of DataWaitOf / sum of step_s; NaN without step time.
+  double data_wait_share() const;
+  double checkpoint_stall_share() const;
+};
+
+// The data_wait share over every rank's measured steps (StepTotals of all of them).
+double DataWaitShare(const std::vector<RankSteps>& ranks);
+
 struct Percentiles {
   double p50 = 0, p95 = 0, p99 = 0;
 };
 
-// Shares of step_time over the measured steps of one rank (DESIGN.md "stall budget"): compute =
+// Shares of step_time over the measured steps of one rank (README.md, "One training step"): compute =
 // forward+backward+optimizer, comm_exposed, data_wait (+h2d), checkpoint_stall, other = the rest.
 struct StallBudget {
   int rank = 0;

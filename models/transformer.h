@@ -36,8 +36,7 @@ struct AdamWConfig {
 };
 
 // Timestamps in the order of the work a model issues: the host clock for the CPU reference, CUDA events on the
-// model's stream for CUDA, so that a phase is timed where its work runs (DESIGN.md: GPU phases are timed with
-// CUDA events on the stream that does the work).
+// model's stream for CUDA, so that a phase is timed where its work runs (README.md, "One training step").
 class PhaseClock {
  public:
   virtual ~PhaseClock() = default;

@@ -1,4 +1,4 @@
-// Total task cost (DESIGN.md "Cost"): what a training job costs on one offering, from a measured (or projected)
+// Total task cost (results/README.md, "Cost and projection"): what a training job costs on one offering, from a measured (or projected)
 // throughput — GPU time, storage, transfer and the expected cost of failures — and the Young/Daly checkpoint
 // interval. Pure functions of their inputs; `trainbench cost` reads the inputs from reports and a price file.
 #pragma once

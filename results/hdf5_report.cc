@@ -287,7 +287,7 @@ void WriteGroup(hid_t location, const std::string& path, const Group& group) {
 }
 
 // `error_number` is taken by the caller right after the failing call, before anything can change errno.
-std::string SystemError(const std::string& what, int error_number) { return what + ": " + std::strerror(error_number); }
+std::string SystemError(const std::string& what, int error_number) { return what + ": " + OsMessage(error_number); }
 
 // File access in memory (the core driver, no backing store): HDF5 builds or edits the file image and never
 // touches the disk, so that a full disk is our own write's one OS error, never HDF5's error stack or a file id

@@ -64,7 +64,7 @@ ChildOutcome RunCapturingStderr(const std::vector<std::string>& argv, int* spawn
 
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
-    throw RuntimeError(std::string("cannot make the HTML page: pipe: ") + std::strerror(errno));
+    throw RuntimeError(std::string("cannot make the HTML page: pipe: ") + OsMessage(errno));
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -91,7 +91,7 @@ ChildOutcome RunCapturingStderr(const std::vector<std::string>& argv, int* spawn
   close(fds[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw RuntimeError(std::string("cannot make the HTML page: waitpid: ") + std::strerror(errno));
+    if (errno != EINTR) throw RuntimeError(std::string("cannot make the HTML page: waitpid: ") + OsMessage(errno));
   }
   outcome.exited = WIFEXITED(status);
   outcome.code = outcome.exited ? WEXITSTATUS(status) : WTERMSIG(status);
@@ -118,7 +118,7 @@ void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::st
   int spawn_error = 0;
   ChildOutcome outcome = RunCapturingStderr(argv, &spawn_error);
   if (spawn_error != 0) {
-    throw InputError("cannot make the HTML page: cannot run '" + python + "': " + std::strerror(spawn_error) +
+    throw InputError("cannot make the HTML page: cannot run '" + python + "': " + OsMessage(spawn_error) +
                      " (install python3-h5py python3-matplotlib, or set TRAINBENCH_PYTHON)");
   }
   if (outcome.exited && outcome.code == 0) return;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "console.h"
+#include "definitions.h"
 #include "error.h"
 #include "flags.h"
 #include "units.h"
@@ -81,8 +82,8 @@ std::string ParameterLabel(int index) { return kParameterNames[index]; }
 
 std::array<double, 4> AllReduceCoefficients(int nodes, int gpus_per_node, double bytes, double ops) {
   const double g = gpus_per_node, m = nodes;
-  return {ops * 2.0 * (g - 1.0), 2.0 * (g - 1.0) / g * bytes, ops * 2.0 * (m - 1.0),
-          2.0 * (m - 1.0) / m * bytes / g};
+  return {ops * 2.0 * (g - 1.0), AllReduceBusFactor(gpus_per_node) * bytes, ops * 2.0 * (m - 1.0),
+          AllReduceBusFactor(nodes) * bytes / g};
 }
 
 double PredictAllReduceSeconds(const LinkModel& links, int nodes, int gpus_per_node, double bytes, double ops) {

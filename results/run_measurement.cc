@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "definitions.h"
 #include "error.h"
 
 namespace tb {
@@ -122,7 +123,7 @@ RunMeasurement ReadRunMeasurement(const Report& report, const std::string& path)
   run.startup_s = r.NumberOr(*train, "startup_s", 0.0);
 
   const Group* config = report.root.FindChild("config");
-  const double bucket_bytes = (config ? r.NumberOr(*config, "bucket_mb", 25.0) : 25.0) * 1024.0 * 1024.0;
+  const double bucket_bytes = (config ? r.NumberOr(*config, "bucket_mb", kDefaultBucketMiB) : kDefaultBucketMiB) * 1024.0 * 1024.0;
   const Group* io = report.root.FindChild("io");
   for (const auto& [name, group] : train->children()) {
     const int k = PointRanks(name);

@@ -13,7 +13,9 @@
 
 #include "checkpoint_format.h"
 #include "clock.h"
+#include "durable_file.h"
 #include "error.h"
+#include "mpi_util.h"
 #include "log.h"
 #include "units.h"
 
@@ -101,7 +103,7 @@ void PrepareCheckpointDir(const std::string& dir, const std::string& flag) {
   if (ec) throw InputError(flag + " " + dir + ": cannot create the directory: " + ec.message());
   if (!fs::is_directory(dir, ec)) throw InputError(flag + " " + dir + " is not a directory");
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    throw InputError(flag + " " + dir + " is not writable: " + std::system_category().message(errno));
+    throw InputError(flag + " " + dir + " is not writable: " + OsMessage(errno));
   }
 }
 
@@ -155,7 +157,7 @@ Checkpointer::Checkpointer(MPI_Comm comm, CheckpointOptions options, std::vector
     : options_(std::move(options)), buffers_(std::move(buffers)), copier_(std::move(copier)) {
   TB_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
   TB_CHECK_MPI(MPI_Comm_size(comm, &size_));
-  checkpoint::AgreeOnStep(comm, [&] {
+  AgreeOnStep(comm, [&] {
     if (options_.keep < 0) throw InputError("--checkpoint-keep " + std::to_string(options_.keep) + ": expected >= 0");
     if (options_.block_bytes == 0) throw InputError("checkpoint block size must be positive");
     if (static_cast<bool>(copier_.allocate_pinned) != static_cast<bool>(copier_.free_pinned)) {
@@ -215,7 +217,7 @@ void Checkpointer::Save(const CheckpointMeta& meta) {
 
   // Rank 0 starts from an empty partial directory (an interrupted run may have left one) before anyone writes.
   try {
-    checkpoint::AgreeOnStep(comm_, [&] {
+    AgreeOnStep(comm_, [&] {
       CheckMeta(meta);
       if (rank_ != 0) return;
       std::error_code ec;
@@ -393,7 +395,7 @@ void Checkpointer::Publish(const Pending& p) {
     if (had_old) fs::rename(replaced, p.final_dir, restore);
     throw RuntimeError("cannot rename " + p.partial_dir + " to " + p.final_dir + ": " + ec.message());
   }
-  checkpoint::SyncDirectory(options_.dir);
+  SyncDirectory(options_.dir);
   if (had_old) fs::remove_all(replaced, ec);
 }
 
@@ -426,7 +428,7 @@ void Checkpointer::Prune(int64_t newest) {
     }
     const size_t keep_older = options_.keep > 0 ? static_cast<size_t>(options_.keep - 1) : older.size();
     for (size_t i = keep_older; i < older.size(); ++i) RemoveDirectoryAtomically(older[i].second, ".pruned");
-    checkpoint::SyncDirectory(options_.dir);
+    SyncDirectory(options_.dir);
   } catch (const std::exception& e) {
     Warn(std::string("pruning old checkpoints: ") + e.what());
   }

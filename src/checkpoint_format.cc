@@ -27,8 +27,6 @@ namespace fs = std::filesystem;
 
 constexpr char kFormatName[] = "trainbench-checkpoint";
 
-std::string OsMessage(int error_number) { return std::system_category().message(error_number); }
-
 std::string Hex32(uint32_t value) {
   char text[16];
   std::snprintf(text, sizeof text, "%08x", value);
@@ -80,6 +78,47 @@ bool ParseUnsigned(const std::string& text, uint64_t& value, int base = 10) {
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value, base);
   return ec == std::errc() && ptr == end && !text.empty();
+}
+
+// A device source's block, copied into `staging`; a failed copy is a failed write of `file`.
+const std::byte* HostBlock(const Source& source, const std::byte* block, uint64_t bytes, const DeviceCopier& copier,
+                           std::byte* staging, const DurableFile& file) {
+  if (!source.on_device) return block;
+  try {
+    copier.to_host(staging, block, bytes);
+  } catch (const std::exception& e) {
+    throw RuntimeError("cannot write " + file.temporary() + ": " + e.what());
+  }
+  return staging;
+}
+
+// Appends the sources to `file` block by block, starting the writeback of each; returns their CRC-32C.
+uint32_t WriteSources(DurableFile& file, const std::vector<Source>& sources, const DeviceCopier& copier,
+                      std::byte* staging, uint64_t block_bytes) {
+  uint32_t crc = 0;
+  for (const Source& source : sources) {
+    const auto* data = static_cast<const std::byte*>(source.data);
+    for (uint64_t done = 0; done < source.bytes;) {
+      const uint64_t n = std::min(block_bytes, source.bytes - done);
+      const std::byte* block = HostBlock(source, data + done, n, copier, staging, file);
+      crc = Crc32c(block, n, crc);
+      file.Append(block, n);
+      file.StartWriteback();
+      done += n;
+    }
+  }
+  return crc;
+}
+
+// Empty when `path` reads back as `bytes` bytes with CRC-32C `crc`; else what is wrong.
+std::string ReadBackProblem(const std::string& path, uint64_t block_bytes, uint32_t crc, uint64_t bytes) {
+  uint32_t read_crc = 0;
+  uint64_t read_bytes = 0;
+  std::string problem;
+  if (!ChecksumFile(path, block_bytes, read_crc, read_bytes, problem)) return problem;
+  if (read_crc == crc && read_bytes == bytes) return "";
+  return "read-back of " + path + " does not match what was written (CRC-32C " + Hex32(read_crc) + ", expected " +
+         Hex32(crc) + ")";
 }
 
 }  // namespace
@@ -245,99 +284,31 @@ Manifest ParseManifest(const std::string& text, const std::string& path) {
 WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>& sources, const DeviceCopier& copier,
                              std::byte* staging, uint64_t block_bytes, bool verify) {
   WriteResult result;
-  const std::string temporary = path + ".tmp";
   const double start = NowSeconds();
-  auto fail = [&](const std::string& file, int error_number) {
-    result.error = "cannot write " + file + ": " + OsMessage(error_number);
-    ::unlink(temporary.c_str());
-    return result;
-  };
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail(temporary, errno);
-  uint32_t crc = 0;
-  uint64_t offset = 0;
-  bool start_writeback = true;
   try {
-    for (const Source& source : sources) {
-      const auto* data = static_cast<const std::byte*>(source.data);
-      for (uint64_t done = 0; done < source.bytes;) {
-        const uint64_t n = std::min(block_bytes, source.bytes - done);
-        const std::byte* block = data + done;
-        if (source.on_device) {
-          copier.to_host(staging, block, n);
-          block = staging;
-        }
-        crc = Crc32c(block, n, crc);
-        if (int error = WriteAll(fd, block, n); error != 0) {
-          ::close(fd);
-          return fail(temporary, error);
-        }
-        // Start writeback of this block now: the disk then works while later blocks are copied, instead of
-        // the whole file waiting in the page cache for the final fsync (which still makes it durable).
-        if (start_writeback && ::sync_file_range(fd, static_cast<off64_t>(offset), static_cast<off64_t>(n),
-                                                 SYNC_FILE_RANGE_WRITE) != 0) {
-          if (errno != EINVAL && errno != ESPIPE && errno != ENOSYS) {
-            int error = errno;
-            ::close(fd);
-            return fail(temporary, error);
-          }
-          start_writeback = false;  // not supported by this file system
-        }
-        offset += n;
-        done += n;
-      }
-      result.bytes += source.bytes;
-    }
-  } catch (const std::exception& e) {  // a device copy failed
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    result.error = "cannot write " + temporary + ": " + e.what();
-    return result;
-  }
-  if (::fsync(fd) != 0) {
-    int error = errno;
-    ::close(fd);
-    return fail(temporary, error);
-  }
-  if (::close(fd) != 0) return fail(temporary, errno);
-  if (::rename(temporary.c_str(), path.c_str()) != 0) return fail(path, errno);
-  try {
-    SyncDirectory(fs::path(path).parent_path().string());
+    DurableFile file(path, path + ".tmp");
+    result.crc32c = WriteSources(file, sources, copier, staging, block_bytes);
+    file.Commit();
   } catch (const std::exception& e) {
+    // The temporary is gone. A file whose directory sync failed after its rename must not pass for a good one
+    // either; there is no earlier file at `path` to keep (checkpoint files go to a fresh .partial directory).
     ::unlink(path.c_str());
+    result.crc32c = 0;
     result.error = e.what();
     return result;
   }
-  result.crc32c = crc;
+  for (const Source& source : sources) result.bytes += source.bytes;
   result.seconds = NowSeconds() - start;
   if (verify) {
-    uint32_t read_crc = 0;
-    uint64_t read_bytes = 0;
-    if (!ChecksumFile(path, block_bytes, read_crc, read_bytes, result.error)) {
+    result.error = ReadBackProblem(path, block_bytes, result.crc32c, result.bytes);
+    if (!result.error.empty()) {
       ::unlink(path.c_str());
-      return result;
-    }
-    if (read_crc != crc || read_bytes != result.bytes) {
-      ::unlink(path.c_str());
-      result.error = "read-back of " + path + " does not match what was written (CRC-32C " + Hex32(read_crc) +
-                     ", expected " + Hex32(crc) + ")";
       return result;
     }
     result.verified = true;
   }
   result.ok = true;
   return result;
-}
-
-void SyncDirectory(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw RuntimeError("cannot open directory " + dir + " to sync it: " + OsMessage(errno));
-  if (::fsync(fd) != 0) {
-    int error = errno;
-    ::close(fd);
-    throw RuntimeError("cannot sync directory " + dir + ": " + OsMessage(error));
-  }
-  ::close(fd);
 }
 
 uint32_t ReadFileChecked(const std::string& path, std::byte* dst, uint64_t bytes, uint64_t block_bytes) {
@@ -380,37 +351,6 @@ std::string ReadTextFile(const std::string& path, const std::string& what) {
   text << in.rdbuf();
   if (in.bad()) throw InputError(what + " " + path + " cannot be read: " + OsMessage(errno));
   return text.str();
-}
-
-void BroadcastString(MPI_Comm comm, std::string& text, int root) {
-  uint64_t length = text.size();
-  TB_CHECK_MPI(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm));
-  text.resize(length);
-  TB_CHECK_MPI(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm));
-}
-
-void AgreeOnStep(MPI_Comm comm, const std::function<void()>& step) {
-  std::string message;
-  int code = 0;
-  try {
-    step();
-  } catch (const Error& e) {
-    message = e.what();
-    code = static_cast<int>(e.code());
-  } catch (const std::exception& e) {
-    message = e.what();
-    code = static_cast<int>(ExitCode::kRuntime);
-  }
-  int rank = 0, size = 1;
-  TB_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  TB_CHECK_MPI(MPI_Comm_size(comm, &size));
-  int mine[2] = {code != 0 ? rank : size, code};
-  int lowest[2] = {size, 0};
-  TB_CHECK_MPI(MPI_Allreduce(mine, lowest, 1, MPI_2INT, MPI_MINLOC, comm));
-  if (lowest[0] == size) return;
-  BroadcastString(comm, message, lowest[0]);
-  if (lowest[1] == static_cast<int>(ExitCode::kInput)) throw InputError(message);
-  throw RuntimeError(message);
 }
 
 }  // namespace tb::checkpoint

@@ -3,11 +3,8 @@
 // Not part of the public API (checkpoint.h).
 #pragma once
 
-#include <mpi.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -77,14 +74,11 @@ struct WriteResult {
   bool verified = false;
 };
 
-// Writes the sources, in order, to `path` durably: to path.tmp, fsync, rename, fsync of the directory; with
+// Writes the sources, in order, to `path` through a DurableFile (durable_file.h) named path.tmp; with
 // `verify`, reads the file back and compares its CRC-32C. Never throws (runs on the writer thread); on failure
 // nothing is left at path or path.tmp. `staging` (block_bytes) is needed only for device sources.
 WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>& sources, const DeviceCopier& copier,
                              std::byte* staging, uint64_t block_bytes, bool verify);
-
-// fsync of a directory, so that renames and removals in it are durable. Throws RuntimeError.
-void SyncDirectory(const std::string& dir);
 
 // Reads exactly `bytes` from `path` into `dst` and returns their CRC-32C; InputError when the file is missing,
 // shorter or longer than `bytes`, or unreadable.
@@ -92,12 +86,5 @@ uint32_t ReadFileChecked(const std::string& path, std::byte* dst, uint64_t bytes
 
 // Reads a small text file whole; InputError naming `what` when it cannot be read.
 std::string ReadTextFile(const std::string& path, const std::string& what);
-
-// Collective over `comm`: runs `step`; when it threw on any rank, every rank throws the lowest failing rank's
-// error (InputError or RuntimeError, same message), so that no rank is left waiting in a later collective.
-void AgreeOnStep(MPI_Comm comm, const std::function<void()>& step);
-
-// Broadcasts a string from `root`. Collective.
-void BroadcastString(MPI_Comm comm, std::string& text, int root);
 
 }  // namespace tb::checkpoint

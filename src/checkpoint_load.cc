@@ -9,6 +9,7 @@
 #include "checkpoint_format.h"
 #include "clock.h"
 #include "error.h"
+#include "mpi_util.h"
 
 namespace tb {
 
@@ -84,17 +85,17 @@ LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const st
 
   // Rank 0 finds the checkpoint and reads its manifest; every rank then works from the same text.
   std::string text;
-  checkpoint::AgreeOnStep(comm, [&] {
+  AgreeOnStep(comm, [&] {
     if (gather_chunk_bytes == 0) throw InputError("checkpoint gather chunk size must be positive");
     if (rank != 0) return;
     loaded.dir = ResolveCheckpoint(path);
     text = checkpoint::ReadTextFile((fs::path(loaded.dir) / checkpoint::kManifestName).string(), "checkpoint manifest");
   });
-  checkpoint::BroadcastString(comm, loaded.dir, 0);
-  checkpoint::BroadcastString(comm, text, 0);
+  BroadcastString(comm, loaded.dir, 0);
+  BroadcastString(comm, text, 0);
 
   Manifest manifest;
-  checkpoint::AgreeOnStep(comm, [&] {
+  AgreeOnStep(comm, [&] {
     manifest = checkpoint::ParseManifest(text, (fs::path(loaded.dir) / checkpoint::kManifestName).string());
     if (manifest.model_fingerprint != model_fingerprint) {
       throw InputError("checkpoint " + loaded.dir + " was written for model '" + manifest.model_fingerprint +
@@ -124,7 +125,7 @@ LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const st
     block_bytes[r] = first < last ? manifest.files[last - 1].end - block_begin[r] : 0;
   }
   std::vector<std::byte> block(block_bytes[rank]);
-  checkpoint::AgreeOnStep(comm, [&] {
+  AgreeOnStep(comm, [&] {
     for (uint64_t f = checkpoint::SliceBegin(file_count, rank, size); f < checkpoint::SliceBegin(file_count, rank + 1, size);
          ++f) {
       const checkpoint::ManifestFile& file = manifest.files[f];

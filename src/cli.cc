@@ -14,6 +14,7 @@
 #include "error.h"
 #include "log.h"
 #include "mpi_communicator.h"
+#include "mpi_util.h"
 #include "nccl_communicator.h"
 #include "paths.h"
 #include "signals.h"
@@ -23,32 +24,14 @@
 namespace tb {
 
 void AgreeOnSetup(const std::function<void()>& step) {
-  std::string message;
-  int code = 0;
-  try {
-    step();
-  } catch (const AgreedFailure&) {
-    throw;
-  } catch (const Error& e) {
-    message = e.what();
-    code = static_cast<int>(e.code());
-  } catch (const std::exception& e) {
-    message = e.what();
-    code = static_cast<int>(ExitCode::kRuntime);
-  }
+  const std::optional<AgreedError> failure = AgreeOnFailure(MPI_COMM_WORLD, step);
+  if (!failure) return;
   int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  // Lowest failing rank and its code.
-  int mine[2] = {code != 0 ? rank : size, code};
-  int lowest[2] = {size, 0};
-  TB_CHECK_MPI(MPI_Allreduce(mine, lowest, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD));
-  if (lowest[0] == size) return;
-  int failed = code != 0 ? 1 : 0, failures = 0;
-  TB_CHECK_MPI(MPI_Allreduce(&failed, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  TB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  TB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
   // An error every rank shares (a bad flag) is one untagged line; one rank's own problem names the rank.
-  if (rank == lowest[0]) ErrorLine(message, failures < size);
-  throw AgreedFailure(static_cast<ExitCode>(lowest[1]));
+  if (rank == failure->rank) ErrorLine(failure->message, failure->failing_ranks < size);
+  throw AgreedFailure(failure->code);
 }
 
 void AddCommonOptions(po::options_description& options, CommonOptions& common, bool with_backend) {
@@ -210,10 +193,7 @@ void CommandRun::CheckOutputWritable() {
       problem = e.what();
     }
   }
-  int length = static_cast<int>(problem.size());
-  TB_CHECK_MPI(MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD));
-  problem.resize(static_cast<size_t>(length));
-  TB_CHECK_MPI(MPI_Bcast(problem.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD));
+  BroadcastString(MPI_COMM_WORLD, problem, 0);  // every rank throws it: one untagged line
   if (!problem.empty()) throw InputError(problem);
 }
 

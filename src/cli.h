@@ -142,16 +142,8 @@ struct MemoryNeed {
 // estimate, its parts and the flags to lower.
 void CheckMemoryFits(const CommandRun& run, const MemoryNeed& need);
 
-// Thrown on every rank once the ranks have agreed that a setup step failed somewhere; the failing rank has
-// already printed its line. main() exits with code() and prints nothing more.
-class AgreedFailure : public Error {
- public:
-  explicit AgreedFailure(ExitCode code) : Error(code, "setup failed (reported above)") {}
-};
-
-// Runs a setup step that every rank executes, then agrees across MPI_COMM_WORLD on whether it failed
-// anywhere: if so, the lowest failing rank prints its message (one line) and every rank throws AgreedFailure
-// with that rank's exit code. This keeps a failure on some ranks from leaving the others in a collective.
+// AgreeOnFailure (mpi_util.h) over MPI_COMM_WORLD for a setup step: when it failed anywhere, the lowest failing
+// rank prints its message (one line) and every rank throws AgreedFailure (error.h) with that rank's exit code.
 void AgreeOnSetup(const std::function<void()>& step);
 
 // The setup every command shares, each step agreed across ranks: parse the flags (--help prints and ends

@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "console.h"
 #include "error.h"
+#include "fault.h"
 #include "log.h"
 #include "sweep.h"
 #include "sweep_options.h"
@@ -95,6 +96,7 @@ int RunCollectivesCommand(const CommandInput& input) {
     run->BeginMeasurement("the collectives sweep");
     sweep.watchdog = &run->watchdog(comm.get());
     sweep.stop_requested = [&] { return run->StopRequested(); };
+    sweep.before_timed_batch = TestFaultHook(input.ctx.world_rank);
 
     Print(Format("# trainbench collectives: %d ranks on %d nodes, backend %s", input.ctx.world_size,
                  input.ctx.node_count, run->backend().c_str()));

@@ -7,9 +7,11 @@
 #include "cli.h"
 #include "clock.h"
 #include "commands.h"
+#include "definitions.h"
 #include "console.h"
 #include "device.h"
 #include "error.h"
+#include "fault.h"
 #include "log.h"
 #include "model_config.h"
 #include "mpi_util.h"
@@ -48,7 +50,7 @@ struct TrainFlags {
   int micro_batch = 4;
   int steps = 20;
   int warmup_steps = 2;
-  double bucket_mb = 25;
+  double bucket_mb = kDefaultBucketMiB;
   bool no_overlap = false;
   std::string scaling;
   std::string scaling_mode = "weak";
@@ -163,20 +165,6 @@ void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq, b
             std::string(mixed_precision ? "bf16 weights/gradients/activations + fp32 master and AdamW (ZeRO's 16 B per "
                                           "parameter; the CUDA transformer keeps fp32 gradients: 18 B)"
                                         : "fp32 (CPU reference)"));
-}
-
-// Share of step time that every rank's measured steps spent waiting for data (data_wait + h2d, as the stall
-// budget counts it).
-double DataWaitShare(const std::vector<RankSteps>& ranks) {
-  double data = 0, step = 0;
-  for (const RankSteps& rank : ranks) {
-    for (const StepRecord& r : rank.steps) {
-      if (r.warmup) continue;
-      data += r.data_wait_s + r.h2d_s;
-      step += r.step_s;
-    }
-  }
-  return step > 0 ? data / step : std::nan("");
 }
 
 // io/throttle_sweep: one row per storage rate, and the rate at which data_wait reaches `share` of step time.
@@ -568,6 +556,7 @@ std::vector<StepRecord> TrainCommand::RunOnePoint(Communicator& sub, const RunPo
   io.Prepare(point_loop);
   point_loop.watchdog = &run_->watchdog(&sub);
   point_loop.stop_requested = [&] { return run_->StopRequested(sub.host_comm()); };
+  point_loop.at_first_step = TestFaultHook(run_->ctx().world_rank);
   point_loop.on_step = [&](const StepRecord& r) {
     if (!first_step_seen_) {
       first_step_seen_ = true;

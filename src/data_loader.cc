@@ -35,8 +35,6 @@ uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * t
 
 constexpr int kFeistelRounds = 6;
 
-std::string Errno() { return std::strerror(errno); }
-
 }  // namespace
 
 HostAllocator AlignedHostAllocator(bool huge_pages) {
@@ -164,7 +162,7 @@ void CheckOptions(const DataLoaderOptions& o) {
 int OpenForReading(const std::string& path, bool direct, const std::string& dir) {
   std::string why;
   int fd = OpenInputFile(path, direct ? O_DIRECT : 0, why);
-  if (fd < 0 && direct && why == std::strerror(EINVAL)) {
+  if (fd < 0 && direct && why == OsMessage(EINVAL)) {
     throw InputError("--direct-io: the filesystem of '" + dir + "' refuses O_DIRECT (" + path +
                      ": Invalid argument); run without --direct-io");
   }
@@ -429,7 +427,7 @@ DataLoader::SampleRead DataLoader::ReadSample(uint64_t sample, Slot& slot, int r
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       throw RuntimeError(file.path + ": read of " + std::to_string(length - got) + " bytes at byte " +
-                         std::to_string(read_at + got) + " failed: " + Errno());
+                         std::to_string(read_at + got) + " failed: " + OsMessage(errno));
     }
     if (n == 0) break;
     got += static_cast<uint64_t>(n);

@@ -1,5 +1,6 @@
 // Durable file writes on plain POSIX calls, so that a failure is one OS error naming the file (a full disk is
-// "No space left on device"), shared by the checkpoint writer and the report writer.
+// "No space left on device"). The one implementation behind every file trainbench writes in place of another:
+// reports, checkpoint slices and manifests, token shards.
 #pragma once
 
 #include <cstdint>
@@ -10,10 +11,44 @@ namespace tb {
 // Writes all `bytes` to `fd`, resuming after short writes and signals. Returns 0 or the errno.
 int WriteAll(int fd, const void* data, uint64_t bytes);
 
-// Replaces `path` with `bytes`: written to `temporary` (same directory), fsync'd, renamed over `path`, then the
-// directory fsync'd so that the rename is durable too. Throws RuntimeError ("cannot write FILE: OS message",
-// naming the file the failing call was on). A failure before the rename removes the temporary and leaves any
-// previous file at `path` as it was.
+// A file written under a temporary name in the destination's directory and put in place by Commit(): fsync,
+// rename over `path`, fsync of the directory so that the rename is durable too. Every failure throws
+// RuntimeError "cannot write FILE: OS message" naming the file the failing call was on (the directory:
+// "cannot sync directory DIR: ..."). Destroyed uncommitted, or after a failure before the rename, it removes the
+// temporary, and any previous file at `path` is left as it was.
+class DurableFile {
+ public:
+  DurableFile(std::string path, std::string temporary);
+  ~DurableFile();
+  DurableFile(const DurableFile&) = delete;
+  DurableFile& operator=(const DurableFile&) = delete;
+
+  void Append(const void* data, uint64_t bytes);
+  // Overwrites bytes already appended (a header written last, once the payload's checksum is known).
+  void WriteAt(uint64_t offset, const void* data, uint64_t bytes);
+  // Starts writeback of what was appended since the last call, so that the disk works while the caller makes
+  // the next block instead of the whole file waiting in the page cache for Commit's fsync. A no-op on file
+  // systems without sync_file_range.
+  void StartWriteback();
+  void Commit();
+
+  const std::string& temporary() const { return temporary_; }
+
+ private:
+  [[noreturn]] void Fail(const std::string& file, int error_number);
+
+  std::string path_;
+  std::string temporary_;
+  int fd_ = -1;
+  uint64_t appended_ = 0;
+  uint64_t written_back_ = 0;
+  bool writeback_ = true;
+};
+
+// Replaces `path` with `bytes` through a DurableFile named `temporary`.
 void ReplaceFileDurably(const std::string& path, const std::string& temporary, const void* data, uint64_t bytes);
+
+// fsync of a directory, so that renames and removals in it are durable. Throws RuntimeError.
+void SyncDirectory(const std::string& dir);
 
 }  // namespace tb

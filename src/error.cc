@@ -2,7 +2,11 @@
 
 #include <mpi.h>
 
+#include <system_error>
+
 namespace tb {
+
+std::string OsMessage(int error_number) { return std::system_category().message(error_number); }
 
 std::string FormatFailure(const char* what, const char* file, int line, const std::string& library_message,
                           const std::string& hint) {

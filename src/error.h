@@ -6,7 +6,7 @@
 
 namespace tb {
 
-// Process exit codes (DESIGN.md): 0 ok, 1 runtime failure, 2 invalid input, 3 validation regression.
+// Process exit codes (README.md, "Exit codes and failures"): 0 ok, 1 runtime failure, 2 invalid input, 3 validation regression.
 enum class ExitCode : int { kOk = 0, kRuntime = 1, kInput = 2, kRegression = 3 };
 
 class Error : public std::runtime_error {
@@ -40,6 +40,16 @@ class SharedError : public Error {
 
  private:
   bool reporter_;
+};
+
+// The operating system's message for an errno value ("No space left on device"); thread-safe, unlike strerror.
+std::string OsMessage(int error_number);
+
+// Thrown on every rank once the ranks have agreed that a setup step failed somewhere (AgreeOnSetup, cli.h); the
+// failing rank has already printed its line. main() exits with code() and prints nothing more.
+class AgreedFailure : public Error {
+ public:
+  explicit AgreedFailure(ExitCode code) : Error(code, "setup failed (reported above)") {}
 };
 
 // Formats "what failed at file:line: library message [HINT: hint]".

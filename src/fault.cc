@@ -24,4 +24,9 @@ void MaybeInjectFault(int world_rank) {
   throw InputError("TRAINBENCH_TEST_FAULT kind '" + kind + "' is not fail or hang");
 }
 
+std::function<void()> TestFaultHook(int world_rank) {
+  if (!std::getenv("TRAINBENCH_TEST_FAULT")) return {};
+  return [world_rank] { MaybeInjectFault(world_rank); };
+}
+
 }  // namespace tb

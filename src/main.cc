@@ -1,5 +1,5 @@
 // trainbench: benchmark for distributed GPU training clusters. Entry point: MPI start-up, command dispatch,
-// and the failure rules of DESIGN.md (one clear line per error, exit codes 0/1/2, MPI_Abort rather than a
+// and the failure rules of README.md ("Exit codes and failures") (one clear line per error, exit codes 0/1/2, MPI_Abort rather than a
 // hang when one rank fails).
 #include <mpi.h>
 

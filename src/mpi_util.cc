@@ -32,6 +32,51 @@ std::vector<std::string> GatherStrings(MPI_Comm comm, const std::string& mine, i
   return result;
 }
 
+void BroadcastString(MPI_Comm comm, std::string& text, int root) {
+  uint64_t length = text.size();
+  TB_CHECK_MPI(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm));
+  text.resize(length);
+  TB_CHECK_MPI(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm));
+}
+
+void AgreedError::Throw() const {
+  if (code == ExitCode::kInput) throw InputError(message);
+  throw RuntimeError(message);
+}
+
+std::optional<AgreedError> AgreeOnFailure(MPI_Comm comm, const std::function<void()>& step) {
+  AgreedError mine;
+  bool failed = false;
+  try {
+    step();
+  } catch (const AgreedFailure&) {
+    throw;
+  } catch (const Error& e) {
+    failed = true;
+    mine = {0, e.code(), e.what(), 0};
+  } catch (const std::exception& e) {
+    failed = true;
+    mine = {0, ExitCode::kRuntime, e.what(), 0};
+  }
+  int rank = 0, size = 1;
+  TB_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  TB_CHECK_MPI(MPI_Comm_size(comm, &size));
+  // The lowest failing rank and its code; `size` when no rank failed.
+  int ours[2] = {failed ? rank : size, static_cast<int>(mine.code)};
+  int lowest[2] = {size, 0};
+  TB_CHECK_MPI(MPI_Allreduce(ours, lowest, 1, MPI_2INT, MPI_MINLOC, comm));
+  if (lowest[0] == size) return std::nullopt;
+  int failing = failed ? 1 : 0;
+  TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_SUM, comm));
+  AgreedError agreed{lowest[0], static_cast<ExitCode>(lowest[1]), mine.message, failing};
+  BroadcastString(comm, agreed.message, agreed.rank);
+  return agreed;
+}
+
+void AgreeOnStep(MPI_Comm comm, const std::function<void()>& step) {
+  if (const std::optional<AgreedError> failure = AgreeOnFailure(comm, step)) failure->Throw();
+}
+
 std::vector<double> AllGatherDoubles(MPI_Comm comm, double mine) {
   int size = 1;
   TB_CHECK_MPI(MPI_Comm_size(comm, &size));

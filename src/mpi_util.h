@@ -1,12 +1,17 @@
-// Small MPI helpers shared by the commands: gathering variable-length text and values to a root.
+// Small MPI helpers shared by the commands: gathering and broadcasting text and values, and agreeing across ranks
+// on whether a step failed anywhere.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "error.h"
 
 namespace tb {
 
@@ -27,6 +32,28 @@ std::vector<std::vector<T>> GatherRecords(MPI_Comm comm, const std::vector<T>& m
   }
   return all;
 }
+// Broadcasts a string from `root`. Collective.
+void BroadcastString(MPI_Comm comm, std::string& text, int root);
+
+// The lowest failing rank's error, as every rank learns it from AgreeOnFailure.
+struct AgreedError {
+  int rank = 0;              // the lowest rank whose step threw
+  ExitCode code = ExitCode::kRuntime;
+  std::string message;       // that rank's message
+  int failing_ranks = 0;     // how many ranks' steps threw
+
+  // Throws it as an InputError or a RuntimeError, by its code.
+  [[noreturn]] void Throw() const;
+};
+
+// The one way ranks agree on a failure. Collective over `comm`: runs `step` on every rank, then agrees whether it
+// threw anywhere: nothing when it threw nowhere, else the lowest failing rank's error on every rank, so that no
+// rank is left waiting in a later collective while another one unwinds. An AgreedFailure thrown by `step` (an
+// inner agreement, already reached on every rank) passes through untouched.
+std::optional<AgreedError> AgreeOnFailure(MPI_Comm comm, const std::function<void()>& step);
+
+// AgreeOnFailure, and every rank throws the agreed error (AgreedError::Throw). Collective.
+void AgreeOnStep(MPI_Comm comm, const std::function<void()>& step);
 
 // Gathers one double per rank to every rank. Collective.
 std::vector<double> AllGatherDoubles(MPI_Comm comm, double mine);

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "error.h"
+
 namespace tb {
 namespace {
 
@@ -24,7 +26,7 @@ std::string KindProblem(mode_t mode) {
   return "it is not a regular file";
 }
 
-std::string ErrnoProblem(int error) { return error == ENOENT ? "no such file" : std::strerror(error); }
+std::string ErrnoProblem(int error) { return error == ENOENT ? "no such file" : OsMessage(error); }
 
 bool SameFile(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
 

@@ -19,8 +19,6 @@
 namespace tb {
 namespace {
 
-namespace fs = std::filesystem;
-
 // Byte offsets of the header fields (all little-endian).
 constexpr size_t kMagicAt = 0;
 constexpr size_t kVersionAt = 8;
@@ -50,15 +48,13 @@ std::string Hex(uint32_t value) {
   return text;
 }
 
-std::string Errno() { return std::strerror(errno); }
-
 // Reads exactly `bytes` at `offset` unless the file ends first; returns the bytes read.
 size_t ReadAt(int fd, void* buffer, size_t bytes, uint64_t offset, const std::string& path) {
   size_t done = 0;
   while (done < bytes) {
     ssize_t n = ::pread(fd, static_cast<char*>(buffer) + done, bytes - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw InputError(path + ": read failed at byte " + std::to_string(offset + done) + ": " + Errno());
+    if (n < 0) throw InputError(path + ": read failed at byte " + std::to_string(offset + done) + ": " + OsMessage(errno));
     if (n == 0) break;
     done += static_cast<size_t>(n);
   }
@@ -81,48 +77,29 @@ class Fd {
   int fd_;
 };
 
+ShardHeader NewHeader(uint64_t vocab) {
+  if (vocab < 1 || vocab > (uint64_t{1} << 32)) throw InputError("vocab " + std::to_string(vocab) + " out of range 1..2^32");
+  ShardHeader header;
+  header.vocab = vocab;
+  header.token_bytes = TokenBytesForVocab(vocab);
+  return header;
+}
+
 }  // namespace
 
 uint32_t TokenBytesForVocab(uint64_t vocab) { return vocab <= 65536 ? 2 : 4; }
 
 std::string TokenDtypeName(uint32_t token_bytes) { return token_bytes == 2 ? "uint16" : "uint32"; }
 
-ShardWriter::ShardWriter(std::string path, uint64_t vocab) : path_(std::move(path)), temp_path_(path_ + ".tmp") {
-  if (vocab < 1 || vocab > (uint64_t{1} << 32)) throw InputError("vocab " + std::to_string(vocab) + " out of range 1..2^32");
-  header_.vocab = vocab;
-  header_.token_bytes = TokenBytesForVocab(vocab);
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw RuntimeError(temp_path_ + ": cannot create: " + Errno());
-  // The header is written last, by Finish(); the payload starts after it.
-  if (::lseek(fd_, kShardHeaderBytes, SEEK_SET) < 0) Fail("seek");
-}
-
-ShardWriter::~ShardWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(temp_path_.c_str());
-  }
-}
-
-void ShardWriter::Fail(const std::string& what) {
-  const std::string message = temp_path_ + ": " + what + " failed at byte " +
-                              std::to_string(header_.file_bytes()) + ": " + Errno();
-  ::close(fd_);
-  ::unlink(temp_path_.c_str());
-  fd_ = -1;
-  throw RuntimeError(message);
+ShardWriter::ShardWriter(std::string path, uint64_t vocab) : header_(NewHeader(vocab)), file_(path, path + ".tmp") {
+  // The header is written last, by Finish(), over this placeholder; the payload follows it.
+  const unsigned char placeholder[kShardHeaderBytes] = {};
+  file_.Append(placeholder, sizeof placeholder);
 }
 
 void ShardWriter::Append(const void* tokens, uint64_t count) {
-  const size_t bytes = count * header_.token_bytes;
-  const char* data = static_cast<const char*>(tokens);
-  size_t done = 0;
-  while (done < bytes) {
-    ssize_t n = ::write(fd_, data + done, bytes - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) Fail("write");
-    done += static_cast<size_t>(n);
-  }
+  const uint64_t bytes = count * header_.token_bytes;
+  file_.Append(tokens, bytes);
   header_.payload_crc32c = Crc32c(tokens, bytes, header_.payload_crc32c);
   header_.token_count += count;
 }
@@ -137,32 +114,14 @@ void ShardWriter::Finish() {
   Put(bytes + kTokenCountAt, header_.token_count, 8);
   Put(bytes + kVocabAt, header_.vocab, 8);
   Put(bytes + kHeaderCrcAt, Crc32c(bytes, kHeaderCrcAt), 4);
-  if (::pwrite(fd_, bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) Fail("header write");
-  if (::fsync(fd_) != 0) Fail("fsync");
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    ::unlink(temp_path_.c_str());
-    throw RuntimeError(temp_path_ + ": close failed: " + Errno());
-  }
-  fd_ = -1;
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    const std::string message = "cannot rename " + temp_path_ + " to " + path_ + ": " + Errno();
-    ::unlink(temp_path_.c_str());
-    throw RuntimeError(message);
-  }
-  // The rename itself is durable only once the directory is synced.
-  const std::string dir = fs::path(path_).parent_path().empty() ? "." : fs::path(path_).parent_path().string();
-  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  file_.WriteAt(0, bytes, sizeof bytes);
+  file_.Commit();
 }
 
 ShardHeader ReadShardHeader(const std::string& path) {
   Fd fd(path);
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw InputError(path + ": cannot stat: " + Errno());
+  if (::fstat(fd.get(), &st) != 0) throw InputError(path + ": cannot stat: " + OsMessage(errno));
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   unsigned char bytes[kFieldsEnd] = {};
   const size_t got = ReadAt(fd.get(), bytes, kFieldsEnd, 0, path);

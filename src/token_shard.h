@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "durable_file.h"
 #include "random.h"
 
 namespace tb {
@@ -34,14 +35,12 @@ struct ShardHeader {
   uint64_t file_bytes() const { return header_bytes + payload_bytes(); }
 };
 
-// Writes one shard to `path`: tokens go to "<path>.tmp"; Finish() writes the header (count and CRC-32C),
-// fsyncs and renames it to `path`. Destroyed unfinished, it removes the temporary file.
+// Writes one shard to `path` through a DurableFile named "<path>.tmp": Append() streams the tokens after a
+// placeholder header; Finish() writes the header (count and CRC-32C) and commits the file (fsync, rename,
+// directory fsync). Destroyed unfinished, or after a failed write, it removes the temporary file.
 class ShardWriter {
  public:
   ShardWriter(std::string path, uint64_t vocab);
-  ~ShardWriter();
-  ShardWriter(const ShardWriter&) = delete;
-  ShardWriter& operator=(const ShardWriter&) = delete;
 
   // Tokens in the shard's dtype (token_bytes() each), already below vocab.
   void Append(const void* tokens, uint64_t count);
@@ -51,12 +50,8 @@ class ShardWriter {
   const ShardHeader& header() const { return header_; }
 
  private:
-  [[noreturn]] void Fail(const std::string& what);
-
-  std::string path_;
-  std::string temp_path_;
-  int fd_ = -1;
   ShardHeader header_;
+  DurableFile file_;
 };
 
 // Reads and checks the header of `path` against the file's size: magic, version, dtype, header checksum,

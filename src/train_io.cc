@@ -12,6 +12,7 @@
 #include "mpi_util.h"
 #include "paths.h"
 #include "token_dataset.h"
+#include "train_summary.h"
 #include "units.h"
 
 namespace tb {
@@ -62,6 +63,7 @@ std::vector<StateBuffer> StateOf(Transformer& model) {
           {"adam_m", model.adam_m(), bytes, device},
           {"adam_v", model.adam_v(), bytes, device}};
 }
+
 
 }  // namespace
 
@@ -450,25 +452,28 @@ void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<
 // Stall shares over every rank's measured steps, how much slower steps ran while a checkpoint writer worked, and
 // where the run resumed from (collective).
 void PointIo::AddSharesToReport(Group* group, const std::vector<StepRecord>& records) {
-  // Per rank: measured step time, data wait, checkpoint stall; steps (and their time) with the writer busy / idle.
+  // Per rank: the measured steps' totals; steps (and their time) with the checkpoint writer busy / idle.
+  StepTotals mine;
   enum { kStep, kData, kCheckpoint, kBusyTime, kBusySteps, kIdleTime, kIdleSteps, kSums };
-  double mine[kSums] = {};
+  double sums[kSums] = {};
   for (const StepRecord& r : records) {
+    mine.Add(r);
     if (r.warmup) continue;
-    mine[kStep] += r.step_s;
-    mine[kData] += r.data_wait_s + r.h2d_s;
-    mine[kCheckpoint] += r.checkpoint_stall_s;
     // A step that took a checkpoint is its own kind: its stall is counted there, not as writer slowdown.
     if (r.checkpoint_stall_s > 0 && plan_.checkpoints) continue;
-    mine[r.checkpoint_writing ? kBusyTime : kIdleTime] += r.step_s;
-    mine[r.checkpoint_writing ? kBusySteps : kIdleSteps] += 1;
+    sums[r.checkpoint_writing ? kBusyTime : kIdleTime] += r.step_s;
+    sums[r.checkpoint_writing ? kBusySteps : kIdleSteps] += 1;
   }
+  sums[kStep] = mine.step_s;
+  sums[kData] = mine.data_wait_s;
+  sums[kCheckpoint] = mine.checkpoint_stall_s;
   double total[kSums] = {};
-  TB_CHECK_MPI(MPI_Allreduce(mine, total, kSums, MPI_DOUBLE, MPI_SUM, comm_.host_comm()));
+  TB_CHECK_MPI(MPI_Allreduce(sums, total, kSums, MPI_DOUBLE, MPI_SUM, comm_.host_comm()));
   if (!group) return;
   const double nan = std::nan("");
-  group->Set("data_wait_share", total[kStep] > 0 ? total[kData] / total[kStep] : nan);
-  group->Set("checkpoint_stall_share", total[kStep] > 0 ? total[kCheckpoint] / total[kStep] : nan);
+  const StepTotals all{total[kStep], total[kData], total[kCheckpoint]};
+  group->Set("data_wait_share", all.data_wait_share());
+  group->Set("checkpoint_stall_share", all.checkpoint_stall_share());
   group->Set("io_throttle_MBps", throttle_MBps_);
   const bool compared = total[kBusySteps] > 0 && total[kIdleSteps] > 0;
   group->Set("checkpoint_writer_slowdown", compared ? (total[kBusyTime] / total[kBusySteps]) /

@@ -500,7 +500,7 @@ class SmallTmpfs {
       fs::create_directories(path_);
       const std::string data = "size=" + std::to_string(bytes);
       if (::mount("tmpfs", path_.c_str(), "tmpfs", 0, data.c_str()) != 0) {
-        problem = "cannot mount a tmpfs on " + path_ + ": " + std::strerror(errno);
+        problem = "cannot mount a tmpfs on " + path_ + ": " + OsMessage(errno);
       }
     }
     problem_ = BroadcastFromZero(problem);

@@ -168,6 +168,13 @@ TEST(TrainSummary, ThroughputMfuOverlapAndBudgetByHand) {
   EXPECT_NEAR(p.budgets[1].other.p50, 1 - 0.95 / 3, 1e-12);
   EXPECT_DOUBLE_EQ(p.budgets[1].median_step_s, 3.0);
 
+  // data_wait share: (data_wait + h2d) over step time of every rank's measured steps, warm-up left out.
+  ranks[1].steps[1].h2d_s = 0.1;
+  EXPECT_DOUBLE_EQ(DataWaitOf(ranks[1].steps[1]), 0.15);
+  EXPECT_DOUBLE_EQ(DataWaitShare(ranks), (4 * 0.05 + 0.1) / (2 * 1.0 + 2 * 3.0));
+  EXPECT_TRUE(std::isnan(DataWaitShare({})));
+  ranks[1].steps[1].h2d_s = 0;
+
   ScalingPoint without_peak = SummarizePoint(1, 4, {ranks[0]}, 1e6, 0, 4e9, 8e6);
   EXPECT_TRUE(std::isnan(without_peak.mfu_peak));
   EXPECT_TRUE(std::isnan(without_peak.effective_busbw_GBps));  // k = 1 has no bus

@@ -2,13 +2,13 @@
 # Builds trainbench for Hopper (sm_90) in build-gpu, with the cuDNN C++ frontend (fetched into .deps/ when missing,
 # by launch/fetch_cudnn_frontend.sh; the build is refused without it, since every cuDNN test would then skip and
 # auto attention would quietly run cuBLAS), and packs trainbench and gpu_tests into .gpu for a GPU host that lacks
-# Open MPI, HDF5 and Boost, with the workplace's bundle script (gpu-host/bundle.sh, passed as BUNDLE_SCRIPT), then
+# Open MPI, HDF5 and Boost, with the workplace's gpu-host bundle script (passed as BUNDLE_SCRIPT), then
 # into .gpu.tar.gz: the folder is ~80 MB (OpenBLAS alone 36 MB), over the 64 MiB a device call carries; the archive
 # is ~28 MB. Then, on the host: tests/perf/gpu_check.sh .gpu.tar.gz OUT_DIR PART (see tests/perf/README.md).
 #   tests/perf/gpu_prepare.sh BUNDLE_SCRIPT
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-[[ $# -eq 1 ]] || { echo "usage: tests/perf/gpu_prepare.sh BUNDLE_SCRIPT (the gpu-host bundle.sh)" >&2; exit 2; }
+[[ $# -eq 1 ]] || { echo "usage: tests/perf/gpu_prepare.sh BUNDLE_SCRIPT (the gpu-host bundle script)" >&2; exit 2; }
 bundle_script=$(realpath -m "$1")
 [[ -x $bundle_script ]] || { echo "gpu_prepare: $bundle_script is not an executable bundle script" >&2; exit 2; }
 cd "$here"
