@@ -450,71 +450,69 @@ void AddCheckpointRows(ViewTable& out, const std::string& point, const Table& sl
   }
 }
 
-std::vector<ViewTable> IoSection(const Report& report) {
-  const Group* io = report.root.FindChild("io");
-  if (io == nullptr) return {};
-  const std::vector<PointEntry> points = Points(io);
-
-  const std::vector<ViewColumn> share_columns = {{"data_wait_share", "fraction", 2, true},
-                                                 {"checkpoint_stall_share", "fraction", 2, true},
-                                                 {"checkpoint_writer_slowdown", "", 3}};
-  const std::vector<ViewColumn> sweep_columns = {{"sweep_data_wait_share", "fraction", 2, true},
-                                                 {"throttle_at_data_wait_share_MBps", "MB/s", 2}};
-  std::vector<ViewColumn> summary_columns = {{"point", ""}};
-  summary_columns.insert(summary_columns.end(), share_columns.begin(), share_columns.end());
-  summary_columns.push_back({"checkpoints", ""});
-  summary_columns.insert(summary_columns.end(), sweep_columns.begin(), sweep_columns.end());
-  ViewTable summary = MakeTable("io", "summary", "I/O (the largest point)", true, summary_columns);
-
-  const std::vector<ViewColumn> point_detail = {{"io_throttle_MBps", "MB/s", 2},
-                                                {"checkpoint_writer_slowdown_steps", "steps"},
-                                                {"dataset_files", "files"},
-                                                {"dataset_files_kept_open", "files"},
-                                                {"dataset_samples", "samples"},
-                                                {"record_bytes", "B"},
-                                                {"dropped_samples_per_epoch", "samples"},
-                                                {"checkpoint_state_bytes", "B"},
-                                                {"resumed_from", ""},
-                                                {"resumed_step", ""},
-                                                {"resume_load_s", "s", 3}};
-  std::vector<ViewColumn> point_columns = {{"point", ""}};
-  point_columns.insert(point_columns.end(), share_columns.begin(), share_columns.end());
-  point_columns.insert(point_columns.end(), point_detail.begin(), point_detail.end());
-  ViewTable point_table = MakeTable("io", "points", "I/O, per point", false, point_columns);
-
-  const std::vector<ViewColumn> loader_columns = {{"rank", ""},           {"batches", "", 0},
+// The io section's columns, declared once for its tables.
+const std::vector<ViewColumn>& IoShareColumns() {
+  static const std::vector<ViewColumn> columns = {{"data_wait_share", "fraction", 2, true},
+                                                  {"checkpoint_stall_share", "fraction", 2, true},
+                                                  {"checkpoint_writer_slowdown", "", 3}};
+  return columns;
+}
+const std::vector<ViewColumn>& IoSweepColumns() {
+  static const std::vector<ViewColumn> columns = {{"sweep_data_wait_share", "fraction", 2, true},
+                                                  {"throttle_at_data_wait_share_MBps", "MB/s", 2}};
+  return columns;
+}
+const std::vector<ViewColumn>& IoPointDetailColumns() {
+  static const std::vector<ViewColumn> columns = {{"io_throttle_MBps", "MB/s", 2},
+                                                  {"checkpoint_writer_slowdown_steps", "steps"},
+                                                  {"dataset_files", "files"},
+                                                  {"dataset_files_kept_open", "files"},
+                                                  {"dataset_samples", "samples"},
+                                                  {"record_bytes", "B"},
+                                                  {"dropped_samples_per_epoch", "samples"},
+                                                  {"checkpoint_state_bytes", "B"},
+                                                  {"resumed_from", ""},
+                                                  {"resumed_step", ""},
+                                                  {"resume_load_s", "s", 3}};
+  return columns;
+}
+const std::vector<ViewColumn>& LoaderColumns() {
+  static const std::vector<ViewColumn> columns = {{"rank", ""},           {"batches", "", 0},
                                                   {"bytes_read", "B", 0}, {"reads", "", 0},
                                                   {"read_s", "s", 4},     {"per_read_MBps", "MB/s", 2},
                                                   {"wait_s", "s", 4}};
-  std::vector<ViewColumn> loader_all = {{"point", ""}};
-  loader_all.insert(loader_all.end(), loader_columns.begin(), loader_columns.end());
-  ViewTable loader = MakeTable("io", "loader", "data loader per rank", false, loader_all);
+  return columns;
+}
 
+// `first`, then every column of each list.
+std::vector<ViewColumn> Columns(ViewColumn first, std::initializer_list<const std::vector<ViewColumn>*> lists) {
+  std::vector<ViewColumn> all = {std::move(first)};
+  for (const std::vector<ViewColumn>* list : lists) all.insert(all.end(), list->begin(), list->end());
+  return all;
+}
+
+// The per-point, per-rank loader and checkpoint tables of the io section.
+struct IoTables {
+  ViewTable points = MakeTable("io", "points", "I/O, per point", false,
+                               Columns({"point", ""}, {&IoShareColumns(), &IoPointDetailColumns()}));
+  ViewTable loader = MakeTable("io", "loader", "data loader per rank", false, Columns({"point", ""}, {&LoaderColumns()}));
   ViewTable checkpoints = MakeTable("io", "checkpoints", "checkpoints (all ranks' slices together)", false,
-                                    {{"point", ""},
-                                     {"step", ""},
-                                     {"mode", ""},
-                                     {"ranks", "ranks"},
-                                     {"bytes", "B"},
-                                     {"stall_s_max", "s", 4},
-                                     {"write_s_max", "s", 4},
-                                     {"write_GBps", "GB/s", 3},
-                                     {"verified", ""},
-                                     {"ok", ""},
-                                     {"error", ""}});
-
+                                    {{"point", ""}, {"step", ""}, {"mode", ""}, {"ranks", "ranks"}, {"bytes", "B"},
+                                     {"stall_s_max", "s", 4}, {"write_s_max", "s", 4}, {"write_GBps", "GB/s", 3},
+                                     {"verified", ""}, {"ok", ""}, {"error", ""}});
   int64_t last_point_checkpoints = 0;
-  for (const PointEntry& point : points) {
-    RowWriter row(point_table);
+
+  void Add(const PointEntry& point) {
+    RowWriter row(points);
     row.Set("point", point.name);
-    CopyAttributes(row, point.group, share_columns);
-    CopyAttributes(row, point.group, point_detail);
-    point_table.rows.push_back(row.Take());
+    CopyAttributes(row, point.group, IoShareColumns());
+    CopyAttributes(row, point.group, IoPointDetailColumns());
+    points.rows.push_back(row.Take());
     if (const Table* reads = FindTable(point.group, "loader")) {
       for (size_t r = 0; r < reads->rows(); ++r) {
         RowWriter rank_row(loader);
         rank_row.Set("point", point.name);
-        CopyColumns(rank_row, *reads, loader_columns, r);
+        CopyColumns(rank_row, *reads, LoaderColumns(), r);
         loader.rows.push_back(rank_row.Take());
       }
     }
@@ -522,33 +520,48 @@ std::vector<ViewTable> IoSection(const Report& report) {
     if (const Table* slices = FindTable(point.group, "checkpoints")) AddCheckpointRows(checkpoints, point.name, *slices);
     last_point_checkpoints = static_cast<int64_t>(checkpoints.rows.size() - before);
   }
+};
 
+// The storage sweep's rates, when the run swept them.
+std::optional<ViewTable> SweepRatesTable(const Group* io) {
+  const Table* sweep = FindTable(io, "throttle_sweep");
+  if (!sweep) return std::nullopt;
+  ViewTable rates = MakeTable("io", "throttle_sweep", "storage sweep: emulated read rate per rank", false,
+                              {{"io_throttle_MBps", "MB/s", 2},
+                               {"data_wait_share", "fraction", 2, true},
+                               {"step_s", "s", 4},
+                               {"tokens_per_s", "tokens/s", 0}});
+  for (size_t r = 0; r < sweep->rows(); ++r) {
+    RowWriter rate(rates);
+    CopyColumns(rate, *sweep, rates.columns, r);
+    rates.rows.push_back(rate.Take());
+  }
+  return rates;
+}
+
+std::vector<ViewTable> IoSection(const Report& report) {
+  const Group* io = report.root.FindChild("io");
+  if (io == nullptr) return {};
+  const std::vector<PointEntry> points = Points(io);
+  IoTables detail;
+  for (const PointEntry& point : points) detail.Add(point);
+
+  static const std::vector<ViewColumn> kCheckpointCount = {{"checkpoints", ""}};
+  ViewTable summary = MakeTable("io", "summary", "I/O (the largest point)", true,
+                                Columns({"point", ""}, {&IoShareColumns(), &kCheckpointCount, &IoSweepColumns()}));
   RowWriter row(summary);
   if (!points.empty()) {
-    const PointEntry& last = points.back();
-    row.Set("point", last.name);
-    CopyAttributes(row, last.group, share_columns);
-    row.Set("checkpoints", last_point_checkpoints);
+    row.Set("point", points.back().name);
+    CopyAttributes(row, points.back().group, IoShareColumns());
+    row.Set("checkpoints", detail.last_point_checkpoints);
   }
-  CopyAttributes(row, io, sweep_columns);
+  CopyAttributes(row, io, IoSweepColumns());
   summary.rows.push_back(row.Take());
 
-  std::vector<ViewTable> tables = {summary, point_table};
-  if (!loader.rows.empty()) tables.push_back(std::move(loader));
-  if (!checkpoints.rows.empty()) tables.push_back(std::move(checkpoints));
-  if (const Table* sweep = FindTable(io, "throttle_sweep")) {
-    ViewTable rates = MakeTable("io", "throttle_sweep", "storage sweep: emulated read rate per rank", false,
-                                {{"io_throttle_MBps", "MB/s", 2},
-                                 {"data_wait_share", "fraction", 2, true},
-                                 {"step_s", "s", 4},
-                                 {"tokens_per_s", "tokens/s", 0}});
-    for (size_t r = 0; r < sweep->rows(); ++r) {
-      RowWriter rate(rates);
-      CopyColumns(rate, *sweep, rates.columns, r);
-      rates.rows.push_back(rate.Take());
-    }
-    tables.push_back(std::move(rates));
-  }
+  std::vector<ViewTable> tables = {summary, detail.points};
+  if (!detail.loader.rows.empty()) tables.push_back(std::move(detail.loader));
+  if (!detail.checkpoints.rows.empty()) tables.push_back(std::move(detail.checkpoints));
+  if (std::optional<ViewTable> rates = SweepRatesTable(io)) tables.push_back(std::move(*rates));
   return tables;
 }
 
