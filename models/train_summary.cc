@@ -190,53 +190,67 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
   return lines;
 }
 
-void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<RankSteps>& ranks,
-                      const std::string& name) {
-  Group& group = train.Child(name.empty() ? PointGroupName({p.k, 0}) : name);
-  std::vector<int64_t> rank_col, step_col, warmup_col, tokens_col, data_bytes, queue_depth, writing;
-  std::vector<double> data, h2d, fwd, bwd, comm_total, comm_exposed, opt, ckpt, step, loss, read_rate;
-  for (const RankSteps& rank : ranks) {
-    for (const StepRecord& r : rank.steps) {
-      rank_col.push_back(rank.rank);
-      step_col.push_back(r.step);
-      warmup_col.push_back(r.warmup ? 1 : 0);
-      data.push_back(r.data_wait_s);
-      h2d.push_back(r.h2d_s);
-      fwd.push_back(r.forward_s);
-      bwd.push_back(r.backward_s);
-      comm_total.push_back(r.comm_total_s);
-      comm_exposed.push_back(r.comm_exposed_s);
-      opt.push_back(r.optimizer_s);
-      ckpt.push_back(r.checkpoint_stall_s);
-      step.push_back(r.step_s);
-      tokens_col.push_back(r.tokens);
-      loss.push_back(r.loss);
-      data_bytes.push_back(static_cast<int64_t>(r.data_bytes));
-      read_rate.push_back(r.data_read_MBps);
-      queue_depth.push_back(r.loader_queue_depth);
-      writing.push_back(r.checkpoint_writing ? 1 : 0);
-    }
-  }
+namespace {
+
+// The steps table's columns after "rank", each declared once: name, unit, and the StepRecord field it holds.
+struct StepColumn {
+  const char* name;
+  const char* unit;
+  bool integer;  // stored as int64, else as double
+  double (*value)(const StepRecord&);
+};
+constexpr StepColumn kStepColumns[] = {
+    {"step", "", true, [](const StepRecord& r) { return static_cast<double>(r.step); }},
+    {"warmup", "", true, [](const StepRecord& r) { return r.warmup ? 1.0 : 0.0; }},
+    {"data_wait_s", "s", false, [](const StepRecord& r) { return r.data_wait_s; }},
+    {"h2d_s", "s", false, [](const StepRecord& r) { return r.h2d_s; }},
+    {"forward_s", "s", false, [](const StepRecord& r) { return r.forward_s; }},
+    {"backward_s", "s", false, [](const StepRecord& r) { return r.backward_s; }},
+    {"comm_total_s", "s", false, [](const StepRecord& r) { return r.comm_total_s; }},
+    {"comm_exposed_s", "s", false, [](const StepRecord& r) { return r.comm_exposed_s; }},
+    {"optimizer_s", "s", false, [](const StepRecord& r) { return r.optimizer_s; }},
+    {"checkpoint_stall_s", "s", false, [](const StepRecord& r) { return r.checkpoint_stall_s; }},
+    {"step_s", "s", false, [](const StepRecord& r) { return r.step_s; }},
+    {"tokens", "tokens", true, [](const StepRecord& r) { return static_cast<double>(r.tokens); }},
+    {"loss", "nats", false, [](const StepRecord& r) { return r.loss; }},
+    {"data_bytes", "B", true, [](const StepRecord& r) { return static_cast<double>(r.data_bytes); }},
+    {"data_read_MBps", "MB/s", false, [](const StepRecord& r) { return r.data_read_MBps; }},
+    {"loader_queue_depth", "batches", true, [](const StepRecord& r) { return static_cast<double>(r.loader_queue_depth); }},
+    {"checkpoint_writing", "", true, [](const StepRecord& r) { return r.checkpoint_writing ? 1.0 : 0.0; }},
+};
+
+void AddStepsTable(Group& group, const std::vector<RankSteps>& ranks) {
   Table& steps = group.tables["steps"];
   steps.description = "a row per rank per step; warmup=1 rows are excluded from every statistic";
-  steps.Add("rank", "", rank_col).Add("step", "", step_col).Add("warmup", "", warmup_col)
-      .Add("data_wait_s", "s", data).Add("h2d_s", "s", h2d).Add("forward_s", "s", fwd).Add("backward_s", "s", bwd)
-      .Add("comm_total_s", "s", comm_total).Add("comm_exposed_s", "s", comm_exposed).Add("optimizer_s", "s", opt)
-      .Add("checkpoint_stall_s", "s", ckpt).Add("step_s", "s", step).Add("tokens", "tokens", tokens_col)
-      .Add("loss", "nats", loss).Add("data_bytes", "B", data_bytes).Add("data_read_MBps", "MB/s", read_rate)
-      .Add("loader_queue_depth", "batches", queue_depth).Add("checkpoint_writing", "", writing);
+  std::vector<int64_t> rank_col;
+  for (const RankSteps& rank : ranks) rank_col.insert(rank_col.end(), rank.steps.size(), rank.rank);
+  steps.Add("rank", "", rank_col);
+  for (const StepColumn& column : kStepColumns) {
+    std::vector<double> values;
+    for (const RankSteps& rank : ranks) {
+      for (const StepRecord& r : rank.steps) values.push_back(column.value(r));
+    }
+    if (column.integer) {
+      steps.Add(column.name, column.unit, std::vector<int64_t>(values.begin(), values.end()));
+    } else {
+      steps.Add(column.name, column.unit, values);
+    }
+  }
+}
 
-  std::vector<int64_t> b_rank;
-  std::vector<std::string> b_host, b_device;
-  std::vector<double> b_step;
-  std::vector<std::vector<double>> shares(15);
+void AddStallBudgetTable(Group& group, const ScalingPoint& p) {
+  std::vector<int64_t> rank;
+  std::vector<std::string> host, device;
+  std::vector<double> median_step;
+  constexpr int kParts = 5;
+  std::vector<std::vector<double>> shares(kParts * 3);  // p50, p95, p99 of each part
   for (const StallBudget& b : p.budgets) {
-    b_rank.push_back(b.rank);
-    b_host.push_back(b.host);
-    b_device.push_back(b.device);
-    b_step.push_back(b.median_step_s);
-    const Percentiles* parts[] = {&b.compute, &b.comm_exposed, &b.data_wait, &b.checkpoint_stall, &b.other};
-    for (int i = 0; i < 5; ++i) {
+    rank.push_back(b.rank);
+    host.push_back(b.host);
+    device.push_back(b.device);
+    median_step.push_back(b.median_step_s);
+    const Percentiles* parts[kParts] = {&b.compute, &b.comm_exposed, &b.data_wait, &b.checkpoint_stall, &b.other};
+    for (int i = 0; i < kParts; ++i) {
       shares[i * 3].push_back(parts[i]->p50);
       shares[i * 3 + 1].push_back(parts[i]->p95);
       shares[i * 3 + 2].push_back(parts[i]->p99);
@@ -245,14 +259,16 @@ void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<Ran
   Table& budget = group.tables["stall_budget"];
   budget.description = "shares of step time per rank over the measured steps (nearest-rank percentiles): compute = "
                        "forward+backward+optimizer; data_wait includes h2d; other = the rest";
-  budget.Add("rank", "", b_rank).Add("host", "", b_host).Add("device", "", b_device).Add("median_step_s", "s", b_step);
-  const char* names[] = {"compute", "comm_exposed", "data_wait", "checkpoint_stall", "other"};
-  for (int i = 0; i < 5; ++i) {
+  budget.Add("rank", "", rank).Add("host", "", host).Add("device", "", device).Add("median_step_s", "s", median_step);
+  const char* names[kParts] = {"compute", "comm_exposed", "data_wait", "checkpoint_stall", "other"};
+  for (int i = 0; i < kParts; ++i) {
     budget.Add(std::string(names[i]) + "_p50", "fraction", shares[i * 3])
         .Add(std::string(names[i]) + "_p95", "fraction", shares[i * 3 + 1])
         .Add(std::string(names[i]) + "_p99", "fraction", shares[i * 3 + 2]);
   }
+}
 
+void SetPointAttributes(Group& group, const ScalingPoint& p) {
   group.Set("ranks", static_cast<int64_t>(p.k));
   group.Set("micro_batch", static_cast<int64_t>(p.micro_batch));
   group.Set("tokens_per_step", p.tokens_per_step);
@@ -273,6 +289,16 @@ void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<Ran
   group.Set("loss_first", p.loss_first);
   group.Set("loss_last", p.loss_last);
   group.Set("worst_rank", static_cast<int64_t>(p.budgets[static_cast<size_t>(p.worst_rank)].rank));
+}
+
+}  // namespace
+
+void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<RankSteps>& ranks,
+                      const std::string& name) {
+  Group& group = train.Child(name.empty() ? PointGroupName({p.k, 0}) : name);
+  AddStepsTable(group, ranks);
+  AddStallBudgetTable(group, p);
+  SetPointAttributes(group, p);
 }
 
 }  // namespace tb
