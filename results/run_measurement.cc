@@ -96,6 +96,74 @@ double StepWithoutCheckpoints(const Table& steps, const ReportReader& r, const s
   return sum / static_cast<double>(slowest.size());
 }
 
+// Ranks, nodes and the device of the launch (rank 0's GPU, or "cpu").
+void ReadLaunch(const Report& report, const ReportReader& r, const std::map<int64_t, int64_t>& rank_nodes,
+                RunMeasurement& run) {
+  run.ranks = static_cast<int>(r.NumberOr(report.root, "n_ranks", static_cast<double>(rank_nodes.size())));
+  std::set<int64_t> nodes;
+  for (const auto& [rank, node] : rank_nodes) nodes.insert(node);
+  run.nodes = std::max<int>(1, static_cast<int>(nodes.size()));
+  run.device = "cpu";
+  if (const Group* topology = report.root.FindChild("topology"); topology && topology->tables.contains("ranks")) {
+    const Table& ranks = topology->tables.at("ranks");
+    const auto& index = r.Column<int64_t>(ranks, "gpu_index", "topology/ranks");
+    const auto& name = r.Column<std::string>(ranks, "gpu_name", "topology/ranks");
+    if (!index.empty() && index[0] >= 0) run.device = name[0];
+  }
+}
+
+// The mean checkpoint stall of a point's events (io/<point>/checkpoints), and the state they wrote.
+void ReadCheckpointStalls(const Group* point_io, const std::string& name, const ReportReader& r, MeasuredPoint& p) {
+  if (!point_io) return;
+  p.checkpoint_state_bytes = r.NumberOr(*point_io, "checkpoint_state_bytes", 0.0);
+  if (!point_io->tables.contains("checkpoints")) return;
+  const auto& stalls = r.Column<double>(point_io->tables.at("checkpoints"), "stall_s", "io/" + name + "/checkpoints");
+  if (stalls.empty()) return;
+  double sum = 0;
+  for (double s : stalls) sum += s;
+  p.checkpoint_stall_s = sum / static_cast<double>(stalls.size());
+  p.checkpoint_events = static_cast<int>(stalls.size());
+}
+
+// One scaling point of train/: its step without checkpoint stalls, communication and batch.
+MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, const ReportReader& r,
+                        const std::map<int64_t, int64_t>& rank_nodes, double bucket_bytes) {
+  const std::string where = "train/" + name;
+  if (!group.tables.contains("steps")) r.Fail(where + " lacks its steps table");
+  MeasuredPoint p;
+  p.train.k = k;
+  const Layout layout = LayoutOfFirst(k, rank_nodes);
+  p.train.nodes = layout.nodes;
+  p.train.gpus_per_node = layout.gpus_per_node;
+  p.train.step_s = StepWithoutCheckpoints(group.tables.at("steps"), r, where);
+  p.train.comm_total_s = r.Number(group, "comm_total_s", where);
+  p.train.comm_exposed_s = r.Number(group, "comm_exposed_s", where);
+  p.train.gradient_bytes = r.Number(group, "gradient_bytes", where);
+  // The all-reduces per step as train recorded them; reports written before it did get the estimate (buckets
+  // close once they hold bucket_bytes, so a step has about this many).
+  p.train.buckets = r.NumberOr(group, "gradient_buckets", 0.0);
+  if (!(p.train.buckets >= 1)) p.train.buckets = std::max(1.0, std::ceil(p.train.gradient_bytes / bucket_bytes));
+  p.train.tokens_per_step = r.Number(group, "tokens_per_step", where);
+  p.step_s_reported = r.Number(group, "step_s", where);
+  p.tokens_per_s_reported = r.Number(group, "tokens_per_s", where);
+  p.micro_batch = static_cast<int>(r.Number(group, "micro_batch", where));
+  if (!(p.train.step_s > 0) || !(p.train.tokens_per_step > 0)) r.Fail(where + " has no positive step time");
+  return p;
+}
+
+void ReadModel(const Report& report, const ReportReader& r, RunMeasurement& run) {
+  const Group* model = report.root.FindChild("model");
+  if (!model) return;
+  run.model_name = r.Text(*model, "name");
+  run.model_scaled = r.Text(*model, "scaled");
+  run.parameters = r.NumberOr(*model, "parameters", 0.0);
+  run.memory_estimate.weights_bytes = r.NumberOr(*model, "memory_weights_bytes", 0.0);
+  run.memory_estimate.gradients_bytes = r.NumberOr(*model, "memory_gradients_bytes", 0.0);
+  run.memory_estimate.optimizer_bytes = r.NumberOr(*model, "memory_optimizer_bytes", 0.0);
+  run.memory_estimate.activations_bytes = r.NumberOr(*model, "memory_activations_bytes", 0.0);
+  run.memory_precision = r.Text(*model, "memory_precision");
+}
+
 }  // namespace
 
 RunMeasurement ReadRunMeasurement(const Report& report, const std::string& path) {
@@ -108,58 +176,19 @@ RunMeasurement ReadRunMeasurement(const Report& report, const std::string& path)
   RunMeasurement run;
   run.path = path;
   const std::map<int64_t, int64_t> rank_nodes = RankNodes(report, r);
-  run.ranks = static_cast<int>(r.NumberOr(report.root, "n_ranks", static_cast<double>(rank_nodes.size())));
-  std::set<int64_t> nodes;
-  for (const auto& [rank, node] : rank_nodes) nodes.insert(node);
-  run.nodes = std::max<int>(1, static_cast<int>(nodes.size()));
-  run.device = "cpu";
-  if (const Group* topology = report.root.FindChild("topology"); topology && topology->tables.contains("ranks")) {
-    const Table& ranks = topology->tables.at("ranks");
-    const auto& index = r.Column<int64_t>(ranks, "gpu_index", "topology/ranks");
-    const auto& name = r.Column<std::string>(ranks, "gpu_name", "topology/ranks");
-    if (!index.empty() && index[0] >= 0) run.device = name[0];
-  }
+  ReadLaunch(report, r, rank_nodes, run);
   run.weak_scaling = r.Text(*train, "scaling_mode") != "strong";
   run.startup_s = r.NumberOr(*train, "startup_s", 0.0);
 
   const Group* config = report.root.FindChild("config");
-  const double bucket_bytes = (config ? r.NumberOr(*config, "bucket_mb", kDefaultBucketMiB) : kDefaultBucketMiB) * 1024.0 * 1024.0;
+  const double bucket_bytes =
+      (config ? r.NumberOr(*config, "bucket_mb", kDefaultBucketMiB) : kDefaultBucketMiB) * 1024.0 * 1024.0;
   const Group* io = report.root.FindChild("io");
   for (const auto& [name, group] : train->children()) {
     const int k = PointRanks(name);
     if (k == 0) continue;
-    const std::string where = "train/" + name;
-    if (!group->tables.contains("steps")) r.Fail(where + " lacks its steps table");
-    MeasuredPoint p;
-    p.train.k = k;
-    const Layout layout = LayoutOfFirst(k, rank_nodes);
-    p.train.nodes = layout.nodes;
-    p.train.gpus_per_node = layout.gpus_per_node;
-    p.train.step_s = StepWithoutCheckpoints(group->tables.at("steps"), r, where);
-    p.train.comm_total_s = r.Number(*group, "comm_total_s", where);
-    p.train.comm_exposed_s = r.Number(*group, "comm_exposed_s", where);
-    p.train.gradient_bytes = r.Number(*group, "gradient_bytes", where);
-    // The all-reduces per step as train recorded them; reports written before it did get the estimate (buckets
-    // close once they hold bucket_bytes, so a step has about this many).
-    p.train.buckets = r.NumberOr(*group, "gradient_buckets", 0.0);
-    if (!(p.train.buckets >= 1)) p.train.buckets = std::max(1.0, std::ceil(p.train.gradient_bytes / bucket_bytes));
-    p.train.tokens_per_step = r.Number(*group, "tokens_per_step", where);
-    p.step_s_reported = r.Number(*group, "step_s", where);
-    p.tokens_per_s_reported = r.Number(*group, "tokens_per_s", where);
-    p.micro_batch = static_cast<int>(r.Number(*group, "micro_batch", where));
-    if (!(p.train.step_s > 0) || !(p.train.tokens_per_step > 0)) r.Fail(where + " has no positive step time");
-    if (const Group* point_io = io ? io->FindChild(name) : nullptr) {
-      p.checkpoint_state_bytes = r.NumberOr(*point_io, "checkpoint_state_bytes", 0.0);
-      if (point_io->tables.contains("checkpoints")) {
-        const auto& stalls = r.Column<double>(point_io->tables.at("checkpoints"), "stall_s", "io/" + name + "/checkpoints");
-        if (!stalls.empty()) {
-          double sum = 0;
-          for (double s : stalls) sum += s;
-          p.checkpoint_stall_s = sum / static_cast<double>(stalls.size());
-          p.checkpoint_events = static_cast<int>(stalls.size());
-        }
-      }
-    }
+    MeasuredPoint p = ReadPoint(*group, name, k, r, rank_nodes, bucket_bytes);
+    ReadCheckpointStalls(io ? io->FindChild(name) : nullptr, name, r, p);
     run.points.push_back(std::move(p));
   }
   if (run.points.empty()) r.Fail("no training measurement (the train section holds no measured scaling point)");
@@ -168,17 +197,7 @@ RunMeasurement ReadRunMeasurement(const Report& report, const std::string& path)
 
   const Group* collectives = report.root.FindChild("collectives");
   if (collectives && collectives->FindChild("all_reduce")) run.all_reduce = ReadAllReduceSamples(report, path);
-
-  if (const Group* model = report.root.FindChild("model")) {
-    run.model_name = r.Text(*model, "name");
-    run.model_scaled = r.Text(*model, "scaled");
-    run.parameters = r.NumberOr(*model, "parameters", 0.0);
-    run.memory_estimate.weights_bytes = r.NumberOr(*model, "memory_weights_bytes", 0.0);
-    run.memory_estimate.gradients_bytes = r.NumberOr(*model, "memory_gradients_bytes", 0.0);
-    run.memory_estimate.optimizer_bytes = r.NumberOr(*model, "memory_optimizer_bytes", 0.0);
-    run.memory_estimate.activations_bytes = r.NumberOr(*model, "memory_activations_bytes", 0.0);
-    run.memory_precision = r.Text(*model, "memory_precision");
-  }
+  ReadModel(report, r, run);
   if (config) run.seq = static_cast<int>(r.NumberOr(*config, "seq", 0.0));
   run.peak_device_memory_bytes = r.NumberOr(*train, "peak_device_memory_bytes_max", 0.0);
   return run;
