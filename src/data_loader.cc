@@ -200,6 +200,21 @@ class ReadDescriptor {
 DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options)) {
   CheckOptions(options_);
   source_ = std::make_unique<Source>();
+  IndexSamples(ListFiles());
+  PlanSamples();
+  AllocateRing();
+  ProbeDirectIo();
+  const Source& src = *source_;
+  current_.tokens.batch = options_.batch;
+  current_.tokens.seq = options_.seq;
+  current_.tokens.token_bytes = static_cast<int>(src.token_bytes);
+  current_.tokens.wrap_vocab = src.wrap_to_vocab ? src.vocab : 0;
+  current_.tokens.origin = [this](int window, int token) { return OriginOf(current_.samples.at(window), token); };
+  for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { Work(); });
+}
+
+// Every file of a raw directory (recursively) or every shard, with how many records each holds.
+uint64_t DataLoader::ListFiles() {
   Source& src = *source_;
   uint64_t sample_bytes = 0;
   if (options_.raw) {
@@ -220,17 +235,23 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
     if (ec) throw InputError("cannot list data directory '" + options_.dir + "': " + ec.message());
     std::sort(found.begin(), found.end());
     for (const auto& [path, bytes] : found) src.files.push_back({path, -1, 0, 0, bytes / options_.record_bytes});
-  } else {
-    TokenDataset dataset = OpenTokenDataset(options_.dir);
-    src.vocab = dataset.vocab;
-    src.token_bytes = dataset.token_bytes;
-    sample_bytes = static_cast<uint64_t>(options_.seq + 1) * src.token_bytes;
-    options_.record_bytes = options_.record_bytes ? options_.record_bytes : sample_bytes;
-    for (const ShardFile& shard : dataset.shards) {
-      src.files.push_back({shard.path, -1, shard.header.header_bytes, 0,
-                           shard.header.payload_bytes() / options_.record_bytes});
-    }
+    return sample_bytes;
   }
+  TokenDataset dataset = OpenTokenDataset(options_.dir);
+  src.vocab = dataset.vocab;
+  src.token_bytes = dataset.token_bytes;
+  sample_bytes = static_cast<uint64_t>(options_.seq + 1) * src.token_bytes;
+  options_.record_bytes = options_.record_bytes ? options_.record_bytes : sample_bytes;
+  for (const ShardFile& shard : dataset.shards) {
+    src.files.push_back({shard.path, -1, shard.header.header_bytes, 0,
+                         shard.header.payload_bytes() / options_.record_bytes});
+  }
+  return sample_bytes;
+}
+
+// Numbers the samples across the files (those too small for a record are dropped) and opens the files kept open.
+void DataLoader::IndexSamples(uint64_t sample_bytes) {
+  Source& src = *source_;
   if (options_.record_bytes < sample_bytes) {
     throw InputError("--record-bytes " + std::to_string(options_.record_bytes) + " is smaller than one sample: (" +
                      std::to_string(options_.seq) + " + 1) tokens x " + std::to_string(src.token_bytes) +
@@ -250,7 +271,11 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
   const uint64_t keep_open = std::min<uint64_t>(src.files.size(), DescriptorBudget());
   for (uint64_t i = 0; i < keep_open; ++i) src.files[i].fd = OpenForReading(src.files[i].path, options_.direct_io, options_.dir);
   totals_.open_files = keep_open;
+}
 
+// The shuffled plan of global batches, checked against a resumed position.
+void DataLoader::PlanSamples() {
+  const Source& src = *source_;
   plan_ = std::make_unique<SamplePlan>(src.samples, options_.world, options_.batch, options_.seed);
   if (plan_->batches_per_epoch() == 0) {
     throw InputError("data directory '" + options_.dir + "' holds " + std::to_string(src.samples) +
@@ -269,13 +294,15 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
                        options_.dir + "'; was the dataset or the batch size changed?");
     }
   }
-
   totals_.files = src.files.size();
   totals_.samples = src.samples;
   totals_.record_bytes = options_.record_bytes;
   totals_.batches_per_epoch = plan_->batches_per_epoch();
   totals_.dropped_per_epoch = plan_->dropped_per_epoch();
+}
 
+// prefetch + 1 batch buffers in one allocation, refused before it is made when it would not fit the host.
+void DataLoader::AllocateRing() {
   // Rows hold whole records; under O_DIRECT the 4096-aligned superset of one, which starts at most a block early.
   row_stride_ = options_.direct_io ? RoundUp(options_.record_bytes, kDirectAlign) + kDirectAlign
                                    : RoundUp(options_.record_bytes, 64);
@@ -295,21 +322,16 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
   for (int i = 0; i < options_.prefetch + 1; ++i) {
     slots_.push_back(std::make_unique<Slot>(static_cast<unsigned char*>(ring_.get()) + i * slot_bytes, options_.batch));
   }
+}
 
-  if (options_.direct_io) {
-    // Some filesystems accept O_DIRECT at open and refuse the reads; find out before the workers start.
-    const Source::File& first = src.files.front();
-    if (::pread(first.fd, slots_[0]->buffer, kDirectAlign, 0) < 0 && errno == EINVAL) {
-      throw InputError("--direct-io: the filesystem of '" + options_.dir + "' refuses O_DIRECT reads (" +
-                       first.path + ": Invalid argument); run without --direct-io");
-    }
+// Some filesystems accept O_DIRECT at open and refuse the reads; find out before the workers start.
+void DataLoader::ProbeDirectIo() {
+  if (!options_.direct_io) return;
+  const Source::File& first = source_->files.front();
+  if (::pread(first.fd, slots_[0]->buffer, kDirectAlign, 0) < 0 && errno == EINVAL) {
+    throw InputError("--direct-io: the filesystem of '" + options_.dir + "' refuses O_DIRECT reads (" + first.path +
+                     ": Invalid argument); run without --direct-io");
   }
-  current_.tokens.batch = options_.batch;
-  current_.tokens.seq = options_.seq;
-  current_.tokens.token_bytes = static_cast<int>(src.token_bytes);
-  current_.tokens.wrap_vocab = src.wrap_to_vocab ? src.vocab : 0;
-  current_.tokens.origin = [this](int window, int token) { return OriginOf(current_.samples.at(window), token); };
-  for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { Work(); });
 }
 
 DataLoader::~DataLoader() {

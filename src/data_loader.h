@@ -155,6 +155,13 @@ class DataLoader {
     double end_s = 0;
   };
 
+  // The constructor's steps: the files and their records (returns the bytes of one sample), the samples they
+  // hold, the plan over them, the ring of batch buffers, and the O_DIRECT probe.
+  uint64_t ListFiles();
+  void IndexSamples(uint64_t sample_bytes);
+  void PlanSamples();
+  void AllocateRing();
+  void ProbeDirectIo();
   void Work();
   // Reads sample `sample` into row `row` of `slot` (latency, throttle and the pread); bytes 0 when stopped.
   SampleRead ReadSample(uint64_t sample, Slot& slot, int row);
