@@ -74,16 +74,13 @@ CheckpointMeta ReadCheckpointMeta(const std::string& path, const std::string& fl
   return {manifest.step, manifest.model_fingerprint, manifest.values};
 }
 
-LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const std::vector<StateBuffer>& buffers,
-                                const std::string& model_fingerprint, const DeviceCopier& copier,
-                                uint64_t gather_chunk_bytes) {
-  const double start = NowSeconds();
-  int rank = 0, size = 1;
-  TB_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-  TB_CHECK_MPI(MPI_Comm_size(comm, &size));
-  LoadedCheckpoint loaded;
+namespace {
 
-  // Rank 0 finds the checkpoint and reads its manifest; every rank then works from the same text.
+// Rank 0 finds the checkpoint and reads its manifest; every rank then parses the same text and checks that it
+// holds this run's model and buffers. Collective; sets loaded.dir.
+Manifest ReadAgreedManifest(MPI_Comm comm, int rank, const std::string& path, const std::vector<StateBuffer>& buffers,
+                            const std::string& model_fingerprint, const DeviceCopier& copier,
+                            uint64_t gather_chunk_bytes, LoadedCheckpoint& loaded) {
   std::string text;
   AgreeOnStep(comm, [&] {
     if (gather_chunk_bytes == 0) throw InputError("checkpoint gather chunk size must be positive");
@@ -93,7 +90,6 @@ LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const st
   });
   BroadcastString(comm, loaded.dir, 0);
   BroadcastString(comm, text, 0);
-
   Manifest manifest;
   AgreeOnStep(comm, [&] {
     manifest = checkpoint::ParseManifest(text, (fs::path(loaded.dir) / checkpoint::kManifestName).string());
@@ -113,24 +109,35 @@ LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const st
                        DescribeBuffers(ours));
     }
   });
+  return manifest;
+}
 
-  // Each rank reads and verifies a contiguous run of whole files, so that every file's checksum is checked
-  // exactly once whichever world size wrote the checkpoint and whichever reads it.
+// The contiguous run of whole files each rank reads: where it starts in the state and how many bytes it holds.
+struct Blocks {
+  std::vector<uint64_t> begin, bytes;
+};
+Blocks BlocksOf(const Manifest& manifest, int size) {
   const auto file_count = static_cast<uint64_t>(manifest.files.size());
-  std::vector<uint64_t> block_begin(size), block_bytes(size);
+  Blocks blocks{std::vector<uint64_t>(size), std::vector<uint64_t>(size)};
   for (int r = 0; r < size; ++r) {
     const uint64_t first = checkpoint::SliceBegin(file_count, r, size);
     const uint64_t last = checkpoint::SliceBegin(file_count, r + 1, size);
-    block_begin[r] = first < file_count ? manifest.files[first].begin : manifest.total_bytes;
-    block_bytes[r] = first < last ? manifest.files[last - 1].end - block_begin[r] : 0;
+    blocks.begin[r] = first < file_count ? manifest.files[first].begin : manifest.total_bytes;
+    blocks.bytes[r] = first < last ? manifest.files[last - 1].end - blocks.begin[r] : 0;
   }
-  std::vector<std::byte> block(block_bytes[rank]);
+  return blocks;
+}
+
+// This rank's files read into `block`, each checksum verified (agreed: a corrupt file fails every rank).
+void ReadBlock(MPI_Comm comm, int rank, int size, const Manifest& manifest, const std::string& dir,
+               uint64_t block_begin, std::vector<std::byte>& block) {
+  const auto file_count = static_cast<uint64_t>(manifest.files.size());
   AgreeOnStep(comm, [&] {
     for (uint64_t f = checkpoint::SliceBegin(file_count, rank, size); f < checkpoint::SliceBegin(file_count, rank + 1, size);
          ++f) {
       const checkpoint::ManifestFile& file = manifest.files[f];
-      const std::string file_path = (fs::path(loaded.dir) / file.name).string();
-      const uint32_t crc = checkpoint::ReadFileChecked(file_path, block.data() + (file.begin - block_begin[rank]),
+      const std::string file_path = (fs::path(dir) / file.name).string();
+      const uint32_t crc = checkpoint::ReadFileChecked(file_path, block.data() + (file.begin - block_begin),
                                                        file.end - file.begin, kReadBlockBytes);
       if (crc != file.crc32c) {
         throw InputError("checkpoint file " + file_path + " is corrupt: CRC-32C " + Hex32(crc) + ", the manifest says " +
@@ -138,10 +145,13 @@ LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const st
       }
     }
   });
+}
 
-  // All-gather in rounds: each rank contributes up to `chunk` bytes of its block per round.
+// Every rank's block to every rank in rounds of up to `chunk` bytes each, copied into the state buffers.
+void GatherBlocks(MPI_Comm comm, int rank, int size, const Blocks& blocks, const std::vector<std::byte>& block,
+                  const std::vector<StateBuffer>& buffers, const DeviceCopier& copier, uint64_t gather_chunk_bytes) {
   const uint64_t chunk = std::max<uint64_t>(1, std::min(gather_chunk_bytes, kMaxRoundBytes / size));
-  const uint64_t largest = *std::max_element(block_bytes.begin(), block_bytes.end());
+  const uint64_t largest = *std::max_element(blocks.bytes.begin(), blocks.bytes.end());
   const uint64_t rounds = (largest + chunk - 1) / chunk;
   std::vector<std::byte> gathered;
   std::vector<int> counts(size), displacements(size);
@@ -149,7 +159,7 @@ LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const st
     const uint64_t round_start = round * chunk;
     int total = 0;
     for (int r = 0; r < size; ++r) {
-      counts[r] = static_cast<int>(block_bytes[r] > round_start ? std::min(chunk, block_bytes[r] - round_start) : 0);
+      counts[r] = static_cast<int>(blocks.bytes[r] > round_start ? std::min(chunk, blocks.bytes[r] - round_start) : 0);
       displacements[r] = total;
       total += counts[r];
     }
@@ -157,7 +167,7 @@ LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const st
     TB_CHECK_MPI(MPI_Allgatherv(block.data() + std::min<uint64_t>(round_start, block.size()), counts[rank], MPI_BYTE,
                                 gathered.data(), counts.data(), displacements.data(), MPI_BYTE, comm));
     for (int r = 0; r < size; ++r) {
-      const uint64_t begin = block_begin[r] + round_start;
+      const uint64_t begin = blocks.begin[r] + round_start;
       for (const checkpoint::Piece& piece : checkpoint::PiecesOf(buffers, begin, begin + counts[r])) {
         const StateBuffer& buffer = buffers[piece.buffer];
         std::byte* to = static_cast<std::byte*>(buffer.data) + piece.offset;
@@ -170,13 +180,33 @@ LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const st
       }
     }
   }
+}
+
+}  // namespace
+
+LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const std::vector<StateBuffer>& buffers,
+                                const std::string& model_fingerprint, const DeviceCopier& copier,
+                                uint64_t gather_chunk_bytes) {
+  const double start = NowSeconds();
+  int rank = 0, size = 1;
+  TB_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+  TB_CHECK_MPI(MPI_Comm_size(comm, &size));
+  LoadedCheckpoint loaded;
+  const Manifest manifest =
+      ReadAgreedManifest(comm, rank, path, buffers, model_fingerprint, copier, gather_chunk_bytes, loaded);
+  // Each rank reads and verifies a contiguous run of whole files, so that every file's checksum is checked
+  // exactly once whichever world size wrote the checkpoint and whichever reads it.
+  const Blocks blocks = BlocksOf(manifest, size);
+  std::vector<std::byte> block(blocks.bytes[rank]);
+  ReadBlock(comm, rank, size, manifest, loaded.dir, blocks.begin[rank], block);
+  GatherBlocks(comm, rank, size, blocks, block, buffers, copier, gather_chunk_bytes);
 
   loaded.meta.step = manifest.step;
   loaded.meta.model_fingerprint = manifest.model_fingerprint;
   loaded.meta.values = manifest.values;
   loaded.saved_world_size = manifest.world_size;
   loaded.bytes = manifest.total_bytes;
-  loaded.read_bytes = block_bytes[rank];
+  loaded.read_bytes = blocks.bytes[rank];
   loaded.seconds = NowSeconds() - start;
   return loaded;
 }
