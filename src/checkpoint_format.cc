@@ -181,63 +181,77 @@ std::string FormatManifest(const Manifest& m) {
   return text;
 }
 
-Manifest ParseManifest(const std::string& text, const std::string& path) {
-  const std::string where = "checkpoint manifest " + path + ": ";
-  auto fail = [&](const std::string& what) { return InputError(where + what); };
+namespace {
 
-  // The last line holds the checksum of everything before it: a torn or edited manifest is refused whole.
-  if (text.empty() || text.back() != '\n') throw fail("truncated (no final line break)");
-  const size_t last_start = text.rfind('\n', text.size() - 2) + 1;  // npos + 1 == 0 for a one-line file
-  const std::string last_line = text.substr(last_start, text.size() - 1 - last_start);
-  uint64_t stored_crc = 0;
-  if (last_line.rfind("crc32c ", 0) != 0 || !ParseUnsigned(last_line.substr(7), stored_crc, 16)) {
-    throw fail("truncated or not a trainbench checkpoint manifest (no final crc32c line)");
-  }
-  const uint32_t actual_crc = Crc32c(text.data(), last_start);
-  if (actual_crc != stored_crc) {
-    throw fail("corrupt: checksum " + Hex32(actual_crc) + " does not match the stored " +
-               Hex32(static_cast<uint32_t>(stored_crc)));
-  }
-
+// A manifest as it is read line by line: what it holds so far, and which of its required lines were seen.
+struct ManifestReader {
+  std::string where;  // "checkpoint manifest PATH: "
   Manifest m;
   bool have_format = false, have_step = false, have_world = false, have_fingerprint = false, have_total = false,
        have_end = false;
-  std::istringstream lines(text.substr(0, last_start));
-  std::string line;
-  int line_number = 0;
-  while (std::getline(lines, line)) {
-    ++line_number;
-    if (line.empty() || line[0] == '#') continue;
-    const std::string at_line = "line " + std::to_string(line_number) + ": ";
-    if (have_end) throw fail(at_line + "text after 'end'");
-    const size_t space = line.find(' ');
-    const std::string key = line.substr(0, space);
-    const std::string rest = space == std::string::npos ? "" : line.substr(space + 1);
-    std::istringstream fields(rest);
-    std::vector<std::string> words;
-    for (std::string word; fields >> word;) words.push_back(word);
+
+  InputError Fail(const std::string& what) const { return InputError(where + what); }
+
+  // The length of the text the final "crc32c" line covers, once its checksum matches.
+  size_t CheckedLength(const std::string& text) const {
+    // The last line holds the checksum of everything before it: a torn or edited manifest is refused whole.
+    if (text.empty() || text.back() != '\n') throw Fail("truncated (no final line break)");
+    const size_t last_start = text.rfind('\n', text.size() - 2) + 1;  // npos + 1 == 0 for a one-line file
+    const std::string last_line = text.substr(last_start, text.size() - 1 - last_start);
+    uint64_t stored_crc = 0;
+    if (last_line.rfind("crc32c ", 0) != 0 || !ParseUnsigned(last_line.substr(7), stored_crc, 16)) {
+      throw Fail("truncated or not a trainbench checkpoint manifest (no final crc32c line)");
+    }
+    const uint32_t actual_crc = Crc32c(text.data(), last_start);
+    if (actual_crc != stored_crc) {
+      throw Fail("corrupt: checksum " + Hex32(actual_crc) + " does not match the stored " +
+                 Hex32(static_cast<uint32_t>(stored_crc)));
+    }
+    return last_start;
+  }
+
+  void Format(const std::vector<std::string>& words, const std::string& at_line) {
     uint64_t number = 0;
-    if (!have_format && key != "format") throw fail(at_line + "expected 'format " + kFormatName + " N' first");
+    if (words.size() != 2 || words[0] != kFormatName || !ParseUnsigned(words[1], number)) {
+      throw Fail(at_line + "not a trainbench checkpoint manifest");
+    }
+    if (number != static_cast<uint64_t>(kFormatVersion)) {
+      throw Fail("format version " + words[1] + " is not supported (this build reads version " +
+                 std::to_string(kFormatVersion) + ")");
+    }
+    have_format = true;
+  }
+
+  void File(const std::vector<std::string>& words, const std::string& at_line) {
+    ManifestFile f;
+    f.name = words[0];
+    uint64_t size = 0, crc = 0;
+    if (!ParseUnsigned(words[1], f.begin) || !ParseUnsigned(words[2], f.end) || !ParseUnsigned(words[3], size) ||
+        !ParseUnsigned(words[4], crc, 16) || f.end < f.begin || size != f.end - f.begin || crc > UINT32_MAX) {
+      throw Fail(at_line + "malformed file line");
+    }
+    f.crc32c = static_cast<uint32_t>(crc);
+    m.files.push_back(f);
+  }
+
+  // One "key values..." line; false when it is none of the manifest's lines.
+  bool Line(const std::string& key, const std::string& rest, const std::vector<std::string>& words,
+            const std::string& at_line) {
+    uint64_t number = 0;
+    const bool one_number = words.size() == 1 && ParseUnsigned(words[0], number);
     if (key == "format") {
-      if (words.size() != 2 || words[0] != kFormatName || !ParseUnsigned(words[1], number)) {
-        throw fail(at_line + "not a trainbench checkpoint manifest");
-      }
-      if (number != static_cast<uint64_t>(kFormatVersion)) {
-        throw fail("format version " + words[1] + " is not supported (this build reads version " +
-                   std::to_string(kFormatVersion) + ")");
-      }
-      have_format = true;
-    } else if (key == "step" && words.size() == 1 && ParseUnsigned(words[0], number) && number <= INT64_MAX) {
+      Format(words, at_line);
+    } else if (key == "step" && one_number && number <= INT64_MAX) {
       m.step = static_cast<int64_t>(number);
       have_step = true;
-    } else if (key == "world_size" && words.size() == 1 && ParseUnsigned(words[0], number) && number >= 1 &&
-               number <= INT32_MAX) {
+    } else if (key == "world_size" && one_number && number >= 1 && number <= INT32_MAX) {
       m.world_size = static_cast<int>(number);
       have_world = true;
     } else if (key == "model_fingerprint") {
       m.model_fingerprint = rest;
       have_fingerprint = true;
-    } else if (key == "total_bytes" && words.size() == 1 && ParseUnsigned(words[0], m.total_bytes)) {
+    } else if (key == "total_bytes" && one_number) {
+      m.total_bytes = number;
       have_total = true;
     } else if (key == "buffer" && words.size() == 2 && ParseUnsigned(words[1], number)) {
       m.buffers.emplace_back(words[0], number);
@@ -245,40 +259,64 @@ Manifest ParseManifest(const std::string& text, const std::string& path) {
       const size_t value_start = rest.find(' ');
       m.values[words[0]] = value_start == std::string::npos ? "" : rest.substr(value_start + 1);
     } else if (key == "file" && words.size() == 5) {
-      ManifestFile f;
-      f.name = words[0];
-      uint64_t size = 0, crc = 0;
-      if (!ParseUnsigned(words[1], f.begin) || !ParseUnsigned(words[2], f.end) || !ParseUnsigned(words[3], size) ||
-          !ParseUnsigned(words[4], crc, 16) || f.end < f.begin || size != f.end - f.begin || crc > UINT32_MAX) {
-        throw fail(at_line + "malformed file line");
-      }
-      f.crc32c = static_cast<uint32_t>(crc);
-      m.files.push_back(f);
+      File(words, at_line);
     } else if (key == "end" && words.empty()) {
       have_end = true;
     } else {
-      throw fail(at_line + "cannot parse '" + line + "'");
+      return false;
     }
+    return true;
   }
-  if (!have_step || !have_world || !have_fingerprint || !have_total || !have_end) {
-    throw fail("incomplete (needs step, world_size, model_fingerprint, total_bytes and end)");
-  }
-  uint64_t buffer_sum = 0;
-  for (const auto& buffer : m.buffers) buffer_sum += buffer.second;
-  if (buffer_sum != m.total_bytes) throw fail("buffer sizes do not add up to total_bytes");
-  if (m.files.size() != static_cast<size_t>(m.world_size)) {
-    throw fail(std::to_string(m.files.size()) + " file lines for world_size " + std::to_string(m.world_size));
-  }
-  uint64_t expected_begin = 0;
-  for (size_t r = 0; r < m.files.size(); ++r) {
-    if (m.files[r].name != RankFileName(static_cast<int>(r)) || m.files[r].begin != expected_begin) {
-      throw fail("file line " + std::to_string(r) + " is not " + RankFileName(static_cast<int>(r)) +
-                 " starting at byte " + std::to_string(expected_begin));
+
+  // The whole: every required line, buffers adding up, one file per rank covering the state in order.
+  void CheckWhole() const {
+    if (!have_step || !have_world || !have_fingerprint || !have_total || !have_end) {
+      throw Fail("incomplete (needs step, world_size, model_fingerprint, total_bytes and end)");
     }
-    expected_begin = m.files[r].end;
+    uint64_t buffer_sum = 0;
+    for (const auto& buffer : m.buffers) buffer_sum += buffer.second;
+    if (buffer_sum != m.total_bytes) throw Fail("buffer sizes do not add up to total_bytes");
+    if (m.files.size() != static_cast<size_t>(m.world_size)) {
+      throw Fail(std::to_string(m.files.size()) + " file lines for world_size " + std::to_string(m.world_size));
+    }
+    uint64_t expected_begin = 0;
+    for (size_t r = 0; r < m.files.size(); ++r) {
+      if (m.files[r].name != RankFileName(static_cast<int>(r)) || m.files[r].begin != expected_begin) {
+        throw Fail("file line " + std::to_string(r) + " is not " + RankFileName(static_cast<int>(r)) +
+                   " starting at byte " + std::to_string(expected_begin));
+      }
+      expected_begin = m.files[r].end;
+    }
+    if (expected_begin != m.total_bytes) throw Fail("the files do not cover total_bytes");
   }
-  if (expected_begin != m.total_bytes) throw fail("the files do not cover total_bytes");
-  return m;
+};
+
+}  // namespace
+
+Manifest ParseManifest(const std::string& text, const std::string& path) {
+  ManifestReader reader;
+  reader.where = "checkpoint manifest " + path + ": ";
+  std::istringstream lines(text.substr(0, reader.CheckedLength(text)));
+  std::string line;
+  int line_number = 0;
+  while (std::getline(lines, line)) {
+    ++line_number;
+    if (line.empty() || line[0] == '#') continue;
+    const std::string at_line = "line " + std::to_string(line_number) + ": ";
+    if (reader.have_end) throw reader.Fail(at_line + "text after 'end'");
+    const size_t space = line.find(' ');
+    const std::string key = line.substr(0, space);
+    const std::string rest = space == std::string::npos ? "" : line.substr(space + 1);
+    std::istringstream fields(rest);
+    std::vector<std::string> words;
+    for (std::string word; fields >> word;) words.push_back(word);
+    if (!reader.have_format && key != "format") {
+      throw reader.Fail(at_line + "expected 'format " + kFormatName + " N' first");
+    }
+    if (!reader.Line(key, rest, words, at_line)) throw reader.Fail(at_line + "cannot parse '" + line + "'");
+  }
+  reader.CheckWhole();
+  return reader.m;
 }
 
 WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>& sources, const DeviceCopier& copier,
