@@ -433,23 +433,21 @@ std::vector<hsize_t> Dimensions(hid_t dataset, const std::string& path) {
   return dims;
 }
 
-Table ReadTable(hid_t dataset, const std::string& path, hid_t file_type) {
-  const std::string what = "cannot read table '" + path + "'";
-  std::vector<hsize_t> dims = Dimensions(dataset, path);
-  if (dims.size() != 1) throw RuntimeError("table '" + path + "' is not one-dimensional");
-  const size_t rows = dims[0];
-  const int fields = Check(H5Tget_nmembers(file_type), what);
+// One column of a table as read into memory: the file's fields in order, numbers as native int64/double, packed.
+struct TableField {
+  std::string name;
+  H5T_class_t kind;
+  size_t offset;
+  size_t size;
+  DatatypeId string_type;  // the file's own string type, for string fields
+};
 
-  // Memory record: the file's fields in order, numbers as native int64/double, packed.
-  struct Field {
-    std::string name;
-    H5T_class_t kind;
-    size_t offset;
-    size_t size;
-    DatatypeId string_type;  // the file's own string type, for string fields
-  };
-  std::vector<Field> layout;
-  size_t record_size = 0;
+// The memory layout of the file's record type; `record_size` gets the packed record's bytes.
+std::vector<TableField> TableLayout(hid_t file_type, const std::string& path, size_t& record_size) {
+  const std::string what = "cannot read table '" + path + "'";
+  const int fields = Check(H5Tget_nmembers(file_type), what);
+  std::vector<TableField> layout;
+  record_size = 0;
   for (int i = 0; i < fields; ++i) {
     char* raw_name = H5Tget_member_name(file_type, static_cast<unsigned>(i));
     if (raw_name == nullptr) throw RuntimeError(what + ": " + Hdf5Message());
@@ -468,13 +466,19 @@ Table ReadTable(hid_t dataset, const std::string& path, hid_t file_type) {
     } else if (kind != H5T_INTEGER && kind != H5T_FLOAT) {
       throw RuntimeError("table '" + path + "': column '" + name + "' is not an integer, float or string");
     }
-    layout.push_back(Field{name, kind, record_size, size, std::move(string_type)});
+    layout.push_back(TableField{name, kind, record_size, size, std::move(string_type)});
     record_size += size;
   }
   if (layout.empty()) throw RuntimeError("table '" + path + "' has no columns");
+  return layout;
+}
 
+// Every row of `dataset` as packed records of `layout`.
+std::vector<char> ReadRecords(hid_t dataset, const std::string& path, const std::vector<TableField>& layout,
+                              size_t record_size, size_t rows) {
+  const std::string what = "cannot read table '" + path + "'";
   DatatypeId record(Check(H5Tcreate(H5T_COMPOUND, record_size), what));
-  for (const Field& field : layout) {
+  for (const TableField& field : layout) {
     hid_t field_type = field.kind == H5T_INTEGER ? H5T_NATIVE_INT64
                        : field.kind == H5T_FLOAT ? H5T_NATIVE_DOUBLE
                                                  : field.string_type.get();
@@ -482,6 +486,16 @@ Table ReadTable(hid_t dataset, const std::string& path, hid_t file_type) {
   }
   std::vector<char> buffer(rows * record_size);
   if (rows > 0) Check(H5Dread(dataset, record.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()), what);
+  return buffer;
+}
+
+Table ReadTable(hid_t dataset, const std::string& path, hid_t file_type) {
+  std::vector<hsize_t> dims = Dimensions(dataset, path);
+  if (dims.size() != 1) throw RuntimeError("table '" + path + "' is not one-dimensional");
+  const size_t rows = dims[0];
+  size_t record_size = 0;
+  const std::vector<TableField> layout = TableLayout(file_type, path, record_size);
+  const std::vector<char> buffer = ReadRecords(dataset, path, layout, record_size, rows);
 
   std::vector<std::string> units(layout.size());
   if (HasAttribute(dataset, path, "units")) {
@@ -492,11 +506,10 @@ Table ReadTable(hid_t dataset, const std::string& path, hid_t file_type) {
                          std::to_string(units.size()) + " units");
     }
   }
-
   Table table;
   table.description = ReadStringAttribute(dataset, path, "description");
   for (size_t c = 0; c < layout.size(); ++c) {
-    const Field& field = layout[c];
+    const TableField& field = layout[c];
     auto at = [&](size_t r) { return &buffer[r * record_size + field.offset]; };
     if (field.kind == H5T_STRING) {
       std::vector<std::string> values;
