@@ -1,8 +1,9 @@
 #include "report_check.h"
 
 #include <algorithm>
-#include <sstream>
 #include <vector>
+
+#include "units.h"
 
 namespace tb {
 namespace {
@@ -65,13 +66,10 @@ std::string P2pDamage(const Group& root, const Group& summary) {
   return "";
 }
 
-// "k<ranks>", built by appending: GCC 12 warns falsely (-Wrestrict) about "k" + std::to_string(...).
+// The names of a comma-separated list such as summary/train_points ("k1,k2").
 std::vector<std::string> SplitNames(const std::string& list) {
-  std::vector<std::string> names;
-  std::stringstream stream(list);
-  for (std::string name; std::getline(stream, name, ',');) {
-    if (!name.empty()) names.push_back(name);
-  }
+  std::vector<std::string> names = SplitItems(list);
+  std::erase(names, std::string());
   return names;
 }
 

@@ -5,19 +5,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 
 #include "error.h"
+#include "units.h"
 
 namespace tb {
 namespace {
-
-std::string Trim(const std::string& text) {
-  const size_t begin = text.find_first_not_of(" \t");
-  if (begin == std::string::npos) return "";
-  const size_t end = text.find_last_not_of(" \t");
-  return text.substr(begin, end - begin + 1);
-}
 
 std::string Shown(int64_t value) { return std::to_string(value); }
 std::string Shown(double value) {
@@ -115,19 +108,14 @@ double ParseReal(const std::string& raw, const std::string& flag, const RealRang
 }
 
 std::vector<std::string> SplitFlagList(const std::string& text, const std::string& flag) {
-  std::vector<std::string> items;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    const std::string item = Trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+  std::vector<std::string> items = SplitItems(text);
+  for (const std::string& item : items) {
     if (item.empty()) {
       throw InputError(flag + " '" + text + "': " + (Trim(text).empty() ? "empty list" : "empty item in the list") +
                        " (items are separated by single commas, e.g. 1,2,4)");
     }
-    items.push_back(item);
-    if (comma == std::string::npos) return items;
-    start = comma + 1;
   }
+  return items;
 }
 
 std::vector<int64_t> ParseIntegerList(const std::string& text, const std::string& flag, const IntRange& range) {
@@ -195,19 +183,10 @@ namespace {
 
 // Whether `text` is one of `values`, or a comma-separated list holding one of them.
 bool HoldsOneOf(const std::string& text, const std::vector<std::string>& values) {
-  std::stringstream items(text);
-  for (std::string item; std::getline(items, item, ',');) {
-    item.erase(0, item.find_first_not_of(' '));
-    item.erase(item.find_last_not_of(' ') + 1);
+  for (const std::string& item : SplitItems(text)) {
     if (std::find(values.begin(), values.end(), item) != values.end()) return true;
   }
   return false;
-}
-
-std::string JoinValues(const std::vector<std::string>& values) {
-  std::string joined;
-  for (const std::string& v : values) joined += (joined.empty() ? "" : "|") + v;
-  return joined;
 }
 
 }  // namespace
@@ -224,7 +203,7 @@ void CheckFlagRules(const po::variables_map& given, const std::vector<FlagRule>&
     const std::string held = present && !rule.values.empty() ? given[rule.other].as<std::string>() : "";
     if (present && (rule.values.empty() || HoldsOneOf(held, rule.values))) continue;
     throw InputError("--" + rule.flag + " goes with --" + rule.other +
-                     (rule.values.empty() ? "" : " " + JoinValues(rule.values)) +
+                     (rule.values.empty() ? "" : " " + JoinNames(rule.values)) +
                      (present ? " (--" + rule.other + " is '" + held + "')" : " (not given)"));
   }
 }

@@ -24,6 +24,9 @@ constexpr Suffix kSuffixes[] = {
     {"T", kKi * kKi * kKi * kKi}, {"TIB", kKi * kKi * kKi * kKi}, {"TB", 1000ULL * 1000 * 1000 * 1000},
 };
 
+
+}  // namespace
+
 std::string Trim(const std::string& text) {
   size_t begin = text.find_first_not_of(" \t");
   if (begin == std::string::npos) return "";
@@ -31,7 +34,16 @@ std::string Trim(const std::string& text) {
   return text.substr(begin, end - begin + 1);
 }
 
-}  // namespace
+std::vector<std::string> SplitItems(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    items.push_back(Trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
 
 uint64_t ParseSize(const std::string& raw, const std::string& flag) {
   const std::string text = Trim(raw);

@@ -12,6 +12,13 @@ namespace tb {
 // nothing). Throws InputError naming `flag`.
 uint64_t ParseSize(const std::string& text, const std::string& flag);
 
+// `text` without leading and trailing spaces and tabs.
+std::string Trim(const std::string& text);
+
+// The items of a comma-separated list, each trimmed; empty items are kept ("a,,b" gives "a", "", "b"), so that
+// callers decide what an empty one means (SplitFlagList refuses it).
+std::vector<std::string> SplitItems(const std::string& text);
+
 // Parses a comma-separated list of sizes, e.g. "1K,64K,1M" (no empty items).
 std::vector<uint64_t> ParseSizeList(const std::string& text, const std::string& flag);
 

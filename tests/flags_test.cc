@@ -8,6 +8,7 @@
 
 #include "error.h"
 #include "flags.h"
+#include "units.h"
 
 namespace tb {
 namespace {
@@ -63,6 +64,11 @@ TEST(Range, Describe) {
   EXPECT_EQ(IntRange{}.Describe(), "of any size");
   EXPECT_FALSE(RealRange{}.Contains(std::nan("")));
   EXPECT_FALSE(RealRange{}.Contains(INFINITY));
+}
+
+TEST(SplitItems, TrimsAndKeepsEmptyItems) {
+  EXPECT_EQ(SplitItems(" a,\tb ,,c"), (std::vector<std::string>{"a", "b", "", "c"}));
+  EXPECT_EQ(SplitItems(""), (std::vector<std::string>{""}));
 }
 
 TEST(SplitFlagList, EmptyItemsAreRefused) {
