@@ -307,15 +307,11 @@ bool ParseVerifyFlags(const std::vector<std::string>& args, VerifyFlags& f) {
 // Every problem the ranks found, on rank 0 (empty elsewhere), sorted by file: the header problems every rank
 // found alike once, each rank's payload problems.
 std::vector<std::string> GatherProblems(const DatasetScan& scan, const PayloadCheck& mine) {
-  const std::vector<std::string> packed =
-      GatherStrings(MPI_COMM_WORLD, mine.bad_shards.empty() ? std::string() : JoinFields(mine.bad_shards));
-  std::vector<std::string> problems;
-  if (packed.empty()) return problems;  // not rank 0
-  problems = scan.bad_shards;
-  problems.insert(problems.end(), scan.partial_files.begin(), scan.partial_files.end());
-  for (const std::string& rank_lines : packed) {
-    if (rank_lines.empty()) continue;
-    for (std::string& line : SplitFields(rank_lines)) problems.push_back(std::move(line));
+  const std::vector<std::vector<std::string>> payloads = GatherStringLists(MPI_COMM_WORLD, mine.bad_shards);
+  if (payloads.empty()) return {};  // not rank 0
+  std::vector<std::string> problems = scan.Problems();
+  for (const std::vector<std::string>& rank_problems : payloads) {
+    problems.insert(problems.end(), rank_problems.begin(), rank_problems.end());
   }
   std::sort(problems.begin(), problems.end());
   return problems;

@@ -77,6 +77,20 @@ void AgreeOnStep(MPI_Comm comm, const std::function<void()>& step) {
   if (const std::optional<AgreedError> failure = AgreeOnFailure(comm, step)) failure->Throw();
 }
 
+std::vector<std::vector<std::string>> GatherStringLists(MPI_Comm comm, const std::vector<std::string>& mine,
+                                                        int root) {
+  // The count first, so that a list of one empty string and an empty list stay apart.
+  std::vector<std::string> fields = {std::to_string(mine.size())};
+  fields.insert(fields.end(), mine.begin(), mine.end());
+  std::vector<std::vector<std::string>> lists;
+  for (const std::string& packed : GatherStrings(comm, JoinFields(fields), root)) {
+    std::vector<std::string> items = SplitFields(packed);
+    items.erase(items.begin());
+    lists.push_back(std::move(items));
+  }
+  return lists;
+}
+
 std::vector<double> AllGatherDoubles(MPI_Comm comm, double mine) {
   int size = 1;
   TB_CHECK_MPI(MPI_Comm_size(comm, &size));

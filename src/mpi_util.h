@@ -18,6 +18,11 @@ namespace tb {
 // Gathers one string per rank to `root` (empty vector on other ranks). Collective.
 std::vector<std::string> GatherStrings(MPI_Comm comm, const std::string& mine, int root = 0);
 
+// Gathers each rank's list of strings to `root`: one list per rank there (empty strings and empty lists kept as
+// they are), none elsewhere. Collective.
+std::vector<std::vector<std::string>> GatherStringLists(MPI_Comm comm, const std::vector<std::string>& mine,
+                                                        int root = 0);
+
 // Gathers each rank's records to `root` as their bytes, laid out as T (the same binary on every rank): one vector per
 // rank on `root`, none elsewhere. Collective. For plain records (StepRecord), instead of packing fields by index.
 template <typename T>

@@ -88,10 +88,15 @@ DatasetScan ScanTokenDataset(const std::string& dir) {
   return scan;
 }
 
+std::vector<std::string> DatasetScan::Problems() const {
+  std::vector<std::string> problems = bad_shards;
+  problems.insert(problems.end(), partial_files.begin(), partial_files.end());
+  return problems;
+}
+
 TokenDataset OpenTokenDataset(const std::string& dir) {
   DatasetScan scan = ScanTokenDataset(dir);
-  std::vector<std::string> problems = std::move(scan.bad_shards);
-  problems.insert(problems.end(), scan.partial_files.begin(), scan.partial_files.end());
+  const std::vector<std::string> problems = scan.Problems();
   if (!problems.empty()) throw FirstProblem(problems, dir);
   return std::move(scan.dataset);
 }

@@ -37,6 +37,9 @@ struct DatasetScan {
   TokenDataset dataset;                    // the shards whose headers are good and agree with the first good one
   std::vector<std::string> bad_shards;     // header problems; dtype or vocab differing from the first good shard
   std::vector<std::string> partial_files;  // unfinished shards: a write was killed, so the dataset is incomplete
+
+  // Every problem the headers and file names show: bad_shards, then partial_files.
+  std::vector<std::string> Problems() const;
 };
 // InputError only when `dir` is missing or cannot be listed, or holds no shard file at all.
 DatasetScan ScanTokenDataset(const std::string& dir);

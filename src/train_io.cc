@@ -541,13 +541,12 @@ void PointIo::AddCheckpointsToReport(Group* group) {
     errors.push_back(e.error);
   }
   const std::vector<std::vector<EventFigures>> figures = GatherRecords(comm_.host_comm(), mine);
-  const std::vector<std::string> texts = GatherStrings(comm_.host_comm(), JoinFields(errors));
+  const std::vector<std::vector<std::string>> texts = GatherStringLists(comm_.host_comm(), errors);
   if (!group) return;
   std::vector<int64_t> step, rank, bytes, crc, verified, ok;
   std::vector<double> stall, write, gbps;
   std::vector<std::string> mode, error;
   for (size_t r = 0; r < figures.size(); ++r) {
-    const std::vector<std::string> rank_errors = figures[r].empty() ? std::vector<std::string>{} : SplitFields(texts[r]);
     for (size_t i = 0; i < figures[r].size(); ++i) {
       const EventFigures& e = figures[r][i];
       step.push_back(e.step);
@@ -560,7 +559,7 @@ void PointIo::AddCheckpointsToReport(Group* group) {
       crc.push_back(e.crc32c);
       verified.push_back(e.verified);
       ok.push_back(e.ok);
-      error.push_back(i < rank_errors.size() ? rank_errors[i] : "");
+      error.push_back(texts[r][i]);
     }
   }
   group->Set("checkpoint_dir", checkpoint_dir_);

@@ -7,6 +7,7 @@
 #include "collective.h"
 #include "error.h"
 #include "mpi_communicator.h"
+#include "mpi_util.h"
 
 namespace tb {
 namespace {
@@ -95,6 +96,35 @@ TEST(MpiCommunicator, BuffersRoundTrip) {
   comm->Download(*buffer, out.data(), out.size());
   EXPECT_EQ(in, out);
   EXPECT_THROW(comm->Upload(*buffer, in.data(), 65), RuntimeError);
+}
+
+// Rank r sends r strings, the last of them empty: rank 0's empty list and every empty string arrive as sent.
+TEST(MpiUtil, GatherStringListsKeepsEmptyListsAndStrings) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  auto label = [](int r, int i) {  // "r<r>.<i>", appended (GCC 12 warns falsely about "r" + std::string)
+    std::string text = "r";
+    text += std::to_string(r) + "." + std::to_string(i);
+    return text;
+  };
+  std::vector<std::string> mine;
+  for (int i = 0; i < rank; ++i) mine.push_back(i + 1 == rank ? "" : label(rank, i));
+  const std::vector<std::vector<std::string>> all = GatherStringLists(MPI_COMM_WORLD, mine);
+  if (rank != 0) {
+    EXPECT_TRUE(all.empty());
+    return;
+  }
+  ASSERT_EQ(all.size(), static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    ASSERT_EQ(all[r].size(), static_cast<size_t>(r)) << "rank " << r;
+    if (r > 0) {
+      EXPECT_EQ(all[r].back(), "");
+    }
+    if (r > 1) {
+      EXPECT_EQ(all[r].front(), label(r, 0));
+    }
+  }
 }
 
 }  // namespace
