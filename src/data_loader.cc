@@ -161,8 +161,9 @@ void CheckOptions(const DataLoaderOptions& o) {
 
 int OpenForReading(const std::string& path, bool direct, const std::string& dir) {
   std::string why;
-  int fd = OpenInputFile(path, direct ? O_DIRECT : 0, why);
-  if (fd < 0 && direct && why == OsMessage(EINVAL)) {
+  int error = 0;
+  int fd = OpenInputFile(path, direct ? O_DIRECT : 0, why, &error);
+  if (fd < 0 && direct && error == EINVAL) {
     throw InputError("--direct-io: the filesystem of '" + dir + "' refuses O_DIRECT (" + path +
                      ": Invalid argument); run without --direct-io");
   }

@@ -53,19 +53,24 @@ std::string InputFileProblem(const std::string& path) {
   return KindProblem(info.st_mode);
 }
 
-int OpenInputFile(const std::string& path, int flags, std::string& why) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
-  if (fd < 0) {
-    why = ErrnoProblem(errno);
-    return -1;
-  }
+int OpenInputFile(const std::string& path, int flags, std::string& why, int* error_number) {
+  int error = 0;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
   struct stat info {};
-  why = ::fstat(fd, &info) != 0 ? ErrnoProblem(errno) : KindProblem(info.st_mode);
-  if (!why.empty() || ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-    if (why.empty()) why = ErrnoProblem(errno);
-    ::close(fd);
-    return -1;
+  if (fd < 0) {
+    error = errno;
+    why = ErrnoProblem(error);
+  } else if (::fstat(fd, &info) != 0 || ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    error = errno;
+    why = ErrnoProblem(error);
+  } else {
+    why = KindProblem(info.st_mode);
   }
+  if (fd >= 0 && !why.empty()) {
+    ::close(fd);
+    fd = -1;
+  }
+  if (error_number) *error_number = error;
   return fd;
 }
 

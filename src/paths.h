@@ -12,8 +12,9 @@ namespace tb {
 std::string InputFileProblem(const std::string& path);
 
 // ::open(path, O_RDONLY | O_CLOEXEC | flags) that refuses anything but a regular file without blocking on it (the
-// open of a FIFO waits for a writer): the descriptor, or -1 with `why` set as InputFileProblem words it.
-int OpenInputFile(const std::string& path, int flags, std::string& why);
+// open of a FIFO waits for a writer): the descriptor, or -1 with `why` set as InputFileProblem words it and, when
+// given, `error_number` set to the call's errno (0 when the file opened but is not a regular file).
+int OpenInputFile(const std::string& path, int flags, std::string& why, int* error_number = nullptr);
 
 // "" when `output` may be written: it does not exist, or it is a regular file that is none of `inputs` (device
 // and inode compared, so hard and symbolic links count; an input directory stands for every regular file under
