@@ -250,11 +250,15 @@ class TrainCommand {
   std::unique_ptr<Transformer> MakeModel();
   std::vector<RunPoint> Points() const;
   bool RunPoints(Communicator& comm);
-  std::vector<StepRecord> RunOnePoint(Communicator& sub, const RunPoint& point, TrainLoopOptions& point_loop);
+  // `several`: the run has more than one point, so each keeps its checkpoints in a subfolder of its own.
+  std::vector<StepRecord> RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
+                                      TrainLoopOptions& point_loop);
   void Summarise(const std::vector<RunPoint>& runs);
   void RecordMemory();
   Group& train() { return run_->report().root.Child("train"); }
   int PointBatch(int k) const { return weak_ ? f_.micro_batch : global_batch_ / k; }
+  // A storage sweep: the run repeated at each --io-throttle rate (on one scaling point).
+  bool Sweep() const { return io_plan_.throttles_MBps.size() > 1; }
 
   const CommandInput& input_;
   TrainFlags f_;
@@ -502,11 +506,10 @@ std::unique_ptr<Transformer> TrainCommand::MakeModel() {
 }
 
 std::vector<RunPoint> TrainCommand::Points() const {
-  const bool sweep = io_plan_.throttles_MBps.size() > 1;
   std::vector<RunPoint> runs;
   for (int k : scaling_) {
     for (double throttle : io_plan_.throttles_MBps) {
-      runs.push_back({k, throttle, PointGroupName({k, sweep ? throttle : 0})});
+      runs.push_back({k, throttle, PointGroupName({k, Sweep() ? throttle : 0})});
     }
   }
   return runs;
@@ -516,7 +519,6 @@ std::vector<RunPoint> TrainCommand::Points() const {
 // after a point that a signal cut short. Returns whether the run was interrupted. Collective.
 bool TrainCommand::RunPoints(Communicator& comm) {
   const std::vector<RunPoint> runs = Points();
-  const bool sweep = io_plan_.throttles_MBps.size() > 1;
   bool interrupted = false;
   for (const RunPoint& point : runs) {
     std::unique_ptr<Communicator> sub = comm.Prefix(point.k);
@@ -524,7 +526,7 @@ bool TrainCommand::RunPoints(Communicator& comm) {
     point_loop.micro_batch = PointBatch(point.k);
     std::vector<StepRecord> mine;
     if (sub) {
-      mine = RunOnePoint(*sub, point, point_loop);
+      mine = RunOnePoint(*sub, point, runs.size() > 1, point_loop);
       const int expected = point_loop.warmup_steps + point_loop.steps - point_loop.first_step;
       interrupted = interrupted || static_cast<int>(mine.size()) < expected;
     }
@@ -538,7 +540,7 @@ bool TrainCommand::RunPoints(Communicator& comm) {
                                        setup_.peak_flops, setup_.gemm_min, setup_.gradient_bytes));
       points_.back().gradient_buckets = setup_.gradient_buckets;
       AddPointToReport(train(), points_.back(), ranks, point.name);
-      if (sweep) sweep_shares_.push_back(DataWaitShare(ranks));
+      if (Sweep()) sweep_shares_.push_back(DataWaitShare(ranks));
     }
     if (interrupted) break;
   }
@@ -547,10 +549,9 @@ bool TrainCommand::RunPoints(Communicator& comm) {
 }
 
 // One point on the ranks of `sub`: a fresh model and its I/O, the loop with a line per step, the io group.
-std::vector<StepRecord> TrainCommand::RunOnePoint(Communicator& sub, const RunPoint& point,
+std::vector<StepRecord> TrainCommand::RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
                                                   TrainLoopOptions& point_loop) {
   std::unique_ptr<Transformer> transformer = MakeModel();
-  const bool several = Points().size() > 1;
   PointIo io(io_flags_, io_plan_, sub, *transformer, point_loop.micro_batch, loop_.seq,
              static_cast<uint64_t>(f_.seed), point.throttle_MBps, several ? point.name : "");
   io.Prepare(point_loop);
@@ -580,7 +581,7 @@ std::vector<StepRecord> TrainCommand::RunOnePoint(Communicator& sub, const RunPo
 
 // Rank 0: scaling efficiency, each point's lines, the storage sweep, and the summary the other commands read.
 void TrainCommand::Summarise(const std::vector<RunPoint>& runs) {
-  const bool sweep = io_plan_.throttles_MBps.size() > 1;
+  const bool sweep = Sweep();
   if (!sweep) ComputeEfficiency(points_, weak_);
   for (size_t i = 0; i < points_.size(); ++i) {
     const ScalingPoint& p = points_[i];
