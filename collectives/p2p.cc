@@ -1,5 +1,7 @@
 #include "p2p.h"
 
+#include "schema.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -260,55 +262,33 @@ std::vector<FlaggedPair> FlagWeakPairs(const std::vector<double>& uni_GBps, int 
 
 void AddP2pToReport(Group& p2p_group, const P2pResult& result, const P2pOptions& options,
                     const std::vector<std::string>& rank_hosts, const std::vector<std::string>& rank_gpus) {
+  namespace s = schema::p2p;
   CheckRankLabels(result, rank_hosts, rank_gpus);
-  p2p_group.Set("size_bytes", static_cast<int64_t>(options.size_bytes));
-  p2p_group.Set("iters", int64_t{options.iters});
-  p2p_group.Set("latency_bytes", static_cast<int64_t>(options.latency_bytes));
-  p2p_group.Set("latency_iters", int64_t{options.latency_iters});
-  p2p_group.Set("threshold_fraction", options.threshold_fraction);
-  p2p_group.Set("median_uni_GBps", result.median_uni_GBps);
-  p2p_group.Set("median_bidi_GBps", result.median_bidi_GBps);
-  p2p_group.Set("complete", int64_t{result.complete ? 1 : 0});
+  schema::Set(p2p_group, s::size_bytes, static_cast<int64_t>(options.size_bytes));
+  schema::Set(p2p_group, s::iters, options.iters);
+  schema::Set(p2p_group, s::latency_bytes, static_cast<int64_t>(options.latency_bytes));
+  schema::Set(p2p_group, s::latency_iters, options.latency_iters);
+  schema::Set(p2p_group, s::threshold_fraction, options.threshold_fraction);
+  schema::Set(p2p_group, s::median_uni_GBps, result.median_uni_GBps);
+  schema::Set(p2p_group, s::median_bidi_GBps, result.median_bidi_GBps);
+  schema::Set(p2p_group, s::complete, result.complete ? 1 : 0);
 
   const size_t n = static_cast<size_t>(result.n);
-  p2p_group.matrices["uni_bw_GBps"] = Matrix{
-      "unidirectional bandwidth, row = sender rank, col = receiver rank: size_bytes x iters / time, GB = 1e9 "
-      "bytes; NaN on the diagonal and for pairs not measured",
-      "GB/s", n, n, result.uni_GBps};
-  p2p_group.matrices["bidi_bw_GBps"] = Matrix{
-      "bidirectional bandwidth, symmetric: 2 x size_bytes x iters / time with both ranks sending and receiving "
-      "at once, GB = 1e9 bytes; NaN on the diagonal and for pairs not measured",
-      "GB/s", n, n, result.bidi_GBps};
-  p2p_group.matrices["latency_us"] = Matrix{
-      "latency, symmetric: half the mean round-trip time of a latency_bytes ping-pong over latency_iters round "
-      "trips; NaN on the diagonal and for pairs not measured",
-      "us", n, n, result.latency_us};
+  schema::SetMatrix(p2p_group, s::uni_bw_GBps, n, n, result.uni_GBps);
+  schema::SetMatrix(p2p_group, s::bidi_bw_GBps, n, n, result.bidi_GBps);
+  schema::SetMatrix(p2p_group, s::latency_us, n, n, result.latency_us);
 
-  std::vector<int64_t> src_rank, dst_rank;
-  std::vector<std::string> src_host, dst_host, src_gpu, dst_gpu;
-  std::vector<double> uni, fraction;
-  for (const FlaggedPair& pair : result.flagged) {
-    src_rank.push_back(pair.src);
-    dst_rank.push_back(pair.dst);
-    src_host.push_back(rank_hosts[pair.src]);
-    dst_host.push_back(rank_hosts[pair.dst]);
-    src_gpu.push_back(rank_gpus[pair.src]);
-    dst_gpu.push_back(rank_gpus[pair.dst]);
-    uni.push_back(pair.uni_GBps);
-    fraction.push_back(pair.fraction_of_median);
-  }
-  Table flagged;
-  flagged.description =
-      "weak links: ordered pairs whose unidirectional bandwidth is below threshold_fraction x median_uni_GBps";
-  flagged.Add("src_rank", "", std::move(src_rank))
-      .Add("dst_rank", "", std::move(dst_rank))
-      .Add("src_host", "", std::move(src_host))
-      .Add("dst_host", "", std::move(dst_host))
-      .Add("src_gpu", "", std::move(src_gpu))
-      .Add("dst_gpu", "", std::move(dst_gpu))
-      .Add("uni_bw_GBps", "GB/s", std::move(uni))
-      .Add("fraction_of_median", "", std::move(fraction));
-  p2p_group.tables["flagged"] = std::move(flagged);
+  namespace f = s::flagged;
+  schema::RecordTable<FlaggedPair>(s::kFlagged)
+      .Column(f::src_rank, [](const FlaggedPair& p) { return p.src; })
+      .Column(f::dst_rank, [](const FlaggedPair& p) { return p.dst; })
+      .Column(f::src_host, [&](const FlaggedPair& p) { return rank_hosts[p.src]; })
+      .Column(f::dst_host, [&](const FlaggedPair& p) { return rank_hosts[p.dst]; })
+      .Column(f::src_gpu, [&](const FlaggedPair& p) { return rank_gpus[p.src]; })
+      .Column(f::dst_gpu, [&](const FlaggedPair& p) { return rank_gpus[p.dst]; })
+      .Column(f::uni_bw_GBps, [](const FlaggedPair& p) { return p.uni_GBps; })
+      .Column(f::fraction_of_median, [](const FlaggedPair& p) { return p.fraction_of_median; })
+      .Write(p2p_group, result.flagged);
 }
 
 std::vector<std::string> FormatP2p(const P2pResult& result, const P2pOptions& options,

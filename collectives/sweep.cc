@@ -1,5 +1,7 @@
 #include "sweep.h"
 
+#include "schema.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -237,64 +239,67 @@ std::vector<std::string> SweepFooterLines(const SweepResult& result) {
   return lines;
 }
 
-void AddSweepToReport(Report& report, const SweepResult& result, const SweepOptions& o) {
-  Group& summary = report.root.Child("summary");
-  for (const OpResult& op : result.ops) {
-    Group& group = report.root.Child("collectives").Child(op.def->name);
-    group.Set("op", std::string(op.def->name));
-    group.Set("dtype", DataTypeName(o.type));
-    group.Set("redop", op.def->uses_reduce_op ? ReduceOpName(o.reduce_op) : std::string("none"));
-    group.Set("root", static_cast<int64_t>(op.def->uses_root ? o.root : -1));
-    group.Set("n_ranks", static_cast<int64_t>(op.n_ranks));
-    group.Set("iters", static_cast<int64_t>(o.iters));
-    group.Set("warmup", static_cast<int64_t>(o.warmup));
-    group.Set("check_iters", static_cast<int64_t>(o.check_iters));
-    group.Set("bus_factor", op.bus_factor);
-    group.Set("bus_factor_formula", std::string(op.def->bus_factor_formula));
+namespace {
 
-    Table& table = group.tables["results"];
-    table.description = std::string(op.def->name) +
-                        " per size: time = max over ranks of each rank's mean time per operation; algbw = "
-                        "size_bytes/time; busbw = algbw x bus_factor; GB = 1e9 bytes; wrong = elements that failed "
-                        "verification (-1 = not checked, NaN times = mode not run)";
-    std::vector<int64_t> sizes, counts;
-    for (const SizeResult& row : op.rows) {
-      sizes.push_back(static_cast<int64_t>(row.size_bytes));
-      counts.push_back(static_cast<int64_t>(row.count));
-    }
-    table.Add("size_bytes", "B", sizes).Add("count", "elements", counts);
+namespace sc = schema::collective;
+
+void SetOpAttributes(Group& group, const OpResult& op, const SweepOptions& o) {
+  schema::Set(group, sc::op, op.def->name);
+  schema::Set(group, sc::dtype, DataTypeName(o.type));
+  schema::Set(group, sc::redop, op.def->uses_reduce_op ? ReduceOpName(o.reduce_op) : std::string("none"));
+  schema::Set(group, sc::root, op.def->uses_root ? o.root : -1);
+  schema::Set(group, sc::n_ranks, op.n_ranks);
+  schema::Set(group, sc::iters, o.iters);
+  schema::Set(group, sc::warmup, o.warmup);
+  schema::Set(group, sc::check_iters, o.check_iters);
+  schema::Set(group, sc::bus_factor, op.bus_factor);
+  schema::Set(group, sc::bus_factor_formula, op.def->bus_factor_formula);
+}
+
+// The results table, a row per size; each mode's columns NaN (wrong -1) where the mode did not run.
+void AddResultsTable(Group& group, const OpResult& op) {
+  namespace r = sc::results;
+  const double nan = std::nan("");
+  schema::RecordTable<SizeResult> table(sc::kResults);
+  table.Column(r::size_bytes, [](const SizeResult& row) { return static_cast<int64_t>(row.size_bytes); })
+      .Column(r::count, [](const SizeResult& row) { return static_cast<int64_t>(row.count); });
+  for (const std::string& mode : r::kModes) {
+    const auto of = [in_place = mode == "in_place"](const SizeResult& row) -> const ModeResult& {
+      return in_place ? row.in_place : row.out_of_place;
+    };
+    table.Column(r::time_us, [=](const SizeResult& row) { return of(row).measured ? of(row).time_us : nan; }, mode)
+        .Column(r::time_rank_min_us, [=](const SizeResult& row) { return of(row).measured ? of(row).time_rank_min_us : nan; }, mode)
+        .Column(r::time_rank_avg_us, [=](const SizeResult& row) { return of(row).measured ? of(row).time_rank_avg_us : nan; }, mode)
+        .Column(r::algbw_GBps, [=](const SizeResult& row) { return of(row).measured ? of(row).algbw_GBps : nan; }, mode)
+        .Column(r::busbw_GBps, [=](const SizeResult& row) { return of(row).measured ? of(row).busbw_GBps : nan; }, mode)
+        .Column(r::wrong, [=](const SizeResult& row) { return of(row).measured ? of(row).wrong : int64_t{-1}; }, mode);
+  }
+  table.Write(group, op.rows);
+}
+
+}  // namespace
+
+void AddSweepToReport(Report& report, const SweepResult& result, const SweepOptions& o) {
+  Group& summary = schema::GroupOf(report.root, schema::kSummary);
+  for (const OpResult& op : result.ops) {
+    Group& group = schema::GroupOf(report.root, schema::kCollective, op.def->name);
+    SetOpAttributes(group, op, o);
+    AddResultsTable(group, op);
     double peak = 0;
     int64_t peak_size = 0;
-    for (const char* prefix : {"out_of_place_", "in_place_"}) {
-      const bool in_place = std::string(prefix) == "in_place_";
-      std::vector<double> time, rank_min, rank_avg, algbw, busbw;
-      std::vector<int64_t> wrong;
+    for (const bool in_place : {false, true}) {
       for (const SizeResult& row : op.rows) {
         const ModeResult& m = in_place ? row.in_place : row.out_of_place;
-        const double nan = std::nan("");
-        time.push_back(m.measured ? m.time_us : nan);
-        rank_min.push_back(m.measured ? m.time_rank_min_us : nan);
-        rank_avg.push_back(m.measured ? m.time_rank_avg_us : nan);
-        algbw.push_back(m.measured ? m.algbw_GBps : nan);
-        busbw.push_back(m.measured ? m.busbw_GBps : nan);
-        wrong.push_back(m.measured ? m.wrong : -1);
         if (m.measured && m.busbw_GBps > peak) {
           peak = m.busbw_GBps;
           peak_size = static_cast<int64_t>(row.size_bytes);
         }
       }
-      std::string p = prefix;
-      table.Add(p + "time_us", "us", time)
-          .Add(p + "time_rank_min_us", "us", rank_min)
-          .Add(p + "time_rank_avg_us", "us", rank_avg)
-          .Add(p + "algbw_GBps", "GB/s", algbw)
-          .Add(p + "busbw_GBps", "GB/s", busbw)
-          .Add(p + "wrong", "elements", wrong);
     }
-    summary.Set(std::string(op.def->name) + "_peak_busbw_GBps", peak);
-    summary.Set(std::string(op.def->name) + "_peak_busbw_size_bytes", peak_size);
+    schema::Set(summary, schema::summary::peak_busbw_GBps, op.def->name, peak);
+    schema::Set(summary, schema::summary::peak_busbw_size_bytes, op.def->name, peak_size);
   }
-  summary.Set("wrong_elements_total", result.wrong_total);
+  schema::Set(summary, schema::summary::wrong_elements_total, result.wrong_total);
 }
 
 }  // namespace tb

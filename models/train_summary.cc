@@ -5,6 +5,7 @@
 
 #include "console.h"
 #include "definitions.h"
+#include "schema.h"
 
 namespace tb {
 namespace {
@@ -192,110 +193,91 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
 
 namespace {
 
-// The steps table's columns after "rank", each declared once: name, unit, and the StepRecord field it holds.
-struct StepColumn {
-  const char* name;
-  const char* unit;
-  bool integer;  // stored as int64, else as double
-  double (*value)(const StepRecord&);
-};
-constexpr StepColumn kStepColumns[] = {
-    {"step", "", true, [](const StepRecord& r) { return static_cast<double>(r.step); }},
-    {"warmup", "", true, [](const StepRecord& r) { return r.warmup ? 1.0 : 0.0; }},
-    {"data_wait_s", "s", false, [](const StepRecord& r) { return r.data_wait_s; }},
-    {"h2d_s", "s", false, [](const StepRecord& r) { return r.h2d_s; }},
-    {"forward_s", "s", false, [](const StepRecord& r) { return r.forward_s; }},
-    {"backward_s", "s", false, [](const StepRecord& r) { return r.backward_s; }},
-    {"comm_total_s", "s", false, [](const StepRecord& r) { return r.comm_total_s; }},
-    {"comm_exposed_s", "s", false, [](const StepRecord& r) { return r.comm_exposed_s; }},
-    {"optimizer_s", "s", false, [](const StepRecord& r) { return r.optimizer_s; }},
-    {"checkpoint_stall_s", "s", false, [](const StepRecord& r) { return r.checkpoint_stall_s; }},
-    {"step_s", "s", false, [](const StepRecord& r) { return r.step_s; }},
-    {"tokens", "tokens", true, [](const StepRecord& r) { return static_cast<double>(r.tokens); }},
-    {"loss", "nats", false, [](const StepRecord& r) { return r.loss; }},
-    {"data_bytes", "B", true, [](const StepRecord& r) { return static_cast<double>(r.data_bytes); }},
-    {"data_read_MBps", "MB/s", false, [](const StepRecord& r) { return r.data_read_MBps; }},
-    {"loader_queue_depth", "batches", true, [](const StepRecord& r) { return static_cast<double>(r.loader_queue_depth); }},
-    {"checkpoint_writing", "", true, [](const StepRecord& r) { return r.checkpoint_writing ? 1.0 : 0.0; }},
+namespace sp = schema::point;
+
+// A step record with its rank, as the steps table holds it.
+struct RankStep {
+  int rank;
+  const StepRecord* r;
 };
 
 void AddStepsTable(Group& group, const std::vector<RankSteps>& ranks) {
-  Table& steps = group.tables["steps"];
-  steps.description = "a row per rank per step; warmup=1 rows are excluded from every statistic";
-  std::vector<int64_t> rank_col;
-  for (const RankSteps& rank : ranks) rank_col.insert(rank_col.end(), rank.steps.size(), rank.rank);
-  steps.Add("rank", "", rank_col);
-  for (const StepColumn& column : kStepColumns) {
-    std::vector<double> values;
-    for (const RankSteps& rank : ranks) {
-      for (const StepRecord& r : rank.steps) values.push_back(column.value(r));
-    }
-    if (column.integer) {
-      steps.Add(column.name, column.unit, std::vector<int64_t>(values.begin(), values.end()));
-    } else {
-      steps.Add(column.name, column.unit, values);
-    }
+  namespace c = sp::steps;
+  std::vector<RankStep> rows;
+  for (const RankSteps& rank : ranks) {
+    for (const StepRecord& r : rank.steps) rows.push_back({rank.rank, &r});
   }
+  schema::RecordTable<RankStep>(sp::kSteps)
+      .Column(c::rank, [](const RankStep& s) { return s.rank; })
+      .Column(c::step, [](const RankStep& s) { return s.r->step; })
+      .Column(c::warmup, [](const RankStep& s) { return s.r->warmup ? 1 : 0; })
+      .Column(c::data_wait_s, [](const RankStep& s) { return s.r->data_wait_s; })
+      .Column(c::h2d_s, [](const RankStep& s) { return s.r->h2d_s; })
+      .Column(c::forward_s, [](const RankStep& s) { return s.r->forward_s; })
+      .Column(c::backward_s, [](const RankStep& s) { return s.r->backward_s; })
+      .Column(c::comm_total_s, [](const RankStep& s) { return s.r->comm_total_s; })
+      .Column(c::comm_exposed_s, [](const RankStep& s) { return s.r->comm_exposed_s; })
+      .Column(c::optimizer_s, [](const RankStep& s) { return s.r->optimizer_s; })
+      .Column(c::checkpoint_stall_s, [](const RankStep& s) { return s.r->checkpoint_stall_s; })
+      .Column(c::step_s, [](const RankStep& s) { return s.r->step_s; })
+      .Column(c::tokens, [](const RankStep& s) { return s.r->tokens; })
+      .Column(c::loss, [](const RankStep& s) { return s.r->loss; })
+      .Column(c::data_bytes, [](const RankStep& s) { return static_cast<int64_t>(s.r->data_bytes); })
+      .Column(c::data_read_MBps, [](const RankStep& s) { return s.r->data_read_MBps; })
+      .Column(c::loader_queue_depth, [](const RankStep& s) { return s.r->loader_queue_depth; })
+      .Column(c::checkpoint_writing, [](const RankStep& s) { return s.r->checkpoint_writing ? 1 : 0; })
+      .Write(group, rows);
+}
+
+// The stall budget's parts, in the order of schema::point::stall_budget::kParts.
+const Percentiles& PartOf(const StallBudget& b, size_t part) {
+  const Percentiles* parts[] = {&b.compute, &b.comm_exposed, &b.data_wait, &b.checkpoint_stall, &b.other};
+  return *parts[part];
 }
 
 void AddStallBudgetTable(Group& group, const ScalingPoint& p) {
-  std::vector<int64_t> rank;
-  std::vector<std::string> host, device;
-  std::vector<double> median_step;
-  constexpr int kParts = 5;
-  std::vector<std::vector<double>> shares(kParts * 3);  // p50, p95, p99 of each part
-  for (const StallBudget& b : p.budgets) {
-    rank.push_back(b.rank);
-    host.push_back(b.host);
-    device.push_back(b.device);
-    median_step.push_back(b.median_step_s);
-    const Percentiles* parts[kParts] = {&b.compute, &b.comm_exposed, &b.data_wait, &b.checkpoint_stall, &b.other};
-    for (int i = 0; i < kParts; ++i) {
-      shares[i * 3].push_back(parts[i]->p50);
-      shares[i * 3 + 1].push_back(parts[i]->p95);
-      shares[i * 3 + 2].push_back(parts[i]->p99);
-    }
+  namespace c = sp::stall_budget;
+  schema::RecordTable<StallBudget> table(sp::kStallBudget);
+  table.Column(c::rank, [](const StallBudget& b) { return b.rank; })
+      .Column(c::host, [](const StallBudget& b) { return b.host; })
+      .Column(c::device, [](const StallBudget& b) { return b.device; })
+      .Column(c::median_step_s, [](const StallBudget& b) { return b.median_step_s; });
+  for (size_t part = 0; part < c::kParts.size(); ++part) {
+    table.Column(c::p50, [part](const StallBudget& b) { return PartOf(b, part).p50; }, c::kParts[part])
+        .Column(c::p95, [part](const StallBudget& b) { return PartOf(b, part).p95; }, c::kParts[part])
+        .Column(c::p99, [part](const StallBudget& b) { return PartOf(b, part).p99; }, c::kParts[part]);
   }
-  Table& budget = group.tables["stall_budget"];
-  budget.description = "shares of step time per rank over the measured steps (nearest-rank percentiles): compute = "
-                       "forward+backward+optimizer; data_wait includes h2d; other = the rest";
-  budget.Add("rank", "", rank).Add("host", "", host).Add("device", "", device).Add("median_step_s", "s", median_step);
-  const char* names[kParts] = {"compute", "comm_exposed", "data_wait", "checkpoint_stall", "other"};
-  for (int i = 0; i < kParts; ++i) {
-    budget.Add(std::string(names[i]) + "_p50", "fraction", shares[i * 3])
-        .Add(std::string(names[i]) + "_p95", "fraction", shares[i * 3 + 1])
-        .Add(std::string(names[i]) + "_p99", "fraction", shares[i * 3 + 2]);
-  }
+  table.Write(group, p.budgets);
 }
 
 void SetPointAttributes(Group& group, const ScalingPoint& p) {
-  group.Set("ranks", static_cast<int64_t>(p.k));
-  group.Set("micro_batch", static_cast<int64_t>(p.micro_batch));
-  group.Set("tokens_per_step", p.tokens_per_step);
-  group.Set("measured_steps", static_cast<int64_t>(p.measured_steps));
-  group.Set("step_s", p.step_s);
-  group.Set("tokens_per_s", p.tokens_per_s);
-  group.Set("tokens_per_s_per_rank", p.tokens_per_s_per_rank);
-  group.Set("model_flops_per_token", p.model_flops_per_token);
-  group.Set("mfu_peak", p.mfu_peak);
-  group.Set("mfu_measured_gemm", p.mfu_measured);
-  group.Set("scaling_efficiency", p.efficiency);
-  group.Set("comm_total_s", p.comm_total_s);
-  group.Set("comm_exposed_s", p.comm_exposed_s);
-  group.Set("overlap", p.overlap);
-  group.Set("gradient_bytes", p.gradient_bytes);
-  group.Set("gradient_buckets", p.gradient_buckets);
-  group.Set("effective_busbw_GBps", p.effective_busbw_GBps);
-  group.Set("loss_first", p.loss_first);
-  group.Set("loss_last", p.loss_last);
-  group.Set("worst_rank", static_cast<int64_t>(p.budgets[static_cast<size_t>(p.worst_rank)].rank));
+  schema::Set(group, sp::ranks, p.k);
+  schema::Set(group, sp::micro_batch, p.micro_batch);
+  schema::Set(group, sp::tokens_per_step, p.tokens_per_step);
+  schema::Set(group, sp::measured_steps, p.measured_steps);
+  schema::Set(group, sp::step_s, p.step_s);
+  schema::Set(group, sp::tokens_per_s, p.tokens_per_s);
+  schema::Set(group, sp::tokens_per_s_per_rank, p.tokens_per_s_per_rank);
+  schema::Set(group, sp::model_flops_per_token, p.model_flops_per_token);
+  schema::Set(group, sp::mfu_peak, p.mfu_peak);
+  schema::Set(group, sp::mfu_measured_gemm, p.mfu_measured);
+  schema::Set(group, sp::scaling_efficiency, p.efficiency);
+  schema::Set(group, sp::comm_total_s, p.comm_total_s);
+  schema::Set(group, sp::comm_exposed_s, p.comm_exposed_s);
+  schema::Set(group, sp::overlap, p.overlap);
+  schema::Set(group, sp::gradient_bytes, p.gradient_bytes);
+  schema::Set(group, sp::gradient_buckets, p.gradient_buckets);
+  schema::Set(group, sp::effective_busbw_GBps, p.effective_busbw_GBps);
+  schema::Set(group, sp::loss_first, p.loss_first);
+  schema::Set(group, sp::loss_last, p.loss_last);
+  schema::Set(group, sp::worst_rank, p.budgets[static_cast<size_t>(p.worst_rank)].rank);
 }
 
 }  // namespace
 
 void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<RankSteps>& ranks,
                       const std::string& name) {
-  Group& group = train.Child(name.empty() ? PointGroupName({p.k, 0}) : name);
+  Group& group = train.Child(name.empty() ? PointGroupName({p.k, 0}) : name);  // under train/: schema::kTrainPoint
   AddStepsTable(group, ranks);
   AddStallBudgetTable(group, p);
   SetPointAttributes(group, p);

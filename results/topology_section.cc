@@ -2,74 +2,67 @@
 
 #include <hdf5.h>
 
+#include <stdexcept>
+
+#include "schema.h"
+
 namespace tb {
+namespace {
+
+namespace s = schema::topology;
+
+struct EnvironmentRow {
+  int rank;
+  std::string name, value;
+};
+
+}  // namespace
 
 void AddTopologyToReport(Group& group, const Topology& topology) {
-  std::vector<int64_t> rank, node, local_rank, local_size, gpu_index, gpu_memory, cpu_cores;
-  std::vector<std::string> host, gpu_name, gpu_uuid, gpu_pci, cpu_model;
-  std::vector<int64_t> env_rank;
-  std::vector<std::string> env_name, env_value;
+  schema::RecordTable<RankTopology>(s::kRanks)
+      .Column(s::ranks::rank, [](const RankTopology& r) { return r.rank; })
+      .Column(s::ranks::host, [](const RankTopology& r) { return r.host; })
+      .Column(s::ranks::node, [](const RankTopology& r) { return r.node; })
+      .Column(s::ranks::local_rank, [](const RankTopology& r) { return r.local_rank; })
+      .Column(s::ranks::local_size, [](const RankTopology& r) { return r.local_size; })
+      .Column(s::ranks::gpu_index, [](const RankTopology& r) { return r.gpu.index; })
+      .Column(s::ranks::gpu_name, [](const RankTopology& r) { return r.gpu.name; })
+      .Column(s::ranks::gpu_uuid, [](const RankTopology& r) { return r.gpu.uuid; })
+      .Column(s::ranks::gpu_pci_bus, [](const RankTopology& r) { return r.gpu.pci_bus_id; })
+      .Column(s::ranks::gpu_memory_bytes, [](const RankTopology& r) { return static_cast<int64_t>(r.gpu.memory_bytes); })
+      .Column(s::ranks::cpu_model, [](const RankTopology& r) { return r.cpu_model; })
+      .Column(s::ranks::cpu_cores, [](const RankTopology& r) { return r.cpu_cores; })
+      .Write(group, topology.ranks);
+
+  schema::RecordTable<GpuLink>(s::kGpuLinks)
+      .Column(s::gpu_links::node, [](const GpuLink& l) { return l.node; })
+      .Column(s::gpu_links::host, [](const GpuLink& l) { return l.host; })
+      .Column(s::gpu_links::gpu_a, [](const GpuLink& l) { return l.gpu_a; })
+      .Column(s::gpu_links::gpu_b, [](const GpuLink& l) { return l.gpu_b; })
+      .Column(s::gpu_links::peer_access, [](const GpuLink& l) { return l.peer_access ? 1 : 0; })
+      .Column(s::gpu_links::link, [](const GpuLink& l) { return l.link; })
+      .Write(group, topology.links);
+
+  std::vector<EnvironmentRow> environment;
   for (const RankTopology& r : topology.ranks) {
-    rank.push_back(r.rank);
-    node.push_back(r.node);
-    local_rank.push_back(r.local_rank);
-    local_size.push_back(r.local_size);
-    host.push_back(r.host);
-    gpu_index.push_back(r.gpu.index);
-    gpu_name.push_back(r.gpu.name);
-    gpu_uuid.push_back(r.gpu.uuid);
-    gpu_pci.push_back(r.gpu.pci_bus_id);
-    gpu_memory.push_back(static_cast<int64_t>(r.gpu.memory_bytes));
-    cpu_model.push_back(r.cpu_model);
-    cpu_cores.push_back(r.cpu_cores);
-    for (const auto& [name, value] : r.environment) {
-      env_rank.push_back(r.rank);
-      env_name.push_back(name);
-      env_value.push_back(value);
+    for (const auto& [name, value] : r.environment) environment.push_back({r.rank, name, value});
+  }
+  schema::RecordTable<EnvironmentRow>(s::kEnvironment)
+      .Column(s::environment::rank, [](const EnvironmentRow& e) { return e.rank; })
+      .Column(s::environment::name, [](const EnvironmentRow& e) { return e.name; })
+      .Column(s::environment::value, [](const EnvironmentRow& e) { return e.value; })
+      .Write(group, environment);
+
+  // Each library's version under its declared name: one the topology names but the schema does not is an error.
+  for (const auto& [library, version] : topology.versions) {
+    const schema::Field* field = schema::kTopology.FindAttribute(library);
+    if (field == nullptr || field->type != schema::Type::kText) {
+      throw std::logic_error("report schema: topology has no string attribute " + library);
     }
+    group.Set(field->name, version);
   }
-  Table& ranks = group.tables["ranks"];
-  ranks.description = "one row per rank: where it ran and on what (gpu_index -1 = CPU backend)";
-  ranks.Add("rank", "", rank)
-      .Add("host", "", host)
-      .Add("node", "", node)
-      .Add("local_rank", "", local_rank)
-      .Add("local_size", "", local_size)
-      .Add("gpu_index", "", gpu_index)
-      .Add("gpu_name", "", gpu_name)
-      .Add("gpu_uuid", "", gpu_uuid)
-      .Add("gpu_pci_bus", "", gpu_pci)
-      .Add("gpu_memory_bytes", "B", gpu_memory)
-      .Add("cpu_model", "", cpu_model)
-      .Add("cpu_cores", "", cpu_cores);
-
-  std::vector<int64_t> link_node, gpu_a, gpu_b, peer;
-  std::vector<std::string> link_host, link;
-  for (const GpuLink& l : topology.links) {
-    link_node.push_back(l.node);
-    link_host.push_back(l.host);
-    gpu_a.push_back(l.gpu_a);
-    gpu_b.push_back(l.gpu_b);
-    peer.push_back(l.peer_access ? 1 : 0);
-    link.push_back(l.link);
-  }
-  Table& links = group.tables["gpu_links"];
-  links.description = "every ordered pair of GPUs on each node: peer access (cudaDeviceCanAccessPeer) and link type (NVML)";
-  links.Add("node", "", link_node)
-      .Add("host", "", link_host)
-      .Add("gpu_a", "", gpu_a)
-      .Add("gpu_b", "", gpu_b)
-      .Add("peer_access", "", peer)
-      .Add("link", "", link);
-
-  Table& environment = group.tables["environment"];
-  environment.description = "NCCL_*, OMPI_* and UCX_* environment variables of each rank";
-  environment.Add("rank", "", env_rank).Add("name", "", env_name).Add("value", "", env_value);
-
-  for (const auto& [library, version] : topology.versions) group.Set(library, version);
-  group.Set("hdf5", Hdf5LibraryVersion());
+  schema::Set(group, s::hdf5, Hdf5LibraryVersion());
 }
-
 std::string Hdf5LibraryVersion() {
   unsigned major = 0, minor = 0, release = 0;
   if (H5get_libversion(&major, &minor, &release) < 0) return "unknown";

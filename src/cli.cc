@@ -17,6 +17,7 @@
 #include "mpi_util.h"
 #include "nccl_communicator.h"
 #include "paths.h"
+#include "schema.h"
 #include "signals.h"
 #include "topology_section.h"
 #include "units.h"
@@ -95,15 +96,16 @@ CommandRun::CommandRun(std::string command, std::string command_line, CommonOpti
   }
   SetQuiet(common_.quiet);
   Group& root = report_.root;
-  root.Set("schema", std::string(kReportSchemaName));
-  root.Set("schema_version", kReportSchemaVersion);
-  root.Set("tool_version", std::string(kToolVersion));
-  root.Set("git_revision", std::string(kGitRevision));
-  root.Set("command", command_);
-  root.Set("command_line", command_line);
-  root.Set("start_utc", UtcNowIso8601());
-  root.Set("n_ranks", static_cast<int64_t>(ctx_.world_size));
-  root.Set("n_nodes", static_cast<int64_t>(ctx_.node_count));
+  namespace r = schema::root;
+  schema::Set(root, r::schema, kReportSchemaName);
+  schema::Set(root, r::schema_version, kReportSchemaVersion);
+  schema::Set(root, r::tool_version, kToolVersion);
+  schema::Set(root, r::git_revision, kGitRevision);
+  schema::Set(root, r::command, command_);
+  schema::Set(root, r::command_line, command_line);
+  schema::Set(root, r::start_utc, UtcNowIso8601());
+  schema::Set(root, r::n_ranks, ctx_.world_size);
+  schema::Set(root, r::n_nodes, ctx_.node_count);
   Group& cfg = config();
   cfg.Set("backend", common_.backend);
   cfg.Set("output", common_.output);
@@ -129,7 +131,7 @@ std::string CommandRun::ResolveBackend() {
     backend = all_have_gpu ? "nccl" : "mpi";
   }
   if (backend == "nccl") BindRankToGpu(ctx_, true);
-  report_.root.Set("backend", backend);
+  schema::Set(report_.root, schema::root::backend, backend);
   return backend;
 }
 
@@ -209,7 +211,7 @@ bool CommandRun::StopRequested(MPI_Comm comm) { return AgreedStopSignal(comm) !=
 
 const Topology& CommandRun::GatherTopologyIntoReport() {
   topology_ = GatherTopology(MPI_COMM_WORLD, ctx_);
-  if (ctx_.world_rank == 0) AddTopologyToReport(report_.root.Child("topology"), topology_);
+  if (ctx_.world_rank == 0) AddTopologyToReport(schema::GroupOf(report_.root, schema::kTopology), topology_);
   return topology_;
 }
 
@@ -280,9 +282,9 @@ std::string CommandRun::RewriteStatusOnDisk(const std::string& reason) {
 void CommandRun::WriteReportNow(const std::string& status, const std::string& reason) {
   if (common_.output.empty() || ctx_.world_rank != 0) return;
   std::lock_guard<std::timed_mutex> lock(report_mutex_);
-  report_.root.Set("status", status);
-  report_.root.Set("status_reason", reason);
-  report_.root.Set("end_utc", UtcNowIso8601());
+  schema::Set(report_.root, schema::root::status, status);
+  schema::Set(report_.root, schema::root::status_reason, reason);
+  schema::Set(report_.root, schema::root::end_utc, UtcNowIso8601());
   try {
     WriteReport(report_, common_.output);
     report_on_disk_ = true;

@@ -14,6 +14,7 @@
 #include "communicator.h"
 #include "context.h"
 #include "error.h"
+#include "schema.h"
 #include "flags.h"
 #include "report.h"
 #include "topology.h"
@@ -58,7 +59,7 @@ class CommandRun {
   const RankContext& ctx() const { return ctx_; }
   const CommonOptions& common() const { return common_; }
   Report& report() { return report_; }
-  Group& config() { return report_.root.Child("config"); }
+  Group& config() { return schema::GroupOf(report_.root, schema::kConfig); }
 
   // Resolves --backend (collective: every rank must agree), binding a GPU per rank for cuda, and records it.
   // Returns "mpi" or "nccl", as backend() does afterwards.

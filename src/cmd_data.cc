@@ -267,12 +267,12 @@ int RunGenerate(const CommandInput& input, const std::vector<std::string>& args)
                  static_cast<unsigned long long>(summed[1]), summed[0] / 1e9, f.dir.c_str(), seconds, GBps,
                  interrupted ? " (the dataset is incomplete)" : ""),
           true);
-    Group& summary = run->report().root.Child("summary");
-    summary.Set("tokens_written", static_cast<int64_t>(summed[2]));
-    summary.Set("shards_written", static_cast<int64_t>(summed[1]));
-    summary.Set("bytes_written", static_cast<int64_t>(summed[0]));
-    summary.Set("seconds", seconds);
-    summary.Set("write_GBps", GBps);
+    Group& summary = schema::GroupOf(run->report().root, schema::kSummary);
+    schema::Set(summary, schema::summary::tokens_written, static_cast<int64_t>(summed[2]));
+    schema::Set(summary, schema::summary::shards_written, static_cast<int64_t>(summed[1]));
+    schema::Set(summary, schema::summary::bytes_written, static_cast<int64_t>(summed[0]));
+    schema::Set(summary, schema::summary::seconds, seconds);
+    schema::Set(summary, schema::summary::write_GBps, GBps);
     return run->Finish(interrupted);
   });
 }

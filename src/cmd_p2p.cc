@@ -87,10 +87,10 @@ int RunP2pCommand(const CommandInput& input) {
     }
     if (input.ctx.world_rank == 0) {
       for (const std::string& line : FormatP2p(result, p2p, hosts, gpus)) Print(line, line.rfind("# Weak links", 0) == 0);
-      AddP2pToReport(run->report().root.Child("p2p"), result, p2p, hosts, gpus);
-      Group& summary = run->report().root.Child("summary");
-      summary.Set("p2p_median_uni_GBps", result.median_uni_GBps);
-      summary.Set("p2p_flagged_pairs", static_cast<int64_t>(result.flagged.size()));
+      AddP2pToReport(schema::GroupOf(run->report().root, schema::kP2p), result, p2p, hosts, gpus);
+      Group& summary = schema::GroupOf(run->report().root, schema::kSummary);
+      schema::Set(summary, schema::summary::p2p_median_uni_GBps, result.median_uni_GBps);
+      schema::Set(summary, schema::summary::p2p_flagged_pairs, static_cast<int64_t>(result.flagged.size()));
     }
     return run->Finish(!result.complete);
   });

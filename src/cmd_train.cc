@@ -144,27 +144,28 @@ std::vector<RankSteps> GatherSteps(const std::vector<StepRecord>& mine, const To
 void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq, bool mixed_precision) {
   const ParameterCount params = CountParameters(c);
   const MemoryEstimate memory = EstimateMemory(c, micro_batch, seq, mixed_precision);
-  group.Set("name", c.name);
-  group.Set("layers", static_cast<int64_t>(c.layers));
-  group.Set("preset_layers", static_cast<int64_t>(c.preset_layers));
-  group.Set("scaled", c.scaled);
-  group.Set("d_model", static_cast<int64_t>(c.d_model));
-  group.Set("heads", static_cast<int64_t>(c.heads));
-  group.Set("vocab", static_cast<int64_t>(c.vocab));
-  group.Set("vocab_padded", static_cast<int64_t>(c.vocab_padded));
-  group.Set("max_seq", static_cast<int64_t>(c.seq));
-  group.Set("parameters", params.total);
-  group.Set("matmul_parameters", params.matmul);
-  group.Set("model_flops_per_token", ModelFlopsPerToken(c, seq));
-  group.Set("flops_convention", std::string("6*N_matmul + 6*L*T*d (causal attention, forward+backward)"));
-  group.Set("memory_weights_bytes", memory.weights_bytes);
-  group.Set("memory_gradients_bytes", memory.gradients_bytes);
-  group.Set("memory_optimizer_bytes", memory.optimizer_bytes);
-  group.Set("memory_activations_bytes", memory.activations_bytes);
-  group.Set("memory_precision",
-            std::string(mixed_precision ? "bf16 weights/gradients/activations + fp32 master and AdamW (ZeRO's 16 B per "
-                                          "parameter; the CUDA transformer keeps fp32 gradients: 18 B)"
-                                        : "fp32 (CPU reference)"));
+  namespace m = schema::model;
+  schema::Set(group, m::name, c.name);
+  schema::Set(group, m::layers, c.layers);
+  schema::Set(group, m::preset_layers, c.preset_layers);
+  schema::Set(group, m::scaled, c.scaled);
+  schema::Set(group, m::d_model, c.d_model);
+  schema::Set(group, m::heads, c.heads);
+  schema::Set(group, m::vocab, c.vocab);
+  schema::Set(group, m::vocab_padded, c.vocab_padded);
+  schema::Set(group, m::max_seq, c.seq);
+  schema::Set(group, m::parameters, params.total);
+  schema::Set(group, m::matmul_parameters, params.matmul);
+  schema::Set(group, m::model_flops_per_token, ModelFlopsPerToken(c, seq));
+  schema::Set(group, m::flops_convention, "6*N_matmul + 6*L*T*d (causal attention, forward+backward)");
+  schema::Set(group, m::memory_weights_bytes, memory.weights_bytes);
+  schema::Set(group, m::memory_gradients_bytes, memory.gradients_bytes);
+  schema::Set(group, m::memory_optimizer_bytes, memory.optimizer_bytes);
+  schema::Set(group, m::memory_activations_bytes, memory.activations_bytes);
+  schema::Set(group, m::memory_precision,
+              mixed_precision ? "bf16 weights/gradients/activations + fp32 master and AdamW (ZeRO's 16 B per "
+                                "parameter; the CUDA transformer keeps fp32 gradients: 18 B)"
+                              : "fp32 (CPU reference)");
 }
 
 // io/throttle_sweep: one row per storage rate, and the rate at which data_wait reaches `share` of step time.
@@ -176,14 +177,15 @@ void AddStorageSweep(Group& io, const std::vector<double>& rates, const std::vec
     tokens_per_s.push_back(p.tokens_per_s);
   }
   const std::vector<double> measured_rates(rates.begin(), rates.begin() + static_cast<long>(points.size()));
-  Table& table = io.tables["throttle_sweep"];
-  table.description = "storage sweep: the same run at decreasing --io-throttle rates per rank; data_wait_share = "
-                      "(data_wait + h2d) / step time over every rank's measured steps";
-  table.Add("io_throttle_MBps", "MB/s", measured_rates).Add("data_wait_share", "", shares)
-      .Add("step_s", "s", step_s).Add("tokens_per_s", "tokens/s", tokens_per_s);
+  namespace ts = schema::io::throttle_sweep;
+  Table& table = schema::AddTable(io, schema::io::kThrottleSweep);
+  schema::AddColumn(table, ts::io_throttle_MBps, measured_rates);
+  schema::AddColumn(table, ts::data_wait_share, shares);
+  schema::AddColumn(table, ts::step_s, step_s);
+  schema::AddColumn(table, ts::tokens_per_s, tokens_per_s);
   const double crossing = ThrottleAtDataWaitShare(measured_rates, shares, share);
-  io.Set("sweep_data_wait_share", share);
-  io.Set("throttle_at_data_wait_share_MBps", crossing);
+  schema::Set(io, schema::io::sweep_data_wait_share, share);
+  schema::Set(io, schema::io::throttle_at_data_wait_share_MBps, crossing);
   Print(std::isnan(crossing)
             ? Format("# storage sweep: data_wait %s %.0f%% of step time %s", shares.empty() || shares[0] < share
                      ? "stays under" : "is already over", 100 * share,
@@ -255,7 +257,7 @@ class TrainCommand {
                                       TrainLoopOptions& point_loop);
   void Summarise(const std::vector<RunPoint>& runs);
   void RecordMemory();
-  Group& train() { return run_->report().root.Child("train"); }
+  Group& train() { return schema::GroupOf(run_->report().root, schema::kTrain); }
   int PointBatch(int k) const { return weak_ ? f_.micro_batch : global_batch_ / k; }
   // A storage sweep: the run repeated at each --io-throttle rate (on one scaling point).
   bool Sweep() const { return io_plan_.throttles_MBps.size() > 1; }
@@ -358,12 +360,12 @@ void TrainCommand::RecordConfig(Group& cfg) const {
   const TrainFlags& f = f_;
   cfg.Set("model", f.model);
   cfg.Set("layers", static_cast<int64_t>(model_.layers));
-  cfg.Set("seq", static_cast<int64_t>(loop_.seq));
+  schema::Set(cfg, schema::config::seq, loop_.seq);
   cfg.Set("micro_batch", static_cast<int64_t>(f.micro_batch));
   cfg.Set("global_batch", static_cast<int64_t>(global_batch_));
   cfg.Set("steps", static_cast<int64_t>(f.steps));
   cfg.Set("warmup_steps", static_cast<int64_t>(f.warmup_steps));
-  cfg.Set("bucket_mb", f.bucket_mb);
+  schema::Set(cfg, schema::config::bucket_mb, f.bucket_mb);
   cfg.Set("overlap", static_cast<int64_t>(loop_.overlap));
   cfg.Set("scaling", f.scaling.empty() ? std::to_string(input_.ctx.world_size) : f.scaling);
   cfg.Set("scaling_mode", f.scaling_mode);
@@ -459,27 +461,28 @@ void TrainCommand::RecordHeader(double comm_ready_s) {
   const Backend& backend = setup_.backend;
   const std::optional<DevicePeak>& peak = setup_.peak;
   Group& t = train();
-  RecordModel(run_->report().root.Child("model"), model_, loop_.micro_batch, loop_.seq, backend.cuda);
-  t.Set("scaling_mode", f_.scaling_mode);
-  t.Set("backend", std::string(backend.cuda ? "cuda" : "cpu"));
-  t.Set("device", backend.device);
-  t.Set("measured_gemm_flops", setup_.gemm_min);
-  t.Set("measured_gemm",
+  RecordModel(schema::GroupOf(run_->report().root, schema::kModel), model_, loop_.micro_batch, loop_.seq, backend.cuda);
+  namespace st = schema::train;
+  schema::Set(t, st::scaling_mode, f_.scaling_mode);
+  schema::Set(t, st::backend, backend.cuda ? "cuda" : "cpu");
+  schema::Set(t, st::device, backend.device);
+  schema::Set(t, st::measured_gemm_flops, setup_.gemm_min);
+  schema::Set(t, st::measured_gemm,
         std::string(backend.cuda ? "cuBLASLt bf16 GEMM 8192^3 (fp32 accumulation) on each rank's GPU at start-up, "
                                    "timed with CUDA events; the slowest rank's rate"
                                  : "cblas_sgemm fp32 1024^3 on each rank at start-up, one rank of a node at "
                                    "a time; the slowest rank's rate"));
-  t.Set("peak_flops", peak ? setup_.peak_flops : std::nan(""));
-  t.Set("peak_source", peak ? peak->device + " bf16 dense: " + peak->source
+  schema::Set(t, st::peak_flops, peak ? setup_.peak_flops : std::nan(""));
+  schema::Set(t, st::peak_source, peak ? peak->device + " bf16 dense: " + peak->source
                             : std::string(backend.cuda ? "none: no peak table entry for this GPU"
                                                        : "none: no peak table entry for a CPU"));
   if (io_plan_.loader) {
-    AddDataVerifyToReport(run_->ctx().world_rank == 0 ? &run_->report().root.Child("io") : nullptr, io_flags_,
+    AddDataVerifyToReport(run_->ctx().world_rank == 0 ? &schema::GroupOf(run_->report().root, schema::kIo) : nullptr, io_flags_,
                           io_plan_);
   }
-  t.Set("mpi_init_s", MpiInitSeconds());
-  t.Set("communicator_init_s", comm_ready_s - ProcessStartSeconds() - MpiInitSeconds());
-  if (!backend.cuda) t.Set("attention", std::string("cpu"));
+  schema::Set(t, st::mpi_init_s, MpiInitSeconds());
+  schema::Set(t, st::communicator_init_s, comm_ready_s - ProcessStartSeconds() - MpiInitSeconds());
+  if (!backend.cuda) schema::Set(t, st::attention, "cpu");
 }
 
 std::unique_ptr<Transformer> TrainCommand::MakeModel() {
@@ -493,12 +496,12 @@ std::unique_ptr<Transformer> TrainCommand::MakeModel() {
   std::unique_ptr<Transformer> cuda_model =
       MakeCudaTransformer(model_, static_cast<uint64_t>(f_.seed), options, &fallback_reason);
   Group& t = train();
-  if (!t.attributes.contains("attention")) {
+  if (schema::Find(&t, schema::train::attention) == nullptr) {
     // Mostly the host's draw of the initial weights and their upload: what a large model costs before step 0.
     Print(Format("# model setup: %.2f s (device memory, initial weights on %d host threads, upload)",
                  NowSeconds() - setup_start, CpuThreads()));
-    t.Set("attention", cuda_model->attention());
-    t.Set("attention_fallback_reason", fallback_reason);
+    schema::Set(t, schema::train::attention, cuda_model->attention());
+    schema::Set(t, schema::train::attention_fallback_reason, fallback_reason);
     Print("# attention: " + cuda_model->attention() +
           (fallback_reason.empty() ? std::string() : " (cuDNN SDPA unavailable: " + fallback_reason + ")"));
   }
@@ -561,7 +564,7 @@ std::vector<StepRecord> TrainCommand::RunOnePoint(Communicator& sub, const RunPo
   point_loop.on_step = [&](const StepRecord& r) {
     if (!first_step_seen_) {
       first_step_seen_ = true;
-      train().Set("startup_s", NowSeconds() - r.step_s - ProcessStartSeconds());
+      schema::Set(train(), schema::train::startup_s, NowSeconds() - r.step_s - ProcessStartSeconds());
     }
     double local[2] = {r.loss, r.step_s}, sums[2] = {0, 0};
     TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 1, MPI_DOUBLE, MPI_SUM, sub.host_comm()));
@@ -573,7 +576,7 @@ std::vector<StepRecord> TrainCommand::RunOnePoint(Communicator& sub, const RunPo
   std::vector<StepRecord> mine = RunTrainingSteps(sub, *transformer, point_loop);
   io.Finish();
   if (io_plan_.loader || io_plan_.checkpoints || !io_plan_.resume_dir.empty()) {
-    io.AddToReport(run_->report().root.Child("io"), point.name, mine);
+    io.AddToReport(schema::GroupOf(run_->report().root, schema::kIo), point.name, mine);
   }
   peak_device_memory_ = std::max(peak_device_memory_, static_cast<double>(transformer->peak_device_memory_bytes()));
   return mine;
@@ -585,23 +588,23 @@ void TrainCommand::Summarise(const std::vector<RunPoint>& runs) {
   if (!sweep) ComputeEfficiency(points_, weak_);
   for (size_t i = 0; i < points_.size(); ++i) {
     const ScalingPoint& p = points_[i];
-    train().Child(runs[i].name).Set("scaling_efficiency", p.efficiency);
+    schema::Set(train().Child(runs[i].name), schema::point::scaling_efficiency, p.efficiency);
     if (sweep) Print(Format("# storage sweep: --io-throttle %g MB/s per rank", runs[i].throttle_MBps), true);
     for (const std::string& line : PointLines(p, f_.scaling_mode)) Print(line, line.rfind("# k=", 0) == 0);
   }
   if (sweep) {
     std::vector<double> rates;
     for (const RunPoint& point : runs) rates.push_back(point.throttle_MBps);
-    AddStorageSweep(run_->report().root.Child("io"), rates, points_, sweep_shares_, io_flags_.data_wait_share);
+    AddStorageSweep(schema::GroupOf(run_->report().root, schema::kIo), rates, points_, sweep_shares_, io_flags_.data_wait_share);
   }
   if (points_.empty()) return;
-  Group& summary = run_->report().root.Child("summary");
+  Group& summary = schema::GroupOf(run_->report().root, schema::kSummary);
   std::string measured;
   for (size_t i = 0; i < points_.size(); ++i) measured += (i ? "," : "") + runs[i].name;
-  summary.Set(kTrainPointsAttribute, measured);
-  summary.Set("train_tokens_per_s", points_.back().tokens_per_s);
-  summary.Set("train_ranks", static_cast<int64_t>(points_.back().k));
-  summary.Set("train_scaling_efficiency", points_.back().efficiency);
+  schema::Set(summary, schema::summary::train_points, measured);
+  schema::Set(summary, schema::summary::train_tokens_per_s, points_.back().tokens_per_s);
+  schema::Set(summary, schema::summary::train_ranks, points_.back().k);
+  schema::Set(summary, schema::summary::train_scaling_efficiency, points_.back().efficiency);
 }
 
 // Peak host and device memory of every rank over the whole run (collective).
@@ -609,17 +612,15 @@ void TrainCommand::RecordMemory() {
   const std::vector<double> peaks = AllGatherDoubles(MPI_COMM_WORLD, PeakHostMemoryBytes());
   const std::vector<double> device_peaks = AllGatherDoubles(MPI_COMM_WORLD, peak_device_memory_);
   Group& t = train();
-  t.Set("peak_host_memory_bytes_max", *std::max_element(peaks.begin(), peaks.end()));
-  t.Set("peak_device_memory_bytes_max", *std::max_element(device_peaks.begin(), device_peaks.end()));
+  schema::Set(t, schema::train::peak_host_memory_bytes_max, *std::max_element(peaks.begin(), peaks.end()));
+  schema::Set(t, schema::train::peak_device_memory_bytes_max, *std::max_element(device_peaks.begin(), device_peaks.end()));
   std::vector<int64_t> memory_rank;
   for (int rank = 0; rank < run_->ctx().world_size; ++rank) memory_rank.push_back(rank);
-  Table& memory_table = t.tables["memory"];
-  memory_table.description =
-      "peak resident host memory of each rank's process over the whole run (getrusage); peak device memory in "
-      "use on each rank's GPU (total - free from cudaMemGetInfo at the model's high points; 0 on the CPU backend)";
-  memory_table.Add("rank", "", memory_rank)
-      .Add("peak_host_memory_bytes", "B", peaks)
-      .Add("peak_device_memory_bytes", "B", device_peaks);
+  namespace mc = schema::train::memory;
+  Table& memory_table = schema::AddTable(t, schema::train::kMemory);
+  schema::AddColumn(memory_table, mc::rank, memory_rank);
+  schema::AddColumn(memory_table, mc::peak_host_memory_bytes, peaks);
+  schema::AddColumn(memory_table, mc::peak_device_memory_bytes, device_peaks);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "error.h"
 #include "log.h"
 #include "mpi_util.h"
+#include "schema.h"
 #include "paths.h"
 #include "token_dataset.h"
 #include "train_summary.h"
@@ -321,9 +322,9 @@ void AddDataVerifyToReport(Group* io, const TrainIoFlags& f, const TrainIoPlan& 
   const std::string how = f.data_raw           ? "not verified: --data-raw files carry no checksums"
                           : f.skip_data_verify ? "not verified: --skip-data-verify (shard headers only)"
                                                : "payload CRC-32C of every shard, before the first step";
-  io->Set("data_verify", how);
-  io->Set("data_verify_bytes", total_bytes);
-  io->Set("data_verify_s", slowest_s);
+  schema::Set(*io, schema::io::data_verify, how);
+  schema::Set(*io, schema::io::data_verify_bytes, total_bytes);
+  schema::Set(*io, schema::io::data_verify_s, slowest_s);
   if (total_bytes == 0) return Print("# data: " + how);
   Print(Format("# data: %s of shards verified in %.2f s before the first step (%.2f GB/s, %zu ranks x %d threads)",
                FormatBytes(static_cast<uint64_t>(total_bytes)).c_str(), slowest_s,
@@ -443,7 +444,7 @@ void PointIo::Shared(const std::function<void()>& collective) {
 }
 
 void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<StepRecord>& records) {
-  Group* group = comm_.rank() == 0 ? &io.Child(name) : nullptr;
+  Group* group = comm_.rank() == 0 ? &io.Child(name) : nullptr;  // io/<point>: schema::kIoPoint
   AddSharesToReport(group, records);
   if (loader_) AddLoaderToReport(group);
   if (checkpointer_) AddCheckpointsToReport(group);
@@ -472,20 +473,21 @@ void PointIo::AddSharesToReport(Group* group, const std::vector<StepRecord>& rec
   if (!group) return;
   const double nan = std::nan("");
   const StepTotals all{total[kStep], total[kData], total[kCheckpoint]};
-  group->Set("data_wait_share", all.data_wait_share());
-  group->Set("checkpoint_stall_share", all.checkpoint_stall_share());
-  group->Set("io_throttle_MBps", throttle_MBps_);
+  namespace s = schema::io_point;
+  schema::Set(*group, s::data_wait_share, all.data_wait_share());
+  schema::Set(*group, s::checkpoint_stall_share, all.checkpoint_stall_share());
+  schema::Set(*group, s::io_throttle_MBps, throttle_MBps_);
   const bool compared = total[kBusySteps] > 0 && total[kIdleSteps] > 0;
-  group->Set("checkpoint_writer_slowdown", compared ? (total[kBusyTime] / total[kBusySteps]) /
+  schema::Set(*group, s::checkpoint_writer_slowdown, compared ? (total[kBusyTime] / total[kBusySteps]) /
                                                           (total[kIdleTime] / total[kIdleSteps])
                                                     : nan);
-  group->Set("checkpoint_writer_slowdown_steps", static_cast<int64_t>(total[kBusySteps]));
+  schema::Set(*group, s::checkpoint_writer_slowdown_steps, static_cast<int64_t>(total[kBusySteps]));
   if (plan_.resume_dir.empty()) return;
-  group->Set("resumed_from", resumed_.dir);
-  group->Set("resumed_step", static_cast<int64_t>(resumed_.meta.step));
-  group->Set("resume_load_s", resumed_.seconds);
-  group->Set("resume_saved_ranks", static_cast<int64_t>(resumed_.saved_world_size));
-  group->Set("resume_unchecked", plan_.resume_unchecked);
+  schema::Set(*group, s::resumed_from, resumed_.dir);
+  schema::Set(*group, s::resumed_step, static_cast<int64_t>(resumed_.meta.step));
+  schema::Set(*group, s::resume_load_s, resumed_.seconds);
+  schema::Set(*group, s::resume_saved_ranks, static_cast<int64_t>(resumed_.saved_world_size));
+  schema::Set(*group, s::resume_unchecked, plan_.resume_unchecked);
 }
 
 // The loader's figures, and a row per rank of what it read (collective).
@@ -498,29 +500,25 @@ void PointIo::AddLoaderToReport(Group* group) {
                         static_cast<double>(s.reads), s.read_s, s.wait_s};
   const std::vector<std::vector<RankLoader>> all = GatherRecords(comm_.host_comm(), std::vector<RankLoader>{mine});
   if (!group) return;
-  group->Set("dataset_files", static_cast<int64_t>(s.files));
-  group->Set("dataset_files_kept_open", static_cast<int64_t>(s.open_files));
-  group->Set("dataset_samples", static_cast<int64_t>(s.samples));
-  group->Set("record_bytes", static_cast<int64_t>(s.record_bytes));
-  group->Set("batches_per_epoch", static_cast<int64_t>(s.batches_per_epoch));
-  group->Set("dropped_samples_per_epoch", static_cast<int64_t>(s.dropped_per_epoch));
-  std::vector<int64_t> ranks;
-  std::vector<double> batches, bytes, reads, read_s, rate, wait_s;
-  for (size_t rank = 0; rank < all.size(); ++rank) {
-    const RankLoader& r = all[rank].front();
-    ranks.push_back(static_cast<int64_t>(rank));
-    batches.push_back(r.batches);
-    bytes.push_back(r.bytes_read);
-    reads.push_back(r.reads);
-    read_s.push_back(r.read_s);
-    rate.push_back(r.read_s > 0 ? r.bytes_read / r.read_s / 1e6 : 0);
-    wait_s.push_back(r.wait_s);
-  }
-  Table& table = group->tables["loader"];
-  table.description = "per rank: batches handed to the loop, bytes read, reads, the sum of read times (workers "
-                      "overlap, so bytes/read_s is a per-read rate), and the loop's total wait for batches";
-  table.Add("rank", "", ranks).Add("batches", "", batches).Add("bytes_read", "B", bytes).Add("reads", "", reads)
-      .Add("read_s", "s", read_s).Add("per_read_MBps", "MB/s", rate).Add("wait_s", "s", wait_s);
+  namespace sp = schema::io_point;
+  schema::Set(*group, sp::dataset_files, static_cast<int64_t>(s.files));
+  schema::Set(*group, sp::dataset_files_kept_open, static_cast<int64_t>(s.open_files));
+  schema::Set(*group, sp::dataset_samples, static_cast<int64_t>(s.samples));
+  schema::Set(*group, sp::record_bytes, static_cast<int64_t>(s.record_bytes));
+  schema::Set(*group, sp::batches_per_epoch, static_cast<int64_t>(s.batches_per_epoch));
+  schema::Set(*group, sp::dropped_samples_per_epoch, static_cast<int64_t>(s.dropped_per_epoch));
+  std::vector<RankLoader> rows;
+  for (const std::vector<RankLoader>& rank : all) rows.push_back(rank.front());
+  namespace c = sp::loader;
+  schema::RecordTable<RankLoader>(sp::kLoader)
+      .Column(c::rank, [&](const RankLoader& r) { return static_cast<int64_t>(&r - rows.data()); })
+      .Column(c::batches, [](const RankLoader& r) { return r.batches; })
+      .Column(c::bytes_read, [](const RankLoader& r) { return r.bytes_read; })
+      .Column(c::reads, [](const RankLoader& r) { return r.reads; })
+      .Column(c::read_s, [](const RankLoader& r) { return r.read_s; })
+      .Column(c::per_read_MBps, [](const RankLoader& r) { return r.read_s > 0 ? r.bytes_read / r.read_s / 1e6 : 0; })
+      .Column(c::wait_s, [](const RankLoader& r) { return r.wait_s; })
+      .Write(*group, rows);
 }
 
 // A row per checkpoint per rank (collective): the events' figures travel as records, their errors as text.
@@ -543,36 +541,31 @@ void PointIo::AddCheckpointsToReport(Group* group) {
   const std::vector<std::vector<EventFigures>> figures = GatherRecords(comm_.host_comm(), mine);
   const std::vector<std::vector<std::string>> texts = GatherStringLists(comm_.host_comm(), errors);
   if (!group) return;
-  std::vector<int64_t> step, rank, bytes, crc, verified, ok;
-  std::vector<double> stall, write, gbps;
-  std::vector<std::string> mode, error;
+  struct Row {
+    const EventFigures* e;
+    const std::string* error;
+  };
+  std::vector<Row> rows;
   for (size_t r = 0; r < figures.size(); ++r) {
-    for (size_t i = 0; i < figures[r].size(); ++i) {
-      const EventFigures& e = figures[r][i];
-      step.push_back(e.step);
-      rank.push_back(e.rank);
-      mode.push_back(CheckpointModeName(e.mode));
-      bytes.push_back(static_cast<int64_t>(e.bytes));
-      stall.push_back(e.stall_s);
-      write.push_back(e.write_s);
-      gbps.push_back(e.write_gbps);
-      crc.push_back(e.crc32c);
-      verified.push_back(e.verified);
-      ok.push_back(e.ok);
-      error.push_back(texts[r][i]);
-    }
+    for (size_t i = 0; i < figures[r].size(); ++i) rows.push_back({&figures[r][i], &texts[r][i]});
   }
-  group->Set("checkpoint_dir", checkpoint_dir_);
-  group->Set("checkpoint_state_bytes", static_cast<int64_t>(checkpointer_->state_bytes()));
-  Table& table = group->tables["checkpoints"];
-  table.description =
-      "a row per checkpoint per rank: its slice's bytes; stall_s = time the training loop was blocked (sync: "
-      "copy, write, fsync and manifest; async: the snapshot, plus any wait for the previous writer); write_s = "
-      "write + fsync + rename of the slice file; write_GBps = bytes / write_s (1e9 B/s); crc32c of the slice; "
-      "verified = read back after fsync with the same checksum; ok = the checkpoint is complete";
-  table.Add("step", "", step).Add("rank", "", rank).Add("mode", "", mode).Add("bytes", "B", bytes)
-      .Add("stall_s", "s", stall).Add("write_s", "s", write).Add("write_GBps", "GB/s", gbps).Add("crc32c", "", crc)
-      .Add("verified", "", verified).Add("ok", "", ok).Add("error", "", error);
+  namespace s = schema::io_point;
+  namespace c = s::checkpoints;
+  schema::Set(*group, s::checkpoint_dir, checkpoint_dir_);
+  schema::Set(*group, s::checkpoint_state_bytes, static_cast<int64_t>(checkpointer_->state_bytes()));
+  schema::RecordTable<Row>(s::kCheckpoints)
+      .Column(c::step, [](const Row& r) { return r.e->step; })
+      .Column(c::rank, [](const Row& r) { return r.e->rank; })
+      .Column(c::mode, [](const Row& r) { return CheckpointModeName(r.e->mode); })
+      .Column(c::bytes, [](const Row& r) { return static_cast<int64_t>(r.e->bytes); })
+      .Column(c::stall_s, [](const Row& r) { return r.e->stall_s; })
+      .Column(c::write_s, [](const Row& r) { return r.e->write_s; })
+      .Column(c::write_GBps, [](const Row& r) { return r.e->write_gbps; })
+      .Column(c::crc32c, [](const Row& r) { return static_cast<int64_t>(r.e->crc32c); })
+      .Column(c::verified, [](const Row& r) { return r.e->verified ? 1 : 0; })
+      .Column(c::ok, [](const Row& r) { return r.e->ok ? 1 : 0; })
+      .Column(c::error, [](const Row& r) { return *r.error; })
+      .Write(*group, rows);
 }
 
 double ThrottleAtDataWaitShare(const std::vector<double>& rates, const std::vector<double>& shares, double share) {

@@ -1,0 +1,418 @@
+// The report schema, declared once: every group, table, matrix, attribute and column a report holds, with its
+// name, type, unit and one-line description. Writers fill reports through these declarations (schema::Set,
+// AddColumn), the views, cost's reader and the damage check read through them (Find, Values), the README's schema
+// tables and results/schema_names.py (the names plots.py reads) are generated from them and checked by a test
+// (tests/schema_doc.cc). Adding a field: declare it here, set it where it is measured.
+//
+// Units: s, us, B, GB/s = 1e9 B/s, MB/s = 1e6 B/s, FLOP/s, tokens/s; `fraction` is a share 0..1.
+#pragma once
+
+#include "schema_types.h"
+
+namespace tb::schema {
+
+// ---- / (the root) -------------------------------------------------------------------------------------------
+inline GroupSpec kRoot{"/", "what ran, when, and how it ended; every command writes these"};
+namespace root {
+inline const TextAttribute schema{kRoot, "schema", "", "`trainbench.report`"};
+inline const IntAttribute schema_version{kRoot, "schema_version", "", "`1`"};
+inline const TextAttribute tool_version{kRoot, "tool_version", "", "the build's version"};
+inline const TextAttribute git_revision{kRoot, "git_revision", "", "the build's git revision"};
+inline const TextAttribute command{kRoot, "command", "", "the command, e.g. `collectives`"};
+inline const TextAttribute command_line{kRoot, "command_line", "", "the full command line"};
+inline const TextAttribute start_utc{kRoot, "start_utc", "", "ISO 8601 start, e.g. `2024-05-01T12:00:00Z`"};
+inline const IntAttribute n_ranks{kRoot, "n_ranks", "ranks", "ranks in the run"};
+inline const IntAttribute n_nodes{kRoot, "n_nodes", "nodes", "nodes (distinct hosts) in the run"};
+inline const TextAttribute backend{kRoot, "backend", "", "`mpi` or `nccl`: the communicator that ran"};
+inline const TextAttribute status{kRoot, "status", "", "`complete`, `interrupted` or `failed`"};
+inline const TextAttribute status_reason{kRoot, "status_reason", "",
+                                         "why, when not complete (`\"\"` otherwise); see \"Status reasons\""};
+inline const TextAttribute end_utc{kRoot, "end_utc", "", "ISO 8601 end of the run (or of the last phase written)"};
+}  // namespace root
+
+// ---- config -------------------------------------------------------------------------------------------------
+inline GroupSpec kConfig{"config",
+                         "one attribute per option of the command, named as the long flag with dashes turned into "
+                         "underscores (`--check-iters` -> `check_iters`), with the value as used; `trainbench "
+                         "<command> --help` describes each. Listed here: the ones other commands read"};
+namespace config {
+inline const RealAttribute bucket_mb{kConfig, "bucket_mb", "MiB", "train: gradient bucket size (`--bucket-mb`)"};
+inline const IntAttribute seq{kConfig, "seq", "tokens", "train: sequence length (`--seq`)"};
+}  // namespace config
+
+// ---- topology -----------------------------------------------------------------------------------------------
+inline GroupSpec kTopology{"topology", "where each rank ran, the GPU links of each node, the library versions"};
+namespace topology {
+inline const TextAttribute mpi_library{kTopology, "mpi_library", "", "MPI_Get_library_version, first line"};
+inline const TextAttribute mpi_version{kTopology, "mpi_version", "", "MPI standard version, e.g. `3.1`"};
+inline const TextAttribute cuda_runtime{kTopology, "cuda_runtime", "", "CUDA runtime version (empty without CUDA)"};
+inline const TextAttribute cuda_driver{kTopology, "cuda_driver", "", "CUDA driver version (empty without a GPU)"};
+inline const TextAttribute nccl{kTopology, "nccl", "", "NCCL version (empty without NCCL)"};
+inline const TextAttribute cudnn{kTopology, "cudnn", "", "cuDNN version (empty without cuDNN)"};
+inline const TextAttribute hdf5{kTopology, "hdf5", "", "HDF5 library version"};
+
+inline TableSpec kRanks{kTopology, "ranks", "one row per rank: where it ran and on what (gpu_index -1 = CPU backend)"};
+namespace ranks {
+inline const IntColumn rank{kRanks, "rank", "", "rank in the launch"};
+inline const TextColumn host{kRanks, "host", "", "host name"};
+inline const IntColumn node{kRanks, "node", "", "node index (ranks of one host share it)"};
+inline const IntColumn local_rank{kRanks, "local_rank", "", "rank within its node"};
+inline const IntColumn local_size{kRanks, "local_size", "", "ranks on its node"};
+inline const IntColumn gpu_index{kRanks, "gpu_index", "", "the GPU it used, -1 on the CPU backend"};
+inline const TextColumn gpu_name{kRanks, "gpu_name", "", "GPU model"};
+inline const TextColumn gpu_uuid{kRanks, "gpu_uuid", "", "GPU UUID"};
+inline const TextColumn gpu_pci_bus{kRanks, "gpu_pci_bus", "", "GPU PCI bus id"};
+inline const IntColumn gpu_memory_bytes{kRanks, "gpu_memory_bytes", "B", "GPU memory"};
+inline const TextColumn cpu_model{kRanks, "cpu_model", "", "CPU model"};
+inline const IntColumn cpu_cores{kRanks, "cpu_cores", "", "CPU cores of the host"};
+}  // namespace ranks
+
+inline TableSpec kGpuLinks{kTopology, "gpu_links",
+                           "every ordered pair of GPUs on each node: peer access (cudaDeviceCanAccessPeer) and link "
+                           "type (NVML)"};
+namespace gpu_links {
+inline const IntColumn node{kGpuLinks, "node", "", "node index"};
+inline const TextColumn host{kGpuLinks, "host", "", "host name"};
+inline const IntColumn gpu_a{kGpuLinks, "gpu_a", "", "first GPU's index"};
+inline const IntColumn gpu_b{kGpuLinks, "gpu_b", "", "second GPU's index"};
+inline const IntColumn peer_access{kGpuLinks, "peer_access", "", "1 when a can access b's memory directly"};
+inline const TextColumn link{kGpuLinks, "link", "", "link from NVML, e.g. `NVLink x18`, `PCIe host bridge`"};
+}  // namespace gpu_links
+
+inline TableSpec kEnvironment{kTopology, "environment", "NCCL_*, OMPI_* and UCX_* environment variables of each rank"};
+namespace environment {
+inline const IntColumn rank{kEnvironment, "rank", "", "rank"};
+inline const TextColumn name{kEnvironment, "name", "", "variable"};
+inline const TextColumn value{kEnvironment, "value", "", "its value"};
+}  // namespace environment
+}  // namespace topology
+
+// ---- collectives/<op> ---------------------------------------------------------------------------------------
+inline GroupSpec kCollective{"collectives/<op>",
+                             "one group per operation swept: all_reduce, all_gather, reduce_scatter, alltoall, "
+                             "broadcast, reduce, sendrecv"};
+namespace collective {
+inline const TextAttribute op{kCollective, "op", "", "the operation"};
+inline const TextAttribute dtype{kCollective, "dtype", "", "element type, e.g. `float`"};
+inline const TextAttribute redop{kCollective, "redop", "", "reduction (`sum`, ...), `none` for data movement"};
+inline const IntAttribute root{kCollective, "root", "", "root rank; -1 for rootless operations"};
+inline const IntAttribute n_ranks{kCollective, "n_ranks", "ranks", "ranks n"};
+inline const IntAttribute iters{kCollective, "iters", "", "timed iterations per size"};
+inline const IntAttribute warmup{kCollective, "warmup", "", "untimed iterations per size"};
+inline const IntAttribute check_iters{kCollective, "check_iters", "", "verified iterations per size"};
+inline const RealAttribute bus_factor{kCollective, "bus_factor", "", "busbw / algbw (see the definitions above)"};
+inline const TextAttribute bus_factor_formula{kCollective, "bus_factor_formula", "", "e.g. `2(n-1)/n`"};
+
+inline TableSpec kResults{kCollective, "results",
+                          "per size: time = max over ranks of each rank's mean time per operation; algbw = "
+                          "size_bytes/time; busbw = algbw x bus_factor; GB = 1e9 bytes; wrong = elements that failed "
+                          "verification (-1 = not checked, NaN times = mode not run)"};
+namespace results {
+inline const IntColumn size_bytes{kResults, "size_bytes", "B", "S, bytes per rank buffer"};
+inline const IntColumn count{kResults, "count", "elements", "elements per rank buffer"};
+inline const std::vector<std::string> kModes = {"out_of_place", "in_place"};
+inline const RealColumn time_us{kResults, "<mode>_time_us", "us", "time per op: max over ranks of each rank's mean",
+                                kModes};
+inline const RealColumn time_rank_min_us{kResults, "<mode>_time_rank_min_us", "us",
+                                         "min over ranks of each rank's mean", kModes};
+inline const RealColumn time_rank_avg_us{kResults, "<mode>_time_rank_avg_us", "us",
+                                         "average over ranks of each rank's mean", kModes};
+inline const RealColumn algbw_GBps{kResults, "<mode>_algbw_GBps", "GB/s", "S / time", kModes};
+inline const RealColumn busbw_GBps{kResults, "<mode>_busbw_GBps", "GB/s", "algbw x bus_factor", kModes};
+inline const IntColumn wrong{kResults, "<mode>_wrong", "elements",
+                             "elements that failed verification; -1 when not checked", kModes};
+}  // namespace results
+}  // namespace collective
+
+// ---- p2p ----------------------------------------------------------------------------------------------------
+inline GroupSpec kP2p{"p2p", "rank-pair bandwidth and latency (row = sender, column = receiver)"};
+namespace p2p {
+inline const IntAttribute size_bytes{kP2p, "size_bytes", "B", "message size of the bandwidth streams"};
+inline const IntAttribute iters{kP2p, "iters", "", "messages per bandwidth measurement"};
+inline const IntAttribute latency_bytes{kP2p, "latency_bytes", "B", "message size of the ping-pong"};
+inline const IntAttribute latency_iters{kP2p, "latency_iters", "", "round trips per latency measurement"};
+inline const RealAttribute threshold_fraction{kP2p, "threshold_fraction", "fraction",
+                                              "a pair is flagged below this share of the median"};
+inline const RealAttribute median_uni_GBps{kP2p, "median_uni_GBps", "GB/s", "median unidirectional bandwidth"};
+inline const RealAttribute median_bidi_GBps{kP2p, "median_bidi_GBps", "GB/s", "median bidirectional bandwidth"};
+inline const IntAttribute complete{kP2p, "complete", "", "1 when every pair was measured"};
+
+inline const MatrixSpec uni_bw_GBps{kP2p, "uni_bw_GBps", "GB/s",
+                                    "unidirectional bandwidth: size_bytes x iters / time, GB = 1e9 bytes; NaN on the "
+                                    "diagonal and for pairs not measured"};
+inline const MatrixSpec bidi_bw_GBps{kP2p, "bidi_bw_GBps", "GB/s",
+                                     "bidirectional bandwidth, symmetric: 2 x size_bytes x iters / time with both "
+                                     "ranks sending and receiving at once; NaN on the diagonal and for pairs not "
+                                     "measured"};
+inline const MatrixSpec latency_us{kP2p, "latency_us", "us",
+                                   "latency, symmetric: half the mean round-trip time of a latency_bytes ping-pong; "
+                                   "NaN on the diagonal and for pairs not measured"};
+
+inline TableSpec kFlagged{kP2p, "flagged",
+                          "pairs whose unidirectional bandwidth is below threshold_fraction x the median (zero rows "
+                          "when none is)"};
+namespace flagged {
+inline const IntColumn src_rank{kFlagged, "src_rank", "", "sender"};
+inline const IntColumn dst_rank{kFlagged, "dst_rank", "", "receiver"};
+inline const TextColumn src_host{kFlagged, "src_host", "", "sender's host"};
+inline const TextColumn dst_host{kFlagged, "dst_host", "", "receiver's host"};
+inline const TextColumn src_gpu{kFlagged, "src_gpu", "", "sender's device"};
+inline const TextColumn dst_gpu{kFlagged, "dst_gpu", "", "receiver's device"};
+inline const RealColumn uni_bw_GBps{kFlagged, "uni_bw_GBps", "GB/s", "the pair's unidirectional bandwidth"};
+inline const RealColumn fraction_of_median{kFlagged, "fraction_of_median", "fraction", "uni_bw_GBps / the median"};
+}  // namespace flagged
+}  // namespace p2p
+
+// ---- model (train) ------------------------------------------------------------------------------------------
+inline GroupSpec kModel{"model", "the model that ran (train); models/README.md defines the counts and the estimate"};
+namespace model {
+inline const TextAttribute name{kModel, "name", "", "preset, e.g. `gpt-13b`"};
+inline const IntAttribute layers{kModel, "layers", "", "layers that ran"};
+inline const IntAttribute preset_layers{kModel, "preset_layers", "", "the preset's layers"};
+inline const TextAttribute scaled{kModel, "scaled", "", "what --layers changed (\"4 of gpt-13b's 40 layers\"; \"\")"};
+inline const IntAttribute d_model{kModel, "d_model", "", "hidden size"};
+inline const IntAttribute heads{kModel, "heads", "", "attention heads"};
+inline const IntAttribute vocab{kModel, "vocab", "", "vocabulary"};
+inline const IntAttribute vocab_padded{kModel, "vocab_padded", "", "vocabulary padded for the GEMMs"};
+inline const IntAttribute max_seq{kModel, "max_seq", "tokens", "the preset's context length"};
+inline const IntAttribute parameters{kModel, "parameters", "",
+                                     "exact, real vocabulary, tied embeddings counted once"};
+inline const IntAttribute matmul_parameters{kModel, "matmul_parameters", "", "N_matmul"};
+inline const RealAttribute model_flops_per_token{kModel, "model_flops_per_token", "FLOP",
+                                                 "at the run's sequence length, by flops_convention"};
+inline const TextAttribute flops_convention{kModel, "flops_convention", "", "`6*N_matmul + 6*L*T*d`"};
+inline const RealAttribute memory_weights_bytes{kModel, "memory_weights_bytes", "B", "per-rank estimate"};
+inline const RealAttribute memory_gradients_bytes{kModel, "memory_gradients_bytes", "B", "per-rank estimate"};
+inline const RealAttribute memory_optimizer_bytes{kModel, "memory_optimizer_bytes", "B", "per-rank estimate"};
+inline const RealAttribute memory_activations_bytes{kModel, "memory_activations_bytes", "B", "per-rank estimate"};
+inline const TextAttribute memory_precision{kModel, "memory_precision", "", "the precisions the estimate assumes"};
+}  // namespace model
+
+// ---- train --------------------------------------------------------------------------------------------------
+inline GroupSpec kTrain{"train", "the training run as a whole"};
+namespace train {
+inline const TextAttribute scaling_mode{kTrain, "scaling_mode", "", "`weak` or `strong`"};
+inline const TextAttribute backend{kTrain, "backend", "", "`cpu` or `cuda`"};
+inline const TextAttribute device{kTrain, "device", "",
+                                  "rank 0's: \"NVIDIA H200 (GPU 0)\" or \"cpu (N BLAS threads)\""};
+inline const TextAttribute attention{kTrain, "attention", "", "what ran: `cpu`, `cudnn-sdpa` or `cublas`"};
+inline const TextAttribute attention_fallback_reason{kTrain, "attention_fallback_reason", "",
+                                                     "why --attention auto did not get cuDNN's fused SDPA (cuda)"};
+inline const RealAttribute measured_gemm_flops{kTrain, "measured_gemm_flops", "FLOP/s",
+                                               "the slowest rank's start-up GEMM rate"};
+inline const TextAttribute measured_gemm{kTrain, "measured_gemm", "", "how it was measured"};
+inline const RealAttribute peak_flops{kTrain, "peak_flops", "FLOP/s",
+                                      "dense bf16 of rank 0's device from the peak table; NaN without an entry"};
+inline const TextAttribute peak_source{kTrain, "peak_source", "", "where the peak comes from"};
+inline const RealAttribute mpi_init_s{kTrain, "mpi_init_s", "s", "MPI_Init_thread"};
+inline const RealAttribute communicator_init_s{kTrain, "communicator_init_s", "s",
+                                               "from MPI ready to the training communicator"};
+inline const RealAttribute startup_s{kTrain, "startup_s", "s", "process start to the start of the first step"};
+inline const RealAttribute peak_host_memory_bytes_max{kTrain, "peak_host_memory_bytes_max", "B",
+                                                      "max over ranks of the peak resident set"};
+inline const RealAttribute peak_device_memory_bytes_max{kTrain, "peak_device_memory_bytes_max", "B",
+                                                        "max over ranks of the peak GPU memory in use"};
+
+inline TableSpec kMemory{kTrain, "memory",
+                         "peak resident host memory of each rank's process over the whole run (getrusage); peak "
+                         "device memory in use on each rank's GPU (total - free from cudaMemGetInfo at the model's "
+                         "high points; 0 on the CPU backend)"};
+namespace memory {
+inline const IntColumn rank{kMemory, "rank", "", "rank"};
+inline const RealColumn peak_host_memory_bytes{kMemory, "peak_host_memory_bytes", "B", "peak resident set"};
+inline const RealColumn peak_device_memory_bytes{kMemory, "peak_device_memory_bytes", "B", "peak GPU memory in use"};
+}  // namespace memory
+}  // namespace train
+
+// ---- train/<point> ------------------------------------------------------------------------------------------
+inline GroupSpec kTrainPoint{"train/<point>",
+                             "one group per scaling point: `k<N>` for the first N ranks, `k<N>_throttle<MBps>` for a "
+                             "storage sweep's rate"};
+namespace point {
+inline const IntAttribute ranks{kTrainPoint, "ranks", "ranks", "ranks k"};
+inline const IntAttribute micro_batch{kTrainPoint, "micro_batch", "", "sequences per rank per step"};
+inline const IntAttribute tokens_per_step{kTrainPoint, "tokens_per_step", "tokens", "over all k ranks"};
+inline const IntAttribute measured_steps{kTrainPoint, "measured_steps", "steps", "steps after the warm-up"};
+inline const RealAttribute step_s{kTrainPoint, "step_s", "s",
+                                  "mean over measured steps of the slowest rank's step time"};
+inline const RealAttribute tokens_per_s{kTrainPoint, "tokens_per_s", "tokens/s", "tokens_per_step / step_s"};
+inline const RealAttribute tokens_per_s_per_rank{kTrainPoint, "tokens_per_s_per_rank", "tokens/s", "tokens_per_s / k"};
+inline const RealAttribute model_flops_per_token{kTrainPoint, "model_flops_per_token", "FLOP", "as in model"};
+inline const RealAttribute mfu_peak{kTrainPoint, "mfu_peak", "fraction",
+                                    "model FLOP/s per rank / peak dense FLOP/s; NaN without a peak"};
+inline const RealAttribute mfu_measured_gemm{kTrainPoint, "mfu_measured_gemm", "fraction",
+                                             "model FLOP/s per rank / the measured GEMM rate"};
+inline const RealAttribute scaling_efficiency{kTrainPoint, "scaling_efficiency", "fraction",
+                                              "weak: throughput(k) / (k/k0 throughput(k0)); strong: T(k0) k0 / "
+                                              "(k T(k)); k0 = the smallest point; NaN for a single point"};
+inline const RealAttribute comm_total_s{kTrainPoint, "comm_total_s", "s", "mean per step and rank"};
+inline const RealAttribute comm_exposed_s{kTrainPoint, "comm_exposed_s", "s", "mean per step and rank"};
+inline const RealAttribute overlap{kTrainPoint, "overlap", "fraction", "1 - comm_exposed / comm_total"};
+inline const RealAttribute gradient_bytes{kTrainPoint, "gradient_bytes", "B", "all-reduced per rank per step"};
+inline const IntAttribute gradient_buckets{kTrainPoint, "gradient_buckets", "",
+                                           "all-reduces per rank per step (the buckets of --bucket-mb)"};
+inline const RealAttribute effective_busbw_GBps{kTrainPoint, "effective_busbw_GBps", "GB/s",
+                                                "gradient_bytes / comm_total x 2(k-1)/k; NaN for k = 1"};
+inline const RealAttribute loss_first{kTrainPoint, "loss_first", "nats", "mean over ranks, first measured step"};
+inline const RealAttribute loss_last{kTrainPoint, "loss_last", "nats", "mean over ranks, last measured step"};
+inline const IntAttribute worst_rank{kTrainPoint, "worst_rank", "", "the rank with the largest median step time"};
+
+inline TableSpec kSteps{kTrainPoint, "steps",
+                        "a row per rank per step; warmup=1 rows are excluded from every statistic"};
+namespace steps {
+inline const IntColumn rank{kSteps, "rank", "", "rank"};
+inline const IntColumn step{kSteps, "step", "", "step index"};
+inline const IntColumn warmup{kSteps, "warmup", "", "1 = run but excluded from every statistic"};
+inline const RealColumn data_wait_s{kSteps, "data_wait_s", "s", "waiting for the batch"};
+inline const RealColumn h2d_s{kSteps, "h2d_s", "s", "unpacking the batch into token ids and copying them in"};
+inline const RealColumn forward_s{kSteps, "forward_s", "s", "forward pass"};
+inline const RealColumn backward_s{kSteps, "backward_s", "s", "backward pass, including starting bucket all-reduces"};
+inline const RealColumn comm_total_s{kSteps, "comm_total_s", "s", "sum over buckets of start-to-completion time"};
+inline const RealColumn comm_exposed_s{kSteps, "comm_exposed_s", "s", "waiting for buckets after backward"};
+inline const RealColumn optimizer_s{kSteps, "optimizer_s", "s", "AdamW"};
+inline const RealColumn checkpoint_stall_s{kSteps, "checkpoint_stall_s", "s", "blocked by a checkpoint"};
+inline const RealColumn step_s{kSteps, "step_s", "s", "wall time of the step"};
+inline const IntColumn tokens{kSteps, "tokens", "tokens", "tokens of the rank's batch"};
+inline const RealColumn loss{kSteps, "loss", "nats", "the rank's mean cross-entropy"};
+inline const IntColumn data_bytes{kSteps, "data_bytes", "B", "bytes read for the batch; 0 with synthetic tokens"};
+inline const RealColumn data_read_MBps{kSteps, "data_read_MBps", "MB/s",
+                                       "data_bytes over the span from the batch's first read to its last"};
+inline const IntColumn loader_queue_depth{kSteps, "loader_queue_depth", "batches",
+                                          "batches ready when the step asked; -1 with synthetic tokens"};
+inline const IntColumn checkpoint_writing{kSteps, "checkpoint_writing", "",
+                                          "1 when an asynchronous checkpoint writer was busy as the step began"};
+}  // namespace steps
+
+inline TableSpec kStallBudget{kTrainPoint, "stall_budget",
+                              "shares of step time per rank over the measured steps (nearest-rank percentiles): "
+                              "compute = forward+backward+optimizer; data_wait includes h2d; other = the rest"};
+namespace stall_budget {
+inline const std::vector<std::string> kParts = {"compute", "comm_exposed", "data_wait", "checkpoint_stall", "other"};
+inline const IntColumn rank{kStallBudget, "rank", "", "rank"};
+inline const TextColumn host{kStallBudget, "host", "", "its host"};
+inline const TextColumn device{kStallBudget, "device", "", "its device"};
+inline const RealColumn median_step_s{kStallBudget, "median_step_s", "s", "median step time"};
+inline const RealColumn p50{kStallBudget, "<part>_p50", "fraction", "the part's share of step time, p50", kParts};
+inline const RealColumn p95{kStallBudget, "<part>_p95", "fraction", "the part's share of step time, p95", kParts};
+inline const RealColumn p99{kStallBudget, "<part>_p99", "fraction", "the part's share of step time, p99", kParts};
+}  // namespace stall_budget
+}  // namespace point
+
+// ---- io -----------------------------------------------------------------------------------------------------
+inline GroupSpec kIo{"io", "train with --data, --checkpoint-every or --resume: the run's I/O as a whole"};
+namespace io {
+inline const TextAttribute data_verify{kIo, "data_verify", "",
+                                       "what the checksum pass before the first step checked, or why nothing"};
+inline const RealAttribute data_verify_bytes{kIo, "data_verify_bytes", "B", "payload bytes read, all ranks"};
+inline const RealAttribute data_verify_s{kIo, "data_verify_s", "s", "the slowest rank's wall time"};
+inline const RealAttribute sweep_data_wait_share{kIo, "sweep_data_wait_share", "fraction",
+                                                 "storage sweep: the target share (--data-wait-share)"};
+inline const RealAttribute throttle_at_data_wait_share_MBps{
+    kIo, "throttle_at_data_wait_share_MBps", "MB/s",
+    "the rate per rank at which data_wait reaches that share, linear between the two rates around the crossing; "
+    "NaN when it never does, or already does at the fastest rate"};
+
+inline TableSpec kThrottleSweep{kIo, "throttle_sweep",
+                                "storage sweep: the same run at decreasing --io-throttle rates per rank; "
+                                "data_wait_share = (data_wait + h2d) / step time over every rank's measured steps"};
+namespace throttle_sweep {
+inline const RealColumn io_throttle_MBps{kThrottleSweep, "io_throttle_MBps", "MB/s", "emulated read rate per rank"};
+inline const RealColumn data_wait_share{kThrottleSweep, "data_wait_share", "fraction", "as in io/<point>"};
+inline const RealColumn step_s{kThrottleSweep, "step_s", "s", "as in train/<point>"};
+inline const RealColumn tokens_per_s{kThrottleSweep, "tokens_per_s", "tokens/s", "as in train/<point>"};
+}  // namespace throttle_sweep
+}  // namespace io
+
+// ---- io/<point> ---------------------------------------------------------------------------------------------
+inline GroupSpec kIoPoint{"io/<point>", "one group per run of the loop, named as its train group"};
+namespace io_point {
+inline const RealAttribute data_wait_share{kIoPoint, "data_wait_share", "fraction",
+                                           "sum of (data_wait + h2d) / sum of step time, every rank's measured steps"};
+inline const RealAttribute checkpoint_stall_share{kIoPoint, "checkpoint_stall_share", "fraction",
+                                                  "sum of checkpoint_stall / sum of step time"};
+inline const RealAttribute io_throttle_MBps{kIoPoint, "io_throttle_MBps", "MB/s", "emulated read rate; 0 = none"};
+inline const RealAttribute checkpoint_writer_slowdown{
+    kIoPoint, "checkpoint_writer_slowdown", "",
+    "mean step time of steps begun while an asynchronous writer was busy / that of the others, both without the "
+    "steps that took a checkpoint; NaN when either kind is missing"};
+inline const IntAttribute checkpoint_writer_slowdown_steps{kIoPoint, "checkpoint_writer_slowdown_steps", "steps",
+                                                           "steps begun while a writer was busy"};
+inline const TextAttribute resumed_from{kIoPoint, "resumed_from", "", "--resume: the checkpoint directory"};
+inline const IntAttribute resumed_step{kIoPoint, "resumed_step", "", "--resume: the step it holds"};
+inline const RealAttribute resume_load_s{kIoPoint, "resume_load_s", "s", "--resume: time to load it"};
+inline const IntAttribute resume_saved_ranks{kIoPoint, "resume_saved_ranks", "ranks", "--resume: ranks that saved it"};
+inline const TextAttribute resume_unchecked{kIoPoint, "resume_unchecked", "",
+                                            "--resume: trajectory options an older checkpoint does not record, "
+                                            "comma-separated"};
+inline const IntAttribute dataset_files{kIoPoint, "dataset_files", "files", "loader: files of the dataset"};
+inline const IntAttribute dataset_files_kept_open{kIoPoint, "dataset_files_kept_open", "files",
+                                                  "loader: files kept open (the rest are opened for each read)"};
+inline const IntAttribute dataset_samples{kIoPoint, "dataset_samples", "samples", "loader: samples of the dataset"};
+inline const IntAttribute record_bytes{kIoPoint, "record_bytes", "B", "loader: bytes per sample"};
+inline const IntAttribute batches_per_epoch{kIoPoint, "batches_per_epoch", "", "loader: global batches per epoch"};
+inline const IntAttribute dropped_samples_per_epoch{kIoPoint, "dropped_samples_per_epoch", "samples",
+                                                    "loader: past the last whole global batch"};
+inline const TextAttribute checkpoint_dir{kIoPoint, "checkpoint_dir", "", "checkpoints: the directory"};
+inline const IntAttribute checkpoint_state_bytes{kIoPoint, "checkpoint_state_bytes", "B",
+                                                 "checkpoints: the whole state (fp32 weights, both AdamW moments)"};
+
+inline TableSpec kLoader{kIoPoint, "loader",
+                         "per rank: batches handed to the loop, bytes read, reads, the sum of read times (workers "
+                         "overlap, so bytes/read_s is a per-read rate), and the loop's total wait for batches"};
+namespace loader {
+inline const IntColumn rank{kLoader, "rank", "", "rank"};
+inline const RealColumn batches{kLoader, "batches", "", "batches handed to the loop"};
+inline const RealColumn bytes_read{kLoader, "bytes_read", "B", "bytes read"};
+inline const RealColumn reads{kLoader, "reads", "", "reads"};
+inline const RealColumn read_s{kLoader, "read_s", "s", "sum over reads (workers overlap)"};
+inline const RealColumn per_read_MBps{kLoader, "per_read_MBps", "MB/s", "bytes_read / read_s"};
+inline const RealColumn wait_s{kLoader, "wait_s", "s", "the loop's total wait for batches"};
+}  // namespace loader
+
+inline TableSpec kCheckpoints{kIoPoint, "checkpoints",
+                              "a row per checkpoint per rank: its slice's bytes; stall_s = time the training loop "
+                              "was blocked (sync: copy, write, fsync and manifest; async: the snapshot, plus any wait "
+                              "for the previous writer); write_s = write + fsync + rename of the slice file; "
+                              "write_GBps = bytes / write_s (1e9 B/s); crc32c of the slice; verified = read back "
+                              "after fsync with the same checksum; ok = the checkpoint is complete"};
+namespace checkpoints {
+inline const IntColumn step{kCheckpoints, "step", "", "steps completed"};
+inline const IntColumn rank{kCheckpoints, "rank", "", "rank"};
+inline const TextColumn mode{kCheckpoints, "mode", "", "`sync` or `async`"};
+inline const IntColumn bytes{kCheckpoints, "bytes", "B", "the rank's slice"};
+inline const RealColumn stall_s{kCheckpoints, "stall_s", "s", "time the loop was blocked"};
+inline const RealColumn write_s{kCheckpoints, "write_s", "s", "write + fsync + rename of the slice"};
+inline const RealColumn write_GBps{kCheckpoints, "write_GBps", "GB/s", "bytes / write_s"};
+inline const IntColumn crc32c{kCheckpoints, "crc32c", "", "CRC-32C of the slice"};
+inline const IntColumn verified{kCheckpoints, "verified", "", "1: read back after fsync with the same checksum"};
+inline const IntColumn ok{kCheckpoints, "ok", "", "1: the checkpoint is complete"};
+inline const TextColumn error{kCheckpoints, "error", "", "why not"};
+}  // namespace checkpoints
+}  // namespace io_point
+
+// ---- summary ------------------------------------------------------------------------------------------------
+inline GroupSpec kSummary{"summary", "headline figures that report, cost and validate read"};
+namespace summary {
+inline const RealAttribute peak_busbw_GBps{kSummary, "<op>_peak_busbw_GBps", "GB/s",
+                                           "collectives: the best busbw of the operation over sizes"};
+inline const IntAttribute peak_busbw_size_bytes{kSummary, "<op>_peak_busbw_size_bytes", "B",
+                                                "collectives: the size where it occurred"};
+inline const IntAttribute wrong_elements_total{kSummary, "wrong_elements_total", "elements",
+                                               "collectives: the sum of all checked `wrong` entries"};
+inline const RealAttribute p2p_median_uni_GBps{kSummary, "p2p_median_uni_GBps", "GB/s", "p2p: as p2p/median_uni_GBps"};
+inline const IntAttribute p2p_flagged_pairs{kSummary, "p2p_flagged_pairs", "pairs", "p2p: rows of p2p/flagged"};
+inline const TextAttribute train_points{kSummary, "train_points", "",
+                                        "train: the measured points' group names in the order they ran, "
+                                        "comma-separated (`k1,k2`, or `k1_throttle800,...`)"};
+inline const RealAttribute train_tokens_per_s{kSummary, "train_tokens_per_s", "tokens/s", "train: of the largest point"};
+inline const IntAttribute train_ranks{kSummary, "train_ranks", "ranks", "train: ranks of the largest point"};
+inline const RealAttribute train_scaling_efficiency{kSummary, "train_scaling_efficiency", "fraction",
+                                                    "train: of the largest point"};
+inline const IntAttribute tokens_written{kSummary, "tokens_written", "tokens", "data generate: tokens written"};
+inline const IntAttribute shards_written{kSummary, "shards_written", "files", "data generate: shards written"};
+inline const IntAttribute bytes_written{kSummary, "bytes_written", "B", "data generate: bytes written"};
+inline const RealAttribute seconds{kSummary, "seconds", "s", "data generate: wall time until every rank had written its shards"};
+inline const RealAttribute write_GBps{kSummary, "write_GBps", "GB/s", "data generate: bytes_written / seconds"};
+}  // namespace summary
+
+}  // namespace tb::schema
