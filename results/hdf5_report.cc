@@ -20,6 +20,7 @@
 #include "paths.h"
 #include "report.h"
 #include "report_check.h"
+#include "schema.h"
 
 namespace tb {
 namespace {
@@ -591,16 +592,21 @@ Report ReadReportFile(const std::string& path) {
   GroupId root(Check(H5Gopen2(file.get(), "/", H5P_DEFAULT), "cannot open the root group"));
 
   // Identity first, so that a foreign file is named as such rather than failing on its contents.
-  if (!HasAttribute(root.get(), "/", "schema")) throw InputError("not a trainbench report (no 'schema' attribute)");
-  AttributeValue schema = ReadAttribute(root.get(), "/", "schema");
+  const std::string& schema_attribute = schema::root::schema.name;
+  const std::string& version_attribute = schema::root::schema_version.name;
+  if (!HasAttribute(root.get(), "/", schema_attribute)) {
+    throw InputError("not a trainbench report (no '" + schema_attribute + "' attribute)");
+  }
+  AttributeValue schema = ReadAttribute(root.get(), "/", schema_attribute);
   const auto* schema_name = std::get_if<std::string>(&schema);
   if (schema_name == nullptr || *schema_name != kReportSchemaName) {
-    throw InputError("not a trainbench report (attribute 'schema' is not '" + std::string(kReportSchemaName) + "')");
+    throw InputError("not a trainbench report (attribute '" + schema_attribute + "' is not '" +
+                     std::string(kReportSchemaName) + "')");
   }
-  if (!HasAttribute(root.get(), "/", "schema_version")) {
-    throw InputError("not a trainbench report (no 'schema_version' attribute)");
+  if (!HasAttribute(root.get(), "/", version_attribute)) {
+    throw InputError("not a trainbench report (no '" + version_attribute + "' attribute)");
   }
-  AttributeValue version = ReadAttribute(root.get(), "/", "schema_version");
+  AttributeValue version = ReadAttribute(root.get(), "/", version_attribute);
   const auto* version_number = std::get_if<int64_t>(&version);
   if (version_number == nullptr || *version_number != kReportSchemaVersion) {
     const std::string shown = version_number ? std::to_string(*version_number) : "of the wrong type";
@@ -634,9 +640,11 @@ void RewriteReportStatus(const std::string& path, const std::string& status, con
     PropertyListId access = InMemoryAccess();
     FileId file(Check(H5Fopen(path.c_str(), H5F_ACC_RDWR, access.get()), "cannot open '" + path + "'"));
     GroupId root(Check(H5Gopen2(file.get(), "/", H5P_DEFAULT), "cannot open the root group"));
-    for (const auto& [name, value] : {std::pair{"status", status}, {"status_reason", reason}, {"end_utc", end_utc}}) {
-      if (Check(H5Aexists(root.get(), name), "cannot look up attribute '" + std::string(name) + "'") > 0) {
-        Check(H5Adelete(root.get(), name), "cannot replace attribute '" + std::string(name) + "'");
+    namespace r = schema::root;
+    for (const auto& [field, value] : {std::pair{&r::status, status}, {&r::status_reason, reason}, {&r::end_utc, end_utc}}) {
+      const char* name = field->name.c_str();
+      if (Check(H5Aexists(root.get(), name), "cannot look up attribute '" + field->name + "'") > 0) {
+        Check(H5Adelete(root.get(), name), "cannot replace attribute '" + field->name + "'");
       }
       WriteAttribute(root.get(), "/", name, value);
     }

@@ -3,52 +3,55 @@
 #include <algorithm>
 #include <vector>
 
+#include "schema.h"
 #include "units.h"
 
 namespace tb {
 namespace {
 
+namespace sc = schema;
+
 // Written by every command (CommandRun, and the first report write), whatever the command and its outcome.
-constexpr const char* kRootAttributes[] = {"command", "command_line", "start_utc", "end_utc",
-                                           "n_ranks", "status",       "status_reason"};
-constexpr const char* kPeakSuffix = "_peak_busbw_GBps";
+const schema::Field* const kRootAttributes[] = {&sc::root::command, &sc::root::command_line, &sc::root::start_utc,
+                                                &sc::root::end_utc, &sc::root::n_ranks,      &sc::root::status,
+                                                &sc::root::status_reason};
 
 std::string Missing(const std::string& what, const std::string& claim) {
   return "damaged: " + claim + ", but " + what + " is missing";
 }
 
-std::string Text(const Group& group, const std::string& name) {
-  auto it = group.attributes.find(name);
-  const std::string* text = it == group.attributes.end() ? nullptr : std::get_if<std::string>(&it->second);
+std::string Text(const Group* group, const schema::TextAttribute& field) {
+  const std::string* text = schema::Find(group, field);
   return text ? *text : "";
 }
 
-int64_t Integer(const Group& group, const std::string& name) {
-  auto it = group.attributes.find(name);
-  const int64_t* value = it == group.attributes.end() ? nullptr : std::get_if<int64_t>(&it->second);
-  return value ? *value : 0;
-}
+bool Has(const Group* group, const schema::Field& field) { return schema::Value(group, field).has_value(); }
 
 std::string RootDamage(const Group& root) {
-  for (const char* name : kRootAttributes) {
-    if (!root.attributes.contains(name)) {
-      return "damaged: the root attribute '" + std::string(name) + "' (written to every report) is missing";
+  for (const schema::Field* field : kRootAttributes) {
+    if (!Has(&root, *field)) {
+      return "damaged: the root attribute '" + field->name + "' (written to every report) is missing";
     }
   }
-  const std::string status = Text(root, "status");
+  const std::string status = Text(&root, sc::root::status);
   if (status != "complete" && status != "interrupted" && status != "failed") {
     return "damaged: the root attribute 'status' is '" + status + "' (want complete, interrupted or failed)";
   }
   return "";
 }
 
+// The operation whose peak a summary attribute holds ("all_reduce" for all_reduce_peak_busbw_GBps); "" otherwise.
+std::string PeakOperation(const std::string& name) {
+  const std::string& pattern = sc::summary::peak_busbw_GBps.name;  // "<op>_peak_busbw_GBps"
+  const std::string suffix = pattern.substr(pattern.find('>') + 1);
+  return name.size() > suffix.size() && name.ends_with(suffix) ? name.substr(0, name.size() - suffix.size()) : "";
+}
+
 std::string CollectivesDamage(const Group& root, const Group& summary) {
-  const Group* collectives = root.FindChild("collectives");
   for (const auto& [name, value] : summary.attributes) {
-    if (!name.ends_with(kPeakSuffix)) continue;
-    const std::string op = name.substr(0, name.size() - std::string(kPeakSuffix).size());
-    const Group* group = collectives ? collectives->FindChild(op) : nullptr;
-    if (!group || !group->tables.contains("results")) {
+    const std::string op = PeakOperation(name);
+    if (op.empty()) continue;
+    if (!sc::FindTable(sc::FindGroup(root, sc::kCollective, op), sc::collective::kResults)) {
       return Missing("/collectives/" + op + "/results", "summary/" + name + " reports a sweep of " + op);
     }
   }
@@ -56,11 +59,11 @@ std::string CollectivesDamage(const Group& root, const Group& summary) {
 }
 
 std::string P2pDamage(const Group& root, const Group& summary) {
-  const Group* p2p = root.FindChild("p2p");
-  if (summary.attributes.contains("p2p_median_uni_GBps") && (!p2p || !p2p->matrices.contains("uni_bw_GBps"))) {
+  const Group* p2p = sc::FindGroup(root, sc::kP2p);
+  if (Has(&summary, sc::summary::p2p_median_uni_GBps) && !sc::FindMatrix(p2p, sc::p2p::uni_bw_GBps)) {
     return Missing("/p2p/uni_bw_GBps", "summary/p2p_median_uni_GBps reports a p2p matrix");
   }
-  if (summary.attributes.contains("p2p_flagged_pairs") && (!p2p || !p2p->tables.contains("flagged"))) {
+  if (Has(&summary, sc::summary::p2p_flagged_pairs) && !sc::FindTable(p2p, sc::p2p::kFlagged)) {
     return Missing("/p2p/flagged", "summary/p2p_flagged_pairs reports flagged pairs");
   }
   return "";
@@ -75,47 +78,43 @@ std::vector<std::string> SplitNames(const std::string& list) {
 
 // The points the summary says were measured, and the attribute that says so. Reports older than train_points
 // name only the largest point (train_ranks = N): group k<N>, or its storage sweep's k<N>_throttle<rate> groups.
-std::pair<std::vector<std::string>, std::string> ClaimedPoints(const Group& summary, const Group* train) {
-  if (summary.attributes.contains(kTrainPointsAttribute)) {
-    return {SplitNames(Text(summary, kTrainPointsAttribute)), "summary/" + std::string(kTrainPointsAttribute)};
+std::pair<std::vector<std::string>, std::string> ClaimedPoints(const Group& summary, const Group& root) {
+  if (Has(&summary, sc::summary::train_points)) {
+    return {SplitNames(Text(&summary, sc::summary::train_points)), "summary/" + sc::summary::train_points.name};
   }
-  const int64_t ranks = Integer(summary, "train_ranks");
-  const std::string point = PointGroupName({ranks, 0});
+  const int64_t* ranks_attribute = sc::Find(&summary, sc::summary::train_ranks);
+  const int64_t ranks = ranks_attribute ? *ranks_attribute : 0;
   std::vector<std::string> sweep;
-  if (train) {
-    for (const auto& [name, group] : train->children()) {
-      const std::optional<PointGroup> parsed = ParsePointGroupName(name);
-      if (parsed && parsed->ranks == ranks && parsed->throttle_MBps > 0) sweep.push_back(name);
-    }
+  for (const auto& [name, group] : sc::Instances(root, sc::kTrainPoint)) {
+    const std::optional<PointGroup> parsed = ParsePointGroupName(name);
+    if (parsed && parsed->ranks == ranks && parsed->throttle_MBps > 0) sweep.push_back(name);
   }
-  return {sweep.empty() ? std::vector<std::string>{point} : sweep, "summary/train_ranks"};
+  return {sweep.empty() ? std::vector<std::string>{PointGroupName({ranks, 0})} : sweep, "summary/train_ranks"};
 }
 
 // A run with the loader, checkpoints or a resume has an io group per point (train_io.h).
 bool RanWithIo(const Group& root) {
-  const Group* config = root.FindChild("config");
-  return config && (!Text(*config, "data").empty() || Integer(*config, "checkpoint_every") > 0 ||
-                    !Text(*config, "resume").empty());
+  const Group* config = sc::FindGroup(root, sc::kConfig);
+  const int64_t* every = sc::Find(config, sc::config::checkpoint_every);
+  return !Text(config, sc::config::data).empty() || (every && *every > 0) || !Text(config, sc::config::resume).empty();
 }
 
 std::string PointDamage(const Group& root, const std::string& point, const std::string& claim) {
-  const Group* train = root.FindChild("train");
-  const Group* group = train ? train->FindChild(point) : nullptr;
+  const Group* group = sc::FindGroup(root, sc::kTrainPoint, point);
   const std::string lists = claim + " lists the training point " + point;
   if (!group) return Missing("group /train/" + point, lists);
-  if (!group->tables.contains("steps")) return Missing("/train/" + point + "/steps", lists);
-  if (!group->attributes.contains("tokens_per_s")) return Missing("attribute /train/" + point + " tokens_per_s", lists);
-  const Group* io = root.FindChild("io");
-  if (RanWithIo(root) && (!io || !io->FindChild(point))) {
+  if (!sc::FindTable(group, sc::point::kSteps)) return Missing("/train/" + point + "/steps", lists);
+  if (!Has(group, sc::point::tokens_per_s)) return Missing("attribute /train/" + point + " tokens_per_s", lists);
+  if (RanWithIo(root) && !sc::FindGroup(root, sc::kIoPoint, point)) {
     return Missing("group /io/" + point, lists + " of a run with --data, checkpoints or --resume");
   }
   return "";
 }
 
 std::string TrainDamage(const Group& root, const Group& summary) {
-  if (!summary.attributes.contains("train_ranks") && !summary.attributes.contains(kTrainPointsAttribute)) return "";
-  const auto [points, claim] = ClaimedPoints(summary, root.FindChild("train"));
-  if (!root.FindChild("model")) return Missing("group /model", claim + " reports a training run");
+  if (!Has(&summary, sc::summary::train_ranks) && !Has(&summary, sc::summary::train_points)) return "";
+  const auto [points, claim] = ClaimedPoints(summary, root);
+  if (!sc::FindGroup(root, sc::kModel)) return Missing("group /model", claim + " reports a training run");
   for (const std::string& point : points) {
     if (std::string damage = PointDamage(root, point, claim); !damage.empty()) return damage;
   }
@@ -127,7 +126,7 @@ std::string TrainDamage(const Group& root, const Group& summary) {
 std::string FindReportDamage(const Report& report) {
   const Group& root = report.root;
   if (std::string damage = RootDamage(root); !damage.empty()) return damage;
-  const Group* summary = root.FindChild("summary");
+  const Group* summary = sc::FindGroup(root, sc::kSummary);
   if (!summary) return "";
   for (auto check : {CollectivesDamage, P2pDamage, TrainDamage}) {
     if (std::string damage = check(root, *summary); !damage.empty()) return damage;

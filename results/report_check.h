@@ -11,10 +11,6 @@
 
 namespace tb {
 
-// The summary's list of the training points measured, in the order they ran ("k1,k2"; a storage sweep's
-// "k1_throttle800,..."): the groups under train/ (and io/) that the report must hold.
-inline constexpr const char* kTrainPointsAttribute = "train_points";
-
 // The first thing `report` claims but lacks, as one line ("damaged: ..."); empty when the report is whole.
 std::string FindReportDamage(const Report& report);
 

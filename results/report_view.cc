@@ -1,5 +1,8 @@
 #include "report_view.h"
 
+#include "schema.h"
+#include "units.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -47,15 +50,30 @@ Cell ToCell(const AttributeValue& value) {
   return std::visit([](const auto& v) { return Cell(v); }, value);
 }
 
-Cell Attr(const Group* group, const std::string& name) {
-  if (group == nullptr) return {};
-  auto it = group->attributes.find(name);
-  return it == group->attributes.end() ? Cell() : ToCell(it->second);
+// A column showing the report field `field` (its name, unit and, for a fraction, a percentage in text).
+ViewColumn Show(const schema::Field& field, int decimals = 2, const std::string& key = "") {
+  return ViewColumn{key.empty() ? field.name : field.Named(key), field.unit, decimals, field.unit == "fraction",
+                    &field, key};
+}
+// The same field under another name ("ranks" for collectives/<op>/n_ranks).
+ViewColumn ShowAs(const std::string& name, const schema::Field& field, int decimals = 2) {
+  ViewColumn column = Show(field, decimals);
+  column.name = name;
+  return column;
+}
+// A column the view computes.
+ViewColumn Computed(const std::string& name, const std::string& unit, int decimals = 2, bool percent = false) {
+  return ViewColumn{name, unit, decimals, percent, nullptr, ""};
+}
+
+Cell Attr(const Group* group, const schema::Field& field, const std::string& key = "") {
+  const std::optional<AttributeValue> value = schema::Value(group, field, key);
+  return value ? ToCell(*value) : Cell();
 }
 
 // The cell of `column` in `row`, or nothing when the table lacks the column.
-Cell At(const Table& table, const std::string& column, size_t row) {
-  const Column* c = table.Find(column);
+Cell At(const Table& table, const schema::Field& column, size_t row, const std::string& key = "") {
+  const Column* c = schema::FindColumn(table, column, key);
   if (c == nullptr || row >= c->rows()) return {};
   return std::visit([row](const auto& values) { return Cell(values[row]); }, c->values);
 }
@@ -72,15 +90,17 @@ std::string Text(const Cell& cell) {
   return s ? *s : std::string();
 }
 
-// Copies the attributes named by `columns` of `group` into the row (nothing where the group lacks one).
+// Copies the attributes the columns show from `group` into the row (nothing where the group lacks one).
 void CopyAttributes(RowWriter& row, const Group* group, const std::vector<ViewColumn>& columns) {
-  for (const ViewColumn& column : columns) row.Set(column.name, Attr(group, column.name));
+  for (const ViewColumn& column : columns) {
+    if (column.field) row.Set(column.name, Attr(group, *column.field, column.key));
+  }
 }
 
-// Copies the columns of `source` that the view shares by name, for row `index`.
+// Copies the columns of `source` that the view's columns show, for row `index`.
 void CopyColumns(RowWriter& row, const Table& source, const std::vector<ViewColumn>& columns, size_t index) {
   for (const ViewColumn& column : columns) {
-    if (source.Find(column.name)) row.Set(column.name, At(source, column.name, index));
+    if (column.field) row.Set(column.name, At(source, *column.field, index, column.key));
   }
 }
 
@@ -129,29 +149,28 @@ std::vector<PointEntry> Points(const Group* parent) {
   return points;
 }
 
-const Table* FindTable(const Group* group, const std::string& name) {
-  if (group == nullptr) return nullptr;
-  auto it = group->tables.find(name);
-  return it == group->tables.end() ? nullptr : &it->second;
-}
+using schema::FindTable;
+namespace sc = schema;
 
 // --- config ------------------------------------------------------------------------------------------------
 
 std::vector<ViewTable> ConfigSection(const Report& report) {
+  namespace r = sc::root;
   const Group& root = report.root;
   std::vector<ViewTable> tables;
-  std::vector<ViewColumn> run_columns = {
-      {"command", ""},       {"command_line", ""}, {"status", ""},      {"status_reason", ""},
-      {"start_utc", ""},     {"end_utc", ""},      {"tool_version", ""}, {"git_revision", ""},
-      {"n_ranks", "ranks"},  {"n_nodes", "nodes"}, {"backend", ""}};
+  std::vector<ViewColumn> run_columns = {Show(r::command),      Show(r::command_line), Show(r::status),
+                                         Show(r::status_reason), Show(r::start_utc),    Show(r::end_utc),
+                                         Show(r::tool_version), Show(r::git_revision), Show(r::n_ranks),
+                                         Show(r::n_nodes),      Show(r::backend)};
   ViewTable run = MakeTable("config", "run", "run", true, run_columns);
   RowWriter row(run);
   CopyAttributes(row, &root, run_columns);
   run.rows.push_back(row.Take());
   tables.push_back(std::move(run));
 
-  if (const Group* config = root.FindChild("config")) {
-    ViewTable options = MakeTable("config", "options", "options as used", false, {{"option", ""}, {"value", "", -1}});
+  if (const Group* config = sc::FindGroup(root, sc::kConfig)) {
+    ViewTable options = MakeTable("config", "options", "options as used", false,
+                                  {Computed("option", ""), Computed("value", "", -1)});
     for (const auto& [name, value] : config->attributes) {
       RowWriter option(options);
       option.Set("option", name).Set("value", ToCell(value));
@@ -164,52 +183,55 @@ std::vector<ViewTable> ConfigSection(const Report& report) {
 
 // --- topology ------------------------------------------------------------------------------------------------
 
+// The hosts, node count, GPUs and CPUs of topology/ranks, each kind counted.
+void AddRankFigures(RowWriter& row, const Table& ranks) {
+  namespace c = sc::topology::ranks;
+  std::vector<std::string> hosts, gpus, cpus;
+  std::set<int64_t> nodes;
+  for (size_t r = 0; r < ranks.rows(); ++r) {
+    const std::string host = Text(At(ranks, c::host, r));
+    if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+    nodes.insert(static_cast<int64_t>(Number(At(ranks, c::node, r))));
+    const bool has_gpu = Number(At(ranks, c::gpu_index, r)) >= 0;
+    if (has_gpu) gpus.push_back(Text(At(ranks, c::gpu_name, r)));
+    // A CPU is counted once per node, not once per rank on it.
+    if (Number(At(ranks, c::local_rank, r)) == 0) {
+      const double cores = Number(At(ranks, c::cpu_cores, r));
+      cpus.push_back(Text(At(ranks, c::cpu_model, r)) +
+                     (std::isnan(cores) ? "" : " (" + std::to_string(static_cast<int64_t>(cores)) + " cores)"));
+    }
+  }
+  row.Set("ranks", static_cast<int64_t>(ranks.rows()))
+      .Set("nodes", static_cast<int64_t>(nodes.size()))
+      .Set("hosts", JoinNames(hosts, ", "))
+      .Set("gpus", gpus.empty() ? std::string("none") : CountedList(gpus, CountTimes))
+      .Set("cpus", CountedList(cpus, CountTimes));
+}
+
 std::vector<ViewTable> TopologySection(const Report& report) {
-  const Group* topology = report.root.FindChild("topology");
+  namespace t = sc::topology;
+  const Group* topology = sc::FindGroup(report.root, sc::kTopology);
   if (topology == nullptr) return {};
-  const std::vector<std::string> libraries = {"mpi_library", "mpi_version", "nccl",   "cuda_runtime",
-                                              "cuda_driver", "cudnn",       "hdf5"};
-  std::vector<ViewColumn> columns = {{"ranks", "ranks"}, {"nodes", "nodes"}, {"hosts", ""},
-                                     {"gpus", ""},       {"cpus", ""},       {"gpu_links", ""}};
-  for (const std::string& library : libraries) columns.push_back({library, ""});
+  std::vector<ViewColumn> libraries = {Show(t::mpi_library), Show(t::mpi_version), Show(t::nccl),
+                                       Show(t::cuda_runtime), Show(t::cuda_driver), Show(t::cudnn),
+                                       Show(t::hdf5)};
+  std::vector<ViewColumn> columns = {Computed("ranks", "ranks"), Computed("nodes", "nodes"), Computed("hosts", ""),
+                                     Computed("gpus", ""),       Computed("cpus", ""),       Computed("gpu_links", "")};
+  columns.insert(columns.end(), libraries.begin(), libraries.end());
   ViewTable summary = MakeTable("topology", "summary", "topology", true, columns);
   RowWriter row(summary);
-
-  if (const Table* ranks = FindTable(topology, "ranks")) {
-    std::vector<std::string> hosts, gpus, cpus;
-    std::set<int64_t> nodes;
-    for (size_t r = 0; r < ranks->rows(); ++r) {
-      const std::string host = Text(At(*ranks, "host", r));
-      if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
-      nodes.insert(static_cast<int64_t>(Number(At(*ranks, "node", r))));
-      const bool has_gpu = Number(At(*ranks, "gpu_index", r)) >= 0;
-      if (has_gpu) gpus.push_back(Text(At(*ranks, "gpu_name", r)));
-      // A CPU is counted once per node, not once per rank on it.
-      if (Number(At(*ranks, "local_rank", r)) == 0) {
-        const double cores = Number(At(*ranks, "cpu_cores", r));
-        cpus.push_back(Text(At(*ranks, "cpu_model", r)) +
-                       (std::isnan(cores) ? "" : " (" + std::to_string(static_cast<int64_t>(cores)) + " cores)"));
-      }
-    }
-    std::string host_list;
-    for (const std::string& host : hosts) host_list += (host_list.empty() ? "" : ", ") + host;
-    row.Set("ranks", static_cast<int64_t>(ranks->rows()))
-        .Set("nodes", static_cast<int64_t>(nodes.size()))
-        .Set("hosts", host_list)
-        .Set("gpus", gpus.empty() ? std::string("none") : CountedList(gpus, CountTimes))
-        .Set("cpus", CountedList(cpus, CountTimes));
-  }
-  if (const Table* links = FindTable(topology, "gpu_links")) {
+  if (const Table* ranks = FindTable(topology, t::kRanks)) AddRankFigures(row, *ranks);
+  if (const Table* links = FindTable(topology, t::kGpuLinks)) {
     std::vector<std::string> kinds;
     for (size_t r = 0; r < links->rows(); ++r) {
-      const std::string peer = Number(At(*links, "peer_access", r)) == 1 ? "peer access" : "no peer access";
-      kinds.push_back(Text(At(*links, "link", r)) + " (" + peer + ")");
+      const bool peer = Number(At(*links, t::gpu_links::peer_access, r)) == 1;
+      kinds.push_back(Text(At(*links, t::gpu_links::link, r)) + (peer ? " (peer access)" : " (no peer access)"));
     }
     row.Set("gpu_links", kinds.empty() ? std::string("none") : CountedList(kinds, [](const std::string& link, int pairs) {
                    return link + ": " + std::to_string(pairs) + (pairs == 1 ? " pair" : " pairs");
                  }));
   }
-  for (const std::string& library : libraries) row.Set(library, Attr(topology, library));
+  CopyAttributes(row, topology, libraries);
   summary.rows.push_back(row.Take());
   return {summary};
 }
@@ -217,43 +239,38 @@ std::vector<ViewTable> TopologySection(const Report& report) {
 // --- collectives ----------------------------------------------------------------------------------------------
 
 std::vector<ViewTable> CollectivesSection(const Report& report) {
-  const Group* collectives = report.root.FindChild("collectives");
-  if (collectives == nullptr || collectives->children().empty()) return {};
-  const Group* summary = report.root.FindChild("summary");
+  namespace c = sc::collective;
+  const std::vector<std::pair<std::string, const Group*>> ops = sc::Instances(report.root, sc::kCollective);
+  if (ops.empty()) return {};
+  const Group* summary = sc::FindGroup(report.root, sc::kSummary);
 
   std::vector<ViewColumn> peak_columns;
-  for (const auto& [op, group] : collectives->children()) {
-    peak_columns.push_back({op + "_peak_busbw_GBps", "GB/s"});
-    peak_columns.push_back({op + "_peak_busbw_size_bytes", "B"});
+  for (const auto& [op, group] : ops) {
+    peak_columns.push_back(Show(sc::summary::peak_busbw_GBps, 2, op));
+    peak_columns.push_back(Show(sc::summary::peak_busbw_size_bytes, 2, op));
   }
-  peak_columns.push_back({"wrong_elements_total", "elements"});
+  peak_columns.push_back(Show(sc::summary::wrong_elements_total));
   ViewTable peak = MakeTable("collectives", "peak", "collectives: best busbw over sizes", true, peak_columns);
   RowWriter peak_row(peak);
   CopyAttributes(peak_row, summary, peak_columns);
   peak.rows.push_back(peak_row.Take());
 
-  ViewTable results = MakeTable(
-      "collectives", "results", "collectives, per operation and size (out-of-place, then in-place)", false,
-      {{"op", ""},
-       {"dtype", ""},
-       {"ranks", "ranks"},
-       {"size_bytes", "B"},
-       {"count", "elements"},
-       {"out_of_place_time_us", "us"},
-       {"out_of_place_algbw_GBps", "GB/s"},
-       {"out_of_place_busbw_GBps", "GB/s"},
-       {"out_of_place_wrong", "elements"},
-       {"in_place_time_us", "us"},
-       {"in_place_algbw_GBps", "GB/s"},
-       {"in_place_busbw_GBps", "GB/s"},
-       {"in_place_wrong", "elements"}});
-  for (const auto& [op, group] : collectives->children()) {
-    const Table* table = FindTable(group.get(), "results");
+  std::vector<ViewColumn> columns = {Computed("op", ""), Show(c::dtype), ShowAs("ranks", c::n_ranks),
+                                     Show(c::results::size_bytes), Show(c::results::count)};
+  const schema::Field* per_mode[] = {&c::results::time_us, &c::results::algbw_GBps, &c::results::busbw_GBps,
+                                     &c::results::wrong};
+  for (const std::string& mode : c::results::kModes) {
+    for (const schema::Field* field : per_mode) columns.push_back(Show(*field, 2, mode));
+  }
+  ViewTable results = MakeTable("collectives", "results",
+                                "collectives, per operation and size (out-of-place, then in-place)", false, columns);
+  for (const auto& [op, group] : ops) {
+    const Table* table = FindTable(group, c::kResults);
     if (table == nullptr) continue;
     for (size_t r = 0; r < table->rows(); ++r) {
       RowWriter row(results);
-      row.Set("op", op).Set("dtype", Attr(group.get(), "dtype")).Set("ranks", Attr(group.get(), "n_ranks"));
-      CopyColumns(row, *table, results.columns, r);
+      row.Set("op", op).Set("dtype", Attr(group, c::dtype)).Set("ranks", Attr(group, c::n_ranks));
+      CopyColumns(row, *table, std::vector<ViewColumn>(results.columns.begin() + 3, results.columns.end()), r);
       results.rows.push_back(row.Take());
     }
   }
@@ -263,25 +280,22 @@ std::vector<ViewTable> CollectivesSection(const Report& report) {
 // --- p2p ------------------------------------------------------------------------------------------------------
 
 std::vector<ViewTable> P2pSection(const Report& report) {
-  const Group* p2p = report.root.FindChild("p2p");
+  namespace p = sc::p2p;
+  const Group* p2p = sc::FindGroup(report.root, sc::kP2p);
   if (p2p == nullptr) return {};
-  const Table* flagged_table = FindTable(p2p, "flagged");
+  const Table* flagged_table = FindTable(p2p, p::kFlagged);
 
+  const std::vector<ViewColumn> attributes = {Show(p::median_uni_GBps, 3), Show(p::median_bidi_GBps, 3)};
+  const std::vector<ViewColumn> settings = {Show(p::threshold_fraction, 0), Show(p::size_bytes)};
   ViewTable summary = MakeTable("p2p", "summary", "point to point", true,
-                                {{"median_uni_GBps", "GB/s", 3},
-                                 {"median_bidi_GBps", "GB/s", 3},
-                                 {"min_uni_GBps", "GB/s", 3},
-                                 {"flagged_pairs", "pairs"},
-                                 {"threshold_fraction", "fraction", 0, true},
-                                 {"size_bytes", "B"}});
+                                {attributes[0], attributes[1], Computed("min_uni_GBps", "GB/s", 3),
+                                 Computed("flagged_pairs", "pairs"), settings[0], settings[1]});
   RowWriter row(summary);
-  for (const char* name : {"median_uni_GBps", "median_bidi_GBps", "threshold_fraction", "size_bytes"}) {
-    row.Set(name, Attr(p2p, name));
-  }
-  auto uni = p2p->matrices.find("uni_bw_GBps");
-  if (uni != p2p->matrices.end()) {
+  CopyAttributes(row, p2p, attributes);
+  CopyAttributes(row, p2p, settings);
+  if (const Matrix* uni = sc::FindMatrix(p2p, p::uni_bw_GBps)) {
     double lowest = std::nan("");
-    for (double value : uni->second.values) {
+    for (double value : uni->values) {
       if (!std::isnan(value) && (std::isnan(lowest) || value < lowest)) lowest = value;
     }
     row.Set("min_uni_GBps", lowest);
@@ -289,15 +303,11 @@ std::vector<ViewTable> P2pSection(const Report& report) {
   if (flagged_table) row.Set("flagged_pairs", static_cast<int64_t>(flagged_table->rows()));
   summary.rows.push_back(row.Take());
 
+  namespace f = p::flagged;
   ViewTable flagged = MakeTable("p2p", "flagged", "p2p pairs below the threshold", false,
-                                {{"src_rank", ""},
-                                 {"dst_rank", ""},
-                                 {"src_host", ""},
-                                 {"dst_host", ""},
-                                 {"src_gpu", ""},
-                                 {"dst_gpu", ""},
-                                 {"uni_bw_GBps", "GB/s", 3},
-                                 {"fraction_of_median", "fraction", 2, true}});
+                                {Show(f::src_rank), Show(f::dst_rank), Show(f::src_host), Show(f::dst_host),
+                                 Show(f::src_gpu), Show(f::dst_gpu), Show(f::uni_bw_GBps, 3),
+                                 Show(f::fraction_of_median, 2)});
   if (flagged_table) {
     for (size_t r = 0; r < flagged_table->rows(); ++r) {
       RowWriter pair(flagged);
@@ -311,94 +321,97 @@ std::vector<ViewTable> P2pSection(const Report& report) {
 // --- train ----------------------------------------------------------------------------------------------------
 
 const std::vector<ViewColumn>& PointFigureColumns() {
+  namespace p = sc::point;
   static const std::vector<ViewColumn> columns = {
-      {"ranks", "ranks"},
-      {"tokens_per_s", "tokens/s", 0},
-      {"tokens_per_s_per_rank", "tokens/s", 0},
-      {"mfu_peak", "fraction", 1, true},
-      {"mfu_measured_gemm", "fraction", 1, true},
-      {"scaling_efficiency", "fraction", 1, true},
-      {"overlap", "fraction", 1, true},
-      {"step_s", "s", 4}};
+      Show(p::ranks),      Show(p::tokens_per_s, 0), Show(p::tokens_per_s_per_rank, 0), Show(p::mfu_peak, 1),
+      Show(p::mfu_measured_gemm, 1), Show(p::scaling_efficiency, 1), Show(p::overlap, 1), Show(p::step_s, 4)};
   return columns;
 }
 
 // The host and device of the point's worst rank, from its stall budget table.
 std::pair<Cell, Cell> WorstRankPlace(const Group* point) {
-  const Table* budget = FindTable(point, "stall_budget");
-  const double worst = Number(Attr(point, "worst_rank"));
+  namespace b = sc::point::stall_budget;
+  const Table* budget = FindTable(point, sc::point::kStallBudget);
+  const double worst = Number(Attr(point, sc::point::worst_rank));
   if (budget == nullptr || std::isnan(worst)) return {};
   for (size_t r = 0; r < budget->rows(); ++r) {
-    if (Number(At(*budget, "rank", r)) == worst) return {At(*budget, "host", r), At(*budget, "device", r)};
+    if (Number(At(*budget, b::rank, r)) == worst) return {At(*budget, b::host, r), At(*budget, b::device, r)};
   }
   return {};
 }
 
-std::vector<ViewTable> TrainSection(const Report& report) {
-  const Group* train = report.root.FindChild("train");
-  if (train == nullptr) return {};
-  const Group* model = report.root.FindChild("model");
-  const std::vector<PointEntry> points = Points(train);
+// `first`, then every column of each list.
+std::vector<ViewColumn> Columns(std::vector<ViewColumn> first, std::initializer_list<const std::vector<ViewColumn>*> lists) {
+  std::vector<ViewColumn> all = std::move(first);
+  for (const std::vector<ViewColumn>* list : lists) all.insert(all.end(), list->begin(), list->end());
+  return all;
+}
 
-  std::vector<ViewColumn> summary_columns = {{"model", ""}, {"scaled", ""}, {"parameters", ""}, {"backend", ""},
-                                             {"device", ""}, {"attention", ""}, {"attention_fallback_reason", ""},
-                                             {"scaling_mode", ""}, {"point", ""}};
-  for (const ViewColumn& column : PointFigureColumns()) summary_columns.push_back(column);
-  const std::vector<ViewColumn> run_columns = {{"peak_flops", "FLOP/s", -1},
-                                               {"measured_gemm_flops", "FLOP/s", -1},
-                                               {"peak_host_memory_bytes_max", "B", -1},
-                                               {"peak_device_memory_bytes_max", "B", -1},
-                                               {"startup_s", "s", 2}};
-  summary_columns.insert(summary_columns.end(), run_columns.begin(), run_columns.end());
-  ViewTable summary = MakeTable("train", "summary", "training (the largest point)", true, summary_columns);
+ViewTable TrainSummary(const Report& report, const std::vector<PointEntry>& points) {
+  namespace t = sc::train;
+  const Group* train = sc::FindGroup(report.root, sc::kTrain);
+  const Group* model = sc::FindGroup(report.root, sc::kModel);
+  const std::vector<ViewColumn> model_columns = {ShowAs("model", sc::model::name), Show(sc::model::scaled),
+                                                 Show(sc::model::parameters)};
+  const std::vector<ViewColumn> train_columns = {Show(t::backend), Show(t::device), Show(t::attention),
+                                                 Show(t::attention_fallback_reason), Show(t::scaling_mode)};
+  const std::vector<ViewColumn> run_columns = {Show(t::peak_flops, -1), Show(t::measured_gemm_flops, -1),
+                                               Show(t::peak_host_memory_bytes_max, -1),
+                                               Show(t::peak_device_memory_bytes_max, -1), Show(t::startup_s, 2)};
+  const std::vector<ViewColumn> point_column = {Computed("point", "")};
+  ViewTable summary = MakeTable("train", "summary", "training (the largest point)", true,
+                                Columns(model_columns, {&train_columns, &point_column, &PointFigureColumns(),
+                                                        &run_columns}));
   RowWriter row(summary);
-  row.Set("model", Attr(model, "name")).Set("scaled", Attr(model, "scaled")).Set("parameters", Attr(model, "parameters"));
-  for (const char* name : {"backend", "device", "attention", "attention_fallback_reason", "scaling_mode"}) {
-    row.Set(name, Attr(train, name));
-  }
+  CopyAttributes(row, model, model_columns);
+  CopyAttributes(row, train, train_columns);
   CopyAttributes(row, train, run_columns);
   if (!points.empty()) {
     row.Set("point", points.back().name);
     CopyAttributes(row, points.back().group, PointFigureColumns());
   }
   summary.rows.push_back(row.Take());
+  return summary;
+}
 
-  std::vector<ViewColumn> point_columns = {{"point", ""}};
-  for (const ViewColumn& column : PointFigureColumns()) point_columns.push_back(column);
-  const std::vector<ViewColumn> point_detail = {{"micro_batch", ""},
-                                                {"tokens_per_step", "tokens"},
-                                                {"measured_steps", "steps"},
-                                                {"comm_total_s", "s", 4},
-                                                {"comm_exposed_s", "s", 4},
-                                                {"effective_busbw_GBps", "GB/s"},
-                                                {"loss_first", "nats", 4},
-                                                {"loss_last", "nats", 4},
-                                                {"worst_rank", ""}};
-  point_columns.insert(point_columns.end(), point_detail.begin(), point_detail.end());
-  point_columns.push_back({"worst_rank_host", ""});
-  point_columns.push_back({"worst_rank_device", ""});
-  ViewTable point_table = MakeTable("train", "points", "training, per scaling point", false, point_columns);
+const std::vector<ViewColumn>& PointDetailColumns() {
+  namespace p = sc::point;
+  static const std::vector<ViewColumn> columns = {
+      Show(p::micro_batch),     Show(p::tokens_per_step),       Show(p::measured_steps),
+      Show(p::comm_total_s, 4), Show(p::comm_exposed_s, 4),     Show(p::effective_busbw_GBps),
+      Show(p::loss_first, 4),   Show(p::loss_last, 4),          Show(p::worst_rank),
+      Computed("worst_rank_host", ""), Computed("worst_rank_device", "")};
+  return columns;
+}
 
-  const std::vector<std::string> phases = {"compute", "comm_exposed", "data_wait", "checkpoint_stall", "other"};
-  std::vector<ViewColumn> budget_columns = {
-      {"point", ""}, {"rank", ""}, {"host", ""}, {"device", ""}, {"median_step_s", "s", 4}};
-  for (const std::string& phase : phases) {
-    budget_columns.push_back({phase + "_p50", "fraction", 1, true});
-    budget_columns.push_back({phase + "_p95", "fraction", 1, true});
+ViewTable StallBudgetView() {
+  namespace b = sc::point::stall_budget;
+  std::vector<ViewColumn> columns = {Computed("point", ""), Show(b::rank), Show(b::host), Show(b::device),
+                                     Show(b::median_step_s, 4)};
+  for (const std::string& part : b::kParts) {
+    columns.push_back(Show(b::p50, 1, part));
+    columns.push_back(Show(b::p95, 1, part));
   }
-  ViewTable budget = MakeTable("train", "stall_budget", "stall budget per rank (share of step time, p50/p95)",
-                               false, budget_columns);
+  return MakeTable("train", "stall_budget", "stall budget per rank (share of step time, p50/p95)", false, columns);
+}
 
+std::vector<ViewTable> TrainSection(const Report& report) {
+  const Group* train = sc::FindGroup(report.root, sc::kTrain);
+  if (train == nullptr) return {};
+  const std::vector<PointEntry> points = Points(train);
+  ViewTable point_table = MakeTable("train", "points", "training, per scaling point", false,
+                                    Columns({Computed("point", "")}, {&PointFigureColumns(), &PointDetailColumns()}));
+  ViewTable budget = StallBudgetView();
   for (const PointEntry& point : points) {
     RowWriter point_row(point_table);
     point_row.Set("point", point.name);
     CopyAttributes(point_row, point.group, PointFigureColumns());
-    CopyAttributes(point_row, point.group, point_detail);
+    CopyAttributes(point_row, point.group, PointDetailColumns());
     auto [host, device] = WorstRankPlace(point.group);
     point_row.Set("worst_rank_host", host).Set("worst_rank_device", device);
     point_table.rows.push_back(point_row.Take());
 
-    if (const Table* stall = FindTable(point.group, "stall_budget")) {
+    if (const Table* stall = FindTable(point.group, sc::point::kStallBudget)) {
       for (size_t r = 0; r < stall->rows(); ++r) {
         RowWriter rank_row(budget);
         rank_row.Set("point", point.name);
@@ -407,13 +420,14 @@ std::vector<ViewTable> TrainSection(const Report& report) {
       }
     }
   }
-  return {summary, point_table, budget};
+  return {TrainSummary(report, points), point_table, budget};
 }
 
 // --- io -------------------------------------------------------------------------------------------------------
 
 // Checkpoints of one point, one row per checkpoint (step) over the ranks' slices.
 void AddCheckpointRows(ViewTable& out, const std::string& point, const Table& slices) {
+  namespace c = sc::io_point::checkpoints;
   struct Checkpoint {
     std::string mode, error;
     int64_t ranks = 0, bytes = 0;
@@ -422,84 +436,79 @@ void AddCheckpointRows(ViewTable& out, const std::string& point, const Table& sl
   };
   std::map<int64_t, Checkpoint> by_step;
   for (size_t r = 0; r < slices.rows(); ++r) {
-    Checkpoint& c = by_step[static_cast<int64_t>(Number(At(slices, "step", r)))];
-    c.mode = Text(At(slices, "mode", r));
-    c.ranks += 1;
-    c.bytes += static_cast<int64_t>(Number(At(slices, "bytes", r)));
-    c.stall_s = std::max(c.stall_s, Number(At(slices, "stall_s", r)));
-    c.write_s = std::max(c.write_s, Number(At(slices, "write_s", r)));
-    c.verified = c.verified && Number(At(slices, "verified", r)) == 1;
-    c.ok = c.ok && Number(At(slices, "ok", r)) == 1;
-    if (c.error.empty()) c.error = Text(At(slices, "error", r));
+    Checkpoint& ck = by_step[static_cast<int64_t>(Number(At(slices, c::step, r)))];
+    ck.mode = Text(At(slices, c::mode, r));
+    ck.ranks += 1;
+    ck.bytes += static_cast<int64_t>(Number(At(slices, c::bytes, r)));
+    ck.stall_s = std::max(ck.stall_s, Number(At(slices, c::stall_s, r)));
+    ck.write_s = std::max(ck.write_s, Number(At(slices, c::write_s, r)));
+    ck.verified = ck.verified && Number(At(slices, c::verified, r)) == 1;
+    ck.ok = ck.ok && Number(At(slices, c::ok, r)) == 1;
+    if (ck.error.empty()) ck.error = Text(At(slices, c::error, r));
   }
-  for (const auto& [step, c] : by_step) {
+  for (const auto& [step, ck] : by_step) {
     RowWriter row(out);
     // Every slice is written at once, so the checkpoint's rate is all its bytes over the slowest slice's time.
     row.Set("point", point)
         .Set("step", step)
-        .Set("mode", c.mode)
-        .Set("ranks", c.ranks)
-        .Set("bytes", c.bytes)
-        .Set("stall_s_max", c.stall_s)
-        .Set("write_s_max", c.write_s)
-        .Set("write_GBps", c.write_s > 0 ? c.bytes / c.write_s / 1e9 : std::nan(""))
-        .Set("verified", static_cast<int64_t>(c.verified))
-        .Set("ok", static_cast<int64_t>(c.ok))
-        .Set("error", c.error);
+        .Set("mode", ck.mode)
+        .Set("ranks", ck.ranks)
+        .Set("bytes", ck.bytes)
+        .Set("stall_s_max", ck.stall_s)
+        .Set("write_s_max", ck.write_s)
+        .Set("write_GBps", ck.write_s > 0 ? ck.bytes / ck.write_s / 1e9 : std::nan(""))
+        .Set("verified", static_cast<int64_t>(ck.verified))
+        .Set("ok", static_cast<int64_t>(ck.ok))
+        .Set("error", ck.error);
     out.rows.push_back(row.Take());
   }
 }
 
 // The io section's columns, declared once for its tables.
 const std::vector<ViewColumn>& IoShareColumns() {
-  static const std::vector<ViewColumn> columns = {{"data_wait_share", "fraction", 2, true},
-                                                  {"checkpoint_stall_share", "fraction", 2, true},
-                                                  {"checkpoint_writer_slowdown", "", 3}};
+  namespace p = sc::io_point;
+  static const std::vector<ViewColumn> columns = {Show(p::data_wait_share, 2), Show(p::checkpoint_stall_share, 2),
+                                                  Show(p::checkpoint_writer_slowdown, 3)};
   return columns;
 }
 const std::vector<ViewColumn>& IoSweepColumns() {
-  static const std::vector<ViewColumn> columns = {{"sweep_data_wait_share", "fraction", 2, true},
-                                                  {"throttle_at_data_wait_share_MBps", "MB/s", 2}};
+  static const std::vector<ViewColumn> columns = {Show(sc::io::sweep_data_wait_share, 2),
+                                                  Show(sc::io::throttle_at_data_wait_share_MBps, 2)};
   return columns;
 }
 const std::vector<ViewColumn>& IoPointDetailColumns() {
-  static const std::vector<ViewColumn> columns = {{"io_throttle_MBps", "MB/s", 2},
-                                                  {"checkpoint_writer_slowdown_steps", "steps"},
-                                                  {"dataset_files", "files"},
-                                                  {"dataset_files_kept_open", "files"},
-                                                  {"dataset_samples", "samples"},
-                                                  {"record_bytes", "B"},
-                                                  {"dropped_samples_per_epoch", "samples"},
-                                                  {"checkpoint_state_bytes", "B"},
-                                                  {"resumed_from", ""},
-                                                  {"resumed_step", ""},
-                                                  {"resume_load_s", "s", 3}};
+  namespace p = sc::io_point;
+  static const std::vector<ViewColumn> columns = {
+      Show(p::io_throttle_MBps, 2), Show(p::checkpoint_writer_slowdown_steps), Show(p::dataset_files),
+      Show(p::dataset_files_kept_open), Show(p::dataset_samples), Show(p::record_bytes),
+      Show(p::dropped_samples_per_epoch), Show(p::checkpoint_state_bytes), Show(p::resumed_from),
+      Show(p::resumed_step), Show(p::resume_load_s, 3)};
   return columns;
 }
 const std::vector<ViewColumn>& LoaderColumns() {
-  static const std::vector<ViewColumn> columns = {{"rank", ""},           {"batches", "", 0},
-                                                  {"bytes_read", "B", 0}, {"reads", "", 0},
-                                                  {"read_s", "s", 4},     {"per_read_MBps", "MB/s", 2},
-                                                  {"wait_s", "s", 4}};
+  namespace l = sc::io_point::loader;
+  static const std::vector<ViewColumn> columns = {Show(l::rank),    Show(l::batches, 0), Show(l::bytes_read, 0),
+                                                  Show(l::reads, 0), Show(l::read_s, 4), Show(l::per_read_MBps, 2),
+                                                  Show(l::wait_s, 4)};
   return columns;
 }
 
-// `first`, then every column of each list.
-std::vector<ViewColumn> Columns(ViewColumn first, std::initializer_list<const std::vector<ViewColumn>*> lists) {
-  std::vector<ViewColumn> all = {std::move(first)};
-  for (const std::vector<ViewColumn>* list : lists) all.insert(all.end(), list->begin(), list->end());
-  return all;
+ViewTable CheckpointsView() {
+  namespace c = sc::io_point::checkpoints;
+  return MakeTable("io", "checkpoints", "checkpoints (all ranks' slices together)", false,
+                   {Computed("point", ""), ShowAs("step", c::step), ShowAs("mode", c::mode), Computed("ranks", "ranks"),
+                    Computed("bytes", "B"), Computed("stall_s_max", "s", 4), Computed("write_s_max", "s", 4),
+                    Computed("write_GBps", "GB/s", 3), ShowAs("verified", c::verified), ShowAs("ok", c::ok),
+                    ShowAs("error", c::error)});
 }
 
 // The per-point, per-rank loader and checkpoint tables of the io section.
 struct IoTables {
   ViewTable points = MakeTable("io", "points", "I/O, per point", false,
-                               Columns({"point", ""}, {&IoShareColumns(), &IoPointDetailColumns()}));
-  ViewTable loader = MakeTable("io", "loader", "data loader per rank", false, Columns({"point", ""}, {&LoaderColumns()}));
-  ViewTable checkpoints = MakeTable("io", "checkpoints", "checkpoints (all ranks' slices together)", false,
-                                    {{"point", ""}, {"step", ""}, {"mode", ""}, {"ranks", "ranks"}, {"bytes", "B"},
-                                     {"stall_s_max", "s", 4}, {"write_s_max", "s", 4}, {"write_GBps", "GB/s", 3},
-                                     {"verified", ""}, {"ok", ""}, {"error", ""}});
+                               Columns({Computed("point", "")}, {&IoShareColumns(), &IoPointDetailColumns()}));
+  ViewTable loader =
+      MakeTable("io", "loader", "data loader per rank", false, Columns({Computed("point", "")}, {&LoaderColumns()}));
+  ViewTable checkpoints = CheckpointsView();
   int64_t last_point_checkpoints = 0;
 
   void Add(const PointEntry& point) {
@@ -508,7 +517,7 @@ struct IoTables {
     CopyAttributes(row, point.group, IoShareColumns());
     CopyAttributes(row, point.group, IoPointDetailColumns());
     points.rows.push_back(row.Take());
-    if (const Table* reads = FindTable(point.group, "loader")) {
+    if (const Table* reads = FindTable(point.group, sc::io_point::kLoader)) {
       for (size_t r = 0; r < reads->rows(); ++r) {
         RowWriter rank_row(loader);
         rank_row.Set("point", point.name);
@@ -517,20 +526,21 @@ struct IoTables {
       }
     }
     const size_t before = checkpoints.rows.size();
-    if (const Table* slices = FindTable(point.group, "checkpoints")) AddCheckpointRows(checkpoints, point.name, *slices);
+    if (const Table* slices = FindTable(point.group, sc::io_point::kCheckpoints)) {
+      AddCheckpointRows(checkpoints, point.name, *slices);
+    }
     last_point_checkpoints = static_cast<int64_t>(checkpoints.rows.size() - before);
   }
 };
 
 // The storage sweep's rates, when the run swept them.
 std::optional<ViewTable> SweepRatesTable(const Group* io) {
-  const Table* sweep = FindTable(io, "throttle_sweep");
+  namespace t = sc::io::throttle_sweep;
+  const Table* sweep = FindTable(io, sc::io::kThrottleSweep);
   if (!sweep) return std::nullopt;
   ViewTable rates = MakeTable("io", "throttle_sweep", "storage sweep: emulated read rate per rank", false,
-                              {{"io_throttle_MBps", "MB/s", 2},
-                               {"data_wait_share", "fraction", 2, true},
-                               {"step_s", "s", 4},
-                               {"tokens_per_s", "tokens/s", 0}});
+                              {Show(t::io_throttle_MBps, 2), Show(t::data_wait_share, 2), Show(t::step_s, 4),
+                               Show(t::tokens_per_s, 0)});
   for (size_t r = 0; r < sweep->rows(); ++r) {
     RowWriter rate(rates);
     CopyColumns(rate, *sweep, rates.columns, r);
@@ -540,15 +550,15 @@ std::optional<ViewTable> SweepRatesTable(const Group* io) {
 }
 
 std::vector<ViewTable> IoSection(const Report& report) {
-  const Group* io = report.root.FindChild("io");
+  const Group* io = sc::FindGroup(report.root, sc::kIo);
   if (io == nullptr) return {};
   const std::vector<PointEntry> points = Points(io);
   IoTables detail;
   for (const PointEntry& point : points) detail.Add(point);
 
-  static const std::vector<ViewColumn> kCheckpointCount = {{"checkpoints", ""}};
+  static const std::vector<ViewColumn> kCheckpointCount = {Computed("checkpoints", "")};
   ViewTable summary = MakeTable("io", "summary", "I/O (the largest point)", true,
-                                Columns({"point", ""}, {&IoShareColumns(), &kCheckpointCount, &IoSweepColumns()}));
+                                Columns({Computed("point", "")}, {&IoShareColumns(), &kCheckpointCount, &IoSweepColumns()}));
   RowWriter row(summary);
   if (!points.empty()) {
     row.Set("point", points.back().name);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "report.h"
+#include "schema_types.h"
 
 namespace tb {
 
@@ -20,6 +21,10 @@ struct ViewColumn {
   std::string unit;      // "tokens/s", "" for counts and text
   int decimals = 2;      // text only: digits after the point for doubles; -1: 4 significant digits (1.5e+14)
   bool percent = false;  // text only: a fraction (unit "fraction", 0..1) shown as a percentage
+  // The report field the column shows (results/schema.h) and the key of its placeholder; nullptr for a column the
+  // view computes (a count, a list, a maximum over ranks).
+  const schema::Field* field = nullptr;
+  std::string key;
 };
 
 struct ViewTable {

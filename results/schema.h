@@ -26,7 +26,7 @@ inline const IntAttribute n_nodes{kRoot, "n_nodes", "nodes", "nodes (distinct ho
 inline const TextAttribute backend{kRoot, "backend", "", "`mpi` or `nccl`: the communicator that ran"};
 inline const TextAttribute status{kRoot, "status", "", "`complete`, `interrupted` or `failed`"};
 inline const TextAttribute status_reason{kRoot, "status_reason", "",
-                                         "why, when not complete (`\"\"` otherwise); see \"Status reasons\""};
+                                         "why, when not complete (`\"\"` otherwise); its forms are listed above the tables"};
 inline const TextAttribute end_utc{kRoot, "end_utc", "", "ISO 8601 end of the run (or of the last phase written)"};
 }  // namespace root
 
@@ -38,6 +38,10 @@ inline GroupSpec kConfig{"config",
 namespace config {
 inline const RealAttribute bucket_mb{kConfig, "bucket_mb", "MiB", "train: gradient bucket size (`--bucket-mb`)"};
 inline const IntAttribute seq{kConfig, "seq", "tokens", "train: sequence length (`--seq`)"};
+inline const TextAttribute data{kConfig, "data", "", "train: the dataset directory (`--data`; empty: synthetic tokens)"};
+inline const IntAttribute checkpoint_every{kConfig, "checkpoint_every", "steps",
+                                           "train: steps between checkpoints (`--checkpoint-every`; 0: none)"};
+inline const TextAttribute resume{kConfig, "resume", "", "train: the checkpoint resumed from (`--resume`)"};
 }  // namespace config
 
 // ---- topology -----------------------------------------------------------------------------------------------
@@ -264,7 +268,7 @@ inline const IntColumn rank{kSteps, "rank", "", "rank"};
 inline const IntColumn step{kSteps, "step", "", "step index"};
 inline const IntColumn warmup{kSteps, "warmup", "", "1 = run but excluded from every statistic"};
 inline const RealColumn data_wait_s{kSteps, "data_wait_s", "s", "waiting for the batch"};
-inline const RealColumn h2d_s{kSteps, "h2d_s", "s", "unpacking the batch into token ids and copying them in"};
+inline const RealColumn h2d_s{kSteps, "h2d_s", "s", "unpacking the batch's tokens into int32 ids and copying them to the model's memory (pinned staging and an asynchronous copy on a GPU, a host copy on the CPU)"};
 inline const RealColumn forward_s{kSteps, "forward_s", "s", "forward pass"};
 inline const RealColumn backward_s{kSteps, "backward_s", "s", "backward pass, including starting bucket all-reduces"};
 inline const RealColumn comm_total_s{kSteps, "comm_total_s", "s", "sum over buckets of start-to-completion time"};
@@ -276,7 +280,7 @@ inline const IntColumn tokens{kSteps, "tokens", "tokens", "tokens of the rank's 
 inline const RealColumn loss{kSteps, "loss", "nats", "the rank's mean cross-entropy"};
 inline const IntColumn data_bytes{kSteps, "data_bytes", "B", "bytes read for the batch; 0 with synthetic tokens"};
 inline const RealColumn data_read_MBps{kSteps, "data_read_MBps", "MB/s",
-                                       "data_bytes over the span from the batch's first read to its last"};
+                                       "data_bytes over the span from the batch's first read starting to its last ending"};
 inline const IntColumn loader_queue_depth{kSteps, "loader_queue_depth", "batches",
                                           "batches ready when the step asked; -1 with synthetic tokens"};
 inline const IntColumn checkpoint_writing{kSteps, "checkpoint_writing", "",
@@ -342,11 +346,11 @@ inline const IntAttribute resumed_step{kIoPoint, "resumed_step", "", "--resume: 
 inline const RealAttribute resume_load_s{kIoPoint, "resume_load_s", "s", "--resume: time to load it"};
 inline const IntAttribute resume_saved_ranks{kIoPoint, "resume_saved_ranks", "ranks", "--resume: ranks that saved it"};
 inline const TextAttribute resume_unchecked{kIoPoint, "resume_unchecked", "",
-                                            "--resume: trajectory options an older checkpoint does not record, "
-                                            "comma-separated"};
+                                            "--resume: trajectory options an older checkpoint does not record and that were "
+                                            "assumed equal, comma-separated; empty when every one was compared (src/README.md)"};
 inline const IntAttribute dataset_files{kIoPoint, "dataset_files", "files", "loader: files of the dataset"};
 inline const IntAttribute dataset_files_kept_open{kIoPoint, "dataset_files_kept_open", "files",
-                                                  "loader: files kept open (the rest are opened for each read)"};
+                                                  "loader: files kept open; the rest are opened for each read (more files than half the descriptor limit)"};
 inline const IntAttribute dataset_samples{kIoPoint, "dataset_samples", "samples", "loader: samples of the dataset"};
 inline const IntAttribute record_bytes{kIoPoint, "record_bytes", "B", "loader: bytes per sample"};
 inline const IntAttribute batches_per_epoch{kIoPoint, "batches_per_epoch", "", "loader: global batches per epoch"};

@@ -271,7 +271,7 @@ TrajectoryOf WithDataOptions(const TrainIoFlags& f, const TrainIoPlan& plan, Tra
 }
 
 void RecordIoConfig(const TrainIoFlags& f, const TrainIoPlan& plan, Group& config) {
-  config.Set("data", f.data_dir);
+  schema::Set(config, schema::config::data, f.data_dir);
   config.Set("data_raw", static_cast<int64_t>(f.data_raw));
   config.Set("skip_data_verify", static_cast<int64_t>(f.skip_data_verify));
   config.Set("loader_workers", static_cast<int64_t>(f.loader_workers));
@@ -282,12 +282,12 @@ void RecordIoConfig(const TrainIoFlags& f, const TrainIoPlan& plan, Group& confi
   config.Set("io_latency_ms", f.io_latency_ms);
   config.Set("data_wait_share", f.data_wait_share);
   config.Set("checkpoint_dir", f.checkpoint_dir);
-  config.Set("checkpoint_every", static_cast<int64_t>(f.checkpoint_every));
+  schema::Set(config, schema::config::checkpoint_every, f.checkpoint_every);
   config.Set("checkpoint_keep", static_cast<int64_t>(f.checkpoint_keep));
   config.Set("checkpoint_mode", f.checkpoint_mode);
   config.Set("checkpoint_verify", static_cast<int64_t>(f.checkpoint_verify));
   config.Set("on_checkpoint_error", f.on_checkpoint_error);
-  config.Set("resume", f.resume);
+  schema::Set(config, schema::config::resume, f.resume);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The report model and its HDF5 form: round trip of every kind of content, the atomic write, the errors a
 // user sees for files that are not readable reports, and the layout as an independent tool (h5dump) sees it.
 #include "report.h"
+#include "schema.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -366,7 +367,7 @@ Report TrainReport() {
   report.root.Child("config").Set("data", std::string("tokens"));
   report.root.Child("model").Set("name", std::string("tiny"));
   Group& summary = report.root.Child("summary");
-  summary.Set(kTrainPointsAttribute, std::string("k1,k2"));
+  summary.Set(schema::summary::train_points.name, std::string("k1,k2"));
   summary.Set("train_ranks", int64_t{2});
   for (const char* point : {"k1", "k2"}) {
     Group& group = report.root.Child("train").Child(point);
@@ -401,7 +402,7 @@ TEST(ReportDamage, WholeReportsAreNotDamaged) {
   EXPECT_EQ(FindReportDamage(MinimalReport()), "");
   EXPECT_EQ(FindReportDamage(TrainReport()), "");
   Report sweep = TrainReport();  // older reports: no train_points, a storage sweep's groups for train_ranks
-  sweep.root.Child("summary").attributes.erase(kTrainPointsAttribute);
+  sweep.root.Child("summary").attributes.erase(schema::summary::train_points.name);
   sweep.root.Child("summary").Set("train_ranks", int64_t{1});
   sweep.root.Child("train").Child("k1_throttle100") = *sweep.root.Child("train").FindChild("k1");
   sweep.root.Child("io").Child("k1_throttle100");
@@ -434,7 +435,7 @@ TEST(ReportDamage, TrainingPointsAndTheirIo) {
   EXPECT_EQ(DamageWithout(TrainReport(), "model"),
             "damaged: summary/train_points reports a training run, but group /model is missing");
   Report old = TrainReport();  // before train_points: train_ranks names the largest point
-  old.root.Child("summary").attributes.erase(kTrainPointsAttribute);
+  old.root.Child("summary").attributes.erase(schema::summary::train_points.name);
   EXPECT_EQ(DamageWithout(old, "train/k2"),
             "damaged: summary/train_ranks lists the training point k2, but group /train/k2 is missing");
   EXPECT_EQ(DamageWithout(old, "train/k1"), "") << "only the largest point is named";
@@ -466,7 +467,7 @@ TEST_F(ReportFileTest, ReadRefusesADamagedReport) {
   Report report = TrainReport();
   WriteReport(report, path);
   EXPECT_NO_THROW(ReadReport(path));
-  report.root.Child("summary").Set(kTrainPointsAttribute, std::string("k1,k2,k4"));
+  report.root.Child("summary").Set(schema::summary::train_points.name, std::string("k1,k2,k4"));
   WriteReport(report, path);
   ExpectInputError([&] { ReadReport(path); }, path,
                    "damaged: summary/train_points lists the training point k4, but group /train/k4 is missing");

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# results/README.md's schema tables (between the schema:begin and schema:end markers) and results/schema_names.py
+# are exactly what the declarations in results/schema.h generate, so neither can drift from the code.
+#   schema_doc_test.sh SCHEMA_DOC [--update]    (--update rewrites both files from the declarations)
+set -uo pipefail
+doc=$(realpath "$1"); update=${2:-}
+results=$(cd "$(dirname "${BASH_SOURCE[0]}")/../results" && pwd)
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+
+readme=$results/README.md
+begin='<!-- schema:begin (generated from results/schema.h: tests/schema_doc_test.sh --update) -->'
+end='<!-- schema:end -->'
+"$doc" markdown >"$work/tables.md" || fail "schema_doc markdown failed"
+"$doc" python >"$work/names.py" || fail "schema_doc python failed"
+
+checks=$((checks + 1))
+if [[ $(grep -cxF "$begin" "$readme") -ne 1 || $(grep -cxF "$end" "$readme") -ne 1 ]]; then
+  fail "results/README.md needs one line '$begin' and one line '$end'"
+else
+  # The README with its generated block replaced by what the declarations generate now.
+  awk -v begin="$begin" -v end="$end" -v tables="$work/tables.md" '
+    $0 == begin { print; while ((getline line < tables) > 0) print line; skipping = 1; next }
+    $0 == end { skipping = 0 }
+    !skipping { print }' "$readme" >"$work/README.md"
+  if [[ $update == --update ]]; then
+    cp "$work/README.md" "$readme"
+  else
+    diff -u "$readme" "$work/README.md" >"$work/diff" ||
+      fail "results/README.md's schema tables differ from results/schema.h (run tests/schema_doc_test.sh SCHEMA_DOC --update): $(head -30 "$work/diff")"
+  fi
+fi
+
+checks=$((checks + 1))
+if [[ $update == --update ]]; then
+  cp "$work/names.py" "$results/schema_names.py"
+else
+  diff -u "$results/schema_names.py" "$work/names.py" >"$work/diff" ||
+    fail "results/schema_names.py differs from results/schema.h (run tests/schema_doc_test.sh SCHEMA_DOC --update): $(head -30 "$work/diff")"
+fi
+
+# The generated module imports, and plots.py reads reports through it (no field name of its own).
+checks=$((checks + 1))
+/usr/bin/python3 -c "import sys; sys.path.insert(0, '$results'); import schema_names" ||
+  fail "results/schema_names.py does not import"
+finish schema_doc_test
