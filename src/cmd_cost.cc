@@ -748,13 +748,13 @@ ViewTable RowsTable(const CostRun& c, size_t run) {
 }
 
 // cost.decision: the target and the rows that win (named as in the text), and the runs left unpriced.
-ViewTable DecisionTable(const CostFlags& f, const CostRun& c) {
+ViewTable DecisionTable(const CostRun& c) {
   const CostDecision& d = c.decision;
   auto name = [&](const std::optional<size_t>& i) { return i ? Cell(RowName(c.rows[*i], c.runs)) : Cell(); };
   std::vector<std::string> notes;
   for (const std::string& note : c.notes) notes.push_back(note.substr(2));  // without the text's "# "
   TableBuilder t("decision", "the decision over every run and offering", true);
-  t.Row().Add("prices", "", f.prices).Add("offerings", "", Int(static_cast<int64_t>(c.prices->offerings.size())))
+  t.Row().Add("offerings", "", Int(static_cast<int64_t>(c.prices->offerings.size())))
       .Add("target_tokens", "tokens", Opt(c.plan.target_tokens)).Add("target_steps", "", Opt(c.plan.target_steps))
       .Add("deadline_hours", "h", Opt(c.plan.deadline)).Add("cheapest", "", name(d.cheapest))
       .Add("fastest", "", name(d.fastest)).Add("cheapest_within_deadline", "", name(d.cheapest_within_deadline))
@@ -791,7 +791,7 @@ std::vector<RunView> CostViews(const CostFlags& f, const CostRun& c) {
     if (c.prices) view.tables.push_back(RowsTable(c, i));
   }
   RunView all{c.prices ? f.prices : "--model " + f.model, {}};
-  if (c.prices && !c.runs.empty()) all.tables.push_back(DecisionTable(f, c));
+  if (c.prices && !c.runs.empty()) all.tables.push_back(DecisionTable(c));
   if (c.model_memory) all.tables.push_back(MemoryTable(*c.model_memory, c.memory_targets));
   if (!all.tables.empty()) views.push_back(std::move(all));
   return views;
