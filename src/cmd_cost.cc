@@ -577,7 +577,7 @@ void PriceRuns(CostRun& c) {
   for (size_t i = 0; i < c.runs.size(); ++i) {
     const RunAnalysis& a = c.runs[i];
     if (!a.gpu) {
-      c.notes.push_back("# " + RunName(a) + ": device '" + a.m.device + "' is no known GPU model (known: " +
+      c.notes.push_back(RunName(a) + ": device '" + a.m.device + "' is no known GPU model (known: " +
                         KnownGpuModelNames() + "); --device-as MODEL prices it as one");
       continue;
     }
@@ -588,12 +588,12 @@ void PriceRuns(CostRun& c) {
       for (const Config& config : ConfigsOf(a, i)) c.rows.push_back(PriceConfig(config, a, offering, c));
     }
     if (!matched) {
-      c.notes.push_back("# " + RunName(a) + ": no offering in " + c.prices->path + " has GPU model " + a.gpu->name);
+      c.notes.push_back(RunName(a) + ": no offering in " + c.prices->path + " has GPU model " + a.gpu->name);
     }
   }
   if (c.rows.empty()) {
     throw InputError("no offering in '" + c.prices->path + "' matches the device of any run (" +
-                     c.notes.front().substr(2) + ")");
+                     c.notes.front() + ")");
   }
 }
 
@@ -751,15 +751,13 @@ ViewTable RowsTable(const CostRun& c, size_t run) {
 ViewTable DecisionTable(const CostRun& c) {
   const CostDecision& d = c.decision;
   auto name = [&](const std::optional<size_t>& i) { return i ? Cell(RowName(c.rows[*i], c.runs)) : Cell(); };
-  std::vector<std::string> notes;
-  for (const std::string& note : c.notes) notes.push_back(note.substr(2));  // without the text's "# "
   TableBuilder t("decision", "the decision over every run and offering", true);
   t.Row().Add("offerings", "", Int(static_cast<int64_t>(c.prices->offerings.size())))
       .Add("target_tokens", "tokens", Opt(c.plan.target_tokens)).Add("target_steps", "", Opt(c.plan.target_steps))
       .Add("deadline_hours", "h", Opt(c.plan.deadline)).Add("cheapest", "", name(d.cheapest))
       .Add("fastest", "", name(d.fastest)).Add("cheapest_within_deadline", "", name(d.cheapest_within_deadline))
       .Add("deadline_met", "", c.plan.deadline ? Flag(d.cheapest_within_deadline.has_value()) : Cell())
-      .Add("unpriced", "", notes.empty() ? Cell() : Cell(JoinNames(notes, "; ")));
+      .Add("unpriced", "", c.notes.empty() ? Cell() : Cell(JoinNames(c.notes, "; ")));
   return t.Take();
 }
 
@@ -824,7 +822,7 @@ void PrintCostText(const CostRun& c) {
                "fits = GPU memory left, %s)",
                c.model_memory ? "the --model checked" : "each run's model as run"));
   PrintCostTable(c.rows, c.runs, c.decision);
-  for (const std::string& line : c.notes) Print(line);
+  for (const std::string& note : c.notes) Print("# " + note);
   for (const std::string& line : DecisionLines(c.rows, c.runs, c.decision, p.deadline)) Print(line, true);
 }
 
