@@ -252,8 +252,18 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def cost_tables(data: Any, name: str) -> list[tuple[str, Any]]:
+    """(run file, table) for each run of the export that has table `cost.<name>`."""
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, list):
+        return []
+    return [(run.get("file"), run["cost"][name]) for run in runs
+            if isinstance(run, dict) and isinstance(run.get("cost"), dict) and name in run["cost"]]
+
+
 def read_cost(path: str) -> tuple[list[dict[str, Any]], Any]:
-    """The `costs` rows and `deadline_hours` of `trainbench cost --format json` (keys: results/README.md)."""
+    """The `cost.rows` of every run (each with its `run`) and the decision's `deadline_hours` of
+    `trainbench cost --format json` (layout: results/README.md, "Output of cost")."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -263,14 +273,20 @@ def read_cost(path: str) -> tuple[list[dict[str, Any]], Any]:
         raise InputProblem(f"cannot read cost file '{path}': {e}")
     except json.JSONDecodeError as e:
         raise InputProblem(f"cannot read cost file '{path}': not JSON ({e})")
-    rows = data.get("costs") if isinstance(data, dict) else None
-    if not isinstance(rows, list):
-        raise InputProblem(f"cannot read cost file '{path}': no 'costs' list at the top level (want the output of "
-                           "`trainbench cost --format json`)")
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict) or not is_number(row.get("total_usd")):
-            raise InputProblem(f"cannot read cost file '{path}': costs[{i}] lacks a numeric 'total_usd'")
-    return rows, data.get("deadline_hours")
+    tables = cost_tables(data, "rows")
+    if not tables or not all(isinstance(table, list) for _, table in tables):
+        raise InputProblem(f"cannot read cost file '{path}': no run with a 'cost.rows' list (want the output of "
+                           "`trainbench cost --prices ... --format json`)")
+    rows = []
+    for file, table in tables:
+        for i, row in enumerate(table):
+            if not isinstance(row, dict) or not is_number(row.get("total_usd")):
+                raise InputProblem(f"cannot read cost file '{path}': run '{file}' cost.rows[{i}] lacks a numeric "
+                                   "'total_usd'")
+            rows.append({"run": file, **row})
+    decisions = cost_tables(data, "decision")
+    deadline = decisions[0][1].get("deadline_hours") if decisions and isinstance(decisions[0][1], dict) else None
+    return rows, deadline
 
 
 # --- drawing --------------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include "mpi_util.h"
 #include "nccl_communicator.h"
 #include "paths.h"
+#include "reporter.h"
 #include "schema.h"
 #include "signals.h"
 #include "topology_section.h"
@@ -37,8 +38,8 @@ void AgreeOnSetup(const std::function<void()>& step) {
 
 void AddCommonOptions(po::options_description& options, CommonOptions& common, bool with_backend) {
   if (with_backend) {
-    options.add_options()("backend", po::value(&common.backend)->default_value("auto"),
-                          "auto|cpu|cuda: cuda (NCCL, device memory) when every rank has a GPU, else cpu (MPI)");
+    options.add_options()("backend", Choice(&common.backend, {"auto", "cpu", "cuda"})->default_value("auto"),
+                          "cuda (NCCL, device memory) when every rank has a GPU (auto), else cpu (MPI)");
   }
   options.add_options()
       ("output,o", po::value(&common.output), "write the HDF5 report to this file")
@@ -91,9 +92,6 @@ bool ParseCommandLine(const std::string& command, const std::vector<std::string>
 
 CommandRun::CommandRun(std::string command, std::string command_line, CommonOptions common, RankContext ctx)
     : command_(std::move(command)), common_(std::move(common)), ctx_(std::move(ctx)) {
-  if (common_.backend != "auto" && common_.backend != "cpu" && common_.backend != "cuda") {
-    throw InputError("unknown backend '" + common_.backend + "' for --backend (accepted: auto|cpu|cuda)");
-  }
   SetQuiet(common_.quiet);
   Group& root = report_.root;
   namespace r = schema::root;
@@ -286,7 +284,10 @@ void CommandRun::WriteReportNow(const std::string& status, const std::string& re
   schema::Set(report_.root, schema::root::status_reason, reason);
   schema::Set(report_.root, schema::root::end_utc, UtcNowIso8601());
   try {
-    WriteReport(report_, common_.output);
+    Hdf5Reporter hdf5(common_.output);
+    hdf5.ReportContext({command_, inputs_});
+    hdf5.ReportRuns(report_);
+    hdf5.Finalize();
     report_on_disk_ = true;
   } catch (const RuntimeError& e) {
     if (!report_on_disk_) throw ReportWriteFailed(e.what());

@@ -72,7 +72,7 @@ int RunCollectivesCommand(const CommandInput& input) {
       ("ops", po::value(&f.ops)->default_value(f.ops),
        "comma-separated: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv, or all")
       ("dtype,d", po::value(&f.dtype)->default_value(f.dtype), "float|double|int32 (and half|bfloat16 on cuda)")
-      ("redop", po::value(&f.redop)->default_value(f.redop), "sum|avg|max|min")
+      ("redop", Choice(&f.redop, {"sum", "avg", "max", "min"})->default_value(f.redop), "the reduction of all_reduce, reduce and reduce_scatter")
       ("root", Number(&f.root, IntRange::AtLeast(0))->default_value(f.root), "root rank of broadcast and reduce")
       ("iters,n", Number(&f.iters, IntRange::Between(1, kMaxIterations))->default_value(f.iters), "timed iterations per size")
       ("warmup,w", Number(&f.warmup, IntRange::Between(0, kMaxIterations))->default_value(f.warmup), "untimed warm-up iterations per size")

@@ -16,15 +16,15 @@
 #include "console.h"
 #include "cost.h"
 #include "error.h"
-#include "export.h"
 #include "html_report.h"
-#include "json.h"
 #include "log.h"
 #include "memory_fit.h"
 #include "model_config.h"
 #include "prices.h"
 #include "projection.h"
 #include "report.h"
+#include "report_view.h"
+#include "reporter.h"
 #include "run_measurement.h"
 #include "token_shard.h"
 #include "units.h"
@@ -108,7 +108,8 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
       ("micro-batch", Number(&f.micro_batch, IntRange::AtLeast(1)), "with --model: sequences per GPU per step (1)")
       ("seq", Number(&f.seq, IntRange::Between(1, 1 << 20)), "with --model: tokens per sequence (the model's)")
       ("gpu-memory", po::value(&f.gpu_memory), "with --model: GPU memory to fit in (80G = 80 GiB, 80GB = 80e9 B)")
-      ("format", po::value(&f.format)->default_value(f.format), "text|csv|json")
+      ("format", Choice(&f.format, ReportFormatNames())->default_value(f.format),
+       "csv and json: the tables of results/README.md (Output of cost)")
       ("html", po::value(&f.html), "also write an HTML page: the reports' plots and the cost per configuration")
       ("help,h", "show this help");
   std::vector<FlagRule> rules = {Excludes("train-tokens", "train-steps"), Needs("deadline-hours", "prices"),
@@ -186,6 +187,9 @@ struct CostRow {
 };
 
 std::string RunName(const RunAnalysis& run) { return run.m.path; }
+
+// A measured point's throughput without its checkpoint stalls (step_s excludes them).
+double TokensPerS(const MeasuredPoint& p) { return p.train.tokens_per_step / p.train.step_s; }
 
 // The estimate for --model, or the run's own as its report states it.
 MemoryCheck ModelMemory(const CostFlags& f, const RunMeasurement* run) {
@@ -346,7 +350,7 @@ std::vector<std::string> RunLines(const RunAnalysis& a, const std::optional<Pric
   lines.push_back(Format("#   priced point k=%d (%s): %.6g tokens/s without checkpoint stalls (%.6g as reported), "
                          "start-up %.1f s",
                          p.train.k, Layout{p.train.nodes, p.train.gpus_per_node}.Name().c_str(),
-                         p.train.tokens_per_step / p.train.step_s, p.tokens_per_s_reported, m.startup_s));
+                         TokensPerS(p), p.tokens_per_s_reported, m.startup_s));
   if (a.stall_s) {
     lines.push_back(Format("#   checkpoint: stall %.3g s (mean of %d rank-events at k=%d)", *a.stall_s, a.stall_events,
                            a.stall_k) +
@@ -393,7 +397,7 @@ std::vector<std::string> ProjectionLines(const RunAnalysis& a) {
     const Layout layout{p.train.nodes, p.train.gpus_per_node};
     lines.push_back(table.Row({layout.Name(), std::to_string(p.train.k), Format("%.4g", p.train.step_s),
                                Format("%.4g", p.train.comm_total_s), Format("%.4g", p.train.comm_exposed_s),
-                               Format("%.6g", p.train.tokens_per_step / p.train.step_s), "-", "measured"}));
+                               Format("%.6g", TokensPerS(p)), "-", "measured"}));
   }
   for (const ProjectedPoint& q : a.projected) {
     lines.push_back(table.Row({q.layout.Name(), std::to_string(q.layout.gpus()), Format("%.4g", q.step_s),
@@ -420,151 +424,6 @@ std::vector<std::string> MemoryLines(const MemoryCheck& check, const std::vector
                                     : ("does NOT fit, short by " + Gib(-fit.margin_bytes)).c_str()));
   }
   return lines;
-}
-
-Json MemoryJson(const MemoryCheck& check, const std::vector<std::pair<std::string, double>>& gpus) {
-  Json fits = Json::array();
-  for (const auto& [name, bytes] : gpus) {
-    const MemoryFit fit = FitMemory(check.estimate, bytes, check.calibration);
-    fits.push_back({{"gpu", name}, {"gpu_memory_bytes", bytes}, {"required_bytes", fit.required_bytes},
-                    {"margin_bytes", fit.margin_bytes}, {"fits", fit.fits}});
-  }
-  const MemoryBreakdown& e = check.estimate;
-  return {{"what", check.what},
-          {"weights_bytes", e.weights_bytes},
-          {"gradients_bytes", e.gradients_bytes},
-          {"optimizer_bytes", e.optimizer_bytes},
-          {"activations_bytes", e.activations_bytes},
-          {"total_bytes", e.total_bytes()},
-          {"calibration", check.calibration ? check.calibration->factor : 1.0},
-          {"calibration_source", check.calibration ? check.calibration->source : "none"},
-          {"fits", fits}};
-}
-
-Json PointJson(const MeasuredPoint& p) {
-  return {{"k", p.train.k},
-          {"layout", Layout{p.train.nodes, p.train.gpus_per_node}.Name()},
-          {"step_s", p.train.step_s},
-          {"step_s_reported", p.step_s_reported},
-          {"tokens_per_step", p.train.tokens_per_step},
-          {"tokens_per_s", p.train.tokens_per_step / p.train.step_s},
-          {"tokens_per_s_reported", p.tokens_per_s_reported},
-          {"comm_total_s", p.train.comm_total_s},
-          {"comm_exposed_s", p.train.comm_exposed_s},
-          {"gradient_bytes", p.train.gradient_bytes},
-          {"checkpoint_stall_s", JsonOrNull(p.checkpoint_stall_s)}};
-}
-
-Json LinkJson(const LinkParameters& l) {
-  return {{"alpha_s", l.alpha_s}, {"beta_s_per_byte", l.beta_s_per_byte}, {"bandwidth_GBps", l.bandwidth_GBps()},
-          {"fitted", l.fitted}, {"origin", l.origin}};
-}
-
-Json HeldOutJson(const std::optional<HeldOutCheck>& h) {
-  if (!h) return nullptr;
-  return {{"k", h->k}, {"layout", h->layout.Name()}, {"predicted_step_s", h->predicted_step_s},
-          {"measured_step_s", h->measured_step_s}, {"relative_error", h->relative_error}};
-}
-
-Json ProjectionJson(const RunAnalysis& a) {
-  Json points = Json::array();
-  for (const ProjectedPoint& q : a.projected) {
-    points.push_back({{"layout", q.layout.Name()}, {"gpus", q.layout.gpus()}, {"nodes", q.layout.nodes},
-                      {"step_s", q.step_s}, {"comm_s", q.comm_s}, {"exposed_s", q.exposed_s},
-                      {"tokens_per_s", q.tokens_per_s}, {"efficiency", q.efficiency}});
-  }
-  return {{"samples", a.fit->samples},
-          {"collective_samples", a.collective_samples.size()},
-          {"rms_relative_error", a.fit->rms_relative_error},
-          {"intra", LinkJson(a.links.intra)},
-          {"inter", LinkJson(a.links.inter)},
-          {"notes", a.fit->notes},
-          {"overlap", a.step_model->overlap()},
-          {"overlap_measured", a.step_model->overlap_measured()},
-          {"held_out", HeldOutJson(a.held_out)},
-          {"points", points}};
-}
-
-Json RunJson(const RunAnalysis& a) {
-  Json points = Json::array();
-  for (const MeasuredPoint& p : a.m.points) points.push_back(PointJson(p));
-  Json run = {{"path", a.m.path},
-              {"device", a.m.device},
-              {"gpu_model", a.gpu ? a.gpu->name : ""},
-              {"ranks", a.m.ranks},
-              {"nodes", a.m.nodes},
-              {"scaling_mode", a.m.weak_scaling ? "weak" : "strong"},
-              {"startup_s", a.m.startup_s},
-              {"priced_k", a.m.points[a.priced].train.k},
-              {"points", points},
-              {"checkpoint_stall_s", JsonOrNull(a.stall_s)},
-              {"checkpoint_events", a.stall_events},
-              {"checkpoint_stall", a.stall_s ? "measured" : "n/a: run with --checkpoint-every to measure"},
-              {"checkpoint_gb", a.checkpoint_gb},
-              {"checkpoint_size_source", a.checkpoint_size_source}};
-  if (a.fit) run["projection"] = ProjectionJson(a);
-  return run;
-}
-
-Json CostRowJson(const CostRow& row, const std::vector<RunAnalysis>& runs, size_t index, const CostDecision& d) {
-  const CostBreakdown& c = row.cost;
-  return {{"run", RunName(runs[row.config.run])},
-          {"config", row.config.label},
-          {"projected", row.config.projected},
-          {"offering", row.offering->name},
-          {"gpu", row.offering->gpu},
-          {"gpus", row.inputs.gpus},
-          {"nodes", c.nodes},
-          {"billed_gpus", c.billed_gpus},
-          {"target_tokens", row.inputs.target_tokens},
-          {"tokens_per_s", row.inputs.tokens_per_s},
-          {"job_usd_per_hour", c.job_usd_per_hour},
-          {"work_hours", c.work_hours},
-          {"startup_hours", c.startup_hours},
-          {"checkpoint_interval_hours", c.checkpoint_interval_hours},
-          {"interval_is_young_daly", c.interval_is_young_daly},
-          {"young_daly_hours", JsonOrNull(c.young_daly_hours)},
-          {"checkpoint_overhead_hours", c.checkpoint_overhead_hours},
-          {"run_hours", c.run_hours},
-          {"job_mtbf_hours", c.job_mtbf_hours},
-          {"expected_failures", c.expected_failures},
-          {"lost_hours_per_failure", c.lost_hours_per_failure},
-          {"retry_hours", c.retry_hours},
-          {"time_to_train_hours", c.time_to_train_hours},
-          {"gpu_usd", c.gpu_usd},
-          {"storage_gb", c.storage_gb},
-          {"storage_usd", c.storage_usd},
-          {"transfer_usd", c.transfer_usd},
-          {"retry_usd", c.retry_usd},
-          {"total_usd", c.total_usd},
-          {"usd_per_million_tokens", c.usd_per_million_tokens},
-          {"gpu_memory_bytes", row.memory.gpu_memory_bytes},
-          {"memory_required_bytes", row.memory.required_bytes},
-          {"memory_fits", row.memory.fits},
-          {"marks", Marks(index, d)}};
-}
-
-void PrintCsv(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs, const CostDecision& d) {
-  Print("run,config,projected,offering,gpu,gpus,nodes,billed_gpus,target_tokens,tokens_per_s,job_usd_per_hour,"
-        "run_hours,expected_failures,retry_hours,time_to_train_hours,gpu_usd,storage_usd,transfer_usd,retry_usd,"
-        "total_usd,usd_per_million_tokens,checkpoint_interval_hours,young_daly_hours,memory_required_bytes,"
-        "gpu_memory_bytes,memory_fits,marks",
-        true);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const CostRow& r = rows[i];
-    const CostBreakdown& c = r.cost;
-    Print(CsvField(RunName(runs[r.config.run])) + "," + CsvField(r.config.label) + "," + (r.config.projected ? "1" : "0") +
-              "," + CsvField(r.offering->name) + "," + CsvField(r.offering->gpu) +
-              Format(",%d,%d,%d,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,",
-                     r.inputs.gpus, c.nodes, c.billed_gpus, r.inputs.target_tokens, r.inputs.tokens_per_s,
-                     c.job_usd_per_hour, c.run_hours, c.expected_failures, c.retry_hours, c.time_to_train_hours,
-                     c.gpu_usd, c.storage_usd, c.transfer_usd, c.retry_usd, c.total_usd, c.usd_per_million_tokens,
-                     c.checkpoint_interval_hours) +
-              (c.young_daly_hours ? Format("%.10g", *c.young_daly_hours) : std::string()) +
-              Format(",%.10g,%.10g,%d,", r.memory.required_bytes, r.memory.gpu_memory_bytes, r.memory.fits ? 1 : 0) +
-              CsvField(Marks(i, d)),
-          true);
-  }
 }
 
 void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs, const CostDecision& d) {
@@ -652,9 +511,8 @@ void CheckCostWork(const CostFlags& f, const po::variables_map& given) {
   }
 }
 
-// The flag combinations that mean nothing (each one line, exit 2): the format and the training target first.
+// The flag combinations that mean nothing (each one line, exit 2): the training target first.
 void CheckCostFlags(const CostFlags& f, const po::variables_map& given) {
-  ParseExportFormat(f.format);  // the one check and message of --format, as report's
   const bool has_target = !f.train_tokens.empty() || !f.train_steps.empty();
   if (has_target && (f.prices.empty() || f.reports.empty())) {
     throw InputError("--train-tokens and --train-steps price training reports: they go with reports and --prices");
@@ -719,7 +577,7 @@ void PriceRuns(CostRun& c) {
   for (size_t i = 0; i < c.runs.size(); ++i) {
     const RunAnalysis& a = c.runs[i];
     if (!a.gpu) {
-      c.notes.push_back("# " + RunName(a) + ": device '" + a.m.device + "' is no known GPU model (known: " +
+      c.notes.push_back(RunName(a) + ": device '" + a.m.device + "' is no known GPU model (known: " +
                         KnownGpuModelNames() + "); --device-as MODEL prices it as one");
       continue;
     }
@@ -730,12 +588,12 @@ void PriceRuns(CostRun& c) {
       for (const Config& config : ConfigsOf(a, i)) c.rows.push_back(PriceConfig(config, a, offering, c));
     }
     if (!matched) {
-      c.notes.push_back("# " + RunName(a) + ": no offering in " + c.prices->path + " has GPU model " + a.gpu->name);
+      c.notes.push_back(RunName(a) + ": no offering in " + c.prices->path + " has GPU model " + a.gpu->name);
     }
   }
   if (c.rows.empty()) {
     throw InputError("no offering in '" + c.prices->path + "' matches the device of any run (" +
-                     c.notes.front().substr(2) + ")");
+                     c.notes.front() + ")");
   }
 }
 
@@ -753,50 +611,188 @@ void DecideCost(const CostFlags& f, CostRun& c) {
   if (!f.model.empty()) c.model_memory = ModelMemory(f, c.runs.empty() ? nullptr : &c.runs.front().m);
 }
 
-std::string CostJson(const CostFlags& f, const CostRun& c) {
-  Json out = {{"prices", f.prices},
-              {"target_tokens", JsonOrNull(c.plan.target_tokens)},
-              {"target_steps", JsonOrNull(c.plan.target_steps)},
-              {"deadline_hours", JsonOrNull(c.plan.deadline)},
-              {"runs", Json::array()},
-              {"costs", Json::array()},
-              {"decision", {{"cheapest", JsonOrNull(c.decision.cheapest)},
-                            {"fastest", JsonOrNull(c.decision.fastest)},
-                            {"cheapest_within_deadline", JsonOrNull(c.decision.cheapest_within_deadline)},
-                            {"deadline_met", c.decision.cheapest_within_deadline.has_value()}}},
-              {"memory", c.model_memory ? MemoryJson(*c.model_memory, c.memory_targets) : Json(nullptr)}};
-  for (const RunAnalysis& a : c.runs) out["runs"].push_back(RunJson(a));
-  for (size_t i = 0; i < c.rows.size(); ++i) out["costs"].push_back(CostRowJson(c.rows[i], c.runs, i, c.decision));
-  return DumpJson(out);
+// ---- the figures as tables: what the CSV and JSON reporters write (layout: results/README.md, "Output of cost") --
+
+// A table filled row by row: each Add names its column (on the first row) and gives the cell.
+class TableBuilder {
+ public:
+  TableBuilder(std::string name, std::string title, bool per_run) {
+    table_.section = "cost";
+    table_.name = std::move(name);
+    table_.title = std::move(title);
+    table_.per_run = per_run;
+  }
+  TableBuilder& Row() {
+    table_.rows.emplace_back();
+    return *this;
+  }
+  TableBuilder& Add(const std::string& column, const std::string& unit, Cell cell) {
+    std::vector<Cell>& row = table_.rows.back();
+    if (table_.rows.size() == 1) table_.columns.push_back({column, unit});
+    row.push_back(std::move(cell));
+    return *this;
+  }
+  ViewTable Take() { return std::move(table_); }
+
+ private:
+  ViewTable table_;
+};
+
+Cell Opt(const std::optional<double>& value) { return value ? Cell(*value) : Cell(); }
+Cell Int(int64_t value) { return Cell(value); }
+Cell Flag(bool value) { return Cell(int64_t{value ? 1 : 0}); }
+
+void AddLink(TableBuilder& t, const std::string& prefix, const LinkParameters* l) {
+  t.Add(prefix + "_alpha_s", "s", l ? Cell(l->alpha_s) : Cell())
+      .Add(prefix + "_beta_s_per_byte", "s/B", l ? Cell(l->beta_s_per_byte) : Cell())
+      .Add(prefix + "_bandwidth_GBps", "GB/s", l ? Cell(l->bandwidth_GBps()) : Cell())
+      .Add(prefix + "_fitted", "", l ? Flag(l->fitted) : Cell())
+      .Add(prefix + "_origin", "", l ? Cell(l->origin) : Cell());
 }
 
-// CSV: the cost rows; else the projected layouts; else the memory fit.
-void PrintCostCsv(const CostRun& c) {
-  if (!c.rows.empty()) {
-    PrintCsv(c.rows, c.runs, c.decision);
-  } else if (!c.runs.empty() && !c.plan.layouts.empty()) {
-    Print("run,layout,gpus,nodes,source,step_s,comm_s,exposed_s,tokens_per_s,efficiency", true);
-    for (const RunAnalysis& a : c.runs) {
-      for (const ProjectedPoint& q : a.projected) {
-        Print(CsvField(RunName(a)) + Format(",%s,%d,%d,projected,%.10g,%.10g,%.10g,%.10g,%.10g", q.layout.Name().c_str(),
-                                            q.layout.gpus(), q.layout.nodes, q.step_s, q.comm_s, q.exposed_s,
-                                            q.tokens_per_s, q.efficiency),
-              true);
-      }
-    }
-  } else if (c.model_memory) {
-    Print("gpu,gpu_memory_bytes,weights_bytes,gradients_bytes,optimizer_bytes,activations_bytes,calibration,"
-          "required_bytes,margin_bytes,fits",
-          true);
-    for (const auto& [name, bytes] : c.memory_targets) {
-      const MemoryFit fit = FitMemory(c.model_memory->estimate, bytes, c.model_memory->calibration);
-      const MemoryBreakdown& e = c.model_memory->estimate;
-      Print(CsvField(name) + Format(",%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%.10g,%d", bytes, e.weights_bytes,
-                                    e.gradients_bytes, e.optimizer_bytes, e.activations_bytes, fit.calibration,
-                                    fit.required_bytes, fit.margin_bytes, fit.fits ? 1 : 0),
-            true);
-    }
+// The projection's fit of one run; every cell empty without --project.
+void AddFit(TableBuilder& t, const RunAnalysis& a) {
+  const AlphaBetaFit* fit = a.fit ? &*a.fit : nullptr;
+  t.Add("fit_samples", "", fit ? Int(fit->samples) : Cell())
+      .Add("collective_samples", "", fit ? Int(static_cast<int64_t>(a.collective_samples.size())) : Cell())
+      .Add("fit_rms_relative_error", "fraction", fit ? Cell(fit->rms_relative_error) : Cell());
+  AddLink(t, "intra", fit ? &a.links.intra : nullptr);
+  AddLink(t, "inter", fit ? &a.links.inter : nullptr);
+  t.Add("fit_notes", "", fit && !fit->notes.empty() ? Cell(JoinNames(fit->notes, "; ")) : Cell())
+      .Add("overlap", "fraction", fit ? Cell(a.step_model->overlap()) : Cell())
+      .Add("overlap_measured", "", fit ? Flag(a.step_model->overlap_measured()) : Cell());
+  const HeldOutCheck* h = a.held_out ? &*a.held_out : nullptr;
+  t.Add("held_out_k", "", h ? Int(h->k) : Cell())
+      .Add("held_out_layout", "", h ? Cell(h->layout.Name()) : Cell())
+      .Add("held_out_predicted_step_s", "s", h ? Cell(h->predicted_step_s) : Cell())
+      .Add("held_out_measured_step_s", "s", h ? Cell(h->measured_step_s) : Cell())
+      .Add("held_out_relative_error", "fraction", h ? Cell(h->relative_error) : Cell())
+      .Add("held_out_notes", "", h && !h->notes.empty() ? Cell(JoinNames(h->notes, "; ")) : Cell());
+}
+
+// cost.run: the run as measured, the point priced, its checkpoint stall and size, and the projection's fit.
+ViewTable RunTable(const RunAnalysis& a, bool priced) {
+  const RunMeasurement& m = a.m;
+  const MeasuredPoint& p = m.points[a.priced];
+  TableBuilder t("run", "the run, its priced point and the projection's fit", true);
+  t.Row().Add("device", "", m.device).Add("gpu_model", "", a.gpu ? a.gpu->name : "")
+      .Add("gpu_model_from", "", !a.gpu ? "" : a.device_as ? "--device-as" : "device")
+      .Add("ranks", "", Int(m.ranks)).Add("nodes", "", Int(m.nodes)).Add("model", "", m.model_name)
+      .Add("scaling_mode", "", m.weak_scaling ? "weak" : "strong").Add("startup_s", "s", m.startup_s)
+      .Add("priced_k", "", Int(p.train.k)).Add("priced_layout", "", Layout{p.train.nodes, p.train.gpus_per_node}.Name())
+      .Add("tokens_per_s", "tokens/s", TokensPerS(p)).Add("tokens_per_s_reported", "tokens/s", p.tokens_per_s_reported)
+      .Add("checkpoint_stall_s", "s", Opt(a.stall_s))
+      .Add("checkpoint_events", "", a.stall_s ? Int(a.stall_events) : Cell())
+      .Add("checkpoint_stall_k", "", a.stall_s ? Int(a.stall_k) : Cell())
+      .Add("checkpoint_stall", "", a.stall_s ? "measured" : "n/a: run with --checkpoint-every to measure")
+      .Add("checkpoint_gb", "GB", priced ? Cell(a.checkpoint_gb) : Cell())
+      .Add("checkpoint_size_source", "", priced ? Cell(a.checkpoint_size_source) : Cell());
+  AddFit(t, a);
+  return t.Take();
+}
+
+// cost.points: the measured points, then the projected layouts.
+ViewTable PointsTable(const RunAnalysis& a) {
+  TableBuilder t("points", "measured and projected points", false);
+  for (const MeasuredPoint& p : a.m.points) {
+    const Layout layout{p.train.nodes, p.train.gpus_per_node};
+    t.Row().Add("layout", "", layout.Name()).Add("gpus", "", Int(layout.gpus())).Add("nodes", "", Int(layout.nodes))
+        .Add("source", "", "measured").Add("k", "", Int(p.train.k)).Add("step_s", "s", p.train.step_s)
+        .Add("step_s_reported", "s", p.step_s_reported).Add("tokens_per_step", "tokens", p.train.tokens_per_step)
+        .Add("tokens_per_s", "tokens/s", TokensPerS(p)).Add("tokens_per_s_reported", "tokens/s", p.tokens_per_s_reported)
+        .Add("comm_s", "s", p.train.comm_total_s).Add("exposed_s", "s", p.train.comm_exposed_s)
+        .Add("gradient_bytes", "B", p.train.gradient_bytes).Add("checkpoint_stall_s", "s", Opt(p.checkpoint_stall_s))
+        .Add("efficiency", "fraction", Cell());
   }
+  for (const ProjectedPoint& q : a.projected) {
+    t.Row().Add("layout", "", q.layout.Name()).Add("gpus", "", Int(q.layout.gpus())).Add("nodes", "", Int(q.layout.nodes))
+        .Add("source", "", "projected").Add("k", "", Cell()).Add("step_s", "s", q.step_s)
+        .Add("step_s_reported", "s", Cell()).Add("tokens_per_step", "tokens", q.tokens_per_step)
+        .Add("tokens_per_s", "tokens/s", q.tokens_per_s).Add("tokens_per_s_reported", "tokens/s", Cell())
+        .Add("comm_s", "s", q.comm_s).Add("exposed_s", "s", q.exposed_s).Add("gradient_bytes", "B", Cell())
+        .Add("checkpoint_stall_s", "s", Cell()).Add("efficiency", "fraction", q.efficiency);
+  }
+  return t.Take();
+}
+
+void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks) {
+  const CostBreakdown& c = r.cost;
+  t.Row().Add("config", "", r.config.label).Add("projected", "", Flag(r.config.projected))
+      .Add("offering", "", r.offering->name).Add("gpu", "", r.offering->gpu).Add("gpus", "", Int(r.inputs.gpus))
+      .Add("nodes", "", Int(c.nodes)).Add("billed_gpus", "", Int(c.billed_gpus))
+      .Add("target_tokens", "tokens", r.inputs.target_tokens).Add("tokens_per_s", "tokens/s", r.inputs.tokens_per_s)
+      .Add("job_usd_per_hour", "USD/h", c.job_usd_per_hour).Add("work_hours", "h", c.work_hours)
+      .Add("startup_hours", "h", c.startup_hours).Add("checkpoint_interval_hours", "h", c.checkpoint_interval_hours)
+      .Add("interval_is_young_daly", "", Flag(c.interval_is_young_daly))
+      .Add("young_daly_hours", "h", Opt(c.young_daly_hours))
+      .Add("checkpoint_overhead_hours", "h", c.checkpoint_overhead_hours).Add("run_hours", "h", c.run_hours)
+      .Add("job_mtbf_hours", "h", c.job_mtbf_hours).Add("expected_failures", "", c.expected_failures)
+      .Add("lost_hours_per_failure", "h", c.lost_hours_per_failure).Add("retry_hours", "h", c.retry_hours)
+      .Add("time_to_train_hours", "h", c.time_to_train_hours).Add("gpu_usd", "USD", c.gpu_usd)
+      .Add("storage_gb", "GB", c.storage_gb).Add("storage_usd", "USD", c.storage_usd)
+      .Add("transfer_usd", "USD", c.transfer_usd).Add("retry_usd", "USD", c.retry_usd)
+      .Add("total_usd", "USD", c.total_usd).Add("usd_per_million_tokens", "USD", c.usd_per_million_tokens)
+      .Add("gpu_memory_bytes", "B", r.memory.gpu_memory_bytes)
+      .Add("memory_required_bytes", "B", r.memory.required_bytes)
+      .Add("memory_margin_bytes", "B", r.memory.margin_bytes).Add("memory_fits", "", Flag(r.memory.fits))
+      .Add("marks", "", marks);
+}
+
+// cost.rows of run `run`: its configurations on every offering of its GPU model, with the decision's marks.
+ViewTable RowsTable(const CostRun& c, size_t run) {
+  TableBuilder t("rows", "cost per configuration and offering", false);
+  for (size_t i = 0; i < c.rows.size(); ++i) {
+    if (c.rows[i].config.run == run) AddCostRow(t, c.rows[i], Marks(i, c.decision));
+  }
+  return t.Take();
+}
+
+// cost.decision: the target and the rows that win (named as in the text), and the runs left unpriced.
+ViewTable DecisionTable(const CostRun& c) {
+  const CostDecision& d = c.decision;
+  auto name = [&](const std::optional<size_t>& i) { return i ? Cell(RowName(c.rows[*i], c.runs)) : Cell(); };
+  TableBuilder t("decision", "the decision over every run and offering", true);
+  t.Row().Add("offerings", "", Int(static_cast<int64_t>(c.prices->offerings.size())))
+      .Add("target_tokens", "tokens", Opt(c.plan.target_tokens)).Add("target_steps", "", Opt(c.plan.target_steps))
+      .Add("deadline_hours", "h", Opt(c.plan.deadline)).Add("cheapest", "", name(d.cheapest))
+      .Add("fastest", "", name(d.fastest)).Add("cheapest_within_deadline", "", name(d.cheapest_within_deadline))
+      .Add("deadline_met", "", c.plan.deadline ? Flag(d.cheapest_within_deadline.has_value()) : Cell())
+      .Add("unpriced", "", c.notes.empty() ? Cell() : Cell(JoinNames(c.notes, "; ")));
+  return t.Take();
+}
+
+// cost.memory: --model's estimate against --gpu-memory and each offering's GPU, a row per GPU.
+ViewTable MemoryTable(const MemoryCheck& check, const std::vector<std::pair<std::string, double>>& gpus) {
+  TableBuilder t("memory", "memory fit per GPU (data parallel, no sharding)", false);
+  const MemoryBreakdown& e = check.estimate;
+  for (const auto& [gpu, bytes] : gpus) {
+    const MemoryFit fit = FitMemory(e, bytes, check.calibration);
+    t.Row().Add("what", "", check.what).Add("gpu", "", gpu).Add("gpu_memory_bytes", "B", bytes)
+        .Add("weights_bytes", "B", e.weights_bytes).Add("gradients_bytes", "B", e.gradients_bytes)
+        .Add("optimizer_bytes", "B", e.optimizer_bytes).Add("activations_bytes", "B", e.activations_bytes)
+        .Add("total_bytes", "B", e.total_bytes()).Add("calibration", "", fit.calibration)
+        .Add("calibration_source", "", check.calibration ? check.calibration->source : "none")
+        .Add("required_bytes", "B", fit.required_bytes).Add("margin_bytes", "B", fit.margin_bytes)
+        .Add("fits", "", Flag(fit.fits));
+  }
+  return t.Take();
+}
+
+// The views of one `cost` command: a view per training report (labelled as given), then one of the whole
+// command (labelled with the price file, or --model NAME) for the decision and the memory fit.
+std::vector<RunView> CostViews(const CostFlags& f, const CostRun& c) {
+  std::vector<RunView> views;
+  for (size_t i = 0; i < c.runs.size(); ++i) {
+    RunView& view = views.emplace_back(RunView{RunName(c.runs[i]), {}});
+    view.tables.push_back(RunTable(c.runs[i], c.prices.has_value()));
+    view.tables.push_back(PointsTable(c.runs[i]));
+    if (c.prices) view.tables.push_back(RowsTable(c, i));
+  }
+  RunView all{c.prices ? f.prices : "--model " + f.model, {}};
+  if (c.prices && !c.runs.empty()) all.tables.push_back(DecisionTable(c));
+  if (c.model_memory) all.tables.push_back(MemoryTable(*c.model_memory, c.memory_targets));
+  if (!all.tables.empty()) views.push_back(std::move(all));
+  return views;
 }
 
 void PrintCostText(const CostRun& c) {
@@ -826,7 +822,7 @@ void PrintCostText(const CostRun& c) {
                "fits = GPU memory left, %s)",
                c.model_memory ? "the --model checked" : "each run's model as run"));
   PrintCostTable(c.rows, c.runs, c.decision);
-  for (const std::string& line : c.notes) Print(line);
+  for (const std::string& note : c.notes) Print("# " + note);
   for (const std::string& line : DecisionLines(c.rows, c.runs, c.decision, p.deadline)) Print(line, true);
 }
 
@@ -842,16 +838,18 @@ int RunCostCommand(const CommandInput& input) {
   ReadCostInputs(f, c);
   PriceRuns(c);
   DecideCost(f, c);
+  const std::vector<RunView> views = CostViews(f, c);
+  const ReportContextInfo context = {"cost", f.reports};
   if (!f.html.empty()) {
-    WriteCostHtml(f.reports, f.html, CostJson(f, c));
+    WriteCostHtml(f.reports, f.html, ReportViews("json", context, views));
     if (f.format == "text") Print("# HTML report: " + f.html);
   }
-  if (f.format == "json") {
-    Print(CostJson(f, c), true);
-  } else if (f.format == "csv") {
-    PrintCostCsv(c);
-  } else {
+  if (f.format == "text") {
     PrintCostText(c);
+  } else {
+    std::string text = ReportViews(f.format, context, views);
+    if (!text.empty() && text.back() == '\n') text.pop_back();  // Print ends the line
+    Print(text, true);
   }
   return 0;
 }

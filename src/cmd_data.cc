@@ -117,9 +117,6 @@ GeneratePlan PlanFromFlags(const GenerateFlags& f) {
   GeneratePlan plan;
   plan.tokens = ParseTokenCount(f.tokens, "--tokens");
   plan.shard_tokens = ParseTokenCount(f.shard_tokens, "--shard-tokens");
-  if (f.distribution != "uniform" && f.distribution != "zipf") {
-    throw InputError("unknown distribution '" + f.distribution + "' for --distribution (accepted: uniform|zipf)");
-  }
   plan.shards = (plan.tokens + plan.shard_tokens - 1) / plan.shard_tokens;
   if (plan.shards > 99999) {
     throw InputError(Format("--tokens / --shard-tokens gives %llu shards; at most 99999 (raise --shard-tokens)",
@@ -212,8 +209,8 @@ int RunGenerate(const CommandInput& input, const std::vector<std::string>& args)
       ("tokens", po::value(&f.tokens), "tokens in the dataset (e.g. 20G = 2e10)")
       ("shard-tokens", po::value(&f.shard_tokens)->default_value(f.shard_tokens), "tokens per shard (the last holds the rest)")
       ("vocab", Number(&f.vocab, IntRange::Between(2, int64_t{1} << 32))->default_value(f.vocab), "token ids are 0..vocab-1; uint16 up to 65536, else uint32")
-      ("distribution", po::value(&f.distribution)->default_value(f.distribution),
-       "uniform|zipf: zipf gives token t a probability proportional to 1/(t+1)^S")
+      ("distribution", Choice(&f.distribution, {"uniform", "zipf"})->default_value(f.distribution),
+       "zipf gives token t a probability proportional to 1/(t+1)^S")
       ("zipf-exponent", Number(&f.zipf_exponent, RealRange::AboveUpTo(0, 10))->default_value(f.zipf_exponent), "S of --distribution zipf")
       ("seed", Number(&f.seed, IntRange::AtLeast(0))->default_value(f.seed), "shard i's tokens depend only on the seed and i")
       ("force", po::bool_switch(&f.force), "replace the shards already in --dir");

@@ -7,11 +7,11 @@
 #include "cli.h"
 #include "commands.h"
 #include "error.h"
-#include "export.h"
 #include "html_report.h"
 #include "log.h"
 #include "report.h"
 #include "report_view.h"
+#include "reporter.h"
 #include "units.h"
 
 namespace tb {
@@ -64,7 +64,7 @@ std::vector<std::string> ParseSections(const ReportFlags& f) {
 bool ParseReportFlags(const std::vector<std::string>& args, ReportFlags& f) {
   po::options_description options("report options");
   options.add_options()
-      ("format", po::value(&f.format)->default_value(f.format), "text|csv|json (layouts in results/README.md)")
+      ("format", Choice(&f.format, ReportFormatNames())->default_value(f.format), "layouts in results/README.md")
       ("sections", po::value(&f.sections), "comma-separated sections to show (all by default)")
       ("html", po::value(&f.html), "also write a self-contained HTML page of plots to this file")
       ("help,h", "show this help");
@@ -85,28 +85,21 @@ bool ParseReportFlags(const std::vector<std::string>& args, ReportFlags& f) {
 int RunReportCommand(const CommandInput& input) {
   ReportFlags f;
   bool help = false;
-  ExportFormat format = ExportFormat::kText;
   std::vector<RunView> runs;
   // Every rank checks the same input, so that a bad file ends the job with one line whatever the launch.
   AgreeOnSetup([&] {
     help = !ParseReportFlags(input.args, f);
     if (help) return;
-    format = ParseExportFormat(f.format);
     const std::vector<std::string> sections = ParseSections(f);
     if (!f.html.empty()) CheckOutputPath(f.html, "--html", f.files);
     for (const std::string& file : f.files) runs.push_back(ViewReport(ReadReport(file), file, sections));
   });
   if (help || input.ctx.world_rank != 0) return 0;
 
-  std::string text;
-  switch (format) {
-    case ExportFormat::kText: text = ExportText(runs); break;
-    case ExportFormat::kCsv: text = ExportCsv(runs); break;
-    case ExportFormat::kJson: text = ExportJson(runs); break;
-  }
+  std::string text = ReportViews(f.format, {"report", f.files}, runs);
   if (!f.html.empty()) {
     WriteHtmlReport(f.files, f.html);
-    if (format == ExportFormat::kText) text += "\n# HTML report: " + f.html + "\n";
+    if (f.format == "text") text += "\n# HTML report: " + f.html + "\n";
   }
   std::cout << text << std::flush;
   return 0;

@@ -298,12 +298,12 @@ void TrainCommand::Plan() {
       ("bucket-mb", Number(&f.bucket_mb, RealRange::AboveUpTo(0, 1 << 20))->default_value(f.bucket_mb), "gradient bucket size in MiB")
       ("no-overlap", po::bool_switch(&f.no_overlap), "all-reduce the gradients after backward instead of during it")
       ("scaling", po::value(&f.scaling), "rank counts to run, e.g. 1,2,4,8 or pow2 (default: all ranks)")
-      ("scaling-mode", po::value(&f.scaling_mode)->default_value(f.scaling_mode), "weak (per-rank batch fixed) or strong (global batch fixed)")
+      ("scaling-mode", Choice(&f.scaling_mode, {"weak", "strong"})->default_value(f.scaling_mode), "weak: per-rank batch fixed; strong: global batch fixed")
       ("global-batch", Number(&f.global_batch, IntRange::AtLeast(1)), "strong scaling: sequences per step over all ranks (default: micro-batch x ranks)")
       ("lr", Number(&f.learning_rate, RealRange::AboveUpTo(0, 1))->default_value(f.learning_rate), "AdamW learning rate")
       ("seed", Number(&f.seed, IntRange::AtLeast(0))->default_value(f.seed), "seed of the weights and the synthetic tokens")
-      ("attention", po::value(&f.attention)->default_value(f.attention),
-       "cuda: auto (cuDNN fused SDPA when it supports the shape, else cuBLAS), cudnn or cublas");
+      ("attention", Choice(&f.attention, {"auto", "cudnn", "cublas"})->default_value(f.attention),
+       "cuda: auto = cuDNN fused SDPA when it supports the shape, else cuBLAS");
   AddTrainIoOptions(options, io_flags_);
   AddCommonOptions(options, common_);
   std::vector<FlagRule> rules = TrainIoFlagRules();

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 #include "error.h"
 #include "units.h"
@@ -173,6 +174,37 @@ void RangedValue<T>::xparse(boost::any& store, const std::vector<std::string>& t
 template class RangedValue<int>;
 template class RangedValue<int64_t>;
 template class RangedValue<double>;
+
+void CheckChoice(const std::string& text, const std::string& flag, const std::vector<std::string>& choices) {
+  if (std::find(choices.begin(), choices.end(), text) != choices.end()) return;
+  throw InputError(flag + " '" + text + "': not one of the choices (accepted: " + JoinNames(choices, "|") + ")");
+}
+
+ChoiceValue::ChoiceValue(std::string* target, std::vector<std::string> choices)
+    : po::typed_value<std::string>(target), choices_(std::move(choices)) {
+  this->value_name(JoinNames(choices_, "|"));
+}
+
+ChoiceValue* ChoiceValue::default_value(const std::string& value) {
+  if (std::find(choices_.begin(), choices_.end(), value) == choices_.end()) {
+    throw std::invalid_argument("Choice: the default '" + value + "' is not one of " + JoinNames(choices_, "|"));
+  }
+  po::typed_value<std::string>::default_value(value);
+  return this;
+}
+
+void ChoiceValue::xparse(boost::any& store, const std::vector<std::string>& tokens) const {
+  po::validators::check_first_occurrence(store);
+  const std::string& token = po::validators::get_single_string(tokens);
+  try {  // boost puts the flag's name in place of %canonical_option%
+    CheckChoice(token, "%canonical_option%", choices_);
+  } catch (const InputError& e) {
+    po::validation_error error(po::validation_error::invalid_option_value);
+    error.m_error_template = e.what();
+    throw error;
+  }
+  store = token;
+}
 
 FlagRule Needs(std::string flag, std::string other, std::vector<std::string> values) {
   return {std::move(flag), std::move(other), std::move(values), false};

@@ -80,6 +80,26 @@ inline RangedValue<double>* Number(double* target, const RealRange& range) {
   return new RangedValue<double>(target, range);
 }
 
+// An enumerated flag: `text` must be one of `choices`; throws InputError naming `flag`, the text and the choices
+// ("--format 'xml': not one of the choices (accepted: text|csv|json)").
+void CheckChoice(const std::string& text, const std::string& flag, const std::vector<std::string>& choices);
+
+// A program_options value for an enumerated flag: checked as above when the flag is given, the choices shown in
+// --help as the value's name ("--format text|csv|json (=text)").
+class ChoiceValue final : public po::typed_value<std::string> {
+ public:
+  ChoiceValue(std::string* target, std::vector<std::string> choices);
+  ChoiceValue* default_value(const std::string& value);
+  void xparse(boost::any& store, const std::vector<std::string>& tokens) const override;
+
+ private:
+  std::vector<std::string> choices_;
+};
+
+inline ChoiceValue* Choice(std::string* target, std::vector<std::string> choices) {
+  return new ChoiceValue(target, std::move(choices));
+}
+
 // A rule between flags, checked on what the user typed: `flag` only means something when `other` is given (and,
 // when `values` is not empty, holds one of them, or lists one of them in a comma-separated list: "--zipf-exponent
 // goes with --distribution zipf", "--root goes with --ops broadcast|reduce|all"); or, with `excludes`, the two

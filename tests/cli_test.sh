@@ -16,7 +16,8 @@ expect_error 2 "invalid size '8X' for -e/--maxbytes" -- "$tb" collectives -e 8X
 expect_error 2 "-e/--maxbytes \(1K\) is below -b/--minbytes \(1M\)" -- "$tb" collectives -b 1M -e 1K
 expect_error 2 "unknown operation 'allreduce' for --ops" -- "$tb" collectives --ops allreduce
 expect_error 2 "unknown data type 'float8' for -d/--dtype" -- "$tb" collectives -d float8
-expect_error 2 "unknown reduction 'prod' for --redop" -- "$tb" collectives --redop prod
+expect_error 2 "^trainbench: error: --redop 'prod': not one of the choices \(accepted: sum\|avg\|max\|min\) \(see 'trainbench collectives --help'\)$" -- \
+  "$tb" collectives --redop prod
 expect_error 2 "--iters '0': out of range \(accepted: a whole number 1\.\.16777216\)" -- "$tb" collectives -n 0
 expect_error 2 "--iters '-3': out of range" -- "$tb" collectives --iters=-3
 expect_error 2 "--stepfactor '1': out of range" -- "$tb" collectives -f 1
@@ -26,7 +27,7 @@ expect_error 2 "--root 3 is not a rank" -- "$tb" collectives --ops broadcast --r
 expect_error 2 "--root goes with --ops broadcast\|reduce\|all \(--ops is 'all_reduce'\)" -- "$tb" collectives --root 1
 expect_error 2 "--redop goes with --ops all_reduce\|reduce\|reduce_scatter\|all \(--ops is 'all_gather'\)" -- "$tb" collectives --ops all_gather --redop max
 expect_error 2 "needs the cuda backend" -- "$tb" collectives --backend cpu -d bf16
-expect_error 2 "unknown backend 'tpu' for --backend" -- "$tb" collectives --backend tpu
+expect_error 2 "--backend 'tpu': not one of the choices \(accepted: auto\|cpu\|cuda\)" -- "$tb" collectives --backend tpu
 expect_error 2 "--timeout '-1': out of range \(accepted: a number in \[0, 1e\+07\]\)" -- "$tb" collectives --timeout -1
 expect_error 2 "cannot write report '$work/missing/x.h5'" -- "$tb" collectives -o "$work/missing/x.h5"
 expect_error 2 "refusing to write -o '$work': it is a directory" -- "$tb" p2p -o "$work"
@@ -47,9 +48,9 @@ expect_error 2 "--seq 300 exceeds the model's 256 positions" -- "$tb" train --mo
 expect_error 2 "--steps '0': out of range \(accepted: a whole number >= 1\)" -- "$tb" train --model tiny --steps 0
 expect_error 2 "--bucket-mb '0': out of range" -- "$tb" train --model tiny --bucket-mb 0
 expect_error 2 "--scaling '3': out of range \(accepted: a whole number 1\.\.1\)" -- "$tb" train --model tiny --scaling 1,3
-expect_error 2 "unknown scaling mode 'linear'" -- "$tb" train --model tiny --scaling-mode linear
+expect_error 2 "--scaling-mode 'linear': not one of the choices \(accepted: weak\|strong\)" -- "$tb" train --model tiny --scaling-mode linear
 expect_error 2 "cannot write report" -- "$tb" train --model tiny -o "$work/missing/t.h5"
-expect_error 2 "unknown attention 'flash' for --attention \(accepted: auto\|cudnn\|cublas\)" -- "$tb" train --model tiny --attention flash
+expect_error 2 "--attention 'flash': not one of the choices \(accepted: auto\|cudnn\|cublas\)" -- "$tb" train --model tiny --attention flash
 expect_error 2 "--attention cublas applies to --backend cuda" -- "$tb" train --model tiny --backend cpu --attention cublas
 
 # --- the same errors under mpiexec: still one line, exit 2, no hang ----------------------------------------

@@ -66,29 +66,39 @@ checks=$((checks + 1))
 python3 - "$work/cost.json" <<'EOF' || fail "cost JSON: $(head -c 2000 "$work/cost.json")"
 import json, sys
 d = json.load(open(sys.argv[1]))
-rows = d["costs"]
+runs = {run["file"]: run["cost"] for run in d["runs"]}
+rows = [dict(row, run=file) for file, cost in runs.items() for row in cost.get("rows", [])]
 assert len(rows) == 6, len(rows)
 for row in rows:
     parts = row["gpu_usd"] + row["storage_usd"] + row["transfer_usd"] + row["retry_usd"]
     assert abs(parts - row["total_usd"]) <= 1e-9 * row["total_usd"], row
     assert abs(row["usd_per_million_tokens"] - row["total_usd"] / 1e3) <= 1e-9 * row["total_usd"], row
     assert row["target_tokens"] == 1e9
-cheapest = d["decision"]["cheapest"]
-assert rows[cheapest]["total_usd"] == min(r["total_usd"] for r in rows)
-assert "cheapest" in rows[cheapest]["marks"]
-assert d["runs"][0]["checkpoint_stall_s"] is None
-assert d["runs"][1]["checkpoint_stall_s"] > 0
+assert d["units"]["cost.rows"]["total_usd"] == "USD"
+cheapest = [r for r in rows if "cheapest" in r["marks"].split(",")]
+assert len(cheapest) == 1 and cheapest[0]["total_usd"] == min(r["total_usd"] for r in rows)
+decision = [cost["decision"] for cost in runs.values() if "decision" in cost]
+assert len(decision) == 1 and decision[0]["cheapest"].endswith(" on " + cheapest[0]["offering"]), decision
+assert decision[0]["deadline_hours"] == 100000 and decision[0]["deadline_met"] == 1
+stalls = [cost["run"]["checkpoint_stall_s"] for cost in runs.values() if "run" in cost]
+assert stalls[0] is None and stalls[1] > 0, stalls
 EOF
 expect_ok "$tb" cost "$r" "$work/ckpt.h5" --prices "$prices" --train-tokens 1e9 --format csv "${h100[@]}"
 checks=$((checks + 1))
 python3 - "$work/out" "$work/cost.json" <<'EOF' || fail "cost CSV: $(head -c 2000 "$work/out")"
 import csv, json, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
+blocks = {}  # table -> rows: the blocks of the report exports ("# table", "# units,...", a header, rows)
+for block in open(sys.argv[1]).read().split("\n\n"):
+    lines = block.strip("\n").split("\n")
+    blocks[lines[0][2:]] = list(csv.DictReader(lines[2:]))
+rows = blocks["cost.rows"]
 d = json.load(open(sys.argv[2]))
-assert len(rows) == len(d["costs"]) == 6
-for a, b in zip(rows, d["costs"]):
+costs = [dict(row, run=run["file"]) for run in d["runs"] for row in run["cost"].get("rows", [])]
+assert len(rows) == len(costs) == 6
+for a, b in zip(rows, costs):
     assert a["offering"] == b["offering"] and a["run"] == b["run"]
     assert abs(float(a["total_usd"]) - b["total_usd"]) <= 1e-9 * b["total_usd"], (a, b)
+assert len(blocks["cost.run"]) == 2 and len(blocks["cost.decision"]) == 1
 EOF
 
 # --- projection ------------------------------------------------------------------------------------------------------
@@ -101,7 +111,7 @@ expect_out "^ +2x8 +16 .* projected$"
 expect_out "^ +1x2 +2 .* measured$"
 expect_ok "$tb" cost "$r" --project 4 --collectives "$work/coll.h5" --format json
 checks=$((checks + 1))
-python3 -c 'import json,sys; d=json.load(sys.stdin); p=d["runs"][0]["projection"]; assert p["held_out"]["relative_error"] >= 0; assert p["points"][0]["layout"] == "1x4"' \
+python3 -c 'import json,sys; c=json.load(sys.stdin)["runs"][0]["cost"]; assert c["run"]["held_out_relative_error"] >= 0; assert [p["layout"] for p in c["points"] if p["source"] == "projected"] == ["1x4"]' \
   <"$work/out" || fail "projection JSON: $(head -c 2000 "$work/out")"
 # Projected configurations are priced too.
 expect_ok "$tb" cost "$r" --project 16 --inter-node-gbps 400 --prices "$prices" --train-tokens 1e9 "${h100[@]}"
@@ -112,7 +122,7 @@ expect_ok "$tb" cost --model gpt-13b --gpu-memory 80G
 expect_out "^#   --gpu-memory 80G, 80.0 GiB: needs [0-9.]+ GiB: does NOT fit, short by"
 expect_ok "$tb" cost --model gpt2-124m --micro-batch 1 --seq 512 --gpu-memory 80G --format json
 checks=$((checks + 1))
-python3 -c 'import json,sys; m=json.load(sys.stdin)["memory"]; assert m["fits"][0]["fits"] is True; assert abs(m["weights_bytes"]+m["gradients_bytes"]+m["optimizer_bytes"] - 16*(m["weights_bytes"]/2)) < 1' \
+python3 -c 'import json,sys; m=json.load(sys.stdin)["runs"][0]["cost"]["memory"][0]; assert m["fits"] == 1; assert abs(m["weights_bytes"]+m["gradients_bytes"]+m["optimizer_bytes"] - 16*(m["weights_bytes"]/2)) < 1' \
   <"$work/out" || fail "memory JSON: $(head -c 2000 "$work/out")"
 expect_ok "$tb" cost --model gpt-70b --layers 8 --prices "$prices"
 expect_out "^#   aws-p5.48xlarge \(H100 SXM\), 80.0 GiB: needs"
@@ -176,7 +186,9 @@ expect_error 2 "cannot read price file '$work/none.toml'" -- "${run_cost[@]}" "$
 expect_error 2 "--train-tokens and --train-steps cannot be given together" -- \
   "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --train-steps 10
 expect_error 2 "--prices needs a training target: --train-tokens N or --train-steps N" -- "${run_cost[@]}" "$r" --prices "$prices"
-expect_error 2 "unknown format 'xml' for --format \(accepted: text\|csv\|json\)" -- "${run_cost[@]}" "$r" --project 4 --format xml
+# The same line as report's (tests/report_cli_test.sh): one parser, one format for a value not among the choices.
+expect_error 2 "^trainbench: error: --format 'xml': not one of the choices \(accepted: text\|csv\|json\) \(see 'trainbench cost --help'\)$" -- \
+  "${run_cost[@]}" "$r" --project 4 --format xml
 expect_error 2 "--train-tokens" -- "${run_cost[@]}" "$r" --prices "$prices" --train-tokens lots
 expect_error 2 "--k 3: '$r' measured k = 1,2" -- "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --k 3 "${h100[@]}"
 expect_error 2 "cannot project '$r' to 2x8: no inter-node measurement \(give --inter-node-gbps" -- "${run_cost[@]}" "$r" --project 16

@@ -21,7 +21,7 @@ expect_error 2 "invalid count '0' for --tokens: must be at least 1" -- "$tb" dat
 expect_error 2 "invalid count '1.5' for --shard-tokens: not a whole number" -- "$tb" data generate --dir "$d" --tokens 1M --shard-tokens 1.5
 expect_error 2 "--vocab '0': out of range" -- "$tb" data generate --dir "$d" --tokens 1M --vocab 0
 expect_error 2 "--vocab 20000000 is too large for --distribution zipf" -- "$tb" data generate --dir "$d" --tokens 1M --vocab 20000000 --distribution zipf
-expect_error 2 "unknown distribution 'normal' for --distribution \(accepted: uniform\|zipf\)" -- "$tb" data generate --dir "$d" --tokens 1M --distribution normal
+expect_error 2 "--distribution 'normal': not one of the choices \(accepted: uniform\|zipf\)" -- "$tb" data generate --dir "$d" --tokens 1M --distribution normal
 expect_error 2 "--zipf-exponent '0': out of range" -- "$tb" data generate --dir "$d" --tokens 1M --distribution zipf --zipf-exponent 0
 expect_error 2 "at most 99999" -- "$tb" data generate --dir "$d" --tokens 1M --shard-tokens 1
 expect_error 2 "unrecognised option '--bogus'" -- "$tb" data generate --dir "$d" --tokens 1M --bogus

@@ -1,10 +1,12 @@
-// The one grammar and range check of numeric flags, lists and rules between flags (src/flags.h), through the
+// The one grammar and range check of numeric flags, the choices of enumerated flags, lists and rules between flags (src/flags.h), through the
 // same program_options parsing every command uses.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <sstream>
+#include <stdexcept>
 
 #include "error.h"
 #include "flags.h"
@@ -88,6 +90,7 @@ struct Parsed {
   int heads = 0;
   bool raw = false;
   std::string data;
+  std::string format = "text";
 };
 std::string ParseArgs(std::vector<std::string> args, Parsed& p, const std::vector<FlagRule>& rules = {}) {
   po::options_description options;
@@ -96,7 +99,8 @@ std::string ParseArgs(std::vector<std::string> args, Parsed& p, const std::vecto
       ("model", po::value(&p.model)->default_value(p.model), "")
       ("heads", Number(&p.heads, IntRange::Between(1, 64)), "")
       ("raw", po::bool_switch(&p.raw), "")
-      ("data", po::value(&p.data), "");
+      ("data", po::value(&p.data), "")
+      ("format", Choice(&p.format, {"text", "csv", "json"})->default_value(p.format), "");
   return InputErrorOf([&] {
     po::variables_map given;
     po::store(po::command_line_parser(args).options(options).run(), given);
@@ -130,6 +134,40 @@ TEST(Number, HelpShowsTheRangeAndTheDefault) {
   help << options;
   EXPECT_NE(help.str().find("--steps N>=1 (=20)"), std::string::npos) << help.str();
   EXPECT_NE(help.str().find("--lr X in (0,1] (=0.0003)"), std::string::npos) << help.str();
+}
+
+TEST(Choice, AcceptsOnlyItsChoicesAndNamesTheFlag) {
+  Parsed p;
+  EXPECT_EQ(ParseArgs({"--format", "csv"}, p), "");
+  EXPECT_EQ(p.format, "csv");
+  Parsed q;
+  EXPECT_EQ(ParseArgs({}, q), "");
+  EXPECT_EQ(q.format, "text");
+  // The numeric flags' line: the flag, the text as typed, what is accepted.
+  EXPECT_EQ(ParseArgs({"--format", "xml"}, q), "po: --format 'xml': not one of the choices (accepted: text|csv|json)");
+  EXPECT_EQ(ParseArgs({"--format", "CSV"}, q), "po: --format 'CSV': not one of the choices (accepted: text|csv|json)");
+  EXPECT_EQ(ParseArgs({"--format", " csv"}, q), "po: --format ' csv': not one of the choices (accepted: text|csv|json)");
+  EXPECT_EQ(ParseArgs({"--format", ""}, q), "po: --format '': not one of the choices (accepted: text|csv|json)");
+  EXPECT_NE(ParseArgs({"--format", "csv", "--format", "json"}, q).find("more than once"), std::string::npos);
+  // A rule on a Choice flag reads its value as any string flag's.
+  EXPECT_EQ(ParseArgs({"--data", "d", "--format", "json"}, q, {Needs("data", "format", {"csv"})}),
+            "--data goes with --format csv (--format is 'json')");
+  EXPECT_EQ(InputErrorOf([] { CheckChoice("x", "--mode", {"a", "b"}); }),
+            "--mode 'x': not one of the choices (accepted: a|b)");
+  EXPECT_EQ(InputErrorOf([] { CheckChoice("b", "--mode", {"a", "b"}); }), "");
+}
+
+TEST(Choice, HelpShowsTheChoicesAndTheDefault) {
+  std::string format = "text", mode;
+  po::options_description options;
+  options.add_options()("format", Choice(&format, {"text", "csv", "json"})->default_value(format), "layout")
+      ("mode", Choice(&mode, {"weak", "strong"}), "scaling");
+  std::ostringstream help;
+  help << options;
+  EXPECT_NE(help.str().find("--format text|csv|json (=text)"), std::string::npos) << help.str();
+  EXPECT_NE(help.str().find("--mode weak|strong "), std::string::npos) << help.str();
+  std::unique_ptr<ChoiceValue> value(Choice(&mode, {"weak", "strong"}));
+  EXPECT_THROW(value->default_value("linear"), std::invalid_argument);  // a declaration's own mistake
 }
 
 TEST(FlagRules, NeedsAndExcludes) {

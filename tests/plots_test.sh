@@ -149,8 +149,10 @@ head -c 3000 "$work/train.h5" >"$work/truncated.h5"
 expect_plots_error 2 "cannot read report '.*truncated.h5': the HDF5 file is damaged" -- "$work/truncated.h5"
 echo "{" >"$work/bad.json"
 expect_plots_error 2 "cannot read cost file '.*bad.json': not JSON" -- --cost "$work/bad.json" "$work/coll.h5"
-echo '{"costs": [{"run": "a.h5", "total_usd": null}]}' >"$work/nototal.json"
-expect_plots_error 2 "costs\[0\] lacks a numeric 'total_usd'" -- --cost "$work/nototal.json" "$work/coll.h5"
+echo '{"runs": [{"file": "a.h5", "cost": {"rows": [{"total_usd": null}]}}]}' >"$work/nototal.json"
+expect_plots_error 2 "run 'a.h5' cost.rows\[0\] lacks a numeric 'total_usd'" -- --cost "$work/nototal.json" "$work/coll.h5"
+echo '{"runs": [{"file": "a.h5", "cost": {"points": []}}]}' >"$work/norows.json"
+expect_plots_error 2 "no run with a 'cost.rows' list" -- --cost "$work/norows.json" "$work/coll.h5"
 checks=$((checks + 1))
 "$python" "$plots" --out "$work/no/such/dir/page.html" "$work/coll.h5" 2>"$work/err"; rc=$?
 [[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 ]] && grep -q "cannot write '.*page.html'" "$work/err" ||

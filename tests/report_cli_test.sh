@@ -186,7 +186,11 @@ expect_error_unchanged 2 "'$work/no_tps.h5': damaged: .* but attribute /train/k2
   "$work/no_tps.h5" -- "$tb" report "$work/no_tps.h5"
 expect_error 2 "no report files given" -- "$tb" report
 expect_error 2 "no report files given" -- "$tb" report --format json
-expect_error 2 "unknown format 'bogus' for --format \(accepted: text\|csv\|json\)" -- "$tb" report "$t" --format bogus
+checks=$((checks + 1))
+"$tb" report --help | grep -qF -- "--format text|csv|json (=text)" || fail "report --help does not show the choices of --format"
+# The same line as cost's (tests/cost_cli_test.sh): one parser, one format for a value not among the choices.
+expect_error 2 "^trainbench: error: --format 'xml': not one of the choices \(accepted: text\|csv\|json\) \(see 'trainbench report --help'\)$" -- \
+  "$tb" report "$t" --format xml
 expect_error 2 "unknown section 'bogus' for --sections \(accepted: config, topology, collectives, p2p, train, io\)" -- \
   "$tb" report "$t" --sections train,bogus
 expect_error 2 "'trainbench report' has no -o: it writes to standard output" -- "$tb" report "$t" -o "$work/x.json"

@@ -8,14 +8,18 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "error.h"
-#include "export.h"
 #include "json.h"
+#include "reporter.h"
 
 namespace tb {
 namespace {
@@ -44,6 +48,8 @@ const Cell& CellOf(const ViewTable& table, size_t row, const std::string& column
 std::string Str(const Cell& cell) { return std::get<std::string>(cell); }
 int64_t Int(const Cell& cell) { return std::get<int64_t>(cell); }
 double Dbl(const Cell& cell) { return std::get<double>(cell); }
+
+const ReportContextInfo kReport = {"report", {}};
 
 RunView ViewAll(const Report& report, const std::string& label = "run.h5") {
   return ViewReport(report, label, ReportSectionNames());
@@ -378,7 +384,7 @@ TEST(Export, JsonHoldsEveryRunWithNumbersAsNumbers) {
   train.root.Child("train").Child("k10").Set("tokens_per_s", 1.0 / 3.0);
   Report collectives = BaseReport("collectives");
   AddCollective(collectives, "all_reduce", 39.5);
-  const std::string json = ExportJson({ViewAll(train, "t \"1\".h5"), ViewAll(collectives, "c.h5")});
+  const std::string json = ReportViews("json", kReport, {ViewAll(train, "t \"1\".h5"), ViewAll(collectives, "c.h5")});
 
   EXPECT_EQ(json.front(), '{');
   EXPECT_NE(json.find("\"file\": \"t \\\"1\\\".h5\""), std::string::npos);
@@ -411,7 +417,7 @@ TEST(Export, CsvOneBlockPerTableWithARunColumn) {
   Report b = BaseReport("collectives");
   AddCollective(b, "all_reduce", 20.0);
   AddCollective(b, "all_gather", 1.0 / 3.0);
-  const std::string csv = ExportCsv({ViewReport(a, "a,1.h5", {"collectives"}), ViewReport(b, "b.h5", {"collectives"})});
+  const std::string csv = ReportViews("csv", kReport, {ViewReport(a, "a,1.h5", {"collectives"}), ViewReport(b, "b.h5", {"collectives"})});
   const std::vector<std::string> lines = Lines(csv);
   ASSERT_GE(lines.size(), 6u);
   EXPECT_EQ(lines[0], "# collectives.peak");
@@ -432,7 +438,7 @@ TEST(Export, CsvOneBlockPerTableWithARunColumn) {
 TEST(Export, TextSideBySideThenRunByRun) {
   Report collectives = BaseReport("collectives");
   AddCollective(collectives, "all_reduce", 39.5);
-  const std::string text = ExportText({ViewAll(TrainReport(), "t.h5"), ViewAll(collectives, "c.h5")});
+  const std::string text = ReportViews("text", kReport, {ViewAll(TrainReport(), "t.h5"), ViewAll(collectives, "c.h5")});
   const std::vector<std::string> lines = Lines(text);
   EXPECT_EQ(lines[0], "# trainbench report: 2 runs");
   EXPECT_EQ(lines[1], "#   run 1: t.h5");
@@ -456,16 +462,37 @@ TEST(Export, TextSideBySideThenRunByRun) {
   EXPECT_TRUE(wide);  // too long for a column: under the table
 }
 
-TEST(Export, ParseExportFormat) {
-  EXPECT_EQ(ParseExportFormat("json"), ExportFormat::kJson);
-  EXPECT_EQ(ParseExportFormat("csv"), ExportFormat::kCsv);
-  EXPECT_EQ(ParseExportFormat("text"), ExportFormat::kText);
-  try {
-    ParseExportFormat("bogus");
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "unknown format 'bogus' for --format (accepted: text|csv|json)");
+// Each format's reporter; the runs of several ReportRuns calls accumulate, as if given at once.
+TEST(Export, MakeReporterPerFormat) {
+  const std::vector<RunView> runs = {ViewAll(TrainReport(), "t.h5")};
+  for (const std::string& format : ReportFormatNames()) {
+    std::unique_ptr<ViewReporter> reporter = MakeReporter(format);
+    reporter->ReportContext(kReport);
+    reporter->ReportRuns(runs);
+    reporter->ReportRuns(runs);
+    EXPECT_EQ(reporter->Finalize(), ReportViews(format, kReport, {runs[0], runs[0]})) << format;
   }
+  EXPECT_EQ(ReportViews("text", kReport, runs).rfind("# trainbench report: 1 run\n", 0), 0u);
+  EXPECT_EQ(ReportViews("text", {"cost", {}}, runs).rfind("# trainbench cost: 1 run\n", 0), 0u);
+  EXPECT_EQ(ReportViews("csv", kReport, runs).rfind("# config.run\n", 0), 0u);
+  EXPECT_EQ(Json::parse(ReportViews("json", kReport, runs))["runs"][0]["file"], "t.h5");
+  EXPECT_THROW(MakeReporter("xml"), std::invalid_argument);
+}
+
+// The HDF5 reporter writes the Report it was given, as WriteReport does, at Finalize and not before.
+TEST(Export, Hdf5ReporterWritesTheReport) {
+  const std::string path = ::testing::TempDir() + "/hdf5_reporter_test.h5";
+  std::remove(path.c_str());
+  const Report written = TrainReport();
+  Hdf5Reporter reporter(path);
+  reporter.ReportContext({"train", {}});
+  reporter.ReportRuns(written);
+  EXPECT_FALSE(std::ifstream(path).good());
+  EXPECT_EQ(reporter.Finalize(), "");
+  const RunView read = ViewAll(ReadReport(path), "t.h5");
+  EXPECT_EQ(ReportViews("json", kReport, {read}), ReportViews("json", kReport, {ViewAll(written, "t.h5")}));
+  std::remove(path.c_str());
+  EXPECT_THROW(Hdf5Reporter(path).Finalize(), std::logic_error);
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
-#include "export.h"
+#include "reporter.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 
 #include "console.h"
-#include "error.h"
 #include "json.h"
 
 namespace tb {
@@ -245,13 +245,6 @@ Json JsonRun(const RunView& run) {
 
 }  // namespace
 
-ExportFormat ParseExportFormat(const std::string& name) {
-  if (name == "text") return ExportFormat::kText;
-  if (name == "csv") return ExportFormat::kCsv;
-  if (name == "json") return ExportFormat::kJson;
-  throw InputError("unknown format '" + name + "' for --format (accepted: text|csv|json)");
-}
-
 std::string CsvField(const std::string& text) {
   // A leading '#' would read as one of our comment lines when the field starts a line.
   const bool quote = text.find_first_of(",\"\r\n") != std::string::npos ||
@@ -271,8 +264,14 @@ std::string CsvNumber(double value) {
   return ShortestDouble(value);
 }
 
-std::string ExportText(const std::vector<RunView>& runs) {
-  std::vector<std::string> lines = {Format("# trainbench report: %zu run%s", runs.size(), runs.size() == 1 ? "" : "s")};
+void TextReporter::ReportContext(const ReportContextInfo& context) { context_ = context; }
+
+void TextReporter::ReportRuns(const std::vector<RunView>& runs) { runs_.insert(runs_.end(), runs.begin(), runs.end()); }
+
+std::string TextReporter::Finalize() {
+  const std::vector<RunView>& runs = runs_;
+  std::vector<std::string> lines = {Format("# trainbench %s: %zu run%s", context_.command.c_str(), runs.size(),
+                                           runs.size() == 1 ? "" : "s")};
   for (size_t run = 0; run < runs.size(); ++run) lines.push_back(Format("#   run %zu: %s", run + 1, runs[run].label.c_str()));
   for (const MergedTable& m : Merge(runs)) {
     lines.push_back("");
@@ -287,9 +286,13 @@ std::string ExportText(const std::vector<RunView>& runs) {
   return text;
 }
 
-std::string ExportCsv(const std::vector<RunView>& runs) {
+void CsvReporter::ReportContext(const ReportContextInfo&) {}  // a CSV holds only tables
+
+void CsvReporter::ReportRuns(const std::vector<RunView>& runs) { runs_.insert(runs_.end(), runs.begin(), runs.end()); }
+
+std::string CsvReporter::Finalize() {
   std::string text;
-  for (const MergedTable& m : Merge(runs)) {
+  for (const MergedTable& m : Merge(runs_)) {
     if (!text.empty()) text += "\n";
     text += "# " + m.first->FullName() + "\n";
     std::vector<std::string> units = {"# units"}, names = {"run"};
@@ -300,7 +303,7 @@ std::string ExportCsv(const std::vector<RunView>& runs) {
     text += CsvLine(units) + CsvLine(names);
     for (const MergedTable::Part& part : m.parts) {
       for (const std::vector<Cell>& row : part.rows) {
-        std::vector<std::string> fields = {CsvField(runs[part.run].label)};
+        std::vector<std::string> fields = {CsvField(runs_[part.run].label)};
         for (const Cell& cell : row) fields.push_back(CsvCell(cell));
         text += CsvLine(fields);
       }
@@ -309,10 +312,43 @@ std::string ExportCsv(const std::vector<RunView>& runs) {
   return text;
 }
 
-std::string ExportJson(const std::vector<RunView>& runs) {
-  Json doc = {{"format", "trainbench.report.export"}, {"version", 1}, {"units", JsonUnits(runs)}, {"runs", Json::array()}};
-  for (const RunView& run : runs) doc["runs"].push_back(JsonRun(run));
+void JsonReporter::ReportContext(const ReportContextInfo&) {}  // the runs name their files
+
+void JsonReporter::ReportRuns(const std::vector<RunView>& runs) { runs_.insert(runs_.end(), runs.begin(), runs.end()); }
+
+std::string JsonReporter::Finalize() {
+  Json doc = {{"format", "trainbench.report.export"}, {"version", 1}, {"units", JsonUnits(runs_)}, {"runs", Json::array()}};
+  for (const RunView& run : runs_) doc["runs"].push_back(JsonRun(run));
   return DumpJson(doc) + "\n";
+}
+
+void Hdf5Reporter::ReportContext(const ReportContextInfo&) {}  // the Report holds its own command and context
+
+void Hdf5Reporter::ReportRuns(const Report& report) { report_ = &report; }
+
+std::string Hdf5Reporter::Finalize() {
+  if (!report_) throw std::logic_error("Hdf5Reporter::Finalize: no report given");
+  WriteReport(*report_, path_);
+  return "";
+}
+
+const std::vector<std::string>& ReportFormatNames() {
+  static const std::vector<std::string> names = {"text", "csv", "json"};
+  return names;
+}
+
+std::unique_ptr<ViewReporter> MakeReporter(const std::string& format) {
+  if (format == "text") return std::make_unique<TextReporter>();
+  if (format == "csv") return std::make_unique<CsvReporter>();
+  if (format == "json") return std::make_unique<JsonReporter>();
+  throw std::invalid_argument("MakeReporter: no reporter for format '" + format + "'");
+}
+
+std::string ReportViews(const std::string& format, const ReportContextInfo& context, const std::vector<RunView>& runs) {
+  std::unique_ptr<ViewReporter> reporter = MakeReporter(format);
+  reporter->ReportContext(context);
+  reporter->ReportRuns(runs);
+  return reporter->Finalize();
 }
 
 }  // namespace tb
