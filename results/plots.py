@@ -42,6 +42,10 @@ try:
 except ImportError as missing:
     MISSING_PACKAGE = missing.name or str(missing)
 
+# The report's field names, generated from results/schema.h (this script's folder; tests/schema_doc_test.sh).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import schema_names as S  # noqa: E402
+
 PROG = "plots.py"
 SCHEMA_NAME = "trainbench.report"
 SCHEMA_VERSION = 1
@@ -152,6 +156,11 @@ def column(table: Any, name: str) -> Any:
     return table[name]
 
 
+def parent_path(path: str) -> str:
+    """The group above a repeated group: "train" for "train/<point>"."""
+    return path.rsplit("/", 1)[0]
+
+
 def open_report(path: str) -> Any:
     if not os.path.exists(path):
         raise InputProblem(f"cannot read report '{path}': no such file")
@@ -163,12 +172,12 @@ def open_report(path: str) -> Any:
         f = h5py.File(path, "r", locking=False)
     except OSError as e:
         raise InputProblem(f"cannot read report '{path}': the HDF5 file is damaged or truncated (HDF5: {e})")
-    schema = text(f.attrs.get("schema", ""))
+    schema = text(f.attrs.get(S.root.schema, ""))
     if schema != SCHEMA_NAME:
         f.close()
         raise InputProblem(f"cannot read report '{path}': not a trainbench report (root attribute schema is "
                            f"'{schema}', want '{SCHEMA_NAME}')")
-    version = int(f.attrs.get("schema_version", -1))
+    version = int(f.attrs.get(S.root.schema_version, -1))
     if version != SCHEMA_VERSION:
         f.close()
         raise InputProblem(f"cannot read report '{path}': schema version {version} is not supported "
@@ -178,22 +187,23 @@ def open_report(path: str) -> Any:
 
 def read_collectives(f: Any) -> dict[str, Collective]:
     found = {}
-    for op, group in sorted(f.get("collectives", {}).items()):
-        results = group["results"][:]
+    op_group, results_table = S.collectives_op, S.collectives_op.results
+    for op, group in sorted(f.get(parent_path(op_group.path), {}).items()):
+        results = group[results_table.table][:]
         if len(results) == 0:
             continue
         found[op] = Collective(
-            op=op, n_ranks=int(group.attrs["n_ranks"]), factor=float(group.attrs["bus_factor"]),
-            formula=text(group.attrs["bus_factor_formula"]), sizes=column(results, "size_bytes"),
-            busbw_out_of_place=column(results, "out_of_place_busbw_GBps"),
-            busbw_in_place=column(results, "in_place_busbw_GBps"))
+            op=op, n_ranks=int(group.attrs[op_group.n_ranks]), factor=float(group.attrs[op_group.bus_factor]),
+            formula=text(group.attrs[op_group.bus_factor_formula]), sizes=column(results, results_table.size_bytes),
+            busbw_out_of_place=column(results, S.name(results_table.busbw_GBps, "out_of_place")),
+            busbw_in_place=column(results, S.name(results_table.busbw_GBps, "in_place")))
     return found
 
 
 def train_points(f: Any) -> list[tuple[int, Any]]:
     """(ranks, group) of every scaling point, by rank count."""
     points = []
-    for name, group in f.get("train", {}).items():
+    for name, group in f.get(parent_path(S.train_point.path), {}).items():
         match = TRAIN_POINT.match(name)
         if match and isinstance(group, h5py.Group):
             points.append((int(match.group(1)), group))
@@ -201,42 +211,47 @@ def train_points(f: Any) -> list[tuple[int, Any]]:
 
 
 def read_stall(ranks_in_point: int, group: Any) -> StallBudget | None:
-    if "stall_budget" not in group:
+    budget = S.train_point.stall_budget
+    if budget.table not in group:
         return None
-    table = group["stall_budget"][:]
+    table = group[budget.table][:]
     if len(table) == 0:
         return None
-    labels = [f"{int(r)}\n{text(h)}" for r, h in zip(column(table, "rank"), column(table, "host"))]
-    shares = {key: column(table, f"{key}_p50") for key, _ in STALL_COMPONENTS}
+    labels = [f"{int(r)}\n{text(h)}" for r, h in zip(column(table, budget.rank), column(table, budget.host))]
+    shares = {key: column(table, S.name(budget.p50, key)) for key, _ in STALL_COMPONENTS}
     return StallBudget(ranks_in_point, labels, shares)
 
 
 def read_p2p(f: Any) -> P2p | None:
-    group = f.get("p2p")
-    if group is None or "uni_bw_GBps" not in group:
+    p2p = S.p2p
+    group = f.get(p2p.path)
+    if group is None or p2p.uni_bw_GBps not in group:
         return None
     flagged = []
-    if "flagged" in group:
-        table = group["flagged"][:]
-        flagged = [(int(s), int(d)) for s, d in zip(column(table, "src_rank"), column(table, "dst_rank"))]
-    return P2p(uni_GBps=group["uni_bw_GBps"][:], flagged=flagged,
-               median_GBps=float(group.attrs.get("median_uni_GBps", math.nan)),
-               threshold=float(group.attrs.get("threshold_fraction", math.nan)))
+    if p2p.flagged.table in group:
+        table = group[p2p.flagged.table][:]
+        flagged = [(int(s), int(d))
+                   for s, d in zip(column(table, p2p.flagged.src_rank), column(table, p2p.flagged.dst_rank))]
+    return P2p(uni_GBps=group[p2p.uni_bw_GBps][:], flagged=flagged,
+               median_GBps=float(group.attrs.get(p2p.median_uni_GBps, math.nan)),
+               threshold=float(group.attrs.get(p2p.threshold_fraction, math.nan)))
 
 
 def read_run(path: str) -> Run:
     f = open_report(path)
     try:
         with f:
-            run = Run(name=os.path.basename(path), command=text(f.attrs.get("command", "")),
-                      status=text(f.attrs.get("status", "")), n_ranks=int(f.attrs.get("n_ranks", 0)),
-                      backend=text(f.attrs.get("backend", "")), start_utc=text(f.attrs.get("start_utc", "")))
+            root = S.root
+            run = Run(name=os.path.basename(path), command=text(f.attrs.get(root.command, "")),
+                      status=text(f.attrs.get(root.status, "")), n_ranks=int(f.attrs.get(root.n_ranks, 0)),
+                      backend=text(f.attrs.get(root.backend, "")), start_utc=text(f.attrs.get(root.start_utc, "")))
             run.collectives = read_collectives(f)
             points = train_points(f)
             if points:
-                run.scaling_mode = text(f["train"].attrs.get("scaling_mode", ""))
-                run.scaling = [ScalingPoint(k, float(g.attrs.get("scaling_efficiency", math.nan)),
-                                            float(g.attrs.get("tokens_per_s", math.nan))) for k, g in points]
+                run.scaling_mode = text(f[S.train.path].attrs.get(S.train.scaling_mode, ""))
+                run.scaling = [ScalingPoint(k, float(g.attrs.get(S.train_point.scaling_efficiency, math.nan)),
+                                            float(g.attrs.get(S.train_point.tokens_per_s, math.nan)))
+                               for k, g in points]
                 run.stall = read_stall(*points[-1])
             run.p2p = read_p2p(f)
             return run

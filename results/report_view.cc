@@ -52,6 +52,7 @@ Cell ToCell(const AttributeValue& value) {
 
 // A column showing the report field `field` (its name, unit and, for a fraction, a percentage in text).
 ViewColumn Show(const schema::Field& field, int decimals = 2, const std::string& key = "") {
+  field.read = true;  // the view shows it, whether or not this report holds a value
   return ViewColumn{key.empty() ? field.name : field.Named(key), field.unit, decimals, field.unit == "fraction",
                     &field, key};
 }
@@ -71,11 +72,13 @@ Cell Attr(const Group* group, const schema::Field& field, const std::string& key
   return value ? ToCell(*value) : Cell();
 }
 
-// The cell of `column` in `row`, or nothing when the table lacks the column.
+// The cell of `column` in `row`, or nothing when there is no such column or row.
+Cell CellOf(const Column* column, size_t row) {
+  if (column == nullptr || row >= column->rows()) return {};
+  return std::visit([row](const auto& values) { return Cell(values[row]); }, column->values);
+}
 Cell At(const Table& table, const schema::Field& column, size_t row, const std::string& key = "") {
-  const Column* c = schema::FindColumn(table, column, key);
-  if (c == nullptr || row >= c->rows()) return {};
-  return std::visit([row](const auto& values) { return Cell(values[row]); }, c->values);
+  return CellOf(schema::FindColumn(table, column, key), row);
 }
 
 // A numeric cell as a double; NaN for anything else.
@@ -173,7 +176,8 @@ std::vector<ViewTable> ConfigSection(const Report& report) {
                                   {Computed("option", ""), Computed("value", "", -1)});
     for (const auto& [name, value] : config->attributes) {
       RowWriter option(options);
-      option.Set("option", name).Set("value", ToCell(value));
+      const schema::Field* declared = sc::kConfig.FindAttribute(name);  // read through its declaration when it has one
+      option.Set("option", name).Set("value", declared ? Attr(config, *declared) : ToCell(value));
       options.rows.push_back(option.Take());
     }
     tables.push_back(std::move(options));
@@ -223,9 +227,11 @@ std::vector<ViewTable> TopologySection(const Report& report) {
   if (const Table* ranks = FindTable(topology, t::kRanks)) AddRankFigures(row, *ranks);
   if (const Table* links = FindTable(topology, t::kGpuLinks)) {
     std::vector<std::string> kinds;
+    const Column* peer_access = sc::FindColumn(*links, t::gpu_links::peer_access);
+    const Column* link = sc::FindColumn(*links, t::gpu_links::link);
     for (size_t r = 0; r < links->rows(); ++r) {
-      const bool peer = Number(At(*links, t::gpu_links::peer_access, r)) == 1;
-      kinds.push_back(Text(At(*links, t::gpu_links::link, r)) + (peer ? " (peer access)" : " (no peer access)"));
+      const bool peer = Number(CellOf(peer_access, r)) == 1;
+      kinds.push_back(Text(CellOf(link, r)) + (peer ? " (peer access)" : " (no peer access)"));
     }
     row.Set("gpu_links", kinds.empty() ? std::string("none") : CountedList(kinds, [](const std::string& link, int pairs) {
                    return link + ": " + std::to_string(pairs) + (pairs == 1 ? " pair" : " pairs");

@@ -142,8 +142,8 @@ inline const RealAttribute median_bidi_GBps{kP2p, "median_bidi_GBps", "GB/s", "m
 inline const IntAttribute complete{kP2p, "complete", "", "1 when every pair was measured"};
 
 inline const MatrixSpec uni_bw_GBps{kP2p, "uni_bw_GBps", "GB/s",
-                                    "unidirectional bandwidth: size_bytes x iters / time, GB = 1e9 bytes; NaN on the "
-                                    "diagonal and for pairs not measured"};
+                                    "unidirectional bandwidth, row = sender rank, col = receiver rank: size_bytes x iters "
+                                    "/ time, GB = 1e9 bytes; NaN on the diagonal and for pairs not measured"};
 inline const MatrixSpec bidi_bw_GBps{kP2p, "bidi_bw_GBps", "GB/s",
                                      "bidirectional bandwidth, symmetric: 2 x size_bytes x iters / time with both "
                                      "ranks sending and receiving at once; NaN on the diagonal and for pairs not "
@@ -418,5 +418,51 @@ inline const IntAttribute bytes_written{kSummary, "bytes_written", "B", "data ge
 inline const RealAttribute seconds{kSummary, "seconds", "s", "data generate: wall time until every rank had written its shards"};
 inline const RealAttribute write_GBps{kSummary, "write_GBps", "GB/s", "data generate: bytes_written / seconds"};
 }  // namespace summary
+
+// Fields that neither `report`'s views nor cost's reader read: kept in the report for the user's own analysis
+// (h5py, pandas), plots.py and the nightly checks. tests/schema_coverage.cc checks that every other field is read
+// by the views or cost and that none of these is, so this list stays exact.
+inline const std::vector<const Field*> kStoredOnly = {
+    // The identity ReadReport checks before anything else.
+    &root::schema, &root::schema_version,
+    // Where each rank ran, in detail, and the environment.
+    &topology::ranks::local_size, &topology::ranks::gpu_uuid, &topology::ranks::gpu_pci_bus,
+    &topology::ranks::gpu_memory_bytes, &topology::gpu_links::node, &topology::gpu_links::host,
+    &topology::gpu_links::gpu_a, &topology::gpu_links::gpu_b, &topology::environment::rank,
+    &topology::environment::name, &topology::environment::value,
+    // How a collective ran (plots.py draws the bus factor), and each size's spread over ranks.
+    &collective::op, &collective::redop, &collective::root, &collective::iters, &collective::warmup,
+    &collective::check_iters, &collective::bus_factor, &collective::bus_factor_formula,
+    &collective::results::time_rank_min_us, &collective::results::time_rank_avg_us,
+    // How p2p ran, and its other two matrices.
+    &p2p::iters, &p2p::latency_bytes, &p2p::latency_iters, &p2p::complete,
+    // The model's shape and the FLOP convention behind MFU.
+    &model::layers, &model::preset_layers, &model::d_model, &model::heads, &model::vocab, &model::vocab_padded,
+    &model::max_seq, &model::matmul_parameters, &model::model_flops_per_token, &model::flops_convention,
+    &point::model_flops_per_token,
+    // How the rates MFU divides by were found, start-up parts, and each rank's peak memory.
+    &train::measured_gemm, &train::peak_source, &train::mpi_init_s, &train::communicator_init_s,
+    &train::memory::rank, &train::memory::peak_host_memory_bytes, &train::memory::peak_device_memory_bytes,
+    // Every step's phases: the figures above are computed from them when the run is summarised.
+    &point::steps::rank, &point::steps::data_wait_s, &point::steps::h2d_s, &point::steps::forward_s,
+    &point::steps::backward_s, &point::steps::comm_total_s, &point::steps::comm_exposed_s,
+    &point::steps::optimizer_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
+    &point::steps::data_read_MBps, &point::steps::loader_queue_depth, &point::steps::checkpoint_writing,
+    &point::stall_budget::p99,
+    // The data check before the first step, resume and loader details, and each slice of a checkpoint.
+    &io::data_verify, &io::data_verify_bytes, &io::data_verify_s, &io_point::resume_saved_ranks,
+    &io_point::resume_unchecked, &io_point::batches_per_epoch, &io_point::checkpoint_dir,
+    &io_point::checkpoints::rank, &io_point::checkpoints::write_GBps, &io_point::checkpoints::crc32c,
+    // Headlines for scripts and the nightly checks; the views compute them from the groups they summarise.
+    &summary::p2p_median_uni_GBps, &summary::p2p_flagged_pairs, &summary::train_points, &summary::train_tokens_per_s,
+    &summary::train_ranks, &summary::train_scaling_efficiency, &summary::tokens_written, &summary::shards_written,
+    &summary::bytes_written, &summary::seconds, &summary::write_GBps,
+};
+
+// The matrices the views do not read (they show p2p's median bidirectional rate from its attribute).
+inline const std::vector<const MatrixSpec*> kStoredOnlyMatrices = {&p2p::bidi_bw_GBps, &p2p::latency_us};
+
+// Fields only a GPU run writes (the coverage test's runs are on the CPU).
+inline const std::vector<const Field*> kGpuOnly = {&train::attention_fallback_reason};
 
 }  // namespace tb::schema

@@ -44,8 +44,7 @@ std::string GroupMarkdown(const GroupSpec& group) {
     text += "| Column | Type | Unit | Meaning |\n|---|---|---|---|\n" + FieldRows(table->columns);
   }
   for (const MatrixSpec* matrix : group.matrices) {
-    text += "\nMatrix " + Code(matrix->name) + " (double, " + matrix->unit + ", n_ranks x n_ranks, row = sender, "
-            "column = receiver): " + matrix->description + ".\n";
+    text += "\nMatrix " + Code(matrix->name) + " (double, " + matrix->unit + ", n_ranks x n_ranks): " + matrix->description + ".\n";
   }
   return text;
 }
