@@ -91,6 +91,7 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
   double step_sum = 0, comm_total = 0, comm_exposed = 0, loss_first = 0, loss_last = 0;
   int64_t tokens_per_step = 0;
   int measured = 0;
+  std::vector<double> slowest_steps;
   bool first = true;
   for (size_t s = 0; s < steps; ++s) {
     if (ranks.front().steps[s].warmup) continue;
@@ -109,6 +110,7 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
     first = false;
     loss_last = loss;
     step_sum += slowest;
+    slowest_steps.push_back(slowest);
     tokens_per_step = tokens;
     ++measured;
   }
@@ -116,6 +118,7 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
   p.tokens_per_step = tokens_per_step;
   const double samples = static_cast<double>(measured) * static_cast<double>(ranks.size());
   p.step_s = measured ? step_sum / measured : kNaN;
+  p.step_s_p95 = Percentile(slowest_steps, 95);
   p.tokens_per_s = static_cast<double>(tokens_per_step) / p.step_s;
   p.tokens_per_s_per_rank = p.tokens_per_s / k;
   const double flops_per_rank = p.tokens_per_s_per_rank * model_flops_per_token;
@@ -256,6 +259,7 @@ void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::tokens_per_step, p.tokens_per_step);
   schema::Set(group, sp::measured_steps, p.measured_steps);
   schema::Set(group, sp::step_s, p.step_s);
+  schema::Set(group, sp::step_s_p95, p.step_s_p95);
   schema::Set(group, sp::tokens_per_s, p.tokens_per_s);
   schema::Set(group, sp::tokens_per_s_per_rank, p.tokens_per_s_per_rank);
   schema::Set(group, sp::model_flops_per_token, p.model_flops_per_token);

@@ -59,6 +59,7 @@ struct ScalingPoint {
   int64_t tokens_per_step = 0;      // over all k ranks
   int measured_steps = 0;
   double step_s = 0;                // mean over measured steps of the slowest rank's step time
+  double step_s_p95 = 0;            // p95 of the same
   double tokens_per_s = 0;          // tokens_per_step / step_s
   double tokens_per_s_per_rank = 0;
   double model_flops_per_token = 0;

@@ -1,4 +1,4 @@
-// DurableFile (src/durable_file.h): the one durable write behind reports, checkpoint files and token shards.
+// DurableFile (src/core/durable_file.h): the one durable write behind reports, checkpoint files and token shards.
 #include "durable_file.h"
 
 #include <gtest/gtest.h>

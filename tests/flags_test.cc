@@ -1,4 +1,4 @@
-// The one grammar and range check of numeric flags, the choices of enumerated flags, lists and rules between flags (src/flags.h), through the
+// The one grammar and range check of numeric flags, the choices of enumerated flags, lists and rules between flags (src/core/flags.h), through the
 // same program_options parsing every command uses.
 #include <gtest/gtest.h>
 

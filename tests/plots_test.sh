@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of results/plots.py: real reports from the built trainbench (collectives, p2p, a train scaling
+# End-to-end test of results/analysis/plots.py: real reports from the built trainbench (collectives, p2p, a train scaling
 # sweep at 2 ranks) and `trainbench cost --format json`; the page drawn from them by the script and by `trainbench
 # report --html`, then rendered in headless Chromium: every plot an <img> with an inline PNG that the browser
 # decoded (natural width and height > 0), the PNGs themselves sound, the screenshot not blank. Bad inputs: one line
@@ -12,7 +12,7 @@ tb=$1; shift; mpiexec=("$@")
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 source_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-plots=$source_dir/results/plots.py
+plots=$source_dir/results/analysis/plots.py
 python=/usr/bin/python3  # Debian's python3-h5py and python3-matplotlib belong to this interpreter
 export OPENBLAS_NUM_THREADS=1
 

@@ -1,4 +1,4 @@
-// Every field the schema declares (results/schema.h) is written by a real run and read by the views or cost:
+// Every field the schema declares (results/model/schema.h) is written by a real run and read by the views or cost:
 //   schema_coverage REPORT.h5 [REPORT.h5 ...]
 // reads the reports (made by tests/schema_coverage_test.sh with every command), then lists each declared
 // attribute, column, table and matrix that no report holds, and each one that neither `report`'s views nor cost's

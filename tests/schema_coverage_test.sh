@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every field results/schema.h declares is written by a real run of each command and read by `report`'s views or
+# Every field results/model/schema.h declares is written by a real run of each command and read by `report`'s views or
 # cost's reader (tests/schema_coverage.cc): info, data generate, a collectives sweep, a p2p matrix, a training
 # scaling sweep with the loader and checkpoints, a resumed run and a storage sweep, at 2 ranks where it matters.
 #   schema_coverage_test.sh TRAINBENCH SCHEMA_COVERAGE MPIEXEC...

@@ -1,4 +1,4 @@
-// Prints the report schema as the Markdown of results/README.md ("markdown") or as results/schema_names.py
+// Prints the report schema as the Markdown of results/README.md ("markdown") or as results/analysis/schema_names.py
 // ("python"); tests/schema_doc_test.sh compares both files with it.
 #include <iostream>
 #include <string>

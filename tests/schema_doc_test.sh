@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# results/README.md's schema tables (between the schema:begin and schema:end markers) and results/schema_names.py
-# are exactly what the declarations in results/schema.h generate, so neither can drift from the code.
+# results/README.md's schema tables (between the schema:begin and schema:end markers) and results/analysis/schema_names.py
+# are exactly what the declarations in results/model/schema.h generate, so neither can drift from the code.
 #   schema_doc_test.sh SCHEMA_DOC [--update]    (--update rewrites both files from the declarations)
 set -uo pipefail
 doc=$(realpath "$1"); update=${2:-}
@@ -9,7 +9,7 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
 readme=$results/README.md
-begin='<!-- schema:begin (generated from results/schema.h: tests/schema_doc_test.sh --update) -->'
+begin='<!-- schema:begin (generated from results/model/schema.h: tests/schema_doc_test.sh --update) -->'
 end='<!-- schema:end -->'
 "$doc" markdown >"$work/tables.md" || fail "schema_doc markdown failed"
 "$doc" python >"$work/names.py" || fail "schema_doc python failed"
@@ -27,20 +27,20 @@ else
     cp "$work/README.md" "$readme"
   else
     diff -u "$readme" "$work/README.md" >"$work/diff" ||
-      fail "results/README.md's schema tables differ from results/schema.h (run tests/schema_doc_test.sh SCHEMA_DOC --update): $(head -30 "$work/diff")"
+      fail "results/README.md's schema tables differ from results/model/schema.h (run tests/schema_doc_test.sh SCHEMA_DOC --update): $(head -30 "$work/diff")"
   fi
 fi
 
 checks=$((checks + 1))
 if [[ $update == --update ]]; then
-  cp "$work/names.py" "$results/schema_names.py"
+  cp "$work/names.py" "$results/analysis/schema_names.py"
 else
-  diff -u "$results/schema_names.py" "$work/names.py" >"$work/diff" ||
-    fail "results/schema_names.py differs from results/schema.h (run tests/schema_doc_test.sh SCHEMA_DOC --update): $(head -30 "$work/diff")"
+  diff -u "$results/analysis/schema_names.py" "$work/names.py" >"$work/diff" ||
+    fail "results/analysis/schema_names.py differs from results/model/schema.h (run tests/schema_doc_test.sh SCHEMA_DOC --update): $(head -30 "$work/diff")"
 fi
 
 # The generated module imports, and plots.py reads reports through it (no field name of its own).
 checks=$((checks + 1))
-/usr/bin/python3 -c "import sys; sys.path.insert(0, '$results'); import schema_names" ||
-  fail "results/schema_names.py does not import"
+/usr/bin/python3 -c "import sys; sys.path.insert(0, '$results/analysis'); import schema_names" ||
+  fail "results/analysis/schema_names.py does not import"
 finish schema_doc_test

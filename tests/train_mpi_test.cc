@@ -135,6 +135,19 @@ StepRecord Record(int step, bool warmup, double step_s, double forward, double b
   return r;
 }
 
+TEST(TrainSummary, StepTimeP95IsTheNearestRankOfTheSlowestRanksSteps) {
+  std::vector<RankSteps> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    ranks[r].rank = r;
+    ranks[r].steps.push_back(Record(0, true, 50.0, 1, 1, 1, 1, 1, 1));
+    for (int s = 1; s <= 3; ++s) ranks[r].steps.push_back(Record(s, false, r ? s * s : 0.5, 0, 0, 0, 0, 0, 0));
+  }
+  // The slowest rank's steps: 1, 4, 9 s. p95 by nearest rank is the third; the mean is 14/3.
+  const ScalingPoint p = SummarizePoint(2, 4, ranks, 1e6, 0, 4e9, 8e6);
+  EXPECT_DOUBLE_EQ(p.step_s_p95, 9.0);
+  EXPECT_DOUBLE_EQ(p.step_s, 14.0 / 3);
+}
+
 TEST(TrainSummary, ThroughputMfuOverlapAndBudgetByHand) {
   // Two ranks, a warm-up step (ignored) and two measured steps; rank 1 takes 3 s where rank 0 takes 1 s.
   std::vector<RankSteps> ranks(2);
@@ -150,6 +163,7 @@ TEST(TrainSummary, ThroughputMfuOverlapAndBudgetByHand) {
   EXPECT_EQ(p.measured_steps, 2);
   EXPECT_EQ(p.tokens_per_step, 2000);
   EXPECT_DOUBLE_EQ(p.step_s, 3.0);  // the slowest rank sets the pace
+  EXPECT_DOUBLE_EQ(p.step_s_p95, 3.0);  // the warm-up's 9 s is not a measured step
   EXPECT_DOUBLE_EQ(p.tokens_per_s, 2000.0 / 3);
   EXPECT_DOUBLE_EQ(p.tokens_per_s_per_rank, 1000.0 / 3);
   EXPECT_DOUBLE_EQ(p.mfu_peak, 1000.0 / 3 * 1e6 / 1e12);

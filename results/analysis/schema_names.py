@@ -1,4 +1,4 @@
-# Generated from results/schema.h by tests/schema_doc (tests/schema_doc_test.sh --update); do not edit.
+# Generated from results/model/schema.h by tests/schema_doc (tests/schema_doc_test.sh --update); do not edit.
 # The names of every group, table, attribute and column of a trainbench report, for plots.py.
 
 
@@ -186,6 +186,7 @@ class train_point:
     tokens_per_step = "tokens_per_step"
     measured_steps = "measured_steps"
     step_s = "step_s"
+    step_s_p95 = "step_s_p95"
     tokens_per_s = "tokens_per_s"
     tokens_per_s_per_rank = "tokens_per_s_per_rank"
     model_flops_per_token = "model_flops_per_token"

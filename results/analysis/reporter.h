@@ -1,7 +1,7 @@
 // The outputs of trainbench over its records, as one interface (google/benchmark's reporters are the model): a
 // reporter is told what is being reported (ReportContext), given the records (ReportRuns) and writes them
 // (Finalize). The console text, CSV and JSON reporters take the views of runs (tables of cells,
-// results/report_view.h) — `report` and `cost` give them theirs; the HDF5 reporter takes the Report model itself.
+// results/analysis/report_view.h) — `report` and `cost` give them theirs; the HDF5 reporter takes the Report model itself.
 // Layouts are documented in results/README.md ("Exports of trainbench report").
 #pragma once
 

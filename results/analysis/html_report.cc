@@ -1,4 +1,4 @@
-// WriteHtmlReport: runs results/plots.py under Debian's Python (where python3-h5py and python3-matplotlib live) as
+// WriteHtmlReport: runs results/analysis/plots.py under Debian's Python (where python3-h5py and python3-matplotlib live) as
 // a child process — posix_spawn with an argument vector, no shell, so no path is ever parsed as shell text — and
 // turns its exit status into the project's errors. posix_spawn rather than fork: the caller is an MPI process, and
 // Open MPI warns about (and some interconnects break on) fork with its memory registered.
@@ -107,7 +107,7 @@ void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::st
   struct stat info {};
   if (stat(script.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
     throw InputError("cannot make the HTML page: the plotting script '" + script +
-                     "' is missing (set TRAINBENCH_PLOTS_SCRIPT to results/plots.py of the trainbench sources)");
+                     "' is missing (set TRAINBENCH_PLOTS_SCRIPT to results/analysis/plots.py of the trainbench sources)");
   }
 
   std::vector<std::string> argv = {python, script, "--out", html_path};

@@ -88,7 +88,7 @@ std::string SchemaMarkdown() {
 
 std::string SchemaPython() {
   std::string text =
-      "# Generated from results/schema.h by tests/schema_doc (tests/schema_doc_test.sh --update); do not edit.\n"
+      "# Generated from results/model/schema.h by tests/schema_doc (tests/schema_doc_test.sh --update); do not edit.\n"
       "# The names of every group, table, attribute and column of a trainbench report, for plots.py.\n\n\n"
       "def name(field, key):\n"
       "    \"\"\"The name of a field with a placeholder for one key: name(summary.peak_busbw_GBps, \"all_reduce\").\"\"\"\n"

@@ -1,5 +1,5 @@
-// What the core needs to know about GPUs, without any CUDA header. Implemented by src/cuda/device.cc in a
-// CUDA build and by src/nocuda/device_stub.cc otherwise (where GpuCount() is 0 and the rest throws
+// What the core needs to know about GPUs, without any CUDA header. Implemented by src/core/cuda/device.cc in a
+// CUDA build and by src/core/nocuda/device_stub.cc otherwise (where GpuCount() is 0 and the rest throws
 // "built without CUDA").
 #pragma once
 

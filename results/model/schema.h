@@ -1,7 +1,7 @@
 // The report schema, declared once: every group, table, matrix, attribute and column a report holds, with its
 // name, type, unit and one-line description. Writers fill reports through these declarations (schema::Set,
 // AddColumn), the views, cost's reader and the damage check read through them (Find, Values), the README's schema
-// tables and results/schema_names.py (the names plots.py reads) are generated from them and checked by a test
+// tables and results/analysis/schema_names.py (the names plots.py reads) are generated from them and checked by a test
 // (tests/schema_doc.cc). Adding a field: declare it here, set it where it is measured.
 //
 // Units: s, us, B, GB/s = 1e9 B/s, MB/s = 1e6 B/s, FLOP/s, tokens/s; `fraction` is a share 0..1.
@@ -239,6 +239,8 @@ inline const IntAttribute tokens_per_step{kTrainPoint, "tokens_per_step", "token
 inline const IntAttribute measured_steps{kTrainPoint, "measured_steps", "steps", "steps after the warm-up"};
 inline const RealAttribute step_s{kTrainPoint, "step_s", "s",
                                   "mean over measured steps of the slowest rank's step time"};
+inline const RealAttribute step_s_p95{kTrainPoint, "step_s_p95", "s",
+                                      "p95 over measured steps of the slowest rank's step time (nearest rank)"};
 inline const RealAttribute tokens_per_s{kTrainPoint, "tokens_per_s", "tokens/s", "tokens_per_step / step_s"};
 inline const RealAttribute tokens_per_s_per_rank{kTrainPoint, "tokens_per_s_per_rank", "tokens/s", "tokens_per_s / k"};
 inline const RealAttribute model_flops_per_token{kTrainPoint, "model_flops_per_token", "FLOP", "as in model"};
@@ -439,7 +441,7 @@ inline const std::vector<const Field*> kStoredOnly = {
     // The model's shape and the FLOP convention behind MFU.
     &model::layers, &model::preset_layers, &model::d_model, &model::heads, &model::vocab, &model::vocab_padded,
     &model::max_seq, &model::matmul_parameters, &model::model_flops_per_token, &model::flops_convention,
-    &point::model_flops_per_token,
+    &point::model_flops_per_token, &point::step_s_p95,
     // How the rates MFU divides by were found, start-up parts, and each rank's peak memory.
     &train::measured_gemm, &train::peak_source, &train::mpi_init_s, &train::communicator_init_s,
     &train::memory::rank, &train::memory::peak_host_memory_bytes, &train::memory::peak_device_memory_bytes,

@@ -1,5 +1,5 @@
 // The HTML page of `trainbench report --html` and `trainbench cost --html`: plots for people who would rather
-// look than read, drawn by results/plots.py (matplotlib and h5py under /usr/bin/python3, from Debian's packages)
+// look than read, drawn by results/analysis/plots.py (matplotlib and h5py under /usr/bin/python3, from Debian's packages)
 // into one self-contained file (images inline as data: URIs, no scripts or links to fetch: it opens offline).
 #pragma once
 

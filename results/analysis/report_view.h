@@ -1,5 +1,5 @@
 // What `trainbench report` shows of a report: each section (config, topology, collectives, p2p, train, io) turned
-// into plain tables of cells, ready for the text, CSV and JSON exports (results/reporter.h). Pure functions of a
+// into plain tables of cells, ready for the text, CSV and JSON exports (results/analysis/reporter.h). Pure functions of a
 // Report, so that every figure can be checked on hand-built reports.
 #pragma once
 
@@ -21,7 +21,7 @@ struct ViewColumn {
   std::string unit;      // "tokens/s", "" for counts and text
   int decimals = 2;      // text only: digits after the point for doubles; -1: 4 significant digits (1.5e+14)
   bool percent = false;  // text only: a fraction (unit "fraction", 0..1) shown as a percentage
-  // The report field the column shows (results/schema.h) and the key of its placeholder; nullptr for a column the
+  // The report field the column shows (results/model/schema.h) and the key of its placeholder; nullptr for a column the
   // view computes (a count, a list, a maximum over ranks).
   const schema::Field* field = nullptr;
   std::string key;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Plots of trainbench reports in one self-contained HTML page.
 
-    /usr/bin/python3 results/plots.py --out page.html [--cost cost.json] report1.h5 [report2.h5 ...]
+    /usr/bin/python3 results/analysis/plots.py --out page.html [--cost cost.json] report1.h5 [report2.h5 ...]
 
 Runs under Debian's /usr/bin/python3, which is where python3-h5py and python3-matplotlib install (a pyenv or
 virtualenv python3 on PATH usually lacks them). Reads the reports with h5py only (schema v1, results/README.md),
@@ -42,7 +42,7 @@ try:
 except ImportError as missing:
     MISSING_PACKAGE = missing.name or str(missing)
 
-# The report's field names, generated from results/schema.h (this script's folder; tests/schema_doc_test.sh).
+# The report's field names, generated from results/model/schema.h (this script's folder; tests/schema_doc_test.sh).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import schema_names as S  # noqa: E402
 

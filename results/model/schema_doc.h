@@ -1,5 +1,5 @@
 // The report schema (schema.h) as text for people and for Python: the Markdown tables of results/README.md
-// ("Schema v1") and results/schema_names.py, the module of field names plots.py reads reports through. A test
+// ("Schema v1") and results/analysis/schema_names.py, the module of field names plots.py reads reports through. A test
 // (tests/schema_doc_test.sh) checks that both files hold exactly this text, so the docs cannot drift from the code.
 #pragma once
 
