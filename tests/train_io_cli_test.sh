@@ -123,7 +123,7 @@ rm -rf "$work/sparse"
 expect_error 2 "--checkpoint-every goes with --checkpoint-dir \(not given\)" -- "$tb" train "${small[@]}" --checkpoint-every 5
 expect_error 2 "--checkpoint-dir needs --checkpoint-every" -- "$tb" train "${small[@]}" --checkpoint-dir "$work/x"
 expect_error 2 "--checkpoint-every '-1': out of range" -- "$tb" train "${small[@]}" --checkpoint-every -1 --checkpoint-dir "$work/x"
-expect_error 2 "--checkpoint-mode 'fast': expected sync\|async" -- "$tb" train "${small[@]}" --checkpoint-mode fast \
+expect_error 2 "--checkpoint-mode 'fast': not one of the choices \(accepted: sync\|async\)" -- "$tb" train "${small[@]}" --checkpoint-mode fast \
   --checkpoint-dir "$work/x" --checkpoint-every 5
 expect_error 2 "--on-checkpoint-error" -- "$tb" train "${small[@]}" --on-checkpoint-error ignore
 expect_error 2 "--resume" -- "$tb" train "${small[@]}" --resume "$work/none"

@@ -33,6 +33,7 @@ class config:
     data = "data"
     checkpoint_every = "checkpoint_every"
     resume = "resume"
+    overlap = "overlap"
 
 
 class topology:

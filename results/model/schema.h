@@ -32,9 +32,13 @@ inline const TextAttribute end_utc{kRoot, "end_utc", "", "ISO 8601 end of the ru
 
 // ---- config -------------------------------------------------------------------------------------------------
 inline GroupSpec kConfig{"config",
-                         "one attribute per option of the command, named as the long flag with dashes turned into "
-                         "underscores (`--check-iters` -> `check_iters`), with the value as used; `trainbench "
-                         "<command> --help` describes each. Listed here: the ones other commands read"};
+                         "every option of the command, recorded from its one declaration (`trainbench <command> "
+                         "--help` describes each): named as the long flag with dashes turned into underscores "
+                         "(`--check-iters` -> `check_iters`), the value given or its default (a switch as 0/1, a text "
+                         "option not given as \"\"), or the value as used where the command resolves it (train: "
+                         "layers, d_model, heads, vocab, seq, global_batch, scaling, record_bytes; collectives: dtype, "
+                         "redop; data generate: tokens, shard_tokens). Listed here: the ones other code reads, and "
+                         "`overlap`, which no flag names"};
 namespace config {
 inline const RealAttribute bucket_mb{kConfig, "bucket_mb", "MiB", "train: gradient bucket size (`--bucket-mb`)"};
 inline const IntAttribute seq{kConfig, "seq", "tokens", "train: sequence length (`--seq`)"};
@@ -42,6 +46,8 @@ inline const TextAttribute data{kConfig, "data", "", "train: the dataset directo
 inline const IntAttribute checkpoint_every{kConfig, "checkpoint_every", "steps",
                                            "train: steps between checkpoints (`--checkpoint-every`; 0: none)"};
 inline const TextAttribute resume{kConfig, "resume", "", "train: the checkpoint resumed from (`--resume`)"};
+inline const IntAttribute overlap{kConfig, "overlap", "",
+                                  "train: 1 when gradients are all-reduced during backward (no `--no-overlap`)"};
 }  // namespace config
 
 // ---- topology -----------------------------------------------------------------------------------------------

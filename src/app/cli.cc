@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <stdexcept>
 #include <sstream>
 #include <thread>
 
@@ -104,12 +106,52 @@ CommandRun::CommandRun(std::string command, std::string command_line, CommonOpti
   schema::Set(root, r::start_utc, UtcNowIso8601());
   schema::Set(root, r::n_ranks, ctx_.world_size);
   schema::Set(root, r::n_nodes, ctx_.node_count);
-  Group& cfg = config();
-  cfg.Set("backend", common_.backend);
-  cfg.Set("output", common_.output);
-  cfg.Set("timeout", common_.timeout_s);
-  cfg.Set("quiet", static_cast<int64_t>(common_.quiet));
   InstallStopSignalHandlers();
+}
+
+namespace {
+
+// "--check-iters" is recorded as "check_iters".
+std::string ConfigName(std::string flag) {
+  std::replace(flag.begin(), flag.end(), '-', '_');
+  return flag;
+}
+
+// A parsed option's value as a report attribute; nullopt for a type a report does not hold.
+std::optional<AttributeValue> OptionValue(const boost::any& value) {
+  if (const auto* text = boost::any_cast<std::string>(&value)) return *text;
+  if (const auto* number = boost::any_cast<int>(&value)) return int64_t{*number};
+  if (const auto* number = boost::any_cast<int64_t>(&value)) return *number;
+  if (const auto* real = boost::any_cast<double>(&value)) return *real;
+  if (const auto* flag = boost::any_cast<bool>(&value)) return int64_t{*flag ? 1 : 0};
+  return std::nullopt;
+}
+
+}  // namespace
+
+void CommandRun::RecordOptions(const po::options_description& options, const po::variables_map& values) {
+  Group& cfg = config();
+  for (const auto& option : options.options()) {
+    const std::string& flag = option->long_name();
+    if (flag == "help") continue;
+    const std::string name = ConfigName(flag);
+    option_names_.insert(name);
+    auto it = values.find(flag);
+    if (it != values.end() && !it->second.empty()) {
+      std::optional<AttributeValue> value = OptionValue(it->second.value());
+      if (!value) throw std::logic_error("--" + flag + " holds a value type a report cannot record");
+      cfg.Set(name, std::move(*value));
+    } else if (dynamic_cast<const po::typed_value<std::string>*>(option->semantic().get())) {
+      cfg.Set(name, std::string());
+    }
+  }
+}
+
+void CommandRun::RecordAsUsed(const std::string& option, AttributeValue value) {
+  if (!option_names_.contains(option)) {
+    throw std::logic_error("report config: '" + option + "' is not an option of " + command_);
+  }
+  config().Set(option, std::move(value));
 }
 
 std::string CommandRun::ResolveBackend() {
@@ -146,8 +188,11 @@ std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandI
   AgreeOnSetup([&] {
     ParseSpec spec;
     spec.rules = rules;
+    po::variables_map values;
+    spec.given = &values;
     if (!ParseCommandLine(name, input.args, options, usage, spec)) throw AgreedFailure(ExitCode::kOk);
     run = std::make_unique<CommandRun>(name, input.command_line, common, input.ctx);
+    run->RecordOptions(options, values);
   });
   AgreeOnSetup([&] { run->ResolveBackend(); });
   AgreeOnSetup([&] {

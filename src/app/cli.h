@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,13 @@ class CommandRun {
   const CommonOptions& common() const { return common_; }
   Report& report() { return report_; }
   Group& config() { return schema::GroupOf(report_.root, schema::kConfig); }
+  // Records every option of the command in `config`, named as its long flag with dashes as underscores: the value
+  // given or its default (a switch as 0/1); a text option neither given nor defaulted as "" (a number without a
+  // default is left for the command to record as used). Each flag is thus declared once, in `options`.
+  void RecordOptions(const po::options_description& options, const po::variables_map& values);
+  // Replaces an option's recorded value by the value as used (`--layers` resolved from the preset, a size in
+  // bytes, an alias's canonical name). `option` must be one of the command's options (config name).
+  void RecordAsUsed(const std::string& option, AttributeValue value);
 
   // Resolves --backend (collective: every rank must agree), binding a GPU per rank for cuda, and records it.
   // Returns "mpi" or "nccl", as backend() does afterwards.
@@ -110,6 +118,7 @@ class CommandRun {
   CommonOptions common_;
   RankContext ctx_;
   Report report_;
+  std::set<std::string> option_names_;  // config names of the command's options (RecordOptions)
   Topology topology_;
   std::vector<std::string> inputs_;
   Communicator* abort_target_ = nullptr;

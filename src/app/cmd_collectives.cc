@@ -21,19 +21,11 @@ constexpr const char* kUsage =
     "S/t and busbw = algbw x factor (all_reduce 2(n-1)/n; reduce_scatter, all_gather, alltoall (n-1)/n; broadcast,\n"
     "reduce, sendrecv 1; GB = 1e9 bytes), and verifies every element. Sizes: K/M/G = x1024, KB/MB/GB = x1000.";
 
-void RecordConfig(Group& cfg, const CollectivesFlags& f, const SweepOptions& o) {
-  cfg.Set("minbytes", f.min_bytes);
-  cfg.Set("maxbytes", f.max_bytes);
-  cfg.Set("stepfactor", f.step_factor);
-  cfg.Set("sizes", f.sizes);
-  cfg.Set("ops", f.ops);
-  cfg.Set("dtype", DataTypeName(o.type));
-  cfg.Set("redop", ReduceOpName(o.reduce_op));
-  cfg.Set("root", static_cast<int64_t>(o.root));
-  cfg.Set("iters", static_cast<int64_t>(o.iters));
-  cfg.Set("warmup", static_cast<int64_t>(o.warmup));
-  cfg.Set("check_iters", static_cast<int64_t>(o.check_iters));
-  cfg.Set("modes", f.modes);
+// The options as the sweep uses them where they differ from what was typed: the element type and reduction by
+// their canonical names (-d fp32 is float).
+void RecordConfig(CommandRun& run, const SweepOptions& o) {
+  run.RecordAsUsed("dtype", DataTypeName(o.type));
+  run.RecordAsUsed("redop", ReduceOpName(o.reduce_op));
 }
 
 // The largest buffers any operation of the sweep allocates per rank: on the device (nccl) or the host (mpi), plus
@@ -86,7 +78,7 @@ int RunCollectivesCommand(const CommandInput& input) {
     std::unique_ptr<Communicator> mpi = r.backend() == "mpi" ? r.MakeCommunicator() : nullptr;
     sweep = ValidateCollectivesFlags(f, input.ctx.world_size, mpi.get());
     CheckMemoryFits(r, SweepMemoryNeed(sweep, input.ctx, r.backend() == "nccl"));
-    RecordConfig(r.config(), f, sweep);
+    RecordConfig(r, sweep);
   }, {Excludes("sizes", "minbytes"), Excludes("sizes", "maxbytes"), Excludes("sizes", "stepfactor"),
       Needs("root", "ops", {"broadcast", "reduce", "all"}),
       Needs("redop", "ops", {"all_reduce", "reduce", "reduce_scatter", "all"})});

@@ -226,15 +226,8 @@ int RunGenerate(const CommandInput& input, const std::vector<std::string>& args)
     generator = std::make_unique<TokenGenerator>(static_cast<uint64_t>(f.vocab),
                                                  f.distribution == "zipf" ? f.zipf_exponent : 0.0);
     if (input.ctx.world_rank == 0) CheckDirectory(f, plan);
-    Group& cfg = r.config();
-    cfg.Set("dir", f.dir);
-    cfg.Set("tokens", static_cast<int64_t>(plan.tokens));
-    cfg.Set("shard_tokens", static_cast<int64_t>(plan.shard_tokens));
-    cfg.Set("vocab", f.vocab);
-    cfg.Set("distribution", f.distribution);
-    cfg.Set("zipf_exponent", f.zipf_exponent);
-    cfg.Set("seed", f.seed);
-    cfg.Set("force", static_cast<int64_t>(f.force));
+    r.RecordAsUsed("tokens", static_cast<int64_t>(plan.tokens));  // as counts, not as typed ("20G")
+    r.RecordAsUsed("shard_tokens", static_cast<int64_t>(plan.shard_tokens));
   }, {Needs("zipf-exponent", "distribution", {"zipf"})});
 
   return run->RecordingFailures([&] {

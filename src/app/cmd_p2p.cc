@@ -62,13 +62,6 @@ int RunP2pCommand(const CommandInput& input) {
     p2p.threshold_fraction = f.threshold;
     ValidateP2pOptions(p2p);
     CheckMemoryFits(r, P2pMemoryNeed(p2p, r.backend() == "nccl"));
-    Group& cfg = r.config();
-    cfg.Set("size", f.size);
-    cfg.Set("iters", static_cast<int64_t>(f.iters));
-    cfg.Set("warmup", static_cast<int64_t>(f.warmup));
-    cfg.Set("latency_size", f.latency_size);
-    cfg.Set("latency_iters", static_cast<int64_t>(f.latency_iters));
-    cfg.Set("threshold", f.threshold);
   });
   std::unique_ptr<Communicator> comm = run->MakeCommunicator();
 

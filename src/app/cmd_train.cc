@@ -245,7 +245,7 @@ class TrainCommand {
 
  private:
   void Configure(CommandRun& r);
-  void RecordConfig(Group& cfg) const;
+  void RecordConfig(CommandRun& r) const;
   void MeasureDevice();
   void PrintHeader() const;
   void RecordHeader(double comm_ready_s);
@@ -327,9 +327,6 @@ void TrainCommand::Configure(CommandRun& r) {
   if (loop_.seq > model_.seq) {
     throw InputError("--seq " + std::to_string(loop_.seq) + " exceeds the model's " + std::to_string(model_.seq) + " positions");
   }
-  if (f.scaling_mode != "weak" && f.scaling_mode != "strong") {
-    throw InputError("unknown scaling mode '" + f.scaling_mode + "' for --scaling-mode (accepted: weak|strong)");
-  }
   weak_ = f.scaling_mode == "weak";
   scaling_ = ParseScaling(f.scaling, input_.ctx.world_size);
   global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back();
@@ -348,30 +345,26 @@ void TrainCommand::Configure(CommandRun& r) {
   loop_.overlap = !f.no_overlap;
   loop_.adamw.learning_rate = static_cast<float>(f.learning_rate);
   loop_.data_seed = static_cast<uint64_t>(f.seed);
-  RecordConfig(r.config());
+  RecordConfig(r);
   TrainIoRun io_run{loop_.seq, static_cast<uint64_t>(f.seed), loop_.warmup_steps + loop_.steps, {},
                     TrainTrajectory(f, loop_.seq, r.backend() == "nccl", weak_)};
   for (int k : scaling_) io_run.points.emplace_back(k, PointBatch(k));
-  io_plan_ = PlanTrainIo(io_flags_, model_, io_run, r.config());
+  io_plan_ = PlanTrainIo(io_flags_, model_, io_run);
+  r.RecordAsUsed("record_bytes", static_cast<int64_t>(io_plan_.record_bytes));  // 0: seq+1 tokens
   r.AddInputs(TrainInputs(io_flags_, io_plan_));
 }
 
-void TrainCommand::RecordConfig(Group& cfg) const {
-  const TrainFlags& f = f_;
-  cfg.Set("model", f.model);
-  cfg.Set("layers", static_cast<int64_t>(model_.layers));
-  schema::Set(cfg, schema::config::seq, loop_.seq);
-  cfg.Set("micro_batch", static_cast<int64_t>(f.micro_batch));
-  cfg.Set("global_batch", static_cast<int64_t>(global_batch_));
-  cfg.Set("steps", static_cast<int64_t>(f.steps));
-  cfg.Set("warmup_steps", static_cast<int64_t>(f.warmup_steps));
-  schema::Set(cfg, schema::config::bucket_mb, f.bucket_mb);
-  cfg.Set("overlap", static_cast<int64_t>(loop_.overlap));
-  cfg.Set("scaling", f.scaling.empty() ? std::to_string(input_.ctx.world_size) : f.scaling);
-  cfg.Set("scaling_mode", f.scaling_mode);
-  cfg.Set("lr", f.learning_rate);
-  cfg.Set("seed", f.seed);
-  cfg.Set("attention", f.attention);
+// The options as the run resolved them (the model's shape, layers and sequence length, the global batch, all
+// ranks); the rest are recorded as given (CommandRun::RecordOptions).
+void TrainCommand::RecordConfig(CommandRun& r) const {
+  r.RecordAsUsed("layers", int64_t{model_.layers});
+  r.RecordAsUsed("d_model", int64_t{model_.d_model});
+  r.RecordAsUsed("heads", int64_t{model_.heads});
+  r.RecordAsUsed("vocab", int64_t{model_.vocab});
+  r.RecordAsUsed("seq", int64_t{loop_.seq});
+  r.RecordAsUsed("global_batch", int64_t{global_batch_});
+  r.RecordAsUsed("scaling", f_.scaling.empty() ? std::to_string(input_.ctx.world_size) : f_.scaling);
+  schema::Set(r.config(), schema::config::overlap, loop_.overlap ? 1 : 0);
 }
 
 int TrainCommand::Run() {

@@ -96,10 +96,10 @@ void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
        "checkpoint after every N steps (0: never)")
       ("checkpoint-keep", Number(&f.checkpoint_keep, IntRange::AtLeast(0))->default_value(f.checkpoint_keep),
        "keep the newest N complete checkpoints (0: all)")
-      ("checkpoint-mode", po::value(&f.checkpoint_mode)->default_value(f.checkpoint_mode),
+      ("checkpoint-mode", Choice(&f.checkpoint_mode, {"sync", "async"})->default_value(f.checkpoint_mode),
        "sync (the loop waits for write and fsync) or async (snapshot, then a background writer)")
       ("checkpoint-verify", po::bool_switch(&f.checkpoint_verify), "read each slice back after fsync and check it")
-      ("on-checkpoint-error", po::value(&f.on_checkpoint_error)->default_value(f.on_checkpoint_error),
+      ("on-checkpoint-error", Choice(&f.on_checkpoint_error, {"fail", "warn"})->default_value(f.on_checkpoint_error),
        "fail (stop the run) or warn (record it and train on) when a checkpoint cannot be written")
       ("resume", po::value(&f.resume), "continue from this checkpoint (or the newest complete one under this "
                                        "directory): weights, AdamW state, step and loader position");
@@ -270,29 +270,10 @@ TrajectoryOf WithDataOptions(const TrainIoFlags& f, const TrainIoPlan& plan, Tra
   };
 }
 
-void RecordIoConfig(const TrainIoFlags& f, const TrainIoPlan& plan, Group& config) {
-  schema::Set(config, schema::config::data, f.data_dir);
-  config.Set("data_raw", static_cast<int64_t>(f.data_raw));
-  config.Set("skip_data_verify", static_cast<int64_t>(f.skip_data_verify));
-  config.Set("loader_workers", static_cast<int64_t>(f.loader_workers));
-  config.Set("prefetch", static_cast<int64_t>(f.prefetch));
-  config.Set("direct_io", static_cast<int64_t>(f.direct_io));
-  config.Set("record_bytes", static_cast<int64_t>(plan.record_bytes));
-  config.Set("io_throttle", f.io_throttle);
-  config.Set("io_latency_ms", f.io_latency_ms);
-  config.Set("data_wait_share", f.data_wait_share);
-  config.Set("checkpoint_dir", f.checkpoint_dir);
-  schema::Set(config, schema::config::checkpoint_every, f.checkpoint_every);
-  config.Set("checkpoint_keep", static_cast<int64_t>(f.checkpoint_keep));
-  config.Set("checkpoint_mode", f.checkpoint_mode);
-  config.Set("checkpoint_verify", static_cast<int64_t>(f.checkpoint_verify));
-  config.Set("on_checkpoint_error", f.on_checkpoint_error);
-  schema::Set(config, schema::config::resume, f.resume);
-}
 
 }  // namespace
 
-TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, const TrainIoRun& run, Group& config) {
+TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, const TrainIoRun& run) {
   TrainIoPlan plan;
   plan.throttles_MBps = ParseRates(f.io_throttle);
   CheckLoaderFlags(run, plan);
@@ -302,7 +283,6 @@ TrainIoPlan PlanTrainIo(const TrainIoFlags& f, const ModelConfig& model, const T
   PlanCheckpoints(f, plan);
   plan.trajectory = WithDataOptions(f, plan, run.trajectory);
   if (!f.resume.empty()) PlanResume(f, model, run, plan);
-  RecordIoConfig(f, plan, config);
   return plan;
 }
 

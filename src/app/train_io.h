@@ -87,11 +87,11 @@ struct TrainIoPlan {
 // What a run reads (the data directory, the checkpoint it resumes from): no output may be one of them.
 std::vector<std::string> TrainInputs(const TrainIoFlags& flags, const TrainIoPlan& plan);
 
-// Validates the I/O flags against the model and the scaling points, records them in the config group, and
+// Validates the I/O flags against the model and the scaling points, and
 // returns the plan. With --resume, reads the checkpoint's manifest and refuses one that this run cannot continue
 // bit-identically: another model or trajectory option (naming the option and both values), or a step at or past
 // run.last_step. InputError naming the flag for anything wrong.
-TrainIoPlan PlanTrainIo(const TrainIoFlags& flags, const ModelConfig& model, const TrainIoRun& run, Group& config);
+TrainIoPlan PlanTrainIo(const TrainIoFlags& flags, const ModelConfig& model, const TrainIoRun& run);
 
 // The payload checksums of --data's shards, before any rank starts work: this rank's share (shard i on rank
 // i mod ranks) on --loader-workers threads. InputError naming the first corrupt shard; run it under AgreeOnSetup.
