@@ -1,8 +1,10 @@
 // Prints the report schema as the Markdown of results/README.md ("markdown") or as results/analysis/schema_names.py
-// ("python"); tests/schema_doc_test.sh compares both files with it.
+// ("python"), or how ParsePointGroupName reads names ("points"); tests/schema_doc_test.sh compares them.
 #include <iostream>
+#include <optional>
 #include <string>
 
+#include "report.h"
 #include "schema_doc.h"
 
 int main(int argc, char** argv) {
@@ -11,8 +13,15 @@ int main(int argc, char** argv) {
     std::cout << tb::schema::SchemaMarkdown();
   } else if (what == "python") {
     std::cout << tb::schema::SchemaPython();
+  } else if (what == "points") {
+    // Each name's scaling-point rank count as ParsePointGroupName reads it ("none" for anything else), so that
+    // the test can hold schema_names.point_ranks to it.
+    for (int i = 2; i < argc; ++i) {
+      const std::optional<tb::PointGroup> point = tb::ParsePointGroupName(argv[i]);
+      std::cout << (point && point->throttle_MBps == 0 ? std::to_string(point->ranks) : "none") << "\n";
+    }
   } else {
-    std::cerr << "usage: schema_doc markdown|python\n";
+    std::cerr << "usage: schema_doc markdown|python|points NAME...\n";
     return 2;
   }
   return 0;

@@ -43,4 +43,14 @@ fi
 checks=$((checks + 1))
 /usr/bin/python3 -c "import sys; sys.path.insert(0, '$results/analysis'); import schema_names" ||
   fail "results/analysis/schema_names.py does not import"
+# schema_names.point_ranks reads group names as ParsePointGroupName does.
+names=(k1 k8 k123456789 k1234567890 k k0 kx k8x k-1 k8_throttle200 k8_throttle x8 train "")
+checks=$((checks + 1))
+"$doc" points "${names[@]}" >"$work/cpp" || fail "schema_doc points failed"
+/usr/bin/python3 -c "
+import sys; sys.path.insert(0, '$results/analysis'); import schema_names
+for name in sys.argv[1:]:
+    ranks = schema_names.point_ranks(name)
+    print('none' if ranks is None else ranks)" "${names[@]}" >"$work/py"
+diff "$work/cpp" "$work/py" >"$work/diff" || fail "point_ranks differs from ParsePointGroupName: $(paste -d' ' <(printf '%s\n' "${names[@]}") "$work/cpp" "$work/py")"
 finish schema_doc_test

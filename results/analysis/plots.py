@@ -23,7 +23,6 @@ import io
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -60,7 +59,6 @@ STALL_COMPONENTS = [
 # Cost parts stacked in the cost plot when the JSON gives them (key, label); their sum is the total.
 COST_PARTS = [("gpu_usd", "GPU time"), ("storage_usd", "storage"), ("transfer_usd", "transfer"),
               ("retry_usd", "retries")]
-TRAIN_POINT = re.compile(r"^k(\d+)$")  # storage-sweep groups (k<N>_throttle<r>) are not scaling points
 MAX_ANNOTATED_RANKS = 16  # beyond this the heatmap's cell labels become unreadable
 
 
@@ -204,9 +202,9 @@ def train_points(f: Any) -> list[tuple[int, Any]]:
     """(ranks, group) of every scaling point, by rank count."""
     points = []
     for name, group in f.get(parent_path(S.train_point.path), {}).items():
-        match = TRAIN_POINT.match(name)
-        if match and isinstance(group, h5py.Group):
-            points.append((int(match.group(1)), group))
+        ranks = S.point_ranks(name)  # storage-sweep groups (k<N>_throttle<r>) are not scaling points
+        if ranks is not None and isinstance(group, h5py.Group):
+            points.append((ranks, group))
     return sorted(points, key=lambda p: p[0])
 
 

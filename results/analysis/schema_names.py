@@ -7,6 +7,19 @@ def name(field, key):
     return field[:field.index("<")] + key + field[field.index(">") + 1:]
 
 
+POINT_PREFIX = "k"
+THROTTLE_MARKER = "_throttle"
+
+
+def point_ranks(group_name):
+    """The rank count of a scaling point's group ("k8" -> 8); None for a storage sweep's point
+    ("k8_throttle200") or any other name, as ParsePointGroupName (report.h) reads them."""
+    digits = group_name[len(POINT_PREFIX):]
+    if not group_name.startswith(POINT_PREFIX) or THROTTLE_MARKER in group_name:
+        return None
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 9 else None
+
+
 class root:
     """`/`"""
     path = "/"

@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include "schema.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -57,21 +59,24 @@ const Group* Group::FindChild(const std::string& name) const {
 }
 
 std::string PointGroupName(const PointGroup& point) {
-  std::string name = "k";  // (not "k" + ...: GCC 12 warns falsely about that concatenation)
+  std::string name = schema::kPointPrefix;  // (not "k" + ...: GCC 12 warns falsely about that concatenation)
   name += std::to_string(point.ranks);
   if (point.throttle_MBps > 0) {
     char rate[32];
     std::snprintf(rate, sizeof rate, "%g", point.throttle_MBps);
-    name += std::string("_throttle") + rate;
+    name += schema::kThrottleMarker;
+    name += rate;
   }
   return name;
 }
 
 std::optional<PointGroup> ParsePointGroupName(const std::string& name) {
-  constexpr const char* kMarker = "_throttle";
+  const char* kMarker = schema::kThrottleMarker;
+  const size_t prefix = std::strlen(schema::kPointPrefix);
   const size_t marker = name.find(kMarker);
-  const std::string ranks = name.substr(1, marker == std::string::npos ? std::string::npos : marker - 1);
-  if (name.empty() || name[0] != 'k' || ranks.empty() || ranks.size() > 9 ||
+  if (name.compare(0, prefix, schema::kPointPrefix) != 0) return std::nullopt;
+  const std::string ranks = name.substr(prefix, marker == std::string::npos ? std::string::npos : marker - prefix);
+  if (ranks.empty() || ranks.size() > 9 ||
       !std::all_of(ranks.begin(), ranks.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return std::nullopt;
   }

@@ -235,6 +235,11 @@ inline const RealColumn peak_device_memory_bytes{kMemory, "peak_device_memory_by
 }  // namespace train
 
 // ---- train/<point> ------------------------------------------------------------------------------------------
+// A point's group name: kPointPrefix and the rank count ("k8"), then for a storage sweep's rate kThrottleMarker and
+// the rate in MB/s per rank as %g writes it ("k8_throttle200"). Built and parsed by PointGroupName and
+// ParsePointGroupName (report.h), and in Python by schema_names.point_ranks.
+inline constexpr const char* kPointPrefix = "k";
+inline constexpr const char* kThrottleMarker = "_throttle";
 inline GroupSpec kTrainPoint{"train/<point>",
                              "one group per scaling point: `k<N>` for the first N ranks, `k<N>_throttle<MBps>` for a "
                              "storage sweep's rate"};

@@ -92,7 +92,18 @@ std::string SchemaPython() {
       "# The names of every group, table, attribute and column of a trainbench report, for plots.py.\n\n\n"
       "def name(field, key):\n"
       "    \"\"\"The name of a field with a placeholder for one key: name(summary.peak_busbw_GBps, \"all_reduce\").\"\"\"\n"
-      "    return field[:field.index(\"<\")] + key + field[field.index(\">\") + 1:]\n";
+      "    return field[:field.index(\"<\")] + key + field[field.index(\">\") + 1:]\n"
+      "\n\n"
+      "POINT_PREFIX = \"" + std::string(kPointPrefix) + "\"\n"
+      "THROTTLE_MARKER = \"" + std::string(kThrottleMarker) + "\"\n"
+      "\n\n"
+      "def point_ranks(group_name):\n"
+      "    \"\"\"The rank count of a scaling point's group (\"k8\" -> 8); None for a storage sweep's point\n"
+      "    (\"k8_throttle200\") or any other name, as ParsePointGroupName (report.h) reads them.\"\"\"\n"
+      "    digits = group_name[len(POINT_PREFIX):]\n"
+      "    if not group_name.startswith(POINT_PREFIX) or THROTTLE_MARKER in group_name:\n"
+      "        return None\n"
+      "    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 9 else None\n";
   for (const GroupSpec* group : AllGroups()) {
     text += "\n\nclass " + PythonName(group->path) + ":\n";
     text += "    \"\"\"" + Code(group->path) + "\"\"\"\n";
