@@ -264,10 +264,6 @@ std::string CsvNumber(double value) {
   return ShortestDouble(value);
 }
 
-void TextReporter::ReportContext(const ReportContextInfo& context) { context_ = context; }
-
-void TextReporter::ReportRuns(const std::vector<RunView>& runs) { runs_.insert(runs_.end(), runs.begin(), runs.end()); }
-
 std::string TextReporter::Finalize() {
   const std::vector<RunView>& runs = runs_;
   std::vector<std::string> lines = {Format("# trainbench %s: %zu run%s", context_.command.c_str(), runs.size(),
@@ -285,10 +281,6 @@ std::string TextReporter::Finalize() {
   for (const std::string& line : lines) text += line + "\n";
   return text;
 }
-
-void CsvReporter::ReportContext(const ReportContextInfo&) {}  // a CSV holds only tables
-
-void CsvReporter::ReportRuns(const std::vector<RunView>& runs) { runs_.insert(runs_.end(), runs.begin(), runs.end()); }
 
 std::string CsvReporter::Finalize() {
   std::string text;
@@ -311,10 +303,6 @@ std::string CsvReporter::Finalize() {
   }
   return text;
 }
-
-void JsonReporter::ReportContext(const ReportContextInfo&) {}  // the runs name their files
-
-void JsonReporter::ReportRuns(const std::vector<RunView>& runs) { runs_.insert(runs_.end(), runs.begin(), runs.end()); }
 
 std::string JsonReporter::Finalize() {
   Json doc = {{"format", "trainbench.report.export"}, {"version", 1}, {"units", JsonUnits(runs_)}, {"runs", Json::array()}};

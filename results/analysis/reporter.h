@@ -34,39 +34,35 @@ class Reporter {
 
 using ViewReporter = Reporter<std::vector<RunView>>;
 
-// Console text: headline tables side by side (a column per run), detail tables run by run.
-class TextReporter final : public ViewReporter {
+// The view reporters' shared steps: the context kept, the runs accumulated; each one writes them its way.
+class AccumulatingViewReporter : public ViewReporter {
  public:
-  void ReportContext(const ReportContextInfo& context) override;
-  void ReportRuns(const std::vector<RunView>& runs) override;
-  std::string Finalize() override;
+  void ReportContext(const ReportContextInfo& context) override { context_ = context; }
+  void ReportRuns(const std::vector<RunView>& runs) override { runs_.insert(runs_.end(), runs.begin(), runs.end()); }
 
- private:
+ protected:
   ReportContextInfo context_;
   std::vector<RunView> runs_;
 };
 
-// One CSV block per table, every run's rows in it with a leading `run` column; blocks separated by a blank line.
-class CsvReporter final : public ViewReporter {
+// Console text: headline tables side by side (a column per run), detail tables run by run.
+class TextReporter final : public AccumulatingViewReporter {
  public:
-  void ReportContext(const ReportContextInfo& context) override;
-  void ReportRuns(const std::vector<RunView>& runs) override;
   std::string Finalize() override;
-
- private:
-  std::vector<RunView> runs_;
 };
 
-// One JSON object: the runs, each with its sections and tables; numbers as numbers, NaN and infinities as null
-// (nlohmann-json through DumpJson).
-class JsonReporter final : public ViewReporter {
+// One CSV block per table, every run's rows in it with a leading `run` column; blocks separated by a blank line
+// (a CSV holds only tables: the context is not written).
+class CsvReporter final : public AccumulatingViewReporter {
  public:
-  void ReportContext(const ReportContextInfo& context) override;
-  void ReportRuns(const std::vector<RunView>& runs) override;
   std::string Finalize() override;
+};
 
- private:
-  std::vector<RunView> runs_;
+// One JSON object: the runs, each with its sections and tables (they name their files); numbers as numbers, NaN
+// and infinities as null (nlohmann-json through DumpJson).
+class JsonReporter final : public AccumulatingViewReporter {
+ public:
+  std::string Finalize() override;
 };
 
 // The HDF5 report (schema: results/README.md) of one Report, written by WriteReport to `path` at Finalize.
