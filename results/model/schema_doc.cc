@@ -34,8 +34,14 @@ std::string FieldRows(const std::vector<const Field*>& fields) {
   return text;
 }
 
+// A description as a sentence: its first letter upper-case.
+std::string Sentence(std::string text) {
+  if (!text.empty()) text[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(text[0])));
+  return text;
+}
+
 std::string GroupMarkdown(const GroupSpec& group) {
-  std::string text = "#### " + Code(group.path) + "\n\n" + group.description + ".\n";
+  std::string text = "#### " + Code(group.path) + "\n\n" + Sentence(group.description) + ".\n";
   if (!group.attributes.empty()) {
     text += "\n| Attribute | Type | Unit | Meaning |\n|---|---|---|---|\n" + FieldRows(group.attributes);
   }
