@@ -28,16 +28,27 @@ const TypeEntry& Entry(DataType type) {
 size_t DataTypeSize(DataType type) { return Entry(type).size; }
 std::string DataTypeName(DataType type) { return Entry(type).name; }
 
+namespace {
+
+// nccl-tests' names plus the common aliases.
+constexpr std::pair<const char*, DataType> kDataTypeAliases[] = {
+    {"float", DataType::kFloat32},   {"fp32", DataType::kFloat32},    {"float32", DataType::kFloat32},
+    {"double", DataType::kFloat64},  {"fp64", DataType::kFloat64},    {"float64", DataType::kFloat64},
+    {"int32", DataType::kInt32},     {"int", DataType::kInt32},       {"half", DataType::kFloat16},
+    {"fp16", DataType::kFloat16},    {"float16", DataType::kFloat16}, {"bfloat16", DataType::kBFloat16},
+    {"bf16", DataType::kBFloat16},
+};
+
+}  // namespace
+
+std::vector<std::string> DataTypeAliases() {
+  std::vector<std::string> names;
+  for (const auto& [name, type] : kDataTypeAliases) names.push_back(name);
+  return names;
+}
+
 DataType ParseDataType(const std::string& text, const std::string& flag) {
-  // nccl-tests' names plus the common aliases
-  const std::pair<const char*, DataType> aliases[] = {
-      {"float", DataType::kFloat32},   {"fp32", DataType::kFloat32},    {"float32", DataType::kFloat32},
-      {"double", DataType::kFloat64},  {"fp64", DataType::kFloat64},    {"float64", DataType::kFloat64},
-      {"int32", DataType::kInt32},     {"int", DataType::kInt32},       {"half", DataType::kFloat16},
-      {"fp16", DataType::kFloat16},    {"float16", DataType::kFloat16}, {"bfloat16", DataType::kBFloat16},
-      {"bf16", DataType::kBFloat16},
-  };
-  for (const auto& [name, type] : aliases) {
+  for (const auto& [name, type] : kDataTypeAliases) {
     if (text == name) return type;
   }
   throw InputError("unknown data type '" + text + "' for " + flag +

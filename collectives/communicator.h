@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tb {
 
@@ -18,6 +19,7 @@ enum class MemoryKind { kHost, kDevice };
 size_t DataTypeSize(DataType type);
 std::string DataTypeName(DataType type);  // "float", "double", "int32", "half", "bfloat16" (nccl-tests' names)
 DataType ParseDataType(const std::string& text, const std::string& flag);  // throws InputError listing the names
+std::vector<std::string> DataTypeAliases();  // every name ParseDataType accepts (--dtype's choices)
 std::string ReduceOpName(ReduceOp op);
 
 // Memory the communicator operates on (host memory for MPI, device memory for NCCL). Move-only, owned.

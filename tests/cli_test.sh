@@ -15,7 +15,7 @@ expect_error 2 "invalid size '1Q' for -b/--minbytes" -- "$tb" collectives -b 1Q
 expect_error 2 "invalid size '8X' for -e/--maxbytes" -- "$tb" collectives -e 8X
 expect_error 2 "-e/--maxbytes \(1K\) is below -b/--minbytes \(1M\)" -- "$tb" collectives -b 1M -e 1K
 expect_error 2 "unknown operation 'allreduce' for --ops" -- "$tb" collectives --ops allreduce
-expect_error 2 "unknown data type 'float8' for -d/--dtype" -- "$tb" collectives -d float8
+expect_error 2 "--dtype 'float8': not one of the choices \\(accepted: float\\|fp32" -- "$tb" collectives -d float8
 expect_error 2 "^trainbench: error: --redop 'prod': not one of the choices \(accepted: sum\|avg\|max\|min\) \(see 'trainbench collectives --help'\)$" -- \
   "$tb" collectives --redop prod
 expect_error 2 "--iters '0': out of range \(accepted: a whole number 1\.\.16777216\)" -- "$tb" collectives -n 0

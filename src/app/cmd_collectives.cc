@@ -63,7 +63,8 @@ int RunCollectivesCommand(const CommandInput& input) {
       ("sizes", po::value(&f.sizes), "explicit comma-separated sizes instead of -b/-e/-f, e.g. 1K,64K,1M")
       ("ops", po::value(&f.ops)->default_value(f.ops),
        "comma-separated: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv, or all")
-      ("dtype,d", po::value(&f.dtype)->default_value(f.dtype), "float|double|int32 (and half|bfloat16 on cuda)")
+      ("dtype,d", Choice(&f.dtype, DataTypeAliases())->default_value(f.dtype),
+       "element type: float, double, int32 (and half, bfloat16 on cuda), or an alias (fp32, fp64, int, fp16, bf16)")
       ("redop", Choice(&f.redop, {"sum", "avg", "max", "min"})->default_value(f.redop), "the reduction of all_reduce, reduce and reduce_scatter")
       ("root", Number(&f.root, IntRange::AtLeast(0))->default_value(f.root), "root rank of broadcast and reduce")
       ("iters,n", Number(&f.iters, IntRange::Between(1, kMaxIterations))->default_value(f.iters), "timed iterations per size")
