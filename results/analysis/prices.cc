@@ -1,6 +1,6 @@
 #include "prices.h"
 
-#include <toml++/toml.h>
+#include "toml_reader.h"
 
 #include <algorithm>
 #include <cctype>
@@ -15,40 +15,6 @@
 
 namespace tb {
 namespace {
-
-// ---- TOML ----------------------------------------------------------------------------------------------------
-
-int NodeLine(const toml::node& node) { return static_cast<int>(node.source().begin.line); }
-
-std::string At(const std::string& file, int line) { return file + ":" + std::to_string(line) + ": "; }
-
-// "an array", "a date", ...: what a value of the wrong kind is, for its error.
-std::string KindOf(const toml::node& node) {
-  switch (node.type()) {
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::date: return "a date";
-    case toml::node_type::time: return "a time";
-    case toml::node_type::date_time: return "a date-time";
-    default: return "nothing";
-  }
-}
-
-// The document (toml++, TOML 1.0); a syntax error is "FILE:LINE: not valid TOML: <toml++'s words> (column C)".
-toml::table ParseToml(const std::string& text, const std::string& file) {
-  try {
-    return toml::parse(text, std::string_view(file));
-  } catch (const toml::parse_error& e) {
-    std::string what(e.description());
-    if (!what.empty()) what[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(what[0])));
-    throw InputError(At(file, static_cast<int>(e.source().begin.line)) + "not valid TOML: " + what + " (column " +
-                     std::to_string(e.source().begin.column) + ")");
-  }
-}
 
 // ---- GPU models ----------------------------------------------------------------------------------------------
 
@@ -67,92 +33,6 @@ std::string Canonical(const std::string& name) {
 }
 
 // ---- price file ----------------------------------------------------------------------------------------------
-
-// Reads the typed fields of one table, rejecting unknown keys at the end.
-class FieldReader {
- public:
-  FieldReader(const toml::table& table, const std::string& file, std::string where)
-      : table_(table), file_(file), where_(std::move(where)) {}
-
-  [[noreturn]] void Fail(int line, const std::string& what) const { throw InputError(At(file_, line) + where_ + what); }
-  int TableLine() const { return NodeLine(table_); }
-  int LineOf(const std::string& key) const {
-    const toml::node* node = table_.get(key);
-    return node ? NodeLine(*node) : TableLine();
-  }
-  const toml::node* Find(const std::string& key) {
-    used_.insert(key);
-    return table_.get(key);
-  }
-
-  std::optional<std::string> OptionalString(const std::string& key) {
-    const toml::node* node = Find(key);
-    if (!node) return std::nullopt;
-    if (!node->is_string()) WrongKind(key, *node, "a string in quotes");
-    return node->as_string()->get();
-  }
-  std::string String(const std::string& key) {
-    std::optional<std::string> value = OptionalString(key);
-    if (!value) Fail(TableLine(), "missing " + key);
-    if (value->empty()) Fail(LineOf(key), key + " must not be empty");
-    return *value;
-  }
-  std::optional<double> OptionalNumber(const std::string& key) {
-    const toml::node* node = Find(key);
-    if (!node) return std::nullopt;
-    if (const auto* i = node->as_integer()) return static_cast<double>(i->get());
-    if (!node->is_floating_point()) WrongKind(key, *node, "a number");
-    const double value = node->as_floating_point()->get();
-    if (!std::isfinite(value)) Fail(NodeLine(*node), key + " must be a finite number, got " + Text(value));
-    return value;
-  }
-  // A number >= 0 (> 0 when `positive`); required.
-  double Number(const std::string& key, bool positive) {
-    std::optional<double> value = OptionalNumber(key);
-    if (!value) Fail(TableLine(), "missing " + key);
-    CheckSign(key, *value, positive);
-    return *value;
-  }
-  void CheckSign(const std::string& key, double value, bool positive) const {
-    if (positive ? !(value > 0) : !(value >= 0)) {
-      Fail(LineOf(key), key + " must be " + (positive ? "> 0" : ">= 0") + ", got " + Text(value));
-    }
-  }
-  int64_t Integer(const std::string& key) {
-    const toml::node* node = Find(key);
-    if (!node) Fail(TableLine(), "missing " + key);
-    if (!node->is_integer()) WrongKind(key, *node, "a whole number");
-    return node->as_integer()->get();
-  }
-  std::optional<bool> OptionalBool(const std::string& key) {
-    const toml::node* node = Find(key);
-    if (!node) return std::nullopt;
-    if (!node->is_boolean()) WrongKind(key, *node, "true or false");
-    return node->as_boolean()->get();
-  }
-  void RejectUnknown(const std::string& accepted) const {
-    for (const auto& [key, node] : table_) {
-      if (!used_.contains(std::string(key.str()))) {
-        Fail(NodeLine(node), "unknown key '" + std::string(key.str()) + "' (accepted: " + accepted + ")");
-      }
-    }
-  }
-
- private:
-  [[noreturn]] void WrongKind(const std::string& key, const toml::node& node, const std::string& wanted) const {
-    Fail(NodeLine(node), key + " must be " + wanted + " (got " + KindOf(node) + ")");
-  }
-  static std::string Text(double value) {
-    std::ostringstream text;
-    text << value;
-    return text.str();
-  }
-
-  const toml::table& table_;
-  const std::string& file_;
-  std::string where_;
-  std::set<std::string> used_;
-};
 
 constexpr const char* kOfferingKeys =
     "name, gpu, gpus_per_node, usd_per_gpu_hour, usd_per_node_hour, gpu_memory_gib, storage_usd_per_gb_month, "
@@ -316,15 +196,6 @@ PriceFile ParsePriceFile(const std::string& text, const std::string& path) {
   return prices;
 }
 
-PriceFile ReadPriceFile(const std::string& path) {
-  const std::string problem = InputFileProblem(path);
-  if (!problem.empty()) throw InputError("cannot read price file '" + path + "': " + problem);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read price file '" + path + "': no such file or not readable");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError("cannot read price file '" + path + "': read error");
-  return ParsePriceFile(text.str(), path);
-}
+PriceFile ReadPriceFile(const std::string& path) { return ParsePriceFile(ReadTextFile(path, "price file"), path); }
 
 }  // namespace tb

@@ -22,5 +22,6 @@ int RunTrainCommand(const CommandInput& input);
 int RunDataCommand(const CommandInput& input);
 int RunReportCommand(const CommandInput& input);
 int RunCostCommand(const CommandInput& input);
+int RunValidateCommand(const CommandInput& input);
 
 }  // namespace tb

@@ -1,0 +1,118 @@
+// `trainbench validate`: a report's key figures turned into checks with verdicts. Each check carries the measured
+// value, the expected value, the tolerance, where the expectation came from and the rank, host, GPU or link it
+// concerns. Expectations are layered, later wins: the policy file's thresholds per GPU model < a baseline report
+// < history (the rolling median and MAD of the last passing nights). Definitions: results/README.md ("Validation").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report.h"
+
+namespace tb {
+
+enum class Verdict { kPass, kWarn, kFail, kUnknown };
+const char* VerdictName(Verdict verdict);  // "pass", "warn", "fail", "unknown"
+
+// Which way a figure is good.
+enum class Better { kHigher, kLower };
+
+// The thing a check concerns; empty fields do not apply.
+struct Subject {
+  std::string rank, host, gpu, link;
+};
+
+// One key figure of a run, as validate reads it out of a report. `key` is stable across runs (history and
+// baselines match on it): "collectives.all_reduce.busbw_GBps.large", "train.tokens_per_s", "p2p.median_uni_GBps".
+struct Figure {
+  std::string key;
+  std::string family;  // collectives, p2p, train, storage, environment
+  std::string title;   // "all_reduce busbw, sizes >= 16 MiB"
+  std::string unit;    // "GB/s", "tokens/s", "fraction", "" for text
+  Better better = Better::kHigher;
+  bool share = false;  // a share of step time (0..1): tolerances are absolute points, not relative
+  double value = 0;    // NaN: the report lacks it (the check is unknown)
+  std::string text;    // environment figures: the value compared as text
+  Subject subject;
+};
+
+// The figures of `report`; every one validate checks.
+std::vector<Figure> ExtractFigures(const Report& report);
+
+// What validate judges by, from --policy (defaults otherwise).
+struct ValidatePolicy {
+  std::string file;           // "" for the defaults
+  double warn = 0.05;         // relative shortfall of a rate (or excess of a time) that warns
+  double fail = 0.10;         // ... that fails
+  double share_warn = 0.02;   // absolute excess of a share of step time that warns
+  double share_fail = 0.05;   // ... that fails
+  double straggler_z = 3.5;   // robust z (0.6745 (x - median) / MAD) above which a rank is a straggler ...
+  double straggler_floor = 0.05;  // ... when also this much slower than the median rank
+  int history_nights = 14;    // the last N passing nights
+  int history_min_nights = 3; // fewer give no expectation
+  bool environment_drift_fails = false;  // a changed driver/CUDA/NCCL/MPI version fails instead of warning
+  // Thresholds per GPU model (the model names cost's price files use: "H100 SXM"): figure key -> expected value.
+  std::map<std::string, std::map<std::string, double>> gpu_thresholds;
+};
+
+// Reads a policy file (TOML; keys in results/README.md, "Validation"); InputError naming the file, line and key
+// for a syntax error, an unknown key or a bad value.
+ValidatePolicy ReadValidatePolicy(const std::string& path);
+ValidatePolicy ParseValidatePolicy(const std::string& text, const std::string& file);
+// The figure keys a policy's [gpu."MODEL"] table may set, for its errors and the docs.
+std::vector<std::string> PolicyFigureKeys();
+
+// One passing night as history keeps it: its identity and its figures' values.
+struct HistoryEntry {
+  std::string file;        // where it was read from
+  std::string run;         // the report it summarises
+  std::string start_utc;
+  std::string identity;    // what must match for nights to be compared (RunIdentity)
+  std::map<std::string, double> values;
+  std::map<std::string, std::string> texts;
+};
+
+// What a run must share with a baseline or a night of history to be compared with it: the command, the model
+// and its shape, the GPU model and count, the ranks and nodes ("train gpt2-124m x12, 8 x NVIDIA H100, 8 ranks on
+// 1 node").
+std::string RunIdentity(const Report& report);
+
+struct Check {
+  Figure figure;
+  std::optional<double> expected;
+  double tolerance = 0;     // relative (or absolute points for a share) band before a fail
+  std::string source;       // "policy (p.toml, H100 SXM)", "baseline base.h5", "history (9 nights)", "peers", ...
+  Verdict verdict = Verdict::kUnknown;
+  std::string message;      // one line for people
+};
+
+struct ValidateInputs {
+  ValidatePolicy policy;
+  std::optional<Report> baseline;
+  std::string baseline_file;
+  std::vector<HistoryEntry> history;  // this run's identity only, oldest first
+};
+
+// The checks of `report`. Throws InputError when the baseline is another configuration (RunIdentity differs).
+std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& inputs);
+
+// The run's verdict: fail when any check fails; warn when any warns or is unknown; else pass.
+Verdict OverallVerdict(const std::vector<Check>& checks);
+
+// ---- history directories ----------------------------------------------------------------------------------------
+
+// Reads every entry of `dir` (files `*.json` written by AddToHistory). A file that is not one (another name, not
+// JSON, another format) is bad input: InputError naming it. Missing directory: InputError.
+std::vector<HistoryEntry> ReadHistory(const std::string& dir);
+// The entries with `identity`, oldest first, at most the last `nights`.
+std::vector<HistoryEntry> HistoryOf(const std::vector<HistoryEntry>& all, const std::string& identity, int nights);
+// Writes tonight's entry into `dir` (durably) and removes the oldest entries of the same identity beyond `keep`.
+// Returns the file written, or "" when the directory already holds this run (the same start and identity): a
+// night counts once however often it is validated.
+std::string AddToHistory(const std::string& dir, const Report& report, const std::string& run_file,
+                         const std::vector<Figure>& figures, int keep);
+
+}  // namespace tb

@@ -1,0 +1,223 @@
+// validate's reading of a report: the key figures (ExtractFigures) and the run's identity (RunIdentity).
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "schema.h"
+#include "units.h"
+#include "validate.h"
+#include "validate_internal.h"
+
+namespace tb {
+namespace {
+
+namespace sc = schema;
+const double kNaN = std::nan("");
+
+// Message-size bands of the collectives checks: latency-bound, middle, bandwidth-bound.
+struct SizeBand {
+  const char* name;
+  const char* title;
+  double min_bytes, max_bytes;  // [min, max)
+};
+constexpr SizeBand kBands[] = {{"small", "sizes < 64 KiB", 0, 64.0 * 1024},
+                               {"medium", "sizes 64 KiB - 16 MiB", 64.0 * 1024, 16.0 * 1024 * 1024},
+                               {"large", "sizes >= 16 MiB", 16.0 * 1024 * 1024, 1e300}};
+
+Figure MakeFigure(std::string key, std::string family, std::string title, std::string unit, Better better,
+                  double value) {
+  Figure f;
+  f.key = std::move(key);
+  f.family = std::move(family);
+  f.title = std::move(title);
+  f.unit = std::move(unit);
+  f.better = better;
+  f.value = value;
+  return f;
+}
+
+// Each measured size's busbw: out-of-place, or in-place where only that mode ran.
+std::vector<std::pair<double, double>> SizeBusbw(const Table& results) {
+  namespace r = sc::collective::results;
+  const std::vector<int64_t>* sizes = sc::Values(results, r::size_bytes);
+  const tb::Column* out = sc::FindColumn(results, r::busbw_GBps, "out_of_place");
+  const tb::Column* in = sc::FindColumn(results, r::busbw_GBps, "in_place");
+  std::vector<std::pair<double, double>> rows;
+  if (!sizes) return rows;
+  auto value = [](const tb::Column* c, size_t i) {
+    const auto* v = c ? std::get_if<std::vector<double>>(&c->values) : nullptr;
+    return v && i < v->size() ? (*v)[i] : kNaN;
+  };
+  for (size_t i = 0; i < sizes->size(); ++i) {
+    const double busbw = std::isfinite(value(out, i)) ? value(out, i) : value(in, i);
+    if (std::isfinite(busbw)) rows.emplace_back(static_cast<double>((*sizes)[i]), busbw);
+  }
+  return rows;
+}
+
+void AddCollectiveFigures(const Report& report, std::vector<Figure>& figures) {
+  for (const auto& [op, group] : sc::Instances(report.root, sc::kCollective)) {
+    const Table* results = sc::FindTable(group, sc::collective::kResults);
+    if (!results) continue;
+    const std::vector<std::pair<double, double>> rows = SizeBusbw(*results);
+    for (const SizeBand& band : kBands) {
+      std::vector<double> in_band;
+      for (const auto& [size, busbw] : rows) {
+        if (size >= band.min_bytes && size < band.max_bytes) in_band.push_back(busbw);
+      }
+      if (in_band.empty()) continue;
+      figures.push_back(MakeFigure("collectives." + op + ".busbw_GBps." + band.name, "collectives",
+                                   op + " busbw, " + band.title + " (median over sizes)", "GB/s", Better::kHigher,
+                                   Median(in_band)));
+    }
+  }
+}
+
+void AddP2pFigures(const Report& report, std::vector<Figure>& figures) {
+  const Group* p2p = sc::FindGroup(report.root, sc::kP2p);
+  if (!p2p) return;
+  const std::optional<double> median = sc::Number(p2p, sc::p2p::median_uni_GBps);
+  figures.push_back(MakeFigure("p2p.median_uni_GBps", "p2p", "p2p unidirectional bandwidth, median over pairs", "GB/s",
+                               Better::kHigher, median.value_or(kNaN)));
+  const std::optional<double> bidi = sc::Number(p2p, sc::p2p::median_bidi_GBps);
+  figures.push_back(MakeFigure("p2p.median_bidi_GBps", "p2p", "p2p bidirectional bandwidth, median over pairs", "GB/s",
+                               Better::kHigher, bidi.value_or(kNaN)));
+}
+
+// A share figure of the headline point (fraction of step time; lower is better).
+Figure ShareFigure(const std::string& key, const std::string& title, double value) {
+  Figure f = MakeFigure(key, "train", title, "fraction", Better::kLower, value);
+  f.share = true;
+  return f;
+}
+
+void AddTrainFigures(const Report& report, std::vector<Figure>& figures) {
+  const std::optional<HeadlinePoint> point = FindHeadlinePoint(report);
+  if (!point) return;
+  namespace p = sc::point;
+  const Group* g = point->train;
+  figures.push_back(MakeFigure("train.tokens_per_s", "train", "training throughput at " + point->name, "tokens/s",
+                               Better::kHigher, sc::Number(g, p::tokens_per_s).value_or(kNaN)));
+  const double mfu = sc::Number(g, p::mfu_peak).value_or(kNaN);
+  if (std::isfinite(mfu)) {  // NaN: no peak is known for the device (a CPU), so there is nothing to check
+    figures.push_back(MakeFigure("train.mfu_peak", "train", "MFU of the peak at " + point->name, "fraction",
+                                 Better::kHigher, mfu));
+  }
+  const double step = sc::Number(g, p::step_s).value_or(kNaN);
+  const double exposed = sc::Number(g, p::comm_exposed_s).value_or(kNaN);
+  figures.push_back(ShareFigure("train.comm_exposed_share", "exposed communication, share of step time",
+                                step > 0 ? exposed / step : kNaN));
+  if (point->io) {
+    figures.push_back(ShareFigure("train.data_wait_share", "data_wait (+h2d), share of step time",
+                                  sc::Number(point->io, sc::io_point::data_wait_share).value_or(kNaN)));
+    figures.push_back(ShareFigure("train.checkpoint_stall_share", "checkpoint stall, share of step time",
+                                  sc::Number(point->io, sc::io_point::checkpoint_stall_share).value_or(kNaN)));
+  }
+}
+
+// Sum of a numeric column (loader bytes, read seconds).
+double ColumnSum(const Table& table, const schema::RealColumn& column) {
+  const std::vector<double>* values = sc::Values(table, column);
+  double sum = 0;
+  if (values) {
+    for (double v : *values) sum += v;
+  }
+  return values ? sum : kNaN;
+}
+
+void AddStorageFigures(const Report& report, std::vector<Figure>& figures) {
+  const std::optional<HeadlinePoint> point = FindHeadlinePoint(report);
+  if (!point || !point->io) return;
+  namespace l = sc::io_point::loader;
+  if (const Table* loader = sc::FindTable(point->io, sc::io_point::kLoader)) {
+    const double bytes = ColumnSum(*loader, l::bytes_read), seconds = ColumnSum(*loader, l::read_s);
+    figures.push_back(MakeFigure("storage.loader_MBps", "storage", "data loader read rate (bytes over read time)",
+                                 "MB/s", Better::kHigher, seconds > 0 ? bytes / seconds / 1e6 : kNaN));
+  }
+  if (const Table* checkpoints = sc::FindTable(point->io, sc::io_point::kCheckpoints)) {
+    const std::vector<double>* rates = sc::Values(*checkpoints, sc::io_point::checkpoints::write_GBps);
+    std::vector<double> finite;
+    for (double rate : rates ? *rates : std::vector<double>{}) {
+      if (std::isfinite(rate) && rate > 0) finite.push_back(rate);
+    }
+    figures.push_back(MakeFigure("storage.checkpoint_write_GBps", "storage",
+                                 "checkpoint write rate per slice (median)", "GB/s", Better::kHigher,
+                                 finite.empty() ? kNaN : Median(finite)));
+  }
+}
+
+// Text figures compared with a baseline or the last night: what the run ran on.
+void AddEnvironmentFigures(const Report& report, std::vector<Figure>& figures) {
+  const Group* topology = sc::FindGroup(report.root, sc::kTopology);
+  if (!topology) return;
+  auto text = [&](const std::string& key, const std::string& title, const std::string& value) {
+    Figure f = MakeFigure("environment." + key, "environment", title, "", Better::kHigher, kNaN);
+    f.text = value;
+    figures.push_back(f);
+  };
+  text("devices", "devices of the launch", DeviceSummary(report));
+  namespace t = sc::topology;
+  for (const schema::TextAttribute* library : {&t::cuda_driver, &t::cuda_runtime, &t::nccl, &t::cudnn, &t::mpi_library}) {
+    const std::string* version = sc::Find(topology, *library);
+    text(library->name, library->name + " version", version ? *version : "");
+  }
+}
+
+}  // namespace
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return kNaN;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::optional<HeadlinePoint> FindHeadlinePoint(const Report& report) {
+  std::optional<HeadlinePoint> best;
+  int64_t best_ranks = -1;
+  for (const auto& [name, group] : sc::Instances(report.root, sc::kTrainPoint)) {
+    const std::optional<PointGroup> point = ParsePointGroupName(name);
+    if (!point || point->throttle_MBps > 0 || point->ranks <= best_ranks) continue;  // a storage sweep's are not
+    best_ranks = point->ranks;
+    best = HeadlinePoint{name, group, sc::FindGroup(report.root, sc::kIoPoint, name)};
+  }
+  return best;
+}
+
+std::string DeviceSummary(const Report& report) {
+  const Table* ranks = sc::FindTable(sc::FindGroup(report.root, sc::kTopology), sc::topology::kRanks);
+  if (!ranks) return "";
+  const std::vector<int64_t>* index = sc::Values(*ranks, sc::topology::ranks::gpu_index);
+  const std::vector<std::string>* name = sc::Values(*ranks, sc::topology::ranks::gpu_name);
+  if (!index || !name || index->empty()) return "";
+  if ((*index)[0] < 0) return std::to_string(index->size()) + " x cpu";
+  std::set<std::string> models(name->begin(), name->end());
+  return std::to_string(index->size()) + " x " + JoinNames(std::vector<std::string>(models.begin(), models.end()), " + ");
+}
+
+std::vector<Figure> ExtractFigures(const Report& report) {
+  std::vector<Figure> figures;
+  AddCollectiveFigures(report, figures);
+  AddP2pFigures(report, figures);
+  AddTrainFigures(report, figures);
+  AddStorageFigures(report, figures);
+  AddEnvironmentFigures(report, figures);
+  return figures;
+}
+
+std::string RunIdentity(const Report& report) {
+  const std::string* command = sc::Find(&report.root, sc::root::command);
+  std::string identity = command ? *command : "?";
+  if (const Group* model = sc::FindGroup(report.root, sc::kModel)) {
+    const std::string* name = sc::Find(model, sc::model::name);
+    const int64_t* layers = sc::Find(model, sc::model::layers);
+    identity += " " + (name ? *name : std::string("?")) + " x" + (layers ? std::to_string(*layers) : "?");
+  }
+  const int64_t* ranks = sc::Find(&report.root, sc::root::n_ranks);
+  const int64_t* nodes = sc::Find(&report.root, sc::root::n_nodes);
+  identity += ", " + DeviceSummary(report) + ", " + (ranks ? std::to_string(*ranks) : "?") + " ranks on " +
+              (nodes ? std::to_string(*nodes) : "?") + " node(s)";
+  return identity;
+}
+
+}  // namespace tb

@@ -1,0 +1,27 @@
+// Shared by validate's files (validate_figures.cc, validate.cc, validate_history.cc); not part of its interface.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report.h"
+
+namespace tb {
+
+// Median of `values` (the mean of the middle two for an even count); NaN when empty.
+double Median(std::vector<double> values);
+
+// The point whose figures validate checks: the scaling point with the most ranks (a storage sweep's points are
+// not scaling points), with its io group when the run had one.
+struct HeadlinePoint {
+  std::string name;  // "k8"
+  const Group* train = nullptr;
+  const Group* io = nullptr;
+};
+std::optional<HeadlinePoint> FindHeadlinePoint(const Report& report);
+
+// "8 x NVIDIA H100 80GB HBM3", "2 x cpu": the devices of topology/ranks; "" without them.
+std::string DeviceSummary(const Report& report);
+
+}  // namespace tb

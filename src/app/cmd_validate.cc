@@ -1,0 +1,131 @@
+// `trainbench validate RUN.h5`: the run's checks and verdict against a policy, a baseline report and the history
+// of passing nights; text on standard output, JSON, JUnit XML and a Prometheus textfile on request; exit 3 on a
+// regression. Reads files only; under mpirun every rank checks the input and rank 0 writes.
+#include <unistd.h>
+
+#include <iostream>
+
+#include "cli.h"
+#include "commands.h"
+#include "durable_file.h"
+#include "error.h"
+#include "log.h"
+#include "reporter.h"
+#include "validate.h"
+#include "validate_outputs.h"
+
+namespace tb {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: trainbench validate RUN.h5 [--baseline B.h5] [--history DIR] [--policy P.toml] [--json F] [--junit F]\n"
+    "                           [--prometheus F] [--strict] [--record-anyway] [--history-keep N]\n"
+    "Checks the run's key figures (collectives busbw per size band and verification, p2p weak links, training\n"
+    "throughput, MFU, stragglers and stall shares, storage rates, environment drift) against expectations layered\n"
+    "policy < baseline < history; prints each check and the verdict. Exit 0 pass (warnings and unknowns allowed\n"
+    "unless --strict), 3 regression, 1 error, 2 bad input. Definitions in results/README.md (\"Validation\").";
+
+struct ValidateFlags {
+  std::vector<std::string> files;
+  std::string baseline, history, policy, json, junit, prometheus;
+  bool strict = false;
+  bool record_anyway = false;
+  int history_keep = 30;
+};
+
+bool ParseValidateFlags(const std::vector<std::string>& args, ValidateFlags& f) {
+  po::options_description options("validate options");
+  options.add_options()
+      ("baseline", po::value(&f.baseline), "a known-good report of the same configuration to compare with")
+      ("history", po::value(&f.history), "directory of passing nights: expectations from them, tonight added when it passes")
+      ("policy", po::value(&f.policy), "policy file (TOML): tolerances, straggler rule, thresholds per GPU model")
+      ("json", po::value(&f.json), "also write the checks as JSON (report's export layout) to this file")
+      ("junit", po::value(&f.junit), "also write JUnit XML (a testsuite per check family) to this file")
+      ("prometheus", po::value(&f.prometheus), "also write a Prometheus textfile (node_exporter) to this file")
+      ("strict", po::bool_switch(&f.strict), "exit 3 on warnings and unknown checks too")
+      ("record-anyway", po::bool_switch(&f.record_anyway), "add tonight to --history even when it failed")
+      ("history-keep", Number(&f.history_keep, IntRange::Between(1, 100000))->default_value(f.history_keep),
+       "nights of this configuration --history keeps")
+      ("help,h", "show this help");
+  ParseSpec spec;
+  spec.positional = "file";
+  spec.positional_target = &f.files;
+  spec.rules = {Needs("record-anyway", "history"), Needs("history-keep", "history")};
+  if (!ParseCommandLine("validate", args, options, kUsage, spec)) return false;
+  if (f.files.size() != 1) {
+    throw InputError(std::string(f.files.empty() ? "no report given" : "one report at a time") +
+                     " (usage: trainbench validate RUN.h5 [--baseline B.h5] [--history DIR])");
+  }
+  return true;
+}
+
+struct ValidateRun {
+  Report report;
+  ValidateInputs inputs;
+};
+
+// Everything read and checked before anything is written (every rank; agreed).
+ValidateRun ReadInputs(const ValidateFlags& f) {
+  ValidateRun run;
+  if (!f.policy.empty()) run.inputs.policy = ReadValidatePolicy(f.policy);
+  run.report = ReadReport(f.files.front());
+  if (!f.baseline.empty()) {
+    run.inputs.baseline = ReadReport(f.baseline);
+    run.inputs.baseline_file = f.baseline;
+  }
+  if (!f.history.empty()) {
+    // Nights of this configuration, without this run itself when it was validated before.
+    std::vector<HistoryEntry> all = ReadHistory(f.history);
+    const std::string* start = schema::Find(&run.report.root, schema::root::start_utc);
+    std::erase_if(all, [&](const HistoryEntry& e) { return start && e.start_utc == *start; });
+    run.inputs.history = HistoryOf(all, RunIdentity(run.report), run.inputs.policy.history_nights);
+  }
+  std::vector<std::string> inputs = {f.files.front()};
+  for (const std::string& path : {f.baseline, f.policy, f.history}) {
+    if (!path.empty()) inputs.push_back(path);  // the history directory too: an output there would be a foreign file
+  }
+  for (const auto& [path, flag] : {std::pair{f.json, "--json"}, {f.junit, "--junit"}, {f.prometheus, "--prometheus"}}) {
+    if (!path.empty()) CheckOutputPath(path, flag, inputs);
+  }
+  return run;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  ReplaceFileDurably(path, path + ".tmp." + std::to_string(::getpid()), text.data(), text.size());
+}
+
+}  // namespace
+
+int RunValidateCommand(const CommandInput& input) {
+  ValidateFlags f;
+  bool help = false;
+  ValidateRun run;
+  std::vector<Check> checks;
+  AgreeOnSetup([&] {
+    help = !ParseValidateFlags(input.args, f);
+    if (help) return;
+    run = ReadInputs(f);
+    checks = ValidateReport(run.report, run.inputs);
+  });
+  if (help || input.ctx.world_rank != 0) return 0;
+
+  const std::string& file = f.files.front();
+  const RunView view = ValidateView(file, run.report, checks);
+  std::cout << ReportViews("text", {"validate", {file}}, {view}) << std::flush;
+  if (!f.json.empty()) WriteText(f.json, ReportViews("json", {"validate", {file}}, {view}));
+  if (!f.junit.empty()) WriteText(f.junit, JunitXml(file, run.report, checks));
+  if (!f.prometheus.empty()) WriteText(f.prometheus, PrometheusText(file, run.report, checks));
+  const Verdict verdict = OverallVerdict(checks);
+  const bool regression = verdict == Verdict::kFail || (f.strict && verdict != Verdict::kPass);
+  if (!f.history.empty() && (!regression || f.record_anyway)) {
+    const std::string entry = AddToHistory(f.history, run.report, file, ExtractFigures(run.report), f.history_keep);
+    Print(entry.empty() ? "# history: this run is already in " + f.history
+                        : "# history: added " + entry + " (" + std::to_string(run.inputs.history.size()) +
+                              " earlier nights of this configuration)",
+          true);
+  }
+  Print(std::string("# verdict: ") + VerdictName(verdict) + (regression ? " (exit 3)" : ""), true);
+  return static_cast<int>(regression ? ExitCode::kRegression : ExitCode::kOk);
+}
+
+}  // namespace tb
