@@ -50,7 +50,7 @@ struct ValidatePolicy {
   double share_warn = 0.02;   // absolute excess of a share of step time that warns
   double share_fail = 0.05;   // ... that fails
   double straggler_z = 3.5;   // robust z (0.6745 (x - median) / MAD) above which a rank is a straggler ...
-  double straggler_floor = 0.05;  // ... when also this much slower than the median rank
+  double straggler_floor = 0.05;  // ... when also this much slower than the others' median (0.05 = 5%)
   int history_nights = 14;    // the last N passing nights
   int history_min_nights = 3; // fewer give no expectation
   bool environment_drift_fails = false;  // a changed driver/CUDA/NCCL/MPI version fails instead of warning

@@ -59,7 +59,10 @@ void ReadStraggler(const toml::table& table, const std::string& file, ValidatePo
     p.straggler_z = r.Number("z", true);
     if (p.straggler_z > 1000) r.Fail(r.LineOf("z"), "z must be at most 1000");
   }
-  p.straggler_floor = Fraction(r, "floor", p.straggler_floor, false);
+  if (r.OptionalNumber("floor")) {
+    p.straggler_floor = r.Number("floor", false);
+    if (p.straggler_floor > 1000) r.Fail(r.LineOf("floor"), "floor must be at most 1000 (100000%)");
+  }
   r.RejectUnknown("z, floor");
 }
 

@@ -3,6 +3,7 @@
 // regression. Reads files only; under mpirun every rank checks the input and rank 0 writes.
 #include <unistd.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "cli.h"
@@ -10,6 +11,7 @@
 #include "durable_file.h"
 #include "error.h"
 #include "log.h"
+#include "paths.h"
 #include "reporter.h"
 #include "validate.h"
 #include "validate_outputs.h"
@@ -85,7 +87,13 @@ ValidateRun ReadInputs(const ValidateFlags& f) {
     if (!path.empty()) inputs.push_back(path);  // the history directory too: an output there would be a foreign file
   }
   for (const auto& [path, flag] : {std::pair{f.json, "--json"}, {f.junit, "--junit"}, {f.prometheus, "--prometheus"}}) {
-    if (!path.empty()) CheckOutputPath(path, flag, inputs);
+    if (path.empty()) continue;
+    CheckOutputPath(path, flag, inputs);
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    if (!f.history.empty() && DirectoriesOverlap(dir.empty() ? "." : dir, f.history)) {
+      throw InputError(std::string("refusing to write ") + flag + " '" + path + "': it is inside --history '" +
+                       f.history + "', where it would be read as a foreign entry");
+    }
   }
   return run;
 }

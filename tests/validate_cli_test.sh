@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# trainbench validate end to end: a run against itself and its history passes, a run whose storage is throttled far
+# below what it needs fails (exit 3) naming the figure, JUnit parses with junitparser and the textfile with
+# prometheus_client's parser, and every bad input is one line and exit 2.
+#   validate_cli_test.sh TRAINBENCH MPIEXEC...
+set -uo pipefail
+tb=$(realpath "$1"); shift; mpi=("$@")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+cd "$work"
+
+small=(--model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --steps 3 --data tokens --record-bytes 4K --quiet)
+expect_ok "$tb" data generate --dir tokens --tokens 100000 --vocab 4096 --quiet
+for run in a b c d; do expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" -o $run.h5; done
+# 0.01 MB/s per rank against 8 KB per step: each step waits about 0.8 s for data where it computes in milliseconds.
+expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --io-throttle 0.01 -o slow.h5
+expect_ok "$tb" collectives -b 8 -e 1K -n 2 -w 1 -o coll.h5 --quiet
+
+# Two ranks sharing two busy cores can differ in step time by any factor: the straggler rule is tested in
+# validate_tests (and with injected slow ranks); here its floor (100 = 10000% slower) is out of the way.
+printf '[straggler]\nfloor = 100\n' >calm.toml
+printf '[tolerance]\nwarn = 0.9\nfail = 0.95\nshare_warn = 0.5\nshare_fail = 0.9\n[straggler]\nfloor = 100\n' >wide.toml
+
+# A run against itself: every figure equal, so every check passes.
+expect_ok "$tb" validate a.h5 --baseline a.h5 --json self.json --policy calm.toml
+grep -q '^# verdict: pass' "$work/out" || fail "a run against itself: $(grep -E '^ +(fail|warn|unknown) ' "$work/out")"
+
+# The throttled run against a clean baseline: data_wait (+90 points) and throughput fail; exit 3.
+checks=$((checks + 1))
+"$tb" validate slow.h5 --baseline a.h5 --policy calm.toml --junit slow.xml --prometheus slow.prom --json slow.json \
+  >"$work/out" 2>"$work/err"
+rc=$?
+[[ $rc -eq 3 ]] || fail "throttled run: exit $rc, want 3: $(cat "$work/err")"
+grep -qE '^ +fail +train +train.data_wait_share ' "$work/out" || fail "throttled run: no failing data_wait_share: $(cat "$work/out")"
+grep -qE '^ +fail +train +train.tokens_per_s ' "$work/out" || fail "throttled run: no failing tokens_per_s"
+grep -q '^# verdict: fail (exit 3)' "$work/out" || fail "throttled run: no verdict line"
+
+# JUnit and Prometheus, read by their standard parsers, say the same as the JSON.
+checks=$((checks + 1))
+/usr/bin/python3 - slow.xml slow.prom slow.json <<'EOF' || fail "JUnit/Prometheus/JSON disagree or do not parse"
+import json, sys
+from junitparser import JUnitXml, Failure
+from prometheus_client.parser import text_string_to_metric_families
+xml, prom, js = sys.argv[1:]
+rows = json.load(open(js))["runs"][0]["validate"]["checks"]
+failed = {r["check"] for r in rows if r["verdict"] == "fail"}
+junit_failed = {case.name for suite in JUnitXml.fromfile(xml) for case in suite
+                if any(isinstance(r, Failure) for r in case.result)}
+assert failed and failed == junit_failed, (failed, junit_failed)
+status = {}
+for family in text_string_to_metric_families(open(prom).read()):
+    for sample in family.samples:
+        if sample.name == "trainbench_check_status":
+            status[sample.labels["check"]] = sample.value
+assert {k for k, v in status.items() if v == 2} == failed, status
+assert len(status) == len(rows), (len(status), len(rows))
+EOF
+
+# History: three clean nights, then a clean run passes against them (bands wide enough that load cannot matter)
+# and the throttled one still fails on data_wait with the default share bands.
+mkdir history
+for run in a b c; do expect_ok "$tb" validate $run.h5 --history history --policy wide.toml; done
+[[ $(ls history | wc -l) -eq 3 ]] || fail "history holds $(ls history | wc -l) nights, want 3"
+expect_ok "$tb" validate d.h5 --history history --policy wide.toml
+grep -q 'history: median of 3 passing nights' "$work/out" || fail "no expectation from history: $(cat "$work/out")"
+grep -qE '^ +pass +train +train.tokens_per_s ' "$work/out" || fail "clean run against history: tokens_per_s not pass"
+checks=$((checks + 1))
+"$tb" validate slow.h5 --history history --policy calm.toml >"$work/out" 2>&1
+[[ $? -eq 3 ]] || fail "throttled run against history: not exit 3: $(tail -5 "$work/out")"
+[[ $(ls history | wc -l) -eq 4 ]] || fail "a failing night was added to history (or d was not)"
+
+# --strict: unknown checks (nothing to compare with) are a regression too.
+expect_error_rc() {
+  local code=$1; shift
+  checks=$((checks + 1))
+  "$@" >"$work/out" 2>"$work/err"; local rc=$?
+  [[ $rc -eq $code ]] || fail "$* -> exit $rc, want $code: $(tail -3 "$work/err")"
+}
+expect_error_rc 3 "$tb" validate a.h5 --strict --policy calm.toml
+expect_error_rc 0 "$tb" validate a.h5 --policy calm.toml
+
+# Bad input: one line, exit 2, nothing written.
+printf '[tolerance]\nwran = 0.1\n' >bad.toml
+expect_error 2 "bad.toml:2: \[tolerance\] unknown key 'wran'" -- "$tb" validate a.h5 --policy bad.toml
+expect_error 2 "--baseline 'coll.h5' is another configuration" -- "$tb" validate a.h5 --baseline coll.h5
+echo hello >history/notes.txt
+expect_error 2 "history 'history/notes.txt': not a history entry" -- "$tb" validate a.h5 --history history
+rm history/notes.txt
+expect_error 2 "refusing to write --junit 'history/x.xml'" -- "$tb" validate a.h5 --history history --junit history/x.xml
+expect_error 2 "one report at a time" -- "$tb" validate a.h5 b.h5
+expect_error 2 "no report given" -- "$tb" validate
+expect_error 2 "--record-anyway goes with --history" -- "$tb" validate a.h5 --record-anyway
+expect_error 2 "cannot read report 'none.h5'" -- "$tb" validate none.h5
+expect_error 2 "history" -- "$tb" validate a.h5 --history missing-dir
+[[ ! -e history/x.xml ]] || fail "a refused --junit was written"
+finish validate_cli_test

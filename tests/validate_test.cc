@@ -1,0 +1,211 @@
+// validate's rules on hand-built reports: the verdict bands, the layers of expectations, stragglers, verification,
+// history, the policy file and its errors, and the JUnit/Prometheus texts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "error.h"
+#include "schema.h"
+#include "validate.h"
+#include "validate_outputs.h"
+
+namespace tb {
+namespace {
+
+namespace sc = schema;
+
+// A 4-rank CPU training run of tiny x2 at `tokens_per_s`, rank r's median step time steps[r].
+Report TrainReport(double tokens_per_s, std::vector<double> steps = {1.0, 1.0, 1.0, 1.0},
+                   const std::string& model = "tiny") {
+  Report r;
+  sc::Set(r.root, sc::root::command, "train");
+  sc::Set(r.root, sc::root::start_utc, "2026-12-01T00:00:00Z");
+  sc::Set(r.root, sc::root::n_ranks, static_cast<int64_t>(steps.size()));
+  sc::Set(r.root, sc::root::n_nodes, 1);
+  Group& model_group = sc::GroupOf(r.root, sc::kModel);
+  sc::Set(model_group, sc::model::name, model);
+  sc::Set(model_group, sc::model::layers, 2);
+  struct Rank {
+    int64_t rank;
+    std::string host;
+    double step;
+  };
+  std::vector<Rank> ranks;
+  for (size_t i = 0; i < steps.size(); ++i) ranks.push_back({static_cast<int64_t>(i), "host" + std::to_string(i), steps[i]});
+  sc::RecordTable<Rank>(sc::topology::kRanks)
+      .Column(sc::topology::ranks::rank, [](const Rank& x) { return x.rank; })
+      .Column(sc::topology::ranks::host, [](const Rank& x) { return x.host; })
+      .Column(sc::topology::ranks::gpu_index, [](const Rank&) { return -1; })
+      .Column(sc::topology::ranks::gpu_name, [](const Rank&) { return std::string(); })
+      .Write(sc::GroupOf(r.root, sc::kTopology), ranks);
+  Group& point = sc::GroupOf(r.root, sc::kTrainPoint, "k" + std::to_string(steps.size()));
+  sc::Set(point, sc::point::tokens_per_s, tokens_per_s);
+  sc::Set(point, sc::point::step_s, 1.0);
+  sc::Set(point, sc::point::comm_exposed_s, 0.1);
+  sc::Set(point, sc::point::mfu_peak, std::nan(""));
+  sc::RecordTable<Rank>(sc::point::kStallBudget)
+      .Column(sc::point::stall_budget::rank, [](const Rank& x) { return x.rank; })
+      .Column(sc::point::stall_budget::host, [](const Rank& x) { return x.host; })
+      .Column(sc::point::stall_budget::device, [](const Rank&) { return std::string("cpu"); })
+      .Column(sc::point::stall_budget::median_step_s, [](const Rank& x) { return x.step; })
+      .Write(point, ranks);
+  return r;
+}
+
+const Check& Find(const std::vector<Check>& checks, const std::string& key) {
+  for (const Check& c : checks) {
+    if (c.figure.key == key) return c;
+  }
+  throw std::runtime_error("no check " + key);
+}
+
+ValidateInputs AgainstBaseline(const Report& baseline) {
+  ValidateInputs inputs;
+  inputs.baseline = baseline;
+  inputs.baseline_file = "base.h5";
+  return inputs;
+}
+
+TEST(Validate, ThroughputBandsAgainstABaseline) {
+  const Report base = TrainReport(1000);
+  // Default bands: within 5% passes, within 10% warns, beyond fails.
+  EXPECT_EQ(Find(ValidateReport(TrainReport(980), AgainstBaseline(base)), "train.tokens_per_s").verdict, Verdict::kPass);
+  EXPECT_EQ(Find(ValidateReport(TrainReport(930), AgainstBaseline(base)), "train.tokens_per_s").verdict, Verdict::kWarn);
+  const Check fail = Find(ValidateReport(TrainReport(800), AgainstBaseline(base)), "train.tokens_per_s");
+  EXPECT_EQ(fail.verdict, Verdict::kFail);
+  EXPECT_DOUBLE_EQ(*fail.expected, 1000);
+  EXPECT_EQ(fail.source, "baseline base.h5");
+  // Faster than expected is never a failure.
+  EXPECT_EQ(Find(ValidateReport(TrainReport(5000), AgainstBaseline(base)), "train.tokens_per_s").verdict, Verdict::kPass);
+}
+
+TEST(Validate, NoExpectationIsUnknownNeverPass) {
+  const std::vector<Check> checks = ValidateReport(TrainReport(1000), {});
+  EXPECT_EQ(Find(checks, "train.tokens_per_s").verdict, Verdict::kUnknown);
+  EXPECT_EQ(OverallVerdict(checks), Verdict::kWarn);
+}
+
+TEST(Validate, StragglerByLeaveOneOutRobustZ) {
+  const std::vector<Check> checks = ValidateReport(TrainReport(1000, {1.00, 1.01, 0.99, 1.40}), {});
+  const Check& slow = Find(checks, "train.step_s.rank3");
+  EXPECT_EQ(slow.verdict, Verdict::kFail);
+  EXPECT_EQ(slow.figure.subject.host, "host3");
+  EXPECT_NE(slow.message.find("straggler on host3"), std::string::npos) << slow.message;
+  EXPECT_EQ(Find(checks, "train.step_s.rank0").verdict, Verdict::kPass);
+  EXPECT_EQ(OverallVerdict(checks), Verdict::kFail);
+  // Two ranks still compare; a difference under the floor is not a straggler, however large its z.
+  EXPECT_EQ(Find(ValidateReport(TrainReport(1000, {1.0, 1.5}), {}), "train.step_s.rank1").verdict, Verdict::kFail);
+  EXPECT_EQ(Find(ValidateReport(TrainReport(1000, {1.0, 1.03}), {}), "train.step_s.rank1").verdict, Verdict::kPass);
+}
+
+TEST(Validate, AnyWrongElementFails) {
+  Report r = TrainReport(1000);
+  Group& op = sc::GroupOf(r.root, sc::kCollective, "all_reduce");
+  Table& results = sc::AddTable(op, sc::collective::kResults);
+  sc::AddColumn(results, sc::collective::results::size_bytes, std::vector<int64_t>{1024, 1 << 20});
+  sc::AddColumn(results, sc::collective::results::busbw_GBps, "out_of_place", std::vector<double>{1, 2});
+  sc::AddColumn(results, sc::collective::results::wrong, "out_of_place", std::vector<int64_t>{0, 3});
+  const Check& wrong = Find(ValidateReport(r, {}), "collectives.all_reduce.wrong_elements");
+  EXPECT_EQ(wrong.verdict, Verdict::kFail);
+  EXPECT_DOUBLE_EQ(wrong.figure.value, 3);
+}
+
+TEST(Validate, HistoryWinsOverBaselineAndWidensByItsSpread) {
+  ValidateInputs inputs = AgainstBaseline(TrainReport(2000));
+  for (double v : {1000.0, 1010.0, 990.0}) {
+    HistoryEntry night;
+    night.values["train.tokens_per_s"] = v;
+    inputs.history.push_back(night);
+  }
+  const Check c = Find(ValidateReport(TrainReport(960), inputs), "train.tokens_per_s");
+  EXPECT_DOUBLE_EQ(*c.expected, 1000);  // the nights' median, not the baseline's 2000
+  EXPECT_NE(c.source.find("history"), std::string::npos);
+  EXPECT_EQ(c.verdict, Verdict::kPass);  // 4% short: inside the 5% warn band
+  // Fewer nights than min_nights give no expectation from history.
+  inputs.history.resize(2);
+  EXPECT_EQ(Find(ValidateReport(TrainReport(960), inputs), "train.tokens_per_s").source, "baseline base.h5");
+}
+
+TEST(Validate, BaselineOfAnotherConfigurationIsBadInput) {
+  try {
+    ValidateReport(TrainReport(1000), AgainstBaseline(TrainReport(1000, {1, 1, 1, 1}, "gpt2-124m")));
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is another configuration"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ValidatePolicy, ReadsEveryKeyAndThresholdsPerModel) {
+  const ValidatePolicy p = ParseValidatePolicy(
+      "[tolerance]\nwarn = 0.02\nfail = 0.2\n[straggler]\nz = 5\nfloor = 0.1\n[history]\nnights = 7\nmin_nights = 2\n"
+      "[environment]\ndrift = \"fail\"\n[gpu.cpu]\n\"train.tokens_per_s\" = 900\n",
+      "p.toml");
+  EXPECT_DOUBLE_EQ(p.warn, 0.02);
+  EXPECT_DOUBLE_EQ(p.fail, 0.2);
+  EXPECT_DOUBLE_EQ(p.straggler_z, 5);
+  EXPECT_EQ(p.history_nights, 7);
+  EXPECT_TRUE(p.environment_drift_fails);
+  ValidateInputs inputs;
+  inputs.policy = p;
+  const Check c = Find(ValidateReport(TrainReport(850), inputs), "train.tokens_per_s");
+  EXPECT_DOUBLE_EQ(*c.expected, 900);
+  EXPECT_EQ(c.verdict, Verdict::kWarn);  // 5.6% short: between warn 2% and fail 20%
+  EXPECT_NE(c.source.find("policy p.toml"), std::string::npos);
+}
+
+std::string PolicyError(const std::string& text) {
+  try {
+    ParseValidatePolicy(text, "p.toml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ValidatePolicy, EveryMistakeIsOneLineNamingFileLineAndKey) {
+  EXPECT_EQ(PolicyError("[tolerance]\nwran = 0.1\n"), "p.toml:2: [tolerance] unknown key 'wran' (accepted: warn, fail, share_warn, share_fail)");
+  EXPECT_NE(PolicyError("[tolerance]\nwarn = 0.3\nfail = 0.1\n").find("warn must not exceed fail"), std::string::npos);
+  EXPECT_NE(PolicyError("[tolerance]\nfail = 1.5\n").find("fail must be a fraction in (0, 1)"), std::string::npos);
+  EXPECT_NE(PolicyError("[gpu.\"Z9000\"]\n\"train.tokens_per_s\" = 1\n").find("Z9000"), std::string::npos);
+  EXPECT_NE(PolicyError("[gpu.cpu]\n\"train.speed\" = 1\n").find("unknown key 'train.speed'"), std::string::npos);
+  EXPECT_NE(PolicyError("[bogus]\n").find("unknown key 'bogus'"), std::string::npos);
+  EXPECT_NE(PolicyError("[tolerance\n").find("p.toml:1: not valid TOML"), std::string::npos);
+}
+
+TEST(ValidateOutputs, JunitAndPrometheusNameEveryCheck) {
+  const Report run = TrainReport(800, {1.0, 1.0, 1.0, 1.5});
+  const std::vector<Check> checks = ValidateReport(run, AgainstBaseline(TrainReport(1000, {1.0, 1.0, 1.0, 1.5})));
+  const std::string xml = JunitXml("r.h5", run, checks);
+  EXPECT_NE(xml.find("<testsuite name=\"train\""), std::string::npos);
+  EXPECT_NE(xml.find("classname=\"host3\" name=\"train.step_s.rank3\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<failure type=\"fail\" message=\"measured 800 tokens/s, expected 1000"), std::string::npos) << xml;
+  const std::string prom = PrometheusText("r.h5", run, checks);
+  EXPECT_NE(prom.find("trainbench_check_status{check=\"train.tokens_per_s\",family=\"train\",host=\"host0\""),
+            std::string::npos) << prom;
+  EXPECT_NE(prom.find("trainbench_validate_verdict{host=\"host0\"} 2"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("# TYPE trainbench_check_measured_tokens_per_second gauge"), std::string::npos);
+}
+
+TEST(ValidateHistory, AForeignFileIsBadInputAndARunCountsOnce) {
+  const std::string dir = ::testing::TempDir() + "/validate_history_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const Report run = TrainReport(1000);
+  EXPECT_FALSE(AddToHistory(dir, run, "r.h5", ExtractFigures(run), 30).empty());
+  EXPECT_TRUE(AddToHistory(dir, run, "r.h5", ExtractFigures(run), 30).empty());  // the same night again
+  const std::vector<HistoryEntry> nights = ReadHistory(dir);
+  ASSERT_EQ(nights.size(), 1u);
+  EXPECT_DOUBLE_EQ(nights[0].values.at("train.tokens_per_s"), 1000);
+  EXPECT_EQ(nights[0].identity, RunIdentity(run));
+  std::ofstream(dir + "/notes.txt") << "hello\n";
+  EXPECT_THROW(ReadHistory(dir), InputError);
+  std::filesystem::remove(dir + "/notes.txt");
+  std::ofstream(dir + "/x.json") << "{\"format\": \"something else\"}\n";
+  EXPECT_THROW(ReadHistory(dir), InputError);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tb
