@@ -30,19 +30,6 @@ Check SelfCheck(Figure figure, double expected, double tolerance, std::string so
   return c;
 }
 
-Figure PlainFigure(std::string key, std::string family, std::string title, std::string unit, Better better,
-                   double value, Subject subject = {}) {
-  Figure f;
-  f.key = std::move(key);
-  f.family = std::move(family);
-  f.title = std::move(title);
-  f.unit = std::move(unit);
-  f.better = better;
-  f.value = value;
-  f.subject = std::move(subject);
-  return f;
-}
-
 // ---- checks judged within the run ------------------------------------------------------------------------------
 
 // Elements that failed verification, per operation: any is a failure, whatever any expectation says.
@@ -60,7 +47,7 @@ void AddWrongElementChecks(const Report& report, std::vector<Check>& checks) {
         if (w > 0) wrong += w;
       }
     }
-    Figure f = PlainFigure("collectives." + op + ".wrong_elements", "collectives", op + " elements that failed verification",
+    Figure f = MakeFigure("collectives." + op + ".wrong_elements", "collectives", op + " elements that failed verification",
                            "elements", Better::kLower, checked ? static_cast<double>(wrong) : kNaN);
     const Verdict verdict = !checked ? Verdict::kUnknown : wrong > 0 ? Verdict::kFail : Verdict::kPass;
     checks.push_back(SelfCheck(f, 0, 0, "verification: any wrong element fails", verdict,
@@ -89,14 +76,14 @@ void AddWeakLinkChecks(const Report& report, std::vector<Check>& checks) {
   for (size_t i = 0; i < src->size(); ++i) {
     const std::string pair = std::to_string((*src)[i]) + "->" + std::to_string((*dst)[i]);
     Subject s{pair, (*src_host)[i] + "->" + (*dst_host)[i], (*src_gpu)[i] + "->" + (*dst_gpu)[i], pair};
-    Figure fig = PlainFigure("p2p.weak_link." + pair, "p2p", "p2p link " + pair + " unidirectional bandwidth", "GB/s",
+    Figure fig = MakeFigure("p2p.weak_link." + pair, "p2p", "p2p link " + pair + " unidirectional bandwidth", "GB/s",
                              Better::kHigher, (*uni)[i], s);
     checks.push_back(SelfCheck(fig, threshold * median, 1 - threshold, source, Verdict::kFail,
                                "weak link " + s.host + " (" + s.gpu + "): " + Number((*uni)[i]) + " GB/s, " +
                                    Number((*uni)[i] / median * 100) + "% of the median"));
   }
   if (src->empty()) {
-    Figure fig = PlainFigure("p2p.weak_links", "p2p", "p2p links below the threshold", "pairs", Better::kLower, 0);
+    Figure fig = MakeFigure("p2p.weak_links", "p2p", "p2p links below the threshold", "pairs", Better::kLower, 0);
     checks.push_back(SelfCheck(fig, 0, 0, source, Verdict::kPass, "no pair below the threshold"));
   }
 }
@@ -134,7 +121,7 @@ void AddStragglerChecks(const Report& report, const ValidatePolicy& policy, std:
     const double excess = (*step)[i] / median - 1;
     const bool straggler = z > policy.straggler_z && excess > policy.straggler_floor;
     Subject s{std::to_string((*rank)[i]), (*host)[i], (*device)[i], ""};
-    Figure fig = PlainFigure("train.step_s.rank" + s.rank, "train", "median step time of rank " + s.rank, "s",
+    Figure fig = MakeFigure("train.step_s.rank" + s.rank, "train", "median step time of rank " + s.rank, "s",
                              Better::kLower, (*step)[i], s);
     checks.push_back(SelfCheck(fig, median, policy.straggler_floor, source,
                                straggler ? Verdict::kFail : Verdict::kPass,

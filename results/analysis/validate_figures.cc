@@ -24,18 +24,6 @@ constexpr SizeBand kBands[] = {{"small", "sizes < 64 KiB", 0, 64.0 * 1024},
                                {"medium", "sizes 64 KiB - 16 MiB", 64.0 * 1024, 16.0 * 1024 * 1024},
                                {"large", "sizes >= 16 MiB", 16.0 * 1024 * 1024, 1e300}};
 
-Figure MakeFigure(std::string key, std::string family, std::string title, std::string unit, Better better,
-                  double value) {
-  Figure f;
-  f.key = std::move(key);
-  f.family = std::move(family);
-  f.title = std::move(title);
-  f.unit = std::move(unit);
-  f.better = better;
-  f.value = value;
-  return f;
-}
-
 // Each measured size's busbw: out-of-place, or in-place where only that mode ran.
 std::vector<std::pair<double, double>> SizeBusbw(const Table& results) {
   namespace r = sc::collective::results;
@@ -164,6 +152,19 @@ void AddEnvironmentFigures(const Report& report, std::vector<Figure>& figures) {
 }
 
 }  // namespace
+
+Figure MakeFigure(std::string key, std::string family, std::string title, std::string unit, Better better,
+                  double value, Subject subject) {
+  Figure f;
+  f.key = std::move(key);
+  f.family = std::move(family);
+  f.title = std::move(title);
+  f.unit = std::move(unit);
+  f.better = better;
+  f.value = value;
+  f.subject = std::move(subject);
+  return f;
+}
 
 double Median(std::vector<double> values) {
   if (values.empty()) return kNaN;

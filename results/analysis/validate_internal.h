@@ -6,8 +6,12 @@
 #include <vector>
 
 #include "report.h"
+#include "validate.h"
 
 namespace tb {
+
+Figure MakeFigure(std::string key, std::string family, std::string title, std::string unit, Better better,
+                  double value, Subject subject = {});
 
 // Median of `values` (the mean of the middle two for an even count); NaN when empty.
 double Median(std::vector<double> values);
