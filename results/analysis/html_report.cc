@@ -100,8 +100,10 @@ ChildOutcome RunCapturingStderr(const std::vector<std::string>& argv, int* spawn
 
 }  // namespace
 
-void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::string& html_path,
-                     const std::string& cost_json) {
+namespace {
+
+// Runs plots.py with `args` (after the interpreter and the script), mapping its exit codes and last stderr line.
+void RunPlotsScript(const std::vector<std::string>& args) {
   const std::string python = EnvironmentOr("TRAINBENCH_PYTHON", kDefaultPython);
   const std::string script = PlotsScriptPath();
   struct stat info {};
@@ -110,10 +112,8 @@ void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::st
                      "' is missing (set TRAINBENCH_PLOTS_SCRIPT to results/analysis/plots.py of the trainbench sources)");
   }
 
-  std::vector<std::string> argv = {python, script, "--out", html_path};
-  if (!cost_json.empty()) argv.insert(argv.end(), {"--cost", cost_json});
-  argv.push_back("--");  // report names that start with '-' stay names
-  argv.insert(argv.end(), report_paths.begin(), report_paths.end());
+  std::vector<std::string> argv = {python, script};
+  argv.insert(argv.end(), args.begin(), args.end());
 
   int spawn_error = 0;
   ChildOutcome outcome = RunCapturingStderr(argv, &spawn_error);
@@ -133,6 +133,21 @@ void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::st
                                          : "signal " + std::to_string(outcome.code);
   throw RuntimeError("cannot make the HTML page: '" + script + "' failed (" + how + ")" +
                      (line.empty() ? "" : ": " + line));
+}
+
+}  // namespace
+
+void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::string& html_path,
+                     const std::string& cost_json) {
+  std::vector<std::string> args = {"--out", html_path};
+  if (!cost_json.empty()) args.insert(args.end(), {"--cost", cost_json});
+  args.push_back("--");  // report names that start with '-' stay names
+  args.insert(args.end(), report_paths.begin(), report_paths.end());
+  RunPlotsScript(args);
+}
+
+void WriteHistoryHtml(const std::string& history_dir, const std::string& html_path) {
+  RunPlotsScript({"--out", html_path, "--history", history_dir});
 }
 
 }  // namespace tb

@@ -14,6 +14,9 @@ namespace tb {
 // `trainbench cost --format json`, the cost per configuration. The page is written to a temporary name and
 // renamed. Throws InputError when the plotting script or its Python packages are missing (naming what to install),
 // RuntimeError when the script fails (with its last error line).
+// The trends of a `validate --history` directory as one page (plots.py --history), with the same errors.
+void WriteHistoryHtml(const std::string& history_dir, const std::string& html_path);
+
 void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::string& html_path,
                      const std::string& cost_json = "");
 

@@ -138,7 +138,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(prog=PROG, description="Plots of trainbench reports in one self-contained HTML page.")
     parser.add_argument("--out", required=True, help="the HTML page to write")
     parser.add_argument("--cost", help="JSON written by `trainbench cost --format json`")
-    parser.add_argument("reports", nargs="+", help="trainbench HDF5 reports (schema v1)")
+    parser.add_argument("--history", help="a `trainbench validate --history` directory: draw its trends instead")
+    parser.add_argument("reports", nargs="*", help="trainbench HDF5 reports (schema v1)")
     return parser.parse_args(argv)
 
 
@@ -565,12 +566,70 @@ def write_atomically(path: str, content: str) -> None:
         raise InputProblem(f"cannot write '{path}': {e.strerror}")
 
 
+# --- history (`trainbench history DIR --html`) ------------------------------------------------------------------
+
+def read_history(directory: str) -> list[dict[str, Any]]:
+    """The nights of a validate --history directory (JSON files, format trainbench.history), oldest first."""
+    if not os.path.isdir(directory):
+        raise InputProblem(f"--history '{directory}': not a directory")
+    nights = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if ".json.tmp." in name:
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                night = json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InputProblem(f"history '{path}': not a history entry ({e})")
+        if not isinstance(night, dict) or night.get("format") != "trainbench.history":
+            raise InputProblem(f"history '{path}': not a history entry (no \"format\": \"trainbench.history\")")
+        nights.append(night)
+    return sorted(nights, key=lambda n: (str(n.get("start_utc", "")), str(n.get("run", ""))))
+
+
+def history_sections(nights: list[dict[str, Any]]) -> list[Section]:
+    """Per configuration, every numeric figure over the nights as a ratio to its median (1 = typical)."""
+    if not nights:
+        return [Section("History", [], "", missing="The history directory holds no nights yet "
+                        "(run `trainbench validate RUN.h5 --history DIR`).")]
+    sections = []
+    for identity in sorted({str(n.get("identity", "")) for n in nights}):
+        mine = [n for n in nights if n.get("identity") == identity]
+        keys = sorted({k for n in mine for k, v in n.get("values", {}).items() if is_number(v)})
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        for key in keys:
+            values = [n["values"].get(key) for n in mine]
+            finite = [v for v in values if is_number(v)]
+            median = float(np.median(finite)) if finite else math.nan
+            ratios = [v / median if is_number(v) and median else math.nan for v in values]
+            ax.plot(range(1, len(mine) + 1), ratios, marker="o", label=key)
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_xlabel("night (oldest first)")
+        ax.set_ylabel("figure / its median over the nights")
+        ax.set_title(identity, fontsize=9)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        first, last = mine[0].get("start_utc", "?"), mine[-1].get("start_utc", "?")
+        sections.append(Section(f"History: {identity}", [(png_base64(fig), identity)],
+                                f"{len(mine)} nights from {first} to {last}; each figure divided by its median over "
+                                "these nights, so a drop below 1 is a figure getting worse when higher is better "
+                                "(rates) and better when lower is better (shares, times)."))
+    return sections
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if MISSING_PACKAGE:
         die(f"{sys.executable} lacks the Python package '{MISSING_PACKAGE}': install python3-h5py "
             "python3-matplotlib (Debian packages, for /usr/bin/python3)", code=3)
     try:
+        if args.history is not None:
+            if args.reports or args.cost:
+                die("--history draws a history directory alone (no reports, no --cost)")
+            write_atomically(args.out, page_html([], history_sections(read_history(args.history))))
+            return 0
+        if not args.reports:
+            die(f"no reports given (usage: {PROG} --out PAGE.html [--cost COST.json] REPORT.h5 [REPORT.h5 ...])")
         runs = [read_run(path) for path in args.reports]
         cost = read_cost(args.cost) if args.cost else None
         sections = [busbw_section(runs), scaling_section(runs), stall_section(runs), p2p_section(runs),

@@ -23,5 +23,6 @@ int RunDataCommand(const CommandInput& input);
 int RunReportCommand(const CommandInput& input);
 int RunCostCommand(const CommandInput& input);
 int RunValidateCommand(const CommandInput& input);
+int RunHistoryCommand(const CommandInput& input);
 
 }  // namespace tb

@@ -32,6 +32,7 @@ constexpr CommandEntry kCommands[] = {
     {"data", tb::RunDataCommand, "data generate / data verify: write or check a token-shard dataset for the loader"},
     {"report", tb::RunReportCommand, "tables of one or more reports side by side (text, CSV, JSON); --html plots"},
     {"cost", tb::RunCostCommand, "total task cost, time to train and memory fit per price offering; projection"},
+    {"history", tb::RunHistoryCommand, "trends of the key figures over the nights of a validate --history directory"},
     {"validate", tb::RunValidateCommand, "checks and a verdict against policy, baseline and history; JUnit, Prometheus"},
 };
 
