@@ -124,6 +124,7 @@ std::optional<AttributeValue> OptionValue(const boost::any& value) {
   if (const auto* number = boost::any_cast<int64_t>(&value)) return *number;
   if (const auto* real = boost::any_cast<double>(&value)) return *real;
   if (const auto* flag = boost::any_cast<bool>(&value)) return int64_t{*flag ? 1 : 0};
+  if (const auto* list = boost::any_cast<std::vector<std::string>>(&value)) return JoinNames(*list, ",");
   return std::nullopt;
 }
 
@@ -152,6 +153,17 @@ void CommandRun::RecordAsUsed(const std::string& option, AttributeValue value) {
     throw std::logic_error("report config: '" + option + "' is not an option of " + command_);
   }
   config().Set(option, std::move(value));
+}
+
+InjectionPlan CommandRun::PlanInjection(const std::vector<std::string>& specs) {
+  InjectionPlan plan = ParseInjection(specs, ctx_.world_size);
+  RequireInjectable(plan, command_);
+  schema::Set(report_.root, schema::root::injected_faults, plan.Describe());
+  if (!plan.empty() && ctx_.world_rank == 0) {
+    Warn("faults injected on purpose (--inject " + plan.Describe() + "): this run's figures are not a real "
+         "measurement");
+  }
+  return plan;
 }
 
 std::string CommandRun::ResolveBackend() {
