@@ -36,7 +36,7 @@ expect_error 2 "--inject 'slow-rank=0:-5': '-5' is out of range" -- "$tb" "${tra
 expect_error 2 "--inject 'slow-rank=0:0x10': '0x10' is not a decimal number" -- "$tb" "${train[@]}" --inject slow-rank=0:0x10
 expect_error 2 "--inject 'slow-link=1-1:50': a link joins two different ranks" -- \
   "${mpi[@]}" -n 2 "$tb" p2p --inject slow-link=1-1:50 -o bad.h5
-expect_error 2 "--inject: empty item" -- "$tb" collectives --inject hang=0,
+expect_error 2 "--inject 'hang=0,': empty item" -- "$tb" collectives --inject hang=0,
 expect_error 2 "--inject 'wrong-value=1': train cannot inject wrong-value \(it applies to collectives\)" -- \
   "${mpi[@]}" -n 2 "$tb" "${train[@]}" --inject wrong-value=1 -o bad.h5
 expect_error 2 "--inject 'io-stall=5': collectives cannot inject io-stall" -- "$tb" collectives --inject io-stall=5
@@ -68,7 +68,7 @@ checks=$((checks + 1))
 
 # Collectives: rank 1 sleeps 300 ms before each timed batch of 5, so rank 0 waits >= 60 ms per operation.
 expect_ok "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 1K -n 5 -w 1 --inject slow-rank=1:300 -o slowc.h5 --quiet
-check slowc.h5 'min(rows("/collectives/all_reduce/results")["time_us"]) >= 30000' "slow-rank did not slow the batch"
+check slowc.h5 'min(rows("/collectives/all_reduce/results")["out_of_place_time_us"]) >= 30000' "slow-rank did not slow the batch"
 
 # --- slow-link: every message between ranks 0 and 2 waits 50 ms: p2p flags exactly that pair -----------------
 expect_ok "${mpi[@]}" -n 3 "$tb" p2p --size 1M -n 20 -w 1 --latency-iters 2 --threshold 0.1 \
@@ -78,8 +78,12 @@ check link.h5 'sorted((int(r["src_rank"]), int(r["dst_rank"])) for r in rows("/p
 check link.h5 'f["/p2p/latency_us"][0, 2] >= 50000 and f["/p2p/latency_us"][0, 1] < 50000' "slow-link latency"
 
 # --- wrong-value: rank 1's input is corrupted before each verified run: wrong elements, exit 1 -----------------
-expect_error 1 "elements failed verification" -- "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 4K -n 2 -w 1 --ops all \
-  --inject wrong-value=1 -o wrong.h5 --quiet
+checks=$((checks + 1))
+timeout 120 "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 4K -n 2 -w 1 --ops all --inject wrong-value=1 -o wrong.h5 \
+  --quiet >"$work/out" 2>"$work/err"
+rc=$?
+[[ $rc -eq 1 ]] || fail "wrong-value=1: exit $rc, want 1: $(cat "$work/err")"
+grep -qE "^trainbench: error: [0-9]+ elements failed verification" "$work/err" || fail "wrong-value=1: $(cat "$work/err")"
 check wrong.h5 'attr("/summary", "wrong_elements_total") > 0 and attr("/", "status") == "failed"' "wrong-value not caught"
 check wrong.h5 'attr("/", "injected_faults") == "wrong-value=1"' "wrong-value run not marked"
 expect_ok "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 4K -n 2 -w 1 --ops all -o right.h5 --quiet
@@ -99,7 +103,7 @@ expect_hang() {  # expect_hang WATCHDOG-MESSAGE COMMAND...
 }
 expect_hang "all_reduce out-of-place, 1024 B, float, 1 warm-up iterations" collectives -b 1K -e 1K -w 1 --quiet
 expect_hang "p2p unidirectional 0->1" p2p --size 64K --quiet
-expect_hang "training step 1 on 2 ranks" "${train[@]}" --steps 2
+expect_hang "training step 0 on 2 ranks" "${train[@]}" --steps 2
 
 # --- io-stall: every loader read waits 100 ms: data_wait is most of the step ----------------------------------
 expect_ok "$tb" data generate --dir tokens --tokens 100000 --vocab 4096 --quiet

@@ -70,7 +70,7 @@ TEST(Inject, EveryBadSpecIsOneLineNamingInject) {
       {"slow-link=0:50", "expected slow-link=A-B:US"},
       {"slow-link=0-1", "expected slow-link=A-B:US"},
       {"slow-link=0-3:50", "rank 3 is outside"},
-      {"slow-link=0-1:nan", "'nan' is not a decimal number of microseconds"},
+      {"slow-link=0-1:nan", "'nan' is not a decimal number (accepted: a decimal number of microseconds"},
       {"io-stall=-1", "out of range"},
       {"io-stall=fast", "not a decimal number"},
   };

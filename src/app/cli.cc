@@ -142,7 +142,8 @@ void CommandRun::RecordOptions(const po::options_description& options, const po:
       std::optional<AttributeValue> value = OptionValue(it->second.value());
       if (!value) throw std::logic_error("--" + flag + " holds a value type a report cannot record");
       cfg.Set(name, std::move(*value));
-    } else if (dynamic_cast<const po::typed_value<std::string>*>(option->semantic().get())) {
+    } else if (dynamic_cast<const po::typed_value<std::string>*>(option->semantic().get()) ||
+               dynamic_cast<const po::typed_value<std::vector<std::string>>*>(option->semantic().get())) {
       cfg.Set(name, std::string());
     }
   }
@@ -158,11 +159,8 @@ void CommandRun::RecordAsUsed(const std::string& option, AttributeValue value) {
 InjectionPlan CommandRun::PlanInjection(const std::vector<std::string>& specs) {
   InjectionPlan plan = ParseInjection(specs, ctx_.world_size);
   RequireInjectable(plan, command_);
-  schema::Set(report_.root, schema::root::injected_faults, plan.Describe());
-  if (!plan.empty() && ctx_.world_rank == 0) {
-    Warn("faults injected on purpose (--inject " + plan.Describe() + "): this run's figures are not a real "
-         "measurement");
-  }
+  injected_faults_ = plan.Describe();
+  schema::Set(report_.root, schema::root::injected_faults, injected_faults_);
   return plan;
 }
 
@@ -271,6 +269,10 @@ const Topology& CommandRun::GatherTopologyIntoReport() {
 }
 
 const Topology& CommandRun::BeginMeasurement(const std::string& phase) {
+  if (!injected_faults_.empty() && ctx_.world_rank == 0) {
+    Warn("faults injected on purpose (--inject " + injected_faults_ + "): this run's figures are not a real "
+         "measurement");
+  }
   GatherTopologyIntoReport();
   WriteReportNow("failed", "did not finish: interrupted during " + phase);
   return topology_;
