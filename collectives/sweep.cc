@@ -78,10 +78,12 @@ int64_t CheckOperation(Communicator& comm, const CollectiveDef& def, Buffers& bu
     for (size_t i = 0; i < c.send_elements; ++i) {
       StoreElement(o.type, recv_image.data(), c.in_place_send_offset + i, InputValue(rank, i));
     }
+    if (o.before_check) o.before_check(recv_image.data() + c.in_place_send_offset * type_size, c.send_elements);
     comm.Upload(*buffers.recv, recv_image.data(), recv_image.size());
   } else {
     std::vector<char> send_image(buffers.send->bytes());
     for (size_t i = 0; i < c.send_elements; ++i) StoreElement(o.type, send_image.data(), i, InputValue(rank, i));
+    if (o.before_check) o.before_check(send_image.data(), c.send_elements);
     comm.Upload(*buffers.send, send_image.data(), send_image.size());
     comm.Upload(*buffers.recv, recv_image.data(), recv_image.size());
   }

@@ -31,6 +31,9 @@ struct SweepOptions {
   std::function<bool()> stop_requested;        // asked on every rank between sizes; must agree across ranks
   std::function<void()> before_timed_batch;    // if set, called on every rank just before each timed batch,
                                                // under its watchdog guard (where the CLI injects test faults)
+  // If set, called on every rank with the host image of its input (`elements` of `type`) after it is filled and
+  // before a verified run uploads it (where the CLI injects a wrong value).
+  std::function<void(void* input, size_t elements)> before_check;
 };
 
 struct ModeResult {

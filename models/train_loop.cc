@@ -89,6 +89,7 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
     r.optimizer_s = phases[4];
     r.comm_total_s = comm_timing.comm_total_s;
     r.loss = model.Loss();
+    if (o.in_each_step) o.in_each_step();
     if (o.checkpoint) {
       const double checkpoint_start = NowSeconds();
       o.checkpoint(step);

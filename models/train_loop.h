@@ -64,6 +64,9 @@ struct TrainLoopOptions {
   Watchdog* watchdog = nullptr; // guards each step
   std::function<void()> at_first_step;                  // if set, called at the start of the first step, under its
                                                         // watchdog guard (where the CLI injects test faults)
+  std::function<void()> in_each_step;                   // if set, called in each step after the optimizer; its time
+                                                        // counts in the step only ("other": where the CLI injects
+                                                        // a slow rank)
   std::function<bool()> stop_requested;                 // asked between steps on every rank; must agree
   std::function<void(const StepRecord&)> on_step;       // after each step, on every rank
 };

@@ -36,6 +36,7 @@ class root:
     status = "status"
     status_reason = "status_reason"
     end_utc = "end_utc"
+    injected_faults = "injected_faults"
 
 
 class config:

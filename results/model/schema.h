@@ -28,6 +28,9 @@ inline const TextAttribute status{kRoot, "status", "", "`complete`, `interrupted
 inline const TextAttribute status_reason{kRoot, "status_reason", "",
                                          "why, when not complete (`\"\"` otherwise); its forms are listed above the tables"};
 inline const TextAttribute end_utc{kRoot, "end_utc", "", "ISO 8601 end of the run (or of the last phase written)"};
+inline const TextAttribute injected_faults{kRoot, "injected_faults", "",
+                                           "collectives, p2p, train: the faults injected on purpose (`--inject`, a "
+                                           "test feature), e.g. `slow-rank=1:300`; `\"\"` for a real measurement"};
 }  // namespace root
 
 // ---- config -------------------------------------------------------------------------------------------------

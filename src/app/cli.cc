@@ -124,6 +124,7 @@ std::optional<AttributeValue> OptionValue(const boost::any& value) {
   if (const auto* number = boost::any_cast<int64_t>(&value)) return *number;
   if (const auto* real = boost::any_cast<double>(&value)) return *real;
   if (const auto* flag = boost::any_cast<bool>(&value)) return int64_t{*flag ? 1 : 0};
+  if (const auto* list = boost::any_cast<std::vector<std::string>>(&value)) return JoinNames(*list, ",");
   return std::nullopt;
 }
 
@@ -141,7 +142,8 @@ void CommandRun::RecordOptions(const po::options_description& options, const po:
       std::optional<AttributeValue> value = OptionValue(it->second.value());
       if (!value) throw std::logic_error("--" + flag + " holds a value type a report cannot record");
       cfg.Set(name, std::move(*value));
-    } else if (dynamic_cast<const po::typed_value<std::string>*>(option->semantic().get())) {
+    } else if (dynamic_cast<const po::typed_value<std::string>*>(option->semantic().get()) ||
+               dynamic_cast<const po::typed_value<std::vector<std::string>>*>(option->semantic().get())) {
       cfg.Set(name, std::string());
     }
   }
@@ -152,6 +154,14 @@ void CommandRun::RecordAsUsed(const std::string& option, AttributeValue value) {
     throw std::logic_error("report config: '" + option + "' is not an option of " + command_);
   }
   config().Set(option, std::move(value));
+}
+
+InjectionPlan CommandRun::PlanInjection(const std::vector<std::string>& specs) {
+  InjectionPlan plan = ParseInjection(specs, ctx_.world_size);
+  RequireInjectable(plan, command_);
+  injected_faults_ = plan.Describe();
+  schema::Set(report_.root, schema::root::injected_faults, injected_faults_);
+  return plan;
 }
 
 std::string CommandRun::ResolveBackend() {
@@ -259,6 +269,10 @@ const Topology& CommandRun::GatherTopologyIntoReport() {
 }
 
 const Topology& CommandRun::BeginMeasurement(const std::string& phase) {
+  if (!injected_faults_.empty() && ctx_.world_rank == 0) {
+    Warn("faults injected on purpose (--inject " + injected_faults_ + "): this run's figures are not a real "
+         "measurement");
+  }
   GatherTopologyIntoReport();
   WriteReportNow("failed", "did not finish: interrupted during " + phase);
   return topology_;

@@ -17,6 +17,7 @@
 #include "error.h"
 #include "schema.h"
 #include "flags.h"
+#include "inject.h"
 #include "report.h"
 #include "topology.h"
 #include "watchdog.h"
@@ -68,6 +69,10 @@ class CommandRun {
   // Replaces an option's recorded value by the value as used (`--layers` resolved from the preset, a size in
   // bytes, an alias's canonical name). `option` must be one of the command's options (config name).
   void RecordAsUsed(const std::string& option, AttributeValue value);
+
+  // --inject's faults (inject.h), checked against the launch and this command, recorded as the root's
+  // injected_faults ("" when none); when there are any, BeginMeasurement announces them in one warning line.
+  InjectionPlan PlanInjection(const std::vector<std::string>& specs);
 
   // Resolves --backend (collective: every rank must agree), binding a GPU per rank for cuda, and records it.
   // Returns "mpi" or "nccl", as backend() does afterwards.
@@ -125,6 +130,7 @@ class CommandRun {
   std::unique_ptr<Watchdog> watchdog_;
   // The main thread's report writes and the watchdog's status rewrite, which run on different threads.
   std::timed_mutex report_mutex_;
+  std::string injected_faults_;  // PlanInjection's faults, as typed ("" when none)
   bool report_on_disk_ = false;  // this run has written -o: a status rewrite must not touch another run's file
 };
 

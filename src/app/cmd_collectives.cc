@@ -6,6 +6,8 @@
 #include "console.h"
 #include "error.h"
 #include "fault.h"
+#include "injecting_communicator.h"
+#include "injection.h"
 #include "log.h"
 #include "sweep.h"
 #include "sweep_options.h"
@@ -71,25 +73,31 @@ int RunCollectivesCommand(const CommandInput& input) {
       ("warmup,w", Number(&f.warmup, IntRange::Between(0, kMaxIterations))->default_value(f.warmup), "untimed warm-up iterations per size")
       ("check-iters,c", Number(&f.check_iters, IntRange::Between(0, kMaxIterations))->default_value(f.check_iters), "verified runs per size (0 = no check)")
       ("modes", po::value(&f.modes)->default_value(f.modes), "out-of-place, in-place, or both");
+  std::vector<std::string> inject;
+  AddInjectOption(options, &inject);
   AddCommonOptions(options, common);
 
   SweepOptions sweep;
+  InjectionPlan faults;
   std::unique_ptr<CommandRun> run = StartCommand("collectives", input, options, kUsage, common, [&](CommandRun& r) {
     // The MPI backend has no fp16/bf16: ask a (cheap) MPI communicator, as the sweep will use one.
     std::unique_ptr<Communicator> mpi = r.backend() == "mpi" ? r.MakeCommunicator() : nullptr;
     sweep = ValidateCollectivesFlags(f, input.ctx.world_size, mpi.get());
     CheckMemoryFits(r, SweepMemoryNeed(sweep, input.ctx, r.backend() == "nccl"));
     RecordConfig(r, sweep);
+    faults = r.PlanInjection(inject);
   }, {Excludes("sizes", "minbytes"), Excludes("sizes", "maxbytes"), Excludes("sizes", "stepfactor"),
       Needs("root", "ops", {"broadcast", "reduce", "all"}),
       Needs("redop", "ops", {"all_reduce", "reduce", "reduce_scatter", "all"})});
-  std::unique_ptr<Communicator> comm = run->MakeCommunicator();
+  std::unique_ptr<Communicator> comm = WithInjectedFaults(run->MakeCommunicator(), faults);
 
   return run->RecordingFailures([&] {
     run->BeginMeasurement("the collectives sweep");
     sweep.watchdog = &run->watchdog(comm.get());
     sweep.stop_requested = [&] { return run->StopRequested(); };
-    sweep.before_timed_batch = TestFaultHook(input.ctx.world_rank);
+    const int rank = input.ctx.world_rank;
+    sweep.before_timed_batch = BothHooks(TestFaultHook(rank), SlowRankHook(faults, rank));
+    sweep.before_check = WrongValueHook(faults, rank, sweep.type, sweep.reduce_op);
 
     Print(Format("# trainbench collectives: %d ranks on %d nodes, backend %s", input.ctx.world_size,
                  input.ctx.node_count, run->backend().c_str()));

@@ -5,6 +5,8 @@
 #include "console.h"
 #include "error.h"
 #include "fault.h"
+#include "injecting_communicator.h"
+#include "injection.h"
 #include "log.h"
 #include "p2p.h"
 #include "units.h"
@@ -24,6 +26,7 @@ struct P2pFlags {
   std::string latency_size = "8";
   int latency_iters = 100;
   double threshold = 0.8;
+  std::vector<std::string> inject;
 };
 
 // A send and a receive buffer of the larger message size per rank, on the device (nccl) or the host.
@@ -50,9 +53,11 @@ int RunP2pCommand(const CommandInput& input) {
       ("latency-iters", Number(&f.latency_iters, IntRange::Between(1, 1 << 24))->default_value(f.latency_iters), "timed round trips per pair")
       ("threshold", Number(&f.threshold, RealRange::AboveUpTo(0, 1))->default_value(f.threshold),
        "flag pairs whose bandwidth is below this fraction of the median");
+  AddInjectOption(options, &f.inject);
   AddCommonOptions(options, common);
 
   P2pOptions p2p;
+  InjectionPlan faults;
   std::unique_ptr<CommandRun> run = StartCommand("p2p", input, options, kUsage, common, [&](CommandRun& r) {
     p2p.size_bytes = ParseSize(f.size, "--size");
     p2p.latency_bytes = ParseSize(f.latency_size, "--latency-size");
@@ -62,8 +67,9 @@ int RunP2pCommand(const CommandInput& input) {
     p2p.threshold_fraction = f.threshold;
     ValidateP2pOptions(p2p);
     CheckMemoryFits(r, P2pMemoryNeed(p2p, r.backend() == "nccl"));
+    faults = r.PlanInjection(f.inject);
   });
-  std::unique_ptr<Communicator> comm = run->MakeCommunicator();
+  std::unique_ptr<Communicator> comm = WithInjectedFaults(run->MakeCommunicator(), faults);
 
   return run->RecordingFailures([&] {
     const Topology& topology = run->BeginMeasurement("the p2p measurement");

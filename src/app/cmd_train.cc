@@ -12,6 +12,8 @@
 #include "device.h"
 #include "error.h"
 #include "fault.h"
+#include "injecting_communicator.h"
+#include "injection.h"
 #include "log.h"
 #include "model_config.h"
 #include "mpi_util.h"
@@ -58,6 +60,7 @@ struct TrainFlags {
   double learning_rate = 3e-4;
   int64_t seed = 1234;
   std::string attention = "auto";
+  std::vector<std::string> inject;
 };
 
 AttentionChoice ParseAttention(const std::string& text) {
@@ -246,6 +249,7 @@ class TrainCommand {
  private:
   void Configure(CommandRun& r);
   void RecordConfig(CommandRun& r) const;
+  void PlanInjection(CommandRun& r);
   void MeasureDevice();
   void PrintHeader() const;
   void RecordHeader(double comm_ready_s);
@@ -269,6 +273,7 @@ class TrainCommand {
   std::unique_ptr<CommandRun> run_;
   ModelConfig model_;
   TrainIoPlan io_plan_;
+  InjectionPlan faults_;
   TrainLoopOptions loop_;
   std::vector<int> scaling_;
   bool weak_ = true;
@@ -305,6 +310,7 @@ void TrainCommand::Plan() {
       ("attention", Choice(&f.attention, {"auto", "cudnn", "cublas"})->default_value(f.attention),
        "cuda: auto = cuDNN fused SDPA when it supports the shape, else cuBLAS");
   AddTrainIoOptions(options, io_flags_);
+  AddInjectOption(options, &f.inject);
   AddCommonOptions(options, common_);
   std::vector<FlagRule> rules = TrainIoFlagRules();
   for (const char* flag : {"d-model", "heads", "vocab"}) rules.push_back(Needs(flag, "model", {"custom"}));
@@ -352,6 +358,16 @@ void TrainCommand::Configure(CommandRun& r) {
   io_plan_ = PlanTrainIo(io_flags_, model_, io_run);
   r.RecordAsUsed("record_bytes", static_cast<int64_t>(io_plan_.record_bytes));  // 0: seq+1 tokens
   r.AddInputs(TrainInputs(io_flags_, io_plan_));
+  PlanInjection(r);
+}
+
+// --inject: what train can inject; io-stall slows the loader's reads, so it needs one.
+void TrainCommand::PlanInjection(CommandRun& r) {
+  faults_ = r.PlanInjection(f_.inject);
+  if (const InjectedFault* stall = faults_.Find(FaultKind::kIoStall); stall && !io_plan_.loader) {
+    throw InputError("--inject '" + stall->spec + "' delays the data loader's reads: give --data or --data-raw");
+  }
+  io_plan_.io_stall_ms = faults_.IoStallMs();
 }
 
 // The options as the run resolved them (the model's shape, layers and sequence length, the global batch, all
@@ -368,7 +384,7 @@ void TrainCommand::RecordConfig(CommandRun& r) const {
 }
 
 int TrainCommand::Run() {
-  std::unique_ptr<Communicator> comm = run_->MakeCommunicator();
+  std::unique_ptr<Communicator> comm = WithInjectedFaults(run_->MakeCommunicator(), faults_);
   const double comm_ready_s = NowSeconds();
   return run_->RecordingFailures([&] {
     topology_ = &run_->BeginMeasurement("training");
@@ -554,6 +570,7 @@ std::vector<StepRecord> TrainCommand::RunOnePoint(Communicator& sub, const RunPo
   point_loop.watchdog = &run_->watchdog(&sub);
   point_loop.stop_requested = [&] { return run_->StopRequested(sub.host_comm()); };
   point_loop.at_first_step = TestFaultHook(run_->ctx().world_rank);
+  point_loop.in_each_step = SlowRankHook(faults_, run_->ctx().world_rank);
   point_loop.on_step = [&](const StepRecord& r) {
     if (!first_step_seen_) {
       first_step_seen_ = true;

@@ -371,7 +371,7 @@ void PointIo::OpenLoader(TrainLoopOptions& loop) {
   o.direct_io = flags_.direct_io;
   o.record_bytes = plan_.record_bytes;
   o.io_throttle_MBps = throttle_MBps_;
-  o.io_latency_ms = flags_.io_latency_ms;
+  o.io_latency_ms = flags_.io_latency_ms + plan_.io_stall_ms;
   o.resume = resume_position_;
   loader_ = std::make_unique<DataLoader>(std::move(o));
   loop.next_batch = [this](int) {

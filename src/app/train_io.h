@@ -71,6 +71,7 @@ struct TrainIoPlan {
   bool loader = false;
   uint64_t record_bytes = 0;
   std::vector<double> throttles_MBps = {0};  // one run per value; 0 = no throttle
+  double io_stall_ms = 0;  // --inject io-stall: added to every read's --io-latency-ms (a test fault)
   bool checkpoints = false;
   CheckpointMode checkpoint_mode = CheckpointMode::kSync;
   CheckpointErrorPolicy on_error = CheckpointErrorPolicy::kFail;

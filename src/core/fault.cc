@@ -1,11 +1,10 @@
 #include "fault.h"
 
-#include <chrono>
 #include <cstdlib>
 #include <string>
-#include <thread>
 
 #include "error.h"
+#include "inject.h"
 
 namespace tb {
 
@@ -18,9 +17,7 @@ void MaybeInjectFault(int world_rank) {
   std::string kind = text.substr(0, at);
   if (std::atoi(text.c_str() + at + 6) != world_rank) return;
   if (kind == "fail") throw RuntimeError("injected fault (TRAINBENCH_TEST_FAULT=" + text + ")");
-  if (kind == "hang") {
-    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
+  if (kind == "hang") BlockForever();
   throw InputError("TRAINBENCH_TEST_FAULT kind '" + kind + "' is not fail or hang");
 }
 

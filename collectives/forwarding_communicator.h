@@ -1,5 +1,5 @@
-// A Communicator that forwards every call to another one: tests derive from it and override only the calls
-// they observe or disturb.
+// A Communicator that forwards every call to another one: wrappers derive from it and override only the calls
+// they observe or disturb (InjectingCommunicator; the tests' corrupting and counting communicators).
 #pragma once
 
 #include <memory>
