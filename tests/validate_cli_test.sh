@@ -79,6 +79,36 @@ expect_error_rc() {
 expect_error_rc 3 "$tb" validate a.h5 --strict --policy calm.toml
 expect_error_rc 0 "$tb" validate a.h5 --policy calm.toml
 
+# Injected faults (--inject): validate fails each one and names where it is.
+# rank 1 sleeps 400 ms in every step where a step takes milliseconds; the floor of 100% stays clear of load noise.
+printf '[straggler]\nfloor = 1.0\n' >straggler.toml
+expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject slow-rank=1:400 -o slowrank.h5
+expect_error_rc 3 "$tb" validate slowrank.h5 --policy straggler.toml
+grep -qE '^ +fail +train +train.step_s.rank1 +1 ' "$work/out" || fail "slow rank 1 not named: $(grep -E 'step_s' "$work/out")"
+grep -q 'straggler on ' "$work/out" || fail "no straggler message"
+# 0-2's messages wait 200 ms each among three ranks: p2p flags the pair, validate names both ends.
+expect_ok "${mpi[@]}" -n 3 "$tb" p2p --size 256K -n 2 --latency-iters 2 --inject slow-link=0-2:200000 -o slowlink.h5 --quiet
+expect_error_rc 3 "$tb" validate slowlink.h5 --policy calm.toml
+grep -qE '^ +fail +p2p +p2p.weak_link.0->2 ' "$work/out" || fail "weak link 0->2 not named: $(grep p2p "$work/out")"
+# rank 1 corrupts its input: the sweep counts wrong elements and fails; validate fails the run and the elements.
+checks=$((checks + 1))
+"${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 4K -n 2 -w 1 --ops all_reduce --inject wrong-value=1 -o wrong.h5 --quiet \
+  >/dev/null 2>&1 && fail "collectives with a wrong value exited 0"
+expect_error_rc 3 "$tb" validate wrong.h5 --policy calm.toml
+grep -qE '^ +fail +collectives +collectives.all_reduce.wrong_elements ' "$work/out" || fail "wrong elements not failed"
+grep -qE '^ +fail +run +run.status ' "$work/out" || fail "a failed run not failed: $(grep run.status "$work/out")"
+# rank 1 hangs in a collective: the watchdog ends the run, the report says why, validate fails it with that reason.
+checks=$((checks + 1))
+timeout 120 "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject hang=1 --timeout 5 -o hang.h5 >/dev/null 2>&1 &&
+  fail "a hanging run exited 0"
+expect_error_rc 3 "$tb" validate hang.h5 --policy calm.toml
+grep -qE '^ +fail +run +run.status .*timeout' "$work/out" || fail "the hang's reason not shown: $(grep run.status "$work/out")"
+
+# Each read waits 500 ms more: data_wait fails against the clean baseline.
+expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject io-stall=500 -o iostall.h5
+expect_error_rc 3 "$tb" validate iostall.h5 --baseline a.h5 --policy calm.toml
+grep -qE '^ +fail +train +train.data_wait_share ' "$work/out" || fail "io-stall: data_wait not failed"
+
 # Bad input: one line, exit 2, nothing written.
 printf '[tolerance]\nwran = 0.1\n' >bad.toml
 expect_error 2 "bad.toml:2: \[tolerance\] unknown key 'wran'" -- "$tb" validate a.h5 --policy bad.toml

@@ -22,6 +22,7 @@ Report TrainReport(double tokens_per_s, std::vector<double> steps = {1.0, 1.0, 1
   Report r;
   sc::Set(r.root, sc::root::command, "train");
   sc::Set(r.root, sc::root::start_utc, "2026-12-01T00:00:00Z");
+  sc::Set(r.root, sc::root::status, "complete");
   sc::Set(r.root, sc::root::n_ranks, static_cast<int64_t>(steps.size()));
   sc::Set(r.root, sc::root::n_nodes, 1);
   Group& model_group = sc::GroupOf(r.root, sc::kModel);
@@ -98,6 +99,17 @@ TEST(Validate, StragglerByLeaveOneOutRobustZ) {
   // Two ranks still compare; a difference under the floor is not a straggler, however large its z.
   EXPECT_EQ(Find(ValidateReport(TrainReport(1000, {1.0, 1.5}), {}), "train.step_s.rank1").verdict, Verdict::kFail);
   EXPECT_EQ(Find(ValidateReport(TrainReport(1000, {1.0, 1.03}), {}), "train.step_s.rank1").verdict, Verdict::kPass);
+}
+
+TEST(Validate, ARunThatDidNotCompleteFailsWithItsReason) {
+  Report r = TrainReport(1000);
+  sc::Set(r.root, sc::root::status, "failed");
+  sc::Set(r.root, sc::root::status_reason, "timeout: all_reduce did not complete within 5 s");
+  const Check& status = Find(ValidateReport(r, {}), "run.status");
+  EXPECT_EQ(status.verdict, Verdict::kFail);
+  EXPECT_NE(status.message.find("timeout: all_reduce"), std::string::npos) << status.message;
+  sc::Set(r.root, sc::root::status, "complete");
+  EXPECT_EQ(Find(ValidateReport(r, {}), "run.status").verdict, Verdict::kPass);
 }
 
 TEST(Validate, AnyWrongElementFails) {

@@ -32,6 +32,27 @@ Check SelfCheck(Figure figure, double expected, double tolerance, std::string so
 
 // ---- checks judged within the run ------------------------------------------------------------------------------
 
+// How the run ended: anything but complete (failed, interrupted: a hang the watchdog ended, a crash) fails, with
+// the report's own reason.
+void AddStatusCheck(const Report& report, std::vector<Check>& checks) {
+  const std::string* status = sc::Find(&report.root, sc::root::status);
+  const std::string* reason = sc::Find(&report.root, sc::root::status_reason);
+  Figure f = MakeFigure("run.status", "run", "how the run ended", "", Better::kHigher, kNaN);
+  f.is_text = true;
+  f.text = status ? *status : "";
+  const bool complete = status && *status == "complete";
+  checks.push_back(SelfCheck(f, 0, 0, "the report's status", complete ? Verdict::kPass : Verdict::kFail,
+                             complete ? "complete" : f.text + ": " + (reason ? *reason : std::string("(no reason)"))));
+  // A run with faults injected on purpose (--inject) is a test of validate, not a measurement: it says so.
+  const std::string* injected = sc::Find(&report.root, sc::root::injected_faults);
+  if (injected && !injected->empty()) {
+    Figure i = MakeFigure("run.injected_faults", "run", "faults injected on purpose", "", Better::kLower, kNaN);
+    i.is_text = true;
+    i.text = *injected;
+    checks.push_back(SelfCheck(i, 0, 0, "--inject", Verdict::kWarn, "faults injected on purpose: " + *injected));
+  }
+}
+
 // Elements that failed verification, per operation: any is a failure, whatever any expectation says.
 void AddWrongElementChecks(const Report& report, std::vector<Check>& checks) {
   for (const auto& [op, group] : sc::Instances(report.root, sc::kCollective)) {
@@ -268,11 +289,12 @@ std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& in
   }
   const std::string gpu = GpuModelOf(report);
   std::vector<Check> checks;
+  AddStatusCheck(report, checks);
   AddWrongElementChecks(report, checks);
   AddWeakLinkChecks(report, checks);
   AddStragglerChecks(report, inputs.policy, checks);
   for (const Figure& f : ExtractFigures(report)) {
-    if (f.family == "environment") {
+    if (f.is_text) {
       checks.push_back(JudgeText(f, TextReference(f, baseline, inputs.baseline_file, inputs.history), inputs.policy));
       continue;
     }

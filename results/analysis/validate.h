@@ -35,7 +35,8 @@ struct Figure {
   Better better = Better::kHigher;
   bool share = false;  // a share of step time (0..1): tolerances are absolute points, not relative
   double value = 0;    // NaN: the report lacks it (the check is unknown)
-  std::string text;    // environment figures: the value compared as text
+  bool is_text = false;  // compared as `text` (environment figures, the run's status), not as a number
+  std::string text;
   Subject subject;
 };
 

@@ -140,6 +140,7 @@ void AddEnvironmentFigures(const Report& report, std::vector<Figure>& figures) {
   if (!topology) return;
   auto text = [&](const std::string& key, const std::string& title, const std::string& value) {
     Figure f = MakeFigure("environment." + key, "environment", title, "", Better::kHigher, kNaN);
+    f.is_text = true;
     f.text = value;
     figures.push_back(f);
   };

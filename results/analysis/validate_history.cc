@@ -104,7 +104,7 @@ std::string AddToHistory(const std::string& dir, const Report& report, const std
               {"values", Json::object()},
               {"texts", Json::object()}};
   for (const Figure& f : figures) {
-    if (f.family == "environment") {
+    if (f.is_text) {
       doc["texts"][f.key] = f.text;
     } else {
       doc["values"][f.key] = std::isfinite(f.value) ? Json(f.value) : Json();

@@ -143,7 +143,7 @@ RunView ValidateView(const std::string& run_file, const Report& report, const st
                   {}};
   for (const Check& c : checks) {
     const Subject& s = c.figure.subject;
-    const Cell measured = c.figure.family == "environment" ? Cell(c.figure.text) : NumberCell(c.figure.value);
+    const Cell measured = c.figure.is_text ? Cell(c.figure.text) : NumberCell(c.figure.value);
     table.rows.push_back({std::string(VerdictName(c.verdict)), c.figure.family, c.figure.key, s.rank, s.host, s.gpu,
                           measured, c.expected ? NumberCell(*c.expected) : Cell(), c.figure.unit,
                           c.expected ? Cell(c.tolerance) : Cell(), c.source, c.message});
@@ -194,7 +194,7 @@ std::string PrometheusText(const std::string& run_file, const Report& report, co
     const std::string labels = CheckLabels(c, report);
     status.push_back(labels + " " + std::to_string(StatusValue(c.verdict)));
     const auto [unit, factor] = BaseUnit(c.figure.unit);
-    if (c.figure.family == "environment") continue;
+    if (c.figure.is_text) continue;
     const std::string suffix = unit.empty() ? "" : "_" + unit;
     measured[suffix].push_back(labels + " " + Prometheus(c.figure.value * factor));
     if (c.expected) expected[suffix].push_back(labels + " " + Prometheus(*c.expected * factor));
