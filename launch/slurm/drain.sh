@@ -16,7 +16,6 @@ resume=0
 reason="failed trainbench checks"
 names=()
 
-usage() { echo "usage: drain.sh [--apply] [--reason TEXT] NODE... | drain.sh --resume [--apply] [NODE...]" >&2; exit 2; }
 bad() { echo "drain.sh: $*" >&2; exit 2; }
 
 while [[ $# -gt 0 ]]; do
@@ -26,7 +25,7 @@ while [[ $# -gt 0 ]]; do
     --reason) [[ $# -ge 2 ]] || bad "--reason needs a text"; reason=$2; shift 2 ;;
     -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     --) shift; names+=("$@"); break ;;
-    -*) echo "drain.sh: unknown option '$1'" >&2; usage ;;
+    -*) bad "unknown option '$1' (usage: drain.sh [--apply] [--reason TEXT] NODE... | drain.sh --resume [--apply] [NODE...])" ;;
     *) names+=("$1"); shift ;;
   esac
 done

@@ -63,7 +63,7 @@ tb_slurm_job() {
 
   _tb_one_of TB_BACKEND "$TB_BACKEND" auto cpu cuda
   _tb_one_of TB_LAUNCHER "$TB_LAUNCHER" srun mpirun
-  _tb_uint TB_TIMEOUT "$TB_TIMEOUT"
+  [[ $TB_TIMEOUT =~ ^(0|[1-9][0-9]{0,8})$ ]] || _tb_bad "TB_TIMEOUT='$TB_TIMEOUT' is not a whole number of seconds (0 = no watchdog)"
   _tb_bool TB_COLLECTIVES "$TB_COLLECTIVES"
   _tb_bool TB_TRAIN "$TB_TRAIN"
   _tb_uint TB_STEPS "$TB_STEPS"
@@ -94,7 +94,7 @@ tb_slurm_job() {
   esac
 
   _tb_dir=$TB_OUT/job-$SLURM_JOB_ID
-  mkdir -p "$_tb_dir" || _tb_bad "cannot create the report directory $_tb_dir (TB_OUT='$TB_OUT')"
+  mkdir -p "$_tb_dir" 2>/dev/null || _tb_bad "cannot create the report directory $_tb_dir (TB_OUT='$TB_OUT')"
   {
     echo "job_id=$SLURM_JOB_ID"
     echo "job_name=${SLURM_JOB_NAME:-}"
