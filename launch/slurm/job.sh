@@ -78,9 +78,9 @@ tb_slurm_job() {
     _tb_bad "the allocation has $SLURM_JOB_NUM_NODES nodes; node.sbatch is for one node (use multinode.sbatch)"
   fi
   per_node=${SLURM_TASKS_PER_NODE:-$SLURM_NTASKS}
-  [[ $per_node =~ ^[0-9]+(\(x[0-9]+\))?$ ]] ||
-    _tb_bad "the allocation has different task counts per node ($per_node); ask for --ntasks-per-node=m"
   per_node=${per_node%%(*}
+  [[ $per_node =~ ^[0-9]+$ && $SLURM_NTASKS -eq $((per_node * ${SLURM_JOB_NUM_NODES:-1})) ]] ||
+    _tb_bad "$SLURM_NTASKS tasks on ${SLURM_JOB_NUM_NODES:-1} nodes (${SLURM_TASKS_PER_NODE:-}) are not the same number on every node; ask for --ntasks-per-node=m without --ntasks"
 
   case $TB_LAUNCHER in
     srun)
