@@ -189,7 +189,7 @@ drain_ok "$node1: left alone: drained by someone else" --resume --apply "$node1"
 expect_node "$node1" 1 "trainbench-like but not ours" "resume --apply of a node drained by hand"
 drain_ok "$node2: left alone" --resume --apply "$node2,$node1"
 expect_node "$node2" 1 "maintenance by hand" "resume --apply of a listed node drained by hand"
-scontrol update nodename="$node1" state=resume || fail "cannot resume $node by hand"
+scontrol update nodename="$node1" state=resume || fail "cannot resume $node1 by hand"
 drain_error "drain.sh: unknown node 'nosuch'" nosuch
 drain_error "drain.sh: 'tb\[node,spare\]' is not a node name or host list" 'tb[node,spare]'
 drain_error "drain.sh: no node given to drain"
