@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Takes failing nodes out of service, and puts back only the ones it took out. Dry run unless --apply: it prints
+# the scontrol commands it would run and changes nothing.
+#
+#   launch/slurm/drain.sh [--apply] [--reason TEXT] NODE...     drain NODEs (names or host lists: gpu[01-04])
+#   launch/slurm/drain.sh --resume [--apply] [NODE...]           resume the nodes (all, or NODEs) drained by it
+#
+# A node is drained with the reason "trainbench: TEXT" (default TEXT: "failed trainbench checks"); --resume
+# resumes a node only when it is drained and its reason starts with "trainbench:". A node that is already drained,
+# down or failed for another reason is left as it is, by either mode. Exit 0 when done, 1 when scontrol failed
+# to change a node, 2 on bad input (nothing changed).
+set -euo pipefail
+readonly kPrefix="trainbench:"
+apply=0
+resume=0
+reason="failed trainbench checks"
+names=()
+
+bad() { echo "drain.sh: $*" >&2; exit 2; }
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --apply) apply=1; shift ;;
+    --resume) resume=1; shift ;;
+    --reason) [[ $# -ge 2 ]] || bad "--reason needs a text"; reason=$2; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --) shift; names+=("$@"); break ;;
+    -*) bad "unknown option '$1' (usage: drain.sh [--apply] [--reason TEXT] NODE... | drain.sh --resume [--apply] [NODE...])" ;;
+    *) names+=("$1"); shift ;;
+  esac
+done
+[[ $resume -eq 1 || ${#names[@]} -gt 0 ]] || bad "no node given to drain"
+[[ $reason =~ ^[[:print:]]+$ && $reason =~ [^[:space:]] ]] || bad "--reason must be one printable line"
+[[ $resume -eq 0 || $reason == "failed trainbench checks" ]] || bad "--reason applies to draining, not to --resume"
+command -v scontrol >/dev/null || bad "scontrol not found: run this on a Slurm login or controller node"
+
+# Every node's one-line record (scontrol -o show node), looked up before anything changes.
+records=()
+if [[ ${#names[@]} -eq 0 ]]; then
+  mapfile -t records < <(scontrol -o show node) || bad "scontrol show node failed"
+else
+  for name in "${names[@]}"; do
+    hosts=$(scontrol show hostnames "$name" 2>/dev/null) || hosts=
+    [[ -n $hosts ]] || bad "'$name' is not a node name or host list"
+    for host in $hosts; do
+      record=$(scontrol -o show node "$host" 2>&1) || bad "unknown node '$host' ($record)"
+      records+=("$record")
+    done
+  done
+fi
+
+node_field() {  # node_field RECORD FIELD: the value of FIELD= (Reason: to the end, less its [user@time])
+  local record=$1 field=$2 value
+  if [[ $field == Reason ]]; then
+    [[ $record =~ \ Reason=(.*)$ ]] || return 0
+    value=${BASH_REMATCH[1]}
+    value=${value% \[*\]}
+    [[ $value == "(null)" ]] || echo "$value"
+  else
+    [[ $record =~ (^|\ )$field=([^ ]*) ]] && echo "${BASH_REMATCH[2]}"
+  fi
+}
+
+failed=0
+change() {  # change NODE VERB DONE SCONTROL-ARGS...: run (or, in a dry run, print) scontrol update
+  local node=$1 verb=$2 done=$3; shift 3
+  if [[ $apply -eq 0 ]]; then
+    echo "drain.sh: $node: would $verb: scontrol update ${*@Q}"
+  elif scontrol update "$@"; then
+    echo "drain.sh: $node: $done"
+  else
+    echo "drain.sh: $node: scontrol update $* failed" >&2
+    failed=1
+  fi
+}
+
+for record in "${records[@]}"; do
+  node=$(node_field "$record" NodeName)
+  state=$(node_field "$record" State)
+  node_reason=$(node_field "$record" Reason)
+  ours=0
+  [[ $state =~ DRAIN && $node_reason == "$kPrefix"* ]] && ours=1
+  out_of_service=0
+  [[ $state =~ DRAIN|DOWN|FAIL ]] && out_of_service=1
+  if [[ $resume -eq 1 ]]; then
+    if [[ $ours -eq 1 ]]; then
+      change "$node" resume resumed nodename="$node" state=resume
+    elif [[ $state =~ DRAIN ]]; then
+      echo "drain.sh: $node: left alone: drained by someone else ($state, reason '$node_reason')"
+    elif [[ ${#names[@]} -gt 0 ]]; then
+      echo "drain.sh: $node: not drained ($state), nothing to resume"
+    fi
+  elif [[ $ours -eq 1 ]]; then
+    echo "drain.sh: $node: already drained by trainbench ('$node_reason')"
+  elif [[ $out_of_service -eq 1 ]]; then
+    echo "drain.sh: $node: left alone: already out of service ($state, reason '${node_reason:-none}')"
+  else
+    change "$node" drain "drained ($kPrefix $reason)" nodename="$node" state=drain reason="$kPrefix $reason"
+  fi
+done
+[[ $apply -eq 1 ]] || echo "drain.sh: dry run, nothing changed (add --apply to change node states)"
+exit "$failed"

@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# The Slurm scripts against a real Slurm: brings up a private one on this machine (tests/slurm_cluster.sh: munged,
+# slurmctld, slurmd; one node), submits launch/slurm/node.sbatch with 2 CPU ranks through sbatch (srun --mpi=pmix
+# and mpirun), waits for each job and reads its reports back with `trainbench report`; bad parameters fail the job
+# with one line and exit 2; drain.sh drains, resumes and leaves alone what it did not drain, against the real
+# slurmctld. Everything is torn down afterwards, also when a check fails. Fails (never skips) when Slurm cannot
+# start.
+#   slurm_test.sh TRAINBENCH
+# shellcheck disable=SC2015  # "check && check || fail" is meant: fail when any of the checks fails
+set -uo pipefail
+tb=$(realpath "$1")
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+work=$(mktemp -d /tmp/trainbench-slurm-test.XXXXXX)
+cluster=$(mktemp -d /tmp/trainbench-slurm.XXXXXX)
+# shellcheck source=tests/cli_lib.sh
+source "$here/cli_lib.sh"
+# shellcheck source=tests/slurm_cluster.sh
+source "$here/slurm_cluster.sh"
+cleanup() { slurm_cluster_down "$cluster"; rm -rf "$work" "$cluster"; }
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+
+slurm_cluster_up "$cluster" || { echo "FAIL: the private Slurm did not start (reason above)"; exit 1; }
+node1=${SLURM_CLUSTER_NODES[0]} node2=${SLURM_CLUSTER_NODES[1]}
+drain=$repo/launch/slurm/drain.sh
+
+# submit NAME SCRIPT [VAR=VALUE...] [-- SBATCH ARGS...]: submits launch/slurm/SCRIPT with CPU ranks (2 on one node
+# unless the sbatch arguments say otherwise), the tiny model and small sizes (VAR=VALUE overriding them) and
+# prints the job id; the job's output goes to $work/NAME.out.
+submit() {
+  local name=$1 script=$2 vars=() args=(--ntasks-per-node=2); shift 2
+  while [[ $# -gt 0 && $1 != -- ]]; do vars+=("$1"); shift; done
+  [[ $# -eq 0 ]] || { shift; args=("$@"); }
+  env TRAINBENCH="$tb" TB_OUT="$work/reports" TB_BACKEND=cpu TB_MODEL=tiny TB_STEPS=3 TB_MAXBYTES=64K \
+      TMPDIR="$cluster/tmp" "${vars[@]}" \
+    sbatch --parsable --job-name="$name" --gpus-per-node=0 --output="$work/$name.out" "${args[@]}" \
+      "$repo/launch/slurm/$script"
+}
+
+# wait_job ID: until the job leaves squeue (at most 300 s); then job_state and job_exit from scontrol show job.
+wait_job() {
+  local id=$1 deadline=$((SECONDS + 300)) record
+  while [[ -n $(squeue -h -j "$id" 2>/dev/null) ]]; do
+    if [[ $SECONDS -ge $deadline ]]; then fail "job $id still in squeue after 300 s"; scancel "$id"; break; fi
+    sleep 1
+  done
+  record=$(scontrol -o show job "$id")
+  [[ $record =~ JobState=([^ ]*) ]] && job_state=${BASH_REMATCH[1]} || job_state="?"
+  [[ $record =~ ExitCode=([^ ]*) ]] && job_exit=${BASH_REMATCH[1]} || job_exit="?"
+}
+
+# good_job NAME SCRIPT LAUNCHER NODES NODES_RE [-- SBATCH ARGS...]: the job completes with exit 0 on NODES nodes
+# (names matching NODES_RE), 2 ranks; both reports complete and readable with `trainbench report`.
+good_job() {
+  local name=$1 script=$2 launcher=$3 nodes=$4 nodes_re=$5 id dir f; shift 5
+  checks=$((checks + 1))
+  id=$(submit "$name" "$script" TB_LAUNCHER="$launcher" "$@") || { fail "sbatch of $name failed"; return; }
+  wait_job "$id"
+  dir=$work/reports/job-$id
+  if [[ $job_state != COMPLETED || $job_exit != 0:0 ]]; then
+    fail "$name: job $id $job_state, exit $job_exit; output: $(tail -20 "$work/$name.out")"
+    return
+  fi
+  for f in collectives.h5 train.h5 job.txt collectives.log train.log; do
+    [[ -s $dir/$f ]] || fail "$name: $dir/$f missing"
+  done
+  grep -qx "tasks=2" "$dir/job.txt" && grep -qx "num_nodes=$nodes" "$dir/job.txt" && grep -qxE "nodes=$nodes_re" "$dir/job.txt" &&
+    grep -qx "exit=0" "$dir/job.txt" && grep -qx "exit_train=0" "$dir/job.txt" && grep -qx "exit_collectives=0" "$dir/job.txt" ||
+    fail "$name: job.txt: $(cat "$dir/job.txt")"
+  grep -q "^launcher=$launcher" "$dir/job.txt" || fail "$name: job.txt names another launcher: $(grep launcher "$dir/job.txt")"
+  grep -q "^$script: train: exit 0$" "$work/$name.out" || fail "$name: the job output lacks '$script: train: exit 0'"
+  expect_ok "$tb" report "$dir/train.h5"
+  grep -qE '^ status +complete$' "$work/out" && grep -q '^# train.summary' "$work/out" &&
+    grep -qE '^ model +tiny$' "$work/out" && grep -qE '^ ranks +\(ranks\) +2$' "$work/out" &&
+    grep -qE "^ n_nodes +\(nodes\) +$nodes$" "$work/out" && grep -qE '^ tokens_per_s +\(tokens/s\) +[1-9]' "$work/out" ||
+    fail "$name: train report incomplete: $(head -40 "$work/out")"
+  expect_ok "$tb" report "$dir/collectives.h5" --sections config,collectives
+  grep -qE '^ status +complete$' "$work/out" && grep -qE '^ all_reduce_peak_busbw_GBps .* [0-9.]+$' "$work/out" ||
+    fail "$name: collectives report incomplete: $(head -30 "$work/out")"
+}
+
+# node.sbatch on one node and multinode.sbatch on both (1 rank each), through srun --mpi=pmix and mpirun.
+for launcher in srun mpirun; do
+  good_job "node-$launcher" node.sbatch "$launcher" 1 "tbnode[12]"
+  good_job "multinode-$launcher" multinode.sbatch "$launcher" 2 "$node1,$node2" -- --nodes=2 --ntasks-per-node=1
+done
+
+# A failing trainbench (an unknown model) fails the job with its exit code, the collectives report still written.
+checks=$((checks + 1))
+if id=$(submit bad-model node.sbatch TB_MODEL=gpt-9000); then
+  wait_job "$id"
+  [[ $job_state == FAILED && $job_exit == 2:0 ]] || fail "bad-model: job $id $job_state, exit $job_exit, want FAILED 2:0"
+  grep -q "^node.sbatch: train: exit 2$" "$work/bad-model.out" || fail "bad-model: no 'train: exit 2': $(tail -5 "$work/bad-model.out")"
+  grep -q "gpt-9000" "$work/bad-model.out" || fail "bad-model: trainbench's error does not name the model"
+  [[ -s $work/reports/job-$id/collectives.h5 ]] || fail "bad-model: the collectives report is missing"
+else
+  fail "sbatch of bad-model failed"
+fi
+
+# Bad input (SCRIPT|VAR=VALUE;...|SBATCH ARG;...|message): the job fails with exit 2 and one line naming what is
+# wrong; nothing run, no report directory.
+bad_cases=(
+  "node.sbatch|TRAINBENCH=/nonexistent/trainbench||TRAINBENCH='/nonexistent/trainbench' is not an executable file"
+  "node.sbatch|TB_BACKEND=gpu||TB_BACKEND='gpu' is not one of: auto cpu cuda"
+  "node.sbatch|TB_LAUNCHER=ssh||TB_LAUNCHER='ssh' is not one of: srun mpirun"
+  "node.sbatch|TB_SRUN_MPI=nompi||TB_SRUN_MPI='nompi' is not an MPI plugin of this srun"
+  "node.sbatch|TB_STEPS=0||TB_STEPS='0' is not a positive integer"
+  "node.sbatch|TB_MICRO_BATCH=4x||TB_MICRO_BATCH='4x' is not a positive integer"
+  "node.sbatch|TB_TIMEOUT=-1||TB_TIMEOUT='-1' is not a whole number of seconds (0 = no watchdog)"
+  "node.sbatch|TB_COLLECTIVES=yes||TB_COLLECTIVES='yes' must be 0 or 1"
+  "node.sbatch|TB_SCALING=1,,2||TB_SCALING='1,,2' is not empty, pow2 or a comma-separated list"
+  "node.sbatch|TB_OPS=all reduce||TB_OPS='all reduce' is not a comma-separated list"
+  "node.sbatch|TB_OUT=/proc/nope||cannot create the report directory /proc/nope/job-"
+  "node.sbatch|TB_COLLECTIVES=0;TB_TRAIN=0||TB_COLLECTIVES=0 and TB_TRAIN=0: nothing to run"
+  "node.sbatch||--nodes=2;--ntasks-per-node=1|the allocation has 2 nodes; node.sbatch is for one node (use multinode.sbatch)"
+  "multinode.sbatch||--nodes=2;--ntasks=3;--ntasks-per-node=2|3 tasks on 2 nodes (2(x2)) are not the same number on every node"
+)
+bad_ids=()
+for i in "${!bad_cases[@]}"; do
+  IFS='|' read -r script vars args _ <<<"${bad_cases[$i]}"
+  IFS=';' read -r -a vars <<<"$vars"
+  IFS=';' read -r -a args <<<"$args"
+  [[ ${#args[@]} -gt 0 ]] || args=(--ntasks-per-node=2)
+  bad_ids[i]=$(submit "bad-$i" "$script" "${vars[@]}" -- "${args[@]}") || fail "sbatch of bad case '${bad_cases[$i]}' failed"
+done
+for i in "${!bad_cases[@]}"; do
+  [[ -n ${bad_ids[i]:-} ]] || continue
+  IFS='|' read -r script _ _ message <<<"${bad_cases[$i]}"
+  checks=$((checks + 1))
+  wait_job "${bad_ids[i]}"
+  if [[ $job_state != FAILED || $job_exit != 2:0 ]]; then
+    fail "${bad_cases[$i]}: job ${bad_ids[i]} $job_state, exit $job_exit, want FAILED 2:0"
+  elif [[ $(wc -l <"$work/bad-$i.out") -ne 1 ]] || ! grep -qF "$script: $message" "$work/bad-$i.out"; then
+    fail "${bad_cases[$i]}: want one line '$script: $message', got: $(cat "$work/bad-$i.out")"
+  elif [[ -e $work/reports/job-${bad_ids[i]} ]]; then
+    fail "${bad_cases[$i]}: a report directory was made"
+  fi
+done
+# Outside an allocation: one line, exit 2.
+checks=$((checks + 1))
+env -u SLURM_JOB_ID -u SLURM_NTASKS TRAINBENCH="$tb" bash "$repo/launch/slurm/node.sbatch" >"$work/out" 2>&1; rc=$?
+[[ $rc -eq 2 && $(wc -l <"$work/out") -eq 1 ]] && grep -q "^node.sbatch: not inside a Slurm allocation" "$work/out" ||
+  fail "node.sbatch outside an allocation -> exit $rc: $(cat "$work/out")"
+
+# drain.sh against the real slurmctld.
+node_state() { local r; r=$(scontrol -o show node "$1"); [[ $r =~ State=([^ ]*) ]] && echo "${BASH_REMATCH[1]}"; }
+node_reason() { local r; r=$(scontrol -o show node "$1"); [[ $r =~ \ Reason=(.*)\ \[ ]] && echo "${BASH_REMATCH[1]}"; }
+# expect_node NODE DRAINED(0|1) REASON WHAT: the node's state has DRAIN or not, and its reason
+expect_node() {
+  local state reason
+  checks=$((checks + 1))
+  state=$(node_state "$1") reason=$(node_reason "$1")
+  if [[ $2 -eq 1 && ( $state != *DRAIN* || $reason != "$3" ) ]] || [[ $2 -eq 0 && $state == *DRAIN* ]]; then
+    fail "$4: $1 is $state, reason '$reason'"
+  fi
+}
+drain_ok() {  # drain_ok PATTERN ARGS...: drain.sh ARGS exits 0 and prints PATTERN
+  local pattern=$1; shift
+  expect_ok "$drain" "$@"
+  grep -qE -- "$pattern" "$work/out" || fail "drain.sh $* -> output lacks /$pattern/: $(cat "$work/out" "$work/err")"
+}
+drain_error() {  # drain_error PATTERN ARGS...: exit 2 and one line matching PATTERN
+  local pattern=$1 rc; shift
+  checks=$((checks + 1))
+  "$drain" "$@" >"$work/out" 2>&1; rc=$?
+  [[ $rc -eq 2 && $(wc -l <"$work/out") -eq 1 ]] && grep -qE -- "$pattern" "$work/out" ||
+    fail "drain.sh $* -> exit $rc, want 2 and one line /$pattern/: $(cat "$work/out")"
+}
+
+drain_ok "$node1: would drain: scontrol update 'nodename=$node1' 'state=drain' 'reason=trainbench: failed trainbench checks'" "$node1"
+grep -q "dry run, nothing changed" "$work/out" || fail "drain.sh dry run does not say so"
+expect_node "$node1" 0 "" "dry-run drain"
+drain_ok "$node1: drained \(trainbench: slow all_reduce on slurm_test\)" --apply --reason "slow all_reduce on slurm_test" "$node1"
+expect_node "$node1" 1 "trainbench: slow all_reduce on slurm_test" "drain --apply"
+drain_ok "$node1: already drained by trainbench" --apply "$node1"
+expect_node "$node1" 1 "trainbench: slow all_reduce on slurm_test" "drain --apply of a node it drained"
+drain_ok "$node1: would resume" --resume
+expect_node "$node1" 1 "trainbench: slow all_reduce on slurm_test" "dry-run resume"
+scontrol update nodename="$node2" state=drain reason="maintenance by hand" || fail "cannot drain $node2 by hand"
+drain_ok "$node2: left alone: already out of service" --apply "$node2"
+expect_node "$node2" 1 "maintenance by hand" "drain --apply of a node drained by hand"
+drain_ok "$node2: left alone: drained by someone else" --resume --apply
+grep -q "$node1: resumed" "$work/out" || fail "drain.sh --resume --apply did not resume $node1: $(cat "$work/out")"
+expect_node "$node1" 0 "" "resume --apply"
+expect_node "$node2" 1 "maintenance by hand" "resume --apply of all nodes"
+scontrol update nodename="$node1" state=drain reason="trainbench-like but not ours" || fail "cannot drain $node1 by hand"
+drain_ok "$node1: left alone: drained by someone else" --resume --apply "$node1"
+expect_node "$node1" 1 "trainbench-like but not ours" "resume --apply of a node drained by hand"
+drain_ok "$node2: left alone" --resume --apply "$node2,$node1"
+expect_node "$node2" 1 "maintenance by hand" "resume --apply of a listed node drained by hand"
+scontrol update nodename="$node1" state=resume || fail "cannot resume $node1 by hand"
+drain_error "drain.sh: unknown node 'nosuch'" nosuch
+drain_error "drain.sh: 'tb\[node,spare\]' is not a node name or host list" 'tb[node,spare]'
+drain_error "drain.sh: no node given to drain"
+drain_error "drain.sh: unknown option '--force'" --force "$node1"
+drain_error "drain.sh: --reason applies to draining" --resume --reason x
+expect_node "$node1" 0 "" "bad drain.sh arguments"
+
+# Teardown leaves nothing: no process of the cluster, no directory.
+slurm_cluster_down "$cluster"
+checks=$((checks + 1))
+left=$(_slurm_cluster_marked_pids "$cluster")
+[[ -z $left && ! -e $cluster ]] || fail "teardown left processes '$left' or $cluster"
+finish slurm_test
