@@ -105,7 +105,7 @@ TEST(Validate, ARunThatDidNotCompleteFailsWithItsReason) {
   Report r = TrainReport(1000);
   sc::Set(r.root, sc::root::status, "failed");
   sc::Set(r.root, sc::root::status_reason, "timeout: all_reduce did not complete within 5 s");
-  const Check& status = Find(ValidateReport(r, {}), "run.status");
+  const Check status = Find(ValidateReport(r, {}), "run.status");  // a copy: the checks are a temporary
   EXPECT_EQ(status.verdict, Verdict::kFail);
   EXPECT_NE(status.message.find("timeout: all_reduce"), std::string::npos) << status.message;
   sc::Set(r.root, sc::root::status, "complete");
@@ -119,7 +119,7 @@ TEST(Validate, AnyWrongElementFails) {
   sc::AddColumn(results, sc::collective::results::size_bytes, std::vector<int64_t>{1024, 1 << 20});
   sc::AddColumn(results, sc::collective::results::busbw_GBps, "out_of_place", std::vector<double>{1, 2});
   sc::AddColumn(results, sc::collective::results::wrong, "out_of_place", std::vector<int64_t>{0, 3});
-  const Check& wrong = Find(ValidateReport(r, {}), "collectives.all_reduce.wrong_elements");
+  const Check wrong = Find(ValidateReport(r, {}), "collectives.all_reduce.wrong_elements");
   EXPECT_EQ(wrong.verdict, Verdict::kFail);
   EXPECT_DOUBLE_EQ(wrong.figure.value, 3);
 }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "error.h"
 #include "console.h"
+#include "error.h"
 #include "prices.h"
 #include "schema.h"
 #include "units.h"

@@ -100,6 +100,9 @@ struct ValidateInputs {
 // The checks of `report`. Throws InputError when the baseline is another configuration (RunIdentity differs).
 std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& inputs);
 
+// Median of `values` (the mean of the middle two for an even count); NaN when empty.
+double Median(std::vector<double> values);
+
 // The run's verdict: fail when any check fails; warn when any warns or is unknown; else pass.
 Verdict OverallVerdict(const std::vector<Check>& checks);
 

@@ -13,8 +13,6 @@ namespace tb {
 Figure MakeFigure(std::string key, std::string family, std::string title, std::string unit, Better better,
                   double value, Subject subject = {});
 
-// Median of `values` (the mean of the middle two for an even count); NaN when empty.
-double Median(std::vector<double> values);
 
 // The point whose figures validate checks: the scaling point with the most ranks (a storage sweep's points are
 // not scaling points), with its io group when the run had one.

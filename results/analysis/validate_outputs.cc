@@ -3,8 +3,8 @@
 #include <cmath>
 #include <map>
 
-#include "schema.h"
 #include "console.h"
+#include "schema.h"
 #include "units.h"
 
 namespace tb {

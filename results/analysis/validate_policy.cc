@@ -2,8 +2,8 @@
 // thresholds per GPU model.
 #include <set>
 
-#include "error.h"
 #include "console.h"
+#include "error.h"
 #include "prices.h"
 #include "toml_reader.h"
 #include "units.h"

@@ -43,12 +43,6 @@ bool ParseHistoryFlags(const std::vector<std::string>& args, HistoryFlags& f) {
   return true;
 }
 
-double MedianOf(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n == 0 ? std::nan("") : n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 // A row per configuration and figure: how many nights, first, last, median, MAD, last / median - 1.
 ViewTable TrendTable(const std::vector<HistoryEntry>& nights) {
   ViewTable table{"history", "trend", "each figure over the nights, per configuration", false,
@@ -62,11 +56,11 @@ ViewTable TrendTable(const std::vector<HistoryEntry>& nights) {
     }
   }
   for (const auto& [id, values] : series) {
-    const double median = MedianOf(values);
+    const double median = Median(values);
     std::vector<double> deviations;
     for (double v : values) deviations.push_back(std::fabs(v - median));
     table.rows.push_back({id.first, id.second, static_cast<int64_t>(values.size()), values.front(), values.back(),
-                          median, MedianOf(deviations), median != 0 ? values.back() / median - 1 : std::nan("")});
+                          median, Median(deviations), median != 0 ? values.back() / median - 1 : std::nan("")});
   }
   return table;
 }
