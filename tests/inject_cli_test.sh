@@ -70,12 +70,15 @@ checks=$((checks + 1))
 expect_ok "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 1K -n 5 -w 1 --inject slow-rank=1:300 -o slowc.h5 --quiet
 check slowc.h5 'min(rows("/collectives/all_reduce/results")["out_of_place_time_us"]) >= 30000' "slow-rank did not slow the batch"
 
-# --- slow-link: every message between ranks 0 and 2 waits 200 ms: p2p flags exactly that pair -----------------
+# --- slow-link: every message between ranks 0 and 2 waits 200 ms: p2p flags that pair, the slowest two ---------
+# (A loaded machine may flag another pair too, so the check is that 0-2 is flagged and slowest, not alone.)
 # 3 ranks on 2 cores under load moved 256 KiB in 3 ms (0.08 GB/s), 0.2 s a message is still 50x slower.
 expect_ok "${mpi[@]}" -n 3 "$tb" p2p --size 256K -n 10 -w 1 --latency-iters 2 --threshold 0.1 \
   --inject slow-link=0-2:200000 -o link.h5 --quiet
-check link.h5 'sorted((int(r["src_rank"]), int(r["dst_rank"])) for r in rows("/p2p/flagged")) == [(0, 2), (2, 0)]' \
-  "p2p did not flag exactly the pair 0-2"
+check link.h5 '{(0, 2), (2, 0)} <= {(int(r["src_rank"]), int(r["dst_rank"])) for r in rows("/p2p/flagged")}' \
+  "p2p did not flag the pair 0-2"
+check link.h5 'sorted(np.argsort(np.nan_to_num(rows("/p2p/uni_bw_GBps").ravel(), nan=np.inf))[:2].tolist()) == [2, 6]' \
+  "the pair 0-2 is not the slowest in the uni matrix"
 check link.h5 'f["/p2p/latency_us"][0, 2] >= 200000' "slow-link latency"
 
 # --- wrong-value: rank 1's input is corrupted before each verified run: wrong elements, exit 1 -----------------

@@ -171,6 +171,15 @@ drain_error() {  # drain_error PATTERN ARGS...: exit 2 and one line matching PAT
 drain_ok "$node1: would drain: scontrol update 'nodename=$node1' 'state=drain' 'reason=trainbench: failed trainbench checks'" "$node1"
 grep -q "dry run, nothing changed" "$work/out" || fail "drain.sh dry run does not say so"
 expect_node "$node1" 0 "" "dry-run drain"
+# From validate's JSON: the hosts of the failing checks (both ends of a weak link), the checks in the reason.
+printf '{"runs": [{"file": "r.h5", "validate": {"checks": [%s]}}]}\n' \
+  "{\"verdict\": \"fail\", \"check\": \"train.step_s.rank3\", \"host\": \"$node1\"}, {\"verdict\": \"pass\", \"check\": \"train.tokens_per_s\", \"host\": null}" \
+  >"$work/validate.json"
+drain_ok "$node1: would drain: .*reason=trainbench: failed train.step_s.rank3" --from-validate "$work/validate.json"
+printf '{"runs": [{"file": "r.h5", "validate": {"checks": []}}]}\n' >"$work/clean.json"
+drain_ok "no failing check names a host: nothing to drain" --from-validate "$work/clean.json"
+echo '{"not": "validate"}' >"$work/other.json"
+drain_error "drain.sh: --from-validate '.*other.json': not the JSON of trainbench validate --json" --from-validate "$work/other.json"
 drain_ok "$node1: drained \(trainbench: slow all_reduce on slurm_test\)" --apply --reason "slow all_reduce on slurm_test" "$node1"
 expect_node "$node1" 1 "trainbench: slow all_reduce on slurm_test" "drain --apply"
 drain_ok "$node1: already drained by trainbench" --apply "$node1"

@@ -82,6 +82,25 @@ TEST(Validate, ThroughputBandsAgainstABaseline) {
   EXPECT_EQ(Find(ValidateReport(TrainReport(5000), AgainstBaseline(base)), "train.tokens_per_s").verdict, Verdict::kPass);
 }
 
+TEST(Validate, P2pExpectationDerivedFromNvlinkBelowThePolicy) {
+  Report r = TrainReport(1000);
+  sc::Set(sc::GroupOf(r.root, sc::kP2p), sc::p2p::median_uni_GBps, 330.0);
+  struct Link {
+    std::string link;
+  };
+  const std::vector<Link> links(12, Link{"NVLink x18 via NVSwitch"});
+  sc::RecordTable<Link>(sc::topology::kGpuLinks)
+      .Column(sc::topology::gpu_links::link, [](const Link& l) { return l.link; })
+      .Write(sc::GroupOf(r.root, sc::kTopology), links);
+  const Check c = Find(ValidateReport(r, {}), "p2p.median_uni_GBps");
+  EXPECT_DOUBLE_EQ(*c.expected, 18 * 25 * 0.8);  // 360 GB/s
+  EXPECT_NE(c.source.find("derived: NVLink x18"), std::string::npos) << c.source;
+  EXPECT_EQ(c.verdict, Verdict::kWarn);  // 330 is 8.3% short of 360: past the 5% warn band, inside the 10% fail band
+  ValidateInputs with_policy;
+  with_policy.policy = ParseValidatePolicy("[gpu.cpu]\n\"p2p.median_uni_GBps\" = 300\n", "p.toml");
+  EXPECT_DOUBLE_EQ(*Find(ValidateReport(r, with_policy), "p2p.median_uni_GBps").expected, 300);  // policy wins
+}
+
 TEST(Validate, NoExpectationIsUnknownNeverPass) {
   const std::vector<Check> checks = ValidateReport(TrainReport(1000), {});
   EXPECT_EQ(Find(checks, "train.tokens_per_s").verdict, Verdict::kUnknown);

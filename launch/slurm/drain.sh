@@ -3,6 +3,7 @@
 # the scontrol commands it would run and changes nothing.
 #
 #   launch/slurm/drain.sh [--apply] [--reason TEXT] NODE...     drain NODEs (names or host lists: gpu[01-04])
+#   launch/slurm/drain.sh [--apply] --from-validate RUN.json     drain the hosts of validate's failing checks
 #   launch/slurm/drain.sh --resume [--apply] [NODE...]           resume the nodes (all, or NODEs) drained by it
 #
 # A node is drained with the reason "trainbench: TEXT" (default TEXT: "failed trainbench checks"); --resume
@@ -15,20 +16,57 @@ apply=0
 resume=0
 reason="failed trainbench checks"
 names=()
+from_validate=
 
 bad() { echo "drain.sh: $*" >&2; exit 2; }
+
+# The hosts of the failing checks of `trainbench validate --json FILE` (both ends of a weak link), one per line,
+# then a last line: the failing checks' keys, for the reason.
+validate_failures() {
+  /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+path = sys.argv[1]
+try:
+    with open(path, encoding="utf-8") as f:
+        runs = json.load(f)["runs"]
+    checks = [row for run in runs for row in run["validate"]["checks"]]
+except (OSError, ValueError, KeyError, TypeError) as e:
+    sys.exit(f"drain.sh: --from-validate '{path}': not the JSON of trainbench validate --json ({e})")
+failing = [row for row in checks if row.get("verdict") == "fail"]
+hosts = []
+for row in failing:
+    for host in str(row.get("host") or "").split("->"):
+        if host and host not in hosts:
+            hosts.append(host)
+print("\n".join(hosts + [", ".join(sorted({str(row.get("check")) for row in failing}))]))
+PY
+}
 
 while [[ $# -gt 0 ]]; do
   case $1 in
     --apply) apply=1; shift ;;
     --resume) resume=1; shift ;;
     --reason) [[ $# -ge 2 ]] || bad "--reason needs a text"; reason=$2; shift 2 ;;
+    --from-validate) [[ $# -ge 2 ]] || bad "--from-validate needs validate's --json file"; from_validate=$2; shift 2 ;;
     -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     --) shift; names+=("$@"); break ;;
     -*) bad "unknown option '$1' (usage: drain.sh [--apply] [--reason TEXT] NODE... | drain.sh --resume [--apply] [NODE...])" ;;
     *) names+=("$1"); shift ;;
   esac
 done
+if [[ -n $from_validate ]]; then
+  [[ $resume -eq 0 ]] || bad "--from-validate drains; --resume takes node names"
+  output=$(validate_failures "$from_validate" 2>&1) || bad "${output#drain.sh: }"
+  mapfile -t found <<<"$output"
+  keys=${found[-1]}
+  unset 'found[-1]'
+  if [[ ${#found[@]} -eq 0 ]]; then
+    echo "drain.sh: $from_validate: no failing check names a host: nothing to drain"
+    exit 0
+  fi
+  names+=("${found[@]}")
+  [[ $reason != "failed trainbench checks" ]] || reason="failed ${keys:0:200}"
+fi
 [[ $resume -eq 1 || ${#names[@]} -gt 0 ]] || bad "no node given to drain"
 [[ $reason =~ ^[[:print:]]+$ && $reason =~ [^[:space:]] ]] || bad "--reason must be one printable line"
 [[ $resume -eq 0 || $reason == "failed trainbench checks" ]] || bad "--reason applies to draining, not to --resume"

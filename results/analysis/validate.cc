@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "console.h"
 #include "error.h"
@@ -166,6 +167,39 @@ std::string GpuModelOf(const Report& report) {
   return model ? model->name : "";
 }
 
+// The NVLink count of a link as topology/gpu_links names it ("NVLink x18", "NVLink x18 via NVSwitch"); 0 for
+// anything else (PCIe: its generation and width are not in the report, so nothing is derived from it).
+int NvlinkCount(const std::string& link, bool* via_switch) {
+  if (link.rfind("NVLink x", 0) != 0) return 0;
+  *via_switch = link.find("via NVSwitch") != std::string::npos;
+  return std::atoi(link.c_str() + 8);
+}
+
+// Derived from the topology, for a run on one node whose GPU pairs are all NVLink-connected: p2p's median
+// unidirectional rate = the pairs' median NVLink count x nvlink_GBps x efficiency; with every pair through
+// NVSwitch also all_reduce's large-message busbw, whose bound is a GPU's NVLink rate.
+std::optional<Expectation> FromTopology(const Figure& f, const Report& report, const ValidatePolicy& policy) {
+  const bool p2p = f.key == "p2p.median_uni_GBps", all_reduce = f.key == "collectives.all_reduce.busbw_GBps.large";
+  const int64_t* nodes = sc::Find(&report.root, sc::root::n_nodes);
+  const Table* links = sc::FindTable(sc::FindGroup(report.root, sc::kTopology), sc::topology::kGpuLinks);
+  const auto* link = links ? sc::Values(*links, sc::topology::gpu_links::link) : nullptr;
+  if ((!p2p && !all_reduce) || !nodes || *nodes != 1 || !link || link->empty()) return std::nullopt;
+  std::vector<double> counts;
+  bool all_via_switch = true;
+  for (const std::string& name : *link) {
+    bool via_switch = false;
+    const int count = NvlinkCount(name, &via_switch);
+    if (count <= 0) return std::nullopt;  // a pair without NVLink: nothing derived
+    counts.push_back(count);
+    all_via_switch = all_via_switch && via_switch;
+  }
+  if (all_reduce && !all_via_switch) return std::nullopt;
+  const double links_per_pair = all_reduce ? *std::min_element(counts.begin(), counts.end()) : Median(counts);
+  return Expectation{links_per_pair * policy.nvlink_GBps * policy.derived_efficiency, policy.warn, policy.fail,
+                     Format("derived: NVLink x%g x %g GB/s x efficiency %g", links_per_pair, policy.nvlink_GBps,
+                            policy.derived_efficiency)};
+}
+
 std::optional<Expectation> FromPolicy(const Figure& f, const ValidatePolicy& policy, const std::string& gpu) {
   auto model = policy.gpu_thresholds.find(gpu);
   if (model == policy.gpu_thresholds.end()) return std::nullopt;
@@ -298,8 +332,9 @@ std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& in
       checks.push_back(JudgeText(f, TextReference(f, baseline, inputs.baseline_file, inputs.history), inputs.policy));
       continue;
     }
-    // Later layers win: policy < baseline < history.
-    std::optional<Expectation> e = FromPolicy(f, inputs.policy, gpu);
+    // Later layers win: derived < policy < baseline < history.
+    std::optional<Expectation> e = FromTopology(f, report, inputs.policy);
+    if (auto p = FromPolicy(f, inputs.policy, gpu)) e = p;
     if (auto b = FromBaseline(f, baseline, inputs.baseline_file, inputs.policy)) e = b;
     if (auto h = FromHistory(f, inputs.history, inputs.policy)) e = h;
     checks.push_back(Judge(f, e));

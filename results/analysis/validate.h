@@ -1,7 +1,8 @@
 // `trainbench validate`: a report's key figures turned into checks with verdicts. Each check carries the measured
 // value, the expected value, the tolerance, where the expectation came from and the rank, host, GPU or link it
-// concerns. Expectations are layered, later wins: the policy file's thresholds per GPU model < a baseline report
-// < history (the rolling median and MAD of the last passing nights). Definitions: results/README.md ("Validation").
+// concerns. Expectations are layered, later wins: derived from the topology (NVLink count x rate x a stated
+// efficiency) < the policy file's thresholds per GPU model < a baseline report < history (the rolling median and
+// MAD of the last passing nights). Definitions: results/README.md ("Validation").
 #pragma once
 
 #include <cstdint>
@@ -55,6 +56,10 @@ struct ValidatePolicy {
   int history_nights = 14;    // the last N passing nights
   int history_min_nights = 3; // fewer give no expectation
   bool environment_drift_fails = false;  // a changed driver/CUDA/NCCL/MPI version fails instead of warning
+  // Expectations derived from the topology (the lowest layer): each NVLink's rate per direction, and the share of
+  // it a healthy run reaches.
+  double nvlink_GBps = 25;         // NVLink 3 and 4: 25 GB/s per link and direction
+  double derived_efficiency = 0.8;
   // Thresholds per GPU model (the model names cost's price files use: "H100 SXM"): figure key -> expected value.
   std::map<std::string, std::map<std::string, double>> gpu_thresholds;
 };

@@ -12,7 +12,7 @@
 namespace tb {
 namespace {
 
-constexpr const char* kTopKeys = "tolerance, straggler, history, environment, gpu";
+constexpr const char* kTopKeys = "tolerance, straggler, history, environment, derived, gpu";
 constexpr const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce",
                                 "sendrecv"};
 constexpr const char* kBands[] = {"small", "medium", "large"};
@@ -83,6 +83,13 @@ void ReadEnvironment(const toml::table& table, const std::string& file, Validate
   r.RejectUnknown("drift");
 }
 
+void ReadDerived(const toml::table& table, const std::string& file, ValidatePolicy& p) {
+  FieldReader r(table, file, "[derived] ");
+  if (r.OptionalNumber("nvlink_GBps")) p.nvlink_GBps = r.Number("nvlink_GBps", true);
+  p.derived_efficiency = Fraction(r, "efficiency", p.derived_efficiency, true);
+  r.RejectUnknown("nvlink_GBps, efficiency");
+}
+
 // [gpu."H100 SXM"] (or [gpu.cpu]): figure key = expected value.
 void ReadGpuThresholds(const toml::table& table, const std::string& file, ValidatePolicy& p) {
   const std::vector<std::string> keys = PolicyFigureKeys();
@@ -123,6 +130,7 @@ ValidatePolicy ParseValidatePolicy(const std::string& text, const std::string& f
   if (const toml::table* t = Section(top, "straggler")) ReadStraggler(*t, file, p);
   if (const toml::table* t = Section(top, "history")) ReadHistorySection(*t, file, p);
   if (const toml::table* t = Section(top, "environment")) ReadEnvironment(*t, file, p);
+  if (const toml::table* t = Section(top, "derived")) ReadDerived(*t, file, p);
   if (const toml::table* t = Section(top, "gpu")) ReadGpuThresholds(*t, file, p);
   top.RejectUnknown(kTopKeys);
   return p;
