@@ -109,15 +109,15 @@ expect_hang "all_reduce out-of-place, 1024 B, float, 1 warm-up iterations" colle
 expect_hang "p2p unidirectional 0->1" p2p --size 64K --quiet
 expect_hang "training step 0 on 2 ranks" "${train[@]}" --steps 2
 
-# --- io-stall: every loader read waits 500 ms, one read a step: data_wait is most of the step ------------------
+# --- io-stall: every loader read waits 2 s, one read a step: data_wait is most of the step, even loaded ---------
 expect_ok "$tb" data generate --dir tokens --tokens 100000 --vocab 4096 --quiet
 io=(train --model tiny --seq 32 --micro-batch 1 --warmup-steps 1 --steps 4 --quiet --data tokens --loader-workers 1
     --prefetch 1 --skip-data-verify)
-expect_ok "$tb" "${io[@]}" --inject io-stall=500 -o stall.h5
+expect_ok "$tb" "${io[@]}" --inject io-stall=2000 -o stall.h5
 expect_ok "$tb" "${io[@]}" -o flow.h5
 clean_share=$(/usr/bin/python3 -c 'import sys, h5py; print(h5py.File(sys.argv[1])["/io/k1"].attrs["data_wait_share"])' flow.h5)
 check stall.h5 "attr('/io/k1', 'data_wait_share') >= 0.5 and attr('/io/k1', 'data_wait_share') >= ${clean_share:-1} + 0.3" \
   "io-stall: data_wait share not most of the step and far above the clean run's (${clean_share:-none})"
-check stall.h5 'attr("/", "injected_faults") == "io-stall=500"' "io-stall run not marked"
+check stall.h5 'attr("/", "injected_faults") == "io-stall=2000"' "io-stall run not marked"
 
 finish inject_cli_test

@@ -104,8 +104,8 @@ timeout 120 "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject hang=1 --timeout
 expect_error_rc 3 "$tb" validate hang.h5 --policy calm.toml
 grep -qE '^ +fail +run +run.status .*timeout' "$work/out" || fail "the hang's reason not shown: $(grep run.status "$work/out")"
 
-# Each read waits 500 ms more: data_wait fails against the clean baseline.
-expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject io-stall=500 -o iostall.h5
+# Each read waits 2 s more: data_wait fails against the clean baseline.
+expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject io-stall=2000 -o iostall.h5
 expect_error_rc 3 "$tb" validate iostall.h5 --baseline a.h5 --policy calm.toml
 grep -qE '^ +fail +train +train.data_wait_share ' "$work/out" || fail "io-stall: data_wait not failed"
 
