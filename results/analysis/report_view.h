@@ -24,7 +24,7 @@ struct ViewColumn {
   // The report field the column shows (results/model/schema.h) and the key of its placeholder; nullptr for a column the
   // view computes (a count, a list, a maximum over ranks).
   const schema::Field* field = nullptr;
-  std::string key;
+  std::string key = {};
 };
 
 struct ViewTable {
