@@ -200,21 +200,26 @@ std::optional<Expectation> FromTopology(const Figure& f, const Report& report, c
                             policy.derived_efficiency)};
 }
 
+// The policy's warn and fail bands for `f`: relative, or absolute points for a share of step time.
+std::pair<double, double> Bands(const Figure& f, const ValidatePolicy& policy) {
+  return f.share ? std::pair{policy.share_warn, policy.share_fail} : std::pair{policy.warn, policy.fail};
+}
+
 std::optional<Expectation> FromPolicy(const Figure& f, const ValidatePolicy& policy, const std::string& gpu) {
   auto model = policy.gpu_thresholds.find(gpu);
   if (model == policy.gpu_thresholds.end()) return std::nullopt;
   auto value = model->second.find(f.key);
   if (value == model->second.end()) return std::nullopt;
-  return Expectation{value->second, f.share ? policy.share_warn : policy.warn, f.share ? policy.share_fail : policy.fail,
-                     "policy " + policy.file + " [gpu." + gpu + "]"};
+  const auto [warn, fail] = Bands(f, policy);
+  return Expectation{value->second, warn, fail, "policy " + policy.file + " [gpu." + gpu + "]"};
 }
 
 std::optional<Expectation> FromBaseline(const Figure& f, const std::vector<Figure>& baseline, const std::string& file,
                                         const ValidatePolicy& policy) {
   for (const Figure& b : baseline) {
     if (b.key == f.key && std::isfinite(b.value)) {
-      return Expectation{b.value, f.share ? policy.share_warn : policy.warn, f.share ? policy.share_fail : policy.fail,
-                         "baseline " + file};
+      const auto [warn, fail] = Bands(f, policy);
+      return Expectation{b.value, warn, fail, "baseline " + file};
     }
   }
   return std::nullopt;
@@ -234,8 +239,9 @@ std::optional<Expectation> FromHistory(const Figure& f, const std::vector<Histor
   const double sigma = 1.4826 * Median(deviations);  // the MAD as a standard deviation of normal noise
   const double scale = f.share ? 1.0 : std::fabs(median);
   const double spread = scale > 0 ? sigma / scale : 0;
-  const double warn = std::max(f.share ? policy.share_warn : policy.warn, 2 * spread);
-  const double fail = std::max(f.share ? policy.share_fail : policy.fail, 3 * spread);
+  const auto [policy_warn, policy_fail] = Bands(f, policy);
+  const double warn = std::max(policy_warn, 2 * spread);
+  const double fail = std::max(policy_fail, 3 * spread);
   return Expectation{median, warn, fail,
                      Format("history: median of %zu passing nights, MAD %.3g", values.size(), sigma / 1.4826)};
 }

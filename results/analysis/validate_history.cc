@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <system_error>
 
-#include <unistd.h>
 #include <cctype>
 
 #include "durable_file.h"
@@ -113,7 +112,7 @@ std::string AddToHistory(const std::string& dir, const Report& report, const std
   std::string path = (fs::path(dir) / (Stamp(start ? *start : "") + ".json")).string();
   for (int n = 2; fs::exists(path); ++n) path = (fs::path(dir) / (Stamp(start ? *start : "") + "-" + std::to_string(n) + ".json")).string();
   const std::string text = DumpJson(doc) + "\n";
-  ReplaceFileDurably(path, path + ".tmp." + std::to_string(::getpid()), text.data(), text.size());
+  ReplaceFileDurably(path, text.data(), text.size());
   // The oldest nights of this configuration beyond `keep` go.
   const std::vector<HistoryEntry> all = ReadHistory(dir);
   std::vector<HistoryEntry> mine;

@@ -323,7 +323,7 @@ std::vector<char> ReportImage(const Report& report) {
 // `image` to `path` under a temporary name in the same directory, then renamed over it.
 void ReplaceReport(const std::string& path, const std::vector<char>& image) {
   try {
-    ReplaceFileDurably(path, path + ".tmp." + std::to_string(::getpid()), image.data(), image.size());
+    ReplaceFileDurably(path, image.data(), image.size());
   } catch (const std::exception& error) {
     throw RuntimeError("cannot write report '" + path + "': " + error.what());
   }

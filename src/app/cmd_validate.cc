@@ -1,8 +1,6 @@
 // `trainbench validate RUN.h5`: the run's checks and verdict against a policy, a baseline report and the history
 // of passing nights; text on standard output, JSON, JUnit XML and a Prometheus textfile on request; exit 3 on a
 // regression. Reads files only; under mpirun every rank checks the input and rank 0 writes.
-#include <unistd.h>
-
 #include <filesystem>
 #include <iostream>
 
@@ -98,9 +96,7 @@ ValidateRun ReadInputs(const ValidateFlags& f) {
   return run;
 }
 
-void WriteText(const std::string& path, const std::string& text) {
-  ReplaceFileDurably(path, path + ".tmp." + std::to_string(::getpid()), text.data(), text.size());
-}
+void WriteOutput(const std::string& path, const std::string& text) { ReplaceFileDurably(path, text.data(), text.size()); }
 
 }  // namespace
 
@@ -120,9 +116,9 @@ int RunValidateCommand(const CommandInput& input) {
   const std::string& file = f.files.front();
   const RunView view = ValidateView(file, run.report, checks);
   std::cout << ReportViews("text", {"validate", {file}}, {view}) << std::flush;
-  if (!f.json.empty()) WriteText(f.json, ReportViews("json", {"validate", {file}}, {view}));
-  if (!f.junit.empty()) WriteText(f.junit, JunitXml(file, run.report, checks));
-  if (!f.prometheus.empty()) WriteText(f.prometheus, PrometheusText(file, run.report, checks));
+  if (!f.json.empty()) WriteOutput(f.json, ReportViews("json", {"validate", {file}}, {view}));
+  if (!f.junit.empty()) WriteOutput(f.junit, JunitXml(file, run.report, checks));
+  if (!f.prometheus.empty()) WriteOutput(f.prometheus, PrometheusText(file, run.report, checks));
   const Verdict verdict = OverallVerdict(checks);
   const bool regression = verdict == Verdict::kFail || (f.strict && verdict != Verdict::kPass);
   if (!f.history.empty() && (!regression || f.record_anyway)) {

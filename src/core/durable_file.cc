@@ -84,6 +84,10 @@ void ReplaceFileDurably(const std::string& path, const std::string& temporary, c
   file.Commit();
 }
 
+void ReplaceFileDurably(const std::string& path, const void* data, uint64_t bytes) {
+  ReplaceFileDurably(path, path + ".tmp." + std::to_string(::getpid()), data, bytes);
+}
+
 void SyncDirectory(const std::string& dir) {
   const std::string directory = dir.empty() ? std::string(".") : dir;
   const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

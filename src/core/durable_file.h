@@ -47,6 +47,8 @@ class DurableFile {
 
 // Replaces `path` with `bytes` through a DurableFile named `temporary`.
 void ReplaceFileDurably(const std::string& path, const std::string& temporary, const void* data, uint64_t bytes);
+// The same through the temporary `path.tmp.<pid>` in the same directory (reports, validate's outputs and history).
+void ReplaceFileDurably(const std::string& path, const void* data, uint64_t bytes);
 
 // fsync of a directory, so that renames and removals in it are durable. Throws RuntimeError.
 void SyncDirectory(const std::string& dir);
