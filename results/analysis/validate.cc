@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 #include "console.h"
 #include "error.h"
@@ -136,20 +137,94 @@ void AddStragglerChecks(const Report& report, const ValidatePolicy& policy, std:
   const auto* device = budget ? sc::Values(*budget, b::device) : nullptr;
   const auto* step = budget ? sc::Values(*budget, b::median_step_s) : nullptr;
   if (!rank || !host || !device || !step || step->size() < 2) return;
+  const bool cpu = DeviceSummary(report).ends_with(" x cpu");
+  const double floor = cpu ? policy.straggler_floor_cpu : policy.straggler_floor;
   const std::string source = "peers: median of the other " + std::to_string(step->size() - 1) +
-                             " ranks, robust z limit " + Number(policy.straggler_z);
+                             " ranks, robust z limit " + Number(policy.straggler_z) + ", floor " +
+                             Format("%g%%", 100 * floor) + (cpu ? " (CPU backend)" : "");
   for (size_t i = 0; i < step->size(); ++i) {
     const auto [median, z] = LeaveOneOut(*step, i);
     const double excess = (*step)[i] / median - 1;
-    const bool straggler = z > policy.straggler_z && excess > policy.straggler_floor;
+    const bool straggler = z > policy.straggler_z && excess > floor;
     Subject s{std::to_string((*rank)[i]), (*host)[i], (*device)[i], ""};
     Figure fig = MakeFigure("train.step_s.rank" + s.rank, "train", "median step time of rank " + s.rank, "s",
                              Better::kLower, (*step)[i], s);
-    checks.push_back(SelfCheck(fig, median, policy.straggler_floor, source,
+    checks.push_back(SelfCheck(fig, median, floor, source,
                                straggler ? Verdict::kFail : Verdict::kPass,
                                Format("robust z %.2f, %+.1f%% against the others' median", z, 100 * excess) +
                                    (straggler ? ": straggler on " + s.host + " (" + s.gpu + ")" : "")));
   }
+}
+
+// How each phase of a suite ended (suite/phases): a failed one fails with its reason; one the job ended during
+// (still "running" in the report) fails too; an interrupted one is unknown.
+void AddSuiteChecks(const Report& report, std::vector<Check>& checks) {
+  const Group* suite = sc::FindGroup(report.root, sc::kSuite);
+  const Table* phases = sc::FindTable(suite, sc::suite::kPhases);
+  namespace p = sc::suite::phases;
+  const auto* phase = phases ? sc::Values(*phases, p::phase) : nullptr;
+  const auto* repeat = phases ? sc::Values(*phases, p::repeat) : nullptr;
+  const auto* status = phases ? sc::Values(*phases, p::status) : nullptr;
+  const auto* reason = phases ? sc::Values(*phases, p::reason) : nullptr;
+  if (!phase || !repeat || !status || !reason) return;
+  const int64_t repeats = sc::Number(suite, sc::suite::repeats).value_or(1);
+  for (size_t i = 0; i < phase->size(); ++i) {
+    const std::string key = "suite." + (*phase)[i] + (repeats > 1 ? ".r" + std::to_string((*repeat)[i]) : "");
+    Figure f = MakeFigure(key, "suite", "phase " + (*phase)[i] + " of the suite", "", Better::kHigher, kNaN);
+    f.is_text = true;
+    f.text = (*status)[i];
+    const std::string& s = (*status)[i];
+    const Verdict verdict = s == "complete" ? Verdict::kPass : s == "interrupted" ? Verdict::kUnknown : Verdict::kFail;
+    const std::string message = s == "complete"  ? "complete"
+                                : s == "running" ? "the job ended during this phase"
+                                                 : s + ((*reason)[i].empty() ? "" : ": " + (*reason)[i]);
+    checks.push_back(SelfCheck(f, 0, 0, "suite/phases", verdict, message));
+  }
+}
+
+// The checks a repeat judges within itself (wrong elements, weak links, stragglers), over every repeat: a check
+// that fails in most repeats fails (the latest failing repeat's message); one that fails in some but not most is
+// noisy (warn); one a repeat does not produce (a link it did not flag) passes there.
+std::vector<Check> MergeRepeatChecks(const std::vector<std::vector<Check>>& per_repeat) {
+  std::vector<Check> merged;
+  std::map<std::string, size_t> index;
+  std::map<std::string, size_t> fails;
+  for (const std::vector<Check>& checks : per_repeat) {
+    for (const Check& c : checks) {
+      auto [it, fresh] = index.try_emplace(c.figure.key, merged.size());
+      if (fresh) merged.push_back(c);
+      if (c.verdict == Verdict::kFail) {
+        ++fails[c.figure.key];
+        merged[it->second] = c;
+      } else if (merged[it->second].verdict != Verdict::kFail) {
+        merged[it->second] = c;
+      }
+    }
+  }
+  const size_t n = per_repeat.size();
+  if (n < 2) return merged;
+  for (Check& c : merged) {
+    const size_t failed = fails[c.figure.key];
+    if (failed == 0) continue;
+    c.message += Format(" (in %zu of %zu repeats)", failed, n);
+    if (2 * failed <= n) {
+      c.verdict = Verdict::kWarn;
+      c.noisy = true;
+    }
+  }
+  return merged;
+}
+
+// Over repeats, a figure whose spread exceeds its fail band is noisy: a pass becomes a warn, a warn or fail stays.
+void MarkNoisy(Check& c, double fail_band) {
+  if (c.figure.repeats < 2 || !(c.figure.spread > fail_band)) return;
+  c.noisy = true;
+  if (c.verdict == Verdict::kPass) c.verdict = Verdict::kWarn;
+  c.message += Format("; noisy: the %d repeats spread over %s (bound %s)", c.figure.repeats,
+                      c.figure.share ? Format("%.1f points", 100 * c.figure.spread).c_str()
+                                     : Format("%.1f%%", 100 * c.figure.spread).c_str(),
+                      c.figure.share ? Format("%.1f points", 100 * fail_band).c_str()
+                                     : Format("%.1f%%", 100 * fail_band).c_str());
 }
 
 // ---- expectations --------------------------------------------------------------------------------------------
@@ -330,9 +405,18 @@ std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& in
   const std::string gpu = GpuModelOf(report);
   std::vector<Check> checks;
   AddStatusCheck(report, checks);
-  AddWrongElementChecks(report, checks);
-  AddWeakLinkChecks(report, checks);
-  AddStragglerChecks(report, inputs.policy, checks);
+  AddSuiteChecks(report, checks);
+  std::vector<Report> repeats = EarlierRepeats(report);
+  std::vector<std::vector<Check>> per_repeat;
+  for (size_t i = 0; i <= repeats.size(); ++i) {
+    const Report& r = i < repeats.size() ? repeats[i] : report;
+    std::vector<Check>& own = per_repeat.emplace_back();
+    AddWrongElementChecks(r, own);
+    AddWeakLinkChecks(r, own);
+    AddStragglerChecks(r, inputs.policy, own);
+  }
+  repeats.clear();
+  for (Check& c : MergeRepeatChecks(per_repeat)) checks.push_back(std::move(c));
   for (const Figure& f : ExtractFigures(report)) {
     if (f.is_text) {
       checks.push_back(JudgeText(f, TextReference(f, baseline, inputs.baseline_file, inputs.history), inputs.policy));
@@ -344,10 +428,22 @@ std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& in
     if (auto b = FromBaseline(f, baseline, inputs.baseline_file, inputs.policy)) e = b;
     if (auto h = FromHistory(f, inputs.history, inputs.policy)) e = h;
     checks.push_back(Judge(f, e));
+    MarkNoisy(checks.back(), e ? e->fail : Bands(f, inputs.policy).second);
   }
   std::stable_sort(checks.begin(), checks.end(),
                    [](const Check& a, const Check& b) { return a.figure.family < b.figure.family; });
   return checks;
+}
+
+const char* CheckState(const Check& check) {
+  if (check.noisy) return "noisy";
+  switch (check.verdict) {
+    case Verdict::kPass: return "ok";
+    case Verdict::kWarn:
+    case Verdict::kFail: return "degraded";
+    case Verdict::kUnknown: return "missing";
+  }
+  return "missing";
 }
 
 Verdict OverallVerdict(const std::vector<Check>& checks) {

@@ -39,10 +39,17 @@ struct Figure {
   bool is_text = false;  // compared as `text` (environment figures, the run's status), not as a number
   std::string text;
   Subject subject;
+  int repeats = 1;      // suite --repeats: the repeats that measured it; value is their median
+  double spread = 0;    // over the repeats: (max - min) / |median|, or max - min in points for a share
 };
 
-// The figures of `report`; every one validate checks.
+// The figures of `report`; every one validate checks. A report of several repeats (suite --repeats) gives each
+// figure's median over the repeats, with its spread.
 std::vector<Figure> ExtractFigures(const Report& report);
+
+// The earlier repeats of a suite report (suite --repeats; its root holds the latest), oldest first: each a copy of
+// the report with that repeat's groups (repeats/r<r>) in place of the latest's. Empty for a report of one repeat.
+std::vector<Report> EarlierRepeats(const Report& report);
 
 // What validate judges by, from --policy (defaults otherwise).
 struct ValidatePolicy {
@@ -53,6 +60,9 @@ struct ValidatePolicy {
   double share_fail = 0.05;   // ... that fails
   double straggler_z = 3.5;   // robust z (0.6745 (x - median) / MAD) above which a rank is a straggler ...
   double straggler_floor = 0.05;  // ... when also this much slower than the others' median (0.05 = 5%)
+  // ... on the CPU backend, whose ranks share a host's cores with each other and the loader's threads: differences
+  // of 20% between ranks are normal there, so only a far slower rank is a straggler.
+  double straggler_floor_cpu = 0.5;
   int history_nights = 14;    // the last N passing nights
   int history_min_nights = 3; // fewer give no expectation
   bool environment_drift_fails = false;  // a changed driver/CUDA/NCCL/MPI version fails instead of warning
@@ -93,7 +103,13 @@ struct Check {
   std::string source;       // "policy (p.toml, H100 SXM)", "baseline base.h5", "history (9 nights)", "peers", ...
   Verdict verdict = Verdict::kUnknown;
   std::string message;      // one line for people
+  // Over repeats: the spread exceeds the check's fail band (or the check flagged some repeats but not most), so
+  // the figure is not steady enough to judge; distinct from degraded (a steady figure on the bad side).
+  bool noisy = false;
 };
+
+// "ok" (pass), "degraded" (warn or fail on its value), "noisy" (see Check::noisy), "missing" (unknown).
+const char* CheckState(const Check& check);
 
 struct ValidateInputs {
   ValidatePolicy policy;

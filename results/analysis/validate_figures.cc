@@ -197,13 +197,70 @@ std::string DeviceSummary(const Report& report) {
   return std::to_string(index->size()) + " x " + JoinNames(std::vector<std::string>(models.begin(), models.end()), " + ");
 }
 
-std::vector<Figure> ExtractFigures(const Report& report) {
+namespace {
+
+std::vector<Figure> FiguresOfOneRepeat(const Report& report) {
   std::vector<Figure> figures;
   AddCollectiveFigures(report, figures);
   AddP2pFigures(report, figures);
   AddTrainFigures(report, figures);
   AddStorageFigures(report, figures);
   AddEnvironmentFigures(report, figures);
+  return figures;
+}
+
+// The latest repeat's figure with its value the median over the repeats that measured it, and their spread.
+Figure CombineRepeats(const Figure& latest, const std::vector<std::vector<Figure>>& sets) {
+  std::vector<double> values;
+  for (const std::vector<Figure>& set : sets) {
+    for (const Figure& f : set) {
+      if (f.key == latest.key && std::isfinite(f.value)) values.push_back(f.value);
+    }
+  }
+  Figure combined = latest;
+  if (latest.is_text || values.empty()) return combined;
+  combined.value = Median(values);
+  combined.repeats = static_cast<int>(values.size());
+  const auto [low, high] = std::minmax_element(values.begin(), values.end());
+  const double scale = latest.share ? 1.0 : std::fabs(combined.value);
+  combined.spread = scale > 0 ? (*high - *low) / scale : 0;
+  return combined;
+}
+
+}  // namespace
+
+std::vector<Report> EarlierRepeats(const Report& report) {
+  const Group* repeats = report.root.FindChild("repeats");
+  if (!repeats) return {};
+  std::vector<std::pair<int, const Group*>> held;
+  for (const auto& [name, group] : repeats->children()) {
+    if (name.size() > 1 && name[0] == 'r' && name.find_first_not_of("0123456789", 1) == std::string::npos) {
+      held.emplace_back(std::atoi(name.c_str() + 1), group.get());
+    }
+  }
+  std::sort(held.begin(), held.end());
+  static const std::set<std::string> measured = {"collectives", "p2p", "train", "io", "summary", "repeats"};
+  std::vector<Report> earlier;
+  for (const auto& [number, group] : held) {
+    Report r;
+    r.root.attributes = report.root.attributes;
+    for (const auto& [name, child] : report.root.children()) {
+      if (!measured.contains(name)) r.root.Child(name) = *child;
+    }
+    for (const auto& [name, child] : group->children()) r.root.Child(name) = *child;
+    earlier.push_back(std::move(r));
+  }
+  return earlier;
+}
+
+std::vector<Figure> ExtractFigures(const Report& report) {
+  std::vector<Figure> figures = FiguresOfOneRepeat(report);
+  const std::vector<Report> earlier = EarlierRepeats(report);
+  if (earlier.empty()) return figures;
+  std::vector<std::vector<Figure>> sets;
+  for (const Report& r : earlier) sets.push_back(FiguresOfOneRepeat(r));
+  sets.push_back(figures);
+  for (Figure& f : figures) f = CombineRepeats(f, sets);
   return figures;
 }
 

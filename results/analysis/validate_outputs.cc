@@ -137,14 +137,15 @@ RunView ValidateView(const std::string& run_file, const Report& report, const st
                           static_cast<int64_t>(checks.size()), counts[Verdict::kPass], counts[Verdict::kWarn],
                           counts[Verdict::kFail], counts[Verdict::kUnknown]});
   ViewTable table{"validate", "checks", "checks", false,
-                  {{"verdict", ""}, {"family", ""}, {"check", ""}, {"rank", ""}, {"host", ""}, {"gpu", ""},
+                  {{"verdict", ""}, {"state", ""}, {"family", ""}, {"check", ""}, {"rank", ""}, {"host", ""}, {"gpu", ""},
                    {"measured", "", -1}, {"expected", "", -1}, {"unit", ""}, {"tolerance", "", 3}, {"source", ""},
                    {"message", ""}},
                   {}};
   for (const Check& c : checks) {
     const Subject& s = c.figure.subject;
     const Cell measured = c.figure.is_text ? Cell(c.figure.text) : NumberCell(c.figure.value);
-    table.rows.push_back({std::string(VerdictName(c.verdict)), c.figure.family, c.figure.key, s.rank, s.host, s.gpu,
+    table.rows.push_back({std::string(VerdictName(c.verdict)), std::string(CheckState(c)), c.figure.family,
+                          c.figure.key, s.rank, s.host, s.gpu,
                           measured, c.expected ? NumberCell(*c.expected) : Cell(), c.figure.unit,
                           c.expected ? Cell(c.tolerance) : Cell(), c.source, c.message});
   }

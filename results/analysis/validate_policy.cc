@@ -63,7 +63,11 @@ void ReadStraggler(const toml::table& table, const std::string& file, ValidatePo
     p.straggler_floor = r.Number("floor", false);
     if (p.straggler_floor > 1000) r.Fail(r.LineOf("floor"), "floor must be at most 1000 (100000%)");
   }
-  r.RejectUnknown("z, floor");
+  if (r.OptionalNumber("floor_cpu")) {
+    p.straggler_floor_cpu = r.Number("floor_cpu", false);
+    if (p.straggler_floor_cpu > 1000) r.Fail(r.LineOf("floor_cpu"), "floor_cpu must be at most 1000 (100000%)");
+  }
+  r.RejectUnknown("z, floor, floor_cpu");
 }
 
 void ReadHistorySection(const toml::table& table, const std::string& file, ValidatePolicy& p) {

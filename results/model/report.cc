@@ -58,6 +58,16 @@ const Group* Group::FindChild(const std::string& name) const {
   return it == children_.end() ? nullptr : it->second.get();
 }
 
+std::unique_ptr<Group> Group::Release(const std::string& name) {
+  auto it = children_.find(name);
+  if (it == children_.end()) return nullptr;
+  std::unique_ptr<Group> child = std::move(it->second);
+  children_.erase(it);
+  return child;
+}
+
+void Group::Attach(const std::string& name, std::unique_ptr<Group> group) { children_[name] = std::move(group); }
+
 std::string PointGroupName(const PointGroup& point) {
   std::string name = schema::kPointPrefix;  // (not "k" + ...: GCC 12 warns falsely about that concatenation)
   name += std::to_string(point.ranks);

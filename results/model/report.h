@@ -61,6 +61,10 @@ class Group {
   // Child group by path component, created when missing ("collectives", then "all_reduce").
   Group& Child(const std::string& name);
   const Group* FindChild(const std::string& name) const;
+  // Removes the child `name` and hands it over (null when there is none).
+  std::unique_ptr<Group> Release(const std::string& name);
+  // Makes `group` the child `name`, replacing any.
+  void Attach(const std::string& name, std::unique_ptr<Group> group);
   const std::map<std::string, std::unique_ptr<Group>>& children() const { return children_; }
 
  private:

@@ -410,6 +410,36 @@ inline const TextColumn error{kCheckpoints, "error", "", "why not"};
 }  // namespace checkpoints
 }  // namespace io_point
 
+// ---- suite --------------------------------------------------------------------------------------------------
+inline GroupSpec kSuite{"suite", "trainbench suite: the profile it ran and how each phase of each repeat ended"};
+namespace suite {
+inline const TextAttribute profile{kSuite, "profile", "", "`--profile`: a built-in name (`quick`, `nightly`) or the file"};
+inline const TextAttribute phase_order{kSuite, "phase_order", "", "the profile's phases in the order they ran, comma-separated"};
+inline const IntAttribute repeats{kSuite, "repeats", "",
+                                  "how often the phases ran (`--repeats`): repeat 1's figures are at the root, "
+                                  "repeat r > 1's under `repeats/r<r>`"};
+inline const TextAttribute workdir{kSuite, "workdir", "",
+                                   "the directory the suite wrote its dataset and checkpoints into (removed at the "
+                                   "end unless `--keep-workdir`)"};
+inline const RealAttribute data_write_GBps{kSuite, "data_write_GBps", "GB/s",
+                                           "the dataset the suite wrote for train's loader: bytes / seconds until "
+                                           "every rank had written its shards (NaN: train read data of its own)"};
+inline TableSpec kPhases{kSuite, "phases", "one row per phase and repeat, in the order they ran"};
+namespace phases {
+inline const TextColumn phase{kPhases, "phase", "", "`data` (writing the dataset), `collectives`, `p2p`, `train`"};
+inline const IntColumn repeat{kPhases, "repeat", "", "1..repeats"};
+inline const TextColumn status{kPhases, "status", "",
+                               "`complete`, `failed`, `interrupted` (a stop signal), or `running` (in a report "
+                               "written while the phase ran: the job ended during it)"};
+inline const TextColumn reason{kPhases, "reason", "", "why a phase failed, as its command would have said it"};
+inline const RealColumn seconds{kPhases, "seconds", "s", "wall time of the phase"};
+}  // namespace phases
+}  // namespace suite
+inline GroupSpec kRepeat{"repeats/<repeat>",
+                         "suite `--repeats N`: one group `r<r>` per repeat r = 2..N holding that repeat's "
+                         "`collectives`, `p2p`, `train`, `io` and `summary` groups, laid out as the root holds "
+                         "repeat 1's"};
+
 // ---- summary ------------------------------------------------------------------------------------------------
 inline GroupSpec kSummary{"summary", "headline figures that report, cost and validate read"};
 namespace summary {
@@ -473,6 +503,10 @@ inline const std::vector<const Field*> kStoredOnly = {
     &summary::p2p_median_uni_GBps, &summary::p2p_flagged_pairs, &summary::train_points, &summary::train_tokens_per_s,
     &summary::train_ranks, &summary::train_scaling_efficiency, &summary::tokens_written, &summary::shards_written,
     &summary::bytes_written, &summary::seconds, &summary::write_GBps,
+    // How a suite went: validate reads it (its phase checks), people read it with `h5dump` or h5py.
+    &suite::profile, &suite::phase_order, &suite::repeats, &suite::workdir, &suite::data_write_GBps,
+    &suite::phases::phase, &suite::phases::repeat, &suite::phases::status, &suite::phases::reason,
+    &suite::phases::seconds,
 };
 
 // The matrices the views do not read (they show p2p's median bidirectional rate from its attribute).

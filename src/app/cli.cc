@@ -135,7 +135,7 @@ void CommandRun::RecordOptions(const po::options_description& options, const po:
   for (const auto& option : options.options()) {
     const std::string& flag = option->long_name();
     if (flag == "help") continue;
-    const std::string name = ConfigName(flag);
+    const std::string name = config_prefix_ + ConfigName(flag);
     option_names_.insert(name);
     auto it = values.find(flag);
     if (it != values.end() && !it->second.empty()) {
@@ -150,10 +150,11 @@ void CommandRun::RecordOptions(const po::options_description& options, const po:
 }
 
 void CommandRun::RecordAsUsed(const std::string& option, AttributeValue value) {
-  if (!option_names_.contains(option)) {
-    throw std::logic_error("report config: '" + option + "' is not an option of " + command_);
+  const std::string name = config_prefix_ + option;
+  if (!option_names_.contains(name)) {
+    throw std::logic_error("report config: '" + name + "' is not an option of " + command_);
   }
-  config().Set(option, std::move(value));
+  config().Set(name, std::move(value));
 }
 
 InjectionPlan CommandRun::PlanInjection(const std::vector<std::string>& specs) {
@@ -186,7 +187,10 @@ std::string CommandRun::ResolveBackend() {
 }
 
 std::unique_ptr<Communicator> CommandRun::MakeCommunicator() {
-  return backend_ == "nccl" ? MakeNcclCommunicator(MPI_COMM_WORLD) : MakeMpiCommunicator(MPI_COMM_WORLD);
+  std::unique_ptr<Communicator> comm =
+      backend_ == "nccl" ? MakeNcclCommunicator(MPI_COMM_WORLD) : MakeMpiCommunicator(MPI_COMM_WORLD);
+  communicator_ready_s_ = NowSeconds();
+  return comm;
 }
 
 std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandInput& input,

@@ -80,6 +80,11 @@ class CommandRun {
   const std::string& backend() const { return backend_; }
   // A communicator over MPI_COMM_WORLD on the resolved backend.
   std::unique_ptr<Communicator> MakeCommunicator();
+  // When the last MakeCommunicator returned (NowSeconds): what train reports as the communicator's start-up.
+  double communicator_ready_s() const { return communicator_ready_s_; }
+  // Names the options RecordOptions and RecordAsUsed record from now on "<prefix><option>" (suite: a phase's
+  // options as "collectives.iters"); "" by default.
+  void SetConfigPrefix(std::string prefix) { config_prefix_ = std::move(prefix); }
 
   // Files (or directories of files) this run reads: -o must be none of them.
   void AddInputs(const std::vector<std::string>& paths) { inputs_.insert(inputs_.end(), paths.begin(), paths.end()); }
@@ -132,6 +137,8 @@ class CommandRun {
   std::timed_mutex report_mutex_;
   std::string injected_faults_;  // PlanInjection's faults, as typed ("" when none)
   bool report_on_disk_ = false;  // this run has written -o: a status rewrite must not touch another run's file
+  double communicator_ready_s_ = 0;
+  std::string config_prefix_;
 };
 
 // The report could not be written (rank 0); the message is one line naming the file and the OS error.

@@ -9,6 +9,7 @@
 #include "injecting_communicator.h"
 #include "injection.h"
 #include "log.h"
+#include "phase.h"
 #include "sweep.h"
 #include "sweep_options.h"
 #include "units.h"
@@ -49,15 +50,33 @@ MemoryNeed SweepMemoryNeed(const SweepOptions& o, const RankContext& ctx, bool n
   return need;
 }
 
-}  // namespace
-
 // Past any useful batch, and far inside the int counters the timing loops keep.
 constexpr int64_t kMaxIterations = 1 << 24;
 
-int RunCollectivesCommand(const CommandInput& input) {
-  CollectivesFlags f;
-  CommonOptions common;
-  po::options_description options("collectives options");
+class CollectivesPhase : public Phase {
+ public:
+  explicit CollectivesPhase(const RankContext& ctx) : ctx_(ctx) {}
+  std::string name() const override { return "collectives"; }
+  std::string activity() const override { return "the collectives sweep"; }
+  std::string usage() const override { return kUsage; }
+  void AddOptions(po::options_description& options) override;
+  std::vector<FlagRule> Rules() const override {
+    return {Excludes("sizes", "minbytes"), Excludes("sizes", "maxbytes"), Excludes("sizes", "stepfactor"),
+            Needs("root", "ops", {"broadcast", "reduce", "all"}),
+            Needs("redop", "ops", {"all_reduce", "reduce", "reduce_scatter", "all"})};
+  }
+  void Configure(CommandRun& run, const InjectionPlan& faults) override;
+  PhaseResult Measure(CommandRun& run, Communicator& comm) override;
+
+ private:
+  RankContext ctx_;
+  CollectivesFlags f_;
+  SweepOptions sweep_;
+  InjectionPlan faults_;
+};
+
+void CollectivesPhase::AddOptions(po::options_description& options) {
+  CollectivesFlags& f = f_;
   options.add_options()
       ("minbytes,b", po::value(&f.min_bytes)->default_value(f.min_bytes), "smallest size S in bytes")
       ("maxbytes,e", po::value(&f.max_bytes)->default_value(f.max_bytes), "largest size S in bytes")
@@ -73,52 +92,52 @@ int RunCollectivesCommand(const CommandInput& input) {
       ("warmup,w", Number(&f.warmup, IntRange::Between(0, kMaxIterations))->default_value(f.warmup), "untimed warm-up iterations per size")
       ("check-iters,c", Number(&f.check_iters, IntRange::Between(0, kMaxIterations))->default_value(f.check_iters), "verified runs per size (0 = no check)")
       ("modes", po::value(&f.modes)->default_value(f.modes), "out-of-place, in-place, or both");
-  std::vector<std::string> inject;
-  AddInjectOption(options, &inject);
-  AddCommonOptions(options, common);
+}
 
-  SweepOptions sweep;
-  InjectionPlan faults;
-  std::unique_ptr<CommandRun> run = StartCommand("collectives", input, options, kUsage, common, [&](CommandRun& r) {
-    // The MPI backend has no fp16/bf16: ask a (cheap) MPI communicator, as the sweep will use one.
-    std::unique_ptr<Communicator> mpi = r.backend() == "mpi" ? r.MakeCommunicator() : nullptr;
-    sweep = ValidateCollectivesFlags(f, input.ctx.world_size, mpi.get());
-    CheckMemoryFits(r, SweepMemoryNeed(sweep, input.ctx, r.backend() == "nccl"));
-    RecordConfig(r, sweep);
-    faults = r.PlanInjection(inject);
-  }, {Excludes("sizes", "minbytes"), Excludes("sizes", "maxbytes"), Excludes("sizes", "stepfactor"),
-      Needs("root", "ops", {"broadcast", "reduce", "all"}),
-      Needs("redop", "ops", {"all_reduce", "reduce", "reduce_scatter", "all"})});
-  std::unique_ptr<Communicator> comm = WithInjectedFaults(run->MakeCommunicator(), faults);
+void CollectivesPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
+  // The MPI backend has no fp16/bf16: ask a (cheap) MPI communicator, as the sweep will use one.
+  std::unique_ptr<Communicator> mpi = r.backend() == "mpi" ? r.MakeCommunicator() : nullptr;
+  sweep_ = ValidateCollectivesFlags(f_, ctx_.world_size, mpi.get());
+  CheckMemoryFits(r, SweepMemoryNeed(sweep_, ctx_, r.backend() == "nccl"));
+  RecordConfig(r, sweep_);
+  faults_ = faults;
+}
 
-  return run->RecordingFailures([&] {
-    run->BeginMeasurement("the collectives sweep");
-    sweep.watchdog = &run->watchdog(comm.get());
-    sweep.stop_requested = [&] { return run->StopRequested(); };
-    const int rank = input.ctx.world_rank;
-    sweep.before_timed_batch = BothHooks(TestFaultHook(rank), SlowRankHook(faults, rank));
-    sweep.before_check = WrongValueHook(faults, rank, sweep.type, sweep.reduce_op);
+PhaseResult CollectivesPhase::Measure(CommandRun& run, Communicator& comm) {
+  SweepOptions sweep = sweep_;
+  sweep.watchdog = &run.watchdog(&comm);
+  sweep.stop_requested = [&] { return run.StopRequested(); };
+  const int rank = ctx_.world_rank;
+  sweep.before_timed_batch = BothHooks(TestFaultHook(rank), SlowRankHook(faults_, rank));
+  sweep.before_check = WrongValueHook(faults_, rank, sweep.type, sweep.reduce_op);
 
-    Print(Format("# trainbench collectives: %d ranks on %d nodes, backend %s", input.ctx.world_size,
-                 input.ctx.node_count, run->backend().c_str()));
-    const CollectiveDef* header_printed_for = nullptr;
-    SweepResult result = RunSweep(*comm, sweep, [&](const OpResult& op, const SizeResult& row) {
-      if (header_printed_for != op.def) {
-        for (const std::string& line : SweepHeaderLines(op, sweep)) Print(line);
-        header_printed_for = op.def;
-      }
-      Print(SweepRowLine(row, op, sweep));
-    });
-    for (const std::string& line : SweepFooterLines(result)) Print(line, true);
-    AddSweepToReport(run->report(), result, sweep);
-    if (result.complete && result.wrong_total > 0) {
-      std::string reason = std::to_string(result.wrong_total) + " elements failed verification (see the #wrong columns)";
-      run->WriteReportNow("failed", reason);
-      if (input.ctx.world_rank == 0) ErrorLine(reason, false);
-      return static_cast<int>(ExitCode::kRuntime);
+  Print(Format("# trainbench collectives: %d ranks on %d nodes, backend %s", ctx_.world_size, ctx_.node_count,
+               run.backend().c_str()));
+  const CollectiveDef* header_printed_for = nullptr;
+  SweepResult result = RunSweep(comm, sweep, [&](const OpResult& op, const SizeResult& row) {
+    if (header_printed_for != op.def) {
+      for (const std::string& line : SweepHeaderLines(op, sweep)) Print(line);
+      header_printed_for = op.def;
     }
-    return run->Finish(!result.complete);
+    Print(SweepRowLine(row, op, sweep));
   });
+  for (const std::string& line : SweepFooterLines(result)) Print(line, true);
+  AddSweepToReport(run.report(), result, sweep);
+  PhaseResult outcome;
+  outcome.interrupted = !result.complete;
+  if (result.complete && result.wrong_total > 0) {
+    outcome.failure = std::to_string(result.wrong_total) + " elements failed verification (see the #wrong columns)";
+  }
+  return outcome;
+}
+
+}  // namespace
+
+std::unique_ptr<Phase> MakeCollectivesPhase(const RankContext& ctx) { return std::make_unique<CollectivesPhase>(ctx); }
+
+int RunCollectivesCommand(const CommandInput& input) {
+  CollectivesPhase phase(input.ctx);
+  return RunPhaseCommand(input, phase);
 }
 
 }  // namespace tb

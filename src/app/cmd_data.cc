@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "cli.h"
+#include "data_generate.h"
 #include "clock.h"
 #include "commands.h"
 #include "console.h"
@@ -199,6 +200,31 @@ Written WriteShards(const GenerateFlags& f, const GeneratePlan& plan, const Toke
   }
   return written;
 }
+
+}  // namespace
+
+DatasetWritten WriteDataset(const DatasetRequest& request, const RankContext& ctx) {
+  GenerateFlags f;
+  f.dir = request.dir;
+  f.tokens = request.tokens;
+  f.shard_tokens = request.shard_tokens;
+  f.vocab = request.vocab;
+  f.seed = request.seed;
+  GeneratePlan plan;
+  std::unique_ptr<TokenGenerator> generator;
+  AgreeOnSetup([&] {
+    plan = PlanFromFlags(f);
+    generator = std::make_unique<TokenGenerator>(static_cast<uint64_t>(f.vocab), 0.0);
+    if (ctx.world_rank == 0) CheckDirectory(f, plan);
+  });
+  const double start_s = NowSeconds();
+  const Written mine = WriteShards(f, plan, *generator, ctx, false);
+  uint64_t totals[3] = {mine.bytes, mine.shards, mine.tokens}, summed[3] = {0, 0, 0};
+  TB_CHECK_MPI(MPI_Allreduce(totals, summed, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+  return {summed[0], summed[1], summed[2], NowSeconds() - start_s, summed[1] == plan.shards};
+}
+
+namespace {
 
 int RunGenerate(const CommandInput& input, const std::vector<std::string>& args) {
   GenerateFlags f;

@@ -9,6 +9,7 @@
 #include "injection.h"
 #include "log.h"
 #include "p2p.h"
+#include "phase.h"
 #include "units.h"
 
 namespace tb {
@@ -26,7 +27,6 @@ struct P2pFlags {
   std::string latency_size = "8";
   int latency_iters = 100;
   double threshold = 0.8;
-  std::vector<std::string> inject;
 };
 
 // A send and a receive buffer of the larger message size per rank, on the device (nccl) or the host.
@@ -39,12 +39,24 @@ MemoryNeed P2pMemoryNeed(const P2pOptions& o, bool nccl) {
   return need;
 }
 
-}  // namespace
+class P2pPhase : public Phase {
+ public:
+  explicit P2pPhase(const RankContext& ctx) : ctx_(ctx) {}
+  std::string name() const override { return "p2p"; }
+  std::string activity() const override { return "the p2p measurement"; }
+  std::string usage() const override { return kUsage; }
+  void AddOptions(po::options_description& options) override;
+  void Configure(CommandRun& run, const InjectionPlan& faults) override;
+  PhaseResult Measure(CommandRun& run, Communicator& comm) override;
 
-int RunP2pCommand(const CommandInput& input) {
-  P2pFlags f;
-  CommonOptions common;
-  po::options_description options("p2p options");
+ private:
+  RankContext ctx_;
+  P2pFlags f_;
+  P2pOptions p2p_;
+};
+
+void P2pPhase::AddOptions(po::options_description& options) {
+  P2pFlags& f = f_;
   options.add_options()
       ("size", po::value(&f.size)->default_value(f.size), "message size for the bandwidth matrices (multiple of 4 B)")
       ("iters,n", Number(&f.iters, IntRange::Between(1, 1 << 24))->default_value(f.iters), "timed messages per pair and direction")
@@ -53,46 +65,49 @@ int RunP2pCommand(const CommandInput& input) {
       ("latency-iters", Number(&f.latency_iters, IntRange::Between(1, 1 << 24))->default_value(f.latency_iters), "timed round trips per pair")
       ("threshold", Number(&f.threshold, RealRange::AboveUpTo(0, 1))->default_value(f.threshold),
        "flag pairs whose bandwidth is below this fraction of the median");
-  AddInjectOption(options, &f.inject);
-  AddCommonOptions(options, common);
+}
 
-  P2pOptions p2p;
-  InjectionPlan faults;
-  std::unique_ptr<CommandRun> run = StartCommand("p2p", input, options, kUsage, common, [&](CommandRun& r) {
-    p2p.size_bytes = ParseSize(f.size, "--size");
-    p2p.latency_bytes = ParseSize(f.latency_size, "--latency-size");
-    p2p.iters = f.iters;
-    p2p.warmup = f.warmup;
-    p2p.latency_iters = f.latency_iters;
-    p2p.threshold_fraction = f.threshold;
-    ValidateP2pOptions(p2p);
-    CheckMemoryFits(r, P2pMemoryNeed(p2p, r.backend() == "nccl"));
-    faults = r.PlanInjection(f.inject);
-  });
-  std::unique_ptr<Communicator> comm = WithInjectedFaults(run->MakeCommunicator(), faults);
+void P2pPhase::Configure(CommandRun& r, const InjectionPlan&) {
+  p2p_.size_bytes = ParseSize(f_.size, "--size");
+  p2p_.latency_bytes = ParseSize(f_.latency_size, "--latency-size");
+  p2p_.iters = f_.iters;
+  p2p_.warmup = f_.warmup;
+  p2p_.latency_iters = f_.latency_iters;
+  p2p_.threshold_fraction = f_.threshold;
+  ValidateP2pOptions(p2p_);
+  CheckMemoryFits(r, P2pMemoryNeed(p2p_, r.backend() == "nccl"));
+}
 
-  return run->RecordingFailures([&] {
-    const Topology& topology = run->BeginMeasurement("the p2p measurement");
-    p2p.watchdog = &run->watchdog(comm.get());
-    p2p.stop_requested = [&] { return run->StopRequested(); };
-    MaybeInjectFault(input.ctx.world_rank);
-    Print(Format("# trainbench p2p: %d ranks on %d nodes, backend %s", input.ctx.world_size, input.ctx.node_count,
-                 run->backend().c_str()));
-    P2pResult result = RunP2p(*comm, p2p);
-    std::vector<std::string> hosts, gpus;
-    for (const RankTopology& r : topology.ranks) {
-      hosts.push_back(r.host);
-      gpus.push_back(r.gpu.index >= 0 ? r.gpu.name + " #" + std::to_string(r.gpu.index) + " " + r.gpu.pci_bus_id : "cpu");
-    }
-    if (input.ctx.world_rank == 0) {
-      for (const std::string& line : FormatP2p(result, p2p, hosts, gpus)) Print(line, line.rfind("# Weak links", 0) == 0);
-      AddP2pToReport(schema::GroupOf(run->report().root, schema::kP2p), result, p2p, hosts, gpus);
-      Group& summary = schema::GroupOf(run->report().root, schema::kSummary);
-      schema::Set(summary, schema::summary::p2p_median_uni_GBps, result.median_uni_GBps);
-      schema::Set(summary, schema::summary::p2p_flagged_pairs, static_cast<int64_t>(result.flagged.size()));
-    }
-    return run->Finish(!result.complete);
-  });
+PhaseResult P2pPhase::Measure(CommandRun& run, Communicator& comm) {
+  P2pOptions p2p = p2p_;
+  p2p.watchdog = &run.watchdog(&comm);
+  p2p.stop_requested = [&] { return run.StopRequested(); };
+  MaybeInjectFault(ctx_.world_rank);
+  Print(Format("# trainbench p2p: %d ranks on %d nodes, backend %s", ctx_.world_size, ctx_.node_count,
+               run.backend().c_str()));
+  P2pResult result = RunP2p(comm, p2p);
+  std::vector<std::string> hosts, gpus;
+  for (const RankTopology& r : run.topology().ranks) {
+    hosts.push_back(r.host);
+    gpus.push_back(r.gpu.index >= 0 ? r.gpu.name + " #" + std::to_string(r.gpu.index) + " " + r.gpu.pci_bus_id : "cpu");
+  }
+  if (ctx_.world_rank == 0) {
+    for (const std::string& line : FormatP2p(result, p2p, hosts, gpus)) Print(line, line.rfind("# Weak links", 0) == 0);
+    AddP2pToReport(schema::GroupOf(run.report().root, schema::kP2p), result, p2p, hosts, gpus);
+    Group& summary = schema::GroupOf(run.report().root, schema::kSummary);
+    schema::Set(summary, schema::summary::p2p_median_uni_GBps, result.median_uni_GBps);
+    schema::Set(summary, schema::summary::p2p_flagged_pairs, static_cast<int64_t>(result.flagged.size()));
+  }
+  return {!result.complete, ""};
+}
+
+}  // namespace
+
+std::unique_ptr<Phase> MakeP2pPhase(const RankContext& ctx) { return std::make_unique<P2pPhase>(ctx); }
+
+int RunP2pCommand(const CommandInput& input) {
+  P2pPhase phase(input.ctx);
+  return RunPhaseCommand(input, phase);
 }
 
 }  // namespace tb

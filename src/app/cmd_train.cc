@@ -18,6 +18,7 @@
 #include "model_config.h"
 #include "mpi_util.h"
 #include "peaks.h"
+#include "phase.h"
 #include "report_check.h"
 #include "train_loop.h"
 #include "train_io.h"
@@ -60,7 +61,6 @@ struct TrainFlags {
   double learning_rate = 3e-4;
   int64_t seed = 1234;
   std::string attention = "auto";
-  std::vector<std::string> inject;
 };
 
 AttentionChoice ParseAttention(const std::string& text) {
@@ -238,18 +238,25 @@ struct TrainSetup {
   int64_t gradient_buckets = 0;   // the all-reduces per step: the buckets the loop forms over the same layout
 };
 
-// `trainbench train`, step by step: plan (flags, model, I/O; agreed by every rank before any work), start-up
+// `trainbench train`, step by step: configure (flags, model, I/O; agreed by every rank before any work), start-up
 // (device, GEMM rate, header), the points (model, I/O, loop, gather, summarise each), the summary, the memory.
-class TrainCommand {
+class TrainPhase : public Phase {
  public:
-  explicit TrainCommand(const CommandInput& input) : input_(input) {}
-  void Plan();
-  int Run();
+  explicit TrainPhase(const RankContext& ctx) : ctx_(ctx) {}
+  std::string name() const override { return "train"; }
+  std::string activity() const override { return "training"; }
+  std::string usage() const override { return kUsage; }
+  void AddOptions(po::options_description& options) override;
+  std::vector<FlagRule> Rules() const override;
+  void Configure(CommandRun& run, const InjectionPlan& faults) override;
+  void Verify(CommandRun& run) override;
+  PhaseResult Measure(CommandRun& run, Communicator& comm) override;
+  // The vocabulary of the model the parsed flags name (InputError for a bad model).
+  int64_t vocab() const { return ModelFromFlags(f_).vocab; }
 
  private:
-  void Configure(CommandRun& r);
   void RecordConfig(CommandRun& r) const;
-  void PlanInjection(CommandRun& r);
+  void AcceptFaults(const InjectionPlan& faults);
   void MeasureDevice();
   void PrintHeader() const;
   void RecordHeader(double comm_ready_s);
@@ -266,11 +273,10 @@ class TrainCommand {
   // A storage sweep: the run repeated at each --io-throttle rate (on one scaling point).
   bool Sweep() const { return io_plan_.throttles_MBps.size() > 1; }
 
-  const CommandInput& input_;
+  RankContext ctx_;
   TrainFlags f_;
   TrainIoFlags io_flags_;
-  CommonOptions common_;
-  std::unique_ptr<CommandRun> run_;
+  CommandRun* run_ = nullptr;
   ModelConfig model_;
   TrainIoPlan io_plan_;
   InjectionPlan faults_;
@@ -287,9 +293,8 @@ class TrainCommand {
   double peak_device_memory_ = 0;
 };
 
-void TrainCommand::Plan() {
+void TrainPhase::AddOptions(po::options_description& options) {
   TrainFlags& f = f_;
-  po::options_description options("train options");
   options.add_options()
       ("model", po::value(&f.model)->default_value(f.model), "preset (gpt2-124m ... gpt-70b) or custom")
       ("layers", Number(&f.layers, IntRange::Between(1, kMaxLayers)), "run N layers of the preset's shape (custom: the layer count)")
@@ -310,18 +315,20 @@ void TrainCommand::Plan() {
       ("attention", Choice(&f.attention, {"auto", "cudnn", "cublas"})->default_value(f.attention),
        "cuda: auto = cuDNN fused SDPA when it supports the shape, else cuBLAS");
   AddTrainIoOptions(options, io_flags_);
-  AddInjectOption(options, &f.inject);
-  AddCommonOptions(options, common_);
+}
+
+std::vector<FlagRule> TrainPhase::Rules() const {
   std::vector<FlagRule> rules = TrainIoFlagRules();
   for (const char* flag : {"d-model", "heads", "vocab"}) rules.push_back(Needs(flag, "model", {"custom"}));
   rules.push_back(Needs("global-batch", "scaling-mode", {"strong"}));
-  run_ = StartCommand("train", input_, options, kUsage, common_, [&](CommandRun& r) { Configure(r); }, rules);
-  // The one expensive check (it reads the whole dataset) runs last, once every flag is known to be good.
-  AgreeOnSetup([&] { VerifyTrainData(io_flags_, io_plan_, input_.ctx.world_rank, input_.ctx.world_size); });
+  return rules;
 }
 
+// The one expensive check: it reads the whole dataset.
+void TrainPhase::Verify(CommandRun&) { VerifyTrainData(io_flags_, io_plan_, ctx_.world_rank, ctx_.world_size); }
+
 // Validates the flags against the model, the ranks and the host (every rank, agreed), and plans the I/O.
-void TrainCommand::Configure(CommandRun& r) {
+void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   const TrainFlags& f = f_;
   attention_ = ParseAttention(f.attention);
   if (r.backend() != "nccl" && attention_ != AttentionChoice::kAuto) {
@@ -334,7 +341,7 @@ void TrainCommand::Configure(CommandRun& r) {
     throw InputError("--seq " + std::to_string(loop_.seq) + " exceeds the model's " + std::to_string(model_.seq) + " positions");
   }
   weak_ = f.scaling_mode == "weak";
-  scaling_ = ParseScaling(f.scaling, input_.ctx.world_size);
+  scaling_ = ParseScaling(f.scaling, ctx_.world_size);
   global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back();
   for (int k : scaling_) {
     if (!weak_ && global_batch_ % k != 0) {
@@ -358,12 +365,12 @@ void TrainCommand::Configure(CommandRun& r) {
   io_plan_ = PlanTrainIo(io_flags_, model_, io_run);
   r.RecordAsUsed("record_bytes", static_cast<int64_t>(io_plan_.record_bytes));  // 0: seq+1 tokens
   r.AddInputs(TrainInputs(io_flags_, io_plan_));
-  PlanInjection(r);
+  AcceptFaults(faults);
 }
 
 // --inject: what train can inject; io-stall slows the loader's reads, so it needs one.
-void TrainCommand::PlanInjection(CommandRun& r) {
-  faults_ = r.PlanInjection(f_.inject);
+void TrainPhase::AcceptFaults(const InjectionPlan& faults) {
+  faults_ = faults;
   if (const InjectedFault* stall = faults_.Find(FaultKind::kIoStall); stall && !io_plan_.loader) {
     throw InputError("--inject '" + stall->spec + "' delays the data loader's reads: give --data or --data-raw");
   }
@@ -372,33 +379,36 @@ void TrainCommand::PlanInjection(CommandRun& r) {
 
 // The options as the run resolved them (the model's shape, layers and sequence length, the global batch, all
 // ranks); the rest are recorded as given (CommandRun::RecordOptions).
-void TrainCommand::RecordConfig(CommandRun& r) const {
+void TrainPhase::RecordConfig(CommandRun& r) const {
   r.RecordAsUsed("layers", int64_t{model_.layers});
   r.RecordAsUsed("d_model", int64_t{model_.d_model});
   r.RecordAsUsed("heads", int64_t{model_.heads});
   r.RecordAsUsed("vocab", int64_t{model_.vocab});
   r.RecordAsUsed("seq", int64_t{loop_.seq});
   r.RecordAsUsed("global_batch", int64_t{global_batch_});
-  r.RecordAsUsed("scaling", f_.scaling.empty() ? std::to_string(input_.ctx.world_size) : f_.scaling);
+  r.RecordAsUsed("scaling", f_.scaling.empty() ? std::to_string(ctx_.world_size) : f_.scaling);
   schema::Set(r.config(), schema::config::overlap, loop_.overlap ? 1 : 0);
 }
 
-int TrainCommand::Run() {
-  std::unique_ptr<Communicator> comm = WithInjectedFaults(run_->MakeCommunicator(), faults_);
-  const double comm_ready_s = NowSeconds();
-  return run_->RecordingFailures([&] {
-    topology_ = &run_->BeginMeasurement("training");
-    MeasureDevice();
-    PrintHeader();
-    RecordHeader(comm_ready_s);
-    const bool interrupted = RunPoints(*comm);
-    RecordMemory();
-    return run_->Finish(interrupted);
-  });
+PhaseResult TrainPhase::Measure(CommandRun& run, Communicator& comm) {
+  run_ = &run;
+  topology_ = &run.topology();
+  // A measurement of its own each time (suite --repeats measures again).
+  setup_ = {};
+  points_.clear();
+  sweep_shares_.clear();
+  first_step_seen_ = false;
+  peak_device_memory_ = 0;
+  MeasureDevice();
+  PrintHeader();
+  RecordHeader(run.communicator_ready_s());
+  const bool interrupted = RunPoints(comm);
+  RecordMemory();
+  return {interrupted, ""};
 }
 
 // The backend's device and its GEMM rate, measured on every rank (collective), then the model's accounting.
-void TrainCommand::MeasureDevice() {
+void TrainPhase::MeasureDevice() {
   const RankContext& ctx = run_->ctx();
   Backend& backend = setup_.backend;
   backend.cuda = run_->backend() == "nccl";
@@ -436,7 +446,7 @@ void TrainCommand::MeasureDevice() {
       PlanBuckets(GradientTensors(layout), static_cast<size_t>(f_.bucket_mb * 1024 * 1024), sizeof(float)).size());
 }
 
-void TrainCommand::PrintHeader() const {
+void TrainPhase::PrintHeader() const {
   const RankContext& ctx = run_->ctx();
   const Backend& backend = setup_.backend;
   const ParameterCount params = CountParameters(model_);
@@ -466,7 +476,7 @@ void TrainCommand::PrintHeader() const {
 }
 
 // The model and the run-wide train attributes (collective: the data verification's figures are gathered).
-void TrainCommand::RecordHeader(double comm_ready_s) {
+void TrainPhase::RecordHeader(double comm_ready_s) {
   const Backend& backend = setup_.backend;
   const std::optional<DevicePeak>& peak = setup_.peak;
   Group& t = train();
@@ -494,7 +504,7 @@ void TrainCommand::RecordHeader(double comm_ready_s) {
   if (!backend.cuda) schema::Set(t, st::attention, "cpu");
 }
 
-std::unique_ptr<Transformer> TrainCommand::MakeModel() {
+std::unique_ptr<Transformer> TrainPhase::MakeModel() {
   if (!setup_.backend.cuda) return MakeCpuTransformer(model_, static_cast<uint64_t>(f_.seed));
   CudaTransformerOptions options;
   options.max_batch = PointBatch(scaling_.front());  // the CUDA model's activations are sized for the largest batch
@@ -517,7 +527,7 @@ std::unique_ptr<Transformer> TrainCommand::MakeModel() {
   return cuda_model;
 }
 
-std::vector<RunPoint> TrainCommand::Points() const {
+std::vector<RunPoint> TrainPhase::Points() const {
   std::vector<RunPoint> runs;
   for (int k : scaling_) {
     for (double throttle : io_plan_.throttles_MBps) {
@@ -529,7 +539,7 @@ std::vector<RunPoint> TrainCommand::Points() const {
 
 // Each point on the first k ranks (the others wait asleep), its records gathered and summarised on rank 0; stops
 // after a point that a signal cut short. Returns whether the run was interrupted. Collective.
-bool TrainCommand::RunPoints(Communicator& comm) {
+bool TrainPhase::RunPoints(Communicator& comm) {
   const std::vector<RunPoint> runs = Points();
   bool interrupted = false;
   for (const RunPoint& point : runs) {
@@ -561,7 +571,7 @@ bool TrainCommand::RunPoints(Communicator& comm) {
 }
 
 // One point on the ranks of `sub`: a fresh model and its I/O, the loop with a line per step, the io group.
-std::vector<StepRecord> TrainCommand::RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
+std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
                                                   TrainLoopOptions& point_loop) {
   std::unique_ptr<Transformer> transformer = MakeModel();
   PointIo io(io_flags_, io_plan_, sub, *transformer, point_loop.micro_batch, loop_.seq,
@@ -593,7 +603,7 @@ std::vector<StepRecord> TrainCommand::RunOnePoint(Communicator& sub, const RunPo
 }
 
 // Rank 0: scaling efficiency, each point's lines, the storage sweep, and the summary the other commands read.
-void TrainCommand::Summarise(const std::vector<RunPoint>& runs) {
+void TrainPhase::Summarise(const std::vector<RunPoint>& runs) {
   const bool sweep = Sweep();
   if (!sweep) ComputeEfficiency(points_, weak_);
   for (size_t i = 0; i < points_.size(); ++i) {
@@ -618,7 +628,7 @@ void TrainCommand::Summarise(const std::vector<RunPoint>& runs) {
 }
 
 // Peak host and device memory of every rank over the whole run (collective).
-void TrainCommand::RecordMemory() {
+void TrainPhase::RecordMemory() {
   const std::vector<double> peaks = AllGatherDoubles(MPI_COMM_WORLD, PeakHostMemoryBytes());
   const std::vector<double> device_peaks = AllGatherDoubles(MPI_COMM_WORLD, peak_device_memory_);
   Group& t = train();
@@ -635,10 +645,13 @@ void TrainCommand::RecordMemory() {
 
 }  // namespace
 
+std::unique_ptr<Phase> MakeTrainPhase(const RankContext& ctx) { return std::make_unique<TrainPhase>(ctx); }
+
+int64_t TrainPhaseVocab(const Phase& train) { return dynamic_cast<const TrainPhase&>(train).vocab(); }
+
 int RunTrainCommand(const CommandInput& input) {
-  TrainCommand command(input);
-  command.Plan();
-  return command.Run();
+  TrainPhase phase(input.ctx);
+  return RunPhaseCommand(input, phase);
 }
 
 }  // namespace tb

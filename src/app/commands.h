@@ -24,5 +24,6 @@ int RunReportCommand(const CommandInput& input);
 int RunCostCommand(const CommandInput& input);
 int RunValidateCommand(const CommandInput& input);
 int RunHistoryCommand(const CommandInput& input);
+int RunSuiteCommand(const CommandInput& input);
 
 }  // namespace tb

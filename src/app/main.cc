@@ -29,6 +29,7 @@ constexpr CommandEntry kCommands[] = {
     {"collectives", tb::RunCollectivesCommand, "nccl-tests-style sweep of collective operations (busbw, verified)"},
     {"p2p", tb::RunP2pCommand, "rank-pair bandwidth and latency matrices; flags weak links"},
     {"train", tb::RunTrainCommand, "synthetic-transformer training steps: phases, MFU, overlap, scaling sweep"},
+    {"suite", tb::RunSuiteCommand, "collectives, p2p and train (real loader, checkpoints) in one launch, one report"},
     {"data", tb::RunDataCommand, "data generate / data verify: write or check a token-shard dataset for the loader"},
     {"report", tb::RunReportCommand, "tables of one or more reports side by side (text, CSV, JSON); --html plots"},
     {"cost", tb::RunCostCommand, "total task cost, time to train and memory fit per price offering; projection"},

@@ -26,11 +26,11 @@ struct KindSpec {
 
 const std::vector<KindSpec>& Kinds() {
   static const std::vector<KindSpec> kinds = {
-      {FaultKind::kSlowRank, "slow-rank", "slow-rank=R:MS", {"collectives", "train"}},
-      {FaultKind::kSlowLink, "slow-link", "slow-link=A-B:US", {"collectives", "p2p", "train"}},
-      {FaultKind::kWrongValue, "wrong-value", "wrong-value=R", {"collectives"}},
-      {FaultKind::kHang, "hang", "hang=R", {"collectives", "p2p", "train"}},
-      {FaultKind::kIoStall, "io-stall", "io-stall=MS", {"train"}},
+      {FaultKind::kSlowRank, "slow-rank", "slow-rank=R:MS", {"collectives", "train", "suite"}},
+      {FaultKind::kSlowLink, "slow-link", "slow-link=A-B:US", {"collectives", "p2p", "train", "suite"}},
+      {FaultKind::kWrongValue, "wrong-value", "wrong-value=R", {"collectives", "suite"}},
+      {FaultKind::kHang, "hang", "hang=R", {"collectives", "p2p", "train", "suite"}},
+      {FaultKind::kIoStall, "io-stall", "io-stall=MS", {"train", "suite"}},
   };
   return kinds;
 }

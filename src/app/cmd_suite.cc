@@ -1,0 +1,395 @@
+// `trainbench suite`: one launch, one report. The topology (what `info` shows), then the profile's phases:
+// a collectives sweep, the p2p matrices and training with the data loader reading a dataset the suite writes
+// and checkpoints written beside it, once per repeat. A phase that fails is recorded (suite/phases) with its
+// reason and the phases after it still run, as long as every rank can go on.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "cli.h"
+#include "clock.h"
+#include "commands.h"
+#include "console.h"
+#include "data_generate.h"
+#include "error.h"
+#include "injecting_communicator.h"
+#include "injection.h"
+#include "log.h"
+#include "mpi_util.h"
+#include "paths.h"
+#include "phase.h"
+#include "schema.h"
+#include "suite_profile.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "usage: [mpirun -np N] trainbench suite [--profile quick|nightly|FILE.toml] [--repeats N] [--workdir DIR]\n"
+    "                                      [--keep-workdir] [-o FILE]\n"
+    "Runs a profile's phases in one launch into one report: the topology, a collectives sweep (all_reduce,\n"
+    "all_gather, reduce_scatter, alltoall, every element verified), the p2p matrices, and training whose data loader\n"
+    "reads a dataset the suite writes under --workdir, with checkpoints written there too (storage read and write\n"
+    "rates). A phase that fails is recorded with its reason (suite/phases) and the next phases still run; the exit\n"
+    "code is then 1. Profiles and their keys: launch/suite/README.md; check a report with 'trainbench validate'.";
+
+constexpr int kMaxRepeats = 100;
+
+struct SuiteFlags {
+  std::string profile = "quick";
+  int repeats = 0;  // 0: the profile's
+  std::string workdir;
+  bool keep_workdir = false;
+  std::vector<std::string> inject;
+};
+
+struct PhaseRow {
+  std::string phase;
+  int64_t repeat = 1;
+  std::string status;
+  std::string reason;
+  double seconds = 0;
+};
+
+// The top-level groups one repeat of the phases writes. Before repeat r > 1 runs, repeat r-1's are moved under
+// repeats/r<r-1>, so that the root always holds the latest repeat and a report cut short stays consistent.
+const std::vector<std::string>& RepeatGroups() {
+  static const std::vector<std::string> groups = {"collectives", "p2p", "train", "io", "summary"};
+  return groups;
+}
+
+// How the report's config names a phase's options: train's as train names them (cost and validate read them),
+// the others' as "<phase>.<option>".
+std::string ConfigPrefix(const std::string& phase) { return phase == "train" ? "" : phase + "."; }
+
+std::unique_ptr<Phase> MakePhase(const std::string& name, const RankContext& ctx) {
+  if (name == "collectives") return MakeCollectivesPhase(ctx);
+  if (name == "p2p") return MakeP2pPhase(ctx);
+  return MakeTrainPhase(ctx);
+}
+
+bool HasWord(const std::vector<std::string>& words, const std::string& word) {
+  return std::find(words.begin(), words.end(), word) != words.end();
+}
+
+// This run's own directory name: the same on every rank (rank 0's clock and process id).
+std::string RunDirectoryName() {
+  std::string name;
+  int rank = 0;
+  TB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  if (rank == 0) {
+    std::string utc = UtcNowIso8601();
+    utc.erase(std::remove_if(utc.begin(), utc.end(), [](char c) { return c == '-' || c == ':'; }), utc.end());
+    name = "trainbench-suite-" + utc + "-" + std::to_string(::getpid());
+  }
+  BroadcastString(MPI_COMM_WORLD, name, 0);
+  return name;
+}
+
+class SuiteCommand {
+ public:
+  explicit SuiteCommand(const CommandInput& input) : input_(input), run_directory_(RunDirectoryName()) {}
+  void Plan();
+  int Run();
+
+ private:
+  void Configure(CommandRun& r);
+  void CheckFaultsApply() const;
+  void ParsePhase(CommandRun& r, const std::string& name);
+  std::vector<std::string> TrainWords();
+  void PrepareWorkdir();
+  void ConfigureTrain();
+  bool RunRepeat(int repeat, Communicator& comm);
+  const PhaseRow& RunPhase(Phase& phase, int repeat, Communicator& comm);
+  void ConcludeRow(PhaseRow& row, const std::optional<AgreedError>& failure, const PhaseResult& result) const;
+  void MoveRepeatGroups(int repeat);
+  void RecordSuite();
+  void RemoveWorkdir();
+  int Conclude(bool interrupted);
+
+  const CommandInput& input_;
+  std::string run_directory_;
+  SuiteFlags f_;
+  CommonOptions common_;
+  std::unique_ptr<CommandRun> run_;
+  SuiteProfile profile_;
+  InjectionPlan faults_;
+  std::vector<std::unique_ptr<Phase>> phases_;
+  std::string workdir_;            // this run's own directory under --workdir
+  bool write_data_ = false;        // the suite writes the dataset train reads
+  int64_t data_vocab_ = 0;
+  double data_write_GBps_ = std::nan("");
+  bool interrupted_early_ = false;  // a stop signal during the dataset's write
+  std::vector<PhaseRow> rows_;
+  MPI_Comm control_ = MPI_COMM_NULL;  // the phases' outcomes are agreed here, apart from their own traffic
+};
+
+void SuiteCommand::Plan() {
+  po::options_description options("suite options");
+  options.add_options()
+      ("profile", po::value(&f_.profile)->default_value(f_.profile),
+       "quick, nightly (launch/suite/*.toml, built in), or a profile file (.toml)")
+      ("repeats", Number(&f_.repeats, IntRange::Between(1, kMaxRepeats)),
+       "run the phases N times (default: the profile's [suite] repeats); validate takes the median and the spread")
+      ("workdir", po::value(&f_.workdir),
+       "where the dataset and checkpoints are written (default: the report's directory, else the current one): "
+       "the suite makes a subdirectory of its own there and removes it at the end")
+      ("keep-workdir", po::bool_switch(&f_.keep_workdir), "keep the dataset and checkpoints");
+  AddInjectOption(options, &f_.inject);
+  AddCommonOptions(options, common_);
+  run_ = StartCommand("suite", input_, options, kUsage, common_, [&](CommandRun& r) { Configure(r); });
+  try {
+    PrepareWorkdir();
+    AgreeOnSetup([&] { ConfigureTrain(); });
+    // The expensive checks (train's dataset checksums) last, once every option is known to be good.
+    AgreeOnSetup([&] {
+      for (const std::unique_ptr<Phase>& phase : phases_) phase->Verify(*run_);
+    });
+  } catch (const AgreedFailure&) {
+    RemoveWorkdir();  // every rank is here: nothing of a run that never started is left behind
+    throw;
+  }
+}
+
+// Every rank, agreed: the profile, the faults, the directory, and each phase's options parsed and checked against
+// the launch (train's once the dataset it reads exists: ConfigureTrain).
+void SuiteCommand::Configure(CommandRun& r) {
+  profile_ = ReadSuiteProfile(f_.profile, r.backend() == "mpi");
+  if (f_.repeats > 0) profile_.repeats = f_.repeats;
+  r.RecordAsUsed("repeats", int64_t{profile_.repeats});
+  faults_ = r.PlanInjection(f_.inject);
+  CheckFaultsApply();
+  const std::string base = !f_.workdir.empty()     ? f_.workdir
+                           : !common_.output.empty() ? fs::path(common_.output).parent_path().string()
+                                                     : std::string();
+  workdir_ = (fs::path(base.empty() ? "." : base) / run_directory_).string();
+  r.RecordAsUsed("workdir", base.empty() ? "." : base);
+  for (const std::string& name : profile_.phases) ParsePhase(r, name);
+  for (const std::unique_ptr<Phase>& phase : phases_) {
+    if (phase->name() == "train") continue;
+    r.SetConfigPrefix(ConfigPrefix(phase->name()));
+    phase->Configure(r, faults_);
+  }
+  r.SetConfigPrefix("");
+}
+
+// A fault no phase of the profile can inject would make a clean-looking run of a test that did nothing.
+void SuiteCommand::CheckFaultsApply() const {
+  auto runs = [&](const std::string& phase) { return HasWord(profile_.phases, phase); };
+  for (const InjectedFault& fault : faults_.faults()) {
+    const bool applies = fault.kind == FaultKind::kWrongValue ? runs("collectives")
+                         : fault.kind == FaultKind::kIoStall  ? runs("train")
+                         : fault.kind == FaultKind::kSlowRank ? runs("collectives") || runs("train")
+                                                              : true;
+    if (!applies) {
+      throw InputError("--inject '" + fault.spec + "': profile " + profile_.name + " runs no phase that can inject " +
+                       FaultKindName(fault.kind) + " (its phases: " + JoinNames(profile_.phases, ", ") + ")");
+    }
+  }
+}
+
+// The phase's words from the profile, parsed as its command would parse them, and recorded in config.
+void SuiteCommand::ParsePhase(CommandRun& r, const std::string& name) {
+  std::unique_ptr<Phase> phase = MakePhase(name, input_.ctx);
+  po::options_description options(name + " options");
+  phase->AddOptions(options);
+  const std::vector<std::string> words = name == "train" ? TrainWords() : profile_.args[name];
+  po::variables_map values;
+  ParseSpec spec;
+  spec.rules = phase->Rules();
+  spec.given = &values;
+  try {
+    if (!ParseCommandLine(name, words, options, phase->usage(), spec)) throw InputError("help is not an option");
+    if (name == "train" && write_data_) data_vocab_ = TrainPhaseVocab(*phase);
+  } catch (const InputError& e) {
+    throw InputError("profile " + profile_.name + " [" + name + "]: " + e.what());
+  }
+  r.SetConfigPrefix(ConfigPrefix(name));
+  r.RecordOptions(options, values);
+  phases_.push_back(std::move(phase));
+}
+
+// Train's words: the profile's, reading the dataset the suite writes and checkpointing into its directory unless
+// the profile names its own.
+std::vector<std::string> SuiteCommand::TrainWords() {
+  std::vector<std::string> words = profile_.args["train"];
+  write_data_ = !HasWord(words, "--data") && !HasWord(words, "--data-raw");
+  if (write_data_) {
+    words.push_back("--data");
+    words.push_back((fs::path(workdir_) / "data").string());
+  }
+  if (HasWord(words, "--checkpoint-every") && !HasWord(words, "--checkpoint-dir")) {
+    words.push_back("--checkpoint-dir");
+    words.push_back((fs::path(workdir_) / "checkpoints").string());
+  }
+  return words;
+}
+
+// Collective: makes this run's directory and writes the dataset train's loader reads.
+void SuiteCommand::PrepareWorkdir() {
+  AgreeOnSetup([&] {
+    if (input_.ctx.world_rank != 0) return;
+    std::error_code ec;
+    fs::create_directories(workdir_, ec);
+    if (ec) throw InputError("--workdir: cannot create '" + workdir_ + "': " + ec.message());
+  });
+  if (!write_data_) return;
+  const std::string dir = (fs::path(workdir_) / "data").string();
+  Print("# trainbench suite: writing " + profile_.data_tokens + " tokens for the training phase's loader to " + dir);
+  const double start_s = NowSeconds();
+  const DatasetWritten written =
+      WriteDataset({dir, profile_.data_tokens, profile_.data_shard_tokens, data_vocab_, 1234}, input_.ctx);
+  rows_.push_back({"data", 1, written.complete ? "complete" : "interrupted", "", NowSeconds() - start_s});
+  data_write_GBps_ = static_cast<double>(written.bytes) / written.seconds / 1e9;
+  interrupted_early_ = !written.complete;
+  Print(Format("# suite: dataset written: %.3f GB in %.2f s, %.3f GB/s", written.bytes / 1e9, written.seconds,
+               data_write_GBps_));
+}
+
+void SuiteCommand::ConfigureTrain() {
+  for (const std::unique_ptr<Phase>& phase : phases_) {
+    if (phase->name() != "train" || interrupted_early_) continue;
+    run_->SetConfigPrefix("");
+    phase->Configure(*run_, faults_);
+  }
+}
+
+int SuiteCommand::Run() {
+  std::unique_ptr<Communicator> comm = WithInjectedFaults(run_->MakeCommunicator(), faults_);
+  TB_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &control_));
+  return run_->RecordingFailures([&] {
+    run_->BeginMeasurement("the suite");
+    Print(Format("# trainbench suite: profile %s, phases %s, %d repeat(s), %d ranks on %d nodes, backend %s",
+                 profile_.name.c_str(), JoinNames(profile_.phases, ", ").c_str(), profile_.repeats,
+                 input_.ctx.world_size, input_.ctx.node_count, run_->backend().c_str()), true);
+    bool interrupted = interrupted_early_;
+    for (int repeat = 1; repeat <= profile_.repeats && !interrupted; ++repeat) interrupted = RunRepeat(repeat, *comm);
+    RemoveWorkdir();
+    MPI_Comm_free(&control_);
+    return Conclude(interrupted);
+  });
+}
+
+// One repeat of every phase. Returns whether a stop signal ended it.
+bool SuiteCommand::RunRepeat(int repeat, Communicator& comm) {
+  if (repeat > 1) MoveRepeatGroups(repeat - 1);
+  for (const std::unique_ptr<Phase>& phase : phases_) {
+    if (RunPhase(*phase, repeat, comm).status == "interrupted") return true;
+  }
+  return false;
+}
+
+// Runs one phase; its failure on any rank is agreed over the control communicator, so that every rank records
+// it and goes on to the next phase. A rank stuck inside the phase is ended by the watchdog, as alone.
+const PhaseRow& SuiteCommand::RunPhase(Phase& phase, int repeat, Communicator& comm) {
+  rows_.push_back({phase.name(), repeat, "running", "", 0});
+  RecordSuite();
+  run_->WriteReportNow("failed", "did not finish: interrupted during " + phase.activity() +
+                                     (profile_.repeats > 1 ? Format(" (repeat %d)", repeat) : ""));
+  const double start_s = NowSeconds();
+  PhaseResult result;
+  const std::optional<AgreedError> failure = AgreeOnFailure(control_, [&] {
+    try {
+      result = phase.Measure(*run_, comm);
+    } catch (const AgreedFailure&) {
+      throw;
+    } catch (const Error& e) {
+      Warn(phase.name() + " failed here: " + e.what());  // said at once: the agreement may never come
+      throw;
+    }
+  });
+  PhaseRow& row = rows_.back();
+  row.seconds = NowSeconds() - start_s;
+  ConcludeRow(row, failure, result);
+  Print(Format("# suite: %s%s: %s in %.1f s%s", phase.name().c_str(),
+               profile_.repeats > 1 ? Format(" (repeat %d)", repeat).c_str() : "", row.status.c_str(), row.seconds,
+               row.reason.empty() ? "" : (": " + row.reason).c_str()), true);
+  return row;
+}
+
+void SuiteCommand::ConcludeRow(PhaseRow& row, const std::optional<AgreedError>& failure,
+                               const PhaseResult& result) const {
+  if (failure) {
+    row.status = "failed";
+    row.reason = (failure->failing_ranks < input_.ctx.world_size ? Format("rank %d: ", failure->rank) : "") +
+                 failure->message;
+  } else if (result.interrupted) {
+    row.status = "interrupted";
+  } else if (!result.failure.empty()) {
+    row.status = "failed";
+    row.reason = result.failure;
+  } else {
+    row.status = "complete";
+  }
+}
+
+// Moves the groups of repeat `repeat` (at the root) under repeats/r<repeat>.
+void SuiteCommand::MoveRepeatGroups(int repeat) {
+  Group& root = run_->report().root;
+  Group& holder = root.Child("repeats").Child("r" + std::to_string(repeat));
+  for (const std::string& name : RepeatGroups()) {
+    if (std::unique_ptr<Group> group = root.Release(name)) holder.Attach(name, std::move(group));
+  }
+}
+
+void SuiteCommand::RecordSuite() {
+  Group& suite = schema::GroupOf(run_->report().root, schema::kSuite);
+  namespace s = schema::suite;
+  schema::Set(suite, s::profile, profile_.name);
+  schema::Set(suite, s::phase_order, JoinNames(profile_.phases, ","));
+  schema::Set(suite, s::repeats, int64_t{profile_.repeats});
+  schema::Set(suite, s::workdir, workdir_);
+  schema::Set(suite, s::data_write_GBps, data_write_GBps_);
+  suite.tables.erase(s::kPhases.name);
+  namespace p = s::phases;
+  schema::RecordTable<PhaseRow>(s::kPhases)
+      .Column(p::phase, [](const PhaseRow& r) { return r.phase; })
+      .Column(p::repeat, [](const PhaseRow& r) { return r.repeat; })
+      .Column(p::status, [](const PhaseRow& r) { return r.status; })
+      .Column(p::reason, [](const PhaseRow& r) { return r.reason; })
+      .Column(p::seconds, [](const PhaseRow& r) { return r.seconds; })
+      .Write(suite, rows_);
+}
+
+// Collective: rank 0 removes this run's directory once every rank is done with it (unless --keep-workdir).
+void SuiteCommand::RemoveWorkdir() {
+  SleepingBarrier(MPI_COMM_WORLD);
+  if (input_.ctx.world_rank != 0) return;
+  if (f_.keep_workdir) {
+    Print("# suite: kept the dataset and checkpoints in " + workdir_);
+    return;
+  }
+  std::error_code ec;
+  fs::remove_all(workdir_, ec);
+  if (ec) Warn("could not remove the suite's directory " + workdir_ + ": " + ec.message());
+}
+
+// The report's final status: failed (code 1) when any phase failed, naming each; else as Finish says.
+int SuiteCommand::Conclude(bool interrupted) {
+  RecordSuite();
+  std::vector<std::string> failed;
+  for (const PhaseRow& row : rows_) {
+    if (row.status != "failed") continue;
+    failed.push_back(row.phase + (profile_.repeats > 1 ? Format(" (repeat %lld)", static_cast<long long>(row.repeat))
+                                                       : std::string()) + ": " + row.reason);
+  }
+  if (interrupted || failed.empty()) return run_->Finish(interrupted);
+  const std::string reason = "phase " + JoinNames(failed, "; phase ");
+  run_->WriteReportNow("failed", reason);
+  if (input_.ctx.world_rank == 0) ErrorLine("suite: " + reason, false);
+  if (!common_.output.empty()) Print("# Report (failed phases): " + common_.output, true);
+  return static_cast<int>(ExitCode::kRuntime);
+}
+
+}  // namespace
+
+int RunSuiteCommand(const CommandInput& input) {
+  SuiteCommand command(input);
+  command.Plan();
+  return command.Run();
+}
+
+}  // namespace tb

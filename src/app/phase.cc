@@ -1,0 +1,39 @@
+#include "phase.h"
+
+#include "console.h"
+#include "injecting_communicator.h"
+#include "injection.h"
+#include "log.h"
+
+namespace tb {
+
+int RunPhaseCommand(const CommandInput& input, Phase& phase) {
+  CommonOptions common;
+  std::vector<std::string> inject;
+  po::options_description options(phase.name() + " options");
+  phase.AddOptions(options);
+  AddInjectOption(options, &inject);
+  AddCommonOptions(options, common);
+  InjectionPlan faults;
+  std::unique_ptr<CommandRun> run = StartCommand(phase.name(), input, options, phase.usage(), common,
+                                                 [&](CommandRun& r) {
+                                                   faults = r.PlanInjection(inject);
+                                                   phase.Configure(r, faults);
+                                                 },
+                                                 phase.Rules());
+  // The one expensive check runs last, once every flag is known to be good.
+  AgreeOnSetup([&] { phase.Verify(*run); });
+  std::unique_ptr<Communicator> comm = WithInjectedFaults(run->MakeCommunicator(), faults);
+  return run->RecordingFailures([&] {
+    run->BeginMeasurement(phase.activity());
+    const PhaseResult result = phase.Measure(*run, *comm);
+    if (!result.failure.empty() && !result.interrupted) {
+      run->WriteReportNow("failed", result.failure);
+      if (input.ctx.world_rank == 0) ErrorLine(result.failure, false);
+      return static_cast<int>(ExitCode::kRuntime);
+    }
+    return run->Finish(result.interrupted);
+  });
+}
+
+}  // namespace tb

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# trainbench suite end to end on the CPU backend: the quick profile in one launch gives one complete report with
+# every phase (collectives, p2p, train reading the dataset the suite wrote, checkpoints) and leaves no directory
+# behind; ten clean runs in a row validate against their own history without a false alarm; each injected fault
+# fails validate with the right check, rank and host; repeats give a median and a spread; a failing phase is
+# recorded and the next ones run; every bad input is one line and exit 2, with nothing left behind.
+#   suite_cli_test.sh TRAINBENCH MPIEXEC...
+set -uo pipefail
+tb=$(realpath "$1"); shift; mpi=("$@")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+cd "$work"
+
+# h5 FILE EXPR: prints the Python expression EXPR of the open report `f` (Debian's h5py).
+h5() {
+  /usr/bin/python3 -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r'); print(($2))" "$1"
+}
+left_behind() { find "$work" -maxdepth 2 -name 'trainbench-suite-*' | head -1; }
+
+# One launch, one report, every phase.
+expect_ok "${mpi[@]}" -n 2 "$tb" suite -o quick.h5 --quiet
+checks=$((checks + 1))
+[[ $(h5 quick.h5 "f.attrs['status'], f.attrs['command']") == "('complete', 'suite')" ]] || fail "quick: status $(h5 quick.h5 "f.attrs['status']")"
+[[ $(h5 quick.h5 "sorted(f['collectives'].keys())") == "['all_gather', 'all_reduce', 'alltoall', 'reduce_scatter']" ]] ||
+  fail "quick: collectives $(h5 quick.h5 "sorted(f['collectives'].keys())")"
+[[ $(h5 quick.h5 "[(p.decode(), s.decode()) for p, s in zip(f['suite/phases']['phase'], f['suite/phases']['status'])]") == \
+   "[('data', 'complete'), ('collectives', 'complete'), ('p2p', 'complete'), ('train', 'complete')]" ]] ||
+  fail "quick: phases $(h5 quick.h5 "f['suite/phases'][:]")"
+[[ $(h5 quick.h5 "'p2p' in f and 'k2' in f['train'] and len(f['io/k2/loader']) == 2 and len(f['io/k2/checkpoints']) > 0") == True ]] ||
+  fail "quick: p2p, train/k2 or the loader and checkpoints are missing: $(h5 quick.h5 "list(f.keys()), list(f['io/k2'].keys())")"
+[[ $(h5 quick.h5 "f['config'].attrs['collectives.iters'], f['config'].attrs['model']") == "(5, 'tiny')" ]] ||
+  fail "quick: config does not hold the phases' options"
+[[ -z $(left_behind) ]] || fail "quick: the suite's directory was left behind: $(left_behind)"
+expect_ok "$tb" report quick.h5 --sections config,train
+
+# Ten clean runs in a row against their own history: no false alarm (exit 0, never a failed check). The bands
+# are wide because two ranks sharing two busy cores vary by 2x in speed from run to run; what the runs test is
+# that nothing else (status, phases, wrong elements, weak links at the CPU profile's 0.5, stragglers at the CPU
+# floor) fails a clean run.
+printf '[tolerance]\nwarn = 0.7\nfail = 0.9\nshare_warn = 0.4\nshare_fail = 0.8\n' >cpu-noise.toml
+mkdir history
+for night in 1 2 3 4 5 6 7 8 9 10; do
+  expect_ok "${mpi[@]}" -n 2 "$tb" suite -o night$night.h5 --quiet
+  checks=$((checks + 1))
+  "$tb" validate night$night.h5 --history history --policy cpu-noise.toml >"$work/out" 2>"$work/err"
+  rc=$?
+  [[ $rc -eq 0 ]] || fail "clean night $night: validate exit $rc: $(grep -E '^ +fail ' "$work/out") $(cat "$work/err")"
+done
+checks=$((checks + 1))
+[[ $(find history -name '*.json' | wc -l) -eq 10 ]] || fail "history holds $(find history -name '*.json' | wc -l) nights, want 10"
+grep -qE '^ +pass +ok +train +train.tokens_per_s .*history: median of 9 passing nights' "$work/out" ||
+  fail "night 10 was not judged against the 9 nights before: $(grep tokens_per_s "$work/out")"
+
+# Faults injected through the suite: validate names each (exit 3).
+# validate_fault NAME REPORT PATTERN: validate REPORT against the clean history fails (exit 3) with a line matching PATTERN.
+validate_fault() {
+  checks=$((checks + 1))
+  "$tb" validate "$2" --history history --policy cpu-noise.toml >"$work/out" 2>"$work/err"
+  local rc=$?
+  [[ $rc -eq 3 ]] || fail "$1: validate exit $rc, want 3: $(cat "$work/err")"
+  grep -qE -- "$3" "$work/out" || fail "$1: no line /$3/: $(grep -E '^ +(fail|warn) ' "$work/out")"
+}
+checks=$((checks + 1))
+"${mpi[@]}" -n 2 "$tb" suite --inject wrong-value=1 -o wrong.h5 --quiet >"$work/out" 2>"$work/err"
+rc=$?
+[[ $rc -eq 1 ]] || fail "wrong-value: suite exit $rc, want 1 (a failed phase)"
+grep -q 'suite: phase collectives: [0-9]* elements failed verification' "$work/err" || fail "wrong-value: no failed-phase line: $(cat "$work/err")"
+[[ $(h5 wrong.h5 "[s.decode() for s in f['suite/phases']['status']]") == "['complete', 'failed', 'complete', 'complete']" ]] ||
+  fail "wrong-value: the phases after the failed one did not run: $(h5 wrong.h5 "f['suite/phases'][:]")"
+validate_fault wrong-value wrong.h5 '^ +fail +degraded +collectives +collectives.all_reduce.wrong_elements '
+grep -qE '^ +fail +degraded +suite +suite.collectives .*elements failed verification' "$work/out" || fail "wrong-value: suite.collectives not failed"
+
+expect_ok "${mpi[@]}" -n 2 "$tb" suite --inject slow-rank=1:400 -o slow.h5 --quiet
+validate_fault slow-rank slow.h5 '^ +fail +degraded +train +train.step_s.rank1 +1 +[^ ]+ .*straggler'
+
+expect_ok "${mpi[@]}" -n 2 "$tb" suite --inject io-stall=2000 -o stall.h5 --quiet
+validate_fault io-stall stall.h5 '^ +fail +degraded +train +train.data_wait_share '
+
+# A slow link needs three ranks: between two, both directions are the one link, and it is the median.
+expect_ok "${mpi[@]}" -n 3 "$tb" suite --inject slow-link=0-2:20000 -o link.h5 --quiet
+checks=$((checks + 1))
+"$tb" validate link.h5 >"$work/out" 2>&1
+grep -qE '^ +fail +degraded +p2p +p2p.weak_link.(0->2|2->0) ' "$work/out" || fail "slow-link: 0-2 not named: $(grep p2p "$work/out")"
+
+checks=$((checks + 1))
+timeout 300 "${mpi[@]}" -n 2 "$tb" suite --inject hang=1 --timeout 5 -o hang.h5 --quiet >"$work/out" 2>"$work/err"
+rc=$?
+[[ $rc -ne 0 && $rc -ne 124 ]] || fail "hang: suite exit $rc, want the watchdog's abort"
+validate_fault hang hang.h5 '^ +fail +degraded +run +run.status .*timeout'
+grep -qE '^ +fail +degraded +suite +suite.collectives .*the job ended during this phase' "$work/out" ||
+  fail "hang: the phase it hung in is not named: $(grep suite "$work/out")"
+[[ -n $(left_behind) ]] && rm -rf "$(left_behind)"  # an aborted job cannot clean up: the directory names the run
+
+# Repeats: the root holds the latest, repeats/r1 the first; validate takes the median over both.
+expect_ok "${mpi[@]}" -n 2 "$tb" suite --repeats 2 -o twice.h5 --quiet
+checks=$((checks + 1))
+[[ $(h5 twice.h5 "sorted(f['repeats'].keys()), len(f['suite/phases']), f['suite'].attrs['repeats']") == "(['r1'], 7, 2)" ]] ||
+  fail "repeats: $(h5 twice.h5 "list(f.keys()), f['suite/phases'][:]")"
+expect_ok "$tb" validate twice.h5 --policy cpu-noise.toml --json twice.json
+checks=$((checks + 1))
+/usr/bin/python3 - twice.json <<'EOF' || fail "repeats: the checks lack their repeats"
+import json, sys
+rows = json.load(open(sys.argv[1]))["runs"][0]["validate"]["checks"]
+keys = {r["check"] for r in rows}
+assert {"suite.train.r1", "suite.train.r2", "train.tokens_per_s"} <= keys, keys
+assert all(r["state"] in ("ok", "degraded", "noisy", "missing") for r in rows)
+EOF
+
+# --keep-workdir keeps the dataset and the checkpoints.
+expect_ok "${mpi[@]}" -n 2 "$tb" suite --keep-workdir --workdir "$work/keep" -o kept.h5 --quiet
+checks=$((checks + 1))
+ls "$work"/keep/trainbench-suite-*/data/shard-00000.tbs >/dev/null 2>&1 && ls -d "$work"/keep/trainbench-suite-*/checkpoints/* >/dev/null 2>&1 ||
+  fail "--keep-workdir: no dataset or checkpoints kept: $(find "$work/keep" | head)"
+rm -rf "$work/keep"
+
+# Bad input: one line, exit 2, nothing written and no directory left.
+cat >bad-key.toml <<'EOF'
+[suite]
+phases = ["collectives"]
+[collectives]
+iterz = 3
+EOF
+printf '[suite]\nphases = ["collectives", "gpu"]\n' >bad-phase.toml
+printf '[suite]\nrepeats = 0\n' >bad-repeats.toml
+printf '[suite]\nphases = ["p2p"]\n[train]\nsteps = 3\n' >unlisted.toml
+printf '[suite]\nphases = ["train"]\n[train]\nmodel = "tiny"\nseq = 4096\n' >bad-seq.toml
+printf '[suite]\nphases = ["collectives"]\n[collectives]\niters = 0\n' >bad-value.toml
+printf '[suite]\nphases = ["p2p"]\n[colectives]\niters = 3\n' >bad-table.toml
+printf 'not toml = \n' >broken.toml
+expect_error 2 "profile bad-key.toml \[collectives\]: unrecognised option '--iterz'" -- "${mpi[@]}" -n 2 "$tb" suite --profile bad-key.toml -o x.h5
+expect_error 2 "bad-phase.toml:2: \[suite\] phases: unknown phase 'gpu'" -- "$tb" suite --profile bad-phase.toml -o x.h5
+expect_error 2 "bad-repeats.toml:2: \[suite\] repeats must be 1..100, got 0" -- "$tb" suite --profile bad-repeats.toml -o x.h5
+expect_error 2 "\[train\] is given but \[suite\] phases does not list train" -- "$tb" suite --profile unlisted.toml -o x.h5
+expect_error 2 "profile bad-value.toml \[collectives\]: .*iters" -- "$tb" suite --profile bad-value.toml -o x.h5
+expect_error 2 "bad-table.toml:3: unknown key 'colectives'" -- "$tb" suite --profile bad-table.toml -o x.h5
+expect_error 2 "broken.toml:1: not valid TOML" -- "$tb" suite --profile broken.toml -o x.h5
+expect_error 2 "--seq 4096 exceeds the model's 256 positions" -- "${mpi[@]}" -n 2 "$tb" suite --profile bad-seq.toml -o x.h5
+expect_error 2 "--profile 'fast': not a built-in profile \(quick, nightly\)" -- "$tb" suite --profile fast
+expect_error 2 "cannot read profile 'none.toml'" -- "$tb" suite --profile none.toml
+expect_error 2 "--repeats" -- "$tb" suite --repeats 0
+printf '[suite]\nphases = ["p2p"]\n' >p2p-only.toml
+expect_error 2 "--inject 'io-stall=10': profile p2p-only.toml runs no phase that can inject io-stall" -- \
+  "$tb" suite --profile p2p-only.toml --inject io-stall=10 -o x.h5
+checks=$((checks + 1))
+[[ ! -e x.h5 && -z $(left_behind) ]] || fail "bad input left x.h5 or a suite directory behind: $(ls; left_behind)"
+
+finish suite_cli_tests
