@@ -37,7 +37,7 @@ expect_error 2 "--inject 'slow-rank=0:0x10': '0x10' is not a decimal number" -- 
 expect_error 2 "--inject 'slow-link=1-1:50': a link joins two different ranks" -- \
   "${mpi[@]}" -n 2 "$tb" p2p --inject slow-link=1-1:50 -o bad.h5
 expect_error 2 "--inject 'hang=0,': empty item" -- "$tb" collectives --inject hang=0,
-expect_error 2 "--inject 'wrong-value=1': train cannot inject wrong-value \(it applies to collectives\)" -- \
+expect_error 2 "--inject 'wrong-value=1': train cannot inject wrong-value \(it applies to collectives, suite\)" -- \
   "${mpi[@]}" -n 2 "$tb" "${train[@]}" --inject wrong-value=1 -o bad.h5
 expect_error 2 "--inject 'io-stall=5': collectives cannot inject io-stall" -- "$tb" collectives --inject io-stall=5
 expect_error 2 "--inject 'slow-rank=0:5': p2p cannot inject slow-rank" -- "$tb" p2p --inject slow-rank=0:5

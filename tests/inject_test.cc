@@ -98,13 +98,13 @@ TEST(Inject, EachCommandInjectsOnlyWhatItCan) {
     RequireInjectable(all, "train");
     FAIL() << "train accepted wrong-value";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "--inject 'wrong-value=1': train cannot inject wrong-value (it applies to collectives)");
+    EXPECT_STREQ(e.what(), "--inject 'wrong-value=1': train cannot inject wrong-value (it applies to collectives, suite)");
   }
   try {
     RequireInjectable(ParseInjection({"io-stall=5"}, 2), "collectives");
     FAIL() << "collectives accepted io-stall";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "--inject 'io-stall=5': collectives cannot inject io-stall (it applies to train)");
+    EXPECT_STREQ(e.what(), "--inject 'io-stall=5': collectives cannot inject io-stall (it applies to train, suite)");
   }
   EXPECT_THROW(RequireInjectable(ParseInjection({"slow-rank=1:5"}, 2), "p2p"), InputError);
 }

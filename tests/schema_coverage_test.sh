@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every field results/model/schema.h declares is written by a real run of each command and read by `report`'s views or
 # cost's reader (tests/schema_coverage.cc): info, data generate, a collectives sweep, a p2p matrix, a training
-# scaling sweep with the loader and checkpoints, a resumed run and a storage sweep, at 2 ranks where it matters.
+# scaling sweep with the loader and checkpoints, a resumed run, a storage sweep and a suite of two repeats, at 2
+# ranks where it matters.
 #   schema_coverage_test.sh TRAINBENCH SCHEMA_COVERAGE MPIEXEC...
 set -uo pipefail
 tb=$(realpath "$1"); coverage=$(realpath "$2"); shift 2; mpi=("$@")
@@ -18,8 +19,9 @@ expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --steps 4 --scaling 1,2 --d
   --checkpoint-every 2 -o train.h5
 expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --steps 6 --data tokens --resume ck/k2/step-00000004 -o resumed.h5
 expect_ok "$tb" train "${small[@]}" --steps 2 --data tokens --record-bytes 4K --io-throttle 100000,0.5 -o sweep.h5
+expect_ok "${mpi[@]}" -n 2 "$tb" suite --repeats 2 -o suite.h5 --quiet
 
 checks=$((checks + 1))
-"$coverage" info.h5 data.h5 collectives.h5 p2p.h5 train.h5 resumed.h5 sweep.h5 >"$work/coverage" 2>&1 ||
+"$coverage" info.h5 data.h5 collectives.h5 p2p.h5 train.h5 resumed.h5 sweep.h5 suite.h5 >"$work/coverage" 2>&1 ||
   fail "fields not covered: $(cat "$work/coverage")"
 finish schema_coverage_test

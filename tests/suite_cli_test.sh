@@ -7,6 +7,7 @@
 #   suite_cli_test.sh TRAINBENCH MPIEXEC...
 set -uo pipefail
 tb=$(realpath "$1"); shift; mpi=("$@")
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 cd "$work"
@@ -33,14 +34,18 @@ checks=$((checks + 1))
 [[ -z $(left_behind) ]] || fail "quick: the suite's directory was left behind: $(left_behind)"
 expect_ok "$tb" report quick.h5 --sections config,train
 
-# Ten clean runs in a row against their own history: no false alarm (exit 0, never a failed check). The bands
-# are wide because two ranks sharing two busy cores vary by 2x in speed from run to run; what the runs test is
-# that nothing else (status, phases, wrong elements, weak links at the CPU profile's 0.5, stragglers at the CPU
-# floor) fails a clean run.
-printf '[tolerance]\nwarn = 0.7\nfail = 0.9\nshare_warn = 0.4\nshare_fail = 0.8\n' >cpu-noise.toml
+# Ten clean runs in a row against their own history: no false alarm (exit 0, never a failed check). Ranks that
+# share two cores with a parallel test run (or a compiler) measure p2p up to 40x slower in one run than in the next,
+# and one pair 40x slower than the other within a run: the timing bands below are wider than that (rates may fall
+# 99%, shares rise 95 points; a weak link is under 1% of the median, a straggler 100% slower), so that what the
+# nights test is the rest: status, phases, verification, history building up and being used. The faults below are
+# far beyond those bands.
+printf '[tolerance]\nwarn = 0.9\nfail = 0.99\nshare_warn = 0.5\nshare_fail = 0.95\n[straggler]\nfloor_cpu = 1.0\n' >cpu-noise.toml
+sed 's/^threshold = 0.5$/threshold = 0.01/' "$src/launch/suite/quick.toml" >ci.toml
+grep -q '^threshold = 0.01$' ci.toml || fail "ci.toml: the quick profile's CPU p2p threshold was not found"
 mkdir history
 for night in 1 2 3 4 5 6 7 8 9 10; do
-  expect_ok "${mpi[@]}" -n 2 "$tb" suite -o night$night.h5 --quiet
+  expect_ok "${mpi[@]}" -n 2 "$tb" suite --profile ci.toml -o night$night.h5 --quiet
   checks=$((checks + 1))
   "$tb" validate night$night.h5 --history history --policy cpu-noise.toml >"$work/out" 2>"$work/err"
   rc=$?
@@ -51,17 +56,18 @@ checks=$((checks + 1))
 grep -qE '^ +pass +ok +train +train.tokens_per_s .*history: median of 9 passing nights' "$work/out" ||
   fail "night 10 was not judged against the 9 nights before: $(grep tokens_per_s "$work/out")"
 
-# Faults injected through the suite: validate names each (exit 3).
+# Faults injected through the suite: validate names each (exit 3), with the default policy (other checks may fail
+# as well on a loaded machine; the named one must).
 # validate_fault NAME REPORT PATTERN: validate REPORT against the clean history fails (exit 3) with a line matching PATTERN.
 validate_fault() {
   checks=$((checks + 1))
-  "$tb" validate "$2" --history history --policy cpu-noise.toml >"$work/out" 2>"$work/err"
+  "$tb" validate "$2" --history history >"$work/out" 2>"$work/err"
   local rc=$?
   [[ $rc -eq 3 ]] || fail "$1: validate exit $rc, want 3: $(cat "$work/err")"
   grep -qE -- "$3" "$work/out" || fail "$1: no line /$3/: $(grep -E '^ +(fail|warn) ' "$work/out")"
 }
 checks=$((checks + 1))
-"${mpi[@]}" -n 2 "$tb" suite --inject wrong-value=1 -o wrong.h5 --quiet >"$work/out" 2>"$work/err"
+"${mpi[@]}" -n 2 "$tb" suite --profile ci.toml --inject wrong-value=1 -o wrong.h5 --quiet >"$work/out" 2>"$work/err"
 rc=$?
 [[ $rc -eq 1 ]] || fail "wrong-value: suite exit $rc, want 1 (a failed phase)"
 grep -q 'suite: phase collectives: [0-9]* elements failed verification' "$work/err" || fail "wrong-value: no failed-phase line: $(cat "$work/err")"
@@ -70,14 +76,14 @@ grep -q 'suite: phase collectives: [0-9]* elements failed verification' "$work/e
 validate_fault wrong-value wrong.h5 '^ +fail +degraded +collectives +collectives.all_reduce.wrong_elements '
 grep -qE '^ +fail +degraded +suite +suite.collectives .*elements failed verification' "$work/out" || fail "wrong-value: suite.collectives not failed"
 
-expect_ok "${mpi[@]}" -n 2 "$tb" suite --inject slow-rank=1:400 -o slow.h5 --quiet
+expect_ok "${mpi[@]}" -n 2 "$tb" suite --profile ci.toml --inject slow-rank=1:400 -o slow.h5 --quiet
 validate_fault slow-rank slow.h5 '^ +fail +degraded +train +train.step_s.rank1 +1 +[^ ]+ .*straggler'
 
-expect_ok "${mpi[@]}" -n 2 "$tb" suite --inject io-stall=2000 -o stall.h5 --quiet
+expect_ok "${mpi[@]}" -n 2 "$tb" suite --profile ci.toml --inject io-stall=2000 -o stall.h5 --quiet
 validate_fault io-stall stall.h5 '^ +fail +degraded +train +train.data_wait_share '
 
 # A slow link needs three ranks: between two, both directions are the one link, and it is the median.
-expect_ok "${mpi[@]}" -n 3 "$tb" suite --inject slow-link=0-2:20000 -o link.h5 --quiet
+expect_ok "${mpi[@]}" -n 3 "$tb" suite --inject slow-link=0-2:200000 -o link.h5 --quiet
 checks=$((checks + 1))
 "$tb" validate link.h5 >"$work/out" 2>&1
 grep -qE '^ +fail +degraded +p2p +p2p.weak_link.(0->2|2->0) ' "$work/out" || fail "slow-link: 0-2 not named: $(grep p2p "$work/out")"

@@ -18,8 +18,8 @@ expect_ok "$tb" collectives -b 8 -e 1K -n 2 -w 1 -o coll.h5 --quiet
 
 # Two ranks sharing two busy cores can differ in step time by any factor: the straggler rule is tested in
 # validate_tests (and with injected slow ranks); here its floor (100 = 10000% slower) is out of the way.
-printf '[straggler]\nfloor = 100\n' >calm.toml
-printf '[tolerance]\nwarn = 0.9\nfail = 0.95\nshare_warn = 0.5\nshare_fail = 0.9\n[straggler]\nfloor = 100\n' >wide.toml
+printf '[straggler]\nfloor = 100\nfloor_cpu = 100\n' >calm.toml
+printf '[tolerance]\nwarn = 0.9\nfail = 0.95\nshare_warn = 0.5\nshare_fail = 0.9\n[straggler]\nfloor = 100\nfloor_cpu = 100\n' >wide.toml
 
 # A run against itself: every figure equal, so every check passes.
 expect_ok "$tb" validate a.h5 --baseline a.h5 --json self.json --policy calm.toml
@@ -81,7 +81,7 @@ expect_error_rc 0 "$tb" validate a.h5 --policy calm.toml
 
 # Injected faults (--inject): validate fails each one and names where it is.
 # rank 1 sleeps 400 ms in every step where a step takes milliseconds; the floor of 100% stays clear of load noise.
-printf '[straggler]\nfloor = 1.0\n' >straggler.toml
+printf '[straggler]\nfloor_cpu = 1.0\n' >straggler.toml
 expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject slow-rank=1:400 -o slowrank.h5
 expect_error_rc 3 "$tb" validate slowrank.h5 --policy straggler.toml
 grep -qE '^ +fail +[a-z]+ +train +train.step_s.rank1 +1 ' "$work/out" || fail "slow rank 1 not named: $(grep -E 'step_s' "$work/out")"

@@ -108,7 +108,8 @@ TEST(Validate, NoExpectationIsUnknownNeverPass) {
 }
 
 TEST(Validate, StragglerByLeaveOneOutRobustZ) {
-  const std::vector<Check> checks = ValidateReport(TrainReport(1000, {1.00, 1.01, 0.99, 1.40}), {});
+  // The reports of these tests ran on the CPU backend: a straggler is 50% slower there (floor_cpu).
+  const std::vector<Check> checks = ValidateReport(TrainReport(1000, {1.00, 1.01, 0.99, 1.80}), {});
   const Check& slow = Find(checks, "train.step_s.rank3");
   EXPECT_EQ(slow.verdict, Verdict::kFail);
   EXPECT_EQ(slow.figure.subject.host, "host3");
@@ -116,8 +117,13 @@ TEST(Validate, StragglerByLeaveOneOutRobustZ) {
   EXPECT_EQ(Find(checks, "train.step_s.rank0").verdict, Verdict::kPass);
   EXPECT_EQ(OverallVerdict(checks), Verdict::kFail);
   // Two ranks still compare; a difference under the floor is not a straggler, however large its z.
-  EXPECT_EQ(Find(ValidateReport(TrainReport(1000, {1.0, 1.5}), {}), "train.step_s.rank1").verdict, Verdict::kFail);
-  EXPECT_EQ(Find(ValidateReport(TrainReport(1000, {1.0, 1.03}), {}), "train.step_s.rank1").verdict, Verdict::kPass);
+  EXPECT_EQ(Find(ValidateReport(TrainReport(1000, {1.0, 1.6}), {}), "train.step_s.rank1").verdict, Verdict::kFail);
+  EXPECT_EQ(Find(ValidateReport(TrainReport(1000, {1.0, 1.4}), {}), "train.step_s.rank1").verdict, Verdict::kPass);
+  // The policy's floor_cpu sets it; floor (5%) is the GPU backend's.
+  ValidateInputs tight;
+  tight.policy = ParseValidatePolicy("[straggler]\nfloor_cpu = 0.05\n", "p.toml");
+  EXPECT_EQ(Find(ValidateReport(TrainReport(1000, {1.0, 1.1}), tight), "train.step_s.rank1").verdict, Verdict::kFail);
+  EXPECT_EQ(Find(ValidateReport(TrainReport(1000, {1.0, 1.03}), tight), "train.step_s.rank1").verdict, Verdict::kPass);
 }
 
 TEST(Validate, ARunThatDidNotCompleteFailsWithItsReason) {

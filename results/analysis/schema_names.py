@@ -314,6 +314,29 @@ class io_point:
         error = "error"
 
 
+class suite:
+    """`suite`"""
+    path = "suite"
+    profile = "profile"
+    phase_order = "phase_order"
+    repeats = "repeats"
+    workdir = "workdir"
+    data_write_GBps = "data_write_GBps"
+
+    class phases:
+        table = "phases"
+        phase = "phase"
+        repeat = "repeat"
+        status = "status"
+        reason = "reason"
+        seconds = "seconds"
+
+
+class repeats_repeat:
+    """`repeats/<repeat>`"""
+    path = "repeats/<repeat>"
+
+
 class summary:
     """`summary`"""
     path = "summary"
