@@ -23,8 +23,11 @@ void Run(Communicator& comm, const void* send, void* recv, const CollectiveCount
   comm.AllToAll(send, recv, c.op_count, type);
 }
 
+int Source(const CollectiveCounts& c, int, int, size_t i, int) { return static_cast<int>(i / c.op_count); }
+
 }  // namespace
 
-const CollectiveDef kAllToAll = {"alltoall", "(n-1)/n", FactorNMinusOneOverN, false, false, Counts, Expected, Run};
+const CollectiveDef kAllToAll = {"alltoall", "(n-1)/n", FactorNMinusOneOverN, false, false, Counts, Expected, Run,
+                                 Source};
 
 }  // namespace tb

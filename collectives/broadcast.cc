@@ -16,8 +16,10 @@ void Run(Communicator& comm, const void* send, void* recv, const CollectiveCount
   comm.Broadcast(send, recv, c.op_count, type, root);
 }
 
+int Source(const CollectiveCounts&, int, int, size_t, int root) { return root; }
+
 }  // namespace
 
-const CollectiveDef kBroadcast = {"broadcast", "1", FactorOne, false, true, Counts, Expected, Run};
+const CollectiveDef kBroadcast = {"broadcast", "1", FactorOne, false, true, Counts, Expected, Run, Source};
 
 }  // namespace tb

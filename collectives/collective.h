@@ -35,6 +35,9 @@ struct CollectiveDef {
   bool (*expected)(const CollectiveCounts& counts, int rank, int n, size_t i, ReduceOp op, int root, double* value);
   void (*run)(Communicator& comm, const void* send, void* recv, const CollectiveCounts& counts, DataType type,
               ReduceOp op, int root);
+  // The rank whose input element `i` of `rank`'s receive buffer is a copy of; null for a reduction, whose every
+  // element mixes all ranks' inputs. Names the rank whose data arrived wrong.
+  int (*source)(const CollectiveCounts& counts, int rank, int n, size_t i, int root) = nullptr;
 };
 
 // Every collective, in the order they are documented and run.

@@ -17,8 +17,10 @@ void Run(Communicator& comm, const void* send, void* recv, const CollectiveCount
   comm.SendRecv(send, (comm.rank() + 1) % n, recv, (comm.rank() + n - 1) % n, c.op_count, type);
 }
 
+int Source(const CollectiveCounts&, int rank, int n, size_t, int) { return (rank + n - 1) % n; }
+
 }  // namespace
 
-const CollectiveDef kSendRecv = {"sendrecv", "1", FactorOne, false, false, Counts, Expected, Run};
+const CollectiveDef kSendRecv = {"sendrecv", "1", FactorOne, false, false, Counts, Expected, Run, Source};
 
 }  // namespace tb

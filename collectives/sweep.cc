@@ -66,9 +66,10 @@ double TimeOperation(Communicator& comm, const CollectiveDef& def, Operands oper
   return (NowSeconds() - start) / o.iters;
 }
 
-// One verified run: fill inputs, run, compare every defined output element. Returns the wrong count.
+// One verified run: fill inputs, run, compare every defined output element. Returns the wrong count, and adds each
+// wrong element to its source rank's count in `by_source` (data movement only).
 int64_t CheckOperation(Communicator& comm, const CollectiveDef& def, Buffers& buffers, const CollectiveCounts& c,
-                       const SweepOptions& o, bool in_place) {
+                       const SweepOptions& o, bool in_place, std::vector<int64_t>& by_source) {
   const int rank = comm.rank(), n = comm.size();
   const size_t type_size = DataTypeSize(o.type);
   // Host images of the buffers: the receive side starts as sentinel so that a missing write is caught.
@@ -100,9 +101,20 @@ int64_t CheckOperation(Communicator& comm, const CollectiveDef& def, Buffers& bu
   for (size_t i = 0; i < c.recv_elements; ++i) {
     double expected = 0;
     if (!def.expected(c, rank, n, i, o.reduce_op, o.root, &expected)) continue;
-    if (!ValueMatches(o.type, LoadElement(o.type, recv_image.data(), recv_offset + i), expected, n)) ++wrong;
+    if (ValueMatches(o.type, LoadElement(o.type, recv_image.data(), recv_offset + i), expected, n)) continue;
+    ++wrong;
+    if (def.source) ++by_source[static_cast<size_t>(def.source(c, rank, n, i, o.root))];
   }
   return wrong;
+}
+
+// "1", "0,2": the ranks with a non-zero count.
+std::string RanksWithCounts(const std::vector<int64_t>& by_source) {
+  std::string ranks;
+  for (size_t r = 0; r < by_source.size(); ++r) {
+    if (by_source[r] > 0) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  }
+  return ranks;
 }
 
 ModeResult MeasureMode(Communicator& comm, const CollectiveDef& def, Buffers& buffers,
@@ -124,9 +136,12 @@ ModeResult MeasureMode(Communicator& comm, const CollectiveDef& def, Buffers& bu
   m.busbw_GBps = m.algbw_GBps * bus_factor;
   if (o.check_iters > 0) {
     int64_t wrong = 0;
-    for (int i = 0; i < o.check_iters; ++i) wrong += CheckOperation(comm, def, buffers, c, o, in_place);
+    std::vector<int64_t> by_source(static_cast<size_t>(comm.size()), 0);
+    for (int i = 0; i < o.check_iters; ++i) wrong += CheckOperation(comm, def, buffers, c, o, in_place, by_source);
     TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, comm.host_comm()));
+    TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, by_source.data(), comm.size(), MPI_INT64_T, MPI_SUM, comm.host_comm()));
     m.wrong = wrong;
+    m.wrong_sources = RanksWithCounts(by_source);
   }
   return m;
 }
@@ -274,7 +289,8 @@ void AddResultsTable(Group& group, const OpResult& op) {
         .Column(r::time_rank_avg_us, [=](const SizeResult& row) { return of(row).measured ? of(row).time_rank_avg_us : nan; }, mode)
         .Column(r::algbw_GBps, [=](const SizeResult& row) { return of(row).measured ? of(row).algbw_GBps : nan; }, mode)
         .Column(r::busbw_GBps, [=](const SizeResult& row) { return of(row).measured ? of(row).busbw_GBps : nan; }, mode)
-        .Column(r::wrong, [=](const SizeResult& row) { return of(row).measured ? of(row).wrong : int64_t{-1}; }, mode);
+        .Column(r::wrong, [=](const SizeResult& row) { return of(row).measured ? of(row).wrong : int64_t{-1}; }, mode)
+        .Column(r::wrong_sources, [=](const SizeResult& row) { return of(row).wrong_sources; }, mode);
   }
   table.Write(group, op.rows);
 }

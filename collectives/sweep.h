@@ -44,6 +44,7 @@ struct ModeResult {
   double algbw_GBps = 0;         // size_bytes / time, GB = 1e9 bytes
   double busbw_GBps = 0;         // algbw * bus factor
   int64_t wrong = -1;            // wrong elements summed over ranks and check iterations; -1 = not checked
+  std::string wrong_sources;     // data movement: the ranks whose data arrived wrong ("1", "0,2"); "" otherwise
 };
 
 struct SizeResult {

@@ -116,6 +116,7 @@ class collectives_op:
         algbw_GBps = "<mode>_algbw_GBps"
         busbw_GBps = "<mode>_busbw_GBps"
         wrong = "<mode>_wrong"
+        wrong_sources = "<mode>_wrong_sources"
 
 
 class p2p:

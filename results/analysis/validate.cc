@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "console.h"
 #include "error.h"
@@ -55,7 +56,43 @@ void AddStatusCheck(const Report& report, std::vector<Check>& checks) {
   }
 }
 
-// Elements that failed verification, per operation: any is a failure, whatever any expectation says.
+// The ranks a results table names as the sources of wrong data (every size and mode), in rank order.
+std::set<int> WrongSources(const Table& results) {
+  std::set<int> ranks;
+  for (const std::string& mode : sc::collective::results::kModes) {
+    const tb::Column* column = sc::FindColumn(results, sc::collective::results::wrong_sources, mode);
+    const auto* values = column ? std::get_if<std::vector<std::string>>(&column->values) : nullptr;
+    for (const std::string& list : values ? *values : std::vector<std::string>{}) {
+      for (const std::string& rank : SplitItems(list)) {
+        if (!rank.empty()) ranks.insert(std::atoi(rank.c_str()));
+      }
+    }
+  }
+  return ranks;
+}
+
+// Rank r's host as topology/ranks has it ("?" when the report lacks it).
+std::string HostOfRank(const Report& report, int rank) {
+  const Table* ranks = sc::FindTable(sc::FindGroup(report.root, sc::kTopology), sc::topology::kRanks);
+  const auto* hosts = ranks ? sc::Values(*ranks, sc::topology::ranks::host) : nullptr;
+  return hosts && rank >= 0 && static_cast<size_t>(rank) < hosts->size() ? (*hosts)[rank] : "?";
+}
+
+// The subject of wrong data from `sources`: the ranks and their hosts; the message's words for them.
+std::string NameSources(const Report& report, const std::set<int>& sources, Subject& subject) {
+  std::vector<std::string> ranks, hosts;
+  for (int rank : sources) {
+    ranks.push_back(std::to_string(rank));
+    const std::string host = HostOfRank(report, rank);
+    if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+  }
+  subject.rank = JoinNames(ranks, ",");
+  subject.host = JoinNames(hosts, ",");
+  return "; the wrong data came from rank " + subject.rank + " (" + subject.host + ")";
+}
+
+// Elements that failed verification, per operation: any is a failure, whatever any expectation says. The operations
+// that move data name the ranks whose data arrived wrong.
 void AddWrongElementChecks(const Report& report, std::vector<Check>& checks) {
   for (const auto& [op, group] : sc::Instances(report.root, sc::kCollective)) {
     const Table* results = sc::FindTable(group, sc::collective::kResults);
@@ -70,12 +107,15 @@ void AddWrongElementChecks(const Report& report, std::vector<Check>& checks) {
         if (w > 0) wrong += w;
       }
     }
+    Subject subject;
+    const std::set<int> sources = WrongSources(*results);
+    const std::string from = sources.empty() ? "" : NameSources(report, sources, subject);
     Figure f = MakeFigure("collectives." + op + ".wrong_elements", "collectives", op + " elements that failed verification",
-                           "elements", Better::kLower, checked ? static_cast<double>(wrong) : kNaN);
+                           "elements", Better::kLower, checked ? static_cast<double>(wrong) : kNaN, subject);
     const Verdict verdict = !checked ? Verdict::kUnknown : wrong > 0 ? Verdict::kFail : Verdict::kPass;
     checks.push_back(SelfCheck(f, 0, 0, "verification: any wrong element fails", verdict,
                                !checked ? "not verified (--check-iters 0)"
-                                        : wrong ? std::to_string(wrong) + " wrong elements" : "every element right"));
+                                        : wrong ? std::to_string(wrong) + " wrong elements" + from : "every element right"));
   }
 }
 

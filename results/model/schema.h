@@ -134,6 +134,11 @@ inline const RealColumn algbw_GBps{kResults, "<mode>_algbw_GBps", "GB/s", "S / t
 inline const RealColumn busbw_GBps{kResults, "<mode>_busbw_GBps", "GB/s", "algbw x bus_factor", kModes};
 inline const IntColumn wrong{kResults, "<mode>_wrong", "elements",
                              "elements that failed verification; -1 when not checked", kModes};
+inline const TextColumn wrong_sources{kResults, "<mode>_wrong_sources", "",
+                                      "the ranks whose data arrived wrong, comma-separated, for the operations that "
+                                      "move data (all_gather, alltoall, broadcast, sendrecv: each element is one "
+                                      "rank's); empty when none was, and for reductions, whose every element mixes "
+                                      "all ranks' inputs", kModes};
 }  // namespace results
 }  // namespace collective
 
@@ -503,6 +508,8 @@ inline const std::vector<const Field*> kStoredOnly = {
     &summary::p2p_median_uni_GBps, &summary::p2p_flagged_pairs, &summary::train_points, &summary::train_tokens_per_s,
     &summary::train_ranks, &summary::train_scaling_efficiency, &summary::tokens_written, &summary::shards_written,
     &summary::bytes_written, &summary::seconds, &summary::write_GBps,
+    // validate reads it; the view shows the counts.
+    &collective::results::wrong_sources,
     // How a suite went: validate reads it (its phase checks), people read it with `h5dump` or h5py.
     &suite::profile, &suite::phase_order, &suite::repeats, &suite::workdir, &suite::data_write_GBps,
     &suite::phases::phase, &suite::phases::repeat, &suite::phases::status, &suite::phases::reason,
