@@ -129,7 +129,7 @@ if [[ ${#validate_hosts[@]} -gt 0 ]]; then
     fi
     matched=0
     for record in "${candidates[@]}"; do
-      [[ $(node_field "$record" NodeHostname) == "$host" ]] || continue
+      [[ $(node_field "$record" NodeHostName) == "$host" ]] || continue
       records+=("$record")
       matched=1
     done
