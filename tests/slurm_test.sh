@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Slurm scripts against a real Slurm: brings up a private one on this machine (tests/slurm_cluster.sh: munged,
 # slurmctld, slurmd; one node), submits launch/slurm/node.sbatch with 2 CPU ranks through sbatch (srun --mpi=pmix
-# and mpirun), waits for each job and reads its reports back with `trainbench report`; bad parameters fail the job
-# with one line and exit 2; drain.sh drains, resumes and leaves alone what it did not drain, against the real
+# and mpirun), waits for each job and reads its reports back with `trainbench report`; runs nightly.sbatch for three
+# nights into one history and reads its outputs back (JUnit, Prometheus, JSON, history, the dry-run drain); bad
+# parameters fail the job with one line and exit 2; drain.sh drains, resumes and leaves alone what it did not drain, against the real
 # slurmctld. Everything is torn down afterwards, also when a check fails. Fails (never skips) when Slurm cannot
 # start.
 #   slurm_test.sh TRAINBENCH
