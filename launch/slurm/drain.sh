@@ -3,13 +3,15 @@
 # the scontrol commands it would run and changes nothing.
 #
 #   launch/slurm/drain.sh [--apply] [--reason TEXT] NODE...     drain NODEs (names or host lists: gpu[01-04])
-#   launch/slurm/drain.sh [--apply] --from-validate RUN.json     drain the hosts of validate's failing checks
+#   launch/slurm/drain.sh [--apply] --from-validate RUN.json [--within NODES]
+#                                                                drain the hosts of validate's failing checks
 #   launch/slurm/drain.sh --resume [--apply] [NODE...]           resume the nodes (all, or NODEs) drained by it
 #
 # A node is drained with the reason "trainbench: TEXT" (default TEXT: "failed trainbench checks"); --resume
 # resumes a node only when it is drained and its reason starts with "trainbench:". A node that is already drained,
-# down or failed for another reason is left as it is, by either mode. Exit 0 when done, 1 when scontrol failed
-# to change a node, 2 on bad input (nothing changed).
+# down or failed for another reason is left as it is, by either mode. A host of validate's that is no node's
+# name is the node whose NodeHostname it is (among --within's nodes: the job's). Exit 0 when done, 1 when
+# scontrol failed to change a node, 2 on bad input (nothing changed).
 set -euo pipefail
 readonly kPrefix="trainbench:"
 apply=0
@@ -17,6 +19,8 @@ resume=0
 reason="failed trainbench checks"
 names=()
 from_validate=
+within=
+validate_hosts=()
 
 bad() { echo "drain.sh: $*" >&2; exit 2; }
 
@@ -48,12 +52,14 @@ while [[ $# -gt 0 ]]; do
     --resume) resume=1; shift ;;
     --reason) [[ $# -ge 2 ]] || bad "--reason needs a text"; reason=$2; shift 2 ;;
     --from-validate) [[ $# -ge 2 ]] || bad "--from-validate needs validate's --json file"; from_validate=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --within) [[ $# -ge 2 ]] || bad "--within needs a host list (the nodes --from-validate's hosts run on)"; within=$2; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     --) shift; names+=("$@"); break ;;
     -*) bad "unknown option '$1' (usage: drain.sh [--apply] [--reason TEXT] NODE... | drain.sh --resume [--apply] [NODE...])" ;;
     *) names+=("$1"); shift ;;
   esac
 done
+[[ -z $within || -n $from_validate ]] || bad "--within applies to --from-validate's hosts"
 if [[ -n $from_validate ]]; then
   [[ $resume -eq 0 ]] || bad "--from-validate drains; --resume takes node names"
   output=$(validate_failures "$from_validate" 2>&1) || bad "${output#drain.sh: }"
@@ -64,28 +70,13 @@ if [[ -n $from_validate ]]; then
     echo "drain.sh: $from_validate: no failing check names a host: nothing to drain"
     exit 0
   fi
-  names+=("${found[@]}")
+  validate_hosts=("${found[@]}")
   [[ $reason != "failed trainbench checks" ]] || reason="failed ${keys:0:200}"
 fi
-[[ $resume -eq 1 || ${#names[@]} -gt 0 ]] || bad "no node given to drain"
+[[ $resume -eq 1 || ${#names[@]} -gt 0 || ${#validate_hosts[@]} -gt 0 ]] || bad "no node given to drain"
 [[ $reason =~ ^[[:print:]]+$ && $reason =~ [^[:space:]] ]] || bad "--reason must be one printable line"
 [[ $resume -eq 0 || $reason == "failed trainbench checks" ]] || bad "--reason applies to draining, not to --resume"
 command -v scontrol >/dev/null || bad "scontrol not found: run this on a Slurm login or controller node"
-
-# Every node's one-line record (scontrol -o show node), looked up before anything changes.
-records=()
-if [[ ${#names[@]} -eq 0 ]]; then
-  mapfile -t records < <(scontrol -o show node) || bad "scontrol show node failed"
-else
-  for name in "${names[@]}"; do
-    hosts=$(scontrol show hostnames "$name" 2>/dev/null) || hosts=
-    [[ -n $hosts ]] || bad "'$name' is not a node name or host list"
-    for host in $hosts; do
-      record=$(scontrol -o show node "$host" 2>&1) || bad "unknown node '$host' ($record)"
-      records+=("$record")
-    done
-  done
-fi
 
 node_field() {  # node_field RECORD FIELD: the value of FIELD= (Reason: to the end, less its [user@time])
   local record=$1 field=$2 value
@@ -98,6 +89,53 @@ node_field() {  # node_field RECORD FIELD: the value of FIELD= (Reason: to the e
     [[ $record =~ (^|\ )$field=([^ ]*) ]] && echo "${BASH_REMATCH[2]}"
   fi
 }
+
+expand() {  # expand LIST: hosts=(the names of the Slurm host list LIST)
+  local out
+  out=$(scontrol show hostnames "$1" 2>/dev/null) || out=
+  [[ -n $out ]] || bad "'$1' is not a node name or host list"
+  mapfile -t hosts <<<"$out"
+}
+
+# Every node's one-line record (scontrol -o show node), looked up before anything changes.
+records=()
+if [[ ${#names[@]} -eq 0 && ${#validate_hosts[@]} -eq 0 ]]; then
+  mapfile -t records < <(scontrol -o show node) || bad "scontrol show node failed"
+fi
+for name in "${names[@]}"; do
+  expand "$name"
+  for host in "${hosts[@]}"; do
+    record=$(scontrol -o show node "$host" 2>&1) || bad "unknown node '$host' ($record)"
+    records+=("$record")
+  done
+done
+# A report's host is a node name where NodeName is the host name; otherwise it is matched to the nodes (of
+# --within, else all) whose NodeHostname it is, as when several slurmds share one host.
+if [[ ${#validate_hosts[@]} -gt 0 ]]; then
+  candidates=()
+  if [[ -n $within ]]; then
+    expand "$within"
+    for host in "${hosts[@]}"; do
+      record=$(scontrol -o show node "$host" 2>&1) || bad "--within: unknown node '$host' ($record)"
+      candidates+=("$record")
+    done
+  else
+    mapfile -t candidates < <(scontrol -o show node) || bad "scontrol show node failed"
+  fi
+  for host in "${validate_hosts[@]}"; do
+    if record=$(scontrol -o show node "$host" 2>/dev/null); then
+      records+=("$record")
+      continue
+    fi
+    matched=0
+    for record in "${candidates[@]}"; do
+      [[ $(node_field "$record" NodeHostName) == "$host" ]] || continue
+      records+=("$record")
+      matched=1
+    done
+    [[ $matched -eq 1 ]] || bad "'$host' (a host of $from_validate) is no node's name nor NodeHostname${within:+ among $within}"
+  done
+fi
 
 failed=0
 change() {  # change NODE VERB DONE SCONTROL-ARGS...: run (or, in a dry run, print) scontrol update
@@ -112,8 +150,11 @@ change() {  # change NODE VERB DONE SCONTROL-ARGS...: run (or, in a dry run, pri
   fi
 }
 
+declare -A seen=()
 for record in "${records[@]}"; do
   node=$(node_field "$record" NodeName)
+  [[ -z ${seen[$node]:-} ]] || continue  # named twice (a host list, both ends of a link on one node)
+  seen[$node]=1
   state=$(node_field "$record" State)
   node_reason=$(node_field "$record" Reason)
   ours=0
