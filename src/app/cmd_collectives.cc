@@ -113,6 +113,7 @@ int RunCollectivesCommand(const CommandInput& input) {
     AddSweepToReport(run->report(), result, sweep);
     if (result.complete && result.wrong_total > 0) {
       std::string reason = std::to_string(result.wrong_total) + " elements failed verification (see the #wrong columns)";
+      run->RecordGpuHealth();
       run->WriteReportNow("failed", reason);
       if (input.ctx.world_rank == 0) ErrorLine(reason, false);
       return static_cast<int>(ExitCode::kRuntime);

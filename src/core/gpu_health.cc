@@ -55,7 +55,7 @@ FieldRefs Refs(GpuHealthDevice& d) {
           {&d.node, &d.index, &d.samples, &d.busy_samples},
           {&d.ecc_corrected_volatile, &d.ecc_uncorrected_volatile, &d.retired_pages, &d.retired_pages_pending,
            &d.remapped_rows_corrected, &d.remapped_rows_uncorrected, &d.remap_pending, &d.remap_failure,
-           &d.pcie_gen_busy, &d.pcie_width_busy, &d.pcie_gen_max, &d.pcie_width_max, &d.sm_clock_min_MHz,
+           &d.pcie_gen_current, &d.pcie_width_current, &d.pcie_gen_max, &d.pcie_width_max, &d.sm_clock_min_MHz,
            &d.sm_clock_median_MHz, &d.sm_clock_max_MHz, &d.sm_clock_max_supported_MHz, &d.power_mean_W,
            &d.power_max_W, &d.power_limit_W, &d.temperature_max_C, &d.energy_J}};
 }
@@ -117,8 +117,8 @@ void GpuHealthAccumulator::Add(const GpuSample& s) {
   // Idle links train down to save power: the link is judged by the samples taken while the GPU worked.
   if (s.clock_event_reasons && (*s.clock_event_reasons & kClockEventGpuIdle) == 0) {
     ++kept_.busy_samples;
-    KeepMax(kept_.pcie_gen_busy, s.pcie_gen);
-    KeepMax(kept_.pcie_width_busy, s.pcie_width);
+    KeepMax(kept_.pcie_gen_current, s.pcie_gen);
+    KeepMax(kept_.pcie_width_current, s.pcie_width);
   }
   if (s.clock_event_reasons) reasons_ = reasons_.value_or(0) | *s.clock_event_reasons;
   if (std::isfinite(s.sm_clock_MHz)) ++sm_clocks_MHz_[s.sm_clock_MHz];
@@ -136,7 +136,7 @@ void GpuHealthAccumulator::Fill(GpuHealthDevice& d) const {
                           {&d.remapped_rows_corrected, kept_.remapped_rows_corrected},
                           {&d.remapped_rows_uncorrected, kept_.remapped_rows_uncorrected},
                           {&d.remap_pending, kept_.remap_pending}, {&d.remap_failure, kept_.remap_failure},
-                          {&d.pcie_gen_busy, kept_.pcie_gen_busy}, {&d.pcie_width_busy, kept_.pcie_width_busy},
+                          {&d.pcie_gen_current, kept_.pcie_gen_current}, {&d.pcie_width_current, kept_.pcie_width_current},
                           {&d.power_max_W, kept_.power_max_W}, {&d.power_limit_W, kept_.power_limit_W},
                           {&d.temperature_max_C, kept_.temperature_max_C}}) {
     *to = from;

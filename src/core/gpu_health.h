@@ -65,7 +65,7 @@ struct GpuHealthDevice {
   double retired_pages = kGpuHealthNaN, retired_pages_pending = kGpuHealthNaN;
   double remapped_rows_corrected = kGpuHealthNaN, remapped_rows_uncorrected = kGpuHealthNaN;
   double remap_pending = kGpuHealthNaN, remap_failure = kGpuHealthNaN;
-  double pcie_gen_busy = kGpuHealthNaN, pcie_width_busy = kGpuHealthNaN;  // the highest current over busy samples
+  double pcie_gen_current = kGpuHealthNaN, pcie_width_current = kGpuHealthNaN;  // the highest current over busy samples
   double pcie_gen_max = kGpuHealthNaN, pcie_width_max = kGpuHealthNaN;
   double sm_clock_min_MHz = kGpuHealthNaN, sm_clock_median_MHz = kGpuHealthNaN, sm_clock_max_MHz = kGpuHealthNaN;
   double sm_clock_max_supported_MHz = kGpuHealthNaN;
