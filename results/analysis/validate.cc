@@ -333,6 +333,7 @@ std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& in
   AddWrongElementChecks(report, checks);
   AddWeakLinkChecks(report, checks);
   AddStragglerChecks(report, inputs.policy, checks);
+  AddGpuHealthChecks(report, checks);
   for (const Figure& f : ExtractFigures(report)) {
     if (f.is_text) {
       checks.push_back(JudgeText(f, TextReference(f, baseline, inputs.baseline_file, inputs.history), inputs.policy));
