@@ -287,4 +287,11 @@ void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<Ran
   SetPointAttributes(group, p);
 }
 
+void AddPointEnergyToReport(Group& group, double energy_J, const ScalingPoint& p) {
+  const double steps = p.measured_steps > 0 ? p.measured_steps : std::nan("");
+  schema::Set(group, schema::point::energy_J, energy_J);
+  schema::Set(group, schema::point::energy_per_step_J, energy_J / steps);
+  schema::Set(group, schema::point::joules_per_token, energy_J / (steps * static_cast<double>(p.tokens_per_step)));
+}
+
 }  // namespace tb

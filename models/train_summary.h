@@ -102,4 +102,8 @@ std::vector<std::string> PointLines(const ScalingPoint& point, const std::string
 void AddPointToReport(Group& train, const ScalingPoint& point, const std::vector<RankSteps>& ranks,
                       const std::string& name = "");
 
+// The energy attributes of a point's group (train/<point>): energy_J of its GPUs over its measured steps (NaN when
+// NVML gave none), per measured step and per token (energy_J / (measured_steps x tokens_per_step)).
+void AddPointEnergyToReport(Group& point_group, double energy_J, const ScalingPoint& point);
+
 }  // namespace tb

@@ -140,6 +140,44 @@ TEST(Cost, NodePriceWholeNodesAndNoMeasuredStall) {
   EXPECT_NEAR(c.total_usd, 200 + 0.0137260274 + 1 + 0.4, 1e-9);
 }
 
+TEST(Cost, MeasuredEnergyPricedWhereTheOfferingGivesAPrice) {
+  // 16 GPUs at a measured 500 W each for the 10 h of work: 500 x 16 x 10 / 1000 = 80 kWh; per token 80 x 3.6e6 J /
+  // 3.6e9 tokens = 0.08 J; at $0.15 a kWh $12, added to the total of HandComputedFixedInterval (328.39814685).
+  CostInputs in = TestInputs();
+  in.power_per_gpu_W = 500;
+  Offering o = TestOffering();
+  o.usd_per_kwh = 0.15;
+  const CostBreakdown c = ComputeCost(in, o, TestAssumptions());
+  ASSERT_TRUE(c.energy_kwh && c.energy_J_per_token && c.energy_usd);
+  EXPECT_NEAR(*c.energy_kwh, 80.0, 1e-9);
+  EXPECT_NEAR(*c.energy_J_per_token, 0.08, 1e-12);
+  EXPECT_NEAR(*c.energy_usd, 12.0, 1e-9);
+  EXPECT_NEAR(c.total_usd, 328.39814685 + 12.0, 1e-7);
+  EXPECT_NEAR(c.usd_per_million_tokens, (328.39814685 + 12.0) / 3600, 1e-10);
+  // Without a price the energy is shown and nothing is added; without a measurement there is no energy at all.
+  const CostBreakdown unpriced = ComputeCost(in, TestOffering(), TestAssumptions());
+  EXPECT_TRUE(unpriced.energy_kwh.has_value());
+  EXPECT_FALSE(unpriced.energy_usd.has_value());
+  EXPECT_NEAR(unpriced.total_usd, 328.39814685, 1e-7);
+  const CostBreakdown unmeasured = ComputeCost(TestInputs(), o, TestAssumptions());
+  EXPECT_FALSE(unmeasured.energy_kwh || unmeasured.energy_J_per_token || unmeasured.energy_usd);
+  EXPECT_NEAR(unmeasured.total_usd, 328.39814685, 1e-7);
+}
+
+TEST(Prices, EnergyPriceIsOptionalAndNeverNegative) {
+  const std::string offering = "[[offering]]\nname = 'x'\ngpu = 'H100 SXM'\ngpus_per_node = 8\nusd_per_gpu_hour = 2\n"
+                               "storage_usd_per_gb_month = 0\negress_usd_per_gb = 0\nmtbf_node_hours = 1\n"
+                               "restart_hours = 0\n";
+  EXPECT_FALSE(ParsePriceFile(offering, "p.toml").offerings[0].usd_per_kwh.has_value());
+  EXPECT_DOUBLE_EQ(*ParsePriceFile(offering + "usd_per_kwh = 0.12\n", "p.toml").offerings[0].usd_per_kwh, 0.12);
+  EXPECT_NE(InputErrorOf([&] { ParsePriceFile(offering + "usd_per_kwh = -0.1\n", "p.toml"); })
+                .find("p.toml:10: offering 'x': usd_per_kwh must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(InputErrorOf([&] { ParsePriceFile(offering + "usd_per_kwh = 'cheap'\n", "p.toml"); })
+                .find("usd_per_kwh must be a number"),
+            std::string::npos);
+}
+
 TEST(Cost, RejectsNonPositiveThroughput) {
   CostInputs in = TestInputs();
   in.tokens_per_s = 0;

@@ -191,7 +191,7 @@ checks=$((checks + 1))
 # The same line as cost's (tests/cost_cli_test.sh): one parser, one format for a value not among the choices.
 expect_error 2 "^trainbench: error: --format 'xml': not one of the choices \(accepted: text\|csv\|json\) \(see 'trainbench report --help'\)$" -- \
   "$tb" report "$t" --format xml
-expect_error 2 "unknown section 'bogus' for --sections \(accepted: config, topology, collectives, p2p, train, io\)" -- \
+expect_error 2 "unknown section 'bogus' for --sections \(accepted: config, topology, collectives, p2p, train, io, gpu_health\)" -- \
   "$tb" report "$t" --sections train,bogus
 expect_error 2 "'trainbench report' has no -o: it writes to standard output" -- "$tb" report "$t" -o "$work/x.json"
 expect_error 2 "has no --output" -- "$tb" report "$t" --output="$work/x.json"
@@ -199,7 +199,7 @@ expect_error 2 "unrecognised option '--bogus'" -- "$tb" report "$t" --bogus
 # Under mpiexec: every rank sees the bad file, one line is printed, no rank hangs.
 expect_error 2 "cannot read report '$work/truncated.h5'" -- "${mpiexec[@]}" -n 2 "$tb" report "$work/truncated.h5"
 expect_ok "$tb" report --help
-grep -q "Sections (--sections, comma-separated; all by default): config, topology, collectives, p2p, train, io" "$out" ||
+grep -q "Sections (--sections, comma-separated; all by default): config, topology, collectives, p2p, train, io, gpu_health" "$out" ||
   fail "--help does not list the sections"
 
 finish report_cli_tests

@@ -39,7 +39,12 @@ CostBreakdown ComputeCost(const CostInputs& in, const Offering& offering, const 
   c.storage_usd = c.storage_gb * offering.storage_usd_per_gb_month * c.time_to_train_hours / kHoursPerMonth;
   c.transfer_usd = assumptions.egress_gb * offering.egress_usd_per_gb;
   c.retry_usd = c.job_usd_per_hour * c.retry_hours;
-  c.total_usd = c.gpu_usd + c.storage_usd + c.transfer_usd + c.retry_usd;
+  if (in.power_per_gpu_W) {
+    c.energy_kwh = *in.power_per_gpu_W * in.gpus * c.work_hours / 1000.0;
+    c.energy_J_per_token = *c.energy_kwh * 3.6e6 / in.target_tokens;
+    if (offering.usd_per_kwh) c.energy_usd = *c.energy_kwh * *offering.usd_per_kwh;
+  }
+  c.total_usd = c.gpu_usd + c.storage_usd + c.transfer_usd + c.retry_usd + c.energy_usd.value_or(0);
   c.usd_per_million_tokens = c.total_usd / (in.target_tokens / 1e6);
   return c;
 }

@@ -22,6 +22,8 @@ struct CostInputs {
   double startup_s = 0;                  // process start to the first step (measured)
   std::optional<double> checkpoint_stall_s;  // mean time the loop is blocked per checkpoint; nullopt: not measured
   double checkpoint_gb = 0;              // size of one checkpoint on storage (GB = 1e9 B)
+  // Mean power per GPU (per rank) while training, from the report's measured energy; nullopt: not measured.
+  std::optional<double> power_per_gpu_W;
 };
 
 struct CostBreakdown {
@@ -45,7 +47,10 @@ struct CostBreakdown {
   double storage_usd = 0;                // storage_gb x $/GB-month x time_to_train / 730 h
   double transfer_usd = 0;               // egress_gb x $/GB
   double retry_usd = 0;                  // job_usd_per_hour x retry_hours
-  double total_usd = 0;                  // gpu + storage + transfer + retry
+  // Energy of the training work (nullopt without a measured power): power per GPU x GPUs x work_hours; per token;
+  // and its price at the offering's usd_per_kwh (nullopt when it has none).
+  std::optional<double> energy_kwh, energy_J_per_token, energy_usd;
+  double total_usd = 0;                  // gpu + storage + transfer + retry + energy (when priced)
   double usd_per_million_tokens = 0;     // total / (target_tokens / 1e6)
 };
 

@@ -481,9 +481,12 @@ def cost_section(cost: tuple[list[dict[str, Any]], Any] | None) -> Section:
     positions = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(10, 1.5 + 0.5 * len(rows)))
     parts = [(k, label) for k, label in COST_PARTS if all(is_number(r.get(k)) for r in rows)]
+    # Energy is priced only where a report measured it and the offering gives a price: 0 elsewhere.
+    if parts and any(is_number(r.get("energy_usd")) for r in rows):
+        parts.append(("energy_usd", "energy"))
     left = np.zeros(len(rows))
     for i, (key, label) in enumerate(parts):
-        values = np.array([float(r[key]) for r in rows])
+        values = np.array([float(r[key]) if is_number(r.get(key)) else 0.0 for r in rows])
         ax.barh(positions, values, left=left, color=f"C{i}", label=label)
         left += values
     if not parts:
@@ -499,7 +502,8 @@ def cost_section(cost: tuple[list[dict[str, Any]], Any] | None) -> Section:
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
     caption = ("Total = GPU cost (price per hour of the whole nodes × run time) + storage + transfer + expected "
                "retry cost (failures expected from the nodes' MTBF × (restart + work lost since the last "
-               "checkpoint) × hourly price); run time from the measured (or projected) throughput and start-up "
+               "checkpoint) × hourly price) + energy (the measured joules per token at the offering's price per "
+               "kWh, where both exist); run time from the measured (or projected) throughput and start-up "
                "time for the target. Bars are split into those parts when every row gives them. Marks: cheapest, "
                "fastest, and deadline = cheapest within the deadline. USD as in the price file.")
     return Section(title, [(png_base64(fig), "total task cost per configuration")], caption)

@@ -43,6 +43,7 @@ struct Offering {
   double egress_usd_per_gb = 0;
   double mtbf_node_hours = 0;          // mean time between failures of one node
   double restart_hours = 0;            // time from a failure until the job runs again (detect, replace, requeue)
+  std::optional<double> usd_per_kwh;   // electricity, where the offering bills it (own or colocated nodes)
   int line = 0;                        // of the [[offering]] header
 
   // Price of one node for one hour: node-hour price, or gpu-hour price x GPUs per node (whole nodes are billed).
@@ -70,7 +71,7 @@ struct PriceFile {
 
 // Reads and validates a price file: every offering has name, gpu (a known model), gpus_per_node > 0, exactly one of
 // usd_per_gpu_hour and usd_per_node_hour, and non-negative storage/egress prices, mtbf_node_hours > 0,
-// restart_hours >= 0; numbers are finite; unknown keys and tables are errors (a typo must not silently price at 0).
+// restart_hours >= 0, usd_per_kwh >= 0 when given; numbers are finite; unknown keys and tables are errors (a typo must not silently price at 0).
 // Throws InputError "FILE:LINE: ..." (a TOML syntax error: "FILE:LINE: not valid TOML: <toml++'s words> (column C)").
 PriceFile ParsePriceFile(const std::string& text, const std::string& path);
 PriceFile ReadPriceFile(const std::string& path);

@@ -581,10 +581,68 @@ std::vector<ViewTable> IoSection(const Report& report) {
   return tables;
 }
 
+// --- gpu_health -----------------------------------------------------------------------------------------------
+
+const std::vector<ViewColumn>& GpuHealthDeviceColumns() {
+  namespace d = sc::gpu_health::devices;
+  static const std::vector<ViewColumn> columns = {
+      Show(d::host), Show(d::node), Show(d::index), Show(d::name), Show(d::pci_bus_id), Show(d::uuid), Show(d::ranks),
+      Show(d::samples), Show(d::busy_samples), Show(d::ecc_corrected_volatile, 0), Show(d::ecc_uncorrected_volatile, 0),
+      Show(d::retired_pages, 0), Show(d::retired_pages_pending, 0), Show(d::remapped_rows_corrected, 0),
+      Show(d::remapped_rows_uncorrected, 0), Show(d::remap_pending, 0), Show(d::remap_failure, 0),
+      Show(d::pcie_gen_current, 0), Show(d::pcie_gen_max, 0), Show(d::pcie_width_current, 0),
+      Show(d::pcie_width_max, 0), Show(d::sm_clock_min_MHz, 0), Show(d::sm_clock_median_MHz, 0),
+      Show(d::sm_clock_max_MHz, 0), Show(d::sm_clock_max_supported_MHz, 0), Show(d::clock_event_reasons),
+      Show(d::power_mean_W, 1), Show(d::power_max_W, 1), Show(d::power_limit_W, 1), Show(d::temperature_max_C, 0),
+      Show(d::energy_J, 1), Show(d::nvml_errors)};
+  return columns;
+}
+
+// Each training point's energy, where the report has it.
+ViewTable PointEnergyView(const Report& report) {
+  namespace p = sc::point;
+  ViewTable energy = MakeTable("gpu_health", "energy", "energy per training point (its GPUs, measured steps)", false,
+                               {Computed("point", ""), Show(p::energy_J, 1), Show(p::energy_per_step_J, 3),
+                                Show(p::joules_per_token, 4)});
+  for (const PointEntry& point : Points(sc::FindGroup(report.root, sc::kTrain))) {
+    if (!point.group->attributes.contains(p::energy_J.name)) continue;  // a report from before energy was measured
+    RowWriter row(energy);
+    row.Set("point", point.name);
+    CopyAttributes(row, point.group, energy.columns);
+    energy.rows.push_back(row.Take());
+  }
+  return energy;
+}
+
+std::vector<ViewTable> GpuHealthSection(const Report& report) {
+  namespace g = sc::gpu_health;
+  const Group* health = sc::FindGroup(report.root, sc::kGpuHealth);
+  ViewTable energy = PointEnergyView(report);
+  if (health == nullptr && energy.rows.empty()) return {};
+  const std::vector<ViewColumn> attributes = {Show(g::source), Show(g::samples), Show(g::interval_s, 1)};
+  ViewTable summary = MakeTable("gpu_health", "summary", "GPU health (NVML)", true,
+                                Columns({Computed("gpus", "")}, {&attributes}));
+  RowWriter row(summary);
+  CopyAttributes(row, health, attributes);
+  const Table* table = FindTable(health, g::kDevices);
+  if (table) row.Set("gpus", static_cast<int64_t>(table->rows()));
+  summary.rows.push_back(row.Take());
+  ViewTable devices = MakeTable("gpu_health", "devices", "GPU health per GPU", false, GpuHealthDeviceColumns());
+  for (size_t r = 0; table && r < table->rows(); ++r) {
+    RowWriter device(devices);
+    CopyColumns(device, *table, devices.columns, r);
+    devices.rows.push_back(device.Take());
+  }
+  std::vector<ViewTable> tables = {summary, devices};
+  if (!energy.rows.empty()) tables.push_back(std::move(energy));
+  return tables;
+}
+
 }  // namespace
 
 const std::vector<std::string>& ReportSectionNames() {
-  static const std::vector<std::string> names = {"config", "topology", "collectives", "p2p", "train", "io"};
+  static const std::vector<std::string> names = {"config", "topology", "collectives", "p2p", "train", "io",
+                                                 "gpu_health"};
   return names;
 }
 
@@ -595,6 +653,7 @@ std::vector<ViewTable> ViewSection(const Report& report, const std::string& sect
   if (section == "p2p") return P2pSection(report);
   if (section == "train") return TrainSection(report);
   if (section == "io") return IoSection(report);
+  if (section == "gpu_health") return GpuHealthSection(report);
   throw std::invalid_argument("unknown report section '" + section + "'");
 }
 

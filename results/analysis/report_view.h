@@ -1,5 +1,6 @@
-// What `trainbench report` shows of a report: each section (config, topology, collectives, p2p, train, io) turned
-// into plain tables of cells, ready for the text, CSV and JSON exports (results/analysis/reporter.h). Pure functions of a
+// What `trainbench report` shows of a report: each section (config, topology, collectives, p2p, train, io,
+// gpu_health) turned into plain tables of cells, ready for the text, CSV and JSON exports
+// (results/analysis/reporter.h). Pure functions of a
 // Report, so that every figure can be checked on hand-built reports.
 #pragma once
 

@@ -151,6 +151,7 @@ MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, cons
   p.step_s_reported = r.Number(group, sp::step_s, where);
   p.tokens_per_s_reported = r.Number(group, sp::tokens_per_s, where);
   p.micro_batch = static_cast<int>(r.Number(group, sp::micro_batch, where));
+  p.joules_per_token = r.NumberOr(group, sp::joules_per_token, std::nan(""));  // reports before NVML have none
   if (!(p.train.step_s > 0) || !(p.train.tokens_per_step > 0)) r.Fail(where + " has no positive step time");
   return p;
 }

@@ -3,6 +3,7 @@
 // the device and the model's memory. Every missing piece is an InputError naming the file.
 #pragma once
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ struct MeasuredPoint {
   std::optional<double> checkpoint_stall_s;  // mean over io/k<N>/checkpoints rows (every rank and event)
   int checkpoint_events = 0;           // rows averaged
   double checkpoint_state_bytes = 0;   // the whole checkpoint (io checkpoint_state_bytes); 0 when none was written
+  double joules_per_token = NAN;       // the GPUs' energy per token over the measured steps; NaN when not measured
 };
 
 struct RunMeasurement {

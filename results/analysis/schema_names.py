@@ -218,6 +218,9 @@ class train_point:
     loss_first = "loss_first"
     loss_last = "loss_last"
     worst_rank = "worst_rank"
+    energy_J = "energy_J"
+    energy_per_step_J = "energy_per_step_J"
+    joules_per_token = "joules_per_token"
 
     class steps:
         table = "steps"
@@ -336,6 +339,49 @@ class suite:
 class repeats_repeat:
     """`repeats/<repeat>`"""
     path = "repeats/<repeat>"
+
+
+class gpu_health:
+    """`gpu_health`"""
+    path = "gpu_health"
+    source = "source"
+    interval_s = "interval_s"
+    samples = "samples"
+
+    class devices:
+        table = "devices"
+        host = "host"
+        node = "node"
+        index = "index"
+        pci_bus_id = "pci_bus_id"
+        name = "name"
+        uuid = "uuid"
+        ranks = "ranks"
+        samples = "samples"
+        busy_samples = "busy_samples"
+        ecc_corrected_volatile = "ecc_corrected_volatile"
+        ecc_uncorrected_volatile = "ecc_uncorrected_volatile"
+        retired_pages = "retired_pages"
+        retired_pages_pending = "retired_pages_pending"
+        remapped_rows_corrected = "remapped_rows_corrected"
+        remapped_rows_uncorrected = "remapped_rows_uncorrected"
+        remap_pending = "remap_pending"
+        remap_failure = "remap_failure"
+        pcie_gen_current = "pcie_gen_current"
+        pcie_gen_max = "pcie_gen_max"
+        pcie_width_current = "pcie_width_current"
+        pcie_width_max = "pcie_width_max"
+        sm_clock_min_MHz = "sm_clock_min_MHz"
+        sm_clock_median_MHz = "sm_clock_median_MHz"
+        sm_clock_max_MHz = "sm_clock_max_MHz"
+        sm_clock_max_supported_MHz = "sm_clock_max_supported_MHz"
+        clock_event_reasons = "clock_event_reasons"
+        power_mean_W = "power_mean_W"
+        power_max_W = "power_max_W"
+        power_limit_W = "power_limit_W"
+        temperature_max_C = "temperature_max_C"
+        energy_J = "energy_J"
+        nvml_errors = "nvml_errors"
 
 
 class summary:

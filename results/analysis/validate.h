@@ -30,7 +30,7 @@ struct Subject {
 // baselines match on it): "collectives.all_reduce.busbw_GBps.large", "train.tokens_per_s", "p2p.median_uni_GBps".
 struct Figure {
   std::string key;
-  std::string family;  // collectives, p2p, train, storage, environment
+  std::string family;  // run, collectives, p2p, train, storage, environment, gpu_health
   std::string title;   // "all_reduce busbw, sizes >= 16 MiB"
   std::string unit;    // "GB/s", "tokens/s", "fraction", "" for text
   Better better = Better::kHigher;

@@ -1,4 +1,5 @@
-// Shared by validate's files (validate_figures.cc, validate.cc, validate_history.cc); not part of its interface.
+// Shared by validate's files (validate_figures.cc, validate.cc, validate_history.cc, validate_gpu_health.cc); not
+// part of its interface.
 #pragma once
 
 #include <optional>
@@ -25,5 +26,9 @@ std::optional<HeadlinePoint> FindHeadlinePoint(const Report& report);
 
 // "8 x NVIDIA H100 80GB HBM3", "2 x cpu": the devices of topology/ranks; "" without them.
 std::string DeviceSummary(const Report& report);
+
+// The gpu_health checks (validate_gpu_health.cc): one per GPU of gpu_health/devices, judged within the run; on a
+// run on GPUs (backend nccl) an unknown check for each host without health data.
+void AddGpuHealthChecks(const Report& report, std::vector<Check>& checks);
 
 }  // namespace tb

@@ -281,6 +281,13 @@ inline const RealAttribute effective_busbw_GBps{kTrainPoint, "effective_busbw_GB
 inline const RealAttribute loss_first{kTrainPoint, "loss_first", "nats", "mean over ranks, first measured step"};
 inline const RealAttribute loss_last{kTrainPoint, "loss_last", "nats", "mean over ranks, last measured step"};
 inline const IntAttribute worst_rank{kTrainPoint, "worst_rank", "", "the rank with the largest median step time"};
+inline const RealAttribute energy_J{kTrainPoint, "energy_J", "J",
+                                    "energy of the point's GPUs over its measured steps, from the driver's energy "
+                                    "counter (NVML; on the CPU backend every GPU of the nodes it ran on); NaN when "
+                                    "NVML gives none (see gpu_health)"};
+inline const RealAttribute energy_per_step_J{kTrainPoint, "energy_per_step_J", "J", "energy_J / measured_steps"};
+inline const RealAttribute joules_per_token{kTrainPoint, "joules_per_token", "J/token",
+                                            "energy_J / (measured_steps x tokens_per_step)"};
 
 inline TableSpec kSteps{kTrainPoint, "steps",
                         "a row per rank per step; warmup=1 rows are excluded from every statistic"};
@@ -444,6 +451,74 @@ inline GroupSpec kRepeat{"repeats/<repeat>",
                          "suite `--repeats N`: one group `r<r>` per repeat r = 2..N holding that repeat's "
                          "`collectives`, `p2p`, `train`, `io` and `summary` groups, laid out as the root holds "
                          "repeat 1's"};
+
+// ---- gpu_health ---------------------------------------------------------------------------------------------
+inline GroupSpec kGpuHealth{"gpu_health",
+                            "collectives, p2p, train, data generate: each node's GPUs as NVML reports them, read by the "
+                            "node's lowest local rank when the measurement starts, every interval_s during it and at "
+                            "the end; NaN (text: `not supported`) where NVML gives nothing, never 0"};
+namespace gpu_health {
+inline const TextAttribute source{kGpuHealth, "source", "",
+                                  "`NVML (libnvidia-ml.so.1)`, or `NVML not available: <why>` (per node where nodes "
+                                  "differ)"};
+inline const RealAttribute interval_s{kGpuHealth, "interval_s", "s", "between samples during the run"};
+inline const IntAttribute samples{kGpuHealth, "samples", "", "sampling rounds of the node that took the fewest"};
+
+inline TableSpec kDevices{kGpuHealth, "devices",
+                          "one row per GPU of every node that NVML lists (zero rows without NVML); counters are the "
+                          "highest value seen, volatile ones counted since the driver loaded; a busy sample is one "
+                          "whose clock event reasons lack gpu_idle"};
+namespace devices {
+inline const TextColumn host{kDevices, "host", "", "host name"};
+inline const IntColumn node{kDevices, "node", "", "node index"};
+inline const IntColumn index{kDevices, "index", "", "NVML's index of the GPU on its node"};
+inline const TextColumn pci_bus_id{kDevices, "pci_bus_id", "", "PCI bus id as NVML writes it"};
+inline const TextColumn name{kDevices, "name", "", "GPU model"};
+inline const TextColumn uuid{kDevices, "uuid", "", "GPU UUID"};
+inline const TextColumn ranks{kDevices, "ranks", "", "the ranks bound to it, comma-separated (`\"\"`: none)"};
+inline const IntColumn samples{kDevices, "samples", "", "samples of this GPU"};
+inline const IntColumn busy_samples{kDevices, "busy_samples", "", "samples whose clock event reasons lack gpu_idle"};
+inline const RealColumn ecc_corrected_volatile{kDevices, "ecc_corrected_volatile", "errors",
+                                               "corrected (single-bit) ECC errors, volatile count"};
+inline const RealColumn ecc_uncorrected_volatile{kDevices, "ecc_uncorrected_volatile", "errors",
+                                                 "uncorrected (double-bit) ECC errors, volatile count"};
+inline const RealColumn retired_pages{kDevices, "retired_pages", "pages",
+                                      "pages retired for multiple single-bit or a double-bit error (pre-Ampere)"};
+inline const RealColumn retired_pages_pending{kDevices, "retired_pages_pending", "",
+                                              "1: a page retirement waits for the next driver load"};
+inline const RealColumn remapped_rows_corrected{kDevices, "remapped_rows_corrected", "rows",
+                                                "rows remapped for correctable errors (Ampere and later)"};
+inline const RealColumn remapped_rows_uncorrected{kDevices, "remapped_rows_uncorrected", "rows",
+                                                  "rows remapped for uncorrectable errors"};
+inline const RealColumn remap_pending{kDevices, "remap_pending", "", "1: a row remap waits for the next GPU reset"};
+inline const RealColumn remap_failure{kDevices, "remap_failure", "", "1: a row remap failed"};
+inline const RealColumn pcie_gen_current{kDevices, "pcie_gen_current", "",
+                                         "PCIe generation: the highest current value over the busy samples (idle "
+                                         "links train down); NaN when no sample was busy"};
+inline const RealColumn pcie_gen_max{kDevices, "pcie_gen_max", "", "PCIe generation the GPU and its slot can reach"};
+inline const RealColumn pcie_width_current{kDevices, "pcie_width_current", "lanes",
+                                           "PCIe width: the highest current value over the busy samples"};
+inline const RealColumn pcie_width_max{kDevices, "pcie_width_max", "lanes", "PCIe width the GPU and its slot can reach"};
+inline const RealColumn sm_clock_min_MHz{kDevices, "sm_clock_min_MHz", "MHz", "SM clock, lowest sample"};
+inline const RealColumn sm_clock_median_MHz{kDevices, "sm_clock_median_MHz", "MHz", "SM clock, median of the samples"};
+inline const RealColumn sm_clock_max_MHz{kDevices, "sm_clock_max_MHz", "MHz", "SM clock, highest sample"};
+inline const RealColumn sm_clock_max_supported_MHz{kDevices, "sm_clock_max_supported_MHz", "MHz",
+                                                   "the SM clock's maximum (nvmlDeviceGetMaxClockInfo)"};
+inline const TextColumn clock_event_reasons{kDevices, "clock_event_reasons", "",
+                                            "clock event (throttle) reasons seen in any sample, comma-separated "
+                                            "(`sw_power_cap`, `hw_slowdown`, `sw_thermal_slowdown`, "
+                                            "`hw_thermal_slowdown`, `hw_power_brake_slowdown`, `gpu_idle`, ...), "
+                                            "`none`, or `not supported`"};
+inline const RealColumn power_mean_W{kDevices, "power_mean_W", "W", "power draw, mean of the samples"};
+inline const RealColumn power_max_W{kDevices, "power_max_W", "W", "power draw, highest sample"};
+inline const RealColumn power_limit_W{kDevices, "power_limit_W", "W", "enforced power limit (highest seen)"};
+inline const RealColumn temperature_max_C{kDevices, "temperature_max_C", "C", "GPU temperature, highest sample"};
+inline const RealColumn energy_J{kDevices, "energy_J", "J",
+                                 "the driver's energy counter at the last sample minus at the first"};
+inline const TextColumn nvml_errors{kDevices, "nvml_errors", "",
+                                    "NVML failures other than `not supported`, `; `-separated (`\"\"`: none)"};
+}  // namespace devices
+}  // namespace gpu_health
 
 // ---- summary ------------------------------------------------------------------------------------------------
 inline GroupSpec kSummary{"summary", "headline figures that report, cost and validate read"};

@@ -55,12 +55,12 @@ std::string GroupMarkdown(const GroupSpec& group) {
   return text;
 }
 
-// "train/<point>" -> "train_point", "/" -> "root": a Python identifier for a group.
+// "train/<point>" -> "train_point", "gpu_health" as it is, "/" -> "root": a Python identifier for a group.
 std::string PythonName(const std::string& path) {
   if (path == "/") return "root";
   std::string name;
   for (char c : path) {
-    if (std::isalnum(static_cast<unsigned char>(c))) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') {
       name += c;
     } else if (c == '/' && !name.empty()) {
       name += '_';

@@ -278,6 +278,7 @@ const Topology& CommandRun::BeginMeasurement(const std::string& phase) {
          "measurement");
   }
   GatherTopologyIntoReport();
+  gpu_health_ = std::make_unique<GpuHealthSampler>(ctx_);
   WriteReportNow("failed", "did not finish: interrupted during " + phase);
   return topology_;
 }
@@ -289,6 +290,7 @@ int CommandRun::RecordingFailures(const std::function<int()>& measurement) {
     throw;  // the report is what failed: WriteReportNow has recorded what it could
   } catch (const Error& e) {
     try {
+      RecordGpuHealthOfThisNode();
       WriteReportNow("failed", e.what());
     } catch (const ReportWriteFailed& write) {
       Warn(write.what());  // the run's own failure stays the error line
@@ -368,6 +370,7 @@ void CommandRun::WriteReportNow(const std::string& status, const std::string& re
 
 int CommandRun::Finish(bool interrupted) {
   const int any_signal = AgreedStopSignal(MPI_COMM_WORLD);
+  RecordGpuHealth();
   if (interrupted) {
     WriteReportNow("interrupted", "stopped by signal " + std::to_string(any_signal) + " (SIGTERM/SIGINT)");
     if (!common_.output.empty()) Print("# Report (interrupted): " + common_.output, true);

@@ -17,6 +17,7 @@
 #include "error.h"
 #include "schema.h"
 #include "flags.h"
+#include "gpu_health.h"
 #include "inject.h"
 #include "report.h"
 #include "topology.h"
@@ -113,6 +114,12 @@ class CommandRun {
   // Final status and exit code: complete (0) or interrupted (128+signal).
   int Finish(bool interrupted);
 
+  // GPU health (gpu_health.h), sampled from BeginMeasurement on (use it only after that). RecordGpuHealth
+  // (collective; Finish calls it) stops the sampler and adds the gpu_health group; after a failure rank 0 adds its
+  // own node's (gpu_health_run.cc).
+  GpuHealthSampler& gpu_health() { return *gpu_health_; }
+  void RecordGpuHealth();
+
  private:
   // The highest stop signal any rank of `comm` has received (0: none), agreed under the watchdog.
   int AgreedStopSignal(MPI_Comm comm);
@@ -122,6 +129,7 @@ class CommandRun {
   // the main thread may be changing). Call with report_mutex_ held. Returns why it could not ("" when done, or
   // when this run has written no file yet).
   std::string RewriteStatusOnDisk(const std::string& reason);
+  void RecordGpuHealthOfThisNode();
 
   std::string command_;
   std::string backend_;
@@ -139,6 +147,8 @@ class CommandRun {
   bool report_on_disk_ = false;  // this run has written -o: a status rewrite must not touch another run's file
   double communicator_ready_s_ = 0;
   std::string config_prefix_;
+  std::unique_ptr<GpuHealthSampler> gpu_health_;
+  bool gpu_health_recorded_ = false;
 };
 
 // The report could not be written (rank 0); the message is one line naming the file and the OS error.

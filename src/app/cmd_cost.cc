@@ -50,7 +50,9 @@ constexpr const char* kUsage =
     "  removed) + checkpoint overhead (runtime / interval x measured stall); nodes = ceil(GPUs / GPUs per node),\n"
     "  whole nodes billed. Failures = runtime x nodes / MTBF per node; each loses restart time + start-up + half a\n"
     "  checkpoint interval (failures fall uniformly between checkpoints). total = GPU + storage (dataset + kept\n"
-    "  checkpoints, $/GB-month over the time to train, 730 h a month) + egress + retry. Young/Daly interval =\n"
+    "  checkpoints, $/GB-month over the time to train, 730 h a month) + egress + retry + energy (a report's measured\n"
+    "  joules per token -> power per GPU x GPUs x training hours, at the offering's usd_per_kwh; none when the\n"
+    "  report measured no energy or the offering gives no price). Young/Daly interval =\n"
     "  sqrt(2 x checkpoint stall x MTBF of the job), MTBF of the job = MTBF per node / nodes.\n"
     "Projection: alpha (latency) and beta (s/byte) per link class fitted by least squares (relative error) to the\n"
     "  all_reduce sweep (t = 2(n-1)/n S beta + 2(n-1) alpha) and the training buckets (comm_total per step vs\n"
@@ -159,6 +161,7 @@ struct RunAnalysis {
   int stall_k = 0;
   double checkpoint_gb = 0;
   std::string checkpoint_size_source;
+  std::optional<double> power_per_gpu_W;  // measured at the priced point (EnergyOf)
   std::vector<AllReduceSample> collective_samples;  // this report's and --collectives'
   std::optional<AlphaBetaFit> fit;
   LinkModel links;
@@ -216,6 +219,25 @@ MemoryCheck ModelMemory(const CostFlags& f, const RunMeasurement* run) {
   return check;
 }
 
+// The priced point's mean power per GPU (per rank) from its measured energy: joules per token x tokens/s (as
+// reported: the energy was measured over the same steps, checkpoint stalls included) / ranks.
+std::optional<double> EnergyOf(const MeasuredPoint& p) {
+  if (!std::isfinite(p.joules_per_token)) return std::nullopt;
+  return p.joules_per_token * p.tokens_per_s_reported / p.train.k;
+}
+
+// "energy: measured ..." or why there is none, for the run's lines.
+std::string EnergyLine(const RunAnalysis& a) {
+  const MeasuredPoint& p = a.m.points[a.priced];
+  if (!a.power_per_gpu_W) {
+    return "#   energy: not measured (the report has no joules_per_token: NVML gave no energy counter); no energy "
+           "cost is added";
+  }
+  return Format("#   energy: measured %.4g J/token at k=%d (the driver's energy counter over the measured steps), "
+                "%.4g W per GPU; priced at each offering's usd_per_kwh (none where it has none)",
+                p.joules_per_token, p.train.k, *a.power_per_gpu_W);
+}
+
 RunAnalysis AnalyzeRun(const std::string& path, const CostFlags& f, const std::vector<AllReduceSample>& extra_samples,
                        const std::vector<Layout>& layouts, const LinkOverrides& overrides,
                        const std::optional<PriceFile>& prices) {
@@ -234,6 +256,7 @@ RunAnalysis AnalyzeRun(const std::string& path, const CostFlags& f, const std::v
     }
     if (!found) throw InputError("--k " + std::to_string(f.k) + ": '" + path + "' measured k = " + JoinNames(measured, ","));
   }
+  a.power_per_gpu_W = EnergyOf(a.m.points[a.priced]);
   a.device_as = !f.device_as.empty();
   a.gpu = a.device_as ? std::optional<GpuModel>(FindGpuModel(f.device_as, "--device-as")) : MatchGpuModel(a.m.device);
 
@@ -359,6 +382,7 @@ std::vector<std::string> RunLines(const RunAnalysis& a, const std::optional<Pric
     lines.push_back(std::string("#   checkpoint stall and Young/Daly interval: n/a: run with --checkpoint-every to measure") +
                     (prices ? Format("; size %.3g GB (%s)", a.checkpoint_gb, a.checkpoint_size_source.c_str()) : ""));
   }
+  lines.push_back(EnergyLine(a));
   return lines;
 }
 
@@ -435,6 +459,7 @@ void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnaly
   TextTable table({{"run", "", static_cast<int>(run_width)}, {"config", "", 8},
                    {"offering", "", static_cast<int>(offering_width)}, {"gpus", "", 5}, {"nodes", "", 5},
                    {"time", "(h)", 9}, {"gpu", "($)", 12}, {"storage", "($)", 10}, {"egress", "($)", 9},
+                   {"energy", "($)", 9},
                    {"failures", "", 8}, {"retry", "($)", 10}, {"total", "($)", 12}, {"per_1M_tok", "($)", 10},
                    {"ckpt_every", "(h)", 10}, {"young_daly", "(h)", 10}, {"fits", "(GiB)", 10}, {"", "", 0}});
   for (const std::string& line : table.HeaderLines()) Print(line);
@@ -443,7 +468,9 @@ void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnaly
     const CostBreakdown& c = r.cost;
     Print(table.Row({RunName(runs[r.config.run]), r.config.label + (r.config.projected ? "*" : ""), r.offering->name,
                      std::to_string(r.inputs.gpus), std::to_string(c.nodes), Format("%.1f", c.time_to_train_hours),
-                     Usd(c.gpu_usd), Usd(c.storage_usd), Usd(c.transfer_usd), Format("%.2f", c.expected_failures),
+                     Usd(c.gpu_usd), Usd(c.storage_usd), Usd(c.transfer_usd),
+                     c.energy_usd ? Usd(*c.energy_usd) : c.energy_kwh ? "no price" : "n/a",
+                     Format("%.2f", c.expected_failures),
                      Usd(c.retry_usd), Usd(c.total_usd), Format("%.4f", c.usd_per_million_tokens),
                      Format("%.2f%s", c.checkpoint_interval_hours, c.interval_is_young_daly ? "yd" : ""),
                      c.young_daly_hours ? Format("%.2f", *c.young_daly_hours) : "n/a", MemoryCell(r.memory),
@@ -566,6 +593,7 @@ CostRow PriceConfig(const Config& config, const RunAnalysis& a, const Offering& 
   row.inputs.startup_s = a.m.startup_s;
   row.inputs.checkpoint_stall_s = a.stall_s;
   row.inputs.checkpoint_gb = a.checkpoint_gb;
+  row.inputs.power_per_gpu_W = a.power_per_gpu_W;
   row.cost = ComputeCost(row.inputs, offering, c.prices->assumptions);
   row.memory = FitMemory(a.memory.estimate, offering.gpu_memory_gib * kGiB, a.memory.calibration);
   return row;
@@ -686,7 +714,10 @@ ViewTable RunTable(const RunAnalysis& a, bool priced) {
       .Add("checkpoint_stall_k", "", a.stall_s ? Int(a.stall_k) : Cell())
       .Add("checkpoint_stall", "", a.stall_s ? "measured" : "n/a: run with --checkpoint-every to measure")
       .Add("checkpoint_gb", "GB", priced ? Cell(a.checkpoint_gb) : Cell())
-      .Add("checkpoint_size_source", "", priced ? Cell(a.checkpoint_size_source) : Cell());
+      .Add("checkpoint_size_source", "", priced ? Cell(a.checkpoint_size_source) : Cell())
+      .Add("joules_per_token", "J/token", a.power_per_gpu_W ? Cell(p.joules_per_token) : Cell())
+      .Add("power_per_gpu_W", "W", Opt(a.power_per_gpu_W))
+      .Add("energy", "", a.power_per_gpu_W ? "measured" : "n/a: the report has no joules_per_token (no NVML energy)");
   AddFit(t, a);
   return t.Take();
 }
@@ -731,6 +762,8 @@ void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks) {
       .Add("time_to_train_hours", "h", c.time_to_train_hours).Add("gpu_usd", "USD", c.gpu_usd)
       .Add("storage_gb", "GB", c.storage_gb).Add("storage_usd", "USD", c.storage_usd)
       .Add("transfer_usd", "USD", c.transfer_usd).Add("retry_usd", "USD", c.retry_usd)
+      .Add("energy_kwh", "kWh", Opt(c.energy_kwh)).Add("energy_J_per_token", "J/token", Opt(c.energy_J_per_token))
+      .Add("usd_per_kwh", "USD/kWh", Opt(r.offering->usd_per_kwh)).Add("energy_usd", "USD", Opt(c.energy_usd))
       .Add("total_usd", "USD", c.total_usd).Add("usd_per_million_tokens", "USD", c.usd_per_million_tokens)
       .Add("gpu_memory_bytes", "B", r.memory.gpu_memory_bytes)
       .Add("memory_required_bytes", "B", r.memory.required_bytes)
@@ -818,7 +851,8 @@ void PrintCostText(const CostRun& c) {
   }
   if (c.rows.empty()) return;
   Print("#");
-  Print(Format("# cost per run and offering (config * = projected; ckpt_every 'yd' = the Young/Daly interval; "
+  Print(Format("# cost per run and offering (config * = projected; energy: measured, at the offering's usd_per_kwh, "
+               "'no price' without one, 'n/a' unmeasured; ckpt_every 'yd' = the Young/Daly interval; "
                "fits = GPU memory left, %s)",
                c.model_memory ? "the --model checked" : "each run's model as run"));
   PrintCostTable(c.rows, c.runs, c.decision);

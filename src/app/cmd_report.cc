@@ -22,8 +22,9 @@ std::string Usage() {
   for (const std::string& name : ReportSectionNames()) sections += (sections.empty() ? "" : ", ") + name;
   return "usage: trainbench report REPORT.h5 [REPORT.h5 ...] [--format text|csv|json] [--sections LIST] [--html FILE]\n"
          "Shows reports written by trainbench (-o): per run the config, topology, collectives, flagged p2p pairs,\n"
-         "training per scaling point with the stall budget per rank, and I/O. Several runs: headline figures side by\n"
-         "side (a column per run), detail tables run by run. Writes to standard output (redirect it to keep it).\n"
+         "training per scaling point with the stall budget per rank, I/O, and GPU health and energy (NVML). Several\n"
+         "runs: headline figures side by side (a column per run), detail tables run by run. Writes to standard\n"
+         "output (redirect it to keep it).\n"
          "Sections (--sections, comma-separated; all by default): " +
          sections;
 }

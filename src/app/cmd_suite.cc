@@ -378,6 +378,7 @@ int SuiteCommand::Conclude(bool interrupted) {
   }
   if (interrupted || failed.empty()) return run_->Finish(interrupted);
   const std::string reason = "phase " + JoinNames(failed, "; phase ");
+  run_->RecordGpuHealth();
   run_->WriteReportNow("failed", reason);
   if (input_.ctx.world_rank == 0) ErrorLine("suite: " + reason, false);
   if (!common_.output.empty()) Print("# Report (failed phases): " + common_.output, true);

@@ -20,6 +20,7 @@
 #include "peaks.h"
 #include "phase.h"
 #include "report_check.h"
+#include "train_energy.h"
 #include "train_loop.h"
 #include "train_io.h"
 #include "train_summary.h"
@@ -265,7 +266,7 @@ class TrainPhase : public Phase {
   bool RunPoints(Communicator& comm);
   // `several`: the run has more than one point, so each keeps its checkpoints in a subfolder of its own.
   std::vector<StepRecord> RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
-                                      TrainLoopOptions& point_loop);
+                                      TrainLoopOptions& point_loop, EnergySpan& energy);
   void Summarise(const std::vector<RunPoint>& runs);
   void RecordMemory();
   Group& train() { return schema::GroupOf(run_->report().root, schema::kTrain); }
@@ -547,8 +548,9 @@ bool TrainPhase::RunPoints(Communicator& comm) {
     TrainLoopOptions point_loop = loop_;
     point_loop.micro_batch = PointBatch(point.k);
     std::vector<StepRecord> mine;
+    EnergySpan energy;
     if (sub) {
-      mine = RunOnePoint(*sub, point, runs.size() > 1, point_loop);
+      mine = RunOnePoint(*sub, point, runs.size() > 1, point_loop, energy);
       const int expected = point_loop.warmup_steps + point_loop.steps - point_loop.first_step;
       interrupted = interrupted || static_cast<int>(mine.size()) < expected;
     }
@@ -556,12 +558,14 @@ bool TrainPhase::RunPoints(Communicator& comm) {
     int stopped = interrupted ? 1 : 0, any_stopped = 0;
     TB_CHECK_MPI(MPI_Allreduce(&stopped, &any_stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     interrupted = any_stopped != 0;
+    const double energy_J = run_->gpu_health().EnergyJoules(energy, sub != nullptr);
     const std::vector<RankSteps> ranks = GatherSteps(mine, *topology_, setup_.backend.device);
     if (run_->ctx().world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
       points_.push_back(SummarizePoint(point.k, point_loop.micro_batch, ranks, setup_.flops_per_token,
                                        setup_.peak_flops, setup_.gemm_min, setup_.gradient_bytes));
       points_.back().gradient_buckets = setup_.gradient_buckets;
       AddPointToReport(train(), points_.back(), ranks, point.name);
+      AddPointEnergyToReport(train().Child(point.name), energy_J, points_.back());
       if (Sweep()) sweep_shares_.push_back(DataWaitShare(ranks));
     }
     if (interrupted) break;
@@ -572,7 +576,7 @@ bool TrainPhase::RunPoints(Communicator& comm) {
 
 // One point on the ranks of `sub`: a fresh model and its I/O, the loop with a line per step, the io group.
 std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
-                                                  TrainLoopOptions& point_loop) {
+                                                TrainLoopOptions& point_loop, EnergySpan& energy) {
   std::unique_ptr<Transformer> transformer = MakeModel();
   PointIo io(io_flags_, io_plan_, sub, *transformer, point_loop.micro_batch, loop_.seq,
              static_cast<uint64_t>(f_.seed), point.throttle_MBps, several ? point.name : "");
@@ -593,7 +597,9 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
     const double mfu = setup_.peak ? tokens_per_s / point.k * setup_.flops_per_token / setup_.peak_flops : std::nan("");
     Print(StepLine(r, sums[0] / point.k, point.k, tokens_per_s, mfu));
   };
+  MarkMeasuredSteps(point_loop, run_->gpu_health(), energy);
   std::vector<StepRecord> mine = RunTrainingSteps(sub, *transformer, point_loop);
+  energy.end = run_->gpu_health().MarkEnergy();
   io.Finish();
   if (io_plan_.loader || io_plan_.checkpoints || !io_plan_.resume_dir.empty()) {
     io.AddToReport(schema::GroupOf(run_->report().root, schema::kIo), point.name, mine);

@@ -28,6 +28,7 @@ int RunPhaseCommand(const CommandInput& input, Phase& phase) {
     run->BeginMeasurement(phase.activity());
     const PhaseResult result = phase.Measure(*run, *comm);
     if (!result.failure.empty() && !result.interrupted) {
+      run->RecordGpuHealth();
       run->WriteReportNow("failed", result.failure);
       if (input.ctx.world_rank == 0) ErrorLine(result.failure, false);
       return static_cast<int>(ExitCode::kRuntime);

@@ -9,7 +9,7 @@
 #include <cstdio>
 
 #include "cuda/cuda_check.h"
-#include "cuda/nvml.h"
+#include "nvml.h"
 
 namespace tb {
 namespace {

@@ -1,5 +1,4 @@
-// NVML, the driver's management library, loaded at run time (dlopen) on first use: trainbench builds without an
-// NVML header or library and still runs where the driver does not ship it.
+// GPU link types from NVML (nvml_library.h: loaded at run time, in every build).
 #pragma once
 
 #include <string>
@@ -11,7 +10,7 @@ namespace tb::nvml {
 //   "NVLink xN via NVSwitch"   N active links from a that end at a switch b is linked to as well,
 //   "PCIe <level>"             their closest common PCIe ancestor (same board, single switch, multiple switches,
 //                              host bridge, same CPU, across CPUs),
-//   "unknown (NVML not available: <why>)" when NVML cannot be loaded or answer.
+//   "unknown (NVML not available: <why>)" when NVML cannot be loaded or answer (or lacks a query this needs).
 // Thread-safe.
 std::string LinkBetween(const std::string& pci_bus_id_a, const std::string& pci_bus_id_b);
 
