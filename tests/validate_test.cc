@@ -101,6 +101,40 @@ TEST(Validate, P2pExpectationDerivedFromNvlinkBelowThePolicy) {
   EXPECT_DOUBLE_EQ(*Find(ValidateReport(r, with_policy), "p2p.median_uni_GBps").expected, 300);  // policy wins
 }
 
+// An all-PCIe node: p2p is expected at the slowest used GPU's link (generation and width as NVML reports them, at
+// their maximum) x the efficiency; a GPU no rank used does not count, and a link NVML did not report gives nothing.
+TEST(Validate, ExpectationDerivedFromPcieGenerationAndWidth) {
+  Report r = TrainReport(1000);
+  sc::Set(sc::GroupOf(r.root, sc::kP2p), sc::p2p::median_uni_GBps, 20.0);
+  struct Link {
+    std::string link;
+  };
+  sc::RecordTable<Link>(sc::topology::kGpuLinks)
+      .Column(sc::topology::gpu_links::link, [](const Link& l) { return l.link; })
+      .Write(sc::GroupOf(r.root, sc::kTopology), std::vector<Link>(6, Link{"PCIe host bridge"}));
+  struct Gpu {
+    std::string ranks;
+    double gen, width;
+  };
+  auto with_gpus = [&](const std::vector<Gpu>& gpus) {
+    Report copy = r;
+    namespace d = sc::gpu_health::devices;
+    sc::RecordTable<Gpu>(sc::gpu_health::kDevices)
+        .Column(d::ranks, [](const Gpu& g) { return g.ranks; })
+        .Column(d::pcie_gen_max, [](const Gpu& g) { return g.gen; })
+        .Column(d::pcie_width_max, [](const Gpu& g) { return g.width; })
+        .Write(sc::GroupOf(copy.root, sc::kGpuHealth), gpus);
+    return Find(ValidateReport(copy, {}), "p2p.median_uni_GBps");
+  };
+  const Check c = with_gpus({{"0", 5, 16}, {"1", 4, 16}, {"2", 5, 16}, {"", 3, 1}});
+  ASSERT_TRUE(c.expected.has_value());
+  EXPECT_NEAR(*c.expected, 16 * 16 * (128.0 / 130) / 8 * 0.8, 1e-9);  // gen4 x16: 31.5 GB/s x 0.8
+  EXPECT_NE(c.source.find("derived: PCIe gen4 x16"), std::string::npos) << c.source;
+  EXPECT_EQ(c.verdict, Verdict::kFail);  // 20 is 21% short of 25.2
+  EXPECT_FALSE(with_gpus({{"0", 4, 16}, {"1", std::nan(""), 16}}).expected.has_value());
+  EXPECT_FALSE(Find(ValidateReport(r, {}), "p2p.median_uni_GBps").expected.has_value());  // no gpu_health
+}
+
 TEST(Validate, NoExpectationIsUnknownNeverPass) {
   const std::vector<Check> checks = ValidateReport(TrainReport(1000), {});
   EXPECT_EQ(Find(checks, "train.tokens_per_s").verdict, Verdict::kUnknown);

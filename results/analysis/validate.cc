@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "console.h"
 #include "error.h"
@@ -283,22 +284,59 @@ std::string GpuModelOf(const Report& report) {
 }
 
 // The NVLink count of a link as topology/gpu_links names it ("NVLink x18", "NVLink x18 via NVSwitch"); 0 for
-// anything else (PCIe: its generation and width are not in the report, so nothing is derived from it).
+// anything else (PCIe links: FromPcie).
 int NvlinkCount(const std::string& link, bool* via_switch) {
   if (link.rfind("NVLink x", 0) != 0) return 0;
   *via_switch = link.find("via NVSwitch") != std::string::npos;
   return std::atoi(link.c_str() + 8);
 }
 
-// Derived from the topology, for a run on one node whose GPU pairs are all NVLink-connected: p2p's median
-// unidirectional rate = the pairs' median NVLink count x nvlink_GBps x efficiency; with every pair through
-// NVSwitch also all_reduce's large-message busbw, whose bound is a GPU's NVLink rate.
+// GB/s per lane and direction of PCIe generation `gen` after its line encoding (8b/10b for generations 1 and 2,
+// 128b/130b for 3 to 5, 242/256 FLITs for 6); 0 for a generation not listed.
+double PcieLaneGBps(double gen) {
+  constexpr double kGTps[] = {0, 2.5, 5, 8, 16, 32, 64};
+  const int g = static_cast<int>(gen);
+  if (!(gen >= 1 && gen <= 6) || g != gen) return 0;
+  const double encoding = g <= 2 ? 8.0 / 10 : g <= 5 ? 128.0 / 130 : 242.0 / 256;
+  return kGTps[g] * encoding / 8;
+}
+
+// Derived from gpu_health, for a run on one node whose GPU pairs are all PCIe-connected: p2p's median
+// unidirectional rate = the slowest used GPU's link at its maximum generation and width x efficiency (a pair's
+// copy crosses both GPUs' links). Nothing when NVML did not give every used GPU's link.
+std::optional<Expectation> FromPcie(const Report& report, const ValidatePolicy& policy) {
+  const Table* devices = sc::FindTable(sc::FindGroup(report.root, sc::kGpuHealth), sc::gpu_health::kDevices);
+  namespace d = sc::gpu_health::devices;
+  const auto* ranks = devices ? sc::Values(*devices, d::ranks) : nullptr;
+  const auto* gen = devices ? sc::Values(*devices, d::pcie_gen_max) : nullptr;
+  const auto* width = devices ? sc::Values(*devices, d::pcie_width_max) : nullptr;
+  if (!ranks || !gen || !width) return std::nullopt;
+  double slowest = INFINITY, slowest_gen = 0, slowest_width = 0;
+  for (size_t i = 0; i < ranks->size(); ++i) {
+    if ((*ranks)[i].empty()) continue;  // a GPU no rank used
+    const double rate = PcieLaneGBps((*gen)[i]) * (*width)[i];
+    if (!(rate > 0)) return std::nullopt;
+    if (rate < slowest) std::tie(slowest, slowest_gen, slowest_width) = std::tuple{rate, (*gen)[i], (*width)[i]};
+  }
+  if (!std::isfinite(slowest)) return std::nullopt;
+  return Expectation{slowest * policy.derived_efficiency, policy.warn, policy.fail,
+                     Format("derived: PCIe gen%g x%g = %.3g GB/s x efficiency %g", slowest_gen, slowest_width,
+                            slowest, policy.derived_efficiency)};
+}
+
+// Derived from the topology, for a run on one node: with every GPU pair NVLink-connected, p2p's median
+// unidirectional rate = the pairs' median NVLink count x nvlink_GBps x efficiency, and with every pair through
+// NVSwitch also all_reduce's large-message busbw, whose bound is a GPU's NVLink rate; with every pair on PCIe,
+// p2p's from the links' generation and width (FromPcie). Mixed links give nothing.
 std::optional<Expectation> FromTopology(const Figure& f, const Report& report, const ValidatePolicy& policy) {
   const bool p2p = f.key == "p2p.median_uni_GBps", all_reduce = f.key == "collectives.all_reduce.busbw_GBps.large";
   const int64_t* nodes = sc::Find(&report.root, sc::root::n_nodes);
   const Table* links = sc::FindTable(sc::FindGroup(report.root, sc::kTopology), sc::topology::kGpuLinks);
   const auto* link = links ? sc::Values(*links, sc::topology::gpu_links::link) : nullptr;
   if ((!p2p && !all_reduce) || !nodes || *nodes != 1 || !link || link->empty()) return std::nullopt;
+  if (std::all_of(link->begin(), link->end(), [](const std::string& l) { return l.rfind("PCIe", 0) == 0; })) {
+    return p2p ? FromPcie(report, policy) : std::nullopt;
+  }
   std::vector<double> counts;
   bool all_via_switch = true;
   for (const std::string& name : *link) {
