@@ -239,7 +239,8 @@ std::vector<Report> EarlierRepeats(const Report& report) {
     }
   }
   std::sort(held.begin(), held.end());
-  static const std::set<std::string> measured = {"collectives", "p2p", "train", "io", "summary", "repeats"};
+  std::set<std::string> measured(sc::kRepeatGroups.begin(), sc::kRepeatGroups.end());
+  measured.insert("repeats");
   std::vector<Report> earlier;
   for (const auto& [number, group] : held) {
     Report r;

@@ -428,8 +428,8 @@ namespace suite {
 inline const TextAttribute profile{kSuite, "profile", "", "`--profile`: a built-in name (`quick`, `nightly`) or the file"};
 inline const TextAttribute phase_order{kSuite, "phase_order", "", "the profile's phases in the order they ran, comma-separated"};
 inline const IntAttribute repeats{kSuite, "repeats", "",
-                                  "how often the phases ran (`--repeats`): repeat 1's figures are at the root, "
-                                  "repeat r > 1's under `repeats/r<r>`"};
+                                  "how often the phases ran (`--repeats`): the latest repeat's figures are at the "
+                                  "root, each earlier repeat r's under `repeats/r<r>`"};
 inline const TextAttribute workdir{kSuite, "workdir", "",
                                    "the directory the suite wrote its dataset and checkpoints into (removed at the "
                                    "end unless `--keep-workdir`)"};
@@ -447,10 +447,12 @@ inline const TextColumn reason{kPhases, "reason", "", "why a phase failed, as it
 inline const RealColumn seconds{kPhases, "seconds", "s", "wall time of the phase"};
 }  // namespace phases
 }  // namespace suite
+// The top-level groups one repeat of a suite writes, which repeats/r<r> holds for each earlier repeat.
+inline const std::vector<std::string> kRepeatGroups = {"collectives", "p2p", "train", "io", "summary"};
 inline GroupSpec kRepeat{"repeats/<repeat>",
-                         "suite `--repeats N`: one group `r<r>` per repeat r = 2..N holding that repeat's "
-                         "`collectives`, `p2p`, `train`, `io` and `summary` groups, laid out as the root holds "
-                         "repeat 1's"};
+                         "suite `--repeats N`: one group `r<r>` per earlier repeat r = 1..N-1 holding that "
+                         "repeat's `collectives`, `p2p`, `train`, `io` and `summary` groups, laid out as the root "
+                         "holds the latest repeat's"};
 
 // ---- gpu_health ---------------------------------------------------------------------------------------------
 inline GroupSpec kGpuHealth{"gpu_health",

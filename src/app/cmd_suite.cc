@@ -54,13 +54,6 @@ struct PhaseRow {
   double seconds = 0;
 };
 
-// The top-level groups one repeat of the phases writes. Before repeat r > 1 runs, repeat r-1's are moved under
-// repeats/r<r-1>, so that the root always holds the latest repeat and a report cut short stays consistent.
-const std::vector<std::string>& RepeatGroups() {
-  static const std::vector<std::string> groups = {"collectives", "p2p", "train", "io", "summary"};
-  return groups;
-}
-
 // How the report's config names a phase's options: train's as train names them (cost and validate read them),
 // the others' as "<phase>.<option>".
 std::string ConfigPrefix(const std::string& phase) { return phase == "train" ? "" : phase + "."; }
@@ -178,12 +171,9 @@ void SuiteCommand::Configure(CommandRun& r) {
 
 // A fault no phase of the profile can inject would make a clean-looking run of a test that did nothing.
 void SuiteCommand::CheckFaultsApply() const {
-  auto runs = [&](const std::string& phase) { return HasWord(profile_.phases, phase); };
   for (const InjectedFault& fault : faults_.faults()) {
-    const bool applies = fault.kind == FaultKind::kWrongValue ? runs("collectives")
-                         : fault.kind == FaultKind::kIoStall  ? runs("train")
-                         : fault.kind == FaultKind::kSlowRank ? runs("collectives") || runs("train")
-                                                              : true;
+    const bool applies = std::any_of(profile_.phases.begin(), profile_.phases.end(),
+                                     [&](const std::string& phase) { return CanInject(fault.kind, phase); });
     if (!applies) {
       throw InputError("--inject '" + fault.spec + "': profile " + profile_.name + " runs no phase that can inject " +
                        FaultKindName(fault.kind) + " (its phases: " + JoinNames(profile_.phases, ", ") + ")");
@@ -326,11 +316,12 @@ void SuiteCommand::ConcludeRow(PhaseRow& row, const std::optional<AgreedError>& 
   }
 }
 
-// Moves the groups of repeat `repeat` (at the root) under repeats/r<repeat>.
+// Moves the groups of repeat `repeat` (at the root) under repeats/r<repeat>: before repeat r > 1 runs, repeat
+// r-1's go there, so that the root always holds the latest repeat and a report cut short stays consistent.
 void SuiteCommand::MoveRepeatGroups(int repeat) {
   Group& root = run_->report().root;
   Group& holder = root.Child("repeats").Child("r" + std::to_string(repeat));
-  for (const std::string& name : RepeatGroups()) {
+  for (const std::string& name : schema::kRepeatGroups) {
     if (std::unique_ptr<Group> group = root.Release(name)) holder.Attach(name, std::move(group));
   }
 }

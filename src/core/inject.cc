@@ -122,10 +122,15 @@ InjectionPlan ParseInjection(const std::vector<std::string>& values, int world_s
   return InjectionPlan(std::move(faults));
 }
 
+bool CanInject(FaultKind kind, const std::string& command) {
+  const std::vector<std::string>& commands = SpecOf(kind).commands;
+  return std::find(commands.begin(), commands.end(), command) != commands.end();
+}
+
 void RequireInjectable(const InjectionPlan& plan, const std::string& command) {
   for (const InjectedFault& fault : plan.faults()) {
     const std::vector<std::string>& commands = SpecOf(fault.kind).commands;
-    if (std::find(commands.begin(), commands.end(), command) != commands.end()) continue;
+    if (CanInject(fault.kind, command)) continue;
     throw InputError("--inject '" + fault.spec + "': " + command + " cannot inject " + FaultKindName(fault.kind) +
                      " (it applies to " + JoinNames(commands, ", ") + ")");
   }

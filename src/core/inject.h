@@ -57,6 +57,8 @@ InjectionPlan ParseInjection(const std::vector<std::string>& values, int world_s
 
 // Throws InputError naming the first fault `command` cannot inject and the commands that can.
 void RequireInjectable(const InjectionPlan& plan, const std::string& command);
+// Whether `command` can inject faults of `kind` (the table RequireInjectable checks against).
+bool CanInject(FaultKind kind, const std::string& command);
 
 // Sleeps `ms` milliseconds (nothing for ms <= 0).
 void SleepMilliseconds(double ms);
