@@ -134,6 +134,20 @@ grep -q "timeout: all_reduce out-of-place, 1024 B, float" "$work/err" || fail "w
 [[ $elapsed -lt 60 ]] || fail "watchdog took ${elapsed}s"
 "$h5dump" -A -a /status "$work/hang.h5" | grep -q '"failed"' || fail "stuck run: report status is not failed"
 
+# Rank 0 stuck outside any guarded operation (p2p's fault hook runs before its first measured phase): its own
+# watchdog has nothing to time, so rank 1's tells it, and rank 0's probe names rank 0 itself.
+checks=$((checks + 1))
+start=$(date +%s)
+TRAINBENCH_TEST_FAULT=hang@rank=0 timeout 120 "${mpiexec[@]}" -n 2 "$tb" p2p --size 64K --timeout 3 \
+  -o "$work/hang0.h5" >"$work/out" 2>"$work/err"
+rc=$?
+elapsed=$(( $(date +%s) - start ))
+[[ $rc -eq 1 ]] || fail "rank 0 stuck: exit $rc, want 1 (124 = hung): $(cat "$work/err")"
+grep -qE "rank 0 .*error: timeout: on rank 1, .* did not complete within 3 s on a communicator of 2 ranks; stuck: rank 0 \([^)]+\) outside communication for [0-9.]+ s, outside any guarded operation" \
+  "$work/err" || fail "rank 0 stuck: not named: $(cat "$work/err")"
+[[ $elapsed -lt 33 ]] || fail "rank 0 stuck: the job took ${elapsed}s to end"
+"$h5dump" -A -a /stuck_ranks "$work/hang0.h5" | grep -q '"0"' || fail "rank 0 stuck: stuck_ranks is not 0"
+
 # SIGTERM: the run stops at the next size, writes its report as interrupted and exits 128+15. The signal goes
 # once the first size's row is out (the handlers are installed by then), with 63 sizes still to run.
 checks=$((checks + 1))

@@ -93,7 +93,9 @@ check wrong.h5 'attr("/", "injected_faults") == "wrong-value=1"' "wrong-value ru
 expect_ok "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 4K -n 2 -w 1 --ops all -o right.h5 --quiet
 check right.h5 'attr("/summary", "wrong_elements_total") == 0' "a clean sweep has wrong elements"
 
-# --- hang: rank 1 blocks in its first operation; the watchdog names it and ends the job within --timeout + 30 s --
+# --- hang: rank 1 blocks in its first operation; the watchdog names the operation, rank 0's probe names rank 1 as
+# the one the others wait for (outside communication, where rank 0 waits inside it), and the job ends within
+# --timeout + 30 s ----------------------------------------------------------------------------------------------
 expect_hang() {  # expect_hang WATCHDOG-MESSAGE COMMAND...
   local message=$1; shift
   checks=$((checks + 1))
@@ -104,6 +106,10 @@ expect_hang() {  # expect_hang WATCHDOG-MESSAGE COMMAND...
   grep -q "timeout: $message" "$work/err" || fail "$1 hang=1: no watchdog message '$message': $(cat "$work/err")"
   [[ $elapsed -le 33 ]] || fail "$1 hang=1: took ${elapsed}s, more than --timeout + 30 s"
   check hang.h5 'attr("/", "status") == "failed" and "timeout" in attr("/", "status_reason")' "$1 hang=1: report status"
+  checks=$((checks + 1))
+  grep -qE "rank 0 .*error: timeout: .*; stuck: rank 1 \([^)]+\) outside communication for [0-9.]+ s, in the same operation; 1 of 2 ranks wait in communication" \
+    "$work/err" || fail "$1 hang=1: rank 1 not named as stuck: $(cat "$work/err")"
+  check hang.h5 'attr("/", "stuck_ranks") == "1" and "stuck: rank 1 (" in attr("/", "status_reason")' "$1 hang=1: stuck_ranks"
 }
 expect_hang "all_reduce out-of-place, 1024 B, float, 1 warm-up iterations" collectives -b 1K -e 1K -w 1 --quiet
 expect_hang "p2p unidirectional 0->1" p2p --size 64K --quiet

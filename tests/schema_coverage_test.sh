@@ -20,8 +20,10 @@ expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --steps 4 --scaling 1,2 --d
 expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --steps 6 --data tokens --resume ck/k2/step-00000004 -o resumed.h5
 expect_ok "$tb" train "${small[@]}" --steps 2 --data tokens --record-bytes 4K --io-throttle 100000,0.5 -o sweep.h5
 expect_ok "${mpi[@]}" -n 2 "$tb" suite --repeats 2 -o suite.h5 --quiet
+# A hang the watchdog ends: the only report that names stuck ranks.
+timeout 120 "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 1K --inject hang=1 --timeout 3 -o hang.h5 --quiet >/dev/null 2>&1
 
 checks=$((checks + 1))
-"$coverage" info.h5 data.h5 collectives.h5 p2p.h5 train.h5 resumed.h5 sweep.h5 suite.h5 >"$work/coverage" 2>&1 ||
+"$coverage" info.h5 data.h5 collectives.h5 p2p.h5 train.h5 resumed.h5 sweep.h5 suite.h5 hang.h5 >"$work/coverage" 2>&1 ||
   fail "fields not covered: $(cat "$work/coverage")"
 finish schema_coverage_test

@@ -37,6 +37,7 @@ class root:
     status_reason = "status_reason"
     end_utc = "end_utc"
     injected_faults = "injected_faults"
+    stuck_ranks = "stuck_ranks"
 
 
 class config:

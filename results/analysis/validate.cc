@@ -36,12 +36,21 @@ Check SelfCheck(Figure figure, double expected, double tolerance, std::string so
 
 // ---- checks judged within the run ------------------------------------------------------------------------------
 
+std::string NameSources(const Report& report, const std::set<int>& sources, Subject& subject);
+
 // How the run ended: anything but complete (failed, interrupted: a hang the watchdog ended, a crash) fails, with
-// the report's own reason.
+// the report's own reason; after a timeout, the check concerns the ranks the others waited for (stuck_ranks).
 void AddStatusCheck(const Report& report, std::vector<Check>& checks) {
   const std::string* status = sc::Find(&report.root, sc::root::status);
   const std::string* reason = sc::Find(&report.root, sc::root::status_reason);
   Figure f = MakeFigure("run.status", "run", "how the run ended", "", Better::kHigher, kNaN);
+  if (const std::string* stuck = sc::Find(&report.root, sc::root::stuck_ranks)) {
+    std::set<int> ranks;
+    for (const std::string& rank : SplitItems(*stuck)) {
+      if (!rank.empty()) ranks.insert(std::atoi(rank.c_str()));
+    }
+    if (!ranks.empty()) NameSources(report, ranks, f.subject);
+  }
   f.is_text = true;
   f.text = status ? *status : "";
   const bool complete = status && *status == "complete";

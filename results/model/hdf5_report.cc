@@ -633,7 +633,7 @@ void WriteReport(const Report& report, const std::string& path) {
 }
 
 void RewriteReportStatus(const std::string& path, const std::string& status, const std::string& reason,
-                         const std::string& end_utc) {
+                         const std::string& end_utc, const std::map<std::string, std::string>& more) {
   std::vector<char> image;
   try {
     QuietHdf5Errors quiet;
@@ -641,10 +641,14 @@ void RewriteReportStatus(const std::string& path, const std::string& status, con
     FileId file(Check(H5Fopen(path.c_str(), H5F_ACC_RDWR, access.get()), "cannot open '" + path + "'"));
     GroupId root(Check(H5Gopen2(file.get(), "/", H5P_DEFAULT), "cannot open the root group"));
     namespace r = schema::root;
+    std::map<std::string, std::string> attributes = more;
     for (const auto& [field, value] : {std::pair{&r::status, status}, {&r::status_reason, reason}, {&r::end_utc, end_utc}}) {
-      const char* name = field->name.c_str();
-      if (Check(H5Aexists(root.get(), name), "cannot look up attribute '" + field->name + "'") > 0) {
-        Check(H5Adelete(root.get(), name), "cannot replace attribute '" + field->name + "'");
+      attributes[field->name] = value;
+    }
+    for (const auto& [field, value] : attributes) {
+      const char* name = field.c_str();
+      if (Check(H5Aexists(root.get(), name), "cannot look up attribute '" + field + "'") > 0) {
+        Check(H5Adelete(root.get(), name), "cannot replace attribute '" + field + "'");
       }
       WriteAttribute(root.get(), "/", name, value);
     }

@@ -95,11 +95,11 @@ std::optional<PointGroup> ParsePointGroupName(const std::string& name);
 // device"), or HDF5's own message when building the file failed.
 void WriteReport(const Report& report, const std::string& path);
 
-// Rewrites only the root attributes status, status_reason and end_utc of the report at `path`, keeping the rest
-// as it is, the same atomic way (for a run that cannot write its whole report any more: a stuck operation, a
-// full disk). Throws RuntimeError naming the file.
+// Rewrites only the root attributes status, status_reason and end_utc of the report at `path` (and the root text
+// attributes in `more`, by name), keeping the rest as it is, the same atomic way (for a run that cannot write its
+// whole report any more: a stuck operation, a full disk). Throws RuntimeError naming the file.
 void RewriteReportStatus(const std::string& path, const std::string& status, const std::string& reason,
-                         const std::string& end_utc);
+                         const std::string& end_utc, const std::map<std::string, std::string>& more = {});
 
 // Reads a report written by WriteReport. Throws InputError naming the file and what is wrong (missing,
 // not HDF5, not a trainbench report, unknown schema version).

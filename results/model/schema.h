@@ -31,6 +31,10 @@ inline const TextAttribute end_utc{kRoot, "end_utc", "", "ISO 8601 end of the ru
 inline const TextAttribute injected_faults{kRoot, "injected_faults", "",
                                            "collectives, p2p, train: the faults injected on purpose (`--inject`, a "
                                            "test feature), e.g. `slow-rank=1:300`; `\"\"` for a real measurement"};
+inline const TextAttribute stuck_ranks{kRoot, "stuck_ranks", "",
+                                       "only after a timeout: the ranks the others waited for, comma-separated (no "
+                                       "answer to rank 0's probe, or outside communication for half the timeout); "
+                                       "`\"\"` when every rank waited in communication (the stall was in it)"};
 }  // namespace root
 
 // ---- config -------------------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@
 #include "console.h"
 #include "device.h"
 #include "error.h"
+#include "hang_diagnosis.h"
 #include "log.h"
+#include "marking_communicator.h"
 #include "mpi_communicator.h"
 #include "mpi_util.h"
 #include "nccl_communicator.h"
@@ -190,7 +192,7 @@ std::unique_ptr<Communicator> CommandRun::MakeCommunicator() {
   std::unique_ptr<Communicator> comm =
       backend_ == "nccl" ? MakeNcclCommunicator(MPI_COMM_WORLD) : MakeMpiCommunicator(MPI_COMM_WORLD);
   communicator_ready_s_ = NowSeconds();
-  return comm;
+  return WithCommunicationMarks(std::move(comm));
 }
 
 std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandInput& input,
@@ -259,6 +261,7 @@ void CommandRun::CheckOutputWritable() {
 int CommandRun::AgreedStopSignal(MPI_Comm comm) {
   // A rank that never arrives here (dead or stuck) must not leave the others waiting forever.
   Watchdog::Scope guard(watchdog_.get(), [] { return std::string("agreement on stop signals between measurements"); });
+  InCommunication waiting;
   int mine = PendingStopSignal(), any = 0;
   TB_CHECK_MPI(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm));
   return any;
@@ -278,6 +281,7 @@ const Topology& CommandRun::BeginMeasurement(const std::string& phase) {
          "measurement");
   }
   GatherTopologyIntoReport();
+  StartRankProbe();
   gpu_health_ = std::make_unique<GpuHealthSampler>(ctx_);
   WriteReportNow("failed", "did not finish: interrupted during " + phase);
   return topology_;
@@ -299,32 +303,61 @@ int CommandRun::RecordingFailures(const std::function<int()>& measurement) {
   }
 }
 
-Watchdog& CommandRun::watchdog(Communicator* comm) {
-  abort_target_ = comm;
+Watchdog* CommandRun::EnsureWatchdog() {
   if (!watchdog_) {
     watchdog_ = std::make_unique<Watchdog>(
         common_.timeout_s, [this](const std::string& operation, double elapsed) { OnTimeout(operation, elapsed); });
   }
-  return *watchdog_;
+  return watchdog_.get();
+}
+
+Watchdog& CommandRun::watchdog(Communicator* comm) {
+  abort_target_ = comm;
+  return *EnsureWatchdog();
+}
+
+void CommandRun::StartRankProbe() {
+  if (common_.timeout_s <= 0 || probe_) return;
+  Watchdog* watchdog = EnsureWatchdog();
+  for (const RankTopology& rank : topology_.ranks) hosts_.push_back(rank.host);
+  probe_ = std::make_unique<RankProbe>(
+      MPI_COMM_WORLD, [watchdog] { return EncodeWatchdogState(watchdog->State()); },
+      [this](int rank, const std::string& operation) {
+        OnTimeout("on rank " + std::to_string(rank) + ", " + operation, -1);
+      });
+}
+
+HangDiagnosis CommandRun::DiagnoseHangNow() const {
+  constexpr double kAnswerDeadline_s = 3;
+  std::vector<std::optional<WatchdogState>> states;
+  for (const std::optional<std::string>& answer : probe_->AskAll(kAnswerDeadline_s)) {
+    states.push_back(answer ? DecodeWatchdogState(*answer) : std::nullopt);
+  }
+  return DiagnoseHang(states, hosts_, common_.timeout_s);
 }
 
 void CommandRun::OnTimeout(const std::string& operation, double elapsed_s) {
-  const std::string what = "timeout: " + operation + " did not complete within " + Format("%g", common_.timeout_s) +
-                           " s (waited " + Format("%.1f", elapsed_s) + " s) on a communicator of " +
-                           std::to_string(ctx_.world_size) + " ranks";
+  // The watchdog and a peer's word (rank 0's probe thread) may both come: the first ends the job.
+  if (timing_out_.exchange(true)) BlockForever();
+  std::string what = "timeout: " + operation + " did not complete within " + Format("%g", common_.timeout_s) + " s" +
+                     (elapsed_s >= 0 ? " (waited " + Format("%.1f", elapsed_s) + " s)" : "") +
+                     " on a communicator of " + std::to_string(ctx_.world_size) + " ranks";
+  std::optional<HangDiagnosis> diagnosis;
+  if (ctx_.world_rank == 0 && probe_) {
+    diagnosis = DiagnoseHangNow();
+    what += "; " + diagnosis->text;
+  }
   ErrorLine(what + "; aborting the job. HINT: a rank may be stuck or dead; look for its own error above, or raise "
                    "--timeout for very large sizes");
   if (ctx_.world_rank == 0) {
-    // A write in progress on the main thread finishes first; one that hangs (stuck storage) is not waited for.
-    std::unique_lock<std::timed_mutex> lock(report_mutex_, std::chrono::seconds(10));
-    const std::string problem = lock.owns_lock() ? RewriteStatusOnDisk(what + "; the job was aborted")
-                                                 : "a report write on the main thread did not finish";
-    if (!problem.empty()) Warn("the report keeps its earlier status: " + problem);
+    RecordTimeout(what, diagnosis);
   } else {
-    // The other ranks stuck in the same operation time out at about the same moment: give rank 0 the time to
-    // record the reason before this abort ends it (its own wait for the lock, 10 s, and the rewrite on a busy
-    // machine). When rank 0 is done sooner, its MPI_Abort ends this rank first.
-    constexpr double kReportGrace_s = 15;
+    // Rank 0 may be stuck outside any guarded operation, its own watchdog silent: it is told. The other ranks
+    // stuck in the same operation time out at about the same moment: give rank 0 the time to ask every rank and
+    // record the reason before this abort ends it (its probe, 3 s, its wait for the lock, 10 s, and the rewrite on
+    // a busy machine). When rank 0 is done sooner, its MPI_Abort ends this rank first.
+    constexpr double kTellDeadline_s = 2, kReportGrace_s = 20;
+    if (probe_) probe_->TellRoot(operation, kTellDeadline_s);
     std::this_thread::sleep_for(std::chrono::duration<double>(kReportGrace_s));
   }
   if (abort_target_) abort_target_->Abort();
@@ -332,10 +365,24 @@ void CommandRun::OnTimeout(const std::string& operation, double elapsed_s) {
   std::abort();  // MPI_Abort does not return
 }
 
-std::string CommandRun::RewriteStatusOnDisk(const std::string& reason) {
+void CommandRun::RecordTimeout(const std::string& what, const std::optional<HangDiagnosis>& diagnosis) {
+  std::map<std::string, std::string> stuck;
+  if (diagnosis) {
+    std::vector<std::string> ranks;
+    for (int rank : diagnosis->stuck) ranks.push_back(std::to_string(rank));
+    stuck[schema::root::stuck_ranks.name] = JoinNames(ranks, ",");
+  }
+  // A write in progress on the main thread finishes first; one that hangs (stuck storage) is not waited for.
+  std::unique_lock<std::timed_mutex> lock(report_mutex_, std::chrono::seconds(10));
+  const std::string problem = lock.owns_lock() ? RewriteStatusOnDisk(what + "; the job was aborted", stuck)
+                                               : "a report write on the main thread did not finish";
+  if (!problem.empty()) Warn("the report keeps its earlier status: " + problem);
+}
+
+std::string CommandRun::RewriteStatusOnDisk(const std::string& reason, const std::map<std::string, std::string>& more) {
   if (common_.output.empty() || !report_on_disk_) return "";
   try {
-    RewriteReportStatus(common_.output, "failed", reason, UtcNowIso8601());
+    RewriteReportStatus(common_.output, "failed", reason, UtcNowIso8601(), more);
     return "";
   } catch (const std::exception& e) {
     return e.what();

@@ -4,7 +4,9 @@
 
 #include <boost/program_options.hpp>
 
+#include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -18,7 +20,9 @@
 #include "schema.h"
 #include "flags.h"
 #include "gpu_health.h"
+#include "hang_diagnosis.h"
 #include "inject.h"
+#include "rank_probe.h"
 #include "report.h"
 #include "topology.h"
 #include "watchdog.h"
@@ -123,12 +127,22 @@ class CommandRun {
  private:
   // The highest stop signal any rank of `comm` has received (0: none), agreed under the watchdog.
   int AgreedStopSignal(MPI_Comm comm);
-  // The watchdog thread's handler: names the operation, records it in the report, aborts the job.
+  Watchdog* EnsureWatchdog();
+  // Collective (BeginMeasurement): each rank's probe port, from which rank 0 learns after a timeout where every
+  // rank is (rank_probe.h); none without a watchdog.
+  void StartRankProbe();
+  // Rank 0: asks every rank where it is, and names those the others wait for.
+  HangDiagnosis DiagnoseHangNow() const;
+  // The watchdog thread's handler (and rank 0's probe thread's, when another rank's watchdog fired; elapsed_s < 0:
+  // unknown here): names the operation and, on rank 0, the ranks the others wait for; records it in the report,
+  // aborts the job.
   [[noreturn]] void OnTimeout(const std::string& operation, double elapsed_s);
-  // Rank 0: status failed and `reason` in the report file this run last wrote, without touching report_ (which
-  // the main thread may be changing). Call with report_mutex_ held. Returns why it could not ("" when done, or
-  // when this run has written no file yet).
-  std::string RewriteStatusOnDisk(const std::string& reason);
+  // Rank 0: the timeout's line and the stuck ranks into the report file on disk.
+  void RecordTimeout(const std::string& what, const std::optional<HangDiagnosis>& diagnosis);
+  // Rank 0: status failed and `reason` (and the root text attributes in `more`) in the report file this run last
+  // wrote, without touching report_ (which the main thread may be changing). Call with report_mutex_ held. Returns
+  // why it could not ("" when done, or when this run has written no file yet).
+  std::string RewriteStatusOnDisk(const std::string& reason, const std::map<std::string, std::string>& more = {});
   void RecordGpuHealthOfThisNode();
 
   std::string command_;
@@ -141,6 +155,9 @@ class CommandRun {
   std::vector<std::string> inputs_;
   Communicator* abort_target_ = nullptr;
   std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<RankProbe> probe_;      // after BeginMeasurement, with a watchdog
+  std::vector<std::string> hosts_;        // rank 0: each rank's host, for naming stuck ranks
+  std::atomic<bool> timing_out_{false};   // OnTimeout has begun
   // The main thread's report writes and the watchdog's status rewrite, which run on different threads.
   std::timed_mutex report_mutex_;
   std::string injected_faults_;  // PlanInjection's faults, as typed ("" when none)

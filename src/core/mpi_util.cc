@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "error.h"
+#include "watchdog.h"
 
 namespace tb {
 
@@ -100,6 +101,7 @@ std::vector<double> AllGatherDoubles(MPI_Comm comm, double mine) {
 }
 
 void SleepingBarrier(MPI_Comm comm) {
+  InCommunication waiting;
   MPI_Request request = MPI_REQUEST_NULL;
   TB_CHECK_MPI(MPI_Ibarrier(comm, &request));
   int done = 0;
