@@ -120,5 +120,16 @@ TEST(DiagnoseHang, NamesEightAndCountsTheRest) {
   EXPECT_NE(d.text.find("; and 3 more; 1 of 12 ranks wait"), std::string::npos) << d.text;
 }
 
+TEST(DiagnoseHang, ARankTheProbeNeverReachedIsUnknownNotStuck) {
+  // Rank 2 was unreachable from the start (a firewall): its silence now names nothing.
+  const HangDiagnosis d = DiagnoseHang({Waiting("x", 3), Outside("x", "", 3), std::nullopt}, {"a", "a", "b"}, 3, {2});
+  EXPECT_EQ(d.stuck, std::vector<int>{1});
+  EXPECT_NE(d.text.find("; 1 rank(s) unknown (the probe could not reach them"), std::string::npos) << d.text;
+  const HangDiagnosis none = DiagnoseHang({Waiting("x", 3), std::nullopt}, {"a", "b"}, 3, {1});
+  EXPECT_TRUE(none.stuck.empty());
+  EXPECT_EQ(none.text.rfind("no rank that answered stayed behind: 1 of 2 ranks wait in communication in 'x'; 1 rank(s)", 0),
+            0u) << none.text;
+}
+
 }  // namespace
 }  // namespace tb

@@ -33,7 +33,9 @@ TEST(RankProbe, RankZeroHearsEveryRank) {
     for (int r = 0; r < Size(); ++r) {
       ASSERT_TRUE(answers[r]) << "rank " << r << " gave no answer";
       EXPECT_EQ(*answers[r], "rank " + std::to_string(r) + " here");
+      EXPECT_TRUE(probe.Reachable(r)) << "rank " << r;
     }
+    EXPECT_FALSE(probe.Reachable(Size()));
   } else {
     EXPECT_TRUE(probe.AskAll(1).empty());
   }
@@ -62,12 +64,17 @@ TEST(RankProbe, ATimeoutIsToldToRankZero) {
 
 TEST(RankProbe, ARankThatDoesNotAnswerInTimeIsNone) {
   const int rank = Rank();
-  // The last rank's answer takes far longer than rank 0 waits: it is reported as no answer, the others are heard.
-  RankProbe probe(MPI_COMM_WORLD, [rank] {
-    if (rank == Size() - 1) std::this_thread::sleep_for(std::chrono::seconds(3));
+  // Once the probe is up (every rank reachable), the last rank's answer takes far longer than rank 0 waits: it is
+  // reported as no answer, the others are heard.
+  std::atomic<bool> slow{false};
+  RankProbe probe(MPI_COMM_WORLD, [rank, &slow] {
+    if (slow && rank == Size() - 1) std::this_thread::sleep_for(std::chrono::seconds(3));
     return std::string("fine");
   }, nullptr);
+  slow = true;
+  MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
+    EXPECT_TRUE(probe.Reachable(Size() - 1));
     const double start = NowSeconds();
     const std::vector<std::optional<std::string>> answers = probe.AskAll(0.5);
     EXPECT_LT(NowSeconds() - start, 2.5);

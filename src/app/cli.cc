@@ -333,7 +333,11 @@ HangDiagnosis CommandRun::DiagnoseHangNow() const {
   for (const std::optional<std::string>& answer : probe_->AskAll(kAnswerDeadline_s)) {
     states.push_back(answer ? DecodeWatchdogState(*answer) : std::nullopt);
   }
-  return DiagnoseHang(states, hosts_, common_.timeout_s);
+  std::vector<int> unreachable;
+  for (int r = 0; r < static_cast<int>(states.size()); ++r) {
+    if (!probe_->Reachable(r)) unreachable.push_back(r);
+  }
+  return DiagnoseHang(states, hosts_, common_.timeout_s, unreachable);
 }
 
 void CommandRun::OnTimeout(const std::string& operation, double elapsed_s) {

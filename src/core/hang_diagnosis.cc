@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "mpi_util.h"
 
@@ -55,7 +56,8 @@ std::optional<WatchdogState> DecodeWatchdogState(const std::string& line) {
 }
 
 HangDiagnosis DiagnoseHang(const std::vector<std::optional<WatchdogState>>& answers,
-                           const std::vector<std::string>& hosts, double timeout_s) {
+                           const std::vector<std::string>& hosts, double timeout_s, const std::vector<int>& unreachable) {
+  const std::set<int> unknown(unreachable.begin(), unreachable.end());
   auto is_stuck = [&](const std::optional<WatchdogState>& a) {
     return !a || (!a->in_communication && a->seconds >= timeout_s / 2);
   };
@@ -70,22 +72,31 @@ HangDiagnosis DiagnoseHang(const std::vector<std::optional<WatchdogState>>& answ
   HangDiagnosis d;
   std::string named;
   for (size_t r = 0; r < answers.size(); ++r) {
-    if (!is_stuck(answers[r])) continue;
+    if (unknown.contains(static_cast<int>(r)) || !is_stuck(answers[r])) continue;
     d.stuck.push_back(static_cast<int>(r));
     if (d.stuck.size() <= kNamedAtMost) {
       named += (named.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " (" + HostOf(hosts, r) + ") ") +
                Whereabouts(answers[r], waited_in);
     }
   }
-  if (d.stuck.empty()) {
+  const std::string unknowns =
+      unknown.empty() ? ""
+                      : "; " + std::to_string(unknown.size()) + " rank(s) unknown (the probe could not reach them when "
+                        "the measurement began: no port, or a firewall)";
+  if (d.stuck.empty() && unknown.empty()) {
     d.text = "no rank stayed behind: all " + std::to_string(answers.size()) + " answered, " +
              std::to_string(waiters) + " waiting in communication" + where +
              ", so the stall is inside the communication (a link, a GPU or the network)";
     return d;
   }
+  if (d.stuck.empty()) {
+    d.text = "no rank that answered stayed behind: " + std::to_string(waiters) + " of " +
+             std::to_string(answers.size()) + " ranks wait in communication" + where + unknowns;
+    return d;
+  }
   if (d.stuck.size() > kNamedAtMost) named += "; and " + std::to_string(d.stuck.size() - kNamedAtMost) + " more";
   d.text = "stuck: " + named + "; " + std::to_string(waiters) + " of " + std::to_string(answers.size()) +
-           " ranks wait in communication" + where;
+           " ranks wait in communication" + where + unknowns;
   return d;
 }
 

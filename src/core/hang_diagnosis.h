@@ -22,8 +22,10 @@ struct HangDiagnosis {
 // `answers[r]` is rank r's state (nullopt: it did not answer), `hosts[r]` its host. A rank is stuck when it did
 // not answer, or when it has been outside communication, in the same place, for at least half the timeout: a rank
 // that is running does not stay there while its peers wait a whole timeout for it. When no rank is stuck, every
-// rank waits in communication, and the stall is in the communication itself.
+// rank waits in communication, and the stall is in the communication itself. The ranks in `unreachable` (the probe
+// could not reach them when it was set up) are neither: their silence says nothing, and the text counts them.
 HangDiagnosis DiagnoseHang(const std::vector<std::optional<WatchdogState>>& answers,
-                           const std::vector<std::string>& hosts, double timeout_s);
+                           const std::vector<std::string>& hosts, double timeout_s,
+                           const std::vector<int>& unreachable = {});
 
 }  // namespace tb

@@ -273,7 +273,7 @@ class RankProbe::Server {
   std::thread thread_;
 };
 
-RankProbe::RankProbe(MPI_Comm comm, Answer answer, OnPeerTimeout on_peer_timeout) {
+RankProbe::RankProbe(MPI_Comm comm, Answer answer, OnPeerTimeout on_peer_timeout, double reach_deadline_s) {
   TB_CHECK_MPI(MPI_Comm_rank(comm, &rank_));
   if (rank_ == 0) token_ = DrawToken();
   BroadcastString(comm, token_, 0);
@@ -286,10 +286,12 @@ RankProbe::RankProbe(MPI_Comm comm, Answer answer, OnPeerTimeout on_peer_timeout
   BroadcastString(comm, root, 0);
   if (rank_ == 0) {
     for (const std::string& packed : GatherStrings(comm, Pack(mine), 0)) endpoints_.push_back(Unpack(packed));
+    for (const std::optional<std::string>& answer : AskAll(reach_deadline_s)) reachable_.push_back(answer.has_value());
   } else {
     GatherStrings(comm, Pack(mine), 0);
     endpoints_.push_back(Unpack(root));
   }
+  TB_CHECK_MPI(MPI_Barrier(comm));  // rank 0's check of reach sees each rank as it is when the probe is set up
 }
 
 RankProbe::~RankProbe() = default;

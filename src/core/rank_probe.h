@@ -25,9 +25,10 @@ class RankProbe {
   using Answer = std::function<std::string()>;  // this rank's state as one line (no newline)
   using OnPeerTimeout = std::function<void(int rank, const std::string& operation)>;
 
-  // Collective over `comm`. A rank that cannot open its port (no socket, no address) takes part without one:
-  // rank 0 then hears nothing from it, and says so.
-  RankProbe(MPI_Comm comm, Answer answer, OnPeerTimeout on_peer_timeout);
+  // Collective over `comm`. A rank that cannot open its port (no socket, no address) takes part without one. Rank 0
+  // then asks every rank once (within reach_deadline_s): a rank it cannot reach now (no port, a firewall) is
+  // unreachable, and its silence later says nothing about it.
+  RankProbe(MPI_Comm comm, Answer answer, OnPeerTimeout on_peer_timeout, double reach_deadline_s = 2);
   ~RankProbe();
   RankProbe(const RankProbe&) = delete;
   RankProbe& operator=(const RankProbe&) = delete;
@@ -35,6 +36,8 @@ class RankProbe {
   // Rank 0: every rank's answer in rank order (rank 0's own included), nullopt where none came within deadline_s.
   // Empty on other ranks.
   std::vector<std::optional<std::string>> AskAll(double deadline_s) const;
+  // Rank 0: whether `rank` answered when the probe was set up.
+  bool Reachable(int rank) const { return rank >= 0 && static_cast<size_t>(rank) < reachable_.size() && reachable_[rank]; }
   // Tells rank 0 that this rank's watchdog fired in `operation`; true when rank 0 took it within deadline_s.
   bool TellRoot(const std::string& operation, double deadline_s) const;
 
@@ -50,6 +53,7 @@ class RankProbe {
   Answer answer_;
   std::vector<Endpoint> endpoints_;  // rank 0: every rank's; other ranks: rank 0's only, at index 0
   std::unique_ptr<Server> server_;
+  std::vector<bool> reachable_;  // rank 0
 };
 
 }  // namespace tb
