@@ -102,23 +102,26 @@ records=()
 if [[ ${#names[@]} -eq 0 && ${#validate_hosts[@]} -eq 0 ]]; then
   mapfile -t records < <(scontrol -o show node) || bad "scontrol show node failed"
 fi
-for name in "${names[@]}"; do
-  expand "$name"
+lookup() {  # lookup LIST WHAT: found=(the record of each node of the Slurm host list LIST); an unknown one is bad input
+  found=()
+  expand "$1"
+  local host record
   for host in "${hosts[@]}"; do
-    record=$(scontrol -o show node "$host" 2>&1) || bad "unknown node '$host' ($record)"
-    records+=("$record")
+    record=$(scontrol -o show node "$host" 2>&1) || bad "${2}unknown node '$host' ($record)"
+    found+=("$record")
   done
+}
+for name in "${names[@]}"; do
+  lookup "$name" ""
+  records+=("${found[@]}")
 done
 # A report's host is a node name where NodeName is the host name; otherwise it is matched to the nodes (of
 # --within, else all) whose NodeHostname it is, as when several slurmds share one host.
 if [[ ${#validate_hosts[@]} -gt 0 ]]; then
   candidates=()
   if [[ -n $within ]]; then
-    expand "$within"
-    for host in "${hosts[@]}"; do
-      record=$(scontrol -o show node "$host" 2>&1) || bad "--within: unknown node '$host' ($record)"
-      candidates+=("$record")
-    done
+    lookup "$within" "--within: "
+    candidates=("${found[@]}")
   else
     mapfile -t candidates < <(scontrol -o show node) || bad "scontrol show node failed"
   fi

@@ -557,6 +557,8 @@ inline const RealAttribute write_GBps{kSummary, "write_GBps", "GB/s", "data gene
 inline const std::vector<const Field*> kStoredOnly = {
     // The identity ReadReport checks before anything else.
     &root::schema, &root::schema_version,
+    // A timeout's stuck ranks: validate's run.status concerns them; `report` shows them in the status reason.
+    &root::stuck_ranks,
     // Where each rank ran, in detail, and the environment.
     &topology::ranks::local_size, &topology::ranks::gpu_uuid, &topology::ranks::gpu_pci_bus,
     &topology::ranks::gpu_memory_bytes, &topology::gpu_links::node, &topology::gpu_links::host,
