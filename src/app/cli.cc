@@ -322,9 +322,19 @@ void CommandRun::StartRankProbe() {
   for (const RankTopology& rank : topology_.ranks) hosts_.push_back(rank.host);
   probe_ = std::make_unique<RankProbe>(
       MPI_COMM_WORLD, [watchdog] { return EncodeWatchdogState(watchdog->State()); },
-      [this](int rank, const std::string& operation) {
-        OnTimeout("on rank " + std::to_string(rank) + ", " + operation, -1);
-      });
+      [this, watchdog](int rank, const std::string& operation) { OnPeerTimeout(*watchdog, rank, operation); });
+}
+
+void CommandRun::OnPeerTimeout(const Watchdog& watchdog, int rank, const std::string& operation) {
+  // Rank 0 waiting in an operation of its own times out in it soon (the ranks' clocks start their operations a
+  // little apart): its own line, naming its own operation, is the one to give. Only a rank 0 outside any guarded
+  // operation, or one whose watchdog stays silent past this grace, answers for the peer. The peer waits 20 s.
+  constexpr double kOwnTimeoutGrace_s = 5;
+  const double deadline = NowSeconds() + kOwnTimeoutGrace_s;
+  while (!watchdog.State().operation.empty() && NowSeconds() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  OnTimeout("on rank " + std::to_string(rank) + ", " + operation, -1);
 }
 
 HangDiagnosis CommandRun::DiagnoseHangNow() const {

@@ -131,6 +131,9 @@ class CommandRun {
   // Collective (BeginMeasurement): each rank's probe port, from which rank 0 learns after a timeout where every
   // rank is (rank_probe.h); none without a watchdog.
   void StartRankProbe();
+  // Rank 0's probe thread, when `rank`'s watchdog fired in `operation`: OnTimeout for it, unless rank 0's own watchdog
+  // fires first (OnTimeout runs once).
+  [[noreturn]] void OnPeerTimeout(const Watchdog& watchdog, int rank, const std::string& operation);
   // Rank 0: asks every rank where it is, and names those the others wait for.
   HangDiagnosis DiagnoseHangNow() const;
   // The watchdog thread's handler (and rank 0's probe thread's, when another rank's watchdog fired; elapsed_s < 0:
