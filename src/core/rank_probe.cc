@@ -284,11 +284,11 @@ RankProbe::RankProbe(MPI_Comm comm, Answer answer, OnPeerTimeout on_peer_timeout
   if (mine.port) mine.addresses = LocalAddresses();
   std::string root = Pack(mine);
   BroadcastString(comm, root, 0);
+  const std::vector<std::string> all = GatherStrings(comm, Pack(mine), 0);  // empty on other ranks
   if (rank_ == 0) {
-    for (const std::string& packed : GatherStrings(comm, Pack(mine), 0)) endpoints_.push_back(Unpack(packed));
+    for (const std::string& packed : all) endpoints_.push_back(Unpack(packed));
     for (const std::optional<std::string>& answer : AskAll(reach_deadline_s)) reachable_.push_back(answer.has_value());
   } else {
-    GatherStrings(comm, Pack(mine), 0);
     endpoints_.push_back(Unpack(root));
   }
   TB_CHECK_MPI(MPI_Barrier(comm));  // rank 0's check of reach sees each rank as it is when the probe is set up
