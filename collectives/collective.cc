@@ -94,6 +94,8 @@ const std::vector<const CollectiveDef*>& AllCollectives() {
   return all;
 }
 
+bool HasPerNicRate(const CollectiveDef& def) { return &def == &kAllReduce || &def == &kReduceScatter || &def == &kAllGather; }
+
 const CollectiveDef& FindCollective(const std::string& name, const std::string& flag) {
   std::string accepted;
   for (const CollectiveDef* def : AllCollectives()) {

@@ -42,6 +42,10 @@ struct CollectiveDef {
 
 // Every collective, in the order they are documented and run.
 const std::vector<const CollectiveDef*>& AllCollectives();
+// Whether the per-NIC rate (PerNicBusBw, definitions.h) is defined for `def`: all_reduce, reduce_scatter and
+// all_gather, whose hierarchical form moves (k-1)/k of each rank's share across nodes.
+bool HasPerNicRate(const CollectiveDef& def);
+
 // Looks a collective up by name; throws InputError listing the accepted names.
 const CollectiveDef& FindCollective(const std::string& name, const std::string& flag);
 

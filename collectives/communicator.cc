@@ -65,4 +65,12 @@ std::string ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
+std::unique_ptr<Communicator> Communicator::Prefix(int k) {
+  if (k < 1 || k > size()) {
+    throw InputError("cannot make a communicator of the first " + std::to_string(k) + " ranks of " +
+                     std::to_string(size()) + " (accepted: 1 to " + std::to_string(size()) + ")");
+  }
+  return Split(rank() < k ? 0 : -1, rank());
+}
+
 }  // namespace tb

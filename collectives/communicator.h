@@ -92,8 +92,12 @@ class Communicator {
   // small values (timings, counts, stop requests). Owned by this communicator.
   virtual MPI_Comm host_comm() const = 0;
 
-  // Communicator of ranks [0, k) of this one: every rank must call it; ranks >= k get nullptr.
-  virtual std::unique_ptr<Communicator> Prefix(int k) = 0;
+  // Communicator of the ranks that pass the same `color` (>= 0), numbered by `key` (ties by rank), as
+  // MPI_Comm_split and ncclCommSplit do: every rank must call it; a rank passing a negative color gets nullptr.
+  virtual std::unique_ptr<Communicator> Split(int color, int key) = 0;
+  // Communicator of ranks [0, k) of this one (Split by rank < k): every rank must call it; ranks >= k get
+  // nullptr. Throws InputError unless 1 <= k <= size().
+  std::unique_ptr<Communicator> Prefix(int k);
 
   // Abandons outstanding operations so that a stuck rank can exit (ncclCommAbort). Safe to call from the
   // watchdog thread; the communicator is unusable afterwards.

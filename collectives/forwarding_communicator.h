@@ -41,7 +41,7 @@ class ForwardingCommunicator : public Communicator {
   void Synchronize() override { inner_->Synchronize(); }
   void Barrier() override { inner_->Barrier(); }
   MPI_Comm host_comm() const override { return inner_->host_comm(); }
-  std::unique_ptr<Communicator> Prefix(int k) override { return inner_->Prefix(k); }
+  std::unique_ptr<Communicator> Split(int color, int key) override { return inner_->Split(color, key); }
   void Abort() override { inner_->Abort(); }
 
  private:

@@ -2,24 +2,41 @@
 
 #include <algorithm>
 
+#include "error.h"
+
 namespace tb {
 
+namespace {
+
+std::vector<int> Identity(int n) {
+  std::vector<int> ranks(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) ranks[static_cast<size_t>(r)] = r;
+  return ranks;
+}
+
+}  // namespace
+
 InjectingCommunicator::InjectingCommunicator(std::unique_ptr<Communicator> inner, InjectionPlan plan)
-    : ForwardingCommunicator(std::move(inner)), plan_(std::move(plan)) {
+    : InjectingCommunicator(std::move(inner), std::move(plan), {}) {}
+
+InjectingCommunicator::InjectingCommunicator(std::unique_ptr<Communicator> inner, InjectionPlan plan,
+                                             std::vector<int> launch_ranks)
+    : ForwardingCommunicator(std::move(inner)), plan_(std::move(plan)), launch_ranks_(std::move(launch_ranks)) {
+  if (launch_ranks_.empty()) launch_ranks_ = Identity(size());
   for (int peer = 0; peer < size(); ++peer) {
-    collective_delay_us_ = std::max(collective_delay_us_, plan_.LinkDelayUs(rank(), peer));
+    collective_delay_us_ = std::max(collective_delay_us_, plan_.LinkDelayUs(Me(), Launch(peer)));
   }
 }
 
 void InjectingCommunicator::BeforeCollective() {
-  if (plan_.Hangs(rank())) BlockForever();
+  if (plan_.Hangs(Me())) BlockForever();
   SleepMilliseconds(collective_delay_us_ / 1000);
 }
 
 void InjectingCommunicator::BeforeMessage(int dst, int src) {
-  if (plan_.Hangs(rank())) BlockForever();
-  const double to = dst >= 0 ? plan_.LinkDelayUs(rank(), dst) : 0;
-  const double from = src >= 0 ? plan_.LinkDelayUs(rank(), src) : 0;
+  if (plan_.Hangs(Me())) BlockForever();
+  const double to = dst >= 0 ? plan_.LinkDelayUs(Me(), Launch(dst)) : 0;
+  const double from = src >= 0 ? plan_.LinkDelayUs(Me(), Launch(src)) : 0;
   SleepMilliseconds(std::max(to, from) / 1000);  // a send and a receive at once wait together
 }
 
@@ -64,10 +81,13 @@ void InjectingCommunicator::SendRecv(const void* s, int dst, void* r, int src, s
   ForwardingCommunicator::SendRecv(s, dst, r, src, c, t);
 }
 
-std::unique_ptr<Communicator> InjectingCommunicator::Prefix(int k) {
-  std::unique_ptr<Communicator> sub = ForwardingCommunicator::Prefix(k);
+std::unique_ptr<Communicator> InjectingCommunicator::Split(int color, int key) {
+  std::unique_ptr<Communicator> sub = ForwardingCommunicator::Split(color, key);
   if (!sub) return nullptr;
-  return std::make_unique<InjectingCommunicator>(std::move(sub), plan_);
+  std::vector<int> launch_ranks(static_cast<size_t>(sub->size()));
+  const int me = Me();
+  TB_CHECK_MPI(MPI_Allgather(&me, 1, MPI_INT, launch_ranks.data(), 1, MPI_INT, sub->host_comm()));
+  return std::make_unique<InjectingCommunicator>(std::move(sub), plan_, std::move(launch_ranks));
 }
 
 std::unique_ptr<Communicator> WithInjectedFaults(std::unique_ptr<Communicator> comm, const InjectionPlan& plan) {

@@ -6,10 +6,12 @@
 //                     it moves data over their link;
 //   hang=R            rank R blocks for ever in its first operation that moves data (a collective, SendRecv or
 //                     StartAllReduce), inside the caller's watchdog guard, which then names it.
-// Sub-communicators (Prefix) keep the wrapper: ranks [0, k) keep their numbers.
+// Ranks are the plan's (the launch's) numbers: sub-communicators (Split, Prefix) keep the wrapper and know which
+// launch rank each of their ranks is.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "forwarding_communicator.h"
 #include "inject.h"
@@ -19,6 +21,8 @@ namespace tb {
 class InjectingCommunicator : public ForwardingCommunicator {
  public:
   InjectingCommunicator(std::unique_ptr<Communicator> inner, InjectionPlan plan);
+  // `launch_ranks[r]`: the launch's number of this communicator's rank r.
+  InjectingCommunicator(std::unique_ptr<Communicator> inner, InjectionPlan plan, std::vector<int> launch_ranks);
 
   void AllReduce(const void* s, void* r, size_t c, DataType t, ReduceOp op) override;
   std::unique_ptr<PendingOp> StartAllReduce(const void* s, void* r, size_t c, DataType t, ReduceOp op,
@@ -29,15 +33,18 @@ class InjectingCommunicator : public ForwardingCommunicator {
   void Broadcast(const void* s, void* r, size_t c, DataType t, int root) override;
   void Reduce(const void* s, void* r, size_t c, DataType t, ReduceOp op, int root) override;
   void SendRecv(const void* s, int dst, void* r, int src, size_t c, DataType t) override;
-  std::unique_ptr<Communicator> Prefix(int k) override;
+  std::unique_ptr<Communicator> Split(int color, int key) override;
 
  private:
   // Before a collective: hang, or wait for the slow links this rank has inside the communicator.
   void BeforeCollective();
   // Before a message to `dst` and/or from `src` (-1: none).
   void BeforeMessage(int dst, int src);
+  int Launch(int r) const { return launch_ranks_[static_cast<size_t>(r)]; }
+  int Me() const { return Launch(rank()); }
 
   InjectionPlan plan_;
+  std::vector<int> launch_ranks_;
   double collective_delay_us_ = 0;  // the slowest link from this rank to another of the communicator
 };
 

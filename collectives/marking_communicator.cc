@@ -74,8 +74,8 @@ void MarkingCommunicator::Barrier() {
   ForwardingCommunicator::Barrier();
 }
 
-std::unique_ptr<Communicator> MarkingCommunicator::Prefix(int k) {
-  std::unique_ptr<Communicator> sub = ForwardingCommunicator::Prefix(k);
+std::unique_ptr<Communicator> MarkingCommunicator::Split(int color, int key) {
+  std::unique_ptr<Communicator> sub = ForwardingCommunicator::Split(color, key);
   return sub ? std::make_unique<MarkingCommunicator>(std::move(sub)) : nullptr;
 }
 

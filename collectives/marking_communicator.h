@@ -25,7 +25,7 @@ class MarkingCommunicator : public ForwardingCommunicator {
   void SendRecv(const void* s, int d, void* r, int src, size_t c, DataType t) override;
   void Synchronize() override;
   void Barrier() override;
-  std::unique_ptr<Communicator> Prefix(int k) override;
+  std::unique_ptr<Communicator> Split(int color, int key) override;
 };
 
 std::unique_ptr<Communicator> WithCommunicationMarks(std::unique_ptr<Communicator> comm);

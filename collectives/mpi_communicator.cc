@@ -222,9 +222,9 @@ class MpiCommunicator : public Communicator {
   void Barrier() override { TB_CHECK_MPI(MPI_Barrier(comm_)); }
   MPI_Comm host_comm() const override { return comm_; }
 
-  std::unique_ptr<Communicator> Prefix(int k) override {
+  std::unique_ptr<Communicator> Split(int color, int key) override {
     MPI_Comm sub = MPI_COMM_NULL;
-    TB_CHECK_MPI(MPI_Comm_split(comm_, rank_ < k ? 0 : MPI_UNDEFINED, rank_, &sub));
+    TB_CHECK_MPI(MPI_Comm_split(comm_, color >= 0 ? color : MPI_UNDEFINED, key, &sub));
     if (sub == MPI_COMM_NULL) return nullptr;
     return std::make_unique<MpiCommunicator>(sub);
   }

@@ -154,7 +154,7 @@ class NcclCommunicator final : public Communicator {
   void Synchronize() override;
   void Barrier() override { TB_CHECK_MPI(MPI_Barrier(mpi_comm_.get())); }
   MPI_Comm host_comm() const override { return mpi_comm_.get(); }
-  std::unique_ptr<Communicator> Prefix(int k) override;
+  std::unique_ptr<Communicator> Split(int color, int key) override;
   void Abort() override;
 
  private:
@@ -422,14 +422,10 @@ void NcclCommunicator::Synchronize() {
   }
 }
 
-std::unique_ptr<Communicator> NcclCommunicator::Prefix(int k) {
-  if (k < 1 || k > size_) {
-    throw InputError("cannot make a communicator of the first " + std::to_string(k) + " ranks of " +
-                     std::to_string(size_) + " (accepted: 1 to " + std::to_string(size_) + ")");
-  }
-  const bool member = rank_ < k;
+std::unique_ptr<Communicator> NcclCommunicator::Split(int color, int key) {
+  const bool member = color >= 0;
   MPI_Comm sub_mpi_comm = MPI_COMM_NULL;
-  TB_CHECK_MPI(MPI_Comm_split(mpi_comm_.get(), member ? 0 : MPI_UNDEFINED, rank_, &sub_mpi_comm));
+  TB_CHECK_MPI(MPI_Comm_split(mpi_comm_.get(), member ? color : MPI_UNDEFINED, key, &sub_mpi_comm));
   MpiComm owned_mpi_comm(sub_mpi_comm);
   Stream stream;  // made before the split, so that nothing can fail between creating the child and owning it
 
@@ -440,7 +436,7 @@ std::unique_ptr<Communicator> NcclCommunicator::Prefix(int k) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ThrowIfAborted();
-    result = ncclCommSplit(comm_, member ? 0 : NCCL_SPLIT_NOCOLOR, rank_, &child, &config);
+    result = ncclCommSplit(comm_, member ? color : NCCL_SPLIT_NOCOLOR, key, &child, &config);
   }
   // The split runs in the background on the parent, which writes `child` once it is done.
   Settle(result, "ncclCommSplit", where);
@@ -449,7 +445,10 @@ std::unique_ptr<Communicator> NcclCommunicator::Prefix(int k) {
     throw RuntimeError(FormatFailure("ncclCommSplit", __FILE__, __LINE__, "no communicator for a member rank"));
   }
   FinishCreation(child, AsyncState(child), "ncclCommSplit (new communicator)", where);
-  return std::make_unique<NcclCommunicator>(child, std::move(owned_mpi_comm), std::move(stream), rank_, k);
+  int sub_rank = 0, sub_size = 0;
+  TB_CHECK_MPI(MPI_Comm_rank(owned_mpi_comm.get(), &sub_rank));
+  TB_CHECK_MPI(MPI_Comm_size(owned_mpi_comm.get(), &sub_size));
+  return std::make_unique<NcclCommunicator>(child, std::move(owned_mpi_comm), std::move(stream), sub_rank, sub_size);
 }
 
 void NcclCommunicator::Abort() {

@@ -3,6 +3,7 @@
 #include "schema.h"
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -225,18 +226,33 @@ P2pResult RunP2p(Communicator& comm, const P2pOptions& options) {
 
   result.median_uni_GBps = MedianOffDiagonal(result.uni_GBps, n);
   result.median_bidi_GBps = MedianOffDiagonal(result.bidi_GBps, n);
-  result.flagged = FlagWeakPairs(result.uni_GBps, n, options.threshold_fraction);
+  result.nodes = std::max<int>(1, static_cast<int>(std::set<int>(options.rank_nodes.begin(), options.rank_nodes.end()).size()));
+  result.median_uni_intra_GBps = MedianOffDiagonal(result.uni_GBps, n, options.rank_nodes, LinkClass::kIntra);
+  result.median_uni_inter_GBps = MedianOffDiagonal(result.uni_GBps, n, options.rank_nodes, LinkClass::kInter);
+  result.flagged = FlagWeakPairs(result.uni_GBps, n, options.threshold_fraction, options.rank_nodes);
   return result;
 }
 
-double MedianOffDiagonal(const std::vector<double>& matrix, int n) {
-  if (n < 0 || matrix.size() != static_cast<size_t>(n) * n) {
-    throw std::logic_error(Format("MedianOffDiagonal: %zu values for a %d x %d matrix", matrix.size(), n, n));
+const char* LinkClassName(LinkClass link) { return link == LinkClass::kIntra ? "intra" : "inter"; }
+
+LinkClass ClassOf(const std::vector<int>& rank_nodes, int a, int b) {
+  if (rank_nodes.empty()) return LinkClass::kIntra;
+  return rank_nodes.at(static_cast<size_t>(a)) == rank_nodes.at(static_cast<size_t>(b)) ? LinkClass::kIntra
+                                                                                        : LinkClass::kInter;
+}
+
+double MedianOffDiagonal(const std::vector<double>& matrix, int n, const std::vector<int>& rank_nodes,
+                         std::optional<LinkClass> only) {
+  if (n < 0 || matrix.size() != static_cast<size_t>(n) * n ||
+      (!rank_nodes.empty() && rank_nodes.size() != static_cast<size_t>(n))) {
+    throw std::logic_error(Format("MedianOffDiagonal: %zu values and %zu nodes for a %d x %d matrix", matrix.size(),
+                                  rank_nodes.size(), n, n));
   }
   std::vector<double> values;
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < n; ++c) {
       double value = matrix[static_cast<size_t>(r) * n + c];
+      if (only && ClassOf(rank_nodes, r, c) != *only) continue;
       if (r != c && !std::isnan(value)) values.push_back(value);
     }
   }
@@ -246,15 +262,18 @@ double MedianOffDiagonal(const std::vector<double>& matrix, int n) {
   return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
 }
 
-std::vector<FlaggedPair> FlagWeakPairs(const std::vector<double>& uni_GBps, int n, double fraction) {
-  const double median = MedianOffDiagonal(uni_GBps, n);
+std::vector<FlaggedPair> FlagWeakPairs(const std::vector<double>& uni_GBps, int n, double fraction,
+                                       const std::vector<int>& rank_nodes) {
+  const double medians[2] = {MedianOffDiagonal(uni_GBps, n, rank_nodes, LinkClass::kIntra),
+                             MedianOffDiagonal(uni_GBps, n, rank_nodes, LinkClass::kInter)};
   std::vector<FlaggedPair> flagged;
-  if (std::isnan(median)) return flagged;
   for (int src = 0; src < n; ++src) {
     for (int dst = 0; dst < n; ++dst) {
-      double value = uni_GBps[static_cast<size_t>(src) * n + dst];
-      // NaN compares false, so the diagonal and unmeasured pairs are never flagged.
-      if (src != dst && value < fraction * median) flagged.push_back({src, dst, value, value / median});
+      const double value = uni_GBps[static_cast<size_t>(src) * n + dst];
+      const LinkClass link = ClassOf(rank_nodes, src, dst);
+      const double median = medians[link == LinkClass::kIntra ? 0 : 1];
+      // NaN compares false, so the diagonal, unmeasured pairs and a class without a median are never flagged.
+      if (src != dst && value < fraction * median) flagged.push_back({src, dst, value, link, median, value / median});
     }
   }
   return flagged;
@@ -271,6 +290,9 @@ void AddP2pToReport(Group& p2p_group, const P2pResult& result, const P2pOptions&
   schema::Set(p2p_group, s::threshold_fraction, options.threshold_fraction);
   schema::Set(p2p_group, s::median_uni_GBps, result.median_uni_GBps);
   schema::Set(p2p_group, s::median_bidi_GBps, result.median_bidi_GBps);
+  schema::Set(p2p_group, s::median_uni_intra_GBps, result.median_uni_intra_GBps);
+  schema::Set(p2p_group, s::median_uni_inter_GBps, result.median_uni_inter_GBps);
+  schema::Set(p2p_group, s::nodes, result.nodes);
   schema::Set(p2p_group, s::complete, result.complete ? 1 : 0);
 
   const size_t n = static_cast<size_t>(result.n);
@@ -287,6 +309,8 @@ void AddP2pToReport(Group& p2p_group, const P2pResult& result, const P2pOptions&
       .Column(f::src_gpu, [&](const FlaggedPair& p) { return rank_gpus[p.src]; })
       .Column(f::dst_gpu, [&](const FlaggedPair& p) { return rank_gpus[p.dst]; })
       .Column(f::uni_bw_GBps, [](const FlaggedPair& p) { return p.uni_GBps; })
+      .Column(f::link, [](const FlaggedPair& p) { return std::string(LinkClassName(p.link)); })
+      .Column(f::median_GBps, [](const FlaggedPair& p) { return p.median_GBps; })
       .Column(f::fraction_of_median, [](const FlaggedPair& p) { return p.fraction_of_median; })
       .Write(p2p_group, result.flagged);
 }
@@ -309,11 +333,18 @@ std::vector<std::string> FormatP2p(const P2pResult& result, const P2pOptions& op
   lines.push_back("#");
   lines.push_back("# Median unidirectional bandwidth : " + FormatFixed(result.median_uni_GBps, 2) + " GB/s");
   lines.push_back("# Median bidirectional bandwidth  : " + FormatFixed(result.median_bidi_GBps, 2) + " GB/s");
+  if (result.nodes > 1) {
+    const auto rate = [](double GBps) { return std::isnan(GBps) ? std::string("none") : Format("%.3g GB/s", GBps); };
+    lines.push_back("# Median unidirectional, intra-node pairs : " + rate(result.median_uni_intra_GBps) +
+                    "; inter-node pairs : " + rate(result.median_uni_inter_GBps) + " (" +
+                    std::to_string(result.nodes) + " nodes; weak links are judged within their class)");
+  }
   if (!result.complete) lines.push_back("# Incomplete: stopped before every pair was measured (N/A = not measured)");
   for (const FlaggedPair& pair : result.flagged) {
-    lines.push_back(Format("# weak link: %s -> %s: %.2f GB/s = %.2f x median",
+    lines.push_back(Format("# weak link: %s -> %s: %.3g GB/s = %.2f x median of the %s-node pairs",
                            RankLabel(pair.src, rank_hosts, rank_gpus).c_str(),
-                           RankLabel(pair.dst, rank_hosts, rank_gpus).c_str(), pair.uni_GBps, pair.fraction_of_median));
+                           RankLabel(pair.dst, rank_hosts, rank_gpus).c_str(), pair.uni_GBps, pair.fraction_of_median,
+                           LinkClassName(pair.link)));
   }
   if (result.flagged.empty()) {
     lines.push_back("# Weak links : 0 OK");

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include "clock.h"
+#include "definitions.h"
 #include "console.h"
 #include "error.h"
 #include "mpi_util.h"
@@ -55,6 +58,10 @@ double TimeOperation(Communicator& comm, const CollectiveDef& def, Operands oper
     for (int i = 0; i < o.warmup; ++i) def.run(comm, operands.send, operands.recv, c, o.type, o.reduce_op, o.root);
     comm.Synchronize();
     comm.Barrier();
+    if (o.across != MPI_COMM_NULL) {
+      InCommunication waiting;
+      TB_CHECK_MPI(MPI_Barrier(o.across));  // every communicator of the split times this size at once
+    }
   }
   Watchdog::Scope guard(o.watchdog, [&] {
     return Describe(def, c, o.type, in_place, "timed batch of " + std::to_string(o.iters) + " iterations");
@@ -66,10 +73,27 @@ double TimeOperation(Communicator& comm, const CollectiveDef& def, Operands oper
   return (NowSeconds() - start) / o.iters;
 }
 
+// Where a row's figures are combined: the sweep's communicator, or `across` under a split, whose rank each of the
+// communicator's ranks is (launch_of).
+struct RowScope {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::vector<int> launch_of;
+};
+
+RowScope ScopeOf(Communicator& comm, const SweepOptions& o) {
+  RowScope scope;
+  scope.comm = o.across != MPI_COMM_NULL ? o.across : comm.host_comm();
+  int mine = comm.rank();
+  if (o.across != MPI_COMM_NULL) TB_CHECK_MPI(MPI_Comm_rank(o.across, &mine));
+  scope.launch_of.resize(static_cast<size_t>(comm.size()));
+  TB_CHECK_MPI(MPI_Allgather(&mine, 1, MPI_INT, scope.launch_of.data(), 1, MPI_INT, comm.host_comm()));
+  return scope;
+}
+
 // One verified run: fill inputs, run, compare every defined output element. Returns the wrong count, and adds each
-// wrong element to its source rank's count in `by_source` (data movement only).
+// wrong element to its source rank's count in `by_source` (data movement only; by the scope's numbers).
 int64_t CheckOperation(Communicator& comm, const CollectiveDef& def, Buffers& buffers, const CollectiveCounts& c,
-                       const SweepOptions& o, bool in_place, std::vector<int64_t>& by_source) {
+                       const SweepOptions& o, bool in_place, const RowScope& scope, std::vector<int64_t>& by_source) {
   const int rank = comm.rank(), n = comm.size();
   const size_t type_size = DataTypeSize(o.type);
   // Host images of the buffers: the receive side starts as sentinel so that a missing write is caught.
@@ -103,7 +127,7 @@ int64_t CheckOperation(Communicator& comm, const CollectiveDef& def, Buffers& bu
     if (!def.expected(c, rank, n, i, o.reduce_op, o.root, &expected)) continue;
     if (ValueMatches(o.type, LoadElement(o.type, recv_image.data(), recv_offset + i), expected, n)) continue;
     ++wrong;
-    if (def.source) ++by_source[static_cast<size_t>(def.source(c, rank, n, i, o.root))];
+    if (def.source) ++by_source[static_cast<size_t>(scope.launch_of[static_cast<size_t>(def.source(c, rank, n, i, o.root))])];
   }
   return wrong;
 }
@@ -117,14 +141,14 @@ std::string RanksWithCounts(const std::vector<int64_t>& by_source) {
   return ranks;
 }
 
-ModeResult MeasureMode(Communicator& comm, const CollectiveDef& def, Buffers& buffers,
-                       const CollectiveCounts& c, const SweepOptions& o, bool in_place, double bus_factor) {
+ModeResult MeasureMode(Communicator& comm, const CollectiveDef& def, Buffers& buffers, const CollectiveCounts& c,
+                       const SweepOptions& o, bool in_place, const RowScope& scope, double bus_factor) {
   ModeResult m;
   m.measured = true;
   const size_t type_size = DataTypeSize(o.type);
   double mine = TimeOperation(comm, def, OperandsFor(buffers, c, type_size, in_place), c, o, in_place);
-  // Each rank's mean, then max (the time), min and average across ranks.
-  std::vector<double> all = AllGatherDoubles(comm.host_comm(), mine);
+  // Each rank's mean, then max (the time), min and average across ranks (of every communicator of a split).
+  std::vector<double> all = AllGatherDoubles(scope.comm, mine);
   double max = *std::max_element(all.begin(), all.end());
   double min = *std::min_element(all.begin(), all.end());
   double sum = 0;
@@ -134,12 +158,16 @@ ModeResult MeasureMode(Communicator& comm, const CollectiveDef& def, Buffers& bu
   m.time_rank_avg_us = sum / all.size() * 1e6;
   m.algbw_GBps = static_cast<double>(c.size_bytes) / max / 1e9;
   m.busbw_GBps = m.algbw_GBps * bus_factor;
+  const bool per_nic = o.split.nodes > 1 && HasPerNicRate(def);
+  m.nic_busbw_GBps = per_nic ? PerNicBusBw(m.busbw_GBps, o.split.nodes, comm.size()) : std::nan("");
   if (o.check_iters > 0) {
     int64_t wrong = 0;
-    std::vector<int64_t> by_source(static_cast<size_t>(comm.size()), 0);
-    for (int i = 0; i < o.check_iters; ++i) wrong += CheckOperation(comm, def, buffers, c, o, in_place, by_source);
-    TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, comm.host_comm()));
-    TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, by_source.data(), comm.size(), MPI_INT64_T, MPI_SUM, comm.host_comm()));
+    int scope_size = 0;
+    TB_CHECK_MPI(MPI_Comm_size(scope.comm, &scope_size));
+    std::vector<int64_t> by_source(static_cast<size_t>(scope_size), 0);
+    for (int i = 0; i < o.check_iters; ++i) wrong += CheckOperation(comm, def, buffers, c, o, in_place, scope, by_source);
+    TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, scope.comm));
+    TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, by_source.data(), scope_size, MPI_INT64_T, MPI_SUM, scope.comm));
     m.wrong = wrong;
     m.wrong_sources = RanksWithCounts(by_source);
   }
@@ -166,10 +194,12 @@ SweepResult RunSweep(Communicator& comm, const SweepOptions& o,
                      " collectives (--dtype); use float, double or int32, or --backend cuda");
   }
   SweepResult result;
+  const RowScope scope = ScopeOf(comm, o);
   for (const CollectiveDef* def : o.ops) {
     OpResult op;
     op.def = def;
     op.n_ranks = n;
+    op.nodes = o.split.nodes;
     op.bus_factor = def->bus_factor(n);
     // Buffers sized once for the largest size, as nccl-tests does; reused for every size.
     const BufferBytes bytes = SweepBufferBytes(*def, o, n, comm.rank());
@@ -186,8 +216,8 @@ SweepResult RunSweep(Communicator& comm, const SweepOptions& o,
       SizeResult row;
       row.size_bytes = c.size_bytes;
       row.count = c.size_bytes / type_size;
-      if (o.out_of_place) row.out_of_place = MeasureMode(comm, *def, buffers, c, o, false, op.bus_factor);
-      if (o.in_place) row.in_place = MeasureMode(comm, *def, buffers, c, o, true, op.bus_factor);
+      if (o.out_of_place) row.out_of_place = MeasureMode(comm, *def, buffers, c, o, false, scope, op.bus_factor);
+      if (o.in_place) row.in_place = MeasureMode(comm, *def, buffers, c, o, true, scope, op.bus_factor);
       for (const ModeResult* m : {&row.out_of_place, &row.in_place}) {
         if (m->wrong > 0) result.wrong_total += m->wrong;
       }
@@ -208,12 +238,33 @@ std::vector<std::string> ModeCells(const ModeResult& m) {
           m.wrong < 0 ? "N/A" : std::to_string(m.wrong)};
 }
 
+
+// "4 ranks", or under a split "2 communicators of 2 ranks at once (--split intra)".
+std::string RanksText(const OpResult& op, const SweepOptions& o) {
+  if (o.split.split == "all") return std::to_string(op.n_ranks) + " ranks";
+  return Format("%d communicator%s of %d ranks at once (--split %s)", o.split.communicators,
+                o.split.communicators == 1 ? "" : "s", op.n_ranks, o.split.split.c_str());
+}
+
+// The highest per-NIC rate of the op's rows, and its size; none when the op has no such rate here.
+std::optional<std::pair<double, uint64_t>> PeakPerNic(const OpResult& op) {
+  std::optional<std::pair<double, uint64_t>> peak;
+  for (const SizeResult& row : op.rows) {
+    for (const ModeResult* m : {&row.out_of_place, &row.in_place}) {
+      if (m->measured && std::isfinite(m->nic_busbw_GBps) && (!peak || m->nic_busbw_GBps > peak->first)) {
+        peak = std::make_pair(m->nic_busbw_GBps, row.size_bytes);
+      }
+    }
+  }
+  return peak;
+}
+
 }  // namespace
 
 std::vector<std::string> SweepHeaderLines(const OpResult& op, const SweepOptions& o) {
   std::vector<std::string> lines = {
-      Format("# %s: %d ranks, dtype %s, redop %s, root %d, iters %d, warmup %d, check-iters %d, busbw factor %s = %.4f",
-             op.def->name, op.n_ranks, DataTypeName(o.type).c_str(),
+      Format("# %s: %s, dtype %s, redop %s, root %d, iters %d, warmup %d, check-iters %d, busbw factor %s = %.4f",
+             op.def->name, RanksText(op, o).c_str(), DataTypeName(o.type).c_str(),
              op.def->uses_reduce_op ? ReduceOpName(o.reduce_op).c_str() : "none", op.def->uses_root ? o.root : -1,
              o.iters, o.warmup, o.check_iters, op.def->bus_factor_formula, op.bus_factor),
       "#",
@@ -250,6 +301,12 @@ std::vector<std::string> SweepFooterLines(const SweepResult& result) {
       }
     }
     if (terms > 0) lines.push_back(Format("# Avg bus bandwidth    : %.4f GB/s (%s)", sum / terms, op.def->name));
+    if (const auto peak = PeakPerNic(op)) {
+      lines.push_back(Format("# Per-NIC rate         : %.4f GB/s at %llu B (%s; busbw x (k-1)/(n-1), k = %d nodes, n = %d "
+                             "ranks: each rank's share of the inter-node traffic)",
+                             peak->first, static_cast<unsigned long long>(peak->second), op.def->name, op.nodes,
+                             op.n_ranks));
+    }
   }
   if (!result.complete) lines.push_back("# Sweep stopped early by a signal: the report is marked interrupted");
   lines.push_back("#");
@@ -271,6 +328,9 @@ void SetOpAttributes(Group& group, const OpResult& op, const SweepOptions& o) {
   schema::Set(group, sc::check_iters, o.check_iters);
   schema::Set(group, sc::bus_factor, op.bus_factor);
   schema::Set(group, sc::bus_factor_formula, op.def->bus_factor_formula);
+  schema::Set(group, sc::split, o.split.split);
+  schema::Set(group, sc::communicators, o.split.communicators);
+  schema::Set(group, sc::nodes, o.split.nodes);
 }
 
 // The results table, a row per size; each mode's columns NaN (wrong -1) where the mode did not run.
@@ -289,6 +349,7 @@ void AddResultsTable(Group& group, const OpResult& op) {
         .Column(r::time_rank_avg_us, [=](const SizeResult& row) { return of(row).measured ? of(row).time_rank_avg_us : nan; }, mode)
         .Column(r::algbw_GBps, [=](const SizeResult& row) { return of(row).measured ? of(row).algbw_GBps : nan; }, mode)
         .Column(r::busbw_GBps, [=](const SizeResult& row) { return of(row).measured ? of(row).busbw_GBps : nan; }, mode)
+        .Column(r::nic_busbw_GBps, [=](const SizeResult& row) { return of(row).measured ? of(row).nic_busbw_GBps : nan; }, mode)
         .Column(r::wrong, [=](const SizeResult& row) { return of(row).measured ? of(row).wrong : int64_t{-1}; }, mode)
         .Column(r::wrong_sources, [=](const SizeResult& row) { return of(row).wrong_sources; }, mode);
   }

@@ -16,6 +16,18 @@
 
 namespace tb {
 
+// The communicators of `collectives --split` (nccl-tests' NCCL_TESTS_SPLIT), all measuring at once:
+//   all    one communicator of every rank;
+//   intra  one per node, of that node's ranks (what the links inside a node carry);
+//   inter  one per local rank, of the ranks with that local rank on every node: one rank per node, every rank busy
+//          at once, as in the inter-node phase of a hierarchical all-reduce (the nodes' NICs shared as they would be).
+struct SplitPlan {
+  std::string split = "all";
+  int communicators = 1;  // how many measure at once
+  int ranks = 1;          // ranks n of each
+  int nodes = 1;          // nodes each spans
+};
+
 struct SweepOptions {
   std::vector<uint64_t> sizes;                 // requested sizes in bytes (S before rounding to elements)
   std::vector<const CollectiveDef*> ops;
@@ -34,6 +46,11 @@ struct SweepOptions {
   // If set, called on every rank with the host image of its input (`elements` of `type`) after it is filled and
   // before a verified run uploads it (where the CLI injects a wrong value).
   std::function<void(void* input, size_t elements)> before_check;
+  SplitPlan split;
+  // With a split into several communicators: a communicator over all of their ranks, so that each size starts
+  // together in every one and each row's times and wrong counts are over every rank of every communicator (the
+  // time the slowest one's). MPI_COMM_NULL when the sweep's communicator is the only one.
+  MPI_Comm across = MPI_COMM_NULL;
 };
 
 struct ModeResult {
@@ -45,6 +62,9 @@ struct ModeResult {
   double busbw_GBps = 0;         // algbw * bus factor
   int64_t wrong = -1;            // wrong elements summed over ranks and check iterations; -1 = not checked
   std::string wrong_sources;     // data movement: the ranks whose data arrived wrong ("1", "0,2"); "" otherwise
+                                 // (launch ranks: `across`'s numbers under a split)
+  double nic_busbw_GBps = 0;     // per-NIC rate busbw x (k-1)/(n-1) (PerNicBusBw) when the communicator spans k > 1
+                                 // nodes and the operation has one (HasPerNicRate); NaN otherwise
 };
 
 struct SizeResult {
@@ -57,6 +77,7 @@ struct SizeResult {
 struct OpResult {
   const CollectiveDef* def = nullptr;
   int n_ranks = 0;
+  int nodes = 1;                 // nodes the communicator spans
   double bus_factor = 0;
   std::vector<SizeResult> rows;
 };

@@ -42,7 +42,7 @@ SweepOptions ValidateCollectivesFlags(const CollectivesFlags& f, int n_ranks, co
   if (redop == redops.end()) throw InputError("unknown reduction '" + f.redop + "' for --redop (accepted: " + JoinNames(redops) + ")");
   o.reduce_op = static_cast<ReduceOp>(redop - redops.begin());
   if (f.root < 0 || f.root >= n_ranks) {
-    throw InputError("--root " + std::to_string(f.root) + " is not a rank of this launch (0.." + std::to_string(n_ranks - 1) + ")");
+    throw InputError("--root " + std::to_string(f.root) + " is not a rank of the communicator the sweep runs on (0.." + std::to_string(n_ranks - 1) + ")");
   }
   o.root = f.root;
   o.iters = f.iters;
@@ -59,6 +59,43 @@ SweepOptions ValidateCollectivesFlags(const CollectivesFlags& f, int n_ranks, co
     }
   }
   return o;
+}
+
+SplitPlan PlanSplit(const std::string& split, const NodeShape& shape) {
+  SplitPlan plan;
+  plan.split = split;
+  if (split == "all") {
+    plan.ranks = shape.ranks;
+    plan.nodes = shape.nodes;
+    return plan;
+  }
+  if (split != "intra" && split != "inter") {
+    throw InputError("unknown split '" + split + "' for --split (accepted: all, intra, inter)");
+  }
+  if (shape.min_ranks_per_node != shape.max_ranks_per_node) {
+    throw InputError("--split " + split + " needs the same number of ranks on every node; this launch has " +
+                     std::to_string(shape.min_ranks_per_node) + " to " + std::to_string(shape.max_ranks_per_node) +
+                     " ranks per node");
+  }
+  const int per_node = shape.min_ranks_per_node;
+  if (split == "intra") {
+    if (per_node < 2) {
+      throw InputError("--split intra needs at least 2 ranks per node; this launch has 1 on each of its " +
+                       std::to_string(shape.nodes) + " nodes");
+    }
+    plan.communicators = shape.nodes;
+    plan.ranks = per_node;
+    plan.nodes = 1;
+    return plan;
+  }
+  if (shape.nodes < 2) {
+    throw InputError("--split inter needs ranks on at least 2 nodes; all " + std::to_string(shape.ranks) +
+                     " ranks of this launch are on one node");
+  }
+  plan.communicators = per_node;
+  plan.ranks = shape.nodes;
+  plan.nodes = shape.nodes;
+  return plan;
 }
 
 }  // namespace tb

@@ -23,9 +23,22 @@ struct CollectivesFlags {
   int warmup = 5;
   int check_iters = 1;
   std::string modes = "out-of-place,in-place";
+  std::string split = "all";
 };
 
-// Validates the flags for a launch of n_ranks; `comm`, when given, is asked whether it supports the dtype
+// How the launch's ranks sit on nodes (hosts): the input of --split.
+struct NodeShape {
+  int ranks = 1;
+  int nodes = 1;
+  int min_ranks_per_node = 1;
+  int max_ranks_per_node = 1;
+};
+
+// Throws InputError when the split makes no sense for the launch: a communicator of one rank (intra with one rank
+// per node, inter on one node), or nodes with different rank counts (their communicators would not be alike).
+SplitPlan PlanSplit(const std::string& split, const NodeShape& shape);
+
+// Validates the flags for a sweep on communicators of n_ranks (SplitPlan::ranks); `comm`, when given, is asked whether it supports the dtype
 // (the MPI backend has no fp16/bf16). Throws InputError.
 SweepOptions ValidateCollectivesFlags(const CollectivesFlags& flags, int n_ranks, const Communicator* comm);
 

@@ -68,6 +68,39 @@ TEST(CollectivesFlags, EachBadInputNamesItsFlag) {
   EXPECT_NE(ErrorOf(with([](auto& f) { f.sizes = "1K,0"; })).find("--sizes"), std::string::npos);
 }
 
+TEST(CollectivesSplit, PlansTheCommunicatorsOfEachSplit) {
+  const NodeShape two_by_four{8, 2, 4, 4};
+  const SplitPlan all = PlanSplit("all", two_by_four);
+  EXPECT_EQ(all.communicators, 1);
+  EXPECT_EQ(all.ranks, 8);
+  EXPECT_EQ(all.nodes, 2);
+  const SplitPlan intra = PlanSplit("intra", two_by_four);
+  EXPECT_EQ(intra.communicators, 2);
+  EXPECT_EQ(intra.ranks, 4);
+  EXPECT_EQ(intra.nodes, 1);
+  const SplitPlan inter = PlanSplit("inter", two_by_four);
+  EXPECT_EQ(inter.communicators, 4);
+  EXPECT_EQ(inter.ranks, 2);
+  EXPECT_EQ(inter.nodes, 2);
+}
+
+TEST(CollectivesSplit, SplitsThatMakeNoSenseAreInputErrors) {
+  auto error_of = [](const std::string& split, const NodeShape& shape) -> std::string {
+    try {
+      PlanSplit(split, shape);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of("inter", {4, 1, 4, 4}).find("--split inter needs ranks on at least 2 nodes"), std::string::npos);
+  EXPECT_NE(error_of("intra", {2, 2, 1, 1}).find("--split intra needs at least 2 ranks per node"), std::string::npos);
+  EXPECT_NE(error_of("intra", {5, 2, 2, 3}).find("the same number of ranks on every node"), std::string::npos);
+  EXPECT_NE(error_of("inter", {5, 2, 2, 3}).find("2 to 3 ranks per node"), std::string::npos);
+  EXPECT_NE(error_of("diagonal", {4, 2, 2, 2}).find("accepted: all, intra, inter"), std::string::npos);
+  EXPECT_EQ(error_of("all", {5, 2, 2, 3}), "");  // one communicator of everyone needs no particular shape
+}
+
 TEST(CollectivesFlags, HalfPrecisionNeedsTheCudaBackend) {
   std::unique_ptr<Communicator> mpi = MakeMpiCommunicator(MPI_COMM_SELF);
   CollectivesFlags f;

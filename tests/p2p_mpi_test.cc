@@ -41,6 +41,8 @@ P2pResult HandMadeResult() {
   result.latency_us = {kNaN, 2, 2, 2, kNaN, 3, 2, 3, kNaN};
   result.median_uni_GBps = MedianOffDiagonal(result.uni_GBps, 3);
   result.median_bidi_GBps = MedianOffDiagonal(result.bidi_GBps, 3);
+  result.median_uni_intra_GBps = MedianOffDiagonal(result.uni_GBps, 3, {}, LinkClass::kIntra);
+  result.median_uni_inter_GBps = MedianOffDiagonal(result.uni_GBps, 3, {}, LinkClass::kInter);
   result.flagged = FlagWeakPairs(result.uni_GBps, 3, 0.8);
   return result;
 }
@@ -91,6 +93,36 @@ TEST(P2pFlag, OneSlowPairIsFlaggedWithItsFraction) {
   EXPECT_EQ(flagged[0].dst, 2);
   EXPECT_DOUBLE_EQ(flagged[0].uni_GBps, 40);
   EXPECT_DOUBLE_EQ(flagged[0].fraction_of_median, 0.4);
+}
+
+// Two nodes of two ranks: the inter-node pairs (10) are far below the intra-node ones (100) and none is weak, since
+// each class has its own median; one slow inter-node pair (2) and one slow intra-node pair (30) are.
+TEST(P2pFlag, PairsAreJudgedWithinTheirLinkClass) {
+  const std::vector<int> nodes = {0, 0, 1, 1};
+  std::vector<double> uni(16, 10);
+  for (int r = 0; r < 4; ++r) uni[static_cast<size_t>(r * 4 + r)] = kNaN;
+  uni[0 * 4 + 1] = uni[1 * 4 + 0] = uni[3 * 4 + 2] = 100;
+  uni[2 * 4 + 3] = 30;  // slow inside node 1
+  EXPECT_EQ(ClassOf(nodes, 0, 1), LinkClass::kIntra);
+  EXPECT_EQ(ClassOf(nodes, 1, 2), LinkClass::kInter);
+  EXPECT_EQ(ClassOf({}, 1, 2), LinkClass::kIntra);
+  EXPECT_DOUBLE_EQ(MedianOffDiagonal(uni, 4, nodes, LinkClass::kIntra), 100);
+  EXPECT_DOUBLE_EQ(MedianOffDiagonal(uni, 4, nodes, LinkClass::kInter), 10);
+  EXPECT_EQ(FlagWeakPairs(uni, 4, 0.8, nodes).size(), 1u);
+  uni[0 * 4 + 3] = 2;  // slow across nodes
+  std::vector<FlaggedPair> flagged = FlagWeakPairs(uni, 4, 0.8, nodes);
+  ASSERT_EQ(flagged.size(), 2u);
+  EXPECT_EQ(flagged[0].src, 0);
+  EXPECT_EQ(flagged[0].dst, 3);
+  EXPECT_EQ(flagged[0].link, LinkClass::kInter);
+  EXPECT_DOUBLE_EQ(flagged[0].median_GBps, 10);
+  EXPECT_DOUBLE_EQ(flagged[0].fraction_of_median, 0.2);
+  EXPECT_EQ(flagged[1].src, 2);
+  EXPECT_EQ(flagged[1].link, LinkClass::kIntra);
+  EXPECT_DOUBLE_EQ(flagged[1].fraction_of_median, 0.3);
+  // Judged as one class (median 10), the slow intra-node pair would hide among the inter-node ones.
+  EXPECT_EQ(FlagWeakPairs(uni, 4, 0.8).size(), 1u);
+  EXPECT_THROW(MedianOffDiagonal(uni, 4, {0, 1}), std::logic_error);
 }
 
 TEST(P2pFlag, ThresholdIsStrictAndUnmeasuredPairsAreNeverFlagged) {
@@ -151,7 +183,9 @@ TEST(P2pReport, GroupHoldsTheDocumentedSchema) {
   EXPECT_DOUBLE_EQ(std::get<double>(group.attributes.at("median_uni_GBps")), 100);
   EXPECT_DOUBLE_EQ(std::get<double>(group.attributes.at("median_bidi_GBps")), 180);
   EXPECT_EQ(std::get<int64_t>(group.attributes.at("complete")), 1);
-  EXPECT_EQ(group.attributes.size(), 8u);
+  EXPECT_TRUE(std::isnan(std::get<double>(group.attributes.at("median_uni_inter_GBps"))));  // one node: no such pair
+  EXPECT_EQ(std::get<int64_t>(group.attributes.at("nodes")), 1);
+  EXPECT_EQ(group.attributes.size(), 11u);
 
   ASSERT_EQ(group.matrices.size(), 3u);
   for (const char* name : {"uni_bw_GBps", "bidi_bw_GBps", "latency_us"}) {
@@ -172,7 +206,9 @@ TEST(P2pReport, GroupHoldsTheDocumentedSchema) {
   std::vector<std::string> names;
   for (const Column& column : flagged.columns) names.push_back(column.name);
   EXPECT_EQ(names, (std::vector<std::string>{"src_rank", "dst_rank", "src_host", "dst_host", "src_gpu", "dst_gpu",
-                                             "uni_bw_GBps", "fraction_of_median"}));
+                                             "uni_bw_GBps", "link", "median_GBps", "fraction_of_median"}));
+  EXPECT_EQ(std::get<std::vector<std::string>>(flagged.Find("link")->values), std::vector<std::string>{"intra"});
+  EXPECT_EQ(std::get<std::vector<double>>(flagged.Find("median_GBps")->values), std::vector<double>{100});
   EXPECT_EQ(std::get<std::vector<int64_t>>(flagged.Find("src_rank")->values), std::vector<int64_t>{1});
   EXPECT_EQ(std::get<std::vector<int64_t>>(flagged.Find("dst_rank")->values), std::vector<int64_t>{2});
   EXPECT_EQ(std::get<std::vector<std::string>>(flagged.Find("src_host")->values), std::vector<std::string>{"nodeB"});
@@ -189,7 +225,7 @@ TEST(P2pReport, NothingFlaggedGivesAnEmptyTableWithAllColumns) {
   AddP2pToReport(group, result, P2pOptions{}, kHosts, kGpus);
   const Table& flagged = group.tables.at("flagged");
   EXPECT_EQ(flagged.rows(), 0u);
-  EXPECT_EQ(flagged.columns.size(), 8u);
+  EXPECT_EQ(flagged.columns.size(), 10u);
   EXPECT_EQ(std::get<int64_t>(group.attributes.at("complete")), 0);
 }
 
@@ -205,8 +241,8 @@ TEST(P2pFormat, MatricesMediansAndWeakLinks) {
 
   EXPECT_TRUE(Contains(lines, "# Median unidirectional bandwidth : 100.00 GB/s"));
   EXPECT_TRUE(Contains(lines,
-                       "# weak link: rank 1 (host nodeB) -> rank 2 (host nodeC, gpu GPU2): 40.00 GB/s = "
-                       "0.40 x median"));
+                       "# weak link: rank 1 (host nodeB) -> rank 2 (host nodeC, gpu GPU2): 40 GB/s = "
+                       "0.40 x median of the intra-node pairs"));
   EXPECT_TRUE(Contains(lines, "# Weak links : 1 FLAGGED (below 0.80 x median)"));
 
   // Every matrix: a '#' title, a header of destination ranks, one row per source rank with '-' on the diagonal.

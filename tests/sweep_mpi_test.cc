@@ -116,5 +116,55 @@ TEST(Sweep, CheckItersZeroMeansNotChecked) {
   EXPECT_EQ(result.wrong_total, 0);
 }
 
+// A split as `collectives --split` makes it, with pretend nodes of two ranks (ranks 2i and 2i+1): every pair
+// measures at once, the rows combine every rank of every pair, and a wrong element is named by its launch rank.
+TEST(Sweep, SplitCommunicatorsMeasureAtOnceAndCombineOverTheLaunch) {
+  auto world = MakeMpiCommunicator(MPI_COMM_WORLD);
+  if (world->size() % 2 != 0 || world->size() < 4) GTEST_SKIP() << "needs an even number of ranks, at least 4";
+  const int rank = world->rank(), n = world->size();
+  for (const bool inter : {false, true}) {
+    SCOPED_TRACE(inter ? "inter" : "intra");
+    // intra: the pairs {2i, 2i+1}; inter: local rank 0 of every pretend node, and local rank 1 of every one.
+    std::unique_ptr<Communicator> part = inter ? world->Split(rank % 2, rank / 2) : world->Split(rank / 2, rank % 2);
+    SweepOptions o = SmallSweep("all_reduce,all_gather");
+    o.split = inter ? SplitPlan{"inter", 2, n / 2, n / 2} : SplitPlan{"intra", n / 2, 2, 1};
+    o.across = world->host_comm();
+    const int corrupt = n - 1;  // its all_gather input is off by one at element 0
+    o.before_check = [&](void* input, size_t) {
+      if (rank == corrupt) static_cast<float*>(input)[0] += 1.0f;
+    };
+    SweepResult result = RunSweep(*part, o, nullptr);
+    ASSERT_EQ(result.ops.size(), 2u);
+    const OpResult& all_reduce = result.ops[0];
+    const OpResult& all_gather = result.ops[1];
+    EXPECT_EQ(all_reduce.n_ranks, o.split.ranks);
+    EXPECT_DOUBLE_EQ(all_reduce.bus_factor, 2.0 * (o.split.ranks - 1) / o.split.ranks);
+    for (const SizeResult& row : all_gather.rows) {
+      // Every rank of the corrupt rank's communicator (itself too) received its wrong element: named by launch rank.
+      EXPECT_EQ(row.out_of_place.wrong, o.split.ranks);
+      EXPECT_EQ(row.out_of_place.wrong_sources, std::to_string(corrupt));
+    }
+    // The times are over every rank of the launch: the same on every rank.
+    const double mine = all_reduce.rows.back().out_of_place.time_us;
+    double highest = 0;
+    MPI_Allreduce(&mine, &highest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_DOUBLE_EQ(mine, highest);
+    for (const SizeResult& row : all_reduce.rows) {
+      const double nic = row.out_of_place.nic_busbw_GBps;
+      if (inter) {
+        EXPECT_NEAR(nic, row.out_of_place.busbw_GBps * (o.split.nodes - 1) / (o.split.ranks - 1), 1e-12);
+      } else {
+        EXPECT_TRUE(std::isnan(nic)) << "one node: no per-NIC rate";
+      }
+    }
+    Report report;
+    AddSweepToReport(report, result, o);
+    const Group* group = report.root.FindChild("collectives")->FindChild("all_reduce");
+    EXPECT_EQ(std::get<std::string>(group->attributes.at("split")), inter ? "inter" : "intra");
+    EXPECT_EQ(std::get<int64_t>(group->attributes.at("communicators")), o.split.communicators);
+    EXPECT_NE(group->tables.at("results").Find("out_of_place_nic_busbw_GBps"), nullptr);
+  }
+}
+
 }  // namespace
 }  // namespace tb

@@ -261,10 +261,13 @@ std::vector<ViewTable> CollectivesSection(const Report& report) {
   CopyAttributes(peak_row, summary, peak_columns);
   peak.rows.push_back(peak_row.Take());
 
-  std::vector<ViewColumn> columns = {Computed("op", ""), Show(c::dtype), ShowAs("ranks", c::n_ranks),
+  // split, communicators and nodes: a report from before --split measured one communicator of every rank.
+  std::vector<ViewColumn> columns = {Computed("op", ""),        Show(c::dtype),         ShowAs("ranks", c::n_ranks),
+                                     Show(c::split),            Show(c::communicators), Show(c::nodes),
                                      Show(c::results::size_bytes), Show(c::results::count)};
+  constexpr size_t kAttributeColumns = 6;
   const schema::Field* per_mode[] = {&c::results::time_us, &c::results::algbw_GBps, &c::results::busbw_GBps,
-                                     &c::results::wrong};
+                                     &c::results::nic_busbw_GBps, &c::results::wrong};
   for (const std::string& mode : c::results::kModes) {
     for (const schema::Field* field : per_mode) columns.push_back(Show(*field, 2, mode));
   }
@@ -275,8 +278,13 @@ std::vector<ViewTable> CollectivesSection(const Report& report) {
     if (table == nullptr) continue;
     for (size_t r = 0; r < table->rows(); ++r) {
       RowWriter row(results);
+      const Cell split = Attr(group, c::split), communicators = Attr(group, c::communicators);
       row.Set("op", op).Set("dtype", Attr(group, c::dtype)).Set("ranks", Attr(group, c::n_ranks));
-      CopyColumns(row, *table, std::vector<ViewColumn>(results.columns.begin() + 3, results.columns.end()), r);
+      const bool before_split = std::holds_alternative<std::monostate>(split);
+      row.Set(c::split.name, before_split ? Cell(std::string("all")) : split);
+      row.Set(c::communicators.name, before_split ? Cell(int64_t{1}) : communicators);
+      row.Set(c::nodes.name, Attr(group, c::nodes));
+      CopyColumns(row, *table, std::vector<ViewColumn>(results.columns.begin() + kAttributeColumns, results.columns.end()), r);
       results.rows.push_back(row.Take());
     }
   }
@@ -293,12 +301,17 @@ std::vector<ViewTable> P2pSection(const Report& report) {
 
   const std::vector<ViewColumn> attributes = {Show(p::median_uni_GBps, 3), Show(p::median_bidi_GBps, 3)};
   const std::vector<ViewColumn> settings = {Show(p::threshold_fraction, 0), Show(p::size_bytes)};
+  // Per link class and the node count: absent in reports from before the classes (one class then).
+  const std::vector<ViewColumn> classes = {Show(p::median_uni_intra_GBps, 3), Show(p::median_uni_inter_GBps, 3),
+                                           Show(p::nodes)};
   ViewTable summary = MakeTable("p2p", "summary", "point to point", true,
                                 {attributes[0], attributes[1], Computed("min_uni_GBps", "GB/s", 3),
-                                 Computed("flagged_pairs", "pairs"), settings[0], settings[1]});
+                                 Computed("flagged_pairs", "pairs"), settings[0], settings[1], classes[0], classes[1],
+                                 classes[2]});
   RowWriter row(summary);
   CopyAttributes(row, p2p, attributes);
   CopyAttributes(row, p2p, settings);
+  CopyAttributes(row, p2p, classes);
   if (const Matrix* uni = sc::FindMatrix(p2p, p::uni_bw_GBps)) {
     double lowest = std::nan("");
     for (double value : uni->values) {
@@ -312,8 +325,8 @@ std::vector<ViewTable> P2pSection(const Report& report) {
   namespace f = p::flagged;
   ViewTable flagged = MakeTable("p2p", "flagged", "p2p pairs below the threshold", false,
                                 {Show(f::src_rank), Show(f::dst_rank), Show(f::src_host), Show(f::dst_host),
-                                 Show(f::src_gpu), Show(f::dst_gpu), Show(f::uni_bw_GBps, 3),
-                                 Show(f::fraction_of_median, 2)});
+                                 Show(f::src_gpu), Show(f::dst_gpu), Show(f::uni_bw_GBps, 3), Show(f::link),
+                                 Show(f::median_GBps, 3), Show(f::fraction_of_median, 2)});
   if (flagged_table) {
     for (size_t r = 0; r < flagged_table->rows(); ++r) {
       RowWriter pair(flagged);

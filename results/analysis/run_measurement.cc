@@ -217,7 +217,13 @@ std::vector<AllReduceSample> ReadAllReduceSamples(const Report& report, const st
   const Table* table = schema::FindTable(all_reduce, c::kResults);
   if (!table) r.Fail("no all_reduce measurement (run 'trainbench collectives --ops all_reduce')");
   const int n = static_cast<int>(r.Number(*all_reduce, c::n_ranks, "collectives/all_reduce"));
-  const Layout layout = LayoutOfFirst(n, RankNodes(report, r));
+  // Under --split the communicators are a node's ranks (intra) or one rank per node (inter, all local ranks' at
+  // once: the inter-node phase of a hierarchical all-reduce, NICs shared as there).
+  const std::string* split = schema::Find(all_reduce, c::split);
+  Layout layout = LayoutOfFirst(n, RankNodes(report, r));
+  if (split && *split == "intra") layout = {1, n};
+  if (split && *split == "inter") layout = {n, 1};
+  const std::string of = split && *split != "all" ? " (--split " + *split + ")" : "";
   const Table& results = *table;
   const std::string where = "collectives/all_reduce/results";
   const auto& size = r.Column(results, c::results::size_bytes, where);
@@ -234,7 +240,7 @@ std::vector<AllReduceSample> ReadAllReduceSamples(const Report& report, const st
     if (!out_ok && !in_ok) continue;
     samples.push_back({layout.nodes, layout.gpus_per_node, static_cast<double>(size[i]), 1.0,
                        (out_ok ? out_time[i] : in_time[i]) * 1e-6,
-                       "all_reduce " + std::to_string(size[i]) + " B at " + std::to_string(n) + " ranks"});
+                       "all_reduce " + std::to_string(size[i]) + " B at " + std::to_string(n) + " ranks" + of});
   }
   if (samples.empty()) r.Fail("the all_reduce sweep holds no verified measurement");
   return samples;

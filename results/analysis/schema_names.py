@@ -106,6 +106,9 @@ class collectives_op:
     check_iters = "check_iters"
     bus_factor = "bus_factor"
     bus_factor_formula = "bus_factor_formula"
+    split = "split"
+    communicators = "communicators"
+    nodes = "nodes"
 
     class results:
         table = "results"
@@ -116,6 +119,7 @@ class collectives_op:
         time_rank_avg_us = "<mode>_time_rank_avg_us"
         algbw_GBps = "<mode>_algbw_GBps"
         busbw_GBps = "<mode>_busbw_GBps"
+        nic_busbw_GBps = "<mode>_nic_busbw_GBps"
         wrong = "<mode>_wrong"
         wrong_sources = "<mode>_wrong_sources"
 
@@ -130,6 +134,9 @@ class p2p:
     threshold_fraction = "threshold_fraction"
     median_uni_GBps = "median_uni_GBps"
     median_bidi_GBps = "median_bidi_GBps"
+    median_uni_intra_GBps = "median_uni_intra_GBps"
+    median_uni_inter_GBps = "median_uni_inter_GBps"
+    nodes = "nodes"
     complete = "complete"
     uni_bw_GBps = "uni_bw_GBps"
     bidi_bw_GBps = "bidi_bw_GBps"
@@ -144,6 +151,8 @@ class p2p:
         src_gpu = "src_gpu"
         dst_gpu = "dst_gpu"
         uni_bw_GBps = "uni_bw_GBps"
+        link = "link"
+        median_GBps = "median_GBps"
         fraction_of_median = "fraction_of_median"
 
 

@@ -135,7 +135,7 @@ void AddWeakLinkChecks(const Report& report, std::vector<Check>& checks) {
   const Table* flagged = sc::FindTable(p2p, sc::p2p::kFlagged);
   if (!flagged) return;
   namespace f = sc::p2p::flagged;
-  const double median = sc::Number(p2p, sc::p2p::median_uni_GBps).value_or(kNaN);
+  const double overall_median = sc::Number(p2p, sc::p2p::median_uni_GBps).value_or(kNaN);
   const double threshold = sc::Number(p2p, sc::p2p::threshold_fraction).value_or(kNaN);
   const std::string source = "this run's median x threshold " + Number(threshold);
   const auto* src = sc::Values(*flagged, f::src_rank);
@@ -145,15 +145,19 @@ void AddWeakLinkChecks(const Report& report, std::vector<Check>& checks) {
   const auto* src_gpu = sc::Values(*flagged, f::src_gpu);
   const auto* dst_gpu = sc::Values(*flagged, f::dst_gpu);
   const auto* uni = sc::Values(*flagged, f::uni_bw_GBps);
+  const auto* class_median = sc::Values(*flagged, f::median_GBps);  // absent before link classes: the one median
+  const auto* link = sc::Values(*flagged, f::link);
   if (!src || !dst || !src_host || !dst_host || !src_gpu || !dst_gpu || !uni) return;
   for (size_t i = 0; i < src->size(); ++i) {
+    const double median = class_median && i < class_median->size() ? (*class_median)[i] : overall_median;
+    const std::string of = link && i < link->size() ? " of the " + (*link)[i] + "-node pairs" : "";
     const std::string pair = std::to_string((*src)[i]) + "->" + std::to_string((*dst)[i]);
     Subject s{pair, (*src_host)[i] + "->" + (*dst_host)[i], (*src_gpu)[i] + "->" + (*dst_gpu)[i], pair};
     Figure fig = MakeFigure("p2p.weak_link." + pair, "p2p", "p2p link " + pair + " unidirectional bandwidth", "GB/s",
                              Better::kHigher, (*uni)[i], s);
     checks.push_back(SelfCheck(fig, threshold * median, 1 - threshold, source, Verdict::kFail,
                                "weak link " + s.host + " (" + s.gpu + "): " + Number((*uni)[i]) + " GB/s, " +
-                                   Number((*uni)[i] / median * 100) + "% of the median"));
+                                   Number((*uni)[i] / median * 100) + "% of the median" + of));
   }
   if (src->empty()) {
     Figure fig = MakeFigure("p2p.weak_links", "p2p", "p2p links below the threshold", "pairs", Better::kLower, 0);

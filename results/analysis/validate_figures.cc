@@ -47,6 +47,11 @@ void AddCollectiveFigures(const Report& report, std::vector<Figure>& figures) {
   for (const auto& [op, group] : sc::Instances(report.root, sc::kCollective)) {
     const Table* results = sc::FindTable(group, sc::collective::kResults);
     if (!results) continue;
+    // A split measures other links than the whole launch: its figures are its own (collectives.intra.all_reduce...).
+    const std::string* split_attribute = sc::Find(group, sc::collective::split);
+    const std::string split = split_attribute ? *split_attribute : "all";
+    const std::string key = split == "all" ? op : split + "." + op;
+    const std::string title = split == "all" ? op : op + " (--split " + split + ")";
     const std::vector<std::pair<double, double>> rows = SizeBusbw(*results);
     for (const SizeBand& band : kBands) {
       std::vector<double> in_band;
@@ -54,8 +59,8 @@ void AddCollectiveFigures(const Report& report, std::vector<Figure>& figures) {
         if (size >= band.min_bytes && size < band.max_bytes) in_band.push_back(busbw);
       }
       if (in_band.empty()) continue;
-      figures.push_back(MakeFigure("collectives." + op + ".busbw_GBps." + band.name, "collectives",
-                                   op + " busbw, " + band.title + " (median over sizes)", "GB/s", Better::kHigher,
+      figures.push_back(MakeFigure("collectives." + key + ".busbw_GBps." + band.name, "collectives",
+                                   title + " busbw, " + band.title + " (median over sizes)", "GB/s", Better::kHigher,
                                    Median(in_band)));
     }
   }
@@ -70,6 +75,18 @@ void AddP2pFigures(const Report& report, std::vector<Figure>& figures) {
   const std::optional<double> bidi = sc::Number(p2p, sc::p2p::median_bidi_GBps);
   figures.push_back(MakeFigure("p2p.median_bidi_GBps", "p2p", "p2p bidirectional bandwidth, median over pairs", "GB/s",
                                Better::kHigher, bidi.value_or(kNaN)));
+  // Across nodes, each class on its own: the overall median mixes the two in proportions the layout sets.
+  if (sc::Number(p2p, sc::p2p::nodes).value_or(1) > 1) {
+    for (const auto* attribute : {&sc::p2p::median_uni_intra_GBps, &sc::p2p::median_uni_inter_GBps}) {
+      const bool intra = attribute == &sc::p2p::median_uni_intra_GBps;
+      const double value = sc::Number(p2p, *attribute).value_or(kNaN);
+      if (std::isnan(value)) continue;  // no pair of that class (one rank per node has no intra-node pairs)
+      figures.push_back(MakeFigure(std::string("p2p.") + attribute->name, "p2p",
+                                   std::string("p2p unidirectional bandwidth, median over ") +
+                                       (intra ? "intra-node" : "inter-node") + " pairs",
+                                   "GB/s", Better::kHigher, value));
+    }
+  }
 }
 
 // A share figure of the headline point (fraction of step time; lower is better).

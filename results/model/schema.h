@@ -119,6 +119,14 @@ inline const IntAttribute warmup{kCollective, "warmup", "", "untimed iterations 
 inline const IntAttribute check_iters{kCollective, "check_iters", "", "verified iterations per size"};
 inline const RealAttribute bus_factor{kCollective, "bus_factor", "", "busbw / algbw (see the definitions above)"};
 inline const TextAttribute bus_factor_formula{kCollective, "bus_factor_formula", "", "e.g. `2(n-1)/n`"};
+inline const TextAttribute split{kCollective, "split", "",
+                                 "`all` (one communicator of every rank), `intra` (one per node, of its ranks) or "
+                                 "`inter` (one per local rank, of one rank per node), all measuring at once "
+                                 "(--split); absent in reports before it: `all`"};
+inline const IntAttribute communicators{kCollective, "communicators", "",
+                                        "communicators of n_ranks each that measured at once; times are over every "
+                                        "rank of every one"};
+inline const IntAttribute nodes{kCollective, "nodes", "nodes", "nodes k each communicator spans"};
 
 inline TableSpec kResults{kCollective, "results",
                           "per size: time = max over ranks of each rank's mean time per operation; algbw = "
@@ -136,6 +144,11 @@ inline const RealColumn time_rank_avg_us{kResults, "<mode>_time_rank_avg_us", "u
                                          "average over ranks of each rank's mean", kModes};
 inline const RealColumn algbw_GBps{kResults, "<mode>_algbw_GBps", "GB/s", "S / time", kModes};
 inline const RealColumn busbw_GBps{kResults, "<mode>_busbw_GBps", "GB/s", "algbw x bus_factor", kModes};
+inline const RealColumn nic_busbw_GBps{kResults, "<mode>_nic_busbw_GBps", "GB/s",
+                                       "per-NIC rate busbw x (k-1)/(n-1), k = nodes: each rank's share of the "
+                                       "inter-node traffic of a hierarchical algorithm over the op's time (what one "
+                                       "NIC per rank carries); all_reduce, reduce_scatter and all_gather on k > 1 "
+                                       "nodes, NaN otherwise", kModes};
 inline const IntColumn wrong{kResults, "<mode>_wrong", "elements",
                              "elements that failed verification; -1 when not checked", kModes};
 inline const TextColumn wrong_sources{kResults, "<mode>_wrong_sources", "",
@@ -157,6 +170,13 @@ inline const RealAttribute threshold_fraction{kP2p, "threshold_fraction", "fract
                                               "a pair is flagged below this share of the median"};
 inline const RealAttribute median_uni_GBps{kP2p, "median_uni_GBps", "GB/s", "median unidirectional bandwidth"};
 inline const RealAttribute median_bidi_GBps{kP2p, "median_bidi_GBps", "GB/s", "median bidirectional bandwidth"};
+inline const RealAttribute median_uni_intra_GBps{kP2p, "median_uni_intra_GBps", "GB/s",
+                                                  "median unidirectional bandwidth of the pairs on one node; NaN "
+                                                  "when there are none"};
+inline const RealAttribute median_uni_inter_GBps{kP2p, "median_uni_inter_GBps", "GB/s",
+                                                  "median unidirectional bandwidth of the pairs across nodes; NaN "
+                                                  "when there are none"};
+inline const IntAttribute nodes{kP2p, "nodes", "nodes", "nodes the ranks were on"};
 inline const IntAttribute complete{kP2p, "complete", "", "1 when every pair was measured"};
 
 inline const MatrixSpec uni_bw_GBps{kP2p, "uni_bw_GBps", "GB/s",
@@ -171,8 +191,8 @@ inline const MatrixSpec latency_us{kP2p, "latency_us", "us",
                                    "NaN on the diagonal and for pairs not measured"};
 
 inline TableSpec kFlagged{kP2p, "flagged",
-                          "pairs whose unidirectional bandwidth is below threshold_fraction x the median (zero rows "
-                          "when none is)"};
+                          "pairs whose unidirectional bandwidth is below threshold_fraction x the median of their "
+                          "class, intra-node or inter-node (zero rows when none is)"};
 namespace flagged {
 inline const IntColumn src_rank{kFlagged, "src_rank", "", "sender"};
 inline const IntColumn dst_rank{kFlagged, "dst_rank", "", "receiver"};
@@ -181,7 +201,9 @@ inline const TextColumn dst_host{kFlagged, "dst_host", "", "receiver's host"};
 inline const TextColumn src_gpu{kFlagged, "src_gpu", "", "sender's device"};
 inline const TextColumn dst_gpu{kFlagged, "dst_gpu", "", "receiver's device"};
 inline const RealColumn uni_bw_GBps{kFlagged, "uni_bw_GBps", "GB/s", "the pair's unidirectional bandwidth"};
-inline const RealColumn fraction_of_median{kFlagged, "fraction_of_median", "fraction", "uni_bw_GBps / the median"};
+inline const TextColumn link{kFlagged, "link", "", "`intra` (both ranks on one node) or `inter`"};
+inline const RealColumn median_GBps{kFlagged, "median_GBps", "GB/s", "the median of the pairs of its class"};
+inline const RealColumn fraction_of_median{kFlagged, "fraction_of_median", "fraction", "uni_bw_GBps / median_GBps"};
 }  // namespace flagged
 }  // namespace p2p
 

@@ -374,7 +374,7 @@ void CommandRun::OnTimeout(const std::string& operation, double elapsed_s) {
     if (probe_) probe_->TellRoot(operation, kTellDeadline_s);
     std::this_thread::sleep_for(std::chrono::duration<double>(kReportGrace_s));
   }
-  if (abort_target_) abort_target_->Abort();
+  if (Communicator* target = abort_target_.load()) target->Abort();
   MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kRuntime));
   std::abort();  // MPI_Abort does not return
 }

@@ -109,6 +109,19 @@ class CommandRun {
 
   // The watchdog, whose timeout handler names the operation, aborts `comm` and ends the job.
   Watchdog& watchdog(Communicator* comm);
+  // For a communicator that goes before the run ends (a split, a scaling point's): while the scope lives, a timeout
+  // aborts `comm`; after it, nothing (MPI_Abort still ends the job).
+  class AbortTargetScope {
+   public:
+    AbortTargetScope(CommandRun& run, Communicator& comm) : run_(run), comm_(&comm) {}
+    ~AbortTargetScope() { run_.abort_target_.compare_exchange_strong(comm_, nullptr); }
+    AbortTargetScope(const AbortTargetScope&) = delete;
+    AbortTargetScope& operator=(const AbortTargetScope&) = delete;
+
+   private:
+    CommandRun& run_;
+    Communicator* comm_;
+  };
 
   // Rank 0 writes the report with this status (no-op without -o). Phase-boundary writes use "failed" with
   // the reason "did not finish", so that a crash leaves an honest file. When the write fails (disk full), the
@@ -156,7 +169,7 @@ class CommandRun {
   std::set<std::string> option_names_;  // config names of the command's options (RecordOptions)
   Topology topology_;
   std::vector<std::string> inputs_;
-  Communicator* abort_target_ = nullptr;
+  std::atomic<Communicator*> abort_target_{nullptr};
   std::unique_ptr<Watchdog> watchdog_;
   std::unique_ptr<RankProbe> probe_;      // after BeginMeasurement, with a watchdog
   std::vector<std::string> hosts_;        // rank 0: each rank's host, for naming stuck ranks

@@ -19,10 +19,14 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: [mpirun -np N] trainbench collectives [-b MIN] [-e MAX] [-f FACTOR | --sizes LIST] [--ops LIST]\n"
-    "                                            [-d DTYPE] [--redop OP] [-n ITERS] [-w WARMUP] [-c CHECK] [-o FILE]\n"
+    "                                            [-d DTYPE] [--redop OP] [-n ITERS] [-w WARMUP] [-c CHECK]\n"
+    "                                            [--split all|intra|inter] [-o FILE]\n"
     "Times each collective at each size (each rank's mean over ITERS, then the max over ranks), reports algbw =\n"
     "S/t and busbw = algbw x factor (all_reduce 2(n-1)/n; reduce_scatter, all_gather, alltoall (n-1)/n; broadcast,\n"
-    "reduce, sendrecv 1; GB = 1e9 bytes), and verifies every element. Sizes: K/M/G = x1024, KB/MB/GB = x1000.";
+    "reduce, sendrecv 1; GB = 1e9 bytes), and verifies every element. Sizes: K/M/G = x1024, KB/MB/GB = x1000.\n"
+    "--split intra runs every node's ranks on their own communicator, inter one communicator per local rank of one\n"
+    "rank per node, all at once (the time is the slowest rank's); across k > 1 nodes the report adds the per-NIC rate\n"
+    "busbw x (k-1)/(n-1) of all_reduce, reduce_scatter and all_gather.";
 
 // The options as the sweep uses them where they differ from what was typed: the element type and reduction by
 // their canonical names (-d fp32 is float).
@@ -48,6 +52,24 @@ MemoryNeed SweepMemoryNeed(const SweepOptions& o, const RankContext& ctx, bool n
   need.host_parts = nccl ? "host images of the buffers for the check" : "send and receive buffers of the largest "
                                                                        "size and their images for the check";
   return need;
+}
+
+// How the launch's ranks sit on nodes. Collective over the world.
+NodeShape ShapeOf(const RankContext& ctx) {
+  NodeShape shape;
+  shape.ranks = ctx.world_size;
+  shape.nodes = ctx.node_count;
+  TB_CHECK_MPI(MPI_Allreduce(&ctx.local_size, &shape.min_ranks_per_node, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  TB_CHECK_MPI(MPI_Allreduce(&ctx.local_size, &shape.max_ranks_per_node, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return shape;
+}
+
+// The communicator the sweep runs on under `split`: `comm` itself for all, else this rank's node (intra) or local
+// rank (inter) part of it. Collective over comm.
+std::unique_ptr<Communicator> SplitCommunicator(Communicator& comm, const SplitPlan& split, const RankContext& ctx) {
+  if (split.split == "intra") return comm.Split(ctx.node_index, ctx.local_rank);
+  if (split.split == "inter") return comm.Split(ctx.local_rank, ctx.node_index);
+  return nullptr;
 }
 
 // Past any useful batch, and far inside the int counters the timing loops keep.
@@ -91,21 +113,29 @@ void CollectivesPhase::AddOptions(po::options_description& options) {
       ("iters,n", Number(&f.iters, IntRange::Between(1, kMaxIterations))->default_value(f.iters), "timed iterations per size")
       ("warmup,w", Number(&f.warmup, IntRange::Between(0, kMaxIterations))->default_value(f.warmup), "untimed warm-up iterations per size")
       ("check-iters,c", Number(&f.check_iters, IntRange::Between(0, kMaxIterations))->default_value(f.check_iters), "verified runs per size (0 = no check)")
-      ("modes", po::value(&f.modes)->default_value(f.modes), "out-of-place, in-place, or both");
+      ("modes", po::value(&f.modes)->default_value(f.modes), "out-of-place, in-place, or both")
+      ("split", Choice(&f.split, {"all", "intra", "inter"})->default_value(f.split),
+       "all ranks on one communicator, every node's ranks on their own (intra), or one rank per node (inter)");
 }
 
 void CollectivesPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   // The MPI backend has no fp16/bf16: ask a (cheap) MPI communicator, as the sweep will use one.
   std::unique_ptr<Communicator> mpi = r.backend() == "mpi" ? r.MakeCommunicator() : nullptr;
-  sweep_ = ValidateCollectivesFlags(f_, ctx_.world_size, mpi.get());
+  const SplitPlan split = PlanSplit(f_.split, ShapeOf(ctx_));
+  sweep_ = ValidateCollectivesFlags(f_, split.ranks, mpi.get());
+  sweep_.split = split;
   CheckMemoryFits(r, SweepMemoryNeed(sweep_, ctx_, r.backend() == "nccl"));
   RecordConfig(r, sweep_);
   faults_ = faults;
 }
 
-PhaseResult CollectivesPhase::Measure(CommandRun& run, Communicator& comm) {
+PhaseResult CollectivesPhase::Measure(CommandRun& run, Communicator& world) {
   SweepOptions sweep = sweep_;
+  std::unique_ptr<Communicator> part = SplitCommunicator(world, sweep.split, ctx_);
+  Communicator& comm = part ? *part : world;
+  sweep.across = part ? world.host_comm() : MPI_COMM_NULL;
   sweep.watchdog = &run.watchdog(&comm);
+  const CommandRun::AbortTargetScope abort_target(run, comm);
   sweep.stop_requested = [&] { return run.StopRequested(); };
   const int rank = ctx_.world_rank;
   sweep.before_timed_batch = BothHooks(TestFaultHook(rank), SlowRankHook(faults_, rank));

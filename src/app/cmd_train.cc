@@ -582,6 +582,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
              static_cast<uint64_t>(f_.seed), point.throttle_MBps, several ? point.name : "");
   io.Prepare(point_loop);
   point_loop.watchdog = &run_->watchdog(&sub);
+  const CommandRun::AbortTargetScope abort_target(*run_, sub);
   point_loop.stop_requested = [&] { return run_->StopRequested(sub.host_comm()); };
   point_loop.at_first_step = TestFaultHook(run_->ctx().world_rank);
   point_loop.in_each_step = SlowRankHook(faults_, run_->ctx().world_rank);
