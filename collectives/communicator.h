@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ class CommBuffer {
   virtual size_t bytes() const = 0;
 };
 
+// An all-reduce's time inside nodes and across them.
+struct LinkSeconds {
+  double intra_s = 0;
+  double inter_s = 0;
+};
+
 // An operation started with Communicator::StartAllReduce, running while the caller goes on.
 class PendingOp {
  public:
@@ -43,6 +50,9 @@ class PendingOp {
   // it, after the producer's work), with the host clock from the call to the completion seen by Test()/Wait()
   // for MPI.
   virtual double Seconds() const = 0;
+  // Seconds() split into the steps inside nodes and the step across them, where the algorithm has such steps (the
+  // MPI backend's hierarchical all-reduce); nullopt otherwise (a flat algorithm's traffic cannot be told apart).
+  virtual std::optional<LinkSeconds> LinkSplit() const { return std::nullopt; }
 };
 
 class Communicator {
@@ -91,6 +101,17 @@ class Communicator {
   // An MPI communicator over the same ranks in the same order, for host-side agreement and gathering of
   // small values (timings, counts, stop requests). Owned by this communicator.
   virtual MPI_Comm host_comm() const = 0;
+
+  // From now on, all-reduces (blocking and started) run hierarchically: reduce-scatter among the ranks of this rank's
+  // node, all-reduce of each shard across the nodes, all-gather in the node, with the time of each step
+  // (PendingOp::LinkSplit). `node` and `local_rank` are this rank's; every node must hold the same number of ranks
+  // of this communicator. Collective. Returns false, changing nothing, where the backend has no such algorithm of
+  // its own (NCCL chooses its topology-aware algorithms itself).
+  virtual bool UseHierarchicalAllReduce(int node, int local_rank) {
+    (void)node;
+    (void)local_rank;
+    return false;
+  }
 
   // Communicator of the ranks that pass the same `color` (>= 0), numbered by `key` (ties by rank), as
   // MPI_Comm_split and ncclCommSplit do: every rank must call it; a rank passing a negative color gets nullptr.

@@ -42,6 +42,9 @@ class ForwardingCommunicator : public Communicator {
   void Barrier() override { inner_->Barrier(); }
   MPI_Comm host_comm() const override { return inner_->host_comm(); }
   std::unique_ptr<Communicator> Split(int color, int key) override { return inner_->Split(color, key); }
+  bool UseHierarchicalAllReduce(int node, int local_rank) override {
+    return inner_->UseHierarchicalAllReduce(node, local_rank);
+  }
   void Abort() override { inner_->Abort(); }
 
  private:

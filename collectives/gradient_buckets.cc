@@ -1,6 +1,7 @@
 #include "gradient_buckets.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "clock.h"
 #include "error.h"
@@ -89,15 +90,23 @@ BucketTiming BucketedAllReduce::Finish(void* producer_stream) {
     if (!in_flight_[b]) Start(b, producer_stream);
   }
   const double wait_start = NowSeconds();
+  bool split = true;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (!completed_[b]) {
       in_flight_[b]->Wait();
       completed_[b] = true;
     }
     timing.comm_total_s += in_flight_[b]->Seconds();
+    const std::optional<LinkSeconds> link = in_flight_[b]->LinkSplit();
+    split = split && link.has_value();
+    if (link) {
+      timing.comm_intra_s += link->intra_s;
+      timing.comm_inter_s += link->inter_s;
+    }
     timing.bytes += (buckets_[b].end - buckets_[b].begin) * DataTypeSize(type_);
   }
   timing.comm_exposed_s = NowSeconds() - wait_start;
+  if (!split || buckets_.empty()) timing.comm_intra_s = timing.comm_inter_s = std::nan("");
   timing.buckets = buckets_.size();
   return timing;
 }

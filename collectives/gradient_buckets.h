@@ -33,6 +33,10 @@ std::vector<GradientBucket> PlanBuckets(const std::vector<GradientTensor>& tenso
 struct BucketTiming {
   double comm_total_s = 0;    // sum over buckets of each all-reduce's start-to-completion (PendingOp::Seconds)
   double comm_exposed_s = 0;  // host time Finish() waited for outstanding reductions after backward
+  // comm_total_s inside nodes and across them, where every bucket's all-reduce could tell (PendingOp::LinkSplit);
+  // NaN otherwise.
+  double comm_intra_s = 0;
+  double comm_inter_s = 0;
   size_t buckets = 0;
   size_t bytes = 0;           // bytes all-reduced per rank
 };

@@ -16,6 +16,7 @@ class MarkedPendingOp : public PendingOp {
     inner_->Wait();
   }
   double Seconds() const override { return inner_->Seconds(); }
+  std::optional<LinkSeconds> LinkSplit() const override { return inner_->LinkSplit(); }
 
  private:
   std::unique_ptr<PendingOp> inner_;

@@ -6,29 +6,11 @@
 
 #include "clock.h"
 #include "error.h"
+#include "mpi_detail.h"
+#include "mpi_hierarchical.h"
 
 namespace tb {
-namespace {
-
-// Page-aligned host memory: what a real training buffer would be, and what nccl-tests' host path uses.
-class HostBuffer : public CommBuffer {
- public:
-  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
-    if (posix_memalign(&data_, 4096, bytes ? bytes : 1) != 0) {
-      throw RuntimeError("cannot allocate " + std::to_string(bytes) + " bytes of host memory for a communication buffer");
-    }
-    std::memset(data_, 0, bytes ? bytes : 1);  // touch the pages now, not inside a timed loop
-  }
-  ~HostBuffer() override { std::free(data_); }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  void* data() override { return data_; }
-  size_t bytes() const override { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_;
-};
+namespace mpi_detail {
 
 MPI_Datatype MpiType(DataType type) {
   switch (type) {
@@ -73,6 +55,35 @@ void DivideByRanks(void* data, size_t count, DataType type, int ranks) {
     default: MpiType(type);  // throws
   }
 }
+
+}  // namespace mpi_detail
+
+namespace {
+
+using mpi_detail::DivideByRanks;
+using mpi_detail::MpiCount;
+using mpi_detail::MpiOp;
+using mpi_detail::MpiType;
+
+// Page-aligned host memory: what a real training buffer would be, and what nccl-tests' host path uses.
+class HostBuffer : public CommBuffer {
+ public:
+  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
+    if (posix_memalign(&data_, 4096, bytes ? bytes : 1) != 0) {
+      throw RuntimeError("cannot allocate " + std::to_string(bytes) + " bytes of host memory for a communication buffer");
+    }
+    std::memset(data_, 0, bytes ? bytes : 1);  // touch the pages now, not inside a timed loop
+  }
+  ~HostBuffer() override { std::free(data_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+};
 
 // MPI_Iallreduce in flight; an average is divided by the rank count once the sum has arrived.
 class MpiPendingAllReduce : public PendingOp {
@@ -130,7 +141,11 @@ class MpiCommunicator : public Communicator {
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    if (finalized) return;
+    for (MPI_Comm* comm : {&nodes_.node, &nodes_.across}) {
+      if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
+    }
+    MPI_Comm_free(&comm_);
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -154,12 +169,14 @@ class MpiCommunicator : public Communicator {
   }
 
   void AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) override {
+    if (hierarchical_) return StartHierarchicalAllReduce(nodes_, send, recv, count, type, op)->Wait();
     TB_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, MpiCount(count), MpiType(type), MpiOp(op), comm_));
     if (op == ReduceOp::kAvg) DivideByRanks(recv, count, type, size_);
   }
 
   std::unique_ptr<PendingOp> StartAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                                             void*) override {
+    if (hierarchical_) return StartHierarchicalAllReduce(nodes_, send, recv, count, type, op);
     auto pending = std::make_unique<MpiPendingAllReduce>(recv, count, type, op == ReduceOp::kAvg, size_);
     TB_CHECK_MPI(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, MpiCount(count), MpiType(type), MpiOp(op),
                                 comm_, pending->request()));
@@ -222,6 +239,25 @@ class MpiCommunicator : public Communicator {
   void Barrier() override { TB_CHECK_MPI(MPI_Barrier(comm_)); }
   MPI_Comm host_comm() const override { return comm_; }
 
+  bool UseHierarchicalAllReduce(int node, int local_rank) override {
+    if (hierarchical_) return true;
+    TB_CHECK_MPI(MPI_Comm_split(comm_, node, local_rank, &nodes_.node));
+    TB_CHECK_MPI(MPI_Comm_split(comm_, local_rank, node, &nodes_.across));
+    MPI_Comm_set_errhandler(nodes_.node, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(nodes_.across, MPI_ERRORS_RETURN);
+    TB_CHECK_MPI(MPI_Comm_rank(nodes_.node, &nodes_.local_rank));
+    TB_CHECK_MPI(MPI_Comm_size(nodes_.node, &nodes_.local_size));
+    nodes_.ranks = size_;
+    int sizes[2] = {nodes_.local_size, -nodes_.local_size};
+    TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, comm_));
+    if (sizes[0] != -sizes[1]) {
+      throw InputError("a hierarchical all-reduce needs the same number of ranks on every node (" +
+                       std::to_string(-sizes[1]) + " to " + std::to_string(sizes[0]) + ")");
+    }
+    hierarchical_ = true;
+    return true;
+  }
+
   std::unique_ptr<Communicator> Split(int color, int key) override {
     MPI_Comm sub = MPI_COMM_NULL;
     TB_CHECK_MPI(MPI_Comm_split(comm_, color >= 0 ? color : MPI_UNDEFINED, key, &sub));
@@ -242,6 +278,8 @@ class MpiCommunicator : public Communicator {
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
+  bool hierarchical_ = false;
+  NodeCommunicators nodes_;  // once hierarchical
 };
 
 }  // namespace

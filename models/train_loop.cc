@@ -88,6 +88,8 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
     r.comm_exposed_s = phases[3];
     r.optimizer_s = phases[4];
     r.comm_total_s = comm_timing.comm_total_s;
+    r.comm_intra_s = comm_timing.comm_intra_s;
+    r.comm_inter_s = comm_timing.comm_inter_s;
     r.loss = model.Loss();
     if (o.in_each_step) o.in_each_step();
     if (o.checkpoint) {

@@ -24,6 +24,8 @@ struct StepRecord {
   double backward_s = 0;        // includes starting bucket all-reduces as gradients become final
   double comm_total_s = 0;      // sum of the bucket all-reduce durations (start to completion)
   double comm_exposed_s = 0;    // waiting for the buckets after backward: what backward did not hide
+  double comm_intra_s = 0;      // comm_total_s inside nodes and across them (a hierarchical all-reduce's steps);
+  double comm_inter_s = 0;      // NaN where the all-reduce cannot tell (flat algorithms, NCCL)
   double optimizer_s = 0;
   double checkpoint_stall_s = 0;  // the loop blocked on checkpoints (snapshot, or the whole write when sync)
   double step_s = 0;            // wall time of the whole step

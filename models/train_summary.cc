@@ -88,7 +88,7 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
   p.model_flops_per_token = model_flops_per_token;
   p.gradient_bytes = gradient_bytes;
   const size_t steps = ranks.empty() ? 0 : ranks.front().steps.size();
-  double step_sum = 0, comm_total = 0, comm_exposed = 0, loss_first = 0, loss_last = 0;
+  double step_sum = 0, comm_total = 0, comm_exposed = 0, comm_intra = 0, comm_inter = 0, loss_first = 0, loss_last = 0;
   int64_t tokens_per_step = 0;
   int measured = 0;
   std::vector<double> slowest_steps;
@@ -104,6 +104,8 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
       loss += r.loss;
       comm_total += r.comm_total_s;
       comm_exposed += r.comm_exposed_s;
+      comm_intra += r.comm_intra_s;  // NaN, and so the point's, when any step could not tell
+      comm_inter += r.comm_inter_s;
     }
     loss /= static_cast<double>(ranks.size());
     if (first) loss_first = loss;
@@ -126,6 +128,8 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
   p.mfu_measured = measured_gemm_flops > 0 ? flops_per_rank / measured_gemm_flops : kNaN;
   p.comm_total_s = samples > 0 ? comm_total / samples : kNaN;
   p.comm_exposed_s = samples > 0 ? comm_exposed / samples : kNaN;
+  p.comm_intra_s = samples > 0 ? comm_intra / samples : kNaN;
+  p.comm_inter_s = samples > 0 ? comm_inter / samples : kNaN;
   p.overlap = p.comm_total_s > 0 ? 1.0 - p.comm_exposed_s / p.comm_total_s : kNaN;
   p.effective_busbw_GBps =
       (k > 1 && p.comm_total_s > 0) ? gradient_bytes / p.comm_total_s * AllReduceBusFactor(k) / 1e9 : kNaN;
@@ -178,8 +182,15 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
              p.comm_total_s * 1e3, p.comm_exposed_s * 1e3, pct(p.overlap).c_str(), p.gradient_bytes / 1e6,
              static_cast<long long>(p.gradient_buckets), p.gradient_buckets == 1 ? "" : "s",
              std::isnan(p.effective_busbw_GBps) ? "n/a" : Format("%.2f GB/s", p.effective_busbw_GBps).c_str()),
-      "#   stall budget per rank (share of step time, p50/p95/p99):",
   };
+  if (p.nodes > 1) {
+    lines.push_back(Format("#   layout %dx%d (%d nodes x %d ranks), %s all-reduce%s", p.nodes, p.ranks_per_node,
+                           p.nodes, p.ranks_per_node, p.allreduce.c_str(),
+                           std::isnan(p.comm_inter_s) ? ": intra- and inter-node time not told apart"
+                                                      : Format(": comm inside nodes %.3f ms, across nodes %.3f ms",
+                                                               p.comm_intra_s * 1e3, p.comm_inter_s * 1e3).c_str()));
+  }
+  lines.push_back("#   stall budget per rank (share of step time, p50/p95/p99):");
   TextTable table({{"rank", "", 6}, {"host", "", 12}, {"step", "(ms)", 9}, {"compute", "", 17},
                    {"comm_exposed", "", 17}, {"data_wait", "", 17}, {"checkpoint", "", 17}, {"other", "", 17}});
   for (std::string& line : table.HeaderLines()) lines.push_back(std::move(line));
@@ -220,6 +231,8 @@ void AddStepsTable(Group& group, const std::vector<RankSteps>& ranks) {
       .Column(c::backward_s, [](const RankStep& s) { return s.r->backward_s; })
       .Column(c::comm_total_s, [](const RankStep& s) { return s.r->comm_total_s; })
       .Column(c::comm_exposed_s, [](const RankStep& s) { return s.r->comm_exposed_s; })
+      .Column(c::comm_intra_s, [](const RankStep& s) { return s.r->comm_intra_s; })
+      .Column(c::comm_inter_s, [](const RankStep& s) { return s.r->comm_inter_s; })
       .Column(c::optimizer_s, [](const RankStep& s) { return s.r->optimizer_s; })
       .Column(c::checkpoint_stall_s, [](const RankStep& s) { return s.r->checkpoint_stall_s; })
       .Column(c::step_s, [](const RankStep& s) { return s.r->step_s; })
@@ -268,6 +281,11 @@ void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::scaling_efficiency, p.efficiency);
   schema::Set(group, sp::comm_total_s, p.comm_total_s);
   schema::Set(group, sp::comm_exposed_s, p.comm_exposed_s);
+  schema::Set(group, sp::comm_intra_s, p.comm_intra_s);
+  schema::Set(group, sp::comm_inter_s, p.comm_inter_s);
+  schema::Set(group, sp::nodes, p.nodes);
+  schema::Set(group, sp::ranks_per_node, p.ranks_per_node);
+  schema::Set(group, sp::allreduce, p.allreduce);
   schema::Set(group, sp::overlap, p.overlap);
   schema::Set(group, sp::gradient_bytes, p.gradient_bytes);
   schema::Set(group, sp::gradient_buckets, p.gradient_buckets);

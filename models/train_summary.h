@@ -55,6 +55,9 @@ struct StallBudget {
 
 struct ScalingPoint {
   int k = 0;                        // ranks
+  int nodes = 1;                    // nodes the k ranks are on, and ranks on each (the most on any)
+  int ranks_per_node = 1;
+  std::string allreduce = "flat";   // the gradient all-reduce: flat (the backend's own) or hierarchical
   int micro_batch = 0;              // sequences per rank per step
   int64_t tokens_per_step = 0;      // over all k ranks
   int measured_steps = 0;
@@ -68,6 +71,8 @@ struct ScalingPoint {
   double efficiency = 0;            // weak or strong scaling efficiency against the smallest k; NaN when alone
   double comm_total_s = 0;          // mean per step over ranks and steps
   double comm_exposed_s = 0;
+  double comm_intra_s = 0;          // comm_total_s inside nodes and across them (mean per step over ranks and
+  double comm_inter_s = 0;          // steps); NaN where the all-reduce cannot tell (flat, NCCL)
   double overlap = 0;               // 1 - comm_exposed/comm_total; NaN when nothing was communicated
   double gradient_bytes = 0;        // all-reduced per rank per step
   int64_t gradient_buckets = 0;     // all-reduces per rank per step (PlanBuckets over the layout); 0 = not known

@@ -100,7 +100,7 @@ if "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --step
      -o "$work/t.h5" >"$work/out" 2>"$work/err"; then
   grep -q "^# k=2: 3 measured steps" "$work/out" || fail "train: no k=2 summary: $(cat "$work/out")"
   [[ $(grep -c '^step ' "$work/out") -eq 8 ]] || fail "train: want 8 step lines (2 points x 4 steps)"
-  "$h5dump" -d /train/k2/steps "$work/t.h5" | grep -q '"comm_exposed_s"' || fail "train: steps table lacks comm_exposed_s"
+  "$h5dump" -H -d /train/k2/steps "$work/t.h5" | grep -c '"comm_exposed_s"' >/dev/null || fail "train: steps table lacks comm_exposed_s"
   "$h5dump" -A -a /train/k2/scaling_efficiency "$work/t.h5" >/dev/null || fail "train: no scaling_efficiency"
   # tiny's 3.8 MB of gradients fit one 25 MiB bucket
   "$h5dump" -A -a /train/k2/gradient_buckets "$work/t.h5" | grep -q "(0): 1$" || fail "train: gradient_buckets is not 1"

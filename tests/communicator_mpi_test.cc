@@ -2,6 +2,7 @@
 // reduction, checked against the collective definitions' expected values; sub-communicators.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <vector>
 
 #include "collective.h"
@@ -85,6 +86,56 @@ TEST(MpiCommunicator, PrefixHoldsTheFirstKRanks) {
     MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, sub->host_comm());
     EXPECT_EQ(sum, k);
   }
+}
+
+// Pretend nodes of two ranks (2i, 2i+1): the hierarchical all-reduce gives the flat one's results for every type and
+// reduction, in place and not, at counts that do not divide by the ranks per node (and below them), and its time
+// splits into the steps inside and across nodes.
+TEST(MpiCommunicator, HierarchicalAllReduceMatchesTheFlatOne) {
+  auto flat = MakeMpiCommunicator(MPI_COMM_WORLD);
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  const int rank = comm->rank(), n = comm->size();
+  if (n % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  ASSERT_TRUE(comm->UseHierarchicalAllReduce(rank / 2, rank % 2));
+  for (const DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32}) {
+    for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+      for (const size_t count : {size_t{1}, size_t{7}, size_t{1000}}) {
+        for (const bool in_place : {false, true}) {
+          SCOPED_TRACE(DataTypeName(type) + " " + ReduceOpName(op) + " " + std::to_string(count) +
+                       (in_place ? " in place" : ""));
+          const size_t bytes = count * DataTypeSize(type);
+          std::vector<char> input(bytes), want(bytes), got(bytes);
+          for (size_t i = 0; i < count; ++i) StoreElement(type, input.data(), i, InputValue(rank, i));
+          flat->AllReduce(input.data(), want.data(), count, type, op);
+          got = input;
+          comm->AllReduce(in_place ? got.data() : input.data(), got.data(), count, type, op);
+          EXPECT_EQ(got, want);
+        }
+      }
+    }
+  }
+  std::vector<float> data(4096, 1.0f);
+  std::unique_ptr<PendingOp> pending = comm->StartAllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                                            ReduceOp::kSum);
+  pending->Wait();
+  EXPECT_EQ(data[4095], static_cast<float>(n));
+  const std::optional<LinkSeconds> split = pending->LinkSplit();
+  ASSERT_TRUE(split.has_value());
+  EXPECT_GE(split->intra_s, 0);
+  EXPECT_GE(split->inter_s, 0);
+  EXPECT_NEAR(split->intra_s + split->inter_s, pending->Seconds(), 1e-12);
+  // The flat all-reduce cannot tell its links apart.
+  std::unique_ptr<PendingOp> unsplit = flat->StartAllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                                            ReduceOp::kSum);
+  unsplit->Wait();
+  EXPECT_FALSE(unsplit->LinkSplit().has_value());
+}
+
+TEST(MpiCommunicator, HierarchicalAllReduceNeedsEvenNodes) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  if (comm->size() < 3) GTEST_SKIP() << "needs 3 ranks or more";
+  // Nodes of n-1 ranks and 1 rank: every rank refuses alike.
+  EXPECT_THROW(comm->UseHierarchicalAllReduce(comm->rank() == comm->size() - 1 ? 1 : 0, comm->rank()), InputError);
 }
 
 TEST(MpiCommunicator, BuffersRoundTrip) {

@@ -136,7 +136,10 @@ MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, cons
   if (!steps) r.Fail(where + " lacks its steps table");
   MeasuredPoint p;
   p.train.k = k;
-  const Layout layout = LayoutOfFirst(k, rank_nodes);
+  // The layout train recorded (an explicit --scaling AxB need not be the first k ranks); before it did, the first k.
+  Layout layout = LayoutOfFirst(k, rank_nodes);
+  const double nodes = r.NumberOr(group, sp::nodes, 0.0), per_node = r.NumberOr(group, sp::ranks_per_node, 0.0);
+  if (nodes >= 1 && per_node >= 1) layout = {static_cast<int>(nodes), static_cast<int>(per_node)};
   p.train.nodes = layout.nodes;
   p.train.gpus_per_node = layout.gpus_per_node;
   p.train.step_s = StepWithoutCheckpoints(*steps, r, where);

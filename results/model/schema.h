@@ -298,6 +298,17 @@ inline const RealAttribute scaling_efficiency{kTrainPoint, "scaling_efficiency",
                                               "(k T(k)); k0 = the smallest point; NaN for a single point"};
 inline const RealAttribute comm_total_s{kTrainPoint, "comm_total_s", "s", "mean per step and rank"};
 inline const RealAttribute comm_exposed_s{kTrainPoint, "comm_exposed_s", "s", "mean per step and rank"};
+inline const RealAttribute comm_intra_s{kTrainPoint, "comm_intra_s", "s",
+                                        "comm_total inside nodes: a hierarchical all-reduce's reduce-scatter and "
+                                        "all-gather steps, mean per step and rank; NaN where the all-reduce cannot "
+                                        "tell (flat, NCCL)"};
+inline const RealAttribute comm_inter_s{kTrainPoint, "comm_inter_s", "s",
+                                        "comm_total across nodes: its inter-node all-reduce step; NaN likewise"};
+inline const IntAttribute nodes{kTrainPoint, "nodes", "nodes", "nodes the k ranks were on"};
+inline const IntAttribute ranks_per_node{kTrainPoint, "ranks_per_node", "ranks", "ranks of the point on each node"};
+inline const TextAttribute allreduce{kTrainPoint, "allreduce", "",
+                                     "the gradient all-reduce: `flat` (the backend's own algorithm) or "
+                                     "`hierarchical` (reduce-scatter in each node, all-reduce across, all-gather)"};
 inline const RealAttribute overlap{kTrainPoint, "overlap", "fraction", "1 - comm_exposed / comm_total"};
 inline const RealAttribute gradient_bytes{kTrainPoint, "gradient_bytes", "B", "all-reduced per rank per step"};
 inline const IntAttribute gradient_buckets{kTrainPoint, "gradient_buckets", "",
@@ -327,6 +338,10 @@ inline const RealColumn forward_s{kSteps, "forward_s", "s", "forward pass"};
 inline const RealColumn backward_s{kSteps, "backward_s", "s", "backward pass, including starting bucket all-reduces"};
 inline const RealColumn comm_total_s{kSteps, "comm_total_s", "s", "sum over buckets of start-to-completion time"};
 inline const RealColumn comm_exposed_s{kSteps, "comm_exposed_s", "s", "waiting for buckets after backward"};
+inline const RealColumn comm_intra_s{kSteps, "comm_intra_s", "s",
+                                     "comm_total_s inside nodes (hierarchical all-reduce); NaN where not told apart"};
+inline const RealColumn comm_inter_s{kSteps, "comm_inter_s", "s",
+                                     "comm_total_s across nodes (hierarchical all-reduce); NaN where not told apart"};
 inline const RealColumn optimizer_s{kSteps, "optimizer_s", "s", "AdamW"};
 inline const RealColumn checkpoint_stall_s{kSteps, "checkpoint_stall_s", "s", "blocked by a checkpoint"};
 inline const RealColumn step_s{kSteps, "step_s", "s", "wall time of the step"};
@@ -602,7 +617,7 @@ inline const std::vector<const Field*> kStoredOnly = {
     // Every step's phases: the figures above are computed from them when the run is summarised.
     &point::steps::rank, &point::steps::data_wait_s, &point::steps::h2d_s, &point::steps::forward_s,
     &point::steps::backward_s, &point::steps::comm_total_s, &point::steps::comm_exposed_s,
-    &point::steps::optimizer_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
+    &point::steps::comm_intra_s, &point::steps::comm_inter_s, &point::steps::optimizer_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
     &point::steps::data_read_MBps, &point::steps::loader_queue_depth, &point::steps::checkpoint_writing,
     &point::stall_budget::p99,
     // The data check before the first step, resume and loader details, and each slice of a checkpoint.

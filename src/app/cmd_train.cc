@@ -22,6 +22,7 @@
 #include "report_check.h"
 #include "train_energy.h"
 #include "train_loop.h"
+#include "scaling_plan.h"
 #include "train_io.h"
 #include "train_summary.h"
 #include "transformer.h"
@@ -58,6 +59,7 @@ struct TrainFlags {
   bool no_overlap = false;
   std::string scaling;
   std::string scaling_mode = "weak";
+  std::string allreduce = "auto";
   int global_batch = 0;
   double learning_rate = 3e-4;
   int64_t seed = 1234;
@@ -117,20 +119,6 @@ TrajectoryOf TrainTrajectory(const TrainFlags& f, int seq, bool cuda, bool weak)
     }
     return options;
   };
-}
-
-std::vector<int> ParseScaling(const std::string& text, int world) {
-  std::vector<int> ks;
-  if (text.empty()) return {world};
-  if (text == "pow2") {
-    for (int k = 1; k <= world; k *= 2) ks.push_back(k);
-    return ks;
-  }
-  for (const int64_t k : ParseIntegerList(text, "--scaling", IntRange::Between(1, world))) {
-    if (!ks.empty() && k <= ks.back()) throw InputError("--scaling must list increasing rank counts (got '" + text + "')");
-    ks.push_back(static_cast<int>(k));
-  }
-  return ks;
 }
 
 // Every rank's records of one scaling point, on rank 0 (ranks outside the point send none).
@@ -226,7 +214,18 @@ struct RunPoint {
   int k;
   double throttle_MBps;
   std::string name;
+  ScalingPointPlan plan;
 };
+
+// Node and local rank of every rank. Collective.
+LaunchShape GatherLaunchShape(const RankContext& ctx) {
+  LaunchShape shape;
+  shape.node.resize(static_cast<size_t>(ctx.world_size));
+  shape.local_rank.resize(static_cast<size_t>(ctx.world_size));
+  TB_CHECK_MPI(MPI_Allgather(&ctx.node_index, 1, MPI_INT, shape.node.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  TB_CHECK_MPI(MPI_Allgather(&ctx.local_rank, 1, MPI_INT, shape.local_rank.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  return shape;
+}
 
 // What start-up measured before the first point: the device, its GEMM rate and peak, the model's accounting.
 struct TrainSetup {
@@ -282,7 +281,7 @@ class TrainPhase : public Phase {
   TrainIoPlan io_plan_;
   InjectionPlan faults_;
   TrainLoopOptions loop_;
-  std::vector<int> scaling_;
+  std::vector<ScalingPointPlan> scaling_;
   bool weak_ = true;
   int global_batch_ = 0;  // sequences per step over all ranks: what strong scaling divides by k
   AttentionChoice attention_ = AttentionChoice::kAuto;
@@ -308,7 +307,12 @@ void TrainPhase::AddOptions(po::options_description& options) {
       ("warmup-steps", Number(&f.warmup_steps, IntRange::AtLeast(0))->default_value(f.warmup_steps), "steps run first and left out of the statistics")
       ("bucket-mb", Number(&f.bucket_mb, RealRange::AboveUpTo(0, 1 << 20))->default_value(f.bucket_mb), "gradient bucket size in MiB")
       ("no-overlap", po::bool_switch(&f.no_overlap), "all-reduce the gradients after backward instead of during it")
-      ("scaling", po::value(&f.scaling), "rank counts to run, e.g. 1,2,4,8 or pow2 (default: all ranks)")
+      ("scaling", po::value(&f.scaling),
+       "points to run: rank counts (1,2,4,8 or pow2: the first k ranks), nodes (all ranks of 1, 2, 4, ... nodes) or "
+       "layouts NxM (1x2,2x2,4x2: M ranks on each of N nodes); default: all ranks")
+      ("allreduce", Choice(&f.allreduce, {"auto", "flat", "hierarchical"})->default_value(f.allreduce),
+       "gradient all-reduce on the mpi backend: hierarchical (reduce-scatter in each node, all-reduce across, "
+       "all-gather; times intra- and inter-node apart), flat (MPI's own), auto (hierarchical across nodes)")
       ("scaling-mode", Choice(&f.scaling_mode, {"weak", "strong"})->default_value(f.scaling_mode), "weak: per-rank batch fixed; strong: global batch fixed")
       ("global-batch", Number(&f.global_batch, IntRange::AtLeast(1)), "strong scaling: sequences per step over all ranks (default: micro-batch x ranks)")
       ("lr", Number(&f.learning_rate, RealRange::AboveUpTo(0, 1))->default_value(f.learning_rate), "AdamW learning rate")
@@ -342,16 +346,17 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
     throw InputError("--seq " + std::to_string(loop_.seq) + " exceeds the model's " + std::to_string(model_.seq) + " positions");
   }
   weak_ = f.scaling_mode == "weak";
-  scaling_ = ParseScaling(f.scaling, ctx_.world_size);
-  global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back();
-  for (int k : scaling_) {
+  scaling_ = ParseScaling(f.scaling, GatherLaunchShape(ctx_));
+  ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
+  global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k;
+  for (const auto& [k, nodes, per_node, even, layout, hierarchical] : scaling_) {
     if (!weak_ && global_batch_ % k != 0) {
       throw InputError("--scaling-mode strong: the global batch " + std::to_string(global_batch_) +
                        " does not divide over " + std::to_string(k) + " ranks (set --global-batch)");
     }
   }
   // Strong scaling gives the fewest ranks the largest batch.
-  CheckMemoryFits(r, TrainMemoryNeed(model_, PointBatch(scaling_.front()), loop_.seq, r.backend() == "nccl"));
+  CheckMemoryFits(r, TrainMemoryNeed(model_, PointBatch(scaling_.front().k), loop_.seq, r.backend() == "nccl"));
   loop_.micro_batch = f.micro_batch;
   loop_.steps = f.steps;
   loop_.warmup_steps = f.warmup_steps;
@@ -362,7 +367,7 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   RecordConfig(r);
   TrainIoRun io_run{loop_.seq, static_cast<uint64_t>(f.seed), loop_.warmup_steps + loop_.steps, {},
                     TrainTrajectory(f, loop_.seq, r.backend() == "nccl", weak_)};
-  for (int k : scaling_) io_run.points.emplace_back(k, PointBatch(k));
+  for (const ScalingPointPlan& point : scaling_) io_run.points.emplace_back(point.k, PointBatch(point.k));
   io_plan_ = PlanTrainIo(io_flags_, model_, io_run);
   r.RecordAsUsed("record_bytes", static_cast<int64_t>(io_plan_.record_bytes));  // 0: seq+1 tokens
   r.AddInputs(TrainInputs(io_flags_, io_plan_));
@@ -508,7 +513,7 @@ void TrainPhase::RecordHeader(double comm_ready_s) {
 std::unique_ptr<Transformer> TrainPhase::MakeModel() {
   if (!setup_.backend.cuda) return MakeCpuTransformer(model_, static_cast<uint64_t>(f_.seed));
   CudaTransformerOptions options;
-  options.max_batch = PointBatch(scaling_.front());  // the CUDA model's activations are sized for the largest batch
+  options.max_batch = PointBatch(scaling_.front().k);  // the CUDA model's activations are sized for the largest batch
   options.attention = attention_;
   options.seq = loop_.seq;
   std::string fallback_reason;
@@ -530,9 +535,9 @@ std::unique_ptr<Transformer> TrainPhase::MakeModel() {
 
 std::vector<RunPoint> TrainPhase::Points() const {
   std::vector<RunPoint> runs;
-  for (int k : scaling_) {
+  for (const ScalingPointPlan& plan : scaling_) {
     for (double throttle : io_plan_.throttles_MBps) {
-      runs.push_back({k, throttle, PointGroupName({k, Sweep() ? throttle : 0})});
+      runs.push_back({plan.k, throttle, PointGroupName({plan.k, Sweep() ? throttle : 0}), plan});
     }
   }
   return runs;
@@ -543,8 +548,11 @@ std::vector<RunPoint> TrainPhase::Points() const {
 bool TrainPhase::RunPoints(Communicator& comm) {
   const std::vector<RunPoint> runs = Points();
   bool interrupted = false;
+  const RankContext& ctx = run_->ctx();
   for (const RunPoint& point : runs) {
-    std::unique_ptr<Communicator> sub = comm.Prefix(point.k);
+    const bool member = point.plan.Holds(ctx.world_rank, ctx.node_index, ctx.local_rank);
+    std::unique_ptr<Communicator> sub = comm.Split(member ? 0 : -1, ctx.world_rank);
+    if (sub && point.plan.hierarchical) sub->UseHierarchicalAllReduce(ctx.node_index, ctx.local_rank);
     TrainLoopOptions point_loop = loop_;
     point_loop.micro_batch = PointBatch(point.k);
     std::vector<StepRecord> mine;
@@ -564,6 +572,9 @@ bool TrainPhase::RunPoints(Communicator& comm) {
       points_.push_back(SummarizePoint(point.k, point_loop.micro_batch, ranks, setup_.flops_per_token,
                                        setup_.peak_flops, setup_.gemm_min, setup_.gradient_bytes));
       points_.back().gradient_buckets = setup_.gradient_buckets;
+      points_.back().nodes = point.plan.nodes;
+      points_.back().ranks_per_node = point.plan.ranks_per_node;
+      points_.back().allreduce = point.plan.hierarchical ? "hierarchical" : "flat";
       AddPointToReport(train(), points_.back(), ranks, point.name);
       AddPointEnergyToReport(train().Child(point.name), energy_J, points_.back());
       if (Sweep()) sweep_shares_.push_back(DataWaitShare(ranks));
