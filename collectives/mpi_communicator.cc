@@ -169,14 +169,14 @@ class MpiCommunicator : public Communicator {
   }
 
   void AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) override {
-    if (hierarchical_) return StartHierarchicalAllReduce(nodes_, send, recv, count, type, op)->Wait();
+    if (hierarchical_) return StartHierarchicalAllReduce(nodes_, sequence_++, send, recv, count, type, op)->Wait();
     TB_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, MpiCount(count), MpiType(type), MpiOp(op), comm_));
     if (op == ReduceOp::kAvg) DivideByRanks(recv, count, type, size_);
   }
 
   std::unique_ptr<PendingOp> StartAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                                             void*) override {
-    if (hierarchical_) return StartHierarchicalAllReduce(nodes_, send, recv, count, type, op);
+    if (hierarchical_) return StartHierarchicalAllReduce(nodes_, sequence_++, send, recv, count, type, op);
     auto pending = std::make_unique<MpiPendingAllReduce>(recv, count, type, op == ReduceOp::kAvg, size_);
     TB_CHECK_MPI(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, MpiCount(count), MpiType(type), MpiOp(op),
                                 comm_, pending->request()));
@@ -280,6 +280,7 @@ class MpiCommunicator : public Communicator {
   int size_ = 1;
   bool hierarchical_ = false;
   NodeCommunicators nodes_;  // once hierarchical
+  int sequence_ = 0;         // hierarchical all-reduces started
 };
 
 }  // namespace

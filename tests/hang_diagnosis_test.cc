@@ -131,5 +131,20 @@ TEST(DiagnoseHang, ARankTheProbeNeverReachedIsUnknownNotStuck) {
             0u) << none.text;
 }
 
+// A rank the probe reached when the measurement began and cannot reach now: its host is named as unreachable.
+TEST(HangDiagnosis, ARankNoConnectionReachesNamesItsHostUnreachable) {
+  const HangDiagnosis d = DiagnoseHang({Waiting("step 7", 3), std::nullopt, std::nullopt}, {"node0", "node1", "node1"},
+                                       3, {}, {1, 2});
+  EXPECT_EQ(d.stuck, (std::vector<int>{1, 2}));
+  EXPECT_NE(d.text.find("rank 1 (node1) could not be reached; rank 2 (node1) could not be reached"), std::string::npos)
+      << d.text;
+  EXPECT_NE(d.text.find("; host node1 unreachable (no connection to its ranks: down, or the link cut)"),
+            std::string::npos)
+      << d.text;
+  // Connected, but silent: stopped, not cut off.
+  const HangDiagnosis silent = DiagnoseHang({Waiting("step 7", 3), std::nullopt}, {"node0", "node1"}, 3);
+  EXPECT_EQ(silent.text.find("unreachable (no connection"), std::string::npos) << silent.text;
+}
+
 }  // namespace
 }  // namespace tb

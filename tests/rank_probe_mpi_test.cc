@@ -28,11 +28,12 @@ TEST(RankProbe, RankZeroHearsEveryRank) {
   const int rank = Rank();
   RankProbe probe(MPI_COMM_WORLD, [rank] { return "rank " + std::to_string(rank) + " here"; }, nullptr);
   if (rank == 0) {
-    const std::vector<std::optional<std::string>> answers = probe.AskAll(10);
+    const std::vector<ProbeAnswer> answers = probe.AskAll(10);
     ASSERT_EQ(answers.size(), static_cast<size_t>(Size()));
     for (int r = 0; r < Size(); ++r) {
-      ASSERT_TRUE(answers[r]) << "rank " << r << " gave no answer";
-      EXPECT_EQ(*answers[r], "rank " + std::to_string(r) + " here");
+      ASSERT_TRUE(answers[r].line) << "rank " << r << " gave no answer";
+      EXPECT_TRUE(answers[r].connected) << "rank " << r;
+      EXPECT_EQ(*answers[r].line, "rank " + std::to_string(r) + " here");
       EXPECT_TRUE(probe.Reachable(r)) << "rank " << r;
     }
     EXPECT_FALSE(probe.Reachable(Size()));
@@ -76,10 +77,11 @@ TEST(RankProbe, ARankThatDoesNotAnswerInTimeIsNone) {
   if (rank == 0) {
     EXPECT_TRUE(probe.Reachable(Size() - 1));
     const double start = NowSeconds();
-    const std::vector<std::optional<std::string>> answers = probe.AskAll(0.5);
+    const std::vector<ProbeAnswer> answers = probe.AskAll(0.5);
     EXPECT_LT(NowSeconds() - start, 2.5);
-    for (int r = 0; r + 1 < Size(); ++r) EXPECT_TRUE(answers[r]) << "rank " << r;
-    EXPECT_FALSE(answers[Size() - 1]);
+    for (int r = 0; r + 1 < Size(); ++r) EXPECT_TRUE(answers[r].line) << "rank " << r;
+    EXPECT_FALSE(answers[Size() - 1].line);
+    EXPECT_TRUE(answers[Size() - 1].connected) << "a slow rank is reached, and silent";
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }

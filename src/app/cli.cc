@@ -340,14 +340,17 @@ void CommandRun::OnPeerTimeout(const Watchdog& watchdog, int rank, const std::st
 HangDiagnosis CommandRun::DiagnoseHangNow() const {
   constexpr double kAnswerDeadline_s = 3;
   std::vector<std::optional<WatchdogState>> states;
-  for (const std::optional<std::string>& answer : probe_->AskAll(kAnswerDeadline_s)) {
-    states.push_back(answer ? DecodeWatchdogState(*answer) : std::nullopt);
+  std::vector<int> unreachable, cut_off;
+  for (const ProbeAnswer& answer : probe_->AskAll(kAnswerDeadline_s)) {
+    const int r = static_cast<int>(states.size());
+    states.push_back(answer.line ? DecodeWatchdogState(*answer.line) : std::nullopt);
+    if (!probe_->Reachable(r)) {
+      unreachable.push_back(r);
+    } else if (!answer.connected) {
+      cut_off.push_back(r);
+    }
   }
-  std::vector<int> unreachable;
-  for (int r = 0; r < static_cast<int>(states.size()); ++r) {
-    if (!probe_->Reachable(r)) unreachable.push_back(r);
-  }
-  return DiagnoseHang(states, hosts_, common_.timeout_s, unreachable);
+  return DiagnoseHang(states, hosts_, common_.timeout_s, unreachable, cut_off);
 }
 
 void CommandRun::OnTimeout(const std::string& operation, double elapsed_s) {

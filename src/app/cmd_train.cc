@@ -580,6 +580,10 @@ bool TrainPhase::RunPoints(Communicator& comm) {
       if (Sweep()) sweep_shares_.push_back(DataWaitShare(ranks));
     }
     if (interrupted) break;
+    // A point boundary: a crash or a timeout in the next point leaves this one in the file.
+    if (&point != &runs.back()) {
+      run_->WriteReportNow("failed", "did not finish: interrupted during training, after point " + point.name);
+    }
   }
   if (run_->ctx().world_rank == 0) Summarise(runs);
   return interrupted;

@@ -55,9 +55,30 @@ std::optional<WatchdogState> DecodeWatchdogState(const std::string& line) {
   return s;
 }
 
+namespace {
+
+// "; host node1 unreachable (no connection to its ranks: down, or its link cut)" for the hosts of the ranks that no
+// connection reached; "" when there are none.
+std::string UnreachableHosts(const std::set<int>& lost, const std::vector<std::optional<WatchdogState>>& answers,
+                             const std::vector<std::string>& hosts) {
+  std::set<std::string> names;
+  for (int r : lost) {
+    if (static_cast<size_t>(r) < answers.size() && !answers[static_cast<size_t>(r)]) names.insert(HostOf(hosts, static_cast<size_t>(r)));
+  }
+  if (names.empty()) return "";
+  std::string list;
+  for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+  return "; host" + std::string(names.size() == 1 ? " " : "s ") + list + " unreachable (no connection to " +
+         (names.size() == 1 ? "its" : "their") + " ranks: down, or the link cut)";
+}
+
+}  // namespace
+
 HangDiagnosis DiagnoseHang(const std::vector<std::optional<WatchdogState>>& answers,
-                           const std::vector<std::string>& hosts, double timeout_s, const std::vector<int>& unreachable) {
+                           const std::vector<std::string>& hosts, double timeout_s, const std::vector<int>& unreachable,
+                           const std::vector<int>& cut_off) {
   const std::set<int> unknown(unreachable.begin(), unreachable.end());
+  const std::set<int> lost(cut_off.begin(), cut_off.end());
   auto is_stuck = [&](const std::optional<WatchdogState>& a) {
     return !a || (!a->in_communication && a->seconds >= timeout_s / 2);
   };
@@ -76,7 +97,7 @@ HangDiagnosis DiagnoseHang(const std::vector<std::optional<WatchdogState>>& answ
     d.stuck.push_back(static_cast<int>(r));
     if (d.stuck.size() <= kNamedAtMost) {
       named += (named.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " (" + HostOf(hosts, r) + ") ") +
-               Whereabouts(answers[r], waited_in);
+               (lost.contains(static_cast<int>(r)) && !answers[r] ? "could not be reached" : Whereabouts(answers[r], waited_in));
     }
   }
   const std::string unknowns =
@@ -96,7 +117,7 @@ HangDiagnosis DiagnoseHang(const std::vector<std::optional<WatchdogState>>& answ
   }
   if (d.stuck.size() > kNamedAtMost) named += "; and " + std::to_string(d.stuck.size() - kNamedAtMost) + " more";
   d.text = "stuck: " + named + "; " + std::to_string(waiters) + " of " + std::to_string(answers.size()) +
-           " ranks wait in communication" + where + unknowns;
+           " ranks wait in communication" + where + unknowns + UnreachableHosts(lost, answers, hosts);
   return d;
 }
 

@@ -23,9 +23,11 @@ struct HangDiagnosis {
 // not answer, or when it has been outside communication, in the same place, for at least half the timeout: a rank
 // that is running does not stay there while its peers wait a whole timeout for it. When no rank is stuck, every
 // rank waits in communication, and the stall is in the communication itself. The ranks in `unreachable` (the probe
-// could not reach them when it was set up) are neither: their silence says nothing, and the text counts them.
+// could not reach them when it was set up) are neither: their silence says nothing, and the text counts them. The
+// ranks in `cut_off` were reached then and not now (no connection could be made): stuck, and their hosts are named
+// as unreachable (a host down, or its link cut).
 HangDiagnosis DiagnoseHang(const std::vector<std::optional<WatchdogState>>& answers,
                            const std::vector<std::string>& hosts, double timeout_s,
-                           const std::vector<int>& unreachable = {});
+                           const std::vector<int>& unreachable = {}, const std::vector<int>& cut_off = {});
 
 }  // namespace tb

@@ -77,6 +77,7 @@ struct Exchange {
   size_t sent = 0;
   std::string received;
   bool done = false;
+  bool connected = false;  // a connection was made (the send began)
   std::optional<std::string> answer;
 
   // Opens a connection to the next address that takes one (or is still connecting); done when none is left.
@@ -111,6 +112,7 @@ struct Exchange {
       if (sent == 0 && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0)) return Retry();
       const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
       if (n < 0) return errno == EAGAIN ? void() : (sent == 0 ? Retry() : Finish(std::nullopt));
+      connected = true;
       sent += static_cast<size_t>(n);
       sending = sent < request.size();
       return;
@@ -127,8 +129,8 @@ struct Exchange {
 };
 
 // Sends `request` to each endpoint and reads one answer line from each, all at once (in batches), within deadline_s.
-std::vector<std::optional<std::string>> Ask(const std::vector<RankProbe::Endpoint>& endpoints,
-                                            const std::string& request, double deadline_s) {
+std::vector<ProbeAnswer> Ask(const std::vector<RankProbe::Endpoint>& endpoints, const std::string& request,
+                             double deadline_s) {
   std::vector<Exchange> exchanges(endpoints.size());
   const double deadline = NowSeconds() + deadline_s;
   for (size_t first = 0; first < exchanges.size(); first += kConcurrentRequests) {
@@ -158,8 +160,8 @@ std::vector<std::optional<std::string>> Ask(const std::vector<RankProbe::Endpoin
       if (!exchanges[i].done) exchanges[i].Finish(std::nullopt);
     }
   }
-  std::vector<std::optional<std::string>> answers;
-  for (Exchange& e : exchanges) answers.push_back(std::move(e.answer));
+  std::vector<ProbeAnswer> answers;
+  for (Exchange& e : exchanges) answers.push_back({std::move(e.answer), e.connected});
   return answers;
 }
 
@@ -287,7 +289,7 @@ RankProbe::RankProbe(MPI_Comm comm, Answer answer, OnPeerTimeout on_peer_timeout
   const std::vector<std::string> all = GatherStrings(comm, Pack(mine), 0);  // empty on other ranks
   if (rank_ == 0) {
     for (const std::string& packed : all) endpoints_.push_back(Unpack(packed));
-    for (const std::optional<std::string>& answer : AskAll(reach_deadline_s)) reachable_.push_back(answer.has_value());
+    for (const ProbeAnswer& answer : AskAll(reach_deadline_s)) reachable_.push_back(answer.line.has_value());
   } else {
     endpoints_.push_back(Unpack(root));
   }
@@ -296,13 +298,13 @@ RankProbe::RankProbe(MPI_Comm comm, Answer answer, OnPeerTimeout on_peer_timeout
 
 RankProbe::~RankProbe() = default;
 
-std::vector<std::optional<std::string>> RankProbe::AskAll(double deadline_s) const {
+std::vector<ProbeAnswer> RankProbe::AskAll(double deadline_s) const {
   if (rank_ != 0) return {};
   // Rank 0 answers for itself here: its probe thread may be the one asking (a peer's timeout), or busy.
   std::vector<Endpoint> others = endpoints_;
   others[0].addresses.clear();
-  std::vector<std::optional<std::string>> answers = Ask(others, token_ + " state\n", deadline_s);
-  answers[0] = answer_();
+  std::vector<ProbeAnswer> answers = Ask(others, token_ + " state\n", deadline_s);
+  answers[0] = {answer_(), true};
   return answers;
 }
 
@@ -310,8 +312,8 @@ bool RankProbe::TellRoot(const std::string& operation, double deadline_s) const 
   std::string flat = operation;
   std::replace(flat.begin(), flat.end(), '\n', ' ');
   const std::string request = token_ + " timeout " + std::to_string(rank_) + " " + flat + "\n";
-  const std::vector<std::optional<std::string>> answer = Ask({endpoints_.at(0)}, request, deadline_s);
-  return answer[0] && *answer[0] == "ok";
+  const std::vector<ProbeAnswer> answer = Ask({endpoints_.at(0)}, request, deadline_s);
+  return answer[0].line && *answer[0].line == "ok";
 }
 
 }  // namespace tb

@@ -20,6 +20,13 @@
 
 namespace tb {
 
+// A rank's answer to the probe: its line (nullopt: none came in time), and whether a connection to it was made at all
+// (false: its host could not be reached, or nothing listened).
+struct ProbeAnswer {
+  std::optional<std::string> line;
+  bool connected = false;
+};
+
 class RankProbe {
  public:
   using Answer = std::function<std::string()>;  // this rank's state as one line (no newline)
@@ -33,9 +40,9 @@ class RankProbe {
   RankProbe(const RankProbe&) = delete;
   RankProbe& operator=(const RankProbe&) = delete;
 
-  // Rank 0: every rank's answer in rank order (rank 0's own included), nullopt where none came within deadline_s.
-  // Empty on other ranks.
-  std::vector<std::optional<std::string>> AskAll(double deadline_s) const;
+  // Rank 0: every rank's answer in rank order (rank 0's own included, connected), no line where none came within
+  // deadline_s. Empty on other ranks.
+  std::vector<ProbeAnswer> AskAll(double deadline_s) const;
   // Rank 0: whether `rank` answered when the probe was set up.
   bool Reachable(int rank) const { return rank >= 0 && static_cast<size_t>(rank) < reachable_.size() && reachable_[rank]; }
   // Tells rank 0 that this rank's watchdog fired in `operation`; true when rank 0 took it within deadline_s.
