@@ -4,33 +4,10 @@
 # inside and across hosts with the per-NIC rate, tc shapes a host's link, and p2p flags a slow host's pairs within
 # the inter-node class. Everything the test creates is removed at the end, also when it fails.
 #
-#   multihost_collectives_test.sh TRAINBENCH     (TB_KEEP_WORK=1 keeps the reports in the scratch directory)
-set -uo pipefail
-tb=$(realpath "$1")
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-hosts=$here/netns_hosts.sh
-work=$(mktemp -d)
+#   multihost_collectives_test.sh TRAINBENCH     (TB_KEEP_WORK=1 keeps its reports: multihost_lib.sh)
 set_name=mhc
-source "$here/../cli_lib.sh"
-
-if [[ $(id -u) -ne 0 ]]; then echo "FAIL: multihost tests need root (network namespaces)"; exit 1; fi
-cleanup() { "$hosts" down "$set_name"; [[ -n ${TB_KEEP_WORK:-} ]] || rm -rf "$work"; }
-trap cleanup EXIT
-"$hosts" up "$set_name" 4 || { echo "FAIL: cannot bring up the test hosts"; exit 1; }
-chmod 755 "$work"
-
-# py FILE 'expression over f (an h5py File)': prints the value; Debian's python3 has h5py.
-py() { /usr/bin/python3 -c "import sys, h5py, math; f = h5py.File(sys.argv[1], 'r'); print($2)" "$1"; }
-# check WHAT GOT WANT
-check() { checks=$((checks + 1)); [[ $2 == "$3" ]] || fail "$1: got '$2', want '$3'"; }
-# check_py WHAT FILE 'python condition over f' [DETAIL]
-check_py() {
-  checks=$((checks + 1))
-  [[ $(py "$2" "bool($3)" 2>&1) == True ]] || fail "$1: not $3 in $2 ($(py "$2" "${4:-''}" 2>&1))"
-}
-# mpirun across the hosts, 2 or 1 ranks per host.
-on2=(env TB_NETNS_SLOTS=2 "$hosts" mpirun "$set_name")
-on1=(env TB_NETNS_SLOTS=1 "$hosts" mpirun "$set_name")
+source "$(dirname "${BASH_SOURCE[0]}")/multihost_lib.sh"
+multihost_up 4
 
 # --- two hosts, two ranks each: topology and the three splits ----------------------------------------------------
 expect_ok "${on2[@]}" -np 4 "$tb" collectives -b 256K -e 256K --modes out-of-place -n 3 -w 1 -o "$work/all.h5"
@@ -88,10 +65,4 @@ check_py "p2p: no intra-node pairs on one rank per node" "$work/p2p.h5" "math.is
 grep -q "x median of the inter-node pairs" "$work/out" || fail "p2p weak-link line: $(grep 'weak link' "$work/out" | head -2)"
 "$hosts" rate "$set_name" node3 off
 
-# --- everything of the set goes -------------------------------------------------------------------------------------
-trap - EXIT
-cleanup
-checks=$((checks + 1))
-left=$(ip netns list | awk '{print $1}' | grep -E "^tb$set_name-" || true)
-[[ -z $left ]] || fail "namespaces left behind: $left"
-finish multihost_collectives_test
+multihost_finish multihost_collectives_test

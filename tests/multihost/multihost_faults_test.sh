@@ -3,26 +3,11 @@
 # within --timeout plus 30 s, rank 0's line and the report's reason name the host that cannot be reached, and the
 # report keeps the point that finished before the cut. Everything the test creates is removed at the end.
 #
-#   multihost_faults_test.sh TRAINBENCH     (TB_KEEP_WORK=1 keeps the reports in the scratch directory)
-set -uo pipefail
-tb=$(realpath "$1")
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-hosts=$here/netns_hosts.sh
-work=$(mktemp -d)
+#   multihost_faults_test.sh TRAINBENCH     (TB_KEEP_WORK=1 keeps its reports: multihost_lib.sh)
 set_name=mhf
-source "$here/../cli_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/multihost_lib.sh"
+multihost_up 2
 
-if [[ $(id -u) -ne 0 ]]; then echo "FAIL: multihost tests need root (network namespaces)"; exit 1; fi
-cleanup() { "$hosts" down "$set_name"; [[ -n ${TB_KEEP_WORK:-} ]] || rm -rf "$work"; }
-trap cleanup EXIT
-"$hosts" up "$set_name" 2 || { echo "FAIL: cannot bring up the test hosts"; exit 1; }
-chmod 755 "$work"
-
-py() { /usr/bin/python3 -c "import sys, h5py; f = h5py.File(sys.argv[1], 'r'); print($2)" "$1"; }
-check_py() {  # check_py WHAT FILE 'python condition over f' [DETAIL]
-  checks=$((checks + 1))
-  [[ $(py "$2" "bool($3)" 2>&1) == True ]] || fail "$1: not $3 in $2 ($(py "$2" "${4:-''}" 2>&1))"
-}
 # The ranks' processes (mpirun's command line starts with "mpirun", the agents' with "ip" and "sh").
 ranks_alive() { pgrep -f "^$tb train" >/dev/null; }
 
@@ -63,9 +48,4 @@ else
   expect_ok "$tb" report "$work/cut.h5"
 fi
 
-trap - EXIT
-cleanup
-checks=$((checks + 1))
-left=$(ip netns list | awk '{print $1}' | grep -E "^tb$set_name-" || true)
-[[ -z $left ]] || fail "namespaces left behind: $left"
-finish multihost_faults_test
+multihost_finish multihost_faults_test
