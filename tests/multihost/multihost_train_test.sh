@@ -12,10 +12,10 @@ multihost_up 4
 
 small=(--model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 --quiet)
 
-# node1's link at 50 Mbit/s (6.25 MB/s) both ways. The tiny model all-reduces S = 3.8 MB of fp32 gradients per
+# node1's link at 20 Mbit/s (2.5 MB/s) both ways. The tiny model all-reduces S = 3.8 MB of fp32 gradients per
 # step; hierarchically each of node1's two ranks sends its S/2 shard across (a 2-rank all-reduce sends all of it),
-# so node1 sends S per step: at least 0.6 s at that rate.
-"$hosts" rate "$set_name" node1 50
+# so node1 sends S per step: at least 1.5 s at that rate, far above what shared memory takes on a busy machine.
+"$hosts" rate "$set_name" node1 20
 expect_ok "${on2[@]}" -np 4 "$tb" train "${small[@]}" --scaling 1x2,2x2 -o "$work/layout.h5"
 a='f["train/k2"].attrs'; b='f["train/k4"].attrs'
 check_py "1x2 on one node, flat" "$work/layout.h5" "$a['nodes'] == 1 and $a['ranks_per_node'] == 2 and $a['allreduce'] == 'flat'"
@@ -23,7 +23,7 @@ check_py "1x2: nothing to tell apart" "$work/layout.h5" "math.isnan($a['comm_int
 check_py "2x2 on two nodes, hierarchical" "$work/layout.h5" \
   "$b['nodes'] == 2 and $b['ranks_per_node'] == 2 and $b['allreduce'] == 'hierarchical'"
 check_py "2x2: the shaped link bounds the inter-node time from below" "$work/layout.h5" \
-  "$b['comm_inter_s'] >= 0.5 * $b['gradient_bytes'] / 6.25e6" "$b['comm_inter_s'], $b['gradient_bytes']"
+  "$b['comm_inter_s'] >= 0.5 * $b['gradient_bytes'] / 2.5e6" "$b['comm_inter_s'], $b['gradient_bytes']"
 check_py "2x2: most of the time is across nodes" "$work/layout.h5" "$b['comm_inter_s'] > $b['comm_intra_s']" \
   "$b['comm_intra_s'], $b['comm_inter_s']"
 check_py "2x2: every step's parts add up to its comm_total" "$work/layout.h5" \
