@@ -101,9 +101,12 @@ ModelConfig ModelFromFlags(const TrainFlags& f) {
 
 // The training options that determine the numbers each step computes (the model's shape is in the checkpoint's
 // fingerprint; PlanTrainIo adds the data options). Not among them: --steps, --warmup-steps (which steps are
-// measured, not what they compute) and, on the CPU backend, --bucket-mb and --no-overlap (MPI's sums come out the
-// same over any bucket layout: checked bit for bit at 4 and 8 ranks); NCCL picks its algorithm by message size.
-TrajectoryOf TrainTrajectory(const TrainFlags& f, int seq, bool cuda, bool weak) {
+// measured, not what they compute) and, on the CPU backend, --no-overlap and, with MPI's own all-reduce, --bucket-mb
+// (its sums come out the same over any bucket layout: checked bit for bit at 4 and 8 ranks); NCCL picks its algorithm
+// by message size. On the CPU backend the all-reduce's algorithm is among them: a hierarchical one sums in another
+// order, which follows the buckets (its rings cut each bucket by rank), so --bucket-mb is then among them too.
+TrajectoryOf TrainTrajectory(const TrainFlags& f, int seq, bool cuda, bool weak,
+                             const std::vector<ScalingPointPlan>& points) {
   return [=](int ranks, int micro_batch) {
     Trajectory options = {
         {"ranks", "ranks", std::to_string(ranks)},
@@ -113,6 +116,13 @@ TrajectoryOf TrainTrajectory(const TrainFlags& f, int seq, bool cuda, bool weak)
          std::to_string(micro_batch)},
         {"lr", "--lr", Format("%.9g", f.learning_rate)},
         {"data_seed", "--seed", std::to_string(f.seed)}};
+    for (const ScalingPointPlan& point : points) {
+      if (!cuda && point.k == ranks) {
+        options.push_back({"allreduce", "--allreduce", point.hierarchical ? "hierarchical" : "flat"});
+        // Its rings cut each bucket by rank: which element sums in which order follows the buckets.
+        if (point.hierarchical) options.push_back({"bucket_mb", "--bucket-mb", Format("%.9g", f.bucket_mb)});
+      }
+    }
     if (cuda) {
       options.push_back({"attention", "--attention", f.attention});
       options.push_back({"bucket_mb", "--bucket-mb", Format("%.9g", f.bucket_mb)});
@@ -366,7 +376,7 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   loop_.data_seed = static_cast<uint64_t>(f.seed);
   RecordConfig(r);
   TrainIoRun io_run{loop_.seq, static_cast<uint64_t>(f.seed), loop_.warmup_steps + loop_.steps, {},
-                    TrainTrajectory(f, loop_.seq, r.backend() == "nccl", weak_)};
+                    TrainTrajectory(f, loop_.seq, r.backend() == "nccl", weak_, scaling_)};
   for (const ScalingPointPlan& point : scaling_) io_run.points.emplace_back(point.k, PointBatch(point.k));
   io_plan_ = PlanTrainIo(io_flags_, model_, io_run);
   r.RecordAsUsed("record_bytes", static_cast<int64_t>(io_plan_.record_bytes));  // 0: seq+1 tokens
