@@ -17,7 +17,7 @@
 # Namespaces are named tb<SET>-sw (the bridge) and tb<SET>-node<i>; the bridge lives in its own namespace, so
 # nothing of a set is reachable from the machine's own network and two sets may use the same addresses. The kernel
 # here has tbf but no netem: links get a rate, not an added latency (what latency they have is veth's own).
-# Needs root, iproute2 and util-linux (unshare).
+# Needs root, iproute2 and util-linux (nsenter, unshare).
 set -euo pipefail
 
 die() { echo "netns_hosts: $*" >&2; exit 2; }
@@ -35,10 +35,11 @@ check_host() {  # check_host SET HOST
   hosts_of "$1" | grep -qx "$2" || die "set '$1' has no host '$2' (hosts: $(hosts_of "$1" | tr '\n' ' '))"
 }
 
-# Runs "$@" in HOST's network namespace with HOST as hostname (a UTS namespace of its own).
+# Runs "$@" in HOST's network namespace with HOST as hostname (a UTS namespace of its own). nsenter, not `ip netns
+# exec`, which remounts /sys for the namespace and so hides the cgroup hierarchy (slurmd needs it).
 in_host() {  # in_host SET HOST CMD..
   local set=$1 host=$2; shift 2
-  exec ip netns exec "$(ns_of "$set" "$host")" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
+  exec nsenter --net="/run/netns/$(ns_of "$set" "$host")" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
 }
 
 down() {
@@ -121,6 +122,6 @@ case $cmd in
     while [[ $# -gt 0 && $1 == -* ]]; do shift; done
     [[ $# -ge 2 && -n ${TB_NETNS_SET:-} ]] || die "agent: usage: agent HOST CMD (with TB_NETNS_SET set)"
     host=$1; shift
-    exec ip netns exec "$(ns_of "$TB_NETNS_SET" "$host")" unshare --uts -- sh -c "hostname $host && $*" ;;
+    exec nsenter --net="/run/netns/$(ns_of "$TB_NETNS_SET" "$host")" unshare --uts -- sh -c "hostname $host && $*" ;;
   *) die "unknown command '$cmd' (up, down, mpirun, exec, rate, link, agent)" ;;
 esac
