@@ -51,6 +51,42 @@ _slurm_cluster_nodes_idle() {
   [[ $(sinfo -h -N -n "$(IFS=,; echo "${SLURM_CLUSTER_NODES[*]}")" -o %T 2>/dev/null | grep -cx idle) -eq ${#SLURM_CLUSTER_NODES[@]} ]]
 }
 
+# slurm_cluster_common_conf DIR: the slurm.conf lines every private cluster shares (users, munge's socket, state,
+# spools, TmpFS, pid and log files under DIR, plugins for a cluster without cgroups or accounting); the caller adds
+# ClusterName, SlurmctldHost and the nodes and partition. DIR holds munge/, state/, spool/, tmp/, log/.
+slurm_cluster_common_conf() {
+  local dir=$1
+  cat <<EOF
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$dir/munge/munge.socket
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+TmpFS=$dir/tmp/%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
+PlugStackConfig=$dir/plugstack.conf
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+SwitchType=switch/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+ReturnToService=2
+KillWait=5
+SlurmctldDebug=info
+SlurmdDebug=info
+EOF
+}
+
 slurm_cluster_up() {  # slurm_cluster_up DIR (created; must not exist or be empty)
   local dir=$1 cmd host mem_mb ports i node n_nodes=${#SLURM_CLUSTER_NODES[@]}
   for cmd in munged munge unmunge slurmctld slurmd sinfo scontrol sbatch squeue scancel; do
@@ -82,33 +118,7 @@ slurm_cluster_up() {  # slurm_cluster_up DIR (created; must not exist or be empt
 ClusterName=trainbench-test
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=${ports[0]}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$dir/munge/munge.socket
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool/%n
-TmpFS=$dir/tmp/%n
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd-%n.pid
-SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd-%n.log
-PlugStackConfig=$dir/plugstack.conf
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-SwitchType=switch/none
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-ReturnToService=2
-KillWait=5
-SlurmctldDebug=info
-SlurmdDebug=info
+$(slurm_cluster_common_conf "$dir")
 EOF
   # Several slurmds on one host (Debian builds Slurm with multiple-slurmd support): one port each.
   for i in "${!SLURM_CLUSTER_NODES[@]}"; do
