@@ -2,8 +2,9 @@
 # Slurm across test hosts: munged (one, its socket shared through the file system), slurmctld on node0 and one slurmd
 # on each host, each in its host's network namespace with its own hostname, spool and TmpFS, on Slurm's standard
 # ports (every namespace has its own). launch/slurm/multinode.sbatch (the k x m job) is submitted from node0 with 2
-# nodes x 2 tasks, through mpirun and through srun --mpi=pmix: the job completes, its reports are complete, and the
-# training report's ranks are on node0 and node1 (two per host). Everything the test creates is removed at the end.
+# nodes x 2 tasks through mpirun (TB_LAUNCHERS="mpirun srun" adds srun --mpi=pmix, which slurm_tests covers on one
+# host; each job takes half a minute or more here): the job completes, its reports are complete, and the training
+# report's ranks are on node0 and node1 (two per host). Everything the test creates is removed at the end.
 #
 #   multihost_slurm_test.sh TRAINBENCH     (TB_KEEP_WORK=1 keeps its reports: multihost_lib.sh)
 set_name=mhs
@@ -57,7 +58,7 @@ checks=$((checks + 1))
   { fail "the two slurmds are not idle after 60 s: $("${on_node0[@]}" sinfo -h -N -o '%N %T %E' 2>&1 | paste -sd';'); $(tail -3 "$slurm"/log/slurmd-*.log)"; multihost_finish multihost_slurm_test; }
 
 # multinode.sbatch, 2 nodes x 2 tasks, by each launcher. TCP between hosts stays on the bridge's subnet.
-for launcher in mpirun srun; do
+for launcher in ${TB_LAUNCHERS:-mpirun}; do
   checks=$((checks + 1))
   (cd "$work" && env TRAINBENCH="$tb" TB_OUT="$work/reports" TB_LAUNCHER="$launcher" TB_BACKEND=cpu TB_MODEL=tiny TB_STEPS=3 TB_MAXBYTES=64K \
       TMPDIR="$slurm/tmp/node0" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp \
