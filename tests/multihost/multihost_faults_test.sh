@@ -9,7 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/multihost_lib.sh"
 multihost_up 2
 
 # The ranks' processes (mpirun's command line starts with "mpirun", the agents' with "ip" and "sh").
-ranks_alive() { pgrep -f "^$tb train" >/dev/null; }
+ranks_alive() { pgrep -f "^$tb train .*-o $work/cut.h5" >/dev/null; }  # this run's, not another test's
 
 # --- the link of node1 cut while k2 (one rank on each host) runs, once k1 (node0 alone) has finished ------------
 # 400 steps a point: k1 takes a second or two, k2 (each step all-reducing 3.8 MB over the bridge) several, and the
