@@ -8,7 +8,7 @@ set_name=mhf
 source "$(dirname "${BASH_SOURCE[0]}")/multihost_lib.sh"
 multihost_up 2
 
-# The ranks' processes (mpirun's command line starts with "mpirun", the agents' with "ip" and "sh").
+# The ranks' processes (mpirun's command line starts with "mpirun", the agents' with "nsenter" and "sh").
 ranks_alive() { pgrep -f "^$tb train .*-o $work/cut.h5" >/dev/null; }  # this run's, not another test's
 
 # --- the link of node1 cut while k2 (one rank on each host) runs, once k1 (node0 alone) has finished ------------
