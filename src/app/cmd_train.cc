@@ -27,6 +27,7 @@
 #include "train_summary.h"
 #include "transformer.h"
 #include "units.h"
+#include "watchdog.h"
 
 namespace tb {
 namespace {
@@ -617,8 +618,11 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
       schema::Set(train(), schema::train::startup_s, NowSeconds() - r.step_s - ProcessStartSeconds());
     }
     double local[2] = {r.loss, r.step_s}, sums[2] = {0, 0};
-    TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 1, MPI_DOUBLE, MPI_SUM, sub.host_comm()));
-    TB_CHECK_MPI(MPI_Allreduce(&local[1], &sums[1], 1, MPI_DOUBLE, MPI_MAX, sub.host_comm()));
+    {
+      InCommunication waiting;  // for the peers, as in a collective: a host cut off here is no stuck rank 0
+      TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 1, MPI_DOUBLE, MPI_SUM, sub.host_comm()));
+      TB_CHECK_MPI(MPI_Allreduce(&local[1], &sums[1], 1, MPI_DOUBLE, MPI_MAX, sub.host_comm()));
+    }
     const double tokens_per_s = static_cast<double>(r.tokens) * point.k / sums[1];
     const double mfu = setup_.peak ? tokens_per_s / point.k * setup_.flops_per_token / setup_.peak_flops : std::nan("");
     Print(StepLine(r, sums[0] / point.k, point.k, tokens_per_s, mfu));

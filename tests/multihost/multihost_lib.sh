@@ -10,7 +10,12 @@ work=$(mktemp -d)
 source "$multihost_dir/../cli_lib.sh"
 
 if [[ $(id -u) -ne 0 ]]; then echo "FAIL: multihost tests need root (network namespaces)"; exit 1; fi
-multihost_cleanup() { "$hosts" down "$set_name"; [[ -n ${TB_KEEP_WORK:-} ]] || rm -rf "$work"; }
+# A test with more to remove (daemons outside the namespaces) defines multihost_extra_cleanup; it runs first.
+multihost_cleanup() {
+  if declare -F multihost_extra_cleanup >/dev/null; then multihost_extra_cleanup; fi
+  "$hosts" down "$set_name"
+  [[ -n ${TB_KEEP_WORK:-} ]] || rm -rf "$work"
+}
 trap multihost_cleanup EXIT
 chmod 755 "$work"
 

@@ -13,12 +13,13 @@ repo=$(cd "$multihost_dir/../.." && pwd)
 source "$multihost_dir/../slurm_cluster.sh"  # slurm_cluster_common_conf
 slurm=$work/slurm
 
-# The daemons of the namespaces go with them; munged runs outside and goes here.
-slurm_cleanup() {
-  [[ -f $slurm/munge/munged.pid ]] && kill "$(cat "$slurm/munge/munged.pid")" 2>/dev/null
-  multihost_cleanup
+# The daemons of the namespaces go with them; munged runs outside and goes here (on every exit).
+multihost_extra_cleanup() {
+  local pid
+  [[ -f $slurm/munge/munged.pid ]] && pid=$(cat "$slurm/munge/munged.pid") && kill "$pid" 2>/dev/null &&
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  return 0
 }
-trap slurm_cleanup EXIT
 multihost_up 2
 
 for cmd in munged slurmctld slurmd sbatch sinfo; do
@@ -76,4 +77,7 @@ for launcher in ${TB_LAUNCHERS:-mpirun}; do
     "f.attrs['status'] == 'complete' and f.attrs['n_nodes'] == 2"
 done
 
+multihost_extra_cleanup
+checks=$((checks + 1))
+! pgrep -f "munged --key-file=$slurm/" >/dev/null || fail "munged of this test still runs after its removal"
 multihost_finish multihost_slurm_test
