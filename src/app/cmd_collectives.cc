@@ -10,6 +10,7 @@
 #include "injection.h"
 #include "log.h"
 #include "phase.h"
+#include "scaling_plan.h"
 #include "sweep.h"
 #include "sweep_options.h"
 #include "units.h"
@@ -56,11 +57,12 @@ MemoryNeed SweepMemoryNeed(const SweepOptions& o, const RankContext& ctx, bool n
 
 // How the launch's ranks sit on nodes. Collective over the world.
 NodeShape ShapeOf(const RankContext& ctx) {
+  const std::vector<int> per_node = GatherLaunchShape(ctx).RanksPerNode();
   NodeShape shape;
   shape.ranks = ctx.world_size;
   shape.nodes = ctx.node_count;
-  TB_CHECK_MPI(MPI_Allreduce(&ctx.local_size, &shape.min_ranks_per_node, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  TB_CHECK_MPI(MPI_Allreduce(&ctx.local_size, &shape.max_ranks_per_node, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  shape.min_ranks_per_node = *std::min_element(per_node.begin(), per_node.end());
+  shape.max_ranks_per_node = *std::max_element(per_node.begin(), per_node.end());
   return shape;
 }
 

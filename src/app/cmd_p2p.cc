@@ -10,6 +10,7 @@
 #include "log.h"
 #include "p2p.h"
 #include "phase.h"
+#include "scaling_plan.h"
 #include "units.h"
 
 namespace tb {
@@ -82,8 +83,7 @@ PhaseResult P2pPhase::Measure(CommandRun& run, Communicator& comm) {
   P2pOptions p2p = p2p_;
   p2p.watchdog = &run.watchdog(&comm);
   p2p.stop_requested = [&] { return run.StopRequested(); };
-  p2p.rank_nodes.resize(static_cast<size_t>(ctx_.world_size));
-  TB_CHECK_MPI(MPI_Allgather(&ctx_.node_index, 1, MPI_INT, p2p.rank_nodes.data(), 1, MPI_INT, comm.host_comm()));
+  p2p.rank_nodes = GatherLaunchShape(ctx_).node;
   MaybeInjectFault(ctx_.world_rank);
   Print(Format("# trainbench p2p: %d ranks on %d nodes, backend %s", ctx_.world_size, ctx_.node_count,
                run.backend().c_str()));

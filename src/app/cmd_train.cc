@@ -228,16 +228,6 @@ struct RunPoint {
   ScalingPointPlan plan;
 };
 
-// Node and local rank of every rank. Collective.
-LaunchShape GatherLaunchShape(const RankContext& ctx) {
-  LaunchShape shape;
-  shape.node.resize(static_cast<size_t>(ctx.world_size));
-  shape.local_rank.resize(static_cast<size_t>(ctx.world_size));
-  TB_CHECK_MPI(MPI_Allgather(&ctx.node_index, 1, MPI_INT, shape.node.data(), 1, MPI_INT, MPI_COMM_WORLD));
-  TB_CHECK_MPI(MPI_Allgather(&ctx.local_rank, 1, MPI_INT, shape.local_rank.data(), 1, MPI_INT, MPI_COMM_WORLD));
-  return shape;
-}
-
 // What start-up measured before the first point: the device, its GEMM rate and peak, the model's accounting.
 struct TrainSetup {
   Backend backend;

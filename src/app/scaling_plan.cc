@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "context.h"
 #include "error.h"
 #include "flags.h"
 
@@ -15,6 +16,15 @@ std::vector<int> LaunchShape::RanksPerNode() const {
   std::vector<int> counts(static_cast<size_t>(nodes()), 0);
   for (int n : node) ++counts[static_cast<size_t>(n)];
   return counts;
+}
+
+LaunchShape GatherLaunchShape(const RankContext& ctx) {
+  LaunchShape shape;
+  shape.node.resize(static_cast<size_t>(ctx.world_size));
+  shape.local_rank.resize(static_cast<size_t>(ctx.world_size));
+  TB_CHECK_MPI(MPI_Allgather(&ctx.node_index, 1, MPI_INT, shape.node.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  TB_CHECK_MPI(MPI_Allgather(&ctx.local_rank, 1, MPI_INT, shape.local_rank.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  return shape;
 }
 
 bool ScalingPointPlan::Holds(int world_rank, int node, int local_rank) const {

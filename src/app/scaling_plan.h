@@ -21,6 +21,10 @@ struct LaunchShape {
   std::vector<int> RanksPerNode() const;
 };
 
+struct RankContext;
+// Node and local rank of every rank of the launch. Collective over the world.
+LaunchShape GatherLaunchShape(const RankContext& ctx);
+
 struct ScalingPointPlan {
   int k = 1;
   int nodes = 1;            // nodes the point's ranks are on
