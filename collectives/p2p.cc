@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "console.h"
 #include "error.h"
+#include "timed_phase.h"
 #include "units.h"
 
 namespace tb {
@@ -37,30 +38,6 @@ void CheckRankLabels(const P2pResult& result, const std::vector<std::string>& ra
     throw std::logic_error(
         Format("p2p: %zu hosts and %zu gpus given for %d ranks", rank_hosts.size(), rank_gpus.size(), result.n));
   }
-}
-
-// One measured phase of one pair, run by every rank so that the barriers match: the pair does its warm-up,
-// then all ranks meet, the pair runs the timed loop, and all ranks meet again. The idle ranks wait inside the
-// phase, so a stuck pair is named by every rank's watchdog. Returns this rank's seconds for the timed loop,
-// 0 when it is not in the pair.
-template <typename Describe, typename Step>
-double TimePhase(Communicator& comm, Watchdog* watchdog, const Describe& describe, bool in_pair, int warmup, int timed,
-                 const Step& step) {
-  Watchdog::Scope guard(watchdog, describe);
-  if (in_pair) {
-    for (int i = 0; i < warmup; ++i) step();
-    comm.Synchronize();
-  }
-  comm.Barrier();
-  double elapsed_s = 0;
-  if (in_pair) {
-    double start_s = NowSeconds();
-    for (int i = 0; i < timed; ++i) step();
-    comm.Synchronize();
-    elapsed_s = NowSeconds() - start_s;
-  }
-  comm.Barrier();
-  return elapsed_s;
 }
 
 // Seconds per pair on this rank (0 where it took no part), laid out as three (n, n) matrices back to back so
@@ -139,14 +116,6 @@ std::vector<double> FromSeconds(const double* seconds, size_t entries, const Con
     if (seconds[i] > 0) values[i] = convert(seconds[i]);
   }
   return values;
-}
-
-// Touched once, so that host pages are mapped and device memory is initialised before anything is timed.
-std::unique_ptr<CommBuffer> AllocateFilled(Communicator& comm, size_t bytes) {
-  std::unique_ptr<CommBuffer> buffer = comm.Allocate(bytes);
-  std::vector<float> fill(bytes / kElementBytes, 1.0f);
-  comm.Upload(*buffer, fill.data(), bytes);
-  return buffer;
 }
 
 std::string RankLabel(int rank, const std::vector<std::string>& rank_hosts, const std::vector<std::string>& rank_gpus) {
@@ -241,6 +210,13 @@ LinkClass ClassOf(const std::vector<int>& rank_nodes, int a, int b) {
                                                                                         : LinkClass::kInter;
 }
 
+double MedianOf(std::vector<double> values) {
+  if (values.empty()) return kNaN;
+  std::sort(values.begin(), values.end());
+  const size_t middle = values.size() / 2;
+  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
 double MedianOffDiagonal(const std::vector<double>& matrix, int n, const std::vector<int>& rank_nodes,
                          std::optional<LinkClass> only) {
   if (n < 0 || matrix.size() != static_cast<size_t>(n) * n ||
@@ -256,10 +232,7 @@ double MedianOffDiagonal(const std::vector<double>& matrix, int n, const std::ve
       if (r != c && !std::isnan(value)) values.push_back(value);
     }
   }
-  if (values.empty()) return kNaN;
-  std::sort(values.begin(), values.end());
-  size_t middle = values.size() / 2;
-  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+  return MedianOf(std::move(values));
 }
 
 std::vector<FlaggedPair> FlagWeakPairs(const std::vector<double>& uni_GBps, int n, double fraction,

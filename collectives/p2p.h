@@ -67,6 +67,9 @@ void ValidateP2pOptions(const P2pOptions& options);
 // timings are shared over comm.host_comm(), so every rank returns the full result.
 P2pResult RunP2p(Communicator& comm, const P2pOptions& options);
 
+// The median of `values` (the mean of the middle two for an even count); NaN when there are none.
+double MedianOf(std::vector<double> values);
+
 // Median of the off-diagonal, non-NaN entries of an (n, n) row-major matrix, of the pairs of class `only` when given
 // (by rank_nodes); NaN when there are none.
 double MedianOffDiagonal(const std::vector<double>& matrix, int n, const std::vector<int>& rank_nodes = {},

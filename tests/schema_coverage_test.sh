@@ -2,11 +2,13 @@
 # Every field results/model/schema.h declares is written by a real run of each command and read by `report`'s views or
 # cost's reader (tests/schema_coverage.cc): info, data generate, a collectives sweep, a p2p matrix, a training
 # scaling sweep with the loader and checkpoints, a resumed run, a storage sweep and a suite of two repeats, at 2
-# ranks where it matters.
+# ranks where it matters, and a training run across three test hosts.
 #   schema_coverage_test.sh TRAINBENCH SCHEMA_COVERAGE MPIEXEC...
 set -uo pipefail
 tb=$(realpath "$1"); coverage=$(realpath "$2"); shift 2; mpi=("$@")
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+work=$(mktemp -d); chmod 755 "$work"
+hosts=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/multihost/netns_hosts.sh
+trap '"$hosts" down scv; rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 cd "$work"
 
@@ -22,8 +24,14 @@ expect_ok "$tb" train "${small[@]}" --steps 2 --data tokens --record-bytes 4K --
 expect_ok "${mpi[@]}" -n 2 "$tb" suite --repeats 2 -o suite.h5 --quiet
 # A hang the watchdog ends: the only report that names stuck ranks.
 timeout 120 "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 1K --inject hang=1 --timeout 3 -o hang.h5 --quiet >/dev/null 2>&1
+# Across test hosts (network namespaces, as root: tests/multihost): the only report with train's link probe, which
+# runs when a launch spans nodes; node1's link slowed so that the probe names a host.
+[[ $(id -u) -eq 0 ]] || { echo "FAIL: schema_coverage_test needs root for its run across test hosts"; exit 1; }
+"$hosts" up scv 3 && "$hosts" rate scv node1 20 || fail "cannot bring up the test hosts"
+expect_ok env TB_NETNS_SLOTS=1 "$hosts" mpirun scv -np 3 "$tb" train "${small[@]}" --steps 1 --scaling 1 \
+  --link-probe 64KiB -o "$work/hosts.h5"
 
 checks=$((checks + 1))
-"$coverage" info.h5 data.h5 collectives.h5 p2p.h5 train.h5 resumed.h5 sweep.h5 suite.h5 hang.h5 >"$work/coverage" 2>&1 ||
+"$coverage" hosts.h5 info.h5 data.h5 collectives.h5 p2p.h5 train.h5 resumed.h5 sweep.h5 suite.h5 hang.h5 >"$work/coverage" 2>&1 ||
   fail "fields not covered: $(cat "$work/coverage")"
 finish schema_coverage_test

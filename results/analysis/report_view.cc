@@ -416,6 +416,41 @@ ViewTable StallBudgetView() {
   return MakeTable("train", "stall_budget", "stall budget per rank (share of step time, p50/p95)", false, columns);
 }
 
+// Every row of `table` into a view of `columns` (shown in that order).
+ViewTable RowsOf(const std::string& name, const std::string& title, const Table& table, std::vector<ViewColumn> columns) {
+  ViewTable view = MakeTable("train", name, title, false, std::move(columns));
+  for (size_t r = 0; r < table.rows(); ++r) {
+    RowWriter row(view);
+    CopyColumns(row, table, view.columns, r);
+    view.rows.push_back(row.Take());
+  }
+  return view;
+}
+
+// The inter-node link probe of a run across nodes: its verdict, each pair's rate and each host's judgement.
+std::vector<ViewTable> LinkProbeViews(const Group& train) {
+  const Table* pairs = FindTable(&train, sc::train::kLinkPairs);
+  const Table* hosts = FindTable(&train, sc::train::kLinkHosts);
+  if (!pairs || !hosts) return {};
+  namespace t = sc::train;
+  const std::vector<ViewColumn> columns = {Show(t::link_probe_nodes), Show(t::link_probe_bytes), Show(t::link_probe_iters),
+                                           Show(t::link_probe_threshold, 2), Show(t::link_probe_slow_hosts),
+                                           Show(t::link_probe_verdict)};
+  ViewTable probe = MakeTable("train", "link_probe", "inter-node link probe (before the points)", true, columns);
+  RowWriter row(probe);
+  CopyAttributes(row, &train, columns);
+  probe.rows.push_back(row.Take());
+  namespace lp = t::link_pairs;
+  namespace lh = t::link_hosts;
+  return {probe,
+          RowsOf("link_pairs", "link probe: each node pair's rate per local rank", *pairs,
+                 {Show(lp::local_rank), Show(lp::node_a), Show(lp::node_b), Show(lp::host_a), Show(lp::host_b),
+                  Show(lp::seconds, 4), Show(lp::bidi_GBps, -1)}),
+          RowsOf("link_hosts", "link probe: each host's pairs against the others'", *hosts,
+                 {Show(lh::node), Show(lh::host), Show(lh::local_rank), Show(lh::median_GBps, -1), Show(lh::others_GBps, -1),
+                  Show(lh::fraction, 1), Show(lh::slow)})};
+}
+
 std::vector<ViewTable> TrainSection(const Report& report) {
   const Group* train = sc::FindGroup(report.root, sc::kTrain);
   if (train == nullptr) return {};
@@ -441,7 +476,9 @@ std::vector<ViewTable> TrainSection(const Report& report) {
       }
     }
   }
-  return {TrainSummary(report, points), point_table, budget};
+  std::vector<ViewTable> views = {TrainSummary(report, points), point_table, budget};
+  for (ViewTable& view : LinkProbeViews(*train)) views.push_back(std::move(view));
+  return views;
 }
 
 // --- io -------------------------------------------------------------------------------------------------------

@@ -165,6 +165,35 @@ void AddWeakLinkChecks(const Report& report, std::vector<Check>& checks) {
   }
 }
 
+// Each host's inter-node link as train's link probe judged it (train/link_hosts, 3 nodes or more): a host whose
+// pairs ran below the threshold x the other pairs' median fails, named by host and local rank.
+void AddLinkProbeChecks(const Report& report, std::vector<Check>& checks) {
+  const Group* train = sc::FindGroup(report.root, sc::kTrain);
+  const Table* hosts = sc::FindTable(train, sc::train::kLinkHosts);
+  namespace h = sc::train::link_hosts;
+  const auto* host = hosts ? sc::Values(*hosts, h::host) : nullptr;
+  const auto* local = hosts ? sc::Values(*hosts, h::local_rank) : nullptr;
+  const auto* mine = hosts ? sc::Values(*hosts, h::median_GBps) : nullptr;
+  const auto* others = hosts ? sc::Values(*hosts, h::others_GBps) : nullptr;
+  const auto* slow = hosts ? sc::Values(*hosts, h::slow) : nullptr;
+  if (!host || !local || !mine || !others || !slow) return;
+  const double threshold = sc::Number(train, sc::train::link_probe_threshold).value_or(kNaN);
+  const std::string source = "train's link probe: the other pairs' median x threshold " + Number(threshold);
+  for (size_t i = 0; i < host->size(); ++i) {
+    const std::string local_rank = std::to_string((*local)[i]);
+    Subject s{"", (*host)[i], "", "local rank " + local_rank};
+    Figure fig = MakeFigure("train.link." + s.host + ".l" + local_rank, "train",
+                            "inter-node link of " + s.host + ", local rank " + local_rank + " (bidirectional)", "GB/s",
+                            Better::kHigher, (*mine)[i], s);
+    const bool is_slow = (*slow)[i] != 0;
+    checks.push_back(SelfCheck(fig, threshold * (*others)[i], 1 - threshold, source,
+                               is_slow ? Verdict::kFail : Verdict::kPass,
+                               Number((*mine)[i]) + " GB/s, " + Number(100 * (*mine)[i] / (*others)[i]) +
+                                   "% of the other pairs' " + Number((*others)[i]) + " GB/s" +
+                                   (is_slow ? ": straggler host " + s.host + " (slow link)" : "")));
+  }
+}
+
 // Rank i's median step time x against the other ranks' (leave one out, so that a straggler does not pull its own
 // expectation, and two ranks still compare): robust z = 0.6745 (x - median) / MAD of the others, infinite when
 // their MAD is 0 and x is above their median.
@@ -505,6 +534,7 @@ std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& in
     AddWrongElementChecks(r, own);
     AddWeakLinkChecks(r, own);
     AddStragglerChecks(r, inputs.policy, own);
+    AddLinkProbeChecks(r, own);
   }
   repeats.clear();
   for (Check& c : MergeRepeatChecks(per_repeat)) checks.push_back(std::move(c));

@@ -266,6 +266,42 @@ inline const IntColumn rank{kMemory, "rank", "", "rank"};
 inline const RealColumn peak_host_memory_bytes{kMemory, "peak_host_memory_bytes", "B", "peak resident set"};
 inline const RealColumn peak_device_memory_bytes{kMemory, "peak_device_memory_bytes", "B", "peak GPU memory in use"};
 }  // namespace memory
+
+// The inter-node link probe (collectives/link_probe.h): written when the launch spans nodes and --link-probe is on.
+inline const IntAttribute link_probe_bytes{kTrain, "link_probe_bytes", "B", "message size per direction"};
+inline const IntAttribute link_probe_iters{kTrain, "link_probe_iters", "", "timed exchanges per pair"};
+inline const IntAttribute link_probe_nodes{kTrain, "link_probe_nodes", "nodes", "nodes probed"};
+inline const RealAttribute link_probe_threshold{kTrain, "link_probe_threshold", "fraction",
+                                                "a host's link is slow below this share of the other pairs' rate"};
+inline const TextAttribute link_probe_slow_hosts{kTrain, "link_probe_slow_hosts", "",
+                                                 "hosts whose link is slow, comma-separated; \"\" when none is or "
+                                                 "fewer than 3 nodes could not tell"};
+inline const TextAttribute link_probe_verdict{kTrain, "link_probe_verdict", "", "the probe's verdict in words"};
+inline TableSpec kLinkPairs{kTrain, "link_pairs",
+                            "one row per local rank and node pair: local rank j of node_a and of node_b exchanging "
+                            "link_probe_bytes both ways link_probe_iters times, the pairs of a round at once"};
+namespace link_pairs {
+inline const IntColumn local_rank{kLinkPairs, "local_rank", "", "the local rank on both nodes"};
+inline const IntColumn node_a{kLinkPairs, "node_a", "", "the lower node"};
+inline const IntColumn node_b{kLinkPairs, "node_b", "", "the higher node"};
+inline const TextColumn host_a{kLinkPairs, "host_a", "", "node_a's host"};
+inline const TextColumn host_b{kLinkPairs, "host_b", "", "node_b's host"};
+inline const RealColumn seconds{kLinkPairs, "seconds", "s", "the timed exchanges, as the slower side saw them"};
+inline const RealColumn bidi_GBps{kLinkPairs, "bidi_GBps", "GB/s",
+                                  "2 x link_probe_bytes x link_probe_iters / seconds, GB = 1e9 bytes"};
+}  // namespace link_pairs
+inline TableSpec kLinkHosts{kTrain, "link_hosts",
+                            "one row per node and local rank (3 nodes or more): the median rate of its pairs against "
+                            "the median of the pairs without it; zero rows with 2 nodes, whose one link has two ends"};
+namespace link_hosts {
+inline const IntColumn node{kLinkHosts, "node", "", "node index"};
+inline const TextColumn host{kLinkHosts, "host", "", "its host"};
+inline const IntColumn local_rank{kLinkHosts, "local_rank", "", "the local rank whose link"};
+inline const RealColumn median_GBps{kLinkHosts, "median_GBps", "GB/s", "median bidi_GBps of its pairs"};
+inline const RealColumn others_GBps{kLinkHosts, "others_GBps", "GB/s", "median bidi_GBps of the pairs without it"};
+inline const RealColumn fraction{kLinkHosts, "fraction", "fraction", "median_GBps / others_GBps"};
+inline const IntColumn slow{kLinkHosts, "slow", "", "1 when fraction < link_probe_threshold"};
+}  // namespace link_hosts
 }  // namespace train
 
 // ---- train/<point> ------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include "fault.h"
 #include "injecting_communicator.h"
 #include "injection.h"
+#include "link_probe.h"
 #include "log.h"
 #include "model_config.h"
 #include "mpi_util.h"
@@ -65,7 +66,17 @@ struct TrainFlags {
   double learning_rate = 3e-4;
   int64_t seed = 1234;
   std::string attention = "auto";
+  std::string link_probe = "16MiB";
 };
+
+// --link-probe SIZE, or 0 / off: no probe.
+uint64_t ParseLinkProbe(const std::string& text) {
+  if (text == "0" || text == "off") return 0;
+  LinkProbeOptions options;
+  options.bytes = ParseSize(text, "--link-probe");
+  ValidateLinkProbeOptions(options);
+  return options.bytes;
+}
 
 AttentionChoice ParseAttention(const std::string& text) {
   if (text == "auto") return AttentionChoice::kAuto;
@@ -263,6 +274,7 @@ class TrainPhase : public Phase {
   void RecordHeader(double comm_ready_s);
   std::unique_ptr<Transformer> MakeModel();
   std::vector<RunPoint> Points() const;
+  void ProbeLinks(Communicator& comm);
   bool RunPoints(Communicator& comm);
   // `several`: the run has more than one point, so each keeps its checkpoints in a subfolder of its own.
   std::vector<StepRecord> RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
@@ -283,6 +295,8 @@ class TrainPhase : public Phase {
   InjectionPlan faults_;
   TrainLoopOptions loop_;
   std::vector<ScalingPointPlan> scaling_;
+  LaunchShape shape_;
+  LinkProbeOptions link_probe_;  // bytes 0: off
   bool weak_ = true;
   int global_batch_ = 0;  // sequences per step over all ranks: what strong scaling divides by k
   AttentionChoice attention_ = AttentionChoice::kAuto;
@@ -319,7 +333,10 @@ void TrainPhase::AddOptions(po::options_description& options) {
       ("lr", Number(&f.learning_rate, RealRange::AboveUpTo(0, 1))->default_value(f.learning_rate), "AdamW learning rate")
       ("seed", Number(&f.seed, IntRange::AtLeast(0))->default_value(f.seed), "seed of the weights and the synthetic tokens")
       ("attention", Choice(&f.attention, {"auto", "cudnn", "cublas"})->default_value(f.attention),
-       "cuda: auto = cuDNN fused SDPA when it supports the shape, else cuBLAS");
+       "cuda: auto = cuDNN fused SDPA when it supports the shape, else cuBLAS")
+      ("link-probe", po::value(&f.link_probe)->default_value(f.link_probe),
+       "across nodes, before the points: every node pair exchanges this much both ways on each local rank's link, "
+       "naming the host whose link is slow (3 nodes or more); 0 or off: no probe");
   AddTrainIoOptions(options, io_flags_);
 }
 
@@ -347,7 +364,9 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
     throw InputError("--seq " + std::to_string(loop_.seq) + " exceeds the model's " + std::to_string(model_.seq) + " positions");
   }
   weak_ = f.scaling_mode == "weak";
-  scaling_ = ParseScaling(f.scaling, GatherLaunchShape(ctx_));
+  shape_ = GatherLaunchShape(ctx_);
+  scaling_ = ParseScaling(f.scaling, shape_);
+  link_probe_.bytes = ParseLinkProbe(f.link_probe);
   ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
   global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k;
   for (const auto& [k, nodes, per_node, even, layout, hierarchical] : scaling_) {
@@ -409,6 +428,7 @@ PhaseResult TrainPhase::Measure(CommandRun& run, Communicator& comm) {
   MeasureDevice();
   PrintHeader();
   RecordHeader(run.communicator_ready_s());
+  ProbeLinks(comm);
   const bool interrupted = RunPoints(comm);
   RecordMemory();
   return {interrupted, ""};
@@ -542,6 +562,19 @@ std::vector<RunPoint> TrainPhase::Points() const {
     }
   }
   return runs;
+}
+
+// The inter-node link probe over the whole launch, when it spans nodes (collective): its lines and train's tables.
+void TrainPhase::ProbeLinks(Communicator& comm) {
+  if (link_probe_.bytes == 0 || shape_.nodes() < 2) return;
+  link_probe_.watchdog = &run_->watchdog(&comm);
+  const LinkProbeResult result = ProbeInterNodeLinks(comm, shape_.node, shape_.local_rank, link_probe_);
+  if (run_->ctx().world_rank != 0) return;
+  std::vector<std::string> node_hosts(static_cast<size_t>(result.nodes));
+  for (const RankTopology& rank : topology_->ranks) node_hosts.at(static_cast<size_t>(rank.node)) = rank.host;
+  const std::vector<std::string> lines = FormatLinkProbe(result, link_probe_, node_hosts);
+  for (const std::string& line : lines) Print(line, &line == &lines.back());  // the verdict even with --quiet
+  AddLinkProbeToReport(train(), result, link_probe_, node_hosts);
 }
 
 // Each point on the first k ranks (the others wait asleep), its records gathered and summarised on rank 0; stops

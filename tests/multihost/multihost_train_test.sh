@@ -16,7 +16,7 @@ small=(--model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 --quiet)
 # step; hierarchically each of node1's two ranks sends its S/2 shard across (a 2-rank all-reduce sends all of it),
 # so node1 sends S per step: at least 1.5 s at that rate, far above what shared memory takes on a busy machine.
 "$hosts" rate "$set_name" node1 20
-expect_ok "${on2[@]}" -np 4 "$tb" train "${small[@]}" --scaling 1x2,2x2 -o "$work/layout.h5"
+expect_ok "${on2[@]}" -np 4 "$tb" train "${small[@]}" --scaling 1x2,2x2 --link-probe 64KiB -o "$work/layout.h5"
 a='f["train/k2"].attrs'; b='f["train/k4"].attrs'
 check_py "1x2 on one node, flat" "$work/layout.h5" "$a['nodes'] == 1 and $a['ranks_per_node'] == 2 and $a['allreduce'] == 'flat'"
 check_py "1x2: nothing to tell apart" "$work/layout.h5" "math.isnan($a['comm_inter_s']) and math.isnan($a['comm_intra_s'])"
@@ -31,7 +31,29 @@ check_py "2x2: every step's parts add up to its comm_total" "$work/layout.h5" \
 check_py "2x2: each rank's host" "$work/layout.h5" \
   "[h.decode() for h in f['train/k4/stall_budget']['host']] == ['node0', 'node0', 'node1', 'node1']" \
   "list(f['train/k4/stall_budget']['host'])"
+check_py "2 nodes: the link probe ran and names no host (one link, two ends)" "$work/layout.h5" \
+  "f['train'].attrs['link_probe_nodes'] == 2 and f['train'].attrs['link_probe_slow_hosts'] == '' and len(f['train/link_pairs']) == 2 and len(f['train/link_hosts']) == 0 and 'cannot be told apart' in f['train'].attrs['link_probe_verdict']" \
+  "dict(f['train'].attrs)"
 "$hosts" rate "$set_name" node1 off
+
+# A slow host named: node2's link at 20 Mbit/s, the others' unshaped (the bridge carries GB/s). The probe runs over
+# the whole launch before the points (one point of one rank here, so that it is all the test waits for): every
+# pair with node2 moves 128 KiB each way at most 2.5 MB/s, 400 times slower than the others, so the verdict is certain.
+"$hosts" rate "$set_name" node2 20
+expect_ok "${on1[@]}" -np 4 "$tb" train "${small[@]}" --scaling 1 --link-probe 128KiB -o "$work/slow.h5"
+checks=$((checks + 1))
+grep -q "^# link probe: straggler host node2: its link runs below 80% of the other pairs' rate" "$work/out" ||
+  fail "train's verdict does not name node2: $(grep 'link probe' "$work/out")"
+check_py "slow link: the report names node2" "$work/slow.h5" \
+  "f['train'].attrs['link_probe_slow_hosts'] == 'node2' and len(f['train/link_pairs']) == 6" "dict(f['train'].attrs)"
+check_py "slow link: node2 slow, no other host" "$work/slow.h5" \
+  "[(h.decode(), s) for h, s in zip(f['train/link_hosts']['host'], f['train/link_hosts']['slow'])] == [('node0', 0), ('node1', 0), ('node2', 1), ('node3', 0)]" \
+  "f['train/link_hosts'][:]"
+checks=$((checks + 1))
+"$tb" validate "$work/slow.h5" >"$work/out" 2>"$work/err"; rc=$?
+[[ $rc -eq 3 ]] && grep -q "fail .*train.link.node2.l0 .*straggler host node2 (slow link)" "$work/out" ||
+  fail "validate of the slow link: exit $rc, want 3 with node2's check failed: $(grep -i link "$work/out")"
+"$hosts" rate "$set_name" node2 off
 
 # --scaling nodes: every rank of 1, 2 and 3 hosts; --allreduce flat keeps MPI's own algorithm.
 expect_ok "${on2[@]}" -np 6 "$tb" train "${small[@]}" --scaling nodes --allreduce flat -o "$work/nodes.h5"
