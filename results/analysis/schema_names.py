@@ -196,12 +196,38 @@ class train:
     startup_s = "startup_s"
     peak_host_memory_bytes_max = "peak_host_memory_bytes_max"
     peak_device_memory_bytes_max = "peak_device_memory_bytes_max"
+    link_probe_bytes = "link_probe_bytes"
+    link_probe_iters = "link_probe_iters"
+    link_probe_nodes = "link_probe_nodes"
+    link_probe_threshold = "link_probe_threshold"
+    link_probe_slow_hosts = "link_probe_slow_hosts"
+    link_probe_verdict = "link_probe_verdict"
 
     class memory:
         table = "memory"
         rank = "rank"
         peak_host_memory_bytes = "peak_host_memory_bytes"
         peak_device_memory_bytes = "peak_device_memory_bytes"
+
+    class link_pairs:
+        table = "link_pairs"
+        local_rank = "local_rank"
+        node_a = "node_a"
+        node_b = "node_b"
+        host_a = "host_a"
+        host_b = "host_b"
+        seconds = "seconds"
+        bidi_GBps = "bidi_GBps"
+
+    class link_hosts:
+        table = "link_hosts"
+        node = "node"
+        host = "host"
+        local_rank = "local_rank"
+        median_GBps = "median_GBps"
+        others_GBps = "others_GBps"
+        fraction = "fraction"
+        slow = "slow"
 
 
 class train_point:
