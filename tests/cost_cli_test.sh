@@ -45,7 +45,7 @@ expect_out "^# fastest: "
 expect_out "^# cheapest within 1e\+09 h: "
 # 2 runs x the 3 H100 SXM offerings of the example file.
 checks=$((checks + 1))
-[[ $(grep -cE " k2 1x2 +(aws-p5.48xlarge|lambda-8x-h100-sxm|coreweave-hgx-h100) " "$work/out") -eq 6 ]] ||
+[[ $(grep -cE " k2 1x2 +measured +(aws-p5.48xlarge|lambda-8x-h100-sxm|coreweave-hgx-h100) " "$work/out") -eq 6 ]] ||
   fail "want 6 cost rows: $(cat "$work/out")"
 
 expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --deadline-hours 1e-9 "${h100[@]}"
@@ -53,10 +53,10 @@ expect_out "^# none meets the deadline of 1e-09 h \(the fastest takes [0-9.]+ h\
 
 # The cheapest of the three H100 offerings at the same throughput is the lowest $/GPU-hour: Lambda's $2.99.
 expect_ok "$tb" cost "$r" --prices "$prices" --train-steps 1000 "${h100[@]}"
-expect_out "^# cheapest: $r k2 1x2 on lambda-8x-h100-sxm"
+expect_out "^# cheapest: $r k2 1x2 \(measured\) on lambda-8x-h100-sxm"
 expect_out "target 1000 steps"
 expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --k 1 "${h100[@]}"
-expect_out " k1 1x1 +lambda-8x-h100-sxm "
+expect_out " k1 1x1 +measured +lambda-8x-h100-sxm "
 
 # JSON parses, with the numbers the rows imply; CSV parses to the same totals.
 expect_ok "$tb" cost "$r" "$work/ckpt.h5" --prices "$prices" --train-tokens 1e9 --deadline-hours 100000 \
@@ -115,7 +115,46 @@ python3 -c 'import json,sys; c=json.load(sys.stdin)["runs"][0]["cost"]; assert c
   <"$work/out" || fail "projection JSON: $(head -c 2000 "$work/out")"
 # Projected configurations are priced too.
 expect_ok "$tb" cost "$r" --project 16 --inter-node-gbps 400 --prices "$prices" --train-tokens 1e9 "${h100[@]}"
-expect_out " 2x8\* +lambda-8x-h100-sxm "
+expect_out " 2x8 +projected +lambda-8x-h100-sxm "
+expect_out "^# cost per run and offering \(source: measured = the run's priced point, projected = its projection; "
+
+# A layout of N nodes rents N whole nodes (here of 8 and of 2 GPUs), and a layout with more GPUs on one node than an
+# offering's nodes have is not priced on it, with a note saying why.
+offering() {  # offering NAME GPUS_PER_NODE: an H100 SXM offering at $2 a GPU-hour, MTBF 1000 h per node
+  printf '[[offering]]\nname = "%s"\ngpu = "H100 SXM"\ngpus_per_node = %d\nusd_per_gpu_hour = 2.0\n' "$1" "$2"
+  printf 'storage_usd_per_gb_month = 0.1\negress_usd_per_gb = 0\nmtbf_node_hours = 1000\nrestart_hours = 0.5\n\n'
+}
+{ offering eight-per-node 8; offering two-per-node 2; } >"$work/nodes.toml"
+offering one-per-node 1 >"$work/one.toml"
+layouts=("$r" --project 2x1,4x2,1x4 --inter-node-gbps 100 --prices "$work/nodes.toml" --train-tokens 1e9 "${h100[@]}")
+expect_ok "$tb" cost "${layouts[@]}" --format json
+checks=$((checks + 1))
+python3 - "$work/out" "$r" <<'EOF' || fail "layout JSON: $(head -c 3000 "$work/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {(row["config"], row["offering"]): row for run in d["runs"] for row in run["cost"].get("rows", [])}
+want = {  # (config, offering): nodes, billed GPUs, projected
+    ("k2 1x2", "eight-per-node"): (1, 8, 0), ("2x1", "eight-per-node"): (2, 16, 1),
+    ("4x2", "eight-per-node"): (4, 32, 1), ("1x4", "eight-per-node"): (1, 8, 1),
+    ("k2 1x2", "two-per-node"): (1, 2, 0), ("2x1", "two-per-node"): (2, 4, 1), ("4x2", "two-per-node"): (4, 8, 1),
+}
+assert set(rows) == set(want), sorted(rows)
+for key, (nodes, billed, projected) in want.items():
+    row = rows[key]
+    assert (row["nodes"], row["billed_gpus"], row["projected"]) == (nodes, billed, projected), (key, row)
+    assert abs(row["job_mtbf_hours"] - 1000 / nodes) < 1e-9, (key, row)
+    assert abs(row["job_usd_per_hour"] - 2.0 * billed) < 1e-9, (key, row)
+unpriced = [run["cost"]["decision"]["unpriced"] for run in d["runs"] if "decision" in run["cost"]]
+note = sys.argv[2] + " 1x4: offering two-per-node has 2 GPUs per node; layout 1x4 needs 4 on one node"
+assert unpriced == [note], unpriced
+EOF
+expect_ok "$tb" cost "${layouts[@]}"
+expect_out "^ +$r +4x2 +projected +eight-per-node +8 +4 "
+expect_out "^ +$r +k2 1x2 +measured +two-per-node +2 +1 "
+expect_out "^# $r 1x4: offering two-per-node has 2 GPUs per node; layout 1x4 needs 4 on one node$"
+expect_out "^# (cheapest|fastest): $r (k2 1x2 \(measured\)|[0-9]+x[0-9]+ \(projected\)) on "
+checks=$((checks + 1))
+[[ $(grep -cE "^ +$r .* two-per-node " "$work/out") -eq 3 ]] || fail "want 3 rows on two-per-node: $(cat "$work/out")"
 
 # --- memory fit ------------------------------------------------------------------------------------------------------
 expect_ok "$tb" cost --model gpt-13b --gpu-memory 80G
@@ -157,6 +196,9 @@ expect_error 2 "'$work/coll.h5': no training measurement" -- \
   "${run_cost[@]}" "$work/coll.h5" --prices "$prices" --train-tokens 1e9
 expect_error 2 "no offering in '.*prices.example.toml' matches the device of any run .*device 'cpu' is no known GPU model" -- \
   "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9
+# Every configuration wider than every offering's nodes: nothing to price, one line naming the first pair.
+expect_error 2 "^trainbench: error: no offering in '$work/one.toml' has nodes for the layout of any configuration \($r k2 1x2: offering one-per-node has 1 GPU per node; layout 1x2 needs 2 on one node\)$" -- \
+  "${run_cost[@]}" "$r" --prices "$work/one.toml" --train-tokens 1e9 "${h100[@]}"
 
 bad_prices() {  # bad_prices NAME SED-EXPRESSION: the example file edited
   sed "$2" "$prices" >"$work/$1.toml"

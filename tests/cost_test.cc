@@ -140,6 +140,56 @@ TEST(Cost, NodePriceWholeNodesAndNoMeasuredStall) {
   EXPECT_NEAR(c.total_usd, 200 + 0.0137260274 + 1 + 0.4, 1e-9);
 }
 
+TEST(Cost, LayoutOfNNodesRentsNWholeNodes) {
+  // 4 GPUs as 2 nodes of 2 on nodes of 8: 2 machines, 16 GPUs billed ($32 an hour), job MTBF 1000 / 2 = 500 h.
+  // Packed (no layout) the same 4 GPUs fit one node: 8 billed, $16 an hour, MTBF 1000 h. Same throughput, so the
+  // run takes as long (10.2 h) and the layout expects twice the failures: 10.2 / 500 = 0.0204 vs 0.0102.
+  CostInputs in = TestInputs();
+  in.gpus = 4;
+  const CostBreakdown packed = ComputeCost(in, TestOffering(), TestAssumptions());
+  EXPECT_EQ(packed.nodes, 1);
+  EXPECT_EQ(packed.billed_gpus, 8);
+  EXPECT_DOUBLE_EQ(packed.job_usd_per_hour, 16.0);
+  EXPECT_DOUBLE_EQ(packed.job_mtbf_hours, 1000.0);
+  EXPECT_NEAR(packed.expected_failures, 0.0102, 1e-12);
+
+  in.nodes = 2;
+  in.gpus_per_node = 2;
+  const CostBreakdown spread = ComputeCost(in, TestOffering(), TestAssumptions());
+  EXPECT_EQ(spread.nodes, 2);
+  EXPECT_EQ(spread.billed_gpus, 16);
+  EXPECT_DOUBLE_EQ(spread.job_usd_per_hour, 32.0);
+  EXPECT_DOUBLE_EQ(spread.job_mtbf_hours, packed.job_mtbf_hours / 2);
+  EXPECT_NEAR(spread.expected_failures, 0.0204, 1e-12);
+  EXPECT_NEAR(spread.gpu_usd, 32 * 10.2, 1e-9);
+
+  // A layout 1x8 on one 8-GPU node packs as before; an uneven one (3 ranks as 2 nodes, at most 2 on one) rents 2.
+  in.gpus = 8;
+  in.nodes = 1;
+  in.gpus_per_node = 8;
+  EXPECT_EQ(ComputeCost(in, TestOffering(), TestAssumptions()).nodes, 1);
+  in.gpus = 3;
+  in.nodes = 2;
+  in.gpus_per_node = 2;
+  EXPECT_EQ(ComputeCost(in, TestOffering(), TestAssumptions()).billed_gpus, 16);
+}
+
+TEST(Cost, LayoutWiderThanTheOfferingsNodesDoesNotFit) {
+  CostInputs in = TestInputs();
+  in.gpus = 8;
+  in.nodes = 1;
+  in.gpus_per_node = 8;
+  Offering four = TestOffering();
+  four.gpus_per_node = 4;
+  EXPECT_TRUE(LayoutFits(in, TestOffering()));
+  EXPECT_FALSE(LayoutFits(in, four));
+  EXPECT_EQ(InputErrorOf([&] { ComputeCost(in, four, TestAssumptions()); }),
+            "offering test has 4 GPUs per node; the layout needs 8 on one node");
+  in.nodes = in.gpus_per_node = 0;  // no layout: packed into 2 nodes of 4
+  EXPECT_TRUE(LayoutFits(in, four));
+  EXPECT_EQ(ComputeCost(in, four, TestAssumptions()).nodes, 2);
+}
+
 TEST(Cost, MeasuredEnergyPricedWhereTheOfferingGivesAPrice) {
   // 16 GPUs at a measured 500 W each for the 10 h of work: 500 x 16 x 10 / 1000 = 80 kWh; per token 80 x 3.6e6 J /
   // 3.6e9 tokens = 0.08 J; at $0.15 a kWh $12, added to the total of HandComputedFixedInterval (328.39814685).

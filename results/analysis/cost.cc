@@ -1,5 +1,6 @@
 #include "cost.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "error.h"
@@ -8,12 +9,29 @@ namespace tb {
 
 double YoungDalyInterval(double checkpoint_cost, double mtbf) { return std::sqrt(2.0 * checkpoint_cost * mtbf); }
 
-CostBreakdown ComputeCost(const CostInputs& in, const Offering& offering, const CostAssumptions& assumptions) {
+bool LayoutFits(const CostInputs& in, const Offering& offering) { return in.gpus_per_node <= offering.gpus_per_node; }
+
+namespace {
+
+void CheckCostInputs(const CostInputs& in, const Offering& offering) {
   if (!(in.tokens_per_s > 0)) throw InputError("cannot price a run without a positive throughput");
   if (!(in.target_tokens > 0)) throw InputError("the training target must be positive");
   if (in.gpus <= 0) throw InputError("cannot price a job of 0 GPUs");
+  if (!LayoutFits(in, offering)) {
+    throw InputError("offering " + offering.name + " has " + std::to_string(offering.gpus_per_node) +
+                     (offering.gpus_per_node == 1 ? " GPU" : " GPUs") + " per node; the layout needs " +
+                     std::to_string(in.gpus_per_node) + " on one node");
+  }
+}
+
+}  // namespace
+
+CostBreakdown ComputeCost(const CostInputs& in, const Offering& offering, const CostAssumptions& assumptions) {
+  CheckCostInputs(in, offering);
   CostBreakdown c;
-  c.nodes = (in.gpus + offering.gpus_per_node - 1) / offering.gpus_per_node;
+  // Each node of the layout is a machine rented whole (its idle GPUs are paid, and it can fail); without a layout
+  // the GPUs are packed into as few whole nodes as hold them.
+  c.nodes = std::max(in.nodes, (in.gpus + offering.gpus_per_node - 1) / offering.gpus_per_node);
   c.billed_gpus = c.nodes * offering.gpus_per_node;
   c.job_usd_per_hour = c.nodes * offering.NodeHourUsd();
   c.work_hours = in.target_tokens / in.tokens_per_s / 3600.0;

@@ -19,6 +19,10 @@ struct CostInputs {
   double target_tokens = 0;
   double tokens_per_s = 0;               // throughput without checkpoint stalls
   int gpus = 0;                          // ranks of the job
+  // The layout it runs in (measured, or the projected one); 0 = unknown: the GPUs are packed into whole nodes.
+  // A layout of N nodes needs N machines, however few GPUs each of them uses.
+  int nodes = 0;
+  int gpus_per_node = 0;
   double startup_s = 0;                  // process start to the first step (measured)
   std::optional<double> checkpoint_stall_s;  // mean time the loop is blocked per checkpoint; nullopt: not measured
   double checkpoint_gb = 0;              // size of one checkpoint on storage (GB = 1e9 B)
@@ -27,7 +31,7 @@ struct CostInputs {
 };
 
 struct CostBreakdown {
-  int nodes = 0;                         // ceil(gpus / gpus_per_node): whole nodes are rented
+  int nodes = 0;                         // max(layout nodes, ceil(gpus / offering's gpus_per_node)): whole nodes
   int billed_gpus = 0;                   // nodes x gpus_per_node
   double job_usd_per_hour = 0;           // nodes x node-hour price
   double work_hours = 0;                 // target_tokens / tokens_per_s
@@ -58,7 +62,11 @@ struct CostBreakdown {
 // (both in the same unit).
 double YoungDalyInterval(double checkpoint_cost, double mtbf);
 
-// The cost of `in` on `offering`. Throws InputError when the throughput or target is not positive.
+// Whether `in`'s layout can run on `offering`: no more GPUs on one node than its nodes have (an unknown layout can).
+bool LayoutFits(const CostInputs& in, const Offering& offering);
+
+// The cost of `in` on `offering`. Throws InputError when the throughput or target is not positive, or the layout
+// does not fit the offering's nodes (LayoutFits).
 CostBreakdown ComputeCost(const CostInputs& in, const Offering& offering, const CostAssumptions& assumptions);
 
 // Which rows win: the index of the cheapest and fastest rows, and of the cheapest whose time to train is within

@@ -47,13 +47,15 @@ constexpr const char* kUsage =
     "\n"
     "Cost, per run and price offering whose GPU model matches the run's device (see launch/prices.example.toml):\n"
     "  runtime = start-up (measured) + target tokens / measured tokens/s (largest k, or --k; checkpoint stalls\n"
-    "  removed) + checkpoint overhead (runtime / interval x measured stall); nodes = ceil(GPUs / GPUs per node),\n"
-    "  whole nodes billed. Failures = runtime x nodes / MTBF per node; each loses restart time + start-up + half a\n"
-    "  checkpoint interval (failures fall uniformly between checkpoints). total = GPU + storage (dataset + kept\n"
-    "  checkpoints, $/GB-month over the time to train, 730 h a month) + egress + retry + energy (a report's measured\n"
-    "  joules per token -> power per GPU x GPUs x training hours, at the offering's usd_per_kwh; none when the\n"
-    "  report measured no energy or the offering gives no price). Young/Daly interval =\n"
-    "  sqrt(2 x checkpoint stall x MTBF of the job), MTBF of the job = MTBF per node / nodes.\n"
+    "  removed) + checkpoint overhead (runtime / interval x measured stall); nodes = the layout's nodes (measured\n"
+    "  or projected), at least ceil(GPUs / GPUs per node), whole nodes billed (idle GPUs on them too); a layout with\n"
+    "  more GPUs on a node than an offering's nodes have is not priced on it. Failures = runtime x nodes / MTBF per\n"
+    "  node; each loses restart time + start-up + half a checkpoint interval (failures fall uniformly between\n"
+    "  checkpoints). total = GPU + storage (dataset + kept checkpoints, $/GB-month over the time to train, 730 h a\n"
+    "  month) + egress + retry + energy (a report's measured joules per token -> power per GPU x GPUs x training\n"
+    "  hours, at the offering's usd_per_kwh; none when the report measured no energy or the offering gives no\n"
+    "  price). Young/Daly interval = sqrt(2 x checkpoint stall x MTBF of the job), MTBF of the job = MTBF per node /\n"
+    "  nodes.\n"
     "Projection: alpha (latency) and beta (s/byte) per link class fitted by least squares (relative error) to the\n"
     "  all_reduce sweep (t = 2(n-1)/n S beta + 2(n-1) alpha) and the training buckets (comm_total per step vs\n"
     "  gradient bytes); across nodes a hierarchical all-reduce (intra-node reduce-scatter, inter-node all-reduce of\n"
@@ -177,6 +179,7 @@ struct Config {
   std::string label;  // "k8 1x8" (measured) or "2x8" (projected)
   bool projected = false;
   Layout layout;
+  int gpus = 0;  // ranks of the job: a measured point's k (an uneven layout holds fewer than nodes x per node)
   double tokens_per_step = 0;
   double step_s = 0;  // without checkpoint stalls
 };
@@ -312,10 +315,10 @@ std::vector<Config> ConfigsOf(const RunAnalysis& a, size_t run_index) {
   std::vector<Config> configs;
   const MeasuredPoint& p = a.m.points[a.priced];
   const Layout measured{p.train.nodes, p.train.gpus_per_node};
-  configs.push_back({run_index, "k" + std::to_string(p.train.k) + " " + measured.Name(), false, measured,
+  configs.push_back({run_index, Format("k%d %s", p.train.k, measured.Name().c_str()), false, measured, p.train.k,
                      p.train.tokens_per_step, p.train.step_s});
   for (const ProjectedPoint& q : a.projected) {
-    configs.push_back({run_index, q.layout.Name(), true, q.layout, q.tokens_per_step, q.step_s});
+    configs.push_back({run_index, q.layout.Name(), true, q.layout, q.layout.gpus(), q.tokens_per_step, q.step_s});
   }
   return configs;
 }
@@ -334,9 +337,12 @@ std::string MemoryCell(const MemoryFit& fit) {
   return Format("%s %+.1f", fit.fits ? "yes" : "NO", fit.margin_bytes / kGiB);
 }
 
+// Where a configuration's throughput comes from: the run's own measurement or the projection.
+const char* Source(const Config& config) { return config.projected ? "projected" : "measured"; }
+
 std::string RowName(const CostRow& row, const std::vector<RunAnalysis>& runs) {
-  return RunName(runs[row.config.run]) + " " + row.config.label + (row.config.projected ? " (projected)" : "") +
-         " on " + row.offering->name;
+  return RunName(runs[row.config.run]) + " " + row.config.label + " (" + Source(row.config) + ") on " +
+         row.offering->name;
 }
 
 std::vector<std::string> DecisionLines(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs,
@@ -456,7 +462,7 @@ void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnaly
     run_width = std::max(run_width, RunName(runs[r.config.run]).size());
     offering_width = std::max(offering_width, r.offering->name.size());
   }
-  TextTable table({{"run", "", static_cast<int>(run_width)}, {"config", "", 8},
+  TextTable table({{"run", "", static_cast<int>(run_width)}, {"config", "", 8}, {"source", "", 9},
                    {"offering", "", static_cast<int>(offering_width)}, {"gpus", "", 5}, {"nodes", "", 5},
                    {"time", "(h)", 9}, {"gpu", "($)", 12}, {"storage", "($)", 10}, {"egress", "($)", 9},
                    {"energy", "($)", 9},
@@ -466,7 +472,7 @@ void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnaly
   for (size_t i = 0; i < rows.size(); ++i) {
     const CostRow& r = rows[i];
     const CostBreakdown& c = r.cost;
-    Print(table.Row({RunName(runs[r.config.run]), r.config.label + (r.config.projected ? "*" : ""), r.offering->name,
+    Print(table.Row({RunName(runs[r.config.run]), r.config.label, Source(r.config), r.offering->name,
                      std::to_string(r.inputs.gpus), std::to_string(c.nodes), Format("%.1f", c.time_to_train_hours),
                      Usd(c.gpu_usd), Usd(c.storage_usd), Usd(c.transfer_usd),
                      c.energy_usd ? Usd(*c.energy_usd) : c.energy_kwh ? "no price" : "n/a",
@@ -513,7 +519,7 @@ struct CostRun {
   std::optional<PriceFile> prices;
   std::vector<RunAnalysis> runs;
   std::vector<CostRow> rows;
-  std::vector<std::string> notes;  // runs that could not be priced, and why
+  std::vector<std::string> notes;  // runs, and (configuration, offering) pairs, that could not be priced, and why
   CostDecision decision;
   std::vector<std::pair<std::string, double>> memory_targets;  // --model's fit: --gpu-memory and each offering's GPU
   std::optional<MemoryCheck> model_memory;
@@ -582,42 +588,78 @@ void ReadCostInputs(const CostFlags& f, CostRun& c) {
   }
 }
 
+// What a configuration delivers, in its layout: a layout of N nodes is billed N whole nodes.
+CostInputs InputsOf(const Config& config, const RunAnalysis& a, const CostRun& c) {
+  CostInputs in;
+  in.tokens_per_s = config.tokens_per_step / config.step_s;
+  in.target_tokens = c.plan.target_tokens ? *c.plan.target_tokens : *c.plan.target_steps * config.tokens_per_step;
+  in.gpus = config.gpus;
+  in.nodes = config.layout.nodes;
+  in.gpus_per_node = config.layout.gpus_per_node;
+  in.startup_s = a.m.startup_s;
+  in.checkpoint_stall_s = a.stall_s;
+  in.checkpoint_gb = a.checkpoint_gb;
+  in.power_per_gpu_W = a.power_per_gpu_W;
+  return in;
+}
+
 CostRow PriceConfig(const Config& config, const RunAnalysis& a, const Offering& offering, const CostRun& c) {
   CostRow row;
   row.config = config;
   row.offering = &offering;
-  row.inputs.tokens_per_s = config.tokens_per_step / config.step_s;
-  row.inputs.target_tokens =
-      c.plan.target_tokens ? *c.plan.target_tokens : *c.plan.target_steps * config.tokens_per_step;
-  row.inputs.gpus = config.layout.gpus();
-  row.inputs.startup_s = a.m.startup_s;
-  row.inputs.checkpoint_stall_s = a.stall_s;
-  row.inputs.checkpoint_gb = a.checkpoint_gb;
-  row.inputs.power_per_gpu_W = a.power_per_gpu_W;
+  row.inputs = InputsOf(config, a, c);
   row.cost = ComputeCost(row.inputs, offering, c.prices->assumptions);
   row.memory = FitMemory(a.memory.estimate, offering.gpu_memory_gib * kGiB, a.memory.calibration);
   return row;
 }
 
-// Cost rows: every run's configurations on every offering of its GPU model; a note for each run left unpriced.
+// Why `config` is not priced on `offering`: its layout puts more GPUs on one node than the offering's nodes have
+// (more nodes would not help: the layout is what was measured or asked for).
+std::string MisfitNote(const RunAnalysis& a, const Config& config, const Offering& offering) {
+  return Format("%s %s: offering %s has %d GPU%s per node; layout %s needs %d on one node", RunName(a).c_str(),
+                config.label.c_str(), offering.name.c_str(), offering.gpus_per_node,
+                offering.gpus_per_node == 1 ? "" : "s", config.layout.Name().c_str(), config.layout.gpus_per_node);
+}
+
+// Run `i`'s configurations on every offering of its GPU model whose nodes hold their layout (a note for each pair
+// that does not). False when no offering has its GPU model.
+bool PriceRun(CostRun& c, size_t i) {
+  const RunAnalysis& a = c.runs[i];
+  bool matched = false;
+  for (const Offering& offering : c.prices->offerings) {
+    if (offering.gpu != a.gpu->name) continue;
+    matched = true;
+    for (const Config& config : ConfigsOf(a, i)) {
+      if (LayoutFits(InputsOf(config, a, c), offering)) {
+        c.rows.push_back(PriceConfig(config, a, offering, c));
+      } else {
+        c.notes.push_back(MisfitNote(a, config, offering));
+      }
+    }
+  }
+  return matched;
+}
+
+// Cost rows: every run's configurations on every offering of its GPU model; a note for each run left unpriced and
+// each configuration an offering's nodes cannot hold. No row at all is an error naming the first reason.
 void PriceRuns(CostRun& c) {
   if (!c.prices || c.runs.empty()) return;
+  std::optional<size_t> first_misfit;  // into c.notes
   for (size_t i = 0; i < c.runs.size(); ++i) {
     const RunAnalysis& a = c.runs[i];
+    const size_t notes = c.notes.size();
     if (!a.gpu) {
       c.notes.push_back(RunName(a) + ": device '" + a.m.device + "' is no known GPU model (known: " +
                         KnownGpuModelNames() + "); --device-as MODEL prices it as one");
-      continue;
-    }
-    bool matched = false;
-    for (const Offering& offering : c.prices->offerings) {
-      if (offering.gpu != a.gpu->name) continue;
-      matched = true;
-      for (const Config& config : ConfigsOf(a, i)) c.rows.push_back(PriceConfig(config, a, offering, c));
-    }
-    if (!matched) {
+    } else if (!PriceRun(c, i)) {
       c.notes.push_back(RunName(a) + ": no offering in " + c.prices->path + " has GPU model " + a.gpu->name);
+    } else if (c.notes.size() > notes && !first_misfit) {
+      first_misfit = notes;
     }
+  }
+  if (c.rows.empty() && first_misfit) {
+    throw InputError("no offering in '" + c.prices->path + "' has nodes for the layout of any configuration (" +
+                     c.notes[*first_misfit] + ")");
   }
   if (c.rows.empty()) {
     throw InputError("no offering in '" + c.prices->path + "' matches the device of any run (" +
@@ -851,7 +893,8 @@ void PrintCostText(const CostRun& c) {
   }
   if (c.rows.empty()) return;
   Print("#");
-  Print(Format("# cost per run and offering (config * = projected; energy: measured, at the offering's usd_per_kwh, "
+  Print(Format("# cost per run and offering (source: measured = the run's priced point, projected = its projection; "
+               "nodes = the layout's, rented whole; energy: measured, at the offering's usd_per_kwh, "
                "'no price' without one, 'n/a' unmeasured; ckpt_every 'yd' = the Young/Daly interval; "
                "fits = GPU memory left, %s)",
                c.model_memory ? "the --model checked" : "each run's model as run"));
