@@ -1,6 +1,6 @@
 // The CPU reference transformer: fp32 throughout, every GEMM through cblas_sgemm, layers in cpu_kernels.
-// It owns four flat buffers laid out by MakeLayout — parameters, gradients, AdamW m and v — and one
-// activation buffer that grows to the largest batch·seq seen and is then reused without allocating.
+// It owns four flat buffers laid out by MakeLayout — parameters, gradients, AdamW m and v (of its shard under
+// ZeRO-1) — and one activation buffer that grows to the largest batch·seq seen and is then reused without allocating.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -58,14 +58,16 @@ struct BlockActivations {
 
 class CpuTransformer : public Transformer {
  public:
-  CpuTransformer(const ModelConfig& config, uint64_t seed)
+  CpuTransformer(const ModelConfig& config, uint64_t seed, const OptimizerShard& shard)
       : config_(config),
         layout_(MakeLayout(config)),
         elements_(layout_.back().offset + layout_.back().count),
-        params_(elements_, 0.0f),
-        grads_(elements_, 0.0f),
-        m_(elements_, 0.0f),
-        v_(elements_, 0.0f),
+        shard_(ResolveShard(shard, elements_)),
+        adamw_ranges_(AdamWRanges(config, layout_, shard_.begin, shard_.end)),
+        params_(shard_.capacity, 0.0f),
+        grads_(params_.size(), 0.0f),
+        m_(shard_.elements(), 0.0f),
+        v_(shard_.elements(), 0.0f),
         weights_(PointTensors(params_.data(), layout_, config.layers)),
         weight_grads_(PointTensors(grads_.data(), layout_, config.layers)),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
@@ -90,17 +92,16 @@ class CpuTransformer : public Transformer {
   void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
   void ZeroGradients() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
+  const OptimizerShard& optimizer_shard() const override { return shard_; }
 
  private:
   void ReserveActivations(size_t tokens);
-  // Elements of slot s that the model uses: all of them but wte's padding rows.
-  size_t UsedElements(size_t s) const {
-    return s == kWteSlot ? static_cast<size_t>(config_.vocab) * config_.d_model : layout_[s].count;
-  }
 
   ModelConfig config_;
   std::vector<TensorSlot> layout_;
   size_t elements_;
+  OptimizerShard shard_;
+  std::vector<AdamWRange> adamw_ranges_;
   std::vector<float> params_;
   std::vector<float> grads_;
   std::vector<float> m_;
@@ -290,20 +291,21 @@ void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_r
 
 void CpuTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError("AdamW step counts from 1, got " + std::to_string(step));
-  for (size_t s = 0; s < layout_.size(); ++s) {
-    const TensorSlot& slot = layout_[s];
-    // wte's padding rows are skipped so that they stay exactly zero whatever lands in their gradient.
-    cpu::AdamWUpdate(params_.data() + slot.offset, grads_.data() + slot.offset, m_.data() + slot.offset,
-                     v_.data() + slot.offset, UsedElements(s), config, slot.decay ? config.weight_decay : 0.0f, step);
+  // The moments hold the shard's elements: flat element i is moment i - shard_.begin.
+  for (const AdamWRange& r : adamw_ranges_) {
+    cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + (r.offset - shard_.begin),
+                     v_.data() + (r.offset - shard_.begin), r.count, config, r.decay ? config.weight_decay : 0.0f,
+                     step);
   }
 }
 
 }  // namespace
 
-std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed) {
+std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed,
+                                                const OptimizerShard& shard) {
   ValidateModel(config);
   try {
-    return std::make_unique<CpuTransformer>(config, seed);
+    return std::make_unique<CpuTransformer>(config, seed, shard);
   } catch (const std::bad_alloc&) {
     const std::vector<TensorSlot> layout = MakeLayout(config);
     const uint64_t bytes = 4 * sizeof(float) * (layout.back().offset + layout.back().count);

@@ -117,6 +117,45 @@ class HostPhaseClock : public PhaseClock {
 std::unique_ptr<PhaseClock> MakeHostPhaseClock() { return std::make_unique<HostPhaseClock>(); }
 
 
+OptimizerShard ShardOf(size_t elements, int ranks, int rank) {
+  if (ranks < 1 || rank < 0 || rank >= ranks) {
+    throw InputError("cannot shard over " + std::to_string(ranks) + " ranks (rank " + std::to_string(rank) + ")");
+  }
+  const size_t shard = (elements + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
+  OptimizerShard s;
+  s.capacity = shard * static_cast<size_t>(ranks);
+  s.begin = std::min(elements, shard * static_cast<size_t>(rank));
+  s.end = std::min(elements, s.begin + shard);
+  return s;
+}
+
+OptimizerShard ResolveShard(const OptimizerShard& shard, size_t elements) {
+  if (!shard.sharded()) return OptimizerShard{elements, 0, elements};
+  if (shard.capacity < elements || shard.begin > shard.end || shard.end > elements) {
+    throw InputError("optimizer shard [" + std::to_string(shard.begin) + ", " + std::to_string(shard.end) +
+                     ") of capacity " + std::to_string(shard.capacity) + " does not fit " + std::to_string(elements) +
+                     " elements");
+  }
+  return shard;
+}
+
+std::vector<AdamWRange> AdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout, size_t begin,
+                                    size_t end) {
+  std::vector<AdamWRange> ranges;
+  for (size_t s = 0; s < layout.size(); ++s) {
+    const TensorSlot& slot = layout[s];
+    const size_t used = s == kWteSlot ? static_cast<size_t>(config.vocab) * config.d_model : slot.count;
+    const size_t lo = std::max(begin, slot.offset), hi = std::min(end, slot.offset + used);
+    if (lo >= hi) continue;
+    if (!ranges.empty() && ranges.back().decay == slot.decay && ranges.back().offset + ranges.back().count == lo) {
+      ranges.back().count += hi - lo;
+    } else {
+      ranges.push_back(AdamWRange{lo, hi - lo, slot.decay});
+    }
+  }
+  return ranges;
+}
+
 std::vector<TensorSlot> MakeLayout(const ModelConfig& config) {
   const size_t channels = config.d_model;
   const size_t hidden = static_cast<size_t>(config.mlp_ratio) * channels;

@@ -1,5 +1,8 @@
 #include "train_loop.h"
 
+#include <cmath>
+#include <stdexcept>
+
 #include "clock.h"
 #include "error.h"
 #include "gradient_buckets.h"
@@ -29,8 +32,73 @@ void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int v
   }
 }
 
+namespace {
+
+// Seconds of one blocking collective issued by `issue`, once the model's work before it is done and until the
+// communicator's is (a stream sync for NCCL; MPI's calls return when done).
+template <typename Issue>
+double TimeCollective(Communicator& comm, Transformer& model, const Issue& issue) {
+  model.Synchronize();
+  const double start = NowSeconds();
+  issue();
+  comm.Synchronize();
+  return NowSeconds() - start;
+}
+
+// ZeRO-1 after backward: the gradients reduce-scattered (averaged) in place, so that this rank holds its shard's
+// (NCCL's in-place layout: rank r's block at r x shard), AdamW on the shard, and the updated shard all-gathered in
+// place into every rank's parameters. Marks the clock after the reduce-scatter (comm_exposed), the optimizer, and
+// the all-gather; returns the two collectives' seconds.
+double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock) {
+  const OptimizerShard& shard = model.optimizer_shard();
+  const size_t count = shard.capacity / static_cast<size_t>(comm.size());
+  const size_t own = count * static_cast<size_t>(comm.rank());
+  float* grads = model.gradients();
+  float* params = model.parameters();
+  double seconds = TimeCollective(comm, model, [&] {
+    comm.ReduceScatter(grads, grads + own, count, DataType::kFloat32, ReduceOp::kAvg);
+  });
+  clock.Mark();  // comm_exposed: the reduce-scatter
+  model.AdamWStep(o.adamw, step + 1);
+  clock.Mark();  // optimizer
+  seconds += TimeCollective(comm, model, [&] { comm.AllGather(params + own, params, count, DataType::kFloat32); });
+  model.ParametersChanged();
+  clock.Mark();  // comm_exposed: the all-gather
+  return seconds;
+}
+
+// Data parallel from backward on: the buckets all-reduced as their gradients become final, the wait for the rest,
+// AdamW; marks the clock after backward, the wait (comm_exposed) and the optimizer, and sets r's comm times.
+void DataParallelStep(BucketedAllReduce& reducer, Transformer& model, const TrainLoopOptions& o, int step,
+                      PhaseClock& clock, StepRecord& r) {
+  reducer.Begin();
+  model.Backward([&](size_t slot) { reducer.TensorReady(slot, model.stream()); });
+  clock.Mark();  // backward
+  // Waits on the host for every bucket, so the optimizer issued next reads reduced gradients; on a device the mark
+  // after it lands when the last bucket is done, and the interval is what backward did not hide.
+  const BucketTiming comm_timing = reducer.Finish(model.stream());
+  clock.Mark();  // comm_exposed
+  model.AdamWStep(o.adamw, step + 1);
+  clock.Mark();  // optimizer
+  r.comm_total_s = comm_timing.comm_total_s;
+  r.comm_intra_s = comm_timing.comm_intra_s;
+  r.comm_inter_s = comm_timing.comm_inter_s;
+}
+
+// Throws unless the model holds this rank's ZeRO-1 shard of its elements.
+void CheckZeroOneShard(const Communicator& comm, const Transformer& model) {
+  const OptimizerShard want = ShardOf(model.parameter_elements(), comm.size(), comm.rank());
+  const OptimizerShard& have = model.optimizer_shard();
+  if (have.capacity != want.capacity || have.begin != want.begin || have.end != want.end) {
+    throw std::logic_error("zero1: the model's optimizer shard is not this rank's ShardOf");
+  }
+}
+
+}  // namespace
+
 std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o) {
   const ModelConfig& config = model.config();
+  if (o.zero1) CheckZeroOneShard(comm, model);
   BucketedAllReduce reducer(comm, model.gradients(), DataType::kFloat32, GradientTensors(model.layout()),
                             static_cast<size_t>(o.bucket_mb * 1024 * 1024), o.overlap);
   // Device phases are timed where they run (CUDA events on the model's stream); the host clock on the CPU.
@@ -71,25 +139,21 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
     model.ZeroGradients();
     model.Forward();
     clock->Mark();  // forward
-    reducer.Begin();
-    model.Backward([&](size_t slot) { reducer.TensorReady(slot, model.stream()); });
-    clock->Mark();  // backward
-    // Waits on the host for every bucket, so the optimizer issued next reads reduced gradients; on a device the
-    // mark after it lands when the last bucket is done, and the interval is what backward did not hide.
-    const BucketTiming comm_timing = reducer.Finish(model.stream());
-    clock->Mark();  // comm_exposed
-    model.AdamWStep(o.adamw, step + 1);
-    clock->Mark();  // optimizer
+    if (o.zero1) {
+      model.Backward([](size_t) {});
+      clock->Mark();  // backward
+      r.comm_total_s = ZeroOneStep(comm, model, o, step, *clock);
+      r.comm_intra_s = r.comm_inter_s = std::nan("");
+    } else {
+      DataParallelStep(reducer, model, o, step, *clock, r);
+    }
 
     const std::vector<double> phases = clock->Intervals();  // waits for the device
     r.h2d_s = phases[0];
     r.forward_s = phases[1];
     r.backward_s = phases[2];
-    r.comm_exposed_s = phases[3];
+    r.comm_exposed_s = phases[3] + (o.zero1 ? phases[5] : 0.0);  // zero1: the reduce-scatter and the all-gather
     r.optimizer_s = phases[4];
-    r.comm_total_s = comm_timing.comm_total_s;
-    r.comm_intra_s = comm_timing.comm_intra_s;
-    r.comm_inter_s = comm_timing.comm_inter_s;
     r.loss = model.Loss();
     if (o.in_each_step) o.in_each_step();
     if (o.checkpoint) {

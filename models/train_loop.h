@@ -53,6 +53,10 @@ struct TrainLoopOptions {
   int warmup_steps = 2;         // run first, excluded from the statistics
   double bucket_mb = kDefaultBucketMiB;  // gradient bucket size in MiB
   bool overlap = true;          // all-reduce buckets during backward; false: after backward
+  // ZeRO-1 (the model made with ShardOf(its elements, comm.size(), comm.rank())): after backward the gradients are
+  // reduce-scattered, AdamW updates this rank's shard and the shard is all-gathered into the parameters, all
+  // blocking (nothing overlaps compute; `overlap` does not apply).
+  bool zero1 = false;
   AdamWConfig adamw;
   uint64_t data_seed = 1;       // synthetic tokens: a function of (data_seed, rank, step)
   int first_step = 0;           // global index of the first step (a resume continues at its checkpoint's step);

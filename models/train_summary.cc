@@ -177,10 +177,12 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
       Format("#   MFU %s of peak, %s of measured GEMM rate; %s scaling efficiency %s; loss %.4f -> %.4f",
              pct(p.mfu_peak).c_str(), pct(p.mfu_measured).c_str(), mode.c_str(), pct(p.efficiency).c_str(),
              p.loss_first, p.loss_last),
-      Format("#   comm per step: total %.3f ms, exposed %.3f ms, overlap %s; %.1f MB of gradients in %lld bucket%s, "
-             "effective busbw %s",
+      Format("#   comm per step: total %.3f ms, exposed %.3f ms, overlap %s; %.1f MB of gradients %s, effective busbw %s",
              p.comm_total_s * 1e3, p.comm_exposed_s * 1e3, pct(p.overlap).c_str(), p.gradient_bytes / 1e6,
-             static_cast<long long>(p.gradient_buckets), p.gradient_buckets == 1 ? "" : "s",
+             p.parallel == "zero1"
+                 ? "reduce-scattered and the parameters all-gathered after backward (zero1: AdamW's state sharded)"
+                 : Format("in %lld bucket%s", static_cast<long long>(p.gradient_buckets),
+                          p.gradient_buckets == 1 ? "" : "s").c_str(),
              std::isnan(p.effective_busbw_GBps) ? "n/a" : Format("%.2f GB/s", p.effective_busbw_GBps).c_str()),
   };
   if (p.nodes > 1) {
@@ -286,6 +288,7 @@ void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::nodes, p.nodes);
   schema::Set(group, sp::ranks_per_node, p.ranks_per_node);
   schema::Set(group, sp::allreduce, p.allreduce);
+  schema::Set(group, sp::parallel, p.parallel);
   schema::Set(group, sp::overlap, p.overlap);
   schema::Set(group, sp::gradient_bytes, p.gradient_bytes);
   schema::Set(group, sp::gradient_buckets, p.gradient_buckets);

@@ -57,7 +57,8 @@ struct ScalingPoint {
   int k = 0;                        // ranks
   int nodes = 1;                    // nodes the k ranks are on, and ranks on each (the most on any)
   int ranks_per_node = 1;
-  std::string allreduce = "flat";   // the gradient all-reduce: flat (the backend's own) or hierarchical
+  std::string allreduce = "flat";   // the gradient all-reduce: flat (the backend's own), hierarchical, or none (zero1)
+  std::string parallel = "dp";      // dp, or zero1 (gradients reduce-scattered, parameters all-gathered)
   int micro_batch = 0;              // sequences per rank per step
   int64_t tokens_per_step = 0;      // over all k ranks
   int measured_steps = 0;

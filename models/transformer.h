@@ -35,6 +35,36 @@ struct AdamWConfig {
   float weight_decay = 0.1f;
 };
 
+// ZeRO-1's sharded optimizer state: the parameter and gradient buffers padded with zeros to `capacity` elements (N
+// equal shards, so that a reduce-scatter and an all-gather cover them in place), AdamW's moments kept only for the
+// flat elements [begin, end) that this rank updates. capacity 0: not sharded; every buffer holds
+// parameter_elements() and AdamW updates all of them.
+struct OptimizerShard {
+  size_t capacity = 0;
+  size_t begin = 0;
+  size_t end = 0;
+  bool sharded() const { return capacity > 0; }
+  size_t elements() const { return end - begin; }
+};
+
+// Rank `rank`'s shard of `elements` among `ranks`: shards of ceil(elements / ranks), rank r's starting at r times
+// that; the last ones reach into the padding (end is clipped to `elements`). Throws InputError for 0 ranks.
+OptimizerShard ShardOf(size_t elements, int ranks, int rank);
+// What a model takes `shard` as: without one, every element ([0, elements) at capacity elements). Throws InputError
+// when the shard does not fit `elements`.
+OptimizerShard ResolveShard(const OptimizerShard& shard, size_t elements);
+
+// A stretch of the flat buffers AdamW updates at once: the used elements of consecutive slots with one decay rule
+// (wte's padding rows left out, so that they stay exactly zero).
+struct AdamWRange {
+  size_t offset = 0;
+  size_t count = 0;
+  bool decay = false;
+};
+// The ranges within the flat elements [begin, end).
+std::vector<AdamWRange> AdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout, size_t begin,
+                                    size_t end);
+
 // Timestamps in the order of the work a model issues: the host clock for the CPU reference, CUDA events on the
 // model's stream for CUDA, so that a phase is timed where its work runs (README.md, "One training step").
 class PhaseClock {
@@ -85,14 +115,21 @@ class Transformer {
   // while backward goes on.
   virtual void Backward(const std::function<void(size_t slot)>& gradient_ready) = 0;
   virtual void ZeroGradients() = 0;
-  // One AdamW update with bias correction; step counts from 1.
+  // One AdamW update with bias correction; step counts from 1. With an OptimizerShard, of the shard only.
   virtual void AdamWStep(const AdamWConfig& config, int64_t step) = 0;
+  // The shard the model was made with (capacity 0: none).
+  virtual const OptimizerShard& optimizer_shard() const = 0;
+  // Blocks the host until the work issued on the model's stream is done (nothing to wait for on the CPU): before a
+  // blocking collective reads what the model wrote.
+  virtual void Synchronize() {}
   // Call after writing parameters() from outside (a checkpoint restore): refreshes what is derived from the
   // master weights (the CUDA implementation's bf16 copy). Nothing to do on the CPU.
   virtual void ParametersChanged() {}
 
   // The flat fp32 buffers (host memory for the CPU reference, device memory for CUDA). Parameters are the
-  // master weights; adam_m and adam_v AdamW's first and second moments; all four share layout().
+  // master weights; adam_m and adam_v AdamW's first and second moments; all four share layout(). With an
+  // OptimizerShard, parameters and gradients hold its capacity, and adam_m/adam_v its elements() (element i standing
+  // for flat element begin + i).
   virtual float* parameters() = 0;
   virtual float* gradients() = 0;
   virtual float* adam_m() = 0;
@@ -110,7 +147,8 @@ class Transformer {
 // The CPU reference, initialised as GPT-2 is (normal(0, 0.02) weights, residual projections scaled by
 // 1/sqrt(2*layers), zero biases, unit LayerNorm gains) from `seed`: every rank with the same seed holds the
 // same model.
-std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed);
+std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed,
+                                                const OptimizerShard& shard = {});
 
 // Which attention the CUDA transformer runs: cuDNN's fused SDPA (flash attention) through the cuDNN C++
 // frontend, or cuBLAS batched GEMMs with a softmax kernel; auto takes cuDNN when it supports the shape on this
@@ -123,6 +161,7 @@ struct CudaTransformerOptions {
   // The sequence length the caller's batches will have (0: config.seq): attention is prepared for it, and chosen
   // by it (cuDNN's does not run 1 token: auto takes cuBLAS, cudnn is refused) before the first step.
   int seq = 0;
+  OptimizerShard shard;  // ZeRO-1 (capacity 0: none)
 };
 
 // The CUDA implementation on the current device: bf16 weights and activations for the GEMMs and attention, fp32

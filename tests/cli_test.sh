@@ -113,6 +113,25 @@ else
   fail "train run failed: $(cat "$work/err")"
 fi
 
+# --parallel zero1 against dp at 2 and 4 ranks, same seed: the same losses step by step (printed to 4 decimals; the
+# fp32 summation order may differ below that), the point recording zero1 and no all-reduce.
+for n in 2 4; do
+  checks=$((checks + 1))
+  for mode in dp zero1; do
+    "${mpiexec[@]}" -n $n "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 \
+      --parallel $mode -o "$work/$mode$n.h5" >"$work/$mode$n.out" 2>"$work/err" || fail "train --parallel $mode -n $n: $(cat "$work/err")"
+  done
+  [[ $(grep -o 'loss [0-9.]*' "$work/zero1$n.out") == $(grep -o 'loss [0-9.]*' "$work/dp$n.out") && \
+     $(grep -c '^step .*loss [0-9.]*' "$work/dp$n.out") -eq 4 ]] ||
+    fail "zero1 at $n ranks: losses differ from dp's: $(grep -o 'loss [0-9.]*' "$work/zero1$n.out" | tr '\n' ' ') vs $(grep -o 'loss [0-9.]*' "$work/dp$n.out" | tr '\n' ' ')"
+  "$h5dump" -A -a /train/k$n/parallel "$work/zero1$n.h5" | grep -q '"zero1"' || fail "zero1 at $n ranks: the point does not record parallel zero1"
+  grep -q "reduce-scattered and the parameters all-gathered" "$work/zero1$n.out" || fail "zero1: the comm line does not say so"
+done
+expect_error 2 "--parallel 'zero3': not one of the choices" -- "$tb" train --model tiny --parallel zero3
+expect_error 2 "--parallel zero1 reduce-scatters the gradients instead" -- "$tb" train --model tiny --parallel zero1 --allreduce flat
+expect_error 2 "--parallel zero1 with checkpoints .* is not built yet" -- \
+  "$tb" train --model tiny --parallel zero1 --checkpoint-dir "$work/ck" --checkpoint-every 2
+
 # --- failure rules ------------------------------------------------------------------------------------------
 # A rank that fails: its message names rank and host and what failed; the job ends with code 1, no hang.
 checks=$((checks + 1))

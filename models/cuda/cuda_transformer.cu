@@ -98,13 +98,6 @@ class CudaPhaseClock : public PhaseClock {
   size_t marks_ = 0;
 };
 
-// A stretch of the flat buffers that AdamW updates in one launch: consecutive slots with the same decay rule.
-struct AdamWRange {
-  size_t offset = 0;
-  size_t count = 0;
-  bool decay = false;
-};
-
 class CudaTransformer final : public Transformer {
  public:
   CudaTransformer(const ModelConfig& config, uint64_t seed, const CudaTransformerOptions& options);
@@ -134,6 +127,8 @@ class CudaTransformer final : public Transformer {
   void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
   void ZeroGradients() override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
+  const OptimizerShard& optimizer_shard() const override { return shard_; }
+  void Synchronize() override { stream_.Synchronize(); }
   // The bf16 weights again from the master weights written from outside.
   void ParametersChanged() override { gpu::CastToBf16(params_bf16_, params_, elements_, stream()); }
 
@@ -144,6 +139,10 @@ class CudaTransformer final : public Transformer {
   // Points every activation tensor into `base` (null: only counts); returns the bytes they take.
   size_t PointActivations(char* base);
   void CheckDeviceMemory(uint64_t needed_bytes, uint64_t activation_bytes) const;
+  // The flat buffers' bytes: fp32 weights and gradients of the capacity, m and v of the shard, bf16 weights.
+  uint64_t FlatBytes() const {
+    return (2 * shard_.capacity + 2 * shard_.elements()) * sizeof(float) + elements_ * sizeof(Bf16);
+  }
   void UploadInitialParameters(uint64_t seed);
   // Records the device memory in use now if it is the most so far.
   void NoteDeviceMemory();
@@ -156,6 +155,7 @@ class CudaTransformer final : public Transformer {
   CudaTransformerOptions options_;
   std::vector<TensorSlot> layout_;
   size_t elements_;
+  OptimizerShard shard_;  // ResolveShard's: without ZeRO-1, [0, elements_) at capacity elements_
   std::vector<AdamWRange> adamw_ranges_;
   size_t max_tokens_;  // options.max_batch · config.seq: the activations' capacity
 
@@ -165,7 +165,8 @@ class CudaTransformer final : public Transformer {
   std::unique_ptr<gpu::Attention> attention_;
   std::string fallback_reason_;
 
-  // Flat buffers, MakeLayout's order (P = elements_): fp32 master weights, gradients, AdamW m and v, and the bf16
+  // Flat buffers, MakeLayout's order (P = elements_; under ZeRO-1 the weights and gradients hold the shard's
+  // capacity, m and v its elements): fp32 master weights, gradients, AdamW m and v, and the bf16
   // copy of the weights that the GEMMs read (biases included: bf16-output GEMMs take a bf16 bias).
   DeviceBuffer flat_buffers_;
   float* params_ = nullptr;      // (P)
@@ -215,19 +216,11 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
       options_(options),
       layout_(MakeLayout(config)),
       elements_(layout_.back().offset + layout_.back().count),
+      shard_(ResolveShard(options.shard, elements_)),
+      // wte's padding rows are skipped (they stay exactly zero, as in the CPU reference), and consecutive slots
+      // with the same decay rule share a launch.
+      adamw_ranges_(AdamWRanges(config, layout_, shard_.begin, shard_.end)),
       max_tokens_(static_cast<size_t>(options.max_batch) * config.seq) {
-  // AdamW ranges: wte's padding rows are skipped (they stay exactly zero, as in the CPU reference), and
-  // consecutive slots with the same decay rule share a launch.
-  for (size_t s = 0; s < layout_.size(); ++s) {
-    const TensorSlot& slot = layout_[s];
-    const size_t used = s == kWteSlot ? static_cast<size_t>(config_.vocab) * config_.d_model : slot.count;
-    if (!adamw_ranges_.empty() && adamw_ranges_.back().decay == slot.decay &&
-        adamw_ranges_.back().offset + adamw_ranges_.back().count == slot.offset) {
-      adamw_ranges_.back().count += used;
-    } else {
-      adamw_ranges_.push_back(AdamWRange{slot.offset, used, slot.decay});
-    }
-  }
 
   // The libraries first: their handles and workspaces are then part of what cudaMemGetInfo reports as used.
   gemm_ = std::make_unique<gpu::Gemm>(stream());
@@ -248,7 +241,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
     }
   }
 
-  const uint64_t flat_bytes = elements_ * (4 * sizeof(float) + sizeof(Bf16));
+  const uint64_t flat_bytes = FlatBytes();
   const uint64_t activation_bytes = PointActivations(nullptr);
   CheckDeviceMemory(flat_bytes + activation_bytes + kLibraryReserveBytes, activation_bytes);
 
@@ -259,10 +252,10 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
       flat_buffers_ = DeviceBuffer(flat.used());
       flat = Carver(static_cast<char*>(flat_buffers_.data()));
     }
-    params_ = flat.Take<float>(elements_);
-    grads_ = flat.Take<float>(elements_);
-    m_ = flat.Take<float>(elements_);
-    v_ = flat.Take<float>(elements_);
+    params_ = flat.Take<float>(shard_.capacity);
+    grads_ = flat.Take<float>(shard_.capacity);
+    m_ = flat.Take<float>(shard_.elements());
+    v_ = flat.Take<float>(shard_.elements());
     params_bf16_ = flat.Take<Bf16>(elements_);
   }
   activation_buffer_ = DeviceBuffer(activation_bytes);
@@ -272,9 +265,13 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
 
   UploadInitialParameters(seed);
   gpu::CastToBf16(params_bf16_, params_, elements_, stream());
-  TB_CHECK_CUDA(cudaMemsetAsync(grads_, 0, elements_ * sizeof(float), stream_.get()));
-  TB_CHECK_CUDA(cudaMemsetAsync(m_, 0, elements_ * sizeof(float), stream_.get()));
-  TB_CHECK_CUDA(cudaMemsetAsync(v_, 0, elements_ * sizeof(float), stream_.get()));
+  if (shard_.capacity > elements_) {  // the padding past the layout: zero, and all-gathered as zeros
+    TB_CHECK_CUDA(cudaMemsetAsync(params_ + elements_, 0, (shard_.capacity - elements_) * sizeof(float),
+                                  stream_.get()));
+  }
+  TB_CHECK_CUDA(cudaMemsetAsync(grads_, 0, shard_.capacity * sizeof(float), stream_.get()));
+  TB_CHECK_CUDA(cudaMemsetAsync(m_, 0, shard_.elements() * sizeof(float), stream_.get()));
+  TB_CHECK_CUDA(cudaMemsetAsync(v_, 0, shard_.elements() * sizeof(float), stream_.get()));
   TB_CHECK_CUDA(cudaMemsetAsync(loss_, 0, sizeof(float), stream_.get()));  // Loss() before any Forward: 0
   stream_.Synchronize();
   NoteDeviceMemory();
@@ -350,7 +347,7 @@ void CudaTransformer::CheckDeviceMemory(uint64_t needed_bytes, uint64_t activati
   TB_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (needed_bytes <= free_bytes) return;
   throw RuntimeError("the CUDA transformer for model '" + config_.name + "' needs " + FormatBytes(needed_bytes) +
-                     " of device memory (" + FormatBytes(elements_ * (4 * sizeof(float) + sizeof(Bf16))) +
+                     " of device memory (" + FormatBytes(static_cast<double>(FlatBytes())) +
                      " for fp32 weights, gradients and AdamW moments and the bf16 weights, " +
                      FormatBytes(activation_bytes) + " for the activations of " + std::to_string(options_.max_batch) +
                      " x " + std::to_string(config_.seq) + " tokens, " + FormatBytes(kLibraryReserveBytes) +
@@ -519,7 +516,7 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
 }
 
 void CudaTransformer::ZeroGradients() {
-  TB_CHECK_CUDA(cudaMemsetAsync(grads_, 0, elements_ * sizeof(float), stream_.get()));
+  TB_CHECK_CUDA(cudaMemsetAsync(grads_, 0, shard_.capacity * sizeof(float), stream_.get()));
 }
 
 void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
@@ -527,7 +524,9 @@ void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   // The bf16 weights are rewritten from the updated master weights in the same pass; wte's padding rows, skipped,
   // stay zero in both.
   for (const AdamWRange& range : adamw_ranges_) {
-    gpu::AdamWUpdate(params_ + range.offset, grads_ + range.offset, m_ + range.offset, v_ + range.offset,
+    // The moments hold the shard's elements: flat element i is moment i - shard_.begin.
+    gpu::AdamWUpdate(params_ + range.offset, grads_ + range.offset, m_ + (range.offset - shard_.begin),
+                     v_ + (range.offset - shard_.begin),
                      range.count, config, range.decay ? config.weight_decay : 0.0f, step, stream(),
                      params_bf16_ + range.offset);
   }

@@ -252,6 +252,7 @@ class train_point:
     nodes = "nodes"
     ranks_per_node = "ranks_per_node"
     allreduce = "allreduce"
+    parallel = "parallel"
     overlap = "overlap"
     gradient_bytes = "gradient_bytes"
     gradient_buckets = "gradient_buckets"

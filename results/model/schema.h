@@ -343,8 +343,13 @@ inline const RealAttribute comm_inter_s{kTrainPoint, "comm_inter_s", "s",
 inline const IntAttribute nodes{kTrainPoint, "nodes", "nodes", "nodes the k ranks were on"};
 inline const IntAttribute ranks_per_node{kTrainPoint, "ranks_per_node", "ranks", "ranks of the point on each node"};
 inline const TextAttribute allreduce{kTrainPoint, "allreduce", "",
-                                     "the gradient all-reduce: `flat` (the backend's own algorithm) or "
-                                     "`hierarchical` (reduce-scatter in each node, all-reduce across, all-gather)"};
+                                     "the gradient all-reduce: `flat` (the backend's own algorithm), "
+                                     "`hierarchical` (reduce-scatter in each node, all-reduce across, all-gather), or "
+                                     "`none` (zero1 reduce-scatters instead)"};
+inline const TextAttribute parallel{kTrainPoint, "parallel", "",
+                                    "`dp` (whole model per rank, gradients all-reduced) or `zero1` (AdamW's state "
+                                    "sharded: gradients reduce-scattered, parameters all-gathered, after backward); "
+                                    "absent in reports before it: dp"};
 inline const RealAttribute overlap{kTrainPoint, "overlap", "fraction", "1 - comm_exposed / comm_total"};
 inline const RealAttribute gradient_bytes{kTrainPoint, "gradient_bytes", "B", "all-reduced per rank per step"};
 inline const IntAttribute gradient_buckets{kTrainPoint, "gradient_buckets", "",

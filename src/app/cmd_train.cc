@@ -67,7 +67,22 @@ struct TrainFlags {
   int64_t seed = 1234;
   std::string attention = "auto";
   std::string link_probe = "16MiB";
+  std::string parallel = "dp";
 };
+
+// --parallel zero1: what it cannot be combined with yet (one line, exit 2).
+void CheckParallel(const TrainFlags& f, const TrainIoFlags& io) {
+  if (f.parallel == "dp") return;
+  if (f.allreduce != "auto") {
+    throw InputError("--allreduce " + f.allreduce + " chooses the gradient all-reduce; --parallel " + f.parallel +
+                     " reduce-scatters the gradients instead (leave --allreduce at auto)");
+  }
+  if (io.checkpoint_every > 0 || !io.resume.empty()) {
+    throw InputError("--parallel " + f.parallel + " with checkpoints (--checkpoint-every, --resume) is not built "
+                     "yet: a checkpoint holds every rank's slice of the whole AdamW state, which zero1 shards "
+                     "differently; train with --parallel dp to checkpoint");
+  }
+}
 
 // --link-probe SIZE, or 0 / off: no probe.
 uint64_t ParseLinkProbe(const std::string& text) {
@@ -272,7 +287,7 @@ class TrainPhase : public Phase {
   void MeasureDevice();
   void PrintHeader() const;
   void RecordHeader(double comm_ready_s);
-  std::unique_ptr<Transformer> MakeModel();
+  std::unique_ptr<Transformer> MakeModel(const Communicator& sub);
   std::vector<RunPoint> Points() const;
   void ProbeLinks(Communicator& comm);
   bool RunPoints(Communicator& comm);
@@ -298,6 +313,7 @@ class TrainPhase : public Phase {
   LaunchShape shape_;
   LinkProbeOptions link_probe_;  // bytes 0: off
   bool weak_ = true;
+  bool zero1_ = false;
   int global_batch_ = 0;  // sequences per step over all ranks: what strong scaling divides by k
   AttentionChoice attention_ = AttentionChoice::kAuto;
   const Topology* topology_ = nullptr;
@@ -334,6 +350,9 @@ void TrainPhase::AddOptions(po::options_description& options) {
       ("seed", Number(&f.seed, IntRange::AtLeast(0))->default_value(f.seed), "seed of the weights and the synthetic tokens")
       ("attention", Choice(&f.attention, {"auto", "cudnn", "cublas"})->default_value(f.attention),
        "cuda: auto = cuDNN fused SDPA when it supports the shape, else cuBLAS")
+      ("parallel", Choice(&f.parallel, {"dp", "zero1"})->default_value(f.parallel),
+       "dp: every rank holds the whole model and all-reduces the gradients; zero1: AdamW's state sharded over the "
+       "ranks (reduce-scatter the gradients, AdamW on the shard, all-gather the parameters)")
       ("link-probe", po::value(&f.link_probe)->default_value(f.link_probe),
        "across nodes, before the points: every node pair exchanges this much both ways on each local rank's link, "
        "naming the host whose link is slow (3 nodes or more); 0 or off: no probe");
@@ -367,7 +386,9 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   shape_ = GatherLaunchShape(ctx_);
   scaling_ = ParseScaling(f.scaling, shape_);
   link_probe_.bytes = ParseLinkProbe(f.link_probe);
-  ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
+  zero1_ = f.parallel == "zero1";
+  CheckParallel(f, io_flags_);
+  if (!zero1_) ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
   global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k;
   for (const auto& [k, nodes, per_node, even, layout, hierarchical] : scaling_) {
     if (!weak_ && global_batch_ % k != 0) {
@@ -382,6 +403,7 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   loop_.warmup_steps = f.warmup_steps;
   loop_.bucket_mb = f.bucket_mb;
   loop_.overlap = !f.no_overlap;
+  loop_.zero1 = zero1_;
   loop_.adamw.learning_rate = static_cast<float>(f.learning_rate);
   loop_.data_seed = static_cast<uint64_t>(f.seed);
   RecordConfig(r);
@@ -531,12 +553,17 @@ void TrainPhase::RecordHeader(double comm_ready_s) {
   if (!backend.cuda) schema::Set(t, st::attention, "cpu");
 }
 
-std::unique_ptr<Transformer> TrainPhase::MakeModel() {
-  if (!setup_.backend.cuda) return MakeCpuTransformer(model_, static_cast<uint64_t>(f_.seed));
+// The model of a point on the ranks of `sub`: under zero1 with the optimizer shard of this rank.
+std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& sub) {
+  const OptimizerShard shard = zero1_ ? ShardOf(static_cast<size_t>(setup_.gradient_bytes / sizeof(float)),
+                                                sub.size(), sub.rank())
+                                      : OptimizerShard{};
+  if (!setup_.backend.cuda) return MakeCpuTransformer(model_, static_cast<uint64_t>(f_.seed), shard);
   CudaTransformerOptions options;
   options.max_batch = PointBatch(scaling_.front().k);  // the CUDA model's activations are sized for the largest batch
   options.attention = attention_;
   options.seq = loop_.seq;
+  options.shard = shard;
   std::string fallback_reason;
   const double setup_start = NowSeconds();
   std::unique_ptr<Transformer> cuda_model =
@@ -605,10 +632,11 @@ bool TrainPhase::RunPoints(Communicator& comm) {
     if (run_->ctx().world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
       points_.push_back(SummarizePoint(point.k, point_loop.micro_batch, ranks, setup_.flops_per_token,
                                        setup_.peak_flops, setup_.gemm_min, setup_.gradient_bytes));
-      points_.back().gradient_buckets = setup_.gradient_buckets;
+      points_.back().gradient_buckets = zero1_ ? 1 : setup_.gradient_buckets;  // zero1: one reduce-scatter + all-gather
       points_.back().nodes = point.plan.nodes;
       points_.back().ranks_per_node = point.plan.ranks_per_node;
-      points_.back().allreduce = point.plan.hierarchical ? "hierarchical" : "flat";
+      points_.back().allreduce = zero1_ ? "none" : point.plan.hierarchical ? "hierarchical" : "flat";
+      points_.back().parallel = f_.parallel;
       AddPointToReport(train(), points_.back(), ranks, point.name);
       AddPointEnergyToReport(train().Child(point.name), energy_J, points_.back());
       if (Sweep()) sweep_shares_.push_back(DataWaitShare(ranks));
@@ -626,7 +654,7 @@ bool TrainPhase::RunPoints(Communicator& comm) {
 // One point on the ranks of `sub`: a fresh model and its I/O, the loop with a line per step, the io group.
 std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
                                                 TrainLoopOptions& point_loop, EnergySpan& energy) {
-  std::unique_ptr<Transformer> transformer = MakeModel();
+  std::unique_ptr<Transformer> transformer = MakeModel(sub);
   PointIo io(io_flags_, io_plan_, sub, *transformer, point_loop.micro_batch, loop_.seq,
              static_cast<uint64_t>(f_.seed), point.throttle_MBps, several ? point.name : "");
   io.Prepare(point_loop);
