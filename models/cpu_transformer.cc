@@ -93,6 +93,9 @@ class CpuTransformer : public Transformer {
   void ZeroGradients() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }
+  ModelStateBytes state_bytes() const override {
+    return {4.0 * params_.size(), 4.0 * grads_.size(), 4.0 * (m_.size() + v_.size())};
+  }
 
  private:
   void ReserveActivations(size_t tokens);

@@ -129,6 +129,11 @@ OptimizerShard ShardOf(size_t elements, int ranks, int rank) {
   return s;
 }
 
+ModelStateBytes TheoryStateBytes(bool zero1, bool bf16, double elements, int ranks) {
+  const double compute = bf16 ? 2.0 : 4.0, optimizer = bf16 ? 12.0 : 8.0;
+  return {compute * elements, compute * elements, optimizer * elements / (zero1 ? ranks : 1)};
+}
+
 OptimizerShard ResolveShard(const OptimizerShard& shard, size_t elements) {
   if (!shard.sharded()) return OptimizerShard{elements, 0, elements};
   if (shard.capacity < elements || shard.begin > shard.end || shard.end > elements) {

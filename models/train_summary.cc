@@ -185,6 +185,14 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
                           p.gradient_buckets == 1 ? "" : "s").c_str(),
              std::isnan(p.effective_busbw_GBps) ? "n/a" : Format("%.2f GB/s", p.effective_busbw_GBps).c_str()),
   };
+  if (p.state.weights > 0) {
+    auto mb = [](double bytes) { return Format("%.1f", bytes / 1e6); };
+    lines.push_back(Format("#   model state per rank (%s), MB allocated / ZeRO's: weights %s / %s, gradients %s / %s, "
+                           "optimizer %s / %s", p.parallel.c_str(), mb(p.state.weights).c_str(),
+                           mb(p.state_theory.weights).c_str(), mb(p.state.gradients).c_str(),
+                           mb(p.state_theory.gradients).c_str(), mb(p.state.optimizer).c_str(),
+                           mb(p.state_theory.optimizer).c_str()));
+  }
   if (p.nodes > 1) {
     lines.push_back(Format("#   layout %dx%d (%d nodes x %d ranks), %s all-reduce%s", p.nodes, p.ranks_per_node,
                            p.nodes, p.ranks_per_node, p.allreduce.c_str(),
@@ -289,6 +297,12 @@ void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::ranks_per_node, p.ranks_per_node);
   schema::Set(group, sp::allreduce, p.allreduce);
   schema::Set(group, sp::parallel, p.parallel);
+  schema::Set(group, sp::weights_bytes, p.state.weights);
+  schema::Set(group, sp::gradients_bytes, p.state.gradients);
+  schema::Set(group, sp::optimizer_bytes, p.state.optimizer);
+  schema::Set(group, sp::weights_bytes_theory, p.state_theory.weights);
+  schema::Set(group, sp::gradients_bytes_theory, p.state_theory.gradients);
+  schema::Set(group, sp::optimizer_bytes_theory, p.state_theory.optimizer);
   schema::Set(group, sp::overlap, p.overlap);
   schema::Set(group, sp::gradient_bytes, p.gradient_bytes);
   schema::Set(group, sp::gradient_buckets, p.gradient_buckets);

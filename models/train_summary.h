@@ -76,6 +76,8 @@ struct ScalingPoint {
   double comm_inter_s = 0;          // steps); NaN where the all-reduce cannot tell (flat, NCCL)
   double overlap = 0;               // 1 - comm_exposed/comm_total; NaN when nothing was communicated
   double gradient_bytes = 0;        // all-reduced per rank per step
+  ModelStateBytes state;            // allocated per rank (rank 0's) for weights, gradients, optimizer state
+  ModelStateBytes state_theory;     // ZeRO's figures for the mode (TheoryStateBytes)
   int64_t gradient_buckets = 0;     // all-reduces per rank per step (PlanBuckets over the layout); 0 = not known
   double effective_busbw_GBps = 0;  // gradient_bytes / comm_total x 2(k-1)/k, GB = 1e9 bytes; NaN for k = 1
   double loss_first = 0;            // mean over ranks, first and last measured step

@@ -65,6 +65,14 @@ struct AdamWRange {
 std::vector<AdamWRange> AdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout, size_t begin,
                                     size_t end);
 
+struct ModelStateBytes {
+  double weights = 0, gradients = 0, optimizer = 0;
+};
+// What ZeRO's paper gives per rank for `elements` (Ψ) over `ranks` (N): dp 2Ψ + 2Ψ + 12Ψ with bf16 compute (fp32
+// master weights and moments), zero1 the optimizer's 12Ψ/N; fp32 throughout (the CPU reference): 4Ψ + 4Ψ + 8Ψ, and
+// 8Ψ/N under zero1.
+ModelStateBytes TheoryStateBytes(bool zero1, bool bf16, double elements, int ranks);
+
 // Timestamps in the order of the work a model issues: the host clock for the CPU reference, CUDA events on the
 // model's stream for CUDA, so that a phase is timed where its work runs (README.md, "One training step").
 class PhaseClock {
@@ -117,8 +125,11 @@ class Transformer {
   virtual void ZeroGradients() = 0;
   // One AdamW update with bias correction; step counts from 1. With an OptimizerShard, of the shard only.
   virtual void AdamWStep(const AdamWConfig& config, int64_t step) = 0;
-  // The shard the model was made with (capacity 0: none).
+  // The shard the model was made with (ResolveShard's: without ZeRO-1, every element).
   virtual const OptimizerShard& optimizer_shard() const = 0;
+  // Bytes this model allocated for the compute copy of the weights, the gradients and the optimizer state (fp32
+  // master weights where the compute copy is not fp32, AdamW m and v), as ZeRO's paper counts them.
+  virtual ModelStateBytes state_bytes() const = 0;
   // Blocks the host until the work issued on the model's stream is done (nothing to wait for on the CPU): before a
   // blocking collective reads what the model wrote.
   virtual void Synchronize() {}

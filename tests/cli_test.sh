@@ -126,6 +126,10 @@ for n in 2 4; do
     fail "zero1 at $n ranks: losses differ from dp's: $(grep -o 'loss [0-9.]*' "$work/zero1$n.out" | tr '\n' ' ') vs $(grep -o 'loss [0-9.]*' "$work/dp$n.out" | tr '\n' ' ')"
   "$h5dump" -A -a /train/k$n/parallel "$work/zero1$n.h5" | grep -q '"zero1"' || fail "zero1 at $n ranks: the point does not record parallel zero1"
   grep -q "reduce-scattered and the parameters all-gathered" "$work/zero1$n.out" || fail "zero1: the comm line does not say so"
+  # AdamW's m and v (8 bytes per element on the CPU) over n ranks: ZeRO's 8 Psi / n, allocated as such.
+  grep -qE "model state per rank \(zero1\), MB allocated / ZeRO's: .* optimizer ([0-9.]+) / \1$" "$work/zero1$n.out" &&
+    grep -q "optimizer 7.6 / 7.6$" "$work/dp$n.out" ||
+    fail "zero1 at $n ranks: the model state line: $(grep 'model state' "$work/zero1$n.out" "$work/dp$n.out")"
 done
 expect_error 2 "--parallel 'zero3': not one of the choices" -- "$tb" train --model tiny --parallel zero3
 expect_error 2 "--parallel zero1 reduce-scatters the gradients instead" -- "$tb" train --model tiny --parallel zero1 --allreduce flat

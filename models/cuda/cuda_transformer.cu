@@ -128,6 +128,11 @@ class CudaTransformer final : public Transformer {
   void ZeroGradients() override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }
+  // The fp32 master weights are not sharded here (AdamW's moments are): zero1 keeps 4 bytes per element more than
+  // ZeRO's 12/N.
+  ModelStateBytes state_bytes() const override {
+    return {2.0 * elements_, 4.0 * shard_.capacity, 4.0 * (shard_.capacity + 2.0 * shard_.elements())};
+  }
   void Synchronize() override { stream_.Synchronize(); }
   // The bf16 weights again from the master weights written from outside.
   void ParametersChanged() override { gpu::CastToBf16(params_bf16_, params_, elements_, stream()); }

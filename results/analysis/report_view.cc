@@ -399,6 +399,8 @@ const std::vector<ViewColumn>& PointDetailColumns() {
       Show(p::micro_batch),     Show(p::tokens_per_step),       Show(p::measured_steps),
       Show(p::comm_total_s, 4), Show(p::comm_exposed_s, 4),     Show(p::effective_busbw_GBps),
       Show(p::nodes),           Show(p::ranks_per_node),        Show(p::allreduce),       Show(p::parallel),
+      Show(p::weights_bytes, -1), Show(p::weights_bytes_theory, -1), Show(p::gradients_bytes, -1),
+      Show(p::gradients_bytes_theory, -1), Show(p::optimizer_bytes, -1), Show(p::optimizer_bytes_theory, -1),
       Show(p::comm_intra_s, 4), Show(p::comm_inter_s, 4),
       Show(p::loss_first, 4),   Show(p::loss_last, 4),          Show(p::worst_rank),
       Computed("worst_rank_host", ""), Computed("worst_rank_device", "")};

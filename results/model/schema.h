@@ -346,6 +346,20 @@ inline const TextAttribute allreduce{kTrainPoint, "allreduce", "",
                                      "the gradient all-reduce: `flat` (the backend's own algorithm), "
                                      "`hierarchical` (reduce-scatter in each node, all-reduce across, all-gather), or "
                                      "`none` (zero1 reduce-scatters instead)"};
+inline const RealAttribute weights_bytes{kTrainPoint, "weights_bytes", "B",
+                                        "rank 0's model allocated for the compute copy of the weights"};
+inline const RealAttribute gradients_bytes{kTrainPoint, "gradients_bytes", "B", "... for the gradients"};
+inline const RealAttribute optimizer_bytes{kTrainPoint, "optimizer_bytes", "B",
+                                          "... for the optimizer state (fp32 master weights when the compute copy is "
+                                          "bf16; AdamW m and v)"};
+inline const RealAttribute weights_bytes_theory{kTrainPoint, "weights_bytes_theory", "B",
+                                               "ZeRO's figure for the mode, Psi = the flat buffer's elements: 2 Psi "
+                                               "(bf16) or 4 Psi (fp32, the CPU reference)"};
+inline const RealAttribute gradients_bytes_theory{kTrainPoint, "gradients_bytes_theory", "B",
+                                                 "2 Psi (bf16) or 4 Psi (fp32)"};
+inline const RealAttribute optimizer_bytes_theory{kTrainPoint, "optimizer_bytes_theory", "B",
+                                                 "12 Psi (bf16: fp32 master, m, v) or 8 Psi (fp32: m, v); divided by "
+                                                 "the ranks under zero1"};
 inline const TextAttribute parallel{kTrainPoint, "parallel", "",
                                     "`dp` (whole model per rank, gradients all-reduced) or `zero1` (AdamW's state "
                                     "sharded: gradients reduce-scattered, parameters all-gathered, after backward); "

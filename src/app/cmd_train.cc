@@ -322,6 +322,7 @@ class TrainPhase : public Phase {
   std::vector<double> sweep_shares_;
   bool first_step_seen_ = false;
   double peak_device_memory_ = 0;
+  ModelStateBytes point_state_;  // what the last point's model allocated on this rank
 };
 
 void TrainPhase::AddOptions(po::options_description& options) {
@@ -637,6 +638,9 @@ bool TrainPhase::RunPoints(Communicator& comm) {
       points_.back().ranks_per_node = point.plan.ranks_per_node;
       points_.back().allreduce = zero1_ ? "none" : point.plan.hierarchical ? "hierarchical" : "flat";
       points_.back().parallel = f_.parallel;
+      points_.back().state = point_state_;
+      points_.back().state_theory =
+          TheoryStateBytes(zero1_, setup_.backend.cuda, setup_.gradient_bytes / sizeof(float), point.k);
       AddPointToReport(train(), points_.back(), ranks, point.name);
       AddPointEnergyToReport(train().Child(point.name), energy_J, points_.back());
       if (Sweep()) sweep_shares_.push_back(DataWaitShare(ranks));
@@ -686,6 +690,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
     io.AddToReport(schema::GroupOf(run_->report().root, schema::kIo), point.name, mine);
   }
   peak_device_memory_ = std::max(peak_device_memory_, static_cast<double>(transformer->peak_device_memory_bytes()));
+  point_state_ = transformer->state_bytes();
   return mine;
 }
 
