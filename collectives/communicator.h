@@ -37,7 +37,8 @@ struct LinkSeconds {
   double inter_s = 0;
 };
 
-// An operation started with Communicator::StartAllReduce, running while the caller goes on.
+// An operation started with Communicator::StartAllReduce (StartReduceScatter, StartAllGather), running while the
+// caller goes on.
 class PendingOp {
  public:
   virtual ~PendingOp() = default;
@@ -90,6 +91,12 @@ class Communicator {
   // stay untouched until the operation has completed.
   virtual std::unique_ptr<PendingOp> StartAllReduce(const void* send, void* recv, size_t count, DataType type,
                                                     ReduceOp op, void* after_stream = nullptr) = 0;
+  // The same for a reduce_scatter and an all_gather (MPI_Ireduce_scatter_block, MPI_Iallgather; NCCL: queued on the
+  // communicator's stream), with the blocking calls' arguments: what FSDP overlaps with compute.
+  virtual std::unique_ptr<PendingOp> StartReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
+                                                        ReduceOp op, void* after_stream = nullptr) = 0;
+  virtual std::unique_ptr<PendingOp> StartAllGather(const void* send, void* recv, size_t send_count, DataType type,
+                                                    void* after_stream = nullptr) = 0;
 
   // Point-to-point. SendRecv sends to `dst` and receives from `src` concurrently (one may be -1 to skip it).
   virtual void SendRecv(const void* send, int dst, void* recv, int src, size_t count, DataType type) = 0;

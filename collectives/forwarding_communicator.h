@@ -26,6 +26,13 @@ class ForwardingCommunicator : public Communicator {
                                             void* stream) override {
     return inner_->StartAllReduce(s, r, c, t, op, stream);
   }
+  std::unique_ptr<PendingOp> StartReduceScatter(const void* s, void* r, size_t c, DataType t, ReduceOp op,
+                                                void* stream) override {
+    return inner_->StartReduceScatter(s, r, c, t, op, stream);
+  }
+  std::unique_ptr<PendingOp> StartAllGather(const void* s, void* r, size_t c, DataType t, void* stream) override {
+    return inner_->StartAllGather(s, r, c, t, stream);
+  }
   void ReduceScatter(const void* s, void* r, size_t c, DataType t, ReduceOp op) override {
     inner_->ReduceScatter(s, r, c, t, op);
   }

@@ -51,6 +51,18 @@ std::unique_ptr<PendingOp> InjectingCommunicator::StartAllReduce(const void* s, 
   return ForwardingCommunicator::StartAllReduce(s, r, c, t, op, stream);
 }
 
+std::unique_ptr<PendingOp> InjectingCommunicator::StartReduceScatter(const void* s, void* r, size_t c, DataType t,
+                                                                     ReduceOp op, void* stream) {
+  BeforeCollective();
+  return ForwardingCommunicator::StartReduceScatter(s, r, c, t, op, stream);
+}
+
+std::unique_ptr<PendingOp> InjectingCommunicator::StartAllGather(const void* s, void* r, size_t c, DataType t,
+                                                                 void* stream) {
+  BeforeCollective();
+  return ForwardingCommunicator::StartAllGather(s, r, c, t, stream);
+}
+
 void InjectingCommunicator::ReduceScatter(const void* s, void* r, size_t c, DataType t, ReduceOp op) {
   BeforeCollective();
   ForwardingCommunicator::ReduceScatter(s, r, c, t, op);

@@ -27,6 +27,9 @@ class InjectingCommunicator : public ForwardingCommunicator {
   void AllReduce(const void* s, void* r, size_t c, DataType t, ReduceOp op) override;
   std::unique_ptr<PendingOp> StartAllReduce(const void* s, void* r, size_t c, DataType t, ReduceOp op,
                                             void* stream) override;
+  std::unique_ptr<PendingOp> StartReduceScatter(const void* s, void* r, size_t c, DataType t, ReduceOp op,
+                                                void* stream) override;
+  std::unique_ptr<PendingOp> StartAllGather(const void* s, void* r, size_t c, DataType t, void* stream) override;
   void ReduceScatter(const void* s, void* r, size_t c, DataType t, ReduceOp op) override;
   void AllGather(const void* s, void* r, size_t c, DataType t) override;
   void AllToAll(const void* s, void* r, size_t c, DataType t) override;

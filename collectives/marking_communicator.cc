@@ -35,6 +35,18 @@ std::unique_ptr<PendingOp> MarkingCommunicator::StartAllReduce(const void* s, vo
   return std::make_unique<MarkedPendingOp>(ForwardingCommunicator::StartAllReduce(s, r, c, t, op, stream));
 }
 
+std::unique_ptr<PendingOp> MarkingCommunicator::StartReduceScatter(const void* s, void* r, size_t c, DataType t,
+                                                                   ReduceOp op, void* stream) {
+  InCommunication mark;
+  return std::make_unique<MarkedPendingOp>(ForwardingCommunicator::StartReduceScatter(s, r, c, t, op, stream));
+}
+
+std::unique_ptr<PendingOp> MarkingCommunicator::StartAllGather(const void* s, void* r, size_t c, DataType t,
+                                                               void* stream) {
+  InCommunication mark;
+  return std::make_unique<MarkedPendingOp>(ForwardingCommunicator::StartAllGather(s, r, c, t, stream));
+}
+
 void MarkingCommunicator::ReduceScatter(const void* s, void* r, size_t c, DataType t, ReduceOp op) {
   InCommunication mark;
   ForwardingCommunicator::ReduceScatter(s, r, c, t, op);

@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include "clock.h"
 #include "error.h"
@@ -85,17 +86,18 @@ class HostBuffer : public CommBuffer {
   size_t bytes_;
 };
 
-// MPI_Iallreduce in flight; an average is divided by the rank count once the sum has arrived.
-class MpiPendingAllReduce : public PendingOp {
+// A non-blocking MPI collective in flight (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather); `complete`
+// runs once the data has arrived (an average divided by the rank count, an in-place block moved into place).
+class MpiPendingOp : public PendingOp {
  public:
-  MpiPendingAllReduce(void* recv, size_t count, DataType type, bool average, int ranks)
-      : recv_(recv), count_(count), type_(type), average_(average), ranks_(ranks), started_s_(NowSeconds()) {}
-  ~MpiPendingAllReduce() override {
+  explicit MpiPendingOp(std::function<void()> complete = {})
+      : complete_(std::move(complete)), started_s_(NowSeconds()) {}
+  ~MpiPendingOp() override {
     // Never leave a request behind: MPI would write into buffers the caller may already have freed.
     if (!done_ && request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
-  MpiPendingAllReduce(const MpiPendingAllReduce&) = delete;
-  MpiPendingAllReduce& operator=(const MpiPendingAllReduce&) = delete;
+  MpiPendingOp(const MpiPendingOp&) = delete;
+  MpiPendingOp& operator=(const MpiPendingOp&) = delete;
 
   MPI_Request* request() { return &request_; }
   bool Test() override {
@@ -116,19 +118,21 @@ class MpiPendingAllReduce : public PendingOp {
   void Complete() {
     done_ = true;
     completed_s_ = NowSeconds();
-    if (average_) DivideByRanks(recv_, count_, type_, ranks_);
+    if (complete_) complete_();
   }
 
   MPI_Request request_ = MPI_REQUEST_NULL;
-  void* recv_;
-  size_t count_;
-  DataType type_;
-  bool average_;
-  int ranks_;
+  std::function<void()> complete_;
   bool done_ = false;
   double started_s_;
   double completed_s_ = 0;
 };
+
+// What finishes an average once the sum of `count` elements at `recv` has arrived (nothing for other ops).
+std::function<void()> AverageAfter(void* recv, size_t count, DataType type, ReduceOp op, int ranks) {
+  if (op != ReduceOp::kAvg) return {};
+  return [=] { DivideByRanks(recv, count, type, ranks); };
+}
 
 class MpiCommunicator : public Communicator {
  public:
@@ -177,9 +181,33 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<PendingOp> StartAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                                             void*) override {
     if (hierarchical_) return StartHierarchicalAllReduce(nodes_, sequence_++, send, recv, count, type, op);
-    auto pending = std::make_unique<MpiPendingAllReduce>(recv, count, type, op == ReduceOp::kAvg, size_);
+    auto pending = std::make_unique<MpiPendingOp>(AverageAfter(recv, count, type, op, size_));
     TB_CHECK_MPI(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, MpiCount(count), MpiType(type), MpiOp(op),
                                 comm_, pending->request()));
+    return pending;
+  }
+
+  std::unique_ptr<PendingOp> StartReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
+                                                ReduceOp op, void*) override {
+    const size_t block_bytes = recv_count * DataTypeSize(type);
+    void* base = const_cast<void*>(send);
+    const bool in_place = static_cast<const char*>(send) + rank_ * block_bytes == recv;
+    std::function<void()> average = AverageAfter(recv, recv_count, type, op, size_);
+    auto pending = std::make_unique<MpiPendingOp>([=, this] {
+      if (in_place && rank_ != 0) std::memmove(recv, base, block_bytes);  // as ReduceScatter does
+      if (average) average();
+    });
+    TB_CHECK_MPI(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, in_place ? base : recv,
+                                           MpiCount(recv_count), MpiType(type), MpiOp(op), comm_, pending->request()));
+    return pending;
+  }
+
+  std::unique_ptr<PendingOp> StartAllGather(const void* send, void* recv, size_t send_count, DataType type,
+                                            void*) override {
+    const bool in_place = static_cast<const char*>(recv) + rank_ * send_count * DataTypeSize(type) == send;
+    auto pending = std::make_unique<MpiPendingOp>();
+    TB_CHECK_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, MpiCount(send_count), MpiType(type), recv,
+                                MpiCount(send_count), MpiType(type), comm_, pending->request()));
     return pending;
   }
 

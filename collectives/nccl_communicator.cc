@@ -139,6 +139,10 @@ class NcclCommunicator final : public Communicator {
   void AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) override;
   std::unique_ptr<PendingOp> StartAllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                                             void* after_stream) override;
+  std::unique_ptr<PendingOp> StartReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
+                                                ReduceOp op, void* after_stream) override;
+  std::unique_ptr<PendingOp> StartAllGather(const void* send, void* recv, size_t send_count, DataType type,
+                                            void* after_stream) override;
   // Throws when NCCL reports an asynchronous error or the communicator was aborted.
   void CheckHealth();
   // A set of events for an all_reduce, made only when none is spare; given back when its PendingOp goes.
@@ -158,6 +162,9 @@ class NcclCommunicator final : public Communicator {
   void Abort() override;
 
  private:
+  // Records the producer's, the start and the done events around `issue()` (an operation queued on our stream).
+  template <typename Issue>
+  std::unique_ptr<PendingOp> StartOnStream(void* after_stream, Issue issue);
   void ThrowIfAborted() const;
   // The communicator's state, read under the lock; throws once it has been aborted.
   ncclResult_t PollState();
@@ -394,8 +401,8 @@ void NcclCommunicator::ReturnEvents(std::unique_ptr<AllReduceEvents> events) {
   spare_events_.push_back(std::move(events));
 }
 
-std::unique_ptr<PendingOp> NcclCommunicator::StartAllReduce(const void* send, void* recv, size_t count, DataType type,
-                                                           ReduceOp op, void* after_stream) {
+template <typename Issue>
+std::unique_ptr<PendingOp> NcclCommunicator::StartOnStream(void* after_stream, Issue issue) {
   // Owned by the pending op from here on, so that a failing call below still gives the events back.
   auto pending = std::make_unique<NcclPendingAllReduce>(*this, TakeEvents());
   AllReduceEvents& events = pending->events();
@@ -405,9 +412,24 @@ std::unique_ptr<PendingOp> NcclCommunicator::StartAllReduce(const void* send, vo
     TB_CHECK_CUDA(cudaStreamWaitEvent(stream_.get(), events.produced.get(), 0));
   }
   events.start.Record(stream_.get());
-  AllReduce(send, recv, count, type, op);
+  issue();
   events.done.Record(stream_.get());
   return pending;
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::StartAllReduce(const void* send, void* recv, size_t count, DataType type,
+                                                           ReduceOp op, void* after_stream) {
+  return StartOnStream(after_stream, [&] { AllReduce(send, recv, count, type, op); });
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::StartReduceScatter(const void* send, void* recv, size_t recv_count,
+                                                               DataType type, ReduceOp op, void* after_stream) {
+  return StartOnStream(after_stream, [&] { ReduceScatter(send, recv, recv_count, type, op); });
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::StartAllGather(const void* send, void* recv, size_t send_count,
+                                                           DataType type, void* after_stream) {
+  return StartOnStream(after_stream, [&] { AllGather(send, recv, send_count, type); });
 }
 
 // As nccl-tests does: poll the stream rather than block in cudaStreamSynchronize, so that an asynchronous NCCL

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,28 +17,6 @@
 
 namespace tb {
 namespace {
-
-// Pointers to every tensor of one flat buffer (parameters or gradients).
-struct TensorPointers {
-  float* wte = nullptr;  // (Vp, C)
-  float* wpe = nullptr;  // (maxT, C)
-  std::vector<std::array<float*, kBlockTensors>> blocks;
-  float* lnf_weight = nullptr;  // (C)
-  float* lnf_bias = nullptr;    // (C)
-};
-
-TensorPointers PointTensors(float* base, const std::vector<TensorSlot>& layout, int layers) {
-  TensorPointers p;
-  p.wte = base + layout[kWteSlot].offset;
-  p.wpe = base + layout[kWpeSlot].offset;
-  p.blocks.resize(layers);
-  for (int l = 0; l < layers; ++l) {
-    for (size_t t = 0; t < kBlockTensors; ++t) p.blocks[l][t] = base + layout[BlockSlot(l, BlockTensor(t))].offset;
-  }
-  p.lnf_weight = base + layout[LnfWeightSlot(layers)].offset;
-  p.lnf_bias = base + layout[LnfWeightSlot(layers) + 1].offset;
-  return p;
-}
 
 // What one block keeps from forward for backward.
 struct BlockActivations {
@@ -58,20 +37,30 @@ struct BlockActivations {
 
 class CpuTransformer : public Transformer {
  public:
-  CpuTransformer(const ModelConfig& config, uint64_t seed, const OptimizerShard& shard)
+  CpuTransformer(const ModelConfig& config, uint64_t seed, const OptimizerShard& shard, const FsdpLayout& fsdp)
       : config_(config),
         layout_(MakeLayout(config)),
         elements_(layout_.back().offset + layout_.back().count),
         shard_(ResolveShard(shard, elements_)),
-        adamw_ranges_(AdamWRanges(config, layout_, shard_.begin, shard_.end)),
-        params_(shard_.capacity, 0.0f),
+        fsdp_(fsdp),
+        units_(ParameterUnits(layout_)),
+        unit_offsets_(UnitOffsets(layout_, units_)),
+        adamw_ranges_(fsdp.enabled() ? FsdpAdamWRanges(config, layout_, fsdp)
+                                     : AdamWRanges(config, layout_, shard_.begin, shard_.end)),
+        moment_offset_(fsdp.enabled() ? 0 : shard_.begin),
+        params_(fsdp.enabled() ? fsdp.store_elements : shard_.capacity, 0.0f),
         grads_(params_.size(), 0.0f),
-        m_(shard_.elements(), 0.0f),
-        v_(shard_.elements(), 0.0f),
-        weights_(PointTensors(params_.data(), layout_, config.layers)),
-        weight_grads_(PointTensors(grads_.data(), layout_, config.layers)),
+        m_(fsdp.enabled() ? fsdp.store_elements : shard_.elements(), 0.0f),
+        v_(m_.size(), 0.0f),
+        flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), units_)),
+        access_(fsdp.enabled() ? nullptr : flat_access_.get()),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
-    InitializeParameters(config_, layout_, seed, params_.data());
+    if (fsdp.enabled() && shard.sharded()) throw InputError("a model is sharded by zero1 or by fsdp, not both");
+    if (fsdp.enabled()) {
+      InitializeFsdpShards(config_, layout_, fsdp_, seed, params_.data());
+    } else {
+      InitializeParameters(config_, layout_, seed, params_.data());
+    }
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -93,24 +82,44 @@ class CpuTransformer : public Transformer {
   void ZeroGradients() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }
+  const FsdpLayout& fsdp_layout() const override { return fsdp_; }
+  void SetUnitAccess(UnitAccess* access) override {
+    if (!fsdp_.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
+    access_ = access;
+  }
   ModelStateBytes state_bytes() const override {
     return {4.0 * params_.size(), 4.0 * grads_.size(), 4.0 * (m_.size() + v_.size())};
   }
 
  private:
   void ReserveActivations(size_t tokens);
+  // Tensor `slot` inside its unit's buffer `unit_base` (UnitAccess's unit-local view).
+  template <typename T>
+  T* Tensor(T* unit_base, size_t slot) const {
+    return unit_base + unit_offsets_[slot];
+  }
+  UnitAccess& Access() const {
+    if (access_ == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
+    return *access_;
+  }
+  void BlockForward(int layer, const float* residual, int batch, int seq);
+  void BlockBackward(int layer, const std::function<void(size_t slot)>& ready);
 
   ModelConfig config_;
   std::vector<TensorSlot> layout_;
   size_t elements_;
   OptimizerShard shard_;
-  std::vector<AdamWRange> adamw_ranges_;
+  FsdpLayout fsdp_;
+  std::vector<ParameterUnit> units_;
+  std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
+  std::vector<AdamWRange> adamw_ranges_;  // offsets into params_ and grads_
+  size_t moment_offset_;                  // m_ and v_ element i is params_ element moment_offset_ + i
   std::vector<float> params_;
   std::vector<float> grads_;
   std::vector<float> m_;
   std::vector<float> v_;
-  TensorPointers weights_;
-  TensorPointers weight_grads_;
+  std::unique_ptr<UnitAccess> flat_access_;  // views of params_ and grads_ (without FSDP)
+  UnitAccess* access_;
 
   // Activations for up to capacity_tokens_ rows, all in activations_.
   size_t capacity_tokens_ = 0;
@@ -211,28 +220,41 @@ void CpuTransformer::Forward() {
   const int seq = seq_;
   const size_t n = static_cast<size_t>(batch) * seq;
   const int c = config_.d_model;
-  const int hidden = config_.mlp_ratio * c;
 
-  cpu::EncoderForward(encoded_, inputs_.data(), weights_.wte, weights_.wpe, batch, seq, c);
+  UnitAccess& access = Access();
+  const float* embeddings = access.Parameters(kEmbeddingUnit);  // held to the end of backward (the tied LM head)
+  cpu::EncoderForward(encoded_, inputs_.data(), Tensor(embeddings, kWteSlot), Tensor(embeddings, kWpeSlot), batch,
+                      seq, c);
   const float* residual = encoded_;  // (N, C)
   for (int l = 0; l < config_.layers; ++l) {
-    const auto& w = weights_.blocks[l];
-    BlockActivations& a = blocks_[l];
-    cpu::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w[kLn1Weight], w[kLn1Bias], n, c);
-    cpu::MatmulForward(a.qkv, a.ln1, w[kQkvWeight], w[kQkvBias], nullptr, n, c, 3 * c);
-    cpu::AttentionForward(a.atty, a.att_lse, attention_scratch_.data(), a.qkv, batch, seq, c, config_.heads);
-    cpu::MatmulForward(a.residual2, a.atty, w[kAttnProjWeight], w[kAttnProjBias], residual, n, c, c);
-    cpu::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w[kLn2Weight], w[kLn2Bias], n, c);
-    cpu::MatmulForward(a.fch, a.ln2, w[kFcWeight], w[kFcBias], nullptr, n, c, hidden);
-    cpu::GeluForward(a.fch_gelu, a.fch, n * hidden);
-    cpu::MatmulForward(a.residual3, a.fch_gelu, w[kMlpProjWeight], w[kMlpProjBias], a.residual2, n, hidden, c);
-    residual = a.residual3;
+    BlockForward(l, residual, batch, seq);
+    residual = blocks_[l].residual3;
   }
-  cpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, weights_.lnf_weight, weights_.lnf_bias, n, c);
+  const float* lnf = access.Parameters(FinalNormUnit(config_.layers));  // held likewise
+  const size_t lnf_slot = LnfWeightSlot(config_.layers);
+  cpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, Tensor(lnf, lnf_slot), Tensor(lnf, lnf_slot + 1), n, c);
   // The tied LM head reads only wte's first V rows, so the padding rows never reach the logits.
-  cpu::MatmulForward(logits_, lnf_, weights_.wte, nullptr, nullptr, n, c, config_.vocab);
+  cpu::MatmulForward(logits_, lnf_, Tensor(embeddings, kWteSlot), nullptr, nullptr, n, c, config_.vocab);
   loss_ = cpu::CrossEntropyForward(logits_, targets_.data(), n, config_.vocab);
   backward_pending_ = true;
+}
+
+void CpuTransformer::BlockForward(int l, const float* residual, int batch, int seq) {
+  const size_t n = static_cast<size_t>(batch) * seq;
+  const int c = config_.d_model;
+  const int hidden = config_.mlp_ratio * c;
+  const float* unit = Access().Parameters(BlockUnit(l));
+  auto w = [&](BlockTensor t) { return Tensor(unit, BlockSlot(l, t)); };
+  BlockActivations& a = blocks_[l];
+  cpu::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w(kLn1Weight), w(kLn1Bias), n, c);
+  cpu::MatmulForward(a.qkv, a.ln1, w(kQkvWeight), w(kQkvBias), nullptr, n, c, 3 * c);
+  cpu::AttentionForward(a.atty, a.att_lse, attention_scratch_.data(), a.qkv, batch, seq, c, config_.heads);
+  cpu::MatmulForward(a.residual2, a.atty, w(kAttnProjWeight), w(kAttnProjBias), residual, n, c, c);
+  cpu::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w(kLn2Weight), w(kLn2Bias), n, c);
+  cpu::MatmulForward(a.fch, a.ln2, w(kFcWeight), w(kFcBias), nullptr, n, c, hidden);
+  cpu::GeluForward(a.fch_gelu, a.fch, n * hidden);
+  cpu::MatmulForward(a.residual3, a.fch_gelu, w(kMlpProjWeight), w(kMlpProjBias), a.residual2, n, hidden, c);
+  Access().ParametersDone(BlockUnit(l));
 }
 
 void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready) {
@@ -242,62 +264,81 @@ void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_r
   auto ready = [&](size_t slot) {
     if (gradient_ready) gradient_ready(slot);
   };
-  // Slots are reported in descending order: lnf, the blocks from last to first, wpe, and wte last.
-  auto ready_pair = [&](int layer, BlockTensor weight, BlockTensor bias) {
-    ready(BlockSlot(layer, bias));
-    ready(BlockSlot(layer, weight));
-  };
   const size_t n = static_cast<size_t>(batch_) * seq_;
   const int c = config_.d_model;
-  const int hidden = config_.mlp_ratio * c;
-
+  UnitAccess& access = Access();
+  // Slots are reported in descending order: lnf, the blocks from last to first, wpe, and wte last.
+  const float* embeddings = access.Parameters(kEmbeddingUnit);
+  float* embedding_grads = access.Gradients(kEmbeddingUnit);
   cpu::CrossEntropyBackward(logits_, targets_.data(), n, config_.vocab);  // logits_ now holds d loss / d logits
-  cpu::MatmulBackward(channel_grad_, weight_grads_.wte, nullptr, logits_, lnf_, weights_.wte, n, c, config_.vocab);
+  cpu::MatmulBackward(channel_grad_, Tensor(embedding_grads, kWteSlot), nullptr, logits_, lnf_,
+                      Tensor(embeddings, kWteSlot), n, c, config_.vocab);
   std::fill(residual_grad_, residual_grad_ + n * c, 0.0f);
-  cpu::LayerNormBackward(residual_grad_, weight_grads_.lnf_weight, weight_grads_.lnf_bias, channel_grad_,
-                         blocks_.back().residual3, weights_.lnf_weight, lnf_mean_, lnf_rstd_, n, c);
-  ready(LnfWeightSlot(config_.layers) + 1);
-  ready(LnfWeightSlot(config_.layers));
+  const size_t lnf_unit = FinalNormUnit(config_.layers), lnf_slot = LnfWeightSlot(config_.layers);
+  const float* lnf = access.Parameters(lnf_unit);
+  float* lnf_grads = access.Gradients(lnf_unit);
+  cpu::LayerNormBackward(residual_grad_, Tensor(lnf_grads, lnf_slot), Tensor(lnf_grads, lnf_slot + 1), channel_grad_,
+                         blocks_.back().residual3, Tensor(lnf, lnf_slot), lnf_mean_, lnf_rstd_, n, c);
+  ready(lnf_slot + 1);
+  ready(lnf_slot);
+  access.GradientsDone(lnf_unit);
+  access.ParametersDone(lnf_unit);
 
   // residual_grad_ (N, C) carries the gradient of the residual stream down through the blocks; each
   // residual add passes it on unchanged and each LayerNorm adds its input gradient to it.
-  for (int l = config_.layers - 1; l >= 0; --l) {
-    const auto& w = weights_.blocks[l];
-    const auto& g = weight_grads_.blocks[l];
-    const BlockActivations& a = blocks_[l];
-    const float* residual = l > 0 ? blocks_[l - 1].residual3 : encoded_;
-    cpu::MatmulBackward(hidden_grad_, g[kMlpProjWeight], g[kMlpProjBias], residual_grad_, a.fch_gelu,
-                        w[kMlpProjWeight], n, hidden, c);
-    ready_pair(l, kMlpProjWeight, kMlpProjBias);
-    cpu::GeluBackward(hidden_grad_, a.fch, n * hidden);
-    cpu::MatmulBackward(channel_grad_, g[kFcWeight], g[kFcBias], hidden_grad_, a.ln2, w[kFcWeight], n, c, hidden);
-    ready_pair(l, kFcWeight, kFcBias);
-    cpu::LayerNormBackward(residual_grad_, g[kLn2Weight], g[kLn2Bias], channel_grad_, a.residual2, w[kLn2Weight],
-                           a.ln2_mean, a.ln2_rstd, n, c);
-    ready_pair(l, kLn2Weight, kLn2Bias);
-    cpu::MatmulBackward(channel_grad_, g[kAttnProjWeight], g[kAttnProjBias], residual_grad_, a.atty,
-                        w[kAttnProjWeight], n, c, c);
-    ready_pair(l, kAttnProjWeight, kAttnProjBias);
-    float* qkv_grad = hidden_grad_;  // (N, 3C): the MLP's hidden gradient is spent by now
-    cpu::AttentionBackward(qkv_grad, attention_scratch_.data(), channel_grad_, a.qkv, a.att_lse, batch_, seq_, c,
-                           config_.heads);
-    cpu::MatmulBackward(channel_grad_, g[kQkvWeight], g[kQkvBias], qkv_grad, a.ln1, w[kQkvWeight], n, c, 3 * c);
-    ready_pair(l, kQkvWeight, kQkvBias);
-    cpu::LayerNormBackward(residual_grad_, g[kLn1Weight], g[kLn1Bias], channel_grad_, residual, w[kLn1Weight],
-                           a.ln1_mean, a.ln1_rstd, n, c);
-    ready_pair(l, kLn1Weight, kLn1Bias);
-  }
-  cpu::EncoderBackward(weight_grads_.wte, weight_grads_.wpe, residual_grad_, inputs_.data(), batch_, seq_, c);
+  for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready);
+  cpu::EncoderBackward(Tensor(embedding_grads, kWteSlot), Tensor(embedding_grads, kWpeSlot), residual_grad_,
+                       inputs_.data(), batch_, seq_, c);
   ready(kWpeSlot);
   ready(kWteSlot);
+  access.GradientsDone(kEmbeddingUnit);
+  access.ParametersDone(kEmbeddingUnit);
+}
+
+void CpuTransformer::BlockBackward(int l, const std::function<void(size_t slot)>& ready) {
+  const size_t n = static_cast<size_t>(batch_) * seq_;
+  const int c = config_.d_model;
+  const int hidden = config_.mlp_ratio * c;
+  const float* unit = Access().Parameters(BlockUnit(l));
+  float* unit_grads = Access().Gradients(BlockUnit(l));
+  auto w = [&](BlockTensor t) { return Tensor(unit, BlockSlot(l, t)); };
+  auto g = [&](BlockTensor t) { return Tensor(unit_grads, BlockSlot(l, t)); };
+  auto ready_pair = [&](BlockTensor weight, BlockTensor bias) {
+    ready(BlockSlot(l, bias));
+    ready(BlockSlot(l, weight));
+  };
+  const BlockActivations& a = blocks_[l];
+  const float* residual = l > 0 ? blocks_[l - 1].residual3 : encoded_;
+  cpu::MatmulBackward(hidden_grad_, g(kMlpProjWeight), g(kMlpProjBias), residual_grad_, a.fch_gelu,
+                      w(kMlpProjWeight), n, hidden, c);
+  ready_pair(kMlpProjWeight, kMlpProjBias);
+  cpu::GeluBackward(hidden_grad_, a.fch, n * hidden);
+  cpu::MatmulBackward(channel_grad_, g(kFcWeight), g(kFcBias), hidden_grad_, a.ln2, w(kFcWeight), n, c, hidden);
+  ready_pair(kFcWeight, kFcBias);
+  cpu::LayerNormBackward(residual_grad_, g(kLn2Weight), g(kLn2Bias), channel_grad_, a.residual2, w(kLn2Weight),
+                         a.ln2_mean, a.ln2_rstd, n, c);
+  ready_pair(kLn2Weight, kLn2Bias);
+  cpu::MatmulBackward(channel_grad_, g(kAttnProjWeight), g(kAttnProjBias), residual_grad_, a.atty,
+                      w(kAttnProjWeight), n, c, c);
+  ready_pair(kAttnProjWeight, kAttnProjBias);
+  float* qkv_grad = hidden_grad_;  // (N, 3C): the MLP's hidden gradient is spent by now
+  cpu::AttentionBackward(qkv_grad, attention_scratch_.data(), channel_grad_, a.qkv, a.att_lse, batch_, seq_, c,
+                         config_.heads);
+  cpu::MatmulBackward(channel_grad_, g(kQkvWeight), g(kQkvBias), qkv_grad, a.ln1, w(kQkvWeight), n, c, 3 * c);
+  ready_pair(kQkvWeight, kQkvBias);
+  cpu::LayerNormBackward(residual_grad_, g(kLn1Weight), g(kLn1Bias), channel_grad_, residual, w(kLn1Weight),
+                         a.ln1_mean, a.ln1_rstd, n, c);
+  ready_pair(kLn1Weight, kLn1Bias);
+  Access().GradientsDone(BlockUnit(l));
+  Access().ParametersDone(BlockUnit(l));
 }
 
 void CpuTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError("AdamW step counts from 1, got " + std::to_string(step));
-  // The moments hold the shard's elements: flat element i is moment i - shard_.begin.
+  // The moments hold the shard's elements: parameter element i is moment i - moment_offset_.
   for (const AdamWRange& r : adamw_ranges_) {
-    cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + (r.offset - shard_.begin),
-                     v_.data() + (r.offset - shard_.begin), r.count, config, r.decay ? config.weight_decay : 0.0f,
+    cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + (r.offset - moment_offset_),
+                     v_.data() + (r.offset - moment_offset_), r.count, config, r.decay ? config.weight_decay : 0.0f,
                      step);
   }
 }
@@ -305,10 +346,10 @@ void CpuTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
 }  // namespace
 
 std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed,
-                                                const OptimizerShard& shard) {
+                                                const OptimizerShard& shard, const FsdpLayout& fsdp) {
   ValidateModel(config);
   try {
-    return std::make_unique<CpuTransformer>(config, seed, shard);
+    return std::make_unique<CpuTransformer>(config, seed, shard, fsdp);
   } catch (const std::bad_alloc&) {
     const std::vector<TensorSlot> layout = MakeLayout(config);
     const uint64_t bytes = 4 * sizeof(float) * (layout.back().offset + layout.back().count);

@@ -129,9 +129,41 @@ OptimizerShard ShardOf(size_t elements, int ranks, int rank) {
   return s;
 }
 
-ModelStateBytes TheoryStateBytes(bool zero1, bool bf16, double elements, int ranks) {
+ModelStateBytes TheoryStateBytes(ParallelMode mode, bool bf16, double elements, int ranks) {
   const double compute = bf16 ? 2.0 : 4.0, optimizer = bf16 ? 12.0 : 8.0;
-  return {compute * elements, compute * elements, optimizer * elements / (zero1 ? ranks : 1)};
+  const double sharded = mode == ParallelMode::kFsdp ? ranks : 1;
+  return {compute * elements / sharded, compute * elements / sharded,
+          optimizer * elements / (mode == ParallelMode::kDp ? 1 : ranks)};
+}
+
+std::vector<ParameterUnit> ParameterUnits(const std::vector<TensorSlot>& layout) {
+  std::vector<ParameterUnit> units;
+  int unit_layer = -2;  // the layer of the unit being grown (-1: embeddings or final LayerNorm)
+  bool after_blocks = false;
+  for (const TensorSlot& slot : layout) {
+    after_blocks = after_blocks || (slot.layer < 0 && unit_layer >= 0);
+    const int layer = slot.layer >= 0 ? slot.layer : (after_blocks ? -3 : -1);
+    if (units.empty() || layer != unit_layer) units.push_back(ParameterUnit{slot.offset, slot.offset});
+    unit_layer = layer;
+    units.back().end = slot.offset + slot.count;
+  }
+  return units;
+}
+
+FsdpLayout MakeFsdpLayout(const std::vector<TensorSlot>& layout, int ranks, int rank) {
+  FsdpLayout f;
+  f.ranks = ranks;
+  f.rank = rank;
+  f.units = ParameterUnits(layout);
+  for (const ParameterUnit& unit : f.units) {
+    UnitShard u;
+    u.shard = ShardOf(unit.elements(), ranks, rank);
+    u.count = u.shard.capacity / static_cast<size_t>(ranks);
+    u.store = f.store_elements;
+    f.store_elements += u.count;
+    f.shards.push_back(u);
+  }
+  return f;
 }
 
 OptimizerShard ResolveShard(const OptimizerShard& shard, size_t elements) {
@@ -159,6 +191,53 @@ std::vector<AdamWRange> AdamWRanges(const ModelConfig& config, const std::vector
     }
   }
   return ranges;
+}
+
+std::vector<AdamWRange> FsdpAdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout,
+                                        const FsdpLayout& fsdp) {
+  std::vector<AdamWRange> ranges;
+  for (size_t u = 0; u < fsdp.units.size(); ++u) {
+    const size_t begin = fsdp.units[u].begin + fsdp.shards[u].shard.begin;
+    // Flat element begin + i sits at store + i.
+    for (AdamWRange r : AdamWRanges(config, layout, begin, fsdp.units[u].begin + fsdp.shards[u].shard.end)) {
+      r.offset = fsdp.shards[u].store + (r.offset - begin);
+      ranges.push_back(r);
+    }
+  }
+  return ranges;
+}
+
+std::vector<size_t> UnitOffsets(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {
+  std::vector<size_t> offsets;
+  size_t u = 0;
+  for (const TensorSlot& slot : layout) {
+    while (slot.offset >= units[u].end) ++u;
+    offsets.push_back(slot.offset - units[u].begin);
+  }
+  return offsets;
+}
+
+namespace {
+
+class FlatUnitAccess : public UnitAccess {
+ public:
+  FlatUnitAccess(float* params, float* grads, std::vector<ParameterUnit> units)
+      : params_(params), grads_(grads), units_(std::move(units)) {}
+  const float* Parameters(size_t unit) override { return params_ + units_.at(unit).begin; }
+  void ParametersDone(size_t) override {}
+  float* Gradients(size_t unit) override { return grads_ + units_.at(unit).begin; }
+  void GradientsDone(size_t) override {}
+
+ private:
+  float* params_;
+  float* grads_;
+  std::vector<ParameterUnit> units_;
+};
+
+}  // namespace
+
+std::unique_ptr<UnitAccess> MakeFlatUnitAccess(float* params, float* grads, std::vector<ParameterUnit> units) {
+  return std::make_unique<FlatUnitAccess>(params, grads, std::move(units));
 }
 
 std::vector<TensorSlot> MakeLayout(const ModelConfig& config) {
@@ -222,6 +301,18 @@ void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlo
   InitializeParameterRange(config, layout, seed, 0, layout.back().offset + layout.back().count, params);
 }
 
+
+void InitializeFsdpShards(const ModelConfig& config, const std::vector<TensorSlot>& layout, const FsdpLayout& fsdp,
+                          uint64_t seed, float* store) {
+  std::fill(store, store + fsdp.store_elements, 0.0f);
+  for (size_t u = 0; u < fsdp.units.size(); ++u) {
+    const OptimizerShard& shard = fsdp.shards[u].shard;
+    if (shard.end > shard.begin) {
+      InitializeParameterRange(config, layout, seed, fsdp.units[u].begin + shard.begin,
+                               fsdp.units[u].begin + shard.end, store + fsdp.shards[u].store);
+    }
+  }
+}
 
 void CheckBatchShape(const ModelConfig& config, int batch, int seq) {
   if (batch < 1) throw InputError("batch size must be at least 1, got " + std::to_string(batch));

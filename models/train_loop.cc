@@ -1,9 +1,11 @@
 #include "train_loop.h"
 
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 
 #include "clock.h"
+#include "fsdp.h"
 #include "error.h"
 #include "gradient_buckets.h"
 #include "random.h"
@@ -49,7 +51,8 @@ double TimeCollective(Communicator& comm, Transformer& model, const Issue& issue
 // (NCCL's in-place layout: rank r's block at r x shard), AdamW on the shard, and the updated shard all-gathered in
 // place into every rank's parameters. Marks the clock after the reduce-scatter (comm_exposed), the optimizer, and
 // the all-gather; returns the two collectives' seconds.
-double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock) {
+double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock,
+                   StepRecord& r) {
   const OptimizerShard& shard = model.optimizer_shard();
   const size_t count = shard.capacity / static_cast<size_t>(comm.size());
   const size_t own = count * static_cast<size_t>(comm.rank());
@@ -64,7 +67,28 @@ double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOption
   seconds += TimeCollective(comm, model, [&] { comm.AllGather(params + own, params, count, DataType::kFloat32); });
   model.ParametersChanged();
   clock.Mark();  // comm_exposed: the all-gather
+  r.reduce_scatter_bytes = r.all_gather_bytes = shard.capacity * sizeof(float);
   return seconds;
+}
+
+// FSDP from forward's end on: backward with the gatherer's re-gathers and reduce-scatters, the wait for the last
+// reduce-scatters, AdamW on the shards; marks the clock after backward, the wait (comm_exposed) and the optimizer.
+// Returns the host seconds backward waited for the gatherer.
+double FsdpStep(FsdpGatherer& gatherer, Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock,
+                StepRecord& r) {
+  const double forward_waits = gatherer.waited_s();
+  model.Backward([](size_t) {});
+  clock.Mark();  // backward
+  const double backward_waits = gatherer.waited_s() - forward_waits;
+  const FsdpTiming timing = gatherer.Finish();
+  clock.Mark();  // comm_exposed: the last reduce-scatters
+  model.AdamWStep(o.adamw, step + 1);
+  clock.Mark();  // optimizer
+  r.comm_total_s = timing.comm_total_s;
+  r.comm_gather_exposed_s = timing.gather_wait_s;
+  r.reduce_scatter_bytes = timing.scattered_bytes;
+  r.all_gather_bytes = timing.gathered_bytes;
+  return backward_waits;
 }
 
 // Data parallel from backward on: the buckets all-reduced as their gradients become final, the wait for the rest,
@@ -83,6 +107,7 @@ void DataParallelStep(BucketedAllReduce& reducer, Transformer& model, const Trai
   r.comm_total_s = comm_timing.comm_total_s;
   r.comm_intra_s = comm_timing.comm_intra_s;
   r.comm_inter_s = comm_timing.comm_inter_s;
+  r.allreduce_bytes = comm_timing.bytes;
 }
 
 // Throws unless the model holds this rank's ZeRO-1 shard of its elements.
@@ -96,11 +121,27 @@ void CheckZeroOneShard(const Communicator& comm, const Transformer& model) {
 
 }  // namespace
 
+// The step's communication from the end of forward to the optimizer, in the loop's mode; the seconds forward and
+// backward waited inside the model for fsdp's gatherer (0 in the other modes).
+struct ModeStep {
+  double forward_waits_s = 0;
+  double backward_waits_s = 0;
+};
+
 std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o) {
   const ModelConfig& config = model.config();
-  if (o.zero1) CheckZeroOneShard(comm, model);
-  BucketedAllReduce reducer(comm, model.gradients(), DataType::kFloat32, GradientTensors(model.layout()),
-                            static_cast<size_t>(o.bucket_mb * 1024 * 1024), o.overlap);
+  const ParallelMode mode = o.parallel;
+  if (mode == ParallelMode::kZero1) CheckZeroOneShard(comm, model);
+  std::unique_ptr<BucketedAllReduce> reducer;
+  std::unique_ptr<FsdpGatherer> gatherer;
+  if (mode == ParallelMode::kDp) {
+    reducer = std::make_unique<BucketedAllReduce>(comm, model.gradients(), DataType::kFloat32,
+                                                  GradientTensors(model.layout()),
+                                                  static_cast<size_t>(o.bucket_mb * 1024 * 1024), o.overlap);
+  } else if (mode == ParallelMode::kFsdp) {
+    gatherer = std::make_unique<FsdpGatherer>(comm, model, o.overlap);
+  }
+  if (o.working_bytes) *o.working_bytes = gatherer ? gatherer->working_bytes() : 0;
   // Device phases are timed where they run (CUDA events on the model's stream); the host clock on the CPU.
   std::unique_ptr<PhaseClock> clock = model.MakePhaseClock();
   std::vector<int32_t> inputs, targets;
@@ -137,22 +178,31 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
     model.SetBatch(*batch.tokens);
     clock->Mark();  // h2d
     model.ZeroGradients();
+    if (gatherer) gatherer->BeginStep();
     model.Forward();
     clock->Mark();  // forward
-    if (o.zero1) {
+    ModeStep waits;
+    if (mode == ParallelMode::kZero1) {
       model.Backward([](size_t) {});
       clock->Mark();  // backward
-      r.comm_total_s = ZeroOneStep(comm, model, o, step, *clock);
+      r.comm_total_s = ZeroOneStep(comm, model, o, step, *clock, r);
+      r.comm_intra_s = r.comm_inter_s = std::nan("");
+    } else if (mode == ParallelMode::kFsdp) {
+      waits.forward_waits_s = gatherer->waited_s();
+      waits.backward_waits_s = FsdpStep(*gatherer, model, o, step, *clock, r);
       r.comm_intra_s = r.comm_inter_s = std::nan("");
     } else {
-      DataParallelStep(reducer, model, o, step, *clock, r);
+      DataParallelStep(*reducer, model, o, step, *clock, r);
     }
 
     const std::vector<double> phases = clock->Intervals();  // waits for the device
     r.h2d_s = phases[0];
-    r.forward_s = phases[1];
-    r.backward_s = phases[2];
-    r.comm_exposed_s = phases[3] + (o.zero1 ? phases[5] : 0.0);  // zero1: the reduce-scatter and the all-gather
+    // fsdp: forward and backward without their waits for the gatherer, which are exposed communication.
+    r.forward_s = phases[1] - waits.forward_waits_s;
+    r.backward_s = phases[2] - waits.backward_waits_s;
+    const bool zero1 = mode == ParallelMode::kZero1;
+    r.comm_exposed_s = phases[3] + waits.forward_waits_s + waits.backward_waits_s + (zero1 ? phases[5] : 0.0);
+    if (zero1) r.comm_gather_exposed_s = phases[5];  // the reduce-scatter and the all-gather
     r.optimizer_s = phases[4];
     r.loss = model.Loss();
     if (o.in_each_step) o.in_each_step();

@@ -26,9 +26,16 @@ struct StepRecord {
   double comm_exposed_s = 0;    // waiting for the buckets after backward: what backward did not hide
   double comm_intra_s = 0;      // comm_total_s inside nodes and across them (a hierarchical all-reduce's steps);
   double comm_inter_s = 0;      // NaN where the all-reduce cannot tell (flat algorithms, NCCL)
+  double comm_gather_exposed_s = 0;  // the part of comm_exposed_s spent waiting for parameter all-gathers (zero1's,
+                                     // fsdp's); the rest of it is gradient sync
   double optimizer_s = 0;
   double checkpoint_stall_s = 0;  // the loop blocked on checkpoints (snapshot, or the whole write when sync)
   double step_s = 0;            // wall time of the whole step
+  // Bytes of the whole buffers this rank's collectives covered in the step (NCCL's "size"): all-reduced (dp's
+  // gradients), reduce-scattered (zero1's and fsdp's gradients) and all-gathered (their parameters).
+  uint64_t allreduce_bytes = 0;
+  uint64_t reduce_scatter_bytes = 0;
+  uint64_t all_gather_bytes = 0;
   int64_t tokens = 0;           // tokens this rank processed
   double loss = 0;              // this rank's mean cross-entropy
   // From the data loader (zero / -1 with synthetic tokens):
@@ -53,10 +60,13 @@ struct TrainLoopOptions {
   int warmup_steps = 2;         // run first, excluded from the statistics
   double bucket_mb = kDefaultBucketMiB;  // gradient bucket size in MiB
   bool overlap = true;          // all-reduce buckets during backward; false: after backward
-  // ZeRO-1 (the model made with ShardOf(its elements, comm.size(), comm.rank())): after backward the gradients are
+  // kZero1 (the model made with ShardOf(its elements, comm.size(), comm.rank())): after backward the gradients are
   // reduce-scattered, AdamW updates this rank's shard and the shard is all-gathered into the parameters, all
-  // blocking (nothing overlaps compute; `overlap` does not apply).
-  bool zero1 = false;
+  // blocking (nothing overlaps compute; `overlap` does not apply). kFsdp (the model made with
+  // MakeFsdpLayout(its layout, comm.size(), comm.rank())): FsdpGatherer's gathers and reduce-scatters during forward
+  // and backward, overlapped with compute unless `overlap` is false, AdamW on the shards.
+  ParallelMode parallel = ParallelMode::kDp;
+  uint64_t* working_bytes = nullptr;  // if set, receives the bytes of fsdp's working buffers (0 otherwise)
   AdamWConfig adamw;
   uint64_t data_seed = 1;       // synthetic tokens: a function of (data_seed, rank, step)
   int first_step = 0;           // global index of the first step (a resume continues at its checkpoint's step);

@@ -19,12 +19,14 @@ StallBudget BudgetOf(const RankSteps& rank) {
   b.rank = rank.rank;
   b.host = rank.host;
   b.device = rank.device;
-  std::vector<double> step, compute, exposed, data, checkpoint, other;
+  std::vector<double> step, compute, exposed, data, checkpoint, other, sync, gather;
   for (const StepRecord& r : rank.steps) {
     if (r.warmup || r.step_s <= 0) continue;
     step.push_back(r.step_s);
     compute.push_back(ComputeOf(r) / r.step_s);
     exposed.push_back(r.comm_exposed_s / r.step_s);
+    gather.push_back(r.comm_gather_exposed_s / r.step_s);
+    sync.push_back(exposed.back() - gather.back());
     data.push_back(DataWaitOf(r) / r.step_s);
     checkpoint.push_back(r.checkpoint_stall_s / r.step_s);
     other.push_back(std::max(0.0, 1.0 - compute.back() - exposed.back() - data.back() - checkpoint.back()));
@@ -38,6 +40,8 @@ StallBudget BudgetOf(const RankSteps& rank) {
   b.data_wait = percentiles(data);
   b.checkpoint_stall = percentiles(checkpoint);
   b.other = percentiles(other);
+  b.comm_gradient_sync = percentiles(sync);
+  b.comm_param_gather = percentiles(gather);
   return b;
 }
 
@@ -46,6 +50,21 @@ double ShareOf(double part_s, double step_s) { return step_s > 0 ? part_s / step
 }  // namespace
 
 double DataWaitOf(const StepRecord& r) { return r.data_wait_s + r.h2d_s; }
+
+CollectiveTraffic RingTraffic(double allreduce_bytes, double reduce_scatter_bytes, double all_gather_bytes,
+                              int ranks) {
+  const double share = ranks > 1 ? static_cast<double>(ranks - 1) / ranks : 0.0;
+  return {share * (2 * allreduce_bytes + reduce_scatter_bytes), share * all_gather_bytes};
+}
+
+CollectiveTraffic TheoryTraffic(ParallelMode mode, double gradient_bytes, int ranks) {
+  switch (mode) {
+    case ParallelMode::kZero1: return RingTraffic(0, gradient_bytes, gradient_bytes, ranks);
+    case ParallelMode::kFsdp: return RingTraffic(0, gradient_bytes, 2 * gradient_bytes, ranks);
+    case ParallelMode::kDp: break;
+  }
+  return RingTraffic(gradient_bytes, 0, 0, ranks);
+}
 
 void StepTotals::Add(const StepRecord& r) {
   if (r.warmup) return;
@@ -89,6 +108,8 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
   p.gradient_bytes = gradient_bytes;
   const size_t steps = ranks.empty() ? 0 : ranks.front().steps.size();
   double step_sum = 0, comm_total = 0, comm_exposed = 0, comm_intra = 0, comm_inter = 0, loss_first = 0, loss_last = 0;
+  double gather_exposed = 0;
+  CollectiveTraffic traffic;
   int64_t tokens_per_step = 0;
   int measured = 0;
   std::vector<double> slowest_steps;
@@ -106,6 +127,10 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
       comm_exposed += r.comm_exposed_s;
       comm_intra += r.comm_intra_s;  // NaN, and so the point's, when any step could not tell
       comm_inter += r.comm_inter_s;
+      gather_exposed += r.comm_gather_exposed_s;
+      const CollectiveTraffic t = RingTraffic(r.allreduce_bytes, r.reduce_scatter_bytes, r.all_gather_bytes, k);
+      traffic.gradient_sync += t.gradient_sync;
+      traffic.parameter_gather += t.parameter_gather;
     }
     loss /= static_cast<double>(ranks.size());
     if (first) loss_first = loss;
@@ -130,9 +155,13 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
   p.comm_exposed_s = samples > 0 ? comm_exposed / samples : kNaN;
   p.comm_intra_s = samples > 0 ? comm_intra / samples : kNaN;
   p.comm_inter_s = samples > 0 ? comm_inter / samples : kNaN;
+  p.comm_gather_exposed_s = samples > 0 ? gather_exposed / samples : kNaN;
+  p.traffic = {samples > 0 ? traffic.gradient_sync / samples : kNaN,
+               samples > 0 ? traffic.parameter_gather / samples : kNaN};
   p.overlap = p.comm_total_s > 0 ? 1.0 - p.comm_exposed_s / p.comm_total_s : kNaN;
-  p.effective_busbw_GBps =
-      (k > 1 && p.comm_total_s > 0) ? gradient_bytes / p.comm_total_s * AllReduceBusFactor(k) / 1e9 : kNaN;
+  // A ring's bus bandwidth is what each rank sends over the time: for dp's all-reduce, nccl-tests' busbw.
+  const double sent = p.traffic.gradient_sync + p.traffic.parameter_gather;
+  p.effective_busbw_GBps = (k > 1 && p.comm_total_s > 0) ? sent / p.comm_total_s / 1e9 : kNaN;
   p.loss_first = loss_first;
   p.loss_last = loss_last;
   for (const RankSteps& rank : ranks) p.budgets.push_back(BudgetOf(rank));
@@ -179,10 +208,10 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
              p.loss_first, p.loss_last),
       Format("#   comm per step: total %.3f ms, exposed %.3f ms, overlap %s; %.1f MB of gradients %s, effective busbw %s",
              p.comm_total_s * 1e3, p.comm_exposed_s * 1e3, pct(p.overlap).c_str(), p.gradient_bytes / 1e6,
-             p.parallel == "zero1"
-                 ? "reduce-scattered and the parameters all-gathered after backward (zero1: AdamW's state sharded)"
-                 : Format("in %lld bucket%s", static_cast<long long>(p.gradient_buckets),
-                          p.gradient_buckets == 1 ? "" : "s").c_str(),
+             p.parallel == "zero1"  ? "reduce-scattered and the parameters all-gathered after backward (zero1: AdamW's state sharded)"
+             : p.parallel == "fsdp" ? "reduce-scattered layer by layer, the parameters all-gathered before each layer's forward and backward (fsdp)"
+                                    : Format("in %lld bucket%s", static_cast<long long>(p.gradient_buckets),
+                                             p.gradient_buckets == 1 ? "" : "s").c_str(),
              std::isnan(p.effective_busbw_GBps) ? "n/a" : Format("%.2f GB/s", p.effective_busbw_GBps).c_str()),
   };
   if (p.state.weights > 0) {
@@ -192,6 +221,18 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
                            mb(p.state_theory.weights).c_str(), mb(p.state.gradients).c_str(),
                            mb(p.state_theory.gradients).c_str(), mb(p.state.optimizer).c_str(),
                            mb(p.state_theory.optimizer).c_str()));
+    if (p.working_bytes > 0) {
+      lines.push_back(Format("#   fsdp working buffers (gathered layers and their gradients, outside ZeRO's 16 Psi/N): %s MB",
+                             mb(p.working_bytes).c_str()));
+    }
+  }
+  if (p.k > 1) {
+    auto mb = [](double bytes) { return Format("%.2f", bytes / 1e6); };
+    lines.push_back(Format("#   sent per rank per step (ring), MB issued / ZeRO's: gradient sync %s / %s, parameter "
+                           "gather %s / %s; exposed: gradient sync %.3f ms, parameter gather %.3f ms",
+                           mb(p.traffic.gradient_sync).c_str(), mb(p.traffic_theory.gradient_sync).c_str(),
+                           mb(p.traffic.parameter_gather).c_str(), mb(p.traffic_theory.parameter_gather).c_str(),
+                           (p.comm_exposed_s - p.comm_gather_exposed_s) * 1e3, p.comm_gather_exposed_s * 1e3));
   }
   if (p.nodes > 1) {
     lines.push_back(Format("#   layout %dx%d (%d nodes x %d ranks), %s all-reduce%s", p.nodes, p.ranks_per_node,
@@ -241,6 +282,7 @@ void AddStepsTable(Group& group, const std::vector<RankSteps>& ranks) {
       .Column(c::backward_s, [](const RankStep& s) { return s.r->backward_s; })
       .Column(c::comm_total_s, [](const RankStep& s) { return s.r->comm_total_s; })
       .Column(c::comm_exposed_s, [](const RankStep& s) { return s.r->comm_exposed_s; })
+      .Column(c::comm_gather_exposed_s, [](const RankStep& s) { return s.r->comm_gather_exposed_s; })
       .Column(c::comm_intra_s, [](const RankStep& s) { return s.r->comm_intra_s; })
       .Column(c::comm_inter_s, [](const RankStep& s) { return s.r->comm_inter_s; })
       .Column(c::optimizer_s, [](const RankStep& s) { return s.r->optimizer_s; })
@@ -273,6 +315,13 @@ void AddStallBudgetTable(Group& group, const ScalingPoint& p) {
         .Column(c::p95, [part](const StallBudget& b) { return PartOf(b, part).p95; }, c::kParts[part])
         .Column(c::p99, [part](const StallBudget& b) { return PartOf(b, part).p99; }, c::kParts[part]);
   }
+  const Percentiles StallBudget::*kinds[] = {&StallBudget::comm_gradient_sync, &StallBudget::comm_param_gather};
+  for (size_t kind = 0; kind < c::kCommKinds.size(); ++kind) {
+    auto of = [member = kinds[kind]](const StallBudget& b) -> const Percentiles& { return b.*member; };
+    table.Column(c::kind_p50, [of](const StallBudget& b) { return of(b).p50; }, c::kCommKinds[kind])
+        .Column(c::kind_p95, [of](const StallBudget& b) { return of(b).p95; }, c::kCommKinds[kind])
+        .Column(c::kind_p99, [of](const StallBudget& b) { return of(b).p99; }, c::kCommKinds[kind]);
+  }
   table.Write(group, p.budgets);
 }
 
@@ -303,6 +352,12 @@ void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::weights_bytes_theory, p.state_theory.weights);
   schema::Set(group, sp::gradients_bytes_theory, p.state_theory.gradients);
   schema::Set(group, sp::optimizer_bytes_theory, p.state_theory.optimizer);
+  schema::Set(group, sp::comm_gather_exposed_s, p.comm_gather_exposed_s);
+  schema::Set(group, sp::traffic_gradient_sync_bytes, p.traffic.gradient_sync);
+  schema::Set(group, sp::traffic_parameter_gather_bytes, p.traffic.parameter_gather);
+  schema::Set(group, sp::traffic_gradient_sync_bytes_theory, p.traffic_theory.gradient_sync);
+  schema::Set(group, sp::traffic_parameter_gather_bytes_theory, p.traffic_theory.parameter_gather);
+  schema::Set(group, sp::working_bytes, p.working_bytes);
   schema::Set(group, sp::overlap, p.overlap);
   schema::Set(group, sp::gradient_bytes, p.gradient_bytes);
   schema::Set(group, sp::gradient_buckets, p.gradient_buckets);

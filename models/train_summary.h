@@ -51,14 +51,27 @@ struct StallBudget {
   std::string device;
   double median_step_s = 0;
   Percentiles compute, comm_exposed, data_wait, checkpoint_stall, other;
+  // comm_exposed split by kind: waiting for gradients (all-reduce, reduce-scatter) and for parameters (all-gather).
+  Percentiles comm_gradient_sync, comm_param_gather;
 };
+
+// Bytes one rank sends per step in ring algorithms, by kind of collective.
+struct CollectiveTraffic {
+  double gradient_sync = 0;     // the gradients' all-reduce (2(N-1)/N of the buffer) or reduce-scatter ((N-1)/N)
+  double parameter_gather = 0;  // the parameters' all-gathers ((N-1)/N of each whole buffer)
+};
+// From the buffers a step's collectives covered (StepRecord's allreduce/reduce_scatter/all_gather bytes).
+CollectiveTraffic RingTraffic(double allreduce_bytes, double reduce_scatter_bytes, double all_gather_bytes, int ranks);
+// ZeRO's volumes for `gradient_bytes` of gradients (Ψ elements of as many bytes as the parameters gathered): dp 2Ψ
+// of gradient sync, zero1 Ψ + Ψ gathered, fsdp Ψ + 2Ψ gathered (1.5 times dp's), each times (N-1)/N.
+CollectiveTraffic TheoryTraffic(ParallelMode mode, double gradient_bytes, int ranks);
 
 struct ScalingPoint {
   int k = 0;                        // ranks
   int nodes = 1;                    // nodes the k ranks are on, and ranks on each (the most on any)
   int ranks_per_node = 1;
   std::string allreduce = "flat";   // the gradient all-reduce: flat (the backend's own), hierarchical, or none (zero1)
-  std::string parallel = "dp";      // dp, or zero1 (gradients reduce-scattered, parameters all-gathered)
+  std::string parallel = "dp";      // dp, zero1 (gradients reduce-scattered, parameters all-gathered), or fsdp
   int micro_batch = 0;              // sequences per rank per step
   int64_t tokens_per_step = 0;      // over all k ranks
   int measured_steps = 0;
@@ -74,12 +87,17 @@ struct ScalingPoint {
   double comm_exposed_s = 0;
   double comm_intra_s = 0;          // comm_total_s inside nodes and across them (mean per step over ranks and
   double comm_inter_s = 0;          // steps); NaN where the all-reduce cannot tell (flat, NCCL)
+  double comm_gather_exposed_s = 0; // the part of comm_exposed_s waiting for parameter all-gathers (mean)
+  CollectiveTraffic traffic;        // per rank per step, from the collectives issued (mean over ranks and steps)
+  CollectiveTraffic traffic_theory; // ZeRO's volumes for the mode (TheoryTraffic)
+  double working_bytes = 0;         // fsdp's working buffers (gathered units, gradient buffers), rank 0's
   double overlap = 0;               // 1 - comm_exposed/comm_total; NaN when nothing was communicated
   double gradient_bytes = 0;        // all-reduced per rank per step
   ModelStateBytes state;            // allocated per rank (rank 0's) for weights, gradients, optimizer state
   ModelStateBytes state_theory;     // ZeRO's figures for the mode (TheoryStateBytes)
   int64_t gradient_buckets = 0;     // all-reduces per rank per step (PlanBuckets over the layout); 0 = not known
-  double effective_busbw_GBps = 0;  // gradient_bytes / comm_total x 2(k-1)/k, GB = 1e9 bytes; NaN for k = 1
+  double effective_busbw_GBps = 0;  // (traffic's two kinds) / comm_total, GB = 1e9 bytes (dp: gradient_bytes /
+                                    // comm_total x 2(k-1)/k); NaN for k = 1
   double loss_first = 0;            // mean over ranks, first and last measured step
   double loss_last = 0;
   std::vector<StallBudget> budgets;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,58 @@ OptimizerShard ShardOf(size_t elements, int ranks, int rank);
 // when the shard does not fit `elements`.
 OptimizerShard ResolveShard(const OptimizerShard& shard, size_t elements);
 
+// FSDP (ZeRO-3)'s units: stretches of the flat layout that are gathered before use and freed after, each as a whole —
+// the embeddings (wte and wpe), each block, and the final LayerNorm, in layout order.
+struct ParameterUnit {
+  size_t begin = 0;  // flat elements [begin, end)
+  size_t end = 0;
+  size_t elements() const { return end - begin; }
+};
+constexpr size_t kEmbeddingUnit = 0;
+inline size_t BlockUnit(int layer) { return 1 + static_cast<size_t>(layer); }
+inline size_t FinalNormUnit(int layers) { return 1 + static_cast<size_t>(layers); }
+std::vector<ParameterUnit> ParameterUnits(const std::vector<TensorSlot>& layout);
+
+// FSDP over `ranks`: this rank holds ShardOf(unit elements, ranks, rank) of every unit, the units' shards one after
+// the other in its sharded buffers (parameters, gradients, AdamW m and v), each `count` = capacity / ranks elements
+// long (the last ranks' reach into zero padding).
+struct UnitShard {
+  size_t store = 0;      // where the shard starts in the sharded buffers
+  size_t count = 0;      // its length there (the reduce-scatter's and all-gather's count)
+  OptimizerShard shard;  // unit-local: the unit padded to capacity, this rank's [begin, end)
+};
+struct FsdpLayout {
+  int ranks = 0;  // 0: no FSDP
+  int rank = 0;
+  std::vector<ParameterUnit> units;
+  std::vector<UnitShard> shards;  // per unit
+  size_t store_elements = 0;      // the sharded buffers' length
+  bool enabled() const { return ranks > 0; }
+};
+// Throws InputError for 0 ranks or a rank outside them.
+FsdpLayout MakeFsdpLayout(const std::vector<TensorSlot>& layout, int ranks, int rank);
+
+// Where a model reads its parameters and writes its gradients, unit by unit, unit-local (element i is flat element
+// unit.begin + i). Without FSDP, views of the model's own flat buffers; under FSDP the train loop's gatherer, which
+// all-gathers a unit's parameters when asked (or ahead) and reduce-scatters its gradients when they are final.
+class UnitAccess {
+ public:
+  virtual ~UnitAccess() = default;
+  // The unit's whole parameters, ready to read, until ParametersDone(unit).
+  virtual const float* Parameters(size_t unit) = 0;
+  virtual void ParametersDone(size_t unit) = 0;
+  // The unit's whole gradients to accumulate into (zero at the step's first call), until GradientsDone(unit): then
+  // they are final for the step.
+  virtual float* Gradients(size_t unit) = 0;
+  virtual void GradientsDone(size_t unit) = 0;
+};
+
+// Per slot of `layout`: its offset inside its unit (where UnitAccess's unit-local views have it).
+std::vector<size_t> UnitOffsets(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units);
+// The UnitAccess of a model without FSDP: unit u's parameters at params + units[u].begin, its gradients likewise
+// (zeroed by the model's ZeroGradients, not here); the Done calls do nothing.
+std::unique_ptr<UnitAccess> MakeFlatUnitAccess(float* params, float* grads, std::vector<ParameterUnit> units);
+
 // A stretch of the flat buffers AdamW updates at once: the used elements of consecutive slots with one decay rule
 // (wte's padding rows left out, so that they stay exactly zero).
 struct AdamWRange {
@@ -65,13 +118,19 @@ struct AdamWRange {
 std::vector<AdamWRange> AdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout, size_t begin,
                                     size_t end);
 
+// The same for this rank's FSDP shards, the offsets into the sharded buffers (the moments share them).
+std::vector<AdamWRange> FsdpAdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout,
+                                        const FsdpLayout& fsdp);
+
 struct ModelStateBytes {
   double weights = 0, gradients = 0, optimizer = 0;
 };
 // What ZeRO's paper gives per rank for `elements` (Ψ) over `ranks` (N): dp 2Ψ + 2Ψ + 12Ψ with bf16 compute (fp32
 // master weights and moments), zero1 the optimizer's 12Ψ/N; fp32 throughout (the CPU reference): 4Ψ + 4Ψ + 8Ψ, and
-// 8Ψ/N under zero1.
-ModelStateBytes TheoryStateBytes(bool zero1, bool bf16, double elements, int ranks);
+// 8Ψ/N under zero1;
+// fsdp: everything over N, 16Ψ/N either way.
+enum class ParallelMode { kDp, kZero1, kFsdp };
+ModelStateBytes TheoryStateBytes(ParallelMode mode, bool bf16, double elements, int ranks);
 
 // Timestamps in the order of the work a model issues: the host clock for the CPU reference, CUDA events on the
 // model's stream for CUDA, so that a phase is timed where its work runs (README.md, "One training step").
@@ -127,6 +186,15 @@ class Transformer {
   virtual void AdamWStep(const AdamWConfig& config, int64_t step) = 0;
   // The shard the model was made with (ResolveShard's: without ZeRO-1, every element).
   virtual const OptimizerShard& optimizer_shard() const = 0;
+  // FSDP: the units and this rank's shards of them (enabled() false without FSDP). Under FSDP parameters(),
+  // gradients(), adam_m() and adam_v() are the sharded buffers (store_elements long), and Forward and Backward read
+  // and write whole units only through the UnitAccess set here, which must outlive the steps.
+  // Models without FSDP (the CUDA one, so far) keep these defaults.
+  virtual const FsdpLayout& fsdp_layout() const {
+    static const FsdpLayout kNone;
+    return kNone;
+  }
+  virtual void SetUnitAccess(UnitAccess*) { throw std::logic_error("this model has no FSDP"); }
   // Bytes this model allocated for the compute copy of the weights, the gradients and the optimizer state (fp32
   // master weights where the compute copy is not fp32, AdamW m and v), as ZeRO's paper counts them.
   virtual ModelStateBytes state_bytes() const = 0;
@@ -158,8 +226,9 @@ class Transformer {
 // The CPU reference, initialised as GPT-2 is (normal(0, 0.02) weights, residual projections scaled by
 // 1/sqrt(2*layers), zero biases, unit LayerNorm gains) from `seed`: every rank with the same seed holds the
 // same model.
+// `shard`: ZeRO-1's; `fsdp`: FSDP's (MakeFsdpLayout; not with a ZeRO-1 shard).
 std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed,
-                                                const OptimizerShard& shard = {});
+                                                const OptimizerShard& shard = {}, const FsdpLayout& fsdp = {});
 
 // Which attention the CUDA transformer runs: cuDNN's fused SDPA (flash attention) through the cuDNN C++
 // frontend, or cuBLAS batched GEMMs with a softmax kernel; auto takes cuDNN when it supports the shape on this
@@ -197,6 +266,11 @@ void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlo
 // functions draw on CpuThreads() threads.
 void InitializeParameterRange(const ModelConfig& config, const std::vector<TensorSlot>& layout, uint64_t seed,
                               size_t begin, size_t end, float* out);
+
+// This rank's FSDP shards of the same initial parameters into the sharded buffer `store` (fsdp.store_elements;
+// the padding zero).
+void InitializeFsdpShards(const ModelConfig& config, const std::vector<TensorSlot>& layout, const FsdpLayout& fsdp,
+                          uint64_t seed, float* store);
 
 // The layout both implementations share.
 std::vector<TensorSlot> MakeLayout(const ModelConfig& config);

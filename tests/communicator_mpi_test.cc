@@ -138,6 +138,34 @@ TEST(MpiCommunicator, HierarchicalAllReduceNeedsEvenNodes) {
   EXPECT_THROW(comm->UseHierarchicalAllReduce(comm->rank() == comm->size() - 1 ? 1 : 0, comm->rank()), InputError);
 }
 
+// The started reduce-scatter and all-gather give what the blocking calls give, in place (NCCL's layout) and out of
+// place, averaged or summed.
+TEST(MpiCommunicator, StartedReduceScatterAndAllGatherMatchTheBlockingCalls) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  const int n = comm->size(), me = comm->rank();
+  const size_t count = 5;
+  std::vector<float> whole(count * n);
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<float>(i + 100 * me);
+  for (bool in_place : {false, true}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      std::vector<float> blocking(count), started_buffer = whole, out(count);
+      comm->ReduceScatter(whole.data(), blocking.data(), count, DataType::kFloat32, op);
+      float* recv = in_place ? started_buffer.data() + count * me : out.data();
+      std::unique_ptr<PendingOp> pending =
+          comm->StartReduceScatter(started_buffer.data(), recv, count, DataType::kFloat32, op);
+      pending->Wait();
+      EXPECT_TRUE(pending->Test());
+      EXPECT_GE(pending->Seconds(), 0);
+      for (size_t i = 0; i < count; ++i) EXPECT_EQ(recv[i], blocking[i]) << "in place " << in_place << ", i " << i;
+    }
+    std::vector<float> mine(count, static_cast<float>(me + 1)), gathered(count * n, -1.0f);
+    std::copy(mine.begin(), mine.end(), gathered.begin() + static_cast<long>(count * me));
+    const float* send = in_place ? gathered.data() + count * me : mine.data();
+    comm->StartAllGather(send, gathered.data(), count, DataType::kFloat32)->Wait();
+    for (int r = 0; r < n; ++r) EXPECT_EQ(gathered[count * r + count - 1], static_cast<float>(r + 1));
+  }
+}
+
 TEST(MpiCommunicator, BuffersRoundTrip) {
   auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
   auto buffer = comm->Allocate(64);

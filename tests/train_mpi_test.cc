@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "error.h"
 #include "model_config.h"
 #include "mpi_communicator.h"
 #include "train_loop.h"
@@ -82,7 +83,7 @@ TEST(TrainLoop, ZeroOneGivesDataParallelsLossesAndParameters) {
   auto zero = MakeCpuTransformer(SmallModel(), 7, ShardOf(n, comm->size(), comm->rank()));
   TrainLoopOptions o = SmallLoop();
   const std::vector<StepRecord> dp_steps = RunTrainingSteps(*comm, *dp, o);
-  o.zero1 = true;
+  o.parallel = ParallelMode::kZero1;
   const std::vector<StepRecord> zero_steps = RunTrainingSteps(*comm, *zero, o);
   ASSERT_EQ(zero_steps.size(), dp_steps.size());
   for (size_t i = 0; i < dp_steps.size(); ++i) {
@@ -104,6 +105,86 @@ TEST(TrainLoop, ZeroOneGivesDataParallelsLossesAndParameters) {
   MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(all, n);
   EXPECT_EQ(shard.capacity % static_cast<size_t>(comm->size()), 0u);
+}
+
+// This rank's FSDP shards of the parameters, gathered from every rank into the flat layout (the padding dropped).
+std::vector<float> GatherFsdpParameters(Communicator& comm, Transformer& model) {
+  const FsdpLayout& f = model.fsdp_layout();
+  std::vector<float> flat(model.layout().back().offset + model.layout().back().count);
+  for (size_t u = 0; u < f.units.size(); ++u) {
+    std::vector<float> whole(f.shards[u].shard.capacity);
+    comm.AllGather(model.parameters() + f.shards[u].store, whole.data(), f.shards[u].count, DataType::kFloat32);
+    std::copy_n(whole.begin(), f.units[u].elements(), flat.begin() + static_cast<long>(f.units[u].begin));
+  }
+  return flat;
+}
+
+// FSDP (parameters, gradients and AdamW's state sharded by unit; each unit all-gathered for forward and again for
+// backward, its gradients reduce-scattered) against data parallel from the same seed, with the next unit's gather
+// ahead (overlap) and all blocking: the same losses and parameters within fp32 summation order, as for ZeRO-1.
+void ExpectFsdpMatchesDataParallel(bool overlap) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  auto dp = MakeCpuTransformer(SmallModel(), 7);
+  const FsdpLayout layout = MakeFsdpLayout(dp->layout(), comm->size(), comm->rank());
+  auto fsdp = MakeCpuTransformer(SmallModel(), 7, {}, layout);
+  TrainLoopOptions o = SmallLoop();
+  const std::vector<StepRecord> dp_steps = RunTrainingSteps(*comm, *dp, o);
+  o.parallel = ParallelMode::kFsdp;
+  o.overlap = overlap;
+  uint64_t working = 0;
+  o.working_bytes = &working;
+  const std::vector<StepRecord> fsdp_steps = RunTrainingSteps(*comm, *fsdp, o);
+  ASSERT_EQ(fsdp_steps.size(), dp_steps.size());
+  const double psi = static_cast<double>(dp->parameter_elements());
+  for (size_t i = 0; i < dp_steps.size(); ++i) {
+    EXPECT_NEAR(fsdp_steps[i].loss, dp_steps[i].loss, 1e-5 * std::fabs(dp_steps[i].loss)) << "step " << i;
+    const StepRecord& r = fsdp_steps[i];
+    EXPECT_GT(r.comm_total_s, 0);
+    EXPECT_GE(r.comm_exposed_s + 1e-12, r.comm_gather_exposed_s);
+    // Every unit reduce-scattered once; the blocks gathered twice, the embeddings and the final LayerNorm once
+    // (held from forward through backward), each padded to a multiple of the ranks.
+    EXPECT_GE(r.reduce_scatter_bytes, 4 * psi);
+    EXPECT_LT(r.reduce_scatter_bytes, 4 * (psi + static_cast<double>(layout.units.size() * comm->size())));
+    EXPECT_GT(r.all_gather_bytes, r.reduce_scatter_bytes);
+    EXPECT_LT(r.all_gather_bytes, 2 * r.reduce_scatter_bytes);
+    EXPECT_EQ(r.allreduce_bytes, 0u);
+  }
+  const std::vector<float> params = GatherFsdpParameters(*comm, *fsdp);
+  double worst = 0;
+  for (size_t i = 0; i < params.size(); ++i) worst = std::max(worst, std::fabs(double{params[i]} - dp->parameters()[i]));
+  EXPECT_LT(worst, 1e-3 * o.adamw.learning_rate * static_cast<double>(dp_steps.size()))
+      << "largest parameter difference from data parallel";
+  // Parameters, gradients and both moments: this rank's shards only (16 Psi / N in fp32, to the padding).
+  const ModelStateBytes state = fsdp->state_bytes();
+  EXPECT_EQ(state.weights, 4.0 * static_cast<double>(layout.store_elements));
+  EXPECT_LE(state.weights + state.gradients + state.optimizer,
+            16.0 * (psi / comm->size() + static_cast<double>(layout.units.size())));
+  EXPECT_GT(working, 0u);
+}
+
+TEST(TrainLoop, FsdpGivesDataParallelsLossesAndParameters) { ExpectFsdpMatchesDataParallel(true); }
+TEST(TrainLoop, FsdpWithoutOverlapGivesTheSame) { ExpectFsdpMatchesDataParallel(false); }
+
+TEST(TrainLoop, FsdpUnitsAreTheEmbeddingsEachBlockAndTheFinalNorm) {
+  const ModelConfig config = SmallModel();
+  const std::vector<TensorSlot> layout = MakeLayout(config);
+  const std::vector<ParameterUnit> units = ParameterUnits(layout);
+  ASSERT_EQ(units.size(), static_cast<size_t>(config.layers) + 2);
+  EXPECT_EQ(units[kEmbeddingUnit].begin, 0u);
+  EXPECT_EQ(units[kEmbeddingUnit].end, layout[BlockSlot(0, kLn1Weight)].offset);
+  EXPECT_EQ(units[BlockUnit(1)].begin, layout[BlockSlot(1, kLn1Weight)].offset);
+  EXPECT_EQ(units[FinalNormUnit(config.layers)].begin, layout[LnfWeightSlot(config.layers)].offset);
+  EXPECT_EQ(units.back().end, layout.back().offset + layout.back().count);
+  for (size_t u = 1; u < units.size(); ++u) EXPECT_EQ(units[u].begin, units[u - 1].end);
+  const FsdpLayout f = MakeFsdpLayout(layout, 3, 2);
+  size_t store = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    EXPECT_EQ(f.shards[u].store, store);
+    EXPECT_EQ(f.shards[u].count * 3, f.shards[u].shard.capacity);
+    store += f.shards[u].count;
+  }
+  EXPECT_EQ(f.store_elements, store);
+  EXPECT_THROW(MakeFsdpLayout(layout, 0, 0), InputError);
 }
 
 TEST(TrainLoop, ShardsAreEqualAndCoverTheElementsOnce) {

@@ -361,15 +361,41 @@ inline const RealAttribute optimizer_bytes_theory{kTrainPoint, "optimizer_bytes_
                                                  "12 Psi (bf16: fp32 master, m, v) or 8 Psi (fp32: m, v); divided by "
                                                  "the ranks under zero1"};
 inline const TextAttribute parallel{kTrainPoint, "parallel", "",
-                                    "`dp` (whole model per rank, gradients all-reduced) or `zero1` (AdamW's state "
-                                    "sharded: gradients reduce-scattered, parameters all-gathered, after backward); "
-                                    "absent in reports before it: dp"};
+                                    "`dp` (whole model per rank, gradients all-reduced), `zero1` (AdamW's state "
+                                    "sharded: gradients reduce-scattered, parameters all-gathered, after backward) or "
+                                    "`fsdp` (parameters, gradients and AdamW's state sharded: each layer all-gathered "
+                                    "before its forward and its backward, its gradients reduce-scattered); absent in "
+                                    "reports before it: dp"};
+inline const RealAttribute comm_gather_exposed_s{kTrainPoint, "comm_gather_exposed_s", "s",
+                                                 "the part of comm_exposed_s waiting for parameter all-gathers, mean "
+                                                 "per step and rank; absent in reports before it"};
+inline const RealAttribute traffic_gradient_sync_bytes{
+    kTrainPoint, "traffic_gradient_sync_bytes", "B",
+    "bytes a rank sends per step for the gradients in ring algorithms, from the collectives issued: 2(N-1)/N of "
+    "each all-reduced buffer, (N-1)/N of each reduce-scattered one; absent in reports before it"};
+inline const RealAttribute traffic_parameter_gather_bytes{
+    kTrainPoint, "traffic_parameter_gather_bytes", "B",
+    "the same for the parameters' all-gathers: (N-1)/N of each whole buffer gathered"};
+inline const RealAttribute traffic_gradient_sync_bytes_theory{
+    kTrainPoint, "traffic_gradient_sync_bytes_theory", "B",
+    "ZeRO's volume for the mode, times (N-1)/N and the gradient buffer's bytes: 2 Psi (dp) or Psi (zero1, fsdp)"};
+inline const RealAttribute traffic_parameter_gather_bytes_theory{
+    kTrainPoint, "traffic_parameter_gather_bytes_theory", "B",
+    "likewise: 0 (dp), Psi (zero1), 2 Psi (fsdp: every layer gathered for forward and again for backward)"};
+inline const RealAttribute working_bytes{kTrainPoint, "working_bytes", "B",
+                                         "fsdp: rank 0's working buffers (the units gathered at once and their "
+                                         "gradients), outside ZeRO's 16 Psi/N; 0 in the other modes"};
 inline const RealAttribute overlap{kTrainPoint, "overlap", "fraction", "1 - comm_exposed / comm_total"};
 inline const RealAttribute gradient_bytes{kTrainPoint, "gradient_bytes", "B", "all-reduced per rank per step"};
 inline const IntAttribute gradient_buckets{kTrainPoint, "gradient_buckets", "",
-                                           "all-reduces per rank per step (the buckets of --bucket-mb)"};
+                                           "gradient collectives per rank per step: dp's all-reduces (the buckets of "
+                                           "--bucket-mb), zero1's 1 reduce-scatter, fsdp's one per unit (layers + "
+                                           "2)"};
 inline const RealAttribute effective_busbw_GBps{kTrainPoint, "effective_busbw_GBps", "GB/s",
-                                                "gradient_bytes / comm_total x 2(k-1)/k; NaN for k = 1"};
+                                                "what a rank sends per step in ring algorithms (traffic_gradient_"
+                                                "sync_bytes + traffic_parameter_gather_bytes) / comm_total: for dp "
+                                                "gradient_bytes / comm_total x 2(k-1)/k, nccl-tests' busbw; NaN for "
+                                                "k = 1"};
 inline const RealAttribute loss_first{kTrainPoint, "loss_first", "nats", "mean over ranks, first measured step"};
 inline const RealAttribute loss_last{kTrainPoint, "loss_last", "nats", "mean over ranks, last measured step"};
 inline const IntAttribute worst_rank{kTrainPoint, "worst_rank", "", "the rank with the largest median step time"};
@@ -392,7 +418,12 @@ inline const RealColumn h2d_s{kSteps, "h2d_s", "s", "unpacking the batch's token
 inline const RealColumn forward_s{kSteps, "forward_s", "s", "forward pass"};
 inline const RealColumn backward_s{kSteps, "backward_s", "s", "backward pass, including starting bucket all-reduces"};
 inline const RealColumn comm_total_s{kSteps, "comm_total_s", "s", "sum over buckets of start-to-completion time"};
-inline const RealColumn comm_exposed_s{kSteps, "comm_exposed_s", "s", "waiting for buckets after backward"};
+inline const RealColumn comm_exposed_s{kSteps, "comm_exposed_s", "s",
+                                       "waiting for communication: dp's buckets after backward, zero1's collectives, "
+                                       "fsdp's gathers and reduce-scatters where compute did not hide them"};
+inline const RealColumn comm_gather_exposed_s{kSteps, "comm_gather_exposed_s", "s",
+                                              "the part of comm_exposed_s waiting for parameter all-gathers (zero1, "
+                                              "fsdp); absent in reports before it"};
 inline const RealColumn comm_intra_s{kSteps, "comm_intra_s", "s",
                                      "comm_total_s inside nodes (hierarchical all-reduce); NaN where not told apart"};
 inline const RealColumn comm_inter_s{kSteps, "comm_inter_s", "s",
@@ -423,6 +454,15 @@ inline const RealColumn median_step_s{kStallBudget, "median_step_s", "s", "media
 inline const RealColumn p50{kStallBudget, "<part>_p50", "fraction", "the part's share of step time, p50", kParts};
 inline const RealColumn p95{kStallBudget, "<part>_p95", "fraction", "the part's share of step time, p95", kParts};
 inline const RealColumn p99{kStallBudget, "<part>_p99", "fraction", "the part's share of step time, p99", kParts};
+// comm_exposed by kind (the two add up to it): gradient sync (dp's all-reduce, zero1's and fsdp's reduce-scatters)
+// and parameter gather (zero1's and fsdp's all-gathers); absent in reports before them.
+inline const std::vector<std::string> kCommKinds = {"comm_gradient_sync", "comm_param_gather"};
+inline const RealColumn kind_p50{kStallBudget, "<kind>_p50", "fraction", "the kind's share of step time, p50",
+                                 kCommKinds};
+inline const RealColumn kind_p95{kStallBudget, "<kind>_p95", "fraction", "the kind's share of step time, p95",
+                                 kCommKinds};
+inline const RealColumn kind_p99{kStallBudget, "<kind>_p99", "fraction", "the kind's share of step time, p99",
+                                 kCommKinds};
 }  // namespace stall_budget
 }  // namespace point
 
@@ -672,9 +712,9 @@ inline const std::vector<const Field*> kStoredOnly = {
     // Every step's phases: the figures above are computed from them when the run is summarised.
     &point::steps::rank, &point::steps::data_wait_s, &point::steps::h2d_s, &point::steps::forward_s,
     &point::steps::backward_s, &point::steps::comm_total_s, &point::steps::comm_exposed_s,
-    &point::steps::comm_intra_s, &point::steps::comm_inter_s, &point::steps::optimizer_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
+    &point::steps::comm_gather_exposed_s, &point::steps::comm_intra_s, &point::steps::comm_inter_s, &point::steps::optimizer_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
     &point::steps::data_read_MBps, &point::steps::loader_queue_depth, &point::steps::checkpoint_writing,
-    &point::stall_budget::p99,
+    &point::stall_budget::p99, &point::stall_budget::kind_p99,
     // The data check before the first step, resume and loader details, and each slice of a checkpoint.
     &io::data_verify, &io::data_verify_bytes, &io::data_verify_s, &io_point::resume_saved_ranks,
     &io_point::resume_unchecked, &io_point::batches_per_epoch, &io_point::checkpoint_dir,

@@ -70,17 +70,27 @@ struct TrainFlags {
   std::string parallel = "dp";
 };
 
-// --parallel zero1: what it cannot be combined with yet (one line, exit 2).
-void CheckParallel(const TrainFlags& f, const TrainIoFlags& io) {
+ParallelMode ParseParallel(const std::string& text) {
+  if (text == "zero1") return ParallelMode::kZero1;
+  if (text == "fsdp") return ParallelMode::kFsdp;
+  return ParallelMode::kDp;
+}
+
+// --parallel zero1|fsdp: what it cannot be combined with yet (one line, exit 2).
+void CheckParallel(const TrainFlags& f, const TrainIoFlags& io, bool cuda) {
   if (f.parallel == "dp") return;
+  if (f.parallel == "fsdp" && cuda) {
+    throw InputError("--parallel fsdp runs on the CPU backend only so far (the CUDA transformer does not gather its "
+                     "layers yet): use --backend mpi, or --parallel zero1 on the GPUs");
+  }
   if (f.allreduce != "auto") {
     throw InputError("--allreduce " + f.allreduce + " chooses the gradient all-reduce; --parallel " + f.parallel +
                      " reduce-scatters the gradients instead (leave --allreduce at auto)");
   }
   if (io.checkpoint_every > 0 || !io.resume.empty()) {
     throw InputError("--parallel " + f.parallel + " with checkpoints (--checkpoint-every, --resume) is not built "
-                     "yet: a checkpoint holds every rank's slice of the whole AdamW state, which zero1 shards "
-                     "differently; train with --parallel dp to checkpoint");
+                     "yet: a checkpoint holds every rank's slice of the whole AdamW state, which " + f.parallel +
+                     " shards differently; train with --parallel dp to checkpoint");
   }
 }
 
@@ -313,7 +323,7 @@ class TrainPhase : public Phase {
   LaunchShape shape_;
   LinkProbeOptions link_probe_;  // bytes 0: off
   bool weak_ = true;
-  bool zero1_ = false;
+  ParallelMode parallel_ = ParallelMode::kDp;
   int global_batch_ = 0;  // sequences per step over all ranks: what strong scaling divides by k
   AttentionChoice attention_ = AttentionChoice::kAuto;
   const Topology* topology_ = nullptr;
@@ -323,6 +333,7 @@ class TrainPhase : public Phase {
   bool first_step_seen_ = false;
   double peak_device_memory_ = 0;
   ModelStateBytes point_state_;  // what the last point's model allocated on this rank
+  uint64_t point_working_bytes_ = 0;  // and fsdp's working buffers
 };
 
 void TrainPhase::AddOptions(po::options_description& options) {
@@ -351,9 +362,11 @@ void TrainPhase::AddOptions(po::options_description& options) {
       ("seed", Number(&f.seed, IntRange::AtLeast(0))->default_value(f.seed), "seed of the weights and the synthetic tokens")
       ("attention", Choice(&f.attention, {"auto", "cudnn", "cublas"})->default_value(f.attention),
        "cuda: auto = cuDNN fused SDPA when it supports the shape, else cuBLAS")
-      ("parallel", Choice(&f.parallel, {"dp", "zero1"})->default_value(f.parallel),
+      ("parallel", Choice(&f.parallel, {"dp", "zero1", "fsdp"})->default_value(f.parallel),
        "dp: every rank holds the whole model and all-reduces the gradients; zero1: AdamW's state sharded over the "
-       "ranks (reduce-scatter the gradients, AdamW on the shard, all-gather the parameters)")
+       "ranks (reduce-scatter the gradients, AdamW on the shard, all-gather the parameters); fsdp: parameters, "
+       "gradients and AdamW's state sharded (each layer all-gathered before its forward and again before its "
+       "backward, the next one ahead, its gradients reduce-scattered; --no-overlap: all blocking; CPU backend)")
       ("link-probe", po::value(&f.link_probe)->default_value(f.link_probe),
        "across nodes, before the points: every node pair exchanges this much both ways on each local rank's link, "
        "naming the host whose link is slow (3 nodes or more); 0 or off: no probe");
@@ -364,6 +377,9 @@ std::vector<FlagRule> TrainPhase::Rules() const {
   std::vector<FlagRule> rules = TrainIoFlagRules();
   for (const char* flag : {"d-model", "heads", "vocab"}) rules.push_back(Needs(flag, "model", {"custom"}));
   rules.push_back(Needs("global-batch", "scaling-mode", {"strong"}));
+  // Buckets are dp's; zero1's collectives run after backward, with nothing to overlap.
+  rules.push_back(Needs("bucket-mb", "parallel", {"dp"}));
+  rules.push_back(Needs("no-overlap", "parallel", {"dp", "fsdp"}));
   return rules;
 }
 
@@ -387,9 +403,9 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   shape_ = GatherLaunchShape(ctx_);
   scaling_ = ParseScaling(f.scaling, shape_);
   link_probe_.bytes = ParseLinkProbe(f.link_probe);
-  zero1_ = f.parallel == "zero1";
-  CheckParallel(f, io_flags_);
-  if (!zero1_) ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
+  parallel_ = ParseParallel(f.parallel);
+  CheckParallel(f, io_flags_, r.backend() == "nccl");
+  if (parallel_ == ParallelMode::kDp) ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
   global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k;
   for (const auto& [k, nodes, per_node, even, layout, hierarchical] : scaling_) {
     if (!weak_ && global_batch_ % k != 0) {
@@ -404,7 +420,7 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   loop_.warmup_steps = f.warmup_steps;
   loop_.bucket_mb = f.bucket_mb;
   loop_.overlap = !f.no_overlap;
-  loop_.zero1 = zero1_;
+  loop_.parallel = parallel_;
   loop_.adamw.learning_rate = static_cast<float>(f.learning_rate);
   loop_.data_seed = static_cast<uint64_t>(f.seed);
   RecordConfig(r);
@@ -554,12 +570,18 @@ void TrainPhase::RecordHeader(double comm_ready_s) {
   if (!backend.cuda) schema::Set(t, st::attention, "cpu");
 }
 
-// The model of a point on the ranks of `sub`: under zero1 with the optimizer shard of this rank.
+// The model of a point on the ranks of `sub`: under zero1 with the optimizer shard of this rank, under fsdp with
+// its shards of every unit.
 std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& sub) {
-  const OptimizerShard shard = zero1_ ? ShardOf(static_cast<size_t>(setup_.gradient_bytes / sizeof(float)),
-                                                sub.size(), sub.rank())
-                                      : OptimizerShard{};
-  if (!setup_.backend.cuda) return MakeCpuTransformer(model_, static_cast<uint64_t>(f_.seed), shard);
+  const OptimizerShard shard = parallel_ == ParallelMode::kZero1
+                                   ? ShardOf(static_cast<size_t>(setup_.gradient_bytes / sizeof(float)), sub.size(),
+                                             sub.rank())
+                                   : OptimizerShard{};
+  if (!setup_.backend.cuda) {
+    const FsdpLayout fsdp = parallel_ == ParallelMode::kFsdp ? MakeFsdpLayout(MakeLayout(model_), sub.size(), sub.rank())
+                                                             : FsdpLayout{};
+    return MakeCpuTransformer(model_, static_cast<uint64_t>(f_.seed), shard, fsdp);
+  }
   CudaTransformerOptions options;
   options.max_batch = PointBatch(scaling_.front().k);  // the CUDA model's activations are sized for the largest batch
   options.attention = attention_;
@@ -633,14 +655,19 @@ bool TrainPhase::RunPoints(Communicator& comm) {
     if (run_->ctx().world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
       points_.push_back(SummarizePoint(point.k, point_loop.micro_batch, ranks, setup_.flops_per_token,
                                        setup_.peak_flops, setup_.gemm_min, setup_.gradient_bytes));
-      points_.back().gradient_buckets = zero1_ ? 1 : setup_.gradient_buckets;  // zero1: one reduce-scatter + all-gather
+      // zero1: one reduce-scatter and one all-gather; fsdp: one of each per unit
+      points_.back().gradient_buckets = parallel_ == ParallelMode::kZero1  ? 1
+                                        : parallel_ == ParallelMode::kFsdp ? model_.layers + 2
+                                                                           : setup_.gradient_buckets;
       points_.back().nodes = point.plan.nodes;
       points_.back().ranks_per_node = point.plan.ranks_per_node;
-      points_.back().allreduce = zero1_ ? "none" : point.plan.hierarchical ? "hierarchical" : "flat";
+      points_.back().allreduce = parallel_ != ParallelMode::kDp ? "none" : point.plan.hierarchical ? "hierarchical" : "flat";
       points_.back().parallel = f_.parallel;
       points_.back().state = point_state_;
       points_.back().state_theory =
-          TheoryStateBytes(zero1_, setup_.backend.cuda, setup_.gradient_bytes / sizeof(float), point.k);
+          TheoryStateBytes(parallel_, setup_.backend.cuda, setup_.gradient_bytes / sizeof(float), point.k);
+      points_.back().working_bytes = point_working_bytes_;
+      points_.back().traffic_theory = TheoryTraffic(parallel_, setup_.gradient_bytes, point.k);
       AddPointToReport(train(), points_.back(), ranks, point.name);
       AddPointEnergyToReport(train().Child(point.name), energy_J, points_.back());
       if (Sweep()) sweep_shares_.push_back(DataWaitShare(ranks));
@@ -683,6 +710,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
     Print(StepLine(r, sums[0] / point.k, point.k, tokens_per_s, mfu));
   };
   MarkMeasuredSteps(point_loop, run_->gpu_health(), energy);
+  point_loop.working_bytes = &point_working_bytes_;
   std::vector<StepRecord> mine = RunTrainingSteps(sub, *transformer, point_loop);
   energy.end = run_->gpu_health().MarkEnergy();
   io.Finish();
