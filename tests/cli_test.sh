@@ -113,11 +113,11 @@ else
   fail "train run failed: $(cat "$work/err")"
 fi
 
-# --parallel zero1 against dp at 2 and 4 ranks, same seed: the same losses step by step (printed to 4 decimals; the
-# fp32 summation order may differ below that), the point recording zero1 and no all-reduce.
+# --parallel zero1 and fsdp against dp at 2 and 4 ranks, same seed: the same losses step by step (printed to 4
+# decimals; the fp32 summation order may differ below that), the point recording the mode and no all-reduce.
 for n in 2 4; do
   checks=$((checks + 1))
-  for mode in dp zero1; do
+  for mode in dp zero1 fsdp; do
     "${mpiexec[@]}" -n $n "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 \
       --parallel $mode -o "$work/$mode$n.h5" >"$work/$mode$n.out" 2>"$work/err" || fail "train --parallel $mode -n $n: $(cat "$work/err")"
   done
@@ -130,7 +130,36 @@ for n in 2 4; do
   grep -qE "model state per rank \(zero1\), MB allocated / ZeRO's: .* optimizer ([0-9.]+) / \1$" "$work/zero1$n.out" &&
     grep -q "optimizer 7.6 / 7.6$" "$work/dp$n.out" ||
     fail "zero1 at $n ranks: the model state line: $(grep 'model state' "$work/zero1$n.out" "$work/dp$n.out")"
+  [[ $(grep -o 'loss [0-9.]*' "$work/fsdp$n.out") == $(grep -o 'loss [0-9.]*' "$work/dp$n.out") ]] ||
+    fail "fsdp at $n ranks: losses differ from dp's: $(grep -o 'loss [0-9.]*' "$work/fsdp$n.out" | tr '\n' ' ')"
+  "$h5dump" -A -a /train/k$n/parallel "$work/fsdp$n.h5" | grep -q '"fsdp"' || fail "fsdp at $n ranks: parallel not recorded"
+  # Everything sharded: weights, gradients and optimizer state each at ZeRO's figure over n (16 Psi / n in all).
+  grep -qE "model state per rank \(fsdp\), MB allocated / ZeRO's: weights ([0-9.]+) / \1, gradients ([0-9.]+) / \2, optimizer ([0-9.]+) / \3$" \
+    "$work/fsdp$n.out" || fail "fsdp at $n ranks: the model state line: $(grep 'model state' "$work/fsdp$n.out")"
+  grep -q "fsdp working buffers" "$work/fsdp$n.out" || fail "fsdp at $n ranks: no working buffers line"
+  # Traffic next to ZeRO's volumes: dp's all-reduce issues exactly its 2 Psi (N-1)/N; fsdp reduce-scatters Psi and
+  # gathers less than 2 Psi (the embeddings and the final LayerNorm are gathered once, held through backward).
+  grep -qE "sent per rank per step \(ring\), MB issued / ZeRO's: gradient sync ([0-9.]+) / \1, parameter gather 0.00 / 0.00" \
+    "$work/dp$n.out" || fail "dp at $n ranks: traffic line: $(grep 'sent per rank' "$work/dp$n.out")"
+  grep -qE "gradient sync ([0-9.]+) / \1, parameter gather" "$work/fsdp$n.out" ||
+    fail "fsdp at $n ranks: traffic line: $(grep 'sent per rank' "$work/fsdp$n.out")"
+  "$h5dump" -A -a /train/k$n/traffic_parameter_gather_bytes_theory "$work/fsdp$n.h5" | grep -q "(0): [1-9]" ||
+    fail "fsdp at $n ranks: no gather theory in the report"
 done
+# fsdp without overlap: every gather and reduce-scatter blocking, the same losses.
+checks=$((checks + 1))
+"${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 --parallel fsdp \
+  --no-overlap >"$work/fsdp_blocking.out" 2>"$work/err" || fail "train --parallel fsdp --no-overlap: $(cat "$work/err")"
+[[ $(grep -o 'loss [0-9.]*' "$work/fsdp_blocking.out") == $(grep -o 'loss [0-9.]*' "$work/dp2.out") ]] ||
+  fail "fsdp --no-overlap: losses differ from dp's"
+expect_error 2 "--no-overlap goes with --parallel dp.fsdp \\(--parallel is 'zero1'\\)" -- \
+  "$tb" train --model tiny --parallel zero1 --no-overlap
+expect_error 2 "--bucket-mb goes with --parallel dp \\(--parallel is 'fsdp'\\)" -- \
+  "$tb" train --model tiny --parallel fsdp --bucket-mb 4
+expect_error 2 "--parallel fsdp reduce-scatters the gradients instead" -- \
+  "$tb" train --model tiny --parallel fsdp --allreduce hierarchical
+expect_error 2 "--parallel fsdp with checkpoints .* is not built yet" -- \
+  "$tb" train --model tiny --parallel fsdp --checkpoint-dir "$work/ck" --checkpoint-every 2
 expect_error 2 "--parallel 'zero3': not one of the choices" -- "$tb" train --model tiny --parallel zero3
 expect_error 2 "--parallel zero1 reduce-scatters the gradients instead" -- "$tb" train --model tiny --parallel zero1 --allreduce flat
 expect_error 2 "--parallel zero1 with checkpoints .* is not built yet" -- \

@@ -401,6 +401,9 @@ const std::vector<ViewColumn>& PointDetailColumns() {
       Show(p::nodes),           Show(p::ranks_per_node),        Show(p::allreduce),       Show(p::parallel),
       Show(p::weights_bytes, -1), Show(p::weights_bytes_theory, -1), Show(p::gradients_bytes, -1),
       Show(p::gradients_bytes_theory, -1), Show(p::optimizer_bytes, -1), Show(p::optimizer_bytes_theory, -1),
+      Show(p::working_bytes, -1), Show(p::comm_gather_exposed_s, 4),
+      Show(p::traffic_gradient_sync_bytes, -1), Show(p::traffic_gradient_sync_bytes_theory, -1),
+      Show(p::traffic_parameter_gather_bytes, -1), Show(p::traffic_parameter_gather_bytes_theory, -1),
       Show(p::comm_intra_s, 4), Show(p::comm_inter_s, 4),
       Show(p::loss_first, 4),   Show(p::loss_last, 4),          Show(p::worst_rank),
       Computed("worst_rank_host", ""), Computed("worst_rank_device", "")};
@@ -414,6 +417,10 @@ ViewTable StallBudgetView() {
   for (const std::string& part : b::kParts) {
     columns.push_back(Show(b::p50, 1, part));
     columns.push_back(Show(b::p95, 1, part));
+  }
+  for (const std::string& kind : b::kCommKinds) {  // comm_exposed by kind
+    columns.push_back(Show(b::kind_p50, 1, kind));
+    columns.push_back(Show(b::kind_p95, 1, kind));
   }
   return MakeTable("train", "stall_budget", "stall budget per rank (share of step time, p50/p95)", false, columns);
 }

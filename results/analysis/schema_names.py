@@ -259,6 +259,12 @@ class train_point:
     gradients_bytes_theory = "gradients_bytes_theory"
     optimizer_bytes_theory = "optimizer_bytes_theory"
     parallel = "parallel"
+    comm_gather_exposed_s = "comm_gather_exposed_s"
+    traffic_gradient_sync_bytes = "traffic_gradient_sync_bytes"
+    traffic_parameter_gather_bytes = "traffic_parameter_gather_bytes"
+    traffic_gradient_sync_bytes_theory = "traffic_gradient_sync_bytes_theory"
+    traffic_parameter_gather_bytes_theory = "traffic_parameter_gather_bytes_theory"
+    working_bytes = "working_bytes"
     overlap = "overlap"
     gradient_bytes = "gradient_bytes"
     gradient_buckets = "gradient_buckets"
@@ -281,6 +287,7 @@ class train_point:
         backward_s = "backward_s"
         comm_total_s = "comm_total_s"
         comm_exposed_s = "comm_exposed_s"
+        comm_gather_exposed_s = "comm_gather_exposed_s"
         comm_intra_s = "comm_intra_s"
         comm_inter_s = "comm_inter_s"
         optimizer_s = "optimizer_s"
@@ -302,6 +309,9 @@ class train_point:
         p50 = "<part>_p50"
         p95 = "<part>_p95"
         p99 = "<part>_p99"
+        p50 = "<kind>_p50"
+        p95 = "<kind>_p95"
+        p99 = "<kind>_p99"
 
 
 class io:
