@@ -15,7 +15,6 @@
 namespace tb {
 namespace {
 
-constexpr uint64_t kElementBytes = 4;  // messages are sent as float32
 
 // This rank's seconds per (local rank, node pair), laid out so that one MAX all-reduce gives each pair's time as its
 // slower side saw it.
@@ -84,11 +83,7 @@ std::vector<HostLink> JudgeHostLinks(const std::vector<LinkPair>& pairs, int nod
 }
 
 void ValidateLinkProbeOptions(const LinkProbeOptions& options) {
-  if (options.bytes < kElementBytes || options.bytes % kElementBytes != 0) {
-    throw InputError(Format("invalid --link-probe %llu: the message size must be a positive multiple of 4 bytes "
-                            "(it is sent as float32), or 0 to skip the probe",
-                            static_cast<unsigned long long>(options.bytes)));
-  }
+  CheckMessageSize(options.bytes, "--link-probe", ", or 0 to skip the probe");
 }
 
 LinkProbeResult ProbeInterNodeLinks(Communicator& comm, const std::vector<int>& rank_node,
@@ -103,7 +98,7 @@ LinkProbeResult ProbeInterNodeLinks(Communicator& comm, const std::vector<int>& 
 
   std::unique_ptr<CommBuffer> send = AllocateFilled(comm, options.bytes);
   std::unique_ptr<CommBuffer> recv = AllocateFilled(comm, options.bytes);
-  const size_t count = options.bytes / kElementBytes;
+  const size_t count = options.bytes / kMessageElementBytes;
   ProbeSeconds seconds(locals, result.nodes);
   const auto rounds = TournamentRounds(result.nodes);
   result.rounds = static_cast<int>(rounds.size());

@@ -21,16 +21,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kBytesPerGB = 1e9;
-constexpr uint64_t kElementBytes = 4;  // messages are sent as float32
-
-void CheckMessageSize(uint64_t bytes, const char* flag) {
-  if (bytes < kElementBytes || bytes % kElementBytes != 0) {
-    throw InputError(
-        Format("invalid %s %llu: the p2p message size must be a positive multiple of 4 bytes "
-               "(it is sent as float32)",
-               flag, static_cast<unsigned long long>(bytes)));
-  }
-}
 
 void CheckRankLabels(const P2pResult& result, const std::vector<std::string>& rank_hosts,
                      const std::vector<std::string>& rank_gpus) {
@@ -58,8 +48,8 @@ void MeasurePair(Communicator& comm, const P2pOptions& options, CommBuffer& send
   const int rank = comm.rank();
   const bool in_pair = rank == low || rank == high;
   const int peer = rank == low ? high : low;
-  const size_t count = options.size_bytes / kElementBytes;
-  const size_t latency_count = options.latency_bytes / kElementBytes;
+  const size_t count = options.size_bytes / kMessageElementBytes;
+  const size_t latency_count = options.latency_bytes / kMessageElementBytes;
   const unsigned long long size = options.size_bytes;
   // The skipped side still gets a real buffer: MPI checks the pointer even when the peer is MPI_PROC_NULL.
   auto send_to = [&](int to, size_t elements) {

@@ -3,14 +3,28 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "clock.h"
 #include "communicator.h"
+#include "error.h"
 #include "watchdog.h"
 
 namespace tb {
+
+constexpr uint64_t kMessageElementBytes = 4;  // messages are sent as float32
+
+// Throws InputError "invalid FLAG BYTES: the message size must be a positive multiple of 4 bytes (it is sent as
+// float32)" + `more` unless `bytes` is one.
+inline void CheckMessageSize(uint64_t bytes, const std::string& flag, const std::string& more = "") {
+  if (bytes < kMessageElementBytes || bytes % kMessageElementBytes != 0) {
+    throw InputError("invalid " + flag + " " + std::to_string(bytes) +
+                     ": the message size must be a positive multiple of 4 bytes (it is sent as float32)" + more);
+  }
+}
 
 // One measured phase: the ranks taking part (`in_pair`) do their warm-up, then all ranks meet, the ranks taking part
 // run the timed loop, and all ranks meet again. The idle ranks wait inside the phase, so that a stuck pair is named

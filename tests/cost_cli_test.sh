@@ -23,6 +23,7 @@ expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" -o "$work/train.h5"
 expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --checkpoint-dir "$work/ckpt" --checkpoint-every 2 \
   -o "$work/ckpt.h5"
 expect_ok "${mpiexec[@]}" -n 2 "$tb" collectives -b 1K -e 4M -f 4 -n 5 -w 2 -o "$work/coll.h5"
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --parallel fsdp -o "$work/fsdp.h5"
 r=$work/train.h5
 
 # --- cost ------------------------------------------------------------------------------------------------------------
@@ -47,6 +48,14 @@ expect_out "^# cheapest within 1e\+09 h: "
 checks=$((checks + 1))
 [[ $(grep -cE " k2 1x2 +measured +(aws-p5.48xlarge|lambda-8x-h100-sxm|coreweave-hgx-h100) " "$work/out") -eq 6 ]] ||
   fail "want 6 cost rows: $(cat "$work/out")"
+
+# Modes side by side: each run's line names its mode, the decision lines the winner's mode and exposed
+# communication; the fsdp run projects its 1.5x dp's volume (ZeRO's) and fits its sharded memory.
+expect_ok "$tb" cost "$r" "$work/fsdp.h5" --prices "$prices" --train-tokens 1e9 --project 2x8 --inter-node-gbps 100 "${h100[@]}"
+expect_out "^# run $work/fsdp.h5: .*, --parallel fsdp$"
+expect_out "^# run $r: .*, --parallel dp$"
+expect_out "^# cheapest: .*; (dp|fsdp), exposed communication [0-9.]+% of the step"
+expect_out "^# projection of $work/fsdp.h5 .*"
 
 expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --deadline-hours 1e-9 "${h100[@]}"
 expect_out "^# none meets the deadline of 1e-09 h \(the fastest takes [0-9.]+ h\)"
@@ -163,6 +172,16 @@ expect_ok "$tb" cost --model gpt2-124m --micro-batch 1 --seq 512 --gpu-memory 80
 checks=$((checks + 1))
 python3 -c 'import json,sys; m=json.load(sys.stdin)["runs"][0]["cost"]["memory"][0]; assert m["fits"] == 1; assert abs(m["weights_bytes"]+m["gradients_bytes"]+m["optimizer_bytes"] - 16*(m["weights_bytes"]/2)) < 1' \
   <"$work/out" || fail "memory JSON: $(head -c 2000 "$work/out")"
+# Per mode (ZeRO's formulas): gpt-70b's 16 Psi of model states do not fit 80 GiB as dp; fsdp over 64 GPUs does,
+# with its gathered layers shown; zero1 over 64 keeps 4 Psi of bf16 weights and gradients and does not.
+expect_ok "$tb" cost --model gpt-70b --gpu-memory 80G --parallel fsdp --ranks 64
+expect_out "^# memory fit, per GPU \(fsdp: .*fsdp over 64 ranks$"
+expect_out "gathered layers [0-9.]+ GiB: total"
+expect_out "^#   --gpu-memory 80G, 80.0 GiB: needs [0-9.]+ GiB: fits"
+expect_ok "$tb" cost --model gpt-70b --gpu-memory 80G --parallel zero1 --ranks 64
+expect_out "^#   --gpu-memory 80G, 80.0 GiB: needs [0-9.]+ GiB: does NOT fit"
+expect_error 2 "--ranks goes with --model" -- "$tb" cost "$r" --ranks 8 --project 4
+expect_error 2 "--parallel 'tp': not one of the choices" -- "$tb" cost --model gpt-70b --gpu-memory 80G --parallel tp
 expect_ok "$tb" cost --model gpt-70b --layers 8 --prices "$prices"
 expect_out "^#   aws-p5.48xlarge \(H100 SXM\), 80.0 GiB: needs"
 expect_ok "$tb" cost --help

@@ -399,6 +399,36 @@ std::vector<TrainPointInput> SyntheticPoints(const LinkModel& links) {
   return points;
 }
 
+// A mode's collectives as all-reduces: a reduce-scatter or all-gather is half an all-reduce, in bytes and latency.
+TEST(Projection, ModeCollectivesInAllReduces) {
+  const ModeCollectives dp = CollectivesOf("dp", 100, 4);
+  EXPECT_DOUBLE_EQ(dp.bytes, 100);
+  EXPECT_DOUBLE_EQ(dp.ops, 4);
+  const ModeCollectives zero1 = CollectivesOf("zero1", 100, 1);  // RS + AG of 100 B: one all-reduce of 100 B
+  EXPECT_DOUBLE_EQ(zero1.bytes, 100);
+  EXPECT_DOUBLE_EQ(zero1.ops, 1);
+  // fsdp, 4 units (2 blocks): 4 reduce-scatters, 6 all-gathers; ZeRO's 3 Psi = 1.5 all-reduces of Psi, or what was
+  // gathered.
+  const ModeCollectives fsdp = CollectivesOf("fsdp", 100, 4);
+  EXPECT_DOUBLE_EQ(fsdp.bytes, 150);
+  EXPECT_DOUBLE_EQ(fsdp.ops, 5);
+  EXPECT_DOUBLE_EQ(CollectivesOf("fsdp", 100, 4, 160).bytes, 130);
+  EXPECT_THROW(CollectivesOf("tp", 100, 4), InputError);
+  // The projection moves the mode's bytes: fsdp's comm is 1.5 times dp's on the same links.
+  LinkModel links;
+  links.intra = {0, 1e-9, true, "test"};
+  TrainPointInput point;
+  point.k = 4;
+  point.gpus_per_node = 4;
+  point.step_s = 1;
+  point.tokens_per_step = 4;
+  point.gradient_bytes = 1e6;
+  point.buckets = 1;
+  const double dp_comm = StepModel({point}, true, point).Project(links, {1, 8}).comm_s;
+  point.comm_bytes = 1.5e6;
+  EXPECT_NEAR(StepModel({point}, true, point).Project(links, {1, 8}).comm_s, 1.5 * dp_comm, 1e-12);
+}
+
 TEST(Projection, StepModelWeakScaling) {
   const std::vector<TrainPointInput> points = SyntheticPoints(KnownLinks());
   const StepModel model(points, true, points.front());
@@ -690,6 +720,21 @@ TEST(MemoryFit, CalibrationScalesTheTotal) {
   EXPECT_FALSE(fit.fits);
   EXPECT_NEAR(fit.margin_bytes, -1 * kGiB, 1);
   EXPECT_FALSE(CalibrateMemory(0, 25 * kGiB, "cpu.h5").has_value());  // the CPU backend measures no device memory
+}
+
+// ZeRO's table (section 3, Psi = 7.5B, N = 64, mixed precision): dp 120 GB of model states, zero1 (P_os) 31.4 GB,
+// fsdp (P_os+g+p) 1.9 GB; fsdp adds the units it holds gathered at dp's 4 bytes per parameter (2 + 2).
+TEST(MemoryFit, ModesShardAsZeroSays) {
+  const double psi = 7.5e9;
+  const MemoryBreakdown dp{2 * psi, 2 * psi, 12 * psi, 1e9};
+  EXPECT_DOUBLE_EQ(ModeMemory(dp, "dp", 64, 0, psi).model_states_bytes(), 120e9);
+  EXPECT_NEAR(ModeMemory(dp, "zero1", 64, 0, psi).model_states_bytes(), 4 * psi + 12 * psi / 64, 1);  // 31.4 GB
+  const MemoryBreakdown fsdp = ModeMemory(dp, "fsdp", 64, 1e8, psi);
+  EXPECT_NEAR(fsdp.model_states_bytes(), 16 * psi / 64, 1);  // 1.88 GB
+  EXPECT_NEAR(fsdp.working_bytes, 4 * 1e8, 1);
+  EXPECT_NEAR(fsdp.total_bytes(), 16 * psi / 64 + 4e8 + 1e9, 1);
+  EXPECT_THROW(ModeMemory(dp, "zero3", 64, 0, psi), InputError);
+  EXPECT_THROW(ModeMemory(dp, "fsdp", 0, 0, psi), InputError);
 }
 
 // ---- reading a run -------------------------------------------------------------------------------------------

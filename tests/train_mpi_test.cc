@@ -266,6 +266,7 @@ StepRecord Record(int step, bool warmup, double step_s, double forward, double b
   r.data_wait_s = data;
   r.tokens = 1000;
   r.loss = 2.0;
+  r.allreduce_bytes = 8000000;  // dp's gradients, all-reduced
   return r;
 }
 
@@ -305,6 +306,11 @@ TEST(TrainSummary, ThroughputMfuOverlapAndBudgetByHand) {
   EXPECT_DOUBLE_EQ(p.comm_total_s, 0.4);
   EXPECT_DOUBLE_EQ(p.overlap, 0.75);  // 1 - 0.1 / 0.4
   EXPECT_DOUBLE_EQ(p.effective_busbw_GBps, 8e6 / 0.4 * 2 * 1 / 2 / 1e9);
+  EXPECT_DOUBLE_EQ(p.traffic.gradient_sync, 8e6);  // 2(k-1)/k of the buffer at k = 2
+  EXPECT_DOUBLE_EQ(p.traffic.parameter_gather, 0);
+  // The exposed communication by kind: all gradient sync here.
+  EXPECT_NEAR(p.budgets[0].comm_gradient_sync.p50, 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(p.budgets[0].comm_param_gather.p50, 0);
   EXPECT_EQ(p.worst_rank, 1);
   // Rank 0: compute 0.8 of 1.0 s, exposed 0.1, data 0.05, other 0.05.
   EXPECT_NEAR(p.budgets[0].compute.p50, 0.8, 1e-12);

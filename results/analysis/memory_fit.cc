@@ -1,6 +1,9 @@
 #include "memory_fit.h"
 
 #include "console.h"
+#include "error.h"
+
+#include <string>
 
 namespace tb {
 
@@ -11,6 +14,20 @@ std::optional<MemoryCalibration> CalibrateMemory(double measured_peak_bytes, dou
   return MemoryCalibration{measured_peak_bytes / estimated_bytes,
                            Format("measured peak %.2f GiB / estimate %.2f GiB on %s", measured_peak_bytes / kGiB,
                                   estimated_bytes / kGiB, run.c_str())};
+}
+
+MemoryBreakdown ModeMemory(const MemoryBreakdown& dp, const std::string& mode, int ranks, double gathered_parameters,
+                           double parameters) {
+  if (ranks < 1) throw InputError("a parallel mode needs at least 1 rank, got " + std::to_string(ranks));
+  MemoryBreakdown m = dp;
+  if (mode == "dp") return m;
+  m.optimizer_bytes /= ranks;
+  if (mode == "zero1") return m;
+  if (mode != "fsdp") throw InputError("unknown parallel mode '" + mode + "' (dp, zero1, fsdp)");
+  m.weights_bytes /= ranks;
+  m.gradients_bytes /= ranks;
+  if (parameters > 0) m.working_bytes = gathered_parameters * (dp.weights_bytes + dp.gradients_bytes) / parameters;
+  return m;
 }
 
 MemoryFit FitMemory(const MemoryBreakdown& estimate, double gpu_memory_bytes,

@@ -8,15 +8,24 @@
 
 namespace tb {
 
-// Per-GPU bytes of data parallel training (every rank holds the whole model).
+// Per-GPU bytes of training: data parallel's (every rank holds the whole model), or a sharded mode's (ModeMemory).
 struct MemoryBreakdown {
   double weights_bytes = 0;
   double gradients_bytes = 0;
   double optimizer_bytes = 0;
   double activations_bytes = 0;
+  double working_bytes = 0;  // fsdp: the units gathered at once, their parameters and gradients
   double model_states_bytes() const { return weights_bytes + gradients_bytes + optimizer_bytes; }
-  double total_bytes() const { return model_states_bytes() + activations_bytes; }
+  double total_bytes() const { return model_states_bytes() + activations_bytes + working_bytes; }
 };
+
+// `dp` under `mode` over `ranks`, as ZeRO counts it: dp unchanged; zero1 the optimizer state over the ranks; fsdp
+// weights, gradients and optimizer state over the ranks, plus the units it holds at once (`gathered_parameters`:
+// the embeddings, the final LayerNorm and two blocks), their parameters and gradients at dp's bytes per parameter
+// (weights_bytes / parameters, and gradients_bytes / parameters). Activations are per rank in every mode. Throws
+// InputError for another mode or ranks < 1.
+MemoryBreakdown ModeMemory(const MemoryBreakdown& dp, const std::string& mode, int ranks, double gathered_parameters,
+                           double parameters);
 
 // Measured / estimated peak of a run on a GPU: how far the estimate is from what the device really used (CUDA
 // context, allocator caching and workspaces push it up; fused attention pulls activations down).

@@ -234,7 +234,7 @@ ProjectedPoint StepModel::Project(const LinkModel& links, const Layout& layout) 
   const int k = layout.gpus();
   const double base = (reference_.step_s - reference_.comm_exposed_s) *
                       (weak_ ? 1.0 : static_cast<double>(reference_.k) / k);
-  p.comm_s = k > 1 ? PredictAllReduceSeconds(links, layout.nodes, layout.gpus_per_node, reference_.gradient_bytes,
+  p.comm_s = k > 1 ? PredictAllReduceSeconds(links, layout.nodes, layout.gpus_per_node, reference_.CommBytes(),
                                              reference_.buckets)
                    : 0.0;
   p.exposed_s = (1.0 - overlap_) * p.comm_s;
@@ -246,12 +246,23 @@ ProjectedPoint StepModel::Project(const LinkModel& links, const Layout& layout) 
   return p;
 }
 
+ModeCollectives CollectivesOf(const std::string& parallel, double gradient_bytes, double buckets,
+                              double gathered_bytes) {
+  if (parallel == "dp") return {gradient_bytes, buckets};
+  if (parallel == "zero1") return {gradient_bytes, 1.0};
+  if (parallel == "fsdp") {
+    const double gathered = gathered_bytes > 0 ? gathered_bytes : 2 * gradient_bytes;
+    return {(gradient_bytes + gathered) / 2, (buckets + 2 * buckets - 2) / 2};
+  }
+  throw InputError("unknown parallel mode '" + parallel + "' (dp, zero1, fsdp)");
+}
+
 std::vector<AllReduceSample> TrainSamples(const std::vector<TrainPointInput>& points) {
   std::vector<AllReduceSample> samples;
   for (const TrainPointInput& p : points) {
     if (p.k < 2 || !(p.comm_total_s > 0)) continue;
-    samples.push_back({p.nodes, p.gpus_per_node, p.gradient_bytes, p.buckets, p.comm_total_s,
-                       "train k=" + std::to_string(p.k) + " gradient buckets"});
+    samples.push_back({p.nodes, p.gpus_per_node, p.CommBytes(), p.buckets, p.comm_total_s,
+                       "train k=" + std::to_string(p.k) + (p.parallel == "dp" ? " gradient buckets" : " " + p.parallel)});
   }
   return samples;
 }

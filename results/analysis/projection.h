@@ -91,9 +91,26 @@ struct TrainPointInput {
   double comm_total_s = 0;      // all-reduce time per step (sum over buckets)
   double comm_exposed_s = 0;    // what backward did not hide
   double gradient_bytes = 0;    // per rank per step
-  double buckets = 1;           // all-reduces per step
+  double buckets = 1;           // all-reduces per step (all-reduce-equivalent: ModeCollectives)
   double tokens_per_step = 0;   // over all k ranks
+  std::string parallel = "dp";  // the mode the point ran: dp, zero1, fsdp
+  double comm_bytes = 0;        // all-reduce-equivalent bytes per step (ModeCollectives); 0: gradient_bytes
+  double CommBytes() const { return comm_bytes > 0 ? comm_bytes : gradient_bytes; }
 };
+
+// A step's collectives as all-reduces for the alpha-beta model: a ring reduce-scatter or all-gather of S bytes
+// takes half the bytes term and half the latency steps of an all-reduce of S ((n-1) against 2(n-1)), so a mode's
+// step moves `bytes` in `ops` all-reduces' worth.
+struct ModeCollectives {
+  double bytes = 0;
+  double ops = 0;
+};
+// dp: gradient_bytes in `buckets` all-reduces; zero1: a reduce-scatter and an all-gather of gradient_bytes (one
+// all-reduce's worth); fsdp: `buckets` unit reduce-scatters (Ψ) and 2 x buckets - 2 unit all-gathers (every block
+// twice, the embeddings and final LayerNorm once), gathered_bytes of them in all (2Ψ when not known, ZeRO's
+// volume). Throws InputError for another mode.
+ModeCollectives CollectivesOf(const std::string& parallel, double gradient_bytes, double buckets,
+                              double gathered_bytes = 0);
 
 
 // Parses "16,32,2x4": a count k becomes ceil(k / gpus_per_node) nodes of min(k, gpus_per_node) GPUs (k must then

@@ -150,10 +150,23 @@ MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, cons
   // close once they hold bucket_bytes, so a step has about this many).
   p.train.buckets = r.NumberOr(group, sp::gradient_buckets, 0.0);
   if (!(p.train.buckets >= 1)) p.train.buckets = std::max(1.0, std::ceil(p.train.gradient_bytes / bucket_bytes));
+  // The mode's collectives as all-reduces; fsdp's gathered bytes from what the point sent ((k-1)/k of them).
+  const std::string parallel = r.Text(group, sp::parallel);
+  p.train.parallel = parallel.empty() ? "dp" : parallel;  // reports before the modes: dp
+  const double sent = r.NumberOr(group, sp::traffic_parameter_gather_bytes, 0.0);
+  const double gathered = k > 1 && sent > 0 ? sent * k / (k - 1) : 0.0;
+  try {
+    const ModeCollectives c = CollectivesOf(p.train.parallel, p.train.gradient_bytes, p.train.buckets, gathered);
+    p.train.comm_bytes = c.bytes;
+    p.train.buckets = c.ops;
+  } catch (const InputError& e) {
+    r.Fail(where + ": " + e.what());
+  }
   p.train.tokens_per_step = r.Number(group, sp::tokens_per_step, where);
   p.step_s_reported = r.Number(group, sp::step_s, where);
   p.tokens_per_s_reported = r.Number(group, sp::tokens_per_s, where);
   p.micro_batch = static_cast<int>(r.Number(group, sp::micro_batch, where));
+  p.gather_exposed_s = r.NumberOr(group, sp::comm_gather_exposed_s, 0.0);
   p.joules_per_token = r.NumberOr(group, sp::joules_per_token, std::nan(""));  // reports before NVML have none
   if (!(p.train.step_s > 0) || !(p.train.tokens_per_step > 0)) r.Fail(where + " has no positive step time");
   return p;
@@ -171,6 +184,11 @@ void ReadModel(const Report& report, const ReportReader& r, RunMeasurement& run)
   run.memory_estimate.optimizer_bytes = r.NumberOr(*model, m::memory_optimizer_bytes, 0.0);
   run.memory_estimate.activations_bytes = r.NumberOr(*model, m::memory_activations_bytes, 0.0);
   run.memory_precision = r.Text(*model, m::memory_precision);
+  run.layers = static_cast<int>(r.NumberOr(*model, m::layers, 0.0));
+  run.d_model = static_cast<int>(r.NumberOr(*model, m::d_model, 0.0));
+  run.heads = static_cast<int>(r.NumberOr(*model, m::heads, 0.0));
+  run.vocab = static_cast<int>(r.NumberOr(*model, m::vocab, 0.0));
+  run.max_seq = static_cast<int>(r.NumberOr(*model, m::max_seq, 0.0));
 }
 
 }  // namespace
@@ -207,6 +225,7 @@ RunMeasurement ReadRunMeasurement(const Report& report, const std::string& path)
   if (schema::FindGroup(report.root, schema::kCollective, "all_reduce")) {
     run.all_reduce = ReadAllReduceSamples(report, path);
   }
+  run.parallel = run.points.back().train.parallel;
   ReadModel(report, r, run);
   if (config) run.seq = static_cast<int>(r.NumberOr(*config, schema::config::seq, 0.0));
   run.peak_device_memory_bytes = r.NumberOr(*train, schema::train::peak_device_memory_bytes_max, 0.0);

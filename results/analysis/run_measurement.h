@@ -19,6 +19,7 @@ struct MeasuredPoint {
   double step_s_reported = 0;          // the report's step_s (checkpoint stalls included)
   double tokens_per_s_reported = 0;    // the report's tokens_per_s
   int micro_batch = 0;
+  double gather_exposed_s = 0;         // the part of comm_exposed waiting for parameter all-gathers (0 before it)
   std::optional<double> checkpoint_stall_s;  // mean over io/k<N>/checkpoints rows (every rank and event)
   int checkpoint_events = 0;           // rows averaged
   double checkpoint_state_bytes = 0;   // the whole checkpoint (io checkpoint_state_bytes); 0 when none was written
@@ -39,7 +40,9 @@ struct RunMeasurement {
   std::string model_scaled;            // what --layers changed ("" when nothing)
   double parameters = 0;
   int seq = 0;
-  MemoryBreakdown memory_estimate;     // the report's per-rank estimate (model memory_* attributes)
+  int layers = 0, d_model = 0, heads = 0, vocab = 0, max_seq = 0;  // its shape (model attributes; 0: not recorded)
+  std::string parallel = "dp";         // the mode of the largest point (dp, zero1, fsdp)
+  MemoryBreakdown memory_estimate;     // the report's per-rank estimate of dp (model memory_* attributes)
   std::string memory_precision;
   double peak_device_memory_bytes = 0; // max over ranks (0 on the CPU backend)
 };

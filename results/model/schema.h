@@ -703,8 +703,7 @@ inline const std::vector<const Field*> kStoredOnly = {
     // How p2p ran, and its other two matrices.
     &p2p::iters, &p2p::latency_bytes, &p2p::latency_iters, &p2p::complete,
     // The model's shape and the FLOP convention behind MFU.
-    &model::layers, &model::preset_layers, &model::d_model, &model::heads, &model::vocab, &model::vocab_padded,
-    &model::max_seq, &model::matmul_parameters, &model::model_flops_per_token, &model::flops_convention,
+    &model::preset_layers, &model::vocab_padded, &model::matmul_parameters, &model::model_flops_per_token, &model::flops_convention,
     &point::model_flops_per_token, &point::step_s_p95,
     // How the rates MFU divides by were found, start-up parts, and each rank's peak memory.
     &train::measured_gemm, &train::peak_source, &train::mpi_init_s, &train::communicator_init_s,

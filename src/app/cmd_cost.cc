@@ -27,6 +27,7 @@
 #include "reporter.h"
 #include "run_measurement.h"
 #include "token_shard.h"
+#include "transformer.h"
 #include "units.h"
 
 namespace tb {
@@ -84,6 +85,8 @@ struct CostFlags {
   int micro_batch = 0;
   int seq = 0;
   std::string gpu_memory;
+  std::string parallel = "dp";
+  int ranks = 1;
   std::string format = "text";
   std::string html;
 };
@@ -112,6 +115,11 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
       ("micro-batch", Number(&f.micro_batch, IntRange::AtLeast(1)), "with --model: sequences per GPU per step (1)")
       ("seq", Number(&f.seq, IntRange::Between(1, 1 << 20)), "with --model: tokens per sequence (the model's)")
       ("gpu-memory", po::value(&f.gpu_memory), "with --model: GPU memory to fit in (80G = 80 GiB, 80GB = 80e9 B)")
+      ("parallel", Choice(&f.parallel, {"dp", "zero1", "fsdp"})->default_value(f.parallel),
+       "with --model: the mode to fit (dp: whole model per GPU; zero1: AdamW's state over --ranks; fsdp: "
+       "everything over --ranks, two layers gathered)")
+      ("ranks", Number(&f.ranks, IntRange::Between(1, 1 << 20))->default_value(f.ranks),
+       "with --model: the GPUs the mode shards over")
       ("format", Choice(&f.format, ReportFormatNames())->default_value(f.format),
        "csv and json: the tables of results/README.md (Output of cost)")
       ("html", po::value(&f.html), "also write an HTML page: the reports' plots and the cost per configuration")
@@ -119,7 +127,9 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
   std::vector<FlagRule> rules = {Excludes("train-tokens", "train-steps"), Needs("deadline-hours", "prices"),
                                  Needs("collectives", "project"), Needs("gpus-per-node", "project"),
                                  Needs("inter-node-gbps", "project"), Needs("inter-node-latency-us", "project")};
-  for (const char* flag : {"layers", "micro-batch", "seq", "gpu-memory"}) rules.push_back(Needs(flag, "model"));
+  for (const char* flag : {"layers", "micro-batch", "seq", "gpu-memory", "parallel", "ranks"}) {
+    rules.push_back(Needs(flag, "model"));
+  }
   ParseSpec spec;
   spec.rules = rules;
   spec.positional = "reports";
@@ -149,9 +159,24 @@ std::string Gib(double bytes) { return Format("%.1f GiB", bytes / kGiB); }
 
 struct MemoryCheck {
   std::string what;  // "gpt-13b (40 layers), micro-batch 1, seq 1024, bf16 mixed precision"
-  MemoryBreakdown estimate;
+  MemoryBreakdown estimate;  // data parallel's
   std::optional<MemoryCalibration> calibration;
+  std::string mode = "dp";         // the parallel mode the fit is for
+  int ranks = 1;                   // --model: the ranks it shards over (--ranks)
+  double gathered_parameters = 0;  // fsdp: the units held at once
+  double parameters = 0;
+  // The estimate under the mode over `k` ranks (ModeMemory).
+  MemoryBreakdown For(int k) const { return ModeMemory(estimate, mode, k, gathered_parameters, parameters); }
 };
+
+// The parameters fsdp holds gathered at once: the embeddings, the final LayerNorm and two blocks (one with a single
+// layer), as FsdpGatherer's working buffers hold them.
+double FsdpGatheredParameters(const ModelConfig& config) {
+  const std::vector<ParameterUnit> units = ParameterUnits(MakeLayout(config));
+  double gathered = static_cast<double>(units.front().elements() + units.back().elements());
+  for (int l = 0; l < std::min(config.layers, 2); ++l) gathered += static_cast<double>(units[BlockUnit(l)].elements());
+  return gathered;
+}
 
 struct RunAnalysis {
   RunMeasurement m;
@@ -182,6 +207,7 @@ struct Config {
   int gpus = 0;  // ranks of the job: a measured point's k (an uneven layout holds fewer than nodes x per node)
   double tokens_per_step = 0;
   double step_s = 0;  // without checkpoint stalls
+  double exposed_s = 0;  // exposed communication per step (measured, or the projection's)
 };
 
 struct CostRow {
@@ -207,17 +233,31 @@ MemoryCheck ModelMemory(const CostFlags& f, const RunMeasurement* run) {
     const int seq = f.seq > 0 ? f.seq : config.seq;
     const MemoryEstimate e = EstimateMemory(config, micro_batch, seq, true);
     check.estimate = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes};
-    check.what = Format("%s (%d layers, %.3g parameters), micro-batch %d, seq %d, bf16 mixed precision",
-                        config.name.c_str(), config.layers, static_cast<double>(CountParameters(config).total),
-                        micro_batch, seq);
+    check.mode = f.parallel;
+    check.ranks = f.ranks;
+    check.parameters = static_cast<double>(CountParameters(config).total);
+    check.gathered_parameters = FsdpGatheredParameters(config);
+    check.what = Format("%s (%d layers, %.3g parameters), micro-batch %d, seq %d, bf16 mixed precision, %s over %d "
+                        "rank%s", config.name.c_str(), config.layers, check.parameters, micro_batch, seq,
+                        f.parallel.c_str(), f.ranks, f.ranks == 1 ? "" : "s");
+    check.For(f.ranks);  // a bad mode or rank count fails here
   } else if (run) {
     check.estimate = run->memory_estimate;
-    check.what = Format("%s as run (%s%.3g parameters, micro-batch %d, seq %d; %s)", run->model_name.c_str(),
+    check.mode = run->parallel;
+    check.parameters = run->parameters;
+    if (run->layers > 0 && run->d_model > 0 && run->heads > 0 && run->vocab > 0 && run->max_seq > 0) {
+      check.gathered_parameters =
+          FsdpGatheredParameters(CustomModel(run->layers, run->d_model, run->heads, run->vocab, run->max_seq));
+    }
+    check.what = Format("%s as run (%s%.3g parameters, micro-batch %d, seq %d; %s; %s)", run->model_name.c_str(),
                         run->model_scaled.empty() ? "" : (run->model_scaled + ", ").c_str(), run->parameters,
-                        run->points.back().micro_batch, run->seq, run->memory_precision.c_str());
+                        run->points.back().micro_batch, run->seq, run->memory_precision.c_str(), run->parallel.c_str());
   }
-  if (run) {
-    check.calibration = CalibrateMemory(run->peak_device_memory_bytes, run->memory_estimate.total_bytes(), run->path);
+  if (run) {  // the measured peak against the estimate of the mode at the run's largest point
+    check.calibration = CalibrateMemory(run->peak_device_memory_bytes,
+                                        ModeMemory(run->memory_estimate, run->parallel, run->points.back().train.k,
+                                                   check.gathered_parameters, run->parameters).total_bytes(),
+                                        run->path);
   }
   return check;
 }
@@ -316,9 +356,10 @@ std::vector<Config> ConfigsOf(const RunAnalysis& a, size_t run_index) {
   const MeasuredPoint& p = a.m.points[a.priced];
   const Layout measured{p.train.nodes, p.train.gpus_per_node};
   configs.push_back({run_index, Format("k%d %s", p.train.k, measured.Name().c_str()), false, measured, p.train.k,
-                     p.train.tokens_per_step, p.train.step_s});
+                     p.train.tokens_per_step, p.train.step_s, p.train.comm_exposed_s});
   for (const ProjectedPoint& q : a.projected) {
-    configs.push_back({run_index, q.layout.Name(), true, q.layout, q.layout.gpus(), q.tokens_per_step, q.step_s});
+    configs.push_back({run_index, q.layout.Name(), true, q.layout, q.layout.gpus(), q.tokens_per_step, q.step_s,
+                       q.exposed_s});
   }
   return configs;
 }
@@ -345,13 +386,27 @@ std::string RowName(const CostRow& row, const std::vector<RunAnalysis>& runs) {
          row.offering->name;
 }
 
+// The mode of a configuration and what its exposed communication costs it, for the decision lines: "fsdp, exposed
+// communication 29.1% of the step (parameter gathers 50.2% of it, as measured at k=4)".
+std::string CommReason(const Config& config, const RunAnalysis& a) {
+  const MeasuredPoint& p = a.m.points[a.priced];
+  std::string reason = Format("%s, exposed communication %.1f%% of the step", a.m.parallel.c_str(),
+                              100 * config.exposed_s / config.step_s);
+  if (p.train.comm_exposed_s > 0 && p.gather_exposed_s > 0) {
+    reason += Format(" (parameter gathers %.1f%% of it, as measured at k=%d)",
+                     100 * p.gather_exposed_s / p.train.comm_exposed_s, p.train.k);
+  }
+  return reason;
+}
+
 std::vector<std::string> DecisionLines(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs,
                                        const CostDecision& d, std::optional<double> deadline) {
   std::vector<std::string> lines;
   auto describe = [&](size_t i) {
     return RowName(rows[i], runs) + ": " + Usd(rows[i].cost.total_usd) +
            Format(", %.1f h to train, $%.4f per 1M tokens", rows[i].cost.time_to_train_hours,
-                  rows[i].cost.usd_per_million_tokens);
+                  rows[i].cost.usd_per_million_tokens) +
+           "; " + CommReason(rows[i].config, runs[rows[i].config.run]);
   };
   if (d.cheapest) lines.push_back("# cheapest: " + describe(*d.cheapest));
   if (d.fastest) lines.push_back("# fastest: " + describe(*d.fastest));
@@ -375,6 +430,7 @@ std::vector<std::string> RunLines(const RunAnalysis& a, const std::optional<Pric
                          : a.device_as         ? (", priced as " + a.gpu->name + " (--device-as)").c_str()
                                                : (" -> " + a.gpu->name).c_str(),
                          m.model_name.c_str(), JoinNames(ks, ",").c_str(), m.nodes, m.weak_scaling ? "weak" : "strong"));
+  lines.back() += ", --parallel " + m.parallel;
   const MeasuredPoint& p = m.points[a.priced];
   lines.push_back(Format("#   priced point k=%d (%s): %.6g tokens/s without checkpoint stalls (%.6g as reported), "
                          "start-up %.1f s",
@@ -437,12 +493,20 @@ std::vector<std::string> ProjectionLines(const RunAnalysis& a) {
   return lines;
 }
 
+// How a mode shards the model, for the memory lines.
+std::string ModeWords(const std::string& mode) {
+  if (mode == "zero1") return "zero1: AdamW's state sharded over the ranks";
+  if (mode == "fsdp") return "fsdp: weights, gradients and AdamW's state sharded, two layers gathered at a time";
+  return "data parallel, no sharding";
+}
+
 std::vector<std::string> MemoryLines(const MemoryCheck& check, const std::vector<std::pair<std::string, double>>& gpus) {
   std::vector<std::string> lines;
-  lines.push_back("# memory fit, per GPU (data parallel, no sharding): " + check.what);
-  const MemoryBreakdown& e = check.estimate;
+  lines.push_back("# memory fit, per GPU (" + ModeWords(check.mode) + "): " + check.what);
+  const MemoryBreakdown e = check.For(check.ranks);
   lines.push_back("#   weights " + Gib(e.weights_bytes) + ", gradients " + Gib(e.gradients_bytes) + ", optimizer " +
-                  Gib(e.optimizer_bytes) + ", activations " + Gib(e.activations_bytes) + ": total " +
+                  Gib(e.optimizer_bytes) + ", activations " + Gib(e.activations_bytes) +
+                  (e.working_bytes > 0 ? ", gathered layers " + Gib(e.working_bytes) : std::string()) + ": total " +
                   Gib(e.total_bytes()));
   lines.push_back(check.calibration ? Format("#   calibration x%.3f: %s", check.calibration->factor,
                                              check.calibration->source.c_str())
@@ -609,7 +673,7 @@ CostRow PriceConfig(const Config& config, const RunAnalysis& a, const Offering& 
   row.offering = &offering;
   row.inputs = InputsOf(config, a, c);
   row.cost = ComputeCost(row.inputs, offering, c.prices->assumptions);
-  row.memory = FitMemory(a.memory.estimate, offering.gpu_memory_gib * kGiB, a.memory.calibration);
+  row.memory = FitMemory(a.memory.For(config.gpus), offering.gpu_memory_gib * kGiB, a.memory.calibration);
   return row;
 }
 
@@ -838,14 +902,15 @@ ViewTable DecisionTable(const CostRun& c) {
 
 // cost.memory: --model's estimate against --gpu-memory and each offering's GPU, a row per GPU.
 ViewTable MemoryTable(const MemoryCheck& check, const std::vector<std::pair<std::string, double>>& gpus) {
-  TableBuilder t("memory", "memory fit per GPU (data parallel, no sharding)", false);
-  const MemoryBreakdown& e = check.estimate;
+  TableBuilder t("memory", "memory fit per GPU (" + ModeWords(check.mode) + ")", false);
+  const MemoryBreakdown e = check.For(check.ranks);
   for (const auto& [gpu, bytes] : gpus) {
     const MemoryFit fit = FitMemory(e, bytes, check.calibration);
     t.Row().Add("what", "", check.what).Add("gpu", "", gpu).Add("gpu_memory_bytes", "B", bytes)
         .Add("weights_bytes", "B", e.weights_bytes).Add("gradients_bytes", "B", e.gradients_bytes)
         .Add("optimizer_bytes", "B", e.optimizer_bytes).Add("activations_bytes", "B", e.activations_bytes)
-        .Add("total_bytes", "B", e.total_bytes()).Add("calibration", "", fit.calibration)
+        .Add("working_bytes", "B", e.working_bytes).Add("parallel", "", check.mode)
+        .Add("ranks", "", Int(check.ranks)).Add("total_bytes", "B", e.total_bytes()).Add("calibration", "", fit.calibration)
         .Add("calibration_source", "", check.calibration ? check.calibration->source : "none")
         .Add("required_bytes", "B", fit.required_bytes).Add("margin_bytes", "B", fit.margin_bytes)
         .Add("fits", "", Flag(fit.fits));
