@@ -47,6 +47,20 @@ double TimeCollective(Communicator& comm, Transformer& model, const Issue& issue
   return NowSeconds() - start;
 }
 
+// Backward (calling `ready` as each tensor's gradient is final), `finish()` (the wait for what backward left in flight:
+// comm_exposed) and AdamW, the clock marked after each; returns what finish returned.
+template <typename Finish>
+auto BackwardThenOptimizer(Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock,
+                           const std::function<void(size_t)>& ready, const Finish& finish) {
+  model.Backward(ready);
+  clock.Mark();  // backward
+  auto result = finish();
+  clock.Mark();  // comm_exposed
+  model.AdamWStep(o.adamw, step + 1);
+  clock.Mark();  // optimizer
+  return result;
+}
+
 // ZeRO-1 after backward: the gradients reduce-scattered (averaged) in place, so that this rank holds its shard's
 // (NCCL's in-place layout: rank r's block at r x shard), AdamW on the shard, and the updated shard all-gathered in
 // place into every rank's parameters. Marks the clock after the reduce-scatter (comm_exposed), the optimizer, and
@@ -77,13 +91,11 @@ double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOption
 double FsdpStep(FsdpGatherer& gatherer, Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock,
                 StepRecord& r) {
   const double forward_waits = gatherer.waited_s();
-  model.Backward([](size_t) {});
-  clock.Mark();  // backward
-  const double backward_waits = gatherer.waited_s() - forward_waits;
-  const FsdpTiming timing = gatherer.Finish();
-  clock.Mark();  // comm_exposed: the last reduce-scatters
-  model.AdamWStep(o.adamw, step + 1);
-  clock.Mark();  // optimizer
+  double backward_waits = 0;
+  const FsdpTiming timing = BackwardThenOptimizer(model, o, step, clock, [](size_t) {}, [&] {
+    backward_waits = gatherer.waited_s() - forward_waits;
+    return gatherer.Finish();  // the last reduce-scatters
+  });
   r.comm_total_s = timing.comm_total_s;
   r.comm_gather_exposed_s = timing.gather_wait_s;
   r.reduce_scatter_bytes = timing.scattered_bytes;
@@ -96,14 +108,11 @@ double FsdpStep(FsdpGatherer& gatherer, Transformer& model, const TrainLoopOptio
 void DataParallelStep(BucketedAllReduce& reducer, Transformer& model, const TrainLoopOptions& o, int step,
                       PhaseClock& clock, StepRecord& r) {
   reducer.Begin();
-  model.Backward([&](size_t slot) { reducer.TensorReady(slot, model.stream()); });
-  clock.Mark();  // backward
-  // Waits on the host for every bucket, so the optimizer issued next reads reduced gradients; on a device the mark
-  // after it lands when the last bucket is done, and the interval is what backward did not hide.
-  const BucketTiming comm_timing = reducer.Finish(model.stream());
-  clock.Mark();  // comm_exposed
-  model.AdamWStep(o.adamw, step + 1);
-  clock.Mark();  // optimizer
+  // Finish waits on the host for every bucket, so the optimizer issued next reads reduced gradients; on a device the
+  // mark after it lands when the last bucket is done, and the interval is what backward did not hide.
+  const BucketTiming comm_timing = BackwardThenOptimizer(
+      model, o, step, clock, [&](size_t slot) { reducer.TensorReady(slot, model.stream()); },
+      [&] { return reducer.Finish(model.stream()); });
   r.comm_total_s = comm_timing.comm_total_s;
   r.comm_intra_s = comm_timing.comm_intra_s;
   r.comm_inter_s = comm_timing.comm_inter_s;

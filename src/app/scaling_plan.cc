@@ -137,4 +137,21 @@ void ChooseAllReduce(const std::string& mode, bool mpi, std::vector<ScalingPoint
   }
 }
 
+void CheckTensorParallelLayout(int tensor_parallel, const std::vector<ScalingPointPlan>& points, bool allow_cross_node) {
+  const std::string t = std::to_string(tensor_parallel);
+  for (const ScalingPointPlan& p : points) {
+    const std::string point = std::to_string(p.k) + "-rank point (" + std::to_string(p.nodes) + " node" +
+                              (p.nodes == 1 ? "" : "s") + ", up to " + std::to_string(p.ranks_per_node) + " per node)";
+    if (p.k % tensor_parallel != 0) {
+      throw InputError("--tensor-parallel " + t + " does not divide the " + point + " into groups");
+    }
+    if (allow_cross_node) continue;
+    if (!p.even || p.ranks_per_node % tensor_parallel != 0) {
+      throw InputError("--tensor-parallel " + t + " does not divide the ranks of each node of the " + point +
+                       ": tensor parallel groups stay inside a node, on its fast link (--allow-cross-node-tp to "
+                       "span nodes)");
+    }
+  }
+}
+
 }  // namespace tb

@@ -44,4 +44,9 @@ std::vector<ScalingPointPlan> ParseScaling(const std::string& text, const Launch
 // algorithm) and an even layout at every point. Sets each point's `hierarchical`; throws InputError.
 void ChooseAllReduce(const std::string& mode, bool mpi, std::vector<ScalingPointPlan>& points);
 
+// --tensor-parallel T: groups of T ranks inside a node (every point's ranks per node a multiple of T, on every node
+// alike), or anywhere with allow_cross_node (k a multiple of T); throws InputError naming the first point that does
+// not divide. T = 1 passes.
+void CheckTensorParallelLayout(int tensor_parallel, const std::vector<ScalingPointPlan>& points, bool allow_cross_node);
+
 }  // namespace tb
