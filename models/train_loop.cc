@@ -190,6 +190,7 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
     if (gatherer) gatherer->BeginStep();
     model.Forward();
     clock->Mark();  // forward
+    const ActivationComm forward_activations = model.TakeActivationComm();
     ModeStep waits;
     if (mode == ParallelMode::kZero1) {
       model.Backward([](size_t) {});
@@ -204,9 +205,19 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
       DataParallelStep(*reducer, model, o, step, *clock, r);
     }
 
+    // Taken after the backward phase (everything since forward's end is backward's: the collectives after it are the
+    // loop's own).
+    const ActivationComm backward_activations = model.TakeActivationComm();
+    waits.forward_waits_s += forward_activations.seconds;
+    waits.backward_waits_s += backward_activations.seconds;
+    r.comm_activation_s = forward_activations.seconds + backward_activations.seconds;
+    r.comm_total_s += r.comm_activation_s;
+    r.activation_allreduce_bytes = forward_activations.bytes + backward_activations.bytes;
+
     const std::vector<double> phases = clock->Intervals();  // waits for the device
     r.h2d_s = phases[0];
-    // fsdp: forward and backward without their waits for the gatherer, which are exposed communication.
+    // fsdp's waits for the gatherer and tensor parallel's activation all-reduces are exposed communication, not
+    // forward and backward.
     r.forward_s = phases[1] - waits.forward_waits_s;
     r.backward_s = phases[2] - waits.backward_waits_s;
     const bool zero1 = mode == ParallelMode::kZero1;
@@ -221,7 +232,7 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
       r.checkpoint_stall_s = NowSeconds() - checkpoint_start;
     }
     r.step_s = NowSeconds() - step_start;
-    r.tokens = static_cast<int64_t>(o.micro_batch) * o.seq;
+    r.tokens = static_cast<int64_t>(o.micro_batch) * o.seq / model.tensor_parallel();
     records.push_back(r);
     if (o.on_step) o.on_step(r);
   }

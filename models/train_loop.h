@@ -27,7 +27,9 @@ struct StepRecord {
   double comm_intra_s = 0;      // comm_total_s inside nodes and across them (a hierarchical all-reduce's steps);
   double comm_inter_s = 0;      // NaN where the all-reduce cannot tell (flat algorithms, NCCL)
   double comm_gather_exposed_s = 0;  // the part of comm_exposed_s spent waiting for parameter all-gathers (zero1's,
-                                     // fsdp's); the rest of it is gradient sync
+                                     // fsdp's)
+  double comm_activation_s = 0;      // the part of comm_exposed_s (and comm_total_s) in tensor parallel's blocking
+                                     // activation all-reduces inside forward and backward; the rest is gradient sync
   double optimizer_s = 0;
   double checkpoint_stall_s = 0;  // the loop blocked on checkpoints (snapshot, or the whole write when sync)
   double step_s = 0;            // wall time of the whole step
@@ -36,7 +38,9 @@ struct StepRecord {
   uint64_t allreduce_bytes = 0;
   uint64_t reduce_scatter_bytes = 0;
   uint64_t all_gather_bytes = 0;
-  int64_t tokens = 0;           // tokens this rank processed
+  uint64_t activation_allreduce_bytes = 0;  // tensor parallel's activation all-reduces, inside its group
+  int64_t tokens = 0;           // tokens this rank processed: its share of its tensor parallel group's (all of them
+                                // without tensor parallel)
   double loss = 0;              // this rank's mean cross-entropy
   // From the data loader (zero / -1 with synthetic tokens):
   uint64_t data_bytes = 0;      // bytes read for this step's batch
@@ -96,7 +100,8 @@ void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int v
                     std::vector<int32_t>& targets);
 
 // Runs global steps first_step .. warmup_steps + steps - 1 of `model` on `comm` (data parallel: gradients averaged
-// over the ranks of comm). Returns this rank's records; stops early (fewer records) when stop_requested says so.
+// over the ranks of comm; a tensor parallel model's group is its own, inside it: comm is then the ranks holding the
+// same slice, one per group, and the batch is the group's). Returns this rank's records; stops early (fewer records) when stop_requested says so.
 std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& options);
 
 }  // namespace tb

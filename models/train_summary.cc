@@ -19,14 +19,15 @@ StallBudget BudgetOf(const RankSteps& rank) {
   b.rank = rank.rank;
   b.host = rank.host;
   b.device = rank.device;
-  std::vector<double> step, compute, exposed, data, checkpoint, other, sync, gather;
+  std::vector<double> step, compute, exposed, data, checkpoint, other, sync, gather, activation;
   for (const StepRecord& r : rank.steps) {
     if (r.warmup || r.step_s <= 0) continue;
     step.push_back(r.step_s);
     compute.push_back(ComputeOf(r) / r.step_s);
     exposed.push_back(r.comm_exposed_s / r.step_s);
     gather.push_back(r.comm_gather_exposed_s / r.step_s);
-    sync.push_back(exposed.back() - gather.back());
+    activation.push_back(r.comm_activation_s / r.step_s);
+    sync.push_back(exposed.back() - gather.back() - activation.back());
     data.push_back(DataWaitOf(r) / r.step_s);
     checkpoint.push_back(r.checkpoint_stall_s / r.step_s);
     other.push_back(std::max(0.0, 1.0 - compute.back() - exposed.back() - data.back() - checkpoint.back()));
@@ -42,6 +43,7 @@ StallBudget BudgetOf(const RankSteps& rank) {
   b.other = percentiles(other);
   b.comm_gradient_sync = percentiles(sync);
   b.comm_param_gather = percentiles(gather);
+  b.comm_activation = percentiles(activation);
   return b;
 }
 
@@ -55,6 +57,12 @@ CollectiveTraffic RingTraffic(double allreduce_bytes, double reduce_scatter_byte
                               int ranks) {
   const double share = ranks > 1 ? static_cast<double>(ranks - 1) / ranks : 0.0;
   return {share * (2 * allreduce_bytes + reduce_scatter_bytes), share * all_gather_bytes};
+}
+
+double TheoryActivationTraffic(int layers, int micro_batch, int seq, int d_model, double element_bytes,
+                               int tensor_parallel) {
+  const double elements = 4.0 * layers * micro_batch * seq * d_model;
+  return RingTraffic(elements * element_bytes, 0, 0, tensor_parallel).gradient_sync;
 }
 
 CollectiveTraffic TheoryTraffic(ParallelMode mode, double gradient_bytes, int ranks) {
@@ -99,17 +107,53 @@ double Percentile(std::vector<double> values, double q) {
   return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
 }
 
+namespace {
+
+// The communication figures of a point, summed over ranks and measured steps.
+struct CommSums {
+  double total = 0, exposed = 0, intra = 0, inter = 0, gather_exposed = 0, activation = 0;
+  CollectiveTraffic traffic;
+
+  // `k` ranks in groups of `tp`: gradients over the k / tp holding a slice, activations inside a group.
+  void Add(const StepRecord& r, int k, int tp) {
+    total += r.comm_total_s;
+    exposed += r.comm_exposed_s;
+    intra += r.comm_intra_s;  // NaN, and so the point's, when any step could not tell
+    inter += r.comm_inter_s;
+    gather_exposed += r.comm_gather_exposed_s;
+    activation += r.comm_activation_s;
+    const CollectiveTraffic t = RingTraffic(r.allreduce_bytes, r.reduce_scatter_bytes, r.all_gather_bytes, k / tp);
+    traffic.gradient_sync += t.gradient_sync;
+    traffic.parameter_gather += t.parameter_gather;
+    traffic.activation += RingTraffic(r.activation_allreduce_bytes, 0, 0, tp).gradient_sync;
+  }
+  // Means per step and rank into p.
+  void Into(ScalingPoint& p, double samples) const {
+    auto mean = [samples](double sum) { return samples > 0 ? sum / samples : kNaN; };
+    p.comm_total_s = mean(total);
+    p.comm_exposed_s = mean(exposed);
+    p.comm_intra_s = mean(intra);
+    p.comm_inter_s = mean(inter);
+    p.comm_gather_exposed_s = mean(gather_exposed);
+    p.comm_activation_s = mean(activation);
+    p.traffic = {mean(traffic.gradient_sync), mean(traffic.parameter_gather), mean(traffic.activation)};
+  }
+};
+
+}  // namespace
+
 ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>& ranks, double model_flops_per_token,
-                            double peak_flops, double measured_gemm_flops, double gradient_bytes) {
+                            double peak_flops, double measured_gemm_flops, double gradient_bytes,
+                            int tensor_parallel) {
   ScalingPoint p;
   p.k = k;
   p.micro_batch = micro_batch;
   p.model_flops_per_token = model_flops_per_token;
   p.gradient_bytes = gradient_bytes;
   const size_t steps = ranks.empty() ? 0 : ranks.front().steps.size();
-  double step_sum = 0, comm_total = 0, comm_exposed = 0, comm_intra = 0, comm_inter = 0, loss_first = 0, loss_last = 0;
-  double gather_exposed = 0;
-  CollectiveTraffic traffic;
+  p.tensor_parallel = tensor_parallel;
+  double step_sum = 0, loss_first = 0, loss_last = 0;
+  CommSums comm;
   int64_t tokens_per_step = 0;
   int measured = 0;
   std::vector<double> slowest_steps;
@@ -123,14 +167,7 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
       slowest = std::max(slowest, r.step_s);
       tokens += r.tokens;
       loss += r.loss;
-      comm_total += r.comm_total_s;
-      comm_exposed += r.comm_exposed_s;
-      comm_intra += r.comm_intra_s;  // NaN, and so the point's, when any step could not tell
-      comm_inter += r.comm_inter_s;
-      gather_exposed += r.comm_gather_exposed_s;
-      const CollectiveTraffic t = RingTraffic(r.allreduce_bytes, r.reduce_scatter_bytes, r.all_gather_bytes, k);
-      traffic.gradient_sync += t.gradient_sync;
-      traffic.parameter_gather += t.parameter_gather;
+      comm.Add(r, k, tensor_parallel);
     }
     loss /= static_cast<double>(ranks.size());
     if (first) loss_first = loss;
@@ -151,16 +188,10 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
   const double flops_per_rank = p.tokens_per_s_per_rank * model_flops_per_token;
   p.mfu_peak = peak_flops > 0 ? flops_per_rank / peak_flops : kNaN;
   p.mfu_measured = measured_gemm_flops > 0 ? flops_per_rank / measured_gemm_flops : kNaN;
-  p.comm_total_s = samples > 0 ? comm_total / samples : kNaN;
-  p.comm_exposed_s = samples > 0 ? comm_exposed / samples : kNaN;
-  p.comm_intra_s = samples > 0 ? comm_intra / samples : kNaN;
-  p.comm_inter_s = samples > 0 ? comm_inter / samples : kNaN;
-  p.comm_gather_exposed_s = samples > 0 ? gather_exposed / samples : kNaN;
-  p.traffic = {samples > 0 ? traffic.gradient_sync / samples : kNaN,
-               samples > 0 ? traffic.parameter_gather / samples : kNaN};
+  comm.Into(p, samples);
   p.overlap = p.comm_total_s > 0 ? 1.0 - p.comm_exposed_s / p.comm_total_s : kNaN;
   // A ring's bus bandwidth is what each rank sends over the time: for dp's all-reduce, nccl-tests' busbw.
-  const double sent = p.traffic.gradient_sync + p.traffic.parameter_gather;
+  const double sent = p.traffic.gradient_sync + p.traffic.parameter_gather + p.traffic.activation;
   p.effective_busbw_GBps = (k > 1 && p.comm_total_s > 0) ? sent / p.comm_total_s / 1e9 : kNaN;
   p.loss_first = loss_first;
   p.loss_last = loss_last;
@@ -226,13 +257,19 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
                              mb(p.working_bytes).c_str()));
     }
   }
+  if (p.tensor_parallel > 1) {
+    lines.push_back(Format("#   tensor parallel %d: activation all-reduces send %.2f MB per rank per step (Megatron's "
+                           "4 L B S d: %.2f MB), %.3f ms exposed", p.tensor_parallel, p.traffic.activation / 1e6,
+                           p.traffic_theory.activation / 1e6, p.comm_activation_s * 1e3));
+  }
   if (p.k > 1) {
     auto mb = [](double bytes) { return Format("%.2f", bytes / 1e6); };
     lines.push_back(Format("#   sent per rank per step (ring), MB issued / ZeRO's: gradient sync %s / %s, parameter "
                            "gather %s / %s; exposed: gradient sync %.3f ms, parameter gather %.3f ms",
                            mb(p.traffic.gradient_sync).c_str(), mb(p.traffic_theory.gradient_sync).c_str(),
                            mb(p.traffic.parameter_gather).c_str(), mb(p.traffic_theory.parameter_gather).c_str(),
-                           (p.comm_exposed_s - p.comm_gather_exposed_s) * 1e3, p.comm_gather_exposed_s * 1e3));
+                           (p.comm_exposed_s - p.comm_gather_exposed_s - p.comm_activation_s) * 1e3,
+                           p.comm_gather_exposed_s * 1e3));
   }
   if (p.nodes > 1) {
     lines.push_back(Format("#   layout %dx%d (%d nodes x %d ranks), %s all-reduce%s", p.nodes, p.ranks_per_node,
@@ -283,6 +320,7 @@ void AddStepsTable(Group& group, const std::vector<RankSteps>& ranks) {
       .Column(c::comm_total_s, [](const RankStep& s) { return s.r->comm_total_s; })
       .Column(c::comm_exposed_s, [](const RankStep& s) { return s.r->comm_exposed_s; })
       .Column(c::comm_gather_exposed_s, [](const RankStep& s) { return s.r->comm_gather_exposed_s; })
+      .Column(c::comm_activation_s, [](const RankStep& s) { return s.r->comm_activation_s; })
       .Column(c::comm_intra_s, [](const RankStep& s) { return s.r->comm_intra_s; })
       .Column(c::comm_inter_s, [](const RankStep& s) { return s.r->comm_inter_s; })
       .Column(c::optimizer_s, [](const RankStep& s) { return s.r->optimizer_s; })
@@ -315,7 +353,8 @@ void AddStallBudgetTable(Group& group, const ScalingPoint& p) {
         .Column(c::p95, [part](const StallBudget& b) { return PartOf(b, part).p95; }, c::kParts[part])
         .Column(c::p99, [part](const StallBudget& b) { return PartOf(b, part).p99; }, c::kParts[part]);
   }
-  const Percentiles StallBudget::*kinds[] = {&StallBudget::comm_gradient_sync, &StallBudget::comm_param_gather};
+  const Percentiles StallBudget::*kinds[] = {&StallBudget::comm_gradient_sync, &StallBudget::comm_param_gather,
+                                             &StallBudget::comm_activation};
   for (size_t kind = 0; kind < c::kCommKinds.size(); ++kind) {
     auto of = [member = kinds[kind]](const StallBudget& b) -> const Percentiles& { return b.*member; };
     table.Column(c::kind_p50, [of](const StallBudget& b) { return of(b).p50; }, c::kCommKinds[kind])
@@ -358,6 +397,10 @@ void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::traffic_gradient_sync_bytes_theory, p.traffic_theory.gradient_sync);
   schema::Set(group, sp::traffic_parameter_gather_bytes_theory, p.traffic_theory.parameter_gather);
   schema::Set(group, sp::working_bytes, p.working_bytes);
+  schema::Set(group, sp::tensor_parallel, p.tensor_parallel);
+  schema::Set(group, sp::comm_activation_s, p.comm_activation_s);
+  schema::Set(group, sp::traffic_activation_bytes, p.traffic.activation);
+  schema::Set(group, sp::traffic_activation_bytes_theory, p.traffic_theory.activation);
   schema::Set(group, sp::overlap, p.overlap);
   schema::Set(group, sp::gradient_bytes, p.gradient_bytes);
   schema::Set(group, sp::gradient_buckets, p.gradient_buckets);

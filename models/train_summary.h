@@ -51,20 +51,27 @@ struct StallBudget {
   std::string device;
   double median_step_s = 0;
   Percentiles compute, comm_exposed, data_wait, checkpoint_stall, other;
-  // comm_exposed split by kind: waiting for gradients (all-reduce, reduce-scatter) and for parameters (all-gather).
-  Percentiles comm_gradient_sync, comm_param_gather;
+  // comm_exposed split by kind: waiting for gradients (all-reduce, reduce-scatter), for parameters (all-gather) and
+  // for tensor parallel's activation all-reduces.
+  Percentiles comm_gradient_sync, comm_param_gather, comm_activation;
 };
 
 // Bytes one rank sends per step in ring algorithms, by kind of collective.
 struct CollectiveTraffic {
   double gradient_sync = 0;     // the gradients' all-reduce (2(N-1)/N of the buffer) or reduce-scatter ((N-1)/N)
   double parameter_gather = 0;  // the parameters' all-gathers ((N-1)/N of each whole buffer)
+  double activation = 0;        // tensor parallel's activation all-reduces in a group of T (2(T-1)/T)
 };
 // From the buffers a step's collectives covered (StepRecord's allreduce/reduce_scatter/all_gather bytes).
 CollectiveTraffic RingTraffic(double allreduce_bytes, double reduce_scatter_bytes, double all_gather_bytes, int ranks);
 // ZeRO's volumes for `gradient_bytes` of gradients (Ψ elements of as many bytes as the parameters gathered): dp 2Ψ
 // of gradient sync, zero1 Ψ + Ψ gathered, fsdp Ψ + 2Ψ gathered (1.5 times dp's), each times (N-1)/N.
 CollectiveTraffic TheoryTraffic(ParallelMode mode, double gradient_bytes, int ranks);
+// Megatron's activation all-reduces under tensor parallel T: one of B·S·d elements after each row-parallel layer in
+// forward and one per column-parallel layer in backward, 4·L·B·S·d elements per step of `element_bytes`, each sending
+// 2(T-1)/T of itself in a ring.
+double TheoryActivationTraffic(int layers, int micro_batch, int seq, int d_model, double element_bytes,
+                               int tensor_parallel);
 
 struct ScalingPoint {
   int k = 0;                        // ranks
@@ -88,6 +95,8 @@ struct ScalingPoint {
   double comm_intra_s = 0;          // comm_total_s inside nodes and across them (mean per step over ranks and
   double comm_inter_s = 0;          // steps); NaN where the all-reduce cannot tell (flat, NCCL)
   double comm_gather_exposed_s = 0; // the part of comm_exposed_s waiting for parameter all-gathers (mean)
+  double comm_activation_s = 0;     // the part in tensor parallel's activation all-reduces (mean)
+  int tensor_parallel = 1;          // ranks per tensor parallel group
   CollectiveTraffic traffic;        // per rank per step, from the collectives issued (mean over ranks and steps)
   CollectiveTraffic traffic_theory; // ZeRO's volumes for the mode (TheoryTraffic)
   double working_bytes = 0;         // fsdp's working buffers (gathered units, gradient buffers), rank 0's
@@ -107,9 +116,11 @@ struct ScalingPoint {
 // Nearest-rank percentile of `values` (copied and sorted), q in [0, 100].
 double Percentile(std::vector<double> values, double q);
 
-// Summarises one scaling point. peak_flops <= 0 means unknown.
+// Summarises one scaling point. peak_flops <= 0 means unknown. Under tensor parallel (groups of `tensor_parallel` ranks) the gradients are
+// synchronised over the k / tensor_parallel ranks that hold the same slice, and the activations inside each group.
 ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>& ranks, double model_flops_per_token,
-                            double peak_flops, double measured_gemm_flops, double gradient_bytes);
+                            double peak_flops, double measured_gemm_flops, double gradient_bytes,
+                            int tensor_parallel = 1);
 
 // Fills `efficiency` of every point against the one with the fewest ranks: weak (per-rank batch fixed)
 // E(k) = throughput(k) / (k/k0 · throughput(k0)); strong (global batch fixed) E(k) = T(k0)·k0 / (k · T(k)).

@@ -132,6 +132,13 @@ struct ModelStateBytes {
 enum class ParallelMode { kDp, kZero1, kFsdp };
 ModelStateBytes TheoryStateBytes(ParallelMode mode, bool bf16, double elements, int ranks);
 
+// Tensor parallel's activation all-reduces inside Forward and Backward (blocking: the model waits for each).
+struct ActivationComm {
+  double seconds = 0;     // host time inside them
+  uint64_t bytes = 0;     // the buffers all-reduced (NCCL's S), summed
+  int64_t allreduces = 0;
+};
+
 // Timestamps in the order of the work a model issues: the host clock for the CPU reference, CUDA events on the
 // model's stream for CUDA, so that a phase is timed where its work runs (README.md, "One training step").
 class PhaseClock {
@@ -189,6 +196,10 @@ class Transformer {
   // FSDP: the units and this rank's shards of them (enabled() false without FSDP). Under FSDP parameters(),
   // gradients(), adam_m() and adam_v() are the sharded buffers (store_elements long), and Forward and Backward read
   // and write whole units only through the UnitAccess set here, which must outlive the steps.
+  // Tensor parallel: the ranks the model is split over (1: not split), and its activation all-reduces since the
+  // last call (then counted afresh).
+  virtual int tensor_parallel() const { return 1; }
+  virtual ActivationComm TakeActivationComm() { return {}; }
   // Models without FSDP (the CUDA one, so far) keep these defaults.
   virtual const FsdpLayout& fsdp_layout() const {
     static const FsdpLayout kNone;

@@ -404,6 +404,8 @@ const std::vector<ViewColumn>& PointDetailColumns() {
       Show(p::working_bytes, -1), Show(p::comm_gather_exposed_s, 4),
       Show(p::traffic_gradient_sync_bytes, -1), Show(p::traffic_gradient_sync_bytes_theory, -1),
       Show(p::traffic_parameter_gather_bytes, -1), Show(p::traffic_parameter_gather_bytes_theory, -1),
+      Show(p::tensor_parallel), Show(p::comm_activation_s, 4), Show(p::traffic_activation_bytes, -1),
+      Show(p::traffic_activation_bytes_theory, -1),
       Show(p::comm_intra_s, 4), Show(p::comm_inter_s, 4),
       Show(p::loss_first, 4),   Show(p::loss_last, 4),          Show(p::worst_rank),
       Computed("worst_rank_host", ""), Computed("worst_rank_device", "")};

@@ -382,6 +382,18 @@ inline const RealAttribute traffic_gradient_sync_bytes_theory{
 inline const RealAttribute traffic_parameter_gather_bytes_theory{
     kTrainPoint, "traffic_parameter_gather_bytes_theory", "B",
     "likewise: 0 (dp), Psi (zero1), 2 Psi (fsdp: every layer gathered for forward and again for backward)"};
+inline const IntAttribute tensor_parallel{kTrainPoint, "tensor_parallel", "",
+                                          "ranks per tensor parallel group (1: none); absent in reports before it"};
+inline const RealAttribute comm_activation_s{kTrainPoint, "comm_activation_s", "s",
+                                             "the part of comm_exposed_s in tensor parallel's activation "
+                                             "all-reduces, mean per step and rank"};
+inline const RealAttribute traffic_activation_bytes{
+    kTrainPoint, "traffic_activation_bytes", "B",
+    "bytes a rank sends per step in tensor parallel's activation all-reduces: 2(T-1)/T of each buffer"};
+inline const RealAttribute traffic_activation_bytes_theory{
+    kTrainPoint, "traffic_activation_bytes_theory", "B",
+    "Megatron's: 4 L B S d elements per step (one all-reduce after each row-parallel layer in forward, one per "
+    "column-parallel layer in backward) x element bytes x 2(T-1)/T"};
 inline const RealAttribute working_bytes{kTrainPoint, "working_bytes", "B",
                                          "fsdp: rank 0's working buffers (the units gathered at once and their "
                                          "gradients), outside ZeRO's 16 Psi/N; 0 in the other modes"};
@@ -424,6 +436,9 @@ inline const RealColumn comm_exposed_s{kSteps, "comm_exposed_s", "s",
 inline const RealColumn comm_gather_exposed_s{kSteps, "comm_gather_exposed_s", "s",
                                               "the part of comm_exposed_s waiting for parameter all-gathers (zero1, "
                                               "fsdp); absent in reports before it"};
+inline const RealColumn comm_activation_s{kSteps, "comm_activation_s", "s",
+                                          "the part of comm_exposed_s (and comm_total_s) in tensor parallel's "
+                                          "activation all-reduces; absent in reports before it"};
 inline const RealColumn comm_intra_s{kSteps, "comm_intra_s", "s",
                                      "comm_total_s inside nodes (hierarchical all-reduce); NaN where not told apart"};
 inline const RealColumn comm_inter_s{kSteps, "comm_inter_s", "s",
@@ -454,9 +469,10 @@ inline const RealColumn median_step_s{kStallBudget, "median_step_s", "s", "media
 inline const RealColumn p50{kStallBudget, "<part>_p50", "fraction", "the part's share of step time, p50", kParts};
 inline const RealColumn p95{kStallBudget, "<part>_p95", "fraction", "the part's share of step time, p95", kParts};
 inline const RealColumn p99{kStallBudget, "<part>_p99", "fraction", "the part's share of step time, p99", kParts};
-// comm_exposed by kind (the two add up to it): gradient sync (dp's all-reduce, zero1's and fsdp's reduce-scatters)
-// and parameter gather (zero1's and fsdp's all-gathers); absent in reports before them.
-inline const std::vector<std::string> kCommKinds = {"comm_gradient_sync", "comm_param_gather"};
+// comm_exposed by kind (they add up to it): gradient sync (dp's all-reduce, zero1's and fsdp's reduce-scatters),
+// parameter gather (zero1's and fsdp's all-gathers) and activation (tensor parallel's all-reduces inside forward and
+// backward); absent in reports before them.
+inline const std::vector<std::string> kCommKinds = {"comm_gradient_sync", "comm_param_gather", "comm_activation"};
 inline const RealColumn kind_p50{kStallBudget, "<kind>_p50", "fraction", "the kind's share of step time, p50",
                                  kCommKinds};
 inline const RealColumn kind_p95{kStallBudget, "<kind>_p95", "fraction", "the kind's share of step time, p95",
@@ -711,7 +727,7 @@ inline const std::vector<const Field*> kStoredOnly = {
     // Every step's phases: the figures above are computed from them when the run is summarised.
     &point::steps::rank, &point::steps::data_wait_s, &point::steps::h2d_s, &point::steps::forward_s,
     &point::steps::backward_s, &point::steps::comm_total_s, &point::steps::comm_exposed_s,
-    &point::steps::comm_gather_exposed_s, &point::steps::comm_intra_s, &point::steps::comm_inter_s, &point::steps::optimizer_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
+    &point::steps::comm_gather_exposed_s, &point::steps::comm_activation_s, &point::steps::comm_intra_s, &point::steps::comm_inter_s, &point::steps::optimizer_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
     &point::steps::data_read_MBps, &point::steps::loader_queue_depth, &point::steps::checkpoint_writing,
     &point::stall_budget::p99, &point::stall_budget::kind_p99,
     // The data check before the first step, resume and loader details, and each slice of a checkpoint.
