@@ -1,0 +1,563 @@
+// The CPU reference of Megatron-LM tensor parallelism (tensor_parallel.h): the model of cpu_transformer.cc split
+// over the T ranks of a communicator, fp32 throughout, every layer through cpu_kernels with local shapes, each
+// activation all-reduce blocking (host memory, the MPI backend). Shapes: N = B·S tokens, C = d_model, Cl = C/T (the
+// local heads' channels), Fl = 4C/T (the local MLP hidden), Vl = Vp/T (the local vocabulary rows, of which the first
+// `vocab_used` are real tokens: the padding rows never reach the logits, as in the full model).
+//
+// Replicated parameters (LayerNorms, the row-parallel biases, wpe, lnf) get bit-identical gradients on every rank of
+// the group without any all-reduce of their own: every input of their gradients is either replicated by
+// construction (the residual stream, its gradient, the LayerNorm inputs) or the result of an all-reduce, which every
+// rank receives with the same bits; so AdamW keeps them identical too (tests/tensor_parallel_mpi_test.cc checks it).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "clock.h"
+#include "cpu_kernels.h"
+#include "error.h"
+#include "tensor_parallel.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+// The local shapes of rank `rank` of T.
+struct LocalDims {
+  int tp = 1, rank = 0;
+  int c = 0;            // C: the residual stream stays whole
+  int heads = 0;        // H/T
+  int channels = 0;     // Cl = C/T: the local heads' width
+  int hidden = 0;       // Fl = mlp_ratio·C/T
+  int vocab_rows = 0;   // Vl = Vp/T
+  int vocab_begin = 0;  // the first local row's token id
+  int vocab_used = 0;   // local rows below V (the real tokens)
+};
+
+LocalDims MakeLocalDims(const ModelConfig& config, int tp, int rank) {
+  LocalDims d;
+  d.tp = tp;
+  d.rank = rank;
+  d.c = config.d_model;
+  d.heads = config.heads / tp;
+  d.channels = config.d_model / tp;
+  d.hidden = config.mlp_ratio * config.d_model / tp;
+  d.vocab_rows = config.vocab_padded / tp;
+  d.vocab_begin = rank * d.vocab_rows;
+  d.vocab_used = std::clamp(config.vocab - d.vocab_begin, 0, d.vocab_rows);
+  return d;
+}
+
+// What one block keeps from forward for backward, at local widths where the tensor is split.
+struct LocalBlockActivations {
+  std::vector<float> ln1, ln1_mean, ln1_rstd;  // (N, C), (N), (N)
+  std::vector<float> qkv;                      // (N, 3Cl): [q | k | v] of the local heads
+  std::vector<float> atty;                     // (N, Cl) attention output, before the projection
+  std::vector<float> att_lse;                  // (B, H/T, S)
+  std::vector<float> residual2;                // (N, C)
+  std::vector<float> ln2, ln2_mean, ln2_rstd;  // (N, C), (N), (N)
+  std::vector<float> fch, fch_gelu;            // (N, Fl)
+  std::vector<float> residual3;                // (N, C) the block's output
+};
+
+void ReserveBlock(LocalBlockActivations& a, size_t n, const LocalDims& d) {
+  const size_t c = d.c, lc = d.channels, lf = d.hidden;
+  for (std::vector<float>* v : {&a.ln1, &a.residual2, &a.ln2, &a.residual3}) v->resize(n * c);
+  for (std::vector<float>* v : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) v->resize(n);
+  a.qkv.resize(n * 3 * lc);
+  a.atty.resize(n * lc);
+  a.att_lse.resize(n * d.heads);
+  a.fch.resize(n * lf);
+  a.fch_gelu.resize(n * lf);
+}
+
+float RowMax(const float* row, int count) {
+  return count > 0 ? *std::max_element(row, row + count) : -std::numeric_limits<float>::infinity();
+}
+
+class CpuTensorParallelTransformer : public Transformer, public TensorParallelStats {
+ public:
+  CpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed, Communicator& tp)
+      : config_(config),
+        tp_(tp),
+        dims_(MakeLocalDims(config, tp.size(), tp.rank())),
+        layout_(TensorParallelLayout(config, tp.size())),
+        elements_(layout_.back().offset + layout_.back().count),
+        shard_(ResolveShard({}, elements_)),
+        adamw_ranges_(LocalAdamWRanges()),
+        params_(elements_, 0.0f),
+        grads_(elements_, 0.0f),
+        m_(elements_, 0.0f),
+        v_(elements_, 0.0f),
+        attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
+    // Each stretch of the local buffer gets the full model's bits for the same elements.
+    const std::vector<TensorSlot> full = MakeLayout(config_);
+    for (const TensorParallelStretch& s : TensorParallelStretches(config_, dims_.tp, dims_.rank)) {
+      InitializeParameterRange(config_, full, seed, s.full, s.full + s.count, params_.data() + s.local);
+    }
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  std::string backend() const override { return "cpu"; }
+  const std::vector<TensorSlot>& layout() const override { return layout_; }
+  size_t parameter_elements() const override { return elements_; }
+  float* parameters() override { return params_.data(); }
+  float* gradients() override { return grads_.data(); }
+  float* adam_m() override { return m_.data(); }
+  float* adam_v() override { return v_.data(); }
+  std::string attention() const override { return "cpu"; }
+  std::unique_ptr<PhaseClock> MakePhaseClock() const override { return MakeHostPhaseClock(); }
+  const OptimizerShard& optimizer_shard() const override { return shard_; }
+  ModelStateBytes state_bytes() const override {
+    return {4.0 * params_.size(), 4.0 * grads_.size(), 4.0 * (m_.size() + v_.size())};
+  }
+
+  using Transformer::SetBatch;
+  void SetBatch(const TokenBatch& batch) override;
+  void Forward() override;
+  float Loss() override { return loss_; }
+  void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
+  void ZeroGradients() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+  void AdamWStep(const AdamWConfig& config, int64_t step) override;
+
+  // TensorParallelStats (tensor_parallel() also overrides Transformer's where the interface declares one).
+  int tensor_parallel() const override { return dims_.tp; }
+  int tensor_parallel_rank() const override { return dims_.rank; }
+  TensorParallelComm last_step_comm() const override { return step_comm_; }
+  TensorParallelComm TakeComm() override { return std::exchange(take_comm_, TensorParallelComm{}); }
+
+ private:
+  std::vector<AdamWRange> LocalAdamWRanges() const {
+    // AdamWRanges leaves out wte's rows from config.vocab on: locally, those past the real tokens of the slice.
+    ModelConfig local = config_;
+    local.vocab = dims_.vocab_used;
+    return AdamWRanges(local, layout_, 0, elements_);
+  }
+  const float* P(size_t slot) const { return params_.data() + layout_[slot].offset; }
+  float* G(size_t slot) { return grads_.data() + layout_[slot].offset; }
+  size_t tokens() const { return static_cast<size_t>(batch_) * seq_; }
+  void ReserveActivations(size_t tokens);
+  void AllReduce(float* data, size_t count, ReduceOp op);
+  void EmbeddingForward();
+  void BlockForward(int layer, const float* residual);
+  void RowParallelForward(float* out, const float* in, const float* weight, const float* bias, const float* residual,
+                          int in_channels);
+  float VocabParallelCrossEntropy();
+  void HeadBackward();
+  void BlockBackward(int layer, const std::function<void(size_t slot)>& ready);
+  void EmbeddingBackward();
+
+  ModelConfig config_;
+  Communicator& tp_;
+  LocalDims dims_;
+  std::vector<TensorSlot> layout_;
+  size_t elements_;
+  OptimizerShard shard_;
+  std::vector<AdamWRange> adamw_ranges_;
+  std::vector<float> params_, grads_, m_, v_;
+  std::vector<float> attention_scratch_;  // (2, block rows, maxS)
+
+  size_t capacity_tokens_ = 0;
+  std::vector<float> encoded_;  // (N, C) token + position embedding
+  std::vector<LocalBlockActivations> blocks_;
+  std::vector<float> lnf_, lnf_mean_, lnf_rstd_;  // (N, C), (N), (N)
+  std::vector<float> logits_;                     // (N, vocab_used): logits, then probabilities, then their gradient
+  std::vector<float> row_max_;                    // (N) the global row maxima of the logits
+  std::vector<float> row_sums_;                   // (2N): the sums of exp over the whole vocabulary | the target logits
+  std::vector<float> residual_grad_, channel_grad_;  // (N, C)
+  std::vector<float> hidden_grad_;                   // (N, Fl), later the qkv gradient (N, 3Cl)
+
+  std::vector<int32_t> inputs_, targets_;  // (N)
+  int batch_ = 0;
+  int seq_ = 0;
+  bool backward_pending_ = false;
+  float loss_ = 0.0f;
+  TensorParallelComm step_comm_;  // since the last Forward began
+  TensorParallelComm take_comm_;  // since the last TakeComm
+};
+
+void CpuTensorParallelTransformer::AllReduce(float* data, size_t count, ReduceOp op) {
+  if (dims_.tp == 1) return;  // a group of one has nothing to combine
+  const double start = NowSeconds();
+  tp_.AllReduce(data, data, count, DataType::kFloat32, op);
+  const double seconds = NowSeconds() - start;
+  for (TensorParallelComm* c : {&step_comm_, &take_comm_}) {
+    c->allreduces += 1;
+    c->elements += count;
+    c->bytes += count * sizeof(float);
+    c->seconds += seconds;
+  }
+}
+
+void CpuTensorParallelTransformer::ReserveActivations(size_t n) {
+  if (n <= capacity_tokens_) return;
+  const size_t c = dims_.c;
+  blocks_.resize(config_.layers);
+  for (LocalBlockActivations& a : blocks_) ReserveBlock(a, n, dims_);
+  for (std::vector<float>* v : {&encoded_, &lnf_, &residual_grad_, &channel_grad_}) v->resize(n * c);
+  for (std::vector<float>* v : {&lnf_mean_, &lnf_rstd_, &row_max_}) v->resize(n);
+  row_sums_.resize(2 * n);
+  logits_.resize(n * dims_.vocab_used);
+  hidden_grad_.resize(n * std::max(dims_.hidden, 3 * dims_.channels));
+  inputs_.resize(n);
+  targets_.resize(n);
+  capacity_tokens_ = n;
+}
+
+void CpuTensorParallelTransformer::SetBatch(const TokenBatch& batch) {
+  CheckBatchShape(config_, batch.batch, batch.seq);
+  backward_pending_ = false;
+  try {
+    ReserveActivations(static_cast<size_t>(batch.batch) * batch.seq);
+  } catch (const std::bad_alloc&) {
+    capacity_tokens_ = 0;
+    throw RuntimeError("the tensor-parallel CPU transformer could not allocate activations for " +
+                       std::to_string(static_cast<size_t>(batch.batch) * batch.seq) +
+                       " tokens per step HINT: a smaller --micro-batch or --seq needs less");
+  }
+  UnpackTokens(batch, static_cast<uint64_t>(config_.vocab), inputs_.data(), targets_.data());
+  batch_ = batch.batch;
+  seq_ = batch.seq;
+}
+
+void CpuTensorParallelTransformer::Forward() {
+  if (batch_ == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
+  backward_pending_ = false;
+  step_comm_ = {};
+  EmbeddingForward();
+  const float* residual = encoded_.data();
+  for (int l = 0; l < config_.layers; ++l) {
+    BlockForward(l, residual);
+    residual = blocks_[l].residual3.data();
+  }
+  const size_t lnf = LnfWeightSlot(config_.layers);
+  cpu::LayerNormForward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual, P(lnf), P(lnf + 1), tokens(),
+                        dims_.c);
+  // The tied LM head over the local slice's real rows only (padding rows never reach the logits).
+  if (dims_.vocab_used > 0) {
+    cpu::MatmulForward(logits_.data(), lnf_.data(), P(kWteSlot), nullptr, nullptr, tokens(), dims_.c, dims_.vocab_used);
+  }
+  loss_ = VocabParallelCrossEntropy();
+  backward_pending_ = true;
+}
+
+// Each rank writes the rows of the tokens it holds and zeros elsewhere; the sum over the group is the lookup (adding
+// zeros is exact, so the result has the full model's bits), and wpe is added after, once.
+void CpuTensorParallelTransformer::EmbeddingForward() {
+  const size_t c = dims_.c;
+  const float* wte = P(kWteSlot);
+  const float* wpe = P(kWpeSlot);
+  for (size_t row = 0; row < tokens(); ++row) {
+    float* out = encoded_.data() + row * c;
+    const int local = inputs_[row] - dims_.vocab_begin;
+    if (local >= 0 && local < dims_.vocab_rows) {
+      std::copy_n(wte + static_cast<size_t>(local) * c, c, out);
+    } else {
+      std::fill_n(out, c, 0.0f);
+    }
+  }
+  AllReduce(encoded_.data(), tokens() * c, ReduceOp::kSum);
+  for (size_t row = 0; row < tokens(); ++row) {
+    const float* position = wpe + (row % seq_) * c;
+    float* out = encoded_.data() + row * c;
+    for (size_t k = 0; k < c; ++k) out[k] += position[k];
+  }
+}
+
+void CpuTensorParallelTransformer::BlockForward(int l, const float* residual) {
+  const size_t n = tokens();
+  const int c = dims_.c, lc = dims_.channels, lf = dims_.hidden;
+  auto w = [&](BlockTensor t) { return P(BlockSlot(l, t)); };
+  LocalBlockActivations& a = blocks_[l];
+  cpu::LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), residual, w(kLn1Weight), w(kLn1Bias), n, c);
+  // Column-parallel: the local weight's rows are [q | k | v] of the local heads, so the output is the layout the
+  // attention kernel takes at width Cl with H/T heads; no repacking.
+  cpu::MatmulForward(a.qkv.data(), a.ln1.data(), w(kQkvWeight), w(kQkvBias), nullptr, n, c, 3 * lc);
+  cpu::AttentionForward(a.atty.data(), a.att_lse.data(), attention_scratch_.data(), a.qkv.data(), batch_, seq_, lc,
+                        dims_.heads);
+  RowParallelForward(a.residual2.data(), a.atty.data(), w(kAttnProjWeight), w(kAttnProjBias), residual, lc);
+  cpu::LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), w(kLn2Weight),
+                        w(kLn2Bias), n, c);
+  cpu::MatmulForward(a.fch.data(), a.ln2.data(), w(kFcWeight), w(kFcBias), nullptr, n, c, lf);
+  cpu::GeluForward(a.fch_gelu.data(), a.fch.data(), n * lf);
+  RowParallelForward(a.residual3.data(), a.fch_gelu.data(), w(kMlpProjWeight), w(kMlpProjBias), a.residual2.data(), lf);
+}
+
+// out (N, C) = residual + bias + all-reduce(in (N, in_channels) · weightᵀ): the partial products summed over the
+// group, the replicated bias and residual added once, after.
+void CpuTensorParallelTransformer::RowParallelForward(float* out, const float* in, const float* weight,
+                                                      const float* bias, const float* residual, int in_channels) {
+  const size_t n = tokens(), c = dims_.c;
+  cpu::MatmulForward(out, in, weight, nullptr, nullptr, n, in_channels, dims_.c);
+  AllReduce(out, n * c, ReduceOp::kSum);
+  for (size_t r = 0; r < n; ++r) {
+    float* o = out + r * c;
+    const float* res = residual + r * c;
+    for (size_t k = 0; k < c; ++k) o[k] = (res[k] + bias[k]) + o[k];  // the full model's order: residual + bias first
+  }
+}
+
+// Megatron's vocab-parallel cross-entropy: the global row maxima (all-reduce max), then the sums of exp over the whole
+// vocabulary and the target logits, which only the rank holding the target contributes (one all-reduce of 2N).
+// logits_ ends as the probabilities of the local slice, for backward. Returns the mean loss (the same on every rank).
+float CpuTensorParallelTransformer::VocabParallelCrossEntropy() {
+  const size_t n = tokens();
+  const int used = dims_.vocab_used;
+  for (size_t r = 0; r < n; ++r) row_max_[r] = RowMax(logits_.data() + r * used, used);
+  AllReduce(row_max_.data(), n, ReduceOp::kMax);
+  float* sums = row_sums_.data();
+  float* target_logits = row_sums_.data() + n;
+  for (size_t r = 0; r < n; ++r) {
+    float* row = logits_.data() + r * used;
+    const int target = targets_[r] - dims_.vocab_begin;
+    target_logits[r] = target >= 0 && target < used ? row[target] : 0.0f;
+    float sum = 0.0f;
+    for (int j = 0; j < used; ++j) sum += (row[j] = cpu::Exp(row[j] - row_max_[r]));
+    sums[r] = sum;
+  }
+  AllReduce(row_sums_.data(), 2 * n, ReduceOp::kSum);
+  double loss_sum = 0.0;
+  for (size_t r = 0; r < n; ++r) {
+    float* row = logits_.data() + r * used;
+    const float inverse = 1.0f / sums[r];
+    for (int j = 0; j < used; ++j) row[j] *= inverse;
+    loss_sum += std::log(sums[r]) + row_max_[r] - target_logits[r];
+  }
+  return static_cast<float>(loss_sum / n);
+}
+
+void CpuTensorParallelTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready) {
+  if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
+  backward_pending_ = false;
+  auto ready = [&](size_t slot) {
+    if (gradient_ready) gradient_ready(slot);
+  };
+  const size_t n = tokens();
+  const int c = dims_.c;
+  HeadBackward();  // channel_grad_: the gradient of lnf's output, summed over the group
+  std::fill(residual_grad_.begin(), residual_grad_.end(), 0.0f);
+  const size_t lnf = LnfWeightSlot(config_.layers);
+  cpu::LayerNormBackward(residual_grad_.data(), G(lnf), G(lnf + 1), channel_grad_.data(),
+                         blocks_.back().residual3.data(), P(lnf), lnf_mean_.data(), lnf_rstd_.data(), n, c);
+  ready(lnf + 1);
+  ready(lnf);
+  for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready);
+  EmbeddingBackward();
+  ready(kWpeSlot);
+  ready(kWteSlot);
+}
+
+// The cross-entropy's gradient over the local slice, (p - onehot(target)) / N, then the tied head's: wte's local rows
+// accumulate theirs, and the input gradient, a partial sum over the slice, is all-reduced.
+void CpuTensorParallelTransformer::HeadBackward() {
+  const size_t n = tokens();
+  const int used = dims_.vocab_used;
+  const float inverse_rows = 1.0f / n;
+  for (size_t r = 0; r < n; ++r) {
+    float* row = logits_.data() + r * used;
+    const int target = targets_[r] - dims_.vocab_begin;
+    if (target >= 0 && target < used) row[target] -= 1.0f;
+    for (int j = 0; j < used; ++j) row[j] *= inverse_rows;
+  }
+  if (used > 0) {
+    cpu::MatmulBackward(channel_grad_.data(), G(kWteSlot), nullptr, logits_.data(), lnf_.data(), P(kWteSlot), n,
+                        dims_.c, used);
+  } else {
+    std::fill(channel_grad_.begin(), channel_grad_.end(), 0.0f);  // a slice of padding only adds nothing
+  }
+  AllReduce(channel_grad_.data(), n * dims_.c, ReduceOp::kSum);
+}
+
+// The row-parallel layers' input (the residual stream's gradient) is replicated, so their local weight gradients and
+// the replicated bias gradients need no communication; the column-parallel layers' input gradients are partial sums
+// over the local heads or hidden units and are all-reduced before their LayerNorm's backward.
+void CpuTensorParallelTransformer::BlockBackward(int l, const std::function<void(size_t slot)>& ready) {
+  const size_t n = tokens();
+  const int c = dims_.c, lc = dims_.channels, lf = dims_.hidden;
+  auto w = [&](BlockTensor t) { return P(BlockSlot(l, t)); };
+  auto g = [&](BlockTensor t) { return G(BlockSlot(l, t)); };
+  auto ready_pair = [&](BlockTensor weight, BlockTensor bias) {
+    ready(BlockSlot(l, bias));
+    ready(BlockSlot(l, weight));
+  };
+  const LocalBlockActivations& a = blocks_[l];
+  const float* residual = l > 0 ? blocks_[l - 1].residual3.data() : encoded_.data();
+  float* rg = residual_grad_.data();
+  float* cg = channel_grad_.data();
+  float* hg = hidden_grad_.data();
+  cpu::MatmulBackward(hg, g(kMlpProjWeight), g(kMlpProjBias), rg, a.fch_gelu.data(), w(kMlpProjWeight), n, lf, c);
+  ready_pair(kMlpProjWeight, kMlpProjBias);
+  cpu::GeluBackward(hg, a.fch.data(), n * lf);
+  cpu::MatmulBackward(cg, g(kFcWeight), g(kFcBias), hg, a.ln2.data(), w(kFcWeight), n, c, lf);
+  AllReduce(cg, n * c, ReduceOp::kSum);
+  ready_pair(kFcWeight, kFcBias);
+  cpu::LayerNormBackward(rg, g(kLn2Weight), g(kLn2Bias), cg, a.residual2.data(), w(kLn2Weight), a.ln2_mean.data(),
+                         a.ln2_rstd.data(), n, c);
+  ready_pair(kLn2Weight, kLn2Bias);
+  // channel_grad_ holds the attention output's gradient (N, Cl) here, then the qkv input gradient (N, C).
+  cpu::MatmulBackward(cg, g(kAttnProjWeight), g(kAttnProjBias), rg, a.atty.data(), w(kAttnProjWeight), n, lc, c);
+  ready_pair(kAttnProjWeight, kAttnProjBias);
+  cpu::AttentionBackward(hg, attention_scratch_.data(), cg, a.qkv.data(), a.att_lse.data(), batch_, seq_, lc,
+                         dims_.heads);
+  cpu::MatmulBackward(cg, g(kQkvWeight), g(kQkvBias), hg, a.ln1.data(), w(kQkvWeight), n, c, 3 * lc);
+  AllReduce(cg, n * c, ReduceOp::kSum);
+  ready_pair(kQkvWeight, kQkvBias);
+  cpu::LayerNormBackward(rg, g(kLn1Weight), g(kLn1Bias), cg, residual, w(kLn1Weight), a.ln1_mean.data(),
+                         a.ln1_rstd.data(), n, c);
+  ready_pair(kLn1Weight, kLn1Bias);
+}
+
+// The embedding's gradient: wte's local rows for the tokens this rank holds, wpe (replicated) on every rank. Nothing
+// is all-reduced: the embedding's input gradient goes nowhere.
+void CpuTensorParallelTransformer::EmbeddingBackward() {
+  const size_t c = dims_.c;
+  float* wte_grad = G(kWteSlot);
+  float* wpe_grad = G(kWpeSlot);
+  for (size_t row = 0; row < tokens(); ++row) {
+    const float* g = residual_grad_.data() + row * c;
+    float* position = wpe_grad + (row % seq_) * c;
+    const int local = inputs_[row] - dims_.vocab_begin;
+    float* token = local >= 0 && local < dims_.vocab_rows ? wte_grad + static_cast<size_t>(local) * c : nullptr;
+    for (size_t k = 0; k < c; ++k) {
+      if (token != nullptr) token[k] += g[k];
+      position[k] += g[k];
+    }
+  }
+}
+
+void CpuTensorParallelTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
+  if (step < 1) throw InputError("AdamW step counts from 1, got " + std::to_string(step));
+  for (const AdamWRange& r : adamw_ranges_) {
+    cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + r.offset, v_.data() + r.offset,
+                     r.count, config, r.decay ? config.weight_decay : 0.0f, step);
+  }
+}
+
+// The input width of a row-parallel weight: attn.proj's C, mlp.proj's mlp_ratio·C.
+size_t InColumns(const ModelConfig& config, size_t slot) {
+  const size_t tensor = (slot - kFirstBlockSlot) % kBlockTensors;
+  return tensor == kAttnProjWeight ? static_cast<size_t>(config.d_model)
+                                   : static_cast<size_t>(config.mlp_ratio) * config.d_model;
+}
+
+// The stretches of one slot; `full` and `local` are the slot in the full and the local layout.
+void AddSlotStretches(const ModelConfig& config, size_t slot, const TensorSlot& full, const TensorSlot& local, int rank,
+                      std::vector<TensorParallelStretch>& out) {
+  switch (TensorParallelSplit(config, slot)) {
+    case TensorSplit::kReplicated:
+      out.push_back({local.offset, full.offset, local.count});
+      break;
+    case TensorSplit::kVocabRows:
+    case TensorSplit::kOutRows:
+      out.push_back({local.offset, full.offset + rank * local.count, local.count});
+      break;
+    case TensorSplit::kQkvHeads: {
+      const size_t piece = local.count / 3, whole = full.count / 3;  // per q, k, v
+      for (size_t j = 0; j < 3; ++j)
+        out.push_back({local.offset + j * piece, full.offset + j * whole + rank * piece, piece});
+      break;
+    }
+    case TensorSplit::kInColumns: {
+      const size_t in = InColumns(config, slot), rows = full.count / in, local_in = local.count / rows;
+      for (size_t o = 0; o < rows; ++o) {
+        out.push_back({local.offset + o * local_in, full.offset + o * in + rank * local_in, local_in});
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+void CheckTensorParallel(const ModelConfig& config, int tensor_parallel) {
+  const std::string t = std::to_string(tensor_parallel);
+  if (tensor_parallel < 1) throw InputError("--tensor-parallel " + t + " must be at least 1");
+  if (config.heads % tensor_parallel != 0) {
+    throw InputError("--tensor-parallel " + t + " does not divide --heads " + std::to_string(config.heads) +
+                     " of model '" + config.name + "' (each rank holds whole heads)");
+  }
+  if (config.vocab_padded % tensor_parallel != 0) {
+    throw InputError("--tensor-parallel " + t + " does not divide the padded vocabulary " +
+                     std::to_string(config.vocab_padded) + " of model '" + config.name +
+                     "' (each rank holds an equal block of wte's rows)");
+  }
+}
+
+TensorSplit TensorParallelSplit(const ModelConfig& config, size_t slot) {
+  if (slot == kWteSlot) return TensorSplit::kVocabRows;
+  if (slot < kFirstBlockSlot || slot >= LnfWeightSlot(config.layers)) return TensorSplit::kReplicated;
+  switch ((slot - kFirstBlockSlot) % kBlockTensors) {
+    case kQkvWeight:
+    case kQkvBias:
+      return TensorSplit::kQkvHeads;
+    case kFcWeight:
+    case kFcBias:
+      return TensorSplit::kOutRows;
+    case kAttnProjWeight:
+    case kMlpProjWeight:
+      return TensorSplit::kInColumns;
+    default:
+      return TensorSplit::kReplicated;
+  }
+}
+
+std::vector<TensorSlot> TensorParallelLayout(const ModelConfig& config, int tensor_parallel) {
+  CheckTensorParallel(config, tensor_parallel);
+  std::vector<TensorSlot> layout = MakeLayout(config);
+  size_t offset = 0;
+  for (size_t s = 0; s < layout.size(); ++s) {
+    // Every split tensor divides into T equal slices (T divides H, hence C and the MLP's width, and Vp).
+    if (TensorParallelSplit(config, s) != TensorSplit::kReplicated) layout[s].count /= tensor_parallel;
+    layout[s].offset = offset;
+    offset += layout[s].count;
+  }
+  return layout;
+}
+
+std::vector<TensorParallelStretch> TensorParallelStretches(const ModelConfig& config, int tensor_parallel, int rank) {
+  if (rank < 0 || rank >= tensor_parallel) {
+    throw InputError("rank " + std::to_string(rank) + " is outside the " + std::to_string(tensor_parallel) +
+                     " tensor-parallel ranks");
+  }
+  const std::vector<TensorSlot> full = MakeLayout(config);
+  const std::vector<TensorSlot> local = TensorParallelLayout(config, tensor_parallel);
+  std::vector<TensorParallelStretch> stretches;
+  for (size_t s = 0; s < full.size(); ++s) AddSlotStretches(config, s, full[s], local[s], rank, stretches);
+  return stretches;
+}
+
+uint64_t MegatronActivationElements(const ModelConfig& config, int batch, int seq) {
+  return 4ull * config.layers * static_cast<uint64_t>(batch) * seq * config.d_model;
+}
+
+uint64_t TensorParallelAllReduceElements(const ModelConfig& config, int tensor_parallel, int batch, int seq) {
+  if (tensor_parallel == 1) return 0;
+  const uint64_t n = static_cast<uint64_t>(batch) * seq;
+  return MegatronActivationElements(config, batch, seq) + 2 * n * config.d_model + 3 * n;
+}
+
+TensorParallelStats* TensorParallelStatsOf(Transformer& model) { return dynamic_cast<TensorParallelStats*>(&model); }
+
+std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
+                                                              Communicator& tp) {
+  ValidateModel(config);
+  CheckTensorParallel(config, tp.size());
+  if (tp.memory() != MemoryKind::kHost) {
+    throw InputError("the tensor-parallel CPU transformer needs a host-memory communicator (mpi), got " + tp.backend());
+  }
+  try {
+    return std::make_unique<CpuTensorParallelTransformer>(config, seed, tp);
+  } catch (const std::bad_alloc&) {
+    const std::vector<TensorSlot> layout = TensorParallelLayout(config, tp.size());
+    const uint64_t bytes = 4 * sizeof(float) * (layout.back().offset + layout.back().count);
+    throw RuntimeError("the tensor-parallel CPU transformer for model '" + config.name + "' could not allocate " +
+                       FormatBytes(bytes) + " per rank for fp32 parameters, gradients and AdamW moments HINT: run " +
+                       "fewer layers of the same shape with --layers N");
+  }
+}
+
+}  // namespace tb

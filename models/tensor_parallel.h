@@ -1,0 +1,95 @@
+// Megatron-LM tensor parallelism for the GPT-2 model of transformer.h, as a CPU reference: the model split over
+// the T ranks of one communicator, each holding its slices of the weights (Shoeybi et al. 2019, "Megatron-LM").
+//
+// The split, per block: attn.qkv (3C, C) column-parallel by heads (rank r holds heads [r·H/T, (r+1)·H/T) of each
+// of q, k and v: three row blocks of the (out, in) weight, and the matching bias pieces), attention over the local
+// heads, attn.proj (C, C) row-parallel (columns [r·C/T, (r+1)·C/T)), its output all-reduced and then the replicated
+// bias added once; mlp.fc (4C, C) column-parallel (rows), GELU local, mlp.proj (C, 4C) row-parallel, all-reduce,
+// replicated bias; LayerNorms replicated. Backward all-reduces the input gradient of each column-parallel layer
+// (qkv, fc). wte (Vp, C) split by vocabulary rows (rank r: [r·Vp/T, (r+1)·Vp/T)): the embedding looks up its rows
+// only and all-reduces, wpe (replicated) is added after; the tied LM head gives logits over the local vocabulary
+// slice, a vocab-parallel cross-entropy combines them, and backward all-reduces the head's input gradient.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "communicator.h"
+#include "model_config.h"
+#include "transformer.h"
+
+namespace tb {
+
+// Throws InputError (one line) unless T >= 1, T divides heads and T divides vocab_padded. (d_model and the MLP's
+// width then divide by T as well.)
+void CheckTensorParallel(const ModelConfig& config, int tensor_parallel);
+
+// How a tensor of MakeLayout is split over the tensor-parallel ranks.
+enum class TensorSplit {
+  kReplicated,  // every rank holds it whole: LayerNorms, row-parallel biases, wpe, lnf
+  kVocabRows,   // wte: a block of vocabulary rows
+  kQkvHeads,    // attn.qkv weight and bias: the local heads' rows of each of q, k and v
+  kOutRows,     // mlp.fc weight and bias: a block of output rows (column-parallel)
+  kInColumns,   // attn.proj and mlp.proj weights: a block of input columns (row-parallel)
+};
+TensorSplit TensorParallelSplit(const ModelConfig& config, size_t slot);
+
+// This rank's flat layout: the slots of MakeLayout in the same order (BlockSlot, LnfWeightSlot apply), each with
+// its local element count; the same on every rank of the group.
+std::vector<TensorSlot> TensorParallelLayout(const ModelConfig& config, int tensor_parallel);
+
+// A contiguous stretch shared by the local flat buffers and the full model's: local elements [local, local + count)
+// are full elements [full, full + count).
+struct TensorParallelStretch {
+  size_t local = 0;
+  size_t full = 0;
+  size_t count = 0;
+};
+// Rank `rank`'s local elements as stretches of the full layout, in local order, covering every local element once
+// (a row-parallel weight gives one stretch per row).
+std::vector<TensorParallelStretch> TensorParallelStretches(const ModelConfig& config, int tensor_parallel, int rank);
+
+// Elements one training step (Forward and Backward) all-reduces in one tensor-parallel group of T > 1 ranks, for N =
+// batch·seq tokens: 4·L·N·C in the blocks (Megatron's 4·L·B·S·h: forward the outputs of attn.proj and mlp.proj,
+// backward the input gradients of qkv and fc), plus 2·N·C for the vocab-parallel embedding (forward) and LM head
+// (backward, its input gradient), plus 3·N for the vocab-parallel cross-entropy (the row maxima, the sums of exp and
+// the target logits). 0 for T = 1 (nothing is all-reduced).
+uint64_t TensorParallelAllReduceElements(const ModelConfig& config, int tensor_parallel, int batch, int seq);
+// Megatron's count for the blocks alone: 4·L·B·S·C.
+uint64_t MegatronActivationElements(const ModelConfig& config, int batch, int seq);
+
+// What a tensor-parallel model's all-reduces did: calls, fp32 elements (bytes = 4 × elements), host seconds inside
+// them (each blocking).
+struct TensorParallelComm {
+  int64_t allreduces = 0;
+  uint64_t elements = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+class TensorParallelStats {
+ public:
+  virtual ~TensorParallelStats() = default;
+  virtual int tensor_parallel() const = 0;       // T
+  virtual int tensor_parallel_rank() const = 0;  // this rank's index in the group
+  // The last step's all-reduces: from the start of the last Forward to now (so, after Backward, that step's).
+  virtual TensorParallelComm last_step_comm() const = 0;
+  // The all-reduces since the previous call (then counted afresh): what a train loop takes after each phase.
+  virtual TensorParallelComm TakeComm() = 0;
+};
+
+// The stats of a model made by MakeCpuTensorParallelTransformer; nullptr for any other model.
+TensorParallelStats* TensorParallelStatsOf(Transformer& model);
+
+// Tensor parallel over `tp` (T = tp.size() ranks, tp.rank() its index): from the same seed, the same model as
+// MakeCpuTransformer, each rank holding the bits of its slices. parameters(), gradients(), adam_m() and adam_v() are
+// the local flat buffers in TensorParallelLayout order (also layout()), so that a data-parallel all-reduce across
+// groups averages the local slice. Every rank of `tp` must make it and step it together (the all-reduces are
+// blocking, on host memory: an MPI communicator); `tp` must outlive the model. Throws InputError where
+// CheckTensorParallel does.
+std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
+                                                              Communicator& tp);
+
+}  // namespace tb

@@ -1,0 +1,360 @@
+// Megatron tensor parallelism's CPU reference (models/tensor_parallel.h) under mpiexec: every rank of the world is
+// one tensor-parallel group (T = 2 or 4), checked against the full CPU model from the same seed on the same batch —
+// initial bits, loss, gradients slice by slice, three AdamW steps —, the replicated tensors bit-identical across the
+// group, the all-reduces of one step against the formula, and the bad inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "error.h"
+#include "model_config.h"
+#include "mpi_communicator.h"
+#include "tensor_parallel.h"
+#include "transformer.h"
+
+namespace tb {
+namespace {
+
+// 4 heads (T = 2 and 4 divide them); vocabulary 97 padded to 128, so that at T = 4 the last rank holds one real token
+// and 31 padding rows, at T = 2 33 and 31.
+ModelConfig SmallModel() { return CustomModel(2, 32, 4, 97, 16); }
+// The preset 'tiny' (d_model 128, 4 heads, vocabulary 4096, no padding) with 2 layers.
+ModelConfig TinyModel() { return WithLayers(FindPreset("tiny"), 2); }
+
+constexpr int kBatch = 2;
+constexpr int kSeq = 16;
+
+struct Batch {
+  std::vector<int32_t> inputs, targets;
+};
+
+// Deterministic ids, the same on every rank; the last real token appears as an input and as a target, so the last
+// rank's slice takes part in the lookup and the loss.
+Batch MakeBatch(const ModelConfig& config, int step) {
+  Batch b;
+  for (int i = 0; i < kBatch * kSeq; ++i) {
+    b.inputs.push_back(static_cast<int32_t>((i * 37 + step * 11 + 5) % config.vocab));
+    b.targets.push_back(static_cast<int32_t>((i * 53 + step * 17 + 3) % config.vocab));
+  }
+  b.inputs[0] = config.vocab - 1;
+  b.targets[1] = config.vocab - 1;
+  return b;
+}
+
+float Loss(Transformer& model, const Batch& b) {
+  return model.ForwardBatch(b.inputs.data(), b.targets.data(), kBatch, kSeq);
+}
+
+// True on every rank when every rank's buffer has rank 0's bits.
+bool SameOnEveryRank(Communicator& comm, const float* data, size_t count) {
+  std::vector<float> root(data, data + count);
+  MPI_Bcast(root.data(), static_cast<int>(count), MPI_FLOAT, 0, comm.host_comm());
+  int same = std::memcmp(root.data(), data, count * sizeof(float)) == 0 ? 1 : 0, all = 0;
+  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, comm.host_comm());
+  return all == 1;
+}
+
+// The slot of `layout` holding flat element `offset`.
+size_t SlotOf(const std::vector<TensorSlot>& layout, size_t offset) {
+  size_t s = 0;
+  while (s + 1 < layout.size() && layout[s + 1].offset <= offset) ++s;
+  return s;
+}
+
+// Parametrised by the model's name here ("small", "tiny"), so that failures print it.
+ModelConfig ModelNamed(const std::string& name) { return name == "tiny" ? TinyModel() : SmallModel(); }
+class TensorParallel : public ::testing::TestWithParam<std::string> {
+ protected:
+  ModelConfig Model() const { return ModelNamed(GetParam()); }
+};
+
+TEST_P(TensorParallel, SlicesStartWithTheFullModelsBits) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  auto full = MakeCpuTransformer(Model(), 7);
+  auto tp = MakeCpuTensorParallelTransformer(Model(), 7, *comm);
+  for (const TensorParallelStretch& s : TensorParallelStretches(Model(), comm->size(), comm->rank())) {
+    ASSERT_EQ(std::memcmp(tp->parameters() + s.local, full->parameters() + s.full, s.count * sizeof(float)), 0)
+        << "local elements at " << s.local;
+  }
+}
+
+// (1) The loss over the group against the full model's: the logits and the cross-entropy's sums are added in another
+// order (partial products all-reduced, the sum of exp split over the vocabulary slices), each a few fp32 ulps, so
+// 1e-5 relative bounds it with room (observed: the same float at T = 2 and 4; the mean is taken in double). Every rank
+// computes the same loss from the same all-reduced sums.
+TEST_P(TensorParallel, ForwardLossMatchesTheFullModel) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  auto full = MakeCpuTransformer(Model(), 7);
+  auto tp = MakeCpuTensorParallelTransformer(Model(), 7, *comm);
+  const Batch b = MakeBatch(Model(), 0);
+  const float expected = Loss(*full, b), loss = Loss(*tp, b);
+  EXPECT_NEAR(loss, expected, 1e-5 * std::fabs(expected));
+  EXPECT_TRUE(SameOnEveryRank(*comm, &loss, 1));
+  if (comm->rank() == 0) {
+    std::printf("[ info ] T=%d loss %.7f, full model %.7f: %.2e relative\n", comm->size(), loss, expected,
+                std::fabs(double{loss} - expected) / expected);
+  }
+}
+
+// (2) Each local gradient slice against the matching slice of the full model's gradients. The tolerance is 1e-4 of
+// the largest |gradient| of the tensor: the differences are fp32 summation order only (partial sums all-reduced, the
+// softmax's sum split), which grow through the layers' backward but stay near 1e-6 of the tensor's scale (observed
+// up to 7.8e-7 at T = 2 and 4; printed); elementwise relative bounds would fail on gradients that are near zero through
+// cancellation. (4) The replicated tensors' gradients are bit-identical on every rank of the group.
+TEST_P(TensorParallel, GradientsMatchTheFullModelsSlices) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  const ModelConfig config = Model();
+  auto full = MakeCpuTransformer(config, 7);
+  auto tp = MakeCpuTensorParallelTransformer(config, 7, *comm);
+  const Batch b = MakeBatch(config, 0);
+  Loss(*full, b);
+  Loss(*tp, b);
+  full->Backward(nullptr);
+  std::vector<size_t> reported;
+  tp->Backward([&](size_t slot) { reported.push_back(slot); });
+  // Every slot once, in descending order (what a bucketed data-parallel all-reduce across groups relies on).
+  ASSERT_EQ(reported.size(), tp->layout().size());
+  for (size_t i = 0; i < reported.size(); ++i) EXPECT_EQ(reported[i], reported.size() - 1 - i);
+
+  const std::vector<TensorSlot> layout = MakeLayout(config);
+  std::vector<double> max_abs(layout.size(), 0.0);
+  for (size_t s = 0; s < layout.size(); ++s) {
+    for (size_t i = 0; i < layout[s].count; ++i) {
+      max_abs[s] = std::max(max_abs[s], double{std::fabs(full->gradients()[layout[s].offset + i])});
+    }
+  }
+  double worst = 0;  // the largest |difference| / max |gradient| of its tensor
+  for (const TensorParallelStretch& s : TensorParallelStretches(config, comm->size(), comm->rank())) {
+    const size_t slot = SlotOf(layout, s.full);
+    for (size_t i = 0; i < s.count; ++i) {
+      const double diff = std::fabs(double{tp->gradients()[s.local + i]} - full->gradients()[s.full + i]);
+      ASSERT_LE(diff, 1e-4 * max_abs[slot] + 1e-12)
+          << layout[slot].name << " element " << (s.full + i - layout[slot].offset);
+      worst = std::max(worst, max_abs[slot] > 0 ? diff / max_abs[slot] : 0.0);
+    }
+  }
+  double all_worst = 0;
+  MPI_Allreduce(&worst, &all_worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (comm->rank() == 0)
+    std::printf("[ info ] T=%d worst gradient difference %.2e of its tensor's max\n", comm->size(), all_worst);
+
+  for (size_t s = 0; s < tp->layout().size(); ++s) {
+    if (TensorParallelSplit(config, s) != TensorSplit::kReplicated) continue;
+    EXPECT_TRUE(SameOnEveryRank(*comm, tp->gradients() + tp->layout()[s].offset, tp->layout()[s].count))
+        << tp->layout()[s].name << "'s gradient differs across the tensor-parallel ranks";
+  }
+}
+
+// (3) Three AdamW steps from the same seed on the same batches: the losses track the full model's within 1e-4
+// relative (AdamW divides each gradient by its RMS, so an element whose gradient is near zero turns a summation-order
+// difference into a share of the learning rate: the parameters drift apart (bounded below), the losses far less;
+// observed: the same float at every step). The replicated parameters stay bit-identical across the group, and wte's
+// padding rows exactly zero.
+TEST_P(TensorParallel, AdamWStepsTrackTheFullModel) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  const ModelConfig config = Model();
+  auto full = MakeCpuTransformer(config, 7);
+  auto tp = MakeCpuTensorParallelTransformer(config, 7, *comm);
+  AdamWConfig adamw;
+  adamw.learning_rate = 1e-2f;
+  double worst = 0;
+  std::vector<float> losses;
+  for (int step = 1; step <= 3; ++step) {
+    const Batch b = MakeBatch(config, step);
+    for (Transformer* m : {full.get(), tp.get()}) m->ZeroGradients();
+    const float expected = Loss(*full, b), loss = Loss(*tp, b);
+    EXPECT_NEAR(loss, expected, 1e-4 * std::fabs(expected)) << "step " << step;
+    worst = std::max(worst, std::fabs(double{loss} - expected) / std::fabs(expected));
+    losses.push_back(loss);
+    for (Transformer* m : {full.get(), tp.get()}) {
+      m->Backward(nullptr);
+      m->AdamWStep(adamw, step);
+    }
+  }
+  // Training happened: the loss moved.
+  EXPECT_NE(losses.front(), losses.back());
+  // The parameters drift apart by AdamW's amplification of summation-order differences where a gradient is small:
+  // observed up to 7.2e-5 (0.24% of lr·steps) at T = 2 and 4, against 1e-2·lr·steps. The key biases get their own
+  // bound: their gradient is zero in exact arithmetic (b_k shifts each score row by q·b_k, which softmax ignores), so
+  // both models step them on fp32 noise of ~1e-12, which AdamW scales by lr/epsilon: observed up to 2.2e-4, against
+  // 5e-2·lr·steps.
+  const std::vector<TensorSlot>& full_layout = full->layout();
+  double drift = 0, key_bias_drift = 0;
+  for (const TensorParallelStretch& s : TensorParallelStretches(config, comm->size(), comm->rank())) {
+    const size_t slot = SlotOf(full_layout, s.full);
+    const bool qkv_bias = TensorParallelSplit(config, slot) == TensorSplit::kQkvHeads && full_layout[slot].layer >= 0 &&
+                          slot == BlockSlot(full_layout[slot].layer, kQkvBias);
+    for (size_t i = 0; i < s.count; ++i) {
+      const size_t index = s.full + i - full_layout[slot].offset;
+      const bool key_bias =
+          qkv_bias && index >= static_cast<size_t>(config.d_model) && index < 2 * static_cast<size_t>(config.d_model);
+      const double d = std::fabs(double{tp->parameters()[s.local + i]} - full->parameters()[s.full + i]);
+      double& worst_drift = key_bias ? key_bias_drift : drift;
+      worst_drift = std::max(worst_drift, d);
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &drift, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &key_bias_drift, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_LT(drift, 1e-2 * adamw.learning_rate * 3) << "largest parameter difference from the full model";
+  EXPECT_LT(key_bias_drift, 5e-2 * adamw.learning_rate * 3) << "largest key bias difference from the full model";
+  if (comm->rank() == 0) {
+    std::printf(
+        "[ info ] T=%d losses %.7f -> %.7f; worst loss difference %.2e relative, parameter drift %.2e (key "
+        "biases %.2e)\n",
+        comm->size(), losses.front(), losses.back(), worst, drift, key_bias_drift);
+  }
+  const std::vector<TensorSlot>& local = tp->layout();
+  for (size_t s = 0; s < local.size(); ++s) {
+    if (TensorParallelSplit(config, s) != TensorSplit::kReplicated) continue;
+    EXPECT_TRUE(SameOnEveryRank(*comm, tp->parameters() + local[s].offset, local[s].count)) << local[s].name;
+  }
+  // wte's local rows at token ids >= vocab (padding) stay exactly zero.
+  const int rows = config.vocab_padded / comm->size(), first = comm->rank() * rows;
+  for (int row = std::max(0, config.vocab - first); row < rows; ++row) {
+    for (int c = 0; c < config.d_model; ++c) {
+      ASSERT_EQ(tp->parameters()[static_cast<size_t>(row) * config.d_model + c], 0.0f) << "padding row " << first + row;
+    }
+  }
+}
+
+// (6) The all-reduces of one step against TensorParallelAllReduceElements: forward 1 (embedding, N·C) + 2 per block
+// (attn.proj's and mlp.proj's outputs, N·C each) + 2 for the cross-entropy (the row maxima, N; the sums of exp with
+// the target logits, 2N); backward 1 (the LM head's input gradient, N·C) + 2 per block (qkv's and fc's input
+// gradients). Megatron's 4·L·B·S·d counts the blocks only: the vocab-parallel embedding's forward all-reduce and the
+// LM head's backward one add 2·N·d on top, the cross-entropy 3·N.
+TEST_P(TensorParallel, OneStepAllReducesWhatTheFormulaSays) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  const ModelConfig config = Model();
+  auto tp = MakeCpuTensorParallelTransformer(config, 7, *comm);
+  TensorParallelStats* stats = TensorParallelStatsOf(*tp);
+  ASSERT_NE(stats, nullptr);
+  EXPECT_EQ(stats->tensor_parallel(), comm->size());
+  EXPECT_EQ(stats->tensor_parallel_rank(), comm->rank());
+  const uint64_t n = kBatch * kSeq, c = config.d_model, layers = config.layers;
+  Loss(*tp, MakeBatch(config, 0));
+  const TensorParallelComm forward = stats->TakeComm();
+  tp->Backward(nullptr);
+  const TensorParallelComm backward = stats->TakeComm();
+  EXPECT_EQ(forward.allreduces, static_cast<int64_t>(1 + 2 * layers + 2));
+  EXPECT_EQ(forward.elements, (1 + 2 * layers) * n * c + 3 * n);
+  EXPECT_EQ(backward.allreduces, static_cast<int64_t>(1 + 2 * layers));
+  EXPECT_EQ(backward.elements, (1 + 2 * layers) * n * c);
+  const TensorParallelComm step = stats->last_step_comm();
+  EXPECT_EQ(step.elements, TensorParallelAllReduceElements(config, comm->size(), kBatch, kSeq));
+  EXPECT_EQ(step.elements, MegatronActivationElements(config, kBatch, kSeq) + 2 * n * c + 3 * n);
+  EXPECT_EQ(MegatronActivationElements(config, kBatch, kSeq), 4 * layers * n * c);
+  EXPECT_EQ(step.bytes, 4 * step.elements);
+  EXPECT_EQ(step.allreduces, forward.allreduces + backward.allreduces);
+  EXPECT_GT(step.seconds, 0);
+  // The next Forward starts the step's count afresh.
+  Loss(*tp, MakeBatch(config, 1));
+  EXPECT_EQ(stats->last_step_comm().elements, forward.elements);
+  auto full = MakeCpuTransformer(config, 7);
+  EXPECT_EQ(TensorParallelStatsOf(*full), nullptr);
+}
+
+// The local buffers: the layout's sizes, ZeRO's unsharded shard of them, the fp32 state.
+TEST_P(TensorParallel, LocalBuffersAreTheSlices) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  const ModelConfig config = Model();
+  auto tp = MakeCpuTensorParallelTransformer(config, 7, *comm);
+  const std::vector<TensorSlot> local = TensorParallelLayout(config, comm->size());
+  const size_t elements = local.back().offset + local.back().count;
+  EXPECT_EQ(tp->parameter_elements(), elements);
+  EXPECT_EQ(tp->layout().size(), MakeLayout(config).size());
+  EXPECT_EQ(tp->optimizer_shard().begin, 0u);
+  EXPECT_EQ(tp->optimizer_shard().end, elements);
+  EXPECT_FALSE(tp->fsdp_layout().enabled());
+  EXPECT_EQ(tp->state_bytes().weights, 4.0 * elements);
+  EXPECT_EQ(tp->state_bytes().optimizer, 8.0 * elements);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TensorParallel, ::testing::Values("small", "tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// A group of one (each rank alone) is the full model: no all-reduce, the same loss and gradients within fp32
+// summation order (the row-parallel layers add their bias after the product instead of inside the GEMM).
+TEST(TensorParallelGroupOfOne, IsTheFullModel) {
+  auto world = MakeMpiCommunicator(MPI_COMM_WORLD);
+  std::unique_ptr<Communicator> alone = world->Split(world->rank(), 0);
+  const ModelConfig config = SmallModel();
+  auto full = MakeCpuTransformer(config, 7);
+  auto tp = MakeCpuTensorParallelTransformer(config, 7, *alone);
+  ASSERT_EQ(tp->parameter_elements(), full->parameter_elements());
+  const Batch b = MakeBatch(config, 0);
+  const float expected = Loss(*full, b);
+  EXPECT_NEAR(Loss(*tp, b), expected, 1e-6 * std::fabs(expected));
+  full->Backward(nullptr);
+  tp->Backward(nullptr);
+  double max_abs = 0, diff = 0;
+  for (size_t i = 0; i < full->parameter_elements(); ++i) {
+    max_abs = std::max(max_abs, double{std::fabs(full->gradients()[i])});
+    diff = std::max(diff, std::fabs(double{tp->gradients()[i]} - full->gradients()[i]));
+  }
+  EXPECT_LE(diff, 1e-5 * max_abs);
+  EXPECT_EQ(TensorParallelStatsOf(*tp)->last_step_comm().allreduces, 0);
+  EXPECT_EQ(TensorParallelAllReduceElements(config, 1, kBatch, kSeq), 0u);
+}
+
+// Every rank's stretches together cover each element of a split tensor exactly once and each replicated tensor
+// whole on every rank; the local layout holds 1/T of every split tensor.
+TEST(TensorParallelLayout, StretchesCoverTheFullLayout) {
+  const ModelConfig config = SmallModel();
+  const std::vector<TensorSlot> full = MakeLayout(config);
+  const size_t elements = full.back().offset + full.back().count;
+  for (int t : {1, 2, 4}) {
+    std::vector<int> covered(elements, 0);
+    for (int r = 0; r < t; ++r) {
+      size_t local_elements = 0;
+      for (const TensorParallelStretch& s : TensorParallelStretches(config, t, r)) {
+        EXPECT_EQ(s.local, local_elements) << "stretches in local order, T=" << t;
+        local_elements += s.count;
+        for (size_t i = 0; i < s.count; ++i) ++covered[s.full + i];
+      }
+      const std::vector<TensorSlot> local = TensorParallelLayout(config, t);
+      EXPECT_EQ(local_elements, local.back().offset + local.back().count);
+    }
+    for (size_t s = 0; s < full.size(); ++s) {
+      const int expected = TensorParallelSplit(config, s) == TensorSplit::kReplicated ? t : 1;
+      for (size_t i = 0; i < full[s].count; ++i) {
+        ASSERT_EQ(covered[full[s].offset + i], expected) << full[s].name << " element " << i << ", T=" << t;
+      }
+    }
+  }
+  EXPECT_EQ(TensorParallelSplit(config, BlockSlot(0, kAttnProjBias)), TensorSplit::kReplicated);
+  EXPECT_EQ(TensorParallelSplit(config, BlockSlot(1, kQkvBias)), TensorSplit::kQkvHeads);
+  EXPECT_EQ(TensorParallelSplit(config, BlockSlot(1, kMlpProjWeight)), TensorSplit::kInColumns);
+  EXPECT_EQ(TensorParallelSplit(config, kWteSlot), TensorSplit::kVocabRows);
+}
+
+// (5) Bad inputs: T < 1, T not dividing the heads, T not dividing the padded vocabulary; one line each.
+TEST(TensorParallelInputs, BadSplitsThrowInputError) {
+  auto expect_input_error = [](const ModelConfig& config, int t, const std::string& part) {
+    try {
+      CheckTensorParallel(config, t);
+      ADD_FAILURE() << "T=" << t << " accepted";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(part), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  };
+  expect_input_error(SmallModel(), 0, "must be at least 1");
+  expect_input_error(SmallModel(), 3, "does not divide --heads 4");
+  expect_input_error(SmallModel(), 8, "does not divide --heads 4");
+  // 6 heads and T = 3 divide, the padded vocabulary 128 does not.
+  expect_input_error(CustomModel(1, 48, 6, 97, 16), 3, "does not divide the padded vocabulary 128");
+  EXPECT_NO_THROW(CheckTensorParallel(SmallModel(), 4));
+  EXPECT_THROW(TensorParallelLayout(SmallModel(), 3), InputError);
+  EXPECT_THROW(TensorParallelStretches(SmallModel(), 2, 2), InputError);
+  // The model itself refuses a group that does not divide its heads: 3 heads over 2 or 4 ranks.
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  EXPECT_THROW(MakeCpuTensorParallelTransformer(CustomModel(1, 48, 3, 97, 16), 7, *comm), InputError);
+}
+
+}  // namespace
+}  // namespace tb
