@@ -129,6 +129,12 @@ class CpuTensorParallelTransformer : public Transformer, public TensorParallelSt
   int tensor_parallel_rank() const override { return dims_.rank; }
   TensorParallelComm last_step_comm() const override { return step_comm_; }
   TensorParallelComm TakeComm() override { return std::exchange(take_comm_, TensorParallelComm{}); }
+  // What the train loop takes after forward and after backward: the same counters as TakeComm (one takes what the
+  // other has not).
+  ActivationComm TakeActivationComm() override {
+    const TensorParallelComm c = TakeComm();
+    return {c.seconds, c.bytes, c.allreduces};
+  }
 
  private:
   std::vector<AdamWRange> LocalAdamWRanges() const {

@@ -76,7 +76,8 @@ class TensorParallelStats {
   virtual int tensor_parallel_rank() const = 0;  // this rank's index in the group
   // The last step's all-reduces: from the start of the last Forward to now (so, after Backward, that step's).
   virtual TensorParallelComm last_step_comm() const = 0;
-  // The all-reduces since the previous call (then counted afresh): what a train loop takes after each phase.
+  // The all-reduces since the previous call (then counted afresh): what a train loop takes after each phase. The
+  // model's Transformer::TakeActivationComm takes the same counters.
   virtual TensorParallelComm TakeComm() = 0;
 };
 

@@ -14,6 +14,7 @@
 #include "model_config.h"
 #include "mpi_communicator.h"
 #include "tensor_parallel.h"
+#include "train_loop.h"
 #include "transformer.h"
 
 namespace tb {
@@ -255,6 +256,38 @@ TEST_P(TensorParallel, OneStepAllReducesWhatTheFormulaSays) {
   EXPECT_EQ(stats->last_step_comm().elements, forward.elements);
   auto full = MakeCpuTransformer(config, 7);
   EXPECT_EQ(TensorParallelStatsOf(*full), nullptr);
+}
+
+// The train loop over a tensor-parallel model: each rank its own data-parallel group of one (so every rank of the
+// tensor-parallel group draws the same synthetic batch), against the full model in the same loop. The losses track
+// within 1e-4 as in AdamWStepsTrackTheFullModel; each step's activation all-reduces are taken through
+// Transformer::TakeActivationComm: the formula's elements in fp32 bytes, their time counted as exposed communication.
+TEST_P(TensorParallel, TrainLoopTakesTheActivationAllReduces) {
+  auto world = MakeMpiCommunicator(MPI_COMM_WORLD);
+  std::unique_ptr<Communicator> alone = world->Split(world->rank(), 0);
+  const ModelConfig config = Model();
+  auto full = MakeCpuTransformer(config, 7);
+  auto tp = MakeCpuTensorParallelTransformer(config, 7, *world);
+  EXPECT_EQ(tp->tensor_parallel(), world->size());
+  TrainLoopOptions o;
+  o.micro_batch = kBatch;
+  o.seq = kSeq;
+  o.steps = 2;
+  o.warmup_steps = 1;
+  o.bucket_mb = 0.01;
+  o.adamw.learning_rate = 1e-2f;
+  const std::vector<StepRecord> expected = RunTrainingSteps(*alone, *full, o);
+  const std::vector<StepRecord> steps = RunTrainingSteps(*alone, *tp, o);
+  ASSERT_EQ(steps.size(), expected.size());
+  const uint64_t bytes = 4 * TensorParallelAllReduceElements(config, world->size(), kBatch, kSeq);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_NEAR(steps[i].loss, expected[i].loss, 1e-4 * std::fabs(expected[i].loss)) << "step " << i;
+    EXPECT_EQ(steps[i].activation_allreduce_bytes, bytes) << "step " << i;
+    EXPECT_GT(steps[i].comm_activation_s, 0) << "step " << i;
+    EXPECT_GE(steps[i].comm_exposed_s + 1e-12, steps[i].comm_activation_s) << "step " << i;
+    EXPECT_EQ(steps[i].tokens, kBatch * kSeq / world->size()) << "step " << i;
+  }
+  EXPECT_EQ(full->TakeActivationComm().allreduces, 0);
 }
 
 // The local buffers: the layout's sizes, ZeRO's unsharded shard of them, the fp32 state.
