@@ -146,6 +146,33 @@ for n in 2 4; do
   "$h5dump" -A -a /train/k$n/traffic_parameter_gather_bytes_theory "$work/fsdp$n.h5" | grep -q "(0): [1-9]" ||
     fail "fsdp at $n ranks: no gather theory in the report"
 done
+# --tensor-parallel T: groups of T ranks split the model (Megatron), data parallel across the groups, which share
+# their batch: T x G ranks give the losses of dp on G ranks, and the point reports the activation traffic.
+for spec in "2 2 1" "4 2 2" "4 4 1"; do
+  read -r n t g <<<"$spec"
+  checks=$((checks + 1))
+  "${mpiexec[@]}" -n $n "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 \
+    --tensor-parallel $t -o "$work/tp$n$t.h5" >"$work/tp$n$t.out" 2>"$work/err" ||
+    fail "train --tensor-parallel $t -n $n: $(cat "$work/err")"
+  if [[ ! -s "$work/dp$g.out" ]]; then
+    "${mpiexec[@]}" -n $g "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 \
+      >"$work/dp$g.out" 2>"$work/err" || fail "train -n $g: $(cat "$work/err")"
+  fi
+  [[ $(grep -o 'loss [0-9.]*' "$work/tp$n$t.out") == $(grep -o 'loss [0-9.]*' "$work/dp$g.out") ]] ||
+    fail "tensor parallel $t on $n ranks: losses differ from dp on $g: $(grep -o 'loss [0-9.]*' "$work/tp$n$t.out" | tr '\n' ' ')"
+  grep -q "tensor parallel $t: activation all-reduces send" "$work/tp$n$t.out" || fail "tp $t: no activation line"
+  "$h5dump" -A -a /train/k$n/tensor_parallel "$work/tp$n$t.h5" | grep -q "(0): $t$" || fail "tp $t: not recorded"
+  "$h5dump" -A -a /train/k$n/traffic_activation_bytes_theory "$work/tp$n$t.h5" | grep -q "(0): [1-9]" ||
+    fail "tp $t: no activation theory"
+done
+expect_error 2 "--tensor-parallel 3 does not divide --heads 4" -- "$tb" train --model tiny --tensor-parallel 3
+expect_error 2 "--tensor-parallel 2 does not divide the 1-rank point" -- "$tb" train --model tiny --tensor-parallel 2
+expect_error 2 "--tensor-parallel 2 with --parallel fsdp is not built yet" -- \
+  "$tb" train --model tiny --tensor-parallel 2 --parallel fsdp
+expect_error 2 "--allow-cross-node-tp goes with --tensor-parallel" -- "$tb" train --model tiny --allow-cross-node-tp
+expect_error 2 "--tensor-parallel 2 with --data or checkpoints is not built yet" -- \
+  "$tb" train --model tiny --tensor-parallel 2 --checkpoint-dir "$work/ck" --checkpoint-every 2
+
 # fsdp without overlap: every gather and reduce-scatter blocking, the same losses.
 checks=$((checks + 1))
 "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 --parallel fsdp \

@@ -80,6 +80,34 @@ TEST(ScalingPlan, BadListsAreInputErrorsNamingScaling) {
   EXPECT_NE(ErrorOf("5", Even(2, 2)).find("--scaling"), std::string::npos);
 }
 
+// Tensor parallel groups of T stay inside a node unless allowed across; k must divide into groups either way.
+TEST(ScalingPlan, TensorParallelGroupsStayInsideANode) {
+  const LaunchShape shape = Even(2, 4);
+  const std::vector<ScalingPointPlan> points = ParseScaling("4,8", shape);
+  EXPECT_NO_THROW(CheckTensorParallelLayout(4, points, false));
+  EXPECT_NO_THROW(CheckTensorParallelLayout(2, points, false));
+  for (const ScalingPointPlan& p : points) EXPECT_NO_THROW(CheckTensorParallelGroups(4, p, shape));
+  EXPECT_THROW(CheckTensorParallelLayout(8, points, false), InputError);  // 4 does not divide into groups of 8
+  const std::vector<ScalingPointPlan> across = ParseScaling("8", shape);
+  try {
+    CheckTensorParallelLayout(8, across, false);
+    ADD_FAILURE() << "a group of 8 spans the two 4-rank nodes";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--allow-cross-node-tp"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(CheckTensorParallelLayout(8, across, true));
+  EXPECT_THROW(CheckTensorParallelLayout(3, across, true), InputError);
+  // Ranks mapped round-robin over the nodes: rank 0 on node 0, rank 1 on node 1, ... a group of 2 spans both.
+  LaunchShape round_robin;
+  for (int r = 0; r < 8; ++r) {
+    round_robin.node.push_back(r % 2);
+    round_robin.local_rank.push_back(r / 2);
+  }
+  const std::vector<ScalingPointPlan> rr = ParseScaling("2x4", round_robin);
+  EXPECT_NO_THROW(CheckTensorParallelLayout(2, rr, false));
+  EXPECT_THROW(CheckTensorParallelGroups(2, rr.front(), round_robin), InputError);
+}
+
 TEST(ScalingPlan, AutoIsHierarchicalAcrossEvenNodesOnMpi) {
   std::vector<ScalingPointPlan> points = ParseScaling("1,2,3,4", Even(2, 2));
   ChooseAllReduce("auto", true, points);

@@ -26,6 +26,7 @@
 #include "scaling_plan.h"
 #include "train_io.h"
 #include "train_summary.h"
+#include "tensor_parallel.h"
 #include "transformer.h"
 #include "units.h"
 #include "watchdog.h"
@@ -68,6 +69,8 @@ struct TrainFlags {
   std::string attention = "auto";
   std::string link_probe = "16MiB";
   std::string parallel = "dp";
+  int tensor_parallel = 1;
+  bool allow_cross_node_tp = false;
 };
 
 ParallelMode ParseParallel(const std::string& text) {
@@ -91,6 +94,26 @@ void CheckParallel(const TrainFlags& f, const TrainIoFlags& io, bool cuda) {
     throw InputError("--parallel " + f.parallel + " with checkpoints (--checkpoint-every, --resume) is not built "
                      "yet: a checkpoint holds every rank's slice of the whole AdamW state, which " + f.parallel +
                      " shards differently; train with --parallel dp to checkpoint");
+  }
+}
+
+// --tensor-parallel T > 1: what it needs and what it cannot be combined with yet (one line, exit 2). The layout is
+// checked against the points by CheckTensorParallelLayout and CheckTensorParallelGroups.
+void CheckTensorParallelFlags(const TrainFlags& f, const TrainIoFlags& io, const ModelConfig& model, int seq, bool cuda) {
+  if (f.tensor_parallel == 1) return;
+  const std::string t = "--tensor-parallel " + std::to_string(f.tensor_parallel);
+  if (cuda) throw InputError(t + " runs on the CPU backend only so far (the CPU reference first): use --backend mpi");
+  if (f.parallel != "dp") {
+    throw InputError(t + " with --parallel " + f.parallel + " is not built yet: data parallel (dp) across the groups");
+  }
+  if (io.checkpoint_every > 0 || !io.resume.empty() || !io.data_dir.empty()) {
+    throw InputError(t + " with --data or checkpoints is not built yet (every rank of a group must read the same "
+                     "batches and write its own slices): synthetic tokens, no checkpoints");
+  }
+  CheckTensorParallel(model, f.tensor_parallel);
+  if ((static_cast<int64_t>(f.micro_batch) * seq) % f.tensor_parallel != 0) {
+    throw InputError(t + " does not divide the " + std::to_string(f.micro_batch * seq) + " tokens of a step (" +
+                     "--micro-batch x --seq) into equal shares");
   }
 }
 
@@ -298,6 +321,7 @@ class TrainPhase : public Phase {
   void PrintHeader() const;
   void RecordHeader(double comm_ready_s);
   std::unique_ptr<Transformer> MakeModel(const Communicator& sub);
+  void AddTheory(ScalingPoint& p, int micro_batch) const;
   std::vector<RunPoint> Points() const;
   void ProbeLinks(Communicator& comm);
   bool RunPoints(Communicator& comm);
@@ -307,7 +331,7 @@ class TrainPhase : public Phase {
   void Summarise(const std::vector<RunPoint>& runs);
   void RecordMemory();
   Group& train() { return schema::GroupOf(run_->report().root, schema::kTrain); }
-  int PointBatch(int k) const { return weak_ ? f_.micro_batch : global_batch_ / k; }
+  int PointBatch(int k) const { return weak_ ? f_.micro_batch : global_batch_ / (k / f_.tensor_parallel); }
   // A storage sweep: the run repeated at each --io-throttle rate (on one scaling point).
   bool Sweep() const { return io_plan_.throttles_MBps.size() > 1; }
 
@@ -334,6 +358,8 @@ class TrainPhase : public Phase {
   double peak_device_memory_ = 0;
   ModelStateBytes point_state_;  // what the last point's model allocated on this rank
   uint64_t point_working_bytes_ = 0;  // and fsdp's working buffers
+  double point_gradient_bytes_ = 0;   // the gradients it synchronises (a tensor parallel slice's)
+  int64_t point_buckets_ = 0;         // dp's buckets over them
 };
 
 void TrainPhase::AddOptions(po::options_description& options) {
@@ -367,6 +393,12 @@ void TrainPhase::AddOptions(po::options_description& options) {
        "ranks (reduce-scatter the gradients, AdamW on the shard, all-gather the parameters); fsdp: parameters, "
        "gradients and AdamW's state sharded (each layer all-gathered before its forward and again before its "
        "backward, the next one ahead, its gradients reduce-scattered; --no-overlap: all blocking; CPU backend)")
+      ("tensor-parallel", Number(&f.tensor_parallel, IntRange::Between(1, kMaxWidth))->default_value(f.tensor_parallel),
+       "split the model over groups of T ranks inside a node (Megatron: column/row-parallel layers, activation "
+       "all-reduces, vocab-parallel embedding and cross-entropy), data parallel across the groups; T divides the "
+       "heads and the ranks of each node (CPU backend, --parallel dp)")
+      ("allow-cross-node-tp", po::bool_switch(&f.allow_cross_node_tp),
+       "let tensor parallel groups span nodes (their activation all-reduces then cross the slow link)")
       ("link-probe", po::value(&f.link_probe)->default_value(f.link_probe),
        "across nodes, before the points: every node pair exchanges this much both ways on each local rank's link, "
        "naming the host whose link is slow (3 nodes or more); 0 or off: no probe");
@@ -380,6 +412,7 @@ std::vector<FlagRule> TrainPhase::Rules() const {
   // Buckets are dp's; zero1's collectives run after backward, with nothing to overlap.
   rules.push_back(Needs("bucket-mb", "parallel", {"dp"}));
   rules.push_back(Needs("no-overlap", "parallel", {"dp", "fsdp"}));
+  rules.push_back(Needs("allow-cross-node-tp", "tensor-parallel"));
   return rules;
 }
 
@@ -406,11 +439,18 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   parallel_ = ParseParallel(f.parallel);
   CheckParallel(f, io_flags_, r.backend() == "nccl");
   if (parallel_ == ParallelMode::kDp) ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
-  global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k;
+  CheckTensorParallelFlags(f, io_flags_, model_, loop_.seq, r.backend() == "nccl");
+  CheckTensorParallelLayout(f.tensor_parallel, scaling_, f.allow_cross_node_tp);
+  if (!f.allow_cross_node_tp) {
+    for (const ScalingPointPlan& point : scaling_) CheckTensorParallelGroups(f.tensor_parallel, point, shape_);
+  }
+  // A tensor parallel group shares its batch: data parallel runs over the k / T groups.
+  global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k / f.tensor_parallel;
   for (const auto& [k, nodes, per_node, even, layout, hierarchical] : scaling_) {
-    if (!weak_ && global_batch_ % k != 0) {
+    if (!weak_ && global_batch_ % (k / f.tensor_parallel) != 0) {
       throw InputError("--scaling-mode strong: the global batch " + std::to_string(global_batch_) +
-                       " does not divide over " + std::to_string(k) + " ranks (set --global-batch)");
+                       " does not divide over " + std::to_string(k / f.tensor_parallel) +
+                       (f.tensor_parallel > 1 ? " tensor parallel groups" : " ranks") + " (set --global-batch)");
     }
   }
   // Strong scaling gives the fewest ranks the largest batch.
@@ -654,20 +694,17 @@ bool TrainPhase::RunPoints(Communicator& comm) {
     const std::vector<RankSteps> ranks = GatherSteps(mine, *topology_, setup_.backend.device);
     if (run_->ctx().world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
       points_.push_back(SummarizePoint(point.k, point_loop.micro_batch, ranks, setup_.flops_per_token,
-                                       setup_.peak_flops, setup_.gemm_min, setup_.gradient_bytes));
+                                       setup_.peak_flops, setup_.gemm_min, point_gradient_bytes_, f_.tensor_parallel));
       // zero1: one reduce-scatter and one all-gather; fsdp: one of each per unit
       points_.back().gradient_buckets = parallel_ == ParallelMode::kZero1  ? 1
                                         : parallel_ == ParallelMode::kFsdp ? model_.layers + 2
-                                                                           : setup_.gradient_buckets;
+                                                                           : point_buckets_;
       points_.back().nodes = point.plan.nodes;
       points_.back().ranks_per_node = point.plan.ranks_per_node;
       points_.back().allreduce = parallel_ != ParallelMode::kDp ? "none" : point.plan.hierarchical ? "hierarchical" : "flat";
       points_.back().parallel = f_.parallel;
       points_.back().state = point_state_;
-      points_.back().state_theory =
-          TheoryStateBytes(parallel_, setup_.backend.cuda, setup_.gradient_bytes / sizeof(float), point.k);
-      points_.back().working_bytes = point_working_bytes_;
-      points_.back().traffic_theory = TheoryTraffic(parallel_, setup_.gradient_bytes, point.k);
+      AddTheory(points_.back(), point_loop.micro_batch);
       AddPointToReport(train(), points_.back(), ranks, point.name);
       AddPointEnergyToReport(train().Child(point.name), energy_J, points_.back());
       if (Sweep()) sweep_shares_.push_back(DataWaitShare(ranks));
@@ -685,7 +722,20 @@ bool TrainPhase::RunPoints(Communicator& comm) {
 // One point on the ranks of `sub`: a fresh model and its I/O, the loop with a line per step, the io group.
 std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
                                                 TrainLoopOptions& point_loop, EnergySpan& energy) {
-  std::unique_ptr<Transformer> transformer = MakeModel(sub);
+  // Tensor parallel: groups of T consecutive ranks of the point (on one node: CheckTensorParallelGroups), and the
+  // ranks holding the same slice, one per group, for the gradients.
+  const int t = f_.tensor_parallel;
+  std::unique_ptr<Communicator> tp, dp;
+  if (t > 1) {
+    tp = sub.Split(sub.rank() / t, sub.rank());
+    dp = sub.Split(sub.rank() % t, sub.rank());
+  }
+  std::unique_ptr<Transformer> transformer =
+      t > 1 ? MakeCpuTensorParallelTransformer(model_, static_cast<uint64_t>(f_.seed), *tp) : MakeModel(sub);
+  point_gradient_bytes_ = static_cast<double>(transformer->parameter_elements() * sizeof(float));
+  point_buckets_ = static_cast<int64_t>(PlanBuckets(GradientTensors(transformer->layout()),
+                                                    static_cast<size_t>(loop_.bucket_mb * 1024 * 1024), sizeof(float))
+                                            .size());
   PointIo io(io_flags_, io_plan_, sub, *transformer, point_loop.micro_batch, loop_.seq,
              static_cast<uint64_t>(f_.seed), point.throttle_MBps, several ? point.name : "");
   io.Prepare(point_loop);
@@ -711,7 +761,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   };
   MarkMeasuredSteps(point_loop, run_->gpu_health(), energy);
   point_loop.working_bytes = &point_working_bytes_;
-  std::vector<StepRecord> mine = RunTrainingSteps(sub, *transformer, point_loop);
+  std::vector<StepRecord> mine = RunTrainingSteps(dp ? *dp : sub, *transformer, point_loop);
   energy.end = run_->gpu_health().MarkEnergy();
   io.Finish();
   if (io_plan_.loader || io_plan_.checkpoints || !io_plan_.resume_dir.empty()) {
@@ -720,6 +770,19 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   peak_device_memory_ = std::max(peak_device_memory_, static_cast<double>(transformer->peak_device_memory_bytes()));
   point_state_ = transformer->state_bytes();
   return mine;
+}
+
+// ZeRO's and Megatron's figures for a point: the model state and traffic of the mode over the k / T ranks that share
+// a slice (Psi / T each: Megatron splits the model's parameters over T; the replicated LayerNorms and biases make
+// the allocation a little larger), and tensor parallel's activation all-reduces.
+void TrainPhase::AddTheory(ScalingPoint& p, int micro_batch) const {
+  const int t = f_.tensor_parallel, groups = p.k / t;
+  const double psi = setup_.gradient_bytes / sizeof(float) / t;
+  p.state_theory = TheoryStateBytes(parallel_, setup_.backend.cuda, psi, groups);
+  p.working_bytes = static_cast<double>(point_working_bytes_);
+  p.traffic_theory = TheoryTraffic(parallel_, psi * sizeof(float), groups);
+  p.traffic_theory.activation =
+      TheoryActivationTraffic(model_.layers, micro_batch, loop_.seq, model_.d_model, sizeof(float), t);
 }
 
 // Rank 0: scaling efficiency, each point's lines, the storage sweep, and the summary the other commands read.

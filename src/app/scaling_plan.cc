@@ -137,6 +137,21 @@ void ChooseAllReduce(const std::string& mode, bool mpi, std::vector<ScalingPoint
   }
 }
 
+void CheckTensorParallelGroups(int tensor_parallel, const ScalingPointPlan& point, const LaunchShape& shape) {
+  std::vector<int> members;
+  for (int r = 0; r < shape.ranks(); ++r) {
+    if (point.Holds(r, shape.node[r], shape.local_rank[r])) members.push_back(r);
+  }
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int first = members[i - i % static_cast<size_t>(tensor_parallel)];
+    if (shape.node[members[i]] != shape.node[first]) {
+      throw InputError("ranks " + std::to_string(first) + " and " + std::to_string(members[i]) + " of one tensor " +
+                       "parallel group of the " + std::to_string(point.k) + "-rank point are on different nodes: " +
+                       "launch the ranks node by node (mpirun --map-by slot), or --allow-cross-node-tp");
+    }
+  }
+}
+
 void CheckTensorParallelLayout(int tensor_parallel, const std::vector<ScalingPointPlan>& points, bool allow_cross_node) {
   const std::string t = std::to_string(tensor_parallel);
   for (const ScalingPointPlan& p : points) {

@@ -48,5 +48,9 @@ void ChooseAllReduce(const std::string& mode, bool mpi, std::vector<ScalingPoint
 // alike), or anywhere with allow_cross_node (k a multiple of T); throws InputError naming the first point that does
 // not divide. T = 1 passes.
 void CheckTensorParallelLayout(int tensor_parallel, const std::vector<ScalingPointPlan>& points, bool allow_cross_node);
+// That each group of T consecutive ranks of `point` (its members in launch order: the groups train splits them
+// into) lies on one node; throws InputError naming the first that does not (a launch that maps ranks across nodes
+// round-robin).
+void CheckTensorParallelGroups(int tensor_parallel, const ScalingPointPlan& point, const LaunchShape& shape);
 
 }  // namespace tb
