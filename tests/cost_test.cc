@@ -735,6 +735,12 @@ TEST(MemoryFit, ModesShardAsZeroSays) {
   EXPECT_NEAR(fsdp.total_bytes(), 16 * psi / 64 + 4e8 + 1e9, 1);
   EXPECT_THROW(ModeMemory(dp, "zero3", 64, 0, psi), InputError);
   EXPECT_THROW(ModeMemory(dp, "fsdp", 0, 0, psi), InputError);
+  // Tensor parallel 8 over 16 GPUs with dp across the 2 groups: 1/8 of the states each, activations whole.
+  const MemoryBreakdown tp = ModeMemory(dp, "dp", 16, 0, psi, 8);
+  EXPECT_NEAR(tp.model_states_bytes(), 16 * psi / 8, 1);
+  EXPECT_DOUBLE_EQ(tp.activations_bytes, 1e9);
+  EXPECT_NEAR(ModeMemory(dp, "zero1", 16, 0, psi, 8).optimizer_bytes, 12 * psi / 8 / 2, 1);
+  EXPECT_THROW(ModeMemory(dp, "dp", 12, 0, psi, 8), InputError);
 }
 
 // ---- reading a run -------------------------------------------------------------------------------------------

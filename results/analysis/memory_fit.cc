@@ -17,9 +17,16 @@ std::optional<MemoryCalibration> CalibrateMemory(double measured_peak_bytes, dou
 }
 
 MemoryBreakdown ModeMemory(const MemoryBreakdown& dp, const std::string& mode, int ranks, double gathered_parameters,
-                           double parameters) {
+                           double parameters, int tensor_parallel) {
   if (ranks < 1) throw InputError("a parallel mode needs at least 1 rank, got " + std::to_string(ranks));
+  if (tensor_parallel < 1 || ranks % tensor_parallel != 0) {
+    throw InputError("tensor parallel " + std::to_string(tensor_parallel) + " does not divide " +
+                     std::to_string(ranks) + " ranks");
+  }
   MemoryBreakdown m = dp;
+  for (double* states : {&m.weights_bytes, &m.gradients_bytes, &m.optimizer_bytes}) *states /= tensor_parallel;
+  ranks /= tensor_parallel;
+  gathered_parameters /= tensor_parallel;
   if (mode == "dp") return m;
   m.optimizer_bytes /= ranks;
   if (mode == "zero1") return m;

@@ -24,8 +24,10 @@ struct MemoryBreakdown {
 // the embeddings, the final LayerNorm and two blocks), their parameters and gradients at dp's bytes per parameter
 // (weights_bytes / parameters, and gradients_bytes / parameters). Activations are per rank in every mode. Throws
 // InputError for another mode or ranks < 1.
+// Tensor parallel T (> 1) first divides the model states by T (Megatron: each rank holds 1/T of the weights) and the
+// mode then shards over ranks / T; activations are left whole, an upper bound (Megatron splits most of them by T).
 MemoryBreakdown ModeMemory(const MemoryBreakdown& dp, const std::string& mode, int ranks, double gathered_parameters,
-                           double parameters);
+                           double parameters, int tensor_parallel = 1);
 
 // Measured / estimated peak of a run on a GPU: how far the estimate is from what the device really used (CUDA
 // context, allocator caching and workspaces push it up; fused attention pulls activations down).

@@ -234,7 +234,8 @@ ProjectedPoint StepModel::Project(const LinkModel& links, const Layout& layout) 
   const int k = layout.gpus();
   const double base = (reference_.step_s - reference_.comm_exposed_s) *
                       (weak_ ? 1.0 : static_cast<double>(reference_.k) / k);
-  p.comm_s = k > 1 ? PredictAllReduceSeconds(links, layout.nodes, layout.gpus_per_node, reference_.CommBytes(),
+  const int t = reference_.tensor_parallel;
+  p.comm_s = k > t ? PredictAllReduceSeconds(links, layout.nodes, layout.gpus_per_node / t, reference_.CommBytes(),
                                              reference_.buckets)
                    : 0.0;
   p.exposed_s = (1.0 - overlap_) * p.comm_s;
@@ -261,7 +262,8 @@ std::vector<AllReduceSample> TrainSamples(const std::vector<TrainPointInput>& po
   std::vector<AllReduceSample> samples;
   for (const TrainPointInput& p : points) {
     if (p.k < 2 || !(p.comm_total_s > 0)) continue;
-    samples.push_back({p.nodes, p.gpus_per_node, p.CommBytes(), p.buckets, p.comm_total_s,
+    if (p.k <= p.tensor_parallel) continue;  // a single group: no gradient sync
+    samples.push_back({p.nodes, p.gpus_per_node / p.tensor_parallel, p.CommBytes(), p.buckets, p.comm_total_s,
                        "train k=" + std::to_string(p.k) + (p.parallel == "dp" ? " gradient buckets" : " " + p.parallel)});
   }
   return samples;

@@ -94,6 +94,10 @@ struct TrainPointInput {
   double buckets = 1;           // all-reduces per step (all-reduce-equivalent: ModeCollectives)
   double tokens_per_step = 0;   // over all k ranks
   std::string parallel = "dp";  // the mode the point ran: dp, zero1, fsdp
+  // Tensor parallel groups of this many ranks inside a node: the gradients are synchronised over gpus_per_node / T
+  // ranks per node, and the activation all-reduces (inside the group, the same at every layout) stay in the compute
+  // base; comm_total_s and comm_exposed_s then hold the gradients' communication only.
+  int tensor_parallel = 1;
   double comm_bytes = 0;        // all-reduce-equivalent bytes per step (ModeCollectives); 0: gradient_bytes
   double CommBytes() const { return comm_bytes > 0 ? comm_bytes : gradient_bytes; }
 };

@@ -145,6 +145,15 @@ MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, cons
   p.train.step_s = StepWithoutCheckpoints(*steps, r, where);
   p.train.comm_total_s = r.Number(group, sp::comm_total_s, where);
   p.train.comm_exposed_s = r.Number(group, sp::comm_exposed_s, where);
+  // Tensor parallel's activation all-reduces stay inside the group at any layout: compute base, not gradient sync.
+  p.train.tensor_parallel = static_cast<int>(r.NumberOr(group, sp::tensor_parallel, 1.0));
+  if (p.train.tensor_parallel < 1 || k % p.train.tensor_parallel != 0) {
+    r.Fail(where + " has tensor_parallel " + std::to_string(p.train.tensor_parallel) + " for " + std::to_string(k) +
+           " ranks");
+  }
+  const double activation_s = r.NumberOr(group, sp::comm_activation_s, 0.0);
+  p.train.comm_total_s -= activation_s;
+  p.train.comm_exposed_s -= activation_s;
   p.train.gradient_bytes = r.Number(group, sp::gradient_bytes, where);
   // The all-reduces per step as train recorded them; reports written before it did get the estimate (buckets
   // close once they hold bucket_bytes, so a step has about this many).

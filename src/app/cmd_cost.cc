@@ -87,6 +87,7 @@ struct CostFlags {
   std::string gpu_memory;
   std::string parallel = "dp";
   int ranks = 1;
+  int tensor_parallel = 1;
   std::string format = "text";
   std::string html;
 };
@@ -120,6 +121,8 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
        "everything over --ranks, two layers gathered)")
       ("ranks", Number(&f.ranks, IntRange::Between(1, 1 << 20))->default_value(f.ranks),
        "with --model: the GPUs the mode shards over")
+      ("tensor-parallel", Number(&f.tensor_parallel, IntRange::Between(1, 1 << 20))->default_value(f.tensor_parallel),
+       "with --model: groups of T of the --ranks GPUs split the model (Megatron), the mode shards across the groups")
       ("format", Choice(&f.format, ReportFormatNames())->default_value(f.format),
        "csv and json: the tables of results/README.md (Output of cost)")
       ("html", po::value(&f.html), "also write an HTML page: the reports' plots and the cost per configuration")
@@ -127,7 +130,7 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
   std::vector<FlagRule> rules = {Excludes("train-tokens", "train-steps"), Needs("deadline-hours", "prices"),
                                  Needs("collectives", "project"), Needs("gpus-per-node", "project"),
                                  Needs("inter-node-gbps", "project"), Needs("inter-node-latency-us", "project")};
-  for (const char* flag : {"layers", "micro-batch", "seq", "gpu-memory", "parallel", "ranks"}) {
+  for (const char* flag : {"layers", "micro-batch", "seq", "gpu-memory", "parallel", "ranks", "tensor-parallel"}) {
     rules.push_back(Needs(flag, "model"));
   }
   ParseSpec spec;
@@ -166,7 +169,10 @@ struct MemoryCheck {
   double gathered_parameters = 0;  // fsdp: the units held at once
   double parameters = 0;
   // The estimate under the mode over `k` ranks (ModeMemory).
-  MemoryBreakdown For(int k) const { return ModeMemory(estimate, mode, k, gathered_parameters, parameters); }
+  int tensor_parallel = 1;
+  MemoryBreakdown For(int k) const {
+    return ModeMemory(estimate, mode, k, gathered_parameters, parameters, tensor_parallel);
+  }
 };
 
 // The parameters fsdp holds gathered at once: the embeddings, the final LayerNorm and two blocks (one with a single
@@ -235,15 +241,20 @@ MemoryCheck ModelMemory(const CostFlags& f, const RunMeasurement* run) {
     check.estimate = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes};
     check.mode = f.parallel;
     check.ranks = f.ranks;
+    check.tensor_parallel = f.tensor_parallel;
     check.parameters = static_cast<double>(CountParameters(config).total);
     check.gathered_parameters = FsdpGatheredParameters(config);
     check.what = Format("%s (%d layers, %.3g parameters), micro-batch %d, seq %d, bf16 mixed precision, %s over %d "
                         "rank%s", config.name.c_str(), config.layers, check.parameters, micro_batch, seq,
                         f.parallel.c_str(), f.ranks, f.ranks == 1 ? "" : "s");
+    if (f.tensor_parallel > 1) {
+      check.what += Format(", tensor parallel %d (activations not divided: an upper bound)", f.tensor_parallel);
+    }
     check.For(f.ranks);  // a bad mode or rank count fails here
   } else if (run) {
     check.estimate = run->memory_estimate;
     check.mode = run->parallel;
+    check.tensor_parallel = run->points.back().train.tensor_parallel;
     check.parameters = run->parameters;
     if (run->layers > 0 && run->d_model > 0 && run->heads > 0 && run->vocab > 0 && run->max_seq > 0) {
       check.gathered_parameters =
@@ -255,8 +266,7 @@ MemoryCheck ModelMemory(const CostFlags& f, const RunMeasurement* run) {
   }
   if (run) {  // the measured peak against the estimate of the mode at the run's largest point
     check.calibration = CalibrateMemory(run->peak_device_memory_bytes,
-                                        ModeMemory(run->memory_estimate, run->parallel, run->points.back().train.k,
-                                                   check.gathered_parameters, run->parameters).total_bytes(),
+                                        check.For(run->points.back().train.k).total_bytes(),
                                         run->path);
   }
   return check;
@@ -338,7 +348,13 @@ RunAnalysis AnalyzeRun(const std::string& path, const CostFlags& f, const std::v
     a.fit = FitAlphaBeta(samples);
     a.links = ResolveLinks(*a.fit, overrides);
     a.step_model.emplace(points, a.m.weak_scaling, points.front());
+    const int t = points.back().tensor_parallel;
     for (const Layout& layout : layouts) {
+      if (layout.gpus_per_node % t != 0) {
+        throw InputError("cannot project '" + path + "' (tensor parallel " + std::to_string(t) + ") to " +
+                         layout.Name() + ": its groups stay inside a node, and " + std::to_string(t) +
+                         " does not divide " + std::to_string(layout.gpus_per_node) + " GPUs per node");
+      }
       const std::string missing = MissingLinks(a.links, layout);
       if (!missing.empty()) {
         throw InputError("cannot project '" + path + "' to " + layout.Name() + ": " + missing);
@@ -431,6 +447,8 @@ std::vector<std::string> RunLines(const RunAnalysis& a, const std::optional<Pric
                                                : (" -> " + a.gpu->name).c_str(),
                          m.model_name.c_str(), JoinNames(ks, ",").c_str(), m.nodes, m.weak_scaling ? "weak" : "strong"));
   lines.back() += ", --parallel " + m.parallel;
+  const int t = m.points.back().train.tensor_parallel;
+  if (t > 1) lines.back() += Format(" --tensor-parallel %d (its activation all-reduces counted as compute)", t);
   const MeasuredPoint& p = m.points[a.priced];
   lines.push_back(Format("#   priced point k=%d (%s): %.6g tokens/s without checkpoint stalls (%.6g as reported), "
                          "start-up %.1f s",
