@@ -128,113 +128,146 @@ void CheckZeroOneShard(const Communicator& comm, const Transformer& model) {
   }
 }
 
-}  // namespace
-
-// The step's communication from the end of forward to the optimizer, in the loop's mode; the seconds forward and
-// backward waited inside the model for fsdp's gatherer (0 in the other modes).
+// The step's communication from the end of forward to the optimizer, in the loop's mode: the host seconds forward and
+// backward waited inside the model for communication (fsdp's gatherer, tensor parallel's activation all-reduces).
 struct ModeStep {
   double forward_waits_s = 0;
   double backward_waits_s = 0;
 };
 
-std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o) {
-  const ModelConfig& config = model.config();
-  const ParallelMode mode = o.parallel;
-  if (mode == ParallelMode::kZero1) CheckZeroOneShard(comm, model);
-  std::unique_ptr<BucketedAllReduce> reducer;
-  std::unique_ptr<FsdpGatherer> gatherer;
-  if (mode == ParallelMode::kDp) {
-    reducer = std::make_unique<BucketedAllReduce>(comm, model.gradients(), DataType::kFloat32,
-                                                  GradientTensors(model.layout()),
-                                                  static_cast<size_t>(o.bucket_mb * 1024 * 1024), o.overlap);
-  } else if (mode == ParallelMode::kFsdp) {
-    gatherer = std::make_unique<FsdpGatherer>(comm, model, o.overlap);
+// One rank's training steps, each read top to bottom in Run.
+class TrainingSteps {
+ public:
+  TrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o)
+      : comm_(comm), model_(model), o_(o), clock_(model.MakePhaseClock()) {
+    if (o.parallel == ParallelMode::kZero1) CheckZeroOneShard(comm, model);
+    if (o.parallel == ParallelMode::kDp) {
+      reducer_ = std::make_unique<BucketedAllReduce>(comm, model.gradients(), DataType::kFloat32,
+                                                     GradientTensors(model.layout()),
+                                                     static_cast<size_t>(o.bucket_mb * 1024 * 1024), o.overlap);
+    } else if (o.parallel == ParallelMode::kFsdp) {
+      gatherer_ = std::make_unique<FsdpGatherer>(comm, model, o.overlap);
+    }
+    if (o.working_bytes) *o.working_bytes = gatherer_ ? gatherer_->working_bytes() : 0;
   }
-  if (o.working_bytes) *o.working_bytes = gatherer ? gatherer->working_bytes() : 0;
+
+  StepRecord Run(int step) {
+    StepRecord r;
+    r.step = step;
+    r.warmup = step < o_.warmup_steps;
+    r.checkpoint_writing = o_.checkpoint_writing && o_.checkpoint_writing();
+    const double step_start = NowSeconds();
+    const TokenBatch& batch = FetchBatch(step, r);
+    r.data_wait_s = NowSeconds() - step_start;
+    clock_->Mark();
+    model_.SetBatch(batch);
+    clock_->Mark();  // h2d
+    model_.ZeroGradients();
+    if (gatherer_) gatherer_->BeginStep();
+    model_.Forward();
+    clock_->Mark();  // forward
+    const ActivationComm forward_activations = model_.TakeActivationComm();
+    ModeStep waits = BackwardToOptimizer(step, r);
+    waits.forward_waits_s += forward_activations.seconds;
+    AddActivations(forward_activations, r);
+    TakePhases(waits, r);
+    r.loss = model_.Loss();
+    if (o_.in_each_step) o_.in_each_step();
+    if (o_.checkpoint) {
+      const double checkpoint_start = NowSeconds();
+      o_.checkpoint(step);
+      r.checkpoint_stall_s = NowSeconds() - checkpoint_start;
+    }
+    r.step_s = NowSeconds() - step_start;
+    r.tokens = static_cast<int64_t>(o_.micro_batch) * o_.seq / model_.tensor_parallel();
+    return r;
+  }
+
+ private:
+  // The step's batch, from the loader or made on demand (its making is the wait).
+  const TokenBatch& FetchBatch(int step, StepRecord& r) {
+    StepBatch batch;
+    if (o_.next_batch) {
+      batch = o_.next_batch(step);
+    } else {
+      SyntheticBatch(o_.data_seed, comm_.rank(), step, o_.micro_batch, o_.seq, model_.config().vocab, inputs_,
+                     targets_);
+      synthetic_ = TokenArrays(inputs_.data(), targets_.data(), o_.micro_batch, o_.seq);
+      batch.tokens = &synthetic_;
+    }
+    r.data_bytes = batch.bytes_read;
+    r.data_read_MBps = batch.read_MBps;
+    r.loader_queue_depth = batch.queue_depth;
+    if (!batch.tokens || batch.tokens->batch != o_.micro_batch || batch.tokens->seq != o_.seq) {
+      throw RuntimeError("the batch source gave a batch of another shape than micro_batch x seq");
+    }
+    return *batch.tokens;
+  }
+
+  // Backward, the mode's communication and AdamW, the clock marked after backward, comm_exposed and the optimizer
+  // (and zero1's all-gather).
+  ModeStep BackwardToOptimizer(int step, StepRecord& r) {
+    ModeStep waits;
+    if (o_.parallel == ParallelMode::kZero1) {
+      model_.Backward([](size_t) {});
+      clock_->Mark();  // backward
+      r.comm_total_s = ZeroOneStep(comm_, model_, o_, step, *clock_, r);
+      r.comm_intra_s = r.comm_inter_s = std::nan("");
+    } else if (o_.parallel == ParallelMode::kFsdp) {
+      waits.forward_waits_s = gatherer_->waited_s();
+      waits.backward_waits_s = FsdpStep(*gatherer_, model_, o_, step, *clock_, r);
+      r.comm_intra_s = r.comm_inter_s = std::nan("");
+    } else {
+      DataParallelStep(*reducer_, model_, o_, step, *clock_, r);
+    }
+    // Taken after the optimizer: the collectives after backward are the loop's own, so they are backward's.
+    const ActivationComm backward_activations = model_.TakeActivationComm();
+    waits.backward_waits_s += backward_activations.seconds;
+    AddActivations(backward_activations, r);
+    return waits;
+  }
+
+  static void AddActivations(const ActivationComm& a, StepRecord& r) {
+    r.comm_activation_s += a.seconds;
+    r.comm_total_s += a.seconds;
+    r.activation_allreduce_bytes += a.bytes;
+  }
+
+  // The phases from the clock: the waits inside forward and backward are exposed communication, not compute.
+  void TakePhases(const ModeStep& waits, StepRecord& r) {
+    const std::vector<double> phases = clock_->Intervals();  // waits for the device
+    r.h2d_s = phases[0];
+    r.forward_s = phases[1] - waits.forward_waits_s;
+    r.backward_s = phases[2] - waits.backward_waits_s;
+    const bool zero1 = o_.parallel == ParallelMode::kZero1;
+    r.comm_exposed_s = phases[3] + waits.forward_waits_s + waits.backward_waits_s + (zero1 ? phases[5] : 0.0);
+    if (zero1) r.comm_gather_exposed_s = phases[5];  // the reduce-scatter and the all-gather
+    r.optimizer_s = phases[4];
+  }
+
+  Communicator& comm_;
+  Transformer& model_;
+  const TrainLoopOptions& o_;
   // Device phases are timed where they run (CUDA events on the model's stream); the host clock on the CPU.
-  std::unique_ptr<PhaseClock> clock = model.MakePhaseClock();
-  std::vector<int32_t> inputs, targets;
-  TokenBatch synthetic;
+  std::unique_ptr<PhaseClock> clock_;
+  std::unique_ptr<BucketedAllReduce> reducer_;  // dp
+  std::unique_ptr<FsdpGatherer> gatherer_;      // fsdp
+  std::vector<int32_t> inputs_, targets_;
+  TokenBatch synthetic_;
+};
+
+}  // namespace
+
+std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o) {
+  TrainingSteps steps(comm, model, o);
   std::vector<StepRecord> records;
   for (int step = o.first_step; step < o.warmup_steps + o.steps; ++step) {
     if (o.stop_requested && o.stop_requested()) break;
     Watchdog::Scope guard(o.watchdog, [&] { return "training step " + std::to_string(step) + " on " +
                                                    std::to_string(comm.size()) + " ranks"; });
     if (step == o.first_step && o.at_first_step) o.at_first_step();
-    StepRecord r;
-    r.step = step;
-    r.warmup = step < o.warmup_steps;
-    r.checkpoint_writing = o.checkpoint_writing && o.checkpoint_writing();
-    const double step_start = NowSeconds();
-
-    StepBatch batch;
-    if (o.next_batch) {
-      batch = o.next_batch(step);
-    } else {  // made on demand: its making is the wait
-      SyntheticBatch(o.data_seed, comm.rank(), step, o.micro_batch, o.seq, config.vocab, inputs, targets);
-      synthetic = TokenArrays(inputs.data(), targets.data(), o.micro_batch, o.seq);
-      batch.tokens = &synthetic;
-    }
-    r.data_wait_s = NowSeconds() - step_start;
-    r.data_bytes = batch.bytes_read;
-    r.data_read_MBps = batch.read_MBps;
-    r.loader_queue_depth = batch.queue_depth;
-
-    clock->Mark();
-    if (!batch.tokens || batch.tokens->batch != o.micro_batch || batch.tokens->seq != o.seq) {
-      throw RuntimeError("the batch source gave a batch of another shape than micro_batch x seq");
-    }
-    model.SetBatch(*batch.tokens);
-    clock->Mark();  // h2d
-    model.ZeroGradients();
-    if (gatherer) gatherer->BeginStep();
-    model.Forward();
-    clock->Mark();  // forward
-    const ActivationComm forward_activations = model.TakeActivationComm();
-    ModeStep waits;
-    if (mode == ParallelMode::kZero1) {
-      model.Backward([](size_t) {});
-      clock->Mark();  // backward
-      r.comm_total_s = ZeroOneStep(comm, model, o, step, *clock, r);
-      r.comm_intra_s = r.comm_inter_s = std::nan("");
-    } else if (mode == ParallelMode::kFsdp) {
-      waits.forward_waits_s = gatherer->waited_s();
-      waits.backward_waits_s = FsdpStep(*gatherer, model, o, step, *clock, r);
-      r.comm_intra_s = r.comm_inter_s = std::nan("");
-    } else {
-      DataParallelStep(*reducer, model, o, step, *clock, r);
-    }
-
-    // Taken after the backward phase (everything since forward's end is backward's: the collectives after it are the
-    // loop's own).
-    const ActivationComm backward_activations = model.TakeActivationComm();
-    waits.forward_waits_s += forward_activations.seconds;
-    waits.backward_waits_s += backward_activations.seconds;
-    r.comm_activation_s = forward_activations.seconds + backward_activations.seconds;
-    r.comm_total_s += r.comm_activation_s;
-    r.activation_allreduce_bytes = forward_activations.bytes + backward_activations.bytes;
-
-    const std::vector<double> phases = clock->Intervals();  // waits for the device
-    r.h2d_s = phases[0];
-    // fsdp's waits for the gatherer and tensor parallel's activation all-reduces are exposed communication, not
-    // forward and backward.
-    r.forward_s = phases[1] - waits.forward_waits_s;
-    r.backward_s = phases[2] - waits.backward_waits_s;
-    const bool zero1 = mode == ParallelMode::kZero1;
-    r.comm_exposed_s = phases[3] + waits.forward_waits_s + waits.backward_waits_s + (zero1 ? phases[5] : 0.0);
-    if (zero1) r.comm_gather_exposed_s = phases[5];  // the reduce-scatter and the all-gather
-    r.optimizer_s = phases[4];
-    r.loss = model.Loss();
-    if (o.in_each_step) o.in_each_step();
-    if (o.checkpoint) {
-      const double checkpoint_start = NowSeconds();
-      o.checkpoint(step);
-      r.checkpoint_stall_s = NowSeconds() - checkpoint_start;
-    }
-    r.step_s = NowSeconds() - step_start;
-    r.tokens = static_cast<int64_t>(o.micro_batch) * o.seq / model.tensor_parallel();
-    records.push_back(r);
-    if (o.on_step) o.on_step(r);
+    records.push_back(steps.Run(step));
+    if (o.on_step) o.on_step(records.back());
   }
   return records;
 }
