@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "clock.h"
+#include "cpu_flat_model.h"
 #include "cpu_kernels.h"
 #include "error.h"
 #include "tensor_parallel.h"
@@ -79,20 +80,21 @@ float RowMax(const float* row, int count) {
   return count > 0 ? *std::max_element(row, row + count) : -std::numeric_limits<float>::infinity();
 }
 
-class CpuTensorParallelTransformer : public Transformer, public TensorParallelStats {
+// The elements of one rank's slices.
+size_t LocalElements(const ModelConfig& config, int tensor_parallel) {
+  const std::vector<TensorSlot> layout = TensorParallelLayout(config, tensor_parallel);
+  return layout.back().offset + layout.back().count;
+}
+
+class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelStats {
  public:
   CpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed, Communicator& tp)
-      : config_(config),
+      : CpuFlatModel(config, TensorParallelLayout(config, tp.size()), LocalElements(config, tp.size()),
+                     LocalElements(config, tp.size())),
         tp_(tp),
         dims_(MakeLocalDims(config, tp.size(), tp.rank())),
-        layout_(TensorParallelLayout(config, tp.size())),
-        elements_(layout_.back().offset + layout_.back().count),
         shard_(ResolveShard({}, elements_)),
         adamw_ranges_(LocalAdamWRanges()),
-        params_(elements_, 0.0f),
-        grads_(elements_, 0.0f),
-        m_(elements_, 0.0f),
-        v_(elements_, 0.0f),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
     // Each stretch of the local buffer gets the full model's bits for the same elements.
     const std::vector<TensorSlot> full = MakeLayout(config_);
@@ -101,20 +103,7 @@ class CpuTensorParallelTransformer : public Transformer, public TensorParallelSt
     }
   }
 
-  const ModelConfig& config() const override { return config_; }
-  std::string backend() const override { return "cpu"; }
-  const std::vector<TensorSlot>& layout() const override { return layout_; }
-  size_t parameter_elements() const override { return elements_; }
-  float* parameters() override { return params_.data(); }
-  float* gradients() override { return grads_.data(); }
-  float* adam_m() override { return m_.data(); }
-  float* adam_v() override { return v_.data(); }
-  std::string attention() const override { return "cpu"; }
-  std::unique_ptr<PhaseClock> MakePhaseClock() const override { return MakeHostPhaseClock(); }
   const OptimizerShard& optimizer_shard() const override { return shard_; }
-  ModelStateBytes state_bytes() const override {
-    return {4.0 * params_.size(), 4.0 * grads_.size(), 4.0 * (m_.size() + v_.size())};
-  }
 
   using Transformer::SetBatch;
   void SetBatch(const TokenBatch& batch) override;
@@ -157,14 +146,10 @@ class CpuTensorParallelTransformer : public Transformer, public TensorParallelSt
   void BlockBackward(int layer, const std::function<void(size_t slot)>& ready);
   void EmbeddingBackward();
 
-  ModelConfig config_;
   Communicator& tp_;
   LocalDims dims_;
-  std::vector<TensorSlot> layout_;
-  size_t elements_;
   OptimizerShard shard_;
   std::vector<AdamWRange> adamw_ranges_;
-  std::vector<float> params_, grads_, m_, v_;
   std::vector<float> attention_scratch_;  // (2, block rows, maxS)
 
   size_t capacity_tokens_ = 0;

@@ -8,8 +8,10 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cpu_flat_model.h"
 #include "cpu_kernels.h"
 #include "error.h"
 #include "transformer.h"
@@ -35,12 +37,20 @@ struct BlockActivations {
   float* residual3 = nullptr;  // (N, C) residual after the MLP: the block's output
 };
 
-class CpuTransformer : public Transformer {
+// The buffers' lengths (parameters and gradients, m and v): fsdp's store, or ZeRO-1's capacity and shard (the whole
+// model without either).
+std::pair<size_t, size_t> BufferElements(const ModelConfig& config, const OptimizerShard& shard, const FsdpLayout& fsdp) {
+  if (fsdp.enabled()) return {fsdp.store_elements, fsdp.store_elements};
+  const std::vector<TensorSlot> layout = MakeLayout(config);
+  const OptimizerShard resolved = ResolveShard(shard, layout.back().offset + layout.back().count);
+  return {resolved.capacity, resolved.elements()};
+}
+
+class CpuTransformer : public CpuFlatModel {
  public:
   CpuTransformer(const ModelConfig& config, uint64_t seed, const OptimizerShard& shard, const FsdpLayout& fsdp)
-      : config_(config),
-        layout_(MakeLayout(config)),
-        elements_(layout_.back().offset + layout_.back().count),
+      : CpuFlatModel(config, MakeLayout(config), BufferElements(config, shard, fsdp).first,
+                     BufferElements(config, shard, fsdp).second),
         shard_(ResolveShard(shard, elements_)),
         fsdp_(fsdp),
         units_(ParameterUnits(layout_)),
@@ -48,10 +58,6 @@ class CpuTransformer : public Transformer {
         adamw_ranges_(fsdp.enabled() ? FsdpAdamWRanges(config, layout_, fsdp)
                                      : AdamWRanges(config, layout_, shard_.begin, shard_.end)),
         moment_offset_(fsdp.enabled() ? 0 : shard_.begin),
-        params_(fsdp.enabled() ? fsdp.store_elements : shard_.capacity, 0.0f),
-        grads_(params_.size(), 0.0f),
-        m_(fsdp.enabled() ? fsdp.store_elements : shard_.elements(), 0.0f),
-        v_(m_.size(), 0.0f),
         flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), units_)),
         access_(fsdp.enabled() ? nullptr : flat_access_.get()),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
@@ -62,17 +68,6 @@ class CpuTransformer : public Transformer {
       InitializeParameters(config_, layout_, seed, params_.data());
     }
   }
-
-  const ModelConfig& config() const override { return config_; }
-  std::string backend() const override { return "cpu"; }
-  const std::vector<TensorSlot>& layout() const override { return layout_; }
-  size_t parameter_elements() const override { return elements_; }
-  float* parameters() override { return params_.data(); }
-  float* gradients() override { return grads_.data(); }
-  float* adam_m() override { return m_.data(); }
-  float* adam_v() override { return v_.data(); }
-  std::string attention() const override { return "cpu"; }
-  std::unique_ptr<PhaseClock> MakePhaseClock() const override { return MakeHostPhaseClock(); }
 
   using Transformer::SetBatch;
   void SetBatch(const TokenBatch& batch) override;
@@ -86,9 +81,6 @@ class CpuTransformer : public Transformer {
   void SetUnitAccess(UnitAccess* access) override {
     if (!fsdp_.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
     access_ = access;
-  }
-  ModelStateBytes state_bytes() const override {
-    return {4.0 * params_.size(), 4.0 * grads_.size(), 4.0 * (m_.size() + v_.size())};
   }
 
  private:
@@ -105,19 +97,12 @@ class CpuTransformer : public Transformer {
   void BlockForward(int layer, const float* residual, int batch, int seq);
   void BlockBackward(int layer, const std::function<void(size_t slot)>& ready);
 
-  ModelConfig config_;
-  std::vector<TensorSlot> layout_;
-  size_t elements_;
   OptimizerShard shard_;
   FsdpLayout fsdp_;
   std::vector<ParameterUnit> units_;
   std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
   std::vector<AdamWRange> adamw_ranges_;  // offsets into params_ and grads_
   size_t moment_offset_;                  // m_ and v_ element i is params_ element moment_offset_ + i
-  std::vector<float> params_;
-  std::vector<float> grads_;
-  std::vector<float> m_;
-  std::vector<float> v_;
   std::unique_ptr<UnitAccess> flat_access_;  // views of params_ and grads_ (without FSDP)
   UnitAccess* access_;
 

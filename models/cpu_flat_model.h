@@ -1,0 +1,54 @@
+// What the CPU models (the reference, cpu_transformer.cc, and its tensor parallel split, cpu_tp_transformer.cc)
+// share: the config, a layout, four flat fp32 host buffers (parameters, gradients, AdamW m and v) and the accessors
+// of the Transformer interface over them.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "transformer.h"
+
+namespace tb {
+
+class CpuFlatModel : public Transformer {
+ public:
+  // `elements` of the layout; the parameter and gradient buffers hold `buffer_elements`, m and v `moment_elements`
+  // (a sharded model's shares), all zero.
+  CpuFlatModel(const ModelConfig& config, std::vector<TensorSlot> layout, size_t buffer_elements,
+               size_t moment_elements)
+      : config_(config),
+        layout_(std::move(layout)),
+        elements_(layout_.back().offset + layout_.back().count),
+        params_(buffer_elements, 0.0f),
+        grads_(buffer_elements, 0.0f),
+        m_(moment_elements, 0.0f),
+        v_(moment_elements, 0.0f) {}
+
+  const ModelConfig& config() const override { return config_; }
+  std::string backend() const override { return "cpu"; }
+  const std::vector<TensorSlot>& layout() const override { return layout_; }
+  size_t parameter_elements() const override { return elements_; }
+  float* parameters() override { return params_.data(); }
+  float* gradients() override { return grads_.data(); }
+  float* adam_m() override { return m_.data(); }
+  float* adam_v() override { return v_.data(); }
+  std::string attention() const override { return "cpu"; }
+  std::unique_ptr<PhaseClock> MakePhaseClock() const override { return MakeHostPhaseClock(); }
+  ModelStateBytes state_bytes() const override {
+    return {4.0 * params_.size(), 4.0 * grads_.size(), 4.0 * (m_.size() + v_.size())};
+  }
+
+ protected:
+  ModelConfig config_;
+  std::vector<TensorSlot> layout_;
+  size_t elements_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  std::vector<float> m_;
+  std::vector<float> v_;
+};
+
+}  // namespace tb
