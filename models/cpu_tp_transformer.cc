@@ -88,12 +88,13 @@ size_t LocalElements(const ModelConfig& config, int tensor_parallel) {
 
 class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelStats {
  public:
-  CpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed, Communicator& tp)
-      : CpuFlatModel(config, TensorParallelLayout(config, tp.size()), LocalElements(config, tp.size()),
-                     LocalElements(config, tp.size())),
+  CpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed, Communicator& tp, const OptimizerShard& shard)
+      : CpuFlatModel(config, TensorParallelLayout(config, tp.size()),
+                     ResolveShard(shard, LocalElements(config, tp.size())).capacity,
+                     ResolveShard(shard, LocalElements(config, tp.size())).elements()),
         tp_(tp),
         dims_(MakeLocalDims(config, tp.size(), tp.rank())),
-        shard_(ResolveShard({}, elements_)),
+        shard_(ResolveShard(shard, elements_)),
         adamw_ranges_(LocalAdamWRanges()),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
     // Each stretch of the local buffer gets the full model's bits for the same elements.
@@ -130,7 +131,7 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
     // AdamWRanges leaves out wte's rows from config.vocab on: locally, those past the real tokens of the slice.
     ModelConfig local = config_;
     local.vocab = dims_.vocab_used;
-    return AdamWRanges(local, layout_, 0, elements_);
+    return AdamWRanges(local, layout_, shard_.begin, shard_.end);
   }
   const float* P(size_t slot) const { return params_.data() + layout_[slot].offset; }
   float* G(size_t slot) { return grads_.data() + layout_[slot].offset; }
@@ -423,7 +424,9 @@ void CpuTensorParallelTransformer::EmbeddingBackward() {
 void CpuTensorParallelTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError("AdamW step counts from 1, got " + std::to_string(step));
   for (const AdamWRange& r : adamw_ranges_) {
-    cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + r.offset, v_.data() + r.offset,
+    // ZeRO-1: the moments hold the shard's elements, local element i at moment i - shard_.begin.
+    const size_t moment = r.offset - shard_.begin;
+    cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + moment, v_.data() + moment,
                      r.count, config, r.decay ? config.weight_decay : 0.0f, step);
   }
 }
@@ -534,14 +537,14 @@ uint64_t TensorParallelAllReduceElements(const ModelConfig& config, int tensor_p
 TensorParallelStats* TensorParallelStatsOf(Transformer& model) { return dynamic_cast<TensorParallelStats*>(&model); }
 
 std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
-                                                              Communicator& tp) {
+                                                              Communicator& tp, const OptimizerShard& shard) {
   ValidateModel(config);
   CheckTensorParallel(config, tp.size());
   if (tp.memory() != MemoryKind::kHost) {
     throw InputError("the tensor-parallel CPU transformer needs a host-memory communicator (mpi), got " + tp.backend());
   }
   try {
-    return std::make_unique<CpuTensorParallelTransformer>(config, seed, tp);
+    return std::make_unique<CpuTensorParallelTransformer>(config, seed, tp, shard);
   } catch (const std::bad_alloc&) {
     const std::vector<TensorSlot> layout = TensorParallelLayout(config, tp.size());
     const uint64_t bytes = 4 * sizeof(float) * (layout.back().offset + layout.back().count);

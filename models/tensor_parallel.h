@@ -90,7 +90,8 @@ TensorParallelStats* TensorParallelStatsOf(Transformer& model);
 // groups averages the local slice. Every rank of `tp` must make it and step it together (the all-reduces are
 // blocking, on host memory: an MPI communicator); `tp` must outlive the model. Throws InputError where
 // CheckTensorParallel does.
+// `shard`: ZeRO-1 over the ranks that hold the same slices (ShardOf this model's local elements over them).
 std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
-                                                              Communicator& tp);
+                                                              Communicator& tp, const OptimizerShard& shard = {});
 
 }  // namespace tb

@@ -148,18 +148,18 @@ for n in 2 4; do
 done
 # --tensor-parallel T: groups of T ranks split the model (Megatron), data parallel across the groups, which share
 # their batch: T x G ranks give the losses of dp on G ranks, and the point reports the activation traffic.
-for spec in "2 2 1" "4 2 2" "4 4 1"; do
-  read -r n t g <<<"$spec"
+for spec in "2 2 1 dp" "4 2 2 dp" "4 4 1 dp" "4 2 2 zero1"; do
+  read -r n t g mode <<<"$spec"
   checks=$((checks + 1))
   "${mpiexec[@]}" -n $n "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 \
-    --tensor-parallel $t -o "$work/tp$n$t.h5" >"$work/tp$n$t.out" 2>"$work/err" ||
+    --tensor-parallel $t --parallel $mode -o "$work/tp$n$t.h5" >"$work/tp$n$t.out" 2>"$work/err" ||
     fail "train --tensor-parallel $t -n $n: $(cat "$work/err")"
   if [[ ! -s "$work/dp$g.out" ]]; then
     "${mpiexec[@]}" -n $g "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 \
       >"$work/dp$g.out" 2>"$work/err" || fail "train -n $g: $(cat "$work/err")"
   fi
   [[ $(grep -o 'loss [0-9.]*' "$work/tp$n$t.out") == $(grep -o 'loss [0-9.]*' "$work/dp$g.out") ]] ||
-    fail "tensor parallel $t on $n ranks: losses differ from dp on $g: $(grep -o 'loss [0-9.]*' "$work/tp$n$t.out" | tr '\n' ' ')"
+    fail "tensor parallel $t ($mode) on $n ranks: losses differ from dp on $g: $(grep -o 'loss [0-9.]*' "$work/tp$n$t.out" | tr '\n' ' ')"
   grep -q "tensor parallel $t: activation all-reduces send" "$work/tp$n$t.out" || fail "tp $t: no activation line"
   "$h5dump" -A -a /train/k$n/tensor_parallel "$work/tp$n$t.h5" | grep -q "(0): $t$" || fail "tp $t: not recorded"
   "$h5dump" -A -a /train/k$n/traffic_activation_bytes_theory "$work/tp$n$t.h5" | grep -q "(0): [1-9]" ||

@@ -103,8 +103,8 @@ void CheckTensorParallelFlags(const TrainFlags& f, const TrainIoFlags& io, const
   if (f.tensor_parallel == 1) return;
   const std::string t = "--tensor-parallel " + std::to_string(f.tensor_parallel);
   if (cuda) throw InputError(t + " runs on the CPU backend only so far (the CPU reference first): use --backend mpi");
-  if (f.parallel != "dp") {
-    throw InputError(t + " with --parallel " + f.parallel + " is not built yet: data parallel (dp) across the groups");
+  if (f.parallel == "fsdp") {
+    throw InputError(t + " with --parallel fsdp is not built yet: dp or zero1 across the groups");
   }
   if (io.checkpoint_every > 0 || !io.resume.empty() || !io.data_dir.empty()) {
     throw InputError(t + " with --data or checkpoints is not built yet (every rank of a group must read the same "
@@ -730,8 +730,16 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
     tp = sub.Split(sub.rank() / t, sub.rank());
     dp = sub.Split(sub.rank() % t, sub.rank());
   }
-  std::unique_ptr<Transformer> transformer =
-      t > 1 ? MakeCpuTensorParallelTransformer(model_, static_cast<uint64_t>(f_.seed), *tp) : MakeModel(sub);
+  std::unique_ptr<Transformer> transformer;
+  if (t > 1) {  // zero1 across the groups: AdamW's state of this slice sharded over the ranks holding it
+    const std::vector<TensorSlot> local = TensorParallelLayout(model_, t);
+    const OptimizerShard shard = parallel_ == ParallelMode::kZero1
+                                     ? ShardOf(local.back().offset + local.back().count, dp->size(), dp->rank())
+                                     : OptimizerShard{};
+    transformer = MakeCpuTensorParallelTransformer(model_, static_cast<uint64_t>(f_.seed), *tp, shard);
+  } else {
+    transformer = MakeModel(sub);
+  }
   point_gradient_bytes_ = static_cast<double>(transformer->parameter_elements() * sizeof(float));
   point_buckets_ = static_cast<int64_t>(PlanBuckets(GradientTensors(transformer->layout()),
                                                     static_cast<size_t>(loop_.bucket_mb * 1024 * 1024), sizeof(float))
