@@ -86,12 +86,10 @@ void FsdpGatherer::StartGather(size_t unit) {
     slot.op = comm_.StartAllGather(mine, whole, shard.count, DataType::kFloat32, model_.stream());
     return;
   }
-  model_.Synchronize();
-  const double start = NowSeconds();
-  comm_.AllGather(mine, whole, shard.count, DataType::kFloat32);
-  comm_.Synchronize();
-  timing_.gather_wait_s += NowSeconds() - start;
-  timing_.comm_total_s += NowSeconds() - start;
+  const double seconds =
+      TimeCollective(comm_, model_, [&] { comm_.AllGather(mine, whole, shard.count, DataType::kFloat32); });
+  timing_.gather_wait_s += seconds;
+  timing_.comm_total_s += seconds;
 }
 
 const float* FsdpGatherer::Parameters(size_t unit) {
@@ -143,12 +141,10 @@ void FsdpGatherer::GradientsDone(size_t unit) {
     slot.op = comm_.StartReduceScatter(whole, mine, shard.count, DataType::kFloat32, ReduceOp::kAvg, model_.stream());
     return;
   }
-  model_.Synchronize();
-  const double start = NowSeconds();
-  comm_.ReduceScatter(whole, mine, shard.count, DataType::kFloat32, ReduceOp::kAvg);
-  comm_.Synchronize();
-  timing_.gradient_wait_s += NowSeconds() - start;
-  timing_.comm_total_s += NowSeconds() - start;
+  const double seconds = TimeCollective(
+      comm_, model_, [&] { comm_.ReduceScatter(whole, mine, shard.count, DataType::kFloat32, ReduceOp::kAvg); });
+  timing_.gradient_wait_s += seconds;
+  timing_.comm_total_s += seconds;
 }
 
 FsdpTiming FsdpGatherer::Finish() {

@@ -11,10 +11,22 @@
 #include <memory>
 #include <vector>
 
+#include "clock.h"
 #include "communicator.h"
 #include "transformer.h"
 
 namespace tb {
+
+// Seconds of one blocking collective issued by `issue`, once the model's work before it is done and until the
+// communicator's is (a stream sync for NCCL; MPI's calls return when done): zero1's and blocking fsdp's.
+template <typename Issue>
+double TimeCollective(Communicator& comm, Transformer& model, const Issue& issue) {
+  model.Synchronize();
+  const double start = NowSeconds();
+  issue();
+  comm.Synchronize();
+  return NowSeconds() - start;
+}
 
 // One step's FSDP communication on this rank.
 struct FsdpTiming {

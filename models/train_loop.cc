@@ -36,17 +36,6 @@ void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int v
 
 namespace {
 
-// Seconds of one blocking collective issued by `issue`, once the model's work before it is done and until the
-// communicator's is (a stream sync for NCCL; MPI's calls return when done).
-template <typename Issue>
-double TimeCollective(Communicator& comm, Transformer& model, const Issue& issue) {
-  model.Synchronize();
-  const double start = NowSeconds();
-  issue();
-  comm.Synchronize();
-  return NowSeconds() - start;
-}
-
 // Backward (calling `ready` as each tensor's gradient is final), `finish()` (the wait for what backward left in flight:
 // comm_exposed) and AdamW, the clock marked after each; returns what finish returned.
 template <typename Finish>

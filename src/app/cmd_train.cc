@@ -295,7 +295,6 @@ struct TrainSetup {
   double peak_flops = 0;
   double flops_per_token = 0;
   double gradient_bytes = 0;      // the flat fp32 gradient buffer every step all-reduces
-  int64_t gradient_buckets = 0;   // the all-reduces per step: the buckets the loop forms over the same layout
 };
 
 // `trainbench train`, step by step: configure (flags, model, I/O; agreed by every rank before any work), start-up
@@ -548,8 +547,6 @@ void TrainPhase::MeasureDevice() {
   setup_.flops_per_token = ModelFlopsPerToken(model_, loop_.seq);
   const std::vector<TensorSlot> layout = MakeLayout(model_);
   setup_.gradient_bytes = static_cast<double>(layout.back().offset + layout.back().count) * sizeof(float);
-  setup_.gradient_buckets = static_cast<int64_t>(
-      PlanBuckets(GradientTensors(layout), static_cast<size_t>(f_.bucket_mb * 1024 * 1024), sizeof(float)).size());
 }
 
 void TrainPhase::PrintHeader() const {
