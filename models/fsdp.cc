@@ -1,6 +1,5 @@
 #include "fsdp.h"
 
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -125,7 +124,7 @@ float* FsdpGatherer::Gradients(size_t unit) {
   float* whole = static_cast<float*>(slot.buffer->data());
   if (slot.unit == static_cast<long>(unit)) return whole;  // asked again in the same step (the embeddings)
   Settle(slot, timing_.gradient_wait_s);  // the unit before it in this buffer still being reduce-scattered
-  std::memset(whole, 0, fsdp_.shards[unit].shard.capacity * sizeof(float));
+  model_.ClearFloats(whole, fsdp_.shards[unit].shard.capacity);  // after that reduce-scatter, in the model's order
   slot.unit = static_cast<long>(unit);
   return whole;
 }

@@ -116,6 +116,8 @@ class HostPhaseClock : public PhaseClock {
 
 std::unique_ptr<PhaseClock> MakeHostPhaseClock() { return std::make_unique<HostPhaseClock>(); }
 
+void Transformer::ClearFloats(float* data, size_t count) { std::fill(data, data + count, 0.0f); }
+
 
 OptimizerShard ShardOf(size_t elements, int ranks, int rank) {
   if (ranks < 1 || rank < 0 || rank >= ranks) {

@@ -200,7 +200,7 @@ class Transformer {
   // last call (then counted afresh).
   virtual int tensor_parallel() const { return 1; }
   virtual ActivationComm TakeActivationComm() { return {}; }
-  // Models without FSDP (the CUDA one, so far) keep these defaults.
+  // Models without FSDP (the tensor parallel ones) keep these defaults.
   virtual const FsdpLayout& fsdp_layout() const {
     static const FsdpLayout kNone;
     return kNone;
@@ -212,6 +212,9 @@ class Transformer {
   // Blocks the host until the work issued on the model's stream is done (nothing to wait for on the CPU): before a
   // blocking collective reads what the model wrote.
   virtual void Synchronize() {}
+  // Zeroes `count` floats at `data`, memory of the kind the model computes in (host memory on the CPU, device memory
+  // for CUDA), in order with the work issued so far: FSDP's gradient working buffers before a unit's backward.
+  virtual void ClearFloats(float* data, size_t count);
   // Call after writing parameters() from outside (a checkpoint restore): refreshes what is derived from the
   // master weights (the CUDA implementation's bf16 copy). Nothing to do on the CPU.
   virtual void ParametersChanged() {}
@@ -253,6 +256,10 @@ struct CudaTransformerOptions {
   // by it (cuDNN's does not run 1 token: auto takes cuBLAS, cudnn is refused) before the first step.
   int seq = 0;
   OptimizerShard shard;  // ZeRO-1 (capacity 0: none)
+  // FSDP (MakeFsdpLayout over the data-parallel ranks; not with a ZeRO-1 shard): the model holds its shards of every
+  // unit and reads whole units through the UnitAccess set by SetUnitAccess, casting each gathered unit to bf16 for
+  // the GEMMs (working copies for the embeddings and two block roles).
+  FsdpLayout fsdp;
 };
 
 // The CUDA implementation on the current device: bf16 weights and activations for the GEMMs and attention, fp32

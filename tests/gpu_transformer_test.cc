@@ -33,6 +33,8 @@
 #include "token_windows.h"
 #include "device.h"
 #include "error.h"
+#include "fsdp.h"
+#include "nccl_communicator.h"
 #include "model_config.h"
 #include "transformer.h"
 
@@ -606,6 +608,82 @@ TEST(CudaTransformer, PhaseClockIntervalsAddUpToWallTime) {
     EXPECT_GE(sum, 0.8 * wall - 2e-3) << "wall " << wall;
   }
   EXPECT_TRUE(clock->Intervals().empty());
+}
+
+// --- FSDP on the device --------------------------------------------------------------------------------------
+
+// One step of a model under FSDP, as the train loop takes it: the gatherer's step around forward and backward, then
+// AdamW on the shards. Returns the loss.
+float FsdpStep(FsdpGatherer& gatherer, Transformer& model, const Batch& batch, const AdamWConfig& adamw, int64_t step,
+               FsdpTiming* timing) {
+  gatherer.BeginStep();
+  model.ZeroGradients();
+  const float loss = model.ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  model.Backward({});
+  *timing = gatherer.Finish();
+  model.AdamWStep(adamw, step);
+  return loss;
+}
+
+// FSDP on one GPU over a one-rank NCCL communicator: the gatherer's all-gathers and reduce-scatters on device memory
+// (started on the communicator's stream after the model's work, and blocking), the model casting each gathered unit
+// to bf16 for its GEMMs. Over one rank the shard store is the flat layout itself and the average of one gradient is
+// that gradient, so three AdamW steps give the dp model's losses and weights: the same kernels on the same values (the
+// bf16 weights cast from the same fp32 ones round alike: both casts are ToBf16, see AdamWWritesTheBf16Copy). The
+// tolerances (1e-5 relative) leave room only for kernels that add with atomics in another order. The multi-rank
+// split itself is checked on the CPU reference (tests/train_mpi_test.cc), with the same gatherer.
+TEST(CudaTransformer, FsdpOverOneRankMatchesDp) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  BindGpu(0);
+  const std::unique_ptr<Communicator> comm = MakeNcclCommunicator(MPI_COMM_SELF);
+  const ModelConfig config = SmallHeadsConfig();
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 31);
+  AdamWConfig adamw;
+  adamw.learning_rate = 1e-2f;  // large steps: a stale or wrongly cast unit would show in the next loss
+  constexpr int kSteps = 3;
+  auto dp = MakeGpuModel(config, 21);
+  const size_t n = dp->parameter_elements();
+  std::vector<float> dp_losses;
+  for (int64_t step = 1; step <= kSteps; ++step) {
+    dp->ZeroGradients();
+    dp_losses.push_back(dp->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq));
+    dp->Backward({});
+    dp->AdamWStep(adamw, step);
+  }
+  const std::vector<float> dp_params = DownloadDevice(dp->parameters(), n);
+  const std::vector<ParameterUnit> units = ParameterUnits(dp->layout());
+  const size_t block_elements = units[BlockUnit(0)].elements() * static_cast<size_t>(config.layers);
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlapped" : "blocking");
+    CudaTransformerOptions options;
+    options.max_batch = kBatch;
+    options.fsdp = MakeFsdpLayout(dp->layout(), 1, 0);
+    auto fsdp = MakeCudaTransformer(config, 21, options);
+    ASSERT_EQ(fsdp->fsdp_layout().store_elements, n);
+    EXPECT_EQ(fsdp->state_bytes().optimizer, 8.0 * n);
+    FsdpGatherer gatherer(*comm, *fsdp, overlap);
+    for (int64_t step = 1; step <= kSteps; ++step) {
+      FsdpTiming timing;
+      const float loss = FsdpStep(gatherer, *fsdp, batch, adamw, step, &timing);
+      EXPECT_NEAR(loss, dp_losses[step - 1], 1e-5 * dp_losses[step - 1]) << "step " << step;
+      // Every unit gathered for forward and the blocks again for backward; every unit's gradients scattered once.
+      EXPECT_EQ(timing.gathered_bytes, (n + block_elements) * sizeof(float));
+      EXPECT_EQ(timing.scattered_bytes, n * sizeof(float));
+      EXPECT_GT(timing.comm_total_s, 0.0);
+    }
+    ExpectAllNear(DownloadDevice(fsdp->parameters(), n), dp_params, 1e-7f, 1e-5f, "weights after three steps");
+  }
+}
+
+// A model is sharded by zero1 or by fsdp, not both: refused before any device memory is taken.
+TEST(CudaTransformer, RefusesZero1AndFsdpTogether) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = SmallHeadsConfig();
+  CudaTransformerOptions options;
+  options.max_batch = kBatch;
+  options.fsdp = MakeFsdpLayout(MakeLayout(config), 2, 0);
+  options.shard = ShardOf(options.fsdp.units.back().end, 2, 0);
+  EXPECT_NE(InputErrorOf([&] { MakeCudaTransformer(config, 1, options); }).find("zero1 or by fsdp"), std::string::npos);
 }
 
 // --- a build without CUDA --------------------------------------------------------------------------------------

@@ -98,6 +98,17 @@ class CudaPhaseClock : public PhaseClock {
   size_t marks_ = 0;
 };
 
+// Per slot of `layout`: the unit that holds it.
+std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {
+  std::vector<size_t> slot_units;
+  size_t u = 0;
+  for (const TensorSlot& slot : layout) {
+    while (slot.offset >= units[u].end) ++u;
+    slot_units.push_back(u);
+  }
+  return slot_units;
+}
+
 class CudaTransformer final : public Transformer {
  public:
   CudaTransformer(const ModelConfig& config, uint64_t seed, const CudaTransformerOptions& options);
@@ -128,40 +139,80 @@ class CudaTransformer final : public Transformer {
   void ZeroGradients() override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }
-  // The fp32 master weights are not sharded here (AdamW's moments are): zero1 keeps 4 bytes per element more than
-  // ZeRO's 12/N.
+  const FsdpLayout& fsdp_layout() const override { return fsdp_; }
+  void SetUnitAccess(UnitAccess* access) override;
+  // The fp32 master weights are not sharded under zero1 (AdamW's moments are): it keeps 4 bytes per element more
+  // than ZeRO's 12/N. Under fsdp every buffer is the shard store, and there is no bf16 copy to keep between uses (a
+  // unit's is made where it is gathered): 4 + 4 + 8 bytes per element over N, ZeRO's 16Ψ/N in all.
   ModelStateBytes state_bytes() const override {
+    if (fsdp_.enabled()) return {4.0 * buffer_elements_, 4.0 * buffer_elements_, 8.0 * moment_elements_};
     return {2.0 * elements_, 4.0 * shard_.capacity, 4.0 * (shard_.capacity + 2.0 * shard_.elements())};
   }
   void Synchronize() override { stream_.Synchronize(); }
-  // The bf16 weights again from the master weights written from outside.
-  void ParametersChanged() override { gpu::CastToBf16(params_bf16_, params_, elements_, stream()); }
+  void ClearFloats(float* data, size_t count) override {
+    TB_CHECK_CUDA(cudaMemsetAsync(data, 0, count * sizeof(float), stream_.get()));
+  }
+  // The bf16 weights again from the master weights written from outside (under fsdp they are cast where gathered).
+  void ParametersChanged() override {
+    if (!fsdp_.enabled()) gpu::CastToBf16(params_bf16_, params_, elements_, stream());
+  }
 
   // Why auto attention did not get cuDNN ("" when it did, or when attention was chosen explicitly).
   const std::string& fallback_reason() const { return fallback_reason_; }
 
  private:
+  // Where each unit's tensors are now: in the flat buffers without FSDP; under FSDP where the UnitAccess put them
+  // (null while not held).
+  struct UnitView {
+    const float* params = nullptr;
+    float* grads = nullptr;
+    const Bf16* bf16 = nullptr;
+  };
   // Points every activation tensor into `base` (null: only counts); returns the bytes they take.
   size_t PointActivations(char* base);
   void CheckDeviceMemory(uint64_t needed_bytes, uint64_t activation_bytes) const;
-  // The flat buffers' bytes: fp32 weights and gradients of the capacity, m and v of the shard, bf16 weights.
+  // The flat buffers' bytes: fp32 weights and gradients, m and v, and the bf16 weights (under fsdp the working
+  // copies of the embeddings and of two blocks).
   uint64_t FlatBytes() const {
-    return (2 * shard_.capacity + 2 * shard_.elements()) * sizeof(float) + elements_ * sizeof(Bf16);
+    return (2 * buffer_elements_ + 2 * moment_elements_) * sizeof(float) + Bf16Elements() * sizeof(Bf16);
   }
+  size_t Bf16Elements() const {
+    return fsdp_.enabled() ? units_[kEmbeddingUnit].elements() + 2 * BlockUnitElements() : elements_;
+  }
+  size_t BlockUnitElements() const { return config_.layers > 0 ? units_[BlockUnit(0)].elements() : 0; }
+  void CarveFlatBuffers(Carver& flat);
   void UploadInitialParameters(uint64_t seed);
   // Records the device memory in use now if it is the most so far.
   void NoteDeviceMemory();
-  // Offsets into the flat buffers.
-  float* Param(size_t slot) const { return params_ + layout_[slot].offset; }
-  float* Grad(size_t slot) const { return grads_ + layout_[slot].offset; }
-  const Bf16* Bf16Param(size_t slot) const { return params_bf16_ + layout_[slot].offset; }
+  // A tensor where its unit is now (UnitView).
+  const float* Param(size_t slot) const { return View(slot).params + unit_offsets_[slot]; }
+  float* Grad(size_t slot) const { return View(slot).grads + unit_offsets_[slot]; }
+  const Bf16* Bf16Param(size_t slot) const { return View(slot).bf16 + unit_offsets_[slot]; }
+  const UnitView& View(size_t slot) const { return views_[slot_units_[slot]]; }
+  // FSDP: unit u's whole parameters from the UnitAccess (and their bf16 working copy, but for the final LayerNorm,
+  // which no GEMM reads) until ReleaseParameters; its gradients likewise until ReleaseGradients, then final. Without
+  // FSDP every unit is at hand in the flat buffers and these do nothing.
+  void HoldParameters(size_t u);
+  void ReleaseParameters(size_t u);
+  void HoldGradients(size_t u);
+  void ReleaseGradients(size_t u);
+  UnitAccess& Access() const;
 
   ModelConfig config_;
   CudaTransformerOptions options_;
   std::vector<TensorSlot> layout_;
   size_t elements_;
   OptimizerShard shard_;  // ResolveShard's: without ZeRO-1, [0, elements_) at capacity elements_
+  FsdpLayout fsdp_;
+  size_t buffer_elements_;  // of the weights and gradients: the shard's capacity, or fsdp's store
+  size_t moment_elements_;  // of m and v: the shard's elements, or fsdp's store
   std::vector<AdamWRange> adamw_ranges_;
+  size_t moment_offset_;  // flat element i (or store element i under fsdp) has its moments at i - moment_offset_
+  std::vector<ParameterUnit> units_;
+  std::vector<size_t> slot_units_;    // per slot: its unit
+  std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
+  std::vector<UnitView> views_;  // per unit
+  UnitAccess* access_ = nullptr;
   size_t max_tokens_;  // options.max_batch · config.seq: the activations' capacity
 
   // Declared first, destroyed last: everything below enqueues work on it.
@@ -178,7 +229,9 @@ class CudaTransformer final : public Transformer {
   float* grads_ = nullptr;       // (P)
   float* m_ = nullptr;           // (P)
   float* v_ = nullptr;           // (P)
-  Bf16* params_bf16_ = nullptr;  // (P)
+  Bf16* params_bf16_ = nullptr;  // (P); under FSDP none, and instead:
+  Bf16* embedding_bf16_ = nullptr;     // the embeddings unit's bf16 working copy
+  Bf16* block_bf16_[2] = {nullptr, nullptr};  // the blocks', by parity of the layer
 
   // Activations and backward scratch for up to max_tokens_ tokens, all in one allocation.
   DeviceBuffer activation_buffer_;
@@ -222,10 +275,20 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
       layout_(MakeLayout(config)),
       elements_(layout_.back().offset + layout_.back().count),
       shard_(ResolveShard(options.shard, elements_)),
+      fsdp_(options.fsdp),
+      buffer_elements_(fsdp_.enabled() ? fsdp_.store_elements : shard_.capacity),
+      moment_elements_(fsdp_.enabled() ? fsdp_.store_elements : shard_.elements()),
       // wte's padding rows are skipped (they stay exactly zero, as in the CPU reference), and consecutive slots
       // with the same decay rule share a launch.
-      adamw_ranges_(AdamWRanges(config, layout_, shard_.begin, shard_.end)),
+      adamw_ranges_(fsdp_.enabled() ? FsdpAdamWRanges(config, layout_, fsdp_)
+                                    : AdamWRanges(config, layout_, shard_.begin, shard_.end)),
+      moment_offset_(fsdp_.enabled() ? 0 : shard_.begin),
+      units_(ParameterUnits(layout_)),
+      slot_units_(SlotUnits(layout_, units_)),
+      unit_offsets_(UnitOffsets(layout_, units_)),
+      views_(units_.size()),
       max_tokens_(static_cast<size_t>(options.max_batch) * config.seq) {
+  if (fsdp_.enabled() && options.shard.sharded()) throw InputError("a model is sharded by zero1 or by fsdp, not both");
 
   // The libraries first: their handles and workspaces are then part of what cudaMemGetInfo reports as used.
   gemm_ = std::make_unique<gpu::Gemm>(stream());
@@ -250,58 +313,118 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
   const uint64_t activation_bytes = PointActivations(nullptr);
   CheckDeviceMemory(flat_bytes + activation_bytes + kLibraryReserveBytes, activation_bytes);
 
-  // Flat buffers: five tensors of P elements, each aligned.
+  // Flat buffers: five tensors of P elements (or their shards), each aligned.
   Carver flat(nullptr);
-  for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 1) {
-      flat_buffers_ = DeviceBuffer(flat.used());
-      flat = Carver(static_cast<char*>(flat_buffers_.data()));
-    }
-    params_ = flat.Take<float>(shard_.capacity);
-    grads_ = flat.Take<float>(shard_.capacity);
-    m_ = flat.Take<float>(shard_.elements());
-    v_ = flat.Take<float>(shard_.elements());
-    params_bf16_ = flat.Take<Bf16>(elements_);
-  }
+  CarveFlatBuffers(flat);
+  flat_buffers_ = DeviceBuffer(flat.used());
+  flat = Carver(static_cast<char*>(flat_buffers_.data()));
+  CarveFlatBuffers(flat);
   activation_buffer_ = DeviceBuffer(activation_bytes);
   PointActivations(static_cast<char*>(activation_buffer_.data()));
   token_staging_ = PinnedBuffer(2 * max_tokens_ * sizeof(int32_t));
   loss_host_ = PinnedBuffer(sizeof(float));
 
+  // The padding past the layout (zero1's, fsdp's past each unit) zero, and all-gathered as zeros.
+  ClearFloats(params_, buffer_elements_);
   UploadInitialParameters(seed);
-  gpu::CastToBf16(params_bf16_, params_, elements_, stream());
-  if (shard_.capacity > elements_) {  // the padding past the layout: zero, and all-gathered as zeros
-    TB_CHECK_CUDA(cudaMemsetAsync(params_ + elements_, 0, (shard_.capacity - elements_) * sizeof(float),
-                                  stream_.get()));
-  }
-  TB_CHECK_CUDA(cudaMemsetAsync(grads_, 0, shard_.capacity * sizeof(float), stream_.get()));
-  TB_CHECK_CUDA(cudaMemsetAsync(m_, 0, shard_.elements() * sizeof(float), stream_.get()));
-  TB_CHECK_CUDA(cudaMemsetAsync(v_, 0, shard_.elements() * sizeof(float), stream_.get()));
+  if (!fsdp_.enabled()) gpu::CastToBf16(params_bf16_, params_, elements_, stream());
+  ClearFloats(grads_, buffer_elements_);
+  ClearFloats(m_, moment_elements_);
+  ClearFloats(v_, moment_elements_);
   TB_CHECK_CUDA(cudaMemsetAsync(loss_, 0, sizeof(float), stream_.get()));  // Loss() before any Forward: 0
   stream_.Synchronize();
   NoteDeviceMemory();
 }
 
+void CudaTransformer::CarveFlatBuffers(Carver& flat) {
+  params_ = flat.Take<float>(buffer_elements_);
+  grads_ = flat.Take<float>(buffer_elements_);
+  m_ = flat.Take<float>(moment_elements_);
+  v_ = flat.Take<float>(moment_elements_);
+  if (!fsdp_.enabled()) {
+    params_bf16_ = flat.Take<Bf16>(elements_);
+    for (size_t u = 0; u < units_.size(); ++u) {
+      views_[u] = {params_ + units_[u].begin, grads_ + units_[u].begin, params_bf16_ + units_[u].begin};
+    }
+    return;
+  }
+  embedding_bf16_ = flat.Take<Bf16>(units_[kEmbeddingUnit].elements());
+  for (Bf16*& block : block_bf16_) block = flat.Take<Bf16>(BlockUnitElements());
+}
+
 // The same initial weights as the CPU reference, drawn on the host from the same seed (InitializeParameterRange, on
 // every core this rank may use) chunk by chunk into two pinned staging buffers, each chunk's copy running while the
 // next is drawn: no pageable vector of all P parameters to fault in (6 GB for gpt2-1.5b), and copies at the pinned
-// rate.
+// rate. Under FSDP the pieces are this rank's shards of the units, into the shard store.
 void CudaTransformer::UploadInitialParameters(uint64_t seed) {
+  struct Piece {
+    size_t begin, end;  // flat elements
+    float* device;
+  };
+  std::vector<Piece> pieces;
+  if (!fsdp_.enabled()) pieces.push_back({0, elements_, params_});
+  for (size_t u = 0; fsdp_.enabled() && u < units_.size(); ++u) {
+    const OptimizerShard& shard = fsdp_.shards[u].shard;
+    pieces.push_back({units_[u].begin + shard.begin, units_[u].begin + shard.end, params_ + fsdp_.shards[u].store});
+  }
   constexpr size_t kChunkElements = size_t{16} << 20;  // 64 MiB of fp32
   const size_t chunk = std::min(kChunkElements, elements_);
   PinnedBuffer staging[2] = {PinnedBuffer(chunk * sizeof(float)), PinnedBuffer(chunk * sizeof(float))};
   Event copied[2];
-  for (size_t begin = 0, i = 0; begin < elements_; begin += chunk, ++i) {
-    const size_t count = std::min(chunk, elements_ - begin);
-    PinnedBuffer& buffer = staging[i % 2];
-    if (i >= 2) copied[i % 2].Synchronize();  // the copy from this buffer two chunks ago
-    float* host = static_cast<float*>(buffer.data());
-    InitializeParameterRange(config_, layout_, seed, begin, begin + count, host);
-    TB_CHECK_CUDA(cudaMemcpyAsync(params_ + begin, host, count * sizeof(float), cudaMemcpyHostToDevice,
-                                  stream_.get()));
-    copied[i % 2].Record(stream_.get());
+  size_t i = 0;
+  for (const Piece& piece : pieces) {
+    for (size_t begin = piece.begin; begin < piece.end; begin += chunk, ++i) {
+      const size_t count = std::min(chunk, piece.end - begin);
+      PinnedBuffer& buffer = staging[i % 2];
+      if (i >= 2) copied[i % 2].Synchronize();  // the copy from this buffer two chunks ago
+      float* host = static_cast<float*>(buffer.data());
+      InitializeParameterRange(config_, layout_, seed, begin, begin + count, host);
+      TB_CHECK_CUDA(cudaMemcpyAsync(piece.device + (begin - piece.begin), host, count * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream_.get()));
+      copied[i % 2].Record(stream_.get());
+    }
   }
   stream_.Synchronize();  // before the staging buffers go
+}
+
+void CudaTransformer::SetUnitAccess(UnitAccess* access) {
+  if (!fsdp_.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
+  access_ = access;
+}
+
+UnitAccess& CudaTransformer::Access() const {
+  if (access_ == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
+  return *access_;
+}
+
+void CudaTransformer::HoldParameters(size_t u) {
+  if (!fsdp_.enabled() || views_[u].params != nullptr) return;  // the embeddings and lnf: held from forward on
+  const float* whole = Access().Parameters(u);
+  Bf16* bf16 = u == kEmbeddingUnit                    ? embedding_bf16_
+               : u == FinalNormUnit(config_.layers) ? nullptr
+                                                      : block_bf16_[(u - BlockUnit(0)) % 2];
+  // On the stream after the gather's wait: a block's copy overwrites the one two layers back, whose GEMMs were
+  // issued before.
+  if (bf16 != nullptr) gpu::CastToBf16(bf16, whole, units_[u].elements(), stream());
+  views_[u].params = whole;
+  views_[u].bf16 = bf16;
+}
+
+void CudaTransformer::ReleaseParameters(size_t u) {
+  if (!fsdp_.enabled()) return;
+  Access().ParametersDone(u);
+  views_[u].params = nullptr;
+  views_[u].bf16 = nullptr;
+}
+
+void CudaTransformer::HoldGradients(size_t u) {
+  if (fsdp_.enabled() && views_[u].grads == nullptr) views_[u].grads = Access().Gradients(u);
+}
+
+void CudaTransformer::ReleaseGradients(size_t u) {
+  if (!fsdp_.enabled()) return;
+  Access().GradientsDone(u);
+  views_[u].grads = nullptr;
 }
 
 // Buffers are freed after the work that uses them has finished. Nothing to report from a destructor: a failed
@@ -398,11 +521,14 @@ void CudaTransformer::Forward() {
   const int32_t* inputs = tokens_;
   const int32_t* targets = tokens_ + n;
 
-  // The embeddings are gathered from the fp32 master weights: no GEMM reads them here.
+  // The embeddings are gathered from the fp32 master weights: no GEMM reads them here. Under FSDP they and the final
+  // LayerNorm stay held to the end of backward (the tied LM head reads wte last in forward and first in backward).
+  HoldParameters(kEmbeddingUnit);
   gpu::EncoderForward(encoded_, inputs, Param(kWteSlot), Param(kWpeSlot), batch_, seq_, c, stream());
   const float* residual = encoded_;  // (N, C)
   for (int l = 0; l < config_.layers; ++l) {
     BlockActivations& a = blocks_[l];
+    HoldParameters(BlockUnit(l));
     auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
     auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
     gpu::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, param(kLn1Weight), param(kLn1Bias), n, c, stream());
@@ -416,8 +542,10 @@ void CudaTransformer::Forward() {
     gemm_->LinearForward(a.fch_gelu, a.fch, a.ln2, bf16_param(kFcWeight), bf16_param(kFcBias), n, c, hidden);
     gemm_->LinearForwardFloat(a.residual3, a.residual2, a.fch_gelu, bf16_param(kMlpProjWeight),
                               param(kMlpProjBias), n, hidden, c);
+    ReleaseParameters(BlockUnit(l));
     residual = a.residual3;
   }
+  HoldParameters(FinalNormUnit(config_.layers));
   gpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, Param(LnfWeightSlot(config_.layers)),
                         Param(LnfWeightSlot(config_.layers) + 1), n, c, stream());
   // The tied LM head over all Vp rows of wte, so that the GEMM keeps its aligned shape: the padding rows are zero,
@@ -464,6 +592,9 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   // LM head: d loss / d logits (N, Vp) in bf16, from Forward; its padding columns are zero, so wte's padding rows
   // get a zero gradient.
   const Bf16* logits_grad = grad_scratch_;
+  const size_t lnf_unit = FinalNormUnit(config_.layers);
+  HoldGradients(kEmbeddingUnit);
+  HoldGradients(lnf_unit);
   gemm_->LinearBackwardInput(channel_grad_, logits_grad, Bf16Param(kWteSlot), nullptr, n, c, vp);
   gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, logits_grad, lnf_, n, c, vp);
   TB_CHECK_CUDA(cudaMemsetAsync(residual_grad_, 0, n * c * sizeof(float), stream_.get()));
@@ -472,12 +603,16 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
                          Param(lnf_slot), lnf_mean_, lnf_rstd_, n, c, layernorm_scratch_, stream());
   ready(lnf_slot + 1);
   ready(lnf_slot);
+  ReleaseGradients(lnf_unit);
+  ReleaseParameters(lnf_unit);
 
   // residual_grad_ (N, C) carries the gradient of the residual stream down through the blocks in fp32; each
   // residual add passes it on unchanged and each LayerNorm adds its input gradient to it. The projections'
   // backward GEMMs read its bf16 copy.
   for (int l = config_.layers - 1; l >= 0; --l) {
     const BlockActivations& a = blocks_[l];
+    HoldParameters(BlockUnit(l));
+    HoldGradients(BlockUnit(l));
     auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
     auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
     auto grad = [&](BlockTensor t) { return Grad(BlockSlot(l, t)); };
@@ -510,30 +645,34 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
     gpu::LayerNormBackward(residual_grad_, grad(kLn1Weight), grad(kLn1Bias), channel_grad_, residual,
                            param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c, layernorm_scratch_, stream());
     ready_pair(l, kLn1Weight, kLn1Bias);
+    ReleaseGradients(BlockUnit(l));
+    ReleaseParameters(BlockUnit(l));
   }
   gpu::EncoderBackward(Grad(kWteSlot), Grad(kWpeSlot), residual_grad_, inputs, batch_, seq_, c, stream());
   ready(kWpeSlot);
   ready(kWteSlot);
+  ReleaseGradients(kEmbeddingUnit);
+  ReleaseParameters(kEmbeddingUnit);
   if (!backward_measured_) {
     NoteDeviceMemory();
     backward_measured_ = true;
   }
 }
 
-void CudaTransformer::ZeroGradients() {
-  TB_CHECK_CUDA(cudaMemsetAsync(grads_, 0, shard_.capacity * sizeof(float), stream_.get()));
-}
+void CudaTransformer::ZeroGradients() { ClearFloats(grads_, buffer_elements_); }
 
 void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError(std::string("AdamW step counts from 1, got ") + std::to_string(step));
   // The bf16 weights are rewritten from the updated master weights in the same pass; wte's padding rows, skipped,
   // stay zero in both.
+  // Under FSDP the ranges are in the shard store, and there is no bf16 copy to rewrite (a unit's is cast where it is
+  // gathered).
   for (const AdamWRange& range : adamw_ranges_) {
-    // The moments hold the shard's elements: flat element i is moment i - shard_.begin.
-    gpu::AdamWUpdate(params_ + range.offset, grads_ + range.offset, m_ + (range.offset - shard_.begin),
-                     v_ + (range.offset - shard_.begin),
-                     range.count, config, range.decay ? config.weight_decay : 0.0f, step, stream(),
-                     params_bf16_ + range.offset);
+    // The moments hold the shard's elements: flat element i is moment i - moment_offset_.
+    gpu::AdamWUpdate(params_ + range.offset, grads_ + range.offset, m_ + (range.offset - moment_offset_),
+                     v_ + (range.offset - moment_offset_), range.count, config,
+                     range.decay ? config.weight_decay : 0.0f, step, stream(),
+                     fsdp_.enabled() ? nullptr : params_bf16_ + range.offset);
   }
 }
 

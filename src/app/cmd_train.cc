@@ -80,12 +80,8 @@ ParallelMode ParseParallel(const std::string& text) {
 }
 
 // --parallel zero1|fsdp: what it cannot be combined with yet (one line, exit 2).
-void CheckParallel(const TrainFlags& f, const TrainIoFlags& io, bool cuda) {
+void CheckParallel(const TrainFlags& f, const TrainIoFlags& io) {
   if (f.parallel == "dp") return;
-  if (f.parallel == "fsdp" && cuda) {
-    throw InputError("--parallel fsdp runs on the CPU backend only so far (the CUDA transformer does not gather its "
-                     "layers yet): use --backend mpi, or --parallel zero1 on the GPUs");
-  }
   if (f.allreduce != "auto") {
     throw InputError("--allreduce " + f.allreduce + " chooses the gradient all-reduce; --parallel " + f.parallel +
                      " reduce-scatters the gradients instead (leave --allreduce at auto)");
@@ -436,7 +432,7 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   scaling_ = ParseScaling(f.scaling, shape_);
   link_probe_.bytes = ParseLinkProbe(f.link_probe);
   parallel_ = ParseParallel(f.parallel);
-  CheckParallel(f, io_flags_, r.backend() == "nccl");
+  CheckParallel(f, io_flags_);
   if (parallel_ == ParallelMode::kDp) ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
   CheckTensorParallelFlags(f, io_flags_, model_, loop_.seq, r.backend() == "nccl");
   CheckTensorParallelLayout(f.tensor_parallel, scaling_, f.allow_cross_node_tp);
@@ -614,16 +610,15 @@ std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& sub) {
                                    ? ShardOf(static_cast<size_t>(setup_.gradient_bytes / sizeof(float)), sub.size(),
                                              sub.rank())
                                    : OptimizerShard{};
-  if (!setup_.backend.cuda) {
-    const FsdpLayout fsdp = parallel_ == ParallelMode::kFsdp ? MakeFsdpLayout(MakeLayout(model_), sub.size(), sub.rank())
-                                                             : FsdpLayout{};
-    return MakeCpuTransformer(model_, static_cast<uint64_t>(f_.seed), shard, fsdp);
-  }
+  const FsdpLayout fsdp = parallel_ == ParallelMode::kFsdp ? MakeFsdpLayout(MakeLayout(model_), sub.size(), sub.rank())
+                                                           : FsdpLayout{};
+  if (!setup_.backend.cuda) return MakeCpuTransformer(model_, static_cast<uint64_t>(f_.seed), shard, fsdp);
   CudaTransformerOptions options;
   options.max_batch = PointBatch(scaling_.front().k);  // the CUDA model's activations are sized for the largest batch
   options.attention = attention_;
   options.seq = loop_.seq;
   options.shard = shard;
+  options.fsdp = fsdp;
   std::string fallback_reason;
   const double setup_start = NowSeconds();
   std::unique_ptr<Transformer> cuda_model =
