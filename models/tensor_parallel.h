@@ -81,7 +81,8 @@ class TensorParallelStats {
   virtual TensorParallelComm TakeComm() = 0;
 };
 
-// The stats of a model made by MakeCpuTensorParallelTransformer; nullptr for any other model.
+// The stats of a model made by MakeCpuTensorParallelTransformer or MakeCudaTensorParallelTransformer; nullptr for any
+// other model.
 TensorParallelStats* TensorParallelStatsOf(Transformer& model);
 
 // Tensor parallel over `tp` (T = tp.size() ranks, tp.rank() its index): from the same seed, the same model as
@@ -93,5 +94,18 @@ TensorParallelStats* TensorParallelStatsOf(Transformer& model);
 // `shard`: ZeRO-1 over the ranks that hold the same slices (ShardOf this model's local elements over them).
 std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
                                                               Communicator& tp, const OptimizerShard& shard = {});
+
+// The same split on the GPUs (models/cuda/cuda_tp_transformer.cu): one rank of `tp` per GPU, each holding its slices
+// on the current device in the mixed precision of MakeCudaTransformer (bf16 GEMMs and attention over the local heads,
+// fp32 master weights, gradients, AdamW moments and residual stream), from the same seed the same bits as the CPU
+// models' (TensorParallelLayout order, so that a data-parallel all-reduce across groups averages the local slice).
+// `tp` is a device-memory communicator (nccl) over the group; each activation all-reduce is fp32 and blocking (the
+// model's stream synchronised, the buffer all-reduced in place, the communicator synchronised), counted by
+// TakeActivationComm and TensorParallelStatsOf. `options` as for MakeCudaTransformer (max_batch, attention, seq;
+// shard: ZeRO-1 over the local elements; no fsdp). Throws InputError, before it touches the device, where
+// CheckTensorParallel does, for a host-memory communicator, for local widths (d_model/T, vocab_padded/T) that are not
+// multiples of 8, and for bad options; RuntimeError in a build without CUDA, or when the device lacks memory.
+std::unique_ptr<Transformer> MakeCudaTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
+                                                               Communicator& tp, const CudaTransformerOptions& options);
 
 }  // namespace tb
