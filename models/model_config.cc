@@ -183,8 +183,11 @@ double ModelFlopsPerToken(const ModelConfig& config, int seq) {
   return 6.0 * matmul + 6.0 * config.layers * static_cast<double>(seq) * config.d_model;
 }
 
-MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16) {
+MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16, int tensor_parallel) {
   ValidateRunShape(config, micro_batch, seq);
+  if (tensor_parallel < 1) {
+    throw InputError("tensor parallel size must be at least 1, got " + std::to_string(tensor_parallel));
+  }
   const ParameterCount count = CountParameters(config);
   // The flat buffers hold the padded embedding table: its zero rows cost memory like any other parameter.
   const double allocated =
@@ -209,14 +212,17 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int se
   // vocabulary (Vp, turned into probabilities and then into their gradient in place) and one fp32 loss per
   // position. Activation gradients and GEMM workspaces are transient and not counted, and fused attention
   // (cuDNN SDPA) keeps softmax statistics instead of probabilities, so this is an estimate that errs high for
-  // the CUDA path.
+  // the CUDA path. Under tensor parallel T (Korthikanti et al.'s 10·s·b·h + 24·s·b·h/t + 5·n·s²·b/t without sequence
+  // parallelism) q, k, v, the attention output, both fc tensors, the probabilities (heads / T) and the logits
+  // (vocabulary / T) are split; the residual stream, the LayerNorm outputs and statistics and the losses are not.
   const double act = bf16 ? 2.0 : 4.0;
   const double fp32 = 4.0;
   const double c = config.d_model;
   const double hidden = static_cast<double>(config.mlp_ratio) * c;
-  const double per_layer_token = (2 * c + c + 3 * c + c + c + 2 * hidden) * act +
-                                 static_cast<double>(config.heads) * seq * act + 4 * fp32;
-  const double final_token = 2 * c * act + 2 * fp32 + static_cast<double>(config.vocab_padded) * fp32 + fp32;
+  const double t = tensor_parallel;
+  const double per_layer_token = (2 * c + c + c) * act + (3 * c + c + 2 * hidden) * act / t +
+                                 static_cast<double>(config.heads) * seq * act / t + 4 * fp32;
+  const double final_token = 2 * c * act + 2 * fp32 + static_cast<double>(config.vocab_padded) * fp32 / t + fp32;
   const double tokens = static_cast<double>(micro_batch) * seq;
   estimate.activations_bytes = tokens * (config.layers * per_layer_token + final_token);
   return estimate;

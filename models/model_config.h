@@ -60,7 +60,10 @@ struct MemoryEstimate {
 
 // Per-rank estimate for data parallel training. bf16 = true: bf16 weights, gradients and activations with
 // fp32 master weights and moments (16 bytes per parameter before activations, as in the ZeRO paper);
-// false: everything fp32 (the CPU reference).
-MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16);
+// false: everything fp32 (the CPU reference). tensor_parallel T > 1: the activations one rank of a Megatron group of
+// T holds (the tensors of the split layers and the vocab-parallel logits divided by T, the residual stream, the
+// LayerNorm outputs and statistics and the losses whole); the model states stay whole (ModeMemory divides them).
+// Throws InputError for T < 1.
+MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16, int tensor_parallel = 1);
 
 }  // namespace tb

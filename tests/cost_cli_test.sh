@@ -180,10 +180,11 @@ expect_out "gathered layers [0-9.]+ GiB: total"
 expect_out "^#   --gpu-memory 80G, 80.0 GiB: needs [0-9.]+ GiB: fits"
 expect_ok "$tb" cost --model gpt-70b --gpu-memory 80G --parallel zero1 --ranks 64
 expect_out "^#   --gpu-memory 80G, 80.0 GiB: needs [0-9.]+ GiB: does NOT fit"
-# Tensor parallel 8 divides gpt-70b's model states by 8 (activations left whole): 151 GiB, does not fit 80 GiB.
+# Tensor parallel 8 divides gpt-70b's model states by 8, and the split activations (30.2 GiB whole, of which the
+# residual stream, LayerNorms and losses stay whole): 129 GiB, does not fit 80 GiB.
 expect_ok "$tb" cost --model gpt-70b --gpu-memory 80G --ranks 16 --tensor-parallel 8
-expect_out "tensor parallel 8 \(activations not divided: an upper bound\)$"
-expect_out "^#   weights 15.1 GiB, gradients 15.1 GiB, optimizer 90.6 GiB"
+expect_out "tensor parallel 8 \(states and split activations over 8\)$"
+expect_out "^#   weights 15.1 GiB, gradients 15.1 GiB, optimizer 90.6 GiB, activations 8.2 GiB: total 129.0 GiB"
 expect_error 2 "tensor parallel 8 does not divide 12 ranks" -- \
   "$tb" cost --model gpt-70b --gpu-memory 80G --ranks 12 --tensor-parallel 8
 expect_error 2 "--ranks goes with --model" -- "$tb" cost "$r" --ranks 8 --project 4

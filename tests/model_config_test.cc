@@ -265,6 +265,22 @@ TEST(MemoryEstimate, ActivationsFollowTheDocumentedFormula) {
   EXPECT_DOUBLE_EQ(EstimateMemory(config, 1, 2, true).activations_bytes, 2 * (2 * short_layer + bf16_final));
 }
 
+TEST(MemoryEstimate, TensorParallelSplitsWhatMegatronSplits) {
+  // The same model over T = 2: per layer and token the residual stream (2C), ln1 and ln2 outputs (2C) and the four
+  // statistics stay whole; qkv (3C), the attention output (C), fc out and GELU out (2*4C) and the H*T probabilities
+  // halve. After the last layer the Vp logits halve and the rest stays.
+  const ModelConfig config = CustomModel(2, 8, 2, 10, 4);
+  const double whole_layer = 4 * 8 * 2 + 4 * 4;                     // 80
+  const double split_layer = (12 * 8 * 2 + 2 * 4 * 2) / 2.0;        // 104
+  const double final_token = 2 * 8 * 2 + 2 * 4 + 128 * 4 / 2.0 + 4;  // 300
+  const MemoryEstimate t2 = EstimateMemory(config, 1, 4, true, 2);
+  EXPECT_DOUBLE_EQ(t2.activations_bytes, 4 * (2 * (whole_layer + split_layer) + final_token));
+  const MemoryEstimate t1 = EstimateMemory(config, 1, 4, true, 1);
+  EXPECT_DOUBLE_EQ(t1.activations_bytes, EstimateMemory(config, 1, 4, true).activations_bytes);
+  EXPECT_DOUBLE_EQ(t2.total_bytes() - t2.activations_bytes, t1.total_bytes() - t1.activations_bytes);  // states whole
+  EXPECT_EQ(InputErrorOf([&] { EstimateMemory(config, 1, 4, true, 0); }), "tensor parallel size must be at least 1, got 0");
+}
+
 TEST(MemoryEstimate, ActivationsGrowLinearlyInMicroBatch) {
   const ModelConfig config = WithLayers(FindPreset("gpt-6.7b"), 2);
   const MemoryEstimate one = EstimateMemory(config, 1, 1024, true);

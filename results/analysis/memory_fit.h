@@ -25,7 +25,8 @@ struct MemoryBreakdown {
 // (weights_bytes / parameters, and gradients_bytes / parameters). Activations are per rank in every mode. Throws
 // InputError for another mode or ranks < 1.
 // Tensor parallel T (> 1) first divides the model states by T (Megatron: each rank holds 1/T of the weights) and the
-// mode then shards over ranks / T; activations are left whole, an upper bound (Megatron splits most of them by T).
+// mode then shards over ranks / T; activations are taken as given (EstimateMemory with T divides those that Megatron
+// splits).
 MemoryBreakdown ModeMemory(const MemoryBreakdown& dp, const std::string& mode, int ranks, double gathered_parameters,
                            double parameters, int tensor_parallel = 1);
 

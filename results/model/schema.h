@@ -228,7 +228,7 @@ inline const TextAttribute flops_convention{kModel, "flops_convention", "", "`6*
 inline const RealAttribute memory_weights_bytes{kModel, "memory_weights_bytes", "B", "per-rank estimate"};
 inline const RealAttribute memory_gradients_bytes{kModel, "memory_gradients_bytes", "B", "per-rank estimate"};
 inline const RealAttribute memory_optimizer_bytes{kModel, "memory_optimizer_bytes", "B", "per-rank estimate"};
-inline const RealAttribute memory_activations_bytes{kModel, "memory_activations_bytes", "B", "per-rank estimate"};
+inline const RealAttribute memory_activations_bytes{kModel, "memory_activations_bytes", "B", "per-rank estimate (under tensor parallel, one rank's share: EstimateMemory)"};
 inline const TextAttribute memory_precision{kModel, "memory_precision", "", "the precisions the estimate assumes"};
 }  // namespace model
 

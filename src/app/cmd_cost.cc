@@ -237,7 +237,7 @@ MemoryCheck ModelMemory(const CostFlags& f, const RunMeasurement* run) {
     if (f.layers > 0) config = WithLayers(config, f.layers);
     const int micro_batch = f.micro_batch > 0 ? f.micro_batch : 1;
     const int seq = f.seq > 0 ? f.seq : config.seq;
-    const MemoryEstimate e = EstimateMemory(config, micro_batch, seq, true);
+    const MemoryEstimate e = EstimateMemory(config, micro_batch, seq, true, f.tensor_parallel);
     check.estimate = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes};
     check.mode = f.parallel;
     check.ranks = f.ranks;
@@ -248,7 +248,8 @@ MemoryCheck ModelMemory(const CostFlags& f, const RunMeasurement* run) {
                         "rank%s", config.name.c_str(), config.layers, check.parameters, micro_batch, seq,
                         f.parallel.c_str(), f.ranks, f.ranks == 1 ? "" : "s");
     if (f.tensor_parallel > 1) {
-      check.what += Format(", tensor parallel %d (activations not divided: an upper bound)", f.tensor_parallel);
+      check.what += Format(", tensor parallel %d (states and split activations over %d)", f.tensor_parallel,
+                           f.tensor_parallel);
     }
     check.For(f.ranks);  // a bad mode or rank count fails here
   } else if (run) {

@@ -199,9 +199,12 @@ std::vector<RankSteps> GatherSteps(const std::vector<StepRecord>& mine, const To
   return ranks;
 }
 
-void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq, bool mixed_precision) {
+// The model and its memory estimate: the whole model's states (cost's ModeMemory shards them as the run's mode did)
+// and the activations one rank holds (divided as tensor parallel divides them).
+void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq, bool mixed_precision,
+                 int tensor_parallel) {
   const ParameterCount params = CountParameters(c);
-  const MemoryEstimate memory = EstimateMemory(c, micro_batch, seq, mixed_precision);
+  const MemoryEstimate memory = EstimateMemory(c, micro_batch, seq, mixed_precision, tensor_parallel);
   namespace m = schema::model;
   schema::Set(group, m::name, c.name);
   schema::Set(group, m::layers, c.layers);
@@ -579,7 +582,8 @@ void TrainPhase::RecordHeader(double comm_ready_s) {
   const Backend& backend = setup_.backend;
   const std::optional<DevicePeak>& peak = setup_.peak;
   Group& t = train();
-  RecordModel(schema::GroupOf(run_->report().root, schema::kModel), model_, loop_.micro_batch, loop_.seq, backend.cuda);
+  RecordModel(schema::GroupOf(run_->report().root, schema::kModel), model_, loop_.micro_batch, loop_.seq, backend.cuda,
+              f_.tensor_parallel);
   namespace st = schema::train;
   schema::Set(t, st::scaling_mode, f_.scaling_mode);
   schema::Set(t, st::backend, backend.cuda ? "cuda" : "cpu");
