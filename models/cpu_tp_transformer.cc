@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,25 +87,80 @@ size_t LocalElements(const ModelConfig& config, int tensor_parallel) {
   return layout.back().offset + layout.back().count;
 }
 
+// The buffers' lengths (parameters and gradients, m and v): fsdp's store of the local units' shards, or ZeRO-1's
+// capacity and shard of the local elements (all of them without either).
+std::pair<size_t, size_t> LocalBufferElements(const ModelConfig& config, int tensor_parallel,
+                                              const OptimizerShard& shard, const FsdpLayout& fsdp) {
+  if (fsdp.enabled()) return {fsdp.store_elements, fsdp.store_elements};
+  const OptimizerShard resolved = ResolveShard(shard, LocalElements(config, tensor_parallel));
+  return {resolved.capacity, resolved.elements()};
+}
+
+// Per slot of `layout`: the unit holding it.
+std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {
+  std::vector<size_t> of;
+  size_t u = 0;
+  for (const TensorSlot& slot : layout) {
+    while (slot.offset >= units[u].end) ++u;
+    of.push_back(u);
+  }
+  return of;
+}
+
+// The shards of `whole` (the local elements) that fsdp gives this rank, into the sharded buffer `store` (the padding
+// zero).
+void CopyFsdpShards(const FsdpLayout& fsdp, const float* whole, float* store) {
+  std::fill(store, store + fsdp.store_elements, 0.0f);
+  for (size_t u = 0; u < fsdp.units.size(); ++u) {
+    const OptimizerShard& shard = fsdp.shards[u].shard;
+    if (shard.end > shard.begin) {
+      std::copy(whole + fsdp.units[u].begin + shard.begin, whole + fsdp.units[u].begin + shard.end,
+                store + fsdp.shards[u].store);
+    }
+  }
+}
+
 class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelStats {
  public:
-  CpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed, Communicator& tp, const OptimizerShard& shard)
+  CpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed, Communicator& tp, const OptimizerShard& shard,
+                               const FsdpLayout& fsdp)
       : CpuFlatModel(config, TensorParallelLayout(config, tp.size()),
-                     ResolveShard(shard, LocalElements(config, tp.size())).capacity,
-                     ResolveShard(shard, LocalElements(config, tp.size())).elements()),
+                     LocalBufferElements(config, tp.size(), shard, fsdp).first,
+                     LocalBufferElements(config, tp.size(), shard, fsdp).second),
         tp_(tp),
         dims_(MakeLocalDims(config, tp.size(), tp.rank())),
         shard_(ResolveShard(shard, elements_)),
+        fsdp_(fsdp),
+        units_(ParameterUnits(layout_)),
+        unit_offsets_(UnitOffsets(layout_, units_)),
+        slot_units_(SlotUnits(layout_, units_)),
         adamw_ranges_(LocalAdamWRanges()),
+        flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), units_)),
+        access_(fsdp.enabled() ? nullptr : flat_access_.get()),
+        held_params_(units_.size(), nullptr),
+        held_grads_(units_.size(), nullptr),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
+    if (fsdp.enabled() && shard.sharded()) throw InputError("a model is sharded by zero1 or by fsdp, not both");
+    if (fsdp.enabled() && fsdp.units.size() != units_.size()) {
+      throw std::logic_error("fsdp: the layout's units are not the tensor-parallel slices'");
+    }
+    std::vector<float> whole;
+    if (fsdp.enabled()) whole.resize(elements_);
+    float* local = fsdp.enabled() ? whole.data() : params_.data();
     // Each stretch of the local buffer gets the full model's bits for the same elements.
     const std::vector<TensorSlot> full = MakeLayout(config_);
     for (const TensorParallelStretch& s : TensorParallelStretches(config_, dims_.tp, dims_.rank)) {
-      InitializeParameterRange(config_, full, seed, s.full, s.full + s.count, params_.data() + s.local);
+      InitializeParameterRange(config_, full, seed, s.full, s.full + s.count, local + s.local);
     }
+    if (fsdp.enabled()) CopyFsdpShards(fsdp_, whole.data(), params_.data());
   }
 
   const OptimizerShard& optimizer_shard() const override { return shard_; }
+  const FsdpLayout& fsdp_layout() const override { return fsdp_; }
+  void SetUnitAccess(UnitAccess* access) override {
+    if (!fsdp_.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
+    access_ = access;
+  }
 
   using Transformer::SetBatch;
   void SetBatch(const TokenBatch& batch) override;
@@ -131,10 +187,34 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
     // AdamWRanges leaves out wte's rows from config.vocab on: locally, those past the real tokens of the slice.
     ModelConfig local = config_;
     local.vocab = dims_.vocab_used;
-    return AdamWRanges(local, layout_, shard_.begin, shard_.end);
+    return fsdp_.enabled() ? FsdpAdamWRanges(local, layout_, fsdp_) : AdamWRanges(local, layout_, shard_.begin, shard_.end);
   }
-  const float* P(size_t slot) const { return params_.data() + layout_[slot].offset; }
-  float* G(size_t slot) { return grads_.data() + layout_[slot].offset; }
+  // A tensor of a unit held now (its parameters or its gradients), through the UnitAccess: the model's own buffers,
+  // or under fsdp the gatherer's whole units.
+  const float* P(size_t slot) const { return Held(held_params_, slot); }
+  float* G(size_t slot) { return Held(held_grads_, slot); }
+  template <typename T>
+  T* Held(const std::vector<T*>& held, size_t slot) const {
+    T* unit = held[slot_units_[slot]];
+    if (unit == nullptr) throw std::logic_error("a tensor-parallel slot read outside its unit's hold");
+    return unit + unit_offsets_[slot];
+  }
+  UnitAccess& Access() const {
+    if (access_ == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
+    return *access_;
+  }
+  void Hold(size_t unit, bool gradients) {
+    held_params_[unit] = Access().Parameters(unit);
+    if (gradients) held_grads_[unit] = Access().Gradients(unit);
+  }
+  void Release(size_t unit, bool gradients) {
+    if (gradients) {
+      Access().GradientsDone(unit);
+      held_grads_[unit] = nullptr;
+    }
+    Access().ParametersDone(unit);
+    held_params_[unit] = nullptr;
+  }
   size_t tokens() const { return static_cast<size_t>(batch_) * seq_; }
   void ReserveActivations(size_t tokens);
   void AllReduce(float* data, size_t count, ReduceOp op);
@@ -150,7 +230,15 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
   Communicator& tp_;
   LocalDims dims_;
   OptimizerShard shard_;
+  FsdpLayout fsdp_;
+  std::vector<ParameterUnit> units_;
+  std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
+  std::vector<size_t> slot_units_;    // per slot: its unit
   std::vector<AdamWRange> adamw_ranges_;
+  std::unique_ptr<UnitAccess> flat_access_;  // views of params_ and grads_ (without FSDP)
+  UnitAccess* access_;
+  std::vector<const float*> held_params_;  // per unit: its parameters while held, else nullptr
+  std::vector<float*> held_grads_;         // per unit: its gradients while held
   std::vector<float> attention_scratch_;  // (2, block rows, maxS)
 
   size_t capacity_tokens_ = 0;
@@ -220,12 +308,16 @@ void CpuTensorParallelTransformer::Forward() {
   if (batch_ == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
   backward_pending_ = false;
   step_comm_ = {};
+  Hold(kEmbeddingUnit, false);  // held to the end of backward (the tied LM head), as the full model does
   EmbeddingForward();
   const float* residual = encoded_.data();
   for (int l = 0; l < config_.layers; ++l) {
+    Hold(BlockUnit(l), false);
     BlockForward(l, residual);
+    Release(BlockUnit(l), false);
     residual = blocks_[l].residual3.data();
   }
+  Hold(FinalNormUnit(config_.layers), false);  // held likewise
   const size_t lnf = LnfWeightSlot(config_.layers);
   cpu::LayerNormForward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual, P(lnf), P(lnf + 1), tokens(),
                         dims_.c);
@@ -330,17 +422,27 @@ void CpuTensorParallelTransformer::Backward(const std::function<void(size_t slot
   };
   const size_t n = tokens();
   const int c = dims_.c;
+  // The units in the full model's order: the embeddings and the final LayerNorm (held since forward, asked for
+  // again with their gradients), then the blocks from the last.
+  Hold(kEmbeddingUnit, true);
   HeadBackward();  // channel_grad_: the gradient of lnf's output, summed over the group
   std::fill(residual_grad_.begin(), residual_grad_.end(), 0.0f);
-  const size_t lnf = LnfWeightSlot(config_.layers);
+  const size_t lnf_unit = FinalNormUnit(config_.layers), lnf = LnfWeightSlot(config_.layers);
+  Hold(lnf_unit, true);
   cpu::LayerNormBackward(residual_grad_.data(), G(lnf), G(lnf + 1), channel_grad_.data(),
                          blocks_.back().residual3.data(), P(lnf), lnf_mean_.data(), lnf_rstd_.data(), n, c);
   ready(lnf + 1);
   ready(lnf);
-  for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready);
+  Release(lnf_unit, true);
+  for (int l = config_.layers - 1; l >= 0; --l) {
+    Hold(BlockUnit(l), true);
+    BlockBackward(l, ready);
+    Release(BlockUnit(l), true);
+  }
   EmbeddingBackward();
   ready(kWpeSlot);
   ready(kWteSlot);
+  Release(kEmbeddingUnit, true);
 }
 
 // The cross-entropy's gradient over the local slice, (p - onehot(target)) / N, then the tied head's: wte's local rows
@@ -481,6 +583,17 @@ void CheckTensorParallel(const ModelConfig& config, int tensor_parallel) {
   }
 }
 
+void CheckCudaTensorParallelWidths(const ModelConfig& config, int tensor_parallel) {
+  const int t = tensor_parallel;
+  if (config.d_model % 8 != 0 || (config.d_model / t) % 8 != 0 || (config.vocab_padded / t) % 8 != 0) {
+    throw InputError("--tensor-parallel " + std::to_string(t) + " leaves model '" + config.name + "' local widths (" +
+                     std::to_string(config.d_model / t) + " of d_model " + std::to_string(config.d_model) + ", " +
+                     std::to_string(config.vocab_padded / t) + " vocabulary rows) that are not multiples of 8, " +
+                     "which the CUDA transformer needs (16-byte aligned bf16 rows for cuBLASLt) HINT: a smaller " +
+                     "--tensor-parallel, or --backend cpu");
+  }
+}
+
 TensorSplit TensorParallelSplit(const ModelConfig& config, size_t slot) {
   if (slot == kWteSlot) return TensorSplit::kVocabRows;
   if (slot < kFirstBlockSlot || slot >= LnfWeightSlot(config.layers)) return TensorSplit::kReplicated;
@@ -537,14 +650,15 @@ uint64_t TensorParallelAllReduceElements(const ModelConfig& config, int tensor_p
 TensorParallelStats* TensorParallelStatsOf(Transformer& model) { return dynamic_cast<TensorParallelStats*>(&model); }
 
 std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
-                                                              Communicator& tp, const OptimizerShard& shard) {
+                                                              Communicator& tp, const OptimizerShard& shard,
+                                                              const FsdpLayout& fsdp) {
   ValidateModel(config);
   CheckTensorParallel(config, tp.size());
   if (tp.memory() != MemoryKind::kHost) {
     throw InputError("the tensor-parallel CPU transformer needs a host-memory communicator (mpi), got " + tp.backend());
   }
   try {
-    return std::make_unique<CpuTensorParallelTransformer>(config, seed, tp, shard);
+    return std::make_unique<CpuTensorParallelTransformer>(config, seed, tp, shard, fsdp);
   } catch (const std::bad_alloc&) {
     const std::vector<TensorSlot> layout = TensorParallelLayout(config, tp.size());
     const uint64_t bytes = 4 * sizeof(float) * (layout.back().offset + layout.back().count);

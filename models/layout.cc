@@ -152,6 +152,13 @@ std::vector<ParameterUnit> ParameterUnits(const std::vector<TensorSlot>& layout)
   return units;
 }
 
+double FsdpGatheredParameters(const ModelConfig& config) {
+  const std::vector<ParameterUnit> units = ParameterUnits(MakeLayout(config));
+  double gathered = static_cast<double>(units.front().elements() + units.back().elements());
+  for (int l = 0; l < std::min(config.layers, 2); ++l) gathered += static_cast<double>(units[BlockUnit(l)].elements());
+  return gathered;
+}
+
 FsdpLayout MakeFsdpLayout(const std::vector<TensorSlot>& layout, int ranks, int rank) {
   FsdpLayout f;
   f.ranks = ranks;

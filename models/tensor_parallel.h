@@ -26,6 +26,11 @@ namespace tb {
 // width then divide by T as well.)
 void CheckTensorParallel(const ModelConfig& config, int tensor_parallel);
 
+// Throws InputError unless the local widths d_model/T and vocab_padded/T (and d_model) are multiples of 8, as the
+// CUDA transformer's 16-byte aligned bf16 rows need (cuBLASLt's epilogues, models/cuda/gemm.h). In every build, so
+// that train refuses such a split before any work starts.
+void CheckCudaTensorParallelWidths(const ModelConfig& config, int tensor_parallel);
+
 // How a tensor of MakeLayout is split over the tensor-parallel ranks.
 enum class TensorSplit {
   kReplicated,  // every rank holds it whole: LayerNorms, row-parallel biases, wpe, lnf
@@ -92,8 +97,11 @@ TensorParallelStats* TensorParallelStatsOf(Transformer& model);
 // blocking, on host memory: an MPI communicator); `tp` must outlive the model. Throws InputError where
 // CheckTensorParallel does.
 // `shard`: ZeRO-1 over the ranks that hold the same slices (ShardOf this model's local elements over them).
+// `fsdp`: FSDP over those ranks instead (MakeFsdpLayout of TensorParallelLayout over them): the model holds its shards
+// of the local units and reads whole local units through the UnitAccess of SetUnitAccess, in the full model's order.
 std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
-                                                              Communicator& tp, const OptimizerShard& shard = {});
+                                                              Communicator& tp, const OptimizerShard& shard = {},
+                                                              const FsdpLayout& fsdp = {});
 
 // The same split on the GPUs (models/cuda/cuda_tp_transformer.cu): one rank of `tp` per GPU, each holding its slices
 // on the current device in the mixed precision of MakeCudaTransformer (bf16 GEMMs and attention over the local heads,

@@ -66,6 +66,10 @@ constexpr size_t kEmbeddingUnit = 0;
 inline size_t BlockUnit(int layer) { return 1 + static_cast<size_t>(layer); }
 inline size_t FinalNormUnit(int layers) { return 1 + static_cast<size_t>(layers); }
 std::vector<ParameterUnit> ParameterUnits(const std::vector<TensorSlot>& layout);
+// The parameters fsdp holds gathered at once on a rank: the embeddings, the final LayerNorm and two blocks (one with
+// a single layer), as FsdpGatherer's working buffers (models/fsdp.h) hold them; of the whole model (tensor parallel
+// divides them by T).
+double FsdpGatheredParameters(const ModelConfig& config);
 
 // FSDP over `ranks`: this rank holds ShardOf(unit elements, ranks, rank) of every unit, the units' shards one after
 // the other in its sharded buffers (parameters, gradients, AdamW m and v), each `count` = capacity / ranks elements

@@ -148,7 +148,7 @@ for n in 2 4; do
 done
 # --tensor-parallel T: groups of T ranks split the model (Megatron), data parallel across the groups, which share
 # their batch: T x G ranks give the losses of dp on G ranks, and the point reports the activation traffic.
-for spec in "2 2 1 dp" "4 2 2 dp" "4 4 1 dp" "4 2 2 zero1"; do
+for spec in "2 2 1 dp" "4 2 2 dp" "4 4 1 dp" "4 2 2 zero1" "4 2 2 fsdp"; do
   read -r n t g mode <<<"$spec"
   checks=$((checks + 1))
   "${mpiexec[@]}" -n $n "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 \
@@ -167,8 +167,6 @@ for spec in "2 2 1 dp" "4 2 2 dp" "4 4 1 dp" "4 2 2 zero1"; do
 done
 expect_error 2 "--tensor-parallel 3 does not divide --heads 4" -- "$tb" train --model tiny --tensor-parallel 3
 expect_error 2 "--tensor-parallel 2 does not divide the 1-rank point" -- "$tb" train --model tiny --tensor-parallel 2
-expect_error 2 "--tensor-parallel 2 with --parallel fsdp is not built yet" -- \
-  "$tb" train --model tiny --tensor-parallel 2 --parallel fsdp
 expect_error 2 "--allow-cross-node-tp goes with --tensor-parallel" -- "$tb" train --model tiny --allow-cross-node-tp
 expect_error 2 "--tensor-parallel 2 with --data or checkpoints is not built yet" -- \
   "$tb" train --model tiny --tensor-parallel 2 --checkpoint-dir "$work/ck" --checkpoint-every 2

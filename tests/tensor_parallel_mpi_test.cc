@@ -306,6 +306,51 @@ TEST_P(TensorParallel, LocalBuffersAreTheSlices) {
   EXPECT_EQ(tp->state_bytes().optimizer, 8.0 * elements);
 }
 
+// FSDP across tensor-parallel groups: groups of T = ranks / 2 (1 at 2 ranks, 2 at 4), the two ranks holding the same
+// slices sharding every local unit between them. Over the train loop the losses are those of the same groups under
+// dp (the gathers and reduce-scatters move the same fp32 values the all-reduce averages: within fp32 summation
+// order), with and without overlap, and each rank holds its shards only.
+TEST_P(TensorParallel, FsdpAcrossGroupsGivesDpsLosses) {
+  auto world = MakeMpiCommunicator(MPI_COMM_WORLD);
+  if (world->size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  const int t = world->size() / 2;
+  std::unique_ptr<Communicator> tp = world->Split(world->rank() / t, world->rank());
+  std::unique_ptr<Communicator> dp = world->Split(world->rank() % t, world->rank());
+  const ModelConfig config = Model();
+  const std::vector<TensorSlot> local = TensorParallelLayout(config, t);
+  TrainLoopOptions o;
+  o.micro_batch = kBatch;
+  o.seq = kSeq;
+  o.steps = 3;
+  o.warmup_steps = 0;
+  o.bucket_mb = 0.01;
+  o.adamw.learning_rate = 1e-2f;
+  auto dense = MakeCpuTensorParallelTransformer(config, 7, *tp);
+  const std::vector<StepRecord> expected = RunTrainingSteps(*dp, *dense, o);
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlap" : "blocking");
+    const FsdpLayout fsdp = MakeFsdpLayout(local, dp->size(), dp->rank());
+    auto sharded = MakeCpuTensorParallelTransformer(config, 7, *tp, {}, fsdp);
+    ASSERT_TRUE(sharded->fsdp_layout().enabled());
+    EXPECT_EQ(sharded->state_bytes().weights, 4.0 * fsdp.store_elements);
+    EXPECT_LT(fsdp.store_elements, local.back().offset + local.back().count);
+    o.parallel = ParallelMode::kFsdp;
+    o.overlap = overlap;
+    const std::vector<StepRecord> steps = RunTrainingSteps(*dp, *sharded, o);
+    o.parallel = ParallelMode::kDp;
+    ASSERT_EQ(steps.size(), expected.size());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      EXPECT_NEAR(steps[i].loss, expected[i].loss, 1e-5 * std::fabs(expected[i].loss)) << "step " << i;
+      EXPECT_GT(steps[i].all_gather_bytes, 0u) << "step " << i;
+      EXPECT_GT(steps[i].reduce_scatter_bytes, 0u) << "step " << i;
+    }
+  }
+  // zero1 and fsdp do not combine.
+  EXPECT_THROW(MakeCpuTensorParallelTransformer(config, 7, *tp, ShardOf(local.back().offset + local.back().count, 2, 0),
+                                                MakeFsdpLayout(local, dp->size(), dp->rank())),
+               InputError);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallel, ::testing::Values("small", "tiny"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

@@ -755,16 +755,7 @@ void CheckCudaTensorParallel(const ModelConfig& config, const Communicator& tp, 
     throw InputError("the tensor-parallel CUDA transformer needs a device-memory communicator (nccl), got " +
                      tp.backend());
   }
-  const int t = tp.size();
-  // Every local row and slot offset is then a multiple of 8 elements: 16-byte aligned bf16 rows and biases, as
-  // cuBLASLt's epilogues require (gemm.h).
-  if (config.d_model % 8 != 0 || (config.d_model / t) % 8 != 0 || (config.vocab_padded / t) % 8 != 0) {
-    throw InputError("--tensor-parallel " + std::to_string(t) + " leaves model '" + config.name + "' local widths (" +
-                     std::to_string(config.d_model / t) + " of d_model " + std::to_string(config.d_model) + ", " +
-                     std::to_string(config.vocab_padded / t) + " vocabulary rows) that are not multiples of 8, " +
-                     "which the CUDA transformer needs (16-byte aligned bf16 rows for cuBLASLt) HINT: a smaller " +
-                     "--tensor-parallel, or --backend cpu");
-  }
+  CheckCudaTensorParallelWidths(config, tp.size());
   if (options.max_batch < 1) {
     throw InputError("the CUDA transformer's max_batch must be at least 1, got " + std::to_string(options.max_batch));
   }
@@ -772,7 +763,10 @@ void CheckCudaTensorParallel(const ModelConfig& config, const Communicator& tp, 
     throw InputError("the CUDA transformer's run sequence length " + std::to_string(options.seq) + " is outside 0.." +
                      std::to_string(config.seq) + ", the positions of model '" + config.name + "'");
   }
-  if (options.fsdp.enabled()) throw InputError("tensor parallel does not combine with fsdp (zero1 it does)");
+  if (options.fsdp.enabled()) {
+    throw InputError("the tensor-parallel CUDA transformer does not shard by fsdp yet (zero1 it does; fsdp across the "
+                     "groups runs on the CPU reference)");
+  }
 }
 
 }  // namespace

@@ -175,15 +175,6 @@ struct MemoryCheck {
   }
 };
 
-// The parameters fsdp holds gathered at once: the embeddings, the final LayerNorm and two blocks (one with a single
-// layer), as FsdpGatherer's working buffers hold them.
-double FsdpGatheredParameters(const ModelConfig& config) {
-  const std::vector<ParameterUnit> units = ParameterUnits(MakeLayout(config));
-  double gathered = static_cast<double>(units.front().elements() + units.back().elements());
-  for (int l = 0; l < std::min(config.layers, 2); ++l) gathered += static_cast<double>(units[BlockUnit(l)].elements());
-  return gathered;
-}
-
 struct RunAnalysis {
   RunMeasurement m;
   size_t priced = 0;  // index into m.points

@@ -16,6 +16,7 @@
 #include "injection.h"
 #include "link_probe.h"
 #include "log.h"
+#include "memory_fit.h"
 #include "model_config.h"
 #include "mpi_util.h"
 #include "peaks.h"
@@ -98,15 +99,16 @@ void CheckParallel(const TrainFlags& f, const TrainIoFlags& io) {
 void CheckTensorParallelFlags(const TrainFlags& f, const TrainIoFlags& io, const ModelConfig& model, int seq, bool cuda) {
   if (f.tensor_parallel == 1) return;
   const std::string t = "--tensor-parallel " + std::to_string(f.tensor_parallel);
-  if (cuda) throw InputError(t + " runs on the CPU backend only so far (the CPU reference first): use --backend mpi");
-  if (f.parallel == "fsdp") {
-    throw InputError(t + " with --parallel fsdp is not built yet: dp or zero1 across the groups");
+  if (cuda && f.parallel == "fsdp") {
+    throw InputError(t + " with --parallel fsdp is not built on the GPUs yet: dp or zero1 across the groups, or "
+                     "--backend mpi (the CPU reference shards the groups by fsdp)");
   }
   if (io.checkpoint_every > 0 || !io.resume.empty() || !io.data_dir.empty()) {
     throw InputError(t + " with --data or checkpoints is not built yet (every rank of a group must read the same "
                      "batches and write its own slices): synthetic tokens, no checkpoints");
   }
   CheckTensorParallel(model, f.tensor_parallel);
+  if (cuda) CheckCudaTensorParallelWidths(model, f.tensor_parallel);
   if ((static_cast<int64_t>(f.micro_batch) * seq) % f.tensor_parallel != 0) {
     throw InputError(t + " does not divide the " + std::to_string(f.micro_batch * seq) + " tokens of a step (" +
                      "--micro-batch x --seq) into equal shares");
@@ -256,14 +258,23 @@ void AddStorageSweep(Group& io, const std::vector<double>& rates, const std::vec
         true);
 }
 
-// What a training run needs per rank: its model state and activations on the device (cuda) or the host (cpu);
-// on cuda the host holds the fp32 initial weights while they are drawn and uploaded.
-MemoryNeed TrainMemoryNeed(const ModelConfig& model, int micro_batch, int seq, bool cuda) {
-  const MemoryEstimate m = EstimateMemory(model, micro_batch, seq, cuda);
-  const std::string parts = Format("weights %s, gradients %s, optimizer %s, activations %s at --micro-batch %d and "
-                                   "--seq %d", FormatBytes(m.weights_bytes).c_str(),
-                                   FormatBytes(m.gradients_bytes).c_str(), FormatBytes(m.optimizer_bytes).c_str(),
-                                   FormatBytes(m.activations_bytes).c_str(), micro_batch, seq);
+// What a training run needs per rank: its model state and activations on the device (cuda) or the host (cpu), as
+// the parallel mode shards them over `ranks` (ModeMemory: tensor parallel's T, then zero1's or fsdp's shards over
+// the groups); on cuda the host holds the fp32 initial weights while they are drawn and uploaded.
+MemoryNeed TrainMemoryNeed(const ModelConfig& model, int micro_batch, int seq, bool cuda, const std::string& mode,
+                           int ranks, int tensor_parallel) {
+  const MemoryEstimate e = EstimateMemory(model, micro_batch, seq, cuda, tensor_parallel);
+  const MemoryBreakdown m =
+      ModeMemory({e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes}, mode, ranks,
+                 FsdpGatheredParameters(model), static_cast<double>(CountParameters(model).total), tensor_parallel);
+  std::string parts = Format("weights %s, gradients %s, optimizer %s, activations %s", FormatBytes(m.weights_bytes).c_str(),
+                             FormatBytes(m.gradients_bytes).c_str(), FormatBytes(m.optimizer_bytes).c_str(),
+                             FormatBytes(m.activations_bytes).c_str());
+  if (m.working_bytes > 0) parts += ", fsdp working buffers " + FormatBytes(m.working_bytes);
+  parts += Format(" at --micro-batch %d and --seq %d", micro_batch, seq);
+  if (mode != "dp" || tensor_parallel > 1) {
+    parts += Format(" (--parallel %s over %d ranks, --tensor-parallel %d)", mode.c_str(), ranks, tensor_parallel);
+  }
   MemoryNeed need;
   need.lower = "--micro-batch, --seq or --layers";
   if (cuda) {
@@ -318,7 +329,7 @@ class TrainPhase : public Phase {
   void MeasureDevice();
   void PrintHeader() const;
   void RecordHeader(double comm_ready_s);
-  std::unique_ptr<Transformer> MakeModel(const Communicator& sub);
+  std::unique_ptr<Transformer> MakeModel(const Communicator& dp, Communicator* tp);
   void AddTheory(ScalingPoint& p, int micro_batch) const;
   std::vector<RunPoint> Points() const;
   void ProbeLinks(Communicator& comm);
@@ -452,7 +463,9 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
     }
   }
   // Strong scaling gives the fewest ranks the largest batch.
-  CheckMemoryFits(r, TrainMemoryNeed(model_, PointBatch(scaling_.front().k), loop_.seq, r.backend() == "nccl"));
+  // The fewest ranks shard the least.
+  CheckMemoryFits(r, TrainMemoryNeed(model_, PointBatch(scaling_.front().k), loop_.seq, r.backend() == "nccl",
+                                     f.parallel, scaling_.front().k, f.tensor_parallel));
   loop_.micro_batch = f.micro_batch;
   loop_.steps = f.steps;
   loop_.warmup_steps = f.warmup_steps;
@@ -607,16 +620,21 @@ void TrainPhase::RecordHeader(double comm_ready_s) {
   if (!backend.cuda) schema::Set(t, st::attention, "cpu");
 }
 
-// The model of a point on the ranks of `sub`: under zero1 with the optimizer shard of this rank, under fsdp with
-// its shards of every unit.
-std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& sub) {
+// The model of a point: the whole model, or under tensor parallel this rank's slices of it over the group `tp`;
+// `dp` holds the ranks with the same parameters (one per group), over which zero1 shards the optimizer state and
+// fsdp every unit.
+std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& dp, Communicator* tp) {
+  const std::vector<TensorSlot> layout = tp ? TensorParallelLayout(model_, tp->size()) : MakeLayout(model_);
   const OptimizerShard shard = parallel_ == ParallelMode::kZero1
-                                   ? ShardOf(static_cast<size_t>(setup_.gradient_bytes / sizeof(float)), sub.size(),
-                                             sub.rank())
+                                   ? ShardOf(layout.back().offset + layout.back().count, dp.size(), dp.rank())
                                    : OptimizerShard{};
-  const FsdpLayout fsdp = parallel_ == ParallelMode::kFsdp ? MakeFsdpLayout(MakeLayout(model_), sub.size(), sub.rank())
+  const FsdpLayout fsdp = parallel_ == ParallelMode::kFsdp ? MakeFsdpLayout(layout, dp.size(), dp.rank())
                                                            : FsdpLayout{};
-  if (!setup_.backend.cuda) return MakeCpuTransformer(model_, static_cast<uint64_t>(f_.seed), shard, fsdp);
+  const auto seed = static_cast<uint64_t>(f_.seed);
+  if (!setup_.backend.cuda) {
+    return tp ? MakeCpuTensorParallelTransformer(model_, seed, *tp, shard, fsdp)
+              : MakeCpuTransformer(model_, seed, shard, fsdp);
+  }
   CudaTransformerOptions options;
   options.max_batch = PointBatch(scaling_.front().k);  // the CUDA model's activations are sized for the largest batch
   options.attention = attention_;
@@ -625,8 +643,8 @@ std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& sub) {
   options.fsdp = fsdp;
   std::string fallback_reason;
   const double setup_start = NowSeconds();
-  std::unique_ptr<Transformer> cuda_model =
-      MakeCudaTransformer(model_, static_cast<uint64_t>(f_.seed), options, &fallback_reason);
+  std::unique_ptr<Transformer> cuda_model = tp ? MakeCudaTensorParallelTransformer(model_, seed, *tp, options)
+                                                : MakeCudaTransformer(model_, seed, options, &fallback_reason);
   Group& t = train();
   if (schema::Find(&t, schema::train::attention) == nullptr) {
     // Mostly the host's draw of the initial weights and their upload: what a large model costs before step 0.
@@ -726,16 +744,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
     tp = sub.Split(sub.rank() / t, sub.rank());
     dp = sub.Split(sub.rank() % t, sub.rank());
   }
-  std::unique_ptr<Transformer> transformer;
-  if (t > 1) {  // zero1 across the groups: AdamW's state of this slice sharded over the ranks holding it
-    const std::vector<TensorSlot> local = TensorParallelLayout(model_, t);
-    const OptimizerShard shard = parallel_ == ParallelMode::kZero1
-                                     ? ShardOf(local.back().offset + local.back().count, dp->size(), dp->rank())
-                                     : OptimizerShard{};
-    transformer = MakeCpuTensorParallelTransformer(model_, static_cast<uint64_t>(f_.seed), *tp, shard);
-  } else {
-    transformer = MakeModel(sub);
-  }
+  const std::unique_ptr<Transformer> transformer = MakeModel(dp ? *dp : sub, tp.get());
   point_gradient_bytes_ = static_cast<double>(transformer->parameter_elements() * sizeof(float));
   point_buckets_ = static_cast<int64_t>(PlanBuckets(GradientTensors(transformer->layout()),
                                                     static_cast<size_t>(loop_.bucket_mb * 1024 * 1024), sizeof(float))
