@@ -24,35 +24,12 @@
 #include "error.h"
 #include "tensor_parallel.h"
 #include "units.h"
+#include "vocab_parallel_math.h"
 
 namespace tb {
 namespace {
 
-// The local shapes of rank `rank` of T.
-struct LocalDims {
-  int tp = 1, rank = 0;
-  int c = 0;            // C: the residual stream stays whole
-  int heads = 0;        // H/T
-  int channels = 0;     // Cl = C/T: the local heads' width
-  int hidden = 0;       // Fl = mlp_ratio·C/T
-  int vocab_rows = 0;   // Vl = Vp/T
-  int vocab_begin = 0;  // the first local row's token id
-  int vocab_used = 0;   // local rows below V (the real tokens)
-};
-
-LocalDims MakeLocalDims(const ModelConfig& config, int tp, int rank) {
-  LocalDims d;
-  d.tp = tp;
-  d.rank = rank;
-  d.c = config.d_model;
-  d.heads = config.heads / tp;
-  d.channels = config.d_model / tp;
-  d.hidden = config.mlp_ratio * config.d_model / tp;
-  d.vocab_rows = config.vocab_padded / tp;
-  d.vocab_begin = rank * d.vocab_rows;
-  d.vocab_used = std::clamp(config.vocab - d.vocab_begin, 0, d.vocab_rows);
-  return d;
-}
+using LocalDims = TensorParallelDims;
 
 // What one block keeps from forward for backward, at local widths where the tensor is split.
 struct LocalBlockActivations {
@@ -96,17 +73,6 @@ std::pair<size_t, size_t> LocalBufferElements(const ModelConfig& config, int ten
   return {resolved.capacity, resolved.elements()};
 }
 
-// Per slot of `layout`: the unit holding it.
-std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {
-  std::vector<size_t> of;
-  size_t u = 0;
-  for (const TensorSlot& slot : layout) {
-    while (slot.offset >= units[u].end) ++u;
-    of.push_back(u);
-  }
-  return of;
-}
-
 // The shards of `whole` (the local elements) that fsdp gives this rank, into the sharded buffer `store` (the padding
 // zero).
 void CopyFsdpShards(const FsdpLayout& fsdp, const float* whole, float* store) {
@@ -128,7 +94,7 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
                      LocalBufferElements(config, tp.size(), shard, fsdp).first,
                      LocalBufferElements(config, tp.size(), shard, fsdp).second),
         tp_(tp),
-        dims_(MakeLocalDims(config, tp.size(), tp.rank())),
+        dims_(MakeTensorParallelDims(config, tp.size(), tp.rank())),
         shard_(ResolveShard(shard, elements_)),
         fsdp_(fsdp),
         units_(ParameterUnits(layout_)),
@@ -581,6 +547,20 @@ void CheckTensorParallel(const ModelConfig& config, int tensor_parallel) {
                      std::to_string(config.vocab_padded) + " of model '" + config.name +
                      "' (each rank holds an equal block of wte's rows)");
   }
+}
+
+TensorParallelDims MakeTensorParallelDims(const ModelConfig& config, int tensor_parallel, int rank) {
+  TensorParallelDims d;
+  d.tp = tensor_parallel;
+  d.rank = rank;
+  d.c = config.d_model;
+  d.heads = config.heads / tensor_parallel;
+  d.channels = config.d_model / tensor_parallel;
+  d.hidden = config.mlp_ratio * config.d_model / tensor_parallel;
+  d.vocab_rows = config.vocab_padded / tensor_parallel;
+  d.vocab_begin = rank * d.vocab_rows;
+  d.vocab_used = vocab_parallel::UsedRows(config.vocab, d.vocab_begin, d.vocab_rows);
+  return d;
 }
 
 void CheckCudaTensorParallelWidths(const ModelConfig& config, int tensor_parallel) {

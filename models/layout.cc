@@ -152,6 +152,16 @@ std::vector<ParameterUnit> ParameterUnits(const std::vector<TensorSlot>& layout)
   return units;
 }
 
+std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {
+  std::vector<size_t> slot_units;
+  size_t u = 0;
+  for (const TensorSlot& slot : layout) {
+    while (slot.offset >= units[u].end) ++u;
+    slot_units.push_back(u);
+  }
+  return slot_units;
+}
+
 double FsdpGatheredParameters(const ModelConfig& config) {
   const std::vector<ParameterUnit> units = ParameterUnits(MakeLayout(config));
   double gathered = static_cast<double>(units.front().elements() + units.back().elements());

@@ -31,6 +31,19 @@ void CheckTensorParallel(const ModelConfig& config, int tensor_parallel);
 // that train refuses such a split before any work starts.
 void CheckCudaTensorParallelWidths(const ModelConfig& config, int tensor_parallel);
 
+// The local shapes of rank `rank` of T, which both tensor-parallel models compute with.
+struct TensorParallelDims {
+  int tp = 1, rank = 0;
+  int c = 0;            // C: the residual stream stays whole
+  int heads = 0;        // H/T
+  int channels = 0;     // Cl = C/T: the local heads' width
+  int hidden = 0;       // Fl = mlp_ratio·C/T: the local MLP hidden
+  int vocab_rows = 0;   // Vl = Vp/T
+  int vocab_begin = 0;  // the first local row's token id
+  int vocab_used = 0;   // local rows below V (the real tokens)
+};
+TensorParallelDims MakeTensorParallelDims(const ModelConfig& config, int tensor_parallel, int rank);
+
 // How a tensor of MakeLayout is split over the tensor-parallel ranks.
 enum class TensorSplit {
   kReplicated,  // every rank holds it whole: LayerNorms, row-parallel biases, wpe, lnf

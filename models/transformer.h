@@ -66,6 +66,8 @@ constexpr size_t kEmbeddingUnit = 0;
 inline size_t BlockUnit(int layer) { return 1 + static_cast<size_t>(layer); }
 inline size_t FinalNormUnit(int layers) { return 1 + static_cast<size_t>(layers); }
 std::vector<ParameterUnit> ParameterUnits(const std::vector<TensorSlot>& layout);
+// Per slot of `layout`: the index of the unit of `units` (ParameterUnits of it) that holds it.
+std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units);
 // The parameters fsdp holds gathered at once on a rank: the embeddings, the final LayerNorm and two blocks (one with
 // a single layer), as FsdpGatherer's working buffers (models/fsdp.h) hold them; of the whole model (tensor parallel
 // divides them by T).

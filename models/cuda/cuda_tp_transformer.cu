@@ -38,6 +38,7 @@
 #include "cuda/cuda_raii.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "cuda/model_parts.h"
 #include "cuda/tp_kernels.h"
 #include "error.h"
 #include "tensor_parallel.h"
@@ -50,56 +51,12 @@ namespace {
 
 using gpu::Bf16;
 
-// As cuda_transformer.cu: tensors carved at 256 bytes (what cudaMalloc guarantees, and cuBLASLt's and cuDNN's fastest
-// kernels want 16), and 256 MiB kept free for the plans, graphs and workspaces the libraries build on first use.
-constexpr size_t kTensorAlignment = 256;
-constexpr uint64_t kLibraryReserveBytes = 256ull << 20;
+using cuda_model::Carver;
+using cuda_model::CudaPhaseClock;
+using cuda_model::kLibraryReserveBytes;
+
 // The initial weights are drawn on the host in chunks of up to this many elements (64 MiB of fp32).
 constexpr size_t kUploadChunkElements = size_t{16} << 20;
-
-// Typed tensors carved out of one allocation (cuda_transformer.cu's Carver): run first with a null base to count
-// the bytes, then over the allocation, so that the layout is written down once.
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <typename T>
-  T* Take(size_t count) {
-    const size_t offset = used_;
-    used_ += (count * sizeof(T) + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-    return base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + offset);
-  }
-  size_t used() const { return used_; }
-
- private:
-  char* base_;
-  size_t used_ = 0;
-};
-
-// cuda_transformer.cu's PhaseClock: CUDA events on the model's stream, created as marks first need them and reused.
-// The host's waits inside the blocking all-reduces leave the stream idle, so a phase's interval includes them.
-class CudaPhaseClock : public PhaseClock {
- public:
-  explicit CudaPhaseClock(cudaStream_t stream) : stream_(stream) {}
-
-  void Mark() override {
-    if (marks_ == events_.size()) events_.emplace_back();
-    events_[marks_++].Record(stream_);
-  }
-
-  std::vector<double> Intervals() override {
-    const size_t marks = marks_;
-    marks_ = 0;
-    std::vector<double> intervals;
-    if (marks == 1) events_[0].Synchronize();
-    for (size_t i = 1; i < marks; ++i) intervals.push_back(Event::ElapsedSeconds(events_[i - 1], events_[i]));
-    return intervals;
-  }
-
- private:
-  cudaStream_t stream_;
-  std::vector<Event> events_;
-  size_t marks_ = 0;
-};
 
 // in_grad (N, IC) fp32 = out_grad (N, OC) · weight (OC, IC), bf16 operands and fp32 accumulation, overwritten: the
 // partial input gradient of a column-parallel layer (or of the LM head), all-reduced in fp32 after. Row-major through
@@ -136,31 +93,7 @@ class FloatInputGradient {
   std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, Destroy> handle_;
 };
 
-// The local shapes of rank `rank` of T (as cpu_tp_transformer.cc's).
-struct LocalDims {
-  int tp = 1, rank = 0;
-  int c = 0;            // C: the residual stream stays whole
-  int heads = 0;        // H/T
-  int channels = 0;     // Cl = C/T
-  int hidden = 0;       // Fl = mlp_ratio·C/T
-  int vocab_rows = 0;   // Vl = Vp/T
-  int vocab_begin = 0;  // the first local row's token id
-  int vocab_used = 0;   // local rows below V (the real tokens)
-};
-
-LocalDims MakeLocalDims(const ModelConfig& config, int tp, int rank) {
-  LocalDims d;
-  d.tp = tp;
-  d.rank = rank;
-  d.c = config.d_model;
-  d.heads = config.heads / tp;
-  d.channels = config.d_model / tp;
-  d.hidden = config.mlp_ratio * config.d_model / tp;
-  d.vocab_rows = config.vocab_padded / tp;
-  d.vocab_begin = rank * d.vocab_rows;
-  d.vocab_used = vocab_parallel::UsedRows(config.vocab, d.vocab_begin, d.vocab_rows);
-  return d;
-}
+using LocalDims = TensorParallelDims;
 
 // What one block keeps from forward for backward, at local widths where the tensor is split.
 struct BlockActivations {
@@ -360,7 +293,7 @@ CudaTensorParallelTransformer::CudaTensorParallelTransformer(const ModelConfig& 
     : config_(config),
       options_(options),
       tp_(tp),
-      dims_(MakeLocalDims(config, tp.size(), tp.rank())),
+      dims_(MakeTensorParallelDims(config, tp.size(), tp.rank())),
       layout_(TensorParallelLayout(config, tp.size())),
       elements_(layout_.back().offset + layout_.back().count),
       shard_(ResolveShard(options.shard, elements_)),

@@ -20,6 +20,7 @@
 #include "cuda/cuda_raii.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
+#include "cuda/model_parts.h"
 #include "error.h"
 #include "transformer.h"
 #include "units.h"
@@ -29,31 +30,9 @@ namespace {
 
 using gpu::Bf16;
 
-// Every tensor is carved at this alignment: cuBLASLt and cuDNN pick their fastest kernels for 16-byte aligned
-// operands, and 256 bytes is what cudaMalloc itself guarantees.
-constexpr size_t kTensorAlignment = 256;
-// Device memory the libraries may still take after construction (cuBLASLt plans, cuDNN graphs and their
-// workspaces are built on first use of a shape), kept free by the memory check so that a model which passes it
-// does not fail in its first step. cuBLASLt's recommended workspace on Hopper is 32 MiB.
-constexpr uint64_t kLibraryReserveBytes = 256ull << 20;
-
-// Typed tensors carved out of one allocation. Run twice: first with a null base to count the bytes, then over the
-// allocation to point every tensor, so that the layout is written down once.
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <typename T>
-  T* Take(size_t count) {
-    const size_t offset = used_;
-    used_ += (count * sizeof(T) + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-    return base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + offset);
-  }
-  size_t used() const { return used_; }
-
- private:
-  char* base_;
-  size_t used_ = 0;
-};
+using cuda_model::Carver;
+using cuda_model::CudaPhaseClock;
+using cuda_model::kLibraryReserveBytes;
 
 // What one block keeps from forward for backward. N = B·T tokens.
 struct BlockActivations {
@@ -71,43 +50,6 @@ struct BlockActivations {
   Bf16* fch_gelu = nullptr;    // (N, 4C)
   float* residual3 = nullptr;  // (N, C) residual after the MLP: the block's output
 };
-
-// PhaseClock over CUDA events recorded on the model's stream. The events are created as marks first need them
-// and reused every step after, so a step allocates nothing.
-class CudaPhaseClock : public PhaseClock {
- public:
-  explicit CudaPhaseClock(cudaStream_t stream) : stream_(stream) {}
-
-  void Mark() override {
-    if (marks_ == events_.size()) events_.emplace_back();
-    events_[marks_++].Record(stream_);
-  }
-
-  std::vector<double> Intervals() override {
-    const size_t marks = marks_;
-    marks_ = 0;
-    std::vector<double> intervals;
-    if (marks == 1) events_[0].Synchronize();
-    for (size_t i = 1; i < marks; ++i) intervals.push_back(Event::ElapsedSeconds(events_[i - 1], events_[i]));
-    return intervals;
-  }
-
- private:
-  cudaStream_t stream_;
-  std::vector<Event> events_;
-  size_t marks_ = 0;
-};
-
-// Per slot of `layout`: the unit that holds it.
-std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {
-  std::vector<size_t> slot_units;
-  size_t u = 0;
-  for (const TensorSlot& slot : layout) {
-    while (slot.offset >= units[u].end) ++u;
-    slot_units.push_back(u);
-  }
-  return slot_units;
-}
 
 class CudaTransformer final : public Transformer {
  public:
