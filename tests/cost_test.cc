@@ -429,6 +429,39 @@ TEST(Projection, ModeCollectivesInAllReduces) {
   EXPECT_NEAR(StepModel({point}, true, point).Project(links, {1, 8}).comm_s, 1.5 * dp_comm, 1e-12);
 }
 
+// A tensor parallel point's activation all-reduces measure the intra-node link over its T ranks: a run of one group
+// (no gradient sync) still fits the link, and a run of several adds its gradient buckets over the groups.
+TEST(Projection, TensorParallelActivationAllReducesFitTheIntraNodeLink) {
+  TrainPointInput p;
+  p.k = 4;
+  p.gpus_per_node = 4;
+  p.tensor_parallel = 4;
+  p.step_s = 1;
+  p.tokens_per_step = 4;
+  p.gradient_bytes = 1e6;
+  p.activation_bytes = 3e6;
+  p.activation_ops = 12;
+  // 12 all-reduces of 3e6 B in all over 4 ranks on known links: 2·3/4·3e6·1e-11 + 12·6·5e-6.
+  p.activation_s = PredictAllReduceSeconds(KnownLinks(), 1, 4, 3e6, 12);
+  std::vector<AllReduceSample> samples = TrainSamples({p});
+  ASSERT_EQ(samples.size(), 1u);  // one group: no gradient sample
+  EXPECT_EQ(samples[0].gpus_per_node, 4);
+  EXPECT_EQ(samples[0].nodes, 1);
+  EXPECT_DOUBLE_EQ(samples[0].ops, 12);
+  EXPECT_NE(samples[0].source.find("activation all-reduces (tensor parallel 4)"), std::string::npos);
+  p.k = 8;
+  p.gpus_per_node = 8;
+  p.comm_total_s = 0.01;
+  samples = TrainSamples({p});
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[1].gpus_per_node, 2);  // the gradients over the 8 / 4 groups
+  // Groups across nodes (--allow-cross-node-tp) say nothing of one link class: left out.
+  p.nodes = 2;
+  p.gpus_per_node = 2;
+  samples = TrainSamples({p});
+  for (const AllReduceSample& s : samples) EXPECT_EQ(s.source.find("activation"), std::string::npos);
+}
+
 TEST(Projection, StepModelWeakScaling) {
   const std::vector<TrainPointInput> points = SyntheticPoints(KnownLinks());
   const StepModel model(points, true, points.front());

@@ -261,8 +261,15 @@ ModeCollectives CollectivesOf(const std::string& parallel, double gradient_bytes
 std::vector<AllReduceSample> TrainSamples(const std::vector<TrainPointInput>& points) {
   std::vector<AllReduceSample> samples;
   for (const TrainPointInput& p : points) {
-    if (p.k < 2 || !(p.comm_total_s > 0)) continue;
+    if (p.k < 2) continue;
+    if (p.tensor_parallel > 1 && p.activation_ops > 0 && p.activation_bytes > 0 && p.activation_s > 0 &&
+        p.gpus_per_node % p.tensor_parallel == 0) {
+      samples.push_back({1, p.tensor_parallel, p.activation_bytes, p.activation_ops, p.activation_s,
+                         "train k=" + std::to_string(p.k) + " activation all-reduces (tensor parallel " +
+                             std::to_string(p.tensor_parallel) + ")"});
+    }
     if (p.k <= p.tensor_parallel) continue;  // a single group: no gradient sync
+    if (!(p.comm_total_s > 0)) continue;
     samples.push_back({p.nodes, p.gpus_per_node / p.tensor_parallel, p.CommBytes(), p.buckets, p.comm_total_s,
                        "train k=" + std::to_string(p.k) + (p.parallel == "dp" ? " gradient buckets" : " " + p.parallel)});
   }

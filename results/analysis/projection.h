@@ -99,6 +99,12 @@ struct TrainPointInput {
   // base; comm_total_s and comm_exposed_s then hold the gradients' communication only.
   int tensor_parallel = 1;
   double comm_bytes = 0;        // all-reduce-equivalent bytes per step (ModeCollectives); 0: gradient_bytes
+  // Tensor parallel's activation all-reduces per step, each over the T ranks of a group inside a node: the buffers'
+  // bytes, how many, and their seconds (blocking: start to completion). Measurements of the intra-node link that
+  // TrainSamples adds to the fit (a run of one group has no gradient sync to fit it with).
+  double activation_bytes = 0;
+  double activation_ops = 0;
+  double activation_s = 0;
   double CommBytes() const { return comm_bytes > 0 ? comm_bytes : gradient_bytes; }
 };
 
@@ -152,7 +158,10 @@ class StepModel {
   bool overlap_measured_ = false;
 };
 
-// Samples of the training buckets: comm_total per step of each point with k > 1 (`ops` = buckets).
+// Samples of the training buckets: comm_total per step of each point with k > 1 and more than one tensor-parallel
+// group (`ops` = buckets, over the gpus_per_node / T ranks per node that hold the same slices); and of a tensor
+// parallel point's activation all-reduces (one node of T ranks, `ops` = activation_ops), when its groups lie inside
+// nodes.
 std::vector<AllReduceSample> TrainSamples(const std::vector<TrainPointInput>& points);
 
 // The model's error on a point it was not fitted on: the fit and the step model use every collective sample and

@@ -154,6 +154,11 @@ MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, cons
   const double activation_s = r.NumberOr(group, sp::comm_activation_s, 0.0);
   p.train.comm_total_s -= activation_s;
   p.train.comm_exposed_s -= activation_s;
+  const int t = p.train.tensor_parallel;
+  if (t > 1) {  // sent = 2(T-1)/T of the buffers; ReadRunMeasurement counts the calls from the model's layers
+    p.train.activation_s = activation_s;
+    p.train.activation_bytes = r.NumberOr(group, sp::traffic_activation_bytes, 0.0) * t / (2.0 * (t - 1));
+  }
   p.train.gradient_bytes = r.Number(group, sp::gradient_bytes, where);
   // The all-reduces per step as train recorded them; reports written before it did get the estimate (buckets
   // close once they hold bucket_bytes, so a step has about this many).
@@ -236,6 +241,12 @@ RunMeasurement ReadRunMeasurement(const Report& report, const std::string& path)
   }
   run.parallel = run.points.back().train.parallel;
   ReadModel(report, r, run);
+  // The tensor-parallel models' all-reduces per step: the embedding's, two per block in forward (after attn.proj and
+  // mlp.proj) and two in backward (the input gradients of qkv and fc), the cross-entropy's two (row maxima; sums of
+  // exp and target logits) and the LM head's input gradient (models/tensor_parallel.h).
+  for (MeasuredPoint& p : run.points) {
+    if (p.train.tensor_parallel > 1 && run.layers > 0) p.train.activation_ops = 4.0 * run.layers + 4.0;
+  }
   if (config) run.seq = static_cast<int>(r.NumberOr(*config, schema::config::seq, 0.0));
   run.peak_device_memory_bytes = r.NumberOr(*train, schema::train::peak_device_memory_bytes_max, 0.0);
   return run;
