@@ -7,12 +7,15 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cuda/attention.h"
+#include "cuda/kernels.h"
 #include "device.h"
+#include "error.h"
 
 namespace tb::test {
 
@@ -54,6 +57,36 @@ inline void ExpectAllNear(const std::vector<float>& actual, const std::vector<fl
   EXPECT_EQ(failures, 0u) << what << ": " << failures << " of " << actual.size() << " differ, first at [" << first
                           << "]: gpu " << actual[first] << ", cpu " << expected[first] << " (tolerance " << abs_tol
                           << " + " << rel_tol << "·|cpu|)";
+}
+
+// ||actual - expected|| / ||expected||; 0 when both are zero, infinity when only expected is.
+inline double RelativeDifference(const float* actual, const float* expected, size_t count) {
+  double difference = 0.0;
+  double norm = 0.0;
+  for (size_t i = 0; i < count; ++i) {
+    difference += (static_cast<double>(actual[i]) - expected[i]) * (static_cast<double>(actual[i]) - expected[i]);
+    norm += static_cast<double>(expected[i]) * expected[i];
+  }
+  if (norm == 0.0) return difference == 0.0 ? 0.0 : INFINITY;
+  return std::sqrt(difference / norm);
+}
+
+// A model's device buffer on the host, after all work queued on any stream.
+inline std::vector<float> DownloadDevice(const float* device, size_t count) {
+  gpu::SynchronizeDevice();
+  std::vector<float> host(count);
+  CopyDeviceToHost(host.data(), device, count * sizeof(float));
+  return host;
+}
+
+// The InputError's message `call` throws; empty when it throws none.
+inline std::string InputErrorOf(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  return "";
 }
 
 }  // namespace tb::test

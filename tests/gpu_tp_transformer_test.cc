@@ -49,7 +49,10 @@
 namespace tb {
 namespace {
 
+using tb::test::DownloadDevice;
+using tb::test::InputErrorOf;
 using tb::test::NoGpuMessage;
+using tb::test::RelativeDifference;
 
 constexpr int kBatch = 2;
 constexpr int kSeq = 16;
@@ -85,41 +88,12 @@ CudaTransformerOptions Options() {
   return options;
 }
 
-// ||actual - expected|| / ||expected||; 0 when both are zero, infinity when only expected is.
-double RelativeDifference(const float* actual, const float* expected, size_t count) {
-  double difference = 0.0;
-  double norm = 0.0;
-  for (size_t i = 0; i < count; ++i) {
-    difference += (static_cast<double>(actual[i]) - expected[i]) * (static_cast<double>(actual[i]) - expected[i]);
-    norm += static_cast<double>(expected[i]) * expected[i];
-  }
-  if (norm == 0.0) return difference == 0.0 ? 0.0 : INFINITY;
-  return std::sqrt(difference / norm);
-}
-
-// A model's device buffer on the host, after all work queued on any stream.
-std::vector<float> DownloadDevice(const float* device, size_t count) {
-  gpu::SynchronizeDevice();
-  std::vector<float> host(count);
-  CopyDeviceToHost(host.data(), device, count * sizeof(float));
-  return host;
-}
-
 // How many elements differ in their bits (or in number).
 size_t CountDifferent(const std::vector<float>& actual, const std::vector<float>& expected) {
   if (actual.size() != expected.size()) return std::max(actual.size(), expected.size());
   size_t different = 0;
   for (size_t i = 0; i < actual.size(); ++i) different += actual[i] != expected[i];
   return different;
-}
-
-std::string InputErrorOf(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  return "";
 }
 
 // Per local slot, the relative difference of `actual` from `expected` must stay within the gradient tolerance.

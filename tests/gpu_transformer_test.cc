@@ -42,7 +42,10 @@ namespace tb {
 namespace {
 
 using tb::test::ExpectAllNear;
+using tb::test::DownloadDevice;
+using tb::test::InputErrorOf;
 using tb::test::NoGpuMessage;
+using tb::test::RelativeDifference;
 using tb::test::RandomNormal;
 
 using gpu::Bf16;
@@ -63,26 +66,6 @@ std::vector<float> ToFloat(const std::vector<Bf16>& values) {
   return widened;
 }
 
-
-// ||actual - expected|| / ||expected||; 0 when both are zero, infinity when only expected is.
-double RelativeDifference(const float* actual, const float* expected, size_t count) {
-  double difference = 0.0;
-  double norm = 0.0;
-  for (size_t i = 0; i < count; ++i) {
-    difference += (static_cast<double>(actual[i]) - expected[i]) * (static_cast<double>(actual[i]) - expected[i]);
-    norm += static_cast<double>(expected[i]) * expected[i];
-  }
-  if (norm == 0.0) return difference == 0.0 ? 0.0 : INFINITY;
-  return std::sqrt(difference / norm);
-}
-
-// A model's device buffer on the host, after all work queued on any stream.
-std::vector<float> DownloadDevice(const float* device, size_t count) {
-  gpu::SynchronizeDevice();
-  std::vector<float> host(count);
-  CopyDeviceToHost(host.data(), device, count * sizeof(float));
-  return host;
-}
 
 // Host values into a model's device buffer; returns once the copy has landed (a copy from pageable memory may
 // return before its DMA ends, and the model's stream does not wait for the legacy stream).
@@ -259,15 +242,6 @@ std::unique_ptr<Transformer> MakeGpuModel(const ModelConfig& config, uint64_t se
   options.max_batch = kBatch;
   options.attention = attention;
   return MakeCudaTransformer(config, seed, options);
-}
-
-std::string InputErrorOf(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  return "";
 }
 
 TEST(CudaTransformer, StartsFromTheCpuReferenceWeights) {
