@@ -67,6 +67,25 @@ expect_out "target 1000 steps"
 expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --k 1 "${h100[@]}"
 expect_out " k1 1x1 +measured +lambda-8x-h100-sxm "
 
+# An offering's provisioning time (instance start, image pull, data staging): its own columns, billed and added to
+# the time to train; without one the table has no such columns.
+sed 's/^restart_hours = 0.5 .*/&\nprovisioning_hours = 0.5/' "$prices" >"$work/prov.toml"
+expect_ok "$tb" cost "$r" --prices "$work/prov.toml" --train-tokens 1e9 --format json "${h100[@]}"
+/usr/bin/python3 - "$work/out" <<'PY' || fail "provisioning: $(head -c 300 "$work/out")"
+import json, sys
+rows = [row for run in json.load(open(sys.argv[1]))["runs"] for row in run["cost"].get("rows", [])]
+priced = [r for r in rows if r["provisioning_hours"] == 0.5]
+assert priced, "no row with the file's 0.5 h of provisioning"
+for r in priced:
+    assert abs(r["provisioning_usd"] - r["job_usd_per_hour"] * 0.5) < 1e-6 * r["provisioning_usd"], r
+    parts = r["gpu_usd"] + r["provisioning_usd"] + r["storage_usd"] + r["transfer_usd"] + r["retry_usd"]
+    assert abs(parts + (r["energy_usd"] or 0) - r["total_usd"]) < 1e-6 * r["total_usd"], r
+PY
+expect_ok "$tb" cost "$r" --prices "$work/prov.toml" --train-tokens 1e9 "${h100[@]}"
+expect_out "^# +run +config +source +offering +gpus +nodes +time +gpu +prov +prov "
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 "${h100[@]}"
+grep -q " prov " "$work/out" && fail "provisioning columns without any provisioning time"
+
 # JSON parses, with the numbers the rows imply; CSV parses to the same totals.
 expect_ok "$tb" cost "$r" "$work/ckpt.h5" --prices "$prices" --train-tokens 1e9 --deadline-hours 100000 \
   --format json "${h100[@]}"
@@ -79,7 +98,7 @@ runs = {run["file"]: run["cost"] for run in d["runs"]}
 rows = [dict(row, run=file) for file, cost in runs.items() for row in cost.get("rows", [])]
 assert len(rows) == 6, len(rows)
 for row in rows:
-    parts = row["gpu_usd"] + row["storage_usd"] + row["transfer_usd"] + row["retry_usd"]
+    parts = row["gpu_usd"] + row["provisioning_usd"] + row["storage_usd"] + row["transfer_usd"] + row["retry_usd"]
     assert abs(parts - row["total_usd"]) <= 1e-9 * row["total_usd"], row
     assert abs(row["usd_per_million_tokens"] - row["total_usd"] / 1e3) <= 1e-9 * row["total_usd"], row
     assert row["target_tokens"] == 1e9
@@ -245,10 +264,10 @@ bad_prices no_storage '0,/^storage_usd_per_gb_month/{/^storage_usd_per_gb_month/
 expect_error 2 "no_storage.toml:[0-9]+: offering 'aws-p5.48xlarge': missing storage_usd_per_gb_month" -- \
   "${run_cost[@]}" "$r" --prices "$work/no_storage.toml" --train-tokens 1e9
 bad_prices malformed 's/^gpus_per_node = 8$/gpus_per_node = [8]/'
-expect_error 2 "malformed.toml:37: offering 'aws-p5.48xlarge': gpus_per_node must be a whole number \(got an array\)" -- \
+expect_error 2 "malformed.toml:40: offering 'aws-p5.48xlarge': gpus_per_node must be a whole number \(got an array\)" -- \
   "${run_cost[@]}" "$r" --prices "$work/malformed.toml" --train-tokens 1e9
 bad_prices syntax 's/^usd_per_node_hour = 98.32$/usd_per_node_hour = 98.32 98.32/'
-expect_error 2 "syntax.toml:38: not valid TOML: .* \(column [0-9]+\)" -- \
+expect_error 2 "syntax.toml:41: not valid TOML: .* \(column [0-9]+\)" -- \
   "${run_cost[@]}" "$r" --prices "$work/syntax.toml" --train-tokens 1e9
 expect_error 2 "cannot read price file '$work/none.toml'" -- "${run_cost[@]}" "$r" --prices "$work/none.toml" --train-tokens 1e9
 expect_error 2 "--train-tokens and --train-steps cannot be given together" -- \

@@ -100,6 +100,26 @@ TEST(Cost, HandComputedFixedInterval) {
   EXPECT_DOUBLE_EQ(c.checkpoint_interval_hours, 1.0);
 }
 
+// The offering's provisioning time: billed at the job's rate, shown apart from the GPU time, and part of the run that
+// failures are drawn over. The fixed-interval case with 0.3 h of provisioning: run = 0.3 + 10.2 = 10.5 h; failures =
+// 10.5 / 500 = 0.021, retry = 0.021 x 1.1 = 0.0231 h; time to train = 10.5231 h. GPU $ = 32 x 10.2 = 326.4 as
+// before, provisioning $ = 32 x 0.3 = 9.6; storage = 200 GB x $0.1 x 10.5231 / 730 = 0.288304109589; retry $ = 32 x
+// 0.0231 = 0.7392; total = 326.4 + 9.6 + 0.288304109589 + 1 + 0.7392 = 338.027504109589.
+TEST(Cost, ProvisioningIsBilledAndShownApart) {
+  Offering o = TestOffering();
+  o.provisioning_hours = 0.3;
+  const CostBreakdown c = ComputeCost(TestInputs(), o, TestAssumptions());
+  EXPECT_DOUBLE_EQ(c.provisioning_hours, 0.3);
+  EXPECT_NEAR(c.run_hours, 10.5, 1e-12);
+  EXPECT_NEAR(c.expected_failures, 0.021, 1e-12);
+  EXPECT_NEAR(c.time_to_train_hours, 10.5231, 1e-12);
+  EXPECT_NEAR(c.gpu_usd, 326.4, 1e-9);
+  EXPECT_NEAR(c.provisioning_usd, 9.6, 1e-9);
+  EXPECT_NEAR(c.storage_usd, 0.288304109589, 1e-9);
+  EXPECT_NEAR(c.retry_usd, 0.7392, 1e-9);
+  EXPECT_NEAR(c.total_usd, 338.027504109589, 1e-7);
+}
+
 TEST(Cost, HandComputedYoungDalyInterval) {
   // As above, but checkpointing at the Young/Daly interval sqrt(10) = 3.16227766 h:
   //   overhead = 10 / 3.16227766 x 0.01 = 0.0316227766 h; run = 10.1316227766 h; failures = run / 500 = 0.0202632456;
@@ -557,6 +577,7 @@ TEST(Prices, ParsesOfferingsAndAssumptions) {
   EXPECT_DOUBLE_EQ(p.assumptions.dataset_gb, 600);
   EXPECT_EQ(p.assumptions.checkpoints_kept, 2);
   EXPECT_TRUE(p.assumptions.young_daly_interval);
+  EXPECT_DOUBLE_EQ(p.offerings[0].provisioning_hours, 0);  // optional
 }
 
 // kGoodPrices with `from` replaced by `to` (once).
@@ -565,6 +586,11 @@ std::string Edited(const std::string& from, const std::string& to) {
   const size_t at = text.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   return text.replace(at, from.size(), to);
+}
+
+TEST(Prices, ProvisioningHoursAreOptional) {
+  EXPECT_DOUBLE_EQ(ParsePriceFile(Edited("restart_hours = 0.5", "restart_hours = 0.5\nprovisioning_hours = 0.25"),
+                                  "p.toml").offerings[0].provisioning_hours, 0.25);
 }
 
 TEST(Prices, ErrorsNameFileLineAndField) {
@@ -579,6 +605,8 @@ TEST(Prices, ErrorsNameFileLineAndField) {
        "p.toml:10: offering 'node': storage_usd_per_gb_month must be >= 0, got -0.5"},
       {Edited("egress_usd_per_gb = 0.09\n", ""), "p.toml:5: offering 'node': missing egress_usd_per_gb"},
       {Edited("mtbf_node_hours = 6335", "mtbf_node_hours = 0"), "mtbf_node_hours must be > 0"},
+      {Edited("restart_hours = 0.5", "restart_hours = 0.5\nprovisioning_hours = -0.25"),
+       "offering 'node': provisioning_hours must be >= 0, got -0.25"},
       {Edited("gpus_per_node = 8", "gpus_per_node = 8.0"), "gpus_per_node must be a whole number"},
       {Edited("usd_per_node_hour = 98.32", "usd_per_node_hour = \"98.32\""), "usd_per_node_hour must be a number"},
       {Edited("restart_hours = 0.5", "restart_hours = 0.5\nusd_per_gpu_hr = 1"), "p.toml:14: offering 'node': unknown key 'usd_per_gpu_hr'"},

@@ -36,6 +36,7 @@ CostBreakdown ComputeCost(const CostInputs& in, const Offering& offering, const 
   c.job_usd_per_hour = c.nodes * offering.NodeHourUsd();
   c.work_hours = in.target_tokens / in.tokens_per_s / 3600.0;
   c.startup_hours = in.startup_s / 3600.0;
+  c.provisioning_hours = offering.provisioning_hours;
   c.job_mtbf_hours = offering.mtbf_node_hours / c.nodes;
 
   if (in.checkpoint_stall_s) c.young_daly_hours = YoungDalyInterval(*in.checkpoint_stall_s / 3600.0, c.job_mtbf_hours);
@@ -43,7 +44,7 @@ CostBreakdown ComputeCost(const CostInputs& in, const Offering& offering, const 
   c.checkpoint_interval_hours = c.interval_is_young_daly ? *c.young_daly_hours : assumptions.checkpoint_interval_hours;
   c.checkpoint_overhead_hours =
       in.checkpoint_stall_s ? c.work_hours / c.checkpoint_interval_hours * (*in.checkpoint_stall_s / 3600.0) : 0.0;
-  c.run_hours = c.startup_hours + c.work_hours + c.checkpoint_overhead_hours;
+  c.run_hours = c.provisioning_hours + c.startup_hours + c.work_hours + c.checkpoint_overhead_hours;
 
   // First order: failures arrive at the job's rate over the failure-free run; each costs the restart, a new
   // start-up and, on average, half a checkpoint interval of work done since the last checkpoint.
@@ -52,7 +53,8 @@ CostBreakdown ComputeCost(const CostInputs& in, const Offering& offering, const 
   c.retry_hours = c.expected_failures * c.lost_hours_per_failure;
   c.time_to_train_hours = c.run_hours + c.retry_hours;
 
-  c.gpu_usd = c.job_usd_per_hour * c.run_hours;
+  c.gpu_usd = c.job_usd_per_hour * (c.run_hours - c.provisioning_hours);
+  c.provisioning_usd = c.job_usd_per_hour * c.provisioning_hours;
   c.storage_gb = assumptions.dataset_gb + assumptions.checkpoints_kept * in.checkpoint_gb;
   c.storage_usd = c.storage_gb * offering.storage_usd_per_gb_month * c.time_to_train_hours / kHoursPerMonth;
   c.transfer_usd = assumptions.egress_gb * offering.egress_usd_per_gb;
@@ -62,7 +64,7 @@ CostBreakdown ComputeCost(const CostInputs& in, const Offering& offering, const 
     c.energy_J_per_token = *c.energy_kwh * 3.6e6 / in.target_tokens;
     if (offering.usd_per_kwh) c.energy_usd = *c.energy_kwh * *offering.usd_per_kwh;
   }
-  c.total_usd = c.gpu_usd + c.storage_usd + c.transfer_usd + c.retry_usd + c.energy_usd.value_or(0);
+  c.total_usd = c.gpu_usd + c.provisioning_usd + c.storage_usd + c.transfer_usd + c.retry_usd + c.energy_usd.value_or(0);
   c.usd_per_million_tokens = c.total_usd / (in.target_tokens / 1e6);
   return c;
 }

@@ -36,17 +36,19 @@ struct CostBreakdown {
   double job_usd_per_hour = 0;           // nodes x node-hour price
   double work_hours = 0;                 // target_tokens / tokens_per_s
   double startup_hours = 0;
+  double provisioning_hours = 0;         // the offering's, before the processes start (billed)
   double checkpoint_interval_hours = 0;  // the interval used for lost work and checkpoint overhead
   bool interval_is_young_daly = false;
   std::optional<double> young_daly_hours;  // sqrt(2 x stall x job MTBF); nullopt without a measured stall
   double checkpoint_overhead_hours = 0;  // work_hours / interval x stall (0 when the stall is not measured)
-  double run_hours = 0;                  // startup + work + checkpoint overhead: the job without failures
+  double run_hours = 0;                  // provisioning + startup + work + checkpoint overhead: without failures
   double job_mtbf_hours = 0;             // node MTBF / nodes: the job stops when any node fails
   double expected_failures = 0;          // run_hours / job MTBF = run_hours x nodes / node MTBF
   double lost_hours_per_failure = 0;     // restart + start-up + half the checkpoint interval
   double retry_hours = 0;                // expected_failures x lost_hours_per_failure
   double time_to_train_hours = 0;        // run_hours + retry_hours
-  double gpu_usd = 0;                    // job_usd_per_hour x run_hours
+  double gpu_usd = 0;                    // job_usd_per_hour x (run_hours - provisioning_hours)
+  double provisioning_usd = 0;           // job_usd_per_hour x provisioning_hours
   double storage_gb = 0;                 // dataset + kept checkpoints
   double storage_usd = 0;                // storage_gb x $/GB-month x time_to_train / 730 h
   double transfer_usd = 0;               // egress_gb x $/GB
@@ -54,7 +56,7 @@ struct CostBreakdown {
   // Energy of the training work (nullopt without a measured power): power per GPU x GPUs x work_hours; per token;
   // and its price at the offering's usd_per_kwh (nullopt when it has none).
   std::optional<double> energy_kwh, energy_J_per_token, energy_usd;
-  double total_usd = 0;                  // gpu + storage + transfer + retry + energy (when priced)
+  double total_usd = 0;                  // gpu + provisioning + storage + transfer + retry + energy (when priced)
   double usd_per_million_tokens = 0;     // total / (target_tokens / 1e6)
 };
 

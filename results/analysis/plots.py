@@ -57,8 +57,8 @@ STALL_COMPONENTS = [
     ("other", "other"),
 ]
 # Cost parts stacked in the cost plot when the JSON gives them (key, label); their sum is the total.
-COST_PARTS = [("gpu_usd", "GPU time"), ("storage_usd", "storage"), ("transfer_usd", "transfer"),
-              ("retry_usd", "retries")]
+COST_PARTS = [("gpu_usd", "GPU time"), ("provisioning_usd", "provisioning"), ("storage_usd", "storage"),
+              ("transfer_usd", "transfer"), ("retry_usd", "retries")]
 MAX_ANNOTATED_RANKS = 16  # beyond this the heatmap's cell labels become unreadable
 
 

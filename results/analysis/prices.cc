@@ -36,7 +36,7 @@ std::string Canonical(const std::string& name) {
 
 constexpr const char* kOfferingKeys =
     "name, gpu, gpus_per_node, usd_per_gpu_hour, usd_per_node_hour, gpu_memory_gib, storage_usd_per_gb_month, "
-    "egress_usd_per_gb, mtbf_node_hours, restart_hours, usd_per_kwh";
+    "egress_usd_per_gb, mtbf_node_hours, restart_hours, provisioning_hours, usd_per_kwh";
 constexpr const char* kAssumptionKeys =
     "checkpoint_size_gb, checkpoints_kept, dataset_gb, egress_gb, checkpoint_interval_hours, young_daly_interval";
 
@@ -69,6 +69,9 @@ Offering ReadOffering(const toml::table& table, const std::string& file, size_t 
   o.egress_usd_per_gb = r.Number("egress_usd_per_gb", false);
   o.mtbf_node_hours = r.Number("mtbf_node_hours", true);
   o.restart_hours = r.Number("restart_hours", false);
+  const std::optional<double> provisioning = r.OptionalNumber("provisioning_hours");
+  if (provisioning) r.CheckSign("provisioning_hours", *provisioning, false);
+  o.provisioning_hours = provisioning.value_or(0.0);
   o.usd_per_kwh = r.OptionalNumber("usd_per_kwh");
   if (o.usd_per_kwh) r.CheckSign("usd_per_kwh", *o.usd_per_kwh, false);
   r.RejectUnknown(kOfferingKeys);

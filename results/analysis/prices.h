@@ -43,6 +43,9 @@ struct Offering {
   double egress_usd_per_gb = 0;
   double mtbf_node_hours = 0;          // mean time between failures of one node
   double restart_hours = 0;            // time from a failure until the job runs again (detect, replace, requeue)
+  // Time the rented nodes spend before the processes start (instance start, image pull, data staging): billed, and
+  // added to the measured process start-up in time to train. 0 when the file gives none.
+  double provisioning_hours = 0;
   std::optional<double> usd_per_kwh;   // electricity, where the offering bills it (own or colocated nodes)
   int line = 0;                        // of the [[offering]] header
 

@@ -530,31 +530,37 @@ std::vector<std::string> MemoryLines(const MemoryCheck& check, const std::vector
   return lines;
 }
 
+// The cost table; the provisioning columns only when an offering of the price file gives a provisioning time.
 void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs, const CostDecision& d) {
   size_t run_width = 3, offering_width = 8;
+  bool provisioning = false;
   for (const CostRow& r : rows) {
     run_width = std::max(run_width, RunName(runs[r.config.run]).size());
     offering_width = std::max(offering_width, r.offering->name.size());
+    provisioning = provisioning || r.cost.provisioning_hours > 0;
   }
-  TextTable table({{"run", "", static_cast<int>(run_width)}, {"config", "", 8}, {"source", "", 9},
-                   {"offering", "", static_cast<int>(offering_width)}, {"gpus", "", 5}, {"nodes", "", 5},
-                   {"time", "(h)", 9}, {"gpu", "($)", 12}, {"storage", "($)", 10}, {"egress", "($)", 9},
-                   {"energy", "($)", 9},
-                   {"failures", "", 8}, {"retry", "($)", 10}, {"total", "($)", 12}, {"per_1M_tok", "($)", 10},
-                   {"ckpt_every", "(h)", 10}, {"young_daly", "(h)", 10}, {"fits", "(GiB)", 10}, {"", "", 0}});
+  std::vector<TextTable::ColumnSpec> columns = {
+      {"run", "", static_cast<int>(run_width)}, {"config", "", 8}, {"source", "", 9},
+      {"offering", "", static_cast<int>(offering_width)}, {"gpus", "", 5}, {"nodes", "", 5}, {"time", "(h)", 9},
+      {"gpu", "($)", 12}, {"storage", "($)", 10}, {"egress", "($)", 9}, {"energy", "($)", 9}, {"failures", "", 8},
+      {"retry", "($)", 10}, {"total", "($)", 12}, {"per_1M_tok", "($)", 10}, {"ckpt_every", "(h)", 10},
+      {"young_daly", "(h)", 10}, {"fits", "(GiB)", 10}, {"", "", 0}};
+  if (provisioning) columns.insert(columns.begin() + 8, {{"prov", "(h)", 6}, {"prov", "($)", 9}});
+  const TextTable table(columns);
   for (const std::string& line : table.HeaderLines()) Print(line);
   for (size_t i = 0; i < rows.size(); ++i) {
     const CostRow& r = rows[i];
     const CostBreakdown& c = r.cost;
-    Print(table.Row({RunName(runs[r.config.run]), r.config.label, Source(r.config), r.offering->name,
-                     std::to_string(r.inputs.gpus), std::to_string(c.nodes), Format("%.1f", c.time_to_train_hours),
-                     Usd(c.gpu_usd), Usd(c.storage_usd), Usd(c.transfer_usd),
-                     c.energy_usd ? Usd(*c.energy_usd) : c.energy_kwh ? "no price" : "n/a",
-                     Format("%.2f", c.expected_failures),
-                     Usd(c.retry_usd), Usd(c.total_usd), Format("%.4f", c.usd_per_million_tokens),
-                     Format("%.2f%s", c.checkpoint_interval_hours, c.interval_is_young_daly ? "yd" : ""),
-                     c.young_daly_hours ? Format("%.2f", *c.young_daly_hours) : "n/a", MemoryCell(r.memory),
-                     Marks(i, d)}));
+    std::vector<std::string> cells = {
+        RunName(runs[r.config.run]), r.config.label, Source(r.config), r.offering->name, std::to_string(r.inputs.gpus),
+        std::to_string(c.nodes), Format("%.1f", c.time_to_train_hours), Usd(c.gpu_usd), Usd(c.storage_usd),
+        Usd(c.transfer_usd), c.energy_usd ? Usd(*c.energy_usd) : c.energy_kwh ? "no price" : "n/a",
+        Format("%.2f", c.expected_failures), Usd(c.retry_usd), Usd(c.total_usd),
+        Format("%.4f", c.usd_per_million_tokens),
+        Format("%.2f%s", c.checkpoint_interval_hours, c.interval_is_young_daly ? "yd" : ""),
+        c.young_daly_hours ? Format("%.2f", *c.young_daly_hours) : "n/a", MemoryCell(r.memory), Marks(i, d)};
+    if (provisioning) cells.insert(cells.begin() + 8, {Format("%.2f", c.provisioning_hours), Usd(c.provisioning_usd)});
+    Print(table.Row(cells));
   }
 }
 
@@ -869,13 +875,15 @@ void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks) {
       .Add("nodes", "", Int(c.nodes)).Add("billed_gpus", "", Int(c.billed_gpus))
       .Add("target_tokens", "tokens", r.inputs.target_tokens).Add("tokens_per_s", "tokens/s", r.inputs.tokens_per_s)
       .Add("job_usd_per_hour", "USD/h", c.job_usd_per_hour).Add("work_hours", "h", c.work_hours)
-      .Add("startup_hours", "h", c.startup_hours).Add("checkpoint_interval_hours", "h", c.checkpoint_interval_hours)
+      .Add("startup_hours", "h", c.startup_hours).Add("provisioning_hours", "h", c.provisioning_hours)
+      .Add("checkpoint_interval_hours", "h", c.checkpoint_interval_hours)
       .Add("interval_is_young_daly", "", Flag(c.interval_is_young_daly))
       .Add("young_daly_hours", "h", Opt(c.young_daly_hours))
       .Add("checkpoint_overhead_hours", "h", c.checkpoint_overhead_hours).Add("run_hours", "h", c.run_hours)
       .Add("job_mtbf_hours", "h", c.job_mtbf_hours).Add("expected_failures", "", c.expected_failures)
       .Add("lost_hours_per_failure", "h", c.lost_hours_per_failure).Add("retry_hours", "h", c.retry_hours)
       .Add("time_to_train_hours", "h", c.time_to_train_hours).Add("gpu_usd", "USD", c.gpu_usd)
+      .Add("provisioning_usd", "USD", c.provisioning_usd)
       .Add("storage_gb", "GB", c.storage_gb).Add("storage_usd", "USD", c.storage_usd)
       .Add("transfer_usd", "USD", c.transfer_usd).Add("retry_usd", "USD", c.retry_usd)
       .Add("energy_kwh", "kWh", Opt(c.energy_kwh)).Add("energy_J_per_token", "J/token", Opt(c.energy_J_per_token))
