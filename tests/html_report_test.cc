@@ -119,15 +119,23 @@ TEST_F(HtmlReportTest, MissingPythonIsAnInputErrorSayingWhatToInstall) {
 
 TEST_F(HtmlReportTest, ArgumentsReachTheScriptAsGivenWithoutAShell) {
   ScopedEnv python("TRAINBENCH_PYTHON", "/bin/sh");
-  ScopedEnv script("TRAINBENCH_PLOTS_SCRIPT", FakeScript("exit 0"));
+  // The stand-in keeps a copy of the export it was handed (the argument after --cost or --export).
+  ScopedEnv script("TRAINBENCH_PLOTS_SCRIPT", FakeScript("case \"$3\" in --cost|--export) cp \"$4\" '" + PathOf("export copy") + "';; esac"));
   // Spaces, a quote, a dollar sign and a leading dash would each be mangled by a shell or taken for an option.
   const std::vector<std::string> reports = {PathOf("run one.h5"), "-odd'$name.h5"};
-  WriteHtmlReport(reports, PathOf("out page.html"), PathOf("cost.json"));
-  const std::string expected = "--out\n" + PathOf("out page.html") + "\n--cost\n" + PathOf("cost.json") +
-                               "\n--\n" + reports[0] + "\n" + reports[1] + "\n";
+  const std::string export_path = PathOf("out page.html") + ".export.json.tmp";
+  WriteHtmlReport(reports, PathOf("out page.html"), "{\"runs\": []}", HtmlExport::kCost);
+  const std::string expected = "--out\n" + PathOf("out page.html") + "\n--cost\n" + export_path + "\n--\n" +
+                               reports[0] + "\n" + reports[1] + "\n";
   EXPECT_EQ(ReadFile(PathOf("args")), expected);
+  EXPECT_EQ(ReadFile(PathOf("export copy")), "{\"runs\": []}");
+  EXPECT_FALSE(fs::exists(export_path)) << "the export handed to the script is removed after";
 
-  WriteHtmlReport({reports[0]}, PathOf("page.html"));  // no cost file: no --cost
+  WriteHtmlReport(reports, PathOf("out page.html"), "{}");  // a report's export
+  EXPECT_EQ(ReadFile(PathOf("args")), "--out\n" + PathOf("out page.html") + "\n--export\n" + export_path + "\n--\n" +
+                                          reports[0] + "\n" + reports[1] + "\n");
+
+  WriteHtmlReport({reports[0]}, PathOf("page.html"));  // no export: neither flag
   EXPECT_EQ(ReadFile(PathOf("args")), "--out\n" + PathOf("page.html") + "\n--\n" + reports[0] + "\n");
 }
 

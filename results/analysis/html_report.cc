@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -138,12 +140,24 @@ void RunPlotsScript(const std::vector<std::string>& args) {
 }  // namespace
 
 void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::string& html_path,
-                     const std::string& cost_json) {
+                     const std::string& export_json, HtmlExport kind) {
   std::vector<std::string> args = {"--out", html_path};
-  if (!cost_json.empty()) args.insert(args.end(), {"--cost", cost_json});
+  const std::string json_path = html_path + ".export.json.tmp";
+  if (!export_json.empty()) {
+    std::ofstream out(json_path);
+    out << export_json;
+    if (!out.flush()) throw InputError("--html: cannot write '" + json_path + "' beside the page");
+    args.insert(args.end(), {kind == HtmlExport::kCost ? "--cost" : "--export", json_path});
+  }
   args.push_back("--");  // report names that start with '-' stay names
   args.insert(args.end(), report_paths.begin(), report_paths.end());
-  RunPlotsScript(args);
+  try {
+    RunPlotsScript(args);
+  } catch (...) {
+    if (!export_json.empty()) std::remove(json_path.c_str());
+    throw;
+  }
+  if (!export_json.empty()) std::remove(json_path.c_str());
 }
 
 void WriteHistoryHtml(const std::string& history_dir, const std::string& html_path) {

@@ -10,14 +10,17 @@ namespace tb {
 
 // Writes `html_path` from the reports at `report_paths` (already validated by ReadReport): busbw against size per
 // run, scaling efficiency against GPU count, the stall budget per rank as stacked bars, the p2p matrix as a
-// heatmap — each plot only where the reports hold its data — and, when `cost_json` names a file written by
-// `trainbench cost --format json`, the cost per configuration. The page is written to a temporary name and
-// renamed. Throws InputError when the plotting script or its Python packages are missing (naming what to install),
-// RuntimeError when the script fails (with its last error line).
+// heatmap — each plot only where the reports hold its data. `export_json`, when not empty, is the command's JSON
+// export (`report` or `cost --format json`): its `comparability` becomes the page's table of what the runs held
+// fixed and, from `cost` (kind kCost), its rows the cost per configuration. It is written beside the page for the
+// script and removed after. The page is written to a temporary name and renamed. Throws InputError when the
+// plotting script or its Python packages are missing (naming what to install), RuntimeError when the script fails
+// (with its last error line).
+enum class HtmlExport { kReport, kCost };
+void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::string& html_path,
+                     const std::string& export_json = "", HtmlExport kind = HtmlExport::kReport);
+
 // The trends of a `validate --history` directory as one page (plots.py --history), with the same errors.
 void WriteHistoryHtml(const std::string& history_dir, const std::string& html_path);
-
-void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::string& html_path,
-                     const std::string& cost_json = "");
 
 }  // namespace tb

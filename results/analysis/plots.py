@@ -1,14 +1,17 @@
 #!/usr/bin/python3
 """Plots of trainbench reports in one self-contained HTML page.
 
-    /usr/bin/python3 results/analysis/plots.py --out page.html [--cost cost.json] report1.h5 [report2.h5 ...]
+    /usr/bin/python3 results/analysis/plots.py --out page.html [--cost cost.json | --export report.json] \
+        report1.h5 [report2.h5 ...]
 
 Runs under Debian's /usr/bin/python3, which is where python3-h5py and python3-matplotlib install (a pyenv or
 virtualenv python3 on PATH usually lacks them). Reads the reports with h5py only (schema v1, results/README.md),
 draws with matplotlib's Agg backend and writes one HTML file whose images are inline PNG data: URIs, with no
 scripts, styles or fonts to fetch, so it opens offline. Plots, each only where the reports hold its data: busbw
 against message size per collective, scaling efficiency against GPU count, the stall budget per rank, the p2p
-unidirectional bandwidth matrix, and the cost per configuration from `trainbench cost --format json`.
+unidirectional bandwidth matrix, and the cost per configuration from `trainbench cost --format json`. Above them,
+when the JSON export (of `cost`, or of `report` through --export) compares several runs: the table of what the
+runs held fixed, the differences that make them not comparable marked and warned about.
 
 Exit codes: 0 written; 2 bad input (an unreadable report or cost file, an unwritable output; one line on stderr);
 3 h5py or matplotlib missing.
@@ -120,6 +123,7 @@ class Section:
     images: list[tuple[str, str]]  # (base64 PNG, alt text)
     caption: str
     missing: str = ""
+    body: str = ""  # HTML of a table section (already escaped)
 
 
 # --- command line and errors ----------------------------------------------------------------------------------------
@@ -131,13 +135,14 @@ def die(message: str, code: int = 2) -> NoReturn:
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        die(f"{message} (usage: {PROG} --out PAGE.html [--cost COST.json] REPORT.h5 [REPORT.h5 ...])")
+        die(f"{message} (usage: {PROG} --out PAGE.html [--cost COST.json | --export REPORT.json] REPORT.h5 ...)")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(prog=PROG, description="Plots of trainbench reports in one self-contained HTML page.")
     parser.add_argument("--out", required=True, help="the HTML page to write")
     parser.add_argument("--cost", help="JSON written by `trainbench cost --format json`")
+    parser.add_argument("--export", help="JSON written by `trainbench report --format json` (its comparability)")
     parser.add_argument("--history", help="a `trainbench validate --history` directory: draw its trends instead")
     parser.add_argument("reports", nargs="*", help="trainbench HDF5 reports (schema v1)")
     return parser.parse_args(argv)
@@ -275,18 +280,39 @@ def cost_tables(data: Any, name: str) -> list[tuple[str, Any]]:
             if isinstance(run, dict) and isinstance(run.get("cost"), dict) and name in run["cost"]]
 
 
+def read_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise InputProblem(f"cannot read {what} '{path}': no such file")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputProblem(f"cannot read {what} '{path}': {e}")
+    except json.JSONDecodeError as e:
+        raise InputProblem(f"cannot read {what} '{path}': not JSON ({e})")
+
+
+def read_comparability(data: Any, path: str, what: str) -> dict[str, Any] | None:
+    """The export's `comparability` object (several runs only; layout: results/README.md), checked."""
+    comparison = data.get("comparability") if isinstance(data, dict) else None
+    if comparison is None:
+        return None
+    runs = comparison.get("runs") if isinstance(comparison, dict) else None
+    variables = comparison.get("variables") if isinstance(comparison, dict) else None
+    if not isinstance(runs, list) or not isinstance(variables, list):
+        raise InputProblem(f"cannot read {what} '{path}': 'comparability' lacks its 'runs' and 'variables' lists")
+    for i, v in enumerate(variables):
+        if (not isinstance(v, dict) or not isinstance(v.get("name"), str) or not isinstance(v.get("values"), list)
+                or len(v["values"]) != len(runs)):
+            raise InputProblem(f"cannot read {what} '{path}': comparability.variables[{i}] needs a 'name' and one "
+                               "value per run")
+    return comparison
+
+
 def read_cost(path: str) -> tuple[list[dict[str, Any]], Any]:
     """The `cost.rows` of every run (each with its `run`) and the decision's `deadline_hours` of
     `trainbench cost --format json` (layout: results/README.md, "Output of cost")."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise InputProblem(f"cannot read cost file '{path}': no such file")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputProblem(f"cannot read cost file '{path}': {e}")
-    except json.JSONDecodeError as e:
-        raise InputProblem(f"cannot read cost file '{path}': not JSON ({e})")
+    data = read_json(path, "cost file")
     tables = cost_tables(data, "rows")
     if not tables or not all(isinstance(table, list) for _, table in tables):
         raise InputProblem(f"cannot read cost file '{path}': no run with a 'cost.rows' list (want the output of "
@@ -509,6 +535,25 @@ def cost_section(cost: tuple[list[dict[str, Any]], Any] | None) -> Section:
     return Section(title, [(png_base64(fig), "total task cost per configuration")], caption)
 
 
+def comparability_section(comparison: dict[str, Any]) -> Section:
+    """What the runs held fixed: a row per variable, the differences that make figures not comparable marked."""
+    runs = comparison["runs"]
+    head = "".join(f"<th>run {i + 1}: {html.escape(str(r))}</th>" for i, r in enumerate(runs))
+    rows = []
+    for v in comparison["variables"]:
+        kind = "warned" if v.get("warned") else "compared" if v.get("differs") else ""
+        cells = "".join(f"<td>{html.escape('-' if value is None else str(value))}</td>" for value in v["values"])
+        differs = ("yes: not comparable" if kind == "warned" else "yes: compared" if kind == "compared" else "no")
+        rows.append(f'<tr class="{kind}"><td>{html.escape(v["name"])}</td>{cells}<td>{differs}</td></tr>')
+    warnings = "".join(f'<li>{html.escape(str(w))}</li>' for w in comparison.get("warnings") or [])
+    body = (f'<ul class="warnings">{warnings}</ul>' if warnings else "<p>The runs held every variable fixed.</p>")
+    body += f"<table><tr><th>variable</th>{head}<th>differs</th></tr>{''.join(rows)}</table>"
+    caption = ("The variables a fair comparison holds fixed, per run. 'yes: not comparable' (red) is a difference "
+               "that makes the runs' figures not comparable; 'yes: compared' (blue) is what a comparison is about: "
+               "device, nodes, interconnect, parallel layout. '-': the run does not record it.")
+    return Section("Comparability of the runs", [], caption, body=body)
+
+
 # --- the page -------------------------------------------------------------------------------------------------------
 
 STYLE = """
@@ -518,6 +563,9 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
 img { display: block; max-width: 100%; margin: 0.5em 0; }
 .caption { font-size: 0.9em; color: #444; max-width: 60em; }
 .missing { color: #a15c00; }
+tr.warned td { background: #fbe3e3; }
+tr.compared td { background: #e3ecfb; }
+.warnings li { color: #a11c1c; }
 """
 
 
@@ -534,6 +582,8 @@ def section_html(section: Section) -> str:
     parts = [f"<h2>{html.escape(section.title)}</h2>"]
     if section.missing:
         parts.append(f'<p class="missing">{html.escape(section.missing)}</p>')
+    if section.body:
+        parts.append(section.body)
     for data, alt in section.images:
         parts.append(f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">')
     if section.caption:
@@ -628,15 +678,21 @@ def main(argv: list[str]) -> int:
             "python3-matplotlib (Debian packages, for /usr/bin/python3)", code=3)
     try:
         if args.history is not None:
-            if args.reports or args.cost:
-                die("--history draws a history directory alone (no reports, no --cost)")
+            if args.reports or args.cost or args.export:
+                die("--history draws a history directory alone (no reports, no --cost or --export)")
             write_atomically(args.out, page_html([], history_sections(read_history(args.history))))
             return 0
         if not args.reports:
-            die(f"no reports given (usage: {PROG} --out PAGE.html [--cost COST.json] REPORT.h5 [REPORT.h5 ...])")
+            die(f"no reports given (usage: {PROG} --out PAGE.html [--cost COST.json | --export REPORT.json] "
+                "REPORT.h5 ...)")
         runs = [read_run(path) for path in args.reports]
+        if args.cost and args.export:
+            die("--cost and --export are two kinds of the same input: give one")
         cost = read_cost(args.cost) if args.cost else None
-        sections = [busbw_section(runs), scaling_section(runs), stall_section(runs), p2p_section(runs),
+        export, what = (args.cost, "cost file") if args.cost else (args.export, "export file")
+        comparison = read_comparability(read_json(export, what), export, what) if export else None
+        sections = [comparability_section(comparison)] if comparison else []
+        sections += [busbw_section(runs), scaling_section(runs), stall_section(runs), p2p_section(runs),
                     cost_section(cost)]
         write_atomically(args.out, page_html(runs, sections))
     except InputProblem as e:

@@ -126,6 +126,13 @@ std::vector<std::string> TextBlock(const std::vector<std::string>& titles, const
 // printed under the table instead.
 constexpr size_t kWideValue = 40;
 
+// The text of a value; one too wide for a column goes under the table ("(below)" in its cell).
+std::string NarrowText(const std::string& value, const std::string& where, std::vector<std::string>& wide) {
+  if (value.size() <= kWideValue) return value.empty() ? "-" : value;
+  wide.push_back("# " + where + ": " + value);
+  return "(below)";
+}
+
 void SideBySide(const MergedTable& m, size_t run_count, std::vector<std::string>& lines) {
   std::vector<std::string> titles = {"field", ""}, units = {"", ""};
   for (size_t run = 0; run < run_count; ++run) {
@@ -141,12 +148,8 @@ void SideBySide(const MergedTable& m, size_t run_count, std::vector<std::string>
     for (const MergedTable::Part& part : m.parts) {
       const Cell& cell = part.rows.front()[c];
       any = any || !std::holds_alternative<std::monostate>(cell);
-      std::string text = CellText(cell, m.columns[c]);
-      if (text.size() > kWideValue) {
-        wide.push_back(Format("# %s, run %zu: %s", m.columns[c].name.c_str(), part.run + 1, text.c_str()));
-        text = "(below)";
-      }
-      row[2 + part.run] = std::move(text);
+      row[2 + part.run] =
+          NarrowText(CellText(cell, m.columns[c]), Format("%s, run %zu", m.columns[c].name.c_str(), part.run + 1), wide);
     }
     if (any) rows.push_back(std::move(row));
   }
@@ -243,6 +246,32 @@ Json JsonRun(const RunView& run) {
   return object;
 }
 
+// A row per run and variable: run, variable, value, differs, warned (the block of a CSV export).
+std::string ComparisonCsv(const Comparison& comparison) {
+  std::string text = "# comparability\n# units,,,,\n" + CsvLine({"run", "variable", "value", "differs", "warned"});
+  for (size_t run = 0; run < comparison.runs.size(); ++run) {
+    for (const ComparedVariable& variable : comparison.variables) {
+      text += CsvLine({CsvField(comparison.runs[run]), variable.name, CsvField(variable.values[run]),
+                       variable.differs ? "1" : "0", variable.differs && variable.warned ? "1" : "0"});
+    }
+  }
+  return text;
+}
+
+// {"runs": [labels], "warnings": [...], "variables": [{name, values (null: not recorded), held_fixed (a fair
+// comparison holds it fixed), differs, warned (held fixed and differs), consequence}]}.
+Json ComparisonJson(const Comparison& comparison) {
+  Json variables = Json::array();
+  for (const ComparedVariable& variable : comparison.variables) {
+    Json values = Json::array();
+    for (const std::string& value : variable.values) values.push_back(value.empty() ? Json(nullptr) : Json(value));
+    variables.push_back({{"name", variable.name}, {"values", values}, {"held_fixed", variable.warned},
+                         {"differs", variable.differs}, {"warned", variable.differs && variable.warned},
+                         {"consequence", variable.consequence}});
+  }
+  return {{"runs", comparison.runs}, {"warnings", ComparisonWarnings(comparison)}, {"variables", variables}};
+}
+
 }  // namespace
 
 std::string CsvField(const std::string& text) {
@@ -264,11 +293,40 @@ std::string CsvNumber(double value) {
   return ShortestDouble(value);
 }
 
+std::vector<std::string> ComparisonLines(const Comparison& comparison) {
+  std::vector<std::string> lines;
+  for (const std::string& warning : ComparisonWarnings(comparison)) lines.push_back("# warning: " + warning);
+  std::vector<std::string> titles = {"variable"}, units = {""}, wide;
+  for (size_t run = 0; run < comparison.runs.size(); ++run) {
+    titles.push_back("run " + std::to_string(run + 1));
+    units.push_back("");
+  }
+  titles.push_back("differs");
+  units.push_back("");
+  std::vector<std::vector<std::string>> rows;
+  for (const ComparedVariable& variable : comparison.variables) {
+    std::vector<std::string>& row = rows.emplace_back(std::vector<std::string>{variable.name});
+    for (size_t run = 0; run < variable.values.size(); ++run) {
+      row.push_back(NarrowText(variable.values[run], Format("%s, run %zu", variable.name.c_str(), run + 1), wide));
+    }
+    row.push_back(DifferenceText(variable));
+  }
+  lines.push_back("# comparability: what the runs held fixed (differs 'yes: not comparable' is warned about; "
+                  "'yes: compared' is what a comparison is about: device, nodes, interconnect, parallel layout)");
+  for (std::string& line : TextBlock(titles, units, rows, true)) lines.push_back(std::move(line));
+  for (std::string& line : wide) lines.push_back(std::move(line));
+  return lines;
+}
+
 std::string TextReporter::Finalize() {
   const std::vector<RunView>& runs = runs_;
   std::vector<std::string> lines = {Format("# trainbench %s: %zu run%s", context_.command.c_str(), runs.size(),
                                            runs.size() == 1 ? "" : "s")};
   for (size_t run = 0; run < runs.size(); ++run) lines.push_back(Format("#   run %zu: %s", run + 1, runs[run].label.c_str()));
+  if (context_.comparison) {
+    lines.push_back("");
+    for (std::string& line : ComparisonLines(*context_.comparison)) lines.push_back(std::move(line));
+  }
   for (const MergedTable& m : Merge(runs)) {
     lines.push_back("");
     if (m.first->per_run) {
@@ -283,7 +341,7 @@ std::string TextReporter::Finalize() {
 }
 
 std::string CsvReporter::Finalize() {
-  std::string text;
+  std::string text = context_.comparison ? ComparisonCsv(*context_.comparison) : "";
   for (const MergedTable& m : Merge(runs_)) {
     if (!text.empty()) text += "\n";
     text += "# " + m.first->FullName() + "\n";
@@ -307,6 +365,7 @@ std::string CsvReporter::Finalize() {
 std::string JsonReporter::Finalize() {
   Json doc = {{"format", "trainbench.report.export"}, {"version", 1}, {"units", JsonUnits(runs_)}, {"runs", Json::array()}};
   for (const RunView& run : runs_) doc["runs"].push_back(JsonRun(run));
+  if (context_.comparison) doc["comparability"] = ComparisonJson(*context_.comparison);
   return DumpJson(doc) + "\n";
 }
 

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "comparability.h"
 #include "report.h"
 #include "report_view.h"
 
@@ -18,7 +20,14 @@ namespace tb {
 struct ReportContextInfo {
   std::string command;  // "report", "cost"
   std::vector<std::string> files;
+  // Several runs: what they hold fixed and what differs (comparability.h). Text: the warnings and the table above
+  // the results; CSV: a `comparability` block; JSON: a `comparability` object.
+  std::optional<Comparison> comparison = std::nullopt;
 };
+
+// The text of a comparison: one "# warning: runs differ in ..." line per warned difference, then the table of
+// variables (a column per run, and `differs`); values too wide for a column are printed under it.
+std::vector<std::string> ComparisonLines(const Comparison& comparison);
 
 // The three steps every output goes through; `Runs` is what it writes: the views of runs, or a Report.
 template <typename Runs>

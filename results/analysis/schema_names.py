@@ -49,6 +49,13 @@ class config:
     checkpoint_every = "checkpoint_every"
     resume = "resume"
     overlap = "overlap"
+    model = "model"
+    micro_batch = "micro_batch"
+    global_batch = "global_batch"
+    warmup_steps = "warmup_steps"
+    steps = "steps"
+    parallel = "parallel"
+    tensor_parallel = "tensor_parallel"
 
 
 class topology:

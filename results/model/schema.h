@@ -55,6 +55,13 @@ inline const IntAttribute checkpoint_every{kConfig, "checkpoint_every", "steps",
 inline const TextAttribute resume{kConfig, "resume", "", "train: the checkpoint resumed from (`--resume`)"};
 inline const IntAttribute overlap{kConfig, "overlap", "",
                                   "train: 1 when gradients are all-reduced during backward (no `--no-overlap`)"};
+inline const TextAttribute model{kConfig, "model", "", "train: the model preset (`--model`)"};
+inline const IntAttribute micro_batch{kConfig, "micro_batch", "", "train: sequences per rank per step, as used"};
+inline const IntAttribute global_batch{kConfig, "global_batch", "", "train: sequences per step over every rank, as used"};
+inline const IntAttribute warmup_steps{kConfig, "warmup_steps", "steps", "train: untimed steps before the measured ones"};
+inline const IntAttribute steps{kConfig, "steps", "steps", "train: measured steps (`--steps`)"};
+inline const TextAttribute parallel{kConfig, "parallel", "", "train: `dp`, `zero1` or `fsdp` (`--parallel`)"};
+inline const IntAttribute tensor_parallel{kConfig, "tensor_parallel", "", "train: ranks per tensor parallel group"};
 }  // namespace config
 
 // ---- topology -----------------------------------------------------------------------------------------------

@@ -80,6 +80,7 @@ struct CostFlags {
   double inter_node_latency_us = 5;
   std::string collectives;
   std::string device_as;
+  bool require_comparable = false;
   std::string model;
   int layers = 0;
   int micro_batch = 0;
@@ -111,6 +112,9 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
        ->default_value(f.inter_node_latency_us), "inter-node latency alpha when the run measured no inter-node link")
       ("collectives", po::value(&f.collectives), "a collectives report of the same machines: its all_reduce sweep joins the fit")
       ("device-as", po::value(&f.device_as), "price the runs as if measured on this GPU model (e.g. a CPU test run)")
+      ("require-comparable", po::bool_switch(&f.require_comparable),
+       "exit 2 when the runs differ in a variable a fair comparison holds fixed (model, data, versions, batch shape, "
+       "steps, ...)")
       ("model", po::value(&f.model), "memory fit of this model (a preset name)")
       ("layers", Number(&f.layers, IntRange::Between(1, 4096)), "with --model: this many layers of its shape")
       ("micro-batch", Number(&f.micro_batch, IntRange::AtLeast(1)), "with --model: sequences per GPU per step (1)")
@@ -283,11 +287,11 @@ std::string EnergyLine(const RunAnalysis& a) {
                 p.joules_per_token, p.train.k, *a.power_per_gpu_W);
 }
 
-RunAnalysis AnalyzeRun(const std::string& path, const CostFlags& f, const std::vector<AllReduceSample>& extra_samples,
+RunAnalysis AnalyzeRun(const Report& report, const std::string& path, const CostFlags& f, const std::vector<AllReduceSample>& extra_samples,
                        const std::vector<Layout>& layouts, const LinkOverrides& overrides,
                        const std::optional<PriceFile>& prices) {
   RunAnalysis a;
-  a.m = ReadRunMeasurement(ReadReport(path), path);
+  a.m = ReadRunMeasurement(report, path);
   a.priced = a.m.points.size() - 1;
   if (f.k > 0) {
     std::vector<std::string> measured;
@@ -564,28 +568,6 @@ void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnaly
   }
 }
 
-}  // namespace
-
-// The HTML page of the reports' plots with the cost per configuration, drawn from this run's JSON (handed to
-// plots.py through a temporary file beside the page).
-void WriteCostHtml(const std::vector<std::string>& reports, const std::string& html, const std::string& json) {
-  const std::string json_path = html + ".cost.json.tmp";
-  {
-    std::ofstream out(json_path);
-    out << json;
-    if (!out.flush()) throw InputError("--html: cannot write '" + json_path + "' beside the page");
-  }
-  try {
-    WriteHtmlReport(reports, html, json_path);
-  } catch (...) {
-    std::remove(json_path.c_str());
-    throw;
-  }
-  std::remove(json_path.c_str());
-}
-
-namespace {
-
 // What the flags ask for, checked before any file is read.
 struct CostPlan {
   std::optional<double> target_tokens, target_steps, deadline, gpu_memory;
@@ -603,6 +585,7 @@ struct CostRun {
   CostDecision decision;
   std::vector<std::pair<std::string, double>> memory_targets;  // --model's fit: --gpu-memory and each offering's GPU
   std::optional<MemoryCheck> model_memory;
+  std::optional<Comparison> comparison;  // several runs
 };
 
 // That there is something to compute, and the files each computation needs.
@@ -663,9 +646,12 @@ void ReadCostInputs(const CostFlags& f, CostRun& c) {
   if (!f.prices.empty()) c.prices = ReadPriceFile(f.prices);
   std::vector<AllReduceSample> extra_samples;
   if (!f.collectives.empty()) extra_samples = ReadAllReduceSamples(ReadReport(f.collectives), f.collectives);
+  std::vector<Report> reports;
   for (const std::string& path : f.reports) {
-    c.runs.push_back(AnalyzeRun(path, f, extra_samples, c.plan.layouts, c.plan.overrides, c.prices));
+    reports.push_back(ReadReport(path));
+    c.runs.push_back(AnalyzeRun(reports.back(), path, f, extra_samples, c.plan.layouts, c.plan.overrides, c.prices));
   }
+  c.comparison = CompareReports(reports, f.reports, f.require_comparable);
 }
 
 // What a configuration delivers, in its layout: a layout of N nodes is billed N whole nodes.
@@ -961,6 +947,10 @@ void PrintCostText(const CostRun& c) {
         (p.target_tokens ? Format("; target %.4g tokens", *p.target_tokens) : "") +
         (p.target_steps ? Format("; target %.4g steps", *p.target_steps) : "") +
         (p.deadline ? Format("; deadline %g h", *p.deadline) : ""));
+  if (c.comparison) {
+    Print("#");
+    for (const std::string& line : ComparisonLines(*c.comparison)) Print(line);
+  }
   for (const RunAnalysis& a : c.runs) {
     Print("#");
     for (const std::string& line : RunLines(a, c.prices)) Print(line);
@@ -999,9 +989,9 @@ int RunCostCommand(const CommandInput& input) {
   PriceRuns(c);
   DecideCost(f, c);
   const std::vector<RunView> views = CostViews(f, c);
-  const ReportContextInfo context = {"cost", f.reports};
+  const ReportContextInfo context = {"cost", f.reports, c.comparison};
   if (!f.html.empty()) {
-    WriteCostHtml(f.reports, f.html, ReportViews("json", context, views));
+    WriteHtmlReport(f.reports, f.html, ReportViews("json", context, views), HtmlExport::kCost);
     if (f.format == "text") Print("# HTML report: " + f.html);
   }
   if (f.format == "text") {

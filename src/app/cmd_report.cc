@@ -35,6 +35,7 @@ struct ReportFlags {
   std::string sections;
   bool sections_given = false;
   std::string html;
+  bool require_comparable = false;
 };
 
 // The report goes to standard output; an -o/--output here would most likely be a mistyped redirection.
@@ -68,6 +69,9 @@ bool ParseReportFlags(const std::vector<std::string>& args, ReportFlags& f) {
       ("format", Choice(&f.format, ReportFormatNames())->default_value(f.format), "layouts in results/README.md")
       ("sections", po::value(&f.sections), "comma-separated sections to show (all by default)")
       ("html", po::value(&f.html), "also write a self-contained HTML page of plots to this file")
+      ("require-comparable", po::bool_switch(&f.require_comparable),
+       "exit 2 when the runs differ in a variable a fair comparison holds fixed (model, data, versions, batch shape, "
+       "steps, ...)")
       ("help,h", "show this help");
   RejectOutputFlag(args);
   po::variables_map given;
@@ -87,19 +91,26 @@ int RunReportCommand(const CommandInput& input) {
   ReportFlags f;
   bool help = false;
   std::vector<RunView> runs;
+  ReportContextInfo context{"report", {}};
   // Every rank checks the same input, so that a bad file ends the job with one line whatever the launch.
   AgreeOnSetup([&] {
     help = !ParseReportFlags(input.args, f);
     if (help) return;
+    context.files = f.files;
     const std::vector<std::string> sections = ParseSections(f);
     if (!f.html.empty()) CheckOutputPath(f.html, "--html", f.files);
-    for (const std::string& file : f.files) runs.push_back(ViewReport(ReadReport(file), file, sections));
+    std::vector<Report> reports;
+    for (const std::string& file : f.files) {
+      reports.push_back(ReadReport(file));
+      runs.push_back(ViewReport(reports.back(), file, sections));
+    }
+    context.comparison = CompareReports(reports, f.files, f.require_comparable);
   });
   if (help || input.ctx.world_rank != 0) return 0;
 
-  std::string text = ReportViews(f.format, {"report", f.files}, runs);
+  std::string text = ReportViews(f.format, context, runs);
   if (!f.html.empty()) {
-    WriteHtmlReport(f.files, f.html);
+    WriteHtmlReport(f.files, f.html, context.comparison ? ReportViews("json", context, {}) : "");
     if (f.format == "text") text += "\n# HTML report: " + f.html + "\n";
   }
   std::cout << text << std::flush;
