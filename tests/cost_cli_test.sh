@@ -57,6 +57,28 @@ expect_out "^# run $r: .*, --parallel dp$"
 expect_out "^# cheapest: .*; (dp|fsdp), exposed communication [0-9.]+% of the step"
 expect_out "^# projection of $work/fsdp.h5 .*"
 
+# Comparability: dp and fsdp differ in their layout only (shown, not warned); a run of another sequence length is
+# warned about above the results, in the JSON too, and refused by --require-comparable.
+expect_ok "$tb" cost "$r" "$work/fsdp.h5" --prices "$prices" --train-tokens 1e9 --require-comparable "${h100[@]}"
+expect_out "^ parallel +dp +fsdp +yes: compared$"
+checks=$((checks + 1))
+grep -q '^# warning' "$work/out" && fail "dp and fsdp runs warned about: $(grep '^# warning' "$work/out")"
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]/#32/64}" -o "$work/seq64.h5"
+expect_ok "$tb" cost "$r" "$work/seq64.h5" --prices "$prices" --train-tokens 1e9 "${h100[@]}"
+expect_out "^# warning: runs differ in seq \(32 vs 64\): throughput is not comparable$"
+checks=$((checks + 1))
+[[ $(grep -n '^# warning' "$work/out" | cut -d: -f1) -lt $(grep -n '^# cost per run' "$work/out" | cut -d: -f1) ]] ||
+  fail "cost: the warning is not above the results"
+expect_ok "$tb" cost "$r" "$work/seq64.h5" --prices "$prices" --train-tokens 1e9 --format json "${h100[@]}"
+checks=$((checks + 1))
+python3 -c '
+import json, sys
+c = json.load(sys.stdin)["comparability"]
+assert c["warnings"] == ["runs differ in seq (32 vs 64): throughput is not comparable"], c["warnings"]' <"$work/out" ||
+  fail "cost JSON: comparability warnings"
+expect_error 2 "^trainbench: error: runs are not comparable \(--require-comparable\): runs differ in seq \(32 vs 64\)" -- \
+  "$tb" cost "$r" "$work/seq64.h5" --prices "$prices" --train-tokens 1e9 --require-comparable "${h100[@]}"
+
 expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --deadline-hours 1e-9 "${h100[@]}"
 expect_out "^# none meets the deadline of 1e-09 h \(the fastest takes [0-9.]+ h\)"
 

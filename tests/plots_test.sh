@@ -60,6 +60,21 @@ grep -qE '(src|href)="(https?:)?//' "$page" && fail "the page fetches something 
 grep -q "coll.h5" "$page" && grep -q "train.h5" "$page" || fail "run names missing from the page"
 ls "$work"/page.html.*.tmp >/dev/null 2>&1 && fail "temporary file left behind"
 
+# A report export comparing two runs (--export): the comparability table first, the warned row marked.
+cat >"$work/export.json" <<'EOF'
+{"comparability": {"runs": ["a.h5", "b.h5"], "warnings": ["runs differ in seq (32 vs 64): throughput is not comparable"],
+ "variables": [{"name": "seq", "values": ["32", "64"], "differs": true, "warned": true},
+               {"name": "device", "values": ["cpu", null], "differs": false, "warned": false}]}}
+EOF
+expect_ok "$python" "$plots" --out "$work/cmp.html" --export "$work/export.json" "$work/coll.h5" "$work/train.h5"
+checks=$((checks + 1))
+grep -q '<li>runs differ in seq (32 vs 64): throughput is not comparable</li>' "$work/cmp.html" &&
+  grep -q '<tr class="warned"><td>seq</td><td>32</td><td>64</td><td>yes: not comparable</td></tr>' "$work/cmp.html" &&
+  grep -q '<td>device</td><td>cpu</td><td>-</td><td>no</td>' "$work/cmp.html" || fail "--export: comparability table"
+[[ $(grep -o '<h2>[^<]*</h2>' "$work/cmp.html" | head -1) == '<h2>Comparability of the runs</h2>' ]] ||
+  fail "--export: the comparability table is not first"
+grep -q 'Comparability' "$page" && fail "one run's cost file gave a comparability table"
+
 # Only a collectives report: one plot, and a line for each thing it lacks.
 expect_ok "$python" "$plots" --out "$work/coll.html" "$work/coll.h5"
 checks=$((checks + 1))
@@ -153,6 +168,12 @@ echo '{"runs": [{"file": "a.h5", "cost": {"rows": [{"total_usd": null}]}}]}' >"$
 expect_plots_error 2 "run 'a.h5' cost.rows\[0\] lacks a numeric 'total_usd'" -- --cost "$work/nototal.json" "$work/coll.h5"
 echo '{"runs": [{"file": "a.h5", "cost": {"points": []}}]}' >"$work/norows.json"
 expect_plots_error 2 "no run with a 'cost.rows' list" -- --cost "$work/norows.json" "$work/coll.h5"
+echo '{"comparability": {"runs": ["a.h5", "b.h5"], "variables": [{"name": "seq", "values": ["32"]}]}}' >"$work/cmp.json"
+expect_plots_error 2 "cannot read export file '.*cmp.json': comparability.variables\[0\] needs a 'name' and one value per run" -- \
+  --export "$work/cmp.json" "$work/coll.h5"
+echo '{"comparability": {"runs": "a.h5"}}' >"$work/cmp2.json"
+expect_plots_error 2 "'comparability' lacks its 'runs' and 'variables' lists" -- --export "$work/cmp2.json" "$work/coll.h5"
+expect_plots_error 2 "give one" -- --export "$work/cmp2.json" --cost "$work/norows.json" "$work/coll.h5"
 checks=$((checks + 1))
 "$python" "$plots" --out "$work/no/such/dir/page.html" "$work/coll.h5" 2>"$work/err"; rc=$?
 [[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 ]] && grep -q "cannot write '.*page.html'" "$work/err" ||

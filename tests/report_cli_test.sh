@@ -137,6 +137,41 @@ if "$h5py" -c 'import h5py, matplotlib' 2>/dev/null; then
   [[ -s $work/r.html ]] || fail "--html: no page written"
 fi
 
+# --- comparability: two runs that differ in one variable -------------------------------------------------------------
+s32=$work/s32.h5 s32b=$work/s32b.h5 s64=$work/s64.h5
+for run in "s32 32" "s32b 32" "s64 64"; do
+  set -- $run
+  expect_ok "$tb" train --model tiny --seq "$2" --micro-batch 2 --warmup-steps 1 --steps 2 --quiet -o "$work/$1.h5"
+done
+expect_ok "$tb" report "$s32" "$s64"
+[[ $(grep -c '^# warning: ' "$out") -eq 1 ]] && grep -qx '# warning: runs differ in seq (32 vs 64): throughput is not comparable' "$out" ||
+  fail "runs differing in seq: want the one warning: $(grep '^# warning' "$out")"
+[[ $(grep -n '^# warning: ' "$out" | cut -d: -f1) -lt $(grep -n '^# config.run' "$out" | cut -d: -f1) ]] ||
+  fail "the warning comes after the results"
+grep -qE '^ seq +32 +64 +yes: not comparable$' "$out" || fail "comparability table lacks the seq row: $(grep '^ seq' "$out")"
+grep -qE '^ micro_batch +2 +2 +no$' "$out" || fail "comparability table lacks the micro_batch row"
+expect_ok "$tb" report "$s32" "$s32b" --require-comparable
+grep -q '^# warning' "$out" && fail "identical runs warned: $(grep '^# warning' "$out")"
+grep -q '^# comparability' "$out" || fail "no comparability table for two runs"
+expect_ok "$tb" report "$s32"
+grep -q '^# comparability' "$out" && fail "a comparability table for one run"
+expect_error 2 "runs are not comparable \(--require-comparable\): runs differ in seq \(32 vs 64\): throughput is not comparable$" -- \
+  "$tb" report "$s32" "$s64" --require-comparable
+[[ -s $work/out ]] && fail "--require-comparable printed before its error: $(head -2 "$work/out")"
+expect_ok "$tb" report "$s32" "$s64" --format json
+"$py" -c '
+import json, sys
+c = json.load(sys.stdin)["comparability"]
+assert c["warnings"] == ["runs differ in seq (32 vs 64): throughput is not comparable"], c["warnings"]
+seq = next(v for v in c["variables"] if v["name"] == "seq")
+assert seq["values"] == ["32", "64"] and seq["differs"] and seq["warned"], seq' <"$out" || fail "JSON comparability"
+if "$h5py" -c 'import h5py, matplotlib' 2>/dev/null; then
+  expect_ok "$tb" report "$s32" "$s64" --html "$work/cmp.html"
+  grep -q '<h2>Comparability of the runs</h2>' "$work/cmp.html" && grep -q '<li>runs differ in seq (32 vs 64)' "$work/cmp.html" ||
+    fail "--html: no comparability table or warning"
+  ls "$work"/cmp.html.export.json.tmp 2>/dev/null && fail "--html left its export behind"
+fi
+
 # --- bad input: one line naming the file, exit 2, no table before it --------------------------------------------------
 printf 'not hdf5\n' >"$work/text.h5"
 cp "$t" "$work/truncated.h5"; truncate -s $(($(stat -c %s "$t") / 2)) "$work/truncated.h5"

@@ -226,7 +226,8 @@ void RequireComparable(const Comparison& comparison) {
   const std::vector<std::string> warnings = ComparisonWarnings(comparison);
   if (warnings.empty()) return;
   throw InputError("runs are not comparable (--require-comparable): " + warnings.front() +
-                   (warnings.size() > 1 ? Format("; %zu more differences", warnings.size() - 1) : ""));
+                   (warnings.size() > 1 ? Format("; %zu more difference%s", warnings.size() - 1, warnings.size() > 2 ? "s" : "")
+                                          : ""));
 }
 
 std::optional<Comparison> CompareReports(const std::vector<Report>& reports, const std::vector<std::string>& labels,
