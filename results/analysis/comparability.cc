@@ -153,6 +153,7 @@ const std::vector<VariableSpec>& Variables() {
       {"interconnect", nullptr, Interconnect},
       {"parallel", nullptr, Attribute(sc::kConfig, sc::config::parallel)},
       {"tensor_parallel", nullptr, Attribute(sc::kConfig, sc::config::tensor_parallel)},
+      {"repeats", nullptr, Attribute(sc::kConfig, sc::config::repeats)},
   };
   return variables;
 }

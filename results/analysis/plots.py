@@ -488,6 +488,8 @@ def cost_label(row: dict[str, Any]) -> str:
 def cost_note(row: dict[str, Any]) -> str:
     """The text beside a bar: total, time to train, and which decision the row wins."""
     note = f" ${row['total_usd']:,.0f}"
+    if is_number(row.get("total_usd_low")) and is_number(row.get("total_usd_high")):
+        note += f" (${row['total_usd_low']:,.0f}-${row['total_usd_high']:,.0f} over the repeats)"
     if is_number(row.get("time_to_train_hours")):
         note += f", {row['time_to_train_hours']:.3g} h"
     if row.get("marks"):

@@ -1,5 +1,6 @@
 #include "report_view.h"
 
+#include "console.h"
 #include "schema.h"
 #include "units.h"
 
@@ -366,6 +367,20 @@ std::vector<ViewColumn> Columns(std::vector<ViewColumn> first, std::initializer_
   return all;
 }
 
+// What a point's repeats say of its spread: "3 repeats: tokens/s CV 2.3%" (train.spread has the rest), or "1 run:
+// spread unknown" (one repeat, or a report from before --repeats).
+std::string SpreadText(const Group* point) {
+  namespace sp = sc::point::spread;
+  const Table* spread = FindTable(point, sc::point::kSpread);
+  const double repeats = Number(Attr(point, sc::point::repeat_count));
+  if (spread == nullptr || std::isnan(repeats) || repeats < 2) return "1 run: spread unknown";
+  for (size_t r = 0; r < spread->rows(); ++r) {
+    if (Text(At(*spread, sp::figure, r)) != "tokens_per_s") continue;
+    return Format("%.0f repeats: tokens/s CV %.1f%%", repeats, Number(At(*spread, sp::cv, r)) * 100);
+  }
+  return Format("%.0f repeats", repeats);
+}
+
 ViewTable TrainSummary(const Report& report, const std::vector<PointEntry>& points) {
   namespace t = sc::train;
   const Group* train = sc::FindGroup(report.root, sc::kTrain);
@@ -377,7 +392,7 @@ ViewTable TrainSummary(const Report& report, const std::vector<PointEntry>& poin
   const std::vector<ViewColumn> run_columns = {Show(t::peak_flops, -1), Show(t::measured_gemm_flops, -1),
                                                Show(t::peak_host_memory_bytes_max, -1),
                                                Show(t::peak_device_memory_bytes_max, -1), Show(t::startup_s, 2)};
-  const std::vector<ViewColumn> point_column = {Computed("point", "")};
+  const std::vector<ViewColumn> point_column = {Computed("point", ""), Computed("spread", "")};
   ViewTable summary = MakeTable("train", "summary", "training (the largest point)", true,
                                 Columns(model_columns, {&train_columns, &point_column, &PointFigureColumns(),
                                                         &run_columns}));
@@ -386,7 +401,7 @@ ViewTable TrainSummary(const Report& report, const std::vector<PointEntry>& poin
   CopyAttributes(row, train, train_columns);
   CopyAttributes(row, train, run_columns);
   if (!points.empty()) {
-    row.Set("point", points.back().name);
+    row.Set("point", points.back().name).Set("spread", SpreadText(points.back().group));
     CopyAttributes(row, points.back().group, PointFigureColumns());
   }
   summary.rows.push_back(row.Take());
@@ -408,6 +423,7 @@ const std::vector<ViewColumn>& PointDetailColumns() {
       Show(p::traffic_activation_bytes_theory, -1),
       Show(p::comm_intra_s, 4), Show(p::comm_inter_s, 4),
       Show(p::loss_first, 4),   Show(p::loss_last, 4),          Show(p::worst_rank),
+      Show(p::repeat_count),    Show(p::median_repeat),
       Computed("worst_rank_host", ""), Computed("worst_rank_device", "")};
   return columns;
 }
@@ -462,6 +478,35 @@ std::vector<ViewTable> LinkProbeViews(const Group& train) {
                   Show(lh::fraction, 1), Show(lh::slow)})};
 }
 
+// Every point's repeats (a row per repeat) and their spread (a row per figure), where the report has them.
+std::vector<ViewTable> RepeatViews(const std::vector<PointEntry>& points) {
+  namespace r = sc::point::repeats;
+  namespace sp = sc::point::spread;
+  ViewTable repeats = MakeTable("train", "repeats", "each repeat's headline figures (--repeats)", false,
+                                {Computed("point", ""), Show(r::repeat), Show(r::tokens_per_s, 0), Show(r::step_s, 4),
+                                 Show(r::mfu_peak, 1), Show(r::mfu_measured_gemm, 1), Show(r::comm_exposed_s, 4),
+                                 Show(r::data_wait_share, 2), Show(r::checkpoint_stall_share, 2),
+                                 Show(r::checkpoint_write_GBps, 3)});
+  ViewTable spread = MakeTable("train", "spread", "each headline figure over the repeats: median, min, max, CV", false,
+                               {Computed("point", ""), Show(sp::figure), Show(sp::count), Show(sp::median, -1),
+                                Show(sp::min, -1), Show(sp::max, -1), Show(sp::cv, 1)});
+  for (const PointEntry& point : points) {
+    for (ViewTable* view : {&repeats, &spread}) {
+      const Table* table = FindTable(point.group, view == &repeats ? sc::point::kRepeats : sc::point::kSpread);
+      for (size_t i = 0; table && i < table->rows(); ++i) {
+        RowWriter row(*view);
+        row.Set("point", point.name);
+        CopyColumns(row, *table, view->columns, i);
+        view->rows.push_back(row.Take());
+      }
+    }
+  }
+  std::vector<ViewTable> views;
+  if (!repeats.rows.empty()) views.push_back(std::move(repeats));
+  if (!spread.rows.empty()) views.push_back(std::move(spread));
+  return views;
+}
+
 std::vector<ViewTable> TrainSection(const Report& report) {
   const Group* train = sc::FindGroup(report.root, sc::kTrain);
   if (train == nullptr) return {};
@@ -488,6 +533,7 @@ std::vector<ViewTable> TrainSection(const Report& report) {
     }
   }
   std::vector<ViewTable> views = {TrainSummary(report, points), point_table, budget};
+  for (ViewTable& view : RepeatViews(points)) views.push_back(std::move(view));
   for (ViewTable& view : LinkProbeViews(*train)) views.push_back(std::move(view));
   return views;
 }

@@ -127,6 +127,32 @@ void ReadCheckpointStalls(const Group* point_io, const std::string& name, const 
   p.checkpoint_events = static_cast<int>(stalls.size());
 }
 
+// The spread of tokens/s over a point's repeats, when it has more than one (a damaged spread table fails).
+void ReadRepeats(const Group& group, const ReportReader& r, const std::string& where, MeasuredPoint& p) {
+  namespace sp = schema::point;
+  p.repeats = static_cast<int>(r.NumberOr(group, sp::repeat_count, 1.0));
+  if (p.repeats < 2) return;
+  const Table* spread = schema::FindTable(&group, sp::kSpread);
+  if (spread == nullptr) r.Fail(where + " records " + std::to_string(p.repeats) + " repeats but no spread table");
+  const auto& figure = r.Column(*spread, sp::spread::figure, where + "/spread");
+  const auto& median = r.Column(*spread, sp::spread::median, where + "/spread");
+  const auto& min = r.Column(*spread, sp::spread::min, where + "/spread");
+  const auto& max = r.Column(*spread, sp::spread::max, where + "/spread");
+  const auto& cv = r.Column(*spread, sp::spread::cv, where + "/spread");
+  for (size_t i = 0; i < figure.size(); ++i) {
+    if (figure[i] != "tokens_per_s") continue;
+    if (!(min[i] > 0) || !(min[i] <= median[i]) || !(median[i] <= max[i])) {
+      r.Fail(where + "/spread: tokens_per_s is not a positive min <= median <= max");
+    }
+    p.tokens_per_s_median = median[i];
+    p.tokens_per_s_min = min[i];
+    p.tokens_per_s_max = max[i];
+    p.tokens_per_s_cv = cv[i];
+    return;
+  }
+  r.Fail(where + "/spread has no tokens_per_s row");
+}
+
 // One scaling point of train/: its step without checkpoint stalls, communication and batch.
 MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, const ReportReader& r,
                         const std::map<int64_t, int64_t>& rank_nodes, double bucket_bytes) {
@@ -183,6 +209,7 @@ MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, cons
   p.gather_exposed_s = r.NumberOr(group, sp::comm_gather_exposed_s, 0.0);
   p.joules_per_token = r.NumberOr(group, sp::joules_per_token, std::nan(""));  // reports before NVML have none
   if (!(p.train.step_s > 0) || !(p.train.tokens_per_step > 0)) r.Fail(where + " has no positive step time");
+  ReadRepeats(group, r, where, p);
   return p;
 }
 
@@ -286,6 +313,11 @@ std::vector<AllReduceSample> ReadAllReduceSamples(const Report& report, const st
   }
   if (samples.empty()) r.Fail("the all_reduce sweep holds no verified measurement");
   return samples;
+}
+
+double StepAtRepeatRate(const MeasuredPoint& p, double step_s, double tokens_per_s) {
+  if (p.repeats < 2 || !(tokens_per_s > 0)) return step_s;
+  return step_s * p.tokens_per_s_reported / tokens_per_s;
 }
 
 }  // namespace tb

@@ -24,7 +24,14 @@ struct MeasuredPoint {
   int checkpoint_events = 0;           // rows averaged
   double checkpoint_state_bytes = 0;   // the whole checkpoint (io checkpoint_state_bytes); 0 when none was written
   double joules_per_token = NAN;       // the GPUs' energy per token over the measured steps; NaN when not measured
+  // --repeats: the point's figures are its median repeat's; tokens/s over the repeats (train/<point>/spread).
+  int repeats = 1;                     // 1 for one repeat and for reports before --repeats
+  double tokens_per_s_median = NAN, tokens_per_s_min = NAN, tokens_per_s_max = NAN, tokens_per_s_cv = NAN;
 };
+
+// The step time of `p` at throughput `tokens_per_s` of the repeats (the median, min or max): step_s scaled by the
+// median repeat's tokens/s over it (the repeats' relative spread; 1 for the median repeat itself).
+double StepAtRepeatRate(const MeasuredPoint& p, double step_s, double tokens_per_s);
 
 struct RunMeasurement {
   std::string path;

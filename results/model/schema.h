@@ -62,6 +62,8 @@ inline const IntAttribute warmup_steps{kConfig, "warmup_steps", "steps", "train:
 inline const IntAttribute steps{kConfig, "steps", "steps", "train: measured steps (`--steps`)"};
 inline const TextAttribute parallel{kConfig, "parallel", "", "train: `dp`, `zero1` or `fsdp` (`--parallel`)"};
 inline const IntAttribute tensor_parallel{kConfig, "tensor_parallel", "", "train: ranks per tensor parallel group"};
+inline const IntAttribute repeats{kConfig, "repeats", "",
+                                  "train: times the measured phase ran (`--repeats`); suite: times the phases ran"};
 }  // namespace config
 
 // ---- topology -----------------------------------------------------------------------------------------------
@@ -487,6 +489,44 @@ inline const RealColumn kind_p95{kStallBudget, "<kind>_p95", "fraction", "the ki
 inline const RealColumn kind_p99{kStallBudget, "<kind>_p99", "fraction", "the kind's share of step time, p99",
                                  kCommKinds};
 }  // namespace stall_budget
+
+// Repeats (`train --repeats N`): the measured phase run N times, each after its own warm-up on a fresh model.
+inline const IntAttribute repeat_count{kTrainPoint, "repeats", "",
+                                       "times the measured phase ran (`--repeats`), each after its own warm-up; "
+                                       "absent in reports before it: 1"};
+inline const IntAttribute median_repeat{kTrainPoint, "median_repeat", "",
+                                        "the repeat (from 1) at the median tokens/s, the lower of the middle two for "
+                                        "an even count: the group's other attributes and tables are that repeat's"};
+inline TableSpec kRepeats{kTrainPoint, "repeats",
+                          "a row per repeat: its headline figures, as the point's attributes of the same names "
+                          "define them"};
+namespace repeats {
+inline const IntColumn repeat{kRepeats, "repeat", "", "the repeat, from 1 in the order they ran"};
+inline const RealColumn tokens_per_s{kRepeats, "tokens_per_s", "tokens/s", "tokens_per_step / step_s"};
+inline const RealColumn step_s{kRepeats, "step_s", "s", "mean over measured steps of the slowest rank's step time"};
+inline const RealColumn mfu_peak{kRepeats, "mfu_peak", "fraction", "NaN without a peak"};
+inline const RealColumn mfu_measured_gemm{kRepeats, "mfu_measured_gemm", "fraction", "against the measured GEMM rate"};
+inline const RealColumn comm_exposed_s{kRepeats, "comm_exposed_s", "s", "mean per step and rank"};
+inline const RealColumn data_wait_share{kRepeats, "data_wait_share", "fraction",
+                                        "sum of (data_wait + h2d) / sum of step time, every rank's measured steps"};
+inline const RealColumn checkpoint_stall_share{kRepeats, "checkpoint_stall_share", "fraction",
+                                               "sum of checkpoint_stall / sum of step time"};
+inline const RealColumn checkpoint_write_GBps{kRepeats, "checkpoint_write_GBps", "GB/s",
+                                              "every checkpoint's bytes (all ranks) / the sum of each checkpoint's "
+                                              "slowest slice write_s; NaN without checkpoints"};
+}  // namespace repeats
+inline TableSpec kSpread{kTrainPoint, "spread",
+                         "a row per headline figure of the repeats table, over the repeats that measured it: median "
+                         "(of an even count, the mean of the middle two), min, max and the coefficient of variation "
+                         "(sample standard deviation / mean; NaN for one repeat)"};
+namespace spread {
+inline const TextColumn figure{kSpread, "figure", "", "the repeats table's column, e.g. `tokens_per_s`"};
+inline const IntColumn count{kSpread, "count", "", "repeats that measured it (NaN values left out)"};
+inline const RealColumn median{kSpread, "median", "", "in the figure's unit"};
+inline const RealColumn min{kSpread, "min", "", "in the figure's unit"};
+inline const RealColumn max{kSpread, "max", "", "in the figure's unit"};
+inline const RealColumn cv{kSpread, "cv", "fraction", "sample standard deviation / mean"};
+}  // namespace spread
 }  // namespace point
 
 // ---- io -----------------------------------------------------------------------------------------------------

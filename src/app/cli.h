@@ -43,6 +43,8 @@ void AddCommonOptions(po::options_description& options, CommonOptions& common, b
 
 // --timeout's ceiling: far past any real operation, and far inside the watchdog clock's int64 nanoseconds.
 constexpr double kMaxTimeoutSeconds = 1e7;
+// The most repeats `--repeats` takes (train: of each point's measured phase; suite: of its phases).
+constexpr int kMaxRepeats = 100;
 
 // How a command line is read beyond its options: the rules between flags, a name for positional words (report
 // files; none: a stray word is an error) and where they go, and a place for what was typed.

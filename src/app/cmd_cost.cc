@@ -217,6 +217,8 @@ struct CostRow {
   CostInputs inputs;
   CostBreakdown cost;
   MemoryFit memory;
+  // --repeats: the total cost at the slowest and the fastest repeat's tokens/s (none for one repeat).
+  std::optional<double> total_usd_low, total_usd_high;
 };
 
 std::string RunName(const RunAnalysis& run) { return run.m.path; }
@@ -367,11 +369,13 @@ std::vector<Config> ConfigsOf(const RunAnalysis& a, size_t run_index) {
   std::vector<Config> configs;
   const MeasuredPoint& p = a.m.points[a.priced];
   const Layout measured{p.train.nodes, p.train.gpus_per_node};
+  // Priced at the median tokens/s of the repeats (the median repeat's own, but for an even count).
+  const auto median = [&](double step_s) { return StepAtRepeatRate(p, step_s, p.tokens_per_s_median); };
   configs.push_back({run_index, Format("k%d %s", p.train.k, measured.Name().c_str()), false, measured, p.train.k,
-                     p.train.tokens_per_step, p.train.step_s, p.train.comm_exposed_s});
+                     p.train.tokens_per_step, median(p.train.step_s), p.train.comm_exposed_s});
   for (const ProjectedPoint& q : a.projected) {
-    configs.push_back({run_index, q.layout.Name(), true, q.layout, q.layout.gpus(), q.tokens_per_step, q.step_s,
-                       q.exposed_s});
+    configs.push_back({run_index, q.layout.Name(), true, q.layout, q.layout.gpus(), q.tokens_per_step,
+                       median(q.step_s), q.exposed_s});
   }
   return configs;
 }
@@ -415,7 +419,10 @@ std::vector<std::string> DecisionLines(const std::vector<CostRow>& rows, const s
                                        const CostDecision& d, std::optional<double> deadline) {
   std::vector<std::string> lines;
   auto describe = [&](size_t i) {
-    return RowName(rows[i], runs) + ": " + Usd(rows[i].cost.total_usd) +
+    const CostRow& r = rows[i];
+    return RowName(r, runs) + ": " + Usd(r.cost.total_usd) +
+           (r.total_usd_low ? " (" + Usd(*r.total_usd_low) + "-" + Usd(*r.total_usd_high) + " over the repeats)"
+                            : std::string(" (1 run: spread unknown)")) +
            Format(", %.1f h to train, $%.4f per 1M tokens", rows[i].cost.time_to_train_hours,
                   rows[i].cost.usd_per_million_tokens) +
            "; " + CommReason(rows[i].config, runs[rows[i].config.run]);
@@ -459,6 +466,11 @@ std::vector<std::string> RunLines(const RunAnalysis& a, const std::optional<Pric
                     (prices ? Format("; size %.3g GB (%s)", a.checkpoint_gb, a.checkpoint_size_source.c_str()) : ""));
   }
   lines.push_back(EnergyLine(a));
+  lines.push_back(p.repeats < 2 ? "#   1 run: spread unknown (train --repeats N measures it); no cost range"
+                                : Format("#   %d repeats: tokens/s median %.6g (min %.6g, max %.6g, CV %.1f%%), priced at "
+                                         "the median; the cost range is the total at the max and at the min",
+                                         p.repeats, p.tokens_per_s_median, p.tokens_per_s_min, p.tokens_per_s_max,
+                                         p.tokens_per_s_cv * 100));
   return lines;
 }
 
@@ -537,11 +549,12 @@ std::vector<std::string> MemoryLines(const MemoryCheck& check, const std::vector
 // The cost table; the provisioning columns only when an offering of the price file gives a provisioning time.
 void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs, const CostDecision& d) {
   size_t run_width = 3, offering_width = 8;
-  bool provisioning = false;
+  bool provisioning = false, ranged = false;
   for (const CostRow& r : rows) {
     run_width = std::max(run_width, RunName(runs[r.config.run]).size());
     offering_width = std::max(offering_width, r.offering->name.size());
     provisioning = provisioning || r.cost.provisioning_hours > 0;
+    ranged = ranged || r.total_usd_low.has_value();
   }
   std::vector<TextTable::ColumnSpec> columns = {
       {"run", "", static_cast<int>(run_width)}, {"config", "", 8}, {"source", "", 9},
@@ -549,6 +562,8 @@ void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnaly
       {"gpu", "($)", 12}, {"storage", "($)", 10}, {"egress", "($)", 9}, {"energy", "($)", 9}, {"failures", "", 8},
       {"retry", "($)", 10}, {"total", "($)", 12}, {"per_1M_tok", "($)", 10}, {"ckpt_every", "(h)", 10},
       {"young_daly", "(h)", 10}, {"fits", "(GiB)", 10}, {"", "", 0}};
+  // The range column only when a run repeated its measurement; provisioning's only when an offering gives one.
+  if (ranged) columns.insert(columns.begin() + 14, {"range", "($)", 19});
   if (provisioning) columns.insert(columns.begin() + 8, {{"prov", "(h)", 6}, {"prov", "($)", 9}});
   const TextTable table(columns);
   for (const std::string& line : table.HeaderLines()) Print(line);
@@ -563,6 +578,10 @@ void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnaly
         Format("%.4f", c.usd_per_million_tokens),
         Format("%.2f%s", c.checkpoint_interval_hours, c.interval_is_young_daly ? "yd" : ""),
         c.young_daly_hours ? Format("%.2f", *c.young_daly_hours) : "n/a", MemoryCell(r.memory), Marks(i, d)};
+    if (ranged) {
+      cells.insert(cells.begin() + 14, r.total_usd_low ? Usd(*r.total_usd_low) + "-" + Usd(*r.total_usd_high)
+                                                       : std::string("1 run"));
+    }
     if (provisioning) cells.insert(cells.begin() + 8, {Format("%.2f", c.provisioning_hours), Usd(c.provisioning_usd)});
     Print(table.Row(cells));
   }
@@ -676,6 +695,17 @@ CostRow PriceConfig(const Config& config, const RunAnalysis& a, const Offering& 
   row.inputs = InputsOf(config, a, c);
   row.cost = ComputeCost(row.inputs, offering, c.prices->assumptions);
   row.memory = FitMemory(a.memory.For(config.gpus), offering.gpu_memory_gib * kGiB, a.memory.calibration);
+  const MeasuredPoint& p = a.m.points[a.priced];
+  if (p.repeats > 1) {
+    // The repeats' spread of tokens/s, relative to the median's, applied to the configuration's step time.
+    const auto total_at = [&](double tokens_per_s) {
+      Config at = config;
+      at.step_s = config.step_s * p.tokens_per_s_median / tokens_per_s;
+      return ComputeCost(InputsOf(at, a, c), offering, c.prices->assumptions).total_usd;
+    };
+    row.total_usd_low = total_at(p.tokens_per_s_max);
+    row.total_usd_high = total_at(p.tokens_per_s_min);
+  }
   return row;
 }
 
@@ -841,7 +871,9 @@ ViewTable PointsTable(const RunAnalysis& a) {
         .Add("tokens_per_s", "tokens/s", TokensPerS(p)).Add("tokens_per_s_reported", "tokens/s", p.tokens_per_s_reported)
         .Add("comm_s", "s", p.train.comm_total_s).Add("exposed_s", "s", p.train.comm_exposed_s)
         .Add("gradient_bytes", "B", p.train.gradient_bytes).Add("checkpoint_stall_s", "s", Opt(p.checkpoint_stall_s))
-        .Add("efficiency", "fraction", Cell());
+        .Add("efficiency", "fraction", Cell()).Add("repeats", "", Int(p.repeats))
+        .Add("tokens_per_s_min", "tokens/s", p.tokens_per_s_min).Add("tokens_per_s_max", "tokens/s", p.tokens_per_s_max)
+        .Add("tokens_per_s_cv", "fraction", p.tokens_per_s_cv);
   }
   for (const ProjectedPoint& q : a.projected) {
     t.Row().Add("layout", "", q.layout.Name()).Add("gpus", "", Int(q.layout.gpus())).Add("nodes", "", Int(q.layout.nodes))
@@ -849,7 +881,9 @@ ViewTable PointsTable(const RunAnalysis& a) {
         .Add("step_s_reported", "s", Cell()).Add("tokens_per_step", "tokens", q.tokens_per_step)
         .Add("tokens_per_s", "tokens/s", q.tokens_per_s).Add("tokens_per_s_reported", "tokens/s", Cell())
         .Add("comm_s", "s", q.comm_s).Add("exposed_s", "s", q.exposed_s).Add("gradient_bytes", "B", Cell())
-        .Add("checkpoint_stall_s", "s", Cell()).Add("efficiency", "fraction", q.efficiency);
+        .Add("checkpoint_stall_s", "s", Cell()).Add("efficiency", "fraction", q.efficiency).Add("repeats", "", Cell())
+        .Add("tokens_per_s_min", "tokens/s", Cell()).Add("tokens_per_s_max", "tokens/s", Cell())
+        .Add("tokens_per_s_cv", "fraction", Cell());
   }
   return t.Take();
 }
@@ -874,7 +908,9 @@ void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks) {
       .Add("transfer_usd", "USD", c.transfer_usd).Add("retry_usd", "USD", c.retry_usd)
       .Add("energy_kwh", "kWh", Opt(c.energy_kwh)).Add("energy_J_per_token", "J/token", Opt(c.energy_J_per_token))
       .Add("usd_per_kwh", "USD/kWh", Opt(r.offering->usd_per_kwh)).Add("energy_usd", "USD", Opt(c.energy_usd))
-      .Add("total_usd", "USD", c.total_usd).Add("usd_per_million_tokens", "USD", c.usd_per_million_tokens)
+      .Add("total_usd", "USD", c.total_usd).Add("total_usd_low", "USD", Opt(r.total_usd_low))
+      .Add("total_usd_high", "USD", Opt(r.total_usd_high))
+      .Add("usd_per_million_tokens", "USD", c.usd_per_million_tokens)
       .Add("gpu_memory_bytes", "B", r.memory.gpu_memory_bytes)
       .Add("memory_required_bytes", "B", r.memory.required_bytes)
       .Add("memory_margin_bytes", "B", r.memory.margin_bytes).Add("memory_fits", "", Flag(r.memory.fits))

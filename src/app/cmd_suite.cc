@@ -36,8 +36,6 @@ constexpr const char* kUsage =
     "rates). A phase that fails is recorded with its reason (suite/phases) and the next phases still run; the exit\n"
     "code is then 1. Profiles and their keys: launch/suite/README.md; check a report with 'trainbench validate'.";
 
-constexpr int kMaxRepeats = 100;
-
 struct SuiteFlags {
   std::string profile = "quick";
   int repeats = 0;  // 0: the profile's

@@ -26,6 +26,7 @@
 #include "train_loop.h"
 #include "scaling_plan.h"
 #include "train_io.h"
+#include "train_repeats.h"
 #include "train_summary.h"
 #include "tensor_parallel.h"
 #include "transformer.h"
@@ -72,6 +73,7 @@ struct TrainFlags {
   std::string parallel = "dp";
   int tensor_parallel = 1;
   bool allow_cross_node_tp = false;
+  int repeats = 1;
 };
 
 ParallelMode ParseParallel(const std::string& text) {
@@ -297,6 +299,16 @@ struct RunPoint {
   ScalingPointPlan plan;
 };
 
+// One repeat of a point, on rank 0, until the median repeat is chosen: its summary, its figures, and its train and
+// io groups (each holding the one child named as the point).
+struct PointRepeat {
+  ScalingPoint point;
+  RepeatFigures figures;
+  Group train;
+  Group io;
+  double data_wait_share = 0;
+};
+
 // What start-up measured before the first point: the device, its GEMM rate and peak, the model's accounting.
 struct TrainSetup {
   Backend backend;
@@ -334,9 +346,13 @@ class TrainPhase : public Phase {
   std::vector<RunPoint> Points() const;
   void ProbeLinks(Communicator& comm);
   bool RunPoints(Communicator& comm);
-  // `several`: the run has more than one point, so each keeps its checkpoints in a subfolder of its own.
-  std::vector<StepRecord> RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
-                                      TrainLoopOptions& point_loop, EnergySpan& energy);
+  bool RunRepeat(Communicator& comm, const RunPoint& point, bool several, int repeat, std::vector<PointRepeat>& repeats);
+  ScalingPoint SummarizeRepeat(const RunPoint& point, int micro_batch, const std::vector<RankSteps>& ranks);
+  void KeepMedianRepeat(const RunPoint& point, std::vector<PointRepeat>& repeats);
+  // `folder`: where under --checkpoint-dir the repeat checkpoints ("" for the directory itself); its io/<point>
+  // group goes into `io_groups` (rank 0's).
+  std::vector<StepRecord> RunOnePoint(Communicator& sub, const RunPoint& point, const std::string& folder,
+                                      TrainLoopOptions& point_loop, EnergySpan& energy, Group& io_groups);
   void Summarise(const std::vector<RunPoint>& runs);
   void RecordMemory();
   Group& train() { return schema::GroupOf(run_->report().root, schema::kTrain); }
@@ -361,7 +377,9 @@ class TrainPhase : public Phase {
   AttentionChoice attention_ = AttentionChoice::kAuto;
   const Topology* topology_ = nullptr;
   TrainSetup setup_;
-  std::vector<ScalingPoint> points_;
+  std::vector<ScalingPoint> points_;  // each point's median repeat
+  std::vector<std::vector<RepeatFigures>> point_repeats_;  // and every repeat's figures
+  std::vector<size_t> point_median_;
   std::vector<double> sweep_shares_;
   bool first_step_seen_ = false;
   double peak_device_memory_ = 0;
@@ -383,6 +401,9 @@ void TrainPhase::AddOptions(po::options_description& options) {
       ("micro-batch", Number(&f.micro_batch, IntRange::AtLeast(1))->default_value(f.micro_batch), "sequences per rank per step (weak scaling)")
       ("steps", Number(&f.steps, IntRange::AtLeast(1))->default_value(f.steps), "measured steps per scaling point")
       ("warmup-steps", Number(&f.warmup_steps, IntRange::AtLeast(0))->default_value(f.warmup_steps), "steps run first and left out of the statistics")
+      ("repeats", Number(&f.repeats, IntRange::Between(1, kMaxRepeats))->default_value(f.repeats),
+       "run each point's warm-up and measured steps N times on a fresh model; figures are the median repeat's, "
+       "with min, max and CV over the repeats")
       ("bucket-mb", Number(&f.bucket_mb, RealRange::AboveUpTo(0, 1 << 20))->default_value(f.bucket_mb), "gradient bucket size in MiB")
       ("no-overlap", po::bool_switch(&f.no_overlap), "all-reduce the gradients after backward instead of during it")
       ("scaling", po::value(&f.scaling),
@@ -447,6 +468,10 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   link_probe_.bytes = ParseLinkProbe(f.link_probe);
   parallel_ = ParseParallel(f.parallel);
   CheckParallel(f, io_flags_);
+  if (f.repeats > 1 && !io_flags_.resume.empty()) {
+    throw InputError("--repeats " + std::to_string(f.repeats) + " with --resume: a resumed run continues one "
+                     "trajectory once (drop one of them)");
+  }
   if (parallel_ == ParallelMode::kDp) ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
   CheckTensorParallelFlags(f, io_flags_, model_, loop_.seq, r.backend() == "nccl");
   CheckTensorParallelLayout(f.tensor_parallel, scaling_, f.allow_cross_node_tp);
@@ -681,48 +706,18 @@ void TrainPhase::ProbeLinks(Communicator& comm) {
   AddLinkProbeToReport(train(), result, link_probe_, node_hosts);
 }
 
-// Each point on the first k ranks (the others wait asleep), its records gathered and summarised on rank 0; stops
-// after a point that a signal cut short. Returns whether the run was interrupted. Collective.
+// Each point on the first k ranks (the others wait asleep), --repeats times, its records gathered and summarised on
+// rank 0; stops after a point that a signal cut short. Returns whether the run was interrupted. Collective.
 bool TrainPhase::RunPoints(Communicator& comm) {
   const std::vector<RunPoint> runs = Points();
   bool interrupted = false;
-  const RankContext& ctx = run_->ctx();
   for (const RunPoint& point : runs) {
-    const bool member = point.plan.Holds(ctx.world_rank, ctx.node_index, ctx.local_rank);
-    std::unique_ptr<Communicator> sub = comm.Split(member ? 0 : -1, ctx.world_rank);
-    if (sub && point.plan.hierarchical) sub->UseHierarchicalAllReduce(ctx.node_index, ctx.local_rank);
-    TrainLoopOptions point_loop = loop_;
-    point_loop.micro_batch = PointBatch(point.k);
-    std::vector<StepRecord> mine;
-    EnergySpan energy;
-    if (sub) {
-      mine = RunOnePoint(*sub, point, runs.size() > 1, point_loop, energy);
-      const int expected = point_loop.warmup_steps + point_loop.steps - point_loop.first_step;
-      interrupted = interrupted || static_cast<int>(mine.size()) < expected;
+    std::vector<PointRepeat> repeats;  // rank 0's
+    for (int r = 1; r <= f_.repeats && !interrupted; ++r) {
+      if (f_.repeats > 1) Print(Format("# %s: repeat %d of %d", point.name.c_str(), r, f_.repeats));
+      interrupted = RunRepeat(comm, point, runs.size() > 1, r, repeats);
     }
-    SleepingBarrier(MPI_COMM_WORLD);  // ranks outside this point wait here without taking the cores
-    int stopped = interrupted ? 1 : 0, any_stopped = 0;
-    TB_CHECK_MPI(MPI_Allreduce(&stopped, &any_stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    interrupted = any_stopped != 0;
-    const double energy_J = run_->gpu_health().EnergyJoules(energy, sub != nullptr);
-    const std::vector<RankSteps> ranks = GatherSteps(mine, *topology_, setup_.backend.device);
-    if (run_->ctx().world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
-      points_.push_back(SummarizePoint(point.k, point_loop.micro_batch, ranks, setup_.flops_per_token,
-                                       setup_.peak_flops, setup_.gemm_min, point_gradient_bytes_, f_.tensor_parallel));
-      // zero1: one reduce-scatter and one all-gather; fsdp: one of each per unit
-      points_.back().gradient_buckets = parallel_ == ParallelMode::kZero1  ? 1
-                                        : parallel_ == ParallelMode::kFsdp ? model_.layers + 2
-                                                                           : point_buckets_;
-      points_.back().nodes = point.plan.nodes;
-      points_.back().ranks_per_node = point.plan.ranks_per_node;
-      points_.back().allreduce = parallel_ != ParallelMode::kDp ? "none" : point.plan.hierarchical ? "hierarchical" : "flat";
-      points_.back().parallel = f_.parallel;
-      points_.back().state = point_state_;
-      AddTheory(points_.back(), point_loop.micro_batch);
-      AddPointToReport(train(), points_.back(), ranks, point.name);
-      AddPointEnergyToReport(train().Child(point.name), energy_J, points_.back());
-      if (Sweep()) sweep_shares_.push_back(DataWaitShare(ranks));
-    }
+    if (!repeats.empty()) KeepMedianRepeat(point, repeats);
     if (interrupted) break;
     // A point boundary: a crash or a timeout in the next point leaves this one in the file.
     if (&point != &runs.back()) {
@@ -733,9 +728,82 @@ bool TrainPhase::RunPoints(Communicator& comm) {
   return interrupted;
 }
 
+// One repeat of `point`: on rank 0 its summary and its train and io groups, set aside in `repeats` until the median
+// is known. Returns whether a signal cut it short (agreed by every rank). Collective.
+bool TrainPhase::RunRepeat(Communicator& comm, const RunPoint& point, bool several, int repeat,
+                           std::vector<PointRepeat>& repeats) {
+  const RankContext& ctx = run_->ctx();
+  const bool member = point.plan.Holds(ctx.world_rank, ctx.node_index, ctx.local_rank);
+  std::unique_ptr<Communicator> sub = comm.Split(member ? 0 : -1, ctx.world_rank);
+  if (sub && point.plan.hierarchical) sub->UseHierarchicalAllReduce(ctx.node_index, ctx.local_rank);
+  TrainLoopOptions point_loop = loop_;
+  point_loop.micro_batch = PointBatch(point.k);
+  std::vector<StepRecord> mine;
+  EnergySpan energy;
+  PointRepeat kept;
+  bool interrupted = false;
+  if (sub) {
+    // Each repeat checkpoints into a folder of its own (r1, r2, ...), under its point's when there are several.
+    const std::string folder = (several ? point.name : "") + (f_.repeats > 1 ? (several ? "/r" : "r") +
+                                                                                   std::to_string(repeat)
+                                                                             : "");
+    mine = RunOnePoint(*sub, point, folder, point_loop, energy, kept.io);
+    const int expected = point_loop.warmup_steps + point_loop.steps - point_loop.first_step;
+    interrupted = static_cast<int>(mine.size()) < expected;
+  }
+  SleepingBarrier(MPI_COMM_WORLD);  // ranks outside this point wait here without taking the cores
+  int stopped = interrupted ? 1 : 0, any_stopped = 0;
+  TB_CHECK_MPI(MPI_Allreduce(&stopped, &any_stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  const double energy_J = run_->gpu_health().EnergyJoules(energy, sub != nullptr);
+  const std::vector<RankSteps> ranks = GatherSteps(mine, *topology_, setup_.backend.device);
+  if (ctx.world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
+    kept.point = SummarizeRepeat(point, point_loop.micro_batch, ranks);
+    AddPointToReport(kept.train, kept.point, ranks, point.name);
+    AddPointEnergyToReport(kept.train.Child(point.name), energy_J, kept.point);
+    kept.data_wait_share = DataWaitShare(ranks);
+    kept.figures = FiguresOf(kept.point, ranks, kept.io.FindChild(point.name));
+    repeats.push_back(std::move(kept));
+  }
+  return any_stopped != 0;
+}
+
+// A repeat's figures, with what the loop cannot know: the layout, the mode and its theory.
+ScalingPoint TrainPhase::SummarizeRepeat(const RunPoint& point, int micro_batch, const std::vector<RankSteps>& ranks) {
+  ScalingPoint p = SummarizePoint(point.k, micro_batch, ranks, setup_.flops_per_token, setup_.peak_flops,
+                                  setup_.gemm_min, point_gradient_bytes_, f_.tensor_parallel);
+  // zero1: one reduce-scatter and one all-gather; fsdp: one of each per unit
+  p.gradient_buckets = parallel_ == ParallelMode::kZero1 ? 1
+                       : parallel_ == ParallelMode::kFsdp ? model_.layers + 2
+                                                          : point_buckets_;
+  p.nodes = point.plan.nodes;
+  p.ranks_per_node = point.plan.ranks_per_node;
+  p.allreduce = parallel_ != ParallelMode::kDp ? "none" : point.plan.hierarchical ? "hierarchical" : "flat";
+  p.parallel = f_.parallel;
+  p.state = point_state_;
+  AddTheory(p, micro_batch);
+  return p;
+}
+
+// Rank 0: the median repeat's groups into the report, with every repeat's figures and their spread.
+void TrainPhase::KeepMedianRepeat(const RunPoint& point, std::vector<PointRepeat>& repeats) {
+  std::vector<RepeatFigures> figures;
+  for (const PointRepeat& r : repeats) figures.push_back(r.figures);
+  const size_t median = MedianRepeat(figures);
+  PointRepeat& m = repeats[median];
+  train().Attach(point.name, m.train.Release(point.name));
+  if (std::unique_ptr<Group> io = m.io.Release(point.name)) {
+    schema::GroupOf(run_->report().root, schema::kIo).Attach(point.name, std::move(io));
+  }
+  AddRepeatsToReport(train().Child(point.name), figures, median);
+  points_.push_back(m.point);
+  point_repeats_.push_back(std::move(figures));
+  point_median_.push_back(median);
+  if (Sweep()) sweep_shares_.push_back(m.data_wait_share);
+}
+
 // One point on the ranks of `sub`: a fresh model and its I/O, the loop with a line per step, the io group.
-std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoint& point, bool several,
-                                                TrainLoopOptions& point_loop, EnergySpan& energy) {
+std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoint& point, const std::string& folder,
+                                                TrainLoopOptions& point_loop, EnergySpan& energy, Group& io_groups) {
   // Tensor parallel: groups of T consecutive ranks of the point (on one node: CheckTensorParallelGroups), and the
   // ranks holding the same slice, one per group, for the gradients.
   const int t = f_.tensor_parallel;
@@ -750,7 +818,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
                                                     static_cast<size_t>(loop_.bucket_mb * 1024 * 1024), sizeof(float))
                                             .size());
   PointIo io(io_flags_, io_plan_, sub, *transformer, point_loop.micro_batch, loop_.seq,
-             static_cast<uint64_t>(f_.seed), point.throttle_MBps, several ? point.name : "");
+             static_cast<uint64_t>(f_.seed), point.throttle_MBps, folder);
   io.Prepare(point_loop);
   point_loop.watchdog = &run_->watchdog(&sub);
   const CommandRun::AbortTargetScope abort_target(*run_, sub);
@@ -778,7 +846,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   energy.end = run_->gpu_health().MarkEnergy();
   io.Finish();
   if (io_plan_.loader || io_plan_.checkpoints || !io_plan_.resume_dir.empty()) {
-    io.AddToReport(schema::GroupOf(run_->report().root, schema::kIo), point.name, mine);
+    io.AddToReport(io_groups, point.name, mine);
   }
   peak_device_memory_ = std::max(peak_device_memory_, static_cast<double>(transformer->peak_device_memory_bytes()));
   point_state_ = transformer->state_bytes();
@@ -807,6 +875,7 @@ void TrainPhase::Summarise(const std::vector<RunPoint>& runs) {
     schema::Set(train().Child(runs[i].name), schema::point::scaling_efficiency, p.efficiency);
     if (sweep) Print(Format("# storage sweep: --io-throttle %g MB/s per rank", runs[i].throttle_MBps), true);
     for (const std::string& line : PointLines(p, f_.scaling_mode)) Print(line, line.rfind("# k=", 0) == 0);
+    Print(SpreadLine(point_repeats_[i], point_median_[i]), true);
   }
   if (sweep) {
     std::vector<double> rates;
