@@ -315,4 +315,48 @@ expect_error 2 "--collectives goes with exactly one training report" -- \
   "${run_cost[@]}" "$r" "$r" --project 4 --collectives "$work/coll.h5"
 expect_error 2 "unrecognised option '--bogus'" -- "${run_cost[@]}" "$r" --bogus
 
+# --- measured failure rates (--history DIR, --failure-rate measured) --------------------------------------------------
+# history NAME STATUS:NODE_HOURS...: a validate history directory of nights with those statuses and node-hours.
+history() {
+  local dir=$work/$1 i=0; shift
+  rm -rf "$dir"; mkdir "$dir"
+  for night in "$@"; do
+    i=$((i + 1))
+    printf '{"format": "trainbench.history", "version": 1, "run": "n%d.h5", "start_utc": "2026-11-%02dT01:00:00Z", "identity": "train tiny", "values": {}, "texts": {}, "counted": %s, "status": "%s", "node_hours": %s}\n' \
+      "$i" "$i" "$([[ ${night%%:*} == complete ]] && echo true || echo false)" "${night%%:*}" "${night##*:}" >"$dir/n$i.json"
+  done
+}
+# Two failures in 40 node-hours: too few to measure; the assumed MTBF stays, measured or not.
+history few complete:10 failed:10 complete:10 interrupted:10
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --history "$work/few" --failure-rate measured "${h100[@]}"
+expect_out "^# failures: history $work/few: 2 failed or interrupted of 4 runs in 40 node-hours: too few failures to measure a rate \(2 of the 3 needed\); the retry cost takes the price file's MTBF of [0-9.e+-]+ h per node$"
+# Four failures in 100 node-hours: MTBF 25 h per node, shown beside the assumed and, when asked, used.
+history many complete:20 failed:10 failed:10 interrupted:20 failed:20 complete:20
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --history "$work/many" --format json "${h100[@]}"
+cp "$work/out" "$work/assumed.json"
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --history "$work/many" "${h100[@]}"
+expect_out "^# failures: history $work/many: 4 failed or interrupted of 6 runs in 100 node-hours: MTBF 25 h per node measured, against [0-9.e+-]+ h assumed by the price file \(used; --failure-rate measured takes the history's\)$"
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --history "$work/many" --failure-rate measured "${h100[@]}"
+expect_out "^# failures: .*: MTBF 25 h per node measured, used for every offering \(--failure-rate measured\)$"
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --history "$work/many" --failure-rate measured --format json "${h100[@]}"
+checks=$((checks + 1))
+python3 - "$work/assumed.json" "$work/out" <<'EOF' || fail "--failure-rate measured: the decision's fields or the retry cost"
+import json, sys
+assumed, measured = (json.load(open(p))["runs"] for p in sys.argv[1:])
+d = measured[-1]["cost"]["decision"]
+assert d["failure_rate"] == "measured" and d["measured_mtbf_node_hours"] == 25 and d["history_failures"] == 4, d
+assert d["history_node_hours"] == 100 and assumed[-1]["cost"]["decision"]["failure_rate"] == "assumed"
+a, m = assumed[0]["cost"]["rows"][0], measured[0]["cost"]["rows"][0]
+assert m["job_mtbf_hours"] == 25 / m["nodes"], m["job_mtbf_hours"]
+assert m["expected_failures"] > a["expected_failures"] and m["retry_usd"] > a["retry_usd"], (a["retry_usd"], m["retry_usd"])
+EOF
+echo hello >"$work/many/notes.txt"
+expect_error 2 "history '$work/many/notes.txt': not a history entry" -- \
+  "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --history "$work/many" "${h100[@]}"
+expect_error 2 "--failure-rate needs --history|--failure-rate.*--history" -- \
+  "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --failure-rate measured "${h100[@]}"
+expect_error 2 "--history needs --prices|--history.*--prices" -- "${run_cost[@]}" "$r" --project 4 --history "$work/few"
+expect_error 2 "--history '$work/none': not a directory" -- \
+  "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --history "$work/none" "${h100[@]}"
+
 finish cost_cli_tests

@@ -67,7 +67,14 @@ grep -qE '^ +pass +[a-z]+ +train +train.tokens_per_s ' "$work/out" || fail "clea
 checks=$((checks + 1))
 "$tb" validate slow.h5 --history history --policy calm.toml >"$work/out" 2>&1
 [[ $? -eq 3 ]] || fail "throttled run against history: not exit 3: $(tail -5 "$work/out")"
-[[ $(ls history | wc -l) -eq 4 ]] || fail "a failing night was added to history (or d was not)"
+# The failing night is kept (for cost's failure rate), marked as not counted: the expectation stays the 4 passing.
+[[ $(ls history | wc -l) -eq 5 ]] || fail "history holds $(ls history | wc -l) entries, want 5 (4 passing, the failing one)"
+grep -q 'a regression: kept for the failure rate, not for the expectation' "$work/out" || fail "failing night: no history line"
+[[ $(grep -l '"counted": false' history/*.json | wc -l) -eq 1 ]] || fail "want one entry not counted"
+grep -q '"node_hours": [0-9]' history/*.json && grep -q '"status": "complete"' history/*.json || fail "entries lack status or node_hours"
+# a.h5 again: the other 3 passing nights are its expectation (not 4: the failing one is not counted).
+expect_ok "$tb" validate a.h5 --history history --policy wide.toml
+grep -q 'history: median of 3 passing nights' "$work/out" || fail "the failing night joined the expectation: $(grep history "$work/out")"
 
 # --strict: unknown checks (nothing to compare with) are a regression too.
 expect_error_rc() {

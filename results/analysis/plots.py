@@ -309,8 +309,8 @@ def read_comparability(data: Any, path: str, what: str) -> dict[str, Any] | None
     return comparison
 
 
-def read_cost(path: str) -> tuple[list[dict[str, Any]], Any]:
-    """The `cost.rows` of every run (each with its `run`) and the decision's `deadline_hours` of
+def read_cost(path: str) -> tuple[list[dict[str, Any]], Any, list[str]]:
+    """The `cost.rows` of every run (each with its `run`), the decision's `deadline_hours` and its reasons of
     `trainbench cost --format json` (layout: results/README.md, "Output of cost")."""
     data = read_json(path, "cost file")
     tables = cost_tables(data, "rows")
@@ -325,8 +325,11 @@ def read_cost(path: str) -> tuple[list[dict[str, Any]], Any]:
                                    "'total_usd'")
             rows.append({"run": file, **row})
     decisions = cost_tables(data, "decision")
-    deadline = decisions[0][1].get("deadline_hours") if decisions and isinstance(decisions[0][1], dict) else None
-    return rows, deadline
+    decision = decisions[0][1] if decisions and isinstance(decisions[0][1], dict) else {}
+    reasons = [f"{what}: {decision[key]}" for what, key in
+               (("cheapest", "cheapest_reason"), ("fastest", "fastest_reason"), ("deadline", "deadline_reason"))
+               if isinstance(decision.get(key), str)]
+    return rows, decision.get("deadline_hours"), reasons
 
 
 # --- drawing --------------------------------------------------------------------------------------------------------
@@ -494,15 +497,17 @@ def cost_note(row: dict[str, Any]) -> str:
         note += f", {row['time_to_train_hours']:.3g} h"
     if row.get("marks"):
         note += f" [{row['marks']}]"
+    if row.get("dominant_time_part") and is_number(row.get("dominant_time_share")):
+        note += f"; {row['dominant_time_part']} {100 * row['dominant_time_share']:.0f}% of the time"
     return note
 
 
-def cost_section(cost: tuple[list[dict[str, Any]], Any] | None) -> Section:
+def cost_section(cost: tuple[list[dict[str, Any]], Any, list[str]] | None) -> Section:
     title = "Total task cost per configuration"
     if cost is None:
         return Section(title, [], "", missing="No cost file given (pass --cost with the output of "
                                               "`trainbench cost --format json`).")
-    rows, deadline_hours = cost
+    rows, deadline_hours, reasons = cost
     if not rows:
         return Section(title, [], "", missing="The cost file lists no configurations.")
     totals = np.array([float(r["total_usd"]) for r in rows])
@@ -533,7 +538,8 @@ def cost_section(cost: tuple[list[dict[str, Any]], Any] | None) -> Section:
                "checkpoint) × hourly price) + energy (the measured joules per token at the offering's price per "
                "kWh, where both exist); run time from the measured (or projected) throughput and start-up "
                "time for the target. Bars are split into those parts when every row gives them. Marks: cheapest, "
-               "fastest, and deadline = cheapest within the deadline. USD as in the price file.")
+               "fastest, and deadline = cheapest within the deadline. USD as in the price file." +
+               "".join(f" Why {reason}." for reason in reasons))
     return Section(title, [(png_base64(fig), "total task cost per configuration")], caption)
 
 

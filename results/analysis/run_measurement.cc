@@ -97,6 +97,24 @@ double StepWithoutCheckpoints(const Table& steps, const ReportReader& r, const s
   return sum / static_cast<double>(slowest.size());
 }
 
+// Sum of (data_wait + h2d) over sum of step time without checkpoint stalls, every rank's measured steps: the share
+// of the priced step the loop waited for data (the stall budget's data_wait, io/<point> data_wait_share's definition).
+double DataWaitShareOf(const Table& steps, const ReportReader& r, const std::string& where) {
+  namespace c = schema::point::steps;
+  const auto& warmup = r.Column(steps, c::warmup, where);
+  const auto& step_s = r.Column(steps, c::step_s, where);
+  const auto& stall = r.Column(steps, c::checkpoint_stall_s, where);
+  const std::vector<double>* wait = schema::Values(steps, c::data_wait_s);  // each absent in the oldest reports: 0
+  const std::vector<double>* h2d = schema::Values(steps, c::h2d_s);
+  double waited = 0, total = 0;
+  for (size_t i = 0; i < step_s.size(); ++i) {
+    if (warmup[i]) continue;
+    waited += (wait && i < wait->size() ? (*wait)[i] : 0) + (h2d && i < h2d->size() ? (*h2d)[i] : 0);
+    total += step_s[i] - stall[i];
+  }
+  return total > 0 ? waited / total : 0.0;
+}
+
 // Ranks, nodes and the device of the launch (rank 0's GPU, or "cpu").
 void ReadLaunch(const Report& report, const ReportReader& r, const std::map<int64_t, int64_t>& rank_nodes,
                 RunMeasurement& run) {
@@ -169,6 +187,7 @@ MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, cons
   p.train.nodes = layout.nodes;
   p.train.gpus_per_node = layout.gpus_per_node;
   p.train.step_s = StepWithoutCheckpoints(*steps, r, where);
+  p.data_wait_share = DataWaitShareOf(*steps, r, where);
   p.train.comm_total_s = r.Number(group, sp::comm_total_s, where);
   p.train.comm_exposed_s = r.Number(group, sp::comm_exposed_s, where);
   // Tensor parallel's activation all-reduces stay inside the group at any layout: compute base, not gradient sync.

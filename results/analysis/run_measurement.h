@@ -19,6 +19,7 @@ struct MeasuredPoint {
   double step_s_reported = 0;          // the report's step_s (checkpoint stalls included)
   double tokens_per_s_reported = 0;    // the report's tokens_per_s
   int micro_batch = 0;
+  double data_wait_share = 0;          // (data_wait + h2d) / step time without checkpoint stalls, measured steps
   double gather_exposed_s = 0;         // the part of comm_exposed waiting for parameter all-gathers (0 before it)
   std::optional<double> checkpoint_stall_s;  // mean over io/k<N>/checkpoints rows (every rank and event)
   int checkpoint_events = 0;           // rows averaged

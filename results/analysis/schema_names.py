@@ -56,6 +56,7 @@ class config:
     steps = "steps"
     parallel = "parallel"
     tensor_parallel = "tensor_parallel"
+    repeats = "repeats"
 
 
 class topology:
@@ -286,6 +287,8 @@ class train_point:
     energy_J = "energy_J"
     energy_per_step_J = "energy_per_step_J"
     joules_per_token = "joules_per_token"
+    repeats = "repeats"
+    median_repeat = "median_repeat"
 
     class steps:
         table = "steps"
@@ -324,6 +327,27 @@ class train_point:
         p50 = "<kind>_p50"
         p95 = "<kind>_p95"
         p99 = "<kind>_p99"
+
+    class repeats:
+        table = "repeats"
+        repeat = "repeat"
+        tokens_per_s = "tokens_per_s"
+        step_s = "step_s"
+        mfu_peak = "mfu_peak"
+        mfu_measured_gemm = "mfu_measured_gemm"
+        comm_exposed_s = "comm_exposed_s"
+        data_wait_share = "data_wait_share"
+        checkpoint_stall_share = "checkpoint_stall_share"
+        checkpoint_write_GBps = "checkpoint_write_GBps"
+
+    class spread:
+        table = "spread"
+        figure = "figure"
+        count = "count"
+        median = "median"
+        min = "min"
+        max = "max"
+        cv = "cv"
 
 
 class io:

@@ -5,6 +5,7 @@
 // MAD of the last passing nights). Definitions: results/README.md ("Validation").
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -89,7 +90,30 @@ struct HistoryEntry {
   std::string identity;    // what must match for nights to be compared (RunIdentity)
   std::map<std::string, double> values;
   std::map<std::string, std::string> texts;
+  // Every validated night is kept (issue 15): `counted` ones (passing, or --record-anyway) are the expectation of
+  // the nights that follow; all of them give the failure rate (cost --history). Entries from before these fields:
+  // counted, status complete, node_hours unknown.
+  bool counted = true;
+  std::string status = "complete";  // the report's: complete, interrupted, failed
+  double node_hours = NAN;          // nodes x (end_utc - start_utc) / 3600
 };
+
+// Failed and interrupted runs per node-hour over every entry of a history directory with its node-hours known.
+struct FailureHistory {
+  std::string dir;
+  int runs = 0;              // entries with node_hours
+  int failures = 0;          // of them, status failed or interrupted
+  double node_hours = 0;
+  // A rate is measured once at least this many failures are seen (Poisson: relative error 1/sqrt(n), 58% at 3).
+  static constexpr int kMinFailures = 3;
+  bool measured() const { return failures >= kMinFailures && node_hours > 0; }
+  double mtbf_node_hours() const { return failures > 0 ? node_hours / failures : INFINITY; }
+};
+FailureHistory ReadFailureHistory(const std::string& dir);
+
+// Seconds since the epoch of an ISO 8601 UTC time as the reports write it ("2026-12-01T17:35:00Z"); nullopt for
+// anything else.
+std::optional<double> UtcSeconds(const std::string& utc);
 
 // What a run must share with a baseline or a night of history to be compared with it: the command, the model
 // and its shape, the GPU model and count, the ranks and nodes ("train gpt2-124m x12, 8 x NVIDIA H100, 8 ranks on
@@ -132,12 +156,13 @@ Verdict OverallVerdict(const std::vector<Check>& checks);
 // Reads every entry of `dir` (files `*.json` written by AddToHistory). A file that is not one (another name, not
 // JSON, another format) is bad input: InputError naming it. Missing directory: InputError.
 std::vector<HistoryEntry> ReadHistory(const std::string& dir);
-// The entries with `identity`, oldest first, at most the last `nights`.
+// The counted entries with `identity`, oldest first, at most the last `nights`.
 std::vector<HistoryEntry> HistoryOf(const std::vector<HistoryEntry>& all, const std::string& identity, int nights);
-// Writes tonight's entry into `dir` (durably) and removes the oldest entries of the same identity beyond `keep`.
-// Returns the file written, or "" when the directory already holds this run (the same start and identity): a
-// night counts once however often it is validated.
+// Writes tonight's entry into `dir` (durably): counted (it joins the expectation) or not (a regression: kept for the
+// failure rate only), with its status and node-hours; removes the oldest entries of the same identity and kind
+// beyond `keep`. Returns the file written, or "" when the directory already holds this run (the same start and
+// identity): a night counts once however often it is validated.
 std::string AddToHistory(const std::string& dir, const Report& report, const std::string& run_file,
-                         const std::vector<Figure>& figures, int keep);
+                         const std::vector<Figure>& figures, int keep, bool counted = true);
 
 }  // namespace tb

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include <cctype>
+#include <ctime>
 
 #include "durable_file.h"
 #include "error.h"
@@ -44,6 +45,10 @@ HistoryEntry ParseEntry(const std::string& file, const std::string& text) {
     e.identity = doc.at("identity").get<std::string>();
     for (const auto& [key, value] : doc.at("values").items()) e.values[key] = value.is_null() ? NAN : value.get<double>();
     for (const auto& [key, value] : doc.at("texts").items()) e.texts[key] = value.get<std::string>();
+    e.counted = doc.value("counted", true);
+    e.status = doc.value("status", std::string("complete"));
+    const Json hours = doc.value("node_hours", Json());
+    e.node_hours = hours.is_number() ? hours.get<double>() : NAN;
   } catch (const Json::exception& error) {
     Bad(file, std::string("damaged entry: ") + error.what());
   }
@@ -59,7 +64,37 @@ std::string Stamp(const std::string& utc) {
   return stamp.empty() ? "unknown" : stamp;
 }
 
+// Nodes x wall time of the run in hours; NaN when the report lacks its times or nodes.
+double NodeHours(const Report& report) {
+  const std::string* start = schema::Find(&report.root, schema::root::start_utc);
+  const std::string* end = schema::Find(&report.root, schema::root::end_utc);
+  const int64_t* nodes = schema::Find(&report.root, schema::root::n_nodes);
+  if (!start || !end || !nodes) return NAN;
+  const std::optional<double> a = UtcSeconds(*start), b = UtcSeconds(*end);
+  if (!a || !b || *b < *a || *nodes < 1) return NAN;
+  return static_cast<double>(*nodes) * (*b - *a) / 3600.0;
+}
+
 }  // namespace
+
+std::optional<double> UtcSeconds(const std::string& utc) {
+  std::tm tm{};
+  const char* end = strptime(utc.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  return static_cast<double>(timegm(&tm));
+}
+
+FailureHistory ReadFailureHistory(const std::string& dir) {
+  FailureHistory h;
+  h.dir = dir;
+  for (const HistoryEntry& e : ReadHistory(dir)) {
+    if (std::isnan(e.node_hours)) continue;
+    ++h.runs;
+    h.node_hours += e.node_hours;
+    if (e.status == "failed" || e.status == "interrupted") ++h.failures;
+  }
+  return h;
+}
 
 std::vector<HistoryEntry> ReadHistory(const std::string& dir) {
   std::error_code ec;
@@ -82,14 +117,14 @@ std::vector<HistoryEntry> ReadHistory(const std::string& dir) {
 std::vector<HistoryEntry> HistoryOf(const std::vector<HistoryEntry>& all, const std::string& identity, int nights) {
   std::vector<HistoryEntry> mine;
   for (const HistoryEntry& e : all) {
-    if (e.identity == identity) mine.push_back(e);
+    if (e.identity == identity && e.counted) mine.push_back(e);
   }
   if (static_cast<int>(mine.size()) > nights) mine.erase(mine.begin(), mine.end() - nights);
   return mine;
 }
 
 std::string AddToHistory(const std::string& dir, const Report& report, const std::string& run_file,
-                         const std::vector<Figure>& figures, int keep) {
+                         const std::vector<Figure>& figures, int keep, bool counted) {
   const std::string* start = schema::Find(&report.root, schema::root::start_utc);
   const std::string identity = RunIdentity(report);
   for (const HistoryEntry& e : ReadHistory(dir)) {
@@ -101,7 +136,12 @@ std::string AddToHistory(const std::string& dir, const Report& report, const std
               {"start_utc", start ? *start : ""},
               {"identity", identity},
               {"values", Json::object()},
-              {"texts", Json::object()}};
+              {"texts", Json::object()},
+              {"counted", counted}};
+  const std::string* status = schema::Find(&report.root, schema::root::status);
+  doc["status"] = status ? *status : "complete";
+  const double node_hours = NodeHours(report);
+  doc["node_hours"] = std::isfinite(node_hours) ? Json(node_hours) : Json();
   for (const Figure& f : figures) {
     if (f.is_text) {
       doc["texts"][f.key] = f.text;
@@ -113,11 +153,11 @@ std::string AddToHistory(const std::string& dir, const Report& report, const std
   for (int n = 2; fs::exists(path); ++n) path = (fs::path(dir) / (Stamp(start ? *start : "") + "-" + std::to_string(n) + ".json")).string();
   const std::string text = DumpJson(doc) + "\n";
   ReplaceFileDurably(path, text.data(), text.size());
-  // The oldest nights of this configuration beyond `keep` go.
+  // The oldest nights of this configuration and kind (counted or not) beyond `keep` go.
   const std::vector<HistoryEntry> all = ReadHistory(dir);
   std::vector<HistoryEntry> mine;
   for (const HistoryEntry& e : all) {
-    if (e.identity == identity) mine.push_back(e);
+    if (e.identity == identity && e.counted == counted) mine.push_back(e);
   }
   for (size_t i = 0; i + static_cast<size_t>(keep) < mine.size(); ++i) fs::remove(mine[i].file);
   return path;

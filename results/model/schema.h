@@ -772,7 +772,7 @@ inline const std::vector<const Field*> kStoredOnly = {
     &train::measured_gemm, &train::peak_source, &train::mpi_init_s, &train::communicator_init_s,
     &train::memory::rank, &train::memory::peak_host_memory_bytes, &train::memory::peak_device_memory_bytes,
     // Every step's phases: the figures above are computed from them when the run is summarised.
-    &point::steps::rank, &point::steps::data_wait_s, &point::steps::h2d_s, &point::steps::forward_s,
+    &point::steps::rank, &point::steps::forward_s,
     &point::steps::backward_s, &point::steps::comm_total_s, &point::steps::comm_exposed_s,
     &point::steps::comm_gather_exposed_s, &point::steps::comm_activation_s, &point::steps::comm_intra_s, &point::steps::comm_inter_s, &point::steps::optimizer_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
     &point::steps::data_read_MBps, &point::steps::loader_queue_depth, &point::steps::checkpoint_writing,

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "console.h"
 #include "cost.h"
+#include "cost_reasons.h"
 #include "error.h"
 #include "html_report.h"
 #include "log.h"
@@ -29,6 +30,7 @@
 #include "token_shard.h"
 #include "transformer.h"
 #include "units.h"
+#include "validate.h"
 
 namespace tb {
 namespace {
@@ -81,6 +83,8 @@ struct CostFlags {
   std::string collectives;
   std::string device_as;
   bool require_comparable = false;
+  std::string history;
+  std::string failure_rate = "assumed";
   std::string model;
   int layers = 0;
   int micro_batch = 0;
@@ -115,6 +119,12 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
       ("require-comparable", po::bool_switch(&f.require_comparable),
        "exit 2 when the runs differ in a variable a fair comparison holds fixed (model, data, versions, batch shape, "
        "steps, ...)")
+      ("history", po::value(&f.history),
+       "a validate --history directory of nightly runs: their failed and interrupted runs per node-hour, shown "
+       "beside the offerings' MTBF")
+      ("failure-rate", Choice(&f.failure_rate, {"assumed", "measured"})->default_value(f.failure_rate),
+       "the retry cost's failure rate: the price file's MTBF (assumed) or --history's (measured, once it has seen "
+       "3 failures; every offering takes it)")
       ("model", po::value(&f.model), "memory fit of this model (a preset name)")
       ("layers", Number(&f.layers, IntRange::Between(1, 4096)), "with --model: this many layers of its shape")
       ("micro-batch", Number(&f.micro_batch, IntRange::AtLeast(1)), "with --model: sequences per GPU per step (1)")
@@ -133,7 +143,8 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
       ("help,h", "show this help");
   std::vector<FlagRule> rules = {Excludes("train-tokens", "train-steps"), Needs("deadline-hours", "prices"),
                                  Needs("collectives", "project"), Needs("gpus-per-node", "project"),
-                                 Needs("inter-node-gbps", "project"), Needs("inter-node-latency-us", "project")};
+                                 Needs("inter-node-gbps", "project"), Needs("inter-node-latency-us", "project"),
+                                 Needs("history", "prices"), Needs("failure-rate", "history")};
   for (const char* flag : {"layers", "micro-batch", "seq", "gpu-memory", "parallel", "ranks", "tensor-parallel"}) {
     rules.push_back(Needs(flag, "model"));
   }
@@ -415,23 +426,39 @@ std::string CommReason(const Config& config, const RunAnalysis& a) {
   return reason;
 }
 
+// What the reasons need of each row (cost_reasons.h).
+std::vector<PricedConfig> PricedConfigs(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs) {
+  std::vector<PricedConfig> priced;
+  for (const CostRow& r : rows) {
+    const RunAnalysis& a = runs[r.config.run];
+    priced.push_back({RowName(r, runs), RunName(a) + " " + r.config.label,
+                      r.config.step_s > 0 ? r.config.exposed_s / r.config.step_s : 0.0,
+                      a.m.points[a.priced].data_wait_share, r.config.layout.nodes, r.cost});
+  }
+  return priced;
+}
+
 std::vector<std::string> DecisionLines(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs,
-                                       const CostDecision& d, std::optional<double> deadline) {
+                                       const CostDecision& d, std::optional<double> deadline,
+                                       const DecisionReasons& reasons) {
   std::vector<std::string> lines;
-  auto describe = [&](size_t i) {
+  const std::vector<PricedConfig> priced = PricedConfigs(rows, runs);
+  auto describe = [&](size_t i, const std::string& reason) {
     const CostRow& r = rows[i];
     return RowName(r, runs) + ": " + Usd(r.cost.total_usd) +
            (r.total_usd_low ? " (" + Usd(*r.total_usd_low) + "-" + Usd(*r.total_usd_high) + " over the repeats)"
                             : std::string(" (1 run: spread unknown)")) +
            Format(", %.1f h to train, $%.4f per 1M tokens", rows[i].cost.time_to_train_hours,
                   rows[i].cost.usd_per_million_tokens) +
-           "; " + CommReason(rows[i].config, runs[rows[i].config.run]);
+           "; " + CommReason(rows[i].config, runs[rows[i].config.run]) + "; " + DominantText(priced[i]) +
+           "; why: " + reason;
   };
-  if (d.cheapest) lines.push_back("# cheapest: " + describe(*d.cheapest));
-  if (d.fastest) lines.push_back("# fastest: " + describe(*d.fastest));
+  if (d.cheapest) lines.push_back("# cheapest: " + describe(*d.cheapest, reasons.cheapest));
+  if (d.fastest) lines.push_back("# fastest: " + describe(*d.fastest, reasons.fastest));
   if (deadline) {
     lines.push_back(d.cheapest_within_deadline
-                        ? Format("# cheapest within %g h: ", *deadline) + describe(*d.cheapest_within_deadline)
+                        ? Format("# cheapest within %g h: ", *deadline) +
+                              describe(*d.cheapest_within_deadline, reasons.deadline)
                         : Format("# none meets the deadline of %g h (the fastest takes %.1f h)", *deadline,
                                  rows[*d.fastest].cost.time_to_train_hours));
   }
@@ -605,6 +632,9 @@ struct CostRun {
   std::vector<std::pair<std::string, double>> memory_targets;  // --model's fit: --gpu-memory and each offering's GPU
   std::optional<MemoryCheck> model_memory;
   std::optional<Comparison> comparison;  // several runs
+  DecisionReasons reasons;
+  std::optional<FailureHistory> failures;  // --history
+  bool measured_failures = false;          // --failure-rate measured, and the history measured a rate
 };
 
 // That there is something to compute, and the files each computation needs.
@@ -663,6 +693,13 @@ CostPlan PlanCost(const CostFlags& f, const po::variables_map& given) {
 // The price file, the --collectives sweep and every report, analysed.
 void ReadCostInputs(const CostFlags& f, CostRun& c) {
   if (!f.prices.empty()) c.prices = ReadPriceFile(f.prices);
+  if (!f.history.empty()) {
+    c.failures = ReadFailureHistory(f.history);
+    c.measured_failures = f.failure_rate == "measured" && c.failures->measured();
+    if (c.measured_failures) {
+      for (Offering& offering : c.prices->offerings) offering.mtbf_node_hours = c.failures->mtbf_node_hours();
+    }
+  }
   std::vector<AllReduceSample> extra_samples;
   if (!f.collectives.empty()) extra_samples = ReadAllReduceSamples(ReadReport(f.collectives), f.collectives);
   std::vector<Report> reports;
@@ -768,6 +805,7 @@ void DecideCost(const CostFlags& f, CostRun& c) {
   std::vector<CostBreakdown> costs;
   for (const CostRow& r : c.rows) costs.push_back(r.cost);
   c.decision = Decide(costs, c.plan.deadline);
+  c.reasons = ExplainDecision(PricedConfigs(c.rows, c.runs), c.decision, c.plan.deadline);
   if (c.plan.gpu_memory) c.memory_targets.push_back({"--gpu-memory " + f.gpu_memory, *c.plan.gpu_memory});
   if (c.prices) {
     for (const Offering& o : c.prices->offerings) {
@@ -888,7 +926,7 @@ ViewTable PointsTable(const RunAnalysis& a) {
   return t.Take();
 }
 
-void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks) {
+void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks, const PricedConfig& priced) {
   const CostBreakdown& c = r.cost;
   t.Row().Add("config", "", r.config.label).Add("projected", "", Flag(r.config.projected))
       .Add("offering", "", r.offering->name).Add("gpu", "", r.offering->gpu).Add("gpus", "", Int(r.inputs.gpus))
@@ -915,15 +953,48 @@ void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks) {
       .Add("memory_required_bytes", "B", r.memory.required_bytes)
       .Add("memory_margin_bytes", "B", r.memory.margin_bytes).Add("memory_fits", "", Flag(r.memory.fits))
       .Add("marks", "", marks);
+  // Where the training time and the cost go (cost_reasons.h): every share, and the largest of each.
+  const std::vector<Share> time = TimeShares(priced), cost = CostShares(r.cost);
+  const char* time_keys[] = {"time_compute_share", "time_exposed_comm_share", "time_data_wait_share",
+                             "time_checkpoint_stall_share"};
+  for (size_t i = 0; i < time.size(); ++i) t.Add(time_keys[i], "fraction", time[i].fraction);
+  t.Add("exposed_comm_link", "", priced.nodes > 1 ? "inter-node" : "intra-node")
+      .Add("dominant_time_part", "", Dominant(time).part).Add("dominant_time_share", "fraction", Dominant(time).fraction)
+      .Add("dominant_cost_part", "", Dominant(cost).part).Add("dominant_cost_share", "fraction", Dominant(cost).fraction);
 }
 
 // cost.rows of run `run`: its configurations on every offering of its GPU model, with the decision's marks.
 ViewTable RowsTable(const CostRun& c, size_t run) {
   TableBuilder t("rows", "cost per configuration and offering", false);
+  const std::vector<PricedConfig> priced = PricedConfigs(c.rows, c.runs);
   for (size_t i = 0; i < c.rows.size(); ++i) {
-    if (c.rows[i].config.run == run) AddCostRow(t, c.rows[i], Marks(i, c.decision));
+    if (c.rows[i].config.run == run) AddCostRow(t, c.rows[i], Marks(i, c.decision), priced[i]);
   }
   return t.Take();
+}
+
+// What --history measured of failures, beside what the price file assumes, and which the retry cost takes.
+std::string FailureLine(const FailureHistory& h, bool used, const std::vector<Offering>& offerings) {
+  double low = INFINITY, high = 0;
+  for (const Offering& o : offerings) {
+    low = std::min(low, o.mtbf_node_hours);
+    high = std::max(high, o.mtbf_node_hours);
+  }
+  const std::string seen = Format("# failures: history %s: %d failed or interrupted of %d runs in %.4g node-hours",
+                                  h.dir.c_str(), h.failures, h.runs, h.node_hours);
+  if (used) {
+    return seen + Format(": MTBF %.4g h per node measured, used for every offering (--failure-rate measured)",
+                         h.mtbf_node_hours());
+  }
+  const std::string assumed = low == high ? Format("%.4g h", low) : Format("%.4g-%.4g h", low, high);
+  if (!h.measured()) {
+    return seen + Format(": too few failures to measure a rate (%d of the %d needed); the retry cost takes the "
+                         "price file's MTBF of %s per node",
+                         h.failures, FailureHistory::kMinFailures, assumed.c_str());
+  }
+  return seen + Format(": MTBF %.4g h per node measured, against %s assumed by the price file (used; "
+                       "--failure-rate measured takes the history's)",
+                       h.mtbf_node_hours(), assumed.c_str());
 }
 
 // cost.decision: the target and the rows that win (named as in the text), and the runs left unpriced.
@@ -936,7 +1007,16 @@ ViewTable DecisionTable(const CostRun& c) {
       .Add("deadline_hours", "h", Opt(c.plan.deadline)).Add("cheapest", "", name(d.cheapest))
       .Add("fastest", "", name(d.fastest)).Add("cheapest_within_deadline", "", name(d.cheapest_within_deadline))
       .Add("deadline_met", "", c.plan.deadline ? Flag(d.cheapest_within_deadline.has_value()) : Cell())
-      .Add("unpriced", "", c.notes.empty() ? Cell() : Cell(JoinNames(c.notes, "; ")));
+      .Add("unpriced", "", c.notes.empty() ? Cell() : Cell(JoinNames(c.notes, "; ")))
+      .Add("cheapest_reason", "", d.cheapest ? Cell(c.reasons.cheapest) : Cell())
+      .Add("fastest_reason", "", d.fastest ? Cell(c.reasons.fastest) : Cell())
+      .Add("deadline_reason", "", d.cheapest_within_deadline ? Cell(c.reasons.deadline) : Cell())
+      .Add("failure_rate", "", c.measured_failures ? "measured" : "assumed")
+      .Add("history_runs", "", c.failures ? Int(c.failures->runs) : Cell())
+      .Add("history_failures", "", c.failures ? Int(c.failures->failures) : Cell())
+      .Add("history_node_hours", "h", c.failures ? Cell(c.failures->node_hours) : Cell())
+      .Add("measured_mtbf_node_hours", "h",
+           c.failures && c.failures->measured() ? Cell(c.failures->mtbf_node_hours()) : Cell());
   return t.Take();
 }
 
@@ -987,6 +1067,10 @@ void PrintCostText(const CostRun& c) {
     Print("#");
     for (const std::string& line : ComparisonLines(*c.comparison)) Print(line);
   }
+  if (c.failures) {
+    Print("#");
+    Print(FailureLine(*c.failures, c.measured_failures, c.prices->offerings));
+  }
   for (const RunAnalysis& a : c.runs) {
     Print("#");
     for (const std::string& line : RunLines(a, c.prices)) Print(line);
@@ -1009,7 +1093,7 @@ void PrintCostText(const CostRun& c) {
                c.model_memory ? "the --model checked" : "each run's model as run"));
   PrintCostTable(c.rows, c.runs, c.decision);
   for (const std::string& note : c.notes) Print("# " + note);
-  for (const std::string& line : DecisionLines(c.rows, c.runs, c.decision, p.deadline)) Print(line, true);
+  for (const std::string& line : DecisionLines(c.rows, c.runs, c.decision, p.deadline, c.reasons)) Print(line, true);
 }
 
 }  // namespace

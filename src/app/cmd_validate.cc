@@ -37,13 +37,13 @@ bool ParseValidateFlags(const std::vector<std::string>& args, ValidateFlags& f) 
   po::options_description options("validate options");
   options.add_options()
       ("baseline", po::value(&f.baseline), "a known-good report of the same configuration to compare with")
-      ("history", po::value(&f.history), "directory of passing nights: expectations from them, tonight added when it passes")
+      ("history", po::value(&f.history), "directory of nights: expectations from the passing ones; tonight added (a regression: for cost's failure rate only)")
       ("policy", po::value(&f.policy), "policy file (TOML): tolerances, straggler rule, thresholds per GPU model")
       ("json", po::value(&f.json), "also write the checks as JSON (report's export layout) to this file")
       ("junit", po::value(&f.junit), "also write JUnit XML (a testsuite per check family) to this file")
       ("prometheus", po::value(&f.prometheus), "also write a Prometheus textfile (node_exporter) to this file")
       ("strict", po::bool_switch(&f.strict), "exit 3 on warnings and unknown checks too")
-      ("record-anyway", po::bool_switch(&f.record_anyway), "add tonight to --history even when it failed")
+      ("record-anyway", po::bool_switch(&f.record_anyway), "count tonight in --history's expectation even when it failed")
       ("history-keep", Number(&f.history_keep, IntRange::Between(1, 100000))->default_value(f.history_keep),
        "nights of this configuration --history keeps")
       ("help,h", "show this help");
@@ -121,11 +121,16 @@ int RunValidateCommand(const CommandInput& input) {
   if (!f.prometheus.empty()) WriteOutput(f.prometheus, PrometheusText(file, run.report, checks));
   const Verdict verdict = OverallVerdict(checks);
   const bool regression = verdict == Verdict::kFail || (f.strict && verdict != Verdict::kPass);
-  if (!f.history.empty() && (!regression || f.record_anyway)) {
-    const std::string entry = AddToHistory(f.history, run.report, file, ExtractFigures(run.report), f.history_keep);
+  if (!f.history.empty()) {
+    // Every night is kept, for the failure rate (cost --history); only passing ones (or --record-anyway) become
+    // the expectation of the nights that follow.
+    const bool counted = !regression || f.record_anyway;
+    const std::string entry =
+        AddToHistory(f.history, run.report, file, ExtractFigures(run.report), f.history_keep, counted);
     Print(entry.empty() ? "# history: this run is already in " + f.history
                         : "# history: added " + entry + " (" + std::to_string(run.inputs.history.size()) +
-                              " earlier nights of this configuration)",
+                              " earlier nights of this configuration)" +
+                              (counted ? "" : "; a regression: kept for the failure rate, not for the expectation"),
           true);
   }
   Print(std::string("# verdict: ") + VerdictName(verdict) + (regression ? " (exit 3)" : ""), true);
