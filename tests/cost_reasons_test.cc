@@ -70,10 +70,10 @@ TEST(CostReasons, TheLoserIsNamedWithThePartItSpendsMoreOn) {
   const PricedConfig cheaper = Config("1x8 on lambda", "run 1x8", 1, 0.04, 0, 10, 0, 240, 23.92);
   EXPECT_EQ(WhyBeats(cheaper, dearer),
             "1x8 on aws loses on price: $98.32 vs $23.92 per job-hour for the same measurement");
-  // Shares within a point of each other: the GPU time the work takes.
+  // Shares within a point of each other: the work itself, its hours and their price.
   const PricedConfig slower = Config("k4 on x", "other 1x4", 1, 0.045, 0, 20, 0, 200, 50);
   EXPECT_EQ(WhyBeats(nvlink, slower),
-            "k4 on x loses on GPU time: 20 job-hours of work at $50.00 per hour vs 10 at $100.00");
+            "k4 on x loses on the work itself: 20 h of it at $50.00 per hour vs 10 h at $100.00");
 }
 
 TEST(CostReasons, TheRunnerUpIsAnotherLayoutWhenThereIsOne) {
@@ -90,6 +90,14 @@ TEST(CostReasons, TheRunnerUpIsAnotherLayoutWhenThereIsOne) {
   EXPECT_EQ(why.fastest, why.cheapest);
   // Within 11 h only the 1x8 rows train: the same layout on aws is the runner-up.
   EXPECT_EQ(why.deadline, "1x8 on aws loses on price: $15.00 vs $10.00 per job-hour for the same measurement");
+  // A runner-up within 1% of the winner's total is called a near tie first.
+  const std::vector<PricedConfig> tie = {Config("4x8 on lambda", "r 4x8", 4, 0.15, 0, 1.45, 0, 139.30, 95.68),
+                                         Config("2x8 on lambda", "r 2x8", 2, 0.15, 0, 2.9, 0, 139.40, 47.84)};
+  CostDecision first;
+  first.cheapest = 0;
+  EXPECT_EQ(ExplainDecision(tie, first, std::nullopt).cheapest,
+            "a near tie, within 1% ($139.30 vs $139.40): 2x8 on lambda loses on the work itself: 2.9 h of it at "
+            "$47.84 per hour vs 1.45 h at $95.68");
   const DecisionReasons alone = ExplainDecision({rows[0]}, d, 11.0);
   EXPECT_EQ(alone.cheapest, "the only configuration priced");
   EXPECT_EQ(alone.deadline, "the only configuration within the deadline");

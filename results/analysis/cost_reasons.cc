@@ -8,7 +8,8 @@
 namespace tb {
 namespace {
 
-constexpr double kMinGap = 0.01;  // a part of the training time must differ by 1 point to be the reason
+constexpr double kMinGap = 0.01;   // a part of the training time must differ by 1 point to be the reason
+constexpr double kNearTie = 0.01;  // a runner-up within 1% of the winner is a near tie, and said to be
 
 double Percent(double fraction) { return 100 * fraction; }
 
@@ -25,10 +26,23 @@ std::optional<size_t> RunnerUp(const std::vector<PricedConfig>& rows, size_t win
   return other_layout ? other_layout : same_layout;
 }
 
+// What a decision compares: the total cost or the time to train, and how to write it.
+struct Criterion {
+  std::function<double(const PricedConfig&)> value;
+  std::function<std::string(double)> text;  // "$139.30", "1.45 h"
+};
+
 std::string Reason(const std::vector<PricedConfig>& rows, size_t winner, const std::function<bool(size_t)>& eligible,
-                   const std::function<bool(size_t, size_t)>& before, const std::string& alone) {
+                   const Criterion& criterion, const std::string& alone) {
+  const auto before = [&](size_t a, size_t b) { return criterion.value(rows[a]) < criterion.value(rows[b]); };
   const std::optional<size_t> other = RunnerUp(rows, winner, eligible, before);
-  return other ? WhyBeats(rows[winner], rows[*other]) : alone;
+  if (!other) return alone;
+  const double mine = criterion.value(rows[winner]), theirs = criterion.value(rows[*other]);
+  std::string reason = WhyBeats(rows[winner], rows[*other]);
+  if (theirs - mine <= kNearTie * mine) {
+    reason = "a near tie, within 1% (" + criterion.text(mine) + " vs " + criterion.text(theirs) + "): " + reason;
+  }
+  return reason;
 }
 
 }  // namespace
@@ -81,7 +95,7 @@ std::string WhyBeats(const PricedConfig& winner, const PricedConfig& other) {
     return Format("%s loses on %s: %.0f%% of the training time vs %.0f%%", other.name.c_str(),
                   theirs[worst].part.c_str(), Percent(theirs[worst].fraction), Percent(mine[worst].fraction));
   }
-  return Format("%s loses on GPU time: %.3g job-hours of work at $%.2f per hour vs %.3g at $%.2f", other.name.c_str(),
+  return Format("%s loses on the work itself: %.3g h of it at $%.2f per hour vs %.3g h at $%.2f", other.name.c_str(),
                 other.cost.work_hours, other.cost.job_usd_per_hour, winner.cost.work_hours,
                 winner.cost.job_usd_per_hour);
 }
@@ -90,10 +104,10 @@ DecisionReasons ExplainDecision(const std::vector<PricedConfig>& rows, const Cos
                                 std::optional<double> deadline_hours) {
   DecisionReasons reasons;
   const auto any = [](size_t) { return true; };
-  const auto cheaper = [&](size_t a, size_t b) { return rows[a].cost.total_usd < rows[b].cost.total_usd; };
-  const auto faster = [&](size_t a, size_t b) {
-    return rows[a].cost.time_to_train_hours < rows[b].cost.time_to_train_hours;
-  };
+  const Criterion cheaper{[](const PricedConfig& p) { return p.cost.total_usd; },
+                          [](double usd) { return Format("$%.2f", usd); }};
+  const Criterion faster{[](const PricedConfig& p) { return p.cost.time_to_train_hours; },
+                         [](double hours) { return Format("%.3g h", hours); }};
   if (d.cheapest) reasons.cheapest = Reason(rows, *d.cheapest, any, cheaper, "the only configuration priced");
   if (d.fastest) reasons.fastest = Reason(rows, *d.fastest, any, faster, "the only configuration priced");
   if (d.cheapest_within_deadline && deadline_hours) {

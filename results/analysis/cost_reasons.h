@@ -40,14 +40,15 @@ std::string DominantText(const PricedConfig& config);
 
 // Why `winner` beats `other`: the same configuration on another offering loses on its price per job-hour;
 // otherwise on the non-compute part of the training time where it spends the most more (at least 1 point of the
-// training time), else on throughput for the price.
+// training time), else on the work itself (its hours at its price per hour).
 std::string WhyBeats(const PricedConfig& winner, const PricedConfig& other);
 
 struct DecisionReasons {
   std::string cheapest, fastest, deadline;  // "" where the decision has none
 };
 // The runner-up of each decision: the next configuration by the decision's order (total cost; time to train; total
-// among those within the deadline), another layout when there is one, else the same one on another offering.
+// among those within the deadline), another layout when there is one, else the same one on another offering. A
+// runner-up within 1% of the winner is called a near tie before the reason.
 DecisionReasons ExplainDecision(const std::vector<PricedConfig>& rows, const CostDecision& decision,
                                 std::optional<double> deadline_hours);
 
