@@ -23,6 +23,12 @@ expect_ok() {
   timeout 300 "$@" >"$work/out" 2>"$work/err" || fail "$* -> exit $?; stderr: $(tail -5 "$work/err")"
 }
 
+# expect_out PATTERN: the last command's stdout ($work/out) has a line matching the extended regex.
+expect_out() {
+  checks=$((checks + 1))
+  grep -qE -- "$1" "$work/out" || fail "stdout lacks /$1/: $(head -c 3000 "$work/out")"
+}
+
 # expect_error_unchanged CODE PATTERN FILE -- COMMAND...: expect_error, and FILE (an input) byte for byte as before.
 expect_error_unchanged() {
   local code=$1 pattern=$2 file=$3; shift 4

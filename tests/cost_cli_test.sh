@@ -11,12 +11,6 @@ export OPENBLAS_NUM_THREADS=1
 prices=$(cd "$(dirname "${BASH_SOURCE[0]}")/../launch" && pwd)/prices.example.toml
 h100=(--device-as "H100 SXM")  # the runs here are on CPUs: price them as H100 SXM nodes
 
-# expect_out PATTERN: the last command's stdout matches PATTERN.
-expect_out() {
-  checks=$((checks + 1))
-  grep -qE -- "$1" "$work/out" || fail "stdout lacks /$1/: $(head -c 3000 "$work/out")"
-}
-
 # --- real reports --------------------------------------------------------------------------------------------------
 small=(--model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --steps 3 --scaling 1,2)
 expect_ok "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" -o "$work/train.h5"
