@@ -73,19 +73,6 @@ std::pair<size_t, size_t> LocalBufferElements(const ModelConfig& config, int ten
   return {resolved.capacity, resolved.elements()};
 }
 
-// The shards of `whole` (the local elements) that fsdp gives this rank, into the sharded buffer `store` (the padding
-// zero).
-void CopyFsdpShards(const FsdpLayout& fsdp, const float* whole, float* store) {
-  std::fill(store, store + fsdp.store_elements, 0.0f);
-  for (size_t u = 0; u < fsdp.units.size(); ++u) {
-    const OptimizerShard& shard = fsdp.shards[u].shard;
-    if (shard.end > shard.begin) {
-      std::copy(whole + fsdp.units[u].begin + shard.begin, whole + fsdp.units[u].begin + shard.end,
-                store + fsdp.shards[u].store);
-    }
-  }
-}
-
 class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelStats {
  public:
   CpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed, Communicator& tp, const OptimizerShard& shard,
@@ -118,7 +105,11 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
     for (const TensorParallelStretch& s : TensorParallelStretches(config_, dims_.tp, dims_.rank)) {
       InitializeParameterRange(config_, full, seed, s.full, s.full + s.count, local + s.local);
     }
-    if (fsdp.enabled()) CopyFsdpShards(fsdp_, whole.data(), params_.data());
+    if (fsdp.enabled()) {  // the shards of `whole` (the local elements) that fsdp gives this rank
+      FillFsdpShards(fsdp_, params_.data(), [&](size_t begin, size_t end, float* dest) {
+        std::copy(whole.data() + begin, whole.data() + end, dest);
+      });
+    }
   }
 
   const OptimizerShard& optimizer_shard() const override { return shard_; }

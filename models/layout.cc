@@ -321,16 +321,21 @@ void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlo
 }
 
 
-void InitializeFsdpShards(const ModelConfig& config, const std::vector<TensorSlot>& layout, const FsdpLayout& fsdp,
-                          uint64_t seed, float* store) {
+void FillFsdpShards(const FsdpLayout& fsdp, float* store, const std::function<void(size_t, size_t, float*)>& fill) {
   std::fill(store, store + fsdp.store_elements, 0.0f);
   for (size_t u = 0; u < fsdp.units.size(); ++u) {
     const OptimizerShard& shard = fsdp.shards[u].shard;
     if (shard.end > shard.begin) {
-      InitializeParameterRange(config, layout, seed, fsdp.units[u].begin + shard.begin,
-                               fsdp.units[u].begin + shard.end, store + fsdp.shards[u].store);
+      fill(fsdp.units[u].begin + shard.begin, fsdp.units[u].begin + shard.end, store + fsdp.shards[u].store);
     }
   }
+}
+
+void InitializeFsdpShards(const ModelConfig& config, const std::vector<TensorSlot>& layout, const FsdpLayout& fsdp,
+                          uint64_t seed, float* store) {
+  FillFsdpShards(fsdp, store, [&](size_t begin, size_t end, float* dest) {
+    InitializeParameterRange(config, layout, seed, begin, end, dest);
+  });
 }
 
 void CheckBatchShape(const ModelConfig& config, int batch, int seq) {

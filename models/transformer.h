@@ -291,6 +291,11 @@ void InitializeParameters(const ModelConfig& config, const std::vector<TensorSlo
 void InitializeParameterRange(const ModelConfig& config, const std::vector<TensorSlot>& layout, uint64_t seed,
                               size_t begin, size_t end, float* out);
 
+// Walks this rank's FSDP shard of every unit: `store` (fsdp.store_elements) is zeroed (the padding stays so), then
+// fill(begin, end, dest) is called for each unit's non-empty shard, [begin, end) in whole-buffer elements, dest its
+// place in `store`.
+void FillFsdpShards(const FsdpLayout& fsdp, float* store, const std::function<void(size_t, size_t, float*)>& fill);
+
 // This rank's FSDP shards of the same initial parameters into the sharded buffer `store` (fsdp.store_elements;
 // the padding zero).
 void InitializeFsdpShards(const ModelConfig& config, const std::vector<TensorSlot>& layout, const FsdpLayout& fsdp,

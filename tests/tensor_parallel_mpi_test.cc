@@ -262,6 +262,19 @@ TEST_P(TensorParallel, OneStepAllReducesWhatTheFormulaSays) {
 // tensor-parallel group draws the same synthetic batch), against the full model in the same loop. The losses track
 // within 1e-4 as in AdamWStepsTrackTheFullModel; each step's activation all-reduces are taken through
 // Transformer::TakeActivationComm: the formula's elements in fp32 bytes, their time counted as exposed communication.
+
+// The loop both training tests run: kBatch x kSeq, small buckets, a learning rate that moves the weights.
+TrainLoopOptions SmallLoop(int steps, int warmup_steps) {
+  TrainLoopOptions o;
+  o.micro_batch = kBatch;
+  o.seq = kSeq;
+  o.steps = steps;
+  o.warmup_steps = warmup_steps;
+  o.bucket_mb = 0.01;
+  o.adamw.learning_rate = 1e-2f;
+  return o;
+}
+
 TEST_P(TensorParallel, TrainLoopTakesTheActivationAllReduces) {
   auto world = MakeMpiCommunicator(MPI_COMM_WORLD);
   std::unique_ptr<Communicator> alone = world->Split(world->rank(), 0);
@@ -269,13 +282,7 @@ TEST_P(TensorParallel, TrainLoopTakesTheActivationAllReduces) {
   auto full = MakeCpuTransformer(config, 7);
   auto tp = MakeCpuTensorParallelTransformer(config, 7, *world);
   EXPECT_EQ(tp->tensor_parallel(), world->size());
-  TrainLoopOptions o;
-  o.micro_batch = kBatch;
-  o.seq = kSeq;
-  o.steps = 2;
-  o.warmup_steps = 1;
-  o.bucket_mb = 0.01;
-  o.adamw.learning_rate = 1e-2f;
+  const TrainLoopOptions o = SmallLoop(2, 1);
   const std::vector<StepRecord> expected = RunTrainingSteps(*alone, *full, o);
   const std::vector<StepRecord> steps = RunTrainingSteps(*alone, *tp, o);
   ASSERT_EQ(steps.size(), expected.size());
@@ -318,13 +325,7 @@ TEST_P(TensorParallel, FsdpAcrossGroupsGivesDpsLosses) {
   std::unique_ptr<Communicator> dp = world->Split(world->rank() % t, world->rank());
   const ModelConfig config = Model();
   const std::vector<TensorSlot> local = TensorParallelLayout(config, t);
-  TrainLoopOptions o;
-  o.micro_batch = kBatch;
-  o.seq = kSeq;
-  o.steps = 3;
-  o.warmup_steps = 0;
-  o.bucket_mb = 0.01;
-  o.adamw.learning_rate = 1e-2f;
+  TrainLoopOptions o = SmallLoop(3, 0);
   auto dense = MakeCpuTensorParallelTransformer(config, 7, *tp);
   const std::vector<StepRecord> expected = RunTrainingSteps(*dp, *dense, o);
   for (bool overlap : {true, false}) {
