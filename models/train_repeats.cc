@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <numeric>
 #include <stdexcept>
 
+#include "checkpoint_table.h"
 #include "console.h"
 #include "schema.h"
 
@@ -42,34 +42,10 @@ const FigureSpec& FigureNamed(const std::string& name) {
   throw std::invalid_argument("no repeat figure named " + name);
 }
 
-// Every checkpoint's bytes over the sum of each checkpoint's slowest slice write (the slices are written at once).
-double CheckpointWriteRate(const Group* io_point) {
-  const Table* table = sc::FindTable(io_point, sc::io_point::kCheckpoints);
-  if (table == nullptr) return std::nan("");
-  namespace c = sc::io_point::checkpoints;
-  const auto* step = sc::Values(*table, c::step);
-  const auto* bytes = sc::Values(*table, c::bytes);
-  const auto* write_s = sc::Values(*table, c::write_s);
-  if (!step || !bytes || !write_s || step->empty()) return std::nan("");
-  std::map<int64_t, double> slowest;
-  double total_bytes = 0;
-  for (size_t i = 0; i < step->size(); ++i) {
-    total_bytes += static_cast<double>((*bytes)[i]);
-    double& s = slowest[(*step)[i]];
-    s = std::max(s, (*write_s)[i]);
-  }
-  double seconds = 0;
-  for (const auto& [index, s] : slowest) seconds += s;
-  return seconds > 0 ? total_bytes / seconds / 1e9 : std::nan("");
-}
-
 }  // namespace
 
 RepeatFigures FiguresOf(const ScalingPoint& point, const std::vector<RankSteps>& ranks, const Group* io_point) {
-  StepTotals totals;
-  for (const RankSteps& rank : ranks) {
-    for (const StepRecord& record : rank.steps) totals.Add(record);
-  }
+  const StepTotals totals = TotalsOf(ranks);
   RepeatFigures f;
   f.tokens_per_s = point.tokens_per_s;
   f.step_s = point.step_s;
@@ -78,7 +54,8 @@ RepeatFigures FiguresOf(const ScalingPoint& point, const std::vector<RankSteps>&
   f.comm_exposed_s = point.comm_exposed_s;
   f.data_wait_share = totals.data_wait_share();
   f.checkpoint_stall_share = totals.checkpoint_stall_share();
-  f.checkpoint_write_GBps = CheckpointWriteRate(io_point);
+  const Table* checkpoints = sc::FindTable(io_point, sc::io_point::kCheckpoints);
+  f.checkpoint_write_GBps = checkpoints ? CheckpointWriteGBps(*checkpoints) : std::nan("");
   return f;
 }
 

@@ -91,12 +91,12 @@ StepTotals& StepTotals::operator+=(const StepTotals& other) {
 double StepTotals::data_wait_share() const { return ShareOf(data_wait_s, step_s); }
 double StepTotals::checkpoint_stall_share() const { return ShareOf(checkpoint_stall_s, step_s); }
 
-double DataWaitShare(const std::vector<RankSteps>& ranks) {
+StepTotals TotalsOf(const std::vector<RankSteps>& ranks) {
   StepTotals totals;
   for (const RankSteps& rank : ranks) {
     for (const StepRecord& r : rank.steps) totals.Add(r);
   }
-  return totals.data_wait_share();
+  return totals;
 }
 
 double Percentile(std::vector<double> values, double q) {

@@ -36,8 +36,8 @@ struct StepTotals {
   double checkpoint_stall_share() const;
 };
 
-// The data_wait share over every rank's measured steps (StepTotals of all of them).
-double DataWaitShare(const std::vector<RankSteps>& ranks);
+// The totals of every rank's measured steps.
+StepTotals TotalsOf(const std::vector<RankSteps>& ranks);
 
 struct Percentiles {
   double p50 = 0, p95 = 0, p99 = 0;

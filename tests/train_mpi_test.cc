@@ -325,8 +325,8 @@ TEST(TrainSummary, ThroughputMfuOverlapAndBudgetByHand) {
   // data_wait share: (data_wait + h2d) over step time of every rank's measured steps, warm-up left out.
   ranks[1].steps[1].h2d_s = 0.1;
   EXPECT_DOUBLE_EQ(DataWaitOf(ranks[1].steps[1]), 0.15);
-  EXPECT_DOUBLE_EQ(DataWaitShare(ranks), (4 * 0.05 + 0.1) / (2 * 1.0 + 2 * 3.0));
-  EXPECT_TRUE(std::isnan(DataWaitShare({})));
+  EXPECT_DOUBLE_EQ(TotalsOf(ranks).data_wait_share(), (4 * 0.05 + 0.1) / (2 * 1.0 + 2 * 3.0));
+  EXPECT_TRUE(std::isnan(TotalsOf({}).data_wait_share()));
   ranks[1].steps[1].h2d_s = 0;
 
   ScalingPoint without_peak = SummarizePoint(1, 4, {ranks[0]}, 1e6, 0, 4e9, 8e6);

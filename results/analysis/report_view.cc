@@ -1,5 +1,6 @@
 #include "report_view.h"
 
+#include "checkpoint_table.h"
 #include "console.h"
 #include "schema.h"
 #include "units.h"
@@ -542,28 +543,8 @@ std::vector<ViewTable> TrainSection(const Report& report) {
 
 // Checkpoints of one point, one row per checkpoint (step) over the ranks' slices.
 void AddCheckpointRows(ViewTable& out, const std::string& point, const Table& slices) {
-  namespace c = sc::io_point::checkpoints;
-  struct Checkpoint {
-    std::string mode, error;
-    int64_t ranks = 0, bytes = 0;
-    double stall_s = 0, write_s = 0;
-    bool verified = true, ok = true;
-  };
-  std::map<int64_t, Checkpoint> by_step;
-  for (size_t r = 0; r < slices.rows(); ++r) {
-    Checkpoint& ck = by_step[static_cast<int64_t>(Number(At(slices, c::step, r)))];
-    ck.mode = Text(At(slices, c::mode, r));
-    ck.ranks += 1;
-    ck.bytes += static_cast<int64_t>(Number(At(slices, c::bytes, r)));
-    ck.stall_s = std::max(ck.stall_s, Number(At(slices, c::stall_s, r)));
-    ck.write_s = std::max(ck.write_s, Number(At(slices, c::write_s, r)));
-    ck.verified = ck.verified && Number(At(slices, c::verified, r)) == 1;
-    ck.ok = ck.ok && Number(At(slices, c::ok, r)) == 1;
-    if (ck.error.empty()) ck.error = Text(At(slices, c::error, r));
-  }
-  for (const auto& [step, ck] : by_step) {
+  for (const auto& [step, ck] : CheckpointsOf(slices)) {
     RowWriter row(out);
-    // Every slice is written at once, so the checkpoint's rate is all its bytes over the slowest slice's time.
     row.Set("point", point)
         .Set("step", step)
         .Set("mode", ck.mode)
@@ -571,7 +552,7 @@ void AddCheckpointRows(ViewTable& out, const std::string& point, const Table& sl
         .Set("bytes", ck.bytes)
         .Set("stall_s_max", ck.stall_s)
         .Set("write_s_max", ck.write_s)
-        .Set("write_GBps", ck.write_s > 0 ? ck.bytes / ck.write_s / 1e9 : std::nan(""))
+        .Set("write_GBps", ck.write_GBps())
         .Set("verified", static_cast<int64_t>(ck.verified))
         .Set("ok", static_cast<int64_t>(ck.ok))
         .Set("error", ck.error);

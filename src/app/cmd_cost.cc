@@ -440,9 +440,8 @@ std::vector<PricedConfig> PricedConfigs(const std::vector<CostRow>& rows, const 
 
 std::vector<std::string> DecisionLines(const std::vector<CostRow>& rows, const std::vector<RunAnalysis>& runs,
                                        const CostDecision& d, std::optional<double> deadline,
-                                       const DecisionReasons& reasons) {
+                                       const std::vector<PricedConfig>& priced, const DecisionReasons& reasons) {
   std::vector<std::string> lines;
-  const std::vector<PricedConfig> priced = PricedConfigs(rows, runs);
   auto describe = [&](size_t i, const std::string& reason) {
     const CostRow& r = rows[i];
     return RowName(r, runs) + ": " + Usd(r.cost.total_usd) +
@@ -632,6 +631,7 @@ struct CostRun {
   std::vector<std::pair<std::string, double>> memory_targets;  // --model's fit: --gpu-memory and each offering's GPU
   std::optional<MemoryCheck> model_memory;
   std::optional<Comparison> comparison;  // several runs
+  std::vector<PricedConfig> priced;  // what the reasons need of each row, in the rows' order
   DecisionReasons reasons;
   std::optional<FailureHistory> failures;  // --history
   bool measured_failures = false;          // --failure-rate measured, and the history measured a rate
@@ -805,7 +805,8 @@ void DecideCost(const CostFlags& f, CostRun& c) {
   std::vector<CostBreakdown> costs;
   for (const CostRow& r : c.rows) costs.push_back(r.cost);
   c.decision = Decide(costs, c.plan.deadline);
-  c.reasons = ExplainDecision(PricedConfigs(c.rows, c.runs), c.decision, c.plan.deadline);
+  c.priced = PricedConfigs(c.rows, c.runs);
+  c.reasons = ExplainDecision(c.priced, c.decision, c.plan.deadline);
   if (c.plan.gpu_memory) c.memory_targets.push_back({"--gpu-memory " + f.gpu_memory, *c.plan.gpu_memory});
   if (c.prices) {
     for (const Offering& o : c.prices->offerings) {
@@ -966,9 +967,8 @@ void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks, con
 // cost.rows of run `run`: its configurations on every offering of its GPU model, with the decision's marks.
 ViewTable RowsTable(const CostRun& c, size_t run) {
   TableBuilder t("rows", "cost per configuration and offering", false);
-  const std::vector<PricedConfig> priced = PricedConfigs(c.rows, c.runs);
   for (size_t i = 0; i < c.rows.size(); ++i) {
-    if (c.rows[i].config.run == run) AddCostRow(t, c.rows[i], Marks(i, c.decision), priced[i]);
+    if (c.rows[i].config.run == run) AddCostRow(t, c.rows[i], Marks(i, c.decision), c.priced[i]);
   }
   return t.Take();
 }
@@ -1093,7 +1093,7 @@ void PrintCostText(const CostRun& c) {
                c.model_memory ? "the --model checked" : "each run's model as run"));
   PrintCostTable(c.rows, c.runs, c.decision);
   for (const std::string& note : c.notes) Print("# " + note);
-  for (const std::string& line : DecisionLines(c.rows, c.runs, c.decision, p.deadline, c.reasons)) Print(line, true);
+  for (const std::string& line : DecisionLines(c.rows, c.runs, c.decision, p.deadline, c.priced, c.reasons)) Print(line, true);
 }
 
 }  // namespace

@@ -306,7 +306,6 @@ struct PointRepeat {
   RepeatFigures figures;
   Group train;
   Group io;
-  double data_wait_share = 0;
 };
 
 // What start-up measured before the first point: the device, its GEMM rate and peak, the model's accounting.
@@ -760,7 +759,6 @@ bool TrainPhase::RunRepeat(Communicator& comm, const RunPoint& point, bool sever
     kept.point = SummarizeRepeat(point, point_loop.micro_batch, ranks);
     AddPointToReport(kept.train, kept.point, ranks, point.name);
     AddPointEnergyToReport(kept.train.Child(point.name), energy_J, kept.point);
-    kept.data_wait_share = DataWaitShare(ranks);
     kept.figures = FiguresOf(kept.point, ranks, kept.io.FindChild(point.name));
     repeats.push_back(std::move(kept));
   }
@@ -798,7 +796,7 @@ void TrainPhase::KeepMedianRepeat(const RunPoint& point, std::vector<PointRepeat
   points_.push_back(m.point);
   point_repeats_.push_back(std::move(figures));
   point_median_.push_back(median);
-  if (Sweep()) sweep_shares_.push_back(m.data_wait_share);
+  if (Sweep()) sweep_shares_.push_back(m.figures.data_wait_share);
 }
 
 // One point on the ranks of `sub`: a fresh model and its I/O, the loop with a line per step, the io group.

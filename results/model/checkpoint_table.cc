@@ -1,0 +1,57 @@
+#include "checkpoint_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "schema.h"
+
+namespace tb {
+
+namespace {
+
+namespace c = schema::io_point::checkpoints;
+
+template <typename T>
+const T* Row(const std::vector<T>* column, size_t row) {
+  return column != nullptr && row < column->size() ? &(*column)[row] : nullptr;
+}
+
+}  // namespace
+
+double CheckpointSummary::write_GBps() const { return write_s > 0 ? bytes / write_s / 1e9 : std::nan(""); }
+
+std::map<int64_t, CheckpointSummary> CheckpointsOf(const Table& slices) {
+  std::map<int64_t, CheckpointSummary> by_step;
+  const auto* step = schema::Values(slices, c::step);
+  if (step == nullptr) return by_step;
+  const auto* mode = schema::Values(slices, c::mode);
+  const auto* error = schema::Values(slices, c::error);
+  const auto* bytes = schema::Values(slices, c::bytes);
+  const auto* stall_s = schema::Values(slices, c::stall_s);
+  const auto* write_s = schema::Values(slices, c::write_s);
+  const auto* verified = schema::Values(slices, c::verified);
+  const auto* ok = schema::Values(slices, c::ok);
+  for (size_t r = 0; r < step->size(); ++r) {
+    CheckpointSummary& ck = by_step[(*step)[r]];
+    if (ck.ranks++ == 0 && Row(mode, r)) ck.mode = *Row(mode, r);
+    if (Row(bytes, r)) ck.bytes += *Row(bytes, r);
+    if (Row(stall_s, r)) ck.stall_s = std::max(ck.stall_s, *Row(stall_s, r));
+    if (Row(write_s, r)) ck.write_s = std::max(ck.write_s, *Row(write_s, r));
+    ck.verified = ck.verified && Row(verified, r) && *Row(verified, r) == 1;
+    ck.ok = ck.ok && Row(ok, r) && *Row(ok, r) == 1;
+    if (ck.error.empty() && Row(error, r)) ck.error = *Row(error, r);
+  }
+  return by_step;
+}
+
+double CheckpointWriteGBps(const Table& slices) {
+  double bytes = 0, seconds = 0;
+  for (const auto& [step, ck] : CheckpointsOf(slices)) {
+    bytes += static_cast<double>(ck.bytes);
+    seconds += ck.write_s;
+  }
+  return seconds > 0 ? bytes / seconds / 1e9 : std::nan("");
+}
+
+}  // namespace tb

@@ -1,0 +1,29 @@
+// The checkpoints of an io point, read from its `checkpoints` table (schema io_point/checkpoints), which holds one
+// row per rank's slice: a checkpoint is the slices of one step, written at once.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "report.h"
+
+namespace tb {
+
+struct CheckpointSummary {
+  std::string mode, error;  // the first slice's mode; the first error any slice gave
+  int64_t ranks = 0, bytes = 0;
+  double stall_s = 0, write_s = 0;  // the slowest slice's
+  bool verified = true, ok = true;  // every slice's
+  // All its bytes over the slowest slice's write time (the slices are written at once), GB/s; NaN without one.
+  double write_GBps() const;
+};
+
+// The checkpoints by the step they were taken after; a column the table lacks leaves its field at the default,
+// except `verified` and `ok`, which are then false. Empty without a step column.
+std::map<int64_t, CheckpointSummary> CheckpointsOf(const Table& slices);
+
+// Every checkpoint's bytes over the sum of each checkpoint's slowest slice write, GB/s; NaN without any.
+double CheckpointWriteGBps(const Table& slices);
+
+}  // namespace tb
