@@ -28,13 +28,43 @@ const char* TypeName(Type type) {
   return "?";
 }
 
-Field::Field(std::string name_, Type type_, std::string unit_, std::string description_,
-             std::vector<std::string> keys_)
-    : name(std::move(name_)),
-      type(type_),
-      unit(std::move(unit_)),
-      description(std::move(description_)),
-      keys(std::move(keys_)) {}
+Field::Field(const char* name_, Type type_, const char* unit_, const char* description_)
+    : name(name_), type(type_), unit(unit_), description(description_) {}
+
+Field::Field(const char* name_, Type type_, const char* unit_, const char* description_,
+             const std::vector<std::string>& keys_)
+    : name(name_), type(type_), unit(unit_), description(description_), keys(keys_) {}
+
+Field::~Field() = default;
+GroupSpec::~GroupSpec() = default;
+TableSpec::~TableSpec() = default;
+MatrixSpec::~MatrixSpec() = default;
+
+template <typename T>
+AttributeField<T>::AttributeField(GroupSpec& group, const char* name_, const char* unit_, const char* description_)
+    : Field(name_, TypeOf<T>(), unit_, description_) {
+  group.attributes.push_back(this);
+}
+
+template <typename T>
+ColumnField<T>::ColumnField(TableSpec& table, const char* name_, const char* unit_, const char* description_)
+    : Field(name_, TypeOf<T>(), unit_, description_) {
+  table.columns.push_back(this);
+}
+
+template <typename T>
+ColumnField<T>::ColumnField(TableSpec& table, const char* name_, const char* unit_, const char* description_,
+                            const std::vector<std::string>& keys_)
+    : Field(name_, TypeOf<T>(), unit_, description_, keys_) {
+  table.columns.push_back(this);
+}
+
+template struct AttributeField<int64_t>;
+template struct AttributeField<double>;
+template struct AttributeField<std::string>;
+template struct ColumnField<int64_t>;
+template struct ColumnField<double>;
+template struct ColumnField<std::string>;
 
 bool Field::HasPlaceholder() const { return name.find('<') != std::string::npos; }
 
@@ -57,8 +87,8 @@ std::vector<std::string> Field::Names() const {
   return names;
 }
 
-GroupSpec::GroupSpec(std::string path_, std::string description_, bool declare)
-    : path(std::move(path_)), description(std::move(description_)) {
+GroupSpec::GroupSpec(const char* path_, const char* description_, bool declare)
+    : path(path_), description(description_) {
   if (declare) Groups().push_back(this);
 }
 
@@ -71,13 +101,13 @@ const Field* GroupSpec::FindAttribute(const std::string& name) const {
 
 const std::vector<const GroupSpec*>& AllGroups() { return Groups(); }
 
-TableSpec::TableSpec(GroupSpec& group_, std::string name_, std::string description_)
-    : group(&group_), name(std::move(name_)), description(std::move(description_)) {
+TableSpec::TableSpec(GroupSpec& group_, const char* name_, const char* description_)
+    : group(&group_), name(name_), description(description_) {
   group_.tables.push_back(this);
 }
 
-MatrixSpec::MatrixSpec(GroupSpec& group_, std::string name_, std::string unit_, std::string description_)
-    : group(&group_), name(std::move(name_)), unit(std::move(unit_)), description(std::move(description_)) {
+MatrixSpec::MatrixSpec(GroupSpec& group_, const char* name_, const char* unit_, const char* description_)
+    : group(&group_), name(name_), unit(unit_), description(description_) {
   group_.matrices.push_back(this);
 }
 
@@ -122,7 +152,7 @@ std::vector<std::pair<std::string, const Group*>> Instances(const Group& root, c
   const size_t slash = spec.path.rfind('/');
   std::vector<std::pair<std::string, const Group*>> instances;
   if (slash == std::string::npos || spec.path[slash + 1] != '<') return instances;
-  GroupSpec parent_path(spec.path.substr(0, slash), "", false);
+  GroupSpec parent_path(spec.path.substr(0, slash).c_str(), "", false);
   const Group* parent = FindGroup(root, parent_path);
   if (parent == nullptr) return instances;
   for (const auto& [name, child] : parent->children()) instances.emplace_back(name, child.get());

@@ -33,8 +33,14 @@ constexpr Type TypeOf() {
 
 // One attribute or column. A name may hold one placeholder in angle brackets ("<op>_peak_busbw_GBps"): the field
 // stands for every name it takes (Named("all_reduce")), listed in `keys` where the set is fixed.
+//
+// The declarations' constructors take C strings and are defined in schema.cc: schema.h declares several hundred
+// fields, each initialised in every file that includes it, so what each initialisation compiles to is kept to a
+// call (a std::string built inline at each one made every such file take seconds longer to compile).
 struct Field {
-  Field(std::string name, Type type, std::string unit, std::string description, std::vector<std::string> keys = {});
+  Field(const char* name, Type type, const char* unit, const char* description);
+  Field(const char* name, Type type, const char* unit, const char* description, const std::vector<std::string>& keys);
+  ~Field();
   Field(const Field&) = delete;
   Field& operator=(const Field&) = delete;
 
@@ -62,7 +68,8 @@ struct MatrixSpec;
 class GroupSpec {
  public:
   // `declare` false: a path only (a lookup), not a group of the schema.
-  GroupSpec(std::string path, std::string description, bool declare = true);
+  GroupSpec(const char* path, const char* description, bool declare = true);
+  ~GroupSpec();
   GroupSpec(const GroupSpec&) = delete;
   GroupSpec& operator=(const GroupSpec&) = delete;
 
@@ -81,7 +88,8 @@ const std::vector<const GroupSpec*>& AllGroups();
 
 class TableSpec {
  public:
-  TableSpec(GroupSpec& group, std::string name, std::string description);
+  TableSpec(GroupSpec& group, const char* name, const char* description);
+  ~TableSpec();
   TableSpec(const TableSpec&) = delete;
   TableSpec& operator=(const TableSpec&) = delete;
 
@@ -92,7 +100,8 @@ class TableSpec {
 };
 
 struct MatrixSpec {
-  MatrixSpec(GroupSpec& group, std::string name, std::string unit, std::string description);
+  MatrixSpec(GroupSpec& group, const char* name, const char* unit, const char* description);
+  ~MatrixSpec();
   MatrixSpec(const MatrixSpec&) = delete;
   MatrixSpec& operator=(const MatrixSpec&) = delete;
 
@@ -105,20 +114,23 @@ struct MatrixSpec {
 
 template <typename T>
 struct AttributeField : Field {
-  AttributeField(GroupSpec& group, std::string name, std::string unit, std::string description)
-      : Field(std::move(name), TypeOf<T>(), std::move(unit), std::move(description)) {
-    group.attributes.push_back(this);
-  }
+  AttributeField(GroupSpec& group, const char* name, const char* unit, const char* description);
 };
 
 template <typename T>
 struct ColumnField : Field {
-  ColumnField(TableSpec& table, std::string name, std::string unit, std::string description,
-              std::vector<std::string> keys = {})
-      : Field(std::move(name), TypeOf<T>(), std::move(unit), std::move(description), std::move(keys)) {
-    table.columns.push_back(this);
-  }
+  ColumnField(TableSpec& table, const char* name, const char* unit, const char* description);
+  ColumnField(TableSpec& table, const char* name, const char* unit, const char* description,
+              const std::vector<std::string>& keys);
 };
+
+// Instantiated once, in schema.cc.
+extern template struct AttributeField<int64_t>;
+extern template struct AttributeField<double>;
+extern template struct AttributeField<std::string>;
+extern template struct ColumnField<int64_t>;
+extern template struct ColumnField<double>;
+extern template struct ColumnField<std::string>;
 
 using IntAttribute = AttributeField<int64_t>;
 using RealAttribute = AttributeField<double>;
