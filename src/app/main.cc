@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,20 +23,35 @@ struct CommandEntry {
   const char* name;
   int (*run)(const tb::CommandInput&);
   const char* summary;
+  bool reads_reports_only;  // runs without MPI unless a launcher started it (tb::LaunchedByMpi)
 };
 
 constexpr CommandEntry kCommands[] = {
-    {"info", tb::RunInfoCommand, "build, backends, devices and topology of this launch"},
-    {"collectives", tb::RunCollectivesCommand, "nccl-tests-style sweep of collective operations (busbw, verified)"},
-    {"p2p", tb::RunP2pCommand, "rank-pair bandwidth and latency matrices; flags weak links"},
-    {"train", tb::RunTrainCommand, "synthetic-transformer training steps: phases, MFU, overlap, scaling sweep"},
-    {"suite", tb::RunSuiteCommand, "collectives, p2p and train (real loader, checkpoints) in one launch, one report"},
-    {"data", tb::RunDataCommand, "data generate / data verify: write or check a token-shard dataset for the loader"},
-    {"report", tb::RunReportCommand, "tables of one or more reports side by side (text, CSV, JSON); --html plots"},
-    {"cost", tb::RunCostCommand, "total task cost, time to train and memory fit per price offering; projection"},
-    {"history", tb::RunHistoryCommand, "trends of the key figures over the nights of a validate --history directory"},
-    {"validate", tb::RunValidateCommand, "checks and a verdict against policy, baseline and history; JUnit, Prometheus"},
+    {"info", tb::RunInfoCommand, "build, backends, devices and topology of this launch", false},
+    {"collectives", tb::RunCollectivesCommand, "nccl-tests-style sweep of collective operations (busbw, verified)",
+     false},
+    {"p2p", tb::RunP2pCommand, "rank-pair bandwidth and latency matrices; flags weak links", false},
+    {"train", tb::RunTrainCommand, "synthetic-transformer training steps: phases, MFU, overlap, scaling sweep", false},
+    {"suite", tb::RunSuiteCommand, "collectives, p2p and train (real loader, checkpoints) in one launch, one report",
+     false},
+    {"data", tb::RunDataCommand, "data generate / data verify: write or check a token-shard dataset for the loader",
+     false},
+    {"report", tb::RunReportCommand, "tables of one or more reports side by side (text, CSV, JSON); --html plots",
+     true},
+    {"cost", tb::RunCostCommand, "total task cost, time to train and memory fit per price offering; projection", true},
+    {"history", tb::RunHistoryCommand, "trends of the key figures over the nights of a validate --history directory",
+     true},
+    {"validate", tb::RunValidateCommand, "checks and a verdict against policy, baseline and history; JUnit, Prometheus",
+     true},
 };
+
+// The entry named `command`; nullptr when there is none.
+const CommandEntry* FindCommand(const std::string& command) {
+  for (const CommandEntry& c : kCommands) {
+    if (command == c.name) return &c;
+  }
+  return nullptr;
+}
 
 std::string Usage() {
   std::string text =
@@ -59,12 +75,16 @@ std::string Join(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tb::MpiSession mpi(&argc, &argv);
-  tb::RankContext ctx = tb::DiscoverContext(MPI_COMM_WORLD);
+  const std::string command = argc > 1 ? argv[1] : "";
+  const CommandEntry* entry = FindCommand(command);
+  // A command that reads reports, --help, --version or a mistyped command needs MPI only under a launcher (one
+  // rank then prints); every other command starts it.
+  std::optional<tb::MpiSession> mpi;
+  if (tb::LaunchedByMpi() || (entry && !entry->reads_reports_only)) mpi.emplace(&argc, &argv);
+  tb::RankContext ctx = mpi ? tb::DiscoverContext(MPI_COMM_WORLD) : tb::LocalContext();
   tb::SetLogIdentity(ctx.world_rank, ctx.host, ctx.world_size);
 
   std::vector<std::string> args(argv + (argc > 1 ? 2 : 1), argv + argc);
-  const std::string command = argc > 1 ? argv[1] : "";
   if (command == "--help" || command == "-h" || command == "help") {
     tb::Print(Usage(), true);
     return 0;
@@ -72,10 +92,6 @@ int main(int argc, char** argv) {
   if (command == "--version") {
     tb::Print(std::string("trainbench ") + tb::kToolVersion + " (" + tb::kGitRevision + ")", true);
     return 0;
-  }
-  const CommandEntry* entry = nullptr;
-  for (const CommandEntry& c : kCommands) {
-    if (command == c.name) entry = &c;
   }
   if (!entry) {
     std::string names;

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "clock.h"
@@ -50,8 +51,9 @@ MpiSession::~MpiSession() {
 
 std::string Hostname() {
   char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  if (MPI_Get_processor_name(name, &length) == MPI_SUCCESS && length > 0) return std::string(name, length);
+  int length = 0, initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized && MPI_Get_processor_name(name, &length) == MPI_SUCCESS && length > 0) return std::string(name, length);
   char fallback[256] = {};
   gethostname(fallback, sizeof fallback - 1);
   return fallback;
@@ -78,6 +80,19 @@ RankContext DiscoverContext(MPI_Comm world) {
   ctx.node_index = node_index;
   TB_CHECK_MPI(MPI_Allreduce(&is_leader, &ctx.node_count, 1, MPI_INT, MPI_SUM, world));
   MPI_Comm_free(&node_comm);
+  return ctx;
+}
+
+bool LaunchedByMpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+RankContext LocalContext() {
+  RankContext ctx;
+  ctx.host = Hostname();
   return ctx;
 }
 

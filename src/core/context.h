@@ -43,6 +43,13 @@ struct RankContext {
 // Discovers world, node and local rank over `world` (collective).
 RankContext DiscoverContext(MPI_Comm world);
 
+// Whether an MPI launcher (mpirun, srun with PMI or PMIx, hydra) started this process: its environment names the
+// process's rank. Commands that read reports only (report, cost, validate, history) start MPI only then, so
+// that they run anywhere without MPI's start-up (about half a second per process).
+bool LaunchedByMpi();
+// The context of a process that runs without MPI: rank 0 of 1 on this host.
+RankContext LocalContext();
+
 // Binds rank to GPU local_rank % GpuCount() and records it in ctx.gpu_index. Throws InputError when there
 // are fewer GPUs than local ranks would need with `require_one_each`, RuntimeError when binding fails.
 void BindRankToGpu(RankContext& ctx, bool require_one_each);

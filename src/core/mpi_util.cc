@@ -59,6 +59,9 @@ std::optional<AgreedError> AgreeOnFailure(MPI_Comm comm, const std::function<voi
     failed = true;
     mine = {0, ExitCode::kRuntime, e.what(), 0};
   }
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return failed ? std::optional<AgreedError>(AgreedError{0, mine.code, mine.message, 1}) : std::nullopt;
   int rank = 0, size = 1;
   TB_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   TB_CHECK_MPI(MPI_Comm_size(comm, &size));

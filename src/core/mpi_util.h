@@ -54,7 +54,8 @@ struct AgreedError {
 // The one way ranks agree on a failure. Collective over `comm`: runs `step` on every rank, then agrees whether it
 // threw anywhere: nothing when it threw nowhere, else the lowest failing rank's error on every rank, so that no
 // rank is left waiting in a later collective while another one unwinds. An AgreedFailure thrown by `step` (an
-// inner agreement, already reached on every rank) passes through untouched.
+// inner agreement, already reached on every rank) passes through untouched. Without MPI (a command that reads
+// reports, outside a launcher) the one process is the whole job: its own error, if any.
 std::optional<AgreedError> AgreeOnFailure(MPI_Comm comm, const std::function<void()>& step);
 
 // AgreeOnFailure, and every rank throws the agreed error (AgreedError::Throw). Collective.
