@@ -81,6 +81,37 @@ TEST_F(DurableFileTest, AFailedRenameRemovesTheTemporary) {
   EXPECT_EQ(Read(Path("d/inside")), "x");
 }
 
+TEST_F(DurableFileTest, WritebackStartedAfterEveryBlockLeavesTheWholeFileInOrder) {
+  // The helper thread's sync_file_range calls run behind the appends; Commit stops it and fsyncs the rest.
+  std::string expected;
+  {
+    DurableFile file(Path("blocks"), Path("blocks.tmp"));
+    for (int block = 0; block < 64; ++block) {
+      const std::string bytes(64 * 1024 + block, static_cast<char>('A' + block % 26));
+      file.Append(bytes.data(), bytes.size());
+      file.StartWriteback();
+      expected += bytes;
+    }
+    file.Commit();
+    EXPECT_GE(file.commit_s(), 0.0);
+  }
+  EXPECT_EQ(Read(Path("blocks")), expected);
+  EXPECT_FALSE(fs::exists(Path("blocks.tmp")));
+}
+
+TEST_F(DurableFileTest, AnUncommittedFileWithWritebackRunningRemovesItsTemporary) {
+  {
+    DurableFile file(Path("dropped"), Path("dropped.tmp"));
+    const std::string bytes(1 << 20, 'x');
+    for (int block = 0; block < 8; ++block) {
+      file.Append(bytes.data(), bytes.size());
+      file.StartWriteback();
+    }
+  }  // destroyed with the helper possibly mid-call: it is joined, the temporary removed
+  EXPECT_FALSE(fs::exists(Path("dropped.tmp")));
+  EXPECT_FALSE(fs::exists(Path("dropped")));
+}
+
 TEST_F(DurableFileTest, ReplaceFileDurablyWritesTheBytes) {
   ReplaceFileDurably(Path("r"), Path("r.tmp.1"), "bytes", 5);
   EXPECT_EQ(Read(Path("r")), "bytes");

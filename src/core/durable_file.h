@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace tb {
@@ -27,22 +28,30 @@ class DurableFile {
   // Overwrites bytes already appended (a header written last, once the payload's checksum is known).
   void WriteAt(uint64_t offset, const void* data, uint64_t bytes);
   // Starts writeback of what was appended since the last call, so that the disk works while the caller makes
-  // the next block instead of the whole file waiting in the page cache for Commit's fsync. A no-op on file
-  // systems without sync_file_range.
+  // the next block instead of the whole file waiting in the page cache for Commit's fsync. The
+  // sync_file_range(WRITE) calls run on a helper thread of this file: they wait whenever the device's queue is
+  // full, and the caller must not (its next write() goes to the page cache meanwhile). A no-op on file systems
+  // without sync_file_range.
   void StartWriteback();
   void Commit();
 
   const std::string& temporary() const { return temporary_; }
+  // Seconds Commit spent in fsync (after the helper's last writeback call returned), rename and directory sync.
+  double commit_s() const { return commit_s_; }
 
  private:
+  class Writeback;
+
   [[noreturn]] void Fail(const std::string& file, int error_number);
+  // Stops the helper; its error (0: none).
+  int StopWriteback();
 
   std::string path_;
   std::string temporary_;
   int fd_ = -1;
   uint64_t appended_ = 0;
-  uint64_t written_back_ = 0;
-  bool writeback_ = true;
+  double commit_s_ = 0;
+  std::unique_ptr<Writeback> writeback_;  // from the first StartWriteback
 };
 
 // Replaces `path` with `bytes` through a DurableFile named `temporary`.

@@ -63,6 +63,17 @@ struct CheckpointOptions {
   uint64_t block_bytes = 8ull << 20;    // bytes per write() (and per device copy when staging)
 };
 
+// Where a rank's slice write's time went, by stage: the device-to-host copies of device sources, the CRC-32C, the
+// write() calls (page cache, or waiting for the device when its dirty limit is reached), and the commit (fsync of
+// what writeback had not yet written, rename, directory sync). They add up to the write_s but for the
+// clock reads between them.
+struct CheckpointStages {
+  double copy_s = 0;
+  double crc_s = 0;
+  double write_s = 0;
+  double commit_s = 0;
+};
+
 // One checkpoint as one rank saw it. Complete (ok) means the manifest exists: every rank's slice is durable.
 struct CheckpointEvent {
   int64_t step = 0;
@@ -73,6 +84,7 @@ struct CheckpointEvent {
                             // write in sync mode), then any Poll/Drain/next Save waiting for it to complete
   double write_s = 0;       // write + fsync + rename of this rank's slice file
   double write_gbps = 0;    // bytes / write_s / 1e9
+  CheckpointStages stages;  // write_s by stage
   uint32_t crc32c = 0;      // of this rank's slice
   bool verified = false;    // read back after fsync with the same CRC-32C (CheckpointOptions::verify)
   bool ok = false;

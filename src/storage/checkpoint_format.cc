@@ -92,18 +92,26 @@ const std::byte* HostBlock(const Source& source, const std::byte* block, uint64_
   return staging;
 }
 
-// Appends the sources to `file` block by block, starting the writeback of each; returns their CRC-32C.
+// Appends the sources to `file` block by block, starting the writeback of each; returns their CRC-32C and adds
+// each stage's time to `stages`.
 uint32_t WriteSources(DurableFile& file, const std::vector<Source>& sources, const DeviceCopier& copier,
-                      std::byte* staging, uint64_t block_bytes) {
+                      std::byte* staging, uint64_t block_bytes, CheckpointStages& stages) {
   uint32_t crc = 0;
   for (const Source& source : sources) {
     const auto* data = static_cast<const std::byte*>(source.data);
     for (uint64_t done = 0; done < source.bytes;) {
       const uint64_t n = std::min(block_bytes, source.bytes - done);
+      const double start = NowSeconds();
       const std::byte* block = HostBlock(source, data + done, n, copier, staging, file);
+      const double copied = NowSeconds();
       crc = Crc32c(block, n, crc);
+      const double summed = NowSeconds();
       file.Append(block, n);
       file.StartWriteback();
+      const double written = NowSeconds();
+      stages.copy_s += copied - start;
+      stages.crc_s += summed - copied;
+      stages.write_s += written - summed;
       done += n;
     }
   }
@@ -325,8 +333,9 @@ WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>&
   const double start = NowSeconds();
   try {
     DurableFile file(path, path + ".tmp");
-    result.crc32c = WriteSources(file, sources, copier, staging, block_bytes);
+    result.crc32c = WriteSources(file, sources, copier, staging, block_bytes, result.stages);
     file.Commit();
+    result.stages.commit_s = file.commit_s();
   } catch (const std::exception& e) {
     // The temporary is gone. A file whose directory sync failed after its rename must not pass for a good one
     // either; there is no earlier file at `path` to keep (checkpoint files go to a fresh .partial directory).

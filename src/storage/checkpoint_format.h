@@ -71,6 +71,7 @@ struct WriteResult {
   uint64_t bytes = 0;
   uint32_t crc32c = 0;
   double seconds = 0;
+  CheckpointStages stages;
   bool verified = false;
 };
 
