@@ -322,7 +322,9 @@ void DataLoader::AllocateRing() {
       options_.allocator.allocate(slot_bytes * static_cast<size_t>(options_.prefetch + 1)), options_.allocator.release);
   for (int i = 0; i < options_.prefetch + 1; ++i) {
     slots_.push_back(std::make_unique<Slot>(static_cast<unsigned char*>(ring_.get()) + i * slot_bytes, options_.batch));
+    free_slots_.push_back(options_.prefetch - i);  // slot 0 on top
   }
+  slot_of_.assign(slots_.size(), -1);
 }
 
 // Some filesystems accept O_DIRECT at open and refuse the reads; find out before the workers start.
@@ -373,9 +375,15 @@ void DataLoader::Work() {
     const int first_row = static_cast<int>(claim % batch);
     const int rows = std::min(claim_rows_, options_.batch - first_row);
     next_claim_ += static_cast<uint64_t>(rows);
-    Slot& slot = *slots_[sequence % slots_.size()];
+    int& slot_index = slot_of_[sequence % slot_of_.size()];
     if (first_row == 0) {
-      // Claims are handed out in order, so the batch's first claim sets up its slot before any other.
+      // Claims are handed out in order, so the batch's first claim takes its slot before any other: the one
+      // freed last (LIFO), whose buffer is likeliest still in the cache.
+      slot_index = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    Slot& slot = *slots_[slot_index];
+    if (first_row == 0) {
       slot.sequence = sequence;
       slot.position = PositionOf(sequence);
       for (int i = 0; i < options_.batch; ++i) {
@@ -479,8 +487,8 @@ const LoaderBatch& DataLoader::Next() {
   if (error_) std::rethrow_exception(error_);
   const uint64_t sequence = handed_;
   auto ready = [&](uint64_t s) {
-    const Slot& slot = *slots_[s % slots_.size()];
-    return slot.sequence == s && slot.done == options_.batch;
+    const int index = slot_of_[s % slot_of_.size()];
+    return index >= 0 && slots_[index]->sequence == s && slots_[index]->done == options_.batch;
   };
   int depth = 0;
   for (uint64_t s = sequence; s < sequence + options_.prefetch && ready(s); ++s) ++depth;
@@ -488,7 +496,11 @@ const LoaderBatch& DataLoader::Next() {
   ready_cv_.wait(lock, [&] { return error_ || ready(sequence); });
   if (error_) std::rethrow_exception(error_);
   const double wait_s = NowSeconds() - wait_start;
-  Slot& slot = *slots_[sequence % slots_.size()];
+  const int index = slot_of_[sequence % slot_of_.size()];
+  Slot& slot = *slots_[index];
+  // The previous batch's slot is free again (the caller was told it stays valid only until this call).
+  if (current_slot_ >= 0) free_slots_.push_back(current_slot_);
+  current_slot_ = index;
   slot.stats.wait_s = wait_s;
   slot.stats.queue_depth = depth;
   ++handed_;

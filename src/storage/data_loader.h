@@ -177,7 +177,13 @@ class DataLoader {
   int claim_rows_ = 1;       // rows a worker claims at once: the batch shared evenly among the workers
   double throttle_free_at_ = 0;  // --io-throttle: when the rank's read timeline is free again (NowSeconds)
   std::unique_ptr<void, std::function<void(void*)>> ring_;  // the slots' buffers, one allocation
-  std::vector<std::unique_ptr<Slot>> slots_;  // ring of prefetch + 1 batches
+  std::vector<std::unique_ptr<Slot>> slots_;  // prefetch + 1 batch buffers
+  // Slots are taken last-freed-first rather than in turn: when the consumer keeps up, two or three slots carry
+  // every batch and their buffers stay in the CPU cache, whatever --prefetch is (in turn, reads went to a buffer
+  // untouched for prefetch batches: 64 KiB reads through the page cache ran ~20% slower, tests/perf/README.md).
+  std::vector<int> free_slots_;  // a stack; back = freed last
+  std::vector<int> slot_of_;     // [sequence % (prefetch + 1)]: the slot of a claimed batch, -1 before
+  int current_slot_ = -1;        // the batch handed out last (valid until the next Next())
 
   mutable std::mutex mutex_;
   std::condition_variable work_cv_;   // workers: a sample to read, or stop

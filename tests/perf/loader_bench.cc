@@ -3,6 +3,8 @@
 //   perf_loader_bench DIR SEQ BATCH WORKERS PREFETCH DIRECT(0|1) RECORD_BYTES SECONDS [HUGE_PAGES(0|1), default 1]
 // HUGE_PAGES 0 gives the loader's ring plain 4 KiB pages, as fio's default buffers have.
 // Output: one line "loader_MBps <MB/s> bytes <B> seconds <s> batches <n> wait_s <s> read_us <mean pread latency>".
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -10,6 +12,13 @@
 #include "clock.h"
 #include "data_loader.h"
 #include "error.h"
+
+// User + system CPU seconds of the process or of the calling thread.
+double CpuSeconds(int who) {
+  rusage usage{};
+  ::getrusage(who, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
 
 int main(int argc, char** argv) {
   if (argc != 9 && argc != 10) {
@@ -30,13 +39,17 @@ int main(int argc, char** argv) {
   try {
     tb::DataLoader loader(o);
     const double start = tb::NowSeconds();
+    const double start_cpu_s = CpuSeconds(RUSAGE_SELF), start_consumer_s = CpuSeconds(RUSAGE_THREAD);
     while (tb::NowSeconds() - start < seconds) loader.Next();
     const double elapsed = tb::NowSeconds() - start;
     const tb::LoaderStats stats = loader.stats();
-    std::printf("loader_MBps %.1f bytes %llu seconds %.3f batches %llu wait_s %.3f read_us %.1f\n",
+    const double consumer_cpu_s = CpuSeconds(RUSAGE_THREAD), process_cpu_s = CpuSeconds(RUSAGE_SELF);
+    std::printf("loader_MBps %.1f bytes %llu seconds %.3f batches %llu wait_s %.3f read_us %.1f cpu_s %.3f "
+                "consumer_cpu_s %.3f\n",
                 stats.bytes_read / elapsed / 1e6, static_cast<unsigned long long>(stats.bytes_read), elapsed,
                 static_cast<unsigned long long>(stats.batches), stats.wait_s,
-                stats.reads ? stats.read_s / static_cast<double>(stats.reads) * 1e6 : 0.0);
+                stats.reads ? stats.read_s / static_cast<double>(stats.reads) * 1e6 : 0.0, process_cpu_s - start_cpu_s,
+                consumer_cpu_s - start_consumer_s);
   } catch (const tb::Error& e) {
     std::fprintf(stderr, "perf_loader_bench: %s\n", e.what());
     return static_cast<int>(e.code());
