@@ -62,6 +62,15 @@ const Check& Find(const std::vector<Check>& checks, const std::string& key) {
   throw std::runtime_error("no check " + key);
 }
 
+std::string PolicyError(const std::string& text) {
+  try {
+    ParseValidatePolicy(text, "p.toml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 ValidateInputs AgainstBaseline(const Report& baseline) {
   ValidateInputs inputs;
   inputs.baseline = baseline;
@@ -133,6 +142,51 @@ TEST(Validate, ExpectationDerivedFromPcieGenerationAndWidth) {
   EXPECT_EQ(c.verdict, Verdict::kFail);  // 20 is 21% short of 25.2
   EXPECT_FALSE(with_gpus({{"0", 4, 16}, {"1", std::nan(""), 16}}).expected.has_value());
   EXPECT_FALSE(Find(ValidateReport(r, {}), "p2p.median_uni_GBps").expected.has_value());  // no gpu_health
+}
+
+// The storage's own rates in [derived] (fio's): the checkpoints' rate over all ranks (bytes / the sum of each
+// checkpoint's slowest slice) and the loader's per-read rate are expected at them x efficiency.
+TEST(Validate, StorageExpectationsDerivedFromTheDevicesRates) {
+  Report r = TrainReport(1000);
+  Group& io = sc::GroupOf(r.root, sc::kIoPoint, "k4");
+  struct Slice {
+    int64_t step, rank;
+    double write_s;
+  };
+  // Two checkpoints of two 1 GB slices; the slowest slices took 1.25 s and 1.0 s: 4 GB / 2.25 s = 1.78 GB/s.
+  const std::vector<Slice> slices = {{10, 0, 1.0}, {10, 1, 1.25}, {20, 0, 1.0}, {20, 1, 0.5}};
+  namespace c = sc::io_point::checkpoints;
+  sc::RecordTable<Slice>(sc::io_point::kCheckpoints)
+      .Column(c::step, [](const Slice& x) { return x.step; })
+      .Column(c::rank, [](const Slice& x) { return x.rank; })
+      .Column(c::bytes, [](const Slice&) { return int64_t{1000000000}; })
+      .Column(c::write_s, [](const Slice& x) { return x.write_s; })
+      .Column(c::write_GBps, [](const Slice& x) { return 1.0 / x.write_s; })
+      .Column(c::ok, [](const Slice&) { return 1; })
+      .Write(io, slices);
+  struct Reader {
+    double bytes, seconds;
+  };
+  sc::RecordTable<Reader>(sc::io_point::kLoader)  // 1e9 B over 2 s of reads: 500 MB/s per read
+      .Column(sc::io_point::loader::bytes_read, [](const Reader& x) { return x.bytes; })
+      .Column(sc::io_point::loader::read_s, [](const Reader& x) { return x.seconds; })
+      .Write(io, std::vector<Reader>{{6e8, 1.2}, {4e8, 0.8}});
+  EXPECT_EQ(Find(ValidateReport(r, {}), "storage.checkpoint_total_GBps").verdict, Verdict::kUnknown);  // no rate given
+  ValidateInputs inputs;
+  inputs.policy = ParseValidatePolicy("[derived]\nstorage_write_GBps = 2\nstorage_read_MBps = 1000\n", "p.toml");
+  const std::vector<Check> checks = ValidateReport(r, inputs);
+  const Check& write = Find(checks, "storage.checkpoint_total_GBps");
+  EXPECT_NEAR(write.figure.value, 4.0 / 2.25, 1e-9);
+  EXPECT_DOUBLE_EQ(*write.expected, 2 * 0.8);
+  EXPECT_EQ(write.verdict, Verdict::kPass);
+  EXPECT_NE(write.source.find("derived: storage writes 2 GB/s x efficiency 0.8"), std::string::npos) << write.source;
+  const Check& read = Find(checks, "storage.loader_MBps");
+  EXPECT_NEAR(read.figure.value, 500, 1e-9);
+  EXPECT_DOUBLE_EQ(*read.expected, 800);
+  EXPECT_EQ(read.verdict, Verdict::kFail);  // 37.5% short of 800
+  inputs.policy = ParseValidatePolicy("[derived]\nstorage_write_GBps = 2.5\n", "p.toml");
+  EXPECT_EQ(Find(ValidateReport(r, inputs), "storage.checkpoint_total_GBps").verdict, Verdict::kFail);  // 11% short
+  EXPECT_NE(PolicyError("[derived]\nstorage_write_GBps = 0\n").find("storage_write_GBps"), std::string::npos);
 }
 
 TEST(Validate, NoExpectationIsUnknownNeverPass) {
@@ -224,15 +278,6 @@ TEST(ValidatePolicy, ReadsEveryKeyAndThresholdsPerModel) {
   EXPECT_DOUBLE_EQ(*c.expected, 900);
   EXPECT_EQ(c.verdict, Verdict::kWarn);  // 5.6% short: between warn 2% and fail 20%
   EXPECT_NE(c.source.find("policy p.toml"), std::string::npos);
-}
-
-std::string PolicyError(const std::string& text) {
-  try {
-    ParseValidatePolicy(text, "p.toml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(ValidatePolicy, EveryMistakeIsOneLineNamingFileLineAndKey) {

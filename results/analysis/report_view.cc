@@ -553,6 +553,9 @@ void AddCheckpointRows(ViewTable& out, const std::string& point, const Table& sl
         .Set("stall_s_max", ck.stall_s)
         .Set("write_s_max", ck.write_s)
         .Set("write_GBps", ck.write_GBps())
+        .Set("crc_s", ck.crc_s)
+        .Set("write_calls_s", ck.write_calls_s)
+        .Set("commit_s", ck.commit_s)
         .Set("verified", static_cast<int64_t>(ck.verified))
         .Set("ok", static_cast<int64_t>(ck.ok))
         .Set("error", ck.error);
@@ -577,7 +580,9 @@ const std::vector<ViewColumn>& IoPointDetailColumns() {
   static const std::vector<ViewColumn> columns = {
       Show(p::io_throttle_MBps, 2), Show(p::checkpoint_writer_slowdown_steps), Show(p::dataset_files),
       Show(p::dataset_files_kept_open), Show(p::dataset_samples), Show(p::record_bytes),
-      Show(p::dropped_samples_per_epoch), Show(p::checkpoint_state_bytes), Show(p::resumed_from),
+      Show(p::dropped_samples_per_epoch), Show(p::loader_bytes), Show(p::loader_per_read_MBps, 2),
+      Show(p::checkpoint_state_bytes), Show(p::checkpoint_bytes), Show(p::checkpoint_write_GBps, 3),
+      Show(p::resumed_from),
       Show(p::resumed_step), Show(p::resume_load_s, 3)};
   return columns;
 }
@@ -591,10 +596,12 @@ const std::vector<ViewColumn>& LoaderColumns() {
 
 ViewTable CheckpointsView() {
   namespace c = sc::io_point::checkpoints;
-  return MakeTable("io", "checkpoints", "checkpoints (all ranks' slices together)", false,
+  return MakeTable("io", "checkpoints", "checkpoints (all ranks' slices together; crc_s, write_calls_s, commit_s: the slowest slice's stages)", false,
                    {Computed("point", ""), ShowAs("step", c::step), ShowAs("mode", c::mode), Computed("ranks", "ranks"),
                     Computed("bytes", "B"), Computed("stall_s_max", "s", 4), Computed("write_s_max", "s", 4),
-                    Computed("write_GBps", "GB/s", 3), ShowAs("verified", c::verified), ShowAs("ok", c::ok),
+                    Computed("write_GBps", "GB/s", 3), ShowAs("crc_s", c::crc_s, 4),
+                    ShowAs("write_calls_s", c::write_calls_s, 4), ShowAs("commit_s", c::commit_s, 4),
+                    ShowAs("verified", c::verified), ShowAs("ok", c::ok),
                     ShowAs("error", c::error)});
 }
 

@@ -388,6 +388,10 @@ class io_point:
     dropped_samples_per_epoch = "dropped_samples_per_epoch"
     checkpoint_dir = "checkpoint_dir"
     checkpoint_state_bytes = "checkpoint_state_bytes"
+    checkpoint_bytes = "checkpoint_bytes"
+    checkpoint_write_GBps = "checkpoint_write_GBps"
+    loader_bytes = "loader_bytes"
+    loader_per_read_MBps = "loader_per_read_MBps"
 
     class loader:
         table = "loader"
@@ -408,6 +412,9 @@ class io_point:
         stall_s = "stall_s"
         write_s = "write_s"
         write_GBps = "write_GBps"
+        crc_s = "crc_s"
+        write_calls_s = "write_calls_s"
+        commit_s = "commit_s"
         crc32c = "crc32c"
         verified = "verified"
         ok = "ok"

@@ -395,6 +395,18 @@ std::optional<Expectation> FromTopology(const Figure& f, const Report& report, c
                             policy.derived_efficiency)};
 }
 
+// Derived from the storage's own rates in the policy ([derived] storage_write_GBps, storage_read_MBps, measured
+// by fio): the checkpoints' rate over all ranks and the loader's per-read rate expect them x efficiency.
+std::optional<Expectation> FromStorage(const Figure& f, const ValidatePolicy& policy) {
+  const bool write = f.key == "storage.checkpoint_total_GBps", read = f.key == "storage.loader_MBps";
+  const double device = write ? policy.storage_write_GBps : read ? policy.storage_read_MBps : 0;
+  if (!(device > 0)) return std::nullopt;
+  return Expectation{device * policy.derived_efficiency, policy.warn, policy.fail,
+                     Format(write ? "derived: storage writes %g GB/s x efficiency %g"
+                                  : "derived: storage reads %g MB/s per stream x efficiency %g",
+                            device, policy.derived_efficiency)};
+}
+
 // The policy's warn and fail bands for `f`: relative, or absolute points for a share of step time.
 std::pair<double, double> Bands(const Figure& f, const ValidatePolicy& policy) {
   return f.share ? std::pair{policy.share_warn, policy.share_fail} : std::pair{policy.warn, policy.fail};
@@ -546,6 +558,7 @@ std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& in
     }
     // Later layers win: derived < policy < baseline < history.
     std::optional<Expectation> e = FromTopology(f, report, inputs.policy);
+    if (auto d = FromStorage(f, inputs.policy)) e = d;
     if (auto p = FromPolicy(f, inputs.policy, gpu)) e = p;
     if (auto b = FromBaseline(f, baseline, inputs.baseline_file, inputs.policy)) e = b;
     if (auto h = FromHistory(f, inputs.history, inputs.policy)) e = h;

@@ -71,6 +71,11 @@ struct ValidatePolicy {
   // it a healthy run reaches.
   double nvlink_GBps = 25;         // NVLink 3 and 4: 25 GB/s per link and direction
   double derived_efficiency = 0.8;
+  // The storage's own rates, as measured by fio on the file systems the run uses (0: not given): a sequential
+  // write with fsync in as many files as ranks (storage.checkpoint_total_GBps expects it x efficiency), and one
+  // job's random reads of the loader's record size (storage.loader_MBps expects it x efficiency).
+  double storage_write_GBps = 0;
+  double storage_read_MBps = 0;
   // Thresholds per GPU model (the model names cost's price files use: "H100 SXM"): figure key -> expected value.
   std::map<std::string, std::map<std::string, double>> gpu_thresholds;
 };

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "checkpoint_table.h"
 #include "schema.h"
 #include "units.h"
 #include "validate.h"
@@ -148,6 +149,9 @@ void AddStorageFigures(const Report& report, std::vector<Figure>& figures) {
     figures.push_back(MakeFigure("storage.checkpoint_write_GBps", "storage",
                                  "checkpoint write rate per slice (median)", "GB/s", Better::kHigher,
                                  finite.empty() ? kNaN : Median(finite)));
+    figures.push_back(MakeFigure("storage.checkpoint_total_GBps", "storage",
+                                 "checkpoint write rate, all ranks (bytes over the slowest slice's write)", "GB/s",
+                                 Better::kHigher, CheckpointWriteGBps(*checkpoints)));
   }
 }
 

@@ -90,8 +90,10 @@ void ReadEnvironment(const toml::table& table, const std::string& file, Validate
 void ReadDerived(const toml::table& table, const std::string& file, ValidatePolicy& p) {
   FieldReader r(table, file, "[derived] ");
   if (r.OptionalNumber("nvlink_GBps")) p.nvlink_GBps = r.Number("nvlink_GBps", true);
+  if (r.OptionalNumber("storage_write_GBps")) p.storage_write_GBps = r.Number("storage_write_GBps", true);
+  if (r.OptionalNumber("storage_read_MBps")) p.storage_read_MBps = r.Number("storage_read_MBps", true);
   p.derived_efficiency = Fraction(r, "efficiency", p.derived_efficiency, true);
-  r.RejectUnknown("nvlink_GBps, efficiency");
+  r.RejectUnknown("nvlink_GBps, storage_write_GBps, storage_read_MBps, efficiency");
 }
 
 // [gpu."H100 SXM"] (or [gpu.cpu]): figure key = expected value.
@@ -119,7 +121,7 @@ std::vector<std::string> PolicyFigureKeys() {
   }
   for (const char* key : {"p2p.median_uni_GBps", "p2p.median_bidi_GBps", "train.tokens_per_s", "train.mfu_peak",
                           "train.comm_exposed_share", "train.data_wait_share", "train.checkpoint_stall_share",
-                          "storage.loader_MBps", "storage.checkpoint_write_GBps"}) {
+                          "storage.loader_MBps", "storage.checkpoint_write_GBps", "storage.checkpoint_total_GBps"}) {
     keys.push_back(key);
   }
   return keys;

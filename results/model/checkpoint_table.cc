@@ -32,12 +32,22 @@ std::map<int64_t, CheckpointSummary> CheckpointsOf(const Table& slices) {
   const auto* write_s = schema::Values(slices, c::write_s);
   const auto* verified = schema::Values(slices, c::verified);
   const auto* ok = schema::Values(slices, c::ok);
+  const auto* crc_s = schema::Values(slices, c::crc_s);
+  const auto* write_calls_s = schema::Values(slices, c::write_calls_s);
+  const auto* commit_s = schema::Values(slices, c::commit_s);
+  auto value = [](const std::vector<double>* column, size_t r) { return Row(column, r) ? *Row(column, r) : NAN; };
   for (size_t r = 0; r < step->size(); ++r) {
     CheckpointSummary& ck = by_step[(*step)[r]];
-    if (ck.ranks++ == 0 && Row(mode, r)) ck.mode = *Row(mode, r);
+    const bool first = ck.ranks++ == 0;
+    if (first && Row(mode, r)) ck.mode = *Row(mode, r);
     if (Row(bytes, r)) ck.bytes += *Row(bytes, r);
     if (Row(stall_s, r)) ck.stall_s = std::max(ck.stall_s, *Row(stall_s, r));
-    if (Row(write_s, r)) ck.write_s = std::max(ck.write_s, *Row(write_s, r));
+    if (Row(write_s, r) && (first || *Row(write_s, r) > ck.write_s)) {
+      ck.write_s = *Row(write_s, r);
+      ck.crc_s = value(crc_s, r);
+      ck.write_calls_s = value(write_calls_s, r);
+      ck.commit_s = value(commit_s, r);
+    }
     ck.verified = ck.verified && Row(verified, r) && *Row(verified, r) == 1;
     ck.ok = ck.ok && Row(ok, r) && *Row(ok, r) == 1;
     if (ck.error.empty() && Row(error, r)) ck.error = *Row(error, r);

@@ -2,6 +2,7 @@
 // row per rank's slice: a checkpoint is the slices of one step, written at once.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -14,6 +15,8 @@ struct CheckpointSummary {
   std::string mode, error;  // the first slice's mode; the first error any slice gave
   int64_t ranks = 0, bytes = 0;
   double stall_s = 0, write_s = 0;  // the slowest slice's
+  // The stages of the slice that was slowest to write (NaN in reports written before the stages were recorded).
+  double crc_s = NAN, write_calls_s = NAN, commit_s = NAN;
   bool verified = true, ok = true;  // every slice's
   // All its bytes over the slowest slice's write time (the slices are written at once), GB/s; NaN without one.
   double write_GBps() const;

@@ -586,6 +586,18 @@ inline const IntAttribute dropped_samples_per_epoch{kIoPoint, "dropped_samples_p
 inline const TextAttribute checkpoint_dir{kIoPoint, "checkpoint_dir", "", "checkpoints: the directory"};
 inline const IntAttribute checkpoint_state_bytes{kIoPoint, "checkpoint_state_bytes", "B",
                                                  "checkpoints: the whole state (fp32 weights, both AdamW moments)"};
+inline const IntAttribute checkpoint_bytes{kIoPoint, "checkpoint_bytes", "B",
+                                           "checkpoints: bytes written, every rank's slice of every checkpoint"};
+inline const RealAttribute checkpoint_write_GBps{
+    kIoPoint, "checkpoint_write_GBps", "GB/s",
+    "checkpoints: checkpoint_bytes / the sum of each checkpoint's slowest slice write_s, the rate the "
+    "storage took them at, comparable with fio writing the same bytes in as many files with fsync "
+    "(tests/perf/checkpoint_vs_fio.sh); NaN without a checkpoint"};
+inline const IntAttribute loader_bytes{kIoPoint, "loader_bytes", "B", "loader: bytes read, every rank"};
+inline const RealAttribute loader_per_read_MBps{
+    kIoPoint, "loader_per_read_MBps", "MB/s",
+    "loader: loader_bytes / the sum of every read's time (one read stream's rate, comparable with fio's "
+    "one-job random reads of record_bytes, tests/perf/loader_vs_fio.sh)"};
 
 inline TableSpec kLoader{kIoPoint, "loader",
                          "per rank: batches handed to the loop, bytes read, reads, the sum of read times (workers "
@@ -614,6 +626,12 @@ inline const IntColumn bytes{kCheckpoints, "bytes", "B", "the rank's slice"};
 inline const RealColumn stall_s{kCheckpoints, "stall_s", "s", "time the loop was blocked"};
 inline const RealColumn write_s{kCheckpoints, "write_s", "s", "write + fsync + rename of the slice"};
 inline const RealColumn write_GBps{kCheckpoints, "write_GBps", "GB/s", "bytes / write_s"};
+inline const RealColumn crc_s{kCheckpoints, "crc_s", "s", "of write_s: the CRC-32C of the slice"};
+inline const RealColumn write_calls_s{kCheckpoints, "write_calls_s", "s",
+                                      "of write_s: the write() calls (the page cache, or the device once the dirty "
+                                      "limit is reached)"};
+inline const RealColumn commit_s{kCheckpoints, "commit_s", "s",
+                                 "of write_s: fsync of what writeback had not yet written, rename, directory sync"};
 inline const IntColumn crc32c{kCheckpoints, "crc32c", "", "CRC-32C of the slice"};
 inline const IntColumn verified{kCheckpoints, "verified", "", "1: read back after fsync with the same checksum"};
 inline const IntColumn ok{kCheckpoints, "ok", "", "1: the checkpoint is complete"};

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-loader read throughput against fio on the same files with the same pattern, in one invocation:
 # random positioned reads of one sample (record) each, as many fio jobs as loader workers, buffered and
-# O_DIRECT. Prints both throughputs and loader/fio (target >= 0.9). Figures: tests/perf/README.md.
+# O_DIRECT. Prints both throughputs and loader/fio (target >= 0.9), the share of the cores each kept busy, and a
+# verdict per cell naming what set the pace (met, the cores, or the loader). Figures: tests/perf/README.md.
 #   loader_vs_fio.sh BUILD_DIR [DATA_DIR]
 # Environment: TB_PERF_TOKENS (dataset size, default 512M tokens = 1 GB), TB_PERF_SECONDS (per run, default 5),
 # TB_PERF_ROUNDS (default 3: fio and the loader alternate, first one then the other; medians are printed),
@@ -84,27 +85,41 @@ loader_MBps() {  # direct record workers sequences huge
 
 median() { tr ' ' '\n' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
-printf "#%9s %8s %8s %6s %10s %10s %7s %10s %10s %7s\n" mode record workers batch fio loader ratio fio_huge \
-  loader_huge ratio
-printf "#%34s %29s %29s\n" "" "MB/s, 4 KiB-page buffers" "MB/s, 2 MiB-page buffers"
+printf "#%9s %8s %8s %6s %10s %10s %7s %10s %10s %7s %10s  %s\n" mode record workers batch fio loader ratio fio_huge \
+  loader_huge ratio busy "verdict (4 KiB pages)"
+printf "#%34s %29s %29s %12s\n" "" "MB/s, 4 KiB-page buffers" "MB/s, 2 MiB-page buffers" "fio/loader"
 status=0
 ratio() { [[ $1 == - || $2 == - ]] && echo - || printf "%.3f" "$(echo "$2 / $1" | bc -l)"; }
-declare -A runs  # "key" -> the MB/s of each round, for the configuration being measured
-run() {  # key command...: one measurement into runs[key]
-  local v
+declare -A runs busy  # "key" -> the MB/s of each round, and the share of the cores busy during it
+# Busy and total jiffies of all cores so far (/proc/stat: busy = all but idle and iowait).
+jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; ++i) t += $i; print t - $5 - $6, t }' /proc/stat; }
+run() {  # key command...: one measurement into runs[key], the cores' busy share during it into busy[key]
+  local v b0 t0 b1 t1
+  read -r b0 t0 < <(jiffies)
   v=$("${@:2}") && [[ -n $v ]] || { echo "a run failed: $1 ($mode, $record B, $workers workers)" >&2; status=1; return; }
+  read -r b1 t1 < <(jiffies)
   runs[$1]+=" $v"
+  busy[$1]+=" $(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.2f", (t > 0) ? b / t : 0 }')"
+}
+# Who set the pace of a cell: met (>= 0.9 of fio); "cores" when fio and the loader both kept the cores >= 85%
+# busy, fio's start-up and exit included (the loader's extra work per byte, its consumer thread and the
+# hand-offs, then shows as a lower rate); else the loader.
+verdict() {  # ratio fio_busy loader_busy
+  [[ $1 == - ]] && { echo -; return; }
+  awk -v r="$1" -v f="$2" -v l="$3" 'BEGIN { print ((r >= 0.9) ? "met" : (f >= 0.85 && l >= 0.85) ? "NOT met: cores" : "NOT met: loader") }'
 }
 fio_runs() {
   run fio fio_MBps "$direct" "$record" "$workers" malloc
   if [[ $fio_huge == 1 ]]; then run fio_huge fio_MBps "$direct" "$record" "$workers" shmhuge; fi
 }
 med() { [[ -n ${runs[$1]:-} ]] && median <<<"${runs[$1]# }" || echo -; }
+med_busy() { [[ -n ${busy[$1]:-} ]] && median <<<"${busy[$1]# }" || echo -; }
 for direct in 0 1; do
   mode=$([[ $direct == 1 ]] && echo direct || echo buffered)
   for record in $records; do  # uint16 tokens and seq = record/2 - 1: one sample is exactly one record
     for workers in $workers_list; do
       runs=()
+      busy=()
       for ((round = 1; round <= rounds; ++round)); do
         ((round % 2)) && fio_runs  # fio and the loader take turns going first
         for spec in $batches; do
@@ -115,9 +130,10 @@ for direct in 0 1; do
       done
       f=$(med fio); fh=$(med fio_huge)  # "-" when not run
       for spec in $batches; do
-        l=$(med "l0 $spec"); lh=$(med "l1 $spec")
-        printf "%10s %8s %8s %6s %10s %10s %7s %10s %10s %7s\n" "$mode" "$record" "$workers" \
-          "$(sequences "$spec" "$record")" "$f" "$l" "$(ratio "$f" "$l")" "$fh" "$lh" "$(ratio "$fh" "$lh")"
+        l=$(med "l0 $spec"); lh=$(med "l1 $spec"); bf=$(med_busy fio); bl=$(med_busy "l0 $spec")
+        printf "%10s %8s %8s %6s %10s %10s %7s %10s %10s %7s %12s  %s\n" "$mode" "$record" "$workers" \
+          "$(sequences "$spec" "$record")" "$f" "$l" "$(ratio "$f" "$l")" "$fh" "$lh" "$(ratio "$fh" "$lh")" \
+          "$bf/$bl" "$(verdict "$(ratio "$f" "$l")" "$bf" "$bl")"
       done
     done
   done
