@@ -6,6 +6,7 @@
 #   loader_vs_fio.sh BUILD_DIR [DATA_DIR]
 # Environment: TB_PERF_TOKENS (dataset size, default 512M tokens = 1 GB), TB_PERF_SECONDS (per run, default 5),
 # TB_PERF_ROUNDS (default 3: fio and the loader alternate, first one then the other; medians are printed),
+# TB_PERF_MODES (default "buffered direct"),
 # TB_PERF_WORKERS (default "1 2 4"), TB_PERF_RECORDS (record sizes in bytes, default "4096 65536"),
 # TB_PERF_BATCHES (the loader's batch per configuration, default "1M"): a size with a suffix (K, M) is a batch
 # of that many bytes (sequences = bytes / record), a plain number is sequences. The loader hands its consumer one
@@ -31,6 +32,10 @@ rounds=${TB_PERF_ROUNDS:-3}
 workers_list=${TB_PERF_WORKERS:-1 2 4}
 records=${TB_PERF_RECORDS:-4096 65536}
 batches=${TB_PERF_BATCHES:-1M}
+modes=${TB_PERF_MODES:-buffered direct}
+for mode in $modes; do
+  [[ $mode == buffered || $mode == direct ]] || { echo "TB_PERF_MODES: '$mode' is neither buffered nor direct" >&2; exit 2; }
+done
 tb=$build/trainbench
 bench=$build/tests/perf_loader_bench
 fio=$(command -v fio) || { echo "fio not found (apt-get install fio)" >&2; exit 1; }
@@ -114,8 +119,8 @@ fio_runs() {
 }
 med() { [[ -n ${runs[$1]:-} ]] && median <<<"${runs[$1]# }" || echo -; }
 med_busy() { [[ -n ${busy[$1]:-} ]] && median <<<"${busy[$1]# }" || echo -; }
-for direct in 0 1; do
-  mode=$([[ $direct == 1 ]] && echo direct || echo buffered)
+for mode in $modes; do
+  direct=$([[ $mode == direct ]] && echo 1 || echo 0)
   for record in $records; do  # uint16 tokens and seq = record/2 - 1: one sample is exactly one record
     for workers in $workers_list; do
       runs=()
