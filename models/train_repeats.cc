@@ -5,7 +5,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "checkpoint_table.h"
+#include "io_tables.h"
 #include "console.h"
 #include "schema.h"
 

@@ -1,6 +1,6 @@
 #include "report_view.h"
 
-#include "checkpoint_table.h"
+#include "io_tables.h"
 #include "console.h"
 #include "schema.h"
 #include "units.h"
@@ -553,6 +553,7 @@ void AddCheckpointRows(ViewTable& out, const std::string& point, const Table& sl
         .Set("stall_s_max", ck.stall_s)
         .Set("write_s_max", ck.write_s)
         .Set("write_GBps", ck.write_GBps())
+        .Set("copy_s", ck.copy_s)
         .Set("crc_s", ck.crc_s)
         .Set("write_calls_s", ck.write_calls_s)
         .Set("commit_s", ck.commit_s)
@@ -596,10 +597,10 @@ const std::vector<ViewColumn>& LoaderColumns() {
 
 ViewTable CheckpointsView() {
   namespace c = sc::io_point::checkpoints;
-  return MakeTable("io", "checkpoints", "checkpoints (all ranks' slices together; crc_s, write_calls_s, commit_s: the slowest slice's stages)", false,
+  return MakeTable("io", "checkpoints", "checkpoints (all ranks' slices together; copy_s, crc_s, write_calls_s, commit_s: the slowest slice's stages)", false,
                    {Computed("point", ""), ShowAs("step", c::step), ShowAs("mode", c::mode), Computed("ranks", "ranks"),
                     Computed("bytes", "B"), Computed("stall_s_max", "s", 4), Computed("write_s_max", "s", 4),
-                    Computed("write_GBps", "GB/s", 3), ShowAs("crc_s", c::crc_s, 4),
+                    Computed("write_GBps", "GB/s", 3), ShowAs("copy_s", c::copy_s, 4), ShowAs("crc_s", c::crc_s, 4),
                     ShowAs("write_calls_s", c::write_calls_s, 4), ShowAs("commit_s", c::commit_s, 4),
                     ShowAs("verified", c::verified), ShowAs("ok", c::ok),
                     ShowAs("error", c::error)});

@@ -412,6 +412,7 @@ class io_point:
         stall_s = "stall_s"
         write_s = "write_s"
         write_GBps = "write_GBps"
+        copy_s = "copy_s"
         crc_s = "crc_s"
         write_calls_s = "write_calls_s"
         commit_s = "commit_s"

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <set>
 
-#include "checkpoint_table.h"
+#include "io_tables.h"
 #include "schema.h"
 #include "units.h"
 #include "validate.h"
@@ -121,24 +121,12 @@ void AddTrainFigures(const Report& report, std::vector<Figure>& figures) {
   }
 }
 
-// Sum of a numeric column (loader bytes, read seconds).
-double ColumnSum(const Table& table, const schema::RealColumn& column) {
-  const std::vector<double>* values = sc::Values(table, column);
-  double sum = 0;
-  if (values) {
-    for (double v : *values) sum += v;
-  }
-  return values ? sum : kNaN;
-}
-
 void AddStorageFigures(const Report& report, std::vector<Figure>& figures) {
   const std::optional<HeadlinePoint> point = FindHeadlinePoint(report);
   if (!point || !point->io) return;
-  namespace l = sc::io_point::loader;
   if (const Table* loader = sc::FindTable(point->io, sc::io_point::kLoader)) {
-    const double bytes = ColumnSum(*loader, l::bytes_read), seconds = ColumnSum(*loader, l::read_s);
     figures.push_back(MakeFigure("storage.loader_MBps", "storage", "data loader read rate (bytes over read time)",
-                                 "MB/s", Better::kHigher, seconds > 0 ? bytes / seconds / 1e6 : kNaN));
+                                 "MB/s", Better::kHigher, LoaderTotalsOf(*loader).per_read_MBps));
   }
   if (const Table* checkpoints = sc::FindTable(point->io, sc::io_point::kCheckpoints)) {
     const std::vector<double>* rates = sc::Values(*checkpoints, sc::io_point::checkpoints::write_GBps);

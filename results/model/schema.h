@@ -626,6 +626,8 @@ inline const IntColumn bytes{kCheckpoints, "bytes", "B", "the rank's slice"};
 inline const RealColumn stall_s{kCheckpoints, "stall_s", "s", "time the loop was blocked"};
 inline const RealColumn write_s{kCheckpoints, "write_s", "s", "write + fsync + rename of the slice"};
 inline const RealColumn write_GBps{kCheckpoints, "write_GBps", "GB/s", "bytes / write_s"};
+inline const RealColumn copy_s{kCheckpoints, "copy_s", "s",
+                               "of write_s: copying device memory to the host block by block (0: a host state)"};
 inline const RealColumn crc_s{kCheckpoints, "crc_s", "s", "of write_s: the CRC-32C of the slice"};
 inline const RealColumn write_calls_s{kCheckpoints, "write_calls_s", "s",
                                       "of write_s: the write() calls (the page cache, or the device once the dirty "

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <map>
 
-#include "checkpoint_table.h"
+#include "io_tables.h"
 #include "console.h"
 #include "device.h"
 #include "error.h"
@@ -500,13 +500,9 @@ void PointIo::AddLoaderToReport(Group* group) {
       .Column(c::per_read_MBps, [](const RankLoader& r) { return r.read_s > 0 ? r.bytes_read / r.read_s / 1e6 : 0; })
       .Column(c::wait_s, [](const RankLoader& r) { return r.wait_s; })
       .Write(*group, rows);
-  double bytes = 0, read_s = 0;
-  for (const RankLoader& r : rows) {
-    bytes += r.bytes_read;
-    read_s += r.read_s;
-  }
-  schema::Set(*group, sp::loader_bytes, static_cast<int64_t>(bytes));
-  schema::Set(*group, sp::loader_per_read_MBps, read_s > 0 ? bytes / read_s / 1e6 : std::nan(""));
+  const LoaderTotals totals = LoaderTotalsOf(*schema::FindTable(group, sp::kLoader));
+  schema::Set(*group, sp::loader_bytes, static_cast<int64_t>(totals.bytes));
+  schema::Set(*group, sp::loader_per_read_MBps, totals.per_read_MBps);
 }
 
 // A row per checkpoint per rank (collective): the events' figures travel as records, their errors as text.
@@ -516,14 +512,14 @@ void PointIo::AddCheckpointsToReport(Group* group) {
     int rank;
     CheckpointMode mode;
     uint64_t bytes;
-    double stall_s, write_s, write_gbps, crc_s, write_calls_s, commit_s;
+    double stall_s, write_s, write_gbps, copy_s, crc_s, write_calls_s, commit_s;
     uint32_t crc32c;
     bool verified, ok;
   };
   std::vector<EventFigures> mine;
   std::vector<std::string> errors;
   for (const CheckpointEvent& e : checkpointer_->events()) {
-    mine.push_back({e.step, e.rank, e.mode, e.bytes, e.stall_s, e.write_s, e.write_gbps, e.stages.crc_s,
+    mine.push_back({e.step, e.rank, e.mode, e.bytes, e.stall_s, e.write_s, e.write_gbps, e.stages.copy_s, e.stages.crc_s,
                     e.stages.write_s, e.stages.commit_s, e.crc32c, e.verified, e.ok});
     errors.push_back(e.error);
   }
@@ -550,6 +546,7 @@ void PointIo::AddCheckpointsToReport(Group* group) {
       .Column(c::stall_s, [](const Row& r) { return r.e->stall_s; })
       .Column(c::write_s, [](const Row& r) { return r.e->write_s; })
       .Column(c::write_GBps, [](const Row& r) { return r.e->write_gbps; })
+      .Column(c::copy_s, [](const Row& r) { return r.e->copy_s; })
       .Column(c::crc_s, [](const Row& r) { return r.e->crc_s; })
       .Column(c::write_calls_s, [](const Row& r) { return r.e->write_calls_s; })
       .Column(c::commit_s, [](const Row& r) { return r.e->commit_s; })
@@ -558,11 +555,9 @@ void PointIo::AddCheckpointsToReport(Group* group) {
       .Column(c::ok, [](const Row& r) { return r.e->ok ? 1 : 0; })
       .Column(c::error, [](const Row& r) { return *r.error; })
       .Write(*group, rows);
-  const Table* written = schema::FindTable(group, s::kCheckpoints);
-  int64_t bytes = 0;
-  for (const auto& [step, checkpoint] : CheckpointsOf(*written)) bytes += static_cast<int64_t>(checkpoint.bytes);
-  schema::Set(*group, s::checkpoint_bytes, bytes);
-  schema::Set(*group, s::checkpoint_write_GBps, CheckpointWriteGBps(*written));
+  const CheckpointTotals totals = CheckpointTotalsOf(*schema::FindTable(group, s::kCheckpoints));
+  schema::Set(*group, s::checkpoint_bytes, totals.bytes);
+  schema::Set(*group, s::checkpoint_write_GBps, totals.write_GBps);
 }
 
 double ThrottleAtDataWaitShare(const std::vector<double>& rates, const std::vector<double>& shares, double share) {

@@ -1,4 +1,4 @@
-#include "checkpoint_table.h"
+#include "io_tables.h"
 
 #include <algorithm>
 #include <cmath>
@@ -32,6 +32,7 @@ std::map<int64_t, CheckpointSummary> CheckpointsOf(const Table& slices) {
   const auto* write_s = schema::Values(slices, c::write_s);
   const auto* verified = schema::Values(slices, c::verified);
   const auto* ok = schema::Values(slices, c::ok);
+  const auto* copy_s = schema::Values(slices, c::copy_s);
   const auto* crc_s = schema::Values(slices, c::crc_s);
   const auto* write_calls_s = schema::Values(slices, c::write_calls_s);
   const auto* commit_s = schema::Values(slices, c::commit_s);
@@ -44,6 +45,7 @@ std::map<int64_t, CheckpointSummary> CheckpointsOf(const Table& slices) {
     if (Row(stall_s, r)) ck.stall_s = std::max(ck.stall_s, *Row(stall_s, r));
     if (Row(write_s, r) && (first || *Row(write_s, r) > ck.write_s)) {
       ck.write_s = *Row(write_s, r);
+      ck.copy_s = value(copy_s, r);
       ck.crc_s = value(crc_s, r);
       ck.write_calls_s = value(write_calls_s, r);
       ck.commit_s = value(commit_s, r);
@@ -55,13 +57,31 @@ std::map<int64_t, CheckpointSummary> CheckpointsOf(const Table& slices) {
   return by_step;
 }
 
-double CheckpointWriteGBps(const Table& slices) {
-  double bytes = 0, seconds = 0;
+CheckpointTotals CheckpointTotalsOf(const Table& slices) {
+  CheckpointTotals totals;
+  double seconds = 0;
   for (const auto& [step, ck] : CheckpointsOf(slices)) {
-    bytes += static_cast<double>(ck.bytes);
+    totals.bytes += ck.bytes;
     seconds += ck.write_s;
   }
-  return seconds > 0 ? bytes / seconds / 1e9 : std::nan("");
+  if (seconds > 0) totals.write_GBps = static_cast<double>(totals.bytes) / seconds / 1e9;
+  return totals;
+}
+
+double CheckpointWriteGBps(const Table& slices) { return CheckpointTotalsOf(slices).write_GBps; }
+
+LoaderTotals LoaderTotalsOf(const Table& loader) {
+  namespace l = schema::io_point::loader;
+  const auto* bytes = schema::Values(loader, l::bytes_read);
+  const auto* read_s = schema::Values(loader, l::read_s);
+  LoaderTotals totals;
+  if (bytes == nullptr || read_s == nullptr) return totals;
+  double seconds = 0;
+  totals.bytes = 0;
+  for (double b : *bytes) totals.bytes += b;
+  for (double s : *read_s) seconds += s;
+  if (seconds > 0) totals.per_read_MBps = totals.bytes / seconds / 1e6;
+  return totals;
 }
 
 }  // namespace tb
