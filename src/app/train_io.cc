@@ -520,7 +520,7 @@ void PointIo::AddCheckpointsToReport(Group* group) {
   std::vector<std::string> errors;
   for (const CheckpointEvent& e : checkpointer_->events()) {
     mine.push_back({e.step, e.rank, e.mode, e.bytes, e.stall_s, e.write_s, e.write_gbps, e.stages.copy_s, e.stages.crc_s,
-                    e.stages.write_s, e.stages.commit_s, e.crc32c, e.verified, e.ok});
+                    e.stages.write_calls_s, e.stages.commit_s, e.crc32c, e.verified, e.ok});
     errors.push_back(e.error);
   }
   const std::vector<std::vector<EventFigures>> figures = GatherRecords(comm_.host_comm(), mine);

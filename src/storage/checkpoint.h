@@ -65,12 +65,12 @@ struct CheckpointOptions {
 
 // Where a rank's slice write's time went, by stage: the device-to-host copies of device sources, the CRC-32C, the
 // write() calls (page cache, or waiting for the device when its dirty limit is reached), and the commit (fsync of
-// what writeback had not yet written, rename, directory sync). They add up to the write_s but for the
-// clock reads between them.
+// what writeback had not yet written, rename, directory sync). They add up to CheckpointEvent::write_s but for
+// the clock reads between them.
 struct CheckpointStages {
   double copy_s = 0;
   double crc_s = 0;
-  double write_s = 0;
+  double write_calls_s = 0;
   double commit_s = 0;
 };
 

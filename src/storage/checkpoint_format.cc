@@ -111,7 +111,7 @@ uint32_t WriteSources(DurableFile& file, const std::vector<Source>& sources, con
       const double written = NowSeconds();
       stages.copy_s += copied - start;
       stages.crc_s += summed - copied;
-      stages.write_s += written - summed;
+      stages.write_calls_s += written - summed;
       done += n;
     }
   }

@@ -110,7 +110,7 @@ int Run(int argc, char** argv, int rank) {
     if (!event.ok) throw tb::RuntimeError(event.error);
     const double max_stall = MaxOverRanks(stall), max_save = MaxOverRanks(save), max_write = MaxOverRanks(event.write_s);
     const tb::CheckpointStages& st = event.stages;
-    const double crc = MaxOverRanks(st.crc_s), calls = MaxOverRanks(st.write_s), commit = MaxOverRanks(st.commit_s);
+    const double crc = MaxOverRanks(st.crc_s), calls = MaxOverRanks(st.write_calls_s), commit = MaxOverRanks(st.commit_s);
     if (rank == 0) {
       std::printf("rep %d stall_s %.6f save_s %.6f write_s %.6f crc_s %.6f write_calls_s %.6f commit_s %.6f\n", rep + 1,
                   max_stall, max_save, max_write, crc, calls, commit);
