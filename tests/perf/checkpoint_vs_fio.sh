@@ -160,7 +160,7 @@ memcpy_med="$(MedianOf "${memcpys[@]}")"
 cores="$(nproc)"
 if Verdict "$ratio_med" ">=" 0.9; then
   write_verdict="met: the device is the limit"
-elif Verdict "$commit_med" "<" "$(awk -v w="$(MedianOf "${sync_stalls[@]}")" 'BEGIN { print 0.1 * w }')" &&
+elif Verdict "$commit_med" "<" "$(awk -v w="$sync_med" 'BEGIN { print 0.1 * w }')" &&
   ((cores <= RANKS)); then
   write_verdict="NOT met: the cores are the limit ($RANKS writers on $cores cores spent ${crc_med} s in CRC and ${calls_med} s in write calls; fsync found ${commit_med} s left to write)"
 else
