@@ -361,51 +361,81 @@ bool DataLoader::SleepUntil(double deadline) {
   return !work_cv_.wait_until(lock, until, [&] { return stop_; });
 }
 
-// A worker claims claim_rows_ consecutive rows of the oldest batch not yet claimed (so that the workers share
-// each batch), reads them without the lock, then adds them to the batch; the one that completes it wakes the
-// consumer. Two lock acquisitions per claim, none per read.
+// Under the lock: the next claim_rows_ rows of the oldest batch not yet claimed. A batch's first claim takes its
+// slot (claims are handed out in order, so before any other claim of it): the one freed last (LIFO), whose buffer
+// is likeliest still in the cache.
+DataLoader::Claim DataLoader::ClaimRows() {
+  const uint64_t batch = static_cast<uint64_t>(options_.batch);
+  Claim c;
+  c.sequence = next_claim_ / batch;
+  c.first_row = static_cast<int>(next_claim_ % batch);
+  c.rows = std::min(claim_rows_, options_.batch - c.first_row);
+  next_claim_ += static_cast<uint64_t>(c.rows);
+  int& slot_index = slot_of_[c.sequence % slot_of_.size()];
+  if (c.first_row == 0) {
+    slot_index = free_slots_.back();
+    free_slots_.pop_back();
+    Slot& slot = *slots_[slot_index];
+    slot.sequence = c.sequence;
+    slot.position = PositionOf(c.sequence);
+    slot.done = 0;
+    slot.stats = BatchStats{};
+    slot.first_start_s = 0;
+    slot.last_end_s = 0;
+  }
+  c.slot = slots_[slot_index].get();
+  return c;
+}
+
+// Without the lock: works out the claimed rows' samples (a pure function of the position) and reads them.
+// Returns false when the loader stopped while a read slept.
+bool DataLoader::FillRows(const Claim& c, BatchStats& part, double& first_start_s, double& last_end_s) {
+  const LoaderPosition position = PositionOf(c.sequence);
+  for (int row = c.first_row; row < c.first_row + c.rows; ++row) {
+    c.slot->samples[row] = plan_->Sample(position.epoch, position.batch, options_.rank, row);
+    const SampleRead read = ReadSample(c.slot->samples[row], *c.slot, row);
+    if (read.bytes == 0) return false;
+    part.bytes_read += read.bytes;
+    part.read_s += read.end_s - read.start_s;
+    first_start_s = row == c.first_row ? read.start_s : std::min(first_start_s, read.start_s);
+    last_end_s = std::max(last_end_s, read.end_s);
+  }
+  return true;
+}
+
+// A worker claims rows (ClaimRows), reads them without the lock (FillRows), then adds them to their batch and
+// claims its next rows in the same critical section: one lock acquisition per claim. The worker that completes a
+// batch wakes the consumer after it has released the lock, so that the consumer does not wake into a held mutex
+// and sleep on it a second time.
 void DataLoader::Work() {
   const uint64_t batch = static_cast<uint64_t>(options_.batch);
+  bool completed = false;  // a batch completed by this worker, the consumer not yet woken for it
+  auto wake_consumer = [&](std::unique_lock<std::mutex>& lock) {
+    lock.unlock();
+    ready_cv_.notify_all();
+    completed = false;
+  };
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || error_ || next_claim_ / batch < handed_ + options_.prefetch; });
-    if (stop_ || error_) return;
-    const uint64_t claim = next_claim_;
-    const uint64_t sequence = claim / batch;
-    const int first_row = static_cast<int>(claim % batch);
-    const int rows = std::min(claim_rows_, options_.batch - first_row);
-    next_claim_ += static_cast<uint64_t>(rows);
-    int& slot_index = slot_of_[sequence % slot_of_.size()];
-    if (first_row == 0) {
-      // Claims are handed out in order, so the batch's first claim takes its slot before any other: the one
-      // freed last (LIFO), whose buffer is likeliest still in the cache.
-      slot_index = free_slots_.back();
-      free_slots_.pop_back();
-    }
-    Slot& slot = *slots_[slot_index];
-    if (first_row == 0) {
-      slot.sequence = sequence;
-      slot.position = PositionOf(sequence);
-      for (int i = 0; i < options_.batch; ++i) {
-        slot.samples[i] = plan_->Sample(slot.position.epoch, slot.position.batch, options_.rank, i);
+    auto claimable = [&] { return stop_ || error_ || next_claim_ / batch < handed_ + options_.prefetch; };
+    if (!claimable()) {
+      if (completed) {
+        wake_consumer(lock);
+        lock.lock();
       }
-      slot.done = 0;
-      slot.stats = BatchStats{};
-      slot.first_start_s = 0;
-      slot.last_end_s = 0;
+      work_cv_.wait(lock, claimable);
     }
-    lock.unlock();
+    if (stop_ || error_) return;
+    const Claim claim = ClaimRows();
+    if (completed) {
+      wake_consumer(lock);
+    } else {
+      lock.unlock();
+    }
     BatchStats part;
     double first_start_s = 0, last_end_s = 0;
     try {
-      for (int row = first_row; row < first_row + rows; ++row) {
-        const SampleRead read = ReadSample(slot.samples[row], slot, row);
-        if (read.bytes == 0) return;  // stopped while sleeping
-        part.bytes_read += read.bytes;
-        part.read_s += read.end_s - read.start_s;
-        first_start_s = row == first_row ? read.start_s : std::min(first_start_s, read.start_s);
-        last_end_s = std::max(last_end_s, read.end_s);
-      }
+      if (!FillRows(claim, part, first_start_s, last_end_s)) return;  // stopped while sleeping
     } catch (...) {
       lock.lock();
       if (!error_ && !stop_) error_ = std::current_exception();
@@ -414,17 +444,15 @@ void DataLoader::Work() {
       return;
     }
     lock.lock();
+    Slot& slot = *claim.slot;
     slot.stats.bytes_read += part.bytes_read;
     slot.stats.read_s += part.read_s;
     slot.first_start_s = slot.done == 0 ? first_start_s : std::min(slot.first_start_s, first_start_s);
     slot.last_end_s = std::max(slot.last_end_s, last_end_s);
-    slot.done += rows;
+    slot.done += claim.rows;
     if (slot.done == options_.batch) {
       slot.stats.fill_s = slot.last_end_s - slot.first_start_s;
-      // Woken outside the lock, so the consumer does not wake only to wait for this worker's mutex.
-      lock.unlock();
-      ready_cv_.notify_all();
-      lock.lock();
+      completed = true;
     }
   }
 }

@@ -162,7 +162,16 @@ class DataLoader {
   void PlanSamples();
   void AllocateRing();
   void ProbeDirectIo();
+  // Rows of one batch claimed by a worker.
+  struct Claim {
+    Slot* slot = nullptr;
+    uint64_t sequence = 0;
+    int first_row = 0;
+    int rows = 0;
+  };
   void Work();
+  Claim ClaimRows();
+  bool FillRows(const Claim& claim, BatchStats& part, double& first_start_s, double& last_end_s);
   // Reads sample `sample` into row `row` of `slot` (latency, throttle and the pread); bytes 0 when stopped.
   SampleRead ReadSample(uint64_t sample, Slot& slot, int row);
   // Sleeps until `deadline` (NowSeconds) unless the loader stops first; returns false when it stops.

@@ -1,17 +1,34 @@
 // Driver of loader_vs_fio.sh: runs the data loader alone (no training) for a fixed time and prints its read
 // throughput, counted as fio counts it (bytes the reads asked for / wall time).
 //   perf_loader_bench DIR SEQ BATCH WORKERS PREFETCH DIRECT(0|1) RECORD_BYTES SECONDS [HUGE_PAGES(0|1), default 1]
+//                     [ENGINE: loader (default) | raw]
 // HUGE_PAGES 0 gives the loader's ring plain 4 KiB pages, as fio's default buffers have.
 // Output: one line "loader_MBps <MB/s> bytes <B> seconds <s> batches <n> wait_s <s> read_us <mean pread latency>".
+//
+// ENGINE raw is the raw baseline, the floor of any loader that keeps what it reads until a consumer takes it:
+// WORKERS threads pread random records of the same files (the same O_DIRECT and record size) into two batch
+// buffers from the same allocator as the loader's ring, the one being filled and the one a consumer would hold;
+// thread w fills rows w, w + WORKERS, ... of one buffer, then of the other. No locks, no hand-offs, no consumer,
+// no sample plan. Where fio reads every record into one 64 KiB buffer that never leaves the core's L2 cache, a
+// loader's batches are distinct memory: raw against fio measures what that costs on this machine, loader against
+// raw what the loader's own machinery costs. Output: "raw_MBps <MB/s> bytes <B> seconds <s> cpu_s <s>".
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "clock.h"
 #include "data_loader.h"
 #include "error.h"
+#include "random.h"
+#include "token_dataset.h"
 
 // User + system CPU seconds of the process or of the calling thread.
 double CpuSeconds(int who) {
@@ -20,9 +37,68 @@ double CpuSeconds(int who) {
   return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
+// The raw baseline (ENGINE raw, see the top of the file). Returns the bytes read; sets `elapsed_s`.
+uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapsed_s) {
+  const tb::TokenDataset dataset = tb::OpenTokenDataset(o.dir);
+  struct File {
+    int fd;
+    uint64_t first, records, data_offset;
+  };
+  std::vector<File> files;
+  uint64_t samples = 0;
+  for (const tb::ShardFile& shard : dataset.shards) {
+    const uint64_t records = shard.header.payload_bytes() / o.record_bytes;
+    if (records == 0) continue;
+    const int fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | (o.direct_io ? O_DIRECT : 0));
+    if (fd < 0) throw tb::RuntimeError("cannot open " + shard.path);
+    files.push_back({fd, samples, records, shard.header.header_bytes});
+    samples += records;
+  }
+  if (samples == 0) throw tb::InputError("no whole record in " + o.dir);
+  const uint64_t row = (o.record_bytes + 4095) / 4096 * 4096;  // O_DIRECT: whole, aligned blocks
+  const size_t batch_bytes = static_cast<size_t>(o.batch) * row;
+  void* ring = o.allocator.allocate(2 * batch_bytes);
+  auto* base = static_cast<unsigned char*>(ring);
+  std::vector<uint64_t> bytes(static_cast<size_t>(o.workers), 0);
+  std::atomic<bool> failed{false};
+  const double start = tb::NowSeconds();
+  std::vector<std::thread> threads;
+  for (int w = 0; w < o.workers; ++w) {
+    threads.emplace_back([&, w] {
+      uint64_t state = tb::SplitMix64(0x5eed + static_cast<uint64_t>(w)), mine = 0;
+      for (int buffer = 0; tb::NowSeconds() - start < seconds && !failed; buffer ^= 1) {
+        for (int r = w; r < o.batch; r += o.workers) {
+          state = tb::SplitMix64(state);
+          const uint64_t sample = state % samples;
+          const File& f = *(std::upper_bound(files.begin(), files.end(), sample,
+                                             [](uint64_t s, const File& file) { return s < file.first; }) - 1);
+          const off_t at = static_cast<off_t>(f.data_offset + (sample - f.first) * o.record_bytes);
+          if (::pread(f.fd, base + buffer * batch_bytes + static_cast<size_t>(r) * row, o.record_bytes, at) !=
+              static_cast<ssize_t>(o.record_bytes)) {
+            failed = true;
+            return;
+          }
+          mine += o.record_bytes;
+        }
+      }
+      bytes[static_cast<size_t>(w)] = mine;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  elapsed_s = tb::NowSeconds() - start;
+  o.allocator.release(ring);
+  for (const File& f : files) ::close(f.fd);
+  if (failed) throw tb::RuntimeError("a raw read failed or came back short");
+  uint64_t total = 0;
+  for (uint64_t b : bytes) total += b;
+  return total;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 9 && argc != 10) {
-    std::fprintf(stderr, "usage: %s DIR SEQ BATCH WORKERS PREFETCH DIRECT(0|1) RECORD_BYTES SECONDS [HUGE_PAGES(0|1)]\n",
+  const std::string engine = argc == 11 ? argv[10] : "loader";
+  if (argc < 9 || argc > 11 || (engine != "loader" && engine != "raw")) {
+    std::fprintf(stderr,
+                 "usage: %s DIR SEQ BATCH WORKERS PREFETCH DIRECT(0|1) RECORD_BYTES SECONDS [HUGE_PAGES(0|1) [loader|raw]]\n",
                  argv[0]);
     return 2;
   }
@@ -37,6 +113,15 @@ int main(int argc, char** argv) {
   const double seconds = std::atof(argv[8]);
   o.allocator = tb::AlignedHostAllocator(argc == 9 || std::atoi(argv[9]) != 0);
   try {
+    if (engine == "raw") {
+      if (o.workers < 1 || o.batch < 1 || o.record_bytes == 0) throw tb::InputError("raw: WORKERS, BATCH and RECORD must be positive");
+      const double start_cpu_s = CpuSeconds(RUSAGE_SELF);
+      double elapsed = 0;
+      const uint64_t bytes = RawReads(o, seconds, elapsed);
+      std::printf("raw_MBps %.1f bytes %llu seconds %.3f cpu_s %.3f\n", bytes / elapsed / 1e6,
+                  static_cast<unsigned long long>(bytes), elapsed, CpuSeconds(RUSAGE_SELF) - start_cpu_s);
+      return 0;
+    }
     tb::DataLoader loader(o);
     const double start = tb::NowSeconds();
     const double start_cpu_s = CpuSeconds(RUSAGE_SELF), start_consumer_s = CpuSeconds(RUSAGE_THREAD);
