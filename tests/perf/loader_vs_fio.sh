@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Data-loader read throughput against fio on the same files with the same pattern, in one invocation:
 # random positioned reads of one sample (record) each, as many fio jobs as loader workers, buffered and
-# O_DIRECT. Prints both throughputs and loader/fio (target >= 0.9), the share of the cores each kept busy, and a
-# verdict per cell naming what set the pace (met, the cores, or the loader). Figures: tests/perf/README.md.
+# O_DIRECT. Prints both throughputs and loader/fio (target >= 0.9), a raw baseline (perf_loader_bench's ENGINE raw:
+# the same reads by W threads into two batch buffers, no locks or hand-offs: the floor of any loader that keeps its
+# batches), the share of the cores each kept busy, and a verdict per cell naming what set the pace. Ratios are the
+# median over rounds of each round's ratio (the tools alternate within a round; this VM flips between fast and
+# slow states). Figures: tests/perf/README.md.
 #   loader_vs_fio.sh BUILD_DIR [DATA_DIR]
 # Environment: TB_PERF_TOKENS (dataset size, default 512M tokens = 1 GB), TB_PERF_SECONDS (per run, default 5),
 # TB_PERF_ROUNDS (default 3: fio and the loader alternate, first one then the other; medians are printed),
@@ -82,19 +85,24 @@ sequences() {  # batch-spec record
   esac
 }
 
-loader_MBps() {  # direct record workers sequences huge
+loader_MBps() {  # direct record workers sequences huge [engine]
   local out
-  out=$("$bench" "$data" $(($2 / 2 - 1)) "$4" "$3" $((2 * $3)) "$1" "$2" "$seconds" "$5") || return 1
+  out=$("$bench" "$data" $(($2 / 2 - 1)) "$4" "$3" $((2 * $3)) "$1" "$2" "$seconds" "$5" "${6:-loader}") || return 1
   awk '{print $2}' <<<"$out"
 }
 
 median() { tr ' ' '\n' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
-printf "#%9s %8s %8s %6s %10s %10s %7s %10s %10s %7s %10s  %s\n" mode record workers batch fio loader ratio fio_huge \
-  loader_huge ratio busy "verdict (4 KiB pages)"
-printf "#%34s %29s %29s %12s\n" "" "MB/s, 4 KiB-page buffers" "MB/s, 2 MiB-page buffers" "fio/loader"
+printf "#%9s %8s %8s %6s %10s %10s %7s %10s %7s %10s %10s %7s %10s  %s\n" mode record workers batch fio loader ratio raw \
+  l/raw fio_huge loader_huge ratio busy "verdict (4 KiB pages)"
+printf "#%34s %48s %29s %12s\n" "" "MB/s, 4 KiB-page buffers" "MB/s, 2 MiB-page buffers" "fio/loader"
 status=0
-ratio() { [[ $1 == - || $2 == - ]] && echo - || printf "%.3f" "$(echo "$2 / $1" | bc -l)"; }
+# The median over rounds of runs[$2] / runs[$1], round by round (the pairs ran next to each other); "-" if not run.
+ratio() {
+  [[ -n ${runs[$1]:-} && -n ${runs[$2]:-} ]] || { echo -; return; }
+  paste <(tr ' ' '\n' <<<"${runs[$1]# }") <(tr ' ' '\n' <<<"${runs[$2]# }") | awk '{ printf "%.4f\n", $2 / $1 }' |
+    median | xargs printf "%.3f"
+}
 declare -A runs busy  # "key" -> the MB/s of each round, and the share of the cores busy during it
 # Busy and total jiffies of all cores so far (/proc/stat: busy = all but idle and iowait).
 jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; ++i) t += $i; print t - $5 - $6, t }' /proc/stat; }
@@ -106,12 +114,16 @@ run() {  # key command...: one measurement into runs[key], the cores' busy share
   runs[$1]+=" $v"
   busy[$1]+=" $(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.2f", (t > 0) ? b / t : 0 }')"
 }
-# Who set the pace of a cell: met (>= 0.9 of fio); "cores" when fio and the loader both kept the cores >= 85%
-# busy, fio's start-up and exit included (the loader's extra work per byte, its consumer thread and the
-# hand-offs, then shows as a lower rate); else the loader.
-verdict() {  # ratio fio_busy loader_busy
+# Who set the pace of a cell: met (loader >= 0.9 of fio); "memory" when the loader reaches >= 0.9 of the raw
+# baseline (reads that must land in batch buffers, not in one cache-resident buffer as fio's, run no faster on this
+# machine); "hand-offs on busy cores" when fio and the loader both kept the cores >= 85% busy (fio's start-up and
+# exit included) and the loader stays below the raw reads: the consumer's wake-up per batch (a sleep and an
+# involuntary switch of a worker) takes core time the reads needed; else the loader.
+verdict() {  # loader/fio loader/raw fio_busy loader_busy
   [[ $1 == - ]] && { echo -; return; }
-  awk -v r="$1" -v f="$2" -v l="$3" 'BEGIN { print ((r >= 0.9) ? "met" : (f >= 0.85 && l >= 0.85) ? "NOT met: cores" : "NOT met: loader") }'
+  awk -v r="$1" -v w="$2" -v f="$3" -v l="$4" 'BEGIN {
+    if (r >= 0.9) print "met"; else if (w != "-" && w >= 0.9) print "NOT met: memory"
+    else if (f >= 0.85 && l >= 0.85) print "NOT met: hand-offs on busy cores"; else print "NOT met: loader" }'
 }
 fio_runs() {
   run fio fio_MBps "$direct" "$record" "$workers" malloc
@@ -129,16 +141,18 @@ for mode in $modes; do
         ((round % 2)) && fio_runs  # fio and the loader take turns going first
         for spec in $batches; do
           run "l0 $spec" loader_MBps "$direct" "$record" "$workers" "$(sequences "$spec" "$record")" 0
+          run "r0 $spec" loader_MBps "$direct" "$record" "$workers" "$(sequences "$spec" "$record")" 0 raw
           run "l1 $spec" loader_MBps "$direct" "$record" "$workers" "$(sequences "$spec" "$record")" 1
         done
         ((round % 2)) || fio_runs
       done
       f=$(med fio); fh=$(med fio_huge)  # "-" when not run
       for spec in $batches; do
-        l=$(med "l0 $spec"); lh=$(med "l1 $spec"); bf=$(med_busy fio); bl=$(med_busy "l0 $spec")
-        printf "%10s %8s %8s %6s %10s %10s %7s %10s %10s %7s %12s  %s\n" "$mode" "$record" "$workers" \
-          "$(sequences "$spec" "$record")" "$f" "$l" "$(ratio "$f" "$l")" "$fh" "$lh" "$(ratio "$fh" "$lh")" \
-          "$bf/$bl" "$(verdict "$(ratio "$f" "$l")" "$bf" "$bl")"
+        l=$(med "l0 $spec"); lh=$(med "l1 $spec"); r=$(med "r0 $spec"); bf=$(med_busy fio); bl=$(med_busy "l0 $spec")
+        lf=$(ratio fio "l0 $spec"); lr=$(ratio "r0 $spec" "l0 $spec")
+        printf "%10s %8s %8s %6s %10s %10s %7s %10s %7s %10s %10s %7s %12s  %s\n" "$mode" "$record" "$workers" \
+          "$(sequences "$spec" "$record")" "$f" "$l" "$lf" "$r" "$lr" "$fh" "$lh" "$(ratio fio_huge "l1 $spec")" \
+          "$bf/$bl" "$(verdict "$lf" "$lr" "$bf" "$bl")"
       done
     done
   done
@@ -146,5 +160,6 @@ done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# commands: fio --rw=randread --bs=RECORD --ioengine=psync --direct=0|1 --iomem=malloc|shmhuge --numjobs=W --invalidate=0 --randrepeat=0"
 echo "#             --time_based --runtime=$seconds --filename=<every shard, ':'-separated>"
-echo "#           perf_loader_bench DIR SEQ=RECORD/2-1 BATCH WORKERS=W PREFETCH=2W DIRECT RECORD $seconds HUGE=0|1"
+echo "#           perf_loader_bench DIR SEQ=RECORD/2-1 BATCH WORKERS=W PREFETCH=2W DIRECT RECORD $seconds HUGE=0|1 [raw]"
+echo "# ratios: median over the $rounds rounds of each round's ratio; MB/s: medians"
 exit $status
