@@ -512,6 +512,11 @@ TokenOrigin DataLoader::OriginOf(uint64_t sample, int token) const {
 
 const LoaderBatch& DataLoader::Next() {
   std::unique_lock<std::mutex> lock(mutex_);
+  // The previous batch's slot is free from this call on (the caller was told it stays valid only until then), so
+  // that while this call waits, the workers write the next batch into it, still in their caches (LIFO): two slots
+  // carry every batch when the consumer keeps up, where freeing it after the wait made three.
+  if (current_slot_ >= 0) free_slots_.push_back(current_slot_);
+  current_slot_ = -1;
   if (error_) std::rethrow_exception(error_);
   const uint64_t sequence = handed_;
   auto ready = [&](uint64_t s) {
@@ -526,8 +531,6 @@ const LoaderBatch& DataLoader::Next() {
   const double wait_s = NowSeconds() - wait_start;
   const int index = slot_of_[sequence % slot_of_.size()];
   Slot& slot = *slots_[index];
-  // The previous batch's slot is free again (the caller was told it stays valid only until this call).
-  if (current_slot_ >= 0) free_slots_.push_back(current_slot_);
   current_slot_ = index;
   slot.stats.wait_s = wait_s;
   slot.stats.queue_depth = depth;
