@@ -32,14 +32,8 @@ namespace tb {
 void AgreeOnSetup(const std::function<void()>& step) {
   const std::optional<AgreedError> failure = AgreeOnFailure(MPI_COMM_WORLD, step);
   if (!failure) return;
-  int rank = 0, size = 1, initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized) {
-    TB_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    TB_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  }
   // An error every rank shares (a bad flag) is one untagged line; one rank's own problem names the rank.
-  if (rank == failure->rank) ErrorLine(failure->message, failure->failing_ranks < size);
+  if (failure->self == failure->rank) ErrorLine(failure->message, failure->failing_ranks < failure->ranks);
   throw AgreedFailure(failure->code);
 }
 

@@ -9,6 +9,7 @@
 #include "clock.h"
 #include "device.h"
 #include "error.h"
+#include "mpi_util.h"
 
 namespace tb {
 namespace {
@@ -51,9 +52,8 @@ MpiSession::~MpiSession() {
 
 std::string Hostname() {
   char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0, initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized && MPI_Get_processor_name(name, &length) == MPI_SUCCESS && length > 0) return std::string(name, length);
+  int length = 0;
+  if (MpiStarted() && MPI_Get_processor_name(name, &length) == MPI_SUCCESS && length > 0) return std::string(name, length);
   char fallback[256] = {};
   gethostname(fallback, sizeof fallback - 1);
   return fallback;

@@ -8,6 +8,12 @@
 
 namespace tb {
 
+bool MpiStarted() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
+}
+
 namespace {
 constexpr char kFieldSeparator = '\x1f';
 }
@@ -59,9 +65,7 @@ std::optional<AgreedError> AgreeOnFailure(MPI_Comm comm, const std::function<voi
     failed = true;
     mine = {0, ExitCode::kRuntime, e.what(), 0};
   }
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) return failed ? std::optional<AgreedError>(AgreedError{0, mine.code, mine.message, 1}) : std::nullopt;
+  if (!MpiStarted()) return failed ? std::optional<AgreedError>(AgreedError{0, mine.code, mine.message, 1, 0, 1}) : std::nullopt;
   int rank = 0, size = 1;
   TB_CHECK_MPI(MPI_Comm_rank(comm, &rank));
   TB_CHECK_MPI(MPI_Comm_size(comm, &size));
@@ -72,7 +76,7 @@ std::optional<AgreedError> AgreeOnFailure(MPI_Comm comm, const std::function<voi
   if (lowest[0] == size) return std::nullopt;
   int failing = failed ? 1 : 0;
   TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_SUM, comm));
-  AgreedError agreed{lowest[0], static_cast<ExitCode>(lowest[1]), mine.message, failing};
+  AgreedError agreed{lowest[0], static_cast<ExitCode>(lowest[1]), mine.message, failing, rank, size};
   BroadcastString(comm, agreed.message, agreed.rank);
   return agreed;
 }

@@ -40,12 +40,17 @@ std::vector<std::vector<T>> GatherRecords(MPI_Comm comm, const std::vector<T>& m
 // Broadcasts a string from `root`. Collective.
 void BroadcastString(MPI_Comm comm, std::string& text, int root);
 
+// Whether MPI_Init has run in this process: the commands that read reports run without MPI outside a launcher.
+bool MpiStarted();
+
 // The lowest failing rank's error, as every rank learns it from AgreeOnFailure.
 struct AgreedError {
   int rank = 0;              // the lowest rank whose step threw
   ExitCode code = ExitCode::kRuntime;
   std::string message;       // that rank's message
   int failing_ranks = 0;     // how many ranks' steps threw
+  int self = 0;              // this process's rank in the communicator
+  int ranks = 1;             // the communicator's size
 
   // Throws it as an InputError or a RuntimeError, by its code.
   [[noreturn]] void Throw() const;
