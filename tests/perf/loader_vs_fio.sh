@@ -115,15 +115,14 @@ run() {  # key command...: one measurement into runs[key], the cores' busy share
   busy[$1]+=" $(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.2f", (t > 0) ? b / t : 0 }')"
 }
 # Who set the pace of a cell: met (loader >= 0.9 of fio); "memory" when the loader reaches >= 0.9 of the raw
-# baseline (reads that must land in batch buffers, not in one cache-resident buffer as fio's, run no faster on this
-# machine); "hand-offs on busy cores" when fio and the loader both kept the cores >= 85% busy (fio's start-up and
-# exit included) and the loader stays below the raw reads: the consumer's wake-up per batch (a sleep and an
-# involuntary switch of a worker) takes core time the reads needed; else the loader.
+# baseline, which falls short of fio (reads that must land in batch buffers, not in one cache-resident buffer as
+# fio's, run no faster on this machine); else the loader itself, "on busy cores" when fio and the loader both kept
+# the cores >= 85% busy (fio's start-up and exit included): the raw reads on the same cores show what they allow.
 verdict() {  # loader/fio loader/raw fio_busy loader_busy
   [[ $1 == - ]] && { echo -; return; }
   awk -v r="$1" -v w="$2" -v f="$3" -v l="$4" 'BEGIN {
     if (r >= 0.9) print "met"; else if (w != "-" && w >= 0.9) print "NOT met: memory"
-    else if (f >= 0.85 && l >= 0.85) print "NOT met: hand-offs on busy cores"; else print "NOT met: loader" }'
+    else if (f >= 0.85 && l >= 0.85) print "NOT met: the loader, on busy cores"; else print "NOT met: the loader" }'
 }
 fio_runs() {
   run fio fio_MBps "$direct" "$record" "$workers" malloc
