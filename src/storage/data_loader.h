@@ -187,8 +187,9 @@ class DataLoader {
   double throttle_free_at_ = 0;  // --io-throttle: when the rank's read timeline is free again (NowSeconds)
   std::unique_ptr<void, std::function<void(void*)>> ring_;  // the slots' buffers, one allocation
   std::vector<std::unique_ptr<Slot>> slots_;  // prefetch + 1 batch buffers
-  // Slots are taken last-freed-first rather than in turn: when the consumer keeps up, two or three slots carry
-  // every batch and their buffers stay in the CPU cache, whatever --prefetch is (in turn, reads went to a buffer
+  // Slots are taken last-freed-first rather than in turn, and the consumer's previous slot is freed when Next() is
+  // entered: when the consumer keeps up, two slots carry every batch and their buffers stay in the CPU cache,
+  // whatever --prefetch is (in turn, reads went to a buffer
   // untouched for prefetch batches; 64 KiB reads through the page cache at 2 workers, alternated pairs:
   // 10.2/9.3/10.9 GB/s in turn, 10.5/10.4/11.8 last-freed-first, tests/perf/README.md).
   std::vector<int> free_slots_;  // a stack; back = freed last
