@@ -18,6 +18,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
+#include <memory>
+#include <utility>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -37,28 +40,44 @@ double CpuSeconds(int who) {
   return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
-// The raw baseline (ENGINE raw, see the top of the file). Returns the bytes read; sets `elapsed_s`.
-uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapsed_s) {
-  const tb::TokenDataset dataset = tb::OpenTokenDataset(o.dir);
+// The dataset's shards opened for the raw baseline, and where each sample's record is.
+struct RawFiles {
   struct File {
     int fd;
-    uint64_t first, records, data_offset;
+    uint64_t first, data_offset;
   };
   std::vector<File> files;
   uint64_t samples = 0;
-  for (const tb::ShardFile& shard : dataset.shards) {
-    const uint64_t records = shard.header.payload_bytes() / o.record_bytes;
-    if (records == 0) continue;
-    const int fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | (o.direct_io ? O_DIRECT : 0));
-    if (fd < 0) throw tb::RuntimeError("cannot open " + shard.path);
-    files.push_back({fd, samples, records, shard.header.header_bytes});
-    samples += records;
+
+  explicit RawFiles(const tb::DataLoaderOptions& o) {
+    for (const tb::ShardFile& shard : tb::OpenTokenDataset(o.dir).shards) {
+      const uint64_t records = shard.header.payload_bytes() / o.record_bytes;
+      if (records == 0) continue;
+      const int fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | (o.direct_io ? O_DIRECT : 0));
+      if (fd < 0) throw tb::RuntimeError("cannot open " + shard.path);
+      files.push_back({fd, samples, shard.header.header_bytes});
+      samples += records;
+    }
+    if (samples == 0) throw tb::InputError("no whole record in " + o.dir);
   }
-  if (samples == 0) throw tb::InputError("no whole record in " + o.dir);
+  ~RawFiles() {
+    for (const File& f : files) ::close(f.fd);
+  }
+  // The file holding `sample` and the byte its record starts at.
+  std::pair<int, off_t> Locate(uint64_t sample, uint64_t record_bytes) const {
+    const File& f = *(std::upper_bound(files.begin(), files.end(), sample,
+                                       [](uint64_t s, const File& file) { return s < file.first; }) - 1);
+    return {f.fd, static_cast<off_t>(f.data_offset + (sample - f.first) * record_bytes)};
+  }
+};
+
+// The raw baseline (ENGINE raw, see the top of the file). Returns the bytes read; sets `elapsed_s`.
+uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapsed_s) {
+  const RawFiles files(o);
   const uint64_t row = (o.record_bytes + 4095) / 4096 * 4096;  // O_DIRECT: whole, aligned blocks
   const size_t batch_bytes = static_cast<size_t>(o.batch) * row;
-  void* ring = o.allocator.allocate(2 * batch_bytes);
-  auto* base = static_cast<unsigned char*>(ring);
+  const std::unique_ptr<void, std::function<void(void*)>> ring(o.allocator.allocate(2 * batch_bytes), o.allocator.release);
+  auto* base = static_cast<unsigned char*>(ring.get());
   std::vector<uint64_t> bytes(static_cast<size_t>(o.workers), 0);
   std::atomic<bool> failed{false};
   const double start = tb::NowSeconds();
@@ -67,17 +86,11 @@ uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapse
     threads.emplace_back([&, w] {
       uint64_t state = tb::SplitMix64(0x5eed + static_cast<uint64_t>(w)), mine = 0;
       for (int buffer = 0; tb::NowSeconds() - start < seconds && !failed; buffer ^= 1) {
-        for (int r = w; r < o.batch; r += o.workers) {
+        for (int r = w; r < o.batch && !failed; r += o.workers) {
           state = tb::SplitMix64(state);
-          const uint64_t sample = state % samples;
-          const File& f = *(std::upper_bound(files.begin(), files.end(), sample,
-                                             [](uint64_t s, const File& file) { return s < file.first; }) - 1);
-          const off_t at = static_cast<off_t>(f.data_offset + (sample - f.first) * o.record_bytes);
-          if (::pread(f.fd, base + buffer * batch_bytes + static_cast<size_t>(r) * row, o.record_bytes, at) !=
-              static_cast<ssize_t>(o.record_bytes)) {
-            failed = true;
-            return;
-          }
+          const auto [fd, at] = files.Locate(state % files.samples, o.record_bytes);
+          unsigned char* into = base + buffer * batch_bytes + static_cast<size_t>(r) * row;
+          if (::pread(fd, into, o.record_bytes, at) != static_cast<ssize_t>(o.record_bytes)) failed = true;
           mine += o.record_bytes;
         }
       }
@@ -86,8 +99,6 @@ uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapse
   }
   for (std::thread& t : threads) t.join();
   elapsed_s = tb::NowSeconds() - start;
-  o.allocator.release(ring);
-  for (const File& f : files) ::close(f.fd);
   if (failed) throw tb::RuntimeError("a raw read failed or came back short");
   uint64_t total = 0;
   for (uint64_t b : bytes) total += b;
