@@ -387,10 +387,10 @@ DataLoader::Claim DataLoader::ClaimRows() {
   return c;
 }
 
-// Without the lock: works out the claimed rows' samples (a pure function of the position) and reads them.
-// Returns false when the loader stopped while a read slept.
+// Without the lock: works out the claimed rows' samples (a pure function of the slot's position, set under the lock
+// by the batch's first claim) and reads them. Returns false when the loader stopped while a read slept.
 bool DataLoader::FillRows(const Claim& c, BatchStats& part, double& first_start_s, double& last_end_s) {
-  const LoaderPosition position = PositionOf(c.sequence);
+  const LoaderPosition& position = c.slot->position;
   for (int row = c.first_row; row < c.first_row + c.rows; ++row) {
     c.slot->samples[row] = plan_->Sample(position.epoch, position.batch, options_.rank, row);
     const SampleRead read = ReadSample(c.slot->samples[row], *c.slot, row);

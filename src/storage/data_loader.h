@@ -189,9 +189,9 @@ class DataLoader {
   std::vector<std::unique_ptr<Slot>> slots_;  // prefetch + 1 batch buffers
   // Slots are taken last-freed-first rather than in turn, and the consumer's previous slot is freed when Next() is
   // entered: when the consumer keeps up, two slots carry every batch and their buffers stay in the CPU cache,
-  // whatever --prefetch is (in turn, reads went to a buffer
-  // untouched for prefetch batches; 64 KiB reads through the page cache at 2 workers, alternated pairs:
-  // 10.2/9.3/10.9 GB/s in turn, 10.5/10.4/11.8 last-freed-first, tests/perf/README.md).
+  // whatever --prefetch is (in turn, reads went to a buffer untouched for prefetch batches; 64 KiB reads through
+  // the page cache at 2 workers, alternated pairs: 10.2/9.3/10.9 GB/s in turn, 10.5/10.4/11.8 last-freed-first,
+  // tests/perf/README.md).
   std::vector<int> free_slots_;  // a stack; back = freed last
   std::vector<int> slot_of_;     // [sequence % (prefetch + 1)]: the slot of a claimed batch, -1 before
   int current_slot_ = -1;        // the batch handed out last (valid until the next Next())
