@@ -7,16 +7,18 @@
 #   tests    gpu_tests (every CUDA layer against the CPU reference), NCCL collectives on the device   ≤ 300 s
 #   train    gpt2-124m and the gpt2-1.5b shape on one GPU with auto attention, which must be cuDNN's   ≤ 280 s
 #   cublas   the gpt2-1.5b shape with --attention cublas (the fallback, for the ratio)                 ≤ 180 s
+#   io       gpt2-124m reading token shards, checkpointing from device memory (sync, async with
+#            read-back verification), then resuming from the newest checkpoint                        ≤ 200 s
 #
 # Training steps also check the first step's loss: ≈ ln V for random tokens at GPT-2's initialisation.
 # Exit status: 0 when every step passed, 1 when one failed, 2 on a usage error.
 #
 #   tests/perf/gpu_prepare.sh BUNDLE_SCRIPT                      # here: build-gpu (sm_90), .gpu and .gpu.tar.gz
-#   tests/perf/gpu_check.sh .gpu.tar.gz OUT_DIR tests|train|cublas   # on the GPU host, one part per call
+#   tests/perf/gpu_check.sh .gpu.tar.gz OUT_DIR tests|train|cublas|io   # on the GPU host, one part per call
 # BUNDLE is the packed folder or its .tar.gz (unpacked into a scratch folder first).
 set -uo pipefail
-usage() { echo "usage: tests/perf/gpu_check.sh BUNDLE_DIR|BUNDLE.tar.gz OUT_DIR tests|train|cublas" >&2; exit 2; }
-[[ $# -eq 3 && $3 =~ ^(tests|train|cublas)$ ]] || usage
+usage() { echo "usage: tests/perf/gpu_check.sh BUNDLE_DIR|BUNDLE.tar.gz OUT_DIR tests|train|cublas|io" >&2; exit 2; }
+[[ $# -eq 3 && $3 =~ ^(tests|train|cublas|io)$ ]] || usage
 bundle=$(realpath "$1") out=$(realpath -m "$2") part=$3
 scratch=$(mktemp -d)
 if [[ -f $bundle ]]; then
@@ -111,6 +113,16 @@ case $part in
     ;;
   cublas)
     train train_1p5b_cublas 140 --model gpt2-1.5b --micro-batch 8 --steps 10 --warmup-steps 2 --attention cublas
+    ;;
+  io)  # the checkpoint's device-to-host snapshot and the loader's host-to-device copies on a real device
+    step data_generate 40 mpirun -np 1 trainbench data generate --dir "$scratch/data" --tokens 20M --vocab 50257
+    train io_sync 60 --model gpt2-124m --micro-batch 8 --steps 10 --warmup-steps 1 --data "$scratch/data" \
+      --checkpoint-dir "$scratch/ckpt_sync" --checkpoint-every 5 --checkpoint-mode sync --checkpoint-verify
+    train io_async 60 --model gpt2-124m --micro-batch 8 --steps 10 --warmup-steps 1 --data "$scratch/data" \
+      --checkpoint-dir "$scratch/ckpt" --checkpoint-every 5 --checkpoint-mode async --checkpoint-verify
+    # The resumed run starts from step 10's state, so its first loss is not ln V: only its exit status counts.
+    step io_resume 60 mpirun -np 1 --bind-to none trainbench train --backend cuda --model gpt2-124m --micro-batch 8 \
+      --steps 15 --warmup-steps 0 --data "$scratch/data" --resume "$scratch/ckpt" -o "$out/io_resume.h5"
     ;;
 esac
 
