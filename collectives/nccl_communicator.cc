@@ -7,6 +7,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -168,6 +169,8 @@ class NcclCommunicator final : public Communicator {
   void ThrowIfAborted() const;
   // The communicator's state, read under the lock; throws once it has been aborted.
   ncclResult_t PollState();
+  // The child communicator a split stores into `slot` from NCCL's own thread, once it is there.
+  ncclComm_t AwaitChild(ncclComm_t& slot);
   [[noreturn]] void ThrowFailure(ncclResult_t result, const char* what, const std::source_location& where) const;
   // Waits for an operation whose call returned `result`; throws if it failed.
   void Settle(ncclResult_t result, const char* what, const std::source_location& where);
@@ -217,6 +220,21 @@ void NcclCommunicator::ThrowIfAborted() const {
   if (aborted_) {
     throw RuntimeError("NCCL communicator aborted (by the watchdog or after a failure); its operations were abandoned");
   }
+}
+
+// A non-blocking parent creates the child on a thread of NCCL's own, which stores the handle into `slot` when it
+// is done; the parent's own state may read ncclSuccess before that (seen with NCCL 2.28 on an H200: a one-rank
+// split returned with `child` still null). Waits for the store, watching the parent for an error or an Abort().
+ncclComm_t NcclCommunicator::AwaitChild(ncclComm_t& slot) {
+  std::atomic_ref<ncclComm_t> child(slot);
+  while (child.load(std::memory_order_acquire) == nullptr) {
+    const ncclResult_t state = PollState();
+    if (state != ncclSuccess && state != ncclInProgress) {
+      ThrowFailure(state, "ncclCommSplit (waiting for the new communicator)", std::source_location::current());
+    }
+    std::this_thread::yield();
+  }
+  return child.load(std::memory_order_acquire);
 }
 
 ncclResult_t NcclCommunicator::PollState() {
@@ -460,12 +478,9 @@ std::unique_ptr<Communicator> NcclCommunicator::Split(int color, int key) {
     ThrowIfAborted();
     result = ncclCommSplit(comm_, member ? color : NCCL_SPLIT_NOCOLOR, key, &child, &config);
   }
-  // The split runs in the background on the parent, which writes `child` once it is done.
   Settle(result, "ncclCommSplit", where);
   if (!member) return nullptr;
-  if (child == nullptr) {
-    throw RuntimeError(FormatFailure("ncclCommSplit", __FILE__, __LINE__, "no communicator for a member rank"));
-  }
+  child = AwaitChild(child);
   FinishCreation(child, AsyncState(child), "ncclCommSplit (new communicator)", where);
   int sub_rank = 0, sub_size = 0;
   TB_CHECK_MPI(MPI_Comm_rank(owned_mpi_comm.get(), &sub_rank));

@@ -189,11 +189,15 @@ TEST(GpuKernels, LayerNormForwardAndBackward) {
                              rstd.as<float>(), kNormRows, kChannels, scratch.as<float>(), nullptr);
   tb::gpu::SynchronizeDevice();
 
-  ExpectAllNear(Download<float>(out, cpu_out.size()), cpu_out, 1e-5f, 1e-5f, "layernorm out");
+  // The offset of 30 costs float its low bits: the mean of 100 values near 30, summed in another order on the
+  // device, differs by a few ulps of their sum (2.4e-4 each, / 100), and every normalised value inherits that
+  // (seen on an H200: 1.2e-5). out and the weight gradient (a sum of 700 rows of it) get room for that, two orders of
+  // magnitude under any wrong formula's error.
+  ExpectAllNear(Download<float>(out, cpu_out.size()), cpu_out, 1e-4f, 1e-5f, "layernorm out");
   ExpectAllNear(Download<float>(mean, kNormRows), cpu_mean, 1e-5f, 1e-5f, "layernorm mean");
   ExpectAllNear(Download<float>(rstd, kNormRows), cpu_rstd, 1e-5f, 1e-5f, "layernorm rstd");
   ExpectAllNear(Download<float>(in_grad, cpu_in_grad.size()), cpu_in_grad, 1e-5f, 1e-5f, "layernorm in_grad");
-  ExpectAllNear(Download<float>(weight_grad, kChannels), cpu_weight_grad, 1e-4f, 1e-5f, "layernorm weight_grad");
+  ExpectAllNear(Download<float>(weight_grad, kChannels), cpu_weight_grad, 1e-3f, 1e-5f, "layernorm weight_grad");
   ExpectAllNear(Download<float>(bias_grad, kChannels), cpu_bias_grad, 1e-4f, 1e-5f, "layernorm bias_grad");
 }
 

@@ -625,6 +625,15 @@ TEST(CudaTransformer, FsdpOverOneRankMatchesDp) {
     dp->AdamWStep(adamw, step);
   }
   const std::vector<float> dp_params = DownloadDevice(dp->parameters(), n);
+  // The first step's gradients of a fresh dp model, slot by slot below: a slot that differs names the unit whose
+  // gather, cast or scatter is wrong.
+  auto dp_first = MakeGpuModel(config, 21);
+  dp_first->ZeroGradients();
+  dp_first->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  dp_first->Backward({});
+  const std::vector<float> dp_first_grads = DownloadDevice(dp_first->gradients(), n);
+  dp_first->AdamWStep(adamw, 1);
+  const std::vector<float> dp_first_params = DownloadDevice(dp_first->parameters(), n);
   const std::vector<ParameterUnit> units = ParameterUnits(dp->layout());
   const size_t block_elements = units[BlockUnit(0)].elements() * static_cast<size_t>(config.layers);
   for (bool overlap : {true, false}) {
@@ -644,6 +653,17 @@ TEST(CudaTransformer, FsdpOverOneRankMatchesDp) {
       EXPECT_EQ(timing.gathered_bytes, (n + block_elements) * sizeof(float));
       EXPECT_EQ(timing.scattered_bytes, n * sizeof(float));
       EXPECT_GT(timing.comm_total_s, 0.0);
+      if (step == 1) {  // over one rank the store is the flat layout: the scattered gradients are dp's
+        const std::vector<float> grads = DownloadDevice(fsdp->gradients(), n);
+        const std::vector<float> params = DownloadDevice(fsdp->parameters(), n);
+        for (const tb::TensorSlot& slot : dp->layout()) {
+          const auto at = [&](const std::vector<float>& all) {
+            return std::vector<float>(all.begin() + slot.offset, all.begin() + slot.offset + slot.count);
+          };
+          ExpectAllNear(at(grads), at(dp_first_grads), 1e-7f, 1e-5f, "step 1 gradient of " + slot.name);
+          ExpectAllNear(at(params), at(dp_first_params), 1e-7f, 1e-5f, "step 1 weights of " + slot.name);
+        }
+      }
     }
     ExpectAllNear(DownloadDevice(fsdp->parameters(), n), dp_params, 1e-7f, 1e-5f, "weights after three steps");
   }
