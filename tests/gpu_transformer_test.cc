@@ -586,6 +586,45 @@ TEST(CudaTransformer, PhaseClockIntervalsAddUpToWallTime) {
 
 // --- FSDP on the device --------------------------------------------------------------------------------------
 
+// The FSDP model alone, without the gatherer or NCCL: over one rank its store is the flat layout, so a flat
+// UnitAccess over the store hands each unit its final place, and one step's loss and gradients must be dp's, slot by
+// slot. Beside FsdpOverOneRankMatchesDp, this tells a fault of the model's unit views from one of the gatherer.
+TEST(CudaTransformer, FsdpModelOverFlatAccessMatchesDp) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  BindGpu(0);
+  const ModelConfig config = SmallHeadsConfig();
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 31);
+  auto dp = MakeGpuModel(config, 21);
+  const size_t n = dp->parameter_elements();
+  dp->ZeroGradients();
+  const float dp_loss = dp->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  dp->Backward({});
+  dp->Synchronize();
+  const std::vector<float> dp_grads = DownloadDevice(dp->gradients(), n);
+
+  CudaTransformerOptions options;
+  options.max_batch = kBatch;
+  options.fsdp = MakeFsdpLayout(dp->layout(), 1, 0);
+  auto fsdp = MakeCudaTransformer(config, 21, options);
+  ASSERT_EQ(fsdp->fsdp_layout().store_elements, n);
+  const std::unique_ptr<tb::UnitAccess> access =
+      tb::MakeFlatUnitAccess(fsdp->parameters(), fsdp->gradients(), ParameterUnits(dp->layout()));
+  fsdp->SetUnitAccess(access.get());
+  fsdp->ZeroGradients();
+  const float loss = fsdp->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  fsdp->Backward({});
+  fsdp->Synchronize();
+  EXPECT_NEAR(loss, dp_loss, 1e-5 * dp_loss);
+  const std::vector<float> grads = DownloadDevice(fsdp->gradients(), n);
+  for (const tb::TensorSlot& slot : dp->layout()) {
+    const auto at = [&](const std::vector<float>& all) {
+      return std::vector<float>(all.begin() + slot.offset, all.begin() + slot.offset + slot.count);
+    };
+    ExpectAllNear(at(grads), at(dp_grads), 1e-7f, 1e-5f, "flat access: gradient of " + slot.name);
+  }
+  fsdp->SetUnitAccess(nullptr);
+}
+
 // One step of a model under FSDP, as the train loop takes it: the gatherer's step around forward and backward, then
 // AdamW on the shards. Returns the loss.
 float FsdpStep(FsdpGatherer& gatherer, Transformer& model, const Batch& batch, const AdamWConfig& adamw, int64_t step,

@@ -208,8 +208,9 @@ struct Gemm::Impl {
     SetPreference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
     SetPreference(raw_preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
     // Split-K partial sums stay in fp32 (in the workspace) or are not made at all: the in-place and output-type
-    // schemes add them up in D's type, bf16, which costs a bf16 rounding per partial (seen on an H200 at 37 x 200 x
-    // 100 with the GELU epilogue: pre-activations 1.7 bf16 ulps off the fp32 product).
+    // schemes add them up in D's type, bf16, a rounding per partial. Seen on an H200 (37 x 200 x 100, GELU epilogue,
+    // no bias): 287 of 7400 pre-activations outside the bf16 tolerance of the fp32 product with every scheme
+    // allowed, none with these two.
     SetPreference(raw_preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                   uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});
 
