@@ -169,6 +169,10 @@ class NcclCommunicator final : public Communicator {
   void ThrowIfAborted() const;
   // The communicator's state, read under the lock; throws once it has been aborted.
   ncclResult_t PollState();
+  // NCCL's operation for `op`. Over one rank an average is the value itself: a sum, which NCCL copies, rather
+  // than its one-rank kernel for ncclAvg, which in 2.28 drops the tail of some sizes (tests/gpu_test.cc,
+  // AverageKeepsEveryElement).
+  ncclRedOp_t OpFor(ReduceOp op) const { return size_ == 1 && op == ReduceOp::kAvg ? ncclSum : ToNccl(op); }
   // The child communicator a split stores into `slot` from NCCL's own thread, once it is there.
   ncclComm_t AwaitChild(ncclComm_t& slot);
   [[noreturn]] void ThrowFailure(ncclResult_t result, const char* what, const std::source_location& where) const;
@@ -308,13 +312,13 @@ void NcclCommunicator::Download(const CommBuffer& buffer, void* host, size_t byt
 
 void NcclCommunicator::AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
   Enqueue("ncclAllReduce", [&](ncclComm_t comm, cudaStream_t stream) {
-    return ncclAllReduce(send, recv, count, ToNccl(type), ToNccl(op), comm, stream);
+    return ncclAllReduce(send, recv, count, ToNccl(type), OpFor(op), comm, stream);
   });
 }
 
 void NcclCommunicator::ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) {
   Enqueue("ncclReduceScatter", [&](ncclComm_t comm, cudaStream_t stream) {
-    return ncclReduceScatter(send, recv, recv_count, ToNccl(type), ToNccl(op), comm, stream);
+    return ncclReduceScatter(send, recv, recv_count, ToNccl(type), OpFor(op), comm, stream);
   });
 }
 
@@ -332,7 +336,7 @@ void NcclCommunicator::Broadcast(const void* send, void* recv, size_t count, Dat
 
 void NcclCommunicator::Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
   Enqueue("ncclReduce", [&](ncclComm_t comm, cudaStream_t stream) {
-    return ncclReduce(send, recv, count, ToNccl(type), ToNccl(op), root, comm, stream);
+    return ncclReduce(send, recv, count, ToNccl(type), OpFor(op), root, comm, stream);
   });
 }
 

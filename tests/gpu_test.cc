@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -316,6 +317,41 @@ TEST_F(NcclTest, ReduceScatter) {
   std::unique_ptr<tb::CommBuffer> recv = comm_->Allocate(kCount * sizeof(float));
   comm_->ReduceScatter(send->data(), recv->data(), kCount, DataType::kFloat32, ReduceOp::kSum);
   EXPECT_EQ(Get(*recv, kCount, DataType::kFloat32), expected);
+}
+
+// Every element of `got` within float rounding of `want` (an average may scale each input by 1/n before summing).
+void ExpectSameValues(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::abs(got[i] - want[i]) <= 1e-5 * (1.0 + std::abs(want[i]))) continue;
+    if (bad++ == 0) first = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " differ, first at [" << first << "]: "
+                     << (bad ? got[first] : 0.0) << ", expected " << (bad ? want[first] : 0.0);
+}
+
+// Averages of sizes that a block split leaves a remainder of, every element checked. NCCL 2.28's one-rank path
+// (oneRankReduce, for ncclAvg) hands each of its blocks floor(n / blocks) elements rounded up to 16 bytes, and so
+// drops the last n mod blocks when that floor is already a multiple of four: seen on an H200 at 49984 floats,
+// whose last 12 never arrived (an FSDP block's reduce-scatter). The communicator sums over one rank instead.
+TEST_F(NcclTest, AverageKeepsEveryElement) {
+  for (const size_t count : {size_t{49984}, size_t{1000003}, size_t{4096 * 31 + 12}}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    std::vector<double> mine(count * size_), gathered_average(count * size_), my_average(count);
+    for (size_t j = 0; j < mine.size(); ++j) {
+      mine[j] = static_cast<double>(j % 4096) + rank_;
+      gathered_average[j] = static_cast<double>(j % 4096) + (size_ - 1) / 2.0;
+    }
+    std::copy_n(gathered_average.begin() + static_cast<std::ptrdiff_t>(rank_ * count), count, my_average.begin());
+    std::unique_ptr<tb::CommBuffer> send = Put(mine, DataType::kFloat32);
+    std::unique_ptr<tb::CommBuffer> recv = comm_->Allocate(count * sizeof(float));
+    comm_->ReduceScatter(send->data(), recv->data(), count, DataType::kFloat32, ReduceOp::kAvg);
+    ExpectSameValues(Get(*recv, count, DataType::kFloat32), my_average, "reduce-scatter");
+    std::unique_ptr<tb::CommBuffer> all = comm_->Allocate(mine.size() * sizeof(float));
+    comm_->AllReduce(send->data(), all->data(), mine.size(), DataType::kFloat32, ReduceOp::kAvg);
+    ExpectSameValues(Get(*all, mine.size(), DataType::kFloat32), gathered_average, "all-reduce");
+  }
 }
 
 TEST_F(NcclTest, BroadcastFromLastRank) {
