@@ -4,7 +4,7 @@
 # (`trainbench info`), then runs its steps, each under a time limit, appending to OUT_DIR/gpu_check_PART.log and
 # printing a verdict line as each step ends, so that a part cut short still leaves what it did.
 #
-#   tests    gpu_tests (every CUDA layer against the CPU reference), NCCL collectives on the device   ≤ 300 s
+#   tests    gpu_tests (every CUDA layer against the CPU reference), NCCL collectives on the device   ≤ 360 s
 #   train    gpt2-124m and the gpt2-1.5b shape on one GPU with auto attention, which must be cuDNN's   ≤ 280 s
 #   cublas   the gpt2-1.5b shape with --attention cublas (the fallback, for the ratio)                 ≤ 180 s
 #   io       gpt2-124m reading token shards, checkpointing from device memory (sync, async with
@@ -103,7 +103,7 @@ case $part in
     step gpu_tests 200 gpu_tests --gtest_color=no --gtest_output="xml:$out/gpu_tests.xml"
     grep -E "^\[  (FAILED|SKIPPED) |^\[  PASSED|^\[==========\]" "$scratch/gpu_tests.out" | tail -n 12 | tee -a "$log"
     check_skips
-    step collectives 60 mpirun -np 1 trainbench collectives --backend cuda -b 1M -e 1G -f 4 -d bf16 \
+    step collectives 120 mpirun -np 1 trainbench collectives --backend cuda -b 1M -e 1G -f 4 -d bf16 \
       -o "$out/collectives.h5"
     ;;
   train)
