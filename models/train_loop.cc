@@ -1,5 +1,6 @@
 #include "train_loop.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -36,16 +37,27 @@ void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int v
 
 namespace {
 
+// The optimizer step, after the before_optimizer hook; the hook's seconds go to r.checkpoint_stall_s (TakePhases
+// takes them out of the optimizer's interval, which holds them).
+void OptimizerStep(Transformer& model, const TrainLoopOptions& o, int step, StepRecord& r) {
+  if (o.before_optimizer) {
+    const double start = NowSeconds();
+    o.before_optimizer();
+    r.checkpoint_stall_s += NowSeconds() - start;
+  }
+  model.AdamWStep(o.adamw, step + 1);
+}
+
 // Backward (calling `ready` as each tensor's gradient is final), `finish()` (the wait for what backward left in flight:
 // comm_exposed) and AdamW, the clock marked after each; returns what finish returned.
 template <typename Finish>
-auto BackwardThenOptimizer(Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock,
+auto BackwardThenOptimizer(Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock, StepRecord& r,
                            const std::function<void(size_t)>& ready, const Finish& finish) {
   model.Backward(ready);
   clock.Mark();  // backward
   auto result = finish();
   clock.Mark();  // comm_exposed
-  model.AdamWStep(o.adamw, step + 1);
+  OptimizerStep(model, o, step, r);
   clock.Mark();  // optimizer
   return result;
 }
@@ -65,7 +77,7 @@ double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOption
     comm.ReduceScatter(grads, grads + own, count, DataType::kFloat32, ReduceOp::kAvg);
   });
   clock.Mark();  // comm_exposed: the reduce-scatter
-  model.AdamWStep(o.adamw, step + 1);
+  OptimizerStep(model, o, step, r);
   clock.Mark();  // optimizer
   seconds += TimeCollective(comm, model, [&] { comm.AllGather(params + own, params, count, DataType::kFloat32); });
   model.ParametersChanged();
@@ -81,7 +93,7 @@ double FsdpStep(FsdpGatherer& gatherer, Transformer& model, const TrainLoopOptio
                 StepRecord& r) {
   const double forward_waits = gatherer.waited_s();
   double backward_waits = 0;
-  const FsdpTiming timing = BackwardThenOptimizer(model, o, step, clock, [](size_t) {}, [&] {
+  const FsdpTiming timing = BackwardThenOptimizer(model, o, step, clock, r, [](size_t) {}, [&] {
     backward_waits = gatherer.waited_s() - forward_waits;
     return gatherer.Finish();  // the last reduce-scatters
   });
@@ -100,7 +112,7 @@ void DataParallelStep(BucketedAllReduce& reducer, Transformer& model, const Trai
   // Finish waits on the host for every bucket, so the optimizer issued next reads reduced gradients; on a device the
   // mark after it lands when the last bucket is done, and the interval is what backward did not hide.
   const BucketTiming comm_timing = BackwardThenOptimizer(
-      model, o, step, clock, [&](size_t slot) { reducer.TensorReady(slot, model.stream()); },
+      model, o, step, clock, r, [&](size_t slot) { reducer.TensorReady(slot, model.stream()); },
       [&] { return reducer.Finish(model.stream()); });
   r.comm_total_s = comm_timing.comm_total_s;
   r.comm_intra_s = comm_timing.comm_intra_s;
@@ -165,7 +177,7 @@ class TrainingSteps {
     if (o_.checkpoint) {
       const double checkpoint_start = NowSeconds();
       o_.checkpoint(step);
-      r.checkpoint_stall_s = NowSeconds() - checkpoint_start;
+      r.checkpoint_stall_s += NowSeconds() - checkpoint_start;  // beside the fence before the optimizer
     }
     r.step_s = NowSeconds() - step_start;
     r.tokens = static_cast<int64_t>(o_.micro_batch) * o_.seq / model_.tensor_parallel();
@@ -231,7 +243,8 @@ class TrainingSteps {
     const bool zero1 = o_.parallel == ParallelMode::kZero1;
     r.comm_exposed_s = phases[3] + waits.forward_waits_s + waits.backward_waits_s + (zero1 ? phases[5] : 0.0);
     if (zero1) r.comm_gather_exposed_s = phases[5];  // the reduce-scatter and the all-gather
-    r.optimizer_s = phases[4];
+    // The fence before the optimizer (the only checkpoint stall so far in the step) ran inside its interval.
+    r.optimizer_s = std::max(0.0, phases[4] - r.checkpoint_stall_s);
   }
 
   Communicator& comm_;

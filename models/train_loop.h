@@ -81,6 +81,9 @@ struct TrainLoopOptions {
   // After step `step`'s optimizer: checkpoint if one is due (the loop times the call as checkpoint_stall).
   std::function<void(int step)> checkpoint;
   std::function<bool()> checkpoint_writing;  // whether a background checkpoint writer is busy
+  // Right before each optimizer step changes the weights and AdamW's state: an async checkpoint's writer may read
+  // them until then (Checkpointer::BeforeUpdate). Timed as checkpoint_stall and taken out of the optimizer phase.
+  std::function<void()> before_optimizer;
   Watchdog* watchdog = nullptr; // guards each step
   std::function<void()> at_first_step;                  // if set, called at the start of the first step, under its
                                                         // watchdog guard (where the CLI injects test faults)

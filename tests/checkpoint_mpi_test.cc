@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include <functional>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "checkpoint.h"
@@ -229,6 +232,7 @@ TEST(Checkpoint, AsyncSavesTheSnapshotWhileTrainingGoesOn) {
     Checkpointer checkpointer(MPI_COMM_WORLD, Options(root.path(), CheckpointMode::kAsync), state.Buffers(),
                               state.Copier());
     checkpointer.Save(Meta(1));
+    checkpointer.BeforeUpdate();  // the optimizer is about to change the state the writer may still be reading
     state.Fill(2);  // training changes the state while the writer works on the snapshot
     second = state;
     // Poll alone completes it: every rank keeps polling until its own event is recorded.
@@ -253,6 +257,69 @@ TEST(Checkpoint, AsyncSavesTheSnapshotWhileTrainingGoesOn) {
   state.Clear();
   EXPECT_EQ(Load(root.path(), state).meta.step, 2);
   EXPECT_EQ(state.data, second.data);
+}
+
+// The async writer's source, driven by hand: blocks read from the live memory until Freeze, which waits for the
+// block being read, copies only what was not read yet, and sends every later block to the snapshot.
+TEST(DeferredSnapshot, FreezeCopiesOnlyWhatTheWriterHasNotRead) {
+  std::vector<std::byte> live(100), device_copy(40), snapshot(140, std::byte{0});
+  for (size_t i = 0; i < live.size(); ++i) live[i] = static_cast<std::byte>(i + 1);
+  for (size_t i = 0; i < device_copy.size(); ++i) snapshot[100 + i] = device_copy[i] = static_cast<std::byte>(200 + i);
+  checkpoint::DeferredSnapshot source(snapshot.data(), {{live.data(), 0, 100}, {nullptr, 100, 40}});
+  ASSERT_EQ(source.parts(), 2u);
+  EXPECT_EQ(source.part_bytes(0), 100u);
+  // The first 30 bytes come from the live memory itself.
+  EXPECT_EQ(source.Acquire(0, 0, 30), live.data());
+  // Freeze must wait for that block: the caller may change the memory once it returns.
+  std::atomic<bool> frozen{false};
+  uint64_t copied = 0;
+  std::thread freezer([&] {
+    copied = source.Freeze();
+    frozen = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(frozen) << "Freeze returned while a block was being read";
+  source.Release();
+  freezer.join();
+  EXPECT_EQ(copied, 70u);  // bytes 30..99 of the host part; the device part was in the snapshot already
+  std::fill(live.begin(), live.end(), std::byte{0xEE});  // the optimizer changes the state
+  const std::byte* rest = source.Acquire(0, 30, 70);
+  EXPECT_EQ(rest, snapshot.data() + 30);
+  for (size_t i = 0; i < 70; ++i) ASSERT_EQ(rest[i], static_cast<std::byte>(31 + i)) << i;
+  source.Release();
+  EXPECT_EQ(std::memcmp(source.Acquire(1, 0, 40), device_copy.data(), 40), 0);
+  source.Release();
+  EXPECT_EQ(source.Freeze(), 0u);  // again: nothing more
+}
+
+// Async checkpoints of a state the "optimizer" changes right after each fence, with the fence at every point of the
+// write (blocks of 1000 bytes of a 2 MB state: the writer is anywhere from not started to done): every checkpoint
+// holds the state as it was at its Save.
+TEST(Checkpoint, AsyncCheckpointsHoldTheStateOfTheirSave) {
+  SharedTempDir root;
+  TestState state({700001, 900007, 400003});
+  CheckpointOptions options = Options(root.path(), CheckpointMode::kAsync);
+  options.deferred_snapshot = true;
+  std::vector<TestState> saved;
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+    for (int step = 1; step <= 4; ++step) {
+      state.Fill(static_cast<uint32_t>(step));
+      saved.push_back(state);
+      checkpointer.Save(Meta(step));
+      std::this_thread::sleep_for(std::chrono::milliseconds(3 * (step - 1)));  // forward and backward
+      checkpointer.BeforeUpdate();
+      state.Fill(static_cast<uint32_t>(100 + step));  // the optimizer step
+    }
+    checkpointer.Drain();
+    ASSERT_EQ(checkpointer.events().size(), 4u);
+    for (const CheckpointEvent& event : checkpointer.events()) EXPECT_TRUE(event.ok) << event.error;
+  }
+  for (int step = 1; step <= 4; ++step) {
+    state.Clear();
+    Load(root / checkpoint::StepDirName(step), state);
+    EXPECT_EQ(state.data, saved[step - 1].data) << "checkpoint of step " << step;
+  }
 }
 
 TEST(Checkpoint, KeepPrunesOlderCheckpointsAndLeftovers) {

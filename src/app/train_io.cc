@@ -388,9 +388,12 @@ void PointIo::OpenCheckpointer(TrainLoopOptions& loop) {
   o.keep = flags_.checkpoint_keep;
   o.on_error = plan_.on_error;
   o.verify = flags_.checkpoint_verify;
+  o.deferred_snapshot = true;  // the loop calls BeforeUpdate before each optimizer step (below)
   checkpointer_ = std::make_unique<Checkpointer>(comm_.host_comm(), o, StateOf(model_), CopierFor(model_));
   loop.checkpoint = [this](int step) { Save(step); };
   loop.checkpoint_writing = [this] { return checkpointer_->WriterBusy(); };
+  // The async writer reads the host state itself until the next optimizer step is about to change it.
+  if (o.mode == CheckpointMode::kAsync) loop.before_optimizer = [this] { checkpointer_->BeforeUpdate(); };
 }
 
 void PointIo::Save(int step) {

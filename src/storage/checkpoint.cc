@@ -150,6 +150,7 @@ struct Checkpointer::Pending {
   CheckpointEvent event;
   WriteResult result;        // written by the writer thread; read only after join
   std::thread writer;        // async: this rank's slice write, then on rank 0 the conclusion
+  std::unique_ptr<checkpoint::DeferredSnapshot> deferred;  // async: what the writer reads
   double stall_since = 0;    // > 0 while the caller is blocked in one of our calls for this checkpoint
   Status mine;
   std::vector<Status> gathered;  // rank 0
@@ -248,27 +249,7 @@ void Checkpointer::Save(const CheckpointMeta& meta) {
     p.result = checkpoint::WriteFileDurably(file, sources, copier_, staging_ ? staging_->data : nullptr,
                                             options_.block_bytes, options_.verify);
   } else if (started) {
-    try {
-      for (const checkpoint::Piece& piece : pieces) {
-        const StateBuffer& buffer = buffers_[piece.buffer];
-        const std::byte* from = static_cast<const std::byte*>(buffer.data) + piece.offset;
-        if (buffer.on_device) {
-          copier_.to_host(snapshot_->data + piece.position, from, piece.bytes);
-        } else {
-          std::memcpy(snapshot_->data + piece.position, from, piece.bytes);
-        }
-      }
-    } catch (const std::exception& e) {
-      p.result.error = std::string("cannot snapshot the state for ") + file + ": " + e.what();
-    }
-    if (p.result.error.empty()) {
-      writer_busy_.store(true, std::memory_order_release);
-      p.writer = std::thread([this, &p, file] {
-        p.result = checkpoint::WriteFileDurably(file, {Source{snapshot_->data, slice_bytes(), false}}, copier_,
-                                                nullptr, options_.block_bytes, options_.verify);
-        writer_busy_.store(false, std::memory_order_release);
-      });
-    }
+    StartDeferredWrite(p, file, pieces);
   }
   pending_ = std::move(pending);
   if (options_.mode == CheckpointMode::kSync) {
@@ -277,6 +258,41 @@ void Checkpointer::Save(const CheckpointMeta& meta) {
     CloseStallClock(*pending_);
   }
   ThrowIfFailed();
+}
+
+// Async: device pieces copied into the snapshot now, and host pieces too unless the snapshot is deferred: then the
+// writer reads them from the state itself until BeforeUpdate freezes what it has not read yet.
+void Checkpointer::StartDeferredWrite(Pending& p, const std::string& file, const std::vector<checkpoint::Piece>& pieces) {
+  std::vector<checkpoint::DeferredSnapshot::Part> parts;
+  try {
+    for (const checkpoint::Piece& piece : pieces) {
+      const StateBuffer& buffer = buffers_[piece.buffer];
+      const std::byte* from = static_cast<const std::byte*>(buffer.data) + piece.offset;
+      const bool deferred = options_.deferred_snapshot && !buffer.on_device;
+      if (buffer.on_device) {
+        copier_.to_host(snapshot_->data + piece.position, from, piece.bytes);
+      } else if (!deferred) {
+        std::memcpy(snapshot_->data + piece.position, from, piece.bytes);
+      }
+      parts.push_back({deferred ? from : nullptr, piece.position, piece.bytes});
+    }
+  } catch (const std::exception& e) {
+    p.result.error = std::string("cannot snapshot the state for ") + file + ": " + e.what();
+    return;
+  }
+  p.deferred = std::make_unique<checkpoint::DeferredSnapshot>(snapshot_->data, std::move(parts));
+  writer_busy_.store(true, std::memory_order_release);
+  p.writer = std::thread([this, &p, file] {
+    p.result = checkpoint::WriteFileDurably(file, *p.deferred, options_.block_bytes, options_.verify);
+    writer_busy_.store(false, std::memory_order_release);
+  });
+}
+
+void Checkpointer::BeforeUpdate() {
+  if (!pending_ || !pending_->deferred) return;
+  pending_->stall_since = NowSeconds();
+  pending_->deferred->Freeze();
+  CloseStallClock(*pending_);
 }
 
 void Checkpointer::Poll() {

@@ -17,6 +17,9 @@
 #include <vector>
 
 namespace tb {
+namespace checkpoint {
+struct Piece;
+}  // namespace checkpoint
 
 // One named piece of the training state, e.g. "params" (fp32 master weights), "adam_m", "adam_v". The memory
 // must stay valid (and keep its size) for the Checkpointer's lifetime.
@@ -61,6 +64,9 @@ struct CheckpointOptions {
   CheckpointErrorPolicy on_error = CheckpointErrorPolicy::kFail;  // a failed write: throw, or warn and go on
   bool verify = false;                  // read each slice back after fsync and compare its CRC-32C
   uint64_t block_bytes = 8ull << 20;    // bytes per write() (and per device copy when staging)
+  // Async: the caller calls Checkpointer::BeforeUpdate() before it changes the buffers after a Save(), so that
+  // Save() leaves host buffers where they are (the writer reads them in place) instead of copying them.
+  bool deferred_snapshot = false;
 };
 
 // Where a rank's slice write's time went, by stage: the device-to-host copies of device sources, the CRC-32C, the
@@ -80,8 +86,9 @@ struct CheckpointEvent {
   int rank = 0;
   CheckpointMode mode = CheckpointMode::kSync;
   uint64_t bytes = 0;       // this rank's slice
-  double stall_s = 0;       // time the caller was blocked for this checkpoint: its Save() (snapshot, or the whole
-                            // write in sync mode), then any Poll/Drain/next Save waiting for it to complete
+  double stall_s = 0;       // time the caller was blocked for this checkpoint: its Save() (the whole write in sync
+                            // mode; async: the device buffers' snapshot), async's BeforeUpdate() (what the writer
+                            // had not read yet, copied), then any Poll/Drain/next Save waiting for it to complete
   double write_s = 0;       // write + fsync + rename of this rank's slice file
   double write_gbps = 0;    // bytes / write_s / 1e9
   CheckpointStages stages;  // write_s by stage
@@ -95,9 +102,13 @@ struct CheckpointEvent {
 // collective over the communicator: call them on every rank, in the same order.
 //
 // Sync:  Save() blocks for the write, the fsync and the manifest; the checkpoint is complete when it returns.
-// Async: Save() copies this rank's slice into a host snapshot (the stall) and returns; a background thread
-//        writes and fsyncs it while training goes on (and on rank 0 then writes the manifest and prunes). Poll() (once per step) completes the checkpoint without
-//        blocking when every rank's writer is done; the next Save() or Drain() waits for whatever is left.
+// Async: Save() copies this rank's slice into a host snapshot and returns; a background thread writes and fsyncs
+//        it while training goes on (and on rank 0 then writes the manifest and prunes). With
+//        options.deferred_snapshot, Save() copies only device buffers and the writer reads host buffers where they
+//        are: the caller calls BeforeUpdate() before it next changes them (the optimizer step), which copies into
+//        the snapshot only what the writer has not read yet (nothing when the writer kept ahead). Save()'s and
+//        BeforeUpdate()'s time is the stall. Poll() (once per step) completes the checkpoint without blocking when
+//        every rank's writer is done; the next Save() or Drain() waits for whatever is left.
 // A failed checkpoint leaves no files and the previous checkpoint intact. With kFail every rank throws the
 // same RuntimeError, in async mode at the next Save() or Drain(); with kWarn rank 0 prints a warning, the
 // event records the error and training goes on.
@@ -113,6 +124,10 @@ class Checkpointer {
 
   // Checkpoints the buffers' current contents as meta.step. Collective.
   void Save(const CheckpointMeta& meta);
+  // Async with deferred_snapshot: call before the buffers change (the optimizer step) while a checkpoint may be
+  // in flight; until then its writer may read them. Waits for the block being read and copies what is left into the snapshot. Not
+  // collective (no MPI); a no-op in sync mode and when nothing is in flight.
+  void BeforeUpdate();
   // Async: advances the checkpoint in flight without blocking on other ranks. Cheap; call once per step on
   // every rank (or not at all: Save/Drain complete it anyway). Collective in the non-blocking sense.
   void Poll();
@@ -139,6 +154,7 @@ class Checkpointer {
   void Finish(Pending& pending);
   void ThrowIfFailed();
   void CloseStallClock(Pending& pending);
+  void StartDeferredWrite(Pending& pending, const std::string& file, const std::vector<checkpoint::Piece>& pieces);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

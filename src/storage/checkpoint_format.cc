@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -80,29 +81,47 @@ bool ParseUnsigned(const std::string& text, uint64_t& value, int base = 10) {
   return ec == std::errc() && ptr == end && !text.empty();
 }
 
-// A device source's block, copied into `staging`; a failed copy is a failed write of `file`.
-const std::byte* HostBlock(const Source& source, const std::byte* block, uint64_t bytes, const DeviceCopier& copier,
-                           std::byte* staging, const DurableFile& file) {
-  if (!source.on_device) return block;
-  try {
-    copier.to_host(staging, block, bytes);
-  } catch (const std::exception& e) {
-    throw RuntimeError("cannot write " + file.temporary() + ": " + e.what());
+// The sync path's sources: host memory as it is, device memory copied block by block into `staging`.
+class SourceList final : public SliceSource {
+ public:
+  SourceList(const std::vector<Source>& sources, const DeviceCopier& copier, std::byte* staging)
+      : sources_(sources), copier_(copier), staging_(staging) {}
+  size_t parts() const override { return sources_.size(); }
+  uint64_t part_bytes(size_t part) const override { return sources_[part].bytes; }
+  const std::byte* Acquire(size_t part, uint64_t offset, uint64_t bytes) override {
+    const Source& source = sources_[part];
+    const std::byte* block = static_cast<const std::byte*>(source.data) + offset;
+    if (!source.on_device) return block;
+    copier_.to_host(staging_, block, bytes);
+    return staging_;
   }
-  return staging;
-}
 
-// Appends the sources to `file` block by block, starting the writeback of each; returns their CRC-32C and adds
-// each stage's time to `stages`.
-uint32_t WriteSources(DurableFile& file, const std::vector<Source>& sources, const DeviceCopier& copier,
-                      std::byte* staging, uint64_t block_bytes, CheckpointStages& stages) {
+ private:
+  const std::vector<Source>& sources_;
+  const DeviceCopier& copier_;
+  std::byte* const staging_;
+};
+
+// Appends the source's parts to `file` block by block, starting the writeback of each; returns their CRC-32C and
+// adds each stage's time to `stages` (copy: acquiring the block, a device copy or a wait for a snapshot). A failed
+// acquisition is a failed write of `file`.
+uint32_t WriteSources(DurableFile& file, SliceSource& source, uint64_t block_bytes, CheckpointStages& stages) {
   uint32_t crc = 0;
-  for (const Source& source : sources) {
-    const auto* data = static_cast<const std::byte*>(source.data);
-    for (uint64_t done = 0; done < source.bytes;) {
-      const uint64_t n = std::min(block_bytes, source.bytes - done);
+  for (size_t part = 0; part < source.parts(); ++part) {
+    const uint64_t part_bytes = source.part_bytes(part);
+    for (uint64_t done = 0; done < part_bytes;) {
+      const uint64_t n = std::min(block_bytes, part_bytes - done);
       const double start = NowSeconds();
-      const std::byte* block = HostBlock(source, data + done, n, copier, staging, file);
+      const std::byte* block = nullptr;
+      try {
+        block = source.Acquire(part, done, n);
+      } catch (const std::exception& e) {
+        throw RuntimeError("cannot write " + file.temporary() + ": " + e.what());
+      }
+      struct Releaser {
+        SliceSource& source;
+        ~Releaser() { source.Release(); }
+      } release{source};
       const double copied = NowSeconds();
       crc = Crc32c(block, n, crc);
       const double summed = NowSeconds();
@@ -329,11 +348,16 @@ Manifest ParseManifest(const std::string& text, const std::string& path) {
 
 WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>& sources, const DeviceCopier& copier,
                              std::byte* staging, uint64_t block_bytes, bool verify) {
+  SourceList list(sources, copier, staging);
+  return WriteFileDurably(path, list, block_bytes, verify);
+}
+
+WriteResult WriteFileDurably(const std::string& path, SliceSource& source, uint64_t block_bytes, bool verify) {
   WriteResult result;
   const double start = NowSeconds();
   try {
     DurableFile file(path, path + ".tmp");
-    result.crc32c = WriteSources(file, sources, copier, staging, block_bytes, result.stages);
+    result.crc32c = WriteSources(file, source, block_bytes, result.stages);
     file.Commit();
     result.stages.commit_s = file.commit_s();
   } catch (const std::exception& e) {
@@ -344,7 +368,7 @@ WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>&
     result.error = e.what();
     return result;
   }
-  for (const Source& source : sources) result.bytes += source.bytes;
+  for (size_t part = 0; part < source.parts(); ++part) result.bytes += source.part_bytes(part);
   result.seconds = NowSeconds() - start;
   if (verify) {
     result.error = ReadBackProblem(path, block_bytes, result.crc32c, result.bytes);
@@ -356,6 +380,53 @@ WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>&
   }
   result.ok = true;
   return result;
+}
+
+DeferredSnapshot::DeferredSnapshot(std::byte* snapshot, std::vector<Part> parts)
+    : snapshot_(snapshot), parts_(std::move(parts)) {}
+
+const std::byte* DeferredSnapshot::Acquire(size_t part, uint64_t offset, uint64_t bytes) {
+  const Part& p = parts_[part];
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (frozen_) {
+    changed_.wait(lock, [this] { return copied_; });
+    return snapshot_ + p.position + offset;
+  }
+  reading_ = true;
+  unread_from_ = std::max(unread_from_, p.position + offset + bytes);
+  return p.live != nullptr ? p.live + offset : snapshot_ + p.position + offset;
+}
+
+void DeferredSnapshot::Release() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reading_ = false;
+  }
+  changed_.notify_all();
+}
+
+uint64_t DeferredSnapshot::Freeze() {
+  uint64_t from = 0;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (frozen_) return 0;
+    frozen_ = true;
+    changed_.wait(lock, [this] { return !reading_; });
+    from = unread_from_;
+  }
+  uint64_t copied = 0;
+  for (const Part& p : parts_) {
+    const uint64_t begin = std::max(from, p.position), end = p.position + p.bytes;
+    if (p.live == nullptr || begin >= end) continue;
+    std::memcpy(snapshot_ + begin, p.live + (begin - p.position), end - begin);
+    copied += end - begin;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    copied_ = true;
+  }
+  changed_.notify_all();
+  return copied;
 }
 
 uint32_t ReadFileChecked(const std::string& path, std::byte* dst, uint64_t bytes, uint64_t block_bytes) {

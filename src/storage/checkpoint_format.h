@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -75,11 +77,58 @@ struct WriteResult {
   bool verified = false;
 };
 
+// What a file write reads, block by block: parts in order, a block never spanning two. Acquire gives a block's
+// bytes, readable until Release.
+class SliceSource {
+ public:
+  virtual ~SliceSource() = default;
+  virtual size_t parts() const = 0;
+  virtual uint64_t part_bytes(size_t part) const = 0;
+  virtual const std::byte* Acquire(size_t part, uint64_t offset, uint64_t bytes) = 0;
+  virtual void Release() {}
+};
+
+// The async writer's view of a rank's slice: the state's own memory until the caller is about to change it
+// (Freeze), a snapshot of it after. Device parts are copied into the snapshot before the writer starts (device
+// memory is not read from the writer's thread); host parts only when Freeze finds them not yet read, so that a
+// writer that keeps ahead of the next optimizer step costs no copy at all.
+class DeferredSnapshot final : public SliceSource {
+ public:
+  struct Part {
+    const std::byte* live = nullptr;  // the state's memory; nullptr: already in the snapshot
+    uint64_t position = 0;            // in the slice (and the snapshot)
+    uint64_t bytes = 0;
+  };
+  // `snapshot` holds the whole slice's bytes at their positions.
+  DeferredSnapshot(std::byte* snapshot, std::vector<Part> parts);
+
+  size_t parts() const override { return parts_.size(); }
+  uint64_t part_bytes(size_t part) const override { return parts_[part].bytes; }
+  // Writer: live memory before Freeze, the snapshot after (waiting while Freeze copies).
+  const std::byte* Acquire(size_t part, uint64_t offset, uint64_t bytes) override;
+  void Release() override;
+  // Caller, before the state changes: waits for the block being read, then copies every host byte the writer has
+  // not acquired into the snapshot. Once it returns the state may change. Idempotent; returns the bytes copied.
+  uint64_t Freeze();
+
+ private:
+  std::byte* const snapshot_;
+  const std::vector<Part> parts_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool frozen_ = false;  // under mutex_, as the three below
+  bool copied_ = false;
+  bool reading_ = false;
+  uint64_t unread_from_ = 0;  // slice position of the first byte not yet acquired from live memory
+};
+
 // Writes the sources, in order, to `path` through a DurableFile (durable_file.h) named path.tmp; with
 // `verify`, reads the file back and compares its CRC-32C. Never throws (runs on the writer thread); on failure
 // nothing is left at path or path.tmp. `staging` (block_bytes) is needed only for device sources.
 WriteResult WriteFileDurably(const std::string& path, const std::vector<Source>& sources, const DeviceCopier& copier,
                              std::byte* staging, uint64_t block_bytes, bool verify);
+// The same from any SliceSource.
+WriteResult WriteFileDurably(const std::string& path, SliceSource& source, uint64_t block_bytes, bool verify);
 
 // Reads exactly `bytes` from `path` into `dst` and returns their CRC-32C; InputError when the file is missing,
 // shorter or longer than `bytes`, or unreadable.

@@ -3,10 +3,13 @@
 // loop would see per checkpoint.
 //
 // usage: mpirun -np N perf_checkpoint_bench --dir DIR --bytes B --mode sync|async [--reps R] [--block B]
+//                                          [--step-ms M]
 //
 // Per rep, rank 0 prints "rep I stall_s S write_s W" (max over ranks): sync: stall = the Save() call (snapshot
-// of nothing, write, fsync, manifest: the whole checkpoint); async: stall = Save() (the snapshot) plus every
-// Poll() until the checkpoint completed, polled each millisecond as a training loop would poll each step;
+// of nothing, write, fsync, manifest: the whole checkpoint); async: the training loop's use, with the deferred
+// snapshot: Save(), then emulated steps of M ms (default 1000; the state is only read meanwhile, as forward and
+// backward read the weights), each followed by the fence before its optimizer update (BeforeUpdate: what the
+// writer has not read yet is copied) and a Poll(), until the checkpoint completed; stall = Save + fences + Polls;
 // write_s = the slice write + fsync on the slowest rank (in the background for async); crc_s, write_calls_s and
 // commit_s = its stages (CheckpointStages), each the maximum over ranks. Async mode then prints "raw memcpy_s S":
 // the same slices memcpy()d by every rank at once, the floor of the snapshot (max over ranks).
@@ -49,6 +52,7 @@ int Run(int argc, char** argv, int rank) {
   std::string dir, mode_text = "sync";
   uint64_t bytes = 0, block = 8ull << 20;
   int reps = 3;
+  double step_ms = 1000;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--dir") {
@@ -61,18 +65,22 @@ int Run(int argc, char** argv, int rank) {
       reps = std::stoi(value);
     } else if (flag == "--block") {
       block = tb::ParseSize(value, flag);
+    } else if (flag == "--step-ms") {
+      step_ms = std::stod(value);
     } else {
       throw tb::InputError("unknown flag " + flag);
     }
   }
-  if (dir.empty() || bytes == 0 || reps < 1 || argc % 2 == 0) {
-    throw tb::InputError("usage: perf_checkpoint_bench --dir DIR --bytes B --mode sync|async [--reps R] [--block B]");
+  if (dir.empty() || bytes == 0 || reps < 1 || argc % 2 == 0 || !(step_ms >= 0)) {
+    throw tb::InputError("usage: perf_checkpoint_bench --dir DIR --bytes B --mode sync|async [--reps R] [--block B] "
+                         "[--step-ms M>=0]");
   }
   tb::CheckpointOptions options;
   options.dir = dir;
   options.mode = tb::ParseCheckpointMode(mode_text, "--mode");
   options.keep = 0;  // the script removes the checkpoints; pruning is not what is measured
   options.block_bytes = block;
+  options.deferred_snapshot = true;  // as the training loop: the fence below before each emulated update
 
   const uint64_t each = bytes / 3;
   // One allocation holding the three buffers. (Three vectors built from an initializer list, as before, touched
@@ -87,9 +95,10 @@ int Run(int argc, char** argv, int rank) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (rank == 0) {
-    std::printf("# perf_checkpoint_bench: mode %s, %d ranks, state %llu bytes (%s) in 3 buffers, block %llu, dir %s\n",
+    std::printf("# perf_checkpoint_bench: mode %s, %d ranks, state %llu bytes (%s) in 3 buffers, block %llu, dir %s, "
+                "emulated step %.0f ms (async)\n",
                 mode_text.c_str(), size, static_cast<unsigned long long>(bytes), tb::FormatBytes(bytes).c_str(),
-                static_cast<unsigned long long>(block), dir.c_str());
+                static_cast<unsigned long long>(block), dir.c_str(), step_ms);
   }
   for (int rep = 0; rep < reps; ++rep) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -101,8 +110,9 @@ int Run(int argc, char** argv, int rank) {
     const double save = tb::NowSeconds() - start;
     double stall = save;
     while (checkpointer.events().size() < static_cast<size_t>(rep + 1)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms > 0 ? step_ms : 1));
       start = tb::NowSeconds();
+      checkpointer.BeforeUpdate();  // the emulated optimizer update would follow
       checkpointer.Poll();
       stall += tb::NowSeconds() - start;
     }
