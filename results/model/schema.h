@@ -614,8 +614,9 @@ inline const RealColumn wait_s{kLoader, "wait_s", "s", "the loop's total wait fo
 
 inline TableSpec kCheckpoints{kIoPoint, "checkpoints",
                               "a row per checkpoint per rank: its slice's bytes; stall_s = time the training loop "
-                              "was blocked (sync: copy, write, fsync and manifest; async: the snapshot, plus any wait "
-                              "for the previous writer); write_s = write + fsync + rename of the slice file; "
+                              "was blocked (sync: copy, write, fsync and manifest; async: the copy of device memory at "
+                              "the checkpoint, at the next optimizer step the copy of what the writer had not read "
+                              "yet, and any wait for the writer); write_s = write + fsync + rename of the slice file; "
                               "write_GBps = bytes / write_s (1e9 B/s); crc32c of the slice; verified = read back "
                               "after fsync with the same checksum; ok = the checkpoint is complete"};
 namespace checkpoints {

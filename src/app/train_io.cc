@@ -98,7 +98,8 @@ void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
       ("checkpoint-keep", Number(&f.checkpoint_keep, IntRange::AtLeast(0))->default_value(f.checkpoint_keep),
        "keep the newest N complete checkpoints (0: all)")
       ("checkpoint-mode", Choice(&f.checkpoint_mode, {"sync", "async"})->default_value(f.checkpoint_mode),
-       "sync (the loop waits for write and fsync) or async (snapshot, then a background writer)")
+       "sync (the loop waits for write and fsync) or async (a background writer reads the state during the next "
+       "step; what it has not read before that step's optimizer update is copied)")
       ("checkpoint-verify", po::bool_switch(&f.checkpoint_verify), "read each slice back after fsync and check it")
       ("on-checkpoint-error", Choice(&f.on_checkpoint_error, {"fail", "warn"})->default_value(f.on_checkpoint_error),
        "fail (stop the run) or warn (record it and train on) when a checkpoint cannot be written")
