@@ -48,33 +48,47 @@ void PrintRawCopy(const std::vector<unsigned char>& state, int rank, int size) {
   if (rank == 0) std::printf("raw memcpy_s %.6f\n", copy_s);
 }
 
-int Run(int argc, char** argv, int rank) {
+struct Args {
   std::string dir, mode_text = "sync";
   uint64_t bytes = 0, block = 8ull << 20;
   int reps = 3;
   double step_ms = 1000;
+};
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--dir") {
-      dir = value;
+      a.dir = value;
     } else if (flag == "--bytes") {
-      bytes = tb::ParseSize(value, flag);
+      a.bytes = tb::ParseSize(value, flag);
     } else if (flag == "--mode") {
-      mode_text = value;
+      a.mode_text = value;
     } else if (flag == "--reps") {
-      reps = std::stoi(value);
+      a.reps = std::stoi(value);
     } else if (flag == "--block") {
-      block = tb::ParseSize(value, flag);
+      a.block = tb::ParseSize(value, flag);
     } else if (flag == "--step-ms") {
-      step_ms = std::stod(value);
+      a.step_ms = std::stod(value);
     } else {
       throw tb::InputError("unknown flag " + flag);
     }
   }
-  if (dir.empty() || bytes == 0 || reps < 1 || argc % 2 == 0 || !(step_ms >= 0)) {
+  if (a.dir.empty() || a.bytes == 0 || a.reps < 1 || argc % 2 == 0 || !(a.step_ms >= 0)) {
     throw tb::InputError("usage: perf_checkpoint_bench --dir DIR --bytes B --mode sync|async [--reps R] [--block B] "
                          "[--step-ms M>=0]");
   }
+  return a;
+}
+
+int Run(int argc, char** argv, int rank) {
+  const Args args = ParseArgs(argc, argv);
+  const std::string& dir = args.dir;
+  const std::string& mode_text = args.mode_text;
+  const uint64_t bytes = args.bytes, block = args.block;
+  const int reps = args.reps;
+  const double step_ms = args.step_ms;
   tb::CheckpointOptions options;
   options.dir = dir;
   options.mode = tb::ParseCheckpointMode(mode_text, "--mode");
