@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -290,6 +291,16 @@ TEST(DeferredSnapshot, FreezeCopiesOnlyWhatTheWriterHasNotRead) {
   EXPECT_EQ(std::memcmp(source.Acquire(1, 0, 40), device_copy.data(), 40), 0);
   source.Release();
   EXPECT_EQ(source.Freeze(), 0u);  // again: nothing more
+
+  // A block read from the snapshot (device memory copied at Save) is not the state: Freeze does not wait for it
+  // (on a GPU it would otherwise wait for an 8 MiB write at each optimizer step).
+  checkpoint::DeferredSnapshot device_only(snapshot.data(), {{nullptr, 0, 140}});
+  device_only.Acquire(0, 0, 64);
+  auto freeze = std::async(std::launch::async, [&] { return device_only.Freeze(); });
+  const bool waited = freeze.wait_for(std::chrono::seconds(10)) != std::future_status::ready;
+  device_only.Release();
+  EXPECT_FALSE(waited) << "Freeze waited for a block of the snapshot";
+  EXPECT_EQ(freeze.get(), 0u);
 }
 
 // Async checkpoints of a state the "optimizer" changes right after each fence, with the fence at every point of the

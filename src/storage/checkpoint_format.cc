@@ -392,7 +392,7 @@ const std::byte* DeferredSnapshot::Acquire(size_t part, uint64_t offset, uint64_
     changed_.wait(lock, [this] { return copied_; });
     return snapshot_ + p.position + offset;
   }
-  reading_ = true;
+  reading_ = p.live != nullptr;  // a block of the snapshot is not the state: Freeze need not wait for it
   unread_from_ = std::max(unread_from_, p.position + offset + bytes);
   return p.live != nullptr ? p.live + offset : snapshot_ + p.position + offset;
 }
