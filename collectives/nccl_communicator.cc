@@ -230,15 +230,17 @@ void NcclCommunicator::ThrowIfAborted() const {
 // is done; the parent's own state may read ncclSuccess before that (seen with NCCL 2.28 on an H200: a one-rank
 // split returned with `child` still null). Waits for the store, watching the parent for an error or an Abort().
 ncclComm_t NcclCommunicator::AwaitChild(ncclComm_t& slot) {
-  std::atomic_ref<ncclComm_t> child(slot);
-  while (child.load(std::memory_order_acquire) == nullptr) {
+  const std::atomic_ref<ncclComm_t> stored(slot);
+  ncclComm_t child = stored.load(std::memory_order_acquire);
+  while (child == nullptr) {
     const ncclResult_t state = PollState();
     if (state != ncclSuccess && state != ncclInProgress) {
       ThrowFailure(state, "ncclCommSplit (waiting for the new communicator)", std::source_location::current());
     }
     std::this_thread::yield();
+    child = stored.load(std::memory_order_acquire);
   }
-  return child.load(std::memory_order_acquire);
+  return child;
 }
 
 ncclResult_t NcclCommunicator::PollState() {

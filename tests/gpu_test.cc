@@ -20,6 +20,7 @@
 #include "communicator.h"
 #include "device.h"
 #include "error.h"
+#include "gpu_test_util.h"
 #include "nccl_communicator.h"
 
 namespace {
@@ -319,17 +320,8 @@ TEST_F(NcclTest, ReduceScatter) {
   EXPECT_EQ(Get(*recv, kCount, DataType::kFloat32), expected);
 }
 
-// Every element of `got` within float rounding of `want` (an average may scale each input by 1/n before summing).
-void ExpectSameValues(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::abs(got[i] - want[i]) <= 1e-5 * (1.0 + std::abs(want[i]))) continue;
-    if (bad++ == 0) first = i;
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " differ, first at [" << first << "]: "
-                     << (bad ? got[first] : 0.0) << ", expected " << (bad ? want[first] : 0.0);
-}
+// The values as floats, for ExpectAllNear (the collectives' values are floats; Get widens them).
+std::vector<float> AsFloats(const std::vector<double>& values) { return {values.begin(), values.end()}; }
 
 // Averages of sizes that a block split leaves a remainder of, every element checked. NCCL 2.28's one-rank path
 // (oneRankReduce, for ncclAvg) hands each of its blocks floor(n / blocks) elements rounded up to 16 bytes, and so
@@ -347,10 +339,13 @@ TEST_F(NcclTest, AverageKeepsEveryElement) {
     std::unique_ptr<tb::CommBuffer> send = Put(mine, DataType::kFloat32);
     std::unique_ptr<tb::CommBuffer> recv = comm_->Allocate(count * sizeof(float));
     comm_->ReduceScatter(send->data(), recv->data(), count, DataType::kFloat32, ReduceOp::kAvg);
-    ExpectSameValues(Get(*recv, count, DataType::kFloat32), my_average, "reduce-scatter");
+    // Within float rounding: an average may scale each input by 1/n before summing.
+    tb::test::ExpectAllNear(AsFloats(Get(*recv, count, DataType::kFloat32)), AsFloats(my_average), 1e-5f, 1e-5f,
+                            "reduce-scatter");
     std::unique_ptr<tb::CommBuffer> all = comm_->Allocate(mine.size() * sizeof(float));
     comm_->AllReduce(send->data(), all->data(), mine.size(), DataType::kFloat32, ReduceOp::kAvg);
-    ExpectSameValues(Get(*all, mine.size(), DataType::kFloat32), gathered_average, "all-reduce");
+    tb::test::ExpectAllNear(AsFloats(Get(*all, mine.size(), DataType::kFloat32)), AsFloats(gathered_average), 1e-5f,
+                            1e-5f, "all-reduce");
   }
 }
 

@@ -586,6 +586,12 @@ TEST(CudaTransformer, PhaseClockIntervalsAddUpToWallTime) {
 
 // --- FSDP on the device --------------------------------------------------------------------------------------
 
+// Slot `slot`'s elements of a whole flat buffer.
+std::vector<float> SlotOf(const std::vector<float>& all, const tb::TensorSlot& slot) {
+  return {all.begin() + static_cast<std::ptrdiff_t>(slot.offset),
+          all.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.count)};
+}
+
 // The FSDP model alone, without the gatherer or NCCL: over one rank its store is the flat layout, so a flat
 // UnitAccess over the store hands each unit its final place, and one step's loss and gradients must be dp's, slot by
 // slot. Beside FsdpOverOneRankMatchesDp, this tells a fault of the model's unit views from one of the gatherer.
@@ -617,10 +623,7 @@ TEST(CudaTransformer, FsdpModelOverFlatAccessMatchesDp) {
   EXPECT_NEAR(loss, dp_loss, 1e-5 * dp_loss);
   const std::vector<float> grads = DownloadDevice(fsdp->gradients(), n);
   for (const tb::TensorSlot& slot : dp->layout()) {
-    const auto at = [&](const std::vector<float>& all) {
-      return std::vector<float>(all.begin() + slot.offset, all.begin() + slot.offset + slot.count);
-    };
-    ExpectAllNear(at(grads), at(dp_grads), 1e-7f, 1e-5f, "flat access: gradient of " + slot.name);
+    ExpectAllNear(SlotOf(grads, slot), SlotOf(dp_grads, slot), 1e-7f, 1e-5f, "flat access: gradient of " + slot.name);
   }
   fsdp->SetUnitAccess(nullptr);
 }
@@ -696,11 +699,10 @@ TEST(CudaTransformer, FsdpOverOneRankMatchesDp) {
         const std::vector<float> grads = DownloadDevice(fsdp->gradients(), n);
         const std::vector<float> params = DownloadDevice(fsdp->parameters(), n);
         for (const tb::TensorSlot& slot : dp->layout()) {
-          const auto at = [&](const std::vector<float>& all) {
-            return std::vector<float>(all.begin() + slot.offset, all.begin() + slot.offset + slot.count);
-          };
-          ExpectAllNear(at(grads), at(dp_first_grads), 1e-7f, 1e-5f, "step 1 gradient of " + slot.name);
-          ExpectAllNear(at(params), at(dp_first_params), 1e-7f, 1e-5f, "step 1 weights of " + slot.name);
+          ExpectAllNear(SlotOf(grads, slot), SlotOf(dp_first_grads, slot), 1e-7f, 1e-5f,
+                        "step 1 gradient of " + slot.name);
+          ExpectAllNear(SlotOf(params, slot), SlotOf(dp_first_params, slot), 1e-7f, 1e-5f,
+                        "step 1 weights of " + slot.name);
         }
       }
     }

@@ -84,37 +84,33 @@ Args ParseArgs(int argc, char** argv) {
 
 int Run(int argc, char** argv, int rank) {
   const Args args = ParseArgs(argc, argv);
-  const std::string& dir = args.dir;
-  const std::string& mode_text = args.mode_text;
-  const uint64_t bytes = args.bytes, block = args.block;
-  const int reps = args.reps;
-  const double step_ms = args.step_ms;
   tb::CheckpointOptions options;
-  options.dir = dir;
-  options.mode = tb::ParseCheckpointMode(mode_text, "--mode");
+  options.dir = args.dir;
+  options.mode = tb::ParseCheckpointMode(args.mode_text, "--mode");
   options.keep = 0;  // the script removes the checkpoints; pruning is not what is measured
-  options.block_bytes = block;
+  options.block_bytes = args.block;
   options.deferred_snapshot = true;  // as the training loop: the fence below before each emulated update
 
-  const uint64_t each = bytes / 3;
+  const uint64_t each = args.bytes / 3;
   // One allocation holding the three buffers. (Three vectors built from an initializer list, as before, touched
   // twice the state and freed half of it first; on this VM the write()s that followed ran 1.8x slower than fio's
   // and than the same writes from one allocation: the bench measured the VM's memory, not the writer.)
-  std::vector<unsigned char> state(bytes);
+  std::vector<unsigned char> state(args.bytes);
   for (size_t i = 0; i < state.size(); ++i) state[i] = static_cast<unsigned char>(i * 31);
   std::vector<tb::StateBuffer> buffers = {{"params", state.data(), each, false},
                                           {"adam_m", state.data() + each, each, false},
-                                          {"adam_v", state.data() + 2 * each, bytes - 2 * each, false}};
+                                          {"adam_v", state.data() + 2 * each, args.bytes - 2 * each, false}};
   tb::Checkpointer checkpointer(MPI_COMM_WORLD, options, buffers);
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (rank == 0) {
     std::printf("# perf_checkpoint_bench: mode %s, %d ranks, state %llu bytes (%s) in 3 buffers, block %llu, dir %s, "
                 "emulated step %.0f ms (async)\n",
-                mode_text.c_str(), size, static_cast<unsigned long long>(bytes), tb::FormatBytes(bytes).c_str(),
-                static_cast<unsigned long long>(block), dir.c_str(), step_ms);
+                args.mode_text.c_str(), size, static_cast<unsigned long long>(args.bytes),
+                tb::FormatBytes(args.bytes).c_str(), static_cast<unsigned long long>(args.block), args.dir.c_str(),
+                args.step_ms);
   }
-  for (int rep = 0; rep < reps; ++rep) {
+  for (int rep = 0; rep < args.reps; ++rep) {
     MPI_Barrier(MPI_COMM_WORLD);
     tb::CheckpointMeta meta;
     meta.step = rep + 1;
@@ -124,7 +120,7 @@ int Run(int argc, char** argv, int rank) {
     const double save = tb::NowSeconds() - start;
     double stall = save;
     while (checkpointer.events().size() < static_cast<size_t>(rep + 1)) {
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step_ms > 0 ? step_ms : 1));
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(args.step_ms > 0 ? args.step_ms : 1));
       start = tb::NowSeconds();
       checkpointer.BeforeUpdate();  // the emulated optimizer update would follow
       checkpointer.Poll();

@@ -116,13 +116,13 @@ case $part in
     ;;
   io)  # the checkpoint's device-to-host snapshot and the loader's host-to-device copies on a real device
     step data_generate 40 mpirun -np 1 trainbench data generate --dir "$scratch/data" --tokens 20M --vocab 50257
-    train io_sync 60 --model gpt2-124m --micro-batch 8 --steps 10 --warmup-steps 1 --data "$scratch/data" \
-      --checkpoint-dir "$scratch/ckpt_sync" --checkpoint-every 5 --checkpoint-mode sync --checkpoint-verify
-    train io_async 60 --model gpt2-124m --micro-batch 8 --steps 10 --warmup-steps 1 --data "$scratch/data" \
-      --checkpoint-dir "$scratch/ckpt" --checkpoint-every 5 --checkpoint-mode async --checkpoint-verify
+    for mode in sync async; do
+      train "io_$mode" 60 --model gpt2-124m --micro-batch 8 --steps 10 --warmup-steps 1 --data "$scratch/data" \
+        --checkpoint-dir "$scratch/ckpt_$mode" --checkpoint-every 5 --checkpoint-mode "$mode" --checkpoint-verify
+    done
     # The resumed run starts from step 10's state, so its first loss is not ln V: only its exit status counts.
     step io_resume 60 mpirun -np 1 --bind-to none trainbench train --backend cuda --model gpt2-124m --micro-batch 8 \
-      --steps 15 --warmup-steps 0 --data "$scratch/data" --resume "$scratch/ckpt" -o "$out/io_resume.h5"
+      --steps 15 --warmup-steps 0 --data "$scratch/data" --resume "$scratch/ckpt_async" -o "$out/io_resume.h5"
     ;;
 esac
 
