@@ -760,6 +760,9 @@ TEST(DataLoaderTest, LatencyPerReadOverlapsAcrossWorkers) {
 
 // ---- buffers, queue, shutdown, flags ------------------------------------------------------------------------
 
+// Every window lies in the one allocation, the windows of a batch are distinct rows, and a batch stays intact while
+// the workers fill every other row (each worker prefers the rows it read into last, and takes another worker's when
+// it has none left: batch 5 and 3 workers, or more workers than rows, run out).
 TEST(DataLoaderTest, BuffersComeFromTheAllocatorAndStayValidUntilNext) {
   TempDir dir;
   const auto shards = CountingShards(dir.path(), 50257, {5000});
@@ -771,38 +774,47 @@ TEST(DataLoaderTest, BuffersComeFromTheAllocatorAndStayValidUntilNext) {
     }
     return false;
   };
-  int allocations = 0;
-  {
-    DataLoaderOptions o;
-    o.dir = dir.path();
-    o.seq = 31;
-    o.batch = 2;
-    o.prefetch = 3;
-    o.workers = 2;
-    o.allocator = {[&](size_t bytes) {
-                     ++allocations;
-                     void* p = std::malloc(bytes);
-                     live[static_cast<const unsigned char*>(p)] = bytes;
-                     return p;
-                   },
-                   [&](void* p) {
-                     live.erase(static_cast<const unsigned char*>(p));
-                     std::free(p);
-                   }};
-    DataLoader loader(o);
-    EXPECT_EQ(allocations, 1);  // the whole ring at once
-    for (int i = 0; i < 10; ++i) {
-      const LoaderBatch& b = loader.Next();
-      for (const unsigned char* window : b.tokens.windows) EXPECT_TRUE(inside(window, (31 + 1) * 2));
-      // The workers fill the other slots meanwhile; this batch must stay intact.
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      ExpectBatchMatches(b, expected);
-      if (i >= 3) {
-        EXPECT_EQ(b.stats.queue_depth, o.prefetch) << "a slow consumer finds the queue full";
+  for (const auto& [batch, workers] : {std::pair{2, 2}, {5, 3}, {3, 4}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch) + ", " + std::to_string(workers) + " workers");
+    int allocations = 0;
+    {
+      DataLoaderOptions o;
+      o.dir = dir.path();
+      o.seq = 31;
+      o.batch = batch;
+      o.prefetch = 3;
+      o.workers = workers;
+      o.allocator = {[&](size_t bytes) {
+                       ++allocations;
+                       void* p = std::malloc(bytes);
+                       live[static_cast<const unsigned char*>(p)] = bytes;
+                       return p;
+                     },
+                     [&](void* p) {
+                       live.erase(static_cast<const unsigned char*>(p));
+                       std::free(p);
+                     }};
+      DataLoader loader(o);
+      EXPECT_EQ(allocations, 1);  // every row buffer at once
+      for (int i = 0; i < 10; ++i) {
+        const LoaderBatch& b = loader.Next();
+        std::set<const unsigned char*> rows;
+        for (const unsigned char* window : b.tokens.windows) {
+          EXPECT_TRUE(inside(window, (31 + 1) * 2));
+          rows.insert(window);
+        }
+        EXPECT_EQ(rows.size(), static_cast<size_t>(batch)) << "two windows share a row";
+        for (auto it = rows.begin(); std::next(it) != rows.end(); ++it) EXPECT_GE(*std::next(it) - *it, (31 + 1) * 2);
+        // The workers fill the other rows meanwhile; this batch must stay intact.
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        ExpectBatchMatches(b, expected);
+        if (i >= 3) {
+          EXPECT_EQ(b.stats.queue_depth, o.prefetch) << "a slow consumer finds the queue full";
+        }
       }
     }
+    EXPECT_TRUE(live.empty());
   }
-  EXPECT_TRUE(live.empty());
 }
 
 TEST(DataLoaderTest, FailedAllocationIsReportedAndLeaksNothing) {

@@ -125,10 +125,10 @@ struct DataLoader::Source {
 };
 
 struct DataLoader::Slot {
-  Slot(unsigned char* buffer, int batch) : buffer(buffer), windows(batch), samples(batch) {}
+  explicit Slot(int batch) : rows(batch), windows(batch), samples(batch) {}
 
-  unsigned char* buffer;  // B rows of row_stride_ bytes in the loader's ring
-  std::vector<const unsigned char*> windows;  // where each row's sample starts in the buffer
+  std::vector<uint32_t> rows;  // [row]: the row buffer it was read into
+  std::vector<const unsigned char*> windows;  // where each row's sample starts in its row buffer
   std::vector<uint64_t> samples;
   uint64_t sequence = UINT64_MAX;  // the batch sequence number it holds
   LoaderPosition position;
@@ -211,7 +211,7 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
   current_.tokens.token_bytes = static_cast<int>(src.token_bytes);
   current_.tokens.wrap_vocab = src.wrap_to_vocab ? src.vocab : 0;
   current_.tokens.origin = [this](int window, int token) { return OriginOf(current_.samples.at(window), token); };
-  for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { Work(); });
+  for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this, w] { Work(w); });
 }
 
 // Every file of a raw directory (recursively) or every shard, with how many records each holds.
@@ -320,18 +320,33 @@ void DataLoader::AllocateRing() {
   }
   ring_ = std::unique_ptr<void, std::function<void(void*)>>(
       options_.allocator.allocate(slot_bytes * static_cast<size_t>(options_.prefetch + 1)), options_.allocator.release);
+  // Each worker starts with an equal share of the rows, its lowest-addressed on top.
+  const size_t rows = static_cast<size_t>(options_.batch) * static_cast<size_t>(options_.prefetch + 1);
+  const size_t workers = static_cast<size_t>(options_.workers);
+  free_rows_.resize(workers);
+  row_owner_.resize(rows);
+  for (size_t w = 0; w < workers; ++w) {
+    for (size_t r = (w + 1) * rows / workers; r-- > w * rows / workers;) {
+      free_rows_[w].push_back(static_cast<uint32_t>(r));
+      row_owner_[r] = static_cast<int>(w);
+    }
+  }
   for (int i = 0; i < options_.prefetch + 1; ++i) {
-    slots_.push_back(std::make_unique<Slot>(static_cast<unsigned char*>(ring_.get()) + i * slot_bytes, options_.batch));
-    free_slots_.push_back(options_.prefetch - i);  // slot 0 on top
+    slots_.push_back(std::make_unique<Slot>(options_.batch));
+    free_slots_.push_back(i);
   }
   slot_of_.assign(slots_.size(), -1);
+}
+
+unsigned char* DataLoader::RowBuffer(uint32_t row) const {
+  return static_cast<unsigned char*>(ring_.get()) + static_cast<size_t>(row) * row_stride_;
 }
 
 // Some filesystems accept O_DIRECT at open and refuse the reads; find out before the workers start.
 void DataLoader::ProbeDirectIo() {
   if (!options_.direct_io) return;
   const Source::File& first = source_->files.front();
-  if (::pread(first.fd, slots_[0]->buffer, kDirectAlign, 0) < 0 && errno == EINVAL) {
+  if (::pread(first.fd, RowBuffer(0), kDirectAlign, 0) < 0 && errno == EINVAL) {
     throw InputError("--direct-io: the filesystem of '" + options_.dir + "' refuses O_DIRECT reads (" + first.path +
                      ": Invalid argument); run without --direct-io");
   }
@@ -361,10 +376,10 @@ bool DataLoader::SleepUntil(double deadline) {
   return !work_cv_.wait_until(lock, until, [&] { return stop_; });
 }
 
-// Under the lock: the next claim_rows_ rows of the oldest batch not yet claimed. A batch's first claim takes its
-// slot (claims are handed out in order, so before any other claim of it): the one freed last (LIFO), whose buffer
-// is likeliest still in the cache.
-DataLoader::Claim DataLoader::ClaimRows() {
+// Under the lock: the next claim_rows_ rows of the oldest batch not yet claimed, and a row buffer for each from
+// the worker's own stack (the buffers it read into last), or, when that is empty, from the fullest other stack.
+// A batch's first claim takes a slot for it (claims are handed out in order, so before any other claim of it).
+DataLoader::Claim DataLoader::ClaimRows(int worker) {
   const uint64_t batch = static_cast<uint64_t>(options_.batch);
   Claim c;
   c.sequence = next_claim_ / batch;
@@ -384,6 +399,16 @@ DataLoader::Claim DataLoader::ClaimRows() {
     slot.last_end_s = 0;
   }
   c.slot = slots_[slot_index].get();
+  for (int row = c.first_row; row < c.first_row + c.rows; ++row) {
+    std::vector<uint32_t>* from = &free_rows_[static_cast<size_t>(worker)];
+    if (from->empty()) {
+      from = &*std::max_element(free_rows_.begin(), free_rows_.end(),
+                                [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    }
+    c.slot->rows[row] = from->back();
+    from->pop_back();
+    row_owner_[c.slot->rows[row]] = worker;
+  }
   return c;
 }
 
@@ -407,7 +432,7 @@ bool DataLoader::FillRows(const Claim& c, BatchStats& part, double& first_start_
 // claims its next rows in the same critical section: one lock acquisition per claim. The worker that completes a
 // batch wakes the consumer after it has released the lock, so that the consumer does not wake into a held mutex
 // and sleep on it a second time.
-void DataLoader::Work() {
+void DataLoader::Work(int worker) {
   const uint64_t batch = static_cast<uint64_t>(options_.batch);
   bool completed = false;  // a batch completed by this worker, the consumer not yet woken for it
   auto wake_consumer = [&](std::unique_lock<std::mutex>& lock) {
@@ -426,7 +451,7 @@ void DataLoader::Work() {
       work_cv_.wait(lock, claimable);
     }
     if (stop_ || error_) return;
-    const Claim claim = ClaimRows();
+    const Claim claim = ClaimRows(worker);
     if (completed) {
       wake_consumer(lock);
     } else {
@@ -477,7 +502,7 @@ DataLoader::SampleRead DataLoader::ReadSample(uint64_t sample, Slot& slot, int r
     throttle_free_at_ = std::max(throttle_free_at_, NowSeconds()) + length / (options_.io_throttle_MBps * 1e6);
     paced_until = throttle_free_at_;
   }
-  unsigned char* buffer = slot.buffer + static_cast<size_t>(row) * row_stride_;
+  unsigned char* buffer = RowBuffer(slot.rows[row]);
   const uint64_t needed = offset - read_at + options_.record_bytes;  // the aligned tail may run past the end
   const ReadDescriptor fd(file.fd, file.path, options_.direct_io, options_.dir);
   uint64_t got = 0;
@@ -512,10 +537,9 @@ TokenOrigin DataLoader::OriginOf(uint64_t sample, int token) const {
 
 const LoaderBatch& DataLoader::Next() {
   std::unique_lock<std::mutex> lock(mutex_);
-  // The previous batch's slot is free from this call on (the caller was told it stays valid only until then), so
-  // that while this call waits, the workers write the next batch into it, still in their caches (LIFO): two slots
-  // carry every batch when the consumer keeps up, where freeing it after the wait made three.
-  if (current_slot_ >= 0) free_slots_.push_back(current_slot_);
+  // The previous batch's rows are free from this call on (the caller was told they stay valid only until then), so
+  // that while this call waits, the workers read the next batch into them, still in their caches.
+  if (current_slot_ >= 0) ReleaseSlot(current_slot_);
   current_slot_ = -1;
   if (error_) std::rethrow_exception(error_);
   const uint64_t sequence = handed_;
@@ -547,6 +571,13 @@ const LoaderBatch& DataLoader::Next() {
   lock.unlock();
   work_cv_.notify_all();  // a slot is free for the workers again
   return current_;
+}
+
+// Under the lock: the slot and its row buffers, each back to the worker that read into it.
+void DataLoader::ReleaseSlot(int index) {
+  const std::vector<uint32_t>& rows = slots_[index]->rows;
+  for (auto row = rows.rbegin(); row != rows.rend(); ++row) free_rows_[static_cast<size_t>(row_owner_[*row])].push_back(*row);
+  free_slots_.push_back(index);
 }
 
 LoaderPosition DataLoader::Position() const {

@@ -1,5 +1,5 @@
 // The data loader: worker threads read each sample's window of seq+1 tokens with positioned reads (pread,
-// optionally O_DIRECT) straight into a ring of batch buffers, and do nothing else to them: the model unpacks a
+// optionally O_DIRECT) straight into a pool of row buffers, and do nothing else to them: the model unpacks a
 // batch into int32 ids itself (UnpackTokens, token_batch.h). Next() hands out batches in a fixed order that every
 // rank derives from the seed alone, so that together the ranks read every sample exactly once per epoch and a
 // loader restarted from a saved LoaderPosition continues with exactly the batches an uninterrupted one would.
@@ -35,7 +35,7 @@ struct LoaderPosition {
   bool operator==(const LoaderPosition&) const = default;
 };
 
-// Allocates the ring of batch buffers, in one piece (pass pinned-memory functions to copy straight from it to a
+// Allocates the pool of row buffers, in one piece (pass pinned-memory functions to copy straight from it to a
 // GPU). O_DIRECT needs 4096-byte alignment.
 struct HostAllocator {
   std::function<void*(size_t)> allocate;
@@ -169,30 +169,35 @@ class DataLoader {
     int first_row = 0;
     int rows = 0;
   };
-  void Work();
-  Claim ClaimRows();
+  void Work(int worker);
+  Claim ClaimRows(int worker);
   bool FillRows(const Claim& claim, BatchStats& part, double& first_start_s, double& last_end_s);
   // Reads sample `sample` into row `row` of `slot` (latency, throttle and the pread); bytes 0 when stopped.
   SampleRead ReadSample(uint64_t sample, Slot& slot, int row);
   // Sleeps until `deadline` (NowSeconds) unless the loader stops first; returns false when it stops.
   bool SleepUntil(double deadline);
   LoaderPosition PositionOf(uint64_t sequence) const;
+  unsigned char* RowBuffer(uint32_t row) const;
+  void ReleaseSlot(int index);
   TokenOrigin OriginOf(uint64_t sample, int token) const;
 
   DataLoaderOptions options_;
   std::unique_ptr<Source> source_;
   std::unique_ptr<SamplePlan> plan_;
-  uint64_t row_stride_ = 0;  // bytes between rows of a slot's buffer (the aligned superset under O_DIRECT)
+  uint64_t row_stride_ = 0;  // bytes of one row buffer (the record, or its aligned superset under O_DIRECT)
   int claim_rows_ = 1;       // rows a worker claims at once: the batch shared evenly among the workers
   double throttle_free_at_ = 0;  // --io-throttle: when the rank's read timeline is free again (NowSeconds)
-  std::unique_ptr<void, std::function<void(void*)>> ring_;  // the slots' buffers, one allocation
-  std::vector<std::unique_ptr<Slot>> slots_;  // prefetch + 1 batch buffers
-  // Slots are taken last-freed-first rather than in turn, and the consumer's previous slot is freed when Next() is
-  // entered: when the consumer keeps up, two slots carry every batch and their buffers stay in the CPU cache,
-  // whatever --prefetch is (in turn, reads went to a buffer untouched for prefetch batches; 64 KiB reads through
-  // the page cache at 2 workers, alternated pairs: 10.2/9.3/10.9 GB/s in turn, 10.5/10.4/11.8 last-freed-first,
-  // tests/perf/README.md).
-  std::vector<int> free_slots_;  // a stack; back = freed last
+  // The row buffers: (prefetch + 1) x B rows of row_stride_ bytes, one allocation. A batch's rows need not be
+  // contiguous (TokenBatch holds a pointer per window), so each worker reads into the rows it read into last: a
+  // released batch gives each row back to the worker that filled it, and a claim takes the claimant's most recently
+  // returned rows first (a stack), which are still in its core's cache. Raw reads of 64 KiB records through the page
+  // cache, 4 threads on 2 cores, 9 batch buffers: 17.6 GB/s when each thread wrote the same rows every time, 12.3
+  // GB/s when the rows rotated among the threads (tests/perf/README.md).
+  std::unique_ptr<void, std::function<void(void*)>> ring_;
+  std::vector<std::vector<uint32_t>> free_rows_;  // [worker]: a stack of row indices; back = returned last
+  std::vector<int> row_owner_;                    // [row]: the worker that read into it last
+  std::vector<std::unique_ptr<Slot>> slots_;      // prefetch + 1 batches in flight (their rows, samples, stats)
+  std::vector<int> free_slots_;  // a stack
   std::vector<int> slot_of_;     // [sequence % (prefetch + 1)]: the slot of a claimed batch, -1 before
   int current_slot_ = -1;        // the batch handed out last (valid until the next Next())
 
