@@ -1,6 +1,7 @@
 #include "data_loader.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -30,6 +31,12 @@ constexpr uint64_t kDirectAlign = 4096;
 // Transparent huge pages: their size on x86-64 and arm64 with 4 KiB base pages, and the smallest block offered.
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
 constexpr uint64_t kHugeFrom = uint64_t{256} << 10;
+
+// The CPU the calling thread runs on, as an index below `cpus` (0 where unknown).
+size_t CurrentCpu(size_t cpus) {
+  const int cpu = ::sched_getcpu();
+  return cpu >= 0 && static_cast<size_t>(cpu) < cpus ? static_cast<size_t>(cpu) : 0;
+}
 
 uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
 
@@ -211,7 +218,7 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
   current_.tokens.token_bytes = static_cast<int>(src.token_bytes);
   current_.tokens.wrap_vocab = src.wrap_to_vocab ? src.vocab : 0;
   current_.tokens.origin = [this](int window, int token) { return OriginOf(current_.samples.at(window), token); };
-  for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this, w] { Work(w); });
+  for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { Work(); });
 }
 
 // Every file of a raw directory (recursively) or every shard, with how many records each holds.
@@ -320,15 +327,15 @@ void DataLoader::AllocateRing() {
   }
   ring_ = std::unique_ptr<void, std::function<void(void*)>>(
       options_.allocator.allocate(slot_bytes * static_cast<size_t>(options_.prefetch + 1)), options_.allocator.release);
-  // Each worker starts with an equal share of the rows, its lowest-addressed on top.
+  // Each CPU's stack starts with an equal share of the rows, its lowest-addressed on top.
   const size_t rows = static_cast<size_t>(options_.batch) * static_cast<size_t>(options_.prefetch + 1);
-  const size_t workers = static_cast<size_t>(options_.workers);
-  free_rows_.resize(workers);
-  row_owner_.resize(rows);
-  for (size_t w = 0; w < workers; ++w) {
-    for (size_t r = (w + 1) * rows / workers; r-- > w * rows / workers;) {
-      free_rows_[w].push_back(static_cast<uint32_t>(r));
-      row_owner_[r] = static_cast<int>(w);
+  const size_t cpus = static_cast<size_t>(std::max<long>(1, ::sysconf(_SC_NPROCESSORS_CONF)));
+  free_rows_.resize(cpus);
+  row_stack_.resize(rows);
+  for (size_t cpu = 0; cpu < cpus; ++cpu) {
+    for (size_t r = (cpu + 1) * rows / cpus; r-- > cpu * rows / cpus;) {
+      free_rows_[cpu].push_back(static_cast<uint32_t>(r));
+      row_stack_[r] = static_cast<uint32_t>(cpu);
     }
   }
   for (int i = 0; i < options_.prefetch + 1; ++i) {
@@ -376,10 +383,10 @@ bool DataLoader::SleepUntil(double deadline) {
   return !work_cv_.wait_until(lock, until, [&] { return stop_; });
 }
 
-// Under the lock: the next claim_rows_ rows of the oldest batch not yet claimed, and a row buffer for each from
-// the worker's own stack (the buffers it read into last), or, when that is empty, from the fullest other stack.
+// Under the lock: the next claim_rows_ rows of the oldest batch not yet claimed, and a row buffer for each from the
+// stack of `cpu` (the buffers read into on it last), or, when that is empty, from the fullest other stack.
 // A batch's first claim takes a slot for it (claims are handed out in order, so before any other claim of it).
-DataLoader::Claim DataLoader::ClaimRows(int worker) {
+DataLoader::Claim DataLoader::ClaimRows(size_t cpu) {
   const uint64_t batch = static_cast<uint64_t>(options_.batch);
   Claim c;
   c.sequence = next_claim_ / batch;
@@ -400,14 +407,14 @@ DataLoader::Claim DataLoader::ClaimRows(int worker) {
   }
   c.slot = slots_[slot_index].get();
   for (int row = c.first_row; row < c.first_row + c.rows; ++row) {
-    std::vector<uint32_t>* from = &free_rows_[static_cast<size_t>(worker)];
+    std::vector<uint32_t>* from = &free_rows_[cpu];
     if (from->empty()) {
       from = &*std::max_element(free_rows_.begin(), free_rows_.end(),
                                 [](const auto& a, const auto& b) { return a.size() < b.size(); });
     }
     c.slot->rows[row] = from->back();
     from->pop_back();
-    row_owner_[c.slot->rows[row]] = worker;
+    row_stack_[c.slot->rows[row]] = static_cast<uint32_t>(cpu);
   }
   return c;
 }
@@ -429,12 +436,12 @@ bool DataLoader::FillRows(const Claim& c, BatchStats& part, double& first_start_
 }
 
 // A worker claims rows (ClaimRows), reads them without the lock (FillRows), then adds them to their batch and
-// claims its next rows in the same critical section: one lock acquisition per claim. The worker that completes a
-// batch wakes the consumer after it has released the lock, so that the consumer does not wake into a held mutex
-// and sleep on it a second time.
-void DataLoader::Work(int worker) {
+// claims its next rows in the same critical section: one lock acquisition per claim. The worker that completes the
+// batch Next() waits for wakes the consumer after it has released the lock, so that the consumer does not wake into
+// a held mutex and sleep on it a second time; a batch completed ahead of it wakes no one.
+void DataLoader::Work() {
   const uint64_t batch = static_cast<uint64_t>(options_.batch);
-  bool completed = false;  // a batch completed by this worker, the consumer not yet woken for it
+  bool completed = false;  // this worker completed the batch Next() waits for, and has not woken the consumer yet
   auto wake_consumer = [&](std::unique_lock<std::mutex>& lock) {
     lock.unlock();
     ready_cv_.notify_all();
@@ -451,7 +458,7 @@ void DataLoader::Work(int worker) {
       work_cv_.wait(lock, claimable);
     }
     if (stop_ || error_) return;
-    const Claim claim = ClaimRows(worker);
+    const Claim claim = ClaimRows(CurrentCpu(free_rows_.size()));
     if (completed) {
       wake_consumer(lock);
     } else {
@@ -477,7 +484,7 @@ void DataLoader::Work(int worker) {
     slot.done += claim.rows;
     if (slot.done == options_.batch) {
       slot.stats.fill_s = slot.last_end_s - slot.first_start_s;
-      completed = true;
+      completed = slot.sequence == handed_;  // the one Next() waits for; a later one is taken without a wait
     }
   }
 }
@@ -573,10 +580,10 @@ const LoaderBatch& DataLoader::Next() {
   return current_;
 }
 
-// Under the lock: the slot and its row buffers, each back to the worker that read into it.
+// Under the lock: the slot, and its row buffers, each back to the stack of the CPU it was read into on.
 void DataLoader::ReleaseSlot(int index) {
   const std::vector<uint32_t>& rows = slots_[index]->rows;
-  for (auto row = rows.rbegin(); row != rows.rend(); ++row) free_rows_[static_cast<size_t>(row_owner_[*row])].push_back(*row);
+  for (auto row = rows.rbegin(); row != rows.rend(); ++row) free_rows_[row_stack_[*row]].push_back(*row);
   free_slots_.push_back(index);
 }
 

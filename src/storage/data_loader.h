@@ -169,8 +169,8 @@ class DataLoader {
     int first_row = 0;
     int rows = 0;
   };
-  void Work(int worker);
-  Claim ClaimRows(int worker);
+  void Work();
+  Claim ClaimRows(size_t cpu);
   bool FillRows(const Claim& claim, BatchStats& part, double& first_start_s, double& last_end_s);
   // Reads sample `sample` into row `row` of `slot` (latency, throttle and the pread); bytes 0 when stopped.
   SampleRead ReadSample(uint64_t sample, Slot& slot, int row);
@@ -188,14 +188,14 @@ class DataLoader {
   int claim_rows_ = 1;       // rows a worker claims at once: the batch shared evenly among the workers
   double throttle_free_at_ = 0;  // --io-throttle: when the rank's read timeline is free again (NowSeconds)
   // The row buffers: (prefetch + 1) x B rows of row_stride_ bytes, one allocation. A batch's rows need not be
-  // contiguous (TokenBatch holds a pointer per window), so each worker reads into the rows it read into last: a
-  // released batch gives each row back to the worker that filled it, and a claim takes the claimant's most recently
-  // returned rows first (a stack), which are still in its core's cache. Raw reads of 64 KiB records through the page
-  // cache, 4 threads on 2 cores, 9 batch buffers: 17.6 GB/s when each thread wrote the same rows every time, 12.3
-  // GB/s when the rows rotated among the threads (tests/perf/README.md).
+  // contiguous (TokenBatch holds a pointer per window), so each CPU's workers read into the rows read into on that
+  // CPU last: a released batch gives each row back to the stack of the CPU it was read into on, and a claim takes
+  // the most recently returned rows of the CPU it runs on first, which are still in that core's cache. Raw reads of
+  // 64 KiB records through the page cache, 4 threads on 2 cores, 9 batch buffers: 17.6 GB/s when each thread wrote
+  // the same rows every time, 12.3 GB/s when the rows rotated among the threads (tests/perf/README.md).
   std::unique_ptr<void, std::function<void(void*)>> ring_;
-  std::vector<std::vector<uint32_t>> free_rows_;  // [worker]: a stack of row indices; back = returned last
-  std::vector<int> row_owner_;                    // [row]: the worker that read into it last
+  std::vector<std::vector<uint32_t>> free_rows_;  // [cpu]: a stack of row indices; back = returned last
+  std::vector<uint32_t> row_stack_;               // [row]: the CPU (stack) it was read into on last
   std::vector<std::unique_ptr<Slot>> slots_;      // prefetch + 1 batches in flight (their rows, samples, stats)
   std::vector<int> free_slots_;  // a stack
   std::vector<int> slot_of_;     // [sequence % (prefetch + 1)]: the slot of a claimed batch, -1 before
