@@ -582,8 +582,8 @@ const LoaderBatch& DataLoader::Next() {
 
 // Under the lock: the slot, and its row buffers, each back to the stack of the CPU it was read into on.
 void DataLoader::ReleaseSlot(int index) {
-  const std::vector<uint32_t>& rows = slots_[index]->rows;
-  for (auto row = rows.rbegin(); row != rows.rend(); ++row) free_rows_[row_stack_[*row]].push_back(*row);
+  // In the order they were read: the last one read, likeliest still in the cache, is taken first.
+  for (uint32_t row : slots_[index]->rows) free_rows_[row_stack_[row]].push_back(row);
   free_slots_.push_back(index);
 }
 

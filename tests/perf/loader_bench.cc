@@ -8,8 +8,9 @@
 // ENGINE raw is the raw baseline, the floor of any loader that keeps what it reads until a consumer takes it:
 // WORKERS threads pread random records of the same files (the same O_DIRECT and record size) into two batch
 // buffers from the same allocator as the loader's ring, the one being filled and the one a consumer would hold;
-// thread w fills rows w, w + WORKERS, ... of one buffer, then of the other. No locks, no hand-offs, no consumer,
-// no sample plan. Where fio reads every record into one 64 KiB buffer that never leaves the core's L2 cache, a
+// thread w fills rows w, w + WORKERS, ... of one buffer, then of the other, and a consumer thread is woken once per
+// B records read, as a loader's consumer waiting for each batch is. No sample plan, no order, no locks among the
+// readers. Where fio reads every record into one 64 KiB buffer that never leaves the core's L2 cache, a
 // loader's batches are distinct memory: raw against fio measures what that costs on this machine, loader against
 // raw what the loader's own machinery costs. Output: "raw_MBps <MB/s> bytes <B> seconds <s> cpu_s <s>".
 #include <fcntl.h>
@@ -18,6 +19,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -71,6 +74,45 @@ struct RawFiles {
   }
 };
 
+// The raw baseline's consumer: a thread that sleeps until a batch's worth of rows (B) has been read since the last
+// one, as a loader's consumer waits for each batch: the one hand-off per batch that any loader whose consumer waits
+// pays (a futex wake, the consumer's run, the reader it preempts).
+class RawConsumer {
+ public:
+  explicit RawConsumer(int batch) : batch_(static_cast<uint64_t>(batch)), thread_([this] { Run(); }) {}
+  ~RawConsumer() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_one();
+    thread_.join();
+  }
+  // A reader finished a row; every B-th row completes a batch and wakes the consumer.
+  void RowDone() {
+    if ((rows_.fetch_add(1, std::memory_order_relaxed) + 1) % batch_ != 0) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++batches_;
+    }
+    ready_.notify_one();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (uint64_t taken = 0; !stop_; taken = batches_) ready_.wait(lock, [&] { return stop_ || batches_ > taken; });
+  }
+
+  const uint64_t batch_;
+  std::atomic<uint64_t> rows_{0};
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  uint64_t batches_ = 0;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the rest is constructed
+};
+
 // The raw baseline (ENGINE raw, see the top of the file). Returns the bytes read; sets `elapsed_s`.
 uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapsed_s) {
   const RawFiles files(o);
@@ -80,6 +122,7 @@ uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapse
   auto* base = static_cast<unsigned char*>(ring.get());
   std::vector<uint64_t> bytes(static_cast<size_t>(o.workers), 0);
   std::atomic<bool> failed{false};
+  RawConsumer consumer(o.batch);
   const double start = tb::NowSeconds();
   std::vector<std::thread> threads;
   for (int w = 0; w < o.workers; ++w) {
@@ -92,6 +135,7 @@ uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapse
           unsigned char* into = base + buffer * batch_bytes + static_cast<size_t>(r) * row;
           if (::pread(fd, into, o.record_bytes, at) != static_cast<ssize_t>(o.record_bytes)) failed = true;
           mine += o.record_bytes;
+          consumer.RowDone();
         }
       }
       bytes[static_cast<size_t>(w)] = mine;
