@@ -761,8 +761,8 @@ TEST(DataLoaderTest, LatencyPerReadOverlapsAcrossWorkers) {
 // ---- buffers, queue, shutdown, flags ------------------------------------------------------------------------
 
 // Every window lies in the one allocation, the windows of a batch are distinct rows, and a batch stays intact while
-// the workers fill every other row (each worker prefers the rows it read into last, and takes another worker's when
-// it has none left: batch 5 and 3 workers, or more workers than rows, run out).
+// the workers fill every other row (a claim takes the rows last read on its CPU first, and another CPU's when those
+// run out, as they do once the slow consumer lets the ring fill).
 TEST(DataLoaderTest, BuffersComeFromTheAllocatorAndStayValidUntilNext) {
   TempDir dir;
   const auto shards = CountingShards(dir.path(), 50257, {5000});

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Data-loader read throughput against fio on the same files with the same pattern, in one invocation:
-# random positioned reads of one sample (record) each, as many fio jobs as loader workers, buffered and
-# O_DIRECT. Prints both throughputs and loader/fio (target >= 0.9), a raw baseline (perf_loader_bench's ENGINE raw:
-# the same reads by W threads into two batch buffers and a consumer woken once per batch, no order among the reads:
-# the floor of any loader that keeps its batches and hands them over), the share of the cores each kept busy, and a verdict per cell naming what set the pace. Ratios are the
-# median over rounds of each round's ratio (the tools alternate within a round; this VM flips between fast and
-# slow states). Figures: tests/perf/README.md.
+# Data-loader read throughput against fio on the same files with the same pattern, in one invocation: random
+# positioned reads of one sample (record) each, as many fio jobs as loader workers, buffered and O_DIRECT. Prints both
+# throughputs and loader/fio (target >= 0.9), a raw baseline (perf_loader_bench's ENGINE raw: the same reads by W
+# threads into two batch buffers and a consumer woken once per batch, no order among the reads: the floor of any
+# loader that keeps its batches and hands them over), the share of the cores each kept busy, and a verdict per cell
+# naming what set the pace. Ratios are the median over rounds of each round's ratio (the tools alternate within a
+# round; this VM flips between fast and slow states). Figures: tests/perf/README.md.
 #   loader_vs_fio.sh BUILD_DIR [DATA_DIR]
 # Environment: TB_PERF_TOKENS (dataset size, default 512M tokens = 1 GB), TB_PERF_SECONDS (per run, default 5),
 # TB_PERF_ROUNDS (default 3: fio and the loader alternate, first one then the other; medians are printed),
