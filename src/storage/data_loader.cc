@@ -31,6 +31,9 @@ constexpr uint64_t kDirectAlign = 4096;
 // Transparent huge pages: their size on x86-64 and arm64 with 4 KiB base pages, and the smallest block offered.
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
 constexpr uint64_t kHugeFrom = uint64_t{256} << 10;
+// mmap_io maps at most this many files (the rest are read with pread): a quarter of Linux's default
+// vm.max_map_count (65530), the rest left to malloc, MPI, CUDA and NCCL.
+constexpr uint64_t kMaxMappedFiles = 16384;
 
 // The CPU the calling thread runs on, as an index below `cpus` (0 where unknown).
 size_t CurrentCpu(size_t cpus) {
@@ -106,6 +109,8 @@ struct DataLoader::Source {
     uint64_t data_offset = 0;  // where the records start
     uint64_t first_sample = 0;
     uint64_t records = 0;
+    const unsigned char* map = nullptr;  // mmap_io: the whole file as it was at open, read-only
+    uint64_t map_bytes = 0;
 
     // Where sample `sample` (one of this file's) starts in the file.
     uint64_t RecordOffset(uint64_t sample, uint64_t record_bytes) const {
@@ -120,6 +125,7 @@ struct DataLoader::Source {
 
   ~Source() {
     for (File& f : files) {
+      if (f.map) ::munmap(const_cast<unsigned char*>(f.map), f.map_bytes);
       if (f.fd >= 0) ::close(f.fd);
     }
   }
@@ -160,6 +166,7 @@ void CheckOptions(const DataLoaderOptions& o) {
   if (o.prefetch < 1) throw InputError("--prefetch must be at least 1 batch");
   if (o.io_throttle_MBps < 0) throw InputError("--io-throttle must be >= 0 MB/s (0 = no limit)");
   if (o.io_latency_ms < 0) throw InputError("--io-latency-ms must be >= 0");
+  if (o.mmap_io && o.direct_io) throw InputError("--mmap and --direct-io exclude each other: a mapping reads through the page cache");
   if (o.raw && (o.raw_vocab < 1 || o.raw_vocab > (uint64_t{1} << 32))) {
     throw InputError("raw mode vocab " + std::to_string(o.raw_vocab) + " out of range 1..2^32");
   }
@@ -176,6 +183,35 @@ int OpenForReading(const std::string& path, bool direct, const std::string& dir)
   }
   if (fd < 0) throw InputError(path + ": cannot open: " + why);
   return fd;
+}
+
+// The whole of an open file, mapped read-only (mmap_io). InputError where the filesystem cannot map it.
+const unsigned char* MapFile(int fd, const std::string& path, uint64_t& bytes) {
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) throw InputError(path + ": cannot stat: " + OsMessage(errno));
+  bytes = static_cast<uint64_t>(st.st_size);
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) throw InputError("--mmap: cannot map " + path + ": " + OsMessage(errno) + "; run without --mmap");
+  return static_cast<const unsigned char*>(map);
+}
+
+// Reads [at, at + length) of `fd` into `into` until the length or the end of the file; O_DIRECT reads stop at the
+// first short block (the end of the file). Returns the bytes read; a failed read is a RuntimeError naming the file.
+uint64_t PreadRecord(int fd, const std::string& path, bool direct, unsigned char* into, uint64_t at, uint64_t length) {
+  uint64_t got = 0;
+  while (got < length) {
+    ssize_t n = ::pread(fd, into + got, length - got, static_cast<off_t>(at + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw RuntimeError(path + ": read of " + std::to_string(length - got) + " bytes at byte " +
+                         std::to_string(at + got) + " failed: " + OsMessage(errno));
+    }
+    if (n == 0) break;
+    got += static_cast<uint64_t>(n);
+    // O_DIRECT reads come back in whole blocks except at the end of the file, where the next one would fail.
+    if (direct && got % kDirectAlign != 0) break;
+  }
+  return got;
 }
 
 // Descriptors the loader keeps open: half the soft limit, the rest left to MPI, NCCL and the checkpoint writer.
@@ -277,8 +313,13 @@ void DataLoader::IndexSamples(uint64_t sample_bytes) {
                      " + 1 tokens per sample)");
   }
   const uint64_t keep_open = std::min<uint64_t>(src.files.size(), DescriptorBudget());
-  for (uint64_t i = 0; i < keep_open; ++i) src.files[i].fd = OpenForReading(src.files[i].path, options_.direct_io, options_.dir);
+  for (uint64_t i = 0; i < keep_open; ++i) {
+    Source::File& f = src.files[i];
+    f.fd = OpenForReading(f.path, options_.direct_io, options_.dir);
+    if (options_.mmap_io && i < kMaxMappedFiles) f.map = MapFile(f.fd, f.path, f.map_bytes);
+  }
   totals_.open_files = keep_open;
+  totals_.mapped_files = options_.mmap_io ? std::min(keep_open, kMaxMappedFiles) : 0;
 }
 
 // The shuffled plan of global batches, checked against a resumed position.
@@ -511,19 +552,13 @@ DataLoader::SampleRead DataLoader::ReadSample(uint64_t sample, Slot& slot, int r
   }
   unsigned char* buffer = RowBuffer(slot.rows[row]);
   const uint64_t needed = offset - read_at + options_.record_bytes;  // the aligned tail may run past the end
-  const ReadDescriptor fd(file.fd, file.path, options_.direct_io, options_.dir);
   uint64_t got = 0;
-  while (got < length) {
-    ssize_t n = ::pread(fd.get(), buffer + got, length - got, static_cast<off_t>(read_at + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      throw RuntimeError(file.path + ": read of " + std::to_string(length - got) + " bytes at byte " +
-                         std::to_string(read_at + got) + " failed: " + OsMessage(errno));
-    }
-    if (n == 0) break;
-    got += static_cast<uint64_t>(n);
-    // O_DIRECT reads come back in whole blocks except at the end of the file, where the next one would fail.
-    if (options_.direct_io && got % kDirectAlign != 0) break;
+  if (file.map) {
+    got = read_at < file.map_bytes ? std::min(length, file.map_bytes - read_at) : 0;
+    std::memcpy(buffer, file.map + read_at, got);
+  } else {
+    const ReadDescriptor fd(file.fd, file.path, options_.direct_io, options_.dir);
+    got = PreadRecord(fd.get(), file.path, options_.direct_io, buffer, read_at, length);
   }
   if (got < needed) {
     throw InputError(file.path + ": truncated at byte " + std::to_string(read_at + got) + ": sample " +

@@ -1,12 +1,14 @@
 // Driver of loader_vs_fio.sh: runs the data loader alone (no training) for a fixed time and prints its read
 // throughput, counted as fio counts it (bytes the reads asked for / wall time).
-//   perf_loader_bench DIR SEQ BATCH WORKERS PREFETCH DIRECT(0|1) RECORD_BYTES SECONDS [HUGE_PAGES(0|1), default 1]
+//   perf_loader_bench DIR SEQ BATCH WORKERS PREFETCH READ RECORD_BYTES SECONDS [HUGE_PAGES(0|1), default 1]
 //                     [ENGINE: loader (default) | raw]
+// READ: buffered (pread through the page cache), direct (O_DIRECT pread) or mmap (copies from memory maps of the
+// files: the loader's mmap_io, --mmap).
 // HUGE_PAGES 0 gives the loader's ring plain 4 KiB pages, as fio's default buffers have.
 // Output: one line "loader_MBps <MB/s> bytes <B> seconds <s> batches <n> wait_s <s> read_us <mean pread latency>".
 //
 // ENGINE raw is the raw baseline, the floor of any loader that keeps what it reads until a consumer takes it:
-// WORKERS threads pread random records of the same files (the same O_DIRECT and record size) into two batch
+// WORKERS threads pread (or copy from the maps) random records of the same files (the same READ and record size) into two batch
 // buffers from the same allocator as the loader's ring, the one being filled and the one a consumer would hold;
 // thread w fills rows w, w + WORKERS, ... of one buffer, then of the other, and a consumer thread is woken once per
 // B records read, as a loader's consumer waiting for each batch is. No sample plan, no order, no locks among the
@@ -14,6 +16,7 @@
 // loader's batches are distinct memory: raw against fio measures what that costs on this machine, loader against
 // raw what the loader's own machinery costs. Output: "raw_MBps <MB/s> bytes <B> seconds <s> cpu_s <s>".
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -26,6 +29,7 @@
 #include <utility>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +52,8 @@ struct RawFiles {
   struct File {
     int fd;
     uint64_t first, data_offset;
+    const unsigned char* map;  // READ mmap: the whole file
+    uint64_t map_bytes;
   };
   std::vector<File> files;
   uint64_t samples = 0;
@@ -58,19 +64,30 @@ struct RawFiles {
       if (records == 0) continue;
       const int fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | (o.direct_io ? O_DIRECT : 0));
       if (fd < 0) throw tb::RuntimeError("cannot open " + shard.path);
-      files.push_back({fd, samples, shard.header.header_bytes});
+      const uint64_t bytes = static_cast<uint64_t>(::lseek(fd, 0, SEEK_END));
+      void* map = o.mmap_io ? ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
+      if (map == MAP_FAILED) throw tb::RuntimeError("cannot map " + shard.path);
+      files.push_back({fd, samples, shard.header.header_bytes, static_cast<const unsigned char*>(map), bytes});
       samples += records;
     }
     if (samples == 0) throw tb::InputError("no whole record in " + o.dir);
   }
   ~RawFiles() {
-    for (const File& f : files) ::close(f.fd);
+    for (const File& f : files) {
+      if (f.map) ::munmap(const_cast<unsigned char*>(f.map), f.map_bytes);
+      ::close(f.fd);
+    }
   }
-  // The file holding `sample` and the byte its record starts at.
-  std::pair<int, off_t> Locate(uint64_t sample, uint64_t record_bytes) const {
+  // Reads (or copies from the map) the record of `sample` into `into`; false when a read comes back short.
+  bool Read(uint64_t sample, uint64_t record_bytes, unsigned char* into) const {
     const File& f = *(std::upper_bound(files.begin(), files.end(), sample,
                                        [](uint64_t s, const File& file) { return s < file.first; }) - 1);
-    return {f.fd, static_cast<off_t>(f.data_offset + (sample - f.first) * record_bytes)};
+    const uint64_t at = f.data_offset + (sample - f.first) * record_bytes;
+    if (f.map) {
+      std::memcpy(into, f.map + at, record_bytes);
+      return true;
+    }
+    return ::pread(f.fd, into, record_bytes, static_cast<off_t>(at)) == static_cast<ssize_t>(record_bytes);
   }
 };
 
@@ -131,9 +148,8 @@ uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapse
       for (int buffer = 0; tb::NowSeconds() - start < seconds && !failed; buffer ^= 1) {
         for (int r = w; r < o.batch && !failed; r += o.workers) {
           state = tb::SplitMix64(state);
-          const auto [fd, at] = files.Locate(state % files.samples, o.record_bytes);
           unsigned char* into = base + buffer * batch_bytes + static_cast<size_t>(r) * row;
-          if (::pread(fd, into, o.record_bytes, at) != static_cast<ssize_t>(o.record_bytes)) failed = true;
+          if (!files.Read(state % files.samples, o.record_bytes, into)) failed = true;
           mine += o.record_bytes;
           consumer.RowDone();
         }
@@ -153,7 +169,8 @@ int main(int argc, char** argv) {
   const std::string engine = argc == 11 ? argv[10] : "loader";
   if (argc < 9 || argc > 11 || (engine != "loader" && engine != "raw")) {
     std::fprintf(stderr,
-                 "usage: %s DIR SEQ BATCH WORKERS PREFETCH DIRECT(0|1) RECORD_BYTES SECONDS [HUGE_PAGES(0|1) [loader|raw]]\n",
+                 "usage: %s DIR SEQ BATCH WORKERS PREFETCH buffered|direct|mmap RECORD_BYTES SECONDS [HUGE_PAGES(0|1) "
+                 "[loader|raw]]\n",
                  argv[0]);
     return 2;
   }
@@ -163,7 +180,13 @@ int main(int argc, char** argv) {
   o.batch = std::atoi(argv[3]);
   o.workers = std::atoi(argv[4]);
   o.prefetch = std::atoi(argv[5]);
-  o.direct_io = std::atoi(argv[6]) != 0;
+  const std::string read = argv[6];
+  if (read != "buffered" && read != "direct" && read != "mmap") {
+    std::fprintf(stderr, "perf_loader_bench: READ '%s' is none of buffered, direct, mmap\n", argv[6]);
+    return 2;
+  }
+  o.direct_io = read == "direct";
+  o.mmap_io = read == "mmap";
   o.record_bytes = std::strtoull(argv[7], nullptr, 10);
   const double seconds = std::atof(argv[8]);
   o.allocator = tb::AlignedHostAllocator(argc == 9 || std::atoi(argv[9]) != 0);

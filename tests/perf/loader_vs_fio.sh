@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data-loader read throughput against fio on the same files with the same pattern, in one invocation: random
-# positioned reads of one sample (record) each, as many fio jobs as loader workers, buffered and O_DIRECT. Prints both
+# positioned reads of one sample (record) each, as many fio jobs as loader workers: buffered (pread through the page
+# cache), mmap (the loader's --mmap against fio --ioengine=mmap) and O_DIRECT. Prints both
 # throughputs and loader/fio (target >= 0.9), a raw baseline (perf_loader_bench's ENGINE raw: the same reads by W
 # threads into two batch buffers and a consumer woken once per batch, no order among the reads: the floor of any
 # loader that keeps its batches and hands them over), the share of the cores each kept busy, and a verdict per cell
@@ -9,7 +10,7 @@
 #   loader_vs_fio.sh BUILD_DIR [DATA_DIR]
 # Environment: TB_PERF_TOKENS (dataset size, default 512M tokens = 1 GB), TB_PERF_SECONDS (per run, default 5),
 # TB_PERF_ROUNDS (default 3: fio and the loader alternate, first one then the other; medians are printed),
-# TB_PERF_MODES (default "buffered direct"),
+# TB_PERF_MODES (default "buffered mmap direct"),
 # TB_PERF_WORKERS (default "1 2 4"), TB_PERF_RECORDS (record sizes in bytes, default "4096 65536"),
 # TB_PERF_BATCHES (the loader's batch per configuration, default "1M"): a size with a suffix (K, M) is a batch
 # of that many bytes (sequences = bytes / record), a plain number is sequences. The loader hands its consumer one
@@ -35,9 +36,9 @@ rounds=${TB_PERF_ROUNDS:-3}
 workers_list=${TB_PERF_WORKERS:-1 2 4}
 records=${TB_PERF_RECORDS:-4096 65536}
 batches=${TB_PERF_BATCHES:-1M}
-modes=${TB_PERF_MODES:-buffered direct}
+modes=${TB_PERF_MODES:-buffered mmap direct}
 for mode in $modes; do
-  [[ $mode == buffered || $mode == direct ]] || { echo "TB_PERF_MODES: '$mode' is neither buffered nor direct" >&2; exit 2; }
+  [[ $mode =~ ^(buffered|mmap|direct)$ ]] || { echo "TB_PERF_MODES: '$mode' is none of buffered, mmap, direct" >&2; exit 2; }
 done
 tb=$build/trainbench
 bench=$build/tests/perf_loader_bench
@@ -55,7 +56,7 @@ fi
 rm -f "$data.err"
 files=$(ls "$data"/shard-*.tbs | paste -sd:)
 echo "# dataset: $(ls "$data"/shard-*.tbs | wc -l) shards, $(du -sh "$data" | cut -f1)"
-echo "# buffered: both read through a warm page cache (the dataset is read once first; fio --invalidate=0); direct: O_DIRECT"
+echo "# buffered, mmap: both read through a warm page cache (the dataset is read once first; fio --invalidate=0); direct: O_DIRECT"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg); $rounds rounds of $seconds s per tool and configuration"
 cat "$data"/shard-*.tbs >/dev/null
 if [[ ${TB_PERF_RESERVE_HUGEPAGES:-0} == 1 ]]; then
@@ -71,8 +72,8 @@ free_huge=$(awk '/HugePages_Free/{print $2}' /proc/meminfo)
 fio_huge=$([[ ${free_huge:-0} -ge $max_workers ]] && echo 1 || echo 0)
 echo "# huge pages: transparent huge pages $(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown) (the loader's ring); ${free_huge:-0} free hugetlb pages (fio --iomem=shmhuge)$([[ $fio_huge == 1 ]] || echo ": too few, huge-page fio runs skipped")"
 
-fio_MBps() {  # direct bs jobs iomem
-  "$fio" --name=loader_vs_fio --filename="$files" --rw=randread --bs="$2" --ioengine=psync --direct="$1" --iomem="$4" \
+fio_MBps() {  # direct bs jobs iomem [engine]
+  "$fio" --name=loader_vs_fio --filename="$files" --rw=randread --bs="$2" --ioengine="${5:-psync}" --direct="$1" --iomem="$4" \
     --numjobs="$3" --invalidate=0 --randrepeat=0 --time_based --runtime="$seconds" --group_reporting --output-format=json 2>/dev/null |
     python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0]["read"]["bw_bytes"] / 1e6))'
 }
@@ -85,7 +86,7 @@ sequences() {  # batch-spec record
   esac
 }
 
-loader_MBps() {  # direct record workers sequences huge [engine]
+loader_MBps() {  # mode record workers sequences huge [engine]
   local out
   out=$("$bench" "$data" $(($2 / 2 - 1)) "$4" "$3" $((2 * $3)) "$1" "$2" "$seconds" "$5" "${6:-loader}") || return 1
   awk '{print $2}' <<<"$out"
@@ -93,8 +94,8 @@ loader_MBps() {  # direct record workers sequences huge [engine]
 
 median() { tr ' ' '\n' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
-printf "#%9s %8s %8s %6s %10s %10s %7s %10s %7s %10s %10s %7s %10s  %s\n" mode record workers batch fio loader ratio raw \
-  l/raw fio_huge loader_huge ratio busy "verdict (4 KiB pages)"
+printf "#%9s %8s %8s %6s %10s %10s %7s %10s %7s %10s %10s %7s %10s %7s  %s\n" mode record workers batch fio loader ratio \
+  raw l/raw fio_huge loader_huge ratio busy l/psync "verdict (4 KiB pages)"
 printf "#%34s %48s %29s %12s\n" "" "MB/s, 4 KiB-page buffers" "MB/s, 2 MiB-page buffers" "fio/loader"
 status=0
 # The median over rounds of runs[$2] / runs[$1], round by round (the pairs ran next to each other); "-" if not run.
@@ -114,26 +115,31 @@ run() {  # key command...: one measurement into runs[key], the cores' busy share
   runs[$1]+=" $v"
   busy[$1]+=" $(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.2f", (t > 0) ? b / t : 0 }')"
 }
-# Who set the pace of a cell: met (loader >= 0.9 of fio); "memory" when the loader reaches >= 0.9 of the raw
+# The target: the loader >= 0.9 of fio reading through psync, the standard reader's rate (l/psync: for buffered and
+# direct the ratio column itself; for mmap the loader's --mmap against fio psync buffered, run in the same round,
+# while the ratio column compares it with fio's own mmap engine, like with like).
+# Who set the pace of a cell: met (l/psync >= 0.9); "memory" when the loader reaches >= 0.9 of the raw
 # baseline and the raw baseline itself falls short of 0.9 of fio (reads that must land in batch buffers and be
 # handed over, not in one cache-resident buffer as fio's, run no faster on this machine); "more workers than cores"
 # when W exceeds the cores: the loader hands batches out in order, so a worker descheduled for its time slice holds
 # up its batch while the others read ahead to the prefetch limit and wait (fio's and raw's threads never wait for
 # one another); else the loader itself.
-verdict() {  # loader/fio loader/raw raw/fio workers
+verdict() {  # loader/psync loader/raw raw/fio workers
   [[ $1 == - ]] && { echo -; return; }
   awk -v r="$1" -v w="$2" -v f="$3" -v n="$4" -v cores="$(nproc)" 'BEGIN {
     if (r >= 0.9) print "met"; else if (w != "-" && w >= 0.9 && f != "-" && f < 0.9) print "NOT met: memory"
     else if (n > cores) print "NOT met: more workers than cores (" cores ")"; else print "NOT met: the loader" }'
 }
 fio_runs() {
-  run fio fio_MBps "$direct" "$record" "$workers" malloc
-  if [[ $fio_huge == 1 ]]; then run fio_huge fio_MBps "$direct" "$record" "$workers" shmhuge; fi
+  run fio fio_MBps "$direct" "$record" "$workers" malloc "$engine"
+  if [[ $fio_huge == 1 ]]; then run fio_huge fio_MBps "$direct" "$record" "$workers" shmhuge "$engine"; fi
+  if [[ $mode == mmap ]]; then run fio_psync fio_MBps 0 "$record" "$workers" malloc psync; fi
 }
 med() { [[ -n ${runs[$1]:-} ]] && median <<<"${runs[$1]# }" || echo -; }
 med_busy() { [[ -n ${busy[$1]:-} ]] && median <<<"${busy[$1]# }" || echo -; }
 for mode in $modes; do
   direct=$([[ $mode == direct ]] && echo 1 || echo 0)
+  engine=$([[ $mode == mmap ]] && echo mmap || echo psync)
   for record in $records; do  # uint16 tokens and seq = record/2 - 1: one sample is exactly one record
     for workers in $workers_list; do
       runs=()
@@ -141,9 +147,9 @@ for mode in $modes; do
       for ((round = 1; round <= rounds; ++round)); do
         ((round % 2)) && fio_runs  # fio and the loader take turns going first
         for spec in $batches; do
-          run "l0 $spec" loader_MBps "$direct" "$record" "$workers" "$(sequences "$spec" "$record")" 0
-          run "r0 $spec" loader_MBps "$direct" "$record" "$workers" "$(sequences "$spec" "$record")" 0 raw
-          run "l1 $spec" loader_MBps "$direct" "$record" "$workers" "$(sequences "$spec" "$record")" 1
+          run "l0 $spec" loader_MBps "$mode" "$record" "$workers" "$(sequences "$spec" "$record")" 0
+          run "r0 $spec" loader_MBps "$mode" "$record" "$workers" "$(sequences "$spec" "$record")" 0 raw
+          run "l1 $spec" loader_MBps "$mode" "$record" "$workers" "$(sequences "$spec" "$record")" 1
         done
         ((round % 2)) || fio_runs
       done
@@ -151,16 +157,17 @@ for mode in $modes; do
       for spec in $batches; do
         l=$(med "l0 $spec"); lh=$(med "l1 $spec"); r=$(med "r0 $spec"); bf=$(med_busy fio); bl=$(med_busy "l0 $spec")
         lf=$(ratio fio "l0 $spec"); lr=$(ratio "r0 $spec" "l0 $spec")
-        printf "%10s %8s %8s %6s %10s %10s %7s %10s %7s %10s %10s %7s %12s  %s\n" "$mode" "$record" "$workers" \
+        lp=$([[ $mode == mmap ]] && ratio fio_psync "l0 $spec" || echo "$lf")
+        printf "%10s %8s %8s %6s %10s %10s %7s %10s %7s %10s %10s %7s %12s %7s  %s\n" "$mode" "$record" "$workers" \
           "$(sequences "$spec" "$record")" "$f" "$l" "$lf" "$r" "$lr" "$fh" "$lh" "$(ratio fio_huge "l1 $spec")" \
-          "$bf/$bl" "$(verdict "$lf" "$lr" "$(ratio fio "r0 $spec")" "$workers")"
+          "$bf/$bl" "$lp" "$(verdict "$lp" "$lr" "$(ratio fio "r0 $spec")" "$workers")"
       done
     done
   done
 done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# commands: fio --rw=randread --bs=RECORD --ioengine=psync --direct=0|1 --iomem=malloc|shmhuge --numjobs=W --invalidate=0 --randrepeat=0"
+echo "# commands: fio --rw=randread --bs=RECORD --ioengine=psync|mmap --direct=0|1 --iomem=malloc|shmhuge --numjobs=W --invalidate=0 --randrepeat=0"
 echo "#             --time_based --runtime=$seconds --filename=<every shard, ':'-separated>"
-echo "#           perf_loader_bench DIR SEQ=RECORD/2-1 BATCH WORKERS=W PREFETCH=2W DIRECT RECORD $seconds HUGE=0|1 [raw]"
+echo "#           perf_loader_bench DIR SEQ=RECORD/2-1 BATCH WORKERS=W PREFETCH=2W buffered|mmap|direct RECORD $seconds HUGE=0|1 [raw]"
 echo "# ratios: median over the $rounds rounds of each round's ratio; MB/s: medians"
 exit $status
