@@ -660,16 +660,20 @@ TEST(DataLoaderTest, FilesBeyondTheDescriptorBudgetAreOpenedPerRead) {
   o.record_bytes = 32;
   o.batch = 4;
   o.workers = 2;
-  DataLoader loader(o);
-  EXPECT_EQ(loader.stats().files, 40u);
-  EXPECT_EQ(loader.stats().open_files, 24u);
-  std::set<uint64_t> seen;
-  for (int i = 0; i < 20; ++i) {
-    const LoaderBatch& b = loader.Next();
-    ExpectBatchMatches(b, expected);
-    seen.insert(b.samples.begin(), b.samples.end());
+  for (bool mmap_io : {false, true}) {  // with --mmap the files kept open are mapped, the others read with pread
+    o.mmap_io = mmap_io;
+    DataLoader loader(o);
+    EXPECT_EQ(loader.stats().files, 40u);
+    EXPECT_EQ(loader.stats().open_files, 24u);
+    EXPECT_EQ(loader.stats().mapped_files, mmap_io ? 24u : 0u);
+    std::set<uint64_t> seen;
+    for (int i = 0; i < 20; ++i) {
+      const LoaderBatch& b = loader.Next();
+      ExpectBatchMatches(b, expected);
+      seen.insert(b.samples.begin(), b.samples.end());
+    }
+    EXPECT_EQ(seen.size(), 80u);
   }
-  EXPECT_EQ(seen.size(), 80u);
 }
 
 TEST(DataLoaderTest, DirectIoReadsTheSameBatches) {
@@ -701,6 +705,33 @@ TEST(DataLoaderTest, DirectIoReadsTheSameBatches) {
     ExpectBatchMatches(b, expected);
     EXPECT_EQ(b.stats.bytes_read % 4096, 0u);
     EXPECT_GE(b.stats.bytes_read, a.stats.bytes_read);
+  }
+}
+
+// --mmap: the records are copied from maps of the files, and the batches are those pread gives, record for record,
+// including the records that end a file and a file too short for any record.
+TEST(DataLoaderTest, MmapReadsTheSameBatches) {
+  TempDir dir;
+  const int seq = 100;
+  const auto shards = CountingShards(dir.path(), 50257, {5000, 10000, 203, 50});
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.seq = seq;
+  o.batch = 4;
+  o.workers = 3;
+  DataLoader buffered(o);
+  o.mmap_io = true;
+  DataLoader mapped(o);
+  EXPECT_EQ(buffered.stats().mapped_files, 0u);
+  EXPECT_EQ(mapped.stats().mapped_files, mapped.stats().files);
+  const auto expected = ExpectedSamples(shards, seq, seq + 1);
+  const uint64_t per_epoch = buffered.stats().batches_per_epoch;
+  for (uint64_t i = 0; i < per_epoch + 2; ++i) {  // into the second epoch
+    const LoaderBatch& a = buffered.Next();
+    const LoaderBatch& b = mapped.Next();
+    ASSERT_EQ(a.samples, b.samples);
+    ExpectBatchMatches(b, expected);
+    EXPECT_EQ(b.stats.bytes_read, a.stats.bytes_read);
   }
 }
 
@@ -904,6 +935,8 @@ TEST(DataLoaderTest, BadOptionsNameTheFlag) {
   EXPECT_EQ(error([](DataLoaderOptions& b) { b.prefetch = 0; }), "--prefetch must be at least 1 batch");
   EXPECT_EQ(error([](DataLoaderOptions& b) { b.io_throttle_MBps = -1; }), "--io-throttle must be >= 0 MB/s (0 = no limit)");
   EXPECT_EQ(error([](DataLoaderOptions& b) { b.io_latency_ms = -1; }), "--io-latency-ms must be >= 0");
+  EXPECT_EQ(error([](DataLoaderOptions& b) { b.mmap_io = b.direct_io = true; }),
+            "--mmap and --direct-io exclude each other: a mapping reads through the page cache");
   EXPECT_NE(error([](DataLoaderOptions& b) { b.batch = 100; }).find("fewer than one global batch"), std::string::npos);
   EXPECT_NE(error([&](DataLoaderOptions& b) { b.dir = dir / "nope"; }).find("does not exist"), std::string::npos);
 }
