@@ -368,17 +368,12 @@ void DataLoader::AllocateRing() {
   }
   ring_ = std::unique_ptr<void, std::function<void(void*)>>(
       options_.allocator.allocate(slot_bytes * static_cast<size_t>(options_.prefetch + 1)), options_.allocator.release);
-  // Each CPU's stack starts with an equal share of the rows, its lowest-addressed on top.
+  // A stack per CPU, and after them the shared stack that holds every row at the start, lowest-addressed on top.
   const size_t rows = static_cast<size_t>(options_.batch) * static_cast<size_t>(options_.prefetch + 1);
   const size_t cpus = static_cast<size_t>(std::max<long>(1, ::sysconf(_SC_NPROCESSORS_CONF)));
-  free_rows_.resize(cpus);
-  row_stack_.resize(rows);
-  for (size_t cpu = 0; cpu < cpus; ++cpu) {
-    for (size_t r = (cpu + 1) * rows / cpus; r-- > cpu * rows / cpus;) {
-      free_rows_[cpu].push_back(static_cast<uint32_t>(r));
-      row_stack_[r] = static_cast<uint32_t>(cpu);
-    }
-  }
+  free_rows_.resize(cpus + 1);
+  row_stack_.assign(rows, static_cast<uint32_t>(cpus));
+  for (size_t r = rows; r-- > 0;) free_rows_[cpus].push_back(static_cast<uint32_t>(r));
   for (int i = 0; i < options_.prefetch + 1; ++i) {
     slots_.push_back(std::make_unique<Slot>(options_.batch));
     free_slots_.push_back(i);
@@ -425,7 +420,8 @@ bool DataLoader::SleepUntil(double deadline) {
 }
 
 // Under the lock: the next claim_rows_ rows of the oldest batch not yet claimed, and a row buffer for each from the
-// stack of `cpu` (the buffers read into on it last), or, when that is empty, from the fullest other stack.
+// stack of `cpu` (the buffers read into on it last), or, when that is empty, from the shared stack (the rows never
+// read into yet), or, when that is empty too, from the fullest other CPU's stack (a worker that moved CPUs).
 // A batch's first claim takes a slot for it (claims are handed out in order, so before any other claim of it).
 DataLoader::Claim DataLoader::ClaimRows(size_t cpu) {
   const uint64_t batch = static_cast<uint64_t>(options_.batch);
@@ -449,6 +445,7 @@ DataLoader::Claim DataLoader::ClaimRows(size_t cpu) {
   c.slot = slots_[slot_index].get();
   for (int row = c.first_row; row < c.first_row + c.rows; ++row) {
     std::vector<uint32_t>* from = &free_rows_[cpu];
+    if (from->empty()) from = &free_rows_.back();
     if (from->empty()) {
       from = &*std::max_element(free_rows_.begin(), free_rows_.end(),
                                 [](const auto& a, const auto& b) { return a.size() < b.size(); });
@@ -499,7 +496,7 @@ void DataLoader::Work() {
       work_cv_.wait(lock, claimable);
     }
     if (stop_ || error_) return;
-    const Claim claim = ClaimRows(CurrentCpu(free_rows_.size()));
+    const Claim claim = ClaimRows(CurrentCpu(free_rows_.size() - 1));
     if (completed) {
       wake_consumer(lock);
     } else {

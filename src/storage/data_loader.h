@@ -200,7 +200,7 @@ class DataLoader {
   // 64 KiB records through the page cache, 4 threads on 2 cores, 9 batch buffers: 17.6 GB/s when each thread wrote
   // the same rows every time, 12.3 GB/s when the rows rotated among the threads (tests/perf/README.md).
   std::unique_ptr<void, std::function<void(void*)>> ring_;
-  std::vector<std::vector<uint32_t>> free_rows_;  // [cpu]: a stack of row indices; back = returned last
+  std::vector<std::vector<uint32_t>> free_rows_;  // [cpu], then the shared stack: row indices; back = returned last
   std::vector<uint32_t> row_stack_;               // [row]: the CPU (stack) it was read into on last
   std::vector<std::unique_ptr<Slot>> slots_;      // prefetch + 1 batches in flight (their rows, samples, stats)
   std::vector<int> free_slots_;  // a stack
