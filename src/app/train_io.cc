@@ -111,8 +111,8 @@ void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
 
 std::vector<FlagRule> TrainIoFlagRules() {
   std::vector<FlagRule> rules;
-  for (const char* flag : {"data-raw", "skip-data-verify", "loader-workers", "prefetch", "direct-io", "mmap", "record-bytes",
-                           "io-throttle", "io-latency-ms"}) {
+  for (const char* flag : {"data-raw", "skip-data-verify", "loader-workers", "prefetch", "direct-io", "mmap",
+                           "record-bytes", "io-throttle", "io-latency-ms"}) {
     rules.push_back(Needs(flag, "data"));
   }
   rules.push_back(Needs("data-wait-share", "io-throttle"));

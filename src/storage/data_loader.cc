@@ -166,7 +166,9 @@ void CheckOptions(const DataLoaderOptions& o) {
   if (o.prefetch < 1) throw InputError("--prefetch must be at least 1 batch");
   if (o.io_throttle_MBps < 0) throw InputError("--io-throttle must be >= 0 MB/s (0 = no limit)");
   if (o.io_latency_ms < 0) throw InputError("--io-latency-ms must be >= 0");
-  if (o.mmap_io && o.direct_io) throw InputError("--mmap and --direct-io exclude each other: a mapping reads through the page cache");
+  if (o.mmap_io && o.direct_io) {
+    throw InputError("--mmap and --direct-io exclude each other: a mapping reads through the page cache");
+  }
   if (o.raw && (o.raw_vocab < 1 || o.raw_vocab > (uint64_t{1} << 32))) {
     throw InputError("raw mode vocab " + std::to_string(o.raw_vocab) + " out of range 1..2^32");
   }
@@ -191,7 +193,9 @@ const unsigned char* MapFile(int fd, const std::string& path, uint64_t& bytes) {
   if (::fstat(fd, &st) != 0) throw InputError(path + ": cannot stat: " + OsMessage(errno));
   bytes = static_cast<uint64_t>(st.st_size);
   void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED) throw InputError("--mmap: cannot map " + path + ": " + OsMessage(errno) + "; run without --mmap");
+  if (map == MAP_FAILED) {
+    throw InputError("--mmap: cannot map " + path + ": " + OsMessage(errno) + "; run without --mmap");
+  }
   return static_cast<const unsigned char*>(map);
 }
 

@@ -8,8 +8,8 @@
 // Output: one line "loader_MBps <MB/s> bytes <B> seconds <s> batches <n> wait_s <s> read_us <mean pread latency>".
 //
 // ENGINE raw is the raw baseline, the floor of any loader that keeps what it reads until a consumer takes it:
-// WORKERS threads pread (or copy from the maps) random records of the same files (the same READ and record size) into two batch
-// buffers from the same allocator as the loader's ring, the one being filled and the one a consumer would hold;
+// WORKERS threads pread (or copy from the maps) random records of the same files (the same READ and record size)
+// into two batch buffers from the same allocator as the loader's ring, the one being filled and the one a consumer would hold;
 // thread w fills rows w, w + WORKERS, ... of one buffer, then of the other, and a consumer thread is woken once per
 // B records read, as a loader's consumer waiting for each batch is. No sample plan, no order, no locks among the
 // readers. Where fio reads every record into one 64 KiB buffer that never leaves the core's L2 cache, a
