@@ -38,7 +38,8 @@ records=${TB_PERF_RECORDS:-4096 65536}
 batches=${TB_PERF_BATCHES:-1M}
 modes=${TB_PERF_MODES:-buffered mmap direct}
 for mode in $modes; do
-  [[ $mode =~ ^(buffered|mmap|direct)$ ]] || { echo "TB_PERF_MODES: '$mode' is none of buffered, mmap, direct" >&2; exit 2; }
+  [[ $mode =~ ^(buffered|mmap|direct)$ ]] ||
+    { echo "TB_PERF_MODES: '$mode' is none of buffered, mmap, direct" >&2; exit 2; }
 done
 tb=$build/trainbench
 bench=$build/tests/perf_loader_bench
@@ -73,7 +74,8 @@ fio_huge=$([[ ${free_huge:-0} -ge $max_workers ]] && echo 1 || echo 0)
 echo "# huge pages: transparent huge pages $(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown) (the loader's ring); ${free_huge:-0} free hugetlb pages (fio --iomem=shmhuge)$([[ $fio_huge == 1 ]] || echo ": too few, huge-page fio runs skipped")"
 
 fio_MBps() {  # direct bs jobs iomem [engine]
-  "$fio" --name=loader_vs_fio --filename="$files" --rw=randread --bs="$2" --ioengine="${5:-psync}" --direct="$1" --iomem="$4" \
+  "$fio" --name=loader_vs_fio --filename="$files" --rw=randread --bs="$2" --ioengine="${5:-psync}" --direct="$1" \
+    --iomem="$4" \
     --numjobs="$3" --invalidate=0 --randrepeat=0 --time_based --runtime="$seconds" --group_reporting --output-format=json 2>/dev/null |
     python3 -c 'import json,sys; print("%.1f" % (json.load(sys.stdin)["jobs"][0]["read"]["bw_bytes"] / 1e6))'
 }
