@@ -497,7 +497,10 @@ void DataLoader::Work() {
         wake_consumer(lock);
         lock.lock();
       }
+      const double idle_from = NowSeconds();
       work_cv_.wait(lock, claimable);
+      totals_.worker_idle_s += NowSeconds() - idle_from;
+      ++totals_.worker_idles;
     }
     if (stop_ || error_) return;
     const Claim claim = ClaimRows(CurrentCpu(free_rows_.size() - 1));

@@ -108,6 +108,8 @@ struct LoaderStats {
   uint64_t reads = 0;
   double read_s = 0;
   double wait_s = 0;
+  double worker_idle_s = 0;  // summed over the workers: waiting with nothing to claim (prefetch batches ahead)
+  uint64_t worker_idles = 0;
 };
 
 // Which sample each position of each epoch holds; the arithmetic the loader runs on, shared by every rank.

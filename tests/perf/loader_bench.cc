@@ -208,11 +208,11 @@ int main(int argc, char** argv) {
     const tb::LoaderStats stats = loader.stats();
     const double consumer_cpu_s = CpuSeconds(RUSAGE_THREAD), process_cpu_s = CpuSeconds(RUSAGE_SELF);
     std::printf("loader_MBps %.1f bytes %llu seconds %.3f batches %llu wait_s %.3f read_us %.1f cpu_s %.3f "
-                "consumer_cpu_s %.3f\n",
+                "consumer_cpu_s %.3f worker_idle_s %.3f idles %llu\n",
                 stats.bytes_read / elapsed / 1e6, static_cast<unsigned long long>(stats.bytes_read), elapsed,
                 static_cast<unsigned long long>(stats.batches), stats.wait_s,
                 stats.reads ? stats.read_s / static_cast<double>(stats.reads) * 1e6 : 0.0, process_cpu_s - start_cpu_s,
-                consumer_cpu_s - start_consumer_s);
+                consumer_cpu_s - start_consumer_s, stats.worker_idle_s, static_cast<unsigned long long>(stats.worker_idles));
   } catch (const tb::Error& e) {
     std::fprintf(stderr, "perf_loader_bench: %s\n", e.what());
     return static_cast<int>(e.code());

@@ -125,12 +125,13 @@ run() {  # key command...: one measurement into runs[key], the cores' busy share
 # handed over, not in one cache-resident buffer as fio's, run no faster on this machine); "more workers than cores"
 # when W exceeds the cores: the loader hands batches out in order, so a worker descheduled for its time slice holds
 # up its batch while the others read ahead to the prefetch limit and wait (fio's and raw's threads never wait for
-# one another); else the loader itself.
+# one another); else the loader itself, with loader/raw and raw/fio beside it (what each part of the gap is).
 verdict() {  # loader/psync loader/raw raw/fio workers
   [[ $1 == - ]] && { echo -; return; }
   awk -v r="$1" -v w="$2" -v f="$3" -v n="$4" -v cores="$(nproc)" 'BEGIN {
     if (r >= 0.9) print "met"; else if (w != "-" && w >= 0.9 && f != "-" && f < 0.9) print "NOT met: memory"
-    else if (n > cores) print "NOT met: more workers than cores (" cores ")"; else print "NOT met: the loader" }'
+    else if (n > cores) print "NOT met: more workers than cores (" cores ")"
+    else printf "NOT met: the loader (l/raw %s, raw/fio %s)\n", w, f }'
 }
 fio_runs() {
   run fio fio_MBps "$direct" "$record" "$workers" malloc "$engine"
