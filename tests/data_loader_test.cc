@@ -660,12 +660,12 @@ TEST(DataLoaderTest, FilesBeyondTheDescriptorBudgetAreOpenedPerRead) {
   o.record_bytes = 32;
   o.batch = 4;
   o.workers = 2;
-  for (bool mmap_io : {false, true}) {  // with --mmap the files kept open are mapped, the others read with pread
-    o.mmap_io = mmap_io;
+  for (ReadMethod read : {ReadMethod::kPread, ReadMethod::kMmap}) {  // mmap: the files kept open, the rest pread
+    o.read = read;
     DataLoader loader(o);
     EXPECT_EQ(loader.stats().files, 40u);
     EXPECT_EQ(loader.stats().open_files, 24u);
-    EXPECT_EQ(loader.stats().mapped_files, mmap_io ? 24u : 0u);
+    EXPECT_EQ(loader.stats().mapped_files, read == ReadMethod::kMmap ? 24u : 0u);
     std::set<uint64_t> seen;
     for (int i = 0; i < 20; ++i) {
       const LoaderBatch& b = loader.Next();
@@ -708,8 +708,8 @@ TEST(DataLoaderTest, DirectIoReadsTheSameBatches) {
   }
 }
 
-// --mmap: the records are copied from maps of the files, and the batches are those pread gives, record for record,
-// including the records that end a file and a file too short for any record.
+// --read mmap: the records are copied from maps of the files, and the batches are those pread gives, record for
+// record, including the records that end a file and a file too short for any record.
 TEST(DataLoaderTest, MmapReadsTheSameBatches) {
   TempDir dir;
   const int seq = 100;
@@ -719,11 +719,13 @@ TEST(DataLoaderTest, MmapReadsTheSameBatches) {
   o.seq = seq;
   o.batch = 4;
   o.workers = 3;
+  o.read = ReadMethod::kPread;
   DataLoader buffered(o);
-  o.mmap_io = true;
+  o.read = ReadMethod::kMmap;
   DataLoader mapped(o);
   EXPECT_EQ(buffered.stats().mapped_files, 0u);
-  EXPECT_EQ(mapped.stats().mapped_files, mapped.stats().files);
+  EXPECT_EQ(mapped.stats().files, 3u);
+  EXPECT_EQ(mapped.stats().mapped_files, 3u);
   const auto expected = ExpectedSamples(shards, seq, seq + 1);
   const uint64_t per_epoch = buffered.stats().batches_per_epoch;
   for (uint64_t i = 0; i < per_epoch + 2; ++i) {  // into the second epoch
@@ -733,6 +735,35 @@ TEST(DataLoaderTest, MmapReadsTheSameBatches) {
     ExpectBatchMatches(b, expected);
     EXPECT_EQ(b.stats.bytes_read, a.stats.bytes_read);
   }
+}
+
+// --read auto maps a dataset whose records fit map_limit_bytes (default a quarter of memory), else reads with
+// pread, and never maps under O_DIRECT; --read pread and mmap are what they say.
+TEST(DataLoaderTest, AutoMapsADatasetThatFitsTheLimit) {
+  TempDir dir;
+  CountingShards(dir.path(), 50257, {5000, 10000});  // 49 + 99 records of 101 tokens: 148 x 202 B = 29896 B
+  DataLoaderOptions o;
+  o.dir = dir.path();
+  o.seq = 100;
+  auto mapped = [&](ReadMethod read, uint64_t limit) {
+    o.read = read;
+    o.map_limit_bytes = limit;
+    return DataLoader(o).stats().mapped_files;
+  };
+  EXPECT_EQ(mapped(ReadMethod::kAuto, 0), 2u);  // a quarter of this host's memory
+  EXPECT_EQ(mapped(ReadMethod::kAuto, 29896), 2u);
+  EXPECT_EQ(mapped(ReadMethod::kAuto, 29895), 0u);
+  EXPECT_EQ(mapped(ReadMethod::kPread, 0), 0u);
+  EXPECT_EQ(mapped(ReadMethod::kMmap, 1), 2u);
+  o.direct_io = true;
+  try {
+    EXPECT_EQ(mapped(ReadMethod::kAuto, 0), 0u);
+  } catch (const InputError& e) {
+    if (std::string(e.what()).find("refuses O_DIRECT") == std::string::npos) throw;
+  }
+  EXPECT_EQ(ParseReadMethod("auto"), ReadMethod::kAuto);
+  EXPECT_EQ(ParseReadMethod("mmap"), ReadMethod::kMmap);
+  EXPECT_EQ(InputErrorOf([] { ParseReadMethod("mapped"); }), "--read 'mapped' is none of auto, pread, mmap");
 }
 
 // ---- emulated slow storage ----------------------------------------------------------------------------------
@@ -935,8 +966,11 @@ TEST(DataLoaderTest, BadOptionsNameTheFlag) {
   EXPECT_EQ(error([](DataLoaderOptions& b) { b.prefetch = 0; }), "--prefetch must be at least 1 batch");
   EXPECT_EQ(error([](DataLoaderOptions& b) { b.io_throttle_MBps = -1; }), "--io-throttle must be >= 0 MB/s (0 = no limit)");
   EXPECT_EQ(error([](DataLoaderOptions& b) { b.io_latency_ms = -1; }), "--io-latency-ms must be >= 0");
-  EXPECT_EQ(error([](DataLoaderOptions& b) { b.mmap_io = b.direct_io = true; }),
-            "--mmap and --direct-io exclude each other: a mapping reads through the page cache");
+  EXPECT_EQ(error([](DataLoaderOptions& b) {
+              b.read = ReadMethod::kMmap;
+              b.direct_io = true;
+            }),
+            "--read mmap and --direct-io exclude each other: a map reads through the page cache");
   EXPECT_NE(error([](DataLoaderOptions& b) { b.batch = 100; }).find("fewer than one global batch"), std::string::npos);
   EXPECT_NE(error([&](DataLoaderOptions& b) { b.dir = dir / "nope"; }).find("does not exist"), std::string::npos);
 }

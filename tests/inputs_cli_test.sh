@@ -62,8 +62,7 @@ expect_error 2 "--d-model goes with --model custom \(--model is 'tiny'\)" -- "$t
 expect_error 2 "--global-batch goes with --scaling-mode strong" -- "$tb" train --model tiny --global-batch 8
 expect_error 2 "--prefetch goes with --data \(not given\)" -- "$tb" train --model tiny --prefetch 2
 expect_error 2 "--direct-io goes with --data" -- "$tb" train --model tiny --direct-io
-expect_error 2 "--mmap goes with --data" -- "$tb" train --model tiny --mmap
-expect_error 2 "--mmap and --direct-io cannot be given together" -- "$tb" train --model tiny --data "$work" --mmap --direct-io
+expect_error 2 "--read goes with --data" -- "$tb" train --model tiny --read mmap
 expect_error 2 "--data-wait-share goes with --io-throttle" -- "$tb" train --model tiny --data "$work" --data-wait-share 0.1
 expect_error 2 "--checkpoint-keep goes with --checkpoint-dir" -- "$tb" train --model tiny --checkpoint-keep 2
 expect_error 2 "--checkpoint-mode goes with --checkpoint-dir" -- "$tb" train --model tiny --checkpoint-mode async

@@ -59,6 +59,9 @@ r=$work/async-loader.h5
 "$h5dump" -A -a /io/k2/data_wait_share "$r" >/dev/null 2>&1 || fail "io/k2 lacks data_wait_share"
 [[ $("$h5dump" -A -a /io/k2/dataset_files_kept_open "$r" | grep -c "(0): [1-9]") == 1 ]] ||
   fail "io/k2 dataset_files_kept_open missing or 0"
+# --read auto: a 400 kB dataset fits a quarter of any host's memory, so its files were read from maps.
+[[ $("$h5dump" -A -a /io/k2/dataset_files_mapped "$r" | grep -c "(0): [1-9]") == 1 ]] ||
+  fail "io/k2 dataset_files_mapped missing or 0 (--read auto on a small dataset)"
 "$h5dump" -H -d /train/k2/steps "$r" | grep -q '"data_bytes"' || fail "steps table lacks data_bytes"
 # Two checkpoints (steps 5 and 10) on each of 2 ranks: 4 rows.
 "$h5dump" -d /io/k2/checkpoints "$r" | grep -q 'DATASPACE  SIMPLE { ( 4 )' || fail "want 4 checkpoint rows"
@@ -191,6 +194,10 @@ expect_error 2 "a storage sweep.*takes one scaling point" -- "${mpiexec[@]}" -n 
 expect_error 2 "--data-wait-share '2': out of range \(accepted: a number in \(0, 1\)\)" -- "$tb" train "${small[@]}" --data "$tokens" --io-throttle 10 --data-wait-share 2
 expect_error 2 "--loader-workers '0': out of range" -- "$tb" train "${small[@]}" --data "$tokens" --loader-workers 0
 expect_error 2 "smaller than one sample" -- "$tb" train "${small[@]}" --data "$tokens" --record-bytes 8
+expect_error 2 "--read mmap and --direct-io exclude each other" -- "$tb" train "${small[@]}" --data "$tokens" --read mmap \
+  --direct-io
+expect_error 2 "--read 'mapped': not one of the choices \(accepted: auto\|pread\|mmap\)" -- "$tb" train "${small[@]}" \
+  --data "$tokens" --read mapped
 expect_ok "$tb" data generate --dir "$work/wide" --tokens 10K --vocab 60000 --quiet
 expect_error 2 "beyond model 'tiny' \(vocab 4096\)" -- "$tb" train "${small[@]}" --data "$work/wide"
 expect_error 2 "fewer than one global batch" -- "$tb" train --seq 250 --micro-batch 64 --data "$work/wide" \

@@ -382,6 +382,7 @@ class io_point:
     resume_unchecked = "resume_unchecked"
     dataset_files = "dataset_files"
     dataset_files_kept_open = "dataset_files_kept_open"
+    dataset_files_mapped = "dataset_files_mapped"
     dataset_samples = "dataset_samples"
     record_bytes = "record_bytes"
     batches_per_epoch = "batches_per_epoch"

@@ -85,8 +85,9 @@ void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
       ("loader-workers", Number(&f.loader_workers, IntRange::Between(1, kMaxLoaderWorkers))->default_value(f.loader_workers), "reader threads per rank")
       ("prefetch", Number(&f.prefetch, IntRange::Between(1, kMaxPrefetch))->default_value(f.prefetch), "batches read ahead per rank")
       ("direct-io", po::bool_switch(&f.direct_io), "read with O_DIRECT, bypassing the page cache")
-      ("mmap", po::bool_switch(&f.mmap_io), "copy each record from a memory map of its file (through the page "
-                                            "cache, no system call per record) instead of pread")
+      ("read", Choice(&f.read, {"auto", "pread", "mmap"})->default_value(f.read),
+       "how records are read through the page cache: pread, or copied from memory maps of the files (no system call "
+       "per record); auto: mmap for a dataset within a quarter of this host's memory, else pread")
       ("record-bytes", po::value(&f.record_bytes), "bytes read per sample (image-like records; default: seq+1 tokens)")
       ("io-throttle", po::value(&f.io_throttle), "emulated storage: read rate limit per rank in MB/s (1e6 B/s); a "
                                                  "decreasing list (800,400,200) runs a storage sweep")
@@ -111,12 +112,11 @@ void AddTrainIoOptions(po::options_description& options, TrainIoFlags& f) {
 
 std::vector<FlagRule> TrainIoFlagRules() {
   std::vector<FlagRule> rules;
-  for (const char* flag : {"data-raw", "skip-data-verify", "loader-workers", "prefetch", "direct-io", "mmap",
+  for (const char* flag : {"data-raw", "skip-data-verify", "loader-workers", "prefetch", "direct-io", "read",
                            "record-bytes", "io-throttle", "io-latency-ms"}) {
     rules.push_back(Needs(flag, "data"));
   }
   rules.push_back(Needs("data-wait-share", "io-throttle"));
-  rules.push_back(Excludes("mmap", "direct-io"));
   for (const char* flag : {"checkpoint-every", "checkpoint-keep", "checkpoint-mode", "checkpoint-verify",
                            "on-checkpoint-error"}) {
     rules.push_back(Needs(flag, "checkpoint-dir"));
@@ -231,7 +231,7 @@ void PlanLoader(const TrainIoFlags& f, const ModelConfig& model, const TrainIoRu
     o.workers = 1;
     o.prefetch = f.prefetch;
     o.direct_io = f.direct_io;
-    o.mmap_io = f.mmap_io;
+    o.read = ParseReadMethod(f.read);
     o.record_bytes = plan.record_bytes;
     const LoaderStats stats = DataLoader(o).stats();
     plan.dataset_files = stats.files;
@@ -375,7 +375,7 @@ void PointIo::OpenLoader(TrainLoopOptions& loop) {
   o.workers = flags_.loader_workers;
   o.prefetch = flags_.prefetch;
   o.direct_io = flags_.direct_io;
-  o.mmap_io = flags_.mmap_io;
+  o.read = ParseReadMethod(flags_.read);
   o.record_bytes = plan_.record_bytes;
   o.io_throttle_MBps = throttle_MBps_;
   o.io_latency_ms = flags_.io_latency_ms + plan_.io_stall_ms;
@@ -493,6 +493,7 @@ void PointIo::AddLoaderToReport(Group* group) {
   namespace sp = schema::io_point;
   schema::Set(*group, sp::dataset_files, static_cast<int64_t>(s.files));
   schema::Set(*group, sp::dataset_files_kept_open, static_cast<int64_t>(s.open_files));
+  schema::Set(*group, sp::dataset_files_mapped, static_cast<int64_t>(s.mapped_files));
   schema::Set(*group, sp::dataset_samples, static_cast<int64_t>(s.samples));
   schema::Set(*group, sp::record_bytes, static_cast<int64_t>(s.record_bytes));
   schema::Set(*group, sp::batches_per_epoch, static_cast<int64_t>(s.batches_per_epoch));

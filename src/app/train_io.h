@@ -28,7 +28,7 @@ struct TrainIoFlags {
   int loader_workers = 2;
   int prefetch = 4;
   bool direct_io = false;
-  bool mmap_io = false;           // --mmap: copy records from memory maps of the files instead of pread
+  std::string read = "auto";      // --read auto|pread|mmap (ReadMethod)
   std::string record_bytes;       // --record-bytes SIZE
   std::string io_throttle;        // --io-throttle MB/s, or a list of them: a storage sweep
   double io_latency_ms = 0;

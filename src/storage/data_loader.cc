@@ -31,7 +31,7 @@ constexpr uint64_t kDirectAlign = 4096;
 // Transparent huge pages: their size on x86-64 and arm64 with 4 KiB base pages, and the smallest block offered.
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
 constexpr uint64_t kHugeFrom = uint64_t{256} << 10;
-// mmap_io maps at most this many files (the rest are read with pread): a quarter of Linux's default
+// A map per file for at most this many files (the rest are read with pread): a quarter of Linux's default
 // vm.max_map_count (65530), the rest left to malloc, MPI, CUDA and NCCL.
 constexpr uint64_t kMaxMappedFiles = 16384;
 
@@ -46,6 +46,13 @@ uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * t
 constexpr int kFeistelRounds = 6;
 
 }  // namespace
+
+ReadMethod ParseReadMethod(const std::string& name) {
+  if (name == "auto") return ReadMethod::kAuto;
+  if (name == "pread") return ReadMethod::kPread;
+  if (name == "mmap") return ReadMethod::kMmap;
+  throw InputError("--read '" + name + "' is none of auto, pread, mmap");
+}
 
 HostAllocator AlignedHostAllocator(bool huge_pages) {
   return HostAllocator{[huge_pages](size_t bytes) {
@@ -109,7 +116,7 @@ struct DataLoader::Source {
     uint64_t data_offset = 0;  // where the records start
     uint64_t first_sample = 0;
     uint64_t records = 0;
-    const unsigned char* map = nullptr;  // mmap_io: the whole file as it was at open, read-only
+    const unsigned char* map = nullptr;  // ReadMethod kMmap: the whole file as it was at open, read-only
     uint64_t map_bytes = 0;
 
     // Where sample `sample` (one of this file's) starts in the file.
@@ -166,8 +173,8 @@ void CheckOptions(const DataLoaderOptions& o) {
   if (o.prefetch < 1) throw InputError("--prefetch must be at least 1 batch");
   if (o.io_throttle_MBps < 0) throw InputError("--io-throttle must be >= 0 MB/s (0 = no limit)");
   if (o.io_latency_ms < 0) throw InputError("--io-latency-ms must be >= 0");
-  if (o.mmap_io && o.direct_io) {
-    throw InputError("--mmap and --direct-io exclude each other: a mapping reads through the page cache");
+  if (o.read == ReadMethod::kMmap && o.direct_io) {
+    throw InputError("--read mmap and --direct-io exclude each other: a map reads through the page cache");
   }
   if (o.raw && (o.raw_vocab < 1 || o.raw_vocab > (uint64_t{1} << 32))) {
     throw InputError("raw mode vocab " + std::to_string(o.raw_vocab) + " out of range 1..2^32");
@@ -187,14 +194,14 @@ int OpenForReading(const std::string& path, bool direct, const std::string& dir)
   return fd;
 }
 
-// The whole of an open file, mapped read-only (mmap_io). InputError where the filesystem cannot map it.
+// The whole of an open file, mapped read-only. InputError where the filesystem cannot map it.
 const unsigned char* MapFile(int fd, const std::string& path, uint64_t& bytes) {
   struct stat st{};
   if (::fstat(fd, &st) != 0) throw InputError(path + ": cannot stat: " + OsMessage(errno));
   bytes = static_cast<uint64_t>(st.st_size);
   void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) {
-    throw InputError("--mmap: cannot map " + path + ": " + OsMessage(errno) + "; run without --mmap");
+    throw InputError("--read mmap: cannot map " + path + ": " + OsMessage(errno) + "; use --read pread");
   }
   return static_cast<const unsigned char*>(map);
 }
@@ -316,14 +323,18 @@ void DataLoader::IndexSamples(uint64_t sample_bytes) {
                      std::to_string(options_.record_bytes) + " bytes (" + std::to_string(options_.seq) +
                      " + 1 tokens per sample)");
   }
+  const uint64_t map_limit = options_.map_limit_bytes ? options_.map_limit_bytes : PhysicalMemoryBytes() / 4;
+  const bool map = options_.read == ReadMethod::kMmap ||
+                   (options_.read == ReadMethod::kAuto && !options_.direct_io &&
+                    src.samples <= map_limit / options_.record_bytes);
   const uint64_t keep_open = std::min<uint64_t>(src.files.size(), DescriptorBudget());
   for (uint64_t i = 0; i < keep_open; ++i) {
     Source::File& f = src.files[i];
     f.fd = OpenForReading(f.path, options_.direct_io, options_.dir);
-    if (options_.mmap_io && i < kMaxMappedFiles) f.map = MapFile(f.fd, f.path, f.map_bytes);
+    if (map && i < kMaxMappedFiles) f.map = MapFile(f.fd, f.path, f.map_bytes);
   }
   totals_.open_files = keep_open;
-  totals_.mapped_files = options_.mmap_io ? std::min(keep_open, kMaxMappedFiles) : 0;
+  totals_.mapped_files = map ? std::min(keep_open, kMaxMappedFiles) : 0;
 }
 
 // The shuffled plan of global batches, checked against a resumed position.

@@ -1,6 +1,6 @@
 // The data loader: worker threads read each sample's window of seq+1 tokens with positioned reads (pread,
-// optionally O_DIRECT), or copy it from a memory map of its file (mmap_io), straight into a pool of row buffers,
-// and do nothing else to them: the model unpacks a
+// optionally O_DIRECT), or copy it from a memory map of its file (ReadMethod), straight into a pool of row
+// buffers, and do nothing else to them: the model unpacks a
 // batch into int32 ids itself (UnpackTokens, token_batch.h). Next() hands out batches in a fixed order that every
 // rank derives from the seed alone, so that together the ranks read every sample exactly once per epoch and a
 // loader restarted from a saved LoaderPosition continues with exactly the batches an uninterrupted one would.
@@ -48,6 +48,18 @@ struct HostAllocator {
 // per segment, O_DIRECT reads of 64 KiB ran twice as fast (tests/perf/README.md).
 HostAllocator AlignedHostAllocator(bool huge_pages = true);
 
+// How the workers read a record through the page cache (--read). A map saves the read system call and page-cache
+// lookup per record (64 KiB records from a warm cache: 1.3x pread's rate on the machine of tests/perf/README.md); a
+// record not cached is a page fault in the worker, which reads it with the kernel's read-around: for a dataset
+// that stays in the page cache that is data read ahead, for one much larger than memory read and then evicted unused.
+enum class ReadMethod {
+  kAuto,   // mmap when the dataset's records take at most map_limit_bytes and direct_io is off, else pread
+  kPread,  // pread
+  kMmap,   // memcpy from a read-only shared map of each file; excludes direct_io
+};
+// "auto", "pread", "mmap" (--read); anything else is an InputError naming the flag.
+ReadMethod ParseReadMethod(const std::string& name);
+
 struct DataLoaderOptions {
   std::string dir;
   // Raw mode: records of record_bytes from every regular file under `dir` (recursively, sorted by path), no
@@ -63,10 +75,11 @@ struct DataLoaderOptions {
   int workers = 2;   // --loader-workers
   int prefetch = 4;  // --prefetch: batches read ahead of the consumer
   bool direct_io = false;    // --direct-io: O_DIRECT, reading the 4096-aligned superset of each record
-  // --mmap: copy each record from a read-only shared mapping of its file: through the page cache as pread, without
-  // a system call and page-cache lookup per record. Excludes direct_io. A mapped file cut short while the loader
-  // runs ends the process with SIGBUS, as for any reader of a mapping.
-  bool mmap_io = false;
+  // --read. A mapped file cut short while the loader runs ends the process with SIGBUS, as for any reader of a map.
+  ReadMethod read = ReadMethod::kAuto;
+  // ReadMethod::kAuto maps the files when samples x record_bytes is at most this; 0 = a quarter of the host's
+  // physical memory (the dataset then stays in the page cache beside everything else).
+  uint64_t map_limit_bytes = 0;
   uint64_t record_bytes = 0;  // --record-bytes: bytes read per sample; 0 = (seq+1) x token bytes
   double io_throttle_MBps = 0;  // --io-throttle: this rank's read rate limit (MB = 1e6 B); 0 = none
   double io_latency_ms = 0;     // --io-latency-ms: added to every read
@@ -98,7 +111,7 @@ struct LoaderBatch {
 struct LoaderStats {
   uint64_t files = 0;
   uint64_t open_files = 0;         // kept open; the others are opened for each read (more than the fd budget)
-  uint64_t mapped_files = 0;       // mmap_io: the files kept open are mapped; the others are read with pread
+  uint64_t mapped_files = 0;       // read from maps (the files kept open, up to 16384); the others with pread
   uint64_t samples = 0;            // in the dataset
   uint64_t record_bytes = 0;
   uint64_t batches_per_epoch = 0;  // global batches

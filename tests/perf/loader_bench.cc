@@ -2,8 +2,8 @@
 // throughput, counted as fio counts it (bytes the reads asked for / wall time).
 //   perf_loader_bench DIR SEQ BATCH WORKERS PREFETCH READ RECORD_BYTES SECONDS [HUGE_PAGES(0|1), default 1]
 //                     [ENGINE: loader (default) | raw]
-// READ: buffered (pread through the page cache), direct (O_DIRECT pread) or mmap (copies from memory maps of the
-// files: the loader's mmap_io, --mmap).
+// READ: buffered (pread through the page cache: --read pread), direct (O_DIRECT pread: --direct-io) or mmap (copies
+// from memory maps of the files: --read mmap).
 // HUGE_PAGES 0 gives the loader's ring plain 4 KiB pages, as fio's default buffers have.
 // Output: one line "loader_MBps <MB/s> bytes <B> seconds <s> batches <n> wait_s <s> read_us <mean pread latency>".
 //
@@ -65,7 +65,7 @@ struct RawFiles {
       const int fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC | (o.direct_io ? O_DIRECT : 0));
       if (fd < 0) throw tb::RuntimeError("cannot open " + shard.path);
       const uint64_t bytes = static_cast<uint64_t>(::lseek(fd, 0, SEEK_END));
-      void* map = o.mmap_io ? ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
+      void* map = o.read == tb::ReadMethod::kMmap ? ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
       if (map == MAP_FAILED) throw tb::RuntimeError("cannot map " + shard.path);
       files.push_back({fd, samples, shard.header.header_bytes, static_cast<const unsigned char*>(map), bytes});
       samples += records;
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.direct_io = read == "direct";
-  o.mmap_io = read == "mmap";
+  o.read = read == "mmap" ? tb::ReadMethod::kMmap : tb::ReadMethod::kPread;
   o.record_bytes = std::strtoull(argv[7], nullptr, 10);
   const double seconds = std::atof(argv[8]);
   o.allocator = tb::AlignedHostAllocator(argc == 9 || std::atoi(argv[9]) != 0);
