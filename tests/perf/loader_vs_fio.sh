@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data-loader read throughput against fio on the same files with the same pattern, in one invocation: random
 # positioned reads of one sample (record) each, as many fio jobs as loader workers: buffered (pread through the page
-# cache), mmap (the loader's --mmap against fio --ioengine=mmap) and O_DIRECT. Prints both
+# cache: --read pread), mmap (--read mmap, against fio --ioengine=mmap) and O_DIRECT. Prints both
 # throughputs and loader/fio (target >= 0.9), a raw baseline (perf_loader_bench's ENGINE raw: the same reads by W
 # threads into two batch buffers and a consumer woken once per batch, no order among the reads: the floor of any
 # loader that keeps its batches and hands them over), the share of the cores each kept busy, and a verdict per cell
@@ -118,7 +118,7 @@ run() {  # key command...: one measurement into runs[key], the cores' busy share
   busy[$1]+=" $(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.2f", (t > 0) ? b / t : 0 }')"
 }
 # The target: the loader >= 0.9 of fio reading through psync, the standard reader's rate (l/psync: for buffered and
-# direct the ratio column itself; for mmap the loader's --mmap against fio psync buffered, run in the same round,
+# direct the ratio column itself; for mmap the loader's --read mmap against fio psync buffered, run in the same round,
 # while the ratio column compares it with fio's own mmap engine, like with like).
 # Who set the pace of a cell: met (l/psync >= 0.9); "memory" when the loader reaches >= 0.9 of the raw
 # baseline and the raw baseline itself falls short of 0.9 of fio (reads that must land in batch buffers and be
