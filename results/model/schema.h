@@ -578,9 +578,10 @@ inline const TextAttribute resume_unchecked{kIoPoint, "resume_unchecked", "",
 inline const IntAttribute dataset_files{kIoPoint, "dataset_files", "files", "loader: files of the dataset"};
 inline const IntAttribute dataset_files_kept_open{kIoPoint, "dataset_files_kept_open", "files",
                                                   "loader: files kept open; the rest are opened for each read (more files than half the descriptor limit)"};
-inline const IntAttribute dataset_files_mapped{kIoPoint, "dataset_files_mapped", "files",
-                                               "loader: files read from memory maps (--read mmap, or auto for a dataset within a "
-                                               "quarter of the host's memory); the rest with pread"};
+inline const IntAttribute dataset_files_mapped{
+    kIoPoint, "dataset_files_mapped", "files",
+    "loader: files read from memory maps (--read mmap, or auto for a dataset within a quarter of the host's memory); "
+    "the rest with pread"};
 inline const IntAttribute dataset_samples{kIoPoint, "dataset_samples", "samples", "loader: samples of the dataset"};
 inline const IntAttribute record_bytes{kIoPoint, "record_bytes", "B", "loader: bytes per sample"};
 inline const IntAttribute batches_per_epoch{kIoPoint, "batches_per_epoch", "", "loader: global batches per epoch"};

@@ -212,7 +212,8 @@ int main(int argc, char** argv) {
                 stats.bytes_read / elapsed / 1e6, static_cast<unsigned long long>(stats.bytes_read), elapsed,
                 static_cast<unsigned long long>(stats.batches), stats.wait_s,
                 stats.reads ? stats.read_s / static_cast<double>(stats.reads) * 1e6 : 0.0, process_cpu_s - start_cpu_s,
-                consumer_cpu_s - start_consumer_s, stats.worker_idle_s, static_cast<unsigned long long>(stats.worker_idles));
+                consumer_cpu_s - start_consumer_s, stats.worker_idle_s,
+                static_cast<unsigned long long>(stats.worker_idles));
   } catch (const tb::Error& e) {
     std::fprintf(stderr, "perf_loader_bench: %s\n", e.what());
     return static_cast<int>(e.code());
