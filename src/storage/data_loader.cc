@@ -162,13 +162,8 @@ struct DataLoader::Slot {
 
 namespace {
 
-void CheckOptions(const DataLoaderOptions& o) {
-  if (o.dir.empty()) throw InputError("--data: no data directory given");
-  if (o.seq < 1) throw InputError("--seq must be at least 1 token");
-  if (o.batch < 1) throw InputError("the loader's batch (sequences per rank) must be at least 1");
-  if (o.world < 1 || o.rank < 0 || o.rank >= o.world) {
-    throw InputError("loader rank " + std::to_string(o.rank) + " is not in 0.." + std::to_string(o.world - 1));
-  }
+// How the loader reads: workers, prefetch, emulated slow storage, the read method.
+void CheckReadOptions(const DataLoaderOptions& o) {
   if (o.workers < 1) throw InputError("--loader-workers must be at least 1");
   if (o.prefetch < 1) throw InputError("--prefetch must be at least 1 batch");
   if (o.io_throttle_MBps < 0) throw InputError("--io-throttle must be >= 0 MB/s (0 = no limit)");
@@ -176,6 +171,16 @@ void CheckOptions(const DataLoaderOptions& o) {
   if (o.read == ReadMethod::kMmap && o.direct_io) {
     throw InputError("--read mmap and --direct-io exclude each other: a map reads through the page cache");
   }
+}
+
+void CheckOptions(const DataLoaderOptions& o) {
+  if (o.dir.empty()) throw InputError("--data: no data directory given");
+  if (o.seq < 1) throw InputError("--seq must be at least 1 token");
+  if (o.batch < 1) throw InputError("the loader's batch (sequences per rank) must be at least 1");
+  if (o.world < 1 || o.rank < 0 || o.rank >= o.world) {
+    throw InputError("loader rank " + std::to_string(o.rank) + " is not in 0.." + std::to_string(o.world - 1));
+  }
+  CheckReadOptions(o);
   if (o.raw && (o.raw_vocab < 1 || o.raw_vocab > (uint64_t{1} << 32))) {
     throw InputError("raw mode vocab " + std::to_string(o.raw_vocab) + " out of range 1..2^32");
   }

@@ -165,9 +165,41 @@ uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapse
   return total;
 }
 
+// ENGINE raw: prints "raw_MBps ...".
+void RunRaw(const tb::DataLoaderOptions& o, double seconds) {
+  if (o.workers < 1 || o.batch < 1 || o.record_bytes == 0) {
+    throw tb::InputError("raw: WORKERS, BATCH and RECORD must be positive");
+  }
+  const double start_cpu_s = CpuSeconds(RUSAGE_SELF);
+  double elapsed = 0;
+  const uint64_t bytes = RawReads(o, seconds, elapsed);
+  std::printf("raw_MBps %.1f bytes %llu seconds %.3f cpu_s %.3f\n", bytes / elapsed / 1e6,
+              static_cast<unsigned long long>(bytes), elapsed, CpuSeconds(RUSAGE_SELF) - start_cpu_s);
+}
+
+// ENGINE loader: a consumer calling Next() in a loop; prints "loader_MBps ...".
+void RunLoader(const tb::DataLoaderOptions& o, double seconds) {
+  tb::DataLoader loader(o);
+  const double start = tb::NowSeconds();
+  const double start_cpu_s = CpuSeconds(RUSAGE_SELF), start_consumer_s = CpuSeconds(RUSAGE_THREAD);
+  while (tb::NowSeconds() - start < seconds) loader.Next();
+  const double elapsed = tb::NowSeconds() - start;
+  const tb::LoaderStats stats = loader.stats();
+  const double consumer_cpu_s = CpuSeconds(RUSAGE_THREAD), process_cpu_s = CpuSeconds(RUSAGE_SELF);
+  std::printf("loader_MBps %.1f bytes %llu seconds %.3f batches %llu wait_s %.3f read_us %.1f cpu_s %.3f "
+              "consumer_cpu_s %.3f worker_idle_s %.3f idles %llu\n",
+              stats.bytes_read / elapsed / 1e6, static_cast<unsigned long long>(stats.bytes_read), elapsed,
+              static_cast<unsigned long long>(stats.batches), stats.wait_s,
+              stats.reads ? stats.read_s / static_cast<double>(stats.reads) * 1e6 : 0.0, process_cpu_s - start_cpu_s,
+              consumer_cpu_s - start_consumer_s, stats.worker_idle_s,
+              static_cast<unsigned long long>(stats.worker_idles));
+}
+
 int main(int argc, char** argv) {
   const std::string engine = argc == 11 ? argv[10] : "loader";
-  if (argc < 9 || argc > 11 || (engine != "loader" && engine != "raw")) {
+  const std::string read = argc > 6 ? argv[6] : "";
+  if (argc < 9 || argc > 11 || (engine != "loader" && engine != "raw") ||
+      (read != "buffered" && read != "direct" && read != "mmap")) {
     std::fprintf(stderr,
                  "usage: %s DIR SEQ BATCH WORKERS PREFETCH buffered|direct|mmap RECORD_BYTES SECONDS [HUGE_PAGES(0|1) "
                  "[loader|raw]]\n",
@@ -180,11 +212,6 @@ int main(int argc, char** argv) {
   o.batch = std::atoi(argv[3]);
   o.workers = std::atoi(argv[4]);
   o.prefetch = std::atoi(argv[5]);
-  const std::string read = argv[6];
-  if (read != "buffered" && read != "direct" && read != "mmap") {
-    std::fprintf(stderr, "perf_loader_bench: READ '%s' is none of buffered, direct, mmap\n", argv[6]);
-    return 2;
-  }
   o.direct_io = read == "direct";
   o.read = read == "mmap" ? tb::ReadMethod::kMmap : tb::ReadMethod::kPread;
   o.record_bytes = std::strtoull(argv[7], nullptr, 10);
@@ -192,28 +219,10 @@ int main(int argc, char** argv) {
   o.allocator = tb::AlignedHostAllocator(argc == 9 || std::atoi(argv[9]) != 0);
   try {
     if (engine == "raw") {
-      if (o.workers < 1 || o.batch < 1 || o.record_bytes == 0) throw tb::InputError("raw: WORKERS, BATCH and RECORD must be positive");
-      const double start_cpu_s = CpuSeconds(RUSAGE_SELF);
-      double elapsed = 0;
-      const uint64_t bytes = RawReads(o, seconds, elapsed);
-      std::printf("raw_MBps %.1f bytes %llu seconds %.3f cpu_s %.3f\n", bytes / elapsed / 1e6,
-                  static_cast<unsigned long long>(bytes), elapsed, CpuSeconds(RUSAGE_SELF) - start_cpu_s);
-      return 0;
+      RunRaw(o, seconds);
+    } else {
+      RunLoader(o, seconds);
     }
-    tb::DataLoader loader(o);
-    const double start = tb::NowSeconds();
-    const double start_cpu_s = CpuSeconds(RUSAGE_SELF), start_consumer_s = CpuSeconds(RUSAGE_THREAD);
-    while (tb::NowSeconds() - start < seconds) loader.Next();
-    const double elapsed = tb::NowSeconds() - start;
-    const tb::LoaderStats stats = loader.stats();
-    const double consumer_cpu_s = CpuSeconds(RUSAGE_THREAD), process_cpu_s = CpuSeconds(RUSAGE_SELF);
-    std::printf("loader_MBps %.1f bytes %llu seconds %.3f batches %llu wait_s %.3f read_us %.1f cpu_s %.3f "
-                "consumer_cpu_s %.3f worker_idle_s %.3f idles %llu\n",
-                stats.bytes_read / elapsed / 1e6, static_cast<unsigned long long>(stats.bytes_read), elapsed,
-                static_cast<unsigned long long>(stats.batches), stats.wait_s,
-                stats.reads ? stats.read_s / static_cast<double>(stats.reads) * 1e6 : 0.0, process_cpu_s - start_cpu_s,
-                consumer_cpu_s - start_consumer_s, stats.worker_idle_s,
-                static_cast<unsigned long long>(stats.worker_idles));
   } catch (const tb::Error& e) {
     std::fprintf(stderr, "perf_loader_bench: %s\n", e.what());
     return static_cast<int>(e.code());
