@@ -109,6 +109,18 @@ void ExpectBatchMatches(const LoaderBatch& b, const std::vector<std::vector<uint
   }
 }
 
+// Takes `batches` batches, checks each against `expected`, and returns the samples they held.
+std::set<uint64_t> NextBatchesMatch(DataLoader& loader, int batches,
+                                    const std::vector<std::vector<uint32_t>>& expected) {
+  std::set<uint64_t> seen;
+  for (int i = 0; i < batches; ++i) {
+    const LoaderBatch& b = loader.Next();
+    ExpectBatchMatches(b, expected);
+    seen.insert(b.samples.begin(), b.samples.end());
+  }
+  return seen;
+}
+
 // Raw mode's samples of one file: each whole record of `record` bytes gives its first `tokens` little-endian
 // uint16 values modulo `vocab`.
 void AppendRawSamples(const std::vector<unsigned char>& bytes, size_t record, int tokens, uint32_t vocab,
@@ -618,13 +630,7 @@ TEST(DataLoaderTest, RawModeReadsAnyFiles) {
   for (const auto& [path, bytes] : files) AppendRawSamples(bytes, 64, 16, 1000, expected);  // std::map: sorted
   ASSERT_EQ(loader.stats().samples, expected.size());
   ASSERT_EQ(expected.size(), 16u);
-  std::set<uint64_t> seen;
-  for (int i = 0; i < 8; ++i) {
-    const LoaderBatch& b = loader.Next();
-    ExpectBatchMatches(b, expected);
-    seen.insert(b.samples.begin(), b.samples.end());
-  }
-  EXPECT_EQ(seen.size(), 16u);
+  EXPECT_EQ(NextBatchesMatch(loader, 8, expected).size(), 16u);
 }
 
 // More files than descriptors to spare: the first half of the soft limit stay open, the others are opened for
@@ -666,13 +672,7 @@ TEST(DataLoaderTest, FilesBeyondTheDescriptorBudgetAreOpenedPerRead) {
     EXPECT_EQ(loader.stats().files, 40u);
     EXPECT_EQ(loader.stats().open_files, 24u);
     EXPECT_EQ(loader.stats().mapped_files, read == ReadMethod::kMmap ? 24u : 0u);
-    std::set<uint64_t> seen;
-    for (int i = 0; i < 20; ++i) {
-      const LoaderBatch& b = loader.Next();
-      ExpectBatchMatches(b, expected);
-      seen.insert(b.samples.begin(), b.samples.end());
-    }
-    EXPECT_EQ(seen.size(), 80u);
+    EXPECT_EQ(NextBatchesMatch(loader, 20, expected).size(), 80u);
   }
 }
 

@@ -580,8 +580,8 @@ const std::vector<ViewColumn>& IoPointDetailColumns() {
   namespace p = sc::io_point;
   static const std::vector<ViewColumn> columns = {
       Show(p::io_throttle_MBps, 2), Show(p::checkpoint_writer_slowdown_steps), Show(p::dataset_files),
-      Show(p::dataset_files_kept_open), Show(p::dataset_files_mapped), Show(p::dataset_samples), Show(p::record_bytes),
-      Show(p::dropped_samples_per_epoch), Show(p::loader_bytes), Show(p::loader_per_read_MBps, 2),
+      Show(p::dataset_files_kept_open), Show(p::dataset_files_mapped), Show(p::dataset_samples),
+      Show(p::record_bytes), Show(p::dropped_samples_per_epoch), Show(p::loader_bytes), Show(p::loader_per_read_MBps, 2),
       Show(p::checkpoint_state_bytes), Show(p::checkpoint_bytes), Show(p::checkpoint_write_GBps, 3),
       Show(p::resumed_from),
       Show(p::resumed_step), Show(p::resume_load_s, 3)};
