@@ -22,6 +22,7 @@
 #include "clock.h"
 #include "data_loader.h"
 #include "error.h"
+#include "spin_wait.h"
 #include "token_batch.h"
 #include "token_dataset.h"
 #include "token_shard.h"
@@ -977,3 +978,17 @@ TEST(DataLoaderTest, BadOptionsNameTheFlag) {
 
 }  // namespace
 }  // namespace tb
+
+// Next()'s poll before it sleeps: true as soon as the condition holds (set by another thread), false once the
+// time is up, never before it.
+TEST(SpinWait, ReturnsWhenDoneOrWhenTimeIsUp) {
+  EXPECT_TRUE(tb::SpinUntil([] { return true; }, 0));
+  std::atomic<bool> flag{false};
+  std::thread setter([&] { flag.store(true, std::memory_order_release); });
+  EXPECT_TRUE(tb::SpinUntil([&] { return flag.load(std::memory_order_acquire); }, 60.0));
+  setter.join();
+  const double start = tb::NowSeconds();
+  EXPECT_FALSE(tb::SpinUntil([] { return false; }, 0.01));
+  EXPECT_GE(tb::NowSeconds() - start, 0.01);
+  EXPECT_GE(tb::CpusAvailable(), 1);
+}

@@ -9,12 +9,12 @@
 //
 // ENGINE raw is the raw baseline, the floor of any loader that keeps what it reads until a consumer takes it:
 // WORKERS threads pread (or copy from the maps) random records of the same files (the same READ and record size)
-// into two batch buffers from the same allocator as the loader's ring, the one being filled and the one a consumer would hold;
-// thread w fills rows w, w + WORKERS, ... of one buffer, then of the other, and a consumer thread is woken once per
-// B records read, as a loader's consumer waiting for each batch is. No sample plan, no order, no locks among the
-// readers. Where fio reads every record into one 64 KiB buffer that never leaves the core's L2 cache, a
-// loader's batches are distinct memory: raw against fio measures what that costs on this machine, loader against
-// raw what the loader's own machinery costs. Output: "raw_MBps <MB/s> bytes <B> seconds <s> cpu_s <s>".
+// into two batch buffers from the same allocator as the loader's ring, the one being filled and the one a consumer
+// would hold; thread w fills rows w, w + WORKERS, ... of one buffer, then of the other, and a consumer thread waits
+// for every B records read as the loader's consumer waits for each batch (polling first where a core is spare, else
+// asleep). No sample plan, no order, no locks among the readers. Where fio reads every record into one 64 KiB
+// buffer that never leaves the core's L2 cache, a loader's batches are distinct memory: raw against fio measures
+// what that costs on this machine, loader against raw what the loader's own machinery costs. Output: "raw_MBps <MB/s> bytes <B> seconds <s> cpu_s <s>".
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -92,9 +92,9 @@ struct RawFiles {
   }
 };
 
-// The raw baseline's consumer: a thread that sleeps until a batch's worth of rows (B) has been read since the last
+// The raw baseline's consumer: a thread that waits until a batch's worth of rows (B) has been read since the last
 // one, as a loader's consumer waits for each batch: the one hand-off per batch that any loader whose consumer waits
-// pays (a futex wake, the consumer's run, the reader it preempts).
+// pays (a poll on a spare core; else a futex wake, the consumer's run, the reader it preempts).
 class RawConsumer {
  public:
   RawConsumer(int batch, int readers)
@@ -149,7 +149,8 @@ uint64_t RawReads(const tb::DataLoaderOptions& o, double seconds, double& elapse
   const RawFiles files(o);
   const uint64_t row = (o.record_bytes + 4095) / 4096 * 4096;  // O_DIRECT: whole, aligned blocks
   const size_t batch_bytes = static_cast<size_t>(o.batch) * row;
-  const std::unique_ptr<void, std::function<void(void*)>> ring(o.allocator.allocate(2 * batch_bytes), o.allocator.release);
+  const std::unique_ptr<void, std::function<void(void*)>> ring(o.allocator.allocate(2 * batch_bytes),
+                                                               o.allocator.release);
   auto* base = static_cast<unsigned char*>(ring.get());
   std::vector<uint64_t> bytes(static_cast<size_t>(o.workers), 0);
   std::atomic<bool> failed{false};

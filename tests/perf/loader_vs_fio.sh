@@ -3,10 +3,10 @@
 # positioned reads of one sample (record) each, as many fio jobs as loader workers: buffered (pread through the page
 # cache: --read pread), mmap (--read mmap, against fio --ioengine=mmap) and O_DIRECT. Prints both
 # throughputs and loader/fio (target >= 0.9), a raw baseline (perf_loader_bench's ENGINE raw: the same reads by W
-# threads into two batch buffers and a consumer woken once per batch, no order among the reads: the floor of any
-# loader that keeps its batches and hands them over), the share of the cores each kept busy, and a verdict per cell
-# naming what set the pace. Ratios are the median over rounds of each round's ratio (the tools alternate within a
-# round; this VM flips between fast and slow states). Figures: tests/perf/README.md.
+# threads into two batch buffers and a consumer that waits for each batch as the loader's does, no order among the
+# reads: the floor of any loader that keeps its batches and hands them over), the share of the cores each kept
+# busy, and a verdict per cell naming what set the pace. Ratios are the median over rounds of each round's ratio
+# (the tools alternate within a round; this VM flips between fast and slow states). Figures: tests/perf/README.md.
 #   loader_vs_fio.sh BUILD_DIR [DATA_DIR]
 # Environment: TB_PERF_TOKENS (dataset size, default 512M tokens = 1 GB), TB_PERF_SECONDS (per run, default 5),
 # TB_PERF_ROUNDS (default 3: fio and the loader alternate, first one then the other; medians are printed),
@@ -122,15 +122,21 @@ run() {  # key command...: one measurement into runs[key], the cores' busy share
 # while the ratio column compares it with fio's own mmap engine, like with like).
 # Who set the pace of a cell: met (l/psync >= 0.9); "memory" when the loader reaches >= 0.9 of the raw
 # baseline and the raw baseline itself falls short of 0.9 of fio (reads that must land in batch buffers and be
-# handed over, not in one cache-resident buffer as fio's, run no faster on this machine); "more workers than cores"
-# when W exceeds the cores: the loader hands batches out in order, so a worker descheduled for its time slice holds
-# up its batch while the others read ahead to the prefetch limit and wait (fio's and raw's threads never wait for
-# one another); else the loader itself, with loader/raw and raw/fio beside it (what each part of the gap is).
-verdict() {  # loader/psync loader/raw raw/fio workers
+# handed over, not in one cache-resident buffer as fio's, run no faster on this machine); "the cores" when the W
+# workers and the consumer outnumber the cores and kept them >= 90 % busy: fio runs W threads, the loader W + 1,
+# and a consumer with no core of its own is woken (a futex wake, a preempted worker) once per batch instead of
+# polling for it; "more workers than cores" when W exceeds the cores and they were not kept busy: the loader hands
+# batches out in order, so a worker descheduled for its time slice holds up its batch while the others read ahead
+# to the prefetch limit and wait (fio's threads never wait for one another); else the loader itself, with
+# loader/raw and raw/fio beside it (what each part of the gap is).
+verdict() {  # loader/psync loader/raw raw/fio workers loader-busy-share
   [[ $1 == - ]] && { echo -; return; }
-  awk -v r="$1" -v w="$2" -v f="$3" -v n="$4" -v cores="$(nproc)" 'BEGIN {
-    if (r >= 0.9) print "met"; else if (w != "-" && w >= 0.9 && f != "-" && f < 0.9) print "NOT met: memory"
+  awk -v r="$1" -v w="$2" -v f="$3" -v n="$4" -v b="$5" -v cores="$(nproc)" 'BEGIN {
+    if (r >= 0.9) print "met"
+    else if (n + 1 > cores && b != "-" && b >= 0.9)
+      printf "NOT met: the cores (%d workers + the consumer on %d)\n", n, cores
     else if (n > cores) print "NOT met: more workers than cores (" cores ")"
+    else if (w != "-" && w >= 0.9 && f != "-" && f < 0.9) print "NOT met: memory"
     else printf "NOT met: the loader (l/raw %s, raw/fio %s)\n", w, f }'
 }
 fio_runs() {
@@ -163,7 +169,7 @@ for mode in $modes; do
         lp=$([[ $mode == mmap ]] && ratio fio_psync "l0 $spec" || echo "$lf")
         printf "%10s %8s %8s %6s %10s %10s %7s %10s %7s %10s %10s %7s %12s %7s  %s\n" "$mode" "$record" "$workers" \
           "$(sequences "$spec" "$record")" "$f" "$l" "$lf" "$r" "$lr" "$fh" "$lh" "$(ratio fio_huge "l1 $spec")" \
-          "$bf/$bl" "$lp" "$(verdict "$lp" "$lr" "$(ratio fio "r0 $spec")" "$workers")"
+          "$bf/$bl" "$lp" "$(verdict "$lp" "$lr" "$(ratio fio "r0 $spec")" "$workers" "$bl")"
       done
     done
   done
