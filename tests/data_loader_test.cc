@@ -2,6 +2,7 @@
 // exactly once per epoch across ranks, simulated in one process); resume; O_DIRECT; raw mode; record sizes;
 // the throttle and latency arithmetic; allocator hook and shutdown.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -534,6 +535,46 @@ TEST(DataLoaderTest, EverySampleOncePerEpochAcrossRanks) {
       for (const auto& [sample, count] : reads) ASSERT_EQ(count, 1) << "sample " << sample << " world " << world;
     }
   }
+}
+
+// The consumer polls where a core is spare and workers yield after each claim where they outnumber the CPUs:
+// with the process on one CPU and on all of them, 1 and 3 workers, every batch still comes back whole and in order.
+TEST(DataLoaderTest, BatchesComeBackInOrderWhateverCpusTheWorkersHave) {
+  TempDir dir;
+  const int seq = 9;
+  const auto shards = CountingShards(dir.path(), 1u << 20, {700, 301});
+  const auto expected = ExpectedSamples(shards, seq, seq + 1);
+  cpu_set_t all;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(all), &all), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &all)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  }
+  for (const cpu_set_t* cpus : {&one, &all}) {
+    ASSERT_EQ(::sched_setaffinity(0, sizeof(*cpus), cpus), 0);  // the loader's threads inherit it
+    for (int workers : {1, 3}) {
+      DataLoaderOptions o;
+      o.dir = dir.path();
+      o.seq = seq;
+      o.batch = 7;
+      o.workers = workers;
+      o.prefetch = 3;
+      DataLoader loader(o);
+      const uint64_t per_epoch = loader.stats().batches_per_epoch;
+      ASSERT_EQ(per_epoch, expected.size() / 7);
+      for (uint64_t b = 0; b < 5 * per_epoch; ++b) {
+        const LoaderBatch& got = loader.Next();
+        ASSERT_EQ(got.position, (LoaderPosition{b / per_epoch, b % per_epoch, o.seed}))
+            << workers << " workers on " << CPU_COUNT(cpus) << " CPUs";
+        ExpectBatchMatches(got, expected);
+      }
+    }
+  }
+  ASSERT_EQ(::sched_setaffinity(0, sizeof(all), &all), 0);
 }
 
 // ---- resume -------------------------------------------------------------------------------------------------

@@ -274,7 +274,9 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
   current_.tokens.token_bytes = static_cast<int>(src.token_bytes);
   current_.tokens.wrap_vocab = src.wrap_to_vocab ? src.vocab : 0;
   current_.tokens.origin = [this](int window, int token) { return OriginOf(current_.samples.at(window), token); };
-  consumer_spin_s_ = options_.workers < CpusAvailable() ? kConsumerSpin_s : 0;
+  const int cpus = CpusAvailable();
+  consumer_spin_s_ = options_.workers < cpus ? kConsumerSpin_s : 0;
+  yield_between_claims_ = options_.workers > cpus;
   for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { Work(); });
 }
 
@@ -483,17 +485,26 @@ DataLoader::Claim DataLoader::ClaimRows(size_t cpu) {
 }
 
 // Without the lock: works out the claimed rows' samples (a pure function of the slot's position, set under the lock
-// by the batch's first claim) and reads them. Returns false when the loader stopped while a read slept.
+// by the batch's first claim) and reads them. Returns false when the loader stopped while a read slept or when a read
+// failed (the error kept for Next() to rethrow, every waiter woken).
 bool DataLoader::FillRows(const Claim& c, BatchStats& part, double& first_start_s, double& last_end_s) {
   const LoaderPosition& position = c.slot->position;
-  for (int row = c.first_row; row < c.first_row + c.rows; ++row) {
-    c.slot->samples[row] = plan_->Sample(position.epoch, position.batch, options_.rank, row);
-    const SampleRead read = ReadSample(c.slot->samples[row], *c.slot, row);
-    if (read.bytes == 0) return false;
-    part.bytes_read += read.bytes;
-    part.read_s += read.end_s - read.start_s;
-    first_start_s = row == c.first_row ? read.start_s : std::min(first_start_s, read.start_s);
-    last_end_s = std::max(last_end_s, read.end_s);
+  try {
+    for (int row = c.first_row; row < c.first_row + c.rows; ++row) {
+      c.slot->samples[row] = plan_->Sample(position.epoch, position.batch, options_.rank, row);
+      const SampleRead read = ReadSample(c.slot->samples[row], *c.slot, row);
+      if (read.bytes == 0) return false;
+      part.bytes_read += read.bytes;
+      part.read_s += read.end_s - read.start_s;
+      first_start_s = row == c.first_row ? read.start_s : std::min(first_start_s, read.start_s);
+      last_end_s = std::max(last_end_s, read.end_s);
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_ && !stop_) error_ = std::current_exception();
+    ready_cv_.notify_all();
+    work_cv_.notify_all();
+    return false;
   }
   return true;
 }
@@ -501,21 +512,24 @@ bool DataLoader::FillRows(const Claim& c, BatchStats& part, double& first_start_
 // A worker claims rows (ClaimRows), reads them without the lock (FillRows), then adds them to their batch and
 // claims its next rows in the same critical section: one lock acquisition per claim. The worker that completes the
 // batch Next() waits for wakes the consumer after it has released the lock, so that the consumer does not wake into
-// a held mutex and sleep on it a second time; a batch completed ahead of it wakes no one.
+// a held mutex and sleep on it a second time; a batch completed ahead of it wakes no one. With more workers than
+// CPUs a worker yields its core after each claim it has added: the scheduler then switches workers between claims,
+// not in the middle of one, where the worker it took the core from would hold its batch for a whole time slice
+// (milliseconds) while the others read ahead to the prefetch limit and sleep (tests/perf/README.md).
 void DataLoader::Work() {
   const uint64_t batch = static_cast<uint64_t>(options_.batch);
   bool completed = false;  // this worker completed the batch Next() waits for, and has not woken the consumer yet
-  auto wake_consumer = [&](std::unique_lock<std::mutex>& lock) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto unlock = [&] {
     lock.unlock();
-    ready_cv_.notify_all();
+    if (completed) ready_cv_.notify_all();
     completed = false;
   };
-  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     auto claimable = [&] { return stop_ || error_ || next_claim_ / batch < handed_ + options_.prefetch; };
     if (!claimable()) {
       if (completed) {
-        wake_consumer(lock);
+        unlock();
         lock.lock();
       }
       const double idle_from = NowSeconds();
@@ -525,35 +539,34 @@ void DataLoader::Work() {
     }
     if (stop_ || error_) return;
     const Claim claim = ClaimRows(CurrentCpu(free_rows_.size() - 1));
-    if (completed) {
-      wake_consumer(lock);
-    } else {
-      lock.unlock();
-    }
+    unlock();
     BatchStats part;
     double first_start_s = 0, last_end_s = 0;
-    try {
-      if (!FillRows(claim, part, first_start_s, last_end_s)) return;  // stopped while sleeping
-    } catch (...) {
-      lock.lock();
-      if (!error_ && !stop_) error_ = std::current_exception();
-      ready_cv_.notify_all();
-      work_cv_.notify_all();
-      return;
-    }
+    if (!FillRows(claim, part, first_start_s, last_end_s)) return;
     lock.lock();
-    Slot& slot = *claim.slot;
-    slot.stats.bytes_read += part.bytes_read;
-    slot.stats.read_s += part.read_s;
-    slot.first_start_s = slot.done == 0 ? first_start_s : std::min(slot.first_start_s, first_start_s);
-    slot.last_end_s = std::max(slot.last_end_s, last_end_s);
-    slot.done += claim.rows;
-    if (slot.done == options_.batch) {
-      slot.stats.fill_s = slot.last_end_s - slot.first_start_s;
-      completed = slot.sequence == handed_;  // the one Next() waits for; a later one is taken without a wait
-      if (completed) ready_through_.store(slot.sequence + 1, std::memory_order_release);
+    completed = AddRows(claim, part, first_start_s, last_end_s);
+    if (yield_between_claims_) {  // let a waiting worker take the core now, while this one holds no rows
+      unlock();
+      ::sched_yield();
+      lock.lock();
     }
   }
+}
+
+// Under the lock: a claim's rows and their statistics added to their batch. True when that completed the batch
+// Next() waits for (a later one is taken without a wait).
+bool DataLoader::AddRows(const Claim& c, const BatchStats& part, double first_start_s, double last_end_s) {
+  Slot& slot = *c.slot;
+  slot.stats.bytes_read += part.bytes_read;
+  slot.stats.read_s += part.read_s;
+  slot.first_start_s = slot.done == 0 ? first_start_s : std::min(slot.first_start_s, first_start_s);
+  slot.last_end_s = std::max(slot.last_end_s, last_end_s);
+  slot.done += c.rows;
+  if (slot.done < options_.batch) return false;
+  slot.stats.fill_s = slot.last_end_s - slot.first_start_s;
+  if (slot.sequence != handed_) return false;
+  ready_through_.store(slot.sequence + 1, std::memory_order_release);
+  return true;
 }
 
 DataLoader::SampleRead DataLoader::ReadSample(uint64_t sample, Slot& slot, int row) {

@@ -194,6 +194,7 @@ class DataLoader {
   void Work();
   Claim ClaimRows(size_t cpu);
   bool FillRows(const Claim& claim, BatchStats& part, double& first_start_s, double& last_end_s);
+  bool AddRows(const Claim& claim, const BatchStats& part, double first_start_s, double last_end_s);
   // Reads sample `sample` into row `row` of `slot` (latency, throttle and the pread); bytes 0 when stopped.
   SampleRead ReadSample(uint64_t sample, Slot& slot, int row);
   // Sleeps until `deadline` (NowSeconds) unless the loader stops first; returns false when it stops.
@@ -232,6 +233,7 @@ class DataLoader {
   // worker need not wake a sleeper (a futex wake and an interrupt per batch: tests/perf/README.md).
   std::atomic<uint64_t> ready_through_{0};
   double consumer_spin_s_ = 0;
+  bool yield_between_claims_ = false;  // more workers than CPUs: each yields its core after each claim (Work())
   uint64_t next_claim_ = 0;   // next (batch sequence x B + sample) to read
   bool stop_ = false;
   std::exception_ptr error_;
