@@ -1020,16 +1020,19 @@ TEST(DataLoaderTest, BadOptionsNameTheFlag) {
 }  // namespace
 }  // namespace tb
 
-// Next()'s poll before it sleeps: true as soon as the condition holds (set by another thread), false once the
-// time is up, never before it.
+// Next()'s poll before it sleeps, spinning on its core or yielding it: true as soon as the condition holds (set by
+// another thread), false once the time is up, never before it.
 TEST(SpinWait, ReturnsWhenDoneOrWhenTimeIsUp) {
-  EXPECT_TRUE(tb::SpinUntil([] { return true; }, 0));
-  std::atomic<bool> flag{false};
-  std::thread setter([&] { flag.store(true, std::memory_order_release); });
-  EXPECT_TRUE(tb::SpinUntil([&] { return flag.load(std::memory_order_acquire); }, 60.0));
-  setter.join();
-  const double start = tb::NowSeconds();
-  EXPECT_FALSE(tb::SpinUntil([] { return false; }, 0.01));
-  EXPECT_GE(tb::NowSeconds() - start, 0.01);
+  for (const bool yield_core : {false, true}) {
+    SCOPED_TRACE(yield_core ? "yielding" : "spinning");
+    EXPECT_TRUE(tb::SpinUntil([] { return true; }, 0, yield_core));
+    std::atomic<bool> flag{false};
+    std::thread setter([&] { flag.store(true, std::memory_order_release); });
+    EXPECT_TRUE(tb::SpinUntil([&] { return flag.load(std::memory_order_acquire); }, 60.0, yield_core));
+    setter.join();
+    const double start = tb::NowSeconds();
+    EXPECT_FALSE(tb::SpinUntil([] { return false; }, 0.01, yield_core));
+    EXPECT_GE(tb::NowSeconds() - start, 0.01);
+  }
   EXPECT_GE(tb::CpusAvailable(), 1);
 }

@@ -27,14 +27,20 @@ inline void CpuRelax() {
 #endif
 }
 
-// Polls `done` until it returns true (returns true) or `max_s` seconds have passed (returns false).
+// Polls `done` until it returns true (returns true) or `max_s` seconds have passed (returns false). With
+// `yield_core` each poll hands the core to any other runnable thread (sched_yield) instead of spinning on it: the
+// waiter for a thread that needs the core itself.
 template <typename Done>
-bool SpinUntil(Done done, double max_s) {
+bool SpinUntil(Done done, double max_s, bool yield_core = false) {
   const double until = NowSeconds() + max_s;
   for (;;) {
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < (yield_core ? 1 : 64); ++i) {
       if (done()) return true;
-      CpuRelax();
+      if (yield_core) {
+        ::sched_yield();
+      } else {
+        CpuRelax();
+      }
     }
     if (NowSeconds() >= until) return done();
   }

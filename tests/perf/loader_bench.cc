@@ -11,10 +11,11 @@
 // WORKERS threads pread (or copy from the maps) random records of the same files (the same READ and record size)
 // into two batch buffers from the same allocator as the loader's ring, the one being filled and the one a consumer
 // would hold; thread w fills rows w, w + WORKERS, ... of one buffer, then of the other, and a consumer thread waits
-// for every B records read as the loader's consumer waits for each batch (polling first where a core is spare, else
-// asleep). No sample plan, no order, no locks among the readers. Where fio reads every record into one 64 KiB
+// for every B records read as the loader's consumer waits for each batch (polling first unless the readers fill the
+// CPUs exactly). No sample plan, no order, no locks among the readers. Where fio reads every record into one 64 KiB
 // buffer that never leaves the core's L2 cache, a loader's batches are distinct memory: raw against fio measures
-// what that costs on this machine, loader against raw what the loader's own machinery costs. Output: "raw_MBps <MB/s> bytes <B> seconds <s> cpu_s <s>".
+// what that costs on this machine, loader against raw what the loader's own machinery costs.
+// Output: "raw_MBps <MB/s> bytes <B> seconds <s> cpu_s <s>".
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -99,7 +100,8 @@ class RawConsumer {
  public:
   RawConsumer(int batch, int readers)
       : batch_(static_cast<uint64_t>(batch)),
-        spin_s_(readers < tb::CpusAvailable() ? 200e-6 : 0),
+        spin_s_(readers == tb::CpusAvailable() ? 0 : 200e-6),
+        yield_(readers > tb::CpusAvailable()),
         thread_([this] { Run(); }) {}
   ~RawConsumer() {
     {
@@ -120,14 +122,15 @@ class RawConsumer {
   }
 
  private:
-  // With a core to spare (fewer readers than CPUs), polls for each batch up to the loader's 200 us before it sleeps,
-  // as DataLoader::Next() does; else sleeps at once.
+  // Waits for each batch as DataLoader::Next() does: polls up to the loader's 200 us before it sleeps, spinning
+  // where a core is spare (fewer readers than CPUs), yielding its core between polls with more readers than CPUs;
+  // with as many readers as CPUs sleeps at once.
   void Run() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (uint64_t taken = 0; !stop_; taken = batches_) {
       if (spin_s_ > 0) {
         lock.unlock();
-        tb::SpinUntil([&] { return batches_.load(std::memory_order_acquire) > taken; }, spin_s_);
+        tb::SpinUntil([&] { return batches_.load(std::memory_order_acquire) > taken; }, spin_s_, yield_);
         lock.lock();
       }
       ready_.wait(lock, [&] { return stop_ || batches_ > taken; });
@@ -136,6 +139,7 @@ class RawConsumer {
 
   const uint64_t batch_;
   const double spin_s_;
+  const bool yield_;
   std::atomic<uint64_t> rows_{0};
   std::mutex mutex_;
   std::condition_variable ready_;
