@@ -158,6 +158,9 @@ ModeResult MeasureMode(Communicator& comm, const CollectiveDef& def, Buffers& bu
   m.time_rank_avg_us = sum / all.size() * 1e6;
   m.algbw_GBps = static_cast<double>(c.size_bytes) / max / 1e9;
   m.busbw_GBps = m.algbw_GBps * bus_factor;
+  // On one rank an in-place operation has nothing to move (its data is already where it goes): the time is the
+  // call's overhead and S / t no bandwidth of anything (it printed thousands of GB/s), so the rates are N/A.
+  if (in_place && comm.size() == 1) m.algbw_GBps = m.busbw_GBps = std::nan("");
   const bool per_nic = o.split.nodes > 1 && HasPerNicRate(def);
   m.nic_busbw_GBps = per_nic ? PerNicBusBw(m.busbw_GBps, o.split.nodes, comm.size()) : std::nan("");
   if (o.check_iters > 0) {
@@ -294,7 +297,7 @@ std::vector<std::string> SweepFooterLines(const SweepResult& result) {
     int terms = 0;
     for (const SizeResult& row : op.rows) {
       for (const ModeResult* m : {&row.out_of_place, &row.in_place}) {
-        if (m->measured) {
+        if (m->measured && std::isfinite(m->busbw_GBps)) {
           sum += m->busbw_GBps;
           ++terms;
         }

@@ -50,6 +50,32 @@ TEST(Sweep, AllOperationsVerifyAndTimeConsistently) {
   EXPECT_EQ(rows, rows_seen);
 }
 
+// One rank: an in-place operation moves nothing, so its rates are N/A (NaN), not S over a no-op's time; the
+// out-of-place copy keeps its rate, and the footer's average skips the N/A rows.
+TEST(Sweep, InPlaceOnOneRankHasNoRate) {
+  auto self = MakeMpiCommunicator(MPI_COMM_SELF);
+  CollectivesFlags f;
+  f.sizes = "1K,64K";
+  f.ops = "all_reduce,broadcast";
+  f.iters = 3;
+  f.warmup = 1;
+  const SweepOptions o = ValidateCollectivesFlags(f, 1, nullptr);
+  const SweepResult result = RunSweep(*self, o, nullptr);
+  EXPECT_EQ(result.wrong_total, 0);
+  for (const OpResult& op : result.ops) {
+    for (const SizeResult& row : op.rows) {
+      EXPECT_TRUE(std::isnan(row.in_place.algbw_GBps)) << op.def->name << " " << row.size_bytes;
+      EXPECT_TRUE(std::isnan(row.in_place.busbw_GBps)) << op.def->name << " " << row.size_bytes;
+      EXPECT_GT(row.in_place.time_us, 0);
+      EXPECT_TRUE(std::isfinite(row.out_of_place.algbw_GBps) && row.out_of_place.algbw_GBps > 0);
+      EXPECT_NE(SweepRowLine(row, op, o).find("N/A"), std::string::npos);
+    }
+  }
+  for (const std::string& line : SweepFooterLines(result)) {
+    EXPECT_EQ(line.find("nan"), std::string::npos) << line;
+  }
+}
+
 TEST(Sweep, ReportHoldsTheDocumentedTable) {
   auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
   SweepOptions o = SmallSweep("all_reduce,broadcast");
