@@ -300,29 +300,20 @@ std::string EnergyLine(const RunAnalysis& a) {
                 p.joules_per_token, p.train.k, *a.power_per_gpu_W);
 }
 
-RunAnalysis AnalyzeRun(const Report& report, const std::string& path, const CostFlags& f, const std::vector<AllReduceSample>& extra_samples,
-                       const std::vector<Layout>& layouts, const LinkOverrides& overrides,
-                       const std::optional<PriceFile>& prices) {
-  RunAnalysis a;
-  a.m = ReadRunMeasurement(report, path);
-  a.priced = a.m.points.size() - 1;
-  if (f.k > 0) {
-    std::vector<std::string> measured;
-    bool found = false;
-    for (size_t i = 0; i < a.m.points.size(); ++i) {
-      measured.push_back(std::to_string(a.m.points[i].train.k));
-      if (a.m.points[i].train.k == f.k) {
-        a.priced = i;
-        found = true;
-      }
-    }
-    if (!found) throw InputError("--k " + std::to_string(f.k) + ": '" + path + "' measured k = " + JoinNames(measured, ","));
+// The index of the point measured at --k (the largest point without it); a --k the run did not measure is bad input.
+size_t PricedPoint(const RunMeasurement& m, int k, const std::string& path) {
+  if (k <= 0) return m.points.size() - 1;
+  for (size_t i = m.points.size(); i-- > 0;) {
+    if (m.points[i].train.k == k) return i;
   }
-  a.power_per_gpu_W = EnergyOf(a.m.points[a.priced]);
-  a.device_as = !f.device_as.empty();
-  a.gpu = a.device_as ? std::optional<GpuModel>(FindGpuModel(f.device_as, "--device-as")) : MatchGpuModel(a.m.device);
+  std::vector<std::string> measured;
+  for (const MeasuredPoint& p : m.points) measured.push_back(std::to_string(p.train.k));
+  throw InputError("--k " + std::to_string(k) + ": '" + path + "' measured k = " + JoinNames(measured, ","));
+}
 
-  // The checkpoint stall of the priced point, else of the largest point that checkpointed.
+// The checkpoint stall of the priced point, else of the largest point that checkpointed, and the checkpoint size
+// the price file's interval model uses: the price file's, else the measured state, else 12 B per parameter.
+void SetCheckpointCost(RunAnalysis& a, const std::optional<PriceFile>& prices) {
   const MeasuredPoint& priced = a.m.points[a.priced];
   const MeasuredPoint* stalled = priced.checkpoint_stall_s ? &priced : nullptr;
   for (auto it = a.m.points.rbegin(); !stalled && it != a.m.points.rend(); ++it) {
@@ -333,45 +324,58 @@ RunAnalysis AnalyzeRun(const Report& report, const std::string& path, const Cost
     a.stall_events = stalled->checkpoint_events;
     a.stall_k = stalled->train.k;
   }
-  if (prices) {
-    const CostAssumptions& as = prices->assumptions;
-    if (as.checkpoint_size == CheckpointSizeSource::kGigabytes) {
-      a.checkpoint_gb = as.checkpoint_gb;
-      a.checkpoint_size_source = "from the price file";
-    } else if (stalled && stalled->checkpoint_state_bytes > 0) {
-      a.checkpoint_gb = stalled->checkpoint_state_bytes / 1e9;
-      a.checkpoint_size_source = "measured";
-    } else {
-      a.checkpoint_gb = a.m.parameters * kCheckpointBytesPerParameter / 1e9;
-      a.checkpoint_size_source = "estimated: 12 B/parameter (fp32 weights + AdamW m, v)";
-    }
+  if (!prices) return;
+  const CostAssumptions& as = prices->assumptions;
+  if (as.checkpoint_size == CheckpointSizeSource::kGigabytes) {
+    a.checkpoint_gb = as.checkpoint_gb;
+    a.checkpoint_size_source = "from the price file";
+  } else if (stalled && stalled->checkpoint_state_bytes > 0) {
+    a.checkpoint_gb = stalled->checkpoint_state_bytes / 1e9;
+    a.checkpoint_size_source = "measured";
+  } else {
+    a.checkpoint_gb = a.m.parameters * kCheckpointBytesPerParameter / 1e9;
+    a.checkpoint_size_source = "estimated: 12 B/parameter (fp32 weights + AdamW m, v)";
   }
+}
 
+// Fits the links to the run's collectives and steps and projects its step time to each layout; a layout the run
+// cannot be projected to (tensor-parallel groups that do not fit its nodes, a link it lacks) is bad input.
+void ProjectLayouts(RunAnalysis& a, const std::string& path, const std::vector<Layout>& layouts,
+                    const LinkOverrides& overrides) {
+  std::vector<TrainPointInput> points;
+  for (const MeasuredPoint& p : a.m.points) points.push_back(p.train);
+  std::vector<AllReduceSample> samples = a.collective_samples;
+  for (const AllReduceSample& s : TrainSamples(points)) samples.push_back(s);
+  a.fit = FitAlphaBeta(samples);
+  a.links = ResolveLinks(*a.fit, overrides);
+  a.step_model.emplace(points, a.m.weak_scaling, points.front());
+  const int t = points.back().tensor_parallel;
+  for (const Layout& layout : layouts) {
+    if (layout.gpus_per_node % t != 0) {
+      throw InputError("cannot project '" + path + "' (tensor parallel " + std::to_string(t) + ") to " +
+                       layout.Name() + ": its groups stay inside a node, and " + std::to_string(t) +
+                       " does not divide " + std::to_string(layout.gpus_per_node) + " GPUs per node");
+    }
+    const std::string missing = MissingLinks(a.links, layout);
+    if (!missing.empty()) throw InputError("cannot project '" + path + "' to " + layout.Name() + ": " + missing);
+    a.projected.push_back(a.step_model->Project(a.links, layout));
+  }
+  a.held_out = CheckHeldOut(points, a.collective_samples, a.m.weak_scaling, overrides);
+}
+
+RunAnalysis AnalyzeRun(const Report& report, const std::string& path, const CostFlags& f,
+                       const std::vector<AllReduceSample>& extra_samples, const std::vector<Layout>& layouts,
+                       const LinkOverrides& overrides, const std::optional<PriceFile>& prices) {
+  RunAnalysis a;
+  a.m = ReadRunMeasurement(report, path);
+  a.priced = PricedPoint(a.m, f.k, path);
+  a.power_per_gpu_W = EnergyOf(a.m.points[a.priced]);
+  a.device_as = !f.device_as.empty();
+  a.gpu = a.device_as ? std::optional<GpuModel>(FindGpuModel(f.device_as, "--device-as")) : MatchGpuModel(a.m.device);
+  SetCheckpointCost(a, prices);
   a.collective_samples = a.m.all_reduce;
   a.collective_samples.insert(a.collective_samples.end(), extra_samples.begin(), extra_samples.end());
-  if (!layouts.empty()) {
-    std::vector<TrainPointInput> points;
-    for (const MeasuredPoint& p : a.m.points) points.push_back(p.train);
-    std::vector<AllReduceSample> samples = a.collective_samples;
-    for (const AllReduceSample& s : TrainSamples(points)) samples.push_back(s);
-    a.fit = FitAlphaBeta(samples);
-    a.links = ResolveLinks(*a.fit, overrides);
-    a.step_model.emplace(points, a.m.weak_scaling, points.front());
-    const int t = points.back().tensor_parallel;
-    for (const Layout& layout : layouts) {
-      if (layout.gpus_per_node % t != 0) {
-        throw InputError("cannot project '" + path + "' (tensor parallel " + std::to_string(t) + ") to " +
-                         layout.Name() + ": its groups stay inside a node, and " + std::to_string(t) +
-                         " does not divide " + std::to_string(layout.gpus_per_node) + " GPUs per node");
-      }
-      const std::string missing = MissingLinks(a.links, layout);
-      if (!missing.empty()) {
-        throw InputError("cannot project '" + path + "' to " + layout.Name() + ": " + missing);
-      }
-      a.projected.push_back(a.step_model->Project(a.links, layout));
-    }
-    a.held_out = CheckHeldOut(points, a.collective_samples, a.m.weak_scaling, overrides);
-  }
+  if (!layouts.empty()) ProjectLayouts(a, path, layouts, overrides);
   a.memory = ModelMemory(f, &a.m);
   return a;
 }
