@@ -226,6 +226,30 @@ DatasetWritten WriteDataset(const DatasetRequest& request, const RankContext& ct
 
 namespace {
 
+// --force: the shards a previous `data generate` left in `dir`.
+void RemoveOldShards(const std::string& dir) {
+  for (const std::string& path : OldShardFiles(dir)) {
+    std::error_code ec;
+    if (!fs::remove(path, ec) && ec) throw RuntimeError("cannot remove old shard " + path + ": " + ec.message());
+  }
+}
+
+// What every rank wrote together, printed and kept in the report's summary.
+void RecordWritten(CommandRun& run, const std::string& dir, const Written& all, double seconds, bool interrupted) {
+  const double GBps = all.bytes / seconds / 1e9;
+  Print(Format("# %s %llu tokens in %llu shards, %.3f GB, to %s in %.2f s, %.3f GB/s%s",
+               interrupted ? "interrupted: wrote" : "wrote", static_cast<unsigned long long>(all.tokens),
+               static_cast<unsigned long long>(all.shards), all.bytes / 1e9, dir.c_str(), seconds, GBps,
+               interrupted ? " (the dataset is incomplete)" : ""),
+        true);
+  Group& summary = schema::GroupOf(run.report().root, schema::kSummary);
+  schema::Set(summary, schema::summary::tokens_written, static_cast<int64_t>(all.tokens));
+  schema::Set(summary, schema::summary::shards_written, static_cast<int64_t>(all.shards));
+  schema::Set(summary, schema::summary::bytes_written, static_cast<int64_t>(all.bytes));
+  schema::Set(summary, schema::summary::seconds, seconds);
+  schema::Set(summary, schema::summary::write_GBps, GBps);
+}
+
 int RunGenerate(const CommandInput& input, const std::vector<std::string>& args) {
   GenerateFlags f;
   CommonOptions common;
@@ -260,11 +284,7 @@ int RunGenerate(const CommandInput& input, const std::vector<std::string>& args)
     run->BeginMeasurement("data generate");
     // Old shards go before any rank writes, so that a smaller dataset leaves none of them behind.
     AgreeOnSetup([&] {
-      if (input.ctx.world_rank != 0 || !f.force) return;
-      for (const std::string& path : OldShardFiles(f.dir)) {
-        std::error_code ec;
-        if (!fs::remove(path, ec) && ec) throw RuntimeError("cannot remove old shard " + path + ": " + ec.message());
-      }
+      if (input.ctx.world_rank == 0 && f.force) RemoveOldShards(f.dir);
     });
     Print(Format("# trainbench data generate: %llu tokens (%s, vocab %lld, %s) in %llu shards of %llu to %s, %d ranks",
                  static_cast<unsigned long long>(plan.tokens), TokenDtypeName(plan.token_bytes).c_str(),
@@ -277,18 +297,7 @@ int RunGenerate(const CommandInput& input, const std::vector<std::string>& args)
     TB_CHECK_MPI(MPI_Allreduce(totals, summed, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
     const double seconds = NowSeconds() - start_s;
     const bool interrupted = summed[1] < plan.shards;
-    const double GBps = summed[0] / seconds / 1e9;
-    Print(Format("# %s %llu tokens in %llu shards, %.3f GB, to %s in %.2f s, %.3f GB/s%s",
-                 interrupted ? "interrupted: wrote" : "wrote", static_cast<unsigned long long>(summed[2]),
-                 static_cast<unsigned long long>(summed[1]), summed[0] / 1e9, f.dir.c_str(), seconds, GBps,
-                 interrupted ? " (the dataset is incomplete)" : ""),
-          true);
-    Group& summary = schema::GroupOf(run->report().root, schema::kSummary);
-    schema::Set(summary, schema::summary::tokens_written, static_cast<int64_t>(summed[2]));
-    schema::Set(summary, schema::summary::shards_written, static_cast<int64_t>(summed[1]));
-    schema::Set(summary, schema::summary::bytes_written, static_cast<int64_t>(summed[0]));
-    schema::Set(summary, schema::summary::seconds, seconds);
-    schema::Set(summary, schema::summary::write_GBps, GBps);
+    RecordWritten(*run, f.dir, Written{summed[0], summed[1], summed[2]}, seconds, interrupted);
     return run->Finish(interrupted);
   });
 }
