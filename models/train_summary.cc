@@ -228,6 +228,26 @@ std::string StepLine(const StepRecord& r, double loss, int k, double tokens_per_
                 100 * r.comm_exposed_s / step, 100 * r.checkpoint_stall_s / step);
 }
 
+namespace {
+
+// The point's stall budget per rank (share of step time, p50/p95/p99) and its slowest rank.
+void AppendStallBudgetLines(const ScalingPoint& p, std::vector<std::string>& lines) {
+  lines.push_back("#   stall budget per rank (share of step time, p50/p95/p99):");
+  TextTable table({{"rank", "", 6}, {"host", "", 12}, {"step", "(ms)", 9}, {"compute", "", 17},
+                   {"comm_exposed", "", 17}, {"data_wait", "", 17}, {"checkpoint", "", 17}, {"other", "", 17}});
+  for (std::string& line : table.HeaderLines()) lines.push_back(std::move(line));
+  auto cell = [&](const Percentiles& q) { return Format("%.1f/%.1f/%.1f", 100 * q.p50, 100 * q.p95, 100 * q.p99); };
+  for (const StallBudget& b : p.budgets) {
+    lines.push_back(table.Row({std::to_string(b.rank), b.host, FormatFixed(b.median_step_s * 1e3, 2), cell(b.compute),
+                               cell(b.comm_exposed), cell(b.data_wait), cell(b.checkpoint_stall), cell(b.other)}));
+  }
+  const StallBudget& worst = p.budgets[static_cast<size_t>(p.worst_rank)];
+  lines.push_back(Format("#   slowest rank: %d on %s (%s), median step %.2f ms", worst.rank, worst.host.c_str(),
+                         worst.device.c_str(), worst.median_step_s * 1e3));
+}
+
+}  // namespace
+
 std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mode) {
   auto pct = [](double v) { return std::isnan(v) ? std::string("n/a") : Format("%.1f%%", 100 * v); };
   std::vector<std::string> lines = {
@@ -278,18 +298,7 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
                                                       : Format(": comm inside nodes %.3f ms, across nodes %.3f ms",
                                                                p.comm_intra_s * 1e3, p.comm_inter_s * 1e3).c_str()));
   }
-  lines.push_back("#   stall budget per rank (share of step time, p50/p95/p99):");
-  TextTable table({{"rank", "", 6}, {"host", "", 12}, {"step", "(ms)", 9}, {"compute", "", 17},
-                   {"comm_exposed", "", 17}, {"data_wait", "", 17}, {"checkpoint", "", 17}, {"other", "", 17}});
-  for (std::string& line : table.HeaderLines()) lines.push_back(std::move(line));
-  auto cell = [&](const Percentiles& q) { return Format("%.1f/%.1f/%.1f", 100 * q.p50, 100 * q.p95, 100 * q.p99); };
-  for (const StallBudget& b : p.budgets) {
-    lines.push_back(table.Row({std::to_string(b.rank), b.host, FormatFixed(b.median_step_s * 1e3, 2), cell(b.compute),
-                               cell(b.comm_exposed), cell(b.data_wait), cell(b.checkpoint_stall), cell(b.other)}));
-  }
-  const StallBudget& worst = p.budgets[static_cast<size_t>(p.worst_rank)];
-  lines.push_back(Format("#   slowest rank: %d on %s (%s), median step %.2f ms", worst.rank, worst.host.c_str(),
-                         worst.device.c_str(), worst.median_step_s * 1e3));
+  AppendStallBudgetLines(p, lines);
   return lines;
 }
 
