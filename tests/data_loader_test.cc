@@ -1021,7 +1021,7 @@ TEST(DataLoaderTest, BadOptionsNameTheFlag) {
 }  // namespace tb
 
 // Next()'s poll before it sleeps, spinning on its core or yielding it: true as soon as the condition holds (set by
-// another thread), false once the time is up, never before it.
+// another thread), false once the time is up, never before it; and which way it waits for how many workers.
 TEST(SpinWait, ReturnsWhenDoneOrWhenTimeIsUp) {
   for (const bool yield_core : {false, true}) {
     SCOPED_TRACE(yield_core ? "yielding" : "spinning");
@@ -1034,5 +1034,14 @@ TEST(SpinWait, ReturnsWhenDoneOrWhenTimeIsUp) {
     EXPECT_FALSE(tb::SpinUntil([] { return false; }, 0.01, yield_core));
     EXPECT_GE(tb::NowSeconds() - start, 0.01);
   }
-  EXPECT_GE(tb::CpusAvailable(), 1);
+  const int cpus = tb::CpusAvailable();
+  EXPECT_GE(cpus, 1);
+  // How a consumer waits: polls spinning with a core spare, sleeps at once with every CPU a producer's, polls
+  // yielding with more producers than CPUs.
+  EXPECT_GT(tb::ConsumerWaitFor(cpus - 1).poll_s, 0);
+  EXPECT_FALSE(tb::ConsumerWaitFor(cpus - 1).oversubscribed);
+  EXPECT_EQ(tb::ConsumerWaitFor(cpus).poll_s, 0);
+  EXPECT_FALSE(tb::ConsumerWaitFor(cpus).oversubscribed);
+  EXPECT_GT(tb::ConsumerWaitFor(cpus + 1).poll_s, 0);
+  EXPECT_TRUE(tb::ConsumerWaitFor(cpus + 1).oversubscribed);
 }

@@ -18,7 +18,6 @@
 #include "context.h"
 #include "error.h"
 #include "paths.h"
-#include "spin_wait.h"
 #include "token_dataset.h"
 #include "units.h"
 
@@ -35,13 +34,6 @@ constexpr uint64_t kHugeFrom = uint64_t{256} << 10;
 // A map per file for at most this many files (the rest are read with pread): a quarter of Linux's default
 // vm.max_map_count (65530), the rest left to malloc, MPI, CUDA and NCCL.
 constexpr uint64_t kMaxMappedFiles = 16384;
-// How long Next() polls for its batch before it sleeps: ten wake-ups' worth on this project's VM, so a longer wait
-// pays at most a tenth more for its wake. Where a core is spare (fewer workers than CPUs) it spins on that core;
-// with more workers than CPUs it yields its core between polls, a peer of workers that yield theirs after each
-// claim (4 workers on 2 cores: +8-14 % read, against a consumer asleep that each batch's worker must wake). With as
-// many workers as CPUs it sleeps at once: a poller there, a third thread on two cores, held the workers at the
-// prefetch limit once per batch (tests/perf/README.md).
-constexpr double kConsumerSpin_s = 200e-6;
 
 // The CPU the calling thread runs on, as an index below `cpus` (0 where unknown).
 size_t CurrentCpu(size_t cpus) {
@@ -278,9 +270,7 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
   current_.tokens.token_bytes = static_cast<int>(src.token_bytes);
   current_.tokens.wrap_vocab = src.wrap_to_vocab ? src.vocab : 0;
   current_.tokens.origin = [this](int window, int token) { return OriginOf(current_.samples.at(window), token); };
-  const int cpus = CpusAvailable();
-  oversubscribed_ = options_.workers > cpus;
-  consumer_spin_s_ = options_.workers == cpus ? 0 : kConsumerSpin_s;
+  consumer_wait_ = ConsumerWaitFor(options_.workers);
   for (int w = 0; w < options_.workers; ++w) threads_.emplace_back([this] { Work(); });
 }
 
@@ -549,7 +539,7 @@ void DataLoader::Work() {
     if (!FillRows(claim, part, first_start_s, last_end_s)) return;
     lock.lock();
     completed = AddRows(claim, part, first_start_s, last_end_s);
-    if (oversubscribed_) {  // let a waiting worker take the core now, while this one holds no rows
+    if (consumer_wait_.oversubscribed) {  // let a waiting worker take the core now, while this one holds no rows
       unlock();
       ::sched_yield();
       lock.lock();
@@ -635,10 +625,10 @@ const LoaderBatch& DataLoader::Next() {
   int depth = 0;
   for (uint64_t s = sequence; s < sequence + options_.prefetch && ready(s); ++s) ++depth;
   const double wait_start = NowSeconds();
-  if (consumer_spin_s_ > 0 && !ready(sequence)) {  // poll, without the lock, before sleeping (ready_through_)
+  if (consumer_wait_.poll_s > 0 && !ready(sequence)) {  // poll, without the lock, before sleeping (ready_through_)
     lock.unlock();
-    SpinUntil([&] { return ready_through_.load(std::memory_order_acquire) > sequence; }, consumer_spin_s_,
-              oversubscribed_);
+    SpinUntil([&] { return ready_through_.load(std::memory_order_acquire) > sequence; }, consumer_wait_.poll_s,
+              consumer_wait_.oversubscribed);
     lock.lock();
   }
   ready_cv_.wait(lock, [&] { return error_ || ready(sequence); });

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "spin_wait.h"
 #include "token_batch.h"
 
 namespace tb {
@@ -228,14 +229,13 @@ class DataLoader {
   std::condition_variable work_cv_;   // workers: a sample to read, or stop
   std::condition_variable ready_cv_;  // consumer: a batch completed, or an error
   uint64_t handed_ = 0;       // batches handed out by Next()
-  // Next() polls this, up to kConsumerSpin_s, before it sleeps, unless the workers fill the CPUs it may run on
-  // exactly: the sequence + 1 of the batch it waits for, stored by the worker that completes it, so that worker need
-  // not wake a sleeper (a futex wake and an interrupt per batch: tests/perf/README.md).
+  // Next() polls this before it sleeps, as consumer_wait_ says: the sequence + 1 of the batch it waits for, stored by
+  // the worker that completes it, so that worker need not wake a sleeper (a futex wake and an interrupt per batch:
+  // tests/perf/README.md).
   std::atomic<uint64_t> ready_through_{0};
-  double consumer_spin_s_ = 0;  // 0: sleeps at once (as many workers as CPUs)
-  // More workers than CPUs: each worker yields its core after each claim (Work()), and Next() polls yielding its
-  // core rather than spinning on it.
-  bool oversubscribed_ = false;
+  // How Next() waits (ConsumerWaitFor the workers); oversubscribed (more workers than CPUs): each worker also
+  // yields its core after each claim (Work()).
+  ConsumerWait consumer_wait_;
   uint64_t next_claim_ = 0;   // next (batch sequence x B + sample) to read
   bool stop_ = false;
   std::exception_ptr error_;

@@ -100,8 +100,7 @@ class RawConsumer {
  public:
   RawConsumer(int batch, int readers)
       : batch_(static_cast<uint64_t>(batch)),
-        spin_s_(readers == tb::CpusAvailable() ? 0 : 200e-6),
-        yield_(readers > tb::CpusAvailable()),
+        wait_(tb::ConsumerWaitFor(readers)),
         thread_([this] { Run(); }) {}
   ~RawConsumer() {
     {
@@ -122,15 +121,15 @@ class RawConsumer {
   }
 
  private:
-  // Waits for each batch as DataLoader::Next() does: polls up to the loader's 200 us before it sleeps, spinning
-  // where a core is spare (fewer readers than CPUs), yielding its core between polls with more readers than CPUs;
-  // with as many readers as CPUs sleeps at once.
+  // Waits for each batch as DataLoader::Next() does (tb::ConsumerWaitFor): polls, spinning or yielding its core,
+  // before it sleeps, unless the readers fill the CPUs exactly.
   void Run() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (uint64_t taken = 0; !stop_; taken = batches_) {
-      if (spin_s_ > 0) {
+      if (wait_.poll_s > 0) {
         lock.unlock();
-        tb::SpinUntil([&] { return batches_.load(std::memory_order_acquire) > taken; }, spin_s_, yield_);
+        tb::SpinUntil([&] { return batches_.load(std::memory_order_acquire) > taken; }, wait_.poll_s,
+                      wait_.oversubscribed);
         lock.lock();
       }
       ready_.wait(lock, [&] { return stop_ || batches_ > taken; });
@@ -138,8 +137,7 @@ class RawConsumer {
   }
 
   const uint64_t batch_;
-  const double spin_s_;
-  const bool yield_;
+  const tb::ConsumerWait wait_;
   std::atomic<uint64_t> rows_{0};
   std::mutex mutex_;
   std::condition_variable ready_;
