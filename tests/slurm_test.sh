@@ -315,6 +315,14 @@ printf '{"runs": [{"file": "r.h5", "validate": {"checks": [%s]}}]}\n' \
   "{\"verdict\": \"fail\", \"check\": \"train.step_s.rank3\", \"host\": \"$node1\"}, {\"verdict\": \"pass\", \"check\": \"train.tokens_per_s\", \"host\": null}" \
   >"$work/validate.json"
 drain_ok "$node1: would drain: .*reason=trainbench: failed train.step_s.rank3" --from-validate "$work/validate.json"
+# Many failing checks: the reason is cut at a check (never mid-word) within 200 characters and counts the rest.
+rows=$(for i in $(seq 10 39); do printf '{"verdict": "fail", "check": "collectives.all_reduce.busbw_GBps.r%s", "host": "%s"},' "$i" "$node1"; done)
+printf '{"runs": [{"file": "r.h5", "validate": {"checks": [%s]}}]}\n' "${rows%,}" >"$work/many.json"
+drain_ok "$node1: would drain: .*reason=trainbench: failed collectives.all_reduce.busbw_GBps.r10, .*r13 \(\+26 more\)'$" \
+  --from-validate "$work/many.json"
+reason=$(sed -n "s/.*'reason=trainbench: \(.*\)'$/\1/p" "$work/out" | head -1)
+checks=$((checks + 1))
+[[ ${#reason} -le 200 ]] || fail "drain reason is ${#reason} characters, want <= 200: $reason"
 # A host that is no node name (both nodes here run on this host, as NodeHostname): the nodes on that host, or with
 # --within only those of the list (nightly.sbatch passes its job's nodes).
 printf '{"runs": [{"file": "r.h5", "validate": {"checks": [{"verdict": "fail", "check": "train.step_s.rank1", "host": "%s"}]}}]}\n' \

@@ -96,7 +96,7 @@ validate_fault io-stall stall.h5 '^ +fail +degraded +train +train.data_wait_shar
 expect_ok "${mpi[@]}" -n 3 "$tb" suite --inject slow-link=0-2:200000 -o link.h5 --quiet
 checks=$((checks + 1))
 "$tb" validate link.h5 >"$work/out" 2>&1
-grep -qE '^ +fail +degraded +p2p +p2p.weak_link.(0->2|2->0) ' "$work/out" || fail "slow-link: 0-2 not named: $(grep p2p "$work/out")"
+grep -qE '^ +fail +degraded +p2p +p2p.weak_links +(0->2|2->0) ' "$work/out" || fail "slow-link: 0-2 not named: $(grep p2p "$work/out")"
 
 checks=$((checks + 1))
 timeout 300 "${mpi[@]}" -n 2 "$tb" suite --inject hang=1 --timeout 5 -o hang.h5 --quiet >"$work/out" 2>"$work/err"

@@ -76,6 +76,44 @@ grep -q '"node_hours": [0-9]' history/*.json && grep -q '"status": "complete"' h
 expect_ok "$tb" validate a.h5 --history history --policy wide.toml
 grep -q 'history: median of 3 passing nights' "$work/out" || fail "the failing night joined the expectation: $(grep history "$work/out")"
 
+# History is a shared directory (nightly jobs of several configurations validate into one). 15 validates at once
+# (12 runs of one configuration and 3 of another, all started in the same second: copies with their own run_id):
+# each added once, none lost; all again at once: none doubled; a pruning validate beside readers: no error.
+mkdir shared
+copies=()
+for i in $(seq 1 15); do
+  source_run=a.h5; [[ $i -le 12 ]] || source_run=coll.h5
+  copies+=("run$i.h5")
+  cp "$source_run" "run$i.h5"
+done
+/usr/bin/python3 - "${copies[@]}" <<'PY' || fail "cannot set run_id with h5py"
+import sys, h5py
+for n, path in enumerate(sys.argv[1:]):
+    with h5py.File(path, "r+") as f:
+        f.attrs["run_id"] = "%032x" % (n + 1)
+PY
+concurrent_validates() {  # concurrent_validates EXTRA_ARGS...: every copy validated at once into shared/
+  local pids=() i=0
+  for run in "${copies[@]}"; do
+    "$tb" validate "$run" --history shared --policy calm.toml "$@" >"$work/conc$i.out" 2>&1 &
+    pids+=($!); i=$((i + 1))
+  done
+  local bad=0
+  for pid in "${pids[@]}"; do wait "$pid" || bad=$((bad + 1)); done
+  checks=$((checks + 1))
+  [[ $bad -eq 0 ]] || fail "$bad of ${#pids[@]} concurrent validates failed: $(grep -h trainbench: "$work"/conc*.out | head -3)"
+}
+concurrent_validates
+[[ $(ls shared | wc -l) -eq 15 ]] || fail "15 concurrent validates left $(ls shared | wc -l) nights, want 15"
+[[ $(cat "$work"/conc*.out | grep -c '# history: added') -eq 15 ]] || fail "not every concurrent validate said added"
+[[ $(grep -h '"run_key"' shared/*.json | sort -u | wc -l) -eq 15 ]] || fail "concurrent validates: run keys not distinct"
+concurrent_validates
+[[ $(ls shared | wc -l) -eq 15 ]] || fail "validating the same 15 runs again left $(ls shared | wc -l) nights, want 15"
+[[ $(cat "$work"/conc*.out | grep -c 'is already in') -eq 15 ]] || fail "the same runs again: not every one 'already in'"
+rm shared/*.json
+concurrent_validates --history-keep 3
+[[ $(ls shared | wc -l) -eq 6 ]] || fail "pruning to 3 per configuration left $(ls shared | wc -l) nights, want 6: $(ls shared)"
+
 # --strict: unknown checks (nothing to compare with) are a regression too.
 expect_error_rc() {
   local code=$1; shift
@@ -95,8 +133,36 @@ grep -qE '^ +fail +[a-z]+ +train +train.step_s.rank1 +1 ' "$work/out" || fail "s
 grep -q 'straggler on ' "$work/out" || fail "no straggler message"
 # 0-2's messages wait 200 ms each among three ranks: p2p flags the pair, validate names both ends.
 expect_ok "${mpi[@]}" -n 3 "$tb" p2p --size 256K -n 2 --latency-iters 2 --inject slow-link=0-2:200000 -o slowlink.h5 --quiet
-expect_error_rc 3 "$tb" validate slowlink.h5 --policy calm.toml
-grep -qE '^ +fail +[a-z]+ +p2p +p2p.weak_link.0->2 ' "$work/out" || fail "weak link 0->2 not named: $(grep p2p "$work/out")"
+expect_error_rc 3 "$tb" validate slowlink.h5 --policy calm.toml --prometheus slowlink.prom --junit slowlink.xml
+grep -qE '^ +fail +[a-z]+ +p2p +p2p.weak_links +(0->2|2->0) ' "$work/out" || fail "weak link 0->2 not named: $(grep p2p "$work/out")"
+grep -q 'weak link .*(.*ranks 0->2)' "$work/out" || fail "weak link 0->2 not in the message: $(grep p2p "$work/out")"
+# Dashboards key on names: a clean night and a failing one give the same checks and series (the outcome and the
+# report's path are in values and bounded labels, never in a check's name or a series' identity).
+expect_ok "${mpi[@]}" -n 3 "$tb" p2p --size 256K -n 2 --latency-iters 2 -o cleanlink.h5 --quiet
+cp cleanlink.h5 "night-$RANDOM.h5" && "$tb" validate night-*.h5 --policy calm.toml --prometheus cleanlink.prom \
+  --junit cleanlink.xml >/dev/null 2>&1
+checks=$((checks + 1))
+/usr/bin/python3 - slowlink.prom cleanlink.prom slowlink.xml cleanlink.xml <<'PY' || fail "check names or series differ between a failing and a clean night"
+import sys
+from junitparser import JUnitXml
+from prometheus_client.parser import text_string_to_metric_families
+def series(path):
+    out = set()
+    for family in text_string_to_metric_families(open(path).read()):
+        for s in family.samples:
+            labels = {k: v for k, v in s.labels.items() if k in ("check", "family")}
+            if labels.get("check") != "run.injected_faults":  # the --inject that made the failing night
+                out.add((s.name, tuple(sorted(labels.items()))))
+            assert "run" not in s.labels, s
+    return out
+slow, clean = series(sys.argv[1]), series(sys.argv[2])
+assert slow == clean, (slow ^ clean)
+def names(path):
+    xml = JUnitXml.fromfile(path)
+    assert ".h5" not in (xml.name or ""), xml.name
+    return {(suite.name, case.name) for suite in xml for case in suite if case.name != "run.injected_faults"}
+assert names(sys.argv[3]) == names(sys.argv[4]), names(sys.argv[3]) ^ names(sys.argv[4])
+PY
 # rank 1 corrupts its input: the sweep counts wrong elements and fails; validate fails the run and the elements.
 checks=$((checks + 1))
 "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 4K -n 2 -w 1 --ops all_reduce --inject wrong-value=1 -o wrong.h5 --quiet \

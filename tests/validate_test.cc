@@ -253,6 +253,43 @@ TEST(Validate, HistoryWinsOverBaselineAndWidensByItsSpread) {
   EXPECT_EQ(Find(ValidateReport(TrainReport(960), inputs), "train.tokens_per_s").source, "baseline base.h5");
 }
 
+// History whose nights vary widely: the bands widen only up to the cap, a drop beyond the policy's fail band is
+// never a pass, and a large drop fails however noisy the nights (issue 35: an 80% drop once passed a 130% band).
+TEST(Validate, NoisyHistoryWidensTheBandsOnlyUpToTheCap) {
+  auto nights = [](std::vector<double> values) {
+    ValidateInputs inputs;
+    for (double v : values) {
+      HistoryEntry night;
+      night.values["train.tokens_per_s"] = v;
+      inputs.history.push_back(night);
+    }
+    return inputs;
+  };
+  // sigma = 1.4826 x MAD 900 = 1334, 57% of the median 2338: far past the cap (2.5 x 10% = 25%).
+  const ValidateInputs noisy = nights({2338, 3238, 1438, 4000, 600, 2338, 3300});
+  const Check drop = Find(ValidateReport(TrainReport(469), noisy), "train.tokens_per_s");
+  EXPECT_EQ(drop.verdict, Verdict::kFail) << drop.message;  // 80% short: beyond the capped 25%
+  EXPECT_DOUBLE_EQ(drop.tolerance, 0.25);
+  EXPECT_NE(drop.message.find("history too noisy to judge"), std::string::npos) << drop.message;
+  // A small drop in such noise is not judged a pass: a warn that names the nights' spread.
+  const Check small = Find(ValidateReport(TrainReport(2300), noisy), "train.tokens_per_s");
+  EXPECT_EQ(small.verdict, Verdict::kWarn) << small.message;
+  EXPECT_TRUE(small.noisy);
+  EXPECT_NE(small.message.find("sigma 57.1%"), std::string::npos) << small.message;
+  // Nights noisy within the cap (sigma 5.9%): 15% short is beyond the policy's 10% fail band, inside the widened
+  // 17.8%: a warn, not a pass; 20% short fails.
+  const ValidateInputs moderate = nights({1000, 1040, 960, 1000, 1050, 950});
+  const Check warned = Find(ValidateReport(TrainReport(850), moderate), "train.tokens_per_s");
+  EXPECT_EQ(warned.verdict, Verdict::kWarn) << warned.message;
+  EXPECT_NE(warned.message.find("widened by the nights' noise"), std::string::npos) << warned.message;
+  EXPECT_EQ(Find(ValidateReport(TrainReport(800), moderate), "train.tokens_per_s").verdict, Verdict::kFail);
+  // The cap comes from the policy.
+  ValidateInputs tight = noisy;
+  tight.policy.history_max_widening = 1;
+  EXPECT_DOUBLE_EQ(Find(ValidateReport(TrainReport(2300), tight), "train.tokens_per_s").tolerance, 0.10);
+  EXPECT_NE(PolicyError("[history]\nmax_widening = 0.5\n").find("max_widening must be 1..10"), std::string::npos);
+}
+
 TEST(Validate, BaselineOfAnotherConfigurationIsBadInput) {
   try {
     ValidateReport(TrainReport(1000), AgainstBaseline(TrainReport(1000, {1, 1, 1, 1}, "gpt2-124m")));
@@ -293,11 +330,11 @@ TEST(ValidatePolicy, EveryMistakeIsOneLineNamingFileLineAndKey) {
 TEST(ValidateOutputs, JunitAndPrometheusNameEveryCheck) {
   const Report run = TrainReport(800, {1.0, 1.0, 1.0, 1.5});
   const std::vector<Check> checks = ValidateReport(run, AgainstBaseline(TrainReport(1000, {1.0, 1.0, 1.0, 1.5})));
-  const std::string xml = JunitXml("r.h5", run, checks);
+  const std::string xml = JunitXml(run, checks);
   EXPECT_NE(xml.find("<testsuite name=\"train\""), std::string::npos);
   EXPECT_NE(xml.find("classname=\"host3\" name=\"train.step_s.rank3\""), std::string::npos) << xml;
   EXPECT_NE(xml.find("<failure type=\"fail\" message=\"measured 800 tokens/s, expected 1000"), std::string::npos) << xml;
-  const std::string prom = PrometheusText("r.h5", run, checks);
+  const std::string prom = PrometheusText(run, checks);
   EXPECT_NE(prom.find("trainbench_check_status{check=\"train.tokens_per_s\",family=\"train\",host=\"host0\""),
             std::string::npos) << prom;
   EXPECT_NE(prom.find("trainbench_validate_verdict{host=\"host0\"} 2"), std::string::npos) << prom;
@@ -320,6 +357,61 @@ TEST(ValidateHistory, AForeignFileIsBadInputAndARunCountsOnce) {
   std::filesystem::remove(dir + "/notes.txt");
   std::ofstream(dir + "/x.json") << "{\"format\": \"something else\"}\n";
   EXPECT_THROW(ReadHistory(dir), InputError);
+  std::filesystem::remove_all(dir);
+}
+
+// Nights are keyed by the run (its run_id), not its start second: two configurations, or a failing night after a
+// passing one, started in the same second are both kept; the same run twice is kept once.
+TEST(ValidateHistory, RunsOfTheSameSecondAreDistinctNights) {
+  const std::string dir = ::testing::TempDir() + "/validate_history_same_second";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  Report passing = TrainReport(1000), failing = TrainReport(500), other = TrainReport(900, {1, 1}, "other");
+  sc::Set(passing.root, sc::root::run_id, "00000000000000000000000000000001");
+  sc::Set(failing.root, sc::root::run_id, "00000000000000000000000000000002");
+  sc::Set(other.root, sc::root::run_id, "00000000000000000000000000000003");
+  EXPECT_FALSE(AddToHistory(dir, passing, "p.h5", ExtractFigures(passing), 30).empty());
+  EXPECT_FALSE(AddToHistory(dir, failing, "f.h5", ExtractFigures(failing), 30, false).empty());
+  EXPECT_FALSE(AddToHistory(dir, other, "o.h5", ExtractFigures(other), 30).empty());
+  EXPECT_TRUE(AddToHistory(dir, failing, "f.h5", ExtractFigures(failing), 30, false).empty());
+  const std::vector<HistoryEntry> nights = ReadHistory(dir);
+  ASSERT_EQ(nights.size(), 3u);
+  EXPECT_TRUE(IsEntryOf(nights[0], passing) || IsEntryOf(nights[1], passing) || IsEntryOf(nights[2], passing));
+  // A report from before run_id is keyed by a digest of what it recorded: runs that differ differ.
+  EXPECT_NE(RunKey(TrainReport(1000)), RunKey(TrainReport(1001)));
+  EXPECT_EQ(RunKey(TrainReport(1000)), RunKey(TrainReport(1000)));
+  std::filesystem::remove_all(dir);
+}
+
+// A damaged entry is one line naming the file and the field, never a library's exception text.
+TEST(ValidateHistory, AWrongTypedFieldNamesTheFileAndTheField) {
+  const std::string dir = ::testing::TempDir() + "/validate_history_types";
+  auto error_of = [&](const std::string& entry) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/n.json") << entry;
+    try {
+      ReadHistory(dir);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string head = R"({"format": "trainbench.history", "version": 1, "run": "r.h5", "start_utc": "x", )"
+                           R"("identity": "i", "texts": {}, )";
+  EXPECT_NE(error_of(head + R"("values": {"train.tokens_per_s": "fast"}})")
+                .find("n.json': damaged entry: \"values.train.tokens_per_s\" must be a number or null, got string"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + R"("values": {}, "node_hours": -2})").find("\"node_hours\" must be a number >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + R"("values": {}, "counted": "yes"})").find("\"counted\" must be true or false"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + R"("values": {}, "status": "great"})").find("\"status\" must be"), std::string::npos);
+  EXPECT_NE(error_of(head + R"("values": []})").find("\"values\" must be an object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"format": "trainbench.history", "version": "1"})").find("history version \"1\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"format": 7})").find("not a history entry"), std::string::npos);
+  EXPECT_EQ(error_of(head + R"("values": {}, "node_hours": 0.5})"), "no error");
   std::filesystem::remove_all(dir);
 }
 

@@ -25,7 +25,8 @@ validate_hosts=()
 bad() { echo "drain.sh: $*" >&2; exit 2; }
 
 # The hosts of the failing checks of `trainbench validate --json FILE` (both ends of a weak link), one per line,
-# then a last line: the failing checks' keys, for the reason.
+# then a last line: the reason, "failed " and the failing checks' keys, cut at a key (never mid-word) to fit
+# 200 characters, with "(+N more)" for the keys left out.
 validate_failures() {
   /usr/bin/python3 - "$1" <<'PY'
 import json, sys
@@ -42,7 +43,13 @@ for row in failing:
     for host in str(row.get("host") or "").split("->"):
         if host and host not in hosts:
             hosts.append(host)
-print("\n".join(hosts + [", ".join(sorted({str(row.get("check")) for row in failing}))]))
+keys = sorted({str(row.get("check")) for row in failing})
+reason = "failed " + ", ".join(keys)
+for shown in range(len(keys), 0, -1):
+    reason = "failed " + ", ".join(keys[:shown]) + ("" if shown == len(keys) else f" (+{len(keys) - shown} more)")
+    if len(reason) <= 200:
+        break
+print("\n".join(hosts + [reason[:200]]))
 PY
 }
 
@@ -71,7 +78,7 @@ if [[ -n $from_validate ]]; then
     exit 0
   fi
   validate_hosts=("${found[@]}")
-  [[ $reason != "failed trainbench checks" ]] || reason="failed ${keys:0:200}"
+  [[ $reason != "failed trainbench checks" ]] || reason=$keys
 fi
 [[ $resume -eq 1 || ${#names[@]} -gt 0 || ${#validate_hosts[@]} -gt 0 ]] || bad "no node given to drain"
 [[ $reason =~ ^[[:print:]]+$ && $reason =~ [^[:space:]] ]] || bad "--reason must be one printable line"

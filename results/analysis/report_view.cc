@@ -166,7 +166,8 @@ std::vector<ViewTable> ConfigSection(const Report& report) {
   std::vector<ViewColumn> run_columns = {Show(r::command),      Show(r::command_line), Show(r::status),
                                          Show(r::status_reason), Show(r::start_utc),    Show(r::end_utc),
                                          Show(r::tool_version), Show(r::git_revision), Show(r::n_ranks),
-                                         Show(r::n_nodes),      Show(r::backend),      Show(r::injected_faults)};
+                                         Show(r::n_nodes),      Show(r::backend),      Show(r::injected_faults),
+                                         Show(r::run_id)};
   ViewTable run = MakeTable("config", "run", "run", true, run_columns);
   RowWriter row(run);
   CopyAttributes(row, &root, run_columns);

@@ -30,6 +30,7 @@ class root:
     command = "command"
     command_line = "command_line"
     start_utc = "start_utc"
+    run_id = "run_id"
     n_ranks = "n_ranks"
     n_nodes = "n_nodes"
     backend = "backend"

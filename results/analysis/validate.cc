@@ -129,7 +129,10 @@ void AddWrongElementChecks(const Report& report, std::vector<Check>& checks) {
   }
 }
 
-// p2p pairs the run itself flagged below threshold x median: each a weak link, named by host and device.
+// p2p pairs the run itself flagged below threshold x median: one check, p2p.weak_links, on every night (its key
+// never depends on the outcome, so that dashboards keep one series): the count of weak pairs, failing when any;
+// the weakest pair in the subject (rank, host, gpu, link labels), every weak pair named by host and device in the
+// message.
 void AddWeakLinkChecks(const Report& report, std::vector<Check>& checks) {
   const Group* p2p = sc::FindGroup(report.root, sc::kP2p);
   const Table* flagged = sc::FindTable(p2p, sc::p2p::kFlagged);
@@ -148,21 +151,23 @@ void AddWeakLinkChecks(const Report& report, std::vector<Check>& checks) {
   const auto* class_median = sc::Values(*flagged, f::median_GBps);  // absent before link classes: the one median
   const auto* link = sc::Values(*flagged, f::link);
   if (!src || !dst || !src_host || !dst_host || !src_gpu || !dst_gpu || !uni) return;
+  Subject weakest;
+  double weakest_share = INFINITY;
+  std::vector<std::string> named;
   for (size_t i = 0; i < src->size(); ++i) {
     const double median = class_median && i < class_median->size() ? (*class_median)[i] : overall_median;
     const std::string of = link && i < link->size() ? " of the " + (*link)[i] + "-node pairs" : "";
     const std::string pair = std::to_string((*src)[i]) + "->" + std::to_string((*dst)[i]);
-    Subject s{pair, (*src_host)[i] + "->" + (*dst_host)[i], (*src_gpu)[i] + "->" + (*dst_gpu)[i], pair};
-    Figure fig = MakeFigure("p2p.weak_link." + pair, "p2p", "p2p link " + pair + " unidirectional bandwidth", "GB/s",
-                             Better::kHigher, (*uni)[i], s);
-    checks.push_back(SelfCheck(fig, threshold * median, 1 - threshold, source, Verdict::kFail,
-                               "weak link " + s.host + " (" + s.gpu + "): " + Number((*uni)[i]) + " GB/s, " +
-                                   Number((*uni)[i] / median * 100) + "% of the median" + of));
+    const Subject s{pair, (*src_host)[i] + "->" + (*dst_host)[i], (*src_gpu)[i] + "->" + (*dst_gpu)[i], pair};
+    named.push_back(s.host + " (" + s.gpu + ", ranks " + pair + "): " + Number((*uni)[i]) + " GB/s, " +
+                    Number((*uni)[i] / median * 100) + "% of the median" + of);
+    if ((*uni)[i] / median < weakest_share) std::tie(weakest, weakest_share) = std::tuple{s, (*uni)[i] / median};
   }
-  if (src->empty()) {
-    Figure fig = MakeFigure("p2p.weak_links", "p2p", "p2p links below the threshold", "pairs", Better::kLower, 0);
-    checks.push_back(SelfCheck(fig, 0, 0, source, Verdict::kPass, "no pair below the threshold"));
-  }
+  Figure fig = MakeFigure("p2p.weak_links", "p2p", "p2p links below the threshold", "pairs", Better::kLower,
+                          static_cast<double>(src->size()), weakest);
+  checks.push_back(SelfCheck(fig, 0, 0, source, named.empty() ? Verdict::kPass : Verdict::kFail,
+                             named.empty() ? "no pair below the threshold"
+                                           : "weak link " + JoinNames(named, "; weak link ")));
 }
 
 // Each host's inter-node link as train's link probe judged it (train/link_hosts, 3 nodes or more): a host whose
@@ -316,6 +321,10 @@ struct Expectation {
   double value;
   double warn, fail;  // bands: relative, or absolute points for a share
   std::string source;
+  // History only: how far its nights' noise widened the policy's bands ("" when it did not), and whether the noise
+  // is beyond the cap (too noisy to judge the figure).
+  std::string widened = {};
+  bool too_noisy = false;
 };
 
 std::string GpuModelOf(const Report& report) {
@@ -432,6 +441,10 @@ std::optional<Expectation> FromBaseline(const Figure& f, const std::vector<Figur
   return std::nullopt;
 }
 
+// The median of the nights, with the policy's bands widened by the nights' noise (sigma = 1.4826 MAD): warn to
+// 2 sigma but never past the policy's fail band (a drop beyond it is never a pass), fail to 3 sigma but at most
+// history_max_widening x the policy's fail band (a larger drop fails however noisy the nights); nights whose
+// 3 sigma exceeds that cap are too noisy to judge the figure.
 std::optional<Expectation> FromHistory(const Figure& f, const std::vector<HistoryEntry>& history,
                                        const ValidatePolicy& policy) {
   std::vector<double> values;
@@ -447,10 +460,21 @@ std::optional<Expectation> FromHistory(const Figure& f, const std::vector<Histor
   const double scale = f.share ? 1.0 : std::fabs(median);
   const double spread = scale > 0 ? sigma / scale : 0;
   const auto [policy_warn, policy_fail] = Bands(f, policy);
-  const double warn = std::max(policy_warn, 2 * spread);
-  const double fail = std::max(policy_fail, 3 * spread);
-  return Expectation{median, warn, fail,
-                     Format("history: median of %zu passing nights, MAD %.3g", values.size(), sigma / 1.4826)};
+  const double cap = policy.history_max_widening * policy_fail;
+  Expectation e{median, std::min(std::max(policy_warn, 2 * spread), policy_fail),
+                std::min(std::max(policy_fail, 3 * spread), cap),
+                Format("history: median of %zu passing nights, MAD %.3g", values.size(), sigma / 1.4826)};
+  const std::string in = f.share ? Format("%.1f points", 100 * spread) : Format("%.1f%%", 100 * spread);
+  e.too_noisy = 3 * spread > cap;
+  if (e.too_noisy) {
+    e.widened = "history too noisy to judge this figure: its nights vary by sigma " + in +
+                (f.share ? Format(" (3 sigma over the cap of %.1f points", 100 * cap)
+                         : Format(" (3 sigma over the cap of %.1f%%", 100 * cap)) +
+                Format(", %g x the policy's fail band)", policy.history_max_widening);
+  } else if (e.fail > policy_fail) {
+    e.widened = "fail band widened by the nights' noise (sigma " + in + ")";
+  }
+  return e;
 }
 
 // How far `measured` is on the bad side of `expected`: relative, or in absolute points for a share.
@@ -479,6 +503,11 @@ Check Judge(const Figure& f, const std::optional<Expectation>& e) {
   c.message = Number(f.value) + " " + f.unit + " against " + Number(e->value) + " (" + by + " on the bad side; warn " +
               (f.share ? Format("%.1f points", 100 * e->warn) : Format("%.1f%%", 100 * e->warn)) + ", fail " +
               (f.share ? Format("%.1f points", 100 * e->fail) : Format("%.1f%%", 100 * e->fail)) + ")";
+  if (!e->widened.empty()) c.message += "; " + e->widened;
+  if (e->too_noisy && c.verdict == Verdict::kPass) {
+    c.verdict = Verdict::kWarn;
+    c.noisy = true;
+  }
   return c;
 }
 

@@ -66,6 +66,10 @@ struct ValidatePolicy {
   double straggler_floor_cpu = 0.5;
   int history_nights = 14;    // the last N passing nights
   int history_min_nights = 3; // fewer give no expectation
+  // History widens the policy's bands where the nights vary (2 and 3 sigma), but its fail band at most to this many
+  // times the policy's: a figure whose nights vary more than that is too noisy to judge (a warn saying so, never a
+  // pass), and a drop beyond the capped band fails however noisy the nights were.
+  double history_max_widening = 2.5;
   bool environment_drift_fails = false;  // a changed driver/CUDA/NCCL/MPI version fails instead of warning
   // Expectations derived from the topology (the lowest layer): each NVLink's rate per direction, and the share of
   // it a healthy run reaches.
@@ -93,6 +97,7 @@ struct HistoryEntry {
   std::string run;         // the report it summarises
   std::string start_utc;
   std::string identity;    // what must match for nights to be compared (RunIdentity)
+  std::string run_key;     // RunKey of the report ("" in entries from before it)
   std::map<std::string, double> values;
   std::map<std::string, std::string> texts;
   // Every validated night is kept (issue 15): `counted` ones (passing, or --record-anyway) are the expectation of
@@ -163,10 +168,17 @@ Verdict OverallVerdict(const std::vector<Check>& checks);
 std::vector<HistoryEntry> ReadHistory(const std::string& dir);
 // The counted entries with `identity`, oldest first, at most the last `nights`.
 std::vector<HistoryEntry> HistoryOf(const std::vector<HistoryEntry>& all, const std::string& identity, int nights);
+// What tells this run apart from every other: the report's run_id; for a report from before run_id, "digest-" and
+// 16 hex digits of a hash of its command line, start, end, status, identity and figures.
+std::string RunKey(const Report& report);
+// Whether `entry` is the history entry of `report` (the same run key; an entry from before run keys: the same
+// identity and start).
+bool IsEntryOf(const HistoryEntry& entry, const Report& report);
 // Writes tonight's entry into `dir` (durably): counted (it joins the expectation) or not (a regression: kept for the
 // failure rate only), with its status and node-hours; removes the oldest entries of the same identity and kind
-// beyond `keep`. Returns the file written, or "" when the directory already holds this run (the same start and
-// identity): a night counts once however often it is validated.
+// beyond `keep`. The file is `<start>-<run key>.json`, created exclusively: safe beside concurrent validates of the
+// same directory (none lost, none doubled, a concurrent prune tolerated). Returns the file written, or "" when the
+// directory already holds this run (IsEntryOf): a night counts once however often it is validated.
 std::string AddToHistory(const std::string& dir, const Report& report, const std::string& run_file,
                          const std::vector<Figure>& figures, int keep, bool counted = true);
 

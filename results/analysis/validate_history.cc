@@ -6,11 +6,13 @@
 #include <system_error>
 
 #include <cctype>
+#include <cstdio>
 #include <ctime>
 
 #include "durable_file.h"
 #include "error.h"
 #include "json.h"
+#include "paths.h"
 #include "schema.h"
 #include "toml_reader.h"
 #include "validate.h"
@@ -26,6 +28,52 @@ constexpr int kVersion = 1;
   throw InputError("history '" + file + "': " + what);
 }
 
+// The typed reading of an entry's fields: each wrong type or value is one line naming the file and the field.
+class EntryReader {
+ public:
+  EntryReader(const std::string& file, const Json& doc) : file_(file), doc_(doc) {}
+
+  const Json* Find(const std::string& key) const {
+    auto it = doc_.find(key);
+    return it == doc_.end() ? nullptr : &*it;
+  }
+  std::string Text(const std::string& key, std::optional<std::string> fallback = std::nullopt) const {
+    const Json* value = Find(key);
+    if (!value && fallback) return *fallback;
+    if (!value || !value->is_string()) Wrong(key, "a string");
+    return value->get<std::string>();
+  }
+  bool Flag(const std::string& key, bool fallback) const {
+    const Json* value = Find(key);
+    if (!value) return fallback;
+    if (!value->is_boolean()) Wrong(key, "true or false");
+    return value->get<bool>();
+  }
+  // A number >= 0, or null (NaN); absent: NaN.
+  double NonNegative(const std::string& key) const {
+    const Json* value = Find(key);
+    if (!value || value->is_null()) return NAN;
+    if (!value->is_number() || !(value->get<double>() >= 0)) Wrong(key, "a number >= 0 or null");
+    return value->get<double>();
+  }
+  const Json& Object(const std::string& key) const {
+    const Json* value = Find(key);
+    if (!value || !value->is_object()) Wrong(key, "an object");
+    return *value;
+  }
+  // `value`: the offending value when it is not a top-level field (a member of "values").
+  [[noreturn]] void Wrong(const std::string& key, const std::string& want, const Json* value = nullptr) const {
+    if (!value) value = Find(key);
+    Bad(file_, "damaged entry: \"" + key + "\" must be " + want + ", got " +
+                   (value ? std::string(value->type_name()) + " " + Shorten(value->dump()) : std::string("nothing")));
+  }
+
+ private:
+  static std::string Shorten(const std::string& text) { return text.size() <= 40 ? text : text.substr(0, 37) + "..."; }
+  const std::string& file_;
+  const Json& doc_;
+};
+
 HistoryEntry ParseEntry(const std::string& file, const std::string& text) {
   Json doc;
   try {
@@ -33,26 +81,42 @@ HistoryEntry ParseEntry(const std::string& file, const std::string& text) {
   } catch (const Json::parse_error&) {
     Bad(file, "not JSON: not a file validate wrote (remove it from the history directory)");
   }
-  if (!doc.is_object() || doc.value("format", "") != kFormat) {
+  const Json* format = doc.is_object() ? &doc["format"] : nullptr;
+  if (!format || !format->is_string() || format->get<std::string>() != kFormat) {
     Bad(file, std::string("not a history entry (no \"format\": \"") + kFormat + "\"): remove it from the history directory");
   }
-  if (doc.value("version", 0) != kVersion) Bad(file, "history version " + doc.value("version", Json()).dump() + " is not supported");
+  const EntryReader r(file, doc);
+  const Json* version = r.Find("version");
+  if (!version || !version->is_number_integer() || version->get<int64_t>() != kVersion) {
+    Bad(file, "history version " + (version ? version->dump() : std::string("(none)")) + " is not supported");
+  }
   HistoryEntry e;
   e.file = file;
-  try {
-    e.run = doc.at("run").get<std::string>();
-    e.start_utc = doc.at("start_utc").get<std::string>();
-    e.identity = doc.at("identity").get<std::string>();
-    for (const auto& [key, value] : doc.at("values").items()) e.values[key] = value.is_null() ? NAN : value.get<double>();
-    for (const auto& [key, value] : doc.at("texts").items()) e.texts[key] = value.get<std::string>();
-    e.counted = doc.value("counted", true);
-    e.status = doc.value("status", std::string("complete"));
-    const Json hours = doc.value("node_hours", Json());
-    e.node_hours = hours.is_number() ? hours.get<double>() : NAN;
-  } catch (const Json::exception& error) {
-    Bad(file, std::string("damaged entry: ") + error.what());
+  e.run = r.Text("run");
+  e.start_utc = r.Text("start_utc");
+  e.identity = r.Text("identity");
+  e.run_key = r.Text("run_key", "");
+  for (const auto& [key, value] : r.Object("values").items()) {
+    if (!value.is_null() && !value.is_number()) r.Wrong("values." + key, "a number or null", &value);
+    e.values[key] = value.is_null() ? NAN : value.get<double>();
   }
+  for (const auto& [key, value] : r.Object("texts").items()) {
+    if (!value.is_string()) r.Wrong("texts." + key, "a string", &value);
+    e.texts[key] = value.get<std::string>();
+  }
+  e.counted = r.Flag("counted", true);
+  e.status = r.Text("status", "complete");
+  if (e.status != "complete" && e.status != "interrupted" && e.status != "failed") {
+    r.Wrong("status", "\"complete\", \"interrupted\" or \"failed\"");
+  }
+  e.node_hours = r.NonNegative("node_hours");
   return e;
+}
+
+// The history entry of `report`, if `e` is one: the same run key, or for an entry from before run keys the same
+// configuration and start.
+bool SameRun(const HistoryEntry& e, const std::string& run_key, const std::string& identity, const std::string& start) {
+  return e.run_key.empty() ? e.identity == identity && e.start_utc == start : e.run_key == run_key;
 }
 
 // "2026-12-01T17:35:00Z" -> "20261201T173500Z": a file name that sorts by time.
@@ -105,7 +169,16 @@ std::vector<HistoryEntry> ReadHistory(const std::string& dir) {
     const std::string name = item.path().filename().string();
     if (name.rfind(".tmp.", 0) == 0 || name.find(".json.tmp.") != std::string::npos) continue;  // a write in progress
     if (item.path().extension() != ".json") Bad(path, "not a history entry (only *.json files validate wrote belong here)");
-    entries.push_back(ParseEntry(path, ReadTextFile(path, "history entry")));
+    // A concurrent validate may prune an entry between the listing and the read: it is gone, not damaged.
+    if (InputFileProblem(path) == "no such file") continue;
+    std::string text;
+    try {
+      text = ReadTextFile(path, "history entry");
+    } catch (const InputError&) {
+      if (InputFileProblem(path) == "no such file") continue;
+      throw;
+    }
+    entries.push_back(ParseEntry(path, text));
   }
   if (ec) throw InputError("--history '" + dir + "': cannot list it: " + ec.message());
   std::sort(entries.begin(), entries.end(), [](const HistoryEntry& a, const HistoryEntry& b) {
@@ -123,16 +196,43 @@ std::vector<HistoryEntry> HistoryOf(const std::vector<HistoryEntry>& all, const 
   return mine;
 }
 
+std::string RunKey(const Report& report) {
+  if (const std::string* id = schema::Find(&report.root, schema::root::run_id); id && !id->empty()) return *id;
+  // A report from before run_id: a digest of what tells runs apart (FNV-1a, 64 bits).
+  uint64_t hash = 1469598103934665603ull;
+  auto mix = [&hash](const std::string& text) {
+    for (unsigned char c : text + '\n') hash = (hash ^ c) * 1099511628211ull;
+  };
+  for (const schema::TextAttribute* field : {&schema::root::command_line, &schema::root::start_utc,
+                                             &schema::root::end_utc, &schema::root::status,
+                                             &schema::root::status_reason}) {
+    const std::string* text = schema::Find(&report.root, *field);
+    mix(text ? *text : "");
+  }
+  mix(RunIdentity(report));
+  for (const Figure& f : ExtractFigures(report)) mix(f.key + "=" + (f.is_text ? f.text : Json(f.value).dump()));
+  char digest[17];
+  std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(hash));
+  return std::string("digest-") + digest;
+}
+
+bool IsEntryOf(const HistoryEntry& entry, const Report& report) {
+  const std::string* start = schema::Find(&report.root, schema::root::start_utc);
+  return SameRun(entry, RunKey(report), RunIdentity(report), start ? *start : "");
+}
+
 std::string AddToHistory(const std::string& dir, const Report& report, const std::string& run_file,
                          const std::vector<Figure>& figures, int keep, bool counted) {
   const std::string* start = schema::Find(&report.root, schema::root::start_utc);
   const std::string identity = RunIdentity(report);
+  const std::string key = RunKey(report);
   for (const HistoryEntry& e : ReadHistory(dir)) {
-    if (e.identity == identity && start && e.start_utc == *start) return "";
+    if (SameRun(e, key, identity, start ? *start : "")) return "";
   }
   Json doc = {{"format", kFormat},
               {"version", kVersion},
               {"run", run_file},
+              {"run_key", key},
               {"start_utc", start ? *start : ""},
               {"identity", identity},
               {"values", Json::object()},
@@ -149,17 +249,19 @@ std::string AddToHistory(const std::string& dir, const Report& report, const std
       doc["values"][f.key] = std::isfinite(f.value) ? Json(f.value) : Json();
     }
   }
-  std::string path = (fs::path(dir) / (Stamp(start ? *start : "") + ".json")).string();
-  for (int n = 2; fs::exists(path); ++n) path = (fs::path(dir) / (Stamp(start ? *start : "") + "-" + std::to_string(n) + ".json")).string();
+  // One name per run (its start, for the order, and its key): concurrent validates of different runs never write
+  // the same file, and of the same run exactly one creates it.
+  const std::string path = (fs::path(dir) / (Stamp(start ? *start : "") + "-" + key + ".json")).string();
   const std::string text = DumpJson(doc) + "\n";
-  ReplaceFileDurably(path, text.data(), text.size());
-  // The oldest nights of this configuration and kind (counted or not) beyond `keep` go.
-  const std::vector<HistoryEntry> all = ReadHistory(dir);
+  if (!CreateFileDurably(path, text.data(), text.size())) return "";
+  // The oldest nights of this configuration and kind (counted or not) beyond `keep` go; one a concurrent validate
+  // removed first is gone already.
   std::vector<HistoryEntry> mine;
-  for (const HistoryEntry& e : all) {
+  for (const HistoryEntry& e : ReadHistory(dir)) {
     if (e.identity == identity && e.counted == counted) mine.push_back(e);
   }
-  for (size_t i = 0; i + static_cast<size_t>(keep) < mine.size(); ++i) fs::remove(mine[i].file);
+  std::error_code ignored;
+  for (size_t i = 0; i + static_cast<size_t>(keep) < mine.size(); ++i) fs::remove(mine[i].file, ignored);
   return path;
 }
 

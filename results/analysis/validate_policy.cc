@@ -75,7 +75,14 @@ void ReadHistorySection(const toml::table& table, const std::string& file, Valid
   p.history_nights = Count(r, "nights", p.history_nights);
   p.history_min_nights = Count(r, "min_nights", p.history_min_nights);
   if (p.history_min_nights > p.history_nights) r.Fail(r.LineOf("min_nights"), "min_nights must not exceed nights");
-  r.RejectUnknown("nights, min_nights");
+  if (r.OptionalNumber("max_widening")) {
+    p.history_max_widening = r.Number("max_widening", true);
+    if (!(p.history_max_widening >= 1 && p.history_max_widening <= 10)) {
+      r.Fail(r.LineOf("max_widening"), "max_widening must be 1..10 (times the fail band), got " +
+                                           Format("%g", p.history_max_widening));
+    }
+  }
+  r.RejectUnknown("nights, min_nights, max_widening");
 }
 
 void ReadEnvironment(const toml::table& table, const std::string& file, ValidatePolicy& p) {

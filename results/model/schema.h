@@ -21,6 +21,9 @@ inline const TextAttribute git_revision{kRoot, "git_revision", "", "the build's 
 inline const TextAttribute command{kRoot, "command", "", "the command, e.g. `collectives`"};
 inline const TextAttribute command_line{kRoot, "command_line", "", "the full command line"};
 inline const TextAttribute start_utc{kRoot, "start_utc", "", "ISO 8601 start, e.g. `2024-05-01T12:00:00Z`"};
+inline const TextAttribute run_id{kRoot, "run_id", "",
+                                  "32 hex digits drawn at random when the run starts: what tells two runs apart "
+                                  "(validate's history keys nights on it); absent in reports before it"};
 inline const IntAttribute n_ranks{kRoot, "n_ranks", "ranks", "ranks in the run"};
 inline const IntAttribute n_nodes{kRoot, "n_nodes", "nodes", "nodes (distinct hosts) in the run"};
 inline const TextAttribute backend{kRoot, "backend", "", "`mpi` or `nccl`: the communicator that ran"};

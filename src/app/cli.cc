@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <sstream>
 #include <thread>
@@ -91,6 +92,18 @@ bool ParseCommandLine(const std::string& command, const std::vector<std::string>
   return true;
 }
 
+namespace {
+
+// 128 random bits as 32 hex digits: unique to this run (two runs started in the same second differ).
+std::string RandomRunId() {
+  std::random_device device;
+  std::string id;
+  for (int i = 0; i < 4; ++i) id += Format("%08x", static_cast<unsigned>(device()));
+  return id;
+}
+
+}  // namespace
+
 CommandRun::CommandRun(std::string command, std::string command_line, CommonOptions common, RankContext ctx)
     : command_(std::move(command)), common_(std::move(common)), ctx_(std::move(ctx)) {
   SetQuiet(common_.quiet);
@@ -103,6 +116,7 @@ CommandRun::CommandRun(std::string command, std::string command_line, CommonOpti
   schema::Set(root, r::command, command_);
   schema::Set(root, r::command_line, command_line);
   schema::Set(root, r::start_utc, UtcNowIso8601());
+  schema::Set(root, r::run_id, RandomRunId());
   schema::Set(root, r::n_ranks, ctx_.world_size);
   schema::Set(root, r::n_nodes, ctx_.node_count);
   InstallStopSignalHandlers();

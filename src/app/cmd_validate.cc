@@ -76,8 +76,7 @@ ValidateRun ReadInputs(const ValidateFlags& f) {
   if (!f.history.empty()) {
     // Nights of this configuration, without this run itself when it was validated before.
     std::vector<HistoryEntry> all = ReadHistory(f.history);
-    const std::string* start = schema::Find(&run.report.root, schema::root::start_utc);
-    std::erase_if(all, [&](const HistoryEntry& e) { return start && e.start_utc == *start; });
+    std::erase_if(all, [&](const HistoryEntry& e) { return IsEntryOf(e, run.report); });
     run.inputs.history = HistoryOf(all, RunIdentity(run.report), run.inputs.policy.history_nights);
   }
   std::vector<std::string> inputs = {f.files.front()};
@@ -117,8 +116,8 @@ int RunValidateCommand(const CommandInput& input) {
   const RunView view = ValidateView(file, run.report, checks);
   std::cout << ReportViews("text", {"validate", {file}}, {view}) << std::flush;
   if (!f.json.empty()) WriteOutput(f.json, ReportViews("json", {"validate", {file}}, {view}));
-  if (!f.junit.empty()) WriteOutput(f.junit, JunitXml(file, run.report, checks));
-  if (!f.prometheus.empty()) WriteOutput(f.prometheus, PrometheusText(file, run.report, checks));
+  if (!f.junit.empty()) WriteOutput(f.junit, JunitXml(run.report, checks));
+  if (!f.prometheus.empty()) WriteOutput(f.prometheus, PrometheusText(run.report, checks));
   const Verdict verdict = OverallVerdict(checks);
   const bool regression = verdict == Verdict::kFail || (f.strict && verdict != Verdict::kPass);
   if (!f.history.empty()) {

@@ -135,17 +135,34 @@ void DurableFile::StartWriteback() {
   writeback_->Advance(appended_);
 }
 
-void DurableFile::Commit() {
+void DurableFile::SyncAndClose() {
   // The helper's pending call is let finish (its error is this file's); what it had not started, fsync writes.
   if (const int error = StopWriteback(); error != 0) Fail(temporary_, error);
-  const double start = NowSeconds();
   if (::fsync(fd_) != 0) Fail(temporary_, errno);
   const int closed = ::close(fd_);
   fd_ = -1;
   if (closed != 0) Fail(temporary_, errno);  // some file systems report a failed write only here
+}
+
+void DurableFile::Commit() {
+  const double start = NowSeconds();
+  SyncAndClose();
   if (::rename(temporary_.c_str(), path_.c_str()) != 0) Fail(path_, errno);
   SyncDirectory(std::filesystem::path(path_).parent_path().string());
   commit_s_ = NowSeconds() - start;
+}
+
+bool DurableFile::CommitNew() {
+  const double start = NowSeconds();
+  SyncAndClose();
+  // link() fails with EEXIST where rename() would replace: of two writers of one name, exactly one succeeds.
+  const int error = ::link(temporary_.c_str(), path_.c_str()) != 0 ? errno : 0;
+  ::unlink(temporary_.c_str());
+  if (error == EEXIST) return false;
+  if (error != 0) Fail(path_, error);
+  SyncDirectory(std::filesystem::path(path_).parent_path().string());
+  commit_s_ = NowSeconds() - start;
+  return true;
 }
 
 void ReplaceFileDurably(const std::string& path, const std::string& temporary, const void* data, uint64_t bytes) {
@@ -156,6 +173,12 @@ void ReplaceFileDurably(const std::string& path, const std::string& temporary, c
 
 void ReplaceFileDurably(const std::string& path, const void* data, uint64_t bytes) {
   ReplaceFileDurably(path, path + ".tmp." + std::to_string(::getpid()), data, bytes);
+}
+
+bool CreateFileDurably(const std::string& path, const void* data, uint64_t bytes) {
+  DurableFile file(path, path + ".tmp." + std::to_string(::getpid()));
+  file.Append(data, bytes);
+  return file.CommitNew();
 }
 
 void SyncDirectory(const std::string& dir) {

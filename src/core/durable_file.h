@@ -34,6 +34,9 @@ class DurableFile {
   // without sync_file_range.
   void StartWriteback();
   void Commit();
+  // Commit, except that an existing `path` is left as it is: false then (the temporary removed), true when this
+  // file was put in place. Two writers of one path: exactly one gets true, whatever the timing.
+  bool CommitNew();
 
   const std::string& temporary() const { return temporary_; }
   // Seconds Commit spent in fsync (after the helper's last writeback call returned), rename and directory sync.
@@ -43,6 +46,8 @@ class DurableFile {
   class Writeback;
 
   [[noreturn]] void Fail(const std::string& file, int error_number);
+  // Stops the helper, fsyncs and closes the temporary (Commit's and CommitNew's first steps).
+  void SyncAndClose();
   // Stops the helper; its error (0: none).
   int StopWriteback();
 
@@ -58,6 +63,10 @@ class DurableFile {
 void ReplaceFileDurably(const std::string& path, const std::string& temporary, const void* data, uint64_t bytes);
 // The same through the temporary `path.tmp.<pid>` in the same directory (reports, validate's outputs and history).
 void ReplaceFileDurably(const std::string& path, const void* data, uint64_t bytes);
+
+// Creates `path` with `bytes` through the temporary `path.tmp.<pid>` (DurableFile::CommitNew): false, and nothing
+// changed, when `path` exists already.
+bool CreateFileDurably(const std::string& path, const void* data, uint64_t bytes);
 
 // fsync of a directory, so that renames and removals in it are durable. Throws RuntimeError.
 void SyncDirectory(const std::string& dir);
