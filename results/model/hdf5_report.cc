@@ -671,8 +671,8 @@ Report ReadReport(const std::string& path) {
   }
 }
 
-void CheckWritable(const std::string& path) {
-  auto fail = [&](const std::string& why) { throw InputError("cannot write report '" + path + "': " + why); };
+void CheckWritable(const std::string& path, const std::string& what) {
+  auto fail = [&](const std::string& why) { throw InputError("cannot write " + what + " '" + path + "': " + why); };
   if (path.empty()) fail("the path is empty");
   const std::string directory = DirectoryOf(path);
   struct stat info {};

@@ -106,7 +106,7 @@ void RewriteReportStatus(const std::string& path, const std::string& status, con
 Report ReadReport(const std::string& path);
 
 // Checks, before any benchmark runs, that `path` can be written: its directory exists and accepts a new
-// file. Throws InputError ("cannot write report 'x': <why>").
-void CheckWritable(const std::string& path);
+// file. Throws InputError ("cannot write report 'x': <why>"; `what` names another output: "--trace").
+void CheckWritable(const std::string& path, const std::string& what = "report");
 
 }  // namespace tb
