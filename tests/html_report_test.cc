@@ -1,6 +1,7 @@
-// WriteHtmlReport: how it finds and runs the plotting script and what its outcomes become (a stand-in script under
-// /bin/sh plays plots.py for the exit-code mapping and the argument vector), then the real plots.py on a report
-// written by WriteReport (skipped when /usr/bin/python3 lacks h5py or matplotlib).
+// WriteHtmlReport and WriteHistoryHtml: how they find and run the plotting script and what its outcomes become (a
+// stand-in script under /bin/sh plays plots.py for the exit-code mapping and the argument vector: the cost page's
+// decision lines, the history page's bands), then the real plots.py on a report written by WriteReport and on a
+// history directory (skipped when /usr/bin/python3 lacks h5py or matplotlib).
 #include "html_report.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 
 #include "error.h"
 #include "report.h"
+#include "validate.h"
 
 namespace tb {
 namespace {
@@ -139,6 +141,31 @@ TEST_F(HtmlReportTest, ArgumentsReachTheScriptAsGivenWithoutAShell) {
   EXPECT_EQ(ReadFile(PathOf("args")), "--out\n" + PathOf("page.html") + "\n--\n" + reports[0] + "\n");
 }
 
+TEST_F(HtmlReportTest, DecisionLinesReachTheScriptAsTheyArePrinted) {
+  ScopedEnv python("TRAINBENCH_PYTHON", "/bin/sh");
+  ScopedEnv script("TRAINBENCH_PLOTS_SCRIPT", FakeScript("exit 0"));
+  const std::vector<std::string> decision = {"# cheapest: a.h5 k2 1x2 (measured) on x: $1; why: the only one",
+                                             "# none meets the deadline of 2 h (the fastest takes 3.0 h)"};
+  WriteHtmlReport({PathOf("a.h5")}, PathOf("page.html"), "{}", HtmlExport::kCost, decision);
+  const std::string export_path = PathOf("page.html") + ".export.json.tmp";
+  EXPECT_EQ(ReadFile(PathOf("args")), "--out\n" + PathOf("page.html") + "\n--cost\n" + export_path +
+                                          "\n--decision\n" + decision[0] + "\n--decision\n" + decision[1] +
+                                          "\n--\n" + PathOf("a.h5") + "\n");
+}
+
+TEST_F(HtmlReportTest, HistoryPageGetsValidatesDefaultBands) {
+  ScopedEnv python("TRAINBENCH_PYTHON", "/bin/sh");
+  ScopedEnv script("TRAINBENCH_PLOTS_SCRIPT", FakeScript("exit 0"));
+  WriteHistoryHtml(PathOf("history"), PathOf("trend.html"));
+  const ValidatePolicy p;
+  std::ostringstream bands;
+  bands << "warn=" << p.warn << ",fail=" << p.fail << ",share_warn=" << p.share_warn << ",share_fail=" << p.share_fail
+        << ",nights=" << p.history_nights << ",min_nights=" << p.history_min_nights
+        << ",max_widening=" << p.history_max_widening;
+  EXPECT_EQ(ReadFile(PathOf("args")), "--out\n" + PathOf("trend.html") + "\n--history\n" + PathOf("history") +
+                                          "\n--bands\n" + bands.str() + "\n");
+}
+
 TEST_F(HtmlReportTest, ScriptInputErrorBecomesAnInputErrorWithItsLine) {
   const std::string message = ErrorFrom<InputError>(
       "echo 'a warning first' >&2; echo \"plots.py: cannot read cost file 'c.json': not JSON\" >&2; exit 2");
@@ -202,6 +229,42 @@ TEST_F(HtmlReportTest, RealScriptDrawsWhatTheReportHolds) {
   for (const auto& entry : fs::directory_iterator(directory_)) {
     EXPECT_NE(entry.path().extension(), ".tmp") << "temporary file left behind: " << entry.path();
   }
+}
+
+// A history entry as validate writes it (results/README.md, "History directory").
+std::string Night(const std::string& start, bool counted, const std::string& status, double busbw, double share) {
+  std::ostringstream json;
+  json << R"({"format": "trainbench.history", "version": 1, "run": "/runs/night.h5", "run_key": ")" << start
+       << R"(", "start_utc": ")" << start << R"j(", "identity": "suite tiny x2, 2 x cpu, 2 ranks on 1 node(s)", )j"
+       << R"("values": {"collectives.all_reduce.busbw_GBps.large": )" << busbw
+       << R"(, "train.comm_exposed_share": )" << share << R"(}, "texts": {}, "counted": )"
+       << (counted ? "true" : "false") << R"(, "status": ")" << status << R"(", "node_hours": 0.1})";
+  return json.str();
+}
+
+TEST_F(HtmlReportTest, RealScriptDrawsAPanelPerFamilyOfTheHistory) {
+  if (!PlotsPythonReady()) GTEST_SKIP() << "/usr/bin/python3 lacks h5py or matplotlib";
+  fs::create_directories(PathOf("history"));
+  std::ofstream(PathOf("history/1.json")) << Night("2026-12-01T02:00:00Z", true, "complete", 10.0, 0.10);
+  std::ofstream(PathOf("history/2.json")) << Night("2026-12-02T02:00:00Z", true, "complete", 10.2, 0.11);
+  std::ofstream(PathOf("history/3.json")) << Night("2026-12-03T02:00:00Z", true, "complete", 9.9, 0.10);
+  std::ofstream(PathOf("history/4.json")) << Night("2026-12-04T02:00:00Z", false, "complete", 7.0, 0.30);
+  std::ofstream(PathOf("history/5.json")) << Night("2026-12-05T02:00:00Z", false, "interrupted", 9.8, 0.10);
+  WriteHistoryHtml(PathOf("history"), PathOf("trend.html"));
+  const std::string page = ReadFile(PathOf("trend.html"));
+  EXPECT_NE(page.find("from 5 night(s) of 1 configuration(s)"), std::string::npos);
+  EXPECT_EQ(CountOf(page, "<figure class=\"panel\" data-family=\"collectives\">"), 1u);
+  EXPECT_EQ(CountOf(page, "<figure class=\"panel\" data-family=\"train\">"), 1u);
+  EXPECT_EQ(CountOf(page, "<figure class=\"panel\""), 2u);
+  // The band drawn is the policy's default around the median of the three passing nights.
+  EXPECT_NE(page.find("within 5% below the expectation for a rate, 2 points above it for a share"), std::string::npos);
+  EXPECT_NE(page.find("band around the median of the last 3 passing night(s)"), std::string::npos);
+  EXPECT_NE(page.find("all_reduce.busbw_GBps.large 10."), std::string::npos) << "the median of 10, 10.2 and 9.9";
+  // Both nights not counted, and why, in the table and on each panel; the counted ones in neither.
+  EXPECT_NE(page.find("<td>2026-12-04T02:00:00Z</td><td>regression</td>"), std::string::npos);
+  EXPECT_NE(page.find("<td>2026-12-05T02:00:00Z</td><td>run interrupted</td>"), std::string::npos);
+  EXPECT_EQ(CountOf(page, "2026-12-04T02:00:00Z (regression)"), 2u);
+  EXPECT_EQ(CountOf(page, "2026-12-02T02:00:00Z"), 0u);
 }
 
 TEST_F(HtmlReportTest, RealScriptRejectsAFileThatIsNotHdf5) {

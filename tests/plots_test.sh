@@ -2,10 +2,13 @@
 # End-to-end test of results/analysis/plots.py: real reports from the built trainbench (collectives, p2p, a train scaling
 # sweep at 2 ranks) and `trainbench cost --format json`; the page drawn from them by the script and by `trainbench
 # report --html`, then rendered in headless Chromium: every plot an <img> with an inline PNG that the browser
-# decoded (natural width and height > 0), the PNGs themselves sound, the screenshot not blank. Bad inputs: one line
-# on stderr and exit 2 (missing, not HDF5, foreign HDF5, truncated, bad cost JSON, unwritable output; no script or
-# interpreter behind `report --html`). Without h5py/matplotlib only the exit-3 message is checked; without
-# Chromium the rendering checks are skipped with a message.
+# decoded (natural width and height > 0), the PNGs themselves sound, the screenshot not blank. `cost --html`: the
+# decision first, in the console's words, bars labelled by short run names. `history --html` over real validated
+# nights (clean, stalled, hung): the header counts nights and configurations, one panel per figure family, the
+# nights not counted marked. Bad inputs: one line on stderr and exit 2 (missing, not HDF5, foreign HDF5,
+# truncated, bad cost JSON, unwritable output, --history without its bands; no script or interpreter behind
+# `report --html`). Without h5py/matplotlib only the exit-3 message is checked; without Chromium the rendering
+# checks are skipped with a message.
 #   plots_test.sh TRAINBENCH MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
 tb=$1; shift; mpiexec=("$@")
@@ -91,6 +94,111 @@ TRAINBENCH_PLOTS_SCRIPT=/nonexistent/plots.py expect_error 2 "plotting script '/
 TRAINBENCH_PYTHON=/nonexistent/python3 expect_error 2 "cannot run '/nonexistent/python3'.*install python3-h5py" -- \
   "$tb" report "$work/coll.h5" --html "$work/report2.html"
 
+# --- the cost page: the decision first, in the console's words; short row labels ----------------------------------
+# Two runs of the same file name in two folders, as a user comparing two machines keeps them: each bar's label is
+# the file name and the one folder that tells them apart, never the directory path.
+mkdir -p "$work/nvlink" "$work/pcie"
+cp "$work/train.h5" "$work/nvlink/train.h5" && cp "$work/train.h5" "$work/pcie/train.h5"
+cost_args=(--prices "$source_dir/launch/prices.example.toml" --train-tokens 1e9 --deadline-hours 72
+           --device-as "H100 SXM" --project 4)
+expect_ok "$tb" cost "$work/nvlink/train.h5" "$work/pcie/train.h5" "${cost_args[@]}" --html "$work/cost.html"
+cp "$work/out" "$work/cost.txt"
+expect_ok "$tb" cost "$work/nvlink/train.h5" "$work/pcie/train.h5" "${cost_args[@]}" --format json
+cp "$work/out" "$work/cost2.json"
+# page_check CHECK PAGE ARGS...: what a reader of PAGE must find there.
+#   decision-first PAGE [COST.txt]: the first section is the decision, before any table or plot; with the console
+#     output of the same `cost`, its items are the console's `# cheapest/fastest/...` lines, in order.
+#   short-labels PAGE COST.json DIR NAME...: one bar label per cost row (the image's alt text lists them), each the
+#     run's NAME then its configuration, none holding DIR or starting at /.
+#   history PAGE HISTORY_DIR: the header counts the directory's nights and configurations; each configuration has
+#     one panel per family its nights measured; each night not counted (a failed or interrupted run, a regression)
+#     is in its configuration's table and named on every one of its panels, and no counted night is.
+page_check() {
+  checks=$((checks + 1))
+  "$python" - "$@" >"$work/check.out" 2>&1 <<'PY' || fail "page check $1 of $2: $(tail -5 "$work/check.out")"
+import glob, html, json, os, re, sys
+
+check, page = sys.argv[1], open(sys.argv[2], encoding="utf-8").read()
+args = sys.argv[3:]
+
+def words(fragment):
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+if check == "decision-first":
+    first = re.search(r"<h2>([^<]*)</h2>", page)
+    assert first and first.group(1) == "Decision", f"first section: {first and first.group(1)}"
+    assert first.start() < page.index("<table") and first.start() < page.index("<img"), "decision after the tables"
+    block = re.search(r'<ul class="decision">(.*?)</ul>', page, re.S)
+    items = [words(li) for li in re.findall(r"<li>(.*?)</li>", block.group(1), re.S)] if block else []
+    if args:
+        console = [" ".join(line[2:].replace("; why: ", " why: ").split()) for line in open(args[0])
+                   if re.match(r"# (cheapest|fastest|none meets)", line)]
+        assert console and items == console, f"page {items}\nconsole {console}"
+    else:
+        assert items and items[0].startswith("cheapest: "), items
+elif check == "short-labels":
+    cost, directory, names = json.load(open(args[0])), args[1], args[2:]
+    rows = sum(len(run["cost"]["rows"]) for run in cost["runs"] if "rows" in run.get("cost", {}))
+    alt = re.search(r'alt="Total task cost per configuration, one bar per row: ([^"]*)"', page)
+    assert alt, "no cost plot listing its bars"
+    labels = [item.rpartition(": $")[0] for item in html.unescape(alt.group(1)).split("; ")]
+    assert len(labels) == rows, f"{len(labels)} labels for {rows} rows"
+    for label in labels:
+        assert directory not in label and not label.startswith("/"), f"a directory path in the label '{label}'"
+        assert any(label.startswith(name + " ") for name in names), f"label '{label}' does not start with {names}"
+    assert all(any(label.startswith(name + " ") for label in labels) for name in names), labels
+elif check == "history":
+    nights = [json.load(open(path)) for path in sorted(glob.glob(os.path.join(args[0], "*.json")))]
+    identities = sorted({n["identity"] for n in nights})
+    header = f"from {len(nights)} night(s) of {len(identities)} configuration(s)"
+    assert header in page, f"header lacks '{header}': {re.search(r'Generated [^<]*', page).group(0)}"
+    sections = re.split(r"<h2>Configuration: ", page)[1:]
+    assert len(sections) == len(identities), f"{len(sections)} configurations drawn of {len(identities)}"
+    not_counted_seen = 0
+    for identity in identities:
+        section = next(s for s in sections if s.startswith(html.escape(identity) + "</h2>"))
+        mine = [n for n in nights if n["identity"] == identity]
+        families = sorted({k.split(".")[0] for n in mine for k, v in n["values"].items() if v is not None})
+        panels = re.findall(r'<figure class="panel" data-family="([^"]+)">', section)
+        assert sorted(panels) == families, f"{identity}: panels {panels}, families {families}"
+        table = section.split("Nights not counted", 1)[1] if "Nights not counted" in section else ""
+        alts = re.findall(r'<figure class="panel"[^>]*><img alt="([^"]*)"', section)
+        for n in mine:
+            missed = n.get("counted") is False or n.get("status") in ("failed", "interrupted")
+            not_counted_seen += missed
+            assert (n["start_utc"] in table) == missed, f"{identity}: night {n['start_utc']} counted={not missed}"
+            for alt in alts:
+                assert (n["start_utc"] in alt) == missed, f"{identity}: panel '{alt}' and night {n['start_utc']}"
+    assert not_counted_seen, "no night of the history is not counted: nothing to see marked"
+else:
+    sys.exit(f"unknown check {check}")
+PY
+}
+page_check decision-first "$work/cost.html" "$work/cost.txt"
+page_check short-labels "$work/cost.html" "$work/cost2.json" "$work" nvlink/train.h5 pcie/train.h5
+# A page drawn from a cost file alone (plots.py --cost): the file's own decision first, labels the file name.
+page_check decision-first "$page"
+page_check short-labels "$page" "$work/cost.json" "$work" train.h5
+
+# --- the history page: a panel per family, dates, the nights not counted marked -------------------------------------
+# Real nights: four clean suite runs, one whose reads stall (a regression once three nights pass) and one that hangs
+# (the run fails: another configuration, as it never reached training), each validated into the history.
+printf '[straggler]\nfloor = 100\nfloor_cpu = 100\n' >"$work/calm.toml"
+mkdir "$work/history"
+for night in n1 n2 n3 stall hang n4; do
+  inject=()
+  [[ $night == stall ]] && inject=(--inject io-stall=300)
+  [[ $night == hang ]] && inject=(--inject hang=1 --timeout 3)
+  timeout 300 "${mpiexec[@]}" -n 2 "$tb" suite --profile quick --workdir "$work" --quiet "${inject[@]}" \
+    -o "$work/$night.h5" >"$work/suite.out" 2>&1
+  [[ -s $work/$night.h5 ]] || fail "suite ($night) wrote no report: $(tail -3 "$work/suite.out")"
+  timeout 120 "$tb" validate "$work/$night.h5" --history "$work/history" --policy "$work/calm.toml" \
+    >"$work/validate.out" 2>&1
+  grep -q '^# history: added' "$work/validate.out" ||
+    fail "validate ($night) added no night: $(tail -3 "$work/validate.out")"
+done
+expect_ok "$tb" history "$work/history" --html "$work/history.html"
+page_check history "$work/history.html" "$work/history"
 # check_pngs HTML: every inline PNG decodes, has a PNG header with width and height > 0 and is not a stub.
 check_pngs() {
   checks=$((checks + 1))
@@ -106,6 +214,8 @@ sys.exit(0 if sources else 1)
 PY
 }
 check_pngs "$page"
+check_pngs "$work/cost.html"
+check_pngs "$work/history.html"
 
 # --- rendered in headless Chromium --------------------------------------------------------------------------------
 chromium=$(command -v chromium || command -v chromium-browser || true)
@@ -114,28 +224,33 @@ if [[ -z $chromium ]]; then
 else
   browser=(timeout 180 "$chromium" --headless --no-sandbox --disable-gpu --no-first-run --hide-scrollbars
            --user-data-dir="$work/chromium-profile")
-  # A probe page loads the report page in a frame and lists what the browser made of each image; the report page
-  # itself carries no script. File pages may read each other only with --allow-file-access-from-files.
-  cat >"$work/probe.html" <<'EOF'
+  # A probe page loads a page in a frame and lists what the browser made of each image; the pages themselves carry
+  # no script. File pages may read each other only with --allow-file-access-from-files.
+  # browser_decodes PAGE COUNT: Chromium decoded COUNT inline PNGs of PAGE (a file in $work).
+  browser_decodes() {
+    cat >"$work/probe.html" <<EOF
 <!DOCTYPE html><html><body>
-<iframe id="page" src="page.html" style="width:1200px;height:900px"></iframe>
+<iframe id="page" src="$1" style="width:1200px;height:900px"></iframe>
 <pre id="result">not loaded</pre>
 <script>
 document.getElementById("page").addEventListener("load", (event) => {
   const images = Array.from(event.target.contentDocument.images);
   document.getElementById("result").textContent = images.map((img) =>
-    `image ${img.src.startsWith("data:image/png;base64,") ? "png-data" : "other"} ` +
-    `${img.complete ? "complete" : "incomplete"} ${img.naturalWidth}x${img.naturalHeight}`).join("\n");
+    \`image \${img.src.startsWith("data:image/png;base64,") ? "png-data" : "other"} \` +
+    \`\${img.complete ? "complete" : "incomplete"} \${img.naturalWidth}x\${img.naturalHeight}\`).join("\n");
 });
 </script></body></html>
 EOF
-  checks=$((checks + 1))
-  "${browser[@]}" --allow-file-access-from-files --dump-dom "file://$work/probe.html" \
-    >"$work/dom.html" 2>"$work/chromium.err" ||
-    fail "chromium --dump-dom failed: $(tail -3 "$work/chromium.err")"
-  rendered=$(grep -oE 'image png-data complete [1-9][0-9]*x[1-9][0-9]*' "$work/dom.html" | wc -l)
-  [[ $rendered -eq 5 ]] ||
-    fail "Chromium decoded $rendered of 5 inline PNGs: $(grep -A6 'id="result"' "$work/dom.html")"
+    checks=$((checks + 1))
+    "${browser[@]}" --allow-file-access-from-files --dump-dom "file://$work/probe.html" \
+      >"$work/dom.html" 2>"$work/chromium.err" ||
+      fail "chromium --dump-dom failed: $(tail -3 "$work/chromium.err")"
+    local rendered; rendered=$(grep -oE 'image png-data complete [1-9][0-9]*x[1-9][0-9]*' "$work/dom.html" | wc -l)
+    [[ $rendered -eq $2 ]] ||
+      fail "Chromium decoded $rendered of $2 inline PNGs of $1: $(grep -A6 'id="result"' "$work/dom.html")"
+  }
+  browser_decodes page.html 5
+  browser_decodes history.html "$(png_count "$work/history.html")"
 
   checks=$((checks + 1))
   "${browser[@]}" --window-size=1200,2400 --screenshot="$work/shot.png" "file://$page" \
@@ -178,6 +293,10 @@ checks=$((checks + 1))
 "$python" "$plots" --out "$work/no/such/dir/page.html" "$work/coll.h5" 2>"$work/err"; rc=$?
 [[ $rc -eq 2 && $(wc -l <"$work/err") -eq 1 ]] && grep -q "cannot write '.*page.html'" "$work/err" ||
   fail "unwritable output -> exit $rc: $(cat "$work/err")"
+expect_plots_error 2 "--history needs --bands" -- --history "$work/history"
+expect_plots_error 2 "--bands: unknown key 'wran'" -- --history "$work/history" --bands wran=0.1
+expect_plots_error 2 "--bands lacks fail, share_warn" -- --history "$work/history" --bands warn=0.1
+expect_plots_error 2 "--decision goes with --cost" -- --decision "# cheapest: x" "$work/coll.h5"
 expect_plots_error 2 "usage: plots.py" --
 
 finish plots_test

@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "console.h"
 #include "error.h"
+#include "validate.h"
 
 extern char** environ;
 
@@ -140,7 +142,7 @@ void RunPlotsScript(const std::vector<std::string>& args) {
 }  // namespace
 
 void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::string& html_path,
-                     const std::string& export_json, HtmlExport kind) {
+                     const std::string& export_json, HtmlExport kind, const std::vector<std::string>& decision) {
   std::vector<std::string> args = {"--out", html_path};
   const std::string json_path = html_path + ".export.json.tmp";
   if (!export_json.empty()) {
@@ -149,6 +151,7 @@ void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::st
     if (!out.flush()) throw InputError("--html: cannot write '" + json_path + "' beside the page");
     args.insert(args.end(), {kind == HtmlExport::kCost ? "--cost" : "--export", json_path});
   }
+  for (const std::string& line : decision) args.insert(args.end(), {"--decision", line});
   args.push_back("--");  // report names that start with '-' stay names
   args.insert(args.end(), report_paths.begin(), report_paths.end());
   try {
@@ -161,7 +164,13 @@ void WriteHtmlReport(const std::vector<std::string>& report_paths, const std::st
 }
 
 void WriteHistoryHtml(const std::string& history_dir, const std::string& html_path) {
-  RunPlotsScript({"--out", html_path, "--history", history_dir});
+  // The bands validate starts from before a --policy file or the nights' noise change them: the page draws these.
+  const ValidatePolicy defaults;
+  const std::string bands =
+      Format("warn=%g,fail=%g,share_warn=%g,share_fail=%g,nights=%d,min_nights=%d,max_widening=%g",
+             defaults.warn, defaults.fail, defaults.share_warn, defaults.share_fail, defaults.history_nights,
+             defaults.history_min_nights, defaults.history_max_widening);
+  RunPlotsScript({"--out", html_path, "--history", history_dir, "--bands", bands});
 }
 
 }  // namespace tb

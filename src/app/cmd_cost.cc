@@ -1115,7 +1115,11 @@ int RunCostCommand(const CommandInput& input) {
   const std::vector<RunView> views = CostViews(f, c);
   const ReportContextInfo context = {"cost", f.reports, c.comparison};
   if (!f.html.empty()) {
-    WriteHtmlReport(f.reports, f.html, ReportViews("json", context, views), HtmlExport::kCost);
+    // The page opens with the decision lines the console prints (PrintCostText), not a rendering of its own.
+    const std::vector<std::string> decision =
+        c.rows.empty() ? std::vector<std::string>{}
+                       : DecisionLines(c.rows, c.runs, c.decision, c.plan.deadline, c.priced, c.reasons);
+    WriteHtmlReport(f.reports, f.html, ReportViews("json", context, views), HtmlExport::kCost, decision);
     if (f.format == "text") Print("# HTML report: " + f.html);
   }
   if (f.format == "text") {
