@@ -2,6 +2,7 @@
 
 #include "io_tables.h"
 #include "console.h"
+#include "cpu_placement.h"
 #include "schema.h"
 #include "units.h"
 
@@ -190,6 +191,22 @@ std::vector<ViewTable> ConfigSection(const Report& report) {
 
 // --- topology ------------------------------------------------------------------------------------------------
 
+// Which ranks may run on which CPUs, ranks with the same CPU list together: "ranks 0,1: 0-1"; "rank 0: 0; rank 1: 1".
+std::string RankAffinities(const Table& ranks, const Column& affinity) {
+  std::vector<std::pair<std::string, std::vector<int>>> lists;  // CPU list -> its ranks, in the order first seen
+  for (size_t r = 0; r < ranks.rows(); ++r) {
+    const std::string cpus = Text(CellOf(&affinity, r));
+    auto it = std::find_if(lists.begin(), lists.end(), [&](const auto& list) { return list.first == cpus; });
+    if (it == lists.end()) it = lists.insert(lists.end(), {cpus, {}});
+    it->second.push_back(static_cast<int>(Number(At(ranks, sc::topology::ranks::rank, r))));
+  }
+  std::vector<std::string> parts;
+  for (const auto& [cpus, ids] : lists) {
+    parts.push_back((ids.size() == 1 ? "rank " : "ranks ") + FormatIdList(ids, 3) + ": " + (cpus.empty() ? "?" : cpus));
+  }
+  return JoinNames(parts, "; ");
+}
+
 // The hosts, node count, GPUs and CPUs of topology/ranks, each kind counted.
 void AddRankFigures(RowWriter& row, const Table& ranks) {
   namespace c = sc::topology::ranks;
@@ -213,6 +230,8 @@ void AddRankFigures(RowWriter& row, const Table& ranks) {
       .Set("hosts", JoinNames(hosts, ", "))
       .Set("gpus", gpus.empty() ? std::string("none") : CountedList(gpus, CountTimes))
       .Set("cpus", CountedList(cpus, CountTimes));
+  const Column* affinity = sc::FindColumn(ranks, c::cpu_affinity);  // reports before it have none
+  if (affinity) row.Set("cpu_affinity", RankAffinities(ranks, *affinity));
 }
 
 std::vector<ViewTable> TopologySection(const Report& report) {
@@ -223,7 +242,9 @@ std::vector<ViewTable> TopologySection(const Report& report) {
                                        Show(t::cuda_runtime), Show(t::cuda_driver), Show(t::cudnn),
                                        Show(t::hdf5)};
   std::vector<ViewColumn> columns = {Computed("ranks", "ranks"), Computed("nodes", "nodes"), Computed("hosts", ""),
-                                     Computed("gpus", ""),       Computed("cpus", ""),       Computed("gpu_links", "")};
+                                     Computed("gpus", ""),       Computed("cpus", ""),
+                                     Computed("cpu_affinity", ""), Show(t::placement_warning),
+                                     Computed("gpu_links", "")};
   columns.insert(columns.end(), libraries.begin(), libraries.end());
   ViewTable summary = MakeTable("topology", "summary", "topology", true, columns);
   RowWriter row(summary);
@@ -240,7 +261,7 @@ std::vector<ViewTable> TopologySection(const Report& report) {
                    return link + ": " + std::to_string(pairs) + (pairs == 1 ? " pair" : " pairs");
                  }));
   }
-  CopyAttributes(row, topology, libraries);
+  CopyAttributes(row, topology, columns);
   summary.rows.push_back(row.Take());
   return {summary};
 }

@@ -70,6 +70,7 @@ class topology:
     nccl = "nccl"
     cudnn = "cudnn"
     hdf5 = "hdf5"
+    placement_warning = "placement_warning"
 
     class ranks:
         table = "ranks"
@@ -85,6 +86,7 @@ class topology:
         gpu_memory_bytes = "gpu_memory_bytes"
         cpu_model = "cpu_model"
         cpu_cores = "cpu_cores"
+        cpu_affinity = "cpu_affinity"
 
     class gpu_links:
         table = "gpu_links"

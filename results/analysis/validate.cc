@@ -580,6 +580,7 @@ std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& in
   repeats.clear();
   for (Check& c : MergeRepeatChecks(per_repeat)) checks.push_back(std::move(c));
   AddGpuHealthChecks(report, checks);
+  AddPlacementCheck(report, checks);
   for (const Figure& f : ExtractFigures(report)) {
     if (f.is_text) {
       checks.push_back(JudgeText(f, TextReference(f, baseline, inputs.baseline_file, inputs.history), inputs.policy));

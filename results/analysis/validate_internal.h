@@ -1,5 +1,5 @@
-// Shared by validate's files (validate_figures.cc, validate.cc, validate_history.cc, validate_gpu_health.cc); not
-// part of its interface.
+// Shared by validate's files (validate_figures.cc, validate.cc, validate_history.cc, validate_gpu_health.cc,
+// validate_placement.cc); not part of its interface.
 #pragma once
 
 #include <optional>
@@ -30,5 +30,10 @@ std::string DeviceSummary(const Report& report);
 // The gpu_health checks (validate_gpu_health.cc): one per GPU of gpu_health/devices, judged within the run; on a
 // run on GPUs (backend nccl) an unknown check for each host without health data.
 void AddGpuHealthChecks(const Report& report, std::vector<Check>& checks);
+
+// The placement check (validate_placement.cc): environment.placement warns when ranks of a host must share CPUs
+// (their recorded CPU affinities give some group of them fewer CPUs than ranks), passes when each can have one of its
+// own, and is unknown for a report without the affinities.
+void AddPlacementCheck(const Report& report, std::vector<Check>& checks);
 
 }  // namespace tb

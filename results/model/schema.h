@@ -79,6 +79,11 @@ inline const TextAttribute cuda_driver{kTopology, "cuda_driver", "", "CUDA drive
 inline const TextAttribute nccl{kTopology, "nccl", "", "NCCL version (empty without NCCL)"};
 inline const TextAttribute cudnn{kTopology, "cudnn", "", "cuDNN version (empty without cuDNN)"};
 inline const TextAttribute hdf5{kTopology, "hdf5", "", "HDF5 library version"};
+inline const TextAttribute placement_warning{
+    kTopology, "placement_warning", "",
+    "`\"\"` when each rank can have a CPU of its own; else the warning the command printed, naming the ranks of a "
+    "host that must share CPUs (their `cpu_affinity` sets give some group of them fewer CPUs than ranks, e.g. two "
+    "ranks bound to one CPU): such figures measure the placement, not the cluster; absent in reports before it"};
 
 inline TableSpec kRanks{kTopology, "ranks", "one row per rank: where it ran and on what (gpu_index -1 = CPU backend)"};
 namespace ranks {
@@ -94,6 +99,10 @@ inline const TextColumn gpu_pci_bus{kRanks, "gpu_pci_bus", "", "GPU PCI bus id"}
 inline const IntColumn gpu_memory_bytes{kRanks, "gpu_memory_bytes", "B", "GPU memory"};
 inline const TextColumn cpu_model{kRanks, "cpu_model", "", "CPU model"};
 inline const IntColumn cpu_cores{kRanks, "cpu_cores", "", "CPU cores of the host"};
+inline const TextColumn cpu_affinity{kRanks, "cpu_affinity", "",
+                                     "the CPUs the rank may run on, as the kernel lists them (`0-3,8`; "
+                                     "sched_getaffinity: the launcher's binding, taskset, a cgroup); `\"\"` when "
+                                     "unknown; absent in reports before it"};
 }  // namespace ranks
 
 inline TableSpec kGpuLinks{kTopology, "gpu_links",

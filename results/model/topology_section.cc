@@ -32,6 +32,7 @@ void AddTopologyToReport(Group& group, const Topology& topology) {
       .Column(s::ranks::gpu_memory_bytes, [](const RankTopology& r) { return static_cast<int64_t>(r.gpu.memory_bytes); })
       .Column(s::ranks::cpu_model, [](const RankTopology& r) { return r.cpu_model; })
       .Column(s::ranks::cpu_cores, [](const RankTopology& r) { return r.cpu_cores; })
+      .Column(s::ranks::cpu_affinity, [](const RankTopology& r) { return r.cpu_affinity; })
       .Write(group, topology.ranks);
 
   schema::RecordTable<GpuLink>(s::kGpuLinks)
@@ -62,6 +63,7 @@ void AddTopologyToReport(Group& group, const Topology& topology) {
     group.Set(field->name, version);
   }
   schema::Set(group, s::hdf5, Hdf5LibraryVersion());
+  schema::Set(group, s::placement_warning, PlacementWarning(FindSharedCpus(topology)));
 }
 std::string Hdf5LibraryVersion() {
   unsigned major = 0, minor = 0, release = 0;

@@ -282,7 +282,12 @@ bool CommandRun::StopRequested(MPI_Comm comm) { return AgreedStopSignal(comm) !=
 
 const Topology& CommandRun::GatherTopologyIntoReport() {
   topology_ = GatherTopology(MPI_COMM_WORLD, ctx_);
-  if (ctx_.world_rank == 0) AddTopologyToReport(schema::GroupOf(report_.root, schema::kTopology), topology_);
+  if (ctx_.world_rank == 0) {
+    AddTopologyToReport(schema::GroupOf(report_.root, schema::kTopology), topology_);
+    // Every command's header says it: figures of ranks that must share CPUs are not the cluster's.
+    const std::string warning = PlacementWarning(FindSharedCpus(topology_));
+    if (!warning.empty()) Print("# warning: " + warning);
+  }
   return topology_;
 }
 

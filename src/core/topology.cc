@@ -34,13 +34,15 @@ std::vector<std::pair<std::string, std::string>> RecordedEnvironment() {
   return variables;
 }
 
-// One rank as fields: rank node local_rank local_size host gpu(8 fields) cpu_model cpu_cores, then env pairs.
+// One rank as fields: rank node local_rank local_size host gpu(8 fields) cpu_model cpu_cores cpu_affinity, then env
+// pairs.
 std::string Pack(const RankTopology& r) {
   std::vector<std::string> fields = {std::to_string(r.rank), std::to_string(r.node), std::to_string(r.local_rank),
                                      std::to_string(r.local_size), r.host, std::to_string(r.gpu.index), r.gpu.name,
                                      r.gpu.uuid, r.gpu.pci_bus_id, std::to_string(r.gpu.memory_bytes),
                                      std::to_string(r.gpu.compute_major), std::to_string(r.gpu.compute_minor),
-                                     std::to_string(r.gpu.multiprocessors), r.cpu_model, std::to_string(r.cpu_cores)};
+                                     std::to_string(r.gpu.multiprocessors), r.cpu_model, std::to_string(r.cpu_cores),
+                                     r.cpu_affinity};
   for (const auto& [name, value] : r.environment) {
     fields.push_back(name);
     fields.push_back(value);
@@ -48,7 +50,7 @@ std::string Pack(const RankTopology& r) {
   return JoinFields(fields);
 }
 
-constexpr size_t kFixedFields = 15;
+constexpr size_t kFixedFields = 16;
 
 RankTopology Unpack(const std::string& packed) {
   std::vector<std::string> f = SplitFields(packed);
@@ -69,6 +71,7 @@ RankTopology Unpack(const std::string& packed) {
   r.gpu.multiprocessors = std::stoi(f[12]);
   r.cpu_model = f[13];
   r.cpu_cores = std::stoi(f[14]);
+  r.cpu_affinity = f[15];
   for (size_t i = kFixedFields; i + 1 < f.size(); i += 2) r.environment.emplace_back(f[i], f[i + 1]);
   return r;
 }
@@ -130,8 +133,17 @@ RankTopology DescribeRank(const RankContext& ctx) {
   if (ctx.gpu_index >= 0) r.gpu = QueryGpu(ctx.gpu_index);
   r.cpu_model = CpuModel();
   r.cpu_cores = static_cast<int>(std::thread::hardware_concurrency());
+  r.cpu_affinity = ThisProcessCpuList();
   r.environment = RecordedEnvironment();
   return r;
+}
+
+std::vector<SharedCpus> FindSharedCpus(const Topology& topology) {
+  std::vector<RankCpus> ranks;
+  for (const RankTopology& r : topology.ranks) {
+    ranks.push_back({r.rank, r.host, ParseIdList(r.cpu_affinity).value_or(std::vector<int>{})});
+  }
+  return FindSharedCpus(ranks);
 }
 
 Topology GatherTopology(MPI_Comm world, const RankContext& ctx) {

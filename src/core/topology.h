@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "context.h"
+#include "cpu_placement.h"
 #include "device.h"
 
 namespace tb {
@@ -22,6 +23,7 @@ struct RankTopology {
   GpuInfo gpu;  // gpu.index == -1 when the rank runs on the CPU backend
   std::string cpu_model;
   int cpu_cores = 0;
+  std::string cpu_affinity;  // the CPUs it may run on, "0-3,8" (sched_getaffinity); "" when unknown
   std::vector<std::pair<std::string, std::string>> environment;  // NCCL_*, OMPI_*, UCX_*
 };
 
@@ -47,6 +49,9 @@ RankTopology DescribeRank(const RankContext& ctx);
 // Gathers every rank's description and each node's GPU links to rank 0 (collective over `world`); the
 // returned Topology is complete on rank 0 and empty elsewhere.
 Topology GatherTopology(MPI_Comm world, const RankContext& ctx);
+
+// The ranks of each host that must share CPUs (FindSharedCpus over the ranks' cpu_affinity).
+std::vector<SharedCpus> FindSharedCpus(const Topology& topology);
 
 // Versions of MPI, CUDA, NCCL and cuDNN linked into this binary.
 std::map<std::string, std::string> LibraryVersions();
