@@ -129,8 +129,9 @@ expect_error_rc 0 "$tb" validate a.h5 --policy calm.toml
 printf '[straggler]\nfloor_cpu = 1.0\n' >straggler.toml
 expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject slow-rank=1:400 -o slowrank.h5
 expect_error_rc 3 "$tb" validate slowrank.h5 --policy straggler.toml
-grep -qE '^ +fail +[a-z]+ +train +train.step_s.rank1 +1 ' "$work/out" || fail "slow rank 1 not named: $(grep -E 'step_s' "$work/out")"
-grep -q 'straggler on ' "$work/out" || fail "no straggler message"
+# Of two ranks, nothing tells whether rank 1 is slow or rank 0 fast: the check fails naming both, and their host.
+grep -qE '^ +fail +[a-z]+ +train +train.step_s.rank1 +0,1 +[^ -]' "$work/out" || fail "slow rank 1 not failed: $(grep -E 'step_s' "$work/out")"
+grep -q 'two ranks cannot tell which of them is off' "$work/out" || fail "no two-rank straggler message: $(cat "$work/out")"
 # 0-2's messages wait 200 ms each among three ranks: p2p flags the pair, validate names both ends.
 expect_ok "${mpi[@]}" -n 3 "$tb" p2p --size 256K -n 2 --latency-iters 2 --inject slow-link=0-2:200000 -o slowlink.h5 --quiet
 expect_error_rc 3 "$tb" validate slowlink.h5 --policy calm.toml --prometheus slowlink.prom --junit slowlink.xml
@@ -196,4 +197,46 @@ expect_error 2 "--record-anyway goes with --history" -- "$tb" validate a.h5 --re
 expect_error 2 "cannot read report 'none.h5'" -- "$tb" validate none.h5
 expect_error 2 "history" -- "$tb" validate a.h5 --history missing-dir
 [[ ! -e history/x.xml ]] || fail "a refused --junit was written"
+# Outputs are checked before the verdict: a missing directory, a place no file can be made, the history directory
+# (for every command that takes one); a directory above the history is fine.
+expect_error 2 "cannot write --json 'nodir/v.json': directory 'nodir' does not exist" -- "$tb" validate a.h5 --json nodir/v.json
+expect_error 2 "cannot write --prometheus '/proc/v.prom'" -- "$tb" validate a.h5 --prometheus /proc/v.prom
+grep -q '# verdict' "$work/out" && fail "validate printed a verdict before refusing its output"
+expect_error 2 "refusing to write --html 'history/h.html': it is inside the history directory 'history'" -- \
+  "$tb" history history --html history/h.html
+expect_error 2 "refusing to write --html 'history/c.html': it is inside --history 'history'" -- \
+  "$tb" cost a.h5 --prices "$(dirname "$0")/../launch/prices.example.toml" --device-as "H100 SXM" --train-tokens 1e9 \
+  --history history --html history/c.html
+[[ -z $(ls history | grep -v '\.json$') ]] || fail "a refused output was written into the history: $(ls history)"
+mkdir -p site/nightly
+for run in a b c; do expect_ok "$tb" validate $run.h5 --history site/nightly --policy wide.toml; done
+(cd site && "$tb" validate ../d.h5 --history nightly --policy ../wide.toml --json d.json --junit d.xml >"$work/out" 2>"$work/err") ||
+  fail "an output in the directory above --history was refused: $(cat "$work/err")"
+# An empty value names nothing: refused, not read as "not given".
+expect_error 2 "--history '': an empty value" -- "$tb" validate a.h5 --history ''
+expect_error 2 "--baseline '': an empty value" -- "$tb" validate a.h5 --baseline ''
+expect_error 2 "an empty file name" -- "$tb" validate ''
+expect_error 2 "--data '': an empty value" -- "$tb" train --model tiny --data ''
+expect_error 2 "--html '': an empty value" -- "$tb" history history --html ''
+# History entries with a wrong-typed field: one line naming the file and the field (the library's text never).
+cp history/"$(ls history | head -1)" keep.json
+sed -i 's/"node_hours": [0-9.e-]*/"node_hours": -1/' history/"$(ls history | head -1)"
+expect_error 2 "history 'history/.*json': damaged entry: \"node_hours\" must be a number >= 0 or null, got number -1" -- \
+  "$tb" validate a.h5 --history history
+cp keep.json history/"$(ls history | head -1)"
+
+# The console's width (nccl-tests' 120 characters): a row per check, its key whole, and its message on the '#' lines
+# under the row (with the tolerance, where the expectation came from, and text too wide for its column).
+checks=$((checks + 1))
+for night in a.h5 slow.h5 coll.h5 wrong.h5 hang.h5 iostall.h5; do
+  "$tb" validate "$night" --policy calm.toml >"$work/out" 2>"$work/err"
+  grep -q '^# verdict: ' "$work/out" || fail "validate $night: no verdict: $(cat "$work/err")"
+  wide=$(awk 'length($0) > 120 { printf "%d characters: %.60s...\n", length($0), $0 }' "$work/out" | head -2)
+  [[ -z $wide ]] || fail "validate $night: lines wider than 120 characters: $wide"
+done
+"$tb" validate hang.h5 --policy calm.toml >"$work/out" 2>&1
+grep -A1 -E '^ +fail +degraded +run +run.status +[0-9]+ +[^ ]+ +failed +0 +- *$' "$work/out" | tail -1 |
+  grep -qE '^# +failed: timeout: ' || fail "hang: the reason is not under the run.status row: $(grep -A2 run.status "$work/out")"
+with_notes "$work/out" | grep -qE '^ +fail +[a-z]+ +run +run.status .*timeout.*\(tolerance: 0.000; source: the report.s status[;)]' ||
+  fail "hang: the row and its lines do not read as one: $(with_notes "$work/out" | grep run.status)"
 finish validate_cli_test

@@ -290,6 +290,58 @@ TEST(Validate, NoisyHistoryWidensTheBandsOnlyUpToTheCap) {
   EXPECT_NE(PolicyError("[history]\nmax_widening = 0.5\n").find("max_widening must be 1..10"), std::string::npos);
 }
 
+// A suite measures a failing figure's phase again in the same launch (confirm/): the figure fails only when the
+// confirmation fails too; else it is a transient (warn, noisy). A phase not measured again leaves the failure as is.
+TEST(Validate, AFailureStandsOnlyWhenItsConfirmationFailsToo) {
+  auto with_confirmation = [](const Report& first, const Report& again, const std::string& status) {
+    Report r = first;
+    sc::Set(r.root, sc::root::command, "suite");
+    Group& confirm = sc::GroupOf(r.root, sc::kConfirm);
+    confirm.Child("train") = *again.root.FindChild("train");
+    struct Row {
+      std::string phase;
+      int64_t repeat;
+      std::string status;
+    };
+    sc::RecordTable<Row>(sc::suite::kPhases)
+        .Column(sc::suite::phases::phase, [](const Row& x) { return x.phase; })
+        .Column(sc::suite::phases::repeat, [](const Row& x) { return x.repeat; })
+        .Column(sc::suite::phases::status, [](const Row& x) { return x.status; })
+        .Column(sc::suite::phases::reason, [](const Row&) { return std::string(); })
+        .Column(sc::suite::phases::seconds, [](const Row&) { return 1.0; })
+        .Write(sc::GroupOf(r.root, sc::kSuite), std::vector<Row>{{"train", 1, "complete"}, {"train", 0, status}});
+    return r;
+  };
+  const Report slow = TrainReport(1000, {1, 1, 1, 3});
+  EXPECT_EQ(Find(ValidateReport(slow, {}), "train.step_s.rank3").verdict, Verdict::kFail);
+  const Check transient =
+      Find(ValidateReport(with_confirmation(slow, TrainReport(1000), "complete"), {}), "train.step_s.rank3");
+  EXPECT_EQ(transient.verdict, Verdict::kWarn) << transient.message;
+  EXPECT_TRUE(transient.noisy);
+  EXPECT_NE(transient.message.find("not confirmed: measured again in the same launch, pass"), std::string::npos)
+      << transient.message;
+  const Check confirmed = Find(ValidateReport(with_confirmation(slow, slow, "complete"), {}), "train.step_s.rank3");
+  EXPECT_EQ(confirmed.verdict, Verdict::kFail);
+  EXPECT_NE(confirmed.message.find("; confirmed: measured again in the same launch, it fails too"), std::string::npos)
+      << confirmed.message;
+  // A confirmation that did not finish confirms nothing: the failure stands, saying so.
+  const Check unfinished =
+      Find(ValidateReport(with_confirmation(slow, TrainReport(1000), "running"), {}), "train.step_s.rank3");
+  EXPECT_EQ(unfinished.verdict, Verdict::kFail);
+  EXPECT_NE(unfinished.message.find("not measured again"), std::string::npos) << unfinished.message;
+}
+
+// Of two ranks, the slower one may be slow or the other fast: the check names neither (only their common host).
+TEST(Validate, TwoRanksCannotTellWhichOfThemIsSlow) {
+  Report two = TrainReport(1000, {1.0, 3.0});
+  const Check c = Find(ValidateReport(two, {}), "train.step_s.rank1");
+  EXPECT_EQ(c.verdict, Verdict::kFail);
+  EXPECT_EQ(c.figure.subject.rank, "0,1");
+  EXPECT_EQ(c.figure.subject.host, "");  // host0 and host1: either may be off
+  EXPECT_NE(c.message.find("two ranks cannot tell which of them is off"), std::string::npos) << c.message;
+  EXPECT_EQ(c.message.find("straggler on"), std::string::npos) << c.message;
+}
+
 TEST(Validate, BaselineOfAnotherConfigurationIsBadInput) {
   try {
     ValidateReport(TrainReport(1000), AgainstBaseline(TrainReport(1000, {1, 1, 1, 1}, "gpt2-124m")));

@@ -444,6 +444,11 @@ class suite:
         seconds = "seconds"
 
 
+class confirm:
+    """`confirm`"""
+    path = "confirm"
+
+
 class repeats_repeat:
     """`repeats/<repeat>`"""
     path = "repeats/<repeat>"

@@ -215,6 +215,23 @@ std::pair<double, double> LeaveOneOut(const std::vector<double>& steps, size_t i
   return {median, z};
 }
 
+// Of two ranks, the slower one (`slower`, a row of the stall budget) may be slow, or the other fast: nothing tells
+// which is off. The subject becomes both ranks, and their host only when both ran on it (in question either way);
+// the words say so.
+std::string NameNeitherOfTwo(const Table& budget, size_t slower, Subject& subject) {
+  namespace b = sc::point::stall_budget;
+  const auto& rank = *sc::Values(budget, b::rank);
+  const auto& host = *sc::Values(budget, b::host);
+  const auto& device = *sc::Values(budget, b::device);
+  const size_t other = 1 - slower;
+  subject = Subject{std::to_string(rank[other]) + "," + std::to_string(rank[slower]),
+                    host[other] == host[slower] ? host[slower] : "", "", ""};
+  return Format(": ranks %lld (%s, %s) and %lld (%s, %s) differ; two ranks cannot tell which of them is off (a third "
+                "rank would name it)",
+                static_cast<long long>(rank[other]), host[other].c_str(), device[other].c_str(),
+                static_cast<long long>(rank[slower]), host[slower].c_str(), device[slower].c_str());
+}
+
 // A straggler is above the z limit and slower than the others' median by more than the floor.
 void AddStragglerChecks(const Report& report, const ValidatePolicy& policy, std::vector<Check>& checks) {
   const std::optional<HeadlinePoint> point = FindHeadlinePoint(report);
@@ -235,12 +252,13 @@ void AddStragglerChecks(const Report& report, const ValidatePolicy& policy, std:
     const double excess = (*step)[i] / median - 1;
     const bool straggler = z > policy.straggler_z && excess > floor;
     Subject s{std::to_string((*rank)[i]), (*host)[i], (*device)[i], ""};
-    Figure fig = MakeFigure("train.step_s.rank" + s.rank, "train", "median step time of rank " + s.rank, "s",
-                             Better::kLower, (*step)[i], s);
-    checks.push_back(SelfCheck(fig, median, floor, source,
-                               straggler ? Verdict::kFail : Verdict::kPass,
+    std::string verdict_words = straggler ? ": straggler on " + s.host + " (" + s.gpu + ")" : "";
+    if (straggler && step->size() == 2) verdict_words = NameNeitherOfTwo(*budget, i, s);
+    Figure fig = MakeFigure("train.step_s.rank" + std::to_string((*rank)[i]), "train",
+                            "median step time of rank " + std::to_string((*rank)[i]), "s", Better::kLower, (*step)[i], s);
+    checks.push_back(SelfCheck(fig, median, floor, source, straggler ? Verdict::kFail : Verdict::kPass,
                                Format("robust z %.2f, %+.1f%% against the others' median", z, 100 * excess) +
-                                   (straggler ? ": straggler on " + s.host + " (" + s.gpu + ")" : "")));
+                                   verdict_words));
   }
 }
 
@@ -257,7 +275,9 @@ void AddSuiteChecks(const Report& report, std::vector<Check>& checks) {
   if (!phase || !repeat || !status || !reason) return;
   const int64_t repeats = sc::Number(suite, sc::suite::repeats).value_or(1);
   for (size_t i = 0; i < phase->size(); ++i) {
-    const std::string key = "suite." + (*phase)[i] + (repeats > 1 ? ".r" + std::to_string((*repeat)[i]) : "");
+    const bool confirmation = (*repeat)[i] == sc::suite::kConfirmRepeat;
+    const std::string key = "suite." + (*phase)[i] +
+                            (confirmation ? ".confirm" : repeats > 1 ? ".r" + std::to_string((*repeat)[i]) : "");
     Figure f = MakeFigure(key, "suite", "phase " + (*phase)[i] + " of the suite", "", Better::kHigher, kNaN);
     f.is_text = true;
     f.text = (*status)[i];
@@ -541,7 +561,57 @@ std::optional<std::pair<std::string, std::string>> TextReference(const Figure& f
   return std::nullopt;
 }
 
+// A failing figure of a phase the suite measured again in the same launch (ConfirmationOf) fails only when the
+// confirmation fails too; else it warns, as a transient. A failing figure whose phase was not measured again says
+// why it stands unconfirmed.
+void ApplyConfirmation(const Report& report, const ValidateInputs& inputs, std::vector<Check>& checks) {
+  const std::optional<Report> again = ConfirmationOf(report);
+  if (!again) return;
+  const std::set<std::string> phases = ConfirmedPhases(report);
+  std::map<std::string, const Check*> confirmed;
+  const std::vector<Check> second = ValidateReport(*again, inputs);
+  for (const Check& c : second) confirmed.emplace(c.figure.key, &c);
+  for (Check& c : checks) {
+    const std::string phase = PhaseOfFamily(c.figure.family);
+    if (c.verdict != Verdict::kFail || phase.empty()) continue;
+    auto it = confirmed.find(c.figure.key);
+    if (!phases.contains(phase) || it == confirmed.end()) {
+      c.message += "; not measured again (no time left within --confirm-within, or the phase failed)";
+    } else if (it->second->verdict == Verdict::kFail) {
+      c.message += "; confirmed: measured again in the same launch, it fails too (" + it->second->message + ")";
+    } else {
+      c.verdict = Verdict::kWarn;
+      c.noisy = true;
+      c.message += std::string("; not confirmed: measured again in the same launch, ") +
+                   VerdictName(it->second->verdict) + " (" + it->second->message + "): a transient, not a failure";
+    }
+  }
+}
+
+// A baseline is a known-good run: one that completed, and measured the system rather than faults injected on
+// purpose. Anything else is bad input.
+void CheckKnownGood(const Report& baseline, const std::string& file) {
+  const std::string* status = sc::Find(&baseline.root, sc::root::status);
+  const std::string* reason = sc::Find(&baseline.root, sc::root::status_reason);
+  if (!status || *status != "complete") {
+    throw InputError("--baseline '" + file + "' is no known-good run: its status is " +
+                     (status ? *status : std::string("missing")) +
+                     (reason && !reason->empty() ? " (" + *reason + ")" : std::string()) +
+                     " (give a complete run)");
+  }
+  const std::string* injected = sc::Find(&baseline.root, sc::root::injected_faults);
+  if (injected && !injected->empty()) {
+    throw InputError("--baseline '" + file + "' is no known-good run: it injected faults on purpose (--inject " +
+                     *injected + ")");
+  }
+}
+
 }  // namespace
+
+std::string PhaseOfFamily(const std::string& family) {
+  if (family == "collectives" || family == "p2p" || family == "train") return family;
+  return family == "storage" ? "train" : "";
+}
 
 const char* VerdictName(Verdict verdict) {
   switch (verdict) {
@@ -556,6 +626,7 @@ const char* VerdictName(Verdict verdict) {
 std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& inputs) {
   std::vector<Figure> baseline;
   if (inputs.baseline) {
+    CheckKnownGood(*inputs.baseline, inputs.baseline_file);
     const std::string mine = RunIdentity(report), theirs = RunIdentity(*inputs.baseline);
     if (mine != theirs) {
       throw InputError("--baseline '" + inputs.baseline_file + "' is another configuration: " + theirs +
@@ -595,6 +666,7 @@ std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& in
     checks.push_back(Judge(f, e));
     MarkNoisy(checks.back(), e ? e->fail : Bands(f, inputs.policy).second);
   }
+  ApplyConfirmation(report, inputs, checks);
   std::stable_sort(checks.begin(), checks.end(),
                    [](const Check& a, const Check& b) { return a.figure.family < b.figure.family; });
   return checks;

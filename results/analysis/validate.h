@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,15 @@ std::vector<Figure> ExtractFigures(const Report& report);
 // The earlier repeats of a suite report (suite --repeats; its root holds the latest), oldest first: each a copy of
 // the report with that repeat's groups (repeats/r<r>) in place of the latest's. Empty for a report of one repeat.
 std::vector<Report> EarlierRepeats(const Report& report);
+
+// The confirmation of a suite report (suite --confirm-within: the phases whose figures failed, measured again in the
+// same launch, in confirm/): a copy of the report with confirm/'s groups in place of the root's; nullopt without.
+std::optional<Report> ConfirmationOf(const Report& report);
+// The phases the confirmation measured again and completed (suite/phases rows of repeat kConfirmRepeat).
+std::set<std::string> ConfirmedPhases(const Report& report);
+// The suite phase that measures a figure of `family` ("collectives", "p2p", "train" for train and storage); "" for
+// the families no phase measures again (run, suite, environment, gpu_health).
+std::string PhaseOfFamily(const std::string& family);
 
 // What validate judges by, from --policy (defaults otherwise).
 struct ValidatePolicy {
@@ -126,8 +136,8 @@ FailureHistory ReadFailureHistory(const std::string& dir);
 std::optional<double> UtcSeconds(const std::string& utc);
 
 // What a run must share with a baseline or a night of history to be compared with it: the command, the model
-// and its shape, the GPU model and count, the ranks and nodes ("train gpt2-124m x12, 8 x NVIDIA H100, 8 ranks on
-// 1 node").
+// and its shape, a suite's profile, the GPU model and count, the ranks and nodes ("train gpt2-124m x12, 8 x NVIDIA
+// H100, 8 ranks on 1 node(s)", "suite tiny x2 profile quick, 2 x cpu, 2 ranks on 1 node(s)").
 std::string RunIdentity(const Report& report);
 
 struct Check {
@@ -152,7 +162,17 @@ struct ValidateInputs {
   std::vector<HistoryEntry> history;  // this run's identity only, oldest first
 };
 
-// The checks of `report`. Throws InputError when the baseline is another configuration (RunIdentity differs).
+// The files validate judges by: --policy, --baseline, --history ("" when not given).
+struct ExpectationFiles {
+  std::string policy, baseline, history;
+};
+// Reads them for `report`: the policy, the baseline report, and the history directory's counted nights of the
+// report's configuration, without the report itself (when it was validated before), the last policy.history_nights.
+// InputError for any bad file.
+ValidateInputs ReadValidateInputs(const Report& report, const ExpectationFiles& files);
+
+// The checks of `report`. Throws InputError when the baseline is another configuration (RunIdentity differs), or
+// no known-good run (not complete, or with faults injected on purpose).
 std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& inputs);
 
 // Median of `values` (the mean of the middle two for an even count); NaN when empty.

@@ -238,8 +238,27 @@ Figure CombineRepeats(const Figure& latest, const std::vector<std::vector<Figure
 
 }  // namespace
 
+namespace {
+
+// A copy of `report` with `measured`'s groups in place of the root's measured ones (schema::kRepeatGroups), and
+// without the groups that hold other measurements (repeats/, confirm/).
+Report Overlay(const Report& report, const Group& measured) {
+  std::set<std::string> replaced(sc::kRepeatGroups.begin(), sc::kRepeatGroups.end());
+  replaced.insert(sc::kRepeatsGroupName);
+  replaced.insert(sc::kConfirm.path);
+  Report r;
+  r.root.attributes = report.root.attributes;
+  for (const auto& [name, child] : report.root.children()) {
+    if (!replaced.contains(name)) r.root.Child(name) = *child;
+  }
+  for (const auto& [name, child] : measured.children()) r.root.Child(name) = *child;
+  return r;
+}
+
+}  // namespace
+
 std::vector<Report> EarlierRepeats(const Report& report) {
-  const Group* repeats = report.root.FindChild("repeats");
+  const Group* repeats = report.root.FindChild(sc::kRepeatsGroupName);
   if (!repeats) return {};
   std::vector<std::pair<int, const Group*>> held;
   for (const auto& [name, group] : repeats->children()) {
@@ -248,19 +267,27 @@ std::vector<Report> EarlierRepeats(const Report& report) {
     }
   }
   std::sort(held.begin(), held.end());
-  std::set<std::string> measured(sc::kRepeatGroups.begin(), sc::kRepeatGroups.end());
-  measured.insert("repeats");
   std::vector<Report> earlier;
-  for (const auto& [number, group] : held) {
-    Report r;
-    r.root.attributes = report.root.attributes;
-    for (const auto& [name, child] : report.root.children()) {
-      if (!measured.contains(name)) r.root.Child(name) = *child;
-    }
-    for (const auto& [name, child] : group->children()) r.root.Child(name) = *child;
-    earlier.push_back(std::move(r));
-  }
+  for (const auto& [number, group] : held) earlier.push_back(Overlay(report, *group));
   return earlier;
+}
+
+std::optional<Report> ConfirmationOf(const Report& report) {
+  const Group* confirm = sc::FindGroup(report.root, sc::kConfirm);
+  if (!confirm) return std::nullopt;
+  return Overlay(report, *confirm);
+}
+
+std::set<std::string> ConfirmedPhases(const Report& report) {
+  std::set<std::string> phases;
+  const Table* table = sc::FindTable(sc::FindGroup(report.root, sc::kSuite), sc::suite::kPhases);
+  const auto* phase = table ? sc::Values(*table, sc::suite::phases::phase) : nullptr;
+  const auto* repeat = table ? sc::Values(*table, sc::suite::phases::repeat) : nullptr;
+  const auto* status = table ? sc::Values(*table, sc::suite::phases::status) : nullptr;
+  for (size_t i = 0; phase && repeat && status && i < phase->size(); ++i) {
+    if ((*repeat)[i] == sc::suite::kConfirmRepeat && (*status)[i] == "complete") phases.insert((*phase)[i]);
+  }
+  return phases;
 }
 
 std::vector<Figure> ExtractFigures(const Report& report) {
@@ -281,6 +308,10 @@ std::string RunIdentity(const Report& report) {
     const std::string* name = sc::Find(model, sc::model::name);
     const int64_t* layers = sc::Find(model, sc::model::layers);
     identity += " " + (name ? *name : std::string("?")) + " x" + (layers ? std::to_string(*layers) : "?");
+  }
+  // A suite's profile decides what ran (phases, sizes, model): runs of two profiles are different configurations.
+  if (const std::string* profile = sc::Find(sc::FindGroup(report.root, sc::kSuite), sc::suite::profile)) {
+    identity += " profile " + *profile;
   }
   const int64_t* ranks = sc::Find(&report.root, sc::root::n_ranks);
   const int64_t* nodes = sc::Find(&report.root, sc::root::n_nodes);

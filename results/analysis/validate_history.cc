@@ -196,6 +196,21 @@ std::vector<HistoryEntry> HistoryOf(const std::vector<HistoryEntry>& all, const 
   return mine;
 }
 
+ValidateInputs ReadValidateInputs(const Report& report, const ExpectationFiles& files) {
+  ValidateInputs inputs;
+  if (!files.policy.empty()) inputs.policy = ReadValidatePolicy(files.policy);
+  if (!files.baseline.empty()) {
+    inputs.baseline = ReadReport(files.baseline);
+    inputs.baseline_file = files.baseline;
+  }
+  if (!files.history.empty()) {
+    std::vector<HistoryEntry> all = ReadHistory(files.history);
+    std::erase_if(all, [&](const HistoryEntry& e) { return IsEntryOf(e, report); });
+    inputs.history = HistoryOf(all, RunIdentity(report), inputs.policy.history_nights);
+  }
+  return inputs;
+}
+
 std::string RunKey(const Report& report) {
   if (const std::string* id = schema::Find(&report.root, schema::root::run_id); id && !id->empty()) return *id;
   // A report from before run_id: a digest of what tells runs apart (FNV-1a, 64 bits).

@@ -121,11 +121,21 @@ std::string TrainDamage(const Group& root, const Group& summary) {
   return "";
 }
 
+// A suite records how each phase ended (suite/phases) before the phase runs: a suite that completed has it.
+std::string SuiteDamage(const Group& root) {
+  if (Text(&root, sc::root::command) != "suite" || Text(&root, sc::root::status) != "complete") return "";
+  if (!sc::FindTable(sc::FindGroup(root, sc::kSuite), sc::suite::kPhases)) {
+    return Missing("/suite/phases", "the root says a suite ran to completion");
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string FindReportDamage(const Report& report) {
   const Group& root = report.root;
   if (std::string damage = RootDamage(root); !damage.empty()) return damage;
+  if (std::string damage = SuiteDamage(root); !damage.empty()) return damage;
   const Group* summary = sc::FindGroup(root, sc::kSummary);
   if (!summary) return "";
   for (auto check : {CollectivesDamage, P2pDamage, TrainDamage}) {

@@ -675,16 +675,28 @@ inline const RealAttribute data_write_GBps{kSuite, "data_write_GBps", "GB/s",
 inline TableSpec kPhases{kSuite, "phases", "one row per phase and repeat, in the order they ran"};
 namespace phases {
 inline const TextColumn phase{kPhases, "phase", "", "`data` (writing the dataset), `collectives`, `p2p`, `train`"};
-inline const IntColumn repeat{kPhases, "repeat", "", "1..repeats"};
+inline const IntColumn repeat{kPhases, "repeat", "",
+                               "1..repeats, or 0 for the confirmation (`--confirm-within`: the phase measured again "
+                               "because a figure of it failed; its groups under `confirm`)"};
 inline const TextColumn status{kPhases, "status", "",
                                "`complete`, `failed`, `interrupted` (a stop signal), or `running` (in a report "
                                "written while the phase ran: the job ended during it)"};
 inline const TextColumn reason{kPhases, "reason", "", "why a phase failed, as its command would have said it"};
 inline const RealColumn seconds{kPhases, "seconds", "s", "wall time of the phase"};
 }  // namespace phases
+// suite/phases' repeat of a confirmation.
+inline constexpr int64_t kConfirmRepeat = 0;
 }  // namespace suite
 // The top-level groups one repeat of a suite writes, which repeats/r<r> holds for each earlier repeat.
 inline const std::vector<std::string> kRepeatGroups = {"collectives", "p2p", "train", "io", "summary"};
+inline constexpr const char* kRepeatsGroupName = "repeats";
+inline GroupSpec kConfirm{"confirm",
+                          "suite `--confirm-within`: when a figure failed, its phases measured again in the same launch "
+                          "(bounded in time), laid out as the root holds them: `collectives`, `p2p`, or `train` and "
+                          "`io`, and `summary` as it stood after them; the root keeps the first measurement. validate "
+                          "fails a figure only when its confirmation fails too. In a report that ended during the "
+                          "confirmation (its suite/phases row `running`), `confirm` holds the first measurement of "
+                          "the phases being measured again"};
 inline GroupSpec kRepeat{"repeats/<repeat>",
                          "suite `--repeats N`: one group `r<r>` per earlier repeat r = 1..N-1 holding that "
                          "repeat's `collectives`, `p2p`, `train`, `io` and `summary` groups, laid out as the root "

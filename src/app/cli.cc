@@ -51,6 +51,32 @@ void AddCommonOptions(po::options_description& options, CommonOptions& common, b
       ("help,h", "show this help");
 }
 
+namespace {
+
+// An empty text value (`--history ''`, a variable that expanded to nothing) names no file: refused for every text
+// flag and positional word alike, instead of being read as "not given". Numbers and choices refuse it in their own
+// parsers (flags.h), with the values they accept.
+void RefuseEmptyValues(const po::parsed_options& parsed, const po::options_description& options,
+                       const std::string& command, const std::string& positional) {
+  for (const po::option& option : parsed.options) {
+    const po::option_description* described = options.find_nothrow(option.string_key, false);
+    const po::value_semantic* semantic = described ? described->semantic().get() : nullptr;
+    const bool text = dynamic_cast<const po::typed_value<std::string>*>(semantic) ||
+                      dynamic_cast<const po::typed_value<std::vector<std::string>>*>(semantic);
+    if (!text || dynamic_cast<const ChoiceValue*>(semantic)) continue;
+    for (const std::string& value : option.value) {
+      if (!value.empty()) continue;
+      if (option.string_key == positional) {
+        throw InputError("an empty " + positional + " name (see 'trainbench " + command + " --help')");
+      }
+      throw InputError("--" + option.string_key + " '': an empty value (give one, or leave the flag out; see " +
+                       "'trainbench " + command + " --help')");
+    }
+  }
+}
+
+}  // namespace
+
 bool ParseCommandLine(const std::string& command, const std::vector<std::string>& args,
                       const po::options_description& options, const std::string& usage, const ParseSpec& spec) {
   po::options_description all;
@@ -74,6 +100,7 @@ bool ParseCommandLine(const std::string& command, const std::vector<std::string>
       throw InputError("unexpected argument '" + stray.front() + "' (every value follows its flag; see 'trainbench " +
                        command + " --help')");
     }
+    RefuseEmptyValues(parsed, all, command, spec.positional);
     po::store(parsed, values);
     if (values.count("help")) {
       std::ostringstream text;
@@ -229,9 +256,17 @@ std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandI
   return run;
 }
 
-void CheckOutputPath(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs) {
+void CheckOutputPath(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs,
+                     const std::vector<OwnedDirectory>& owned) {
   const std::string problem = OutputFileProblem(path, inputs);
   if (!problem.empty()) throw InputError("refusing to write " + flag + " '" + path + "': " + problem);
+  for (const OwnedDirectory& dir : owned) {
+    if (!dir.path.empty() && FileIsInside(path, dir.path)) {
+      throw InputError("refusing to write " + flag + " '" + path + "': it is inside " + dir.flag + " '" + dir.path +
+                       "', " + dir.why);
+    }
+  }
+  CheckWritable(path, flag);
 }
 
 void CheckMemoryFits(const CommandRun& run, const MemoryNeed& need) {
@@ -260,7 +295,6 @@ void CommandRun::CheckOutputWritable() {
   if (ctx_.world_rank == 0) {
     try {
       CheckOutputPath(common_.output, "-o", inputs_);
-      CheckWritable(common_.output);
     } catch (const InputError& e) {
       problem = e.what();
     }

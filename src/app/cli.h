@@ -192,9 +192,26 @@ class ReportWriteFailed : public RuntimeError {
   explicit ReportWriteFailed(const std::string& message) : RuntimeError(message) {}
 };
 
-// InputError "<flag> '<path>': <why>" when `path` may not be written as an output of a run that reads `inputs`
-// (paths.h's OutputFileProblem): a FIFO or device, or one of the inputs.
-void CheckOutputPath(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs);
+// A directory whose every file a command reads as its own (a --history directory: each file a night): no output may
+// be written inside it. `why` ends the refusal: "where every file is read as a night".
+struct OwnedDirectory {
+  std::string path;  // "" when the flag was not given
+  std::string flag;  // "--history"
+  std::string why;
+};
+
+// A validate --history directory (named by `flag`) as an OwnedDirectory.
+inline OwnedDirectory HistoryDirectory(const std::string& dir, const std::string& flag = "--history") {
+  return {dir, flag, "where every file is read as a night (validate refuses the directory after that)"};
+}
+
+// The check every command runs on each file it will write, before any work (the one place for it): InputError
+// "refusing to write <flag> '<path>': <why>" when `path` is a FIFO or device or one of `inputs` (paths.h's
+// OutputFileProblem), or lies inside one of `owned` (a directory above one is fine); "cannot write <flag> '<path>':
+// <why>" when its directory is missing, not a directory, or refuses a new file (report.h's CheckWritable: a
+// read-only mount, /proc).
+void CheckOutputPath(const std::string& path, const std::string& flag, const std::vector<std::string>& inputs,
+                     const std::vector<OwnedDirectory>& owned = {});
 
 // What a run will allocate per rank, estimated before it starts, and what each part is made of.
 struct MemoryNeed {

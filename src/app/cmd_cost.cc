@@ -689,7 +689,7 @@ CostPlan PlanCost(const CostFlags& f, const po::variables_map& given) {
     for (const std::string* path : {&f.prices, &f.collectives}) {
       if (!path->empty()) inputs.push_back(*path);
     }
-    CheckOutputPath(f.html, "--html", inputs);
+    CheckOutputPath(f.html, "--html", inputs, {HistoryDirectory(f.history)});
   }
   return plan;
 }

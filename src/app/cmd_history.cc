@@ -89,7 +89,9 @@ int RunHistoryCommand(const CommandInput& input) {
     help = !ParseHistoryFlags(input.args, f);
     if (help) return;
     nights = ReadHistory(f.dirs.front());
-    if (!f.html.empty()) CheckOutputPath(f.html, "--html", {f.dirs.front()});
+    if (!f.html.empty()) {
+      CheckOutputPath(f.html, "--html", {f.dirs.front()}, {HistoryDirectory(f.dirs.front(), "the history directory")});
+    }
   });
   if (help || input.ctx.world_rank != 0) return 0;
   const RunView view{f.dirs.front(), {TrendTable(nights), NightsTable(nights)}};

@@ -4,7 +4,9 @@
 // reason and the phases after it still run, as long as every rank can go on.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "cli.h"
 #include "clock.h"
@@ -21,6 +23,7 @@
 #include "schema.h"
 #include "suite_profile.h"
 #include "units.h"
+#include "validate.h"
 
 namespace tb {
 namespace {
@@ -29,12 +32,16 @@ namespace fs = std::filesystem;
 
 constexpr const char* kUsage =
     "usage: [mpirun -np N] trainbench suite [--profile quick|nightly|FILE.toml] [--repeats N] [--workdir DIR]\n"
-    "                                      [--keep-workdir] [-o FILE]\n"
+    "                                      [--keep-workdir] [--confirm-within S] [--history DIR] [--baseline B.h5]\n"
+    "                                      [--policy P.toml] [-o FILE]\n"
     "Runs a profile's phases in one launch into one report: the topology, a collectives sweep (all_reduce,\n"
     "all_gather, reduce_scatter, alltoall, every element verified), the p2p matrices, and training whose data loader\n"
     "reads a dataset the suite writes under --workdir, with checkpoints written there too (storage read and write\n"
     "rates). A phase that fails is recorded with its reason (suite/phases) and the next phases still run; the exit\n"
-    "code is then 1. Profiles and their keys: launch/suite/README.md; check a report with 'trainbench validate'.";
+    "code is then 1. When a figure fails (judged as validate judges it, with the same --history, --baseline and\n"
+    "--policy), its phases are measured again before the launch ends (--confirm-within), and validate fails the\n"
+    "figure only when the confirmation fails too. Profiles and their keys: launch/suite/README.md; check a report\n"
+    "with 'trainbench validate'.";
 
 struct SuiteFlags {
   std::string profile = "quick";
@@ -42,6 +49,8 @@ struct SuiteFlags {
   std::string workdir;
   bool keep_workdir = false;
   std::vector<std::string> inject;
+  double confirm_within_s = 600;  // 0: never measure a failing phase again
+  ExpectationFiles expectations;  // validate's --policy, --baseline, --history: what a figure fails against
 };
 
 struct PhaseRow {
@@ -94,12 +103,16 @@ class SuiteCommand {
   void PrepareWorkdir();
   void ConfigureTrain();
   bool RunRepeat(int repeat, Communicator& comm);
+  std::vector<std::string> PhasesToConfirm();
+  bool ConfirmFailures(Communicator& comm);
+  std::string RepeatLabel(int64_t repeat) const;
   const PhaseRow& RunPhase(Phase& phase, int repeat, Communicator& comm);
   void ConcludeRow(PhaseRow& row, const std::optional<AgreedError>& failure, const PhaseResult& result) const;
   void MoveRepeatGroups(int repeat);
   void RecordSuite();
   void RemoveWorkdir();
   int Conclude(bool interrupted);
+  std::vector<std::string> ProfileInputs() const;
 
   const CommandInput& input_;
   std::string run_directory_;
@@ -128,7 +141,14 @@ void SuiteCommand::Plan() {
       ("workdir", po::value(&f_.workdir),
        "where the dataset and checkpoints are written (default: the report's directory, else the current one): "
        "the suite makes a subdirectory of its own there and removes it at the end")
-      ("keep-workdir", po::bool_switch(&f_.keep_workdir), "keep the dataset and checkpoints");
+      ("keep-workdir", po::bool_switch(&f_.keep_workdir), "keep the dataset and checkpoints")
+      ("confirm-within", Number(&f_.confirm_within_s, RealRange::Between(0, kMaxTimeoutSeconds))->default_value(600),
+       "when a figure fails, measure its phases again within this many seconds (each phase at most as long as it "
+       "took) before the launch ends; validate fails it only when the confirmation fails too (0: never)")
+      ("history", po::value(&f_.expectations.history),
+       "validate's history directory (read only): what a figure fails against, for --confirm-within")
+      ("baseline", po::value(&f_.expectations.baseline), "validate's baseline report, for --confirm-within")
+      ("policy", po::value(&f_.expectations.policy), "validate's policy file, for --confirm-within");
   AddInjectOption(options, &f_.inject);
   AddCommonOptions(options, common_);
   run_ = StartCommand("suite", input_, options, kUsage, common_, [&](CommandRun& r) { Configure(r); });
@@ -160,11 +180,36 @@ void SuiteCommand::Configure(CommandRun& r) {
   r.RecordAsUsed("workdir", base.empty() ? "." : base);
   for (const std::string& name : profile_.phases) ParsePhase(r, name);
   for (const std::unique_ptr<Phase>& phase : phases_) {
-    if (phase->name() == "train") continue;
     r.SetConfigPrefix(ConfigPrefix(phase->name()));
-    phase->Configure(r, faults_);
+    // Train's files are checked once the dataset the suite writes for it exists; its shape now, before the write.
+    if (phase->name() == "train") {
+      phase->ConfigureShape(r);
+    } else {
+      phase->Configure(r, faults_);
+    }
   }
   r.SetConfigPrefix("");
+  // The expectations, read now so that a bad file is bad input before any work (the history's nights of this
+  // configuration are chosen once the run has its report: ConfirmFailures).
+  ReadValidateInputs(Report{}, f_.expectations);
+  r.AddInputs(ProfileInputs());  // the report (-o) must be none of them: StartCommand checks next
+  for (const std::string& path : {f_.expectations.policy, f_.expectations.baseline, f_.expectations.history}) {
+    if (!path.empty()) r.AddInputs({path});
+  }
+}
+
+// The files the profile names that the suite reads: the profile itself (not a built-in one), and train's own
+// dataset and checkpoint to resume from.
+std::vector<std::string> SuiteCommand::ProfileInputs() const {
+  std::vector<std::string> inputs;
+  if (InputFileProblem(f_.profile).empty()) inputs.push_back(f_.profile);  // a file, not a built-in name
+  const auto train = profile_.args.find("train");
+  const std::vector<std::string> none;
+  const std::vector<std::string>& words = train == profile_.args.end() ? none : train->second;
+  for (size_t i = 0; i + 1 < words.size(); ++i) {
+    if (words[i] == "--data" || words[i] == "--data-raw" || words[i] == "--resume") inputs.push_back(words[i + 1]);
+  }
+  return inputs;
 }
 
 // A fault no phase of the profile can inject would make a clean-looking run of a test that did nothing.
@@ -255,6 +300,7 @@ int SuiteCommand::Run() {
                  input_.ctx.world_size, input_.ctx.node_count, run_->backend().c_str()), true);
     bool interrupted = interrupted_early_;
     for (int repeat = 1; repeat <= profile_.repeats && !interrupted; ++repeat) interrupted = RunRepeat(repeat, *comm);
+    if (!interrupted) interrupted = ConfirmFailures(*comm);
     RemoveWorkdir();
     MPI_Comm_free(&control_);
     return Conclude(interrupted);
@@ -270,13 +316,98 @@ bool SuiteCommand::RunRepeat(int repeat, Communicator& comm) {
   return false;
 }
 
+// The phases to measure again (rank 0 judges the report as validate would; agreed): those with a failing figure,
+// in the profile's order, as long as their last durations fit --confirm-within together.
+std::vector<std::string> SuiteCommand::PhasesToConfirm() {
+  std::string chosen;
+  if (input_.ctx.world_rank == 0 && f_.confirm_within_s > 0) {
+    std::set<std::string> failing;
+    try {
+      RecordSuite();
+      const Report& report = run_->report();
+      for (const Check& c : ValidateReport(report, ReadValidateInputs(report, f_.expectations))) {
+        if (c.verdict == Verdict::kFail && !PhaseOfFamily(c.figure.family).empty()) {
+          failing.insert(PhaseOfFamily(c.figure.family));
+        }
+      }
+    } catch (const Error& e) {
+      Warn(std::string("suite: cannot judge the figures to confirm them: ") + e.what());
+    }
+    double budget_s = f_.confirm_within_s;
+    std::vector<std::string> phases;
+    for (const std::string& phase : profile_.phases) {
+      const auto last = std::find_if(rows_.rbegin(), rows_.rend(), [&](const PhaseRow& r) { return r.phase == phase; });
+      // A phase that failed (an error, wrong elements) has no figure to confirm: its failure stands.
+      if (!failing.contains(phase) || last == rows_.rend() || last->status != "complete") continue;
+      const double took_s = last->seconds;
+      if (took_s > budget_s) {
+        Warn(Format("suite: %s failed a check but took %.0f s, more than the %.0f s left of --confirm-within: not "
+                    "measured again", phase.c_str(), took_s, budget_s));
+        continue;
+      }
+      budget_s -= took_s;
+      phases.push_back(phase);
+    }
+    chosen = JoinNames(phases, ",");
+  }
+  BroadcastString(MPI_COMM_WORLD, chosen, 0);
+  std::vector<std::string> phases = SplitItems(chosen);
+  std::erase(phases, std::string());
+  return phases;
+}
+
+// The report groups a phase writes besides summary (which every phase adds to).
+std::vector<std::string> GroupsOfPhase(const std::string& phase) {
+  if (phase == "train") return {"train", "io"};
+  return {phase};
+}
+
+// Measures the phases with a failing figure again (PhasesToConfirm) into confirm/, the root keeping the first
+// measurement. While they run, confirm/ holds the first measurement of those phases (so that a crash loses only the
+// phase in progress; such a report's suite/phases row of the confirmation says `running`), the root their new one;
+// once done the two swap. Returns whether a stop signal ended it.
+bool SuiteCommand::ConfirmFailures(Communicator& comm) {
+  const std::vector<std::string> phases = PhasesToConfirm();
+  if (phases.empty()) return false;
+  Print("# suite: a figure failed: measuring " + JoinNames(phases, ", ") + " again to confirm it", true);
+  Group& root = run_->report().root;
+  Group& confirm = schema::GroupOf(root, schema::kConfirm);
+  std::vector<std::string> moved;
+  for (const std::string& phase : phases) {
+    for (const std::string& name : GroupsOfPhase(phase)) {
+      if (std::unique_ptr<Group> group = root.Release(name)) confirm.Attach(name, std::move(group));
+      moved.push_back(name);
+    }
+  }
+  const Group* summary = root.FindChild("summary");
+  std::unique_ptr<Group> first_summary = summary ? std::make_unique<Group>(*summary) : nullptr;
+  bool interrupted = false;
+  for (const std::unique_ptr<Phase>& phase : phases_) {
+    if (interrupted || std::find(phases.begin(), phases.end(), phase->name()) == phases.end()) continue;
+    interrupted = RunPhase(*phase, schema::suite::kConfirmRepeat, comm).status == "interrupted";
+  }
+  // The swap: the new measurement (with the summary as it now stands) to confirm/, the first back to the root.
+  moved.push_back("summary");
+  for (const std::string& name : moved) {
+    std::unique_ptr<Group> first = name == "summary" ? std::move(first_summary) : confirm.Release(name);
+    if (std::unique_ptr<Group> again = root.Release(name)) confirm.Attach(name, std::move(again));
+    if (first) root.Attach(name, std::move(first));
+  }
+  return interrupted;
+}
+
+// " (repeat 2)" with repeats, " (confirmation)" for a phase measured again; "" otherwise.
+std::string SuiteCommand::RepeatLabel(int64_t repeat) const {
+  if (repeat == schema::suite::kConfirmRepeat) return " (confirmation)";
+  return profile_.repeats > 1 ? Format(" (repeat %lld)", static_cast<long long>(repeat)) : "";
+}
+
 // Runs one phase; its failure on any rank is agreed over the control communicator, so that every rank records
 // it and goes on to the next phase. A rank stuck inside the phase is ended by the watchdog, as alone.
 const PhaseRow& SuiteCommand::RunPhase(Phase& phase, int repeat, Communicator& comm) {
   rows_.push_back({phase.name(), repeat, "running", "", 0});
   RecordSuite();
-  run_->WriteReportNow("failed", "did not finish: interrupted during " + phase.activity() +
-                                     (profile_.repeats > 1 ? Format(" (repeat %d)", repeat) : ""));
+  run_->WriteReportNow("failed", "did not finish: interrupted during " + phase.activity() + RepeatLabel(repeat));
   const double start_s = NowSeconds();
   PhaseResult result;
   const std::optional<AgreedError> failure = AgreeOnFailure(control_, [&] {
@@ -292,8 +423,8 @@ const PhaseRow& SuiteCommand::RunPhase(Phase& phase, int repeat, Communicator& c
   PhaseRow& row = rows_.back();
   row.seconds = NowSeconds() - start_s;
   ConcludeRow(row, failure, result);
-  Print(Format("# suite: %s%s: %s in %.1f s%s", phase.name().c_str(),
-               profile_.repeats > 1 ? Format(" (repeat %d)", repeat).c_str() : "", row.status.c_str(), row.seconds,
+  Print(Format("# suite: %s%s: %s in %.1f s%s", phase.name().c_str(), RepeatLabel(repeat).c_str(), row.status.c_str(),
+               row.seconds,
                row.reason.empty() ? "" : (": " + row.reason).c_str()), true);
   return row;
 }
@@ -362,8 +493,7 @@ int SuiteCommand::Conclude(bool interrupted) {
   std::vector<std::string> failed;
   for (const PhaseRow& row : rows_) {
     if (row.status != "failed") continue;
-    failed.push_back(row.phase + (profile_.repeats > 1 ? Format(" (repeat %lld)", static_cast<long long>(row.repeat))
-                                                       : std::string()) + ": " + row.reason);
+    failed.push_back(row.phase + RepeatLabel(row.repeat) + ": " + row.reason);
   }
   if (interrupted || failed.empty()) return run_->Finish(interrupted);
   const std::string reason = "phase " + JoinNames(failed, "; phase ");

@@ -329,6 +329,7 @@ class TrainPhase : public Phase {
   void AddOptions(po::options_description& options) override;
   std::vector<FlagRule> Rules() const override;
   void Configure(CommandRun& run, const InjectionPlan& faults) override;
+  void ConfigureShape(CommandRun& run) override;
   void Verify(CommandRun& run) override;
   PhaseResult Measure(CommandRun& run, Communicator& comm) override;
   // The vocabulary of the model the parsed flags name (InputError for a bad model).
@@ -450,6 +451,18 @@ void TrainPhase::Verify(CommandRun&) { VerifyTrainData(io_flags_, io_plan_, ctx_
 
 // Validates the flags against the model, the ranks and the host (every rank, agreed), and plans the I/O.
 void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
+  ConfigureShape(r);
+  TrainIoRun io_run{loop_.seq, static_cast<uint64_t>(f_.seed), loop_.warmup_steps + loop_.steps, {},
+                    TrainTrajectory(f_, loop_.seq, r.backend() == "nccl", weak_, scaling_)};
+  for (const ScalingPointPlan& point : scaling_) io_run.points.emplace_back(point.k, PointBatch(point.k));
+  io_plan_ = PlanTrainIo(io_flags_, model_, io_run);
+  r.RecordAsUsed("record_bytes", static_cast<int64_t>(io_plan_.record_bytes));  // 0: seq+1 tokens
+  r.AddInputs(TrainInputs(io_flags_, io_plan_));
+  AcceptFaults(faults);
+}
+
+// The model, its shape against the launch, the parallel layout and the memory it needs: everything but the files.
+void TrainPhase::ConfigureShape(CommandRun& r) {
   const TrainFlags& f = f_;
   attention_ = ParseAttention(f.attention);
   if (r.backend() != "nccl" && attention_ != AttentionChoice::kAuto) {
@@ -499,13 +512,6 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   loop_.adamw.learning_rate = static_cast<float>(f.learning_rate);
   loop_.data_seed = static_cast<uint64_t>(f.seed);
   RecordConfig(r);
-  TrainIoRun io_run{loop_.seq, static_cast<uint64_t>(f.seed), loop_.warmup_steps + loop_.steps, {},
-                    TrainTrajectory(f, loop_.seq, r.backend() == "nccl", weak_, scaling_)};
-  for (const ScalingPointPlan& point : scaling_) io_run.points.emplace_back(point.k, PointBatch(point.k));
-  io_plan_ = PlanTrainIo(io_flags_, model_, io_run);
-  r.RecordAsUsed("record_bytes", static_cast<int64_t>(io_plan_.record_bytes));  // 0: seq+1 tokens
-  r.AddInputs(TrainInputs(io_flags_, io_plan_));
-  AcceptFaults(faults);
 }
 
 // --inject: what train can inject; io-stall slows the loader's reads, so it needs one.

@@ -67,30 +67,14 @@ struct ValidateRun {
 // Everything read and checked before anything is written (every rank; agreed).
 ValidateRun ReadInputs(const ValidateFlags& f) {
   ValidateRun run;
-  if (!f.policy.empty()) run.inputs.policy = ReadValidatePolicy(f.policy);
   run.report = ReadReport(f.files.front());
-  if (!f.baseline.empty()) {
-    run.inputs.baseline = ReadReport(f.baseline);
-    run.inputs.baseline_file = f.baseline;
-  }
-  if (!f.history.empty()) {
-    // Nights of this configuration, without this run itself when it was validated before.
-    std::vector<HistoryEntry> all = ReadHistory(f.history);
-    std::erase_if(all, [&](const HistoryEntry& e) { return IsEntryOf(e, run.report); });
-    run.inputs.history = HistoryOf(all, RunIdentity(run.report), run.inputs.policy.history_nights);
-  }
+  run.inputs = ReadValidateInputs(run.report, {f.policy, f.baseline, f.history});
   std::vector<std::string> inputs = {f.files.front()};
   for (const std::string& path : {f.baseline, f.policy, f.history}) {
     if (!path.empty()) inputs.push_back(path);  // the history directory too: an output there would be a foreign file
   }
   for (const auto& [path, flag] : {std::pair{f.json, "--json"}, {f.junit, "--junit"}, {f.prometheus, "--prometheus"}}) {
-    if (path.empty()) continue;
-    CheckOutputPath(path, flag, inputs);
-    const std::string dir = std::filesystem::path(path).parent_path().string();
-    if (!f.history.empty() && DirectoriesOverlap(dir.empty() ? "." : dir, f.history)) {
-      throw InputError(std::string("refusing to write ") + flag + " '" + path + "': it is inside --history '" +
-                       f.history + "', where it would be read as a foreign entry");
-    }
+    if (!path.empty()) CheckOutputPath(path, flag, inputs, {HistoryDirectory(f.history)});
   }
   return run;
 }

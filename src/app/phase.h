@@ -34,6 +34,9 @@ class Phase {
   // Checks the parsed options against the launch and records what it resolves (`run.RecordAsUsed`). Every rank,
   // agreed by the caller; `faults` are the launch's injected faults, which the phase keeps for its measurement.
   virtual void Configure(CommandRun& run, const InjectionPlan& faults) = 0;
+  // The part of Configure that reads no input file (train: the model and its shape against the launch, the layout,
+  // the memory), for a suite to refuse a bad profile before it writes the dataset the phase reads. Agreed.
+  virtual void ConfigureShape(CommandRun&) {}
   // A check that reads much (train's dataset checksums), run once every option is known to be good; agreed.
   virtual void Verify(CommandRun&) {}
   // Measures into `run`'s report. Collective over `comm` (which carries the injected communicator faults).

@@ -85,6 +85,16 @@ std::string OutputFileProblem(const std::string& output, const std::vector<std::
   return "";
 }
 
+bool FileIsInside(const std::string& path, const std::string& dir) {
+  std::error_code ec_file, ec_dir;
+  const fs::path file = fs::weakly_canonical(fs::absolute(path, ec_file), ec_file).lexically_normal();
+  const fs::path directory = fs::canonical(dir, ec_dir);
+  if (ec_file || ec_dir) return false;
+  const fs::path parent = file.parent_path();
+  auto [end, unused] = std::mismatch(directory.begin(), directory.end(), parent.begin(), parent.end());
+  return end == directory.end();
+}
+
 bool DirectoriesOverlap(const std::string& a, const std::string& b) {
   auto resolved = [](const std::string& path, std::error_code& ec) {
     fs::path p = fs::weakly_canonical(path, ec).lexically_normal();

@@ -21,6 +21,10 @@ int OpenInputFile(const std::string& path, int flags, std::string& why, int* err
 // it). Else why not: "it is a FIFO, not a regular file", "it is the input 'D/shard-00000.tbs'".
 std::string OutputFileProblem(const std::string& output, const std::vector<std::string>& inputs);
 
+// Whether the file `path` (existing or not) lies in `dir` or below it, after resolving links; false when `dir` does
+// not exist. A file in a directory above `dir` is not inside it.
+bool FileIsInside(const std::string& path, const std::string& dir);
+
 // Whether two directories overlap: one is the other or lies inside it (after resolving links); false when either
 // does not exist yet and cannot be resolved.
 bool DirectoriesOverlap(const std::string& a, const std::string& b);
