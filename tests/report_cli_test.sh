@@ -237,4 +237,19 @@ expect_ok "$tb" report --help
 grep -q "Sections (--sections, comma-separated; all by default): config, topology, collectives, p2p, train, io, gpu_health" "$out" ||
   fail "--help does not list the sections"
 
+# --- a group's attributes carry their units: `units`, one "name=unit" per attribute declared with a unit (h5py) -----
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 \
+  -o "$work/units.h5" --quiet
+checks=$((checks + 1))
+"$h5py" - "$work/units.h5" >"$work/py" 2>&1 <<'EOF' || fail "a group's units: $(tail -3 "$work/py")"
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    def units(group):
+        return dict(s.decode().split("=", 1) for s in f[group].attrs["units"])
+    point, summary = units("train/k2"), units("summary")
+    assert point["tokens_per_s"] == "tokens/s" and point["step_s"] == "s", point
+    assert "micro_batch" not in point, point  # declared without a unit
+    assert summary["train_tokens_per_s"] == "tokens/s" and summary["train_scaling_efficiency"] == "fraction", summary
+EOF
+
 finish report_cli_tests

@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
+#include <regex>
 #include <string>
 
 #include "error.h"
@@ -484,9 +486,14 @@ std::pair<std::string, int> RunCommand(const std::string& command) {
   return {output, ::pclose(pipe)};
 }
 
-TEST_F(ReportFileTest, H5dumpSeesCompoundFieldsAndAttributes) {
+// h5dump as the environment names it (H5DUMP), else from PATH.
+std::string H5dump() {
   const char* from_environment = std::getenv("H5DUMP");
-  const std::string h5dump = from_environment != nullptr && *from_environment ? from_environment : "h5dump";
+  return from_environment != nullptr && *from_environment ? from_environment : "h5dump";
+}
+
+TEST_F(ReportFileTest, H5dumpSeesCompoundFieldsAndAttributes) {
+  const std::string h5dump = H5dump();
   if (RunCommand("'" + h5dump + "' --version").second != 0) GTEST_SKIP() << "h5dump not runnable as '" << h5dump << "'";
 
   const std::string path = PathOf("report.h5");
@@ -497,6 +504,103 @@ TEST_F(ReportFileTest, H5dumpSeesCompoundFieldsAndAttributes) {
        {"DATASET \"results\"", "H5T_STD_I64LE \"size_bytes\";", "H5T_IEEE_F64LE \"out_of_place_time_us\";", "\"host\";",
         "ATTRIBUTE \"units\"", "ATTRIBUTE \"schema\"", "\"trainbench.report\"", "DATASET \"latency_us\""}) {
     EXPECT_NE(output.find(expected), std::string::npos) << "missing " << expected << " in:\n" << output;
+  }
+}
+
+// ---- units of a group's attributes ------------------------------------------------------------------------
+
+TEST(ReportSchema, GroupSpecAtAndMatchAttribute) {
+  EXPECT_EQ(schema::GroupSpecAt("/"), &schema::kRoot);
+  EXPECT_EQ(schema::GroupSpecAt("/summary"), &schema::kSummary);
+  EXPECT_EQ(schema::GroupSpecAt("/train/k2"), &schema::kTrainPoint);
+  EXPECT_EQ(schema::GroupSpecAt("/train"), &schema::kTrain);
+  EXPECT_EQ(schema::GroupSpecAt("/collectives/all_reduce"), &schema::kCollective);
+  EXPECT_EQ(schema::GroupSpecAt("/repeats/r1"), &schema::kRepeat);
+  EXPECT_EQ(schema::GroupSpecAt("/repeats/r1/train/k2"), &schema::kTrainPoint);  // the root's layout, repeated
+  EXPECT_EQ(schema::GroupSpecAt("/repeats/r1/summary"), &schema::kSummary);
+  EXPECT_EQ(schema::GroupSpecAt("/train/k2/extra"), nullptr);
+  EXPECT_EQ(schema::GroupSpecAt("/title"), nullptr);
+  EXPECT_EQ(schema::kTrainPoint.MatchAttribute("tokens_per_s"), &schema::point::tokens_per_s);
+  EXPECT_EQ(schema::kSummary.MatchAttribute("all_reduce_peak_busbw_GBps"), &schema::summary::peak_busbw_GBps);
+  EXPECT_EQ(schema::kSummary.MatchAttribute("all_reduce_peak_busbw_size_bytes"),
+            &schema::summary::peak_busbw_size_bytes);
+  EXPECT_EQ(schema::kSummary.MatchAttribute("_peak_busbw_GBps"), nullptr);  // the placeholder stands for a name
+  EXPECT_EQ(schema::kSummary.MatchAttribute("title"), nullptr);
+}
+
+// Attributes as the commands write them: declared ones with a unit (by name and through a placeholder), declared
+// ones without one, one the schema does not declare, and a suite's earlier repeat laid out as the root.
+Report ReportWithUnits() {
+  Report report = MinimalReport();
+  namespace sc = schema;
+  Group& point = sc::GroupOf(report.root, sc::kTrainPoint, "k2");
+  sc::Set(point, sc::point::tokens_per_s, 1234.5);
+  sc::Set(point, sc::point::step_s, 0.25);
+  sc::Set(point, sc::point::micro_batch, 2);
+  point.Set("note", std::string("not in the schema"));
+  Group& summary = sc::GroupOf(report.root, sc::kSummary);
+  sc::Set(summary, sc::summary::p2p_median_uni_GBps, 12.5);
+  sc::Set(summary, sc::summary::peak_busbw_GBps, "all_reduce", 80.0);
+  sc::SetMatrix(sc::GroupOf(report.root, sc::kP2p), sc::p2p::uni_bw_GBps, 1, 1, {kNaN});  // what the summary names
+  Group& all_reduce = sc::GroupOf(report.root, sc::kCollective, "all_reduce");
+  sc::Set(all_reduce, sc::collective::op, "all_reduce");
+  sc::AddColumn(sc::AddTable(all_reduce, sc::collective::kResults), sc::collective::results::size_bytes, {8});
+  sc::Set(sc::GroupOf(sc::GroupOf(report.root, sc::kRepeat, "r1"), sc::kTrainPoint, "k2"), sc::point::tokens_per_s,
+          1000.0);
+  return report;
+}
+
+// The strings of attribute `attribute` ("/train/k2/units") as h5dump prints them; nullopt when h5dump fails (no such
+// attribute).
+std::optional<std::vector<std::string>> DumpedStrings(const std::string& path, const std::string& attribute) {
+  const auto [output, status] = RunCommand("'" + H5dump() + "' -A -a '" + attribute + "' '" + path + "'");
+  if (status != 0) return std::nullopt;
+  std::vector<std::string> strings;
+  const std::string data = output.substr(std::min(output.find("DATA {"), output.size()));
+  const std::regex quoted("\"([^\"]*)\"");
+  for (auto it = std::sregex_iterator(data.begin(), data.end(), quoted); it != std::sregex_iterator(); ++it) {
+    strings.push_back((*it)[1]);
+  }
+  return strings;
+}
+
+TEST_F(ReportFileTest, GroupsCarryTheUnitsOfTheirAttributes) {
+  const std::string h5dump = H5dump();
+  if (RunCommand("'" + h5dump + "' --version").second != 0) GTEST_SKIP() << "h5dump not runnable as '" << h5dump << "'";
+  const std::string path = PathOf("units.h5");
+  WriteReport(ReportWithUnits(), path);
+  using Strings = std::vector<std::string>;
+  // Name order; micro_batch (no unit) and note (not declared) have none.
+  EXPECT_EQ(DumpedStrings(path, "/train/k2/units"), Strings({"step_s=s", "tokens_per_s=tokens/s"}));
+  EXPECT_EQ(DumpedStrings(path, "/summary/units"),
+            Strings({"all_reduce_peak_busbw_GBps=GB/s", "p2p_median_uni_GBps=GB/s"}));
+  EXPECT_EQ(DumpedStrings(path, "/units"), Strings({"n_ranks=ranks"}));
+  EXPECT_EQ(DumpedStrings(path, "/repeats/r1/train/k2/units"), Strings({"tokens_per_s=tokens/s"}));
+  // A group whose attributes have no unit gets no units attribute.
+  EXPECT_EQ(DumpedStrings(path, "/collectives/all_reduce/units"), std::nullopt);
+}
+
+TEST_F(ReportFileTest, ReadingSkipsTheUnitsOfAGroup) {
+  const std::string path = PathOf("units.h5");
+  const Report written = ReportWithUnits();
+  WriteReport(written, path);
+  const Report read = ReadReport(path);
+  ExpectSameGroup(written.root, read.root, "/");
+  const Group* point = schema::FindGroup(read.root, schema::kTrainPoint, "k2");
+  ASSERT_NE(point, nullptr);
+  EXPECT_FALSE(point->attributes.contains("units"));
+  EXPECT_FALSE(read.root.attributes.contains("units"));
+}
+
+TEST_F(ReportFileTest, AGroupAttributeNamedUnitsIsRefused) {
+  Report report = MinimalReport();
+  report.root.Child("summary").Set("units", std::string("GB/s"));
+  try {
+    WriteReport(report, PathOf("units.h5"));
+    ADD_FAILURE() << "no error";
+  } catch (const RuntimeError& error) {
+    EXPECT_NE(std::string(error.what()).find("group '/summary': attribute 'units' is reserved"), std::string::npos)
+        << error.what();
   }
 }
 

@@ -110,6 +110,10 @@ using ObjectId = Handle<H5Oclose>;  // a group or dataset opened by name, before
 
 // ---- small helpers ----------------------------------------------------------------------------------------
 
+// A table's units (one per column, in column order) and a group's (one "name=unit" per attribute whose declaration
+// has a unit). A group's are written from the schema's declarations, not held in the Report: the reader skips them.
+constexpr const char* kUnitsAttribute = "units";
+
 // Numeric fields (int64 and double) take the same room in a record.
 constexpr size_t kNumberSize = sizeof(int64_t);
 static_assert(sizeof(double) == kNumberSize);
@@ -257,7 +261,7 @@ void WriteTable(hid_t group, const std::string& path, const std::string& name, c
   WriteAttribute(dataset.get(), path, "description", table.description);
   std::vector<std::string> units;
   for (const Column& column : table.columns) units.push_back(column.unit);
-  WriteStringArrayAttribute(dataset.get(), path, "units", units);
+  WriteStringArrayAttribute(dataset.get(), path, kUnitsAttribute, units);
 }
 
 void WriteMatrix(hid_t group, const std::string& path, const std::string& name, const Matrix& matrix) {
@@ -275,8 +279,28 @@ void WriteMatrix(hid_t group, const std::string& path, const std::string& name, 
   WriteAttribute(dataset.get(), path, "unit", matrix.unit);
 }
 
+// "name=unit" for each attribute of the group at `path` whose declaration (schema.h) has a unit, in name order. A
+// group's attributes have no order a reader can rely on (h5py lists them by name, `units` among them), so each
+// entry names its attribute, where a table's units follow its columns.
+std::vector<std::string> AttributeUnits(const std::string& path, const Group& group) {
+  std::vector<std::string> units;
+  const schema::GroupSpec* spec = schema::GroupSpecAt(path);
+  if (spec == nullptr) return units;
+  for (const auto& [name, value] : group.attributes) {
+    const schema::Field* field = spec->MatchAttribute(name);
+    if (field != nullptr && !field->unit.empty()) units.push_back(name + "=" + field->unit);
+  }
+  return units;
+}
+
 void WriteGroup(hid_t location, const std::string& path, const Group& group) {
+  if (group.attributes.contains(kUnitsAttribute)) {
+    throw RuntimeError("group '" + path + "': attribute '" + kUnitsAttribute +
+                       "' is reserved for the units of the group's attributes");
+  }
   for (const auto& [name, value] : group.attributes) WriteAttribute(location, path, name, value);
+  const std::vector<std::string> units = AttributeUnits(path, group);
+  if (!units.empty()) WriteStringArrayAttribute(location, path, kUnitsAttribute, units);
   for (const auto& [name, table] : group.tables) WriteTable(location, ChildPath(path, name), name, table);
   for (const auto& [name, matrix] : group.matrices) WriteMatrix(location, ChildPath(path, name), name, matrix);
   for (const auto& [name, child] : group.children()) {
@@ -499,8 +523,8 @@ Table ReadTable(hid_t dataset, const std::string& path, hid_t file_type) {
   const std::vector<char> buffer = ReadRecords(dataset, path, layout, record_size, rows);
 
   std::vector<std::string> units(layout.size());
-  if (HasAttribute(dataset, path, "units")) {
-    AttributeId attribute = OpenAttribute(dataset, path, "units");
+  if (HasAttribute(dataset, path, kUnitsAttribute)) {
+    AttributeId attribute = OpenAttribute(dataset, path, kUnitsAttribute);
     units = ReadStrings(attribute.get(), "cannot read attribute 'units' of '" + path + "'");
     if (units.size() != layout.size()) {
       throw RuntimeError("table '" + path + "' has " + std::to_string(layout.size()) + " columns but " +
@@ -558,7 +582,9 @@ void ReadDataset(hid_t dataset, const std::string& path, const std::string& name
 }
 
 void ReadGroup(hid_t location, const std::string& path, Group& group) {
-  for (const std::string& name : AttributeNames(location, path)) group.Set(name, ReadAttribute(location, path, name));
+  for (const std::string& name : AttributeNames(location, path)) {
+    if (name != kUnitsAttribute) group.Set(name, ReadAttribute(location, path, name));  // the schema's, not data
+  }
   std::vector<std::string> names;
   Check(H5Literate(location, H5_INDEX_NAME, H5_ITER_INC, nullptr, CollectName<H5L_info_t>, &names),
         "cannot list the members of '" + path + "'");

@@ -1,5 +1,7 @@
 #include "schema.h"
 
+#include <algorithm>
+#include <span>
 #include <stdexcept>
 
 namespace tb::schema {
@@ -99,7 +101,67 @@ const Field* GroupSpec::FindAttribute(const std::string& name) const {
   return nullptr;
 }
 
+const Field* GroupSpec::MatchAttribute(const std::string& name) const {
+  if (const Field* field = FindAttribute(name)) return field;
+  for (const Field* field : attributes) {
+    if (!field->HasPlaceholder()) continue;
+    if (!field->keys.empty()) {
+      const std::vector<std::string> names = field->Names();
+      if (std::find(names.begin(), names.end(), name) != names.end()) return field;
+      continue;
+    }
+    const std::string prefix = field->name.substr(0, field->name.find('<'));
+    const std::string suffix = field->name.substr(field->name.find('>') + 1);
+    if (name.size() > prefix.size() + suffix.size() && name.starts_with(prefix) && name.ends_with(suffix)) {
+      return field;
+    }
+  }
+  return nullptr;
+}
+
 const std::vector<const GroupSpec*>& AllGroups() { return Groups(); }
+
+namespace {
+
+// "/train/k2" -> {"train", "k2"}; "/" -> {}.
+std::vector<std::string> Segments(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    if (end > start) parts.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+// The declared group whose path `parts` are, a placeholder ("<point>") standing for any one part.
+const GroupSpec* DeclaredAt(std::span<const std::string> parts) {
+  for (const GroupSpec* spec : AllGroups()) {
+    const std::vector<std::string> declared = Segments(spec->path);
+    if (declared.size() != parts.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < parts.size() && same; ++i) same = declared[i].starts_with('<') || declared[i] == parts[i];
+    if (same) return spec;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+const GroupSpec* GroupSpecAt(const std::string& path) {
+  const std::vector<std::string> parts = Segments(path);
+  if (const GroupSpec* spec = DeclaredAt(parts)) return spec;
+  // confirm and repeats/<repeat> hold groups laid out as the root holds them: a declared group's path, then a
+  // declared path from the root.
+  const std::span<const std::string> all(parts);
+  for (size_t split = 1; split < parts.size(); ++split) {
+    if (DeclaredAt(all.first(split)) == nullptr) continue;
+    if (const GroupSpec* spec = DeclaredAt(all.subspan(split))) return spec;
+  }
+  return nullptr;
+}
 
 TableSpec::TableSpec(GroupSpec& group_, const char* name_, const char* description_)
     : group(&group_), name(name_), description(description_) {

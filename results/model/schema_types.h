@@ -75,6 +75,9 @@ class GroupSpec {
 
   // The declared attribute named `name` exactly (no placeholder); nullptr when there is none.
   const Field* FindAttribute(const std::string& name) const;
+  // The declared attribute a group's attribute `name` is: the one named so, or the one whose placeholder stands for it
+  // ("all_reduce_peak_busbw_GBps" is <op>_peak_busbw_GBps); nullptr when there is none.
+  const Field* MatchAttribute(const std::string& name) const;
 
   std::string path;
   std::string description;
@@ -85,6 +88,9 @@ class GroupSpec {
 
 // Every declared group, in declaration order.
 const std::vector<const GroupSpec*>& AllGroups();
+// The declared group a report's group at `path` is ("/", "summary", "train/k2" is train/<point>), also under a group
+// that holds the root's layout ("repeats/r1/train/k2", "confirm/summary"); nullptr when none is declared.
+const GroupSpec* GroupSpecAt(const std::string& path);
 
 class TableSpec {
  public:
