@@ -342,6 +342,13 @@ TEST(Validate, TwoRanksCannotTellWhichOfThemIsSlow) {
   EXPECT_EQ(c.message.find("straggler on"), std::string::npos) << c.message;
 }
 
+// A report whose topology names no devices (no gpu_index column) is judged, not an exception.
+TEST(Validate, AReportWithoutDevicesIsJudged) {
+  Report r = TrainReport(1000);
+  sc::GroupOf(r.root, sc::kTopology).tables.erase(sc::topology::kRanks.name);
+  EXPECT_NO_THROW(ValidateReport(r, {}));
+}
+
 TEST(Validate, BaselineOfAnotherConfigurationIsBadInput) {
   try {
     ValidateReport(TrainReport(1000), AgainstBaseline(TrainReport(1000, {1, 1, 1, 1}, "gpt2-124m")));

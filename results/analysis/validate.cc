@@ -350,7 +350,9 @@ struct Expectation {
 std::string GpuModelOf(const Report& report) {
   const std::string devices = DeviceSummary(report);
   if (devices.ends_with(" x cpu")) return "cpu";
-  const std::optional<GpuModel> model = MatchGpuModel(devices.substr(devices.find(" x ") + 3));
+  const size_t x = devices.find(" x ");
+  if (x == std::string::npos) return "";  // no devices in the report (no topology/ranks, or no gpu_index)
+  const std::optional<GpuModel> model = MatchGpuModel(devices.substr(x + 3));
   return model ? model->name : "";
 }
 
