@@ -52,6 +52,14 @@ with h5py.File(path, "r+") as f:
 EOF
 }
 
+# with_notes FILE: FILE's table rows, each with the '#' lines under it (its message, or text too wide for the console,
+# which report and validate print indented under their row) joined on, one line per row; other lines as they are.
+with_notes() {
+  awk '/^#  +/ && row != "" { sub(/^# +/, ""); row = row " " $0; next }
+       { if (row != "") print row; row = ""; if (/^ /) row = $0; else print }
+       END { if (row != "") print row }' "$1"
+}
+
 # finish NAME: the tally; the script's exit status.
 finish() {
   echo "$1: $checks checks, $failures failed"

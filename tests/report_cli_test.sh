@@ -237,6 +237,49 @@ expect_ok "$tb" report --help
 grep -q "Sections (--sections, comma-separated; all by default): config, topology, collectives, p2p, train, io, gpu_health" "$out" ||
   fail "--help does not list the sections"
 
+
+# --- the console's width: every table within 120 characters (nccl-tests'), the columns left out named --------------
+# fits_console WHAT: no line of the last output is wider than 120 characters.
+fits_console() {
+  checks=$((checks + 1))
+  local wide; wide=$(awk 'length($0) > 120 { printf "line %d, %d characters: %.70s...\n", NR, length($0), $0 }' "$out" | head -3)
+  [[ -z $wide ]] || fail "$1: wider than 120 characters: $wide"
+}
+# Beside the runs above: a suite (every phase and checkpoints), train with repeats and I/O, and a report whose path
+# is longer than the console (a line of its own, wrapped; the tables' headings name the run by number).
+expect_ok "${mpiexec[@]}" -n 2 "$tb" suite -o "$work/suite.h5" --quiet
+expect_ok "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --steps 2 --repeats 2 \
+  --data "$work/tokens" --checkpoint-dir "$work/ckpt2" --checkpoint-every 2 -o "$work/repeats.h5" --quiet
+long=$work/$(printf 'a-directory-name-%.0s' {1..8}); mkdir -p "$long"; cp "$t" "$long/t.h5"
+for runs in "$c" "$p" "$t" "$i" "$work/suite.h5" "$work/repeats.h5" "$c $p $t $i $work/suite.h5 $work/repeats.h5 $s32 $s64" \
+            "$long/t.h5 $t"; do
+  expect_ok "$tb" report $runs
+  fits_console "report $runs"
+done
+[[ $(sed -n '/^#   run 1: /{N;s/^#   run 1: //;s/\n#     //;p}' "$out") == "$long/t.h5" ]] ||
+  fail "a long path: not on its own lines, whole: $(grep -A1 '^#   run 1' "$out")"
+# Left out on the console and named there; shown by --all-columns (as wide as it is) and in CSV and JSON.
+expect_ok "$tb" report "$t" --sections train,io
+fits_console "report --sections train,io"
+grep -qE '^# [0-9]+ more columns \(--all-columns, or --format csv\|json\): micro_batch, tokens_per_step, ' <(grep -A1 '^# train.points: ' "$out") ||
+  fail "train.points: no line naming the columns left out: $(grep -A2 '^# train.points' "$out")"
+grep -qE '^# point .* step_s$' "$out" && ! grep -qE '^# point .*tokens_per_step' "$out" ||
+  fail "train.points: headline columns, or tokens_per_step on the console: $(grep -A3 '^# train.points' "$out")"
+grep -qE '^# 4 more columns \(.*\): copy_s, crc_s, write_calls_s, commit_s$' <(grep -A1 '^# io.checkpoints: ' "$out") ||
+  fail "io.checkpoints: the stages are not named as left out: $(grep -A2 '^# io.checkpoints' "$out")"
+expect_ok "$tb" report "$t" --sections train,io --all-columns
+grep -qE '^# point .* tokens_per_step .* worst_rank_device' "$out" && grep -qE '^# point .* copy_s .* commit_s ' "$out" ||
+  fail "--all-columns: columns missing: $(grep '^# point' "$out")"
+grep -q ' more column' "$out" && fail "--all-columns still leaves columns out: $(grep ' more column' "$out")"
+[[ -n $(awk 'length($0) > 120' "$out") ]] || fail "--all-columns: the train.points table is not the wide one"
+expect_ok "$tb" report "$t" --sections train --format csv
+grep -qE '^run,point,ranks,.*,tokens_per_step,.*,worst_rank_device$' "$out" || fail "CSV: train.points lacks its details"
+# Collectives: nccl-tests' columns, each mode's under its heading; the columns left out named.
+expect_ok "$tb" report "$c" --sections collectives
+grep -qE '^# +out_of_place +in_place$' "$out" && grep -qE '^# +op +size_bytes +count +time_us +algbw_GBps +busbw_GBps +wrong +time_us ' "$out" ||
+  fail "collectives.results: no nccl-tests header: $(grep -A4 '^# collectives.results' "$out")"
+grep -qE '^# [0-9]+ more columns \(.*\): dtype, ranks, split, ' "$out" || fail "collectives.results: dtype, ranks not named as left out"
+
 # --- a group's attributes carry their units: `units`, one "name=unit" per attribute declared with a unit (h5py) -----
 expect_ok "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 \
   -o "$work/units.h5" --quiet

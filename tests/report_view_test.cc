@@ -19,7 +19,9 @@
 
 #include "error.h"
 #include "json.h"
+#include "console.h"
 #include "reporter.h"
+#include "validate_outputs.h"
 
 namespace tb {
 namespace {
@@ -452,8 +454,7 @@ TEST(Export, TextSideBySideThenRunByRun) {
                         line.substr(line.size() - 1) == "-");
     efficiency = efficiency || (line.rfind("scaling_efficiency", 0) == 0 && line.find("90.0") != std::string::npos);
     wide = wide || line == "# command_line, run 2: trainbench collectives --timeout 600 -o \"x y.h5\"";
-    per_run_heading = per_run_heading || line == "# collectives.results: collectives, per operation and size "
-                                                 "(out-of-place, then in-place), run 2 (c.h5)";
+    per_run_heading = per_run_heading || line == "# collectives.results: collectives, per operation and size, run 2 (c.h5)";
   }
   EXPECT_TRUE(side_by_side);
   EXPECT_TRUE(tokens);
@@ -493,6 +494,227 @@ TEST(Export, Hdf5ReporterWritesTheReport) {
   EXPECT_EQ(ReportViews("json", kReport, {read}), ReportViews("json", kReport, {ViewAll(written, "t.h5")}));
   std::remove(path.c_str());
   EXPECT_THROW(Hdf5Reporter(path).Finalize(), std::logic_error);
+}
+
+
+// --- the console's width: headline columns in kConsoleWidth, the rest named (DESIGN.md, "Outputs people read") ---
+
+// The lines of `text` wider than the console, for the failure message.
+std::string WideLines(const std::string& text) {
+  std::string wide;
+  for (const std::string& line : Lines(text)) {
+    if (line.size() > kConsoleWidth) wide += std::to_string(line.size()) + ": " + line.substr(0, 80) + "...\n";
+  }
+  return wide;
+}
+
+bool HasLine(const std::string& text, const std::string& line) {
+  const std::vector<std::string> lines = Lines(text);
+  return std::find(lines.begin(), lines.end(), line) != lines.end();
+}
+
+// The first line of `text` that starts with `prefix`, or "".
+std::string LineStartingWith(const std::string& text, const std::string& prefix) {
+  for (const std::string& line : Lines(text)) {
+    if (line.rfind(prefix, 0) == 0) return line;
+  }
+  return "";
+}
+
+// A detail table of 40 numeric columns, every 4th one headline (tokens_0, tokens_4, ...), the others detail.
+RunView WideRun() {
+  ViewTable table;
+  table.section = "train";
+  table.name = "wide";
+  table.title = "forty columns";
+  table.columns.push_back(ViewColumn{"point", ""});
+  std::vector<Cell> row = {std::string("k8")};
+  for (int c = 0; c < 40; ++c) {
+    ViewColumn column{(c % 4 == 0 ? "tokens_" : "extra_") + std::to_string(c), "tokens/s", 0};
+    if (c % 4 != 0) column.console = Console::kDetail;
+    table.columns.push_back(column);
+    row.push_back(1000.0 * c);
+  }
+  table.rows.push_back(row);
+  return RunView{"w.h5", {table}};
+}
+
+TEST(ConsoleWidth, DetailColumnsAreLeftOutAndNamedWithWhereTheyAre) {
+  const RunView run = WideRun();
+  ReportContextInfo context = kReport;
+  context.left_out_hint = "--all-columns, or --format csv|json";
+  const std::string text = ReportViews("text", context, {run});
+  EXPECT_EQ(WideLines(text), "");
+  const std::string header = LineStartingWith(text, "# point");
+  EXPECT_NE(header.find("tokens_36"), std::string::npos) << header;
+  EXPECT_EQ(header.find("extra_1"), std::string::npos) << header;
+  const std::string left_out = LineStartingWith(text, "# 30 more columns (--all-columns, or --format csv|json): ");
+  EXPECT_EQ(left_out.rfind("# 30 more columns (--all-columns, or --format csv|json): extra_1, extra_2, extra_3, extra_5", 0),
+            0u) << text;
+  EXPECT_TRUE(left_out.ends_with(", ...")) << left_out;  // as many names as fit one line
+  EXPECT_LE(left_out.size(), kConsoleWidth);
+
+  // --all-columns: every column, as wide as it is, nothing named as left out.
+  context.all_columns = true;
+  const std::string all = ReportViews("text", context, {run});
+  EXPECT_NE(LineStartingWith(all, "# point").find("extra_39"), std::string::npos);
+  EXPECT_EQ(LineStartingWith(all, "# 30 more"), "");
+  EXPECT_NE(WideLines(all), "");
+  // CSV and JSON: every column.
+  EXPECT_NE(ReportViews("csv", kReport, {run}).find(",extra_39\n"), std::string::npos);
+  EXPECT_EQ(Json::parse(ReportViews("json", kReport, {run}))["runs"][0]["train"]["wide"][0].size(), 41u);
+}
+
+TEST(ConsoleWidth, HeadlineColumnsThatDoNotFitAreLeftOutFromTheRight) {
+  RunView run = WideRun();
+  for (ViewColumn& column : run.tables[0].columns) column.console = Console::kHeadline;
+  const std::string text = ReportViews("text", kReport, {run});
+  EXPECT_EQ(WideLines(text), "");
+  const std::string header = LineStartingWith(text, "# point");
+  EXPECT_NE(header.find("tokens_0"), std::string::npos);
+  EXPECT_EQ(header.find("extra_39"), std::string::npos);
+  EXPECT_NE(LineStartingWith(text, "# 30 more columns (in the JSON export): extra_1"), "") << text;
+  // The row keeps the values of the columns it shows, in order.
+  const std::string row = LineStartingWith(text, "     k8");
+  EXPECT_LT(row.find(" 1000 "), row.find(" 2000 ")) << row;
+  EXPECT_LT(row.find(" 2000 "), row.find(" 9000")) << row;
+}
+
+TEST(ConsoleWidth, KeyedColumnsGoUnderTheirKeysHeading) {
+  Report report = BaseReport("collectives");
+  AddCollective(report, "all_reduce", 39.5);
+  const std::string text = ReportViews("text", kReport, {ViewReport(report, "c.h5", {"collectives"})});
+  EXPECT_EQ(WideLines(text), "");
+  const std::vector<std::string> lines = Lines(text);
+  const auto titles = std::find_if(lines.begin(), lines.end(),
+                                   [](const std::string& l) { return l.find(" op size_bytes") != std::string::npos; });
+  ASSERT_NE(titles, lines.end()) << text;
+  const std::string& groups = *(titles - 1);
+  // nccl-tests' layout: each mode's heading over its time, algbw, busbw and wrong.
+  ASSERT_NE(groups.find("out_of_place"), std::string::npos) << groups;
+  ASSERT_NE(groups.find("in_place"), std::string::npos) << groups;
+  EXPECT_EQ(titles->find("out_of_place_busbw_GBps"), std::string::npos) << *titles;
+  EXPECT_EQ(titles->find(" time_us"), groups.find("out_of_place") - 1) << groups << "\n" << *titles;
+  EXPECT_EQ(titles->rfind(" time_us"), groups.find("in_place") - 1) << groups << "\n" << *titles;
+  // dtype, ranks and split are the run's, the same on every row: named as left out.
+  EXPECT_TRUE(HasLine(text, "# 4 more columns (in the JSON export): dtype, ranks, split, communicators")) << text;
+}
+
+// The text of the '#' lines under the row `row` (its notes, wrapped), joined by spaces.
+std::string TextUnder(const std::vector<std::string>& lines, std::vector<std::string>::const_iterator row) {
+  std::string under;
+  for (auto line = row + 1; line != lines.end() && line->rfind("#  ", 0) == 0; ++line) {
+    under += (under.empty() ? "" : " ") + line->substr(line->find_first_not_of("# "));
+  }
+  return under;
+}
+
+// A table whose cells hold long text: the note under its row, a cell too wide moved under its row, the line wrapped.
+TEST(ConsoleWidth, LongTextGoesUnderItsRowOnCommentLines) {
+  const std::string message = "the wrong data came from rank 3 (" + std::string(90, 'h') + ") and " +
+                              "the job was aborted after it waited for 600 s in all_reduce of 1 GiB";
+  const std::string host = "node-" + std::string(70, 'x') + ".cluster.example.org";
+  ViewTable table;
+  table.section = "validate";
+  table.name = "checks";
+  table.title = "checks";
+  table.columns = {{"verdict", ""}, {"check", "", 2, false, nullptr, "", Console::kWhole}, {"host", ""},
+                   {"measured", "GB/s"}, {"source", "", 2, false, nullptr, "", Console::kAside},
+                   {"message", "", 2, false, nullptr, "", Console::kNote}};
+  table.rows = {{std::string("fail"), std::string("collectives.all_reduce.busbw_GBps.large"), host, 12.5,
+                 std::string("baseline b.h5"), message},
+                {std::string("pass"), std::string("run.status"), std::string("a"), Cell(), Cell(), Cell()}};
+  const std::string text = ReportViews("text", kReport, {RunView{"v.h5", {table}}});
+  EXPECT_EQ(WideLines(text), "") << text;
+  const std::vector<std::string> lines = Lines(text);
+  const auto row = std::find_if(lines.begin(), lines.end(), [](const std::string& l) { return l.find("large") != std::string::npos; });
+  ASSERT_NE(row, lines.end()) << text;
+  EXPECT_NE(row->find(" (below) "), std::string::npos) << *row;  // the host moved out of the table
+  EXPECT_NE(row->find(" 12.50"), std::string::npos) << *row;
+  // Under the row: '#' lines, the message first, then the aside and the moved host; nothing lost.
+  EXPECT_EQ(TextUnder(lines, row), message + " (source: baseline b.h5; host: " + host + ")") << text;
+  // A row with nothing to say has no line under it.
+  const auto pass = std::find_if(lines.begin(), lines.end(), [](const std::string& l) { return l.find("run.status") != std::string::npos; });
+  ASSERT_NE(pass, lines.end());
+  EXPECT_TRUE(pass + 1 == lines.end() || (pass + 1)->empty()) << *(pass + 1);
+}
+
+// validate's checks on the console: a row per check (verdict, state, family, key, rank, host, measured, expected, unit)
+// within kConsoleWidth, its message on the lines under it with the GPU, the tolerance and where the expectation came
+// from.
+TEST(ConsoleWidth, ValidateChecksRowThenItsMessage) {
+  Report report = BaseReport("train");
+  AddTopology(report);
+  Check slow;
+  slow.figure.key = "train.step_s.rank3";
+  slow.figure.family = "train";
+  slow.figure.unit = "s";
+  slow.figure.value = 0.75;
+  slow.figure.subject = {"3", "gpu-node-017.cluster.example.org", "NVIDIA H100 80GB HBM3", ""};
+  slow.expected = 0.5;
+  slow.tolerance = 0.5;
+  slow.source = "peers: median of the other 3 ranks, robust z limit 3.5, floor 50%";
+  slow.verdict = Verdict::kFail;
+  slow.message = "robust z 9.10, +50.0% against the others' median: straggler on gpu-node-017.cluster.example.org "
+                 "(NVIDIA H100 80GB HBM3)";
+  Check version;
+  version.figure.key = "environment.mpi_library";
+  version.figure.family = "environment";
+  version.figure.is_text = true;
+  version.figure.text = "Open MPI v5.0.3, package: Open MPI builder@host Distribution, ident: 5.0.3";
+  version.verdict = Verdict::kUnknown;
+  version.message = "no reference: give --baseline or --history";
+  const RunView view = ValidateView("night.h5", report, {slow, version});
+  const std::string text = ReportViews("text", {"validate", {"night.h5"}}, {view});
+  EXPECT_EQ(WideLines(text), "") << text;
+  const std::vector<std::string> lines = Lines(text);
+  const auto row = std::find_if(lines.begin(), lines.end(),
+                                [](const std::string& l) { return l.find(" train.step_s.rank3 ") != std::string::npos; });
+  ASSERT_NE(row, lines.end()) << text;
+  std::istringstream cells(*row);
+  std::vector<std::string> words;
+  for (std::string word; cells >> word;) words.push_back(word);
+  ASSERT_EQ(words.size(), 9u) << *row;
+  EXPECT_EQ(std::vector<std::string>(words.begin(), words.begin() + 5),
+            (std::vector<std::string>{"fail", "degraded", "train", "train.step_s.rank3", "3"})) << *row;
+  EXPECT_EQ(std::vector<std::string>(words.end() - 3, words.end()), (std::vector<std::string>{"0.75", "0.5", "s"})) << *row;
+  EXPECT_EQ(TextUnder(lines, row).rfind(slow.message + " (gpu: NVIDIA H100 80GB HBM3; tolerance: 0.500; source: " +
+                                            slow.source + ";", 0),
+            0u) << text;
+  EXPECT_NE(TextUnder(lines, row).find("host: gpu-node-017.cluster.example.org"), std::string::npos);  // whole
+  // A measured text too wide for its column: under its row too, whole.
+  const auto text_row = std::find_if(lines.begin(), lines.end(),
+                                     [](const std::string& l) { return l.find(" environment.mpi_library ") != std::string::npos; });
+  ASSERT_NE(text_row, lines.end());
+  EXPECT_EQ(TextUnder(lines, text_row), version.message + " (measured: " + version.figure.text + ")");
+}
+
+// Many runs side by side: blocks of runs that fit, every run's value in one of them.
+TEST(ConsoleWidth, ManyRunsSideBySideInBlocks) {
+  std::vector<RunView> runs;
+  for (int run = 0; run < 14; ++run) {
+    Report report = TrainReport();
+    report.root.Child("train").Child("k10").Set("tokens_per_s", 1000.0 + run);
+    runs.push_back(ViewReport(report, "run" + std::to_string(run) + ".h5", {"train"}));
+  }
+  const std::string text = ReportViews("text", kReport, runs);
+  EXPECT_EQ(WideLines(text), "");
+  // 5 runs of 10 characters and more fit beside the widest field and unit: 3 blocks, about as wide.
+  EXPECT_TRUE(HasLine(text, "# runs 1-5 of 14") && HasLine(text, "# runs 6-10 of 14") && HasLine(text, "# runs 11-14 of 14"))
+      << text.substr(0, 3000);
+  for (int run = 0; run < 14; ++run) EXPECT_NE(text.find(" " + std::to_string(1000 + run)), std::string::npos) << run;
+}
+
+TEST(ConsoleWidth, WrapLinesKeepsClausesBreaksAtSpacesAndCutsWhatIsLongerThanALine) {
+  EXPECT_EQ(WrapLines("one two three", "# ", "#   ", 9), (std::vector<std::string>{"# one two", "#   three"}));
+  EXPECT_EQ(WrapLines("short", "# x: ", "#   "), (std::vector<std::string>{"# x: short"}));
+  // A clause that fits a line is kept whole on one.
+  EXPECT_EQ(WrapLines("ab cd; ef gh ij", "# ", "# ", 15), (std::vector<std::string>{"# ab cd;", "# ef gh ij"}));
+  EXPECT_EQ(WrapLines("ab; cd; ef gh ij", "# ", "# ", 15), (std::vector<std::string>{"# ab; cd;", "# ef gh ij"}));
+  const std::string path = "/" + std::string(25, 'p');
+  EXPECT_EQ(WrapLines("at " + path, "# ", "#   ", 12),
+            (std::vector<std::string>{"# at /pppppp", "#   pppppppp", "#   pppppppp", "#   ppp"}));
+  for (const std::string& line : WrapLines(std::string(500, 'x') + " y", "# ", "#   ")) EXPECT_LE(line.size(), kConsoleWidth);
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ for night in 1 2 3 4 5 6 7 8 9 10; do
 done
 checks=$((checks + 1))
 [[ $(find history -name '*.json' | wc -l) -eq 10 ]] || fail "history holds $(find history -name '*.json' | wc -l) nights, want 10"
-grep -qE '^ +(pass|warn) +[a-z]+ +train +train.tokens_per_s .*history: median of 9 passing nights' "$work/out" ||
+grep -qE '^ +(pass|warn) +[a-z]+ +train +train.tokens_per_s .*history: median of 9 passing nights' <(with_notes "$work/out") ||
   fail "night 10 was not judged against the 9 nights before: $(grep tokens_per_s "$work/out")"
 
 # Faults injected through the suite: validate names each (exit 3), with the default policy (other checks may fail
@@ -69,7 +69,7 @@ validate_fault() {
   "$tb" validate "$2" --history history >"$work/out" 2>"$work/err"
   local rc=$?
   [[ $rc -eq 3 ]] || fail "$1: validate exit $rc, want 3: $(cat "$work/err")"
-  grep -qE -- "$3" "$work/out" || fail "$1: no line /$3/: $(grep -E '^ +(fail|warn) ' "$work/out")"
+  grep -qE -- "$3" <(with_notes "$work/out") || fail "$1: no line /$3/: $(with_notes "$work/out" | grep -E '^ +(fail|warn) ')"
 }
 checks=$((checks + 1))
 "${mpi[@]}" -n 2 "$tb" suite --profile ci.toml --inject wrong-value=1 -o wrong.h5 --quiet >"$work/out" 2>"$work/err"
@@ -81,10 +81,11 @@ grep -q 'suite: phase collectives: [0-9]* elements failed verification' "$work/e
 validate_fault wrong-value wrong.h5 '^ +fail +degraded +collectives +collectives.all_reduce.wrong_elements '
 # all_gather and alltoall move each rank's data: the corrupted rank is named, with its host.
 grep -qE "^ +fail +degraded +collectives +collectives.all_gather.wrong_elements +1 +$(hostname) .*the wrong data came from rank 1 \($(hostname)\)" \
-  "$work/out" || fail "wrong-value: all_gather does not name rank 1: $(grep wrong_elements "$work/out")"
+  <(with_notes "$work/out") ||
+  fail "wrong-value: all_gather does not name rank 1: $(grep wrong_elements "$work/out")"
 grep -qE '^ +fail +degraded +collectives +collectives.alltoall.wrong_elements +1 ' "$work/out" ||
   fail "wrong-value: alltoall does not name rank 1"
-grep -qE '^ +fail +degraded +suite +suite.collectives .*elements failed verification' "$work/out" || fail "wrong-value: suite.collectives not failed"
+grep -qE '^ +fail +degraded +suite +suite.collectives .*elements failed verification' <(with_notes "$work/out") || fail "wrong-value: suite.collectives not failed"
 
 # A straggler among three ranks is named; the suite saw it fail and measured train again (the fault persists):
 # confirmed. (Of two ranks, validate names neither: validate_tests.)

@@ -235,8 +235,8 @@ for night in a.h5 slow.h5 coll.h5 wrong.h5 hang.h5 iostall.h5; do
   [[ -z $wide ]] || fail "validate $night: lines wider than 120 characters: $wide"
 done
 "$tb" validate hang.h5 --policy calm.toml >"$work/out" 2>&1
-grep -A1 -E '^ +fail +degraded +run +run.status +[0-9]+ +[^ ]+ +failed +0 +- *$' "$work/out" | tail -1 |
-  grep -qE '^# +failed: timeout: ' || fail "hang: the reason is not under the run.status row: $(grep -A2 run.status "$work/out")"
-with_notes "$work/out" | grep -qE '^ +fail +[a-z]+ +run +run.status .*timeout.*\(tolerance: 0.000; source: the report.s status[;)]' ||
+under=$(grep -A1 -E '^ +fail +degraded +run +run.status +[0-9]+ +[^ ]+ +failed +0 +- *$' "$work/out" | tail -1)
+[[ $under =~ ^#\ +failed:\ timeout:\  ]] || fail "hang: the reason is not under the run.status row: $(grep -A2 run.status "$work/out")"
+grep -qE '^ +fail +[a-z]+ +run +run.status .*timeout.*\(tolerance: 0.000; source: the report.s status[;)]' <(with_notes "$work/out") ||
   fail "hang: the row and its lines do not read as one: $(with_notes "$work/out" | grep run.status)"
 finish validate_cli_test

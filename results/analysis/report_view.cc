@@ -53,11 +53,35 @@ Cell ToCell(const AttributeValue& value) {
   return std::visit([](const auto& v) { return Cell(v); }, value);
 }
 
-// A column showing the report field `field` (its name, unit and, for a fraction, a percentage in text).
+// The title of a keyed field's column under its key's heading: "<mode>_busbw_GBps" -> "busbw_GBps".
+std::string KeyedLabel(const std::string& name) {
+  const size_t open = name.find('<'), close = name.find('>');
+  std::string label = name.substr(0, open) + name.substr(close + 1);
+  if (label.starts_with('_')) label.erase(0, 1);
+  if (label.ends_with('_')) label.pop_back();
+  return label;
+}
+
+// A column showing the report field `field` (its name, unit and, for a fraction, a percentage in text); a keyed field's
+// columns go under their key's heading in text.
 ViewColumn Show(const schema::Field& field, int decimals = 2, const std::string& key = "") {
   field.read = true;  // the view shows it, whether or not this report holds a value
-  return ViewColumn{key.empty() ? field.name : field.Named(key), field.unit, decimals, field.unit == "fraction",
-                    &field, key};
+  ViewColumn column{key.empty() ? field.name : field.Named(key), field.unit, decimals, field.unit == "fraction", &field,
+                    key};
+  if (!key.empty()) {
+    column.group = key;
+    column.label = KeyedLabel(field.name);
+  }
+  return column;
+}
+// The column as the console shows it (ViewColumn::console): left out (CSV, JSON and --all-columns show it), a note.
+ViewColumn Detail(ViewColumn column) {
+  column.console = Console::kDetail;
+  return column;
+}
+ViewColumn Note(ViewColumn column) {
+  column.console = Console::kNote;
+  return column;
 }
 // The same field under another name ("ranks" for collectives/<op>/n_ranks).
 ViewColumn ShowAs(const std::string& name, const schema::Field& field, int decimals = 2) {
@@ -286,17 +310,27 @@ std::vector<ViewTable> CollectivesSection(const Report& report) {
   peak.rows.push_back(peak_row.Take());
 
   // split, communicators and nodes: a report from before --split measured one communicator of every rank.
-  std::vector<ViewColumn> columns = {Computed("op", ""),        Show(c::dtype),         ShowAs("ranks", c::n_ranks),
-                                     Show(c::split),            Show(c::communicators), Show(c::nodes),
-                                     Show(c::results::size_bytes), Show(c::results::count)};
+  // The console shows nccl-tests' columns (op, size, count, then per mode time, algbw, busbw, #wrong); a run's dtype,
+  // ranks and split are the same on every row, and nic_busbw is for runs across nodes.
+  std::vector<ViewColumn> columns = {Computed("op", ""),
+                                     Detail(Show(c::dtype)),
+                                     Detail(ShowAs("ranks", c::n_ranks)),
+                                     Detail(Show(c::split)),
+                                     Detail(Show(c::communicators)),
+                                     Detail(Show(c::nodes)),
+                                     Show(c::results::size_bytes),
+                                     Show(c::results::count)};
   constexpr size_t kAttributeColumns = 6;
   const schema::Field* per_mode[] = {&c::results::time_us, &c::results::algbw_GBps, &c::results::busbw_GBps,
                                      &c::results::nic_busbw_GBps, &c::results::wrong};
   for (const std::string& mode : c::results::kModes) {
-    for (const schema::Field* field : per_mode) columns.push_back(Show(*field, 2, mode));
+    for (const schema::Field* field : per_mode) {
+      ViewColumn column = Show(*field, 2, mode);
+      columns.push_back(field == &c::results::nic_busbw_GBps ? Detail(column) : column);
+    }
   }
   ViewTable results = MakeTable("collectives", "results",
-                                "collectives, per operation and size (out-of-place, then in-place)", false, columns);
+                                "collectives, per operation and size", false, columns);
   for (const auto& [op, group] : ops) {
     const Table* table = FindTable(group, c::kResults);
     if (table == nullptr) continue;
@@ -383,6 +417,12 @@ std::pair<Cell, Cell> WorstRankPlace(const Group* point) {
   return {};
 }
 
+// The columns, each left out of the console (Detail).
+std::vector<ViewColumn> DetailColumns(std::vector<ViewColumn> columns) {
+  for (ViewColumn& column : columns) column = Detail(std::move(column));
+  return columns;
+}
+
 // `first`, then every column of each list.
 std::vector<ViewColumn> Columns(std::vector<ViewColumn> first, std::initializer_list<const std::vector<ViewColumn>*> lists) {
   std::vector<ViewColumn> all = std::move(first);
@@ -431,9 +471,10 @@ ViewTable TrainSummary(const Report& report, const std::vector<PointEntry>& poin
   return summary;
 }
 
+// On the console: the point's figures (PointFigureColumns); these are in CSV, JSON and --all-columns.
 const std::vector<ViewColumn>& PointDetailColumns() {
   namespace p = sc::point;
-  static const std::vector<ViewColumn> columns = {
+  static const std::vector<ViewColumn> columns = DetailColumns({
       Show(p::micro_batch),     Show(p::tokens_per_step),       Show(p::measured_steps),
       Show(p::comm_total_s, 4), Show(p::comm_exposed_s, 4),     Show(p::effective_busbw_GBps),
       Show(p::nodes),           Show(p::ranks_per_node),        Show(p::allreduce),       Show(p::parallel),
@@ -447,7 +488,7 @@ const std::vector<ViewColumn>& PointDetailColumns() {
       Show(p::comm_intra_s, 4), Show(p::comm_inter_s, 4),
       Show(p::loss_first, 4),   Show(p::loss_last, 4),          Show(p::worst_rank),
       Show(p::repeat_count),    Show(p::median_repeat),
-      Computed("worst_rank_host", ""), Computed("worst_rank_device", "")};
+      Computed("worst_rank_host", ""), Computed("worst_rank_device", "")});
   return columns;
 }
 
@@ -459,9 +500,9 @@ ViewTable StallBudgetView() {
     columns.push_back(Show(b::p50, 1, part));
     columns.push_back(Show(b::p95, 1, part));
   }
-  for (const std::string& kind : b::kCommKinds) {  // comm_exposed by kind
-    columns.push_back(Show(b::kind_p50, 1, kind));
-    columns.push_back(Show(b::kind_p95, 1, kind));
+  for (const std::string& kind : b::kCommKinds) {  // comm_exposed by kind: in CSV, JSON and --all-columns
+    columns.push_back(Detail(Show(b::kind_p50, 1, kind)));
+    columns.push_back(Detail(Show(b::kind_p95, 1, kind)));
   }
   return MakeTable("train", "stall_budget", "stall budget per rank (share of step time, p50/p95)", false, columns);
 }
@@ -509,7 +550,7 @@ std::vector<ViewTable> RepeatViews(const std::vector<PointEntry>& points) {
                                 {Computed("point", ""), Show(r::repeat), Show(r::tokens_per_s, 0), Show(r::step_s, 4),
                                  Show(r::mfu_peak, 1), Show(r::mfu_measured_gemm, 1), Show(r::comm_exposed_s, 4),
                                  Show(r::data_wait_share, 2), Show(r::checkpoint_stall_share, 2),
-                                 Show(r::checkpoint_write_GBps, 3)});
+                                 Detail(Show(r::checkpoint_write_GBps, 3))});
   ViewTable spread = MakeTable("train", "spread", "each headline figure over the repeats: median, min, max, CV", false,
                                {Computed("point", ""), Show(sp::figure), Show(sp::count), Show(sp::median, -1),
                                 Show(sp::min, -1), Show(sp::max, -1), Show(sp::cv, 1)});
@@ -600,13 +641,14 @@ const std::vector<ViewColumn>& IoSweepColumns() {
 }
 const std::vector<ViewColumn>& IoPointDetailColumns() {
   namespace p = sc::io_point;
+  // On the console, after the shares: the loader's and the checkpoints' rates.
   static const std::vector<ViewColumn> columns = {
-      Show(p::io_throttle_MBps, 2), Show(p::checkpoint_writer_slowdown_steps), Show(p::dataset_files),
-      Show(p::dataset_files_kept_open), Show(p::dataset_files_mapped), Show(p::dataset_samples),
-      Show(p::record_bytes), Show(p::dropped_samples_per_epoch), Show(p::loader_bytes), Show(p::loader_per_read_MBps, 2),
-      Show(p::checkpoint_state_bytes), Show(p::checkpoint_bytes), Show(p::checkpoint_write_GBps, 3),
-      Show(p::resumed_from),
-      Show(p::resumed_step), Show(p::resume_load_s, 3)};
+      Detail(Show(p::io_throttle_MBps, 2)), Detail(Show(p::checkpoint_writer_slowdown_steps)),
+      Detail(Show(p::dataset_files)), Detail(Show(p::dataset_files_kept_open)), Detail(Show(p::dataset_files_mapped)),
+      Detail(Show(p::dataset_samples)), Detail(Show(p::record_bytes)), Detail(Show(p::dropped_samples_per_epoch)),
+      Detail(Show(p::loader_bytes)), Show(p::loader_per_read_MBps, 2), Detail(Show(p::checkpoint_state_bytes)),
+      Detail(Show(p::checkpoint_bytes)), Show(p::checkpoint_write_GBps, 3), Detail(Show(p::resumed_from)),
+      Detail(Show(p::resumed_step)), Detail(Show(p::resume_load_s, 3))};
   return columns;
 }
 const std::vector<ViewColumn>& LoaderColumns() {
@@ -619,13 +661,15 @@ const std::vector<ViewColumn>& LoaderColumns() {
 
 ViewTable CheckpointsView() {
   namespace c = sc::io_point::checkpoints;
-  return MakeTable("io", "checkpoints", "checkpoints (all ranks' slices together; copy_s, crc_s, write_calls_s, commit_s: the slowest slice's stages)", false,
+  // The slowest slice's stages (copy_s, crc_s, write_calls_s, commit_s) are in CSV, JSON and --all-columns; an error
+  // goes under its checkpoint's row.
+  return MakeTable("io", "checkpoints", "checkpoints (all ranks' slices together)", false,
                    {Computed("point", ""), ShowAs("step", c::step), ShowAs("mode", c::mode), Computed("ranks", "ranks"),
                     Computed("bytes", "B"), Computed("stall_s_max", "s", 4), Computed("write_s_max", "s", 4),
-                    Computed("write_GBps", "GB/s", 3), ShowAs("copy_s", c::copy_s, 4), ShowAs("crc_s", c::crc_s, 4),
-                    ShowAs("write_calls_s", c::write_calls_s, 4), ShowAs("commit_s", c::commit_s, 4),
-                    ShowAs("verified", c::verified), ShowAs("ok", c::ok),
-                    ShowAs("error", c::error)});
+                    Computed("write_GBps", "GB/s", 3), Detail(ShowAs("copy_s", c::copy_s, 4)),
+                    Detail(ShowAs("crc_s", c::crc_s, 4)), Detail(ShowAs("write_calls_s", c::write_calls_s, 4)),
+                    Detail(ShowAs("commit_s", c::commit_s, 4)), ShowAs("verified", c::verified), ShowAs("ok", c::ok),
+                    Note(ShowAs("error", c::error))});
 }
 
 // The per-point, per-rank loader and checkpoint tables of the io section.
@@ -705,16 +749,21 @@ std::vector<ViewTable> IoSection(const Report& report) {
 
 const std::vector<ViewColumn>& GpuHealthDeviceColumns() {
   namespace d = sc::gpu_health::devices;
+  // On the console: which GPU, its uncorrected errors and pending repairs, power, temperature and energy (validate's
+  // gpu_health check judges the rest); every column in CSV, JSON and --all-columns.
   static const std::vector<ViewColumn> columns = {
-      Show(d::host), Show(d::node), Show(d::index), Show(d::name), Show(d::pci_bus_id), Show(d::uuid), Show(d::ranks),
-      Show(d::samples), Show(d::busy_samples), Show(d::ecc_corrected_volatile, 0), Show(d::ecc_uncorrected_volatile, 0),
-      Show(d::retired_pages, 0), Show(d::retired_pages_pending, 0), Show(d::remapped_rows_corrected, 0),
-      Show(d::remapped_rows_uncorrected, 0), Show(d::remap_pending, 0), Show(d::remap_failure, 0),
-      Show(d::pcie_gen_current, 0), Show(d::pcie_gen_max, 0), Show(d::pcie_width_current, 0),
-      Show(d::pcie_width_max, 0), Show(d::sm_clock_min_MHz, 0), Show(d::sm_clock_median_MHz, 0),
-      Show(d::sm_clock_max_MHz, 0), Show(d::sm_clock_max_supported_MHz, 0), Show(d::clock_event_reasons),
-      Show(d::power_mean_W, 1), Show(d::power_max_W, 1), Show(d::power_limit_W, 1), Show(d::temperature_max_C, 0),
-      Show(d::energy_J, 1), Show(d::nvml_errors)};
+      Show(d::host), Detail(Show(d::node)), Show(d::index), Show(d::name), Detail(Show(d::pci_bus_id)),
+      Detail(Show(d::uuid)), Detail(Show(d::ranks)), Detail(Show(d::samples)), Detail(Show(d::busy_samples)),
+      Detail(Show(d::ecc_corrected_volatile, 0)), Show(d::ecc_uncorrected_volatile, 0),
+      Detail(Show(d::retired_pages, 0)),
+      Detail(Show(d::retired_pages_pending, 0)), Detail(Show(d::remapped_rows_corrected, 0)),
+      Detail(Show(d::remapped_rows_uncorrected, 0)), Show(d::remap_pending, 0), Detail(Show(d::remap_failure, 0)),
+      Detail(Show(d::pcie_gen_current, 0)), Detail(Show(d::pcie_gen_max, 0)), Detail(Show(d::pcie_width_current, 0)),
+      Detail(Show(d::pcie_width_max, 0)), Detail(Show(d::sm_clock_min_MHz, 0)), Detail(Show(d::sm_clock_median_MHz, 0)),
+      Detail(Show(d::sm_clock_max_MHz, 0)), Detail(Show(d::sm_clock_max_supported_MHz, 0)),
+      Detail(Show(d::clock_event_reasons)), Show(d::power_mean_W, 1), Detail(Show(d::power_max_W, 1)),
+      Detail(Show(d::power_limit_W, 1)), Show(d::temperature_max_C, 0), Show(d::energy_J, 1),
+      Note(Show(d::nvml_errors))};
   return columns;
 }
 

@@ -17,6 +17,17 @@ namespace tb {
 // A value or nothing (the report lacks it). Doubles may be NaN ("not measured", e.g. MFU without a peak).
 using Cell = std::variant<std::monostate, int64_t, double, std::string>;
 
+// Where the console text shows a column of a detail table (DESIGN.md: console tables fit 120 columns, headline
+// columns on screen, all columns in CSV/JSON). CSV and JSON show every column, in the table's order; so does the text
+// with --all-columns. Headline tables (one row per run) show every field.
+enum class Console {
+  kHeadline,  // a column of the console table; a text cell too wide for the console moves under its row
+  kWhole,     // a headline column kept whole, never moved or left out (a check's key, its verdict)
+  kNote,      // the row's free text (a message, an error): on a '#' line of its own under the row
+  kAside,     // after the note, in parentheses as "name: value" (where an expectation came from)
+  kDetail,    // not on the console: the table's '#' line names it and says where it is
+};
+
 struct ViewColumn {
   std::string name;      // as in the exports: "tokens_per_s"
   std::string unit;      // "tokens/s", "" for counts and text
@@ -26,6 +37,11 @@ struct ViewColumn {
   // view computes (a count, a list, a maximum over ranks).
   const schema::Field* field = nullptr;
   std::string key = {};
+  Console console = Console::kHeadline;
+  // Text only: a heading over neighbouring columns of one key ("out_of_place", "compute") and this column's title
+  // under it ("busbw_GBps", "p50"); "" = no heading, and the name as title.
+  std::string group = {};
+  std::string label = {};
 };
 
 struct ViewTable {

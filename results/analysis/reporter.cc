@@ -96,99 +96,373 @@ std::string PadRight(const std::string& text, size_t width) {
   return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
 }
 
-// A fixed-width table whose columns are as wide as their widest cell; the first column is left-aligned (names).
-std::vector<std::string> TextBlock(const std::vector<std::string>& titles, const std::vector<std::string>& units,
-                                   const std::vector<std::vector<std::string>>& rows, bool left_first) {
-  std::vector<size_t> widths(titles.size());
-  for (size_t c = 0; c < titles.size(); ++c) {
-    widths[c] = std::max(titles[c].size(), units[c].size()) + (c == 0 ? 1 : 0);
-    for (const std::vector<std::string>& row : rows) widths[c] = std::max(widths[c], row[c].size());
+std::string Join(const std::vector<std::string>& parts, const std::string& separator) {
+  std::string text;
+  for (const std::string& part : parts) text += (text.empty() ? "" : separator) + part;
+  return text;
+}
+
+void Append(std::vector<std::string>& lines, std::vector<std::string> more) {
+  for (std::string& line : more) lines.push_back(std::move(line));
+}
+
+// A column of a console table, and what it may give up to fit the console.
+struct GridColumn {
+  std::string title, unit, group;
+  bool left = false;     // left-aligned (names)
+  bool movable = false;  // a cell too wide for the console moves out of the table, kMoved in its place
+  bool keep = false;     // never left out to fit (nor is the first column)
+  size_t widest_cell = std::string::npos;  // a movable cell wider than this moves out whatever the room
+  size_t floor = 0;                        // a movable column is never narrower (its numbers stay)
+};
+
+constexpr std::string_view kMoved = "(below)";
+
+// Cells as text, a row per line.
+struct Grid {
+  std::vector<GridColumn> columns;
+  std::vector<std::vector<std::string>> rows;
+};
+
+// A Grid laid out: its header lines and a line per row; per row the cells that moved out (column, text, in column
+// order); the columns left out to fit. `widths` are the shown columns'.
+struct GridText {
+  std::vector<std::string> header;
+  std::vector<std::string> rows;
+  std::vector<std::vector<std::pair<size_t, std::string>>> moved;
+  std::vector<size_t> left_out;
+  std::vector<size_t> widths;
+};
+
+// The widths of the `shown` columns (the first a character wider: the header's '#' takes one), the last column of a
+// group widened where the group's heading needs it.
+std::vector<size_t> Widths(const Grid& grid, const std::vector<size_t>& shown) {
+  std::vector<size_t> widths;
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const GridColumn& column = grid.columns[shown[i]];
+    size_t width = std::max(column.title.size(), column.unit.size()) + (i == 0 ? 1 : 0);
+    for (const std::vector<std::string>& row : grid.rows) width = std::max(width, row[shown[i]].size());
+    widths.push_back(width);
   }
-  std::vector<TextTable::ColumnSpec> specs;
-  for (size_t c = 0; c < titles.size(); ++c) {
-    std::string title = titles[c], unit = units[c];
-    if (c == 0 && left_first) {
-      title = PadRight(title, widths[c] - 1);
-      if (!unit.empty()) unit = PadRight(unit, widths[c] - 1);
+  for (size_t i = 0; i < shown.size();) {
+    const std::string& group = grid.columns[shown[i]].group;
+    size_t end = i + 1, span = widths[i] + 1;
+    for (; end < shown.size() && !group.empty() && grid.columns[shown[end]].group == group; ++end) {
+      span += widths[end] + 1;
     }
-    specs.push_back({title, unit, static_cast<int>(widths[c])});
+    // A heading wider than its columns widens them, the extra shared out from the last one.
+    const size_t extra = !group.empty() && span < group.size() + 1 ? group.size() + 1 - span : 0;
+    for (size_t k = 0; k < extra; ++k) ++widths[end - 1 - k % (end - i)];
+    i = end;
   }
-  TextTable table(specs);
-  std::vector<std::string> lines = table.HeaderLines();
-  for (std::vector<std::string> row : rows) {
-    if (left_first) row[0] = PadRight(row[0], widths[0]);
-    lines.push_back(table.Row(row));
+  return widths;
+}
+
+size_t LineWidth(const std::vector<size_t>& widths) {
+  size_t total = 0;
+  for (size_t width : widths) total += width + 1;
+  return total;
+}
+
+// A Grid being fitted to the console: its cells (kMoved where one moved out), the columns shown and their widths,
+// and what moved out or was left out.
+class GridFit {
+ public:
+  explicit GridFit(const Grid& grid) : grid_(grid), cells_(grid) {
+    out_.moved.resize(grid.rows.size());
+    for (size_t c = 0; c < grid.columns.size(); ++c) {
+      shown_.push_back(c);
+      const GridColumn& column = grid.columns[c];
+      if (column.movable && column.widest_cell != std::string::npos) Move(c, column.widest_cell);
+    }
+    widths_ = Widths(cells_, shown_);
   }
-  return lines;
+
+  // The widest movable columns give, evenly: their cells move out above the highest level that frees enough room,
+  // each column down to its floor.
+  void MoveToFit(size_t width) {
+    while (LineWidth(widths_) > width) {
+      const size_t excess = LineWidth(widths_) - width;
+      size_t level = *std::max_element(widths_.begin(), widths_.end());
+      while (level > 0 && Gain(level) < excess) --level;
+      if (Gain(level) == 0) return;
+      for (size_t i = 0; i < shown_.size(); ++i) {
+        if (grid_.columns[shown_[i]].movable) Move(shown_[i], std::max(level, Floor(i)));
+      }
+      std::vector<size_t> narrower = Widths(cells_, shown_);
+      if (narrower == widths_) return;  // a group's heading holds the columns as wide: LeaveOutToFit does the rest
+      widths_ = std::move(narrower);
+    }
+  }
+
+  // Columns left out from the right, but for the first one and those kept whole, until the rest fit.
+  void LeaveOutToFit(size_t width) {
+    while (LineWidth(widths_) > width) {
+      size_t i = shown_.size();
+      while (i > 1 && grid_.columns[shown_[i - 1]].keep) --i;
+      if (i <= 1) return;
+      out_.left_out.insert(out_.left_out.begin(), shown_[i - 1]);
+      shown_.erase(shown_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      widths_ = Widths(cells_, shown_);
+    }
+  }
+
+  GridText Text() {
+    std::sort(out_.left_out.begin(), out_.left_out.end());
+    for (std::vector<std::pair<size_t, std::string>>& moved : out_.moved) {
+      std::erase_if(moved, [&](const auto& m) { return std::ranges::find(shown_, m.first) == shown_.end(); });
+      std::sort(moved.begin(), moved.end());
+    }
+    std::vector<TextTable::ColumnSpec> specs;
+    for (size_t i = 0; i < shown_.size(); ++i) {
+      const GridColumn& column = grid_.columns[shown_[i]];
+      const size_t title_width = widths_[i] - (i == 0 ? 1 : 0);
+      specs.push_back({column.left ? PadRight(column.title, title_width) : column.title,
+                       column.left && !column.unit.empty() ? PadRight(column.unit, title_width) : column.unit,
+                       static_cast<int>(widths_[i]), column.group});
+    }
+    const TextTable table(specs);
+    out_.header = table.HeaderLines();
+    for (const std::vector<std::string>& row : cells_.rows) {
+      std::vector<std::string> line;
+      for (size_t i = 0; i < shown_.size(); ++i) {
+        line.push_back(grid_.columns[shown_[i]].left ? PadRight(row[shown_[i]], widths_[i]) : row[shown_[i]]);
+      }
+      out_.rows.push_back(table.Row(line));
+    }
+    out_.widths = widths_;
+    return out_;
+  }
+
+ private:
+  // Column c's cells wider than `limit` move out of the table.
+  void Move(size_t c, size_t limit) {
+    for (size_t r = 0; r < cells_.rows.size(); ++r) {
+      if (cells_.rows[r][c].size() <= limit || cells_.rows[r][c] == kMoved) continue;
+      out_.moved[r].emplace_back(c, grid_.rows[r][c]);
+      cells_.rows[r][c] = kMoved;
+    }
+  }
+  // The narrowest shown column i may get: its title and unit, kMoved, and its numbers stay.
+  size_t Floor(size_t i) const {
+    const GridColumn& column = grid_.columns[shown_[i]];
+    return std::max({column.title.size(), column.unit.size(), kMoved.size(), column.floor}) + (i == 0 ? 1 : 0);
+  }
+  // The characters the movable columns free when no cell is wider than `level`.
+  size_t Gain(size_t level) const {
+    size_t freed = 0;
+    for (size_t i = 0; i < shown_.size(); ++i) {
+      const size_t keep = std::max(level, Floor(i));
+      if (grid_.columns[shown_[i]].movable && widths_[i] > keep) freed += widths_[i] - keep;
+    }
+    return freed;
+  }
+
+  const Grid& grid_;
+  Grid cells_;
+  std::vector<size_t> shown_, widths_;
+  GridText out_;
+};
+
+// `grid` laid out in `width` characters (0: as wide as it is): movable cells too wide move out, then columns that
+// still do not fit are left out.
+GridText Fit(const Grid& grid, size_t width) {
+  GridFit fit(grid);
+  if (width > 0) {
+    fit.MoveToFit(width);
+    fit.LeaveOutToFit(width);
+  }
+  return fit.Text();
 }
 
 // Values longer than this (command lines, fallback reasons) would widen a run's column for every field: they are
 // printed under the table instead.
 constexpr size_t kWideValue = 40;
+// A run's column is at least this wide before runs are shown in blocks: numbers and short names fit.
+constexpr size_t kRunColumn = 12;
 
-// The text of a value; one too wide for a column goes under the table ("(below)" in its cell).
-std::string NarrowText(const std::string& value, const std::string& where, std::vector<std::string>& wide) {
-  if (value.size() <= kWideValue) return value.empty() ? "-" : value;
-  wide.push_back("# " + where + ": " + value);
-  return "(below)";
+// A row of a table with a column per run: what comes before the runs' cells (a field and its unit; a variable), the
+// runs' cells, what comes after (differs); `name` names the row in the lines under the table.
+struct RunRow {
+  std::string name;
+  std::vector<std::string> lead, runs, tail;
+};
+
+// A table with a column per run ("run 1", ...) between `lead` and `tail` columns, in blocks of as many runs as fit
+// kConsoleWidth (`fit`; else one block): a value too wide for its column is printed under its block as
+// "# <name>, run N: value".
+std::vector<std::string> RunColumnLines(const std::vector<GridColumn>& lead, const std::vector<GridColumn>& tail,
+                                        const std::vector<RunRow>& rows, size_t run_count, bool fit) {
+  Grid frame{lead, {}};
+  frame.columns.insert(frame.columns.end(), tail.begin(), tail.end());
+  for (const RunRow& row : rows) {
+    std::vector<std::string>& cells = frame.rows.emplace_back(row.lead);
+    cells.insert(cells.end(), row.tail.begin(), row.tail.end());
+  }
+  std::vector<size_t> all(frame.columns.size());
+  for (size_t c = 0; c < all.size(); ++c) all[c] = c;
+  const size_t taken = LineWidth(Widths(frame, all));
+  const size_t room = kConsoleWidth > taken + kRunColumn + 1 ? kConsoleWidth - taken : kRunColumn + 1;
+  const size_t fitting = fit ? std::max<size_t>(1, room / (kRunColumn + 1)) : std::max<size_t>(1, run_count);
+  const size_t blocks = std::max<size_t>(1, (run_count + fitting - 1) / fitting);
+  const size_t per_block = std::max<size_t>(1, (run_count + blocks - 1) / blocks);  // the blocks about as wide
+
+  std::vector<std::string> lines;
+  for (size_t block = 0; block < blocks; ++block) {
+    const size_t first = std::min(run_count, block * per_block), last = std::min(run_count, first + per_block);
+    Grid grid{lead, {}};
+    for (size_t run = first; run < last; ++run) {
+      grid.columns.push_back({"run " + std::to_string(run + 1), "", "", false, true, false, kWideValue});
+    }
+    grid.columns.insert(grid.columns.end(), tail.begin(), tail.end());
+    for (const RunRow& row : rows) {
+      std::vector<std::string>& cells = grid.rows.emplace_back(row.lead);
+      cells.insert(cells.end(), row.runs.begin() + static_cast<std::ptrdiff_t>(first),
+                   row.runs.begin() + static_cast<std::ptrdiff_t>(last));
+      cells.insert(cells.end(), row.tail.begin(), row.tail.end());
+    }
+    const GridText text = Fit(grid, fit ? kConsoleWidth : 0);
+    if (blocks > 1) lines.push_back(Format("# runs %zu-%zu of %zu", first + 1, last, run_count));
+    Append(lines, text.header);
+    Append(lines, text.rows);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (const auto& [column, value] : text.moved[r]) {
+        const size_t run = first + column - lead.size() + 1;
+        Append(lines, WrapLines(value, "# " + rows[r].name + ", run " + std::to_string(run) + ": ", "#   "));
+      }
+    }
+  }
+  return lines;
 }
 
-void SideBySide(const MergedTable& m, size_t run_count, std::vector<std::string>& lines) {
-  std::vector<std::string> titles = {"field", ""}, units = {"", ""};
-  for (size_t run = 0; run < run_count; ++run) {
-    titles.push_back("run " + std::to_string(run + 1));
-    units.push_back("");
-  }
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> wide;
+// The two columns before the runs' in a side-by-side table: the field, its unit.
+const std::vector<GridColumn> kFieldColumns = {{"field", "", "", true}, {"", "", ""}};
+
+void SideBySide(const MergedTable& m, size_t run_count, bool all_columns, std::vector<std::string>& lines) {
+  std::vector<RunRow> rows;
   for (size_t c = 0; c < m.columns.size(); ++c) {
-    std::vector<std::string> row = {m.columns[c].name, UnitText(m.columns[c])};
-    row.resize(2 + run_count, "-");
+    RunRow row{m.columns[c].name, {m.columns[c].name, UnitText(m.columns[c])}, std::vector<std::string>(run_count, "-"),
+               {}};
     bool any = false;
     for (const MergedTable::Part& part : m.parts) {
       const Cell& cell = part.rows.front()[c];
       any = any || !std::holds_alternative<std::monostate>(cell);
-      row[2 + part.run] =
-          NarrowText(CellText(cell, m.columns[c]), Format("%s, run %zu", m.columns[c].name.c_str(), part.run + 1), wide);
+      row.runs[part.run] = CellText(cell, m.columns[c]);
     }
     if (any) rows.push_back(std::move(row));
   }
-  lines.push_back("# " + m.first->FullName() + ": " + m.first->title);
-  for (std::string& line : TextBlock(titles, units, rows, true)) lines.push_back(std::move(line));
-  for (std::string& line : wide) lines.push_back(std::move(line));
+  Append(lines, WrapLines(m.first->title, "# " + m.first->FullName() + ": ", "#   "));
+  Append(lines, RunColumnLines(kFieldColumns, {}, rows, run_count, !all_columns));
 }
 
-void RunByRun(const MergedTable& m, const std::vector<RunView>& runs, std::vector<std::string>& lines) {
+// "# 28 more columns (HINT): a, b, ...": as many names as fit one line.
+std::string LeftOutLine(const std::vector<std::string>& names, const std::string& hint) {
+  std::string line = Format("# %zu more column%s (%s): ", names.size(), names.size() == 1 ? "" : "s", hint.c_str());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string part = (i == 0 ? "" : ", ") + names[i];
+    const size_t reserve = i + 1 == names.size() ? 0 : std::string(", ...").size();
+    if (line.size() + part.size() + reserve > kConsoleWidth) return line + (i == 0 ? "..." : ", ...");
+    line += part;
+  }
+  return line;
+}
+
+// What the console shows of one run's rows of a detail table, as a Grid: the columns in it (indexes into the
+// table's), its note and aside columns, and the columns it leaves out.
+struct DetailLayout {
+  Grid grid;
+  std::vector<size_t> in_grid, notes, asides;
+  std::vector<std::string> left_out;
+};
+
+DetailLayout LayOutDetail(const MergedTable& m, const MergedTable::Part& part, bool all_columns) {
+  DetailLayout layout;
+  for (size_t c = 0; c < m.columns.size(); ++c) {
+    // Columns no row of this run fills (a resume field in a run that did not resume) are left out, unnamed.
+    bool filled = false, text = false;
+    size_t fixed = 0;  // the widest cell that is not text (a number stays in its column)
+    for (const std::vector<Cell>& row : part.rows) {
+      filled = filled || !std::holds_alternative<std::monostate>(row[c]);
+      text = text || std::holds_alternative<std::string>(row[c]);
+      if (!std::holds_alternative<std::string>(row[c])) fixed = std::max(fixed, CellText(row[c], m.columns[c]).size());
+    }
+    if (!filled) continue;
+    const ViewColumn& column = m.columns[c];
+    const Console console = all_columns ? Console::kHeadline : column.console;
+    if (console == Console::kDetail) {
+      layout.left_out.push_back(column.name);
+    } else if (console == Console::kNote) {
+      layout.notes.push_back(c);
+    } else if (console == Console::kAside) {
+      layout.asides.push_back(c);
+    } else {
+      const bool grouped = !all_columns && !column.group.empty();
+      // The first column names the row: it stays whole.
+      const bool first = layout.in_grid.empty();
+      layout.grid.columns.push_back({grouped ? column.label : column.name, UnitText(column),
+                                     grouped ? column.group : "", false,
+                                     !first && text && console == Console::kHeadline,
+                                     first || console == Console::kWhole, std::string::npos, fixed});
+      layout.in_grid.push_back(c);
+    }
+  }
+  for (const std::vector<Cell>& row : part.rows) {
+    std::vector<std::string>& cells = layout.grid.rows.emplace_back();
+    for (size_t c : layout.in_grid) cells.push_back(CellText(row[c], m.columns[c]));
+  }
+  return layout;
+}
+
+// The '#' lines under row `r`: its notes, then its asides and the cells that moved out of the table, as
+// "name: value" (in parentheses after a note), indented under the table's second column.
+std::vector<std::string> NoteLines(const MergedTable& m, const DetailLayout& layout, const GridText& text, size_t r,
+                                   const std::vector<Cell>& row) {
+  std::vector<std::string> notes, asides;
+  for (size_t c : layout.notes) {
+    const std::string note = CellText(row[c], m.columns[c]);
+    if (note != "-") notes.push_back(note);
+  }
+  for (size_t c : layout.asides) {
+    const std::string aside = CellText(row[c], m.columns[c]);
+    if (aside != "-") asides.push_back(m.columns[c].name + ": " + aside);
+  }
+  for (const auto& [column, value] : text.moved[r]) {
+    asides.push_back(m.columns[layout.in_grid[column]].name + ": " + value);
+  }
+  if (notes.empty() && asides.empty()) return {};
+  // Wrapped a clause at a time: the note's ("a; b"), then the asides'.
+  std::vector<std::string> clauses = Clauses(Join(notes, "; "));
+  for (size_t i = 0; i + 1 < asides.size(); ++i) asides[i] += ";";
+  if (!notes.empty() && !asides.empty()) {
+    asides.front() = "(" + asides.front();
+    asides.back() += ")";
+  }
+  clauses.insert(clauses.end(), asides.begin(), asides.end());
+  const size_t first_width = text.widths.empty() ? 1 : text.widths.front();
+  const std::string indent = "#" + std::string(std::min<size_t>(first_width, 40), ' ');
+  return WrapClauses(clauses, indent, indent);
+}
+
+void RunByRun(const MergedTable& m, const std::vector<RunView>& runs, const ReportContextInfo& context,
+              std::vector<std::string>& lines) {
   for (const MergedTable::Part& part : m.parts) {
     if (&part != &m.parts.front()) lines.push_back("#");
-    const std::string heading = "# " + m.first->FullName() + ": " + m.first->title + ", run " +
-                                std::to_string(part.run + 1) + " (" + runs[part.run].label + ")";
-    if (part.rows.empty()) {
-      lines.push_back(heading + ": none");
-      continue;
+    std::string heading = "# " + m.first->FullName() + ": " + m.first->title + ", run " + std::to_string(part.run + 1);
+    // The run's file when it fits: the runs are listed by number at the top.
+    if (heading.size() + runs[part.run].label.size() + 3 <= kConsoleWidth) heading += " (" + runs[part.run].label + ")";
+    if (part.rows.empty()) heading += ": none";
+    Append(lines, WrapLines(heading.substr(2), "# ", "#   "));
+    if (part.rows.empty()) continue;
+    const DetailLayout layout = LayOutDetail(m, part, context.all_columns);
+    const GridText text = Fit(layout.grid, context.all_columns ? 0 : kConsoleWidth);
+    std::vector<std::string> left_out = layout.left_out;
+    for (size_t column : text.left_out) left_out.push_back(m.columns[layout.in_grid[column]].name);
+    if (!left_out.empty()) lines.push_back(LeftOutLine(left_out, context.left_out_hint));
+    Append(lines, text.header);
+    for (size_t r = 0; r < part.rows.size(); ++r) {
+      lines.push_back(text.rows[r]);
+      Append(lines, NoteLines(m, layout, text, r, part.rows[r]));
     }
-    lines.push_back(heading);
-    // Columns no row of this run fills (a resume field in a run that did not resume) are left out.
-    std::vector<size_t> shown;
-    for (size_t c = 0; c < m.columns.size(); ++c) {
-      for (const std::vector<Cell>& row : part.rows) {
-        if (!std::holds_alternative<std::monostate>(row[c])) {
-          shown.push_back(c);
-          break;
-        }
-      }
-    }
-    std::vector<std::string> titles, units;
-    for (size_t c : shown) {
-      titles.push_back(m.columns[c].name);
-      units.push_back(UnitText(m.columns[c]));
-    }
-    std::vector<std::vector<std::string>> rows;
-    for (const std::vector<Cell>& row : part.rows) {
-      std::vector<std::string>& text = rows.emplace_back();
-      for (size_t c : shown) text.push_back(CellText(row[c], m.columns[c]));
-    }
-    for (std::string& line : TextBlock(titles, units, rows, false)) lines.push_back(std::move(line));
   }
 }
 
@@ -295,26 +569,19 @@ std::string CsvNumber(double value) {
 
 std::vector<std::string> ComparisonLines(const Comparison& comparison) {
   std::vector<std::string> lines;
-  for (const std::string& warning : ComparisonWarnings(comparison)) lines.push_back("# warning: " + warning);
-  std::vector<std::string> titles = {"variable"}, units = {""}, wide;
-  for (size_t run = 0; run < comparison.runs.size(); ++run) {
-    titles.push_back("run " + std::to_string(run + 1));
-    units.push_back("");
+  for (const std::string& warning : ComparisonWarnings(comparison)) {
+    Append(lines, WrapLines(warning, "# warning: ", "#   "));
   }
-  titles.push_back("differs");
-  units.push_back("");
-  std::vector<std::vector<std::string>> rows;
+  std::vector<RunRow> rows;
   for (const ComparedVariable& variable : comparison.variables) {
-    std::vector<std::string>& row = rows.emplace_back(std::vector<std::string>{variable.name});
-    for (size_t run = 0; run < variable.values.size(); ++run) {
-      row.push_back(NarrowText(variable.values[run], Format("%s, run %zu", variable.name.c_str(), run + 1), wide));
-    }
-    row.push_back(DifferenceText(variable));
+    RunRow& row = rows.emplace_back(RunRow{variable.name, {variable.name}, {}, {DifferenceText(variable)}});
+    for (const std::string& value : variable.values) row.runs.push_back(value.empty() ? "-" : value);
   }
-  lines.push_back("# comparability: what the runs held fixed (differs 'yes: not comparable' is warned about; "
-                  "'yes: compared' is what a comparison is about: device, nodes, interconnect, parallel layout)");
-  for (std::string& line : TextBlock(titles, units, rows, true)) lines.push_back(std::move(line));
-  for (std::string& line : wide) lines.push_back(std::move(line));
+  Append(lines, WrapLines("what the runs held fixed (differs 'yes: not comparable' is warned about; 'yes: compared' is "
+                          "what a comparison is about: device, nodes, interconnect, parallel layout)",
+                          "# comparability: ", "#   "));
+  Append(lines,
+         RunColumnLines({{"variable", "", "", true}}, {{"differs", "", ""}}, rows, comparison.runs.size(), true));
   return lines;
 }
 
@@ -322,17 +589,19 @@ std::string TextReporter::Finalize() {
   const std::vector<RunView>& runs = runs_;
   std::vector<std::string> lines = {Format("# trainbench %s: %zu run%s", context_.command.c_str(), runs.size(),
                                            runs.size() == 1 ? "" : "s")};
-  for (size_t run = 0; run < runs.size(); ++run) lines.push_back(Format("#   run %zu: %s", run + 1, runs[run].label.c_str()));
+  for (size_t run = 0; run < runs.size(); ++run) {
+    Append(lines, WrapLines(runs[run].label, Format("#   run %zu: ", run + 1), "#     "));
+  }
   if (context_.comparison) {
     lines.push_back("");
-    for (std::string& line : ComparisonLines(*context_.comparison)) lines.push_back(std::move(line));
+    Append(lines, ComparisonLines(*context_.comparison));
   }
   for (const MergedTable& m : Merge(runs)) {
     lines.push_back("");
     if (m.first->per_run) {
-      SideBySide(m, runs.size(), lines);
+      SideBySide(m, runs.size(), context_.all_columns, lines);
     } else {
-      RunByRun(m, runs, lines);
+      RunByRun(m, runs, context_, lines);
     }
   }
   std::string text;

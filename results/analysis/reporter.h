@@ -23,10 +23,15 @@ struct ReportContextInfo {
   // Several runs: what they hold fixed and what differs (comparability.h). Text: the warnings and the table above
   // the results; CSV: a `comparability` block; JSON: a `comparability` object.
   std::optional<Comparison> comparison = std::nullopt;
+  // Text: every column of every table, as wide as it is, instead of what fits kConsoleWidth (--all-columns).
+  bool all_columns = false;
+  // Text: where the columns a console table leaves out are, said in the line that names them.
+  std::string left_out_hint = "in the JSON export";
 };
 
 // The text of a comparison: one "# warning: runs differ in ..." line per warned difference, then the table of
-// variables (a column per run, and `differs`); values too wide for a column are printed under it.
+// variables (a column per run, and `differs`); values too wide for a column are printed under it. Every line fits
+// kConsoleWidth.
 std::vector<std::string> ComparisonLines(const Comparison& comparison);
 
 // The three steps every output goes through; `Runs` is what it writes: the views of runs, or a Report.
@@ -54,7 +59,10 @@ class AccumulatingViewReporter : public ViewReporter {
   std::vector<RunView> runs_;
 };
 
-// Console text: headline tables side by side (a column per run), detail tables run by run.
+// Console text, every line within kConsoleWidth (console.h): headline tables side by side (a column per run, in
+// blocks of runs when they are many), detail tables run by run with their headline columns (ViewColumn::console): a
+// '#' line under a table's heading names the columns it leaves out, and a row's note and the text cells too wide for
+// the console go on '#' lines under the row. With ReportContextInfo::all_columns, every column as wide as it is.
 class TextReporter final : public AccumulatingViewReporter {
  public:
   std::string Finalize() override;

@@ -136,10 +136,20 @@ RunView ValidateView(const std::string& run_file, const Report& report, const st
   summary.rows.push_back({run_file, RunIdentity(report), std::string(VerdictName(OverallVerdict(checks))),
                           static_cast<int64_t>(checks.size()), counts[Verdict::kPass], counts[Verdict::kWarn],
                           counts[Verdict::kFail], counts[Verdict::kUnknown]});
+  // On the console a row per check (its key whole), its message on a line under it with the tolerance, where the
+  // expectation came from and the GPU.
   ViewTable table{"validate", "checks", "checks", false,
-                  {{"verdict", ""}, {"state", ""}, {"family", ""}, {"check", ""}, {"rank", ""}, {"host", ""}, {"gpu", ""},
-                   {"measured", "", -1}, {"expected", "", -1}, {"unit", ""}, {"tolerance", "", 3}, {"source", ""},
-                   {"message", ""}},
+                  {{"verdict", "", 2, false, nullptr, "", Console::kWhole},
+                   {"state", "", 2, false, nullptr, "", Console::kWhole},
+                   {"family", "", 2, false, nullptr, "", Console::kWhole},
+                   {"check", "", 2, false, nullptr, "", Console::kWhole},
+                   {"rank", "", 2, false, nullptr, "", Console::kWhole}, {"host", ""},
+                   {"gpu", "", 2, false, nullptr, "", Console::kAside}, {"measured", "", -1},
+                   {"expected", "", -1, false, nullptr, "", Console::kWhole},
+                   {"unit", "", 2, false, nullptr, "", Console::kWhole},
+                   {"tolerance", "", 3, false, nullptr, "", Console::kAside},
+                   {"source", "", 2, false, nullptr, "", Console::kAside},
+                   {"message", "", 2, false, nullptr, "", Console::kNote}},
                   {}};
   for (const Check& c : checks) {
     const Subject& s = c.figure.subject;

@@ -30,7 +30,8 @@ std::string Usage() {
          "Shows reports written by trainbench (-o): per run the config, topology, collectives, flagged p2p pairs,\n"
          "training per scaling point with the stall budget per rank, I/O, and GPU health and energy (NVML). Several\n"
          "runs: headline figures side by side (a column per run), detail tables run by run. Writes to standard\n"
-         "output (redirect it to keep it).\n"
+         "output (redirect it to keep it). Text tables fit 120 characters: their headline columns, a '#' line naming\n"
+         "the rest, which --all-columns shows (as --format csv|json always does).\n"
          "--trace writes one run's training steps as Chrome trace-event JSON for Perfetto and chrome://tracing: a\n"
          "process per rank (host:rank:device), a track per phase, a slice per step (ProfilerStep#N) and per phase;\n"
          "--trace-dir writes one such file per rank (rankR.json, with distributedInfo) for Holistic Trace Analysis.\n"
@@ -48,6 +49,7 @@ struct ReportFlags {
   bool sections_given = false;
   std::string html;
   bool require_comparable = false;
+  bool all_columns = false;
   std::optional<std::string> trace, trace_dir;  // set when given (an empty path is refused, not ignored)
   std::string trace_point;
 };
@@ -83,6 +85,7 @@ bool ParseReportFlags(const std::vector<std::string>& args, ReportFlags& f) {
       ("format", Choice(&f.format, ReportFormatNames())->default_value(f.format), "layouts in results/README.md")
       ("sections", po::value(&f.sections), "comma-separated sections to show (all by default)")
       ("html", po::value(&f.html), "also write a self-contained HTML page of plots to this file")
+      ("all-columns", po::bool_switch(&f.all_columns), "text: every column of every table, however wide")
       ("require-comparable", po::bool_switch(&f.require_comparable),
        "exit 2 when the runs differ in a variable a fair comparison holds fixed (model, data, versions, batch shape, "
        "steps, ...)")
@@ -173,11 +176,13 @@ int RunReportCommand(const CommandInput& input) {
   std::vector<RunView> runs;
   std::optional<TracedPoint> traced;
   ReportContextInfo context{"report", {}};
+  context.left_out_hint = "--all-columns, or --format csv|json";
   // Every rank checks the same input, so that a bad file ends the job with one line whatever the launch.
   AgreeOnSetup([&] {
     help = !ParseReportFlags(input.args, f);
     if (help) return;
     context.files = f.files;
+    context.all_columns = f.all_columns;
     const std::vector<std::string> sections = ParseSections(f);
     if (!f.html.empty()) CheckOutputPath(f.html, "--html", f.files);
     CheckTraceFile(f);
