@@ -266,7 +266,7 @@ void CheckOutputPath(const std::string& path, const std::string& flag, const std
                        "', " + dir.why);
     }
   }
-  CheckWritable(path, flag);
+  CheckWritable(path, flag == "-o" ? "report" : flag);  // -o writes the report: "cannot write report 'X': ..."
 }
 
 void CheckMemoryFits(const CommandRun& run, const MemoryNeed& need) {
