@@ -72,18 +72,18 @@ checks=$((checks + 1))
 v=$work/damaged; cp -r "$work/one" "$v"
 printf 'x' | dd of="$v/shard-00001.tbs" bs=1 seek=5000 conv=notrunc status=none  # a payload byte
 printf 'x' | dd of="$v/shard-00002.tbs" bs=1 seek=33 conv=notrunc status=none    # the vocab: the header CRC fails
-cp "$d/shard-00000.tbs" "$v/shard-00009.tbs"                                     # uint16 among uint32 shards
-echo partial >"$v/shard-00004.tbs.tmp"                                           # a killed write
+cp "$d/shard-00000.tbs" "$v/shard-00004.tbs"                                     # uint16 among uint32 shards
+echo partial >"$v/shard-00005.tbs.tmp"                                           # a killed write
 sums=$(cd "$v" && md5sum *)
 for launch in "" "${mpiexec[*]} -n 2"; do
   expect_error 2 "data directory '$v' is damaged: 4 bad files \(listed above; the first: $v/shard-00001.tbs: payload checksum mismatch" \
     -- $launch "$tb" data verify "$v" --threads 2
   checks=$((checks + 1))
-  [[ $(grep -c "^$v/shard-0000[1249].tbs" "$work/out") -eq 4 ]] || fail "verify ($launch): want 4 bad-file lines: $(cat "$work/out")"
+  [[ $(grep -c "^$v/shard-0000[1245].tbs" "$work/out") -eq 4 ]] || fail "verify ($launch): want 4 bad-file lines: $(cat "$work/out")"
   grep -q "^$v/shard-00002.tbs: header checksum mismatch at byte 40" "$work/out" || fail "verify: header line"
-  grep -q "^$v/shard-00009.tbs: dtype uint16, vocab 50257 differ from $v/shard-00000.tbs (uint32, vocab 70000)" "$work/out" ||
+  grep -q "^$v/shard-00004.tbs: dtype uint16, vocab 50257 differ from $v/shard-00000.tbs (uint32, vocab 70000)" "$work/out" ||
     fail "verify: dtype line"
-  grep -q "^$v/shard-00004.tbs.tmp: an unfinished shard" "$work/out" || fail "verify: unfinished-write line"
+  grep -q "^$v/shard-00005.tbs.tmp: an unfinished shard" "$work/out" || fail "verify: unfinished-write line"
   grep -qE "^# checked 5 shards, .*: 4 bad files$" "$work/out" || fail "verify: summary line: $(tail -1 "$work/out")"
 done
 checks=$((checks + 1))
@@ -96,6 +96,52 @@ expect_error 2 "--threads '0': out of range \(accepted: a whole number 1\.\.256\
 expect_error 2 "data verify checks one dataset: give its directory once" -- "${mpiexec[@]}" -n 2 "$tb" data verify "$v" "$d"
 checks=$((checks + 1))
 "$tb" data verify --help | grep -q "Exit code 0: the dataset is good; 2: it is damaged" || fail "verify --help"
+
+# --- the listing data verify and train's loader share: shards are numbered from 0 without a gap, and each is a
+# regular file or a symbolic link to one; anything else named like a shard is named, with what it is -------------------
+s=$work/four; expect_ok "$tb" data generate --dir "$s" --tokens 40K --shard-tokens 10K --vocab 4096 --quiet
+train=(train --model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --steps 2 --quiet)
+g=$work/gap; cp -r "$s" "$g"; rm "$g/shard-00001.tbs"  # a middle shard deleted
+missing="$g/shard-00001.tbs: missing, though the shards go up to shard-00003.tbs \(deleted, or never written\)"
+for launch in "" "${mpiexec[*]} -n 2"; do
+  expect_error 2 "data directory '$g' is damaged: 1 bad files \(listed above; the first: $missing" -- \
+    $launch "$tb" data verify "$g"
+  checks=$((checks + 1))
+  grep -qE "^$missing" "$work/out" || fail "verify ($launch): no line for the missing shard: $(cat "$work/out")"
+done
+expect_error 2 "^trainbench: error: $missing" -- "${mpiexec[@]}" -n 2 "$tb" "${train[@]}" --data "$g" -o "$work/gap.h5"
+checks=$((checks + 1))
+grep -q "^step " "$work/out" && fail "a missing shard: steps ran before the refusal"
+[[ -e $work/gap.h5 ]] && fail "a missing shard: a report was written"
+cp -r "$s" "$work/gaps"; rm "$work/gaps"/shard-0000[12].tbs
+expect_error 2 "the first: $work/gaps/shard-00001.tbs .. shard-00002.tbs: missing \(2 shards\), though the shards go up to shard-00003.tbs" \
+  -- "$tb" data verify "$work/gaps"
+# A FIFO, a directory, a dangling link and a link to a directory, each named like a shard: one line naming it and
+# what it is; the FIFO is never opened (it would block the read).
+n=$work/named; cp -r "$s" "$n"; rm "$n/shard-00001.tbs" "$n/shard-00002.tbs"
+mkfifo "$n/shard-00001.tbs"; mkdir "$n/shard-00002.tbs"
+expect_error 2 "the first: $n/shard-00001.tbs: not a token shard: it is a FIFO, not a regular file" -- "$tb" data verify "$n"
+checks=$((checks + 1))
+grep -q "^$n/shard-00002.tbs: not a token shard: it is a directory$" "$work/out" || fail "verify: directory line: $(cat "$work/out")"
+expect_error 2 "^trainbench: error: $n/shard-00001.tbs: not a token shard: it is a FIFO, not a regular file \(and 1 more problems" \
+  -- "$tb" "${train[@]}" --data "$n"
+l=$work/linked; mkdir "$l"
+ln -s "$s/shard-00000.tbs" "$l/shard-00000.tbs"; ln -s ../four/shard-00001.tbs "$l/shard-00001.tbs"  # links are followed
+cp "$s/shard-00002.tbs" "$s/shard-00003.tbs" "$l/"
+expect_ok "$tb" data verify "$l" --quiet
+expect_out "^# checked 4 shards, .*: all good$"
+expect_ok "${mpiexec[@]}" -n 2 "$tb" "${train[@]}" --data "$l"
+ln -s "$work/nowhere.tbs" "$l/shard-00004.tbs"
+expect_error 2 "the first: $l/shard-00004.tbs: a symbolic link to '$work/nowhere.tbs', which does not exist\)" -- \
+  "$tb" data verify "$l"
+rm "$l/shard-00004.tbs"; ln -s "$work" "$l/shard-00004.tbs"
+expect_error 2 "^trainbench: error: $l/shard-00004.tbs: a symbolic link to '$work', not to a token shard: it is a directory$" \
+  -- "$tb" "${train[@]}" --data "$l"
+# --force replaces shard files and links, not a directory named like one (refused before any write).
+expect_error 2 "--force replaces shard files, but '$n/shard-00002.tbs' is a directory; move it out of --dir" -- \
+  "$tb" data generate --dir "$n" --tokens 10K --force
+checks=$((checks + 1))
+[[ -e $n/shard-00000.tbs && -d $n/shard-00002.tbs ]] || fail "the refused --force changed $n: $(ls "$n")"
 
 # The free-space check on a real small filesystem.
 checks=$((checks + 1))

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -192,7 +193,7 @@ TEST(TokenShard, UnfinishedWriterLeavesNothing) {
 class CorruptShard : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = dir_ / ShardFileName(3);
+    path_ = dir_ / ShardFileName(0);
     std::vector<uint32_t> tokens(1000);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 % 50257);
     WriteShard(path_, 50257, tokens);
@@ -260,7 +261,7 @@ TEST_F(CorruptShard, TrailingBytes) {
 }
 
 TEST_F(CorruptShard, DatasetChecksNameTheFile) {
-  WriteShard(dir_ / ShardFileName(0), 50257, std::vector<uint32_t>(10, 1));
+  WriteShard(dir_ / ShardFileName(1), 50257, std::vector<uint32_t>(10, 1));
   const PayloadCheck good = VerifyPayloads(OpenTokenDataset(dir_.path()), 0, 1, 2);
   EXPECT_TRUE(good.bad_shards.empty());
   EXPECT_EQ(good.shards, 2u);
@@ -417,6 +418,60 @@ TEST(UnpackTokensTest, ArraysAreCopiedAndChecked) {
   inputs[1] = -3;
   EXPECT_EQ(InputErrorOf([&] { UnpackTokens(TokenArrays(inputs.data(), targets.data(), 2, 3), 8, in.data(), tg.data()); }),
             "input token -3 at sequence 0, position 1 is outside the vocabulary [0, 8)");
+}
+
+// The listing the loader, train and data verify share: a gap in the numbering is a missing shard (one line per run
+// of missing indices); anything named like a shard that is no shard file is named with what it is; a symbolic link
+// to a shard file is a shard; the shards come in index order.
+TEST(TokenDatasetCheck, ListingNamesGapsAndWhatIsNoShard) {
+  TempDir dir;
+  CountingShards(dir.path(), 1000, {10, 10, 10, 10, 10, 10, 10});  // shards 0..6
+  fs::remove(dir / ShardFileName(1));
+  fs::remove(dir / ShardFileName(3));
+  fs::remove(dir / ShardFileName(4));
+  DatasetScan scan = ScanTokenDataset(dir.path());
+  ASSERT_EQ(scan.missing_shards.size(), 2u);
+  EXPECT_EQ(scan.missing_shards[0], dir / ShardFileName(1) + ": missing, though the shards go up to shard-00006.tbs "
+                                                              "(deleted, or never written); rewrite the dataset with "
+                                                              "'trainbench data generate --force'");
+  EXPECT_EQ(scan.missing_shards[1].rfind(dir / ShardFileName(3) + " .. shard-00004.tbs: missing (2 shards), though", 0),
+            0u)
+      << scan.missing_shards[1];
+  EXPECT_TRUE(scan.bad_shards.empty());
+  EXPECT_EQ(scan.dataset.shards.size(), 4u);
+  EXPECT_EQ(InputErrorOf([&] { OpenTokenDataset(dir.path()); }).rfind(dir / ShardFileName(1) + ": missing", 0), 0u);
+
+  // The gaps filled with things that are no shard files: each is named, none is missing any more.
+  fs::create_directory(dir / ShardFileName(1));
+  ASSERT_EQ(::mkfifo((dir / ShardFileName(3)).c_str(), 0644), 0);  // never opened for reading: it would block
+  fs::create_symlink(dir / "nowhere.tbs", dir / ShardFileName(4));
+  fs::create_directory(dir / "elsewhere");
+  fs::create_symlink(dir / "elsewhere", dir / ShardFileName(7));
+  std::ofstream(dir / "shard-8.tbs") << "x";  // not ShardFileName(8)
+  scan = ScanTokenDataset(dir.path());
+  EXPECT_TRUE(scan.missing_shards.empty()) << scan.missing_shards.front();
+  ASSERT_EQ(scan.bad_shards.size(), 5u);
+  EXPECT_EQ(scan.bad_shards[0], dir / "shard-8.tbs: not a shard's name: shards are named shard-00000.tbs, "
+                                      "shard-00001.tbs, ... by their index");
+  EXPECT_EQ(scan.bad_shards[1], dir / ShardFileName(1) + ": not a token shard: it is a directory");
+  EXPECT_EQ(scan.bad_shards[2], dir / ShardFileName(3) + ": not a token shard: it is a FIFO, not a regular file");
+  EXPECT_EQ(scan.bad_shards[3], dir / ShardFileName(4) + ": a symbolic link to '" + dir / "nowhere.tbs" +
+                                    "', which does not exist");
+  EXPECT_EQ(scan.bad_shards[4], dir / ShardFileName(7) + ": a symbolic link to '" + dir / "elsewhere" +
+                                    "', not to a token shard: it is a directory");
+
+  // A link to a shard file is a shard (datasets are linked into place), read through the link, in index order.
+  TempDir linked;
+  TempDir source;
+  CountingShards(source.path(), 1000, {10, 20, 30});
+  fs::create_symlink(source / ShardFileName(0), linked / ShardFileName(0));
+  fs::create_symlink(fs::path("..") / fs::path(source.path()).filename() / ShardFileName(1), linked / ShardFileName(1));
+  fs::copy_file(source / ShardFileName(2), linked / ShardFileName(2));
+  const TokenDataset dataset = OpenTokenDataset(linked.path());
+  ASSERT_EQ(dataset.shards.size(), 3u);
+  EXPECT_EQ(dataset.total_tokens, 60u);
+  for (size_t i = 0; i < dataset.shards.size(); ++i) EXPECT_EQ(dataset.shards[i].path, linked / ShardFileName(i));
+  EXPECT_TRUE(VerifyPayloads(dataset, 0, 1, 2).bad_shards.empty());
 }
 
 TEST(TokenDatasetCheck, DirectoryProblems) {

@@ -154,7 +154,14 @@ void CheckDirectory(const GenerateFlags& f, const GeneratePlan& plan) {
       throw InputError(Format("--dir '%s' already holds %zu token shard files; add --force to replace them", f.dir.c_str(),
                               existing.size()));
     }
-    for (const std::string& path : existing) reclaimed += fs::file_size(path, ec);
+    for (const std::string& path : existing) {
+      // --force replaces files and links; a directory named like a shard is no shard of an earlier run.
+      if (fs::is_directory(fs::symlink_status(path, ec))) {
+        throw InputError("--force replaces shard files, but '" + path + "' is a directory; move it out of --dir");
+      }
+      const std::uintmax_t bytes = fs::is_regular_file(fs::symlink_status(path, ec)) ? fs::file_size(path, ec) : 0;
+      if (!ec) reclaimed += bytes;
+    }
   }
   struct statvfs st {};
   if (::statvfs(f.dir.c_str(), &st) != 0) throw InputError("cannot read the free space of --dir '" + f.dir + "'");

@@ -2,14 +2,18 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "clock.h"
+#include "paths.h"
 
 namespace tb {
 namespace {
@@ -20,16 +24,15 @@ constexpr const char* kShardPrefix = "shard-";
 constexpr const char* kShardSuffix = ".tbs";
 constexpr const char* kPartialSuffix = ".tbs.tmp";  // ShardWriter's temporary name
 
-// Regular files in `dir` named kShardPrefix*`suffix`, sorted.
+// Entries of `dir` named kShardPrefix*`suffix`, whatever they are (files, links, directories, FIFOs), sorted: a
+// dataset's check says what is wrong with each, instead of leaving it out unseen.
 std::vector<std::string> ListNamed(const std::string& dir, const std::string& suffix) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw InputError("data directory '" + dir + "' does not exist or is not a directory");
   std::vector<std::string> paths;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.starts_with(kShardPrefix) && name.ends_with(suffix) && it->is_regular_file()) {
-      paths.push_back(it->path().string());
-    }
+    if (name.starts_with(kShardPrefix) && name.ends_with(suffix)) paths.push_back(it->path().string());
   }
   if (ec) throw InputError("cannot list data directory '" + dir + "': " + ec.message());
   std::sort(paths.begin(), paths.end());
@@ -53,6 +56,50 @@ std::string Admit(TokenDataset& dataset, ShardFile shard) {
   return "";
 }
 
+// The index in a shard's file name, when the name is exactly ShardFileName(index).
+std::optional<uint64_t> ShardIndexOf(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  const std::string digits = name.substr(std::char_traits<char>::length(kShardPrefix),
+                                         name.size() - std::char_traits<char>::length(kShardPrefix) -
+                                             std::char_traits<char>::length(kShardSuffix));
+  if (digits.empty() || digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    return std::nullopt;
+  }
+  const uint64_t index = std::stoull(digits);
+  if (ShardFileName(index) != name) return std::nullopt;
+  return index;
+}
+
+// "" when `path` is a regular file, or a symbolic link to one (datasets are linked into place); else what it is.
+std::string ShardKindProblem(const std::string& path) {
+  const std::string problem = InputFileProblem(path);
+  std::error_code ec;
+  if (problem.empty() || !fs::is_symlink(path, ec)) return problem.empty() ? "" : "not a token shard: " + problem;
+  const std::string target = fs::read_symlink(path, ec).string();
+  if (problem == "no such file") return "a symbolic link to '" + target + "', which does not exist";
+  return "a symbolic link to '" + target + "', not to a token shard: " + problem;
+}
+
+// One line per run of consecutive indices missing from 0 .. the highest present: a dataset's shards are numbered
+// from 0 without a gap (data generate writes shard i for i = 0 .. shards-1).
+std::vector<std::string> MissingShardLines(const std::string& dir, const std::vector<uint64_t>& sorted_indices) {
+  std::vector<std::string> lines;
+  const std::string why = ", though the shards go up to " + ShardFileName(sorted_indices.back()) +
+                          " (deleted, or never written); rewrite the dataset with 'trainbench data generate --force'";
+  uint64_t expected = 0;
+  for (uint64_t index : sorted_indices) {
+    if (index > expected) {
+      const std::string first = (fs::path(dir) / ShardFileName(expected)).string();
+      lines.push_back(index - expected == 1 ? first + ": missing" + why
+                                            : first + " .. " + ShardFileName(index - 1) + ": missing (" +
+                                                  std::to_string(index - expected) + " shards)" + why);
+    }
+    expected = index + 1;
+  }
+  return lines;
+}
+
 }  // namespace
 
 std::string ShardFileName(uint64_t index) {
@@ -73,7 +120,23 @@ DatasetScan ScanTokenDataset(const std::string& dir) {
     throw InputError("data directory '" + dir + "' holds no token shards (shard-*.tbs); write some with "
                      "'trainbench data generate --dir " + dir + " --tokens N'");
   }
+  std::vector<std::pair<uint64_t, std::string>> numbered;
   for (const std::string& path : paths) {
+    if (const std::optional<uint64_t> index = ShardIndexOf(path)) {
+      numbered.emplace_back(*index, path);
+    } else {
+      scan.bad_shards.push_back(path + ": not a shard's name: shards are named " + ShardFileName(0) + ", " +
+                                ShardFileName(1) + ", ... by their index");
+    }
+  }
+  std::sort(numbered.begin(), numbered.end());
+  std::vector<uint64_t> indices;
+  for (const auto& [index, path] : numbered) {
+    indices.push_back(index);
+    if (const std::string kind = ShardKindProblem(path); !kind.empty()) {
+      scan.bad_shards.push_back(path + ": " + kind);
+      continue;
+    }
     try {
       std::string problem = Admit(scan.dataset, ShardFile{path, ReadShardHeader(path)});
       if (!problem.empty()) scan.bad_shards.push_back(std::move(problem));
@@ -81,6 +144,7 @@ DatasetScan ScanTokenDataset(const std::string& dir) {
       scan.bad_shards.push_back(e.what());
     }
   }
+  if (!indices.empty()) scan.missing_shards = MissingShardLines(dir, indices);
   for (const std::string& path : ListPartialShardFiles(dir)) {
     scan.partial_files.push_back(path + ": an unfinished shard (its write was killed before the rename), so the "
                                         "dataset is incomplete; rewrite it with 'trainbench data generate --force'");
@@ -90,6 +154,7 @@ DatasetScan ScanTokenDataset(const std::string& dir) {
 
 std::vector<std::string> DatasetScan::Problems() const {
   std::vector<std::string> problems = bad_shards;
+  problems.insert(problems.end(), missing_shards.begin(), missing_shards.end());
   problems.insert(problems.end(), partial_files.begin(), partial_files.end());
   return problems;
 }

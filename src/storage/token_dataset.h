@@ -19,7 +19,7 @@ struct ShardFile {
 
 struct TokenDataset {
   std::string dir;
-  std::vector<ShardFile> shards;  // sorted by name
+  std::vector<ShardFile> shards;  // by index
   uint32_t token_bytes = 0;
   uint64_t vocab = 0;
   uint64_t total_tokens = 0;
@@ -27,21 +27,27 @@ struct TokenDataset {
 
 // The name of shard `index`: "shard-00003.tbs".
 std::string ShardFileName(uint64_t index);
-// Shard files in `dir` ("shard-*.tbs"), sorted; empty when there are none. InputError when `dir` is missing.
+// Entries of `dir` named like shards ("shard-*.tbs"), whatever they are (a directory or FIFO so named is listed
+// too, for the checks to name it), sorted; empty when there are none. InputError when `dir` is missing.
 std::vector<std::string> ListShardFiles(const std::string& dir);
 // Unfinished shards in `dir` ("shard-*.tbs.tmp": a ShardWriter that never reached Finish), sorted.
 std::vector<std::string> ListPartialShardFiles(const std::string& dir);
 
-// What the headers say about a directory of shards; every problem is one line naming the file.
+// What the file names and headers say about a directory of shards; every problem is one line naming the file.
+// The rules: a shard is named ShardFileName(i) and the indices run from 0 without a gap; a shard is a regular file,
+// or a symbolic link to one (followed: datasets are linked into place), never a dangling link, a link to anything
+// else, a directory, FIFO or device so named. A dataset records no shard count, so a missing last shard is not seen.
 struct DatasetScan {
   TokenDataset dataset;                    // the shards whose headers are good and agree with the first good one
-  std::vector<std::string> bad_shards;     // header problems; dtype or vocab differing from the first good shard
+  std::vector<std::string> bad_shards;     // names and kinds that are no shard; header problems; dtype or vocab
+                                           // differing from the first good shard
+  std::vector<std::string> missing_shards; // gaps in the numbering, one line per run of missing indices
   std::vector<std::string> partial_files;  // unfinished shards: a write was killed, so the dataset is incomplete
 
-  // Every problem the headers and file names show: bad_shards, then partial_files.
+  // Every problem the names and headers show: bad_shards, missing_shards, then partial_files.
   std::vector<std::string> Problems() const;
 };
-// InputError only when `dir` is missing or cannot be listed, or holds no shard file at all.
+// InputError only when `dir` is missing or cannot be listed, or holds nothing named like a shard.
 DatasetScan ScanTokenDataset(const std::string& dir);
 
 // The header checks of every shard, without reading payloads: the first problem ScanTokenDataset finds is an
