@@ -195,4 +195,66 @@ expect_error 2 "--inject 'io-stall=10': profile p2p-only.toml runs no phase that
 checks=$((checks + 1))
 [[ ! -e x.h5 && -z $(left_behind) ]] || fail "bad input left x.h5 or a suite directory behind: $(ls; left_behind)"
 
+# SIGTERM to mpirun (a Slurm time limit, Ctrl-C at the terminal). Open MPI 4.1's mpirun then sends the ranks SIGCONT,
+# a second later SIGTERM, and SIGKILL a second after that, or at once when one rank has ended. Sent once stdout shows
+# a line (not after a fixed time, which load would shift): as soon as the ranks run, once the dataset is written, once
+# collectives and once p2p is done, so that it lands in start-up and in each phase. Each time: a report with status
+# interrupted (or, when the signal came before the measurement began, no report and one line), every rank's exit code
+# 128+15 (mpirun's own is 1 whatever the ranks return: rank-exit.sh records theirs), no temporary report and no suite
+# directory left. Ten rounds (40 stops): 69-94 s on the 2-core VM.
+cat >rank-exit.sh <<'EOF'
+#!/usr/bin/env bash
+# rank-exit.sh DIR COMMAND...: runs one rank, marks DIR/up.<rank> when started and records its exit code in
+# DIR/rc.<rank>; then waits up to 0.5 s for the other ranks' codes, because mpirun kills the others when one ends.
+dir=$1; shift
+"$@" & child=$!
+trap '' TERM INT  # mpirun signals the rank's process group: the rank handles it, this shell waits for it
+touch "$dir/up.$OMPI_COMM_WORLD_RANK"
+wait $child; rc=$?
+echo $rc >"$dir/rc.$OMPI_COMM_WORLD_RANK"
+for _ in $(seq 50); do [[ $(ls "$dir" | grep -c '^rc\.') -ge $OMPI_COMM_WORLD_SIZE ]] && break; sleep 0.01; done
+exit $rc
+EOF
+chmod +x rank-exit.sh
+sed -e '/^\[cpu.train\]$/,/^$/s/^steps = 6$/steps = 30/' "$src/launch/suite/quick.toml" >stop.toml  # train outlasts 1 s
+grep -q '^steps = 30$' stop.toml || fail "stop.toml: the quick profile's [cpu.train] steps = 6 was not found"
+# stop_at PATTERN: one launch, SIGTERM to mpirun once stdout has a line matching PATTERN ("" = once both ranks run).
+stop_at() {
+  local d=$work/stop; rm -rf "$d"; mkdir "$d"
+  (cd "$d" && exec "${mpi[@]}" -n 2 "$work/rank-exit.sh" "$d" "$tb" suite --profile "$work/stop.toml" -o s.h5 \
+    >out 2>err) &
+  local pid=$! seen=0  # mpirun's: the subshell became it
+  for _ in $(seq 1200); do
+    if [[ -z $1 ]]; then [[ -e $d/up.0 && -e $d/up.1 ]] && seen=1; else grep -qE -- "$1" "$d/out" 2>/dev/null && seen=1; fi
+    [[ $seen -eq 1 ]] && break; kill -0 $pid 2>/dev/null || break; sleep 0.05
+  done
+  kill -TERM $pid 2>/dev/null; wait $pid
+  checks=$((checks + 1))
+  local where="SIGTERM at /${1:-start}/ (round $round)"
+  if [[ $seen -ne 1 ]]; then fail "$where: the line never came: $(tail -3 "$d/out") $(cat "$d/err")"; return; fi
+  [[ $(cat "$d"/rc.* 2>/dev/null | tr '\n' ' ') == "143 143 " ]] ||
+    fail "$where: rank exit codes '$(cat "$d"/rc.* 2>/dev/null | tr '\n' ' ')', want 143 143: $(cat "$d/err")"
+  if [[ -e $d/s.h5 ]]; then
+    [[ $(h5 "$d/s.h5" "f.attrs['status']") == interrupted ]] ||
+      fail "$where: status $(h5 "$d/s.h5" "f.attrs['status'], f.attrs['status_reason'], f['suite/phases'][:]")"
+  else
+    [[ $(grep -c '^trainbench:' "$d/err") -eq 1 ]] &&
+      grep -q '^trainbench: error: stopped by SIGTERM before the measurement began: nothing measured, no report written$' "$d/err" ||
+      fail "$where: no report, and not the one line saying why: $(cat "$d/err")"
+  fi
+  [[ -z $(find "$d" -name 's.h5.*' -o -name 'trainbench-suite-*') ]] ||
+    fail "$where: left behind: $(find "$d" -name 's.h5.*' -o -name 'trainbench-suite-*')"
+}
+for round in 1 2 3 4 5 6 7 8 9 10; do
+  for at in "" '^# suite: dataset written' '^# suite: collectives: ' '^# suite: p2p: '; do stop_at "$at"; done
+done
+# A signal before MPI has even started (pending when the ranks begin; the mask that held it is lifted with the
+# handlers' installation): one line, 143 on every rank, nothing written.
+expect_error 143 '^trainbench: error: stopped by SIGTERM before the measurement began: nothing measured, no report written$' -- \
+  "${mpi[@]}" -n 2 /usr/bin/python3 -c 'import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}); os.kill(os.getpid(), signal.SIGTERM); os.execv(sys.argv[1], sys.argv[1:])' \
+  "$tb" suite -o early.h5
+checks=$((checks + 1))
+[[ ! -e early.h5 && -z $(left_behind) ]] || fail "a signal before start-up left early.h5 or a suite directory: $(ls; left_behind)"
+
 finish suite_cli_tests

@@ -253,6 +253,7 @@ std::unique_ptr<CommandRun> StartCommand(const std::string& name, const CommandI
     configure(*run);
     run->CheckOutputWritable();
   });
+  run->StopIfSignalledBeforeMeasurement();
   return run;
 }
 
@@ -314,6 +315,16 @@ int CommandRun::AgreedStopSignal(MPI_Comm comm) {
 
 bool CommandRun::StopRequested(MPI_Comm comm) { return AgreedStopSignal(comm) != 0; }
 
+void CommandRun::StopIfSignalledBeforeMeasurement() {
+  const int signal = AgreedStopSignal(MPI_COMM_WORLD);
+  if (signal == 0) return;
+  if (ctx_.world_rank == 0) {
+    ErrorLine("stopped by " + StopSignalName(signal) + " before the measurement began: nothing measured, no report "
+              "written", false);
+  }
+  throw AgreedFailure(static_cast<ExitCode>(128 + signal));
+}
+
 const Topology& CommandRun::GatherTopologyIntoReport() {
   topology_ = GatherTopology(MPI_COMM_WORLD, ctx_);
   if (ctx_.world_rank == 0) {
@@ -333,7 +344,10 @@ const Topology& CommandRun::BeginMeasurement(const std::string& phase) {
   GatherTopologyIntoReport();
   StartRankProbe();
   gpu_health_ = std::make_unique<GpuHealthSampler>(ctx_);
-  WriteReportNow("failed", "did not finish: interrupted during " + phase);
+  WriteReportInProgress(phase);
+  if (ctx_.world_rank == 0 && !common_.output.empty()) {
+    stop_listener_ = std::make_unique<StopSignalListener>([this](int signal) { MarkInterruptedOnDisk(signal); });
+  }
   return topology_;
 }
 
@@ -443,6 +457,7 @@ void CommandRun::RecordTimeout(const std::string& what, const std::optional<Hang
   std::unique_lock<std::timed_mutex> lock(report_mutex_, std::chrono::seconds(10));
   const std::string problem = lock.owns_lock() ? RewriteStatusOnDisk(what + "; the job was aborted", stuck)
                                                : "a report write on the main thread did not finish";
+  if (lock.owns_lock()) in_progress_.clear();  // failed it stays, whatever signal comes
   if (!problem.empty()) Warn("the report keeps its earlier status: " + problem);
 }
 
@@ -456,7 +471,41 @@ std::string CommandRun::RewriteStatusOnDisk(const std::string& reason, const std
   }
 }
 
+namespace {
+
+// A report's status reason when a stop signal came while `activity` ran and the report on disk is the one written
+// when it began.
+std::string StoppedDuring(int signal, const std::string& activity) {
+  return "stopped by " + StopSignalName(signal) + " during " + activity +
+         "; the report as of the phase boundary before it";
+}
+
+}  // namespace
+
 void CommandRun::WriteReportNow(const std::string& status, const std::string& reason) {
+  WriteReport(status, reason, "");
+}
+
+void CommandRun::WriteReportInProgress(const std::string& activity) {
+  if (const int signal = PendingStopSignal()) {
+    WriteReport("interrupted", StoppedDuring(signal, activity), activity);
+  } else {
+    WriteReport("failed", "did not finish: interrupted during " + activity, activity);
+  }
+}
+
+void CommandRun::MarkInterruptedOnDisk(int signal) {
+  // A write in progress on the main thread finishes first; one that hangs (stuck storage) is not waited for.
+  std::unique_lock<std::timed_mutex> lock(report_mutex_, std::chrono::seconds(10));
+  if (!lock.owns_lock() || in_progress_.empty() || !report_on_disk_) return;
+  try {
+    RewriteReportStatus(common_.output, "interrupted", StoppedDuring(signal, in_progress_), UtcNowIso8601());
+  } catch (const std::exception& e) {
+    Warn(std::string("the report keeps its earlier status: ") + e.what());
+  }
+}
+
+void CommandRun::WriteReport(const std::string& status, const std::string& reason, const std::string& in_progress) {
   if (common_.output.empty() || ctx_.world_rank != 0) return;
   std::lock_guard<std::timed_mutex> lock(report_mutex_);
   schema::Set(report_.root, schema::root::status, status);
@@ -468,8 +517,10 @@ void CommandRun::WriteReportNow(const std::string& status, const std::string& re
     hdf5.ReportRuns(report_);
     hdf5.Finalize();
     report_on_disk_ = true;
+    in_progress_ = in_progress;
   } catch (const RuntimeError& e) {
     if (!report_on_disk_) throw ReportWriteFailed(e.what());
+    in_progress_.clear();  // the file on disk is now marked failed: a stop signal does not change that
     // One line says it all: the write's error, and what the file on disk now is.
     const bool rewritten =
         RewriteStatusOnDisk("this is the report as of an earlier phase boundary: writing the next one (status " +

@@ -24,6 +24,7 @@
 #include "inject.h"
 #include "rank_probe.h"
 #include "report.h"
+#include "signals.h"
 #include "topology.h"
 #include "watchdog.h"
 
@@ -102,8 +103,12 @@ class CommandRun {
   bool StopRequested(MPI_Comm comm = MPI_COMM_WORLD);
   // Gathers the topology and adds it to the report (collective).
   const Topology& GatherTopologyIntoReport();
-  // GatherTopologyIntoReport, then a first write of the report (status failed, "did not finish: <phase>"), so
-  // that a crash during the measurement leaves an honest file.
+  // Collective, before the measurement: when any rank has received SIGTERM/SIGINT, one line from rank 0 and
+  // AgreedFailure(128+signal) on every rank. Nothing was measured, so no report is written.
+  void StopIfSignalledBeforeMeasurement();
+  // GatherTopologyIntoReport, then a first write of the report (WriteReportInProgress(phase)), so that a crash
+  // during the measurement leaves an honest file. From here on a stop signal marks the report on disk interrupted
+  // at once (rank 0, on a thread of its own): a launcher's SIGKILL may come before the step in progress ends.
   const Topology& BeginMeasurement(const std::string& phase);
   // Runs the measurement; a failure is recorded in the report (status failed, its message) as it propagates.
   int RecordingFailures(const std::function<int()>& measurement);
@@ -130,6 +135,10 @@ class CommandRun {
   // file this run wrote last stays, its status rewritten to failed with the reason where that still fits, and
   // ReportWriteFailed (one line naming the report and the OS error) is thrown.
   void WriteReportNow(const std::string& status, const std::string& reason);
+  // A phase-boundary write while `activity` runs: status failed, "did not finish: interrupted during <activity>",
+  // which is what a crash leaves; once a stop signal has come, interrupted, "stopped by SIGTERM during <activity>;
+  // ...", which is also what the stop listener writes when the signal comes later.
+  void WriteReportInProgress(const std::string& activity);
   // Final status and exit code: complete (0) or interrupted (128+signal).
   int Finish(bool interrupted);
 
@@ -162,6 +171,9 @@ class CommandRun {
   // why it could not ("" when done, or when this run has written no file yet).
   std::string RewriteStatusOnDisk(const std::string& reason, const std::map<std::string, std::string>& more = {});
   void RecordGpuHealthOfThisNode();
+  // Rank 0's stop listener: the report on disk, when it is a phase-boundary write, becomes interrupted.
+  void MarkInterruptedOnDisk(int signal);
+  void WriteReport(const std::string& status, const std::string& reason, const std::string& in_progress);
 
   std::string command_;
   std::string backend_;
@@ -184,6 +196,8 @@ class CommandRun {
   std::string config_prefix_;
   std::unique_ptr<GpuHealthSampler> gpu_health_;
   bool gpu_health_recorded_ = false;
+  std::string in_progress_;  // under report_mutex_: the activity of the report on disk, "" once it is final
+  std::unique_ptr<StopSignalListener> stop_listener_;  // rank 0 with -o, from BeginMeasurement; goes first
 };
 
 // The report could not be written (rank 0); the message is one line naming the file and the OS error.

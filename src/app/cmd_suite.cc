@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
 #include <set>
 
 #include "cli.h"
@@ -21,6 +22,7 @@
 #include "paths.h"
 #include "phase.h"
 #include "schema.h"
+#include "signals.h"
 #include "suite_profile.h"
 #include "units.h"
 #include "validate.h"
@@ -111,6 +113,9 @@ class SuiteCommand {
   void MoveRepeatGroups(int repeat);
   void RecordSuite();
   void RemoveWorkdir();
+  void WatchWorkdir();
+  void SetWorkdirInUse(bool in_use);
+  void RemoveWorkdirIfIdle();
   int Conclude(bool interrupted);
   std::vector<std::string> ProfileInputs() const;
 
@@ -126,9 +131,13 @@ class SuiteCommand {
   bool write_data_ = false;        // the suite writes the dataset train reads
   int64_t data_vocab_ = 0;
   double data_write_GBps_ = std::nan("");
-  bool interrupted_early_ = false;  // a stop signal during the dataset's write
   std::vector<PhaseRow> rows_;
   MPI_Comm control_ = MPI_COMM_NULL;  // the phases' outcomes are agreed here, apart from their own traffic
+  // Rank 0 removes this run's directory the moment a stop signal comes while nothing reads or writes it (collectives,
+  // p2p, between phases): a launcher's SIGKILL may follow before the phase in progress ends (mpirun: 1 s).
+  std::mutex workdir_mutex_;
+  bool workdir_in_use_ = true;  // under workdir_mutex_: the dataset's write and checks, the train phase
+  std::unique_ptr<StopSignalListener> workdir_listener_;  // goes first
 };
 
 void SuiteCommand::Plan() {
@@ -153,12 +162,16 @@ void SuiteCommand::Plan() {
   AddCommonOptions(options, common_);
   run_ = StartCommand("suite", input_, options, kUsage, common_, [&](CommandRun& r) { Configure(r); });
   try {
+    WatchWorkdir();
     PrepareWorkdir();
+    run_->StopIfSignalledBeforeMeasurement();  // the dataset's write stops at a signal: nothing is measured then
     AgreeOnSetup([&] { ConfigureTrain(); });
     // The expensive checks (train's dataset checksums) last, once every option is known to be good.
     AgreeOnSetup([&] {
       for (const std::unique_ptr<Phase>& phase : phases_) phase->Verify(*run_);
     });
+    run_->StopIfSignalledBeforeMeasurement();
+    SetWorkdirInUse(false);
   } catch (const AgreedFailure&) {
     RemoveWorkdir();  // every rank is here: nothing of a run that never started is left behind
     throw;
@@ -277,14 +290,13 @@ void SuiteCommand::PrepareWorkdir() {
       WriteDataset({dir, profile_.data_tokens, profile_.data_shard_tokens, data_vocab_, 1234}, input_.ctx);
   rows_.push_back({"data", 1, written.complete ? "complete" : "interrupted", "", NowSeconds() - start_s});
   data_write_GBps_ = static_cast<double>(written.bytes) / written.seconds / 1e9;
-  interrupted_early_ = !written.complete;
   Print(Format("# suite: dataset written: %.3f GB in %.2f s, %.3f GB/s", written.bytes / 1e9, written.seconds,
                data_write_GBps_));
 }
 
 void SuiteCommand::ConfigureTrain() {
   for (const std::unique_ptr<Phase>& phase : phases_) {
-    if (phase->name() != "train" || interrupted_early_) continue;
+    if (phase->name() != "train") continue;
     run_->SetConfigPrefix("");
     phase->Configure(*run_, faults_);
   }
@@ -298,7 +310,7 @@ int SuiteCommand::Run() {
     Print(Format("# trainbench suite: profile %s, phases %s, %d repeat(s), %d ranks on %d nodes, backend %s",
                  profile_.name.c_str(), JoinNames(profile_.phases, ", ").c_str(), profile_.repeats,
                  input_.ctx.world_size, input_.ctx.node_count, run_->backend().c_str()), true);
-    bool interrupted = interrupted_early_;
+    bool interrupted = false;
     for (int repeat = 1; repeat <= profile_.repeats && !interrupted; ++repeat) interrupted = RunRepeat(repeat, *comm);
     if (!interrupted) interrupted = ConfirmFailures(*comm);
     RemoveWorkdir();
@@ -405,9 +417,14 @@ std::string SuiteCommand::RepeatLabel(int64_t repeat) const {
 // Runs one phase; its failure on any rank is agreed over the control communicator, so that every rank records
 // it and goes on to the next phase. A rank stuck inside the phase is ended by the watchdog, as alone.
 const PhaseRow& SuiteCommand::RunPhase(Phase& phase, int repeat, Communicator& comm) {
+  SetWorkdirInUse(phase.name() == "train");  // before the agreement: from here a signal leaves the directory to it
   rows_.push_back({phase.name(), repeat, "running", "", 0});
+  if (run_->StopRequested()) {  // a stop signal between phases: the next one does not begin
+    rows_.back().status = "interrupted";
+    return rows_.back();
+  }
   RecordSuite();
-  run_->WriteReportNow("failed", "did not finish: interrupted during " + phase.activity() + RepeatLabel(repeat));
+  run_->WriteReportInProgress(phase.activity() + RepeatLabel(repeat));
   const double start_s = NowSeconds();
   PhaseResult result;
   const std::optional<AgreedError> failure = AgreeOnFailure(control_, [&] {
@@ -420,6 +437,7 @@ const PhaseRow& SuiteCommand::RunPhase(Phase& phase, int repeat, Communicator& c
       throw;
     }
   });
+  SetWorkdirInUse(false);  // every rank is past the phase (the agreement)
   PhaseRow& row = rows_.back();
   row.seconds = NowSeconds() - start_s;
   ConcludeRow(row, failure, result);
@@ -482,6 +500,27 @@ void SuiteCommand::RemoveWorkdir() {
     Print("# suite: kept the dataset and checkpoints in " + workdir_);
     return;
   }
+  SetWorkdirInUse(false);  // every rank is done with it
+  RemoveWorkdirIfIdle();
+}
+
+// Rank 0, unless --keep-workdir: a stop signal removes this run's directory at once while it is not in use (else
+// the end of what uses it does: RemoveWorkdir).
+void SuiteCommand::WatchWorkdir() {
+  if (input_.ctx.world_rank != 0 || f_.keep_workdir) return;
+  workdir_listener_ = std::make_unique<StopSignalListener>([this](int) { RemoveWorkdirIfIdle(); });
+}
+
+// Rank 0: whether anything may read or write this run's directory from now on. Set before the agreement that lets
+// it, cleared after the one that ends it, so that the listener never removes it under a reader.
+void SuiteCommand::SetWorkdirInUse(bool in_use) {
+  std::lock_guard<std::mutex> lock(workdir_mutex_);
+  workdir_in_use_ = in_use;
+}
+
+void SuiteCommand::RemoveWorkdirIfIdle() {
+  std::lock_guard<std::mutex> lock(workdir_mutex_);
+  if (workdir_in_use_) return;
   std::error_code ec;
   fs::remove_all(workdir_, ec);
   if (ec) Warn("could not remove the suite's directory " + workdir_ + ": " + ec.message());

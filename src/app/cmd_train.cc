@@ -578,6 +578,7 @@ void TrainPhase::MeasureDevice() {
     for (int turn = 0; turn < ctx.local_size; ++turn) {
       if (turn == ctx.local_rank) gemm_flops = MeasureCpuGemmFlops();
       SleepingBarrier(node);
+      if (run_->StopRequested(node)) break;  // a node's turns take 0.3 s per rank: a stop does not wait for them all
     }
     MPI_Comm_free(&node);
   }
@@ -717,6 +718,11 @@ bool TrainPhase::RunPoints(Communicator& comm) {
   const std::vector<RunPoint> runs = Points();
   bool interrupted = false;
   for (const RunPoint& point : runs) {
+    // A stop signal during the set-up (the GEMM rates) or between points: no model and loader built for nothing.
+    if (run_->StopRequested()) {
+      interrupted = true;
+      break;
+    }
     std::vector<PointRepeat> repeats;  // rank 0's
     for (int r = 1; r <= f_.repeats && !interrupted; ++r) {
       if (f_.repeats > 1) Print(Format("# %s: repeat %d of %d", point.name.c_str(), r, f_.repeats));
@@ -726,7 +732,7 @@ bool TrainPhase::RunPoints(Communicator& comm) {
     if (interrupted) break;
     // A point boundary: a crash or a timeout in the next point leaves this one in the file.
     if (&point != &runs.back()) {
-      run_->WriteReportNow("failed", "did not finish: interrupted during training, after point " + point.name);
+      run_->WriteReportInProgress("training, after point " + point.name);
     }
   }
   if (run_->ctx().world_rank == 0) Summarise(runs);

@@ -16,6 +16,7 @@
 #include "context.h"
 #include "error.h"
 #include "log.h"
+#include "signals.h"
 
 namespace {
 
@@ -24,25 +25,28 @@ struct CommandEntry {
   int (*run)(const tb::CommandInput&);
   const char* summary;
   bool reads_reports_only;  // runs without MPI unless a launcher started it (tb::LaunchedByMpi)
+  bool stops_at_signal;     // SIGTERM/SIGINT: finishes its step and writes its report as interrupted (tb::CommandRun)
 };
 
 constexpr CommandEntry kCommands[] = {
-    {"info", tb::RunInfoCommand, "build, backends, devices and topology of this launch", false},
+    {"info", tb::RunInfoCommand, "build, backends, devices and topology of this launch", false, false},
     {"collectives", tb::RunCollectivesCommand, "nccl-tests-style sweep of collective operations (busbw, verified)",
-     false},
-    {"p2p", tb::RunP2pCommand, "rank-pair bandwidth and latency matrices; flags weak links", false},
-    {"train", tb::RunTrainCommand, "synthetic-transformer training steps: phases, MFU, overlap, scaling sweep", false},
+     false, true},
+    {"p2p", tb::RunP2pCommand, "rank-pair bandwidth and latency matrices; flags weak links", false, true},
+    {"train", tb::RunTrainCommand, "synthetic-transformer training steps: phases, MFU, overlap, scaling sweep", false,
+     true},
     {"suite", tb::RunSuiteCommand, "collectives, p2p and train (real loader, checkpoints) in one launch, one report",
-     false},
+     false, true},
     {"data", tb::RunDataCommand, "data generate / data verify: write or check a token-shard dataset for the loader",
-     false},
+     false, true},
     {"report", tb::RunReportCommand, "tables of one or more reports side by side (text, CSV, JSON); --html plots",
-     true},
-    {"cost", tb::RunCostCommand, "total task cost, time to train and memory fit per price offering; projection", true},
+     true, false},
+    {"cost", tb::RunCostCommand, "total task cost, time to train and memory fit per price offering; projection", true,
+     false},
     {"history", tb::RunHistoryCommand, "trends of the key figures over the nights of a validate --history directory",
-     true},
+     true, false},
     {"validate", tb::RunValidateCommand, "checks and a verdict against policy, baseline and history; JUnit, Prometheus",
-     true},
+     true, false},
 };
 
 // The entry named `command`; nullptr when there is none.
@@ -72,19 +76,15 @@ std::string Join(int argc, char** argv) {
   return line;
 }
 
-}  // namespace
+// Whether the command stops cleanly on SIGTERM/SIGINT (its handlers then go in before MPI starts, so that a signal
+// during start-up is recorded); `data verify` does not (the signal ends it, as it ends report, cost and the rest).
+bool StopsAtSignal(const CommandEntry& entry, const std::vector<std::string>& args) {
+  return entry.stops_at_signal && (std::string(entry.name) != "data" || (!args.empty() && args[0] == "generate"));
+}
 
-int main(int argc, char** argv) {
-  const std::string command = argc > 1 ? argv[1] : "";
-  const CommandEntry* entry = FindCommand(command);
-  // A command that reads reports, --help, --version or a mistyped command needs MPI only under a launcher (one
-  // rank then prints); every other command starts it.
-  std::optional<tb::MpiSession> mpi;
-  if (tb::LaunchedByMpi() || (entry && !entry->reads_reports_only)) mpi.emplace(&argc, &argv);
-  tb::RankContext ctx = mpi ? tb::DiscoverContext(MPI_COMM_WORLD) : tb::LocalContext();
-  tb::SetLogIdentity(ctx.world_rank, ctx.host, ctx.world_size);
-
-  std::vector<std::string> args(argv + (argc > 1 ? 2 : 1), argv + argc);
+// The command's exit code; every failure rule of README.md ("Exit codes and failures") applies here.
+int RunCommand(const std::string& command, const CommandEntry* entry, const std::vector<std::string>& args,
+               const std::string& command_line, const tb::RankContext& ctx) {
   if (command == "--help" || command == "-h" || command == "help") {
     tb::Print(Usage(), true);
     return 0;
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    return entry->run(tb::CommandInput{args, Join(argc, argv), ctx});
+    return entry->run(tb::CommandInput{args, command_line, ctx});
   } catch (const tb::AgreedFailure& e) {
     return static_cast<int>(e.code());  // every rank knows; the failing rank has printed the reason
   } catch (const tb::SharedError& e) {
@@ -128,4 +128,25 @@ int main(int argc, char** argv) {
     if (ctx.world_size > 1) MPI_Abort(MPI_COMM_WORLD, static_cast<int>(tb::ExitCode::kRuntime));
     return static_cast<int>(tb::ExitCode::kRuntime);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  const CommandEntry* entry = FindCommand(command);
+  if (entry && StopsAtSignal(*entry, std::vector<std::string>(argv + (argc > 1 ? 2 : 1), argv + argc))) {
+    tb::InstallStopSignalHandlers();
+  }
+  // A command that reads reports, --help, --version or a mistyped command needs MPI only under a launcher (one
+  // rank then prints); every other command starts it.
+  std::optional<tb::MpiSession> mpi;
+  if (tb::LaunchedByMpi() || (entry && !entry->reads_reports_only)) mpi.emplace(&argc, &argv);
+  tb::RankContext ctx = mpi ? tb::DiscoverContext(MPI_COMM_WORLD) : tb::LocalContext();
+  tb::SetLogIdentity(ctx.world_rank, ctx.host, ctx.world_size);
+
+  const std::vector<std::string> args(argv + (argc > 1 ? 2 : 1), argv + argc);
+  const int code = RunCommand(command, entry, args, Join(argc, argv), ctx);
+  if (mpi) mpi->Finalize(code);
+  return code;
 }

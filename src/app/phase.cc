@@ -23,6 +23,7 @@ int RunPhaseCommand(const CommandInput& input, Phase& phase) {
                                                  phase.Rules());
   // The one expensive check runs last, once every flag is known to be good.
   AgreeOnSetup([&] { phase.Verify(*run); });
+  run->StopIfSignalledBeforeMeasurement();
   std::unique_ptr<Communicator> comm = WithInjectedFaults(run->MakeCommunicator(), faults);
   return run->RecordingFailures([&] {
     run->BeginMeasurement(phase.activity());

@@ -3,13 +3,19 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "clock.h"
 #include "device.h"
 #include "error.h"
 #include "mpi_util.h"
+#include "signals.h"
 
 namespace tb {
 namespace {
@@ -48,6 +54,37 @@ MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+void MpiSession::Finalize(int exit_code) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  // No rank ends before rank 0 has written its last: when one rank ends, mpirun ends the others at once if it is
+  // shutting down (Open MPI 4.1), and rank 0 could lose its report's last write and leave a temporary file.
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::thread guard([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    double stop_seen_s = -1;
+    while (!finished.wait_for(lock, std::chrono::milliseconds(10), [&] { return done; })) {
+      if (PendingStopSignal() == 0) continue;
+      if (stop_seen_s < 0) stop_seen_s = NowSeconds();
+      if (NowSeconds() - stop_seen_s >= kStoppedFinalizeGrace_s) {
+        std::fflush(nullptr);
+        ::_exit(exit_code);
+      }
+    }
+  });
+  MPI_Finalize();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    done = true;
+  }
+  finished.notify_one();
+  guard.join();
 }
 
 std::string Hostname() {

@@ -15,6 +15,14 @@ class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
   ~MpiSession();
+  // Collective: a barrier (no rank ends before the others are done: under mpirun's own shutdown, the first rank to
+  // end makes mpirun kill the rest at once), then MPI_Finalize, bounded once a stop signal has come: when one is
+  // pending (or arrives meanwhile) and finalize has not returned kStoppedFinalizeGrace_s later, the process exits
+  // with `exit_code` without waiting for it. Under mpirun's own shutdown (mpirun got SIGTERM or Ctrl-C) Open MPI
+  // 4.1's runtime no longer answers MPI_Finalize, and the SIGKILL it sends 1 s after the ranks' SIGTERM would end a
+  // rank that has written its report with 137.
+  void Finalize(int exit_code);
+  static constexpr double kStoppedFinalizeGrace_s = 0.2;
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 };
