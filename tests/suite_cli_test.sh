@@ -168,7 +168,6 @@ expect_error 2 "profile bad-value.toml \[collectives\]: .*iters" -- "$tb" suite 
 expect_error 2 "bad-table.toml:3: unknown key 'colectives'" -- "$tb" suite --profile bad-table.toml -o x.h5
 expect_error 2 "broken.toml:1: not valid TOML" -- "$tb" suite --profile broken.toml -o x.h5
 expect_error 2 "--seq 4096 exceeds the model's 256 positions" -- "${mpi[@]}" -n 2 "$tb" suite --profile bad-seq.toml -o x.h5
-expect_error 2 "--profile 'fast': not a built-in profile \(quick, nightly\)" -- "$tb" suite --profile fast
 checks=$((checks + 1))
 ! grep -q "writing" "$work/out" || fail "bad-seq.toml: the dataset was written before the shape was refused: $(cat "$work/out")"
 # The report may be none of the suite's inputs: the profile file, a shard of the profile's own dataset.
@@ -187,6 +186,7 @@ expect_error 2 "--baseline 'slow.h5' is no known-good run: it injected faults on
 without quick.h5 nosuite.h5 suite
 expect_error 2 "nosuite.h5.*damaged: the root says a suite ran to completion, but /suite/phases is missing" -- \
   "$tb" validate nosuite.h5
+expect_error 2 "--profile 'fast': not a built-in profile \(quick, nightly\)" -- "$tb" suite --profile fast
 expect_error 2 "cannot read profile 'none.toml'" -- "$tb" suite --profile none.toml
 expect_error 2 "--repeats" -- "$tb" suite --repeats 0
 printf '[suite]\nphases = ["p2p"]\n' >p2p-only.toml
