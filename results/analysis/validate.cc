@@ -22,18 +22,6 @@ const double kNaN = std::nan("");
 
 std::string Number(double value) { return Format("%.4g", value); }
 
-Check SelfCheck(Figure figure, double expected, double tolerance, std::string source, Verdict verdict,
-                std::string message) {
-  Check c;
-  c.figure = std::move(figure);
-  c.expected = expected;
-  c.tolerance = tolerance;
-  c.source = std::move(source);
-  c.verdict = verdict;
-  c.message = std::move(message);
-  return c;
-}
-
 // ---- checks judged within the run ------------------------------------------------------------------------------
 
 std::string NameSources(const Report& report, const std::set<int>& sources, Subject& subject);
@@ -613,6 +601,18 @@ void CheckKnownGood(const Report& baseline, const std::string& file) {
 std::string PhaseOfFamily(const std::string& family) {
   if (family == "collectives" || family == "p2p" || family == "train") return family;
   return family == "storage" ? "train" : "";
+}
+
+Check SelfCheck(Figure figure, double expected, double tolerance, std::string source, Verdict verdict,
+                std::string message) {
+  Check c;
+  c.figure = std::move(figure);
+  c.expected = expected;
+  c.tolerance = tolerance;
+  c.source = std::move(source);
+  c.verdict = verdict;
+  c.message = std::move(message);
+  return c;
 }
 
 const char* VerdictName(Verdict verdict) {

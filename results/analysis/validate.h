@@ -165,6 +165,8 @@ struct ValidateInputs {
 // The files validate judges by: --policy, --baseline, --history ("" when not given).
 struct ExpectationFiles {
   std::string policy, baseline, history;
+  // The ones given: the files a run reads for its expectations (its outputs must be none of them).
+  std::vector<std::string> Given() const;
 };
 // Reads them for `report`: the policy, the baseline report, and the history directory's counted nights of the
 // report's configuration, without the report itself (when it was validated before), the last policy.history_nights.

@@ -196,6 +196,14 @@ std::vector<HistoryEntry> HistoryOf(const std::vector<HistoryEntry>& all, const 
   return mine;
 }
 
+std::vector<std::string> ExpectationFiles::Given() const {
+  std::vector<std::string> given;
+  for (const std::string* path : {&policy, &baseline, &history}) {
+    if (!path->empty()) given.push_back(*path);
+  }
+  return given;
+}
+
 ValidateInputs ReadValidateInputs(const Report& report, const ExpectationFiles& files) {
   ValidateInputs inputs;
   if (!files.policy.empty()) inputs.policy = ReadValidatePolicy(files.policy);

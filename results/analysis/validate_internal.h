@@ -14,6 +14,11 @@ namespace tb {
 Figure MakeFigure(std::string key, std::string family, std::string title, std::string unit, Better better,
                   double value, Subject subject = {});
 
+// A check judged within the run (no expectation layers): its figure, the expected value and tolerance it was judged
+// by, where they came from, the verdict and the message.
+Check SelfCheck(Figure figure, double expected, double tolerance, std::string source, Verdict verdict,
+                std::string message);
+
 
 // The point whose figures validate checks: the scaling point with the most ranks (a storage sweep's points are
 // not scaling points), with its io group when the run had one.

@@ -16,14 +16,9 @@ namespace {
 namespace sc = schema;
 
 Check PlacementCheck(Verdict verdict, double sharing_ranks, std::string message, Subject subject = {}) {
-  Check c;
-  c.figure = MakeFigure("environment.placement", "environment", "ranks that must share CPUs with another rank",
-                        "ranks", Better::kLower, sharing_ranks, std::move(subject));
-  c.expected = 0;
-  c.source = "topology/ranks cpu_affinity: each rank a CPU of its own";
-  c.verdict = verdict;
-  c.message = std::move(message);
-  return c;
+  return SelfCheck(MakeFigure("environment.placement", "environment", "ranks that must share CPUs with another rank",
+                              "ranks", Better::kLower, sharing_ranks, std::move(subject)),
+                   0, 0, "topology/ranks cpu_affinity: each rank a CPU of its own", verdict, std::move(message));
 }
 
 }  // namespace

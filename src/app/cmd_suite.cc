@@ -117,7 +117,7 @@ class SuiteCommand {
   void SetWorkdirInUse(bool in_use);
   void RemoveWorkdirIfIdle();
   int Conclude(bool interrupted);
-  std::vector<std::string> ProfileInputs() const;
+  std::vector<std::string> SuiteInputs() const;
 
   const CommandInput& input_;
   std::string run_directory_;
@@ -205,16 +205,13 @@ void SuiteCommand::Configure(CommandRun& r) {
   // The expectations, read now so that a bad file is bad input before any work (the history's nights of this
   // configuration are chosen once the run has its report: ConfirmFailures).
   ReadValidateInputs(Report{}, f_.expectations);
-  r.AddInputs(ProfileInputs());  // the report (-o) must be none of them: StartCommand checks next
-  for (const std::string& path : {f_.expectations.policy, f_.expectations.baseline, f_.expectations.history}) {
-    if (!path.empty()) r.AddInputs({path});
-  }
+  r.AddInputs(SuiteInputs());  // the report (-o) must be none of them: StartCommand checks next
 }
 
-// The files the profile names that the suite reads: the profile itself (not a built-in one), and train's own
-// dataset and checkpoint to resume from.
-std::vector<std::string> SuiteCommand::ProfileInputs() const {
-  std::vector<std::string> inputs;
+// The files the suite reads: the expectations, the profile itself (not a built-in one), and train's own dataset and
+// checkpoint to resume from.
+std::vector<std::string> SuiteCommand::SuiteInputs() const {
+  std::vector<std::string> inputs = f_.expectations.Given();
   if (InputFileProblem(f_.profile).empty()) inputs.push_back(f_.profile);  // a file, not a built-in name
   const auto train = profile_.args.find("train");
   const std::vector<std::string> none;

@@ -27,7 +27,8 @@ constexpr const char* kUsage =
 
 struct ValidateFlags {
   std::vector<std::string> files;
-  std::string baseline, history, policy, json, junit, prometheus;
+  ExpectationFiles expectations;  // --policy, --baseline, --history
+  std::string json, junit, prometheus;
   bool strict = false;
   bool record_anyway = false;
   int history_keep = 30;
@@ -36,9 +37,9 @@ struct ValidateFlags {
 bool ParseValidateFlags(const std::vector<std::string>& args, ValidateFlags& f) {
   po::options_description options("validate options");
   options.add_options()
-      ("baseline", po::value(&f.baseline), "a known-good report of the same configuration to compare with")
-      ("history", po::value(&f.history), "directory of nights: expectations from the passing ones; tonight added (a regression: for cost's failure rate only)")
-      ("policy", po::value(&f.policy), "policy file (TOML): tolerances, straggler rule, thresholds per GPU model")
+      ("baseline", po::value(&f.expectations.baseline), "a known-good report of the same configuration to compare with")
+      ("history", po::value(&f.expectations.history), "directory of nights: expectations from the passing ones; tonight added (a regression: for cost's failure rate only)")
+      ("policy", po::value(&f.expectations.policy), "policy file (TOML): tolerances, straggler rule, thresholds per GPU model")
       ("json", po::value(&f.json), "also write the checks as JSON (report's export layout) to this file")
       ("junit", po::value(&f.junit), "also write JUnit XML (a testsuite per check family) to this file")
       ("prometheus", po::value(&f.prometheus), "also write a Prometheus textfile (node_exporter) to this file")
@@ -68,13 +69,11 @@ struct ValidateRun {
 ValidateRun ReadInputs(const ValidateFlags& f) {
   ValidateRun run;
   run.report = ReadReport(f.files.front());
-  run.inputs = ReadValidateInputs(run.report, {f.policy, f.baseline, f.history});
-  std::vector<std::string> inputs = {f.files.front()};
-  for (const std::string& path : {f.baseline, f.policy, f.history}) {
-    if (!path.empty()) inputs.push_back(path);  // the history directory too: an output there would be a foreign file
-  }
+  run.inputs = ReadValidateInputs(run.report, f.expectations);
+  std::vector<std::string> inputs = f.expectations.Given();
+  inputs.insert(inputs.begin(), f.files.front());
   for (const auto& [path, flag] : {std::pair{f.json, "--json"}, {f.junit, "--junit"}, {f.prometheus, "--prometheus"}}) {
-    if (!path.empty()) CheckOutputPath(path, flag, inputs, {HistoryDirectory(f.history)});
+    if (!path.empty()) CheckOutputPath(path, flag, inputs, {HistoryDirectory(f.expectations.history)});
   }
   return run;
 }
@@ -104,13 +103,13 @@ int RunValidateCommand(const CommandInput& input) {
   if (!f.prometheus.empty()) WriteOutput(f.prometheus, PrometheusText(run.report, checks));
   const Verdict verdict = OverallVerdict(checks);
   const bool regression = verdict == Verdict::kFail || (f.strict && verdict != Verdict::kPass);
-  if (!f.history.empty()) {
+  if (const std::string& history = f.expectations.history; !history.empty()) {
     // Every night is kept, for the failure rate (cost --history); only passing ones (or --record-anyway) become
     // the expectation of the nights that follow.
     const bool counted = !regression || f.record_anyway;
     const std::string entry =
-        AddToHistory(f.history, run.report, file, ExtractFigures(run.report), f.history_keep, counted);
-    Print(entry.empty() ? "# history: this run is already in " + f.history
+        AddToHistory(history, run.report, file, ExtractFigures(run.report), f.history_keep, counted);
+    Print(entry.empty() ? "# history: this run is already in " + history
                         : "# history: added " + entry + " (" + std::to_string(run.inputs.history.size()) +
                               " earlier nights of this configuration)" +
                               (counted ? "" : "; a regression: kept for the failure rate, not for the expectation"),
