@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "console.h"
 #include "error.h"
 #include "paths.h"
 #include "units.h"
@@ -36,7 +37,10 @@ std::string Canonical(const std::string& name) {
 
 constexpr const char* kOfferingKeys =
     "name, gpu, gpus_per_node, usd_per_gpu_hour, usd_per_node_hour, gpu_memory_gib, storage_usd_per_gb_month, "
-    "egress_usd_per_gb, mtbf_node_hours, restart_hours, provisioning_hours, usd_per_kwh";
+    "egress_usd_per_gb, mtbf_node_hours, restart_hours, provisioning_hours, usd_per_kwh, fabric";
+constexpr const char* kFabricKeys =
+    "name, intra, intra_allreduce_busbw_GBps, intra_p2p_GBps, intra_latency_us, intra_source, pcie_gen, pcie_lanes, "
+    "gpus_per_switch, intra_report, nics_per_node, nic_gbps, network_latency_us, network_source";
 constexpr const char* kAssumptionKeys =
     "checkpoint_size_gb, checkpoints_kept, dataset_gb, egress_gb, checkpoint_interval_hours, young_daly_interval";
 
@@ -74,6 +78,7 @@ Offering ReadOffering(const toml::table& table, const std::string& file, size_t 
   o.provisioning_hours = provisioning.value_or(0.0);
   o.usd_per_kwh = r.OptionalNumber("usd_per_kwh");
   if (o.usd_per_kwh) r.CheckSign("usd_per_kwh", *o.usd_per_kwh, false);
+  o.fabric = r.OptionalString("fabric").value_or("");
   r.RejectUnknown(kOfferingKeys);
   return o;
 }
@@ -119,13 +124,154 @@ std::vector<Offering> ReadOfferings(const toml::array& tables, const std::string
   return offerings;
 }
 
-// Anything at the top level but [assumptions] and [[offering]].
+
+// ---- fabrics -------------------------------------------------------------------------------------------------
+
+// A figure of a fabric: absent, or a number > 0.
+std::optional<double> Figure(FieldReader& r, const std::string& key) {
+  const std::optional<double> value = r.OptionalNumber(key);
+  if (value) r.CheckSign(key, *value, true);
+  return value;
+}
+
+// A source that says where and when: non-empty, with a year (19xx or 20xx) in it.
+std::string Source(FieldReader& r, const std::string& key, const std::string& what) {
+  const std::optional<std::string> text = r.OptionalString(key);
+  if (!text) r.Fail(r.TableLine(), "missing " + key + ": every " + what + " figure says where it comes from and when");
+  bool year = false;
+  for (size_t i = 0; i + 4 <= text->size() && !year; ++i) {
+    const std::string y = text->substr(i, 4);
+    const bool digits = std::all_of(y.begin(), y.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool bounded = (i == 0 || !std::isdigit(static_cast<unsigned char>((*text)[i - 1]))) &&
+                         (i + 4 == text->size() || !std::isdigit(static_cast<unsigned char>((*text)[i + 4])));
+    year = digits && bounded && (y.starts_with("19") || y.starts_with("20"));
+  }
+  if (!year) r.Fail(r.LineOf(key), key + " must say when the figures were taken (a year), got '" + *text + "'");
+  return *text;
+}
+
+IntraKind ReadIntraKind(FieldReader& r) {
+  const std::string kind = r.String("intra");
+  for (IntraKind k : {IntraKind::kNvSwitch, IntraKind::kNvLinkPairs, IntraKind::kPcie, IntraKind::kMeasured}) {
+    if (kind == IntraKindName(k)) return k;
+  }
+  r.Fail(r.LineOf("intra"), "intra must be \"nvswitch\", \"nvlink-pairs\", \"pcie\" or \"measured\", got '" + kind + "'");
+}
+
+// PCIe's generation, width and GPUs per switch; no figure above what such a link carries in one direction.
+void ReadPcie(FieldReader& r, IntraLink& in) {
+  const int64_t gen = r.Integer("pcie_gen"), lanes = r.Integer("pcie_lanes"), per_switch = r.Integer("gpus_per_switch");
+  if (gen < 1 || gen > 6) r.Fail(r.LineOf("pcie_gen"), "pcie_gen must be 1..6, got " + std::to_string(gen));
+  if (lanes != 1 && lanes != 2 && lanes != 4 && lanes != 8 && lanes != 16) {
+    r.Fail(r.LineOf("pcie_lanes"), "pcie_lanes must be 1, 2, 4, 8 or 16, got " + std::to_string(lanes));
+  }
+  if (per_switch < 1 || per_switch > 64) r.Fail(r.LineOf("gpus_per_switch"), "gpus_per_switch must be 1..64");
+  in.pcie_gen = static_cast<int>(gen);
+  in.pcie_lanes = static_cast<int>(lanes);
+  in.gpus_per_switch = static_cast<int>(per_switch);
+  const double limit = PcieDirectionGBps(in.pcie_gen, in.pcie_lanes);
+  for (const auto& [key, value] : {std::pair{"intra_allreduce_busbw_GBps", in.all_reduce_busbw_GBps},
+                                   std::pair{"intra_p2p_GBps", in.p2p_GBps}}) {
+    if (value && *value > limit) {
+      r.Fail(r.LineOf(key), Format("%s %g exceeds what PCIe gen %d x%d carries in one direction (%.1f GB/s)", key,
+                                   *value, in.pcie_gen, in.pcie_lanes, limit));
+    }
+  }
+}
+
+IntraLink ReadIntraLink(FieldReader& r, const toml::table& table) {
+  IntraLink in;
+  in.line = r.TableLine();
+  in.kind = ReadIntraKind(r);
+  in.all_reduce_busbw_GBps = Figure(r, "intra_allreduce_busbw_GBps");
+  in.p2p_GBps = Figure(r, "intra_p2p_GBps");
+  in.latency_us = Figure(r, "intra_latency_us");
+  const bool pcie_keys = table.contains("pcie_gen") || table.contains("pcie_lanes") || table.contains("gpus_per_switch");
+  if (in.kind == IntraKind::kPcie) {
+    ReadPcie(r, in);
+  } else if (pcie_keys) {
+    r.Fail(r.LineOf(table.contains("pcie_gen") ? "pcie_gen" : table.contains("pcie_lanes") ? "pcie_lanes" : "gpus_per_switch"),
+           "pcie_gen, pcie_lanes and gpus_per_switch go with intra = \"pcie\"");
+  }
+  if (in.kind == IntraKind::kMeasured) {
+    in.report = r.String("intra_report");
+    if (in.all_reduce_busbw_GBps || in.latency_us) {
+      r.Fail(r.LineOf(in.all_reduce_busbw_GBps ? "intra_allreduce_busbw_GBps" : "intra_latency_us"),
+             "a measured link takes its all-reduce from intra_report: declare none");
+    }
+    if (table.contains("intra_source")) in.source = Source(r, "intra_source", "intra-node");
+  } else {
+    if (table.contains("intra_report")) r.Fail(r.LineOf("intra_report"), "intra_report goes with intra = \"measured\"");
+    if (in.all_reduce_busbw_GBps || in.p2p_GBps || in.latency_us || table.contains("intra_source")) {
+      in.source = Source(r, "intra_source", "intra-node");
+    }
+  }
+  return in;
+}
+
+Network ReadNetwork(FieldReader& r, const toml::table& table) {
+  Network net;
+  if (table.contains("nics_per_node")) {
+    const int64_t nics = r.Integer("nics_per_node");
+    if (nics < 1 || nics > 64) r.Fail(r.LineOf("nics_per_node"), "nics_per_node must be 1..64, got " + std::to_string(nics));
+    net.nics_per_node = static_cast<int>(nics);
+  }
+  net.nic_gbps = Figure(r, "nic_gbps");
+  net.latency_us = Figure(r, "network_latency_us");
+  if (net.nics_per_node || net.nic_gbps || net.latency_us || table.contains("network_source")) {
+    net.source = Source(r, "network_source", "network");
+  }
+  return net;
+}
+
+Fabric ReadFabric(const toml::table& table, const std::string& file, size_t index) {
+  const auto where = [](const std::string& name) { return std::string("fabric '").append(name).append("': "); };
+  const std::string number = std::string("#").append(std::to_string(index + 1));
+  const std::optional<std::string> name = FieldReader(table, file, where(number)).OptionalString("name");
+  FieldReader r(table, file, where(name.value_or(number)));
+  Fabric fabric;
+  fabric.line = r.TableLine();
+  fabric.name = r.String("name");
+  fabric.intra = ReadIntraLink(r, table);
+  fabric.network = ReadNetwork(r, table);
+  r.RejectUnknown(kFabricKeys);
+  return fabric;
+}
+
+std::vector<Fabric> ReadFabrics(const toml::array& tables, const std::string& file) {
+  std::vector<Fabric> fabrics;
+  std::set<std::string> names;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    Fabric fabric = ReadFabric(*tables[i].as_table(), file, i);
+    if (!names.insert(fabric.name).second) {
+      throw InputError(At(file, fabric.line) + "fabric name '" + fabric.name + "' used twice");
+    }
+    fabrics.push_back(std::move(fabric));
+  }
+  return fabrics;
+}
+
+// Every offering's fabric is declared.
+void CheckFabricNames(const PriceFile& prices) {
+  for (const Offering& o : prices.offerings) {
+    if (!o.fabric.empty() && !prices.FabricOf(o)) {
+      std::vector<std::string> declared;
+      for (const Fabric& f : prices.fabrics) declared.push_back(f.name);
+      throw InputError(At(prices.path, o.line) + "offering '" + o.name + "': fabric '" + o.fabric +
+                       "' is not declared (" +
+                       (declared.empty() ? std::string("the file has no [[fabric]] tables") : "declared: " + JoinNames(declared, ", ")) +
+                       ")");
+    }
+  }
+}
+
+// Anything at the top level but [assumptions], [[fabric]] and [[offering]].
 [[noreturn]] void RejectTopLevel(const std::string& name, const toml::node& node, const std::string& file) {
-  const char* accepted = " (accepted: [assumptions], [[offering]])";
+  const char* accepted = " (accepted: [assumptions], [[fabric]], [[offering]])";
   if (node.is_table()) throw InputError(At(file, NodeLine(node)) + "unknown table [" + name + "]" + accepted);
   if (node.is_array_of_tables()) throw InputError(At(file, NodeLine(node)) + "unknown table [[" + name + "]]" + accepted);
   throw InputError(At(file, NodeLine(node)) + "key '" + name +
-                   "' outside a table (price files hold [assumptions] and [[offering]] tables)");
+                   "' outside a table (price files hold [assumptions], [[fabric]] and [[offering]] tables)");
 }
 
 }  // namespace
@@ -193,14 +339,31 @@ PriceFile ParsePriceFile(const std::string& text, const std::string& path) {
       prices.assumptions = ReadAssumptions(*node.as_table(), path);
     } else if (name == "offering" && node.is_array_of_tables()) {
       prices.offerings = ReadOfferings(*node.as_array(), path);
+    } else if (name == "fabric" && node.is_array_of_tables()) {
+      prices.fabrics = ReadFabrics(*node.as_array(), path);
     } else {
       RejectTopLevel(name, node, path);
     }
   }
   if (prices.offerings.empty()) throw InputError(path + ": no [[offering]] tables: nothing to price");
+  CheckFabricNames(prices);
   return prices;
 }
 
-PriceFile ReadPriceFile(const std::string& path) { return ParsePriceFile(ReadTextFile(path, "price file"), path); }
+const Fabric* PriceFile::FabricOf(const Offering& offering) const {
+  if (offering.fabric.empty()) return nullptr;
+  for (const Fabric& f : fabrics) {
+    if (f.name == offering.fabric) return &f;
+  }
+  return nullptr;
+}
+
+PriceFile ReadPriceFile(const std::string& path) {
+  PriceFile prices = ParsePriceFile(ReadTextFile(path, "price file"), path);
+  for (Fabric& fabric : prices.fabrics) {
+    if (fabric.intra.kind == IntraKind::kMeasured) ReadMeasuredIntraLink(fabric, path);
+  }
+  return prices;
+}
 
 }  // namespace tb

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "fabric.h"
+
 namespace tb {
 
 // ---- GPU models ----------------------------------------------------------------------------------------------
@@ -47,6 +49,7 @@ struct Offering {
   // added to the measured process start-up in time to train. 0 when the file gives none.
   double provisioning_hours = 0;
   std::optional<double> usd_per_kwh;   // electricity, where the offering bills it (own or colocated nodes)
+  std::string fabric;                  // the [[fabric]] its nodes have ("" when the file names none)
   int line = 0;                        // of the [[offering]] header
 
   // Price of one node for one hour: node-hour price, or gpu-hour price x GPUs per node (whole nodes are billed).
@@ -69,12 +72,17 @@ struct CostAssumptions {
 struct PriceFile {
   std::string path;
   CostAssumptions assumptions;
+  std::vector<Fabric> fabrics;
   std::vector<Offering> offerings;
+  // The fabric `offering` names; nullptr when it names none.
+  const Fabric* FabricOf(const Offering& offering) const;
 };
 
 // Reads and validates a price file: every offering has name, gpu (a known model), gpus_per_node > 0, exactly one of
 // usd_per_gpu_hour and usd_per_node_hour, and non-negative storage/egress prices, mtbf_node_hours > 0,
 // restart_hours >= 0, usd_per_kwh >= 0 when given; numbers are finite; unknown keys and tables are errors (a typo must not silently price at 0).
+// [[fabric]] tables (results/README.md, "Fabrics"): every figure > 0 with its source and year, PCIe figures within
+// the link's rate; an offering's `fabric` must name one. ReadPriceFile also reads measured fabrics' reports.
 // Throws InputError "FILE:LINE: ..." (a TOML syntax error: "FILE:LINE: not valid TOML: <toml++'s words> (column C)").
 PriceFile ParsePriceFile(const std::string& text, const std::string& path);
 PriceFile ReadPriceFile(const std::string& path);

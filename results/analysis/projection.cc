@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 
 #include "console.h"
 #include "definitions.h"
@@ -86,10 +87,55 @@ std::array<double, 4> AllReduceCoefficients(int nodes, int gpus_per_node, double
           AllReduceBusFactor(nodes) * bytes / g};
 }
 
+std::pair<double, double> LinkParameters::At(double bytes) const {
+  for (const SizeBand& band : bands) {
+    if (bytes < band.below_bytes) return {band.alpha_s, band.beta_s_per_byte};
+  }
+  return {alpha_s, beta_s_per_byte};
+}
+
+std::vector<SizeBand> EmptySizeBands() {
+  return {{64.0 * 1024, 0, 0, 0, "small (< 64 KiB)"},
+          {16.0 * 1024 * 1024, 0, 0, 0, "medium (64 KiB - 16 MiB)"},
+          {INFINITY, 0, 0, 0, "large (>= 16 MiB)"}};
+}
+
+LinkParameters FitIntraBands(const std::vector<AllReduceSample>& samples) {
+  LinkParameters link;
+  const AlphaBetaFit all = FitAlphaBeta(samples);
+  link.alpha_s = all.links.intra.alpha_s;
+  link.beta_s_per_byte = all.links.intra.beta_s_per_byte;
+  link.fitted = all.links.intra.fitted && link.beta_s_per_byte > 0;
+  if (!link.fitted) return link;
+  double lower = 0;
+  for (SizeBand band : EmptySizeBands()) {
+    std::vector<AllReduceSample> in;
+    std::set<double> sizes;
+    for (const AllReduceSample& s : samples) {
+      const double message = s.bytes / s.ops;
+      if (message >= lower && message < band.below_bytes) {
+        in.push_back(s);
+        sizes.insert(message);
+      }
+    }
+    lower = band.below_bytes;
+    band.samples = static_cast<int>(in.size());
+    const AlphaBetaFit fit = sizes.size() >= 2 ? FitAlphaBeta(in) : AlphaBetaFit{};
+    const bool own = sizes.size() >= 2 && fit.links.intra.beta_s_per_byte > 0;
+    band.alpha_s = own ? fit.links.intra.alpha_s : link.alpha_s;
+    band.beta_s_per_byte = own ? fit.links.intra.beta_s_per_byte : link.beta_s_per_byte;
+    if (!own) band.name += sizes.empty() ? ": not measured, the all-sizes fit" : ": one size, the all-sizes fit";
+    link.bands.push_back(band);
+  }
+  return link;
+}
+
 double PredictAllReduceSeconds(const LinkModel& links, int nodes, int gpus_per_node, double bytes, double ops) {
   const std::array<double, 4> c = AllReduceCoefficients(nodes, gpus_per_node, bytes, ops);
-  return c[0] * links.intra.alpha_s + c[1] * links.intra.beta_s_per_byte + c[2] * links.inter.alpha_s +
-         c[3] * links.inter.beta_s_per_byte;
+  const double message = ops > 0 ? bytes / ops : bytes;
+  const auto [alpha_intra, beta_intra] = links.intra.At(message);
+  const auto [alpha_inter, beta_inter] = links.inter.At(message / std::max(1, gpus_per_node));
+  return c[0] * alpha_intra + c[1] * beta_intra + c[2] * alpha_inter + c[3] * beta_inter;
 }
 
 AlphaBetaFit FitAlphaBeta(const std::vector<AllReduceSample>& samples) {
@@ -138,8 +184,8 @@ AlphaBetaFit FitAlphaBeta(const std::vector<AllReduceSample>& samples) {
     return fitted && (std::count(active.begin(), active.end(), alpha_index) ||
                       std::count(active.begin(), active.end(), alpha_index + 1));
   };
-  fit.links.intra = {params[0], params[1], class_fitted(0), ""};
-  fit.links.inter = {params[2], params[3], class_fitted(2), ""};
+  fit.links.intra = {params[0], params[1], class_fitted(0), "", {}};
+  fit.links.inter = {params[2], params[3], class_fitted(2), "", {}};
   double sum = 0;
   for (const AllReduceSample& s : usable) {
     const double r = PredictAllReduceSeconds(fit.links, s.nodes, s.gpus_per_node, s.bytes, s.ops) / s.time_s - 1.0;

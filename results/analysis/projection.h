@@ -14,6 +14,7 @@
 #pragma once
 
 #include <array>
+#include <utility>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,13 +36,35 @@ struct AllReduceSample {
 // c[3]*beta_inter.
 std::array<double, 4> AllReduceCoefficients(int nodes, int gpus_per_node, double bytes, double ops);
 
+// One message-size band of a link: NCCL chooses its algorithm (ring, tree, NVLS) and protocol (LL, LL128, Simple) by
+// message size, so one alpha-beta pair over every size is off where it switches (ASTRA-sim's validation found single
+// fits 10-20% off for that reason); a link measured over a sweep is fitted per band.
+struct SizeBand {
+  double below_bytes = 0;  // the band holds messages of fewer bytes (and at least the previous band's)
+  double alpha_s = 0;
+  double beta_s_per_byte = 0;
+  int samples = 0;
+  std::string name;        // "small (< 64 KiB)"
+};
+
 struct LinkParameters {
   double alpha_s = 0;
   double beta_s_per_byte = 0;
   bool fitted = false;  // from measurements (false: not measured, or given by the user)
   std::string origin;   // how the values were obtained, for the output
+  // Per message-size band, when fitted so (empty: alpha_s and beta_s_per_byte for every size).
+  std::vector<SizeBand> bands;
   double bandwidth_GBps() const { return beta_s_per_byte > 0 ? 1.0 / beta_s_per_byte / 1e9 : 0; }
+  // alpha and beta for messages of `bytes` bytes: the band's, or the single pair.
+  std::pair<double, double> At(double bytes) const;
 };
+
+// The bands a sweep is split into: small < 64 KiB <= medium < 16 MiB <= large (validate's collective bands).
+std::vector<SizeBand> EmptySizeBands();
+// Fits one node's all-reduce samples (nodes == 1) per band; a band with fewer than two distinct sizes takes the fit
+// over every size. The returned link has the all-sizes fit as its single pair and the bands; `fitted` false when
+// nothing could be fitted.
+LinkParameters FitIntraBands(const std::vector<AllReduceSample>& samples);
 
 struct LinkModel {
   LinkParameters intra;

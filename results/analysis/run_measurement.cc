@@ -115,6 +115,22 @@ double DataWaitShareOf(const Table& steps, const ReportReader& r, const std::str
   return total > 0 ? waited / total : 0.0;
 }
 
+// Mean over every rank's measured steps of AdamW's time (optimizer_s); 0 in reports without the column.
+double OptimizerSecondsOf(const Table& steps, const ReportReader& r, const std::string& where) {
+  namespace c = schema::point::steps;
+  const auto& warmup = r.Column(steps, c::warmup, where);
+  const std::vector<double>* optimizer = schema::Values(steps, c::optimizer_s);
+  if (!optimizer) return 0.0;
+  double sum = 0;
+  int n = 0;
+  for (size_t i = 0; i < warmup.size() && i < optimizer->size(); ++i) {
+    if (warmup[i] || !std::isfinite((*optimizer)[i])) continue;
+    sum += (*optimizer)[i];
+    ++n;
+  }
+  return n > 0 ? sum / n : 0.0;
+}
+
 // Ranks, nodes and the device of the launch (rank 0's GPU, or "cpu").
 void ReadLaunch(const Report& report, const ReportReader& r, const std::map<int64_t, int64_t>& rank_nodes,
                 RunMeasurement& run) {
@@ -188,6 +204,7 @@ MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, cons
   p.train.gpus_per_node = layout.gpus_per_node;
   p.train.step_s = StepWithoutCheckpoints(*steps, r, where);
   p.data_wait_share = DataWaitShareOf(*steps, r, where);
+  p.optimizer_s = OptimizerSecondsOf(*steps, r, where);
   p.train.comm_total_s = r.Number(group, sp::comm_total_s, where);
   p.train.comm_exposed_s = r.Number(group, sp::comm_exposed_s, where);
   // Tensor parallel's activation all-reduces stay inside the group at any layout: compute base, not gradient sync.
@@ -270,6 +287,7 @@ RunMeasurement ReadRunMeasurement(const Report& report, const std::string& path)
   const Group* config = schema::FindGroup(report.root, schema::kConfig);
   const double bucket_bytes =
       (config ? r.NumberOr(*config, schema::config::bucket_mb, kDefaultBucketMiB) : kDefaultBucketMiB) * 1024.0 * 1024.0;
+  run.bucket_bytes = bucket_bytes;
   const Group* io = schema::FindGroup(report.root, schema::kIo);
   for (const auto& [name, group] : train->children()) {
     const int k = PointRanks(name);

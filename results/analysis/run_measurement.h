@@ -20,6 +20,7 @@ struct MeasuredPoint {
   double tokens_per_s_reported = 0;    // the report's tokens_per_s
   int micro_batch = 0;
   double data_wait_share = 0;          // (data_wait + h2d) / step time without checkpoint stalls, measured steps
+  double optimizer_s = 0;              // AdamW per step: mean over every rank's measured steps (0 before it was recorded)
   double gather_exposed_s = 0;         // the part of comm_exposed waiting for parameter all-gathers (0 before it)
   std::optional<double> checkpoint_stall_s;  // mean over io/k<N>/checkpoints rows (every rank and event)
   int checkpoint_events = 0;           // rows averaged
@@ -50,6 +51,7 @@ struct RunMeasurement {
   int seq = 0;
   int layers = 0, d_model = 0, heads = 0, vocab = 0, max_seq = 0;  // its shape (model attributes; 0: not recorded)
   std::string parallel = "dp";         // the mode of the largest point (dp, zero1, fsdp)
+  double bucket_bytes = 0;             // dp's gradient buckets close at this size (config bucket_mb)
   MemoryBreakdown memory_estimate;     // the report's per-rank estimate of dp (model memory_* attributes)
   std::string memory_precision;
   double peak_device_memory_bytes = 0; // max over ranks (0 on the CPU backend)

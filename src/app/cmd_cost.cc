@@ -18,6 +18,7 @@
 #include "cost_reasons.h"
 #include "error.h"
 #include "html_report.h"
+#include "layout_search.h"
 #include "log.h"
 #include "memory_fit.h"
 #include "model_config.h"
@@ -25,6 +26,7 @@
 #include "projection.h"
 #include "report.h"
 #include "report_view.h"
+#include "tensor_parallel.h"
 #include "reporter.h"
 #include "run_measurement.h"
 #include "token_shard.h"
@@ -115,7 +117,8 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
       ("inter-node-latency-us", Number(&f.inter_node_latency_us, RealRange::Between(0, 1e6))
        ->default_value(f.inter_node_latency_us), "inter-node latency alpha when the run measured no inter-node link")
       ("collectives", po::value(&f.collectives), "a collectives report of the same machines: its all_reduce sweep joins the fit")
-      ("device-as", po::value(&f.device_as), "price the runs as if measured on this GPU model (e.g. a CPU test run)")
+      ("device-as", po::value(&f.device_as),
+       "price the runs as if measured on these GPU models (a list: H100 SXM,H100 PCIe; e.g. a CPU test run)")
       ("require-comparable", po::bool_switch(&f.require_comparable),
        "exit 2 when the runs differ in a variable a fair comparison holds fixed (model, data, versions, batch shape, "
        "steps, ...)")
@@ -190,11 +193,23 @@ struct MemoryCheck {
   }
 };
 
+// A run projected onto one offering's fabric at one --project target (or at its priced k without one).
+struct FabricProjection {
+  const Offering* offering = nullptr;
+  const Fabric* fabric = nullptr;
+  ProjectTarget target;
+  std::optional<LayoutChoice> choice;  // nullopt: the target does not fit the offering's nodes (why_not says why)
+  std::string why_not;
+};
+
 struct RunAnalysis {
   RunMeasurement m;
   size_t priced = 0;  // index into m.points
-  std::optional<GpuModel> gpu;
-  bool device_as = false;  // gpu comes from --device-as, not from the device
+  std::optional<GpuModel> gpu;   // the first of gpus
+  std::vector<GpuModel> gpus;    // the device's model, or --device-as's models
+  bool device_as = false;  // gpus come from --device-as, not from the device
+  ProjectionBasis basis;   // what a projection onto a fabric takes from the run
+  std::vector<FabricProjection> on_fabrics;  // each offering with a fabric x each --project target
   std::optional<double> stall_s;
   int stall_events = 0;
   int stall_k = 0;
@@ -213,13 +228,17 @@ struct RunAnalysis {
 // A configuration priced: the measured point or a projected layout of one run.
 struct Config {
   size_t run = 0;
-  std::string label;  // "k8 1x8" (measured) or "2x8" (projected)
+  std::string label;  // "k8 1x8" (measured), "2x8" (projected) or "4x8 tp2+zero1" (projected onto a fabric)
   bool projected = false;
   Layout layout;
   int gpus = 0;  // ranks of the job: a measured point's k (an uneven layout holds fewer than nodes x per node)
   double tokens_per_step = 0;
   double step_s = 0;  // without checkpoint stalls
   double exposed_s = 0;  // exposed communication per step (measured, or the projection's)
+  std::string mode;      // the parallel mode (the run's, or the layout chosen on a fabric)
+  // Projected onto an offering's fabric: that offering only, the candidate's memory fit and why it was chosen.
+  const FabricProjection* on_fabric = nullptr;
+  std::optional<MemoryFit> memory;
 };
 
 struct CostRow {
@@ -233,6 +252,27 @@ struct CostRow {
 };
 
 std::string RunName(const RunAnalysis& run) { return run.m.path; }
+
+// --device-as's GPU models, each once; an unknown name is bad input.
+std::vector<GpuModel> DeviceAs(const std::string& list) {
+  std::vector<GpuModel> models;
+  for (const std::string& name : SplitFlagList(list, "--device-as")) {
+    const GpuModel& model = FindGpuModel(name, "--device-as");
+    const bool seen = std::any_of(models.begin(), models.end(), [&](const GpuModel& m) { return m.name == model.name; });
+    if (!seen) models.push_back(model);
+  }
+  return models;
+}
+
+std::string GpuNames(const RunAnalysis& a) {
+  std::vector<std::string> names;
+  for (const GpuModel& model : a.gpus) names.push_back(model.name);
+  return JoinNames(names, ", ");
+}
+
+bool HasGpu(const RunAnalysis& a, const std::string& model) {
+  return std::any_of(a.gpus.begin(), a.gpus.end(), [&](const GpuModel& m) { return m.name == model; });
+}
 
 // A measured point's throughput without its checkpoint stalls (step_s excludes them).
 double TokensPerS(const MeasuredPoint& p) { return p.train.tokens_per_step / p.train.step_s; }
@@ -363,6 +403,76 @@ void ProjectLayouts(RunAnalysis& a, const std::string& path, const std::vector<L
   a.held_out = CheckHeldOut(points, a.collective_samples, a.m.weak_scaling, overrides);
 }
 
+// What a projection onto a fabric takes from the run: its priced point without its communication (at the repeats'
+// median), the measured overlap, and the model's memory and tensor-parallel all-reduces at each size in `tp_sizes`.
+ProjectionBasis BasisOf(const RunAnalysis& a, const std::vector<int>& tp_sizes) {
+  const RunMeasurement& m = a.m;
+  const MeasuredPoint& p = m.points[a.priced];
+  ProjectionBasis b;
+  b.run = m.path;
+  b.mode = p.train.parallel;
+  b.k = p.train.k;
+  b.tp = p.train.tensor_parallel;
+  b.weak = m.weak_scaling;
+  b.step_s = StepAtRepeatRate(p, p.train.step_s, p.tokens_per_s_median);
+  b.tokens_per_step = p.train.tokens_per_step;
+  b.exposed_s = p.train.comm_exposed_s;
+  b.activation_s = p.train.activation_s;
+  b.optimizer_s = p.optimizer_s;
+  b.gradient_bytes = p.train.gradient_bytes;
+  if (m.bucket_bytes > 0) b.bucket_bytes = m.bucket_bytes;
+  b.fsdp_units = m.layers + 2;
+  // The overlap of the priced point when it communicated, else of the largest point that did.
+  std::vector<const MeasuredPoint*> order = {&p};
+  for (auto it = m.points.rbegin(); it != m.points.rend(); ++it) order.push_back(&*it);
+  for (const MeasuredPoint* q : order) {
+    if (!(q->train.comm_total_s > 0)) continue;
+    b.overlap = std::clamp(1.0 - q->train.comm_exposed_s / q->train.comm_total_s, 0.0, 1.0);
+    b.overlap_measured = true;
+    b.overlap_source = Format("measured at k=%d (%s)", q->train.k, q->train.parallel.c_str());
+    break;
+  }
+  if (!b.overlap_measured) b.overlap_source = "no point communicated: assumed 0 (every collective exposed)";
+  b.parameters = a.memory.parameters;
+  b.gathered_parameters = a.memory.gathered_parameters;
+  b.calibration = a.memory.calibration;
+  const bool shape_known = m.layers > 0 && m.d_model > 0 && m.heads > 0 && m.vocab > 0 && m.max_seq > 0 && m.seq > 0;
+  if (!shape_known) {  // a report without the model's shape: data parallel modes only, the report's estimate
+    b.shapes.push_back({1, "", m.memory_estimate, 0, 0});
+    return b;
+  }
+  const ModelConfig config = CustomModel(m.layers, m.d_model, m.heads, m.vocab, m.max_seq);
+  const bool bf16 = m.memory_precision.starts_with("bf16");
+  for (int t : tp_sizes) {
+    TensorParallelShape shape;
+    shape.tp = t;
+    try {
+      CheckTensorParallel(config, t);
+      if (m.device != "cpu") CheckCudaTensorParallelWidths(config, t);
+      if ((static_cast<int64_t>(p.micro_batch) * m.seq) % t != 0) {
+        throw InputError(Format("tensor parallel %d does not divide the %d tokens of a micro-batch", t,
+                                p.micro_batch * m.seq));
+      }
+      const MemoryEstimate e = EstimateMemory(config, p.micro_batch, m.seq, bf16, t);
+      shape.dp_memory = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes, 0};
+      // The models all-reduce fp32 activations (models/tensor_parallel.h): 4 bytes per element.
+      shape.activation_bytes = 4.0 * static_cast<double>(TensorParallelAllReduceElements(config, t, p.micro_batch, m.seq));
+      shape.activation_ops = t > 1 ? 4.0 * m.layers + 4.0 : 0.0;
+    } catch (const InputError& e) {
+      shape.invalid = e.what();
+    }
+    b.shapes.push_back(shape);
+  }
+  return b;
+}
+
+// Whether --project's layouts are projected with the run's fitted links: without a price file, or for its offerings
+// that declare no fabric (those with one are projected onto it: ProjectOntoFabrics).
+bool FittedProjection(const std::optional<PriceFile>& prices) {
+  return !prices || std::any_of(prices->offerings.begin(), prices->offerings.end(),
+                                [&](const Offering& o) { return o.fabric.empty(); });
+}
+
 RunAnalysis AnalyzeRun(const Report& report, const std::string& path, const CostFlags& f,
                        const std::vector<AllReduceSample>& extra_samples, const std::vector<Layout>& layouts,
                        const LinkOverrides& overrides, const std::optional<PriceFile>& prices) {
@@ -371,11 +481,16 @@ RunAnalysis AnalyzeRun(const Report& report, const std::string& path, const Cost
   a.priced = PricedPoint(a.m, f.k, path);
   a.power_per_gpu_W = EnergyOf(a.m.points[a.priced]);
   a.device_as = !f.device_as.empty();
-  a.gpu = a.device_as ? std::optional<GpuModel>(FindGpuModel(f.device_as, "--device-as")) : MatchGpuModel(a.m.device);
+  if (a.device_as) {
+    a.gpus = DeviceAs(f.device_as);
+  } else if (const std::optional<GpuModel> model = MatchGpuModel(a.m.device)) {
+    a.gpus.push_back(*model);
+  }
+  if (!a.gpus.empty()) a.gpu = a.gpus.front();
   SetCheckpointCost(a, prices);
   a.collective_samples = a.m.all_reduce;
   a.collective_samples.insert(a.collective_samples.end(), extra_samples.begin(), extra_samples.end());
-  if (!layouts.empty()) ProjectLayouts(a, path, layouts, overrides);
+  if (!layouts.empty()) ProjectLayouts(a, path, FittedProjection(prices) ? layouts : std::vector<Layout>{}, overrides);
   a.memory = ModelMemory(f, &a.m);
   return a;
 }
@@ -387,10 +502,11 @@ std::vector<Config> ConfigsOf(const RunAnalysis& a, size_t run_index) {
   // Priced at the median tokens/s of the repeats (the median repeat's own, but for an even count).
   const auto median = [&](double step_s) { return StepAtRepeatRate(p, step_s, p.tokens_per_s_median); };
   configs.push_back({run_index, Format("k%d %s", p.train.k, measured.Name().c_str()), false, measured, p.train.k,
-                     p.train.tokens_per_step, median(p.train.step_s), p.train.comm_exposed_s});
+                     p.train.tokens_per_step, median(p.train.step_s), p.train.comm_exposed_s, a.m.parallel, nullptr,
+                     std::nullopt});
   for (const ProjectedPoint& q : a.projected) {
     configs.push_back({run_index, q.layout.Name(), true, q.layout, q.layout.gpus(), q.tokens_per_step,
-                       median(q.step_s), q.exposed_s});
+                       median(q.step_s), q.exposed_s, a.m.parallel, nullptr, std::nullopt});
   }
   return configs;
 }
@@ -420,8 +536,13 @@ std::string RowName(const CostRow& row, const std::vector<RunAnalysis>& runs) {
 // The mode of a configuration and what its exposed communication costs it, for the decision lines: "fsdp, exposed
 // communication 29.1% of the step (parameter gathers 50.2% of it, as measured at k=4)".
 std::string CommReason(const Config& config, const RunAnalysis& a) {
+  if (config.on_fabric) {
+    const LayoutChoice& choice = *config.on_fabric->choice;
+    return Format("%s on fabric %s, the best of %zu layouts considered: %s", config.mode.c_str(),
+                  config.on_fabric->fabric->name.c_str(), choice.candidates.size(), choice.reason.c_str());
+  }
   const MeasuredPoint& p = a.m.points[a.priced];
-  std::string reason = Format("%s, exposed communication %.1f%% of the step", a.m.parallel.c_str(),
+  std::string reason = Format("%s, exposed communication %.1f%% of the step", config.mode.c_str(),
                               100 * config.exposed_s / config.step_s);
   if (p.train.comm_exposed_s > 0 && p.gather_exposed_s > 0) {
     reason += Format(" (parameter gathers %.1f%% of it, as measured at k=%d)",
@@ -476,7 +597,7 @@ std::vector<std::string> RunLines(const RunAnalysis& a, const std::optional<Pric
   lines.push_back(Format("# run %s: %s%s; %s; measured k = %s on %d node(s), %s scaling", m.path.c_str(),
                          m.device.c_str(),
                          !a.gpu                ? " (no known GPU model)"
-                         : a.device_as         ? (", priced as " + a.gpu->name + " (--device-as)").c_str()
+                         : a.device_as         ? (", priced as " + GpuNames(a) + " (--device-as)").c_str()
                                                : (" -> " + a.gpu->name).c_str(),
                          m.model_name.c_str(), JoinNames(ks, ",").c_str(), m.nodes, m.weak_scaling ? "weak" : "strong"));
   lines.back() += ", --parallel " + m.parallel;
@@ -545,6 +666,53 @@ std::vector<std::string> ProjectionLines(const RunAnalysis& a) {
     lines.push_back(table.Row({q.layout.Name(), std::to_string(q.layout.gpus()), Format("%.4g", q.step_s),
                                Format("%.4g", q.comm_s), Format("%.4g", q.exposed_s), Format("%.6g", q.tokens_per_s),
                                Format("%.3f", q.efficiency), "projected"}));
+  }
+  return lines;
+}
+
+// The layouts considered for a run on each offering's fabric, the one chosen and why.
+std::vector<std::string> FabricLines(const RunAnalysis& a) {
+  std::vector<std::string> lines;
+  if (a.on_fabrics.empty()) return lines;
+  const ProjectionBasis& b = a.basis;
+  lines.push_back(Format("# projection of %s onto each offering's fabric: compute %.4g s per step (the priced k=%d, "
+                         "%s, T=%d, without its communication; optimizer %.3g s), collectives at the fabric's rates, "
+                         "overlap %.2f %s",
+                         RunName(a).c_str(), b.ComputeS(), b.k, b.mode.c_str(), b.tp, b.optimizer_s, b.overlap,
+                         b.overlap_source.c_str()));
+  TextTable table({{"layout", "", 14}, {"step", "(s)", 10}, {"compute", "(s)", 10}, {"exposed", "(s)", 10},
+                   {"activ.", "(s)", 9}, {"tokens/s", "", 11}, {"memory", "(GiB)", 9}, {"", "", 0}});
+  for (const FabricProjection& fp : a.on_fabrics) {
+    lines.push_back(Format("#   on %s (fabric %s, %s), %s GPUs:", fp.offering->name.c_str(), fp.fabric->name.c_str(),
+                           IntraKindName(fp.fabric->intra.kind), fp.target.text.c_str()));
+    if (!fp.choice) {
+      lines.push_back("#     not projected: " + fp.why_not);
+      continue;
+    }
+    const LayoutChoice& ch = *fp.choice;
+    if (!ch.links.empty()) lines.push_back("#     links: " + ch.links);
+    for (const std::string& line : table.HeaderLines()) lines.push_back(line);
+    std::vector<std::string> assumptions;
+    std::vector<std::string> impossible;  // one line per tensor-parallel size the model cannot take
+    for (size_t i = 0; i < ch.candidates.size(); ++i) {
+      const LayoutCandidate& c = ch.candidates[i];
+      const std::string mark = ch.chosen == i ? "chosen" : c.why_not;
+      if (!c.considered) {
+        const std::string line = Format("#     tp%d: not possible: %s", c.tp, c.why_not.c_str());
+        if (std::find(impossible.begin(), impossible.end(), line) == impossible.end()) impossible.push_back(line);
+        continue;
+      }
+      lines.push_back(table.Row({c.layout.Name() + " " + c.Name(), Format("%.4g", c.step_s),
+                                 Format("%.4g", c.compute_s + c.optimizer_s), Format("%.4g", c.exposed_s),
+                                 Format("%.3g", c.activation_s), Format("%.6g", c.tokens_per_s),
+                                 Format("%.1f", c.memory.required_bytes / kGiB), mark}));
+      for (const std::string& note : c.assumptions) {
+        if (std::find(assumptions.begin(), assumptions.end(), note) == assumptions.end()) assumptions.push_back(note);
+      }
+    }
+    lines.insert(lines.end(), impossible.begin(), impossible.end());
+    lines.push_back("#     " + std::string(ch.chosen ? "chosen: " : "none chosen: ") + ch.reason);
+    for (const std::string& note : assumptions) lines.push_back("#     assumed: " + note);
   }
   return lines;
 }
@@ -620,7 +788,8 @@ void PrintCostTable(const std::vector<CostRow>& rows, const std::vector<RunAnaly
 // What the flags ask for, checked before any file is read.
 struct CostPlan {
   std::optional<double> target_tokens, target_steps, deadline, gpu_memory;
-  std::vector<Layout> layouts;
+  std::vector<Layout> layouts;          // --project for offerings without a fabric (fitted links)
+  std::vector<ProjectTarget> targets;   // --project for offerings with a fabric
   LinkOverrides overrides;
 };
 
@@ -678,8 +847,11 @@ CostPlan PlanCost(const CostFlags& f, const po::variables_map& given) {
   if (!f.train_tokens.empty()) plan.target_tokens = ParseTokenCount(f.train_tokens, "--train-tokens");
   if (!f.train_steps.empty()) plan.target_steps = ParseTokenCount(f.train_steps, "--train-steps");
   if (given.count("deadline-hours")) plan.deadline = f.deadline_hours;
-  if (!f.device_as.empty()) FindGpuModel(f.device_as, "--device-as");
-  if (!f.project.empty()) plan.layouts = ParseLayouts(f.project, f.gpus_per_node, "--project");
+  if (!f.device_as.empty()) DeviceAs(f.device_as);
+  if (!f.project.empty()) {
+    plan.layouts = ParseLayouts(f.project, f.gpus_per_node, "--project");
+    plan.targets = ParseProjectTargets(f.project, "--project");
+  }
   if (given.count("inter-node-gbps")) plan.overrides.inter_node_gbps = f.inter_node_gbps;
   plan.overrides.inter_node_latency_s = f.inter_node_latency_us * 1e-6;
   if (!f.gpu_memory.empty()) plan.gpu_memory = static_cast<double>(ParseSize(f.gpu_memory, "--gpu-memory"));
@@ -714,6 +886,44 @@ void ReadCostInputs(const CostFlags& f, CostRun& c) {
   c.comparison = CompareReports(reports, f.reports, f.require_comparable);
 }
 
+// The tensor-parallel sizes worth modelling: every divisor of some fabric offering's GPUs per node.
+std::vector<int> TensorParallelSizes(const PriceFile& prices) {
+  std::vector<int> sizes;
+  for (const Offering& o : prices.offerings) {
+    if (o.fabric.empty()) continue;
+    for (int t = 1; t <= o.gpus_per_node; ++t) {
+      if (o.gpus_per_node % t == 0 && std::find(sizes.begin(), sizes.end(), t) == sizes.end()) sizes.push_back(t);
+    }
+  }
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
+// Every run onto every offering with a fabric and the run's GPU model, at each --project target (the priced k
+// without one): the layouts considered there and the one chosen.
+void ProjectOntoFabrics(CostRun& c) {
+  if (!c.prices) return;
+  const std::vector<int> tp_sizes = TensorParallelSizes(*c.prices);
+  for (RunAnalysis& a : c.runs) {
+    std::vector<ProjectTarget> targets = c.plan.targets;
+    if (targets.empty()) {
+      const int k = a.m.points[a.priced].train.k;
+      targets.push_back({k, std::nullopt, std::to_string(k)});
+    }
+    for (const Offering& offering : c.prices->offerings) {
+      const Fabric* fabric = c.prices->FabricOf(offering);
+      if (!fabric || !HasGpu(a, offering.gpu)) continue;
+      if (a.basis.shapes.empty()) a.basis = BasisOf(a, tp_sizes);
+      for (const ProjectTarget& target : targets) {
+        FabricProjection projection{&offering, fabric, target, std::nullopt, ""};
+        const std::optional<Layout> layout = LayoutOnNodes(target, offering.gpus_per_node, projection.why_not);
+        if (layout) projection.choice = ChooseLayout(a.basis, *fabric, *layout, offering.gpu_memory_gib * kGiB);
+        a.on_fabrics.push_back(std::move(projection));
+      }
+    }
+  }
+}
+
 // What a configuration delivers, in its layout: a layout of N nodes is billed N whole nodes.
 CostInputs InputsOf(const Config& config, const RunAnalysis& a, const CostRun& c) {
   CostInputs in;
@@ -735,7 +945,8 @@ CostRow PriceConfig(const Config& config, const RunAnalysis& a, const Offering& 
   row.offering = &offering;
   row.inputs = InputsOf(config, a, c);
   row.cost = ComputeCost(row.inputs, offering, c.prices->assumptions);
-  row.memory = FitMemory(a.memory.For(config.gpus), offering.gpu_memory_gib * kGiB, a.memory.calibration);
+  row.memory = config.memory ? *config.memory
+                             : FitMemory(a.memory.For(config.gpus), offering.gpu_memory_gib * kGiB, a.memory.calibration);
   const MeasuredPoint& p = a.m.points[a.priced];
   if (p.repeats > 1) {
     // The repeats' spread of tokens/s, relative to the median's, applied to the configuration's step time.
@@ -758,14 +969,40 @@ std::string MisfitNote(const RunAnalysis& a, const Config& config, const Offerin
                 offering.gpus_per_node == 1 ? "" : "s", config.layout.Name().c_str(), config.layout.gpus_per_node);
 }
 
+// Run `i` on `offering`'s fabric: the chosen layout of each target, or a note why none was.
+void PriceOnFabric(CostRun& c, size_t i, const Offering& offering) {
+  const RunAnalysis& a = c.runs[i];
+  for (const FabricProjection& fp : a.on_fabrics) {
+    if (fp.offering != &offering) continue;
+    const std::string at = RunName(a) + " at " + fp.target.text + " GPUs on " + offering.name + " (fabric " +
+                           fp.fabric->name + "): not projected: ";
+    if (!fp.choice) {
+      c.notes.push_back(at + fp.why_not);
+      continue;
+    }
+    if (!fp.choice->chosen) {
+      c.notes.push_back(at + fp.choice->reason);
+      continue;
+    }
+    const LayoutCandidate& won = fp.choice->candidates[*fp.choice->chosen];
+    const Config config{i, won.layout.Name() + " " + won.Name(), true, won.layout, won.layout.gpus(),
+                        won.tokens_per_step, won.step_s, won.exposed_s, won.Name(), &fp, won.memory};
+    c.rows.push_back(PriceConfig(config, a, offering, c));
+  }
+}
+
 // Run `i`'s configurations on every offering of its GPU model whose nodes hold their layout (a note for each pair
 // that does not). False when no offering has its GPU model.
 bool PriceRun(CostRun& c, size_t i) {
   const RunAnalysis& a = c.runs[i];
   bool matched = false;
   for (const Offering& offering : c.prices->offerings) {
-    if (offering.gpu != a.gpu->name) continue;
+    if (!HasGpu(a, offering.gpu)) continue;
     matched = true;
+    if (c.prices->FabricOf(offering)) {
+      PriceOnFabric(c, i, offering);
+      continue;
+    }
     for (const Config& config : ConfigsOf(a, i)) {
       if (LayoutFits(InputsOf(config, a, c), offering)) {
         c.rows.push_back(PriceConfig(config, a, offering, c));
@@ -789,7 +1026,9 @@ void PriceRuns(CostRun& c) {
       c.notes.push_back(RunName(a) + ": device '" + a.m.device + "' is no known GPU model (known: " +
                         KnownGpuModelNames() + "); --device-as MODEL prices it as one");
     } else if (!PriceRun(c, i)) {
-      c.notes.push_back(RunName(a) + ": no offering in " + c.prices->path + " has GPU model " + a.gpu->name);
+      c.notes.push_back(RunName(a) + ": no offering in " + c.prices->path + " has GPU model " + GpuNames(a) +
+                        (a.device_as ? "" : " (--device-as MODEL prices it as another model; its compute is then taken "
+                                            "as this run's)"));
     } else if (c.notes.size() > notes && !first_misfit) {
       first_misfit = notes;
     }
@@ -884,7 +1123,7 @@ ViewTable RunTable(const RunAnalysis& a, bool priced) {
   const RunMeasurement& m = a.m;
   const MeasuredPoint& p = m.points[a.priced];
   TableBuilder t("run", "the run, its priced point and the projection's fit", true);
-  t.Row().Add("device", "", m.device).Add("gpu_model", "", a.gpu ? a.gpu->name : "")
+  t.Row().Add("device", "", m.device).Add("gpu_model", "", GpuNames(a))
       .Add("gpu_model_from", "", !a.gpu ? "" : a.device_as ? "--device-as" : "device")
       .Add("ranks", "", Int(m.ranks)).Add("nodes", "", Int(m.nodes)).Add("model", "", m.model_name)
       .Add("scaling_mode", "", m.weak_scaling ? "weak" : "strong").Add("startup_s", "s", m.startup_s)
@@ -900,6 +1139,38 @@ ViewTable RunTable(const RunAnalysis& a, bool priced) {
       .Add("power_per_gpu_W", "W", Opt(a.power_per_gpu_W))
       .Add("energy", "", a.power_per_gpu_W ? "measured" : "n/a: the report has no joules_per_token (no NVML energy)");
   AddFit(t, a);
+  return t.Take();
+}
+
+// cost.layouts: every layout considered on each offering's fabric, the chosen one marked.
+ViewTable LayoutsTable(const RunAnalysis& a) {
+  TableBuilder t("layouts", "layouts considered on each offering's fabric", false);
+  for (const FabricProjection& fp : a.on_fabrics) {
+    const LayoutChoice* ch = fp.choice ? &*fp.choice : nullptr;
+    const size_t n = ch && !ch->candidates.empty() ? ch->candidates.size() : 1;
+    for (size_t i = 0; i < n; ++i) {
+      const LayoutCandidate* c = ch && !ch->candidates.empty() ? &ch->candidates[i] : nullptr;
+      const bool modelled = c && c->considered;
+      auto num = [&](double v) { return modelled ? Cell(v) : Cell(); };
+      t.Row().Add("offering", "", fp.offering->name).Add("fabric", "", fp.fabric->name)
+          .Add("intra", "", IntraKindName(fp.fabric->intra.kind)).Add("target", "", fp.target.text)
+          .Add("layout", "", ch ? Cell(ch->layout.Name()) : Cell()).Add("candidate", "", c ? Cell(c->Name()) : Cell())
+          .Add("mode", "", c ? Cell(c->mode) : Cell()).Add("tensor_parallel", "", c ? Int(c->tp) : Cell())
+          .Add("replicas", "", c ? Int(c->replicas()) : Cell()).Add("step_s", "s", num(c ? c->step_s : 0))
+          .Add("compute_s", "s", num(c ? c->compute_s : 0)).Add("optimizer_s", "s", num(c ? c->optimizer_s : 0))
+          .Add("activation_s", "s", num(c ? c->activation_s : 0)).Add("comm_s", "s", num(c ? c->comm_s : 0))
+          .Add("exposed_s", "s", num(c ? c->exposed_s : 0)).Add("tokens_per_step", "tokens", num(c ? c->tokens_per_step : 0))
+          .Add("tokens_per_s", "tokens/s", num(c ? c->tokens_per_s : 0))
+          .Add("memory_required_bytes", "B", num(c ? c->memory.required_bytes : 0))
+          .Add("gpu_memory_bytes", "B", num(c ? c->memory.gpu_memory_bytes : 0))
+          .Add("memory_fits", "", modelled ? Flag(c->memory.fits) : Cell())
+          .Add("chosen", "", Flag(ch && ch->chosen == i && c))
+          .Add("why_not", "", c ? Cell(c->why_not) : Cell(ch ? ch->reason : fp.why_not))
+          .Add("reason", "", ch && ch->chosen == i && c ? Cell(ch->reason) : Cell())
+          .Add("links", "", ch ? Cell(ch->links) : Cell())
+          .Add("assumptions", "", c && !c->assumptions.empty() ? Cell(JoinNames(c->assumptions, "; ")) : Cell());
+    }
+  }
   return t.Take();
 }
 
@@ -1050,6 +1321,7 @@ std::vector<RunView> CostViews(const CostFlags& f, const CostRun& c) {
     RunView& view = views.emplace_back(RunView{RunName(c.runs[i]), {}});
     view.tables.push_back(RunTable(c.runs[i], c.prices.has_value()));
     view.tables.push_back(PointsTable(c.runs[i]));
+    if (!c.runs[i].on_fabrics.empty()) view.tables.push_back(LayoutsTable(c.runs[i]));
     if (c.prices) view.tables.push_back(RowsTable(c, i));
   }
   RunView all{c.prices ? f.prices : "--model " + f.model, {}};
@@ -1084,6 +1356,11 @@ void PrintCostText(const CostRun& c) {
     Print("#");
     for (const std::string& line : ProjectionLines(a)) Print(line);
   }
+  for (const RunAnalysis& a : c.runs) {
+    if (a.on_fabrics.empty()) continue;
+    Print("#");
+    for (const std::string& line : FabricLines(a)) Print(line);
+  }
   if (c.model_memory) {
     Print("#");
     for (const std::string& line : MemoryLines(*c.model_memory, c.memory_targets)) Print(line);
@@ -1110,6 +1387,7 @@ int RunCostCommand(const CommandInput& input) {
   CostRun c;
   c.plan = PlanCost(f, given);
   ReadCostInputs(f, c);
+  ProjectOntoFabrics(c);
   PriceRuns(c);
   DecideCost(f, c);
   const std::vector<RunView> views = CostViews(f, c);

@@ -1,0 +1,184 @@
+#include "layout_search.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "console.h"
+#include "error.h"
+#include "flags.h"
+#include "units.h"
+
+namespace tb {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+const char* const kModes[] = {"dp", "zero1", "fsdp"};
+
+// The optimizer's share of the model per rank: dp holds the whole (tensor-parallel slice of the) model, zero1 and
+// fsdp shard AdamW's state over every rank.
+double OptimizerShards(const std::string& mode, int tp, int ranks) { return mode == "dp" ? tp : ranks; }
+
+// The step of `c` from the run's figures at the fabric's links (its memory aside).
+void ModelStep(const ProjectionBasis& b, const TensorParallelShape& shape, const LinkModel& links, LayoutCandidate& c) {
+  const int k = c.layout.gpus(), t = c.tp, replicas = c.replicas();
+  const double ref_tokens = b.TokensPerReplica();
+  const double tokens = b.weak ? ref_tokens : b.tokens_per_step / replicas;
+  const double scale = tokens / ref_tokens;
+  c.compute_s = b.ComputeS() * scale * b.tp / t;
+  if (t != b.tp) {
+    c.assumptions.push_back(Format("compute at T=%d from the run's T=%d divided evenly over the group (Megatron splits "
+                                   "every GEMM; its unsplit LayerNorms and element-wise work are divided too: not "
+                                   "measured at T=%d)", t, b.tp, t));
+  }
+  c.optimizer_s = b.optimizer_s * OptimizerShards(b.mode, b.tp, b.k) / OptimizerShards(c.mode, t, k);
+  if (t > 1) {
+    c.activation_s = PredictAllReduceSeconds(links, 1, t, shape.activation_bytes * scale, shape.activation_ops);
+  }
+  if (replicas > 1) {
+    const double gradient = b.gradient_bytes * b.tp / t;
+    const double buckets = c.mode == "fsdp" ? std::max(1, b.fsdp_units)
+                                            : std::max(1.0, std::ceil(gradient / b.bucket_bytes));
+    const ModeCollectives mc = CollectivesOf(c.mode, gradient, buckets);
+    c.comm_s = PredictAllReduceSeconds(links, c.layout.nodes, c.layout.gpus_per_node / t, mc.bytes, mc.ops);
+    c.exposed_s = (1.0 - b.overlap) * c.comm_s;
+    if (c.mode != b.mode && b.overlap_measured) {
+      c.assumptions.push_back(Format("overlap %.2f as measured in %s, taken for %s", b.overlap, b.mode.c_str(),
+                                     c.mode.c_str()));
+    }
+  }
+  c.step_s = c.compute_s + c.optimizer_s + c.activation_s + c.exposed_s;
+  c.tokens_per_step = tokens * replicas;
+  c.tokens_per_s = c.tokens_per_step / c.step_s;
+}
+
+void FitCandidate(const ProjectionBasis& b, const TensorParallelShape& shape, double gpu_memory_bytes,
+                  LayoutCandidate& c) {
+  MemoryBreakdown dp = shape.dp_memory;
+  if (!b.weak) dp.activations_bytes *= (b.tokens_per_step / c.replicas()) / b.TokensPerReplica();
+  const MemoryBreakdown mode = ModeMemory(dp, c.mode, c.layout.gpus(), b.gathered_parameters, b.parameters, c.tp);
+  c.memory = FitMemory(mode, gpu_memory_bytes, b.calibration);
+  if (!c.memory.fits) {
+    c.why_not = Format("does not fit: needs %.1f GiB of %.1f GiB", c.memory.required_bytes / kGiB,
+                       gpu_memory_bytes / kGiB);
+  }
+}
+
+// Why the chosen candidate won: against the runner-up, and what did not fit.
+std::string Reason(const LayoutChoice& choice) {
+  const std::vector<LayoutCandidate>& all = choice.candidates;
+  int unfit = 0, invalid = 0;
+  for (const LayoutCandidate& c : all) {
+    if (!c.considered) ++invalid;
+    else if (!c.memory.fits) ++unfit;
+  }
+  const std::string others =
+      (unfit ? Format("; %d layout%s do%s not fit the GPU's memory", unfit, unfit == 1 ? "" : "s", unfit == 1 ? "es" : "")
+             : std::string()) +
+      (invalid ? Format("; %d not possible for this model", invalid) : std::string());
+  if (!choice.chosen) {
+    const LayoutCandidate* smallest = nullptr;
+    for (const LayoutCandidate& c : all) {
+      if (c.considered && (!smallest || c.memory.required_bytes < smallest->memory.required_bytes)) smallest = &c;
+    }
+    return smallest ? "no layout fits the GPU's memory (the smallest, " + smallest->Name() + ", " + smallest->why_not +
+                          ")"
+                    : "no layout is possible for this model" + others;
+  }
+  const LayoutCandidate& won = all[*choice.chosen];
+  const auto shares = [](const LayoutCandidate& c) {
+    return Format("compute %.0f%%, exposed communication %.0f%%, activation all-reduces %.0f%% of the step",
+                  100 * (c.compute_s + c.optimizer_s) / c.step_s, 100 * c.exposed_s / c.step_s,
+                  100 * c.activation_s / c.step_s);
+  };
+  const LayoutCandidate* second = nullptr;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i != *choice.chosen && all[i].Viable() && (!second || all[i].tokens_per_s > second->tokens_per_s)) {
+      second = &all[i];
+    }
+  }
+  std::string reason = won.Name() + " is the fastest that fits (" + shares(won) + ")";
+  if (second) {
+    reason += Format("; next %s at %.1f%% fewer tokens/s (%s)", second->Name().c_str(),
+                     100 * (1 - second->tokens_per_s / won.tokens_per_s), shares(*second).c_str());
+  }
+  return reason + others;
+}
+
+}  // namespace
+
+std::string LayoutCandidate::Name() const {
+  if (tp == 1) return mode;
+  return replicas() == 1 ? Format("tp%d", tp) : Format("tp%d+%s", tp, mode.c_str());
+}
+
+LayoutChoice ChooseLayout(const ProjectionBasis& basis, const Fabric& fabric, const Layout& layout,
+                          double gpu_memory_bytes) {
+  LayoutChoice choice;
+  choice.layout = layout;
+  const FabricLinks links = LinksOnFabric(fabric, layout.nodes, layout.gpus_per_node);
+  if (!links.missing.empty()) {
+    choice.reason = links.missing;
+    return choice;
+  }
+  choice.links = (layout.gpus_per_node > 1 ? "intra-node " + links.links.intra.origin : std::string()) +
+                 (layout.gpus_per_node > 1 && layout.nodes > 1 ? "; " : "") +
+                 (layout.nodes > 1 ? "inter-node " + links.links.inter.origin : std::string());
+  for (const TensorParallelShape& shape : basis.shapes) {
+    if (layout.gpus_per_node % shape.tp != 0) continue;  // groups stay inside a node
+    for (const char* mode : kModes) {
+      LayoutCandidate c;
+      c.layout = layout;
+      c.mode = mode;
+      c.tp = shape.tp;
+      if (c.replicas() == 1 && c.mode != "dp") continue;  // one replica: nothing to shard across
+      if (!shape.invalid.empty()) {
+        c.why_not = shape.invalid;
+      } else {
+        c.considered = true;
+        ModelStep(basis, shape, links.links, c);
+        FitCandidate(basis, shape, gpu_memory_bytes, c);
+      }
+      choice.candidates.push_back(std::move(c));
+    }
+  }
+  for (size_t i = 0; i < choice.candidates.size(); ++i) {
+    const LayoutCandidate& c = choice.candidates[i];
+    if (c.Viable() && (!choice.chosen || c.tokens_per_s > choice.candidates[*choice.chosen].tokens_per_s)) {
+      choice.chosen = i;
+    }
+  }
+  choice.reason = Reason(choice);
+  return choice;
+}
+
+std::vector<ProjectTarget> ParseProjectTargets(const std::string& text, const std::string& flag) {
+  std::vector<ProjectTarget> targets;
+  for (const std::string& item : SplitFlagList(text, flag)) {
+    ProjectTarget target;
+    target.text = item;
+    if (item.find_first_of("xX") != std::string::npos) {
+      target.layout = ParseLayouts(item, 1, flag).front();
+      target.gpus = target.layout->gpus();
+    } else {
+      target.gpus = ParseLayouts(item, 1 << 20, flag).front().gpus();
+    }
+    targets.push_back(target);
+  }
+  if (targets.empty()) throw InputError(flag + ": expected a list such as 8,32 or 1x8,4x8");
+  return targets;
+}
+
+std::optional<Layout> LayoutOnNodes(const ProjectTarget& target, int gpus_per_node, std::string& why) {
+  if (target.layout) {
+    if (target.layout->gpus_per_node <= gpus_per_node) return target.layout;
+    why = Format("layout %s needs %d GPUs on one node; the offering's nodes have %d", target.layout->Name().c_str(),
+                 target.layout->gpus_per_node, gpus_per_node);
+    return std::nullopt;
+  }
+  if (target.gpus <= gpus_per_node) return Layout{1, target.gpus};
+  if (target.gpus % gpus_per_node == 0) return Layout{target.gpus / gpus_per_node, gpus_per_node};
+  why = Format("%d GPUs are not a whole number of %d-GPU nodes (give NxG)", target.gpus, gpus_per_node);
+  return std::nullopt;
+}
+
+}  // namespace tb

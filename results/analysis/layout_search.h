@@ -1,0 +1,104 @@
+// The best layout of a measured run on an offering's fabric (results/README.md, "Projection onto a fabric"): every
+// parallel mode the project trains (dp, zero1, fsdp, each with tensor parallel groups inside a node) that fits the
+// GPU's memory, its step time from the run's own compute, the mode's collectives at the fabric's link rates and the
+// run's measured overlap; the fastest wins (for one GPU count on one offering, fastest is cheapest: the same nodes at
+// the same price). Pure functions of their inputs: `cost` reads the run and the price file, unit tests build them.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fabric.h"
+#include "memory_fit.h"
+#include "projection.h"
+
+namespace tb {
+
+// The model's figures at one tensor-parallel size T, from models/ (the caller computes them: this layer does not
+// link the models).
+struct TensorParallelShape {
+  int tp = 1;
+  std::string invalid;          // why the model cannot be split T ways ("" when it can)
+  MemoryBreakdown dp_memory;    // per rank before sharding, activations at the run's micro-batch, split T ways
+  double activation_bytes = 0;  // all-reduced per step in one group at the run's micro-batch (0 for T = 1)
+  double activation_ops = 0;    // all-reduces per step
+};
+
+// What the projection takes from a measured run: the reference point (the priced one) without its communication.
+struct ProjectionBasis {
+  std::string run;               // the report, for notes
+  std::string mode = "dp";       // the mode it ran
+  int k = 1, tp = 1;             // ranks and tensor-parallel size of the reference point
+  bool weak = true;              // weak scaling: tokens per replica stay; strong: the global batch stays
+  double step_s = 0;             // without checkpoint stalls (priced at the repeats' median)
+  double tokens_per_step = 0;    // over all k ranks
+  double exposed_s = 0;          // gradient communication backward did not hide
+  double activation_s = 0;       // tensor parallel's blocking activation all-reduces per step (T > 1)
+  double optimizer_s = 0;        // AdamW per step, mean over the measured steps of every rank (0: not recorded)
+  double gradient_bytes = 0;     // per rank per step at the reference (the whole model's / tp)
+  double bucket_bytes = 25.0 * 1024 * 1024;  // dp's gradient buckets close at this size
+  int fsdp_units = 0;            // fsdp's units (layers + 2)
+  double overlap = 0;            // 1 - exposed / total of the reference's gradient communication
+  bool overlap_measured = false;
+  std::string overlap_source;    // "measured at k=4 (dp)"
+  double parameters = 0;
+  double gathered_parameters = 0;  // fsdp: held at once
+  std::optional<MemoryCalibration> calibration;
+  std::vector<TensorParallelShape> shapes;  // T = 1 first; the sizes the model allows are those listed
+
+  // Per rank per step: what is neither gradient communication, activation all-reduce nor the optimizer (forward,
+  // backward, data wait, the rest), as measured.
+  double ComputeS() const { return step_s - exposed_s - activation_s - optimizer_s; }
+  double TokensPerReplica() const { return tokens_per_step / (k / tp); }
+};
+
+// One layout considered: nodes x GPUs per node of the offering, a mode across the replicas, T inside each node.
+struct LayoutCandidate {
+  Layout layout;
+  std::string mode = "dp";
+  int tp = 1;
+  int replicas() const { return layout.gpus() / tp; }
+  std::string Name() const;  // "dp", "tp2+zero1", "tp8" (one replica)
+
+  bool considered = false;   // false: not modelled, `why_not` says why (the model cannot split T ways, ...)
+  double compute_s = 0;      // per step: the run's compute at this shape
+  double optimizer_s = 0;
+  double activation_s = 0;   // tensor parallel's all-reduces at the fabric's intra-node rate (blocking)
+  double comm_s = 0;         // the mode's gradient (and fsdp's gather) collectives, modelled
+  double exposed_s = 0;      // (1 - overlap) x comm_s
+  double step_s = 0;
+  double tokens_per_step = 0;
+  double tokens_per_s = 0;
+  MemoryFit memory;
+  std::string why_not;       // "does not fit: needs 95.2 GiB of 80 GiB", or the missing fabric figure
+  std::vector<std::string> assumptions;  // what was not measured and how it was taken
+  bool Viable() const { return considered && memory.fits; }
+};
+
+// The layouts of one GPU count on one offering's fabric, and the one chosen.
+struct LayoutChoice {
+  Layout layout;
+  std::vector<LayoutCandidate> candidates;  // in the order considered: dp, zero1, fsdp at T = 1, 2, 4, ...
+  std::optional<size_t> chosen;             // the fastest viable one
+  std::string reason;                       // why it won, or why none could be chosen
+  std::string links;                        // the fabric's links as used: intra and inter origin
+};
+
+// Every mode x T for `layout` on `fabric` (gpu_memory_bytes per GPU); T runs over the shapes whose T divides the
+// layout's GPUs per node; zero1 and fsdp only with more than one replica (with one they are dp).
+LayoutChoice ChooseLayout(const ProjectionBasis& basis, const Fabric& fabric, const Layout& layout,
+                          double gpu_memory_bytes);
+
+// A GPU count, or an explicit layout "NxG", as --project gives them.
+struct ProjectTarget {
+  int gpus = 0;
+  std::optional<Layout> layout;
+  std::string text;
+};
+std::vector<ProjectTarget> ParseProjectTargets(const std::string& text, const std::string& flag);
+// The layout of `target` on nodes of `gpus_per_node` GPUs: a count fills whole nodes (1 x k up to one node);
+// nullopt with `why` when it cannot (a count that is not a whole number of nodes; a layout wider than the node).
+std::optional<Layout> LayoutOnNodes(const ProjectTarget& target, int gpus_per_node, std::string& why);
+
+}  // namespace tb
