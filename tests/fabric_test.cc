@@ -1,0 +1,355 @@
+// Fabrics and the layout search (results/analysis/fabric.h, layout_search.h): the [[fabric]] tables of a price file
+// and their checks, the links a fabric gives a layout, the per-size-band fit of a measured link, and the best layout
+// of a run on an offering's fabric against hand-computed steps — including the decision the project is for: a large
+// model on one 8-GPU NVLink node and on four 8-GPU PCIe nodes over Ethernet chooses different layouts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "error.h"
+#include "layout_search.h"
+#include "prices.h"
+#include "projection.h"
+
+namespace tb {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+template <typename F>
+std::string InputErrorOf(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const char* const kFabricPrices = R"(
+[[fabric]]
+name = "nvl"
+intra = "nvswitch"
+intra_allreduce_busbw_GBps = 370
+intra_p2p_GBps = 370
+intra_latency_us = 1
+intra_source = "nccl-tests issue 212, 2024"
+nics_per_node = 8
+nic_gbps = 400
+network_latency_us = 5
+network_source = "datasheet, 2024"
+
+[[fabric]]
+name = "pcie"
+intra = "pcie"
+pcie_gen = 4
+pcie_lanes = 16
+gpus_per_switch = 2
+intra_allreduce_busbw_GBps = 20
+intra_latency_us = 3
+intra_source = "measured 2023"
+nics_per_node = 2
+nic_gbps = 100
+network_latency_us = 10
+network_source = "assumed 2026"
+
+[[offering]]
+name = "sxm"
+gpu = "H100 SXM"
+gpus_per_node = 8
+usd_per_gpu_hour = 4
+storage_usd_per_gb_month = 0
+egress_usd_per_gb = 0
+mtbf_node_hours = 6335
+restart_hours = 0.5
+fabric = "nvl"
+
+[[offering]]
+name = "plain"
+gpu = "H100 PCIe"
+gpus_per_node = 8
+usd_per_gpu_hour = 2
+storage_usd_per_gb_month = 0
+egress_usd_per_gb = 0
+mtbf_node_hours = 6335
+restart_hours = 0.5
+)";
+
+std::string EditedFabric(const std::string& from, const std::string& to) {
+  std::string text = kFabricPrices;
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(Fabric, ParsesFabricsAndOfferingsNameThem) {
+  const PriceFile p = ParsePriceFile(kFabricPrices, "p.toml");
+  ASSERT_EQ(p.fabrics.size(), 2u);
+  const Fabric& nvl = p.fabrics[0];
+  EXPECT_EQ(nvl.intra.kind, IntraKind::kNvSwitch);
+  EXPECT_DOUBLE_EQ(*nvl.intra.all_reduce_busbw_GBps, 370);
+  EXPECT_DOUBLE_EQ(*nvl.intra.latency_us, 1);
+  EXPECT_EQ(nvl.intra.source, "nccl-tests issue 212, 2024");
+  EXPECT_EQ(*nvl.network.nics_per_node, 8);
+  EXPECT_DOUBLE_EQ(nvl.network.NodeGbps(), 3200);
+  EXPECT_EQ(p.fabrics[1].intra.pcie_gen, 4);
+  EXPECT_EQ(p.fabrics[1].intra.gpus_per_switch, 2);
+  ASSERT_NE(p.FabricOf(p.offerings[0]), nullptr);
+  EXPECT_EQ(p.FabricOf(p.offerings[0])->name, "nvl");
+  EXPECT_EQ(p.FabricOf(p.offerings[1]), nullptr);  // an offering may name none
+}
+
+TEST(Fabric, BadFiguresAreOneLineNamingFileLineAndKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {EditedFabric("intra_allreduce_busbw_GBps = 370", "intra_allreduce_busbw_GBps = 0"),
+       "p.toml:5: fabric 'nvl': intra_allreduce_busbw_GBps must be > 0, got 0"},
+      {EditedFabric("nic_gbps = 400", "nic_gbps = -400"), "p.toml:10: fabric 'nvl': nic_gbps must be > 0, got -400"},
+      {EditedFabric("intra_latency_us = 1", "intra_latency_us = \"fast\""),
+       "p.toml:7: fabric 'nvl': intra_latency_us must be a number (got a string)"},
+      {EditedFabric("intra_latency_us = 1", "intra_latency_us = nan"),
+       "p.toml:7: fabric 'nvl': intra_latency_us must be a finite number"},
+      {EditedFabric("fabric = \"nvl\"", "fabric = \"nvlink\""),
+       "p.toml:28: offering 'sxm': fabric 'nvlink' is not declared (declared: nvl, pcie)"},
+      {EditedFabric("intra_source = \"nccl-tests issue 212, 2024\"", "intra_source = \"nccl-tests\""),
+       "p.toml:8: fabric 'nvl': intra_source must say when the figures were taken (a year), got 'nccl-tests'"},
+      {EditedFabric("intra_source = \"nccl-tests issue 212, 2024\"\n", ""),
+       "fabric 'nvl': missing intra_source: every intra-node figure says where it comes from and when"},
+      {EditedFabric("intra_allreduce_busbw_GBps = 20", "intra_allreduce_busbw_GBps = 40"),
+       "fabric 'pcie': intra_allreduce_busbw_GBps 40 exceeds what PCIe gen 4 x16 carries in one direction (31.5 GB/s)"},
+      {EditedFabric("intra = \"nvswitch\"", "intra = \"nvswitch\"\npcie_gen = 4"),
+       "fabric 'nvl': pcie_gen, pcie_lanes and gpus_per_switch go with intra = \"pcie\""},
+      {EditedFabric("intra = \"nvswitch\"", "intra = \"infiniband\""),
+       "fabric 'nvl': intra must be \"nvswitch\", \"nvlink-pairs\", \"pcie\" or \"measured\", got 'infiniband'"},
+      {EditedFabric("intra = \"nvswitch\"", "intra = \"measured\"\nintra_report = \"node.h5\""),
+       "fabric 'nvl': a measured link takes its all-reduce from intra_report: declare none"},
+      {EditedFabric("nic_gbps = 400", "nic_gbps = 400\nnic_count = 8"), "fabric 'nvl': unknown key 'nic_count'"},
+      {EditedFabric("name = \"pcie\"", "name = \"nvl\""), "p.toml:14: fabric name 'nvl' used twice"},
+      {EditedFabric("nics_per_node = 8", "nics_per_node = 0"), "fabric 'nvl': nics_per_node must be 1..64, got 0"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const std::string error = InputErrorOf([&] { ParsePriceFile(text, "p.toml"); });
+    EXPECT_NE(error.find(expected), std::string::npos) << "expected: " << expected << "\ngot: " << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  }
+}
+
+TEST(Fabric, PcieRatesPerDirection) {
+  EXPECT_NEAR(PcieDirectionGBps(3, 16), 15.75, 0.01);
+  EXPECT_NEAR(PcieDirectionGBps(4, 16), 31.51, 0.01);
+  EXPECT_NEAR(PcieDirectionGBps(5, 16), 63.02, 0.01);
+  EXPECT_NEAR(PcieDirectionGBps(2, 8), 4.0, 1e-9);
+  EXPECT_EQ(PcieDirectionGBps(7, 16), 0);
+}
+
+TEST(Fabric, LinksOfALayout) {
+  const PriceFile p = ParsePriceFile(kFabricPrices, "p.toml");
+  const Fabric& nvl = p.fabrics[0];
+  // One node of 8: the intra link only; beta = 1 / busbw, alpha = latency.
+  FabricLinks one = LinksOnFabric(nvl, 1, 8);
+  EXPECT_EQ(one.missing, "");
+  EXPECT_DOUBLE_EQ(one.links.intra.beta_s_per_byte, 1.0 / 370e9);
+  EXPECT_DOUBLE_EQ(one.links.intra.alpha_s, 1e-6);
+  // Four nodes of 8: 8 ranks share 8 x 400 Gbit/s, 400 per rank.
+  FabricLinks four = LinksOnFabric(nvl, 4, 8);
+  EXPECT_DOUBLE_EQ(four.links.inter.beta_s_per_byte, 8.0 / 400e9);
+  EXPECT_DOUBLE_EQ(four.links.inter.alpha_s, 5e-6);
+  // Four nodes of 2 on the PCIe fabric: 2 ranks share 2 x 100.
+  EXPECT_DOUBLE_EQ(LinksOnFabric(p.fabrics[1], 4, 2).links.inter.beta_s_per_byte, 8.0 / 100e9);
+  // A figure the layout needs and the fabric lacks: not projected, with the reason.
+  Fabric bare = nvl;
+  bare.network = {};
+  EXPECT_EQ(LinksOnFabric(bare, 1, 8).missing, "");
+  EXPECT_NE(LinksOnFabric(bare, 2, 8).missing.find("declares no nics_per_node: layouts of several nodes are not projected"),
+            std::string::npos);
+  bare.intra.all_reduce_busbw_GBps.reset();
+  EXPECT_EQ(LinksOnFabric(bare, 1, 1).missing, "");  // one GPU: no link at all
+  EXPECT_NE(LinksOnFabric(bare, 1, 8).missing.find("declares no intra_allreduce_busbw_GBps"), std::string::npos);
+}
+
+// A ring all-reduce of one node, the way the sweep measures it: t = 2(n-1) alpha + 2(n-1)/n S beta.
+AllReduceSample Ring(int n, double bytes, double alpha, double beta) {
+  return {1, n, bytes, 1, 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * bytes * beta, "synthetic"};
+}
+
+TEST(Fabric, MeasuredLinkFittedPerSizeBand) {
+  // Small messages pay a latency of 10 us at a slow protocol; large ones 2 us at ten times the bandwidth (as NCCL's LL
+  // and Simple protocols differ).
+  std::vector<AllReduceSample> sweep;
+  for (double bytes = 1024; bytes < 64 * 1024; bytes *= 2) sweep.push_back(Ring(4, bytes, 10e-6, 1 / 1e9));
+  for (double bytes = 64 * 1024; bytes < 16 * 1024 * 1024; bytes *= 2) sweep.push_back(Ring(4, bytes, 4e-6, 1 / 5e9));
+  for (double bytes = 16 * 1024 * 1024; bytes <= 1024.0 * 1024 * 1024; bytes *= 2) {
+    sweep.push_back(Ring(4, bytes, 2e-6, 1 / 10e9));
+  }
+  const LinkParameters link = FitIntraBands(sweep);
+  ASSERT_TRUE(link.fitted);
+  ASSERT_EQ(link.bands.size(), 3u);
+  EXPECT_NEAR(link.bands[0].alpha_s, 10e-6, 1e-9);
+  EXPECT_NEAR(1 / link.bands[0].beta_s_per_byte, 1e9, 1e3);
+  EXPECT_NEAR(1 / link.bands[1].beta_s_per_byte, 5e9, 5e3);
+  EXPECT_NEAR(link.bands[2].alpha_s, 2e-6, 1e-9);
+  EXPECT_NEAR(1 / link.bands[2].beta_s_per_byte, 10e9, 1e4);
+  // Each band predicts its own sizes exactly; one fit over every size is off on some of them.
+  LinkModel banded, single;
+  banded.intra = link;
+  single.intra.alpha_s = link.alpha_s;
+  single.intra.beta_s_per_byte = link.beta_s_per_byte;
+  double worst_single = 0;
+  for (const AllReduceSample& s : sweep) {
+    EXPECT_NEAR(PredictAllReduceSeconds(banded, 1, 4, s.bytes, 1) / s.time_s, 1.0, 1e-6) << s.bytes;
+    worst_single = std::max(worst_single, std::fabs(PredictAllReduceSeconds(single, 1, 4, s.bytes, 1) / s.time_s - 1));
+  }
+  EXPECT_GT(worst_single, 0.2);
+  // A band with one size takes the all-sizes fit.
+  std::vector<AllReduceSample> sparse = {Ring(4, 1024, 10e-6, 1e-9), Ring(4, 1 << 20, 4e-6, 2e-10),
+                                         Ring(4, 2 << 20, 4e-6, 2e-10)};
+  const LinkParameters partial = FitIntraBands(sparse);
+  EXPECT_EQ(partial.bands[0].beta_s_per_byte, partial.beta_s_per_byte);
+  EXPECT_NE(partial.bands[0].name.find("one size"), std::string::npos);
+  EXPECT_NE(partial.bands[2].name.find("not measured"), std::string::npos);
+}
+
+// A run measured in dp at k = 2 on one node, weak scaling: 0.5 s of compute, 0.1 s of optimizer, 0.05 s exposed
+// of 0.1 s of gradient all-reduce (overlap 0.5), 4096 tokens per rank per step, 1 GB of gradients per rank.
+ProjectionBasis SmallBasis() {
+  ProjectionBasis b;
+  b.run = "run.h5";
+  b.mode = "dp";
+  b.k = 2;
+  b.step_s = 0.65;
+  b.tokens_per_step = 8192;
+  b.exposed_s = 0.05;
+  b.optimizer_s = 0.1;
+  b.gradient_bytes = 1e9;
+  b.bucket_bytes = 25.0 * 1024 * 1024;
+  b.fsdp_units = 6;
+  b.overlap = 0.5;
+  b.overlap_measured = true;
+  b.parameters = 0.25e9;
+  b.gathered_parameters = 0.1e9;
+  TensorParallelShape one;
+  one.dp_memory = {0.5e9, 0.5e9, 3e9, 2e9, 0};  // 16 B per parameter, 2 GB of activations
+  TensorParallelShape two = one;
+  two.tp = 2;
+  two.dp_memory.activations_bytes = 1.2e9;
+  two.activation_bytes = 64e6;
+  two.activation_ops = 20;
+  b.shapes = {one, two};
+  return b;
+}
+
+TEST(LayoutSearch, HandComputedStepOnANode) {
+  const PriceFile p = ParsePriceFile(kFabricPrices, "p.toml");
+  const LayoutChoice choice = ChooseLayout(SmallBasis(), p.fabrics[0], {1, 8}, 80 * kGiB);
+  // dp, zero1, fsdp at T=1, then tp2 with each.
+  ASSERT_EQ(choice.candidates.size(), 6u);
+  const LayoutCandidate& dp = choice.candidates[0];
+  EXPECT_EQ(dp.Name(), "dp");
+  // 1 GB in ceil(1e9 / 25 MiB) = 39 buckets over 8 ranks: 2*7*39 alpha + 2*7/8 * 1e9 / 370e9.
+  const double comm = 2 * 7 * 39 * 1e-6 + 2.0 * 7 / 8 * 1e9 / 370e9;
+  EXPECT_NEAR(dp.comm_s, comm, 1e-12);
+  EXPECT_NEAR(dp.step_s, 0.5 + 0.1 + 0.5 * comm, 1e-12);
+  EXPECT_NEAR(dp.tokens_per_s, 8 * 4096 / dp.step_s, 1e-6);
+  // zero1: one reduce-scatter and one all-gather (an all-reduce's worth in one op), the optimizer over 8 ranks.
+  const LayoutCandidate& zero1 = choice.candidates[1];
+  EXPECT_NEAR(zero1.optimizer_s, 0.1 * 1 / 8, 1e-12);
+  EXPECT_NEAR(zero1.comm_s, 2 * 7 * 1e-6 + 2.0 * 7 / 8 * 1e9 / 370e9, 1e-12);
+  EXPECT_NE(zero1.assumptions.front().find("overlap 0.50 as measured in dp, taken for zero1"), std::string::npos);
+  // tp2+dp: half the compute per rank, half the gradient, the activation all-reduces inside pairs, 4 replicas.
+  const LayoutCandidate& tp2 = choice.candidates[3];
+  EXPECT_EQ(tp2.Name(), "tp2+dp");
+  EXPECT_NEAR(tp2.compute_s, 0.25, 1e-12);
+  EXPECT_NEAR(tp2.activation_s, 2 * 1 * 20 * 1e-6 + 64e6 / 370e9, 1e-12);
+  EXPECT_NEAR(tp2.tokens_per_step, 4 * 4096, 1e-9);
+  // Everything fits 80 GiB; zero1 is fastest (the optimizer sharded, the same bytes as dp in fewer messages).
+  ASSERT_TRUE(choice.chosen.has_value());
+  EXPECT_EQ(choice.candidates[*choice.chosen].Name(), "zero1");
+  EXPECT_NE(choice.reason.find("zero1 is the fastest that fits"), std::string::npos) << choice.reason;
+}
+
+TEST(LayoutSearch, MemoryRulesOutAndNothingFitsSaysWhy) {
+  const PriceFile p = ParsePriceFile(kFabricPrices, "p.toml");
+  // 5 GiB per GPU: dp needs 6 GB (4 of states + 2 of activations); zero1 over 8 fits.
+  const LayoutChoice tight = ChooseLayout(SmallBasis(), p.fabrics[0], {1, 8}, 5 * kGiB);
+  EXPECT_FALSE(tight.candidates[0].memory.fits);
+  EXPECT_NE(tight.candidates[0].why_not.find("does not fit: needs"), std::string::npos);
+  EXPECT_NE(tight.reason.find("does not fit the GPU's memory"), std::string::npos) << tight.reason;
+  const LayoutChoice none = ChooseLayout(SmallBasis(), p.fabrics[0], {1, 8}, 0.1 * kGiB);
+  EXPECT_FALSE(none.chosen.has_value());
+  EXPECT_NE(none.reason.find("no layout fits the GPU's memory"), std::string::npos) << none.reason;
+  // A fabric without a network cannot take several nodes: no candidate, the reason.
+  Fabric bare = p.fabrics[0];
+  bare.network = {};
+  const LayoutChoice cut = ChooseLayout(SmallBasis(), bare, {2, 8}, 80 * kGiB);
+  EXPECT_TRUE(cut.candidates.empty());
+  EXPECT_NE(cut.reason.find("declares no nics_per_node"), std::string::npos);
+}
+
+// A 13B-parameter model (40 layers, d 5120) measured in dp... as its numbers would be on H100s: 0.4 s of compute per
+// step for 2048 tokens per rank, 26 GB of bf16 gradients, 16 B of states per parameter (208 GB: dp fits nowhere),
+// 20 GB of activations (8 GB at T=2, 3.6 at T=4, 1.8 at T=8).
+ProjectionBasis LargeBasis() {
+  ProjectionBasis b;
+  b.run = "gpt13b.h5";
+  b.mode = "fsdp";
+  b.k = 8;
+  b.tokens_per_step = 8 * 2048;
+  b.optimizer_s = 0.08;
+  b.exposed_s = 0.1;
+  b.step_s = 0.4 + b.optimizer_s + b.exposed_s;
+  b.gradient_bytes = 26e9;
+  b.fsdp_units = 42;
+  b.overlap = 0.6;
+  b.overlap_measured = true;
+  b.parameters = 13e9;
+  b.gathered_parameters = 2 * 0.32e9 + 0.27e9;
+  const double activations[] = {20e9, 8e9, 3.6e9, 1.8e9};
+  int i = 0;
+  for (int t : {1, 2, 4, 8}) {
+    TensorParallelShape s;
+    s.tp = t;
+    s.dp_memory = {26e9, 26e9, 156e9, activations[i++], 0};
+    // 4 L N C fp32 elements: 4 * 40 * 2048 * 5120 * 4 B.
+    s.activation_bytes = t > 1 ? 4.0 * 40 * 2048 * 5120 * 4 : 0;
+    s.activation_ops = t > 1 ? 164 : 0;
+    b.shapes.push_back(s);
+  }
+  return b;
+}
+
+TEST(LayoutSearch, NvlinkNodeAndPcieNodesChooseDifferentLayouts) {
+  const PriceFile p = ParsePriceFile(kFabricPrices, "p.toml");
+  const LayoutChoice node = ChooseLayout(LargeBasis(), p.fabrics[0], {1, 8}, 80 * kGiB);
+  const LayoutChoice cluster = ChooseLayout(LargeBasis(), p.fabrics[1], {4, 8}, 80 * kGiB);
+  ASSERT_TRUE(node.chosen && cluster.chosen) << node.reason << " / " << cluster.reason;
+  const LayoutCandidate& a = node.candidates[*node.chosen];
+  const LayoutCandidate& b = cluster.candidates[*cluster.chosen];
+  // dp fits on neither (208 GB of states per GPU). On the node, zero1 over 8 needs 52 GB of bf16 weights and
+  // gradients + 19.5 of AdamW + 20 of activations: too much; fsdp over NVLink exposes 13% of its step and wins. Over
+  // four nodes zero1's AdamW shard is 4.9 GB (77 GB in all: it fits), and on 2 x 100 Gbit/s per 8 GPUs fsdp's gathers
+  // (1.5 x zero1's bytes) cost more than they save.
+  EXPECT_FALSE(node.candidates[0].memory.fits);
+  EXPECT_FALSE(cluster.candidates[0].memory.fits);
+  EXPECT_FALSE(node.candidates[1].memory.fits);
+  EXPECT_EQ(a.Name(), "fsdp") << node.reason;
+  EXPECT_EQ(b.Name(), "zero1") << cluster.reason;
+  EXPECT_GT(b.exposed_s / b.step_s, 0.5);  // network-bound
+  EXPECT_NE(cluster.reason.find("next fsdp at"), std::string::npos) << cluster.reason;
+}
+
+TEST(LayoutSearch, ProjectTargetsOnTheOfferingsNodes) {
+  const std::vector<ProjectTarget> targets = ParseProjectTargets("8,32,4x2", "--project");
+  ASSERT_EQ(targets.size(), 3u);
+  std::string why;
+  EXPECT_EQ(LayoutOnNodes(targets[0], 8, why)->Name(), "1x8");
+  EXPECT_EQ(LayoutOnNodes(targets[1], 8, why)->Name(), "4x8");
+  EXPECT_EQ(LayoutOnNodes(targets[1], 2, why)->Name(), "16x2");
+  EXPECT_EQ(LayoutOnNodes(targets[2], 8, why)->Name(), "4x2");
+  EXPECT_FALSE(LayoutOnNodes(targets[2], 1, why).has_value());
+  EXPECT_NE(why.find("layout 4x2 needs 2 GPUs on one node; the offering's nodes have 1"), std::string::npos);
+  EXPECT_FALSE(LayoutOnNodes(ParseProjectTargets("12", "--project")[0], 8, why).has_value());
+  EXPECT_NE(why.find("12 GPUs are not a whole number of 8-GPU nodes"), std::string::npos);
+  EXPECT_NE(InputErrorOf([] { ParseProjectTargets("8,x", "--project"); }).find("--project"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tb
