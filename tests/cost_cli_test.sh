@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end tests of `trainbench cost` on real reports (a 2-rank CPU scaling sweep with and without checkpoints, a
 # collectives sweep): cost per offering with the cheapest/fastest/deadline verdicts, text, CSV and JSON (both parse),
-# --train-steps, --k, projection with its held-out error, the memory fit; every bad input gets one line and exit 2.
+# --train-steps, --k, projection with its held-out error, the memory fit; every bad input gets one line and exit 2; projection onto each
+# offering's fabric in its best layout (the layouts table, different layouts on an NVLink node and on PCIe nodes,
+# measured fabrics) and bad fabrics.
 #   cost_cli_test.sh TRAINBENCH MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
 tb=$1; shift; mpiexec=("$@")
@@ -48,7 +50,7 @@ checks=$((checks + 1))
 expect_ok "$tb" cost "$r" "$work/fsdp.h5" --prices "$prices" --train-tokens 1e9 --project 2x8 --inter-node-gbps 100 "${h100[@]}"
 expect_out "^# run $work/fsdp.h5: .*, --parallel fsdp$"
 expect_out "^# run $r: .*, --parallel dp$"
-expect_out "^# cheapest: .*; (dp|fsdp), exposed communication [0-9.]+% of the step"
+expect_out "^# cheapest: .*; ((dp|fsdp), exposed communication [0-9.]+% of the step|[a-z0-9+]+ on fabric [^ ]+, the best of [0-9]+ layouts considered: )"
 expect_out "^# projection of $work/fsdp.h5 .*"
 
 # Comparability: dp and fsdp differ in their layout only (shown, not warned); a run of another sequence length is
@@ -78,7 +80,7 @@ expect_out "^# none meets the deadline of 1e-09 h \(the fastest takes [0-9.]+ h\
 
 # The cheapest of the three H100 offerings at the same throughput is the lowest $/GPU-hour: Lambda's $2.99.
 expect_ok "$tb" cost "$r" --prices "$prices" --train-steps 1000 "${h100[@]}"
-expect_out "^# cheapest: $r k2 1x2 \(measured\) on lambda-8x-h100-sxm"
+expect_out "^# cheapest: $r (k2 1x2 \(measured\)|1x2 [a-z0-9+]+ \(projected\)) on lambda-8x-h100-sxm"
 expect_out "target 1000 steps"
 expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --k 1 "${h100[@]}"
 expect_out " k1 1x1 +measured +lambda-8x-h100-sxm "
@@ -112,7 +114,9 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 runs = {run["file"]: run["cost"] for run in d["runs"]}
 rows = [dict(row, run=file) for file, cost in runs.items() for row in cost.get("rows", [])]
-assert len(rows) == 6, len(rows)
+# 2 runs x 3 H100 SXM offerings (each with a fabric): the measured point, and its projection onto the fabric.
+assert len(rows) == 12, len(rows)
+assert sorted(r["projected"] for r in rows) == [0] * 6 + [1] * 6, rows
 for row in rows:
     parts = row["gpu_usd"] + row["provisioning_usd"] + row["storage_usd"] + row["transfer_usd"] + row["retry_usd"]
     assert abs(parts - row["total_usd"]) <= 1e-9 * row["total_usd"], row
@@ -138,7 +142,7 @@ for block in open(sys.argv[1]).read().split("\n\n"):
 rows = blocks["cost.rows"]
 d = json.load(open(sys.argv[2]))
 costs = [dict(row, run=run["file"]) for run in d["runs"] for row in run["cost"].get("rows", [])]
-assert len(rows) == len(costs) == 6
+assert len(rows) == len(costs) == 12
 for a, b in zip(rows, costs):
     assert a["offering"] == b["offering"] and a["run"] == b["run"]
     assert abs(float(a["total_usd"]) - b["total_usd"]) <= 1e-9 * b["total_usd"], (a, b)
@@ -157,8 +161,9 @@ expect_ok "$tb" cost "$r" --project 4 --collectives "$work/coll.h5" --format jso
 checks=$((checks + 1))
 python3 -c 'import json,sys; c=json.load(sys.stdin)["runs"][0]["cost"]; assert c["run"]["held_out_relative_error"] >= 0; assert [p["layout"] for p in c["points"] if p["source"] == "projected"] == ["1x4"]' \
   <"$work/out" || fail "projection JSON: $(head -c 2000 "$work/out")"
-# Projected configurations are priced too.
-expect_ok "$tb" cost "$r" --project 16 --inter-node-gbps 400 --prices "$prices" --train-tokens 1e9 "${h100[@]}"
+# Projected configurations are priced too: with the fitted links on offerings that name no fabric.
+grep -v '^fabric = ' "$prices" >"$work/no_fabric.toml"
+expect_ok "$tb" cost "$r" --project 16 --inter-node-gbps 400 --prices "$work/no_fabric.toml" --train-tokens 1e9 "${h100[@]}"
 expect_out " 2x8 +projected +lambda-8x-h100-sxm "
 expect_out "^# cost per run and offering \(source: measured = the run's priced point, projected = its projection; "
 
@@ -279,11 +284,12 @@ expect_error 2 "offering 'aws-p5.48xlarge': give usd_per_gpu_hour or usd_per_nod
 bad_prices no_storage '0,/^storage_usd_per_gb_month/{/^storage_usd_per_gb_month/d}'
 expect_error 2 "no_storage.toml:[0-9]+: offering 'aws-p5.48xlarge': missing storage_usd_per_gb_month" -- \
   "${run_cost[@]}" "$r" --prices "$work/no_storage.toml" --train-tokens 1e9
+first_line() { grep -n "$1" "$prices" | head -1 | cut -d: -f1; }
 bad_prices malformed 's/^gpus_per_node = 8$/gpus_per_node = [8]/'
-expect_error 2 "malformed.toml:40: offering 'aws-p5.48xlarge': gpus_per_node must be a whole number \(got an array\)" -- \
+expect_error 2 "malformed.toml:$(first_line '^gpus_per_node = 8$'): offering 'aws-p5.48xlarge': gpus_per_node must be a whole number \(got an array\)" -- \
   "${run_cost[@]}" "$r" --prices "$work/malformed.toml" --train-tokens 1e9
 bad_prices syntax 's/^usd_per_node_hour = 98.32$/usd_per_node_hour = 98.32 98.32/'
-expect_error 2 "syntax.toml:41: not valid TOML: .* \(column [0-9]+\)" -- \
+expect_error 2 "syntax.toml:$(first_line '^usd_per_node_hour = 98.32$'): not valid TOML: .* \(column [0-9]+\)" -- \
   "${run_cost[@]}" "$r" --prices "$work/syntax.toml" --train-tokens 1e9
 expect_error 2 "cannot read price file '$work/none.toml'" -- "${run_cost[@]}" "$r" --prices "$work/none.toml" --train-tokens 1e9
 expect_error 2 "--train-tokens and --train-steps cannot be given together" -- \
@@ -352,5 +358,113 @@ expect_error 2 "--failure-rate needs --history|--failure-rate.*--history" -- \
 expect_error 2 "--history needs --prices|--history.*--prices" -- "${run_cost[@]}" "$r" --project 4 --history "$work/few"
 expect_error 2 "--history '$work/none': not a directory" -- \
   "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --history "$work/none" "${h100[@]}"
+
+# --- projection onto each offering's fabric ---------------------------------------------------------------------------
+# One invocation prices the run on the NVLink offerings and on the 8-GPU PCIe nodes over Ethernet, each at 8 and 32
+# GPUs in its best layout; a fabric without a network is not projected onto several nodes, with the reason.
+both=(--device-as "H100 SXM,H100 PCIe")
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --project 8,32 "${both[@]}"
+expect_out "^# run $r: cpu, priced as H100 SXM, H100 PCIe \(--device-as\)"
+expect_out "^# projection of $r onto each offering's fabric: compute [0-9.e+-]+ s per step \(the priced k=2, dp, T=1"
+expect_out "^#   on coreweave-hgx-h100 \(fabric hgx-h100-nvswitch-8x400g-ib, nvswitch\), 32 GPUs:$"
+expect_out "^#     links: intra-node nvswitch, all_reduce busbw 370 GB/s, .*; inter-node 8 x 400 Gbit/s NICs per node, 400 Gbit/s per rank with 8 ranks per node"
+expect_out "^#   on h100-pcie-8x-ethernet \(fabric pcie-gen5-8gpu-2x100g-ethernet, pcie\), 32 GPUs:$"
+expect_out "^#     chosen: [a-z0-9+]+ is the fastest that fits"
+expect_out "^# $r at 32 GPUs on lambda-8x-h100-sxm \(fabric lambda-h100-nvswitch-single-node\): not projected: fabric 'lambda-h100-nvswitch-single-node' declares no nics_per_node"
+expect_out "^ +$r +4x8 [a-z0-9+]+ +projected +h100-pcie-8x-ethernet +32 +4 "
+expect_out "^ +$r +1x8 [a-z0-9+]+ +projected +coreweave-hgx-h100 +8 +1 "
+expect_out "^# cheapest: .* on fabric [^ ]+, the best of [0-9]+ layouts considered: "
+too_wide=$(awk '/onto each offering.s fabric/ {on = 1} /^# cost per run/ {on = 0} on && length > 120 && !/^#/' "$work/out" | head -3)
+checks=$((checks + 1))
+[[ -z $too_wide ]] || fail "fabric tables wider than 120 columns: $too_wide"
+
+# The layouts table (JSON): every candidate of each offering and target, exactly one chosen where any fits, and the
+# chosen one is the configuration priced.
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --project 8,32 "${both[@]}" --format json
+cp "$work/out" "$work/fabric.json"
+checks=$((checks + 1))
+python3 - "$work/fabric.json" <<'EOF2' || fail "fabric JSON: $(head -c 2000 "$work/fabric.json")"
+import json, sys, collections
+cost = json.load(open(sys.argv[1]))["runs"][0]["cost"]
+layouts, rows = cost["layouts"], cost["rows"]
+groups = collections.defaultdict(list)
+for l in layouts:
+    groups[(l["offering"], l["target"])].append(l)
+assert ("coreweave-hgx-h100", "32") in groups and ("h100-pcie-8x-ethernet", "8") in groups, groups.keys()
+for key, group in groups.items():
+    chosen = [l for l in group if l["chosen"] == 1]
+    if key == ("lambda-8x-h100-sxm", "32"):
+        assert not chosen and "declares no nics_per_node" in group[0]["why_not"], group
+        continue
+    assert len(chosen) == 1, (key, group)
+    c = chosen[0]
+    assert all(l["tokens_per_s"] is None or l["memory_fits"] == 0 or l["tokens_per_s"] <= c["tokens_per_s"] for l in group)
+    priced = [r for r in rows if r["offering"] == key[0] and r["config"] == c["layout"] + " " + c["candidate"]]
+    assert len(priced) == 1 and abs(priced[0]["tokens_per_s"] - c["tokens_per_s"]) < 1e-9 * c["tokens_per_s"], (c, priced)
+    assert c["step_s"] > 0 and abs(c["step_s"] - (c["compute_s"] + c["optimizer_s"] + c["activation_s"] + c["exposed_s"])) < 1e-9
+EOF2
+
+# Different fabrics, different layouts, one invocation: the GPUs' memory set between what zero1 needs over 8 ranks
+# and over 32 (the run's own estimate, from the layouts above), one NVLink node must split the model (tensor parallel)
+# where four PCIe nodes shard AdamW's state over 32 ranks; the decision lines say why.
+limit=$(python3 - "$work/fabric.json" <<'EOF2'
+import json, sys
+layouts = json.load(open(sys.argv[1]))["runs"][0]["cost"]["layouts"]
+need = {l["target"]: l["memory_required_bytes"] for l in layouts
+        if l["offering"] == "coreweave-hgx-h100" and l["candidate"] == "zero1"}
+print((need["8"] + need["32"]) / 2 / 2**30)
+EOF2
+)
+{
+  sed -n '/^\[\[fabric\]\]/,/^\[\[offering\]\]/p' "$prices" | sed '$d'
+  for o in nvlink-node:"H100 SXM":hgx-h100-nvswitch-8x400g-ib:4.76 pcie-nodes:"H100 PCIe":pcie-gen5-8gpu-2x100g-ethernet:2.49; do
+    IFS=: read -r name gpu fabric price <<<"$o"
+    printf '[[offering]]\nname = "%s"\ngpu = "%s"\ngpus_per_node = 8\ngpu_memory_gib = %s\nusd_per_gpu_hour = %s\n' \
+      "$name" "$gpu" "$limit" "$price"
+    printf 'storage_usd_per_gb_month = 0\negress_usd_per_gb = 0\nmtbf_node_hours = 6335\nrestart_hours = 0.5\nfabric = "%s"\n\n' "$fabric"
+  done
+} >"$work/two_fabrics.toml"
+expect_ok "$tb" cost "$r" --prices "$work/two_fabrics.toml" --train-tokens 1e9 --project 1x8,4x8 "${both[@]}"
+expect_out "^ +$r +1x8 tp[0-9]+\+(zero1|dp|fsdp) +projected +nvlink-node "
+expect_out "^ +$r +4x8 zero1 +projected +pcie-nodes "
+expect_out "^ +1x8 zero1 .* does not fit: needs [0-9.]+ GiB of [0-9.]+ GiB$"
+
+# A measured intra-node fabric: a collectives report of one node, fitted per message-size band; a p2p report gives
+# the p2p rate only (layouts of several GPUs per node then say what is missing).
+measured_fabric() {  # measured_fabric FILE REPORT: a price file with one offering on a fabric measured by REPORT
+  printf '[[fabric]]\nname = "node"\nintra = "measured"\nintra_report = "%s"\n' "$2"
+  printf 'nics_per_node = 1\nnic_gbps = 100\nnetwork_latency_us = 10\nnetwork_source = "assumed, 2026"\n\n'
+  printf '[[offering]]\nname = "own"\ngpu = "H100 PCIe"\ngpus_per_node = 4\nusd_per_gpu_hour = 2\n'
+  printf 'storage_usd_per_gb_month = 0\negress_usd_per_gb = 0\nmtbf_node_hours = 6335\nrestart_hours = 0.5\nfabric = "node"\n'
+} 
+measured_fabric "$work/measured.toml" coll.h5 >"$work/measured.toml"
+expect_ok "$tb" cost "$r" --prices "$work/measured.toml" --train-tokens 1e9 --project 4,8 --device-as "H100 PCIe"
+expect_out "^#     links: intra-node measured: all_reduce sweep of 'coll.h5', fitted per size band; inter-node 1 x 100 Gbit/s"
+expect_ok "${mpiexec[@]}" -n 2 "$tb" p2p --size 1M -o "$work/p2p.h5"
+measured_fabric x p2p.h5 >"$work/measured_p2p.toml"
+expect_ok "$tb" cost "$r" --prices "$work/measured_p2p.toml" --train-tokens 1e9 --project 4 --device-as "H100 PCIe"
+expect_out "not projected: fabric 'node': its report 'p2p.h5' measured no usable all_reduce sweep"
+
+# Bad fabrics: one line naming the file, line and key, exit 2, before any work.
+bad_prices zero_busbw '0,/^intra_allreduce_busbw_GBps = 370$/s//intra_allreduce_busbw_GBps = 0/'
+expect_error 2 "zero_busbw.toml:$(first_line '^intra_allreduce_busbw_GBps = 370$'): fabric 'hgx-h100-nvswitch-8x400g-ib': intra_allreduce_busbw_GBps must be > 0, got 0" -- \
+  "${run_cost[@]}" "$r" --prices "$work/zero_busbw.toml" --train-tokens 1e9 "${both[@]}"
+bad_prices negative_nic '0,/^nic_gbps = 400$/s//nic_gbps = -400/'
+expect_error 2 "negative_nic.toml:[0-9]+: fabric 'hgx-h100-nvswitch-8x400g-ib': nic_gbps must be > 0, got -400" -- \
+  "${run_cost[@]}" "$r" --prices "$work/negative_nic.toml" --train-tokens 1e9 "${both[@]}"
+bad_prices nan_latency '0,/^intra_latency_us = 1$/s//intra_latency_us = "fast"/'
+expect_error 2 "nan_latency.toml:[0-9]+: fabric 'hgx-h100-nvswitch-8x400g-ib': intra_latency_us must be a number \(got a string\)" -- \
+  "${run_cost[@]}" "$r" --prices "$work/nan_latency.toml" --train-tokens 1e9 "${both[@]}"
+bad_prices undeclared 's/^fabric = "aws-p5-nvswitch-efa"$/fabric = "aws-p5"/'
+expect_error 2 "undeclared.toml:[0-9]+: offering 'aws-p5.48xlarge': fabric 'aws-p5' is not declared \(declared: hgx-h100" -- \
+  "${run_cost[@]}" "$r" --prices "$work/undeclared.toml" --train-tokens 1e9 "${both[@]}"
+measured_fabric x train.h5 >"$work/measured_train.toml"
+expect_error 2 "measured_train.toml:1: fabric 'node': intra_report 'train.h5' is a report of 'train': a measured intra-node link comes from a collectives or p2p run of one node" -- \
+  "${run_cost[@]}" "$r" --prices "$work/measured_train.toml" --train-tokens 1e9 --device-as "H100 PCIe"
+measured_fabric x none.h5 >"$work/measured_none.toml"
+expect_error 2 "measured_none.toml:1: fabric 'node': intra_report: cannot read report '$work/none.h5'" -- \
+  "${run_cost[@]}" "$r" --prices "$work/measured_none.toml" --train-tokens 1e9 --device-as "H100 PCIe"
+expect_error 2 "--device-as: unknown GPU 'H100 SXN'" -- \
+  "${run_cost[@]}" "$r" --prices "$prices" --train-tokens 1e9 --device-as "H100 SXM,H100 SXN"
 
 finish cost_cli_tests

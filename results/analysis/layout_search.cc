@@ -58,7 +58,7 @@ void FitCandidate(const ProjectionBasis& b, const TensorParallelShape& shape, do
   const MemoryBreakdown mode = ModeMemory(dp, c.mode, c.layout.gpus(), b.gathered_parameters, b.parameters, c.tp);
   c.memory = FitMemory(mode, gpu_memory_bytes, b.calibration);
   if (!c.memory.fits) {
-    c.why_not = Format("does not fit: needs %.1f GiB of %.1f GiB", c.memory.required_bytes / kGiB,
+    c.why_not = Format("does not fit: needs %.4g GiB of %.4g GiB", c.memory.required_bytes / kGiB,
                        gpu_memory_bytes / kGiB);
   }
 }
@@ -98,8 +98,9 @@ std::string Reason(const LayoutChoice& choice) {
   }
   std::string reason = won.Name() + " is the fastest that fits (" + shares(won) + ")";
   if (second) {
-    reason += Format("; next %s at %.1f%% fewer tokens/s (%s)", second->Name().c_str(),
-                     100 * (1 - second->tokens_per_s / won.tokens_per_s), shares(*second).c_str());
+    reason += Format("; next %s at %.1f%% fewer tokens/s (exposed communication %.0f%%, activation all-reduces "
+                     "%.0f%% of its step)", second->Name().c_str(), 100 * (1 - second->tokens_per_s / won.tokens_per_s),
+                     100 * second->exposed_s / second->step_s, 100 * second->activation_s / second->step_s);
   }
   return reason + others;
 }

@@ -210,6 +210,7 @@ struct RunAnalysis {
   bool device_as = false;  // gpus come from --device-as, not from the device
   ProjectionBasis basis;   // what a projection onto a fabric takes from the run
   std::vector<FabricProjection> on_fabrics;  // each offering with a fabric x each --project target
+  std::vector<std::string> projection_notes;  // --project layouts the fitted links could not model (lenient)
   std::optional<double> stall_s;
   int stall_events = 0;
   int stall_k = 0;
@@ -380,8 +381,10 @@ void SetCheckpointCost(RunAnalysis& a, const std::optional<PriceFile>& prices) {
 
 // Fits the links to the run's collectives and steps and projects its step time to each layout; a layout the run
 // cannot be projected to (tensor-parallel groups that do not fit its nodes, a link it lacks) is bad input.
+// `lenient` (a price file that also has fabric offerings): a layout the fitted links cannot model is a note for the
+// offerings without a fabric, not an error.
 void ProjectLayouts(RunAnalysis& a, const std::string& path, const std::vector<Layout>& layouts,
-                    const LinkOverrides& overrides) {
+                    const LinkOverrides& overrides, bool lenient) {
   std::vector<TrainPointInput> points;
   for (const MeasuredPoint& p : a.m.points) points.push_back(p.train);
   std::vector<AllReduceSample> samples = a.collective_samples;
@@ -397,6 +400,11 @@ void ProjectLayouts(RunAnalysis& a, const std::string& path, const std::vector<L
                        " does not divide " + std::to_string(layout.gpus_per_node) + " GPUs per node");
     }
     const std::string missing = MissingLinks(a.links, layout);
+    if (!missing.empty() && lenient) {
+      a.projection_notes.push_back(path + " " + layout.Name() + " on the offerings without a fabric: not projected: " +
+                                   missing);
+      continue;
+    }
     if (!missing.empty()) throw InputError("cannot project '" + path + "' to " + layout.Name() + ": " + missing);
     a.projected.push_back(a.step_model->Project(a.links, layout));
   }
@@ -490,7 +498,10 @@ RunAnalysis AnalyzeRun(const Report& report, const std::string& path, const Cost
   SetCheckpointCost(a, prices);
   a.collective_samples = a.m.all_reduce;
   a.collective_samples.insert(a.collective_samples.end(), extra_samples.begin(), extra_samples.end());
-  if (!layouts.empty()) ProjectLayouts(a, path, FittedProjection(prices) ? layouts : std::vector<Layout>{}, overrides);
+  if (!layouts.empty()) {
+    const bool fabrics = prices && !prices->fabrics.empty();
+    ProjectLayouts(a, path, FittedProjection(prices) ? layouts : std::vector<Layout>{}, overrides, fabrics);
+  }
   a.memory = ModelMemory(f, &a.m);
   return a;
 }
@@ -705,7 +716,7 @@ std::vector<std::string> FabricLines(const RunAnalysis& a) {
       lines.push_back(table.Row({c.layout.Name() + " " + c.Name(), Format("%.4g", c.step_s),
                                  Format("%.4g", c.compute_s + c.optimizer_s), Format("%.4g", c.exposed_s),
                                  Format("%.3g", c.activation_s), Format("%.6g", c.tokens_per_s),
-                                 Format("%.1f", c.memory.required_bytes / kGiB), mark}));
+                                 Format("%.3g", c.memory.required_bytes / kGiB), mark}));
       for (const std::string& note : c.assumptions) {
         if (std::find(assumptions.begin(), assumptions.end(), note) == assumptions.end()) assumptions.push_back(note);
       }
@@ -999,17 +1010,18 @@ bool PriceRun(CostRun& c, size_t i) {
   for (const Offering& offering : c.prices->offerings) {
     if (!HasGpu(a, offering.gpu)) continue;
     matched = true;
-    if (c.prices->FabricOf(offering)) {
-      PriceOnFabric(c, i, offering);
-      continue;
-    }
-    for (const Config& config : ConfigsOf(a, i)) {
+    // On an offering with a fabric: the measured point as measured, then the projections onto that fabric.
+    const bool fabric = c.prices->FabricOf(offering) != nullptr;
+    std::vector<Config> configs = ConfigsOf(a, i);
+    if (fabric) configs.resize(1);
+    for (const Config& config : configs) {
       if (LayoutFits(InputsOf(config, a, c), offering)) {
         c.rows.push_back(PriceConfig(config, a, offering, c));
       } else {
         c.notes.push_back(MisfitNote(a, config, offering));
       }
     }
+    if (fabric) PriceOnFabric(c, i, offering);
   }
   return matched;
 }
@@ -1022,6 +1034,7 @@ void PriceRuns(CostRun& c) {
   for (size_t i = 0; i < c.runs.size(); ++i) {
     const RunAnalysis& a = c.runs[i];
     const size_t notes = c.notes.size();
+    c.notes.insert(c.notes.end(), a.projection_notes.begin(), a.projection_notes.end());
     if (!a.gpu) {
       c.notes.push_back(RunName(a) + ": device '" + a.m.device + "' is no known GPU model (known: " +
                         KnownGpuModelNames() + "); --device-as MODEL prices it as one");
