@@ -46,6 +46,7 @@ constexpr double kCheckpointBytesPerParameter = 12.0;
 constexpr const char* kUsage =
     "usage: trainbench cost RUN.h5 [RUN.h5 ...] --prices P.toml (--train-tokens N | --train-steps N)\n"
     "                       [--deadline-hours H] [--k N] [--format text|csv|json]\n"
+    "       trainbench cost RUN.h5 --prices P.toml --train-tokens N --project 8,32 [--device-as M1,M2]\n"
     "       trainbench cost RUN.h5 --project 16,32,2x8 [--gpus-per-node 8] [--inter-node-gbps R]\n"
     "                       [--collectives C.h5] [--prices P.toml --train-tokens N]\n"
     "       trainbench cost --model NAME [--layers N] [--micro-batch B] [--seq T] --gpu-memory 80G [--prices P.toml]\n"
@@ -67,6 +68,13 @@ constexpr const char* kUsage =
     "  S/g bytes per GPU at --inter-node-gbps, intra-node all-gather). step(k) = measured step without exposed\n"
     "  communication + (1 - measured overlap) x modelled all-reduce. The error is shown on the largest measured k,\n"
     "  predicted from a fit without it.\n"
+    "Fabrics: an offering that names a [[fabric]] (intra-node link and network) gets the measured point as measured\n"
+    "  and, at each --project count or NxG (the priced k without one), the fastest layout that fits memory of dp,\n"
+    "  zero1, fsdp, each with tensor parallel T inside a node: step = the run's compute (its step less communication;\n"
+    "  AdamW rescaled by its sharding; T's compute divided evenly, assumed) + the mode's collectives at the fabric's\n"
+    "  rates (intra: 1/busbw and latency, or a measured sweep fitted per size band; inter: the node's NICs shared by\n"
+    "  its ranks) x (1 - the run's overlap) + tensor parallel's activation all-reduces; the layouts, the chosen one and\n"
+    "  why are printed. --device-as takes a list (the run's compute is then taken for each model).\n"
     "Memory fit: per-GPU weights, gradients, optimizer state (bf16 + fp32 master and AdamW: 16 B/parameter) and\n"
     "  activations, data parallel without sharding; scaled by measured peak / estimate when a report measured\n"
     "  device memory.";
