@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # launch/demo end to end (the README's first command after setup): every report written, and the decision shown —
 # the two training runs compared (their data differ: warned), three repeats priced at the median with the cost
-# range, the CPU stand-in labelled, the verdict lines with their reasons, and both HTML pages.
+# range, the CPU stand-in labelled, one NVLink node or four PCIe nodes each in its best layout with the reason, the
+# verdict lines with their reasons, and both HTML pages.
 #   demo_test.sh BUILD_DIR
 set -uo pipefail
 build=$1
@@ -19,7 +20,10 @@ expect_line() {
 }
 expect_line '^# warning: runs differ in data \(synthetic vs [0-9]+ samples of [0-9]+ B\): data-loader stalls are not comparable$'
 expect_line '^#   3 repeats: tokens/s median .*priced at the median'
-expect_line 'a CPU stand-in, priced as if it ran on H100 SXM nodes'
+expect_line '^demo: one 8-GPU NVLink node or four 8-GPU PCIe nodes\? The CPU sweep is a stand-in'
+expect_line '^#   on coreweave-hgx-h100 \(fabric hgx-h100-nvswitch-8x400g-ib, nvswitch\), 32 GPUs:$'
+expect_line '^demo:   1x8 NVLink node\(s\), InfiniBand +[a-z0-9+]+ +[0-9.]+ h \$[0-9,]+: [a-z0-9+]+ is the fastest that fits'
+expect_line '^demo:   4x8 PCIe node\(s\), Ethernet +[a-z0-9+]+ +[0-9.]+ h \$[0-9,]+: [a-z0-9+]+ is the fastest that fits'
 expect_line '^# cheapest: .* over the repeats\), .*; why: .+'
 expect_line '^# fastest: .*; why: .+'
 for page in report cost; do
