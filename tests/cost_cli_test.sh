@@ -429,6 +429,13 @@ expect_out "^ +$r +1x8 tp[0-9]+\+(zero1|dp|fsdp) +projected +nvlink-node "
 expect_out "^ +$r +4x8 zero1 +projected +pcie-nodes "
 expect_out "^ +1x8 zero1 .* does not fit: needs [0-9.]+ GiB of [0-9.]+ GiB$"
 
+# A single GPU measured alone (no communication) takes the overlap of a run of the same model and mode given with it.
+expect_ok "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --steps 3 -o "$work/one.h5"
+expect_ok "$tb" cost "$work/one.h5" --prices "$prices" --train-tokens 1e9 --project 8 "${both[@]}"
+expect_out "^# projection of $work/one.h5 onto each offering's fabric: .* overlap 0.00 no point communicated: assumed 0"
+expect_ok "$tb" cost "$work/one.h5" "$r" --prices "$prices" --train-tokens 1e9 --project 8 "${both[@]}"
+expect_out "^# projection of $work/one.h5 onto each offering's fabric: .* overlap [0-9.]+ measured at k=2 \(dp\) in $r \(the same model and mode"
+
 # A measured intra-node fabric: a collectives report of one node, fitted per message-size band; a p2p report gives
 # the p2p rate only (layouts of several GPUs per node then say what is missing).
 measured_fabric() {  # measured_fabric FILE REPORT: a price file with one offering on a fabric measured by REPORT

@@ -442,7 +442,7 @@ ProjectionBasis BasisOf(const RunAnalysis& a, const std::vector<int>& tp_sizes) 
   std::vector<const MeasuredPoint*> order = {&p};
   for (auto it = m.points.rbegin(); it != m.points.rend(); ++it) order.push_back(&*it);
   for (const MeasuredPoint* q : order) {
-    if (!(q->train.comm_total_s > 0)) continue;
+    if (q->train.k <= q->train.tensor_parallel || !(q->train.comm_total_s > 0)) continue;  // one replica: no sync
     b.overlap = std::clamp(1.0 - q->train.comm_exposed_s / q->train.comm_total_s, 0.0, 1.0);
     b.overlap_measured = true;
     b.overlap_source = Format("measured at k=%d (%s)", q->train.k, q->train.parallel.c_str());
@@ -918,11 +918,39 @@ std::vector<int> TensorParallelSizes(const PriceFile& prices) {
   return sizes;
 }
 
+// A run that communicated in no point (a single GPU measured on the offering's model) takes the overlap of another
+// run of the command with the same model and mode that did: the overlap is the training loop's, not the GPU's.
+void BorrowOverlap(std::vector<RunAnalysis>& runs) {
+  for (RunAnalysis& a : runs) {
+    if (a.basis.shapes.empty() || a.basis.overlap_measured) continue;
+    for (const RunAnalysis& other : runs) {
+      const ProjectionBasis& o = other.basis;
+      if (&other == &a || !o.overlap_measured || o.mode != a.basis.mode || other.m.model_name != a.m.model_name ||
+          other.m.parameters != a.m.parameters) {
+        continue;
+      }
+      a.basis.overlap = o.overlap;
+      a.basis.overlap_measured = true;
+      a.basis.overlap_source = o.overlap_source + " in " + other.m.path + " (the same model and mode; this run did not "
+                               "communicate)";
+      break;
+    }
+  }
+}
+
 // Every run onto every offering with a fabric and the run's GPU model, at each --project target (the priced k
 // without one): the layouts considered there and the one chosen.
 void ProjectOntoFabrics(CostRun& c) {
   if (!c.prices) return;
   const std::vector<int> tp_sizes = TensorParallelSizes(*c.prices);
+  for (RunAnalysis& a : c.runs) {
+    for (const Offering& offering : c.prices->offerings) {
+      if (c.prices->FabricOf(offering) && HasGpu(a, offering.gpu) && a.basis.shapes.empty()) {
+        a.basis = BasisOf(a, tp_sizes);
+      }
+    }
+  }
+  BorrowOverlap(c.runs);
   for (RunAnalysis& a : c.runs) {
     std::vector<ProjectTarget> targets = c.plan.targets;
     if (targets.empty()) {
@@ -932,7 +960,6 @@ void ProjectOntoFabrics(CostRun& c) {
     for (const Offering& offering : c.prices->offerings) {
       const Fabric* fabric = c.prices->FabricOf(offering);
       if (!fabric || !HasGpu(a, offering.gpu)) continue;
-      if (a.basis.shapes.empty()) a.basis = BasisOf(a, tp_sizes);
       for (const ProjectTarget& target : targets) {
         FabricProjection projection{&offering, fabric, target, std::nullopt, ""};
         const std::optional<Layout> layout = LayoutOnNodes(target, offering.gpus_per_node, projection.why_not);
