@@ -152,7 +152,8 @@ EOF
 # --- projection ------------------------------------------------------------------------------------------------------
 expect_ok "$tb" cost "$r" --project 4,2x2,16 --collectives "$work/coll.h5" --inter-node-gbps 100
 expect_out "^#   fit: [0-9]+ samples \([0-9]+ collective sizes"
-expect_out "^#   intra-node: alpha [0-9.e+-]+ us, beta 1/\([0-9.e+-]+ GB/s\) \(fitted\)"
+expect_out "^#   intra-node: alpha [0-9.e+-]+ us, beta 1/\([0-9.e+-]+ GB/s\) \(fitted, [1-3] of 3 size bands fitted on their own\)"
+expect_out "^#     band small \(< 64 KiB\): alpha [0-9.e+-]+ us, beta 1/\([0-9.e+-]+ GB/s\), [0-9]+ samples"
 expect_out "^#   inter-node: .*bandwidth from --inter-node-gbps 100, latency 5 us assumed"
 expect_out "^#   held out k=2 \(1x2\): predicted step [0-9.e+-]+ s, measured [0-9.e+-]+ s: error [0-9.]+%"
 expect_out "^ +2x8 +16 .* projected$"

@@ -208,6 +208,29 @@ TEST(Fabric, MeasuredLinkFittedPerSizeBand) {
   EXPECT_NE(partial.bands[2].name.find("not measured"), std::string::npos);
 }
 
+TEST(Fabric, FittedLinksTakeBandsFromOneNodeAndOneRankPerNodeSweeps) {
+  std::vector<AllReduceSample> sweep;
+  for (double bytes = 1024; bytes < 64 * 1024; bytes *= 2) sweep.push_back(Ring(4, bytes, 10e-6, 1 / 1e9));
+  for (double bytes = 1 << 20; bytes < 16 << 20; bytes *= 2) sweep.push_back(Ring(4, bytes, 4e-6, 1 / 5e9));
+  // --split inter: one rank on each of 4 nodes, 1 Gbit/s-class.
+  for (double bytes = 1 << 20; bytes < 16 << 20; bytes *= 2) {
+    sweep.push_back({4, 1, bytes, 1, 2.0 * 3 * 50e-6 + 2.0 * 3 / 4 * bytes / 0.125e9, "inter"});
+  }
+  LinkModel links = ResolveLinks(FitAlphaBeta(sweep), LinkOverrides{});
+  BandLinks(links, sweep, false);
+  ASSERT_EQ(links.intra.bands.size(), 3u);
+  EXPECT_NE(links.intra.origin.find("2 of 3 size bands fitted on their own"), std::string::npos) << links.intra.origin;
+  EXPECT_NEAR(1 / links.intra.bands[1].beta_s_per_byte, 5e9, 5e3);
+  EXPECT_NEAR(1 / links.inter.bands[1].beta_s_per_byte, 0.125e9, 1e3);
+  // A rate the user gave (--inter-node-gbps) is not replaced.
+  LinkOverrides given;
+  given.inter_node_gbps = 10;
+  LinkModel kept = ResolveLinks(FitAlphaBeta(sweep), given);
+  BandLinks(kept, sweep, true);
+  EXPECT_TRUE(kept.inter.bands.empty());
+  EXPECT_DOUBLE_EQ(kept.inter.beta_s_per_byte, 8 / 10e9);
+}
+
 // A run measured in dp at k = 2 on one node, weak scaling: 0.5 s of compute, 0.1 s of optimizer, 0.05 s exposed
 // of 0.1 s of gradient all-reduce (overlap 0.5), 4096 tokens per rank per step, 1 GB of gradients per rank.
 ProjectionBasis SmallBasis() {

@@ -100,20 +100,24 @@ std::vector<SizeBand> EmptySizeBands() {
           {INFINITY, 0, 0, 0, "large (>= 16 MiB)"}};
 }
 
-LinkParameters FitIntraBands(const std::vector<AllReduceSample>& samples) {
-  LinkParameters link;
-  const AlphaBetaFit all = FitAlphaBeta(samples);
-  link.alpha_s = all.links.intra.alpha_s;
-  link.beta_s_per_byte = all.links.intra.beta_s_per_byte;
-  link.fitted = all.links.intra.fitted && link.beta_s_per_byte > 0;
-  if (!link.fitted) return link;
+namespace {
+
+// The link class a sample measures alone: intra (one node of several ranks) or inter (one rank per node).
+bool Measures(const AllReduceSample& s, bool inter) {
+  return inter ? s.gpus_per_node == 1 && s.nodes > 1 : s.nodes == 1 && s.gpus_per_node > 1;
+}
+
+const LinkParameters& ClassOf(const LinkModel& links, bool inter) { return inter ? links.inter : links.intra; }
+
+// `link` (the all-sizes pair) with its bands fitted to the samples of its class.
+void AddBands(LinkParameters& link, const std::vector<AllReduceSample>& samples, bool inter) {
   double lower = 0;
   for (SizeBand band : EmptySizeBands()) {
     std::vector<AllReduceSample> in;
     std::set<double> sizes;
     for (const AllReduceSample& s : samples) {
       const double message = s.bytes / s.ops;
-      if (message >= lower && message < band.below_bytes) {
+      if (Measures(s, inter) && message >= lower && message < band.below_bytes) {
         in.push_back(s);
         sizes.insert(message);
       }
@@ -121,13 +125,43 @@ LinkParameters FitIntraBands(const std::vector<AllReduceSample>& samples) {
     lower = band.below_bytes;
     band.samples = static_cast<int>(in.size());
     const AlphaBetaFit fit = sizes.size() >= 2 ? FitAlphaBeta(in) : AlphaBetaFit{};
-    const bool own = sizes.size() >= 2 && fit.links.intra.beta_s_per_byte > 0;
-    band.alpha_s = own ? fit.links.intra.alpha_s : link.alpha_s;
-    band.beta_s_per_byte = own ? fit.links.intra.beta_s_per_byte : link.beta_s_per_byte;
-    if (!own) band.name += sizes.empty() ? ": not measured, the all-sizes fit" : ": one size, the all-sizes fit";
+    const LinkParameters& own = ClassOf(fit.links, inter);
+    const bool fitted = sizes.size() >= 2 && own.beta_s_per_byte > 0;
+    band.alpha_s = fitted ? own.alpha_s : link.alpha_s;
+    band.beta_s_per_byte = fitted ? own.beta_s_per_byte : link.beta_s_per_byte;
+    if (!fitted) band.name += sizes.empty() ? ": not measured, the all-sizes fit" : ": one size, the all-sizes fit";
     link.bands.push_back(band);
   }
+}
+
+int OwnBands(const LinkParameters& link) {
+  int own = 0;
+  for (const SizeBand& band : link.bands) own += band.name.find("the all-sizes fit") == std::string::npos;
+  return own;
+}
+
+}  // namespace
+
+LinkParameters FitIntraBands(const std::vector<AllReduceSample>& samples) {
+  LinkParameters link;
+  const AlphaBetaFit all = FitAlphaBeta(samples);
+  link.alpha_s = all.links.intra.alpha_s;
+  link.beta_s_per_byte = all.links.intra.beta_s_per_byte;
+  link.fitted = all.links.intra.fitted && link.beta_s_per_byte > 0;
+  if (link.fitted) AddBands(link, samples, false);
   return link;
+}
+
+void BandLinks(LinkModel& links, const std::vector<AllReduceSample>& samples, bool inter_given) {
+  for (bool inter : {false, true}) {
+    LinkParameters& link = inter ? links.inter : links.intra;
+    if (!link.fitted || (inter && inter_given)) continue;
+    LinkParameters banded = link;
+    AddBands(banded, samples, inter);
+    if (OwnBands(banded) == 0) continue;  // nothing measured per band: the all-sizes pair
+    banded.origin += Format(", %d of 3 size bands fitted on their own", OwnBands(banded));
+    link = banded;
+  }
 }
 
 double PredictAllReduceSeconds(const LinkModel& links, int nodes, int gpus_per_node, double bytes, double ops) {
@@ -331,7 +365,8 @@ std::optional<HeldOutCheck> CheckHeldOut(const std::vector<TrainPointInput>& poi
   std::vector<AllReduceSample> samples = collective_samples;
   for (const AllReduceSample& s : TrainSamples(rest)) samples.push_back(s);
   const AlphaBetaFit fit = FitAlphaBeta(samples);
-  const LinkModel links = ResolveLinks(fit, overrides);
+  LinkModel links = ResolveLinks(fit, overrides);
+  BandLinks(links, samples, overrides.inter_node_gbps.has_value());
   HeldOutCheck check;
   check.k = held.k;
   check.layout = {held.nodes, held.gpus_per_node};

@@ -66,6 +66,7 @@ std::vector<SizeBand> EmptySizeBands();
 // nothing could be fitted.
 LinkParameters FitIntraBands(const std::vector<AllReduceSample>& samples);
 
+
 struct LinkModel {
   LinkParameters intra;
   LinkParameters inter;
@@ -77,6 +78,12 @@ struct AlphaBetaFit {
   double rms_relative_error = 0;  // over the fitted samples
   std::vector<std::string> notes;  // what could not be identified and what was assumed instead
 };
+
+// The fitted links with bands: the intra-node link's from the samples of one node (sweep sizes and training points),
+// the inter-node link's from those of one rank per node (collectives --split inter), each band with two sizes or
+// more on its own, the rest at the all-sizes fit; a class given by the user (`inter_given`: --inter-node-gbps) or
+// without any own band stays as it is. The origin says how many bands were fitted.
+void BandLinks(LinkModel& links, const std::vector<AllReduceSample>& samples, bool inter_given);
 
 // Fits the parameters that the samples determine; a link class without samples stays unfitted (zeros), an alpha
 // that the samples cannot tell from beta (all at one size-to-message ratio) is fixed at 0 and noted.

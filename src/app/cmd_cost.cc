@@ -399,6 +399,7 @@ void ProjectLayouts(RunAnalysis& a, const std::string& path, const std::vector<L
   for (const AllReduceSample& s : TrainSamples(points)) samples.push_back(s);
   a.fit = FitAlphaBeta(samples);
   a.links = ResolveLinks(*a.fit, overrides);
+  BandLinks(a.links, samples, overrides.inter_node_gbps.has_value());
   a.step_model.emplace(points, a.m.weak_scaling, points.front());
   const int t = points.back().tensor_parallel;
   for (const Layout& layout : layouts) {
@@ -657,8 +658,14 @@ std::vector<std::string> ProjectionLines(const RunAnalysis& a) {
     return Format("#   %s: alpha %.3g us, beta 1/(%.4g GB/s) (%s)", name, l.alpha_s * 1e6, l.bandwidth_GBps(),
                   l.origin.c_str());
   };
-  lines.push_back(link("intra-node", a.links.intra));
-  lines.push_back(link("inter-node", a.links.inter));
+  for (const auto& [name, l] : {std::pair{"intra-node", &a.links.intra}, std::pair{"inter-node", &a.links.inter}}) {
+    lines.push_back(link(name, *l));
+    for (const SizeBand& band : l->bands) {
+      lines.push_back(Format("#     band %s: alpha %.3g us, beta 1/(%.4g GB/s), %d sample%s", band.name.c_str(),
+                             band.alpha_s * 1e6, band.beta_s_per_byte > 0 ? 1e-9 / band.beta_s_per_byte : 0.0,
+                             band.samples, band.samples == 1 ? "" : "s"));
+    }
+  }
   for (const std::string& note : fit.notes) lines.push_back("#   note: " + note);
   lines.push_back(a.step_model->overlap_measured()
                       ? Format("#   overlap %.2f (measured at the largest communicating point)", a.step_model->overlap())
