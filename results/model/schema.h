@@ -823,7 +823,7 @@ inline const std::vector<const Field*> kStoredOnly = {
     // Every step's phases: the figures above are computed from them when the run is summarised.
     &point::steps::rank, &point::steps::forward_s,
     &point::steps::backward_s, &point::steps::comm_total_s, &point::steps::comm_exposed_s,
-    &point::steps::comm_gather_exposed_s, &point::steps::comm_activation_s, &point::steps::comm_intra_s, &point::steps::comm_inter_s, &point::steps::optimizer_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
+    &point::steps::comm_gather_exposed_s, &point::steps::comm_activation_s, &point::steps::comm_intra_s, &point::steps::comm_inter_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
     &point::steps::data_read_MBps, &point::steps::loader_queue_depth, &point::steps::checkpoint_writing,
     &point::stall_budget::p99, &point::stall_budget::kind_p99,
     // The data check before the first step, resume and loader details, and each slice of a checkpoint.
