@@ -120,6 +120,16 @@ TEST(Comparability, WhatAComparisonIsAboutIsShownNotWarned) {
   EXPECT_NO_THROW(RequireComparable(comparison));
 }
 
+TEST(Comparability, AnEmulatedFabricIsAnotherInterconnect) {
+  Report emulated = TrainRun();
+  emulated.root.Set("emulated_fabric", std::string("pcie"));
+  emulated.root.Set("emulated_fabric_environment", std::string("NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0"));
+  const Comparison comparison = Compare({TrainRun(), emulated});
+  EXPECT_EQ(DifferingNames(comparison), std::vector<std::string>{"interconnect"});
+  EXPECT_EQ(VariableOf(comparison, "interconnect").values[1], "PCIe emulated on NVLink x18");
+  EXPECT_EQ(DifferenceText(VariableOf(comparison, "interconnect")), "yes: compared");
+}
+
 TEST(Comparability, EveryHeldVariableIsWarnedWithItsConsequence) {
   Report other = TrainRun();
   Group& config = other.root.Child("config");

@@ -191,6 +191,38 @@ TEST(ReportView, TopologyCountsGpusByModelAndLinksByKind) {
   EXPECT_TRUE(std::holds_alternative<std::monostate>(CellOf(summary, 0, "cudnn")));
 }
 
+TEST(ReportView, AnEmulatedFabricIsSaidUnderTheRunAndInItsTable) {
+  Report report = BaseReport("collectives");
+  AddTopology(report);
+  EXPECT_EQ(EmulatedFabricOf(report), "");  // a report before the attribute
+  EXPECT_EQ(EmulatedFabricLine(report), "");
+  EXPECT_EQ(IntraNodeFabric(report), "NVLink x18, PCIe");
+  EXPECT_TRUE(ViewAll(report).notes.empty());
+
+  report.root.Set("emulated_fabric", std::string("pcie"));
+  report.root.Set("emulated_fabric_environment", std::string("NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0"));
+  EXPECT_EQ(EmulatedFabricOf(report), "pcie");
+  const std::string line =
+      "intra-node fabric: PCIe emulated on NVLink x18, PCIe (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)";
+  EXPECT_EQ(EmulatedFabricLine(report), line);
+  const RunView view = ViewAll(report, "e.h5");
+  EXPECT_EQ(view.notes, std::vector<std::string>{line});
+  const ViewTable& run = TableOf(view, "config.run");
+  EXPECT_EQ(Str(CellOf(run, 0, "emulated_fabric")), "pcie");
+  EXPECT_EQ(Str(CellOf(run, 0, "emulated_fabric_environment")), "NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0");
+  EXPECT_NE(ReportViews("text", kReport, {view}).find("#   run 1: e.h5\n#     " + line + "\n"), std::string::npos);
+
+  // One GPU per node: no pair for the topology to name.
+  report.root.Child("topology").tables.erase("gpu_links");
+  EXPECT_EQ(EmulatedFabricLine(report), "intra-node fabric: PCIe emulated on no GPU pair (one GPU per node) "
+                                        "(NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)");
+  // A run of the node's own fabric writes the attributes empty.
+  report.root.Set("emulated_fabric", std::string());
+  report.root.Set("emulated_fabric_environment", std::string());
+  EXPECT_EQ(EmulatedFabricOf(report), "");
+  EXPECT_EQ(EmulatedFabricLine(report), "");
+}
+
 TEST(ReportView, CollectivesHeadlineAndEveryRow) {
   Report report = BaseReport("collectives");
   AddCollective(report, "all_reduce", 39.5);

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <functional>
-#include <set>
 
 #include "console.h"
 #include "error.h"
+#include "report_view.h"
 #include "schema.h"
 
 namespace tb {
@@ -111,19 +111,12 @@ std::string Device(const Report& report) {
   return cpu && !cpu->empty() ? cpu->front() : "";
 }
 
-// The GPU link types the topology found, each once; "none recorded" without GPU links (the CPU backend).
+// The GPU link types the topology found, each once; "none recorded" without GPU links (the CPU backend). A run that
+// emulated another fabric says so ("PCIe emulated on NVLink x18"): it is not the NVLink run it sits beside.
 std::string Interconnect(const Report& report) {
-  const Group* topology = sc::FindGroup(report.root, sc::kTopology);
-  if (!topology) return "";
-  const Table* links = sc::FindTable(topology, sc::topology::kGpuLinks);
-  const auto* kinds = links ? sc::Values(*links, sc::topology::gpu_links::link) : nullptr;
-  std::set<std::string> distinct;
-  if (kinds) distinct.insert(kinds->begin(), kinds->end());
-  distinct.erase("");
-  if (distinct.empty()) return "none recorded";
-  std::string text;
-  for (const std::string& kind : distinct) text += (text.empty() ? "" : ", ") + kind;
-  return text;
+  if (!sc::FindGroup(report.root, sc::kTopology)) return "";
+  const std::string fabric = IntraNodeFabric(report);
+  return fabric.empty() ? "none recorded" : fabric;
 }
 
 constexpr const char* kThroughput = "throughput is not comparable";

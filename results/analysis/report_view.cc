@@ -3,6 +3,7 @@
 #include "io_tables.h"
 #include "console.h"
 #include "cpu_placement.h"
+#include "pcie_emulation.h"
 #include "schema.h"
 #include "units.h"
 
@@ -192,6 +193,7 @@ std::vector<ViewTable> ConfigSection(const Report& report) {
                                          Show(r::status_reason), Show(r::start_utc),    Show(r::end_utc),
                                          Show(r::tool_version), Show(r::git_revision), Show(r::n_ranks),
                                          Show(r::n_nodes),      Show(r::backend),      Show(r::injected_faults),
+                                         Show(r::emulated_fabric), Show(r::emulated_fabric_environment),
                                          Show(r::run_id)};
   ViewTable run = MakeTable("config", "run", "run", true, run_columns);
   RowWriter row(run);
@@ -826,8 +828,38 @@ std::vector<ViewTable> ViewSection(const Report& report, const std::string& sect
   throw std::invalid_argument("unknown report section '" + section + "'");
 }
 
+std::string GpuLinkKinds(const Report& report) {
+  const Table* links = sc::FindTable(sc::FindGroup(report.root, sc::kTopology), sc::topology::kGpuLinks);
+  const auto* kinds = links ? sc::Values(*links, sc::topology::gpu_links::link) : nullptr;
+  std::set<std::string> distinct;
+  if (kinds) distinct.insert(kinds->begin(), kinds->end());
+  distinct.erase("");
+  return JoinNames(std::vector<std::string>(distinct.begin(), distinct.end()), ", ");
+}
+
+std::string EmulatedFabricOf(const Report& report) {
+  const std::string* fabric = sc::Find(&report.root, sc::root::emulated_fabric);
+  return fabric ? *fabric : "";
+}
+
+std::string IntraNodeFabric(const Report& report) {
+  const std::string links = GpuLinkKinds(report);
+  const std::string fabric = EmulatedFabricOf(report);
+  if (fabric.empty()) return links;
+  return (fabric == kEmulatedPcie ? "PCIe" : fabric) + " emulated on " +
+         (links.empty() ? "no GPU pair (one GPU per node)" : links);
+}
+
+std::string EmulatedFabricLine(const Report& report) {
+  if (EmulatedFabricOf(report).empty()) return "";
+  const std::string* environment = sc::Find(&report.root, sc::root::emulated_fabric_environment);
+  return "intra-node fabric: " + IntraNodeFabric(report) +
+         (environment && !environment->empty() ? " (" + *environment + ")" : "");
+}
+
 RunView ViewReport(const Report& report, const std::string& label, const std::vector<std::string>& sections) {
   RunView run{label, {}};
+  if (const std::string line = EmulatedFabricLine(report); !line.empty()) run.notes.push_back(line);
   for (const std::string& section : ReportSectionNames()) {
     if (std::find(sections.begin(), sections.end(), section) == sections.end()) continue;
     for (ViewTable& table : ViewSection(report, section)) run.tables.push_back(std::move(table));

@@ -68,7 +68,26 @@ std::vector<ViewTable> ViewSection(const Report& report, const std::string& sect
 struct RunView {
   std::string label;  // the file as given on the command line
   std::vector<ViewTable> tables;
+  // What the text says of the whole run under its label (the emulated fabric); CSV and JSON have it in the tables.
+  std::vector<std::string> notes = {};
 };
+
+// The GPU link types topology/gpu_links holds, each once, comma-separated ("NVLink x18 via NVSwitch"); "" when it
+// holds none (the CPU backend, one GPU per node, a report without the table).
+std::string GpuLinkKinds(const Report& report);
+
+// The fabric a run emulated instead of its node's own: "pcie" (kEmulatedPcie) after --emulate-pcie, "" otherwise
+// (also for reports before the root attribute emulated_fabric). Cost reads it to label a measured intra-node fabric
+// taken from such a report as emulated.
+std::string EmulatedFabricOf(const Report& report);
+
+// The intra-node fabric a run measured, in words: GpuLinkKinds, or for an emulated run "PCIe emulated on " them
+// ("PCIe emulated on no GPU pair (one GPU per node)" without any).
+std::string IntraNodeFabric(const Report& report);
+
+// "intra-node fabric: PCIe emulated on NVLink x18 via NVSwitch (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)": what the
+// header of an emulated run and `report` say of it; "" when the run did not emulate.
+std::string EmulatedFabricLine(const Report& report);
 
 // The chosen sections of `report`, in ReportSectionNames() order.
 RunView ViewReport(const Report& report, const std::string& label, const std::vector<std::string>& sections);

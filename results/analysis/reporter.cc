@@ -591,6 +591,7 @@ std::string TextReporter::Finalize() {
                                            runs.size() == 1 ? "" : "s")};
   for (size_t run = 0; run < runs.size(); ++run) {
     Append(lines, WrapLines(runs[run].label, Format("#   run %zu: ", run + 1), "#     "));
+    for (const std::string& note : runs[run].notes) Append(lines, WrapLines(note, "#     ", "#       "));
   }
   if (context_.comparison) {
     lines.push_back("");

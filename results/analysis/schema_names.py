@@ -38,6 +38,8 @@ class root:
     status_reason = "status_reason"
     end_utc = "end_utc"
     injected_faults = "injected_faults"
+    emulated_fabric = "emulated_fabric"
+    emulated_fabric_environment = "emulated_fabric_environment"
     stuck_ranks = "stuck_ranks"
 
 

@@ -34,6 +34,15 @@ inline const TextAttribute end_utc{kRoot, "end_utc", "", "ISO 8601 end of the ru
 inline const TextAttribute injected_faults{kRoot, "injected_faults", "",
                                            "collectives, p2p, train: the faults injected on purpose (`--inject`, a "
                                            "test feature), e.g. `slow-rank=1:300`; `\"\"` for a real measurement"};
+inline const TextAttribute emulated_fabric{kRoot, "emulated_fabric", "",
+                                           "collectives, p2p, train: `pcie` when `--emulate-pcie` kept NCCL off "
+                                           "NVLink: intra-node traffic went through PCIe and host memory, as on a "
+                                           "PCIe node without GPU peer-to-peer; `\"\"` for the node's own fabric; "
+                                           "absent in reports before it"};
+inline const TextAttribute emulated_fabric_environment{
+    kRoot, "emulated_fabric_environment", "",
+    "collectives, p2p, train: the NCCL variables `--emulate-pcie` set on every rank, "
+    "`NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0`; `\"\"` when not emulated; absent in reports before it"};
 inline const TextAttribute stuck_ranks{kRoot, "stuck_ranks", "",
                                        "only after a timeout: the ranks the others waited for, comma-separated (no "
                                        "answer to rank 0's probe, or outside communication for half the timeout); "

@@ -22,6 +22,8 @@
 #include "mpi_util.h"
 #include "nccl_communicator.h"
 #include "paths.h"
+#include "pcie_emulation.h"
+#include "report_view.h"
 #include "reporter.h"
 #include "schema.h"
 #include "signals.h"
@@ -49,6 +51,13 @@ void AddCommonOptions(po::options_description& options, CommonOptions& common, b
        "watchdog: abort the job when one operation takes longer than this many seconds (0 = off)")
       ("quiet", po::bool_switch(&common.quiet), "print only the verdict lines")
       ("help,h", "show this help");
+}
+
+void AddEmulatePcieOption(po::options_description& options, bool* emulate) {
+  options.add_options()("emulate-pcie", po::bool_switch(emulate),
+                        "measure a PCIe node on an NVLink one: NCCL without GPU peer-to-peer and NVLink SHARP "
+                        "(NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0), intra-node traffic through PCIe and host memory; "
+                        "the report is marked (emulated_fabric); NCCL backend only");
 }
 
 namespace {
@@ -205,6 +214,19 @@ InjectionPlan CommandRun::PlanInjection(const std::vector<std::string>& specs) {
   return plan;
 }
 
+void CommandRun::EmulatePcie(bool emulate) {
+  std::string environment;
+  if (emulate) {
+    if (backend_ != "nccl") throw InputError("--emulate-pcie needs the NCCL backend (a GPU build on GPUs)");
+    const std::vector<EnvSetting> settings = EmulatedPcieEnvironment(ProcessEnvironment);
+    SetEnvironment(settings);
+    emulated_fabric_ = kEmulatedPcie;
+    environment = DescribeEnvironment(settings);
+  }
+  schema::Set(report_.root, schema::root::emulated_fabric, emulated_fabric_);
+  schema::Set(report_.root, schema::root::emulated_fabric_environment, environment);
+}
+
 std::string CommandRun::ResolveBackend() {
   int has_gpu = GpuCount() > 0 ? 1 : 0;
   int all_have_gpu = 0;
@@ -342,6 +364,7 @@ const Topology& CommandRun::BeginMeasurement(const std::string& phase) {
          "measurement");
   }
   GatherTopologyIntoReport();
+  if (!emulated_fabric_.empty() && ctx_.world_rank == 0) Print("# " + EmulatedFabricLine(report_));
   StartRankProbe();
   gpu_health_ = std::make_unique<GpuHealthSampler>(ctx_);
   WriteReportInProgress(phase);

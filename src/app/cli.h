@@ -42,6 +42,9 @@ struct CommonOptions {
 // Adds --backend, -o/--output, --timeout, --quiet, -h/--help.
 void AddCommonOptions(po::options_description& options, CommonOptions& common, bool with_backend = true);
 
+// Adds --emulate-pcie (pcie_emulation.h) to a measuring command's options.
+void AddEmulatePcieOption(po::options_description& options, bool* emulate);
+
 // --timeout's ceiling: far past any real operation, and far inside the watchdog clock's int64 nanoseconds.
 constexpr double kMaxTimeoutSeconds = 1e7;
 // The most repeats `--repeats` takes (train: of each point's measured phase; suite: of its phases).
@@ -81,6 +84,12 @@ class CommandRun {
   // --inject's faults (inject.h), checked against the launch and this command, recorded as the root's
   // injected_faults ("" when none); when there are any, BeginMeasurement announces them in one warning line.
   InjectionPlan PlanInjection(const std::vector<std::string>& specs);
+
+  // --emulate-pcie, after ResolveBackend and before any communicator: when `emulate`, sets on this rank the NCCL
+  // environment that keeps intra-node traffic off NVLink (InputError on the MPI backend, or for a variable already set
+  // to a conflicting value); records the root's emulated_fabric and emulated_fabric_environment ("" when not).
+  // BeginMeasurement then says so in the header.
+  void EmulatePcie(bool emulate);
 
   // Resolves --backend (collective: every rank must agree), binding a GPU per rank for cuda, and records it.
   // Returns "mpi" or "nccl", as backend() does afterwards.
@@ -191,6 +200,7 @@ class CommandRun {
   // The main thread's report writes and the watchdog's status rewrite, which run on different threads.
   std::timed_mutex report_mutex_;
   std::string injected_faults_;  // PlanInjection's faults, as typed ("" when none)
+  std::string emulated_fabric_;  // EmulatePcie: kEmulatedPcie, or "" for the node's own fabric
   bool report_on_disk_ = false;  // this run has written -o: a status rewrite must not touch another run's file
   double communicator_ready_s_ = 0;
   std::string config_prefix_;

@@ -10,14 +10,17 @@ namespace tb {
 int RunPhaseCommand(const CommandInput& input, Phase& phase) {
   CommonOptions common;
   std::vector<std::string> inject;
+  bool emulate_pcie = false;
   po::options_description options(phase.name() + " options");
   phase.AddOptions(options);
+  AddEmulatePcieOption(options, &emulate_pcie);
   AddInjectOption(options, &inject);
   AddCommonOptions(options, common);
   InjectionPlan faults;
   std::unique_ptr<CommandRun> run = StartCommand(phase.name(), input, options, phase.usage(), common,
                                                  [&](CommandRun& r) {
                                                    faults = r.PlanInjection(inject);
+                                                   r.EmulatePcie(emulate_pcie);  // before any communicator
                                                    phase.Configure(r, faults);
                                                  },
                                                  phase.Rules());
