@@ -448,6 +448,14 @@ measured_fabric() {  # measured_fabric FILE REPORT: a price file with one offeri
 measured_fabric "$work/measured.toml" coll.h5 >"$work/measured.toml"
 expect_ok "$tb" cost "$r" --prices "$work/measured.toml" --train-tokens 1e9 --project 4,8 --device-as "H100 PCIe"
 expect_out "^#     links: intra-node measured: all_reduce sweep of 'coll.h5', fitted per size band; inter-node 1 x 100 Gbit/s"
+# A collectives report run with --emulate-pcie (marked here with h5py: the CPU backend refuses the flag) is labelled
+# as such where the link is used.
+cp "$work/coll.h5" "$work/coll_emulated.h5"
+/usr/bin/python3 -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); f.attrs["emulated_fabric"] = "pcie"' \
+  "$work/coll_emulated.h5" || fail "cannot mark coll_emulated.h5 (needs /usr/bin/python3 with h5py)"
+measured_fabric x coll_emulated.h5 >"$work/measured_emulated.toml"
+expect_ok "$tb" cost "$r" --prices "$work/measured_emulated.toml" --train-tokens 1e9 --project 4 --device-as "H100 PCIe"
+expect_out "^#     links: intra-node measured: all_reduce sweep of 'coll_emulated.h5' \(pcie emulated\), fitted per size band"
 expect_ok "${mpiexec[@]}" -n 2 "$tb" p2p --size 1M -o "$work/p2p.h5"
 measured_fabric x p2p.h5 >"$work/measured_p2p.toml"
 expect_ok "$tb" cost "$r" --prices "$work/measured_p2p.toml" --train-tokens 1e9 --project 4 --device-as "H100 PCIe"

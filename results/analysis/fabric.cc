@@ -7,6 +7,7 @@
 #include "console.h"
 #include "error.h"
 #include "report.h"
+#include "report_view.h"
 #include "run_measurement.h"
 #include "schema.h"
 #include "units.h"
@@ -131,6 +132,7 @@ void ReadMeasuredIntraLink(Fabric& fabric, const std::string& price_file) {
     }
     in.p2p_GBps = *rate;
   }
+  in.emulated = EmulatedFabricOf(report);
   if (in.source.empty()) in.source = "measured by '" + in.report + "'";
 }
 
