@@ -1,0 +1,90 @@
+#include "cost_model_facts.h"
+
+#include "console.h"
+#include "error.h"
+#include "model_config.h"
+#include "tensor_parallel.h"
+#include "transformer.h"
+
+namespace tb {
+namespace {
+
+bool ShapeKnown(const RunMeasurement& m) {
+  return m.layers > 0 && m.d_model > 0 && m.heads > 0 && m.vocab > 0 && m.max_seq > 0;
+}
+
+ModelConfig ConfigOf(const RunMeasurement& m) { return CustomModel(m.layers, m.d_model, m.heads, m.vocab, m.max_seq); }
+
+// The run's own estimate, as its report states it.
+MemoryCheck RunMemoryCheck(const RunMeasurement& m) {
+  MemoryCheck check;
+  check.estimate = m.memory_estimate;
+  check.mode = m.parallel;
+  check.tensor_parallel = m.points.back().train.tensor_parallel;
+  check.parameters = m.parameters;
+  if (ShapeKnown(m)) check.gathered_parameters = FsdpGatheredParameters(ConfigOf(m));
+  check.what = Format("%s as run (%s%.3g parameters, micro-batch %d, seq %d; %s; %s)", m.model_name.c_str(),
+                      m.model_scaled.empty() ? "" : (m.model_scaled + ", ").c_str(), m.parameters,
+                      m.points.back().micro_batch, m.seq, m.memory_precision.c_str(), m.parallel.c_str());
+  return check;
+}
+
+// The model split T ways at the priced point's micro-batch, or why it cannot be (train's own reason).
+TensorParallelShape ShapeAt(const ModelConfig& config, const RunMeasurement& m, const MeasuredPoint& p, int t) {
+  TensorParallelShape shape;
+  shape.tp = t;
+  try {
+    CheckTensorParallel(config, t);
+    if (m.device != "cpu") CheckCudaTensorParallelWidths(config, t);
+    if ((static_cast<int64_t>(p.micro_batch) * m.seq) % t != 0) {
+      throw InputError(Format("tensor parallel %d does not divide the %d tokens of a micro-batch", t,
+                              p.micro_batch * m.seq));
+    }
+    const MemoryEstimate e = EstimateMemory(config, p.micro_batch, m.seq, m.memory_precision.starts_with("bf16"), t);
+    shape.dp_memory = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes, 0};
+    // The models all-reduce fp32 activations (models/tensor_parallel.h): 4 bytes per element.
+    shape.activation_bytes = 4.0 * static_cast<double>(TensorParallelAllReduceElements(config, t, p.micro_batch, m.seq));
+    shape.activation_ops = t > 1 ? 4.0 * m.layers + 4.0 : 0.0;
+  } catch (const InputError& e) {
+    shape.invalid = e.what();
+  }
+  return shape;
+}
+
+}  // namespace
+
+MemoryCheck ModelMemoryCheck(const ModelFlags& f) {
+  MemoryCheck check;
+  ModelConfig config = FindPreset(f.name);
+  if (f.layers > 0) config = WithLayers(config, f.layers);
+  const int micro_batch = f.micro_batch > 0 ? f.micro_batch : 1;
+  const int seq = f.seq > 0 ? f.seq : config.seq;
+  const MemoryEstimate e = EstimateMemory(config, micro_batch, seq, true, f.tensor_parallel);
+  check.estimate = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes};
+  check.mode = f.parallel;
+  check.ranks = f.ranks;
+  check.tensor_parallel = f.tensor_parallel;
+  check.parameters = static_cast<double>(CountParameters(config).total);
+  check.gathered_parameters = FsdpGatheredParameters(config);
+  check.what = Format("%s (%d layers, %.3g parameters), micro-batch %d, seq %d, bf16 mixed precision, %s over %d "
+                      "rank%s", config.name.c_str(), config.layers, check.parameters, micro_batch, seq,
+                      f.parallel.c_str(), f.ranks, f.ranks == 1 ? "" : "s");
+  if (f.tensor_parallel > 1) {
+    check.what += Format(", tensor parallel %d (states and split activations over %d)", f.tensor_parallel,
+                         f.tensor_parallel);
+  }
+  check.For(f.ranks);  // a bad mode or rank count fails here
+  return check;
+}
+
+RunModelFacts RunModelFactsOf(const RunMeasurement& m, const MeasuredPoint& priced, bool own_memory,
+                              const std::vector<int>& tp_sizes) {
+  RunModelFacts facts;
+  if (own_memory) facts.memory = RunMemoryCheck(m);
+  if (!ShapeKnown(m) || m.seq <= 0 || tp_sizes.empty()) return facts;  // data parallel modes only, at the report's estimate
+  const ModelConfig config = ConfigOf(m);
+  for (int t : tp_sizes) facts.shapes.push_back(ShapeAt(config, m, priced, t));
+  return facts;
+}
+
+}  // namespace tb
