@@ -1,9 +1,11 @@
 // Prints the report schema as the Markdown of results/README.md ("markdown") or as results/analysis/schema_names.py
-// ("python"), or how ParsePointGroupName reads names ("points"); tests/schema_doc_test.sh compares them.
+// ("python"), the tables of cost's exports as the Markdown of results/README.md ("cost-markdown"), or how
+// ParsePointGroupName reads names ("points"); tests/schema_doc_test.sh compares them.
 #include <iostream>
 #include <optional>
 #include <string>
 
+#include "cost_schema.h"
 #include "report.h"
 #include "schema_doc.h"
 
@@ -13,6 +15,8 @@ int main(int argc, char** argv) {
     std::cout << tb::schema::SchemaMarkdown();
   } else if (what == "python") {
     std::cout << tb::schema::SchemaPython();
+  } else if (what == "cost-markdown") {
+    std::cout << tb::cost_schema::CostSchemaMarkdown();
   } else if (what == "points") {
     // Each name's scaling-point rank count as ParsePointGroupName reads it ("none" for anything else), so that
     // the test can hold schema_names.point_ranks to it.
@@ -21,7 +25,7 @@ int main(int argc, char** argv) {
       std::cout << (point && point->throttle_MBps == 0 ? std::to_string(point->ranks) : "none") << "\n";
     }
   } else {
-    std::cerr << "usage: schema_doc markdown|python|points NAME...\n";
+    std::cerr << "usage: schema_doc markdown|python|cost-markdown|points NAME...\n";
     return 2;
   }
   return 0;

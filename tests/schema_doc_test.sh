@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # results/README.md's schema tables (between the schema:begin and schema:end markers) and results/analysis/schema_names.py
-# are exactly what the declarations in results/model/schema.h generate, so neither can drift from the code.
+# are exactly what the declarations in results/model/schema.h generate, and its tables of cost's exports (between
+# cost-schema:begin and cost-schema:end) what results/analysis/cost_schema.h declares, so none can drift from the code.
 #   schema_doc_test.sh SCHEMA_DOC [--update]    (--update rewrites both files from the declarations)
 set -uo pipefail
 doc=$(realpath "$1"); update=${2:-}
@@ -9,17 +10,22 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 
 readme=$results/README.md
-begin='<!-- schema:begin (generated from results/model/schema.h: tests/schema_doc_test.sh --update) -->'
-end='<!-- schema:end -->'
 "$doc" markdown >"$work/tables.md" || fail "schema_doc markdown failed"
+"$doc" cost-markdown >"$work/cost_tables.md" || fail "schema_doc cost-markdown failed"
 "$doc" python >"$work/names.py" || fail "schema_doc python failed"
 
-checks=$((checks + 1))
-if [[ $(grep -cxF "$begin" "$readme") -ne 1 || $(grep -cxF "$end" "$readme") -ne 1 ]]; then
-  fail "results/README.md needs one line '$begin' and one line '$end'"
-else
+# generated_block NAME SOURCE TABLES: results/README.md's block between the NAME:begin and NAME:end markers is
+# TABLES (with --update: made so).
+generated_block() {
+  local name=$1 source=$2 tables=$3
+  local begin="<!-- $name:begin (generated from $source: tests/schema_doc_test.sh --update) -->" end="<!-- $name:end -->"
+  checks=$((checks + 1))
+  if [[ $(grep -cxF "$begin" "$readme") -ne 1 || $(grep -cxF "$end" "$readme") -ne 1 ]]; then
+    fail "results/README.md needs one line '$begin' and one line '$end'"
+    return
+  fi
   # The README with its generated block replaced by what the declarations generate now.
-  awk -v begin="$begin" -v end="$end" -v tables="$work/tables.md" '
+  awk -v begin="$begin" -v end="$end" -v tables="$tables" '
     $0 == begin { print; while ((getline line < tables) > 0) print line; skipping = 1; next }
     $0 == end { skipping = 0 }
     !skipping { print }' "$readme" >"$work/README.md"
@@ -27,9 +33,12 @@ else
     cp "$work/README.md" "$readme"
   else
     diff -u "$readme" "$work/README.md" >"$work/diff" ||
-      fail "results/README.md's schema tables differ from results/model/schema.h (run tests/schema_doc_test.sh SCHEMA_DOC --update): $(head -30 "$work/diff")"
+      fail "results/README.md's $name tables differ from $source (run tests/schema_doc_test.sh SCHEMA_DOC --update): $(head -30 "$work/diff")"
   fi
-fi
+}
+generated_block schema results/model/schema.h "$work/tables.md"
+# The tables of cost's CSV and JSON exports, declared in results/analysis/cost_schema.h.
+generated_block cost-schema results/analysis/cost_schema.h "$work/cost_tables.md"
 
 checks=$((checks + 1))
 if [[ $update == --update ]]; then

@@ -36,7 +36,7 @@ std::string CostSchemaMarkdown() {
   std::string text;
   for (const Table* table : AllTables()) {
     if (!text.empty()) text += "\n";
-    text += "Table `" + table->FullName() + "` (" + table->title + "): view " + table->view + "; a row: " + table->rows +
+    text += "Table `" + table->FullName() + "`: " + table->title + ". View: " + table->view + "; a row: " + table->rows +
             ".\n\n";
     text += "| Column | Unit | Meaning |\n|---|---|---|\n";
     for (const Column* column : table->columns) {

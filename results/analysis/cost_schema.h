@@ -233,7 +233,8 @@ inline const Column target_tokens{kDecision, "target_tokens", "tokens", "`--trai
 inline const Column target_steps{kDecision, "target_steps", "", "`--train-steps`"};
 inline const Column deadline_hours{kDecision, "deadline_hours", "h", "`--deadline-hours`"};
 inline const Column cheapest{kDecision, "cheapest", "",
-                             "the winning row named as in the text: `RUN CONFIG (measured) on OFFERING`"};
+                             "the winning row named as in the text: `RUN CONFIG (measured) on OFFERING`, or "
+                             "`(projected)`"};
 inline const Column fastest{kDecision, "fastest", "", "likewise"};
 inline const Column cheapest_within_deadline{kDecision, "cheapest_within_deadline", "", "likewise"};
 inline const Column deadline_met{kDecision, "deadline_met", "", "1: a row trains within the deadline"};
