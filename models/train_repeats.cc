@@ -14,32 +14,30 @@ namespace {
 
 namespace sc = schema;
 
-struct FigureSpec {
-  const char* name;
-  double RepeatFigures::*member;
-  const sc::RealColumn* column;
-};
-
-const std::vector<FigureSpec>& Figures() {
+// Where RepeatFigures holds each figure of the spread table (schema::point::kSpreadFigures).
+double RepeatFigures::*MemberOf(const sc::RealColumn& figure) {
   namespace r = sc::point::repeats;
-  static const std::vector<FigureSpec> figures = {
-      {"tokens_per_s", &RepeatFigures::tokens_per_s, &r::tokens_per_s},
-      {"step_s", &RepeatFigures::step_s, &r::step_s},
-      {"mfu_peak", &RepeatFigures::mfu_peak, &r::mfu_peak},
-      {"mfu_measured_gemm", &RepeatFigures::mfu_measured_gemm, &r::mfu_measured_gemm},
-      {"comm_exposed_s", &RepeatFigures::comm_exposed_s, &r::comm_exposed_s},
-      {"data_wait_share", &RepeatFigures::data_wait_share, &r::data_wait_share},
-      {"checkpoint_stall_share", &RepeatFigures::checkpoint_stall_share, &r::checkpoint_stall_share},
-      {"checkpoint_write_GBps", &RepeatFigures::checkpoint_write_GBps, &r::checkpoint_write_GBps},
+  static const std::vector<std::pair<const sc::RealColumn*, double RepeatFigures::*>> members = {
+      {&r::tokens_per_s, &RepeatFigures::tokens_per_s},
+      {&r::step_s, &RepeatFigures::step_s},
+      {&r::mfu_peak, &RepeatFigures::mfu_peak},
+      {&r::mfu_measured_gemm, &RepeatFigures::mfu_measured_gemm},
+      {&r::comm_exposed_s, &RepeatFigures::comm_exposed_s},
+      {&r::data_wait_share, &RepeatFigures::data_wait_share},
+      {&r::checkpoint_stall_share, &RepeatFigures::checkpoint_stall_share},
+      {&r::checkpoint_write_GBps, &RepeatFigures::checkpoint_write_GBps},
   };
-  return figures;
+  for (const auto& [column, member] : members) {
+    if (column == &figure) return member;
+  }
+  throw std::invalid_argument("no repeat figure " + figure.name);
 }
 
-const FigureSpec& FigureNamed(const std::string& name) {
-  for (const FigureSpec& figure : Figures()) {
-    if (figure.name == name) return figure;
-  }
-  throw std::invalid_argument("no repeat figure named " + name);
+std::vector<double> ValuesOf(const std::vector<RepeatFigures>& repeats, const sc::RealColumn& figure) {
+  const auto member = MemberOf(figure);
+  std::vector<double> values;
+  for (const RepeatFigures& r : repeats) values.push_back(r.*member);
+  return values;
 }
 
 }  // namespace
@@ -89,17 +87,10 @@ Spread SpreadOf(const std::vector<double>& values) {
 const std::vector<std::string>& RepeatFigureNames() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> all;
-    for (const FigureSpec& figure : Figures()) all.push_back(figure.name);
+    for (const sc::RealColumn* figure : sc::point::kSpreadFigures) all.push_back(figure->name);
     return all;
   }();
   return names;
-}
-
-std::vector<double> FigureValues(const std::vector<RepeatFigures>& repeats, const std::string& name) {
-  const FigureSpec& figure = FigureNamed(name);
-  std::vector<double> values;
-  for (const RepeatFigures& r : repeats) values.push_back(r.*figure.member);
-  return values;
 }
 
 size_t MedianRepeat(const std::vector<RepeatFigures>& repeats) {
@@ -119,15 +110,15 @@ void AddRepeatsToReport(Group& point_group, const std::vector<RepeatFigures>& re
   std::vector<int64_t> index(repeats.size());
   std::iota(index.begin(), index.end(), int64_t{1});
   sc::AddColumn(table, p::repeats::repeat, index);
-  for (const FigureSpec& figure : Figures()) sc::AddColumn(table, *figure.column, FigureValues(repeats, figure.name));
+  for (const sc::RealColumn* figure : p::kSpreadFigures) sc::AddColumn(table, *figure, ValuesOf(repeats, *figure));
 
   Table& spread = sc::AddTable(point_group, p::kSpread);
   std::vector<std::string> names;
   std::vector<int64_t> counts;
   std::vector<double> medians, mins, maxes, cvs;
-  for (const FigureSpec& figure : Figures()) {
-    const Spread s = SpreadOf(FigureValues(repeats, figure.name));
-    names.push_back(figure.name);
+  for (const sc::RealColumn* figure : p::kSpreadFigures) {
+    const Spread s = SpreadOf(ValuesOf(repeats, *figure));
+    names.push_back(figure->name);
     counts.push_back(static_cast<int64_t>(s.count));
     medians.push_back(s.median);
     mins.push_back(s.min);
@@ -144,9 +135,10 @@ void AddRepeatsToReport(Group& point_group, const std::vector<RepeatFigures>& re
 
 std::string SpreadLine(const std::vector<RepeatFigures>& repeats, size_t median) {
   if (repeats.size() < 2) return "#   1 run: spread unknown (--repeats N measures it)";
-  const Spread tokens = SpreadOf(FigureValues(repeats, "tokens_per_s"));
-  const Spread step = SpreadOf(FigureValues(repeats, "step_s"));
-  const Spread exposed = SpreadOf(FigureValues(repeats, "comm_exposed_s"));
+  namespace r = sc::point::repeats;
+  const Spread tokens = SpreadOf(ValuesOf(repeats, r::tokens_per_s));
+  const Spread step = SpreadOf(ValuesOf(repeats, r::step_s));
+  const Spread exposed = SpreadOf(ValuesOf(repeats, r::comm_exposed_s));
   return Format("#   over %zu repeats (the figures above are repeat %zu's, at the median): tokens/s median %.0f "
                 "(min %.0f, max %.0f, CV %.1f%%); step CV %.1f%%; exposed comm median %.3f ms (CV %.1f%%)",
                 repeats.size(), median + 1, tokens.median, tokens.min, tokens.max, tokens.cv * 100, step.cv * 100,

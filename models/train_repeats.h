@@ -37,9 +37,8 @@ struct Spread {
 };
 Spread SpreadOf(const std::vector<double>& values);
 
-// The figures by name, in the repeats table's order, and one figure of every repeat.
+// The figures' names, in the repeats table's order (schema::point::kSpreadFigures).
 const std::vector<std::string>& RepeatFigureNames();
-std::vector<double> FigureValues(const std::vector<RepeatFigures>& repeats, const std::string& name);
 
 // The repeat at the median tokens/s: of an even count the slower of the middle two (so the point's figures are one
 // repeat's, and never flatter the run). `repeats` must not be empty.

@@ -440,7 +440,7 @@ std::string SpreadText(const Group* point) {
   const double repeats = Number(Attr(point, sc::point::repeat_count));
   if (spread == nullptr || std::isnan(repeats) || repeats < 2) return "1 run: spread unknown";
   for (size_t r = 0; r < spread->rows(); ++r) {
-    if (Text(At(*spread, sp::figure, r)) != "tokens_per_s") continue;
+    if (Text(At(*spread, sp::figure, r)) != sc::point::repeats::tokens_per_s.name) continue;
     return Format("%.0f repeats: tokens/s CV %.1f%%", repeats, Number(At(*spread, sp::cv, r)) * 100);
   }
   return Format("%.0f repeats", repeats);

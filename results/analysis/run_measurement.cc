@@ -173,10 +173,11 @@ void ReadRepeats(const Group& group, const ReportReader& r, const std::string& w
   const auto& min = r.Column(*spread, sp::spread::min, where + "/spread");
   const auto& max = r.Column(*spread, sp::spread::max, where + "/spread");
   const auto& cv = r.Column(*spread, sp::spread::cv, where + "/spread");
+  const std::string& tokens_per_s = sp::repeats::tokens_per_s.name;
   for (size_t i = 0; i < figure.size(); ++i) {
-    if (figure[i] != "tokens_per_s") continue;
+    if (figure[i] != tokens_per_s) continue;
     if (!(min[i] > 0) || !(min[i] <= median[i]) || !(median[i] <= max[i])) {
-      r.Fail(where + "/spread: tokens_per_s is not a positive min <= median <= max");
+      r.Fail(where + "/spread: " + tokens_per_s + " is not a positive min <= median <= max");
     }
     p.tokens_per_s_median = median[i];
     p.tokens_per_s_min = min[i];
@@ -184,7 +185,7 @@ void ReadRepeats(const Group& group, const ReportReader& r, const std::string& w
     p.tokens_per_s_cv = cv[i];
     return;
   }
-  r.Fail(where + "/spread has no tokens_per_s row");
+  r.Fail(where + "/spread has no " + tokens_per_s + " row");
 }
 
 // One scaling point of train/: its step without checkpoint stalls, communication and batch.

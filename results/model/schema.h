@@ -548,6 +548,12 @@ inline const RealColumn min{kSpread, "min", "", "in the figure's unit"};
 inline const RealColumn max{kSpread, "max", "", "in the figure's unit"};
 inline const RealColumn cv{kSpread, "cv", "fraction", "sample standard deviation / mean"};
 }  // namespace spread
+// The figures the spread table has a row of (its `figure` column names them): the repeats table's columns but
+// `repeat`, in its order. The writer (models/train_repeats.cc) and the readers (the views, cost) name them so.
+inline const std::vector<const RealColumn*> kSpreadFigures = {
+    &repeats::tokens_per_s,      &repeats::step_s,          &repeats::mfu_peak,
+    &repeats::mfu_measured_gemm, &repeats::comm_exposed_s,  &repeats::data_wait_share,
+    &repeats::checkpoint_stall_share, &repeats::checkpoint_write_GBps};
 }  // namespace point
 
 // ---- io -----------------------------------------------------------------------------------------------------
