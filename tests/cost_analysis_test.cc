@@ -196,8 +196,14 @@ const FabricProjection& OnFabric(const RunAnalysis& a, const std::string& offeri
   return a.on_fabrics.front();
 }
 
-TEST(CostAnalysis, NvlinkNodeAndPcieNodesRowsLayoutsAndTotals) {
-  const CostRun c = Analyzed(FabricPlan(), ParsePriceFile(PriceText(kTightGib), "p.toml"), {DpRun()});
+// The run on both offerings at 8 and 32 GPUs, the GPUs' memory tight (analysed once for the tests below).
+const CostRun& TightRun() {
+  static const CostRun c = Analyzed(FabricPlan(), ParsePriceFile(PriceText(kTightGib), "p.toml"), {DpRun()});
+  return c;
+}
+
+TEST(CostAnalysis, RowsOfEachOfferingAndTheLayoutChosenOnItsFabric) {
+  const CostRun& c = TightRun();
   ASSERT_EQ(c.runs.size(), 1u);
   const RunAnalysis& a = c.runs[0];
   EXPECT_EQ(a.priced, 1u);  // the largest k
@@ -208,7 +214,6 @@ TEST(CostAnalysis, NvlinkNodeAndPcieNodesRowsLayoutsAndTotals) {
   ASSERT_EQ(c.rows.size(), 6u);
   ASSERT_EQ(a.on_fabrics.size(), 4u);
   EXPECT_TRUE(c.notes.empty()) << c.notes.front();
-
   // Memory decides the layouts: one NVLink node cannot hold zero1's AdamW state over 8 ranks and shards everything
   // (fsdp over NVSwitch is cheap); four PCIe nodes shard AdamW's state over 32 ranks.
   const FabricProjection& nvl8 = OnFabric(a, "nvl-node", "8");
@@ -230,10 +235,15 @@ TEST(CostAnalysis, NvlinkNodeAndPcieNodesRowsLayoutsAndTotals) {
     EXPECT_EQ(RowNamed(c, won.layout.Name() + " " + won.Name(), fp->offering->name).inputs.tokens_per_s,
               won.tokens_per_s);
   }
+}
 
+TEST(CostAnalysis, ProjectedStepAndTotalsByHand) {
+  const CostRun& c = TightRun();
   // zero1 on 4x8 PCIe by hand: the run's compute; AdamW over 32 ranks instead of 1; one all-reduce's worth of
   // 2 GB, hierarchical: inside the node at 20 GB/s and 3 us, across 4 nodes at 2 x 100 Gbit/s shared by 8 ranks
   // and 10 us; exposed 1 - 0.75 of it.
+  const FabricProjection& pcie32 = OnFabric(c.runs[0], "pcie-nodes", "32");
+  ASSERT_TRUE(pcie32.choice && pcie32.choice->chosen);
   const LayoutCandidate& zero1 = pcie32.choice->candidates[*pcie32.choice->chosen];
   const double comm = 2.0 * 7 / 8 * 2e9 / 20e9 + 2 * 7 * 3e-6 + 2.0 * 3 / 4 * (2e9 / 8) * (8.0 * 8 / 200e9) +
                       2 * 3 * 10e-6;
@@ -258,8 +268,11 @@ TEST(CostAnalysis, NvlinkNodeAndPcieNodesRowsLayoutsAndTotals) {
   EXPECT_NEAR(pcie_row.cost.usd_per_million_tokens, p_hand.total_usd / (kTargetTokens / 1e6), 1e-9);
   EXPECT_TRUE(pcie_row.memory.fits);
   EXPECT_FALSE(measured.memory.fits);  // dp's 20 GB in 8 GiB, as measured (priced, flagged)
+}
 
-  // The decision: the lowest total and the shortest time to train, each named as the text names it.
+TEST(CostAnalysis, CheapestAndFastestWithTheirLines) {
+  const CostRun& c = TightRun();
+  // The lowest total and the shortest time to train, each named as the text names it.
   ASSERT_TRUE(c.decision.cheapest && c.decision.fastest);
   for (const CostRow& r : c.rows) {
     EXPECT_GE(r.cost.total_usd, c.rows[*c.decision.cheapest].cost.total_usd);
@@ -398,8 +411,7 @@ TEST(CostTables, EveryDeclaredColumnIsBuiltAndNoOther) {
 
 // The console text renders the same results: the header, a run's lines, the fabric table and the cost table.
 TEST(CostText, RendersTheAnalysis) {
-  const CostRun c = Analyzed(FabricPlan(), ParsePriceFile(PriceText(kTightGib), "p.toml"), {DpRun()});
-  const std::vector<std::string> lines = CostTextLines(c);
+  const std::vector<std::string> lines = CostTextLines(TightRun());
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines[0], "# trainbench cost: 1 run(s); prices p.toml (2 offerings); target 1e+11 tokens");
   const auto has = [&](const std::string& text) {
