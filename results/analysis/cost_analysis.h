@@ -134,10 +134,13 @@ struct CostRun {
   std::vector<CostRow> rows;
   std::vector<std::string> notes;  // runs, and (configuration, offering) pairs, that could not be priced, and why
   CostDecision decision;
-  std::vector<std::pair<std::string, double>> memory_targets;  // --model's fit: --gpu-memory and each offering's GPU
   std::optional<MemoryCheck> model_memory;  // --model's, calibrated by the first run
+  MemoryBreakdown model_estimate;           // --model's in its mode over --ranks
+  // --model's fit on each GPU (--gpu-memory, each offering's), named "--gpu-memory 80G" or "OFFERING (GPU)".
+  std::vector<std::pair<std::string, MemoryFit>> model_fits;
   std::optional<Comparison> comparison;  // several runs
   std::vector<PricedConfig> priced;  // what the reasons need of each row, in the rows' order
+  std::vector<RowShares> shares;     // where each row's training time and cost go, in the rows' order
   DecisionReasons reasons;
   std::optional<FailureHistory> failures;  // --history
   bool measured_failures = false;          // --failure-rate measured, and the history measured a rate

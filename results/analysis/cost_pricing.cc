@@ -261,22 +261,30 @@ std::vector<PricedConfig> PricedConfigs(const std::vector<CostRow>& rows, const 
   return priced;
 }
 
-// The decision over the rows, and --model's memory fit against --gpu-memory and each offering's GPU.
+// The decision over the rows, where each row's time and cost go, and why the winners win.
 void DecideCost(CostRun& c) {
   std::vector<CostBreakdown> costs;
   for (const CostRow& r : c.rows) costs.push_back(r.cost);
   c.decision = Decide(costs, c.plan.deadline);
   c.priced = PricedConfigs(c.rows, c.runs);
+  for (const PricedConfig& p : c.priced) c.shares.push_back(SharesOf(p));
   c.reasons = ExplainDecision(c.priced, c.decision, c.plan.deadline);
-  if (c.plan.gpu_memory) c.memory_targets.push_back({"--gpu-memory " + c.plan.gpu_memory_text, *c.plan.gpu_memory});
+}
+
+// --model's memory fit (calibrated by the first run) against --gpu-memory and each offering's GPU.
+void FitModelMemory(CostRun& c) {
+  if (!c.plan.model_memory) return;
+  // With runs, calibrated by the first one (AnalyzeRun calibrates each run's copy of the check).
+  c.model_memory = c.runs.empty() ? *c.plan.model_memory : c.runs.front().memory;
+  const MemoryCheck& check = *c.model_memory;
+  c.model_estimate = check.For(check.ranks);
+  std::vector<std::pair<std::string, double>> gpus;
+  if (c.plan.gpu_memory) gpus.push_back({"--gpu-memory " + c.plan.gpu_memory_text, *c.plan.gpu_memory});
   if (c.prices) {
-    for (const Offering& o : c.prices->offerings) {
-      c.memory_targets.push_back({o.name + " (" + o.gpu + ")", o.gpu_memory_gib * kGiB});
-    }
+    for (const Offering& o : c.prices->offerings) gpus.push_back({o.name + " (" + o.gpu + ")", o.gpu_memory_gib * kGiB});
   }
-  if (c.plan.model_memory) {
-    c.model_memory = c.plan.model_memory;
-    if (!c.runs.empty()) c.model_memory = c.runs.front().memory;  // calibrated by the first run (AnalyzeRun)
+  for (const auto& [gpu, bytes] : gpus) {
+    c.model_fits.push_back({gpu, FitMemory(c.model_estimate, bytes, check.calibration)});
   }
 }
 
@@ -286,6 +294,7 @@ void AnalyzeCost(CostRun& c) {
   ProjectOntoFabrics(c);
   PriceRuns(c);
   DecideCost(c);
+  FitModelMemory(c);
 }
 
 }  // namespace tb

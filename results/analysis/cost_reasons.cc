@@ -71,11 +71,20 @@ Share Dominant(const std::vector<Share>& shares) {
                            [](const Share& a, const Share& b) { return a.fraction < b.fraction; });
 }
 
-std::string DominantText(const PricedConfig& config) {
-  const Share time = Dominant(TimeShares(config)), cost = Dominant(CostShares(config.cost));
+RowShares SharesOf(const PricedConfig& config) {
+  RowShares shares{TimeShares(config), CostShares(config.cost), {}, {}};
+  shares.dominant_time = Dominant(shares.time);
+  shares.dominant_cost = Dominant(shares.cost);
+  return shares;
+}
+
+std::string DominantText(const RowShares& shares) {
+  const Share &time = shares.dominant_time, &cost = shares.dominant_cost;
   return Format("%s %.0f%% of the training time, %s %.0f%% of the cost", time.part.c_str(), Percent(time.fraction),
                 cost.part.c_str(), Percent(cost.fraction));
 }
+
+std::string DominantText(const PricedConfig& config) { return DominantText(SharesOf(config)); }
 
 std::string WhyBeats(const PricedConfig& winner, const PricedConfig& other) {
   if (winner.config == other.config) {

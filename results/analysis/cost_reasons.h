@@ -35,7 +35,16 @@ std::vector<Share> TimeShares(const PricedConfig& config);
 std::vector<Share> CostShares(const CostBreakdown& cost);
 // The largest share (the first of equals).
 Share Dominant(const std::vector<Share>& shares);
+
+// Where one configuration's training time and cost go: every share, and the largest of each.
+struct RowShares {
+  std::vector<Share> time, cost;
+  Share dominant_time, dominant_cost;
+};
+RowShares SharesOf(const PricedConfig& config);
+
 // "compute 81% of the training time, GPU hours 97% of the cost".
+std::string DominantText(const RowShares& shares);
 std::string DominantText(const PricedConfig& config);
 
 // Why `winner` beats `other`: the same configuration on another offering loses on its price per job-hour;

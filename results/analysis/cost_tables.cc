@@ -224,18 +224,19 @@ ViewTable PointsTable(const RunAnalysis& a) {
 }
 
 // Where the row's training time and cost go (cost_reasons.h): every share, and the largest of each.
-void AddShares(TableBuilder& t, const PricedConfig& priced) {
+void AddShares(TableBuilder& t, const RowShares& shares, int nodes) {
   namespace w = cs::rows;
-  const std::vector<Share> time = TimeShares(priced), cost = CostShares(priced.cost);
   const cs::Column* time_columns[] = {&w::time_compute_share, &w::time_exposed_comm_share, &w::time_data_wait_share,
                                       &w::time_checkpoint_stall_share};
-  for (size_t i = 0; i < time.size(); ++i) t.Add(*time_columns[i], time[i].fraction);
-  t.Add(w::exposed_comm_link, Text(priced.nodes > 1 ? "inter-node" : "intra-node"))
-      .Add(w::dominant_time_part, Dominant(time).part).Add(w::dominant_time_share, Dominant(time).fraction)
-      .Add(w::dominant_cost_part, Dominant(cost).part).Add(w::dominant_cost_share, Dominant(cost).fraction);
+  for (size_t i = 0; i < shares.time.size(); ++i) t.Add(*time_columns[i], shares.time[i].fraction);
+  t.Add(w::exposed_comm_link, Text(nodes > 1 ? "inter-node" : "intra-node"))
+      .Add(w::dominant_time_part, shares.dominant_time.part)
+      .Add(w::dominant_time_share, shares.dominant_time.fraction)
+      .Add(w::dominant_cost_part, shares.dominant_cost.part)
+      .Add(w::dominant_cost_share, shares.dominant_cost.fraction);
 }
 
-void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks, const PricedConfig& priced) {
+void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks, const RowShares& shares) {
   namespace w = cs::rows;
   const CostBreakdown& c = r.cost;
   t.Row().Add(w::config, r.config.label).Add(w::projected, Flag(r.config.projected))
@@ -259,14 +260,14 @@ void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks, con
       .Add(w::gpu_memory_bytes, r.memory.gpu_memory_bytes).Add(w::memory_required_bytes, r.memory.required_bytes)
       .Add(w::memory_margin_bytes, r.memory.margin_bytes).Add(w::memory_fits, Flag(r.memory.fits))
       .Add(w::marks, marks);
-  AddShares(t, priced);
+  AddShares(t, shares, r.config.layout.nodes);
 }
 
 // cost.rows of run `run`: its configurations on every offering of its GPU model, with the decision's marks.
 ViewTable RowsTable(const CostRun& c, size_t run) {
   TableBuilder t(cs::kRows);
   for (size_t i = 0; i < c.rows.size(); ++i) {
-    if (c.rows[i].config.run == run) AddCostRow(t, c.rows[i], Marks(i, c.decision), c.priced[i]);
+    if (c.rows[i].config.run == run) AddCostRow(t, c.rows[i], Marks(i, c.decision), c.shares[i]);
   }
   return t.Take();
 }
@@ -296,13 +297,13 @@ ViewTable DecisionTable(const CostRun& c) {
 }
 
 // cost.memory: --model's estimate against --gpu-memory and each offering's GPU, a row per GPU.
-ViewTable MemoryTable(const MemoryCheck& check, const std::vector<std::pair<std::string, double>>& gpus) {
+ViewTable MemoryTable(const CostRun& c) {
   namespace w = cs::memory;
+  const MemoryCheck& check = *c.model_memory;
+  const MemoryBreakdown& e = c.model_estimate;
   TableBuilder t(cs::kMemory, " (" + ModeWords(check.mode) + ")");
-  const MemoryBreakdown e = check.For(check.ranks);
-  for (const auto& [gpu, bytes] : gpus) {
-    const MemoryFit fit = FitMemory(e, bytes, check.calibration);
-    t.Row().Add(w::what, check.what).Add(w::gpu, gpu).Add(w::gpu_memory_bytes, bytes)
+  for (const auto& [gpu, fit] : c.model_fits) {
+    t.Row().Add(w::what, check.what).Add(w::gpu, gpu).Add(w::gpu_memory_bytes, fit.gpu_memory_bytes)
         .Add(w::weights_bytes, e.weights_bytes).Add(w::gradients_bytes, e.gradients_bytes)
         .Add(w::optimizer_bytes, e.optimizer_bytes).Add(w::activations_bytes, e.activations_bytes)
         .Add(w::working_bytes, e.working_bytes).Add(w::parallel, check.mode)
@@ -327,7 +328,7 @@ std::vector<RunView> CostViews(const CostRun& c) {
   }
   RunView all{c.prices ? c.prices->path : "--model " + c.plan.model, {}};
   if (c.prices && !c.runs.empty()) all.tables.push_back(DecisionTable(c));
-  if (c.model_memory) all.tables.push_back(MemoryTable(*c.model_memory, c.memory_targets));
+  if (c.model_memory) all.tables.push_back(MemoryTable(c));
   if (!all.tables.empty()) views.push_back(std::move(all));
   return views;
 }

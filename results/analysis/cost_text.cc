@@ -190,9 +190,10 @@ Lines FabricLines(const RunAnalysis& a) {
   return lines;
 }
 
-Lines MemoryLines(const MemoryCheck& check, const std::vector<std::pair<std::string, double>>& gpus) {
+Lines MemoryLines(const CostRun& c) {
+  const MemoryCheck& check = *c.model_memory;
+  const MemoryBreakdown& e = c.model_estimate;
   Lines lines = {"# memory fit, per GPU (" + ModeWords(check.mode) + "): " + check.what};
-  const MemoryBreakdown e = check.For(check.ranks);
   lines.push_back("#   weights " + Gib(e.weights_bytes) + ", gradients " + Gib(e.gradients_bytes) + ", optimizer " +
                   Gib(e.optimizer_bytes) + ", activations " + Gib(e.activations_bytes) +
                   (e.working_bytes > 0 ? ", gathered layers " + Gib(e.working_bytes) : std::string()) + ": total " +
@@ -200,9 +201,9 @@ Lines MemoryLines(const MemoryCheck& check, const std::vector<std::pair<std::str
   lines.push_back(check.calibration ? Format("#   calibration x%.3f: %s", check.calibration->factor,
                                              check.calibration->source.c_str())
                                     : std::string("#   calibration: none (no report measured device memory)"));
-  for (const auto& [name, bytes] : gpus) {
-    const MemoryFit fit = FitMemory(e, bytes, check.calibration);
-    lines.push_back(Format("#   %s, %s: needs %s: %s", name.c_str(), Gib(bytes).c_str(), Gib(fit.required_bytes).c_str(),
+  for (const auto& [name, fit] : c.model_fits) {
+    lines.push_back(Format("#   %s, %s: needs %s: %s", name.c_str(), Gib(fit.gpu_memory_bytes).c_str(),
+                           Gib(fit.required_bytes).c_str(),
                            fit.fits ? ("fits, " + Gib(fit.margin_bytes) + " to spare").c_str()
                                     : ("does NOT fit, short by " + Gib(-fit.margin_bytes)).c_str()));
   }
@@ -322,7 +323,7 @@ std::vector<std::string> CostTextLines(const CostRun& c) {
   for (const RunAnalysis& a : c.runs) {
     if (!a.on_fabrics.empty()) Block(lines, FabricLines(a));
   }
-  if (c.model_memory) Block(lines, MemoryLines(*c.model_memory, c.memory_targets));
+  if (c.model_memory) Block(lines, MemoryLines(c));
   if (c.rows.empty()) return lines;
   Block(lines, {Format("# cost per run and offering (source: measured = the run's priced point, projected = its "
                        "projection; nodes = the layout's, rented whole; energy: measured, at the offering's "
@@ -344,7 +345,7 @@ std::vector<std::string> DecisionLines(const CostRun& c) {
            (r.total_usd_low ? " (" + Usd(*r.total_usd_low) + "-" + Usd(*r.total_usd_high) + " over the repeats)"
                             : std::string(" (1 run: spread unknown)")) +
            Format(", %.1f h to train, $%.4f per 1M tokens", r.cost.time_to_train_hours, r.cost.usd_per_million_tokens) +
-           "; " + CommReason(r.config, c.runs[r.config.run]) + "; " + DominantText(c.priced[i]) + "; why: " + reason;
+           "; " + CommReason(r.config, c.runs[r.config.run]) + "; " + DominantText(c.shares[i]) + "; why: " + reason;
   };
   if (d.cheapest) lines.push_back("# cheapest: " + describe(*d.cheapest, c.reasons.cheapest));
   if (d.fastest) lines.push_back("# fastest: " + describe(*d.fastest, c.reasons.fastest));
