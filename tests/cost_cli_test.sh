@@ -379,6 +379,10 @@ too_wide=$(awk '/onto each offering.s fabric/ {on = 1} /^# cost per run/ {on = 0
 checks=$((checks + 1))
 [[ -z $too_wide ]] || fail "fabric tables wider than 120 columns: $too_wide"
 
+# Offerings of another GPU model are not priced with this run's compute unless --device-as says so; one note names them.
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --project 8 "${h100[@]}"
+expect_out "^# $r: not priced on .*h100-pcie-8x-ethernet \(H100 PCIe\).*: measured on H100 SXM; give a run on that GPU model"
+
 # The layouts table (JSON): every candidate of each offering and target, exactly one chosen where any fits, and the
 # chosen one is the configuration priced.
 expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --project 8,32 "${both[@]}" --format json

@@ -6,6 +6,7 @@
 #include "console.h"
 #include "cost_analysis.h"
 #include "error.h"
+#include "units.h"
 
 namespace tb {
 namespace {
@@ -219,6 +220,19 @@ bool PriceRun(CostRun& c, size_t i) {
   return matched;
 }
 
+// The offerings with a fabric that run `a` is not priced on because their GPU model is not the one it measured, in
+// one note: a run's compute is never carried to another GPU model without the user saying so.
+void OtherModelsNote(CostRun& c, const RunAnalysis& a) {
+  std::vector<std::string> others;
+  for (const Offering& offering : c.prices->offerings) {
+    if (c.prices->FabricOf(offering) && !HasGpu(a, offering.gpu)) others.push_back(offering.name + " (" + offering.gpu + ")");
+  }
+  if (others.empty()) return;
+  c.notes.push_back(RunName(a) + ": not priced on " + JoinNames(others, ", ") + ": measured on " + GpuNames(a) +
+                    "; give a run on that GPU model (one GPU is enough: its compute), or --device-as to take this "
+                    "run's compute for it");
+}
+
 // Cost rows: every run's configurations on every offering of its GPU model; a note for each run left unpriced and
 // each configuration an offering's nodes cannot hold. No row at all is an error naming the first reason.
 void PriceRuns(CostRun& c) {
@@ -235,8 +249,9 @@ void PriceRuns(CostRun& c) {
       c.notes.push_back(RunName(a) + ": no offering in " + c.prices->path + " has GPU model " + GpuNames(a) +
                         (a.device_as ? "" : " (--device-as MODEL prices it as another model; its compute is then taken "
                                             "as this run's)"));
-    } else if (c.notes.size() > notes && !first_misfit) {
-      first_misfit = notes;
+    } else {
+      if (c.notes.size() > notes && !first_misfit) first_misfit = notes;
+      OtherModelsNote(c, a);
     }
   }
   if (c.rows.empty() && first_misfit) {
