@@ -24,8 +24,10 @@ void SetOverlap(ProjectionBasis& b, const RunMeasurement& m, const MeasuredPoint
   for (const MeasuredPoint* q : order) {
     if (q->train.k <= q->train.tensor_parallel || !(q->train.comm_total_s > 0)) continue;
     b.overlap = std::clamp(1.0 - q->train.comm_exposed_s / q->train.comm_total_s, 0.0, 1.0);
+    b.hidden_s = std::max(0.0, q->train.comm_total_s - q->train.comm_exposed_s);
     b.overlap_measured = true;
-    b.overlap_source = Format("measured at k=%d (%s)", q->train.k, q->train.parallel.c_str());
+    b.overlap_source = Format("measured at k=%d (%s), %.3g s hidden per step", q->train.k, q->train.parallel.c_str(),
+                              b.hidden_s);
     return;
   }
   b.overlap_source = "no point communicated: assumed 0 (every collective exposed)";
@@ -72,6 +74,7 @@ void BorrowOverlap(std::vector<RunAnalysis>& runs) {
         continue;
       }
       a.basis.overlap = o.overlap;
+      a.basis.hidden_s = o.hidden_s;
       a.basis.overlap_measured = true;
       a.basis.overlap_source = o.overlap_source + " in " + other.m.path + " (the same model and mode; this run did not "
                                "communicate)";

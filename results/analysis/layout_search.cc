@@ -40,10 +40,13 @@ void ModelStep(const ProjectionBasis& b, const TensorParallelShape& shape, const
                                             : std::max(1.0, std::ceil(gradient / b.bucket_bytes));
     const ModeCollectives mc = CollectivesOf(c.mode, gradient, buckets);
     c.comm_s = PredictAllReduceSeconds(links, c.layout.nodes, c.layout.gpus_per_node / t, mc.bytes, mc.ops);
-    c.exposed_s = (1.0 - b.overlap) * c.comm_s;
-    if (c.mode != b.mode && b.overlap_measured) {
-      c.assumptions.push_back(Format("overlap %.2f as measured in %s, taken for %s", b.overlap, b.mode.c_str(),
-                                     c.mode.c_str()));
+    // Backward hides at most what it hid in the run (seconds, scaled with the compute that does the hiding), never
+    // more than there is; zero1's collectives run after backward and hide nothing.
+    const double capacity = c.mode == "zero1" ? 0.0 : b.hidden_s * scale * b.tp / t;
+    c.exposed_s = c.comm_s - std::min(c.comm_s, capacity);
+    if (c.mode != b.mode && c.mode != "zero1" && b.overlap_measured) {
+      c.assumptions.push_back(Format("backward hides up to %.3g s per step as it did in %s, taken for %s", b.hidden_s,
+                                     b.mode.c_str(), c.mode.c_str()));
     }
   }
   c.step_s = c.compute_s + c.optimizer_s + c.activation_s + c.exposed_s;

@@ -1,7 +1,7 @@
 // The best layout of a measured run on an offering's fabric (results/README.md, "Projection onto a fabric"): every
 // parallel mode the project trains (dp, zero1, fsdp, each with tensor parallel groups inside a node) that fits the
 // GPU's memory, its step time from the run's own compute, the mode's collectives at the fabric's link rates and the
-// run's measured overlap; the fastest wins (for one GPU count on one offering, fastest is cheapest: the same nodes at
+// communication the run's backward hid; the fastest wins (for one GPU count on one offering, fastest is cheapest: the same nodes at
 // the same price). Pure functions of their inputs: `cost` reads the run and the price file, unit tests build them.
 #pragma once
 
@@ -39,7 +39,10 @@ struct ProjectionBasis {
   double gradient_bytes = 0;     // per rank per step at the reference (the whole model's / tp)
   double bucket_bytes = 25.0 * 1024 * 1024;  // dp's gradient buckets close at this size
   int fsdp_units = 0;            // fsdp's units (layers + 2)
-  double overlap = 0;            // 1 - exposed / total of the reference's gradient communication
+  double overlap = 0;            // 1 - exposed / total of the reference's gradient communication (shown)
+  // Seconds of gradient communication per step that backward hid (total - exposed) at that point: what a projection
+  // hides, at most (the share hidden is no constant: on a slower link backward ends long before the collectives).
+  double hidden_s = 0;
   bool overlap_measured = false;
   std::string overlap_source;    // "measured at k=4 (dp)"
   double parameters = 0;
@@ -66,7 +69,7 @@ struct LayoutCandidate {
   double optimizer_s = 0;
   double activation_s = 0;   // tensor parallel's all-reduces at the fabric's intra-node rate (blocking)
   double comm_s = 0;         // the mode's gradient (and fsdp's gather) collectives, modelled
-  double exposed_s = 0;      // (1 - overlap) x comm_s
+  double exposed_s = 0;      // comm_s - min(comm_s, the run's hidden seconds scaled with compute); zero1: comm_s
   double step_s = 0;
   double tokens_per_step = 0;
   double tokens_per_s = 0;

@@ -129,7 +129,11 @@ void AddBands(LinkParameters& link, const std::vector<AllReduceSample>& samples,
     const bool fitted = sizes.size() >= 2 && own.beta_s_per_byte > 0;
     band.alpha_s = fitted ? own.alpha_s : link.alpha_s;
     band.beta_s_per_byte = fitted ? own.beta_s_per_byte : link.beta_s_per_byte;
-    if (!fitted) band.name += sizes.empty() ? ": not measured, the all-sizes fit" : ": one size, the all-sizes fit";
+    if (!fitted) {
+      band.name += sizes.empty()     ? ": not measured, the all-sizes fit"
+                   : sizes.size() < 2 ? ": one size, the all-sizes fit"
+                                      : ": no bandwidth fitted on its own, the all-sizes fit";
+    }
     link.bands.push_back(band);
   }
 }
