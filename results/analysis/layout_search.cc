@@ -40,9 +40,11 @@ void ModelStep(const ProjectionBasis& b, const TensorParallelShape& shape, const
                                             : std::max(1.0, std::ceil(gradient / b.bucket_bytes));
     const ModeCollectives mc = CollectivesOf(c.mode, gradient, buckets);
     c.comm_s = PredictAllReduceSeconds(links, c.layout.nodes, c.layout.gpus_per_node / t, mc.bytes, mc.ops);
-    // Backward hides at most what it hid in the run (seconds, scaled with the compute that does the hiding), never
-    // more than there is; zero1's collectives run after backward and hide nothing.
-    const double capacity = c.mode == "zero1" ? 0.0 : b.hidden_s * scale * b.tp / t;
+    // Backward hides at most the share of the collectives it hid in the run, at most the seconds it hid there
+    // (scaled with the compute that does the hiding) and at most the compute itself; zero1's collectives run after
+    // backward and hide nothing.
+    const double capacity =
+        c.mode == "zero1" ? 0.0 : std::min({b.overlap * c.comm_s, b.hidden_s * scale * b.tp / t, c.compute_s});
     c.exposed_s = c.comm_s - std::min(c.comm_s, capacity);
     if (c.mode != b.mode && c.mode != "zero1" && b.overlap_measured) {
       c.assumptions.push_back(Format("backward hides up to %.3g s per step as it did in %s, taken for %s", b.hidden_s,

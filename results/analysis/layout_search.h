@@ -69,7 +69,7 @@ struct LayoutCandidate {
   double optimizer_s = 0;
   double activation_s = 0;   // tensor parallel's all-reduces at the fabric's intra-node rate (blocking)
   double comm_s = 0;         // the mode's gradient (and fsdp's gather) collectives, modelled
-  double exposed_s = 0;      // comm_s - min(comm_s, the run's hidden seconds scaled with compute); zero1: comm_s
+  double exposed_s = 0;      // comm_s less min(overlap x comm_s, the run's hidden seconds scaled, compute); zero1: all
   double step_s = 0;
   double tokens_per_step = 0;
   double tokens_per_s = 0;
