@@ -84,13 +84,50 @@ FabricLinks LinksOnFabric(const Fabric& fabric, int nodes, int ranks_per_node) {
   return out;
 }
 
+namespace {
+
+// The all_reduce sweep of a collectives report of one node; `where` starts each error ("FILE:LINE: fabric 'x': ").
+void ReadSweep(const Report& report, const std::string& where, IntraLink& in) {
+  if (!schema::FindGroup(report.root, schema::kCollective, "all_reduce")) {
+    throw InputError(where + "intra_report '" + in.report + "' has no all_reduce sweep (run collectives --ops "
+                     "all_reduce on one node)");
+  }
+  in.samples = ReadAllReduceSamples(report, in.report_path);
+  for (const AllReduceSample& s : in.samples) {
+    if (s.nodes != 1) {
+      throw InputError(where + "intra_report '" + in.report + "' measured " + std::to_string(s.nodes) +
+                       " nodes: a measured intra-node link comes from one node (or collectives --split intra)");
+    }
+  }
+}
+
+// The median pair rate of a p2p report of one node.
+void ReadPairRate(const Report& report, const std::string& where, IntraLink& in) {
+  const Group* group = schema::FindGroup(report.root, schema::kP2p);
+  const std::optional<double> nodes = schema::Number(group, schema::p2p::nodes);
+  const std::optional<double> rate = schema::Number(group, schema::p2p::median_uni_GBps);
+  if (!nodes || *nodes != 1) {
+    throw InputError(where + "intra_report '" + in.report + "' is a p2p run of " +
+                     (nodes ? Format("%g nodes", *nodes) : std::string("unknown nodes")) +
+                     ": a measured intra-node link comes from one node");
+  }
+  if (!rate || !(*rate > 0)) throw InputError(where + "intra_report '" + in.report + "' has no p2p median rate");
+  if (in.p2p_GBps) {
+    throw InputError(where + "intra_p2p_GBps is declared and measured by the p2p report '" + in.report +
+                     "': give one of them");
+  }
+  in.p2p_GBps = *rate;
+}
+
+}  // namespace
+
 void ReadMeasuredIntraLink(Fabric& fabric, const std::string& price_file) {
   IntraLink& in = fabric.intra;
   const std::string where = price_file + ":" + std::to_string(in.line) + ": fabric '" + fabric.name + "': ";
   const std::filesystem::path given(in.report);
-  in.report_path = given.is_absolute() ? in.report
-                                       : (std::filesystem::path(price_file).parent_path() / given).lexically_normal()
-                                             .string();
+  in.report_path = given.is_absolute()
+                       ? in.report
+                       : (std::filesystem::path(price_file).parent_path() / given).lexically_normal().string();
   Report report;
   try {
     report = ReadReport(in.report_path);
@@ -99,38 +136,13 @@ void ReadMeasuredIntraLink(Fabric& fabric, const std::string& price_file) {
   }
   const std::string* command = schema::Find(&report.root, schema::root::command);
   const std::string ran = command ? *command : "?";
-  const bool collectives = ran == "collectives", p2p = ran == "p2p";
-  if (!collectives && !p2p) {
+  if (ran == "collectives") {
+    ReadSweep(report, where, in);
+  } else if (ran == "p2p") {
+    ReadPairRate(report, where, in);
+  } else {
     throw InputError(where + "intra_report '" + in.report + "' is a report of '" + ran +
                      "': a measured intra-node link comes from a collectives or p2p run of one node");
-  }
-  if (collectives) {
-    if (!schema::FindGroup(report.root, schema::kCollective, "all_reduce")) {
-      throw InputError(where + "intra_report '" + in.report + "' has no all_reduce sweep (run collectives --ops "
-                       "all_reduce on one node)");
-    }
-    in.samples = ReadAllReduceSamples(report, in.report_path);
-    for (const AllReduceSample& s : in.samples) {
-      if (s.nodes != 1) {
-        throw InputError(where + "intra_report '" + in.report + "' measured " + std::to_string(s.nodes) +
-                         " nodes: a measured intra-node link comes from one node (or collectives --split intra)");
-      }
-    }
-  } else {
-    const Group* group = schema::FindGroup(report.root, schema::kP2p);
-    const std::optional<double> nodes = schema::Number(group, schema::p2p::nodes);
-    const std::optional<double> rate = schema::Number(group, schema::p2p::median_uni_GBps);
-    if (!nodes || *nodes != 1) {
-      throw InputError(where + "intra_report '" + in.report + "' is a p2p run of " +
-                       (nodes ? Format("%g nodes", *nodes) : std::string("unknown nodes")) +
-                       ": a measured intra-node link comes from one node");
-    }
-    if (!rate || !(*rate > 0)) throw InputError(where + "intra_report '" + in.report + "' has no p2p median rate");
-    if (in.p2p_GBps) {
-      throw InputError(where + "intra_p2p_GBps is declared and measured by the p2p report '" + in.report +
-                       "': give one of them");
-    }
-    in.p2p_GBps = *rate;
   }
   in.emulated = EmulatedFabricOf(report);
   if (in.source.empty()) in.source = "measured by '" + in.report + "'";

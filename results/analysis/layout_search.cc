@@ -68,46 +68,74 @@ void FitCandidate(const ProjectionBasis& b, const TensorParallelShape& shape, do
   }
 }
 
+// "; 2 layouts do not fit the GPU's memory; 1 not possible for this model" (empty when every one was viable).
+std::string Excluded(const std::vector<LayoutCandidate>& all) {
+  const long invalid = std::count_if(all.begin(), all.end(), [](const LayoutCandidate& c) { return !c.considered; });
+  const long unfit = std::count_if(all.begin(), all.end(),
+                                   [](const LayoutCandidate& c) { return c.considered && !c.memory.fits; });
+  std::string text;
+  if (unfit) text += Format("; %ld layout%s do%s not fit the GPU's memory", unfit, unfit == 1 ? "" : "s",
+                            unfit == 1 ? "es" : "");
+  if (invalid) text += Format("; %ld not possible for this model", invalid);
+  return text;
+}
+
+// Why none could be chosen: the smallest layout's shortfall, or that the model allows none.
+std::string NoneChosen(const std::vector<LayoutCandidate>& all) {
+  const LayoutCandidate* smallest = nullptr;
+  for (const LayoutCandidate& c : all) {
+    if (c.considered && (!smallest || c.memory.required_bytes < smallest->memory.required_bytes)) smallest = &c;
+  }
+  if (!smallest) return "no layout is possible for this model" + Excluded(all);
+  return "no layout fits the GPU's memory (the smallest, " + smallest->Name() + ", " + smallest->why_not + ")";
+}
+
 // Why the chosen candidate won: against the runner-up, and what did not fit.
 std::string Reason(const LayoutChoice& choice) {
   const std::vector<LayoutCandidate>& all = choice.candidates;
-  int unfit = 0, invalid = 0;
-  for (const LayoutCandidate& c : all) {
-    if (!c.considered) ++invalid;
-    else if (!c.memory.fits) ++unfit;
-  }
-  const std::string others =
-      (unfit ? Format("; %d layout%s do%s not fit the GPU's memory", unfit, unfit == 1 ? "" : "s", unfit == 1 ? "es" : "")
-             : std::string()) +
-      (invalid ? Format("; %d not possible for this model", invalid) : std::string());
-  if (!choice.chosen) {
-    const LayoutCandidate* smallest = nullptr;
-    for (const LayoutCandidate& c : all) {
-      if (c.considered && (!smallest || c.memory.required_bytes < smallest->memory.required_bytes)) smallest = &c;
-    }
-    return smallest ? "no layout fits the GPU's memory (the smallest, " + smallest->Name() + ", " + smallest->why_not +
-                          ")"
-                    : "no layout is possible for this model" + others;
-  }
+  if (!choice.chosen) return NoneChosen(all);
   const LayoutCandidate& won = all[*choice.chosen];
-  const auto shares = [](const LayoutCandidate& c) {
-    return Format("compute %.0f%%, exposed communication %.0f%%, activation all-reduces %.0f%% of the step",
-                  100 * (c.compute_s + c.optimizer_s) / c.step_s, 100 * c.exposed_s / c.step_s,
-                  100 * c.activation_s / c.step_s);
-  };
   const LayoutCandidate* second = nullptr;
   for (size_t i = 0; i < all.size(); ++i) {
     if (i != *choice.chosen && all[i].Viable() && (!second || all[i].tokens_per_s > second->tokens_per_s)) {
       second = &all[i];
     }
   }
-  std::string reason = won.Name() + " is the fastest that fits (" + shares(won) + ")";
+  std::string reason = won.Name() + Format(" is the fastest that fits (compute %.0f%%, exposed communication %.0f%%, "
+                                           "activation all-reduces %.0f%% of the step)",
+                                           100 * (won.compute_s + won.optimizer_s) / won.step_s,
+                                           100 * won.exposed_s / won.step_s, 100 * won.activation_s / won.step_s);
   if (second) {
     reason += Format("; next %s at %.1f%% fewer tokens/s (exposed communication %.0f%%, activation all-reduces "
                      "%.0f%% of its step)", second->Name().c_str(), 100 * (1 - second->tokens_per_s / won.tokens_per_s),
                      100 * second->exposed_s / second->step_s, 100 * second->activation_s / second->step_s);
   }
-  return reason + others;
+  return reason + Excluded(all);
+}
+
+// Every mode x T for `layout` that the fabric's links can model, in order: dp, zero1, fsdp at T = 1, 2, ...
+std::vector<LayoutCandidate> Candidates(const ProjectionBasis& basis, const LinkModel& links, const Layout& layout,
+                                        double gpu_memory_bytes) {
+  std::vector<LayoutCandidate> candidates;
+  for (const TensorParallelShape& shape : basis.shapes) {
+    if (layout.gpus_per_node % shape.tp != 0) continue;  // groups stay inside a node
+    for (const char* mode : kModes) {
+      LayoutCandidate c;
+      c.layout = layout;
+      c.mode = mode;
+      c.tp = shape.tp;
+      if (c.replicas() == 1 && c.mode != "dp") continue;  // one replica: nothing to shard across
+      if (!shape.invalid.empty()) {
+        c.why_not = shape.invalid;
+      } else {
+        c.considered = true;
+        ModelStep(basis, shape, links, c);
+        FitCandidate(basis, shape, gpu_memory_bytes, c);
+      }
+      candidates.push_back(std::move(c));
+    }
+  }
+  return candidates;
 }
 
 }  // namespace
@@ -129,24 +157,7 @@ LayoutChoice ChooseLayout(const ProjectionBasis& basis, const Fabric& fabric, co
   choice.links = (layout.gpus_per_node > 1 ? "intra-node " + links.links.intra.origin : std::string()) +
                  (layout.gpus_per_node > 1 && layout.nodes > 1 ? "; " : "") +
                  (layout.nodes > 1 ? "inter-node " + links.links.inter.origin : std::string());
-  for (const TensorParallelShape& shape : basis.shapes) {
-    if (layout.gpus_per_node % shape.tp != 0) continue;  // groups stay inside a node
-    for (const char* mode : kModes) {
-      LayoutCandidate c;
-      c.layout = layout;
-      c.mode = mode;
-      c.tp = shape.tp;
-      if (c.replicas() == 1 && c.mode != "dp") continue;  // one replica: nothing to shard across
-      if (!shape.invalid.empty()) {
-        c.why_not = shape.invalid;
-      } else {
-        c.considered = true;
-        ModelStep(basis, shape, links.links, c);
-        FitCandidate(basis, shape, gpu_memory_bytes, c);
-      }
-      choice.candidates.push_back(std::move(c));
-    }
-  }
+  choice.candidates = Candidates(basis, links.links, layout, gpu_memory_bytes);
   for (size_t i = 0; i < choice.candidates.size(); ++i) {
     const LayoutCandidate& c = choice.candidates[i];
     if (c.Viable() && (!choice.chosen || c.tokens_per_s > choice.candidates[*choice.chosen].tokens_per_s)) {

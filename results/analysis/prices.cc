@@ -179,6 +179,23 @@ void ReadPcie(FieldReader& r, IntraLink& in) {
   }
 }
 
+// The PCIe keys go with a PCIe link only.
+void RejectPcieKeys(FieldReader& r, const toml::table& table) {
+  for (const char* key : {"pcie_gen", "pcie_lanes", "gpus_per_switch"}) {
+    if (table.contains(key)) r.Fail(r.LineOf(key), "pcie_gen, pcie_lanes and gpus_per_switch go with intra = \"pcie\"");
+  }
+}
+
+// The report of a measured link (ReadPriceFile reads it), and no declared all-reduce beside it.
+void ReadMeasuredKeys(FieldReader& r, const toml::table& table, IntraLink& in) {
+  in.report = r.String("intra_report");
+  if (in.all_reduce_busbw_GBps || in.latency_us) {
+    r.Fail(r.LineOf(in.all_reduce_busbw_GBps ? "intra_allreduce_busbw_GBps" : "intra_latency_us"),
+           "a measured link takes its all-reduce from intra_report: declare none");
+  }
+  if (table.contains("intra_source")) in.source = Source(r, "intra_source", "intra-node");
+}
+
 IntraLink ReadIntraLink(FieldReader& r, const toml::table& table) {
   IntraLink in;
   in.line = r.TableLine();
@@ -186,25 +203,18 @@ IntraLink ReadIntraLink(FieldReader& r, const toml::table& table) {
   in.all_reduce_busbw_GBps = Figure(r, "intra_allreduce_busbw_GBps");
   in.p2p_GBps = Figure(r, "intra_p2p_GBps");
   in.latency_us = Figure(r, "intra_latency_us");
-  const bool pcie_keys = table.contains("pcie_gen") || table.contains("pcie_lanes") || table.contains("gpus_per_switch");
   if (in.kind == IntraKind::kPcie) {
     ReadPcie(r, in);
-  } else if (pcie_keys) {
-    r.Fail(r.LineOf(table.contains("pcie_gen") ? "pcie_gen" : table.contains("pcie_lanes") ? "pcie_lanes" : "gpus_per_switch"),
-           "pcie_gen, pcie_lanes and gpus_per_switch go with intra = \"pcie\"");
+  } else {
+    RejectPcieKeys(r, table);
   }
   if (in.kind == IntraKind::kMeasured) {
-    in.report = r.String("intra_report");
-    if (in.all_reduce_busbw_GBps || in.latency_us) {
-      r.Fail(r.LineOf(in.all_reduce_busbw_GBps ? "intra_allreduce_busbw_GBps" : "intra_latency_us"),
-             "a measured link takes its all-reduce from intra_report: declare none");
-    }
-    if (table.contains("intra_source")) in.source = Source(r, "intra_source", "intra-node");
-  } else {
-    if (table.contains("intra_report")) r.Fail(r.LineOf("intra_report"), "intra_report goes with intra = \"measured\"");
-    if (in.all_reduce_busbw_GBps || in.p2p_GBps || in.latency_us || table.contains("intra_source")) {
-      in.source = Source(r, "intra_source", "intra-node");
-    }
+    ReadMeasuredKeys(r, table, in);
+    return in;
+  }
+  if (table.contains("intra_report")) r.Fail(r.LineOf("intra_report"), "intra_report goes with intra = \"measured\"");
+  if (in.all_reduce_busbw_GBps || in.p2p_GBps || in.latency_us || table.contains("intra_source")) {
+    in.source = Source(r, "intra_source", "intra-node");
   }
   return in;
 }
