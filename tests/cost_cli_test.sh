@@ -383,6 +383,13 @@ checks=$((checks + 1))
 expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --project 8 "${h100[@]}"
 expect_out "^# $r: not priced on .*h100-pcie-8x-ethernet \(H100 PCIe\).*: measured on H100 SXM; give a run on that GPU model"
 
+# A count that --gpus-per-node cannot lay out is still projected onto each fabric on that offering's nodes (12 GPUs:
+# three 4-GPU L4 nodes), and not onto the 8-GPU ones, saying why; without a price file it stays an error.
+expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --project 12 --device-as "L4,H100 SXM"
+expect_out "^ +$r +3x4 [a-z0-9+]+ +projected +aws-g6.12xlarge +12 +3 "
+expect_out "^# $r at 12 GPUs on coreweave-hgx-h100 \(fabric hgx-h100-nvswitch-8x400g-ib\): not projected: 12 GPUs are not a whole number of 8-GPU nodes"
+expect_error 2 "--project '12': not a multiple of --gpus-per-node 8" -- "${run_cost[@]}" "$r" --project 12
+
 # The layouts table (JSON): every candidate of each offering and target, exactly one chosen where any fits, and the
 # chosen one is the configuration priced.
 expect_ok "$tb" cost "$r" --prices "$prices" --train-tokens 1e9 --project 8,32 "${both[@]}" --format json

@@ -61,6 +61,7 @@ struct CostPlan {
   std::vector<GpuModel> device_as;      // --device-as's models (empty: the device's)
   std::vector<Layout> layouts;          // --project for offerings without a fabric (fitted links)
   std::vector<ProjectTarget> targets;   // --project for offerings with a fabric
+  std::vector<std::string> unplaced;    // --project counts --gpus-per-node cannot lay out (noted with --prices)
   LinkOverrides overrides;
   bool measured_failure_rate = false;   // --failure-rate measured
 };

@@ -241,6 +241,7 @@ void OtherModelsNote(CostRun& c, const RunAnalysis& a) {
 void PriceRuns(CostRun& c) {
   if (!c.prices || c.runs.empty()) return;
   std::optional<size_t> first_misfit;  // into c.notes
+  c.notes.insert(c.notes.end(), c.plan.unplaced.begin(), c.plan.unplaced.end());
   for (size_t i = 0; i < c.runs.size(); ++i) {
     const RunAnalysis& a = c.runs[i];
     const size_t notes = c.notes.size();

@@ -185,6 +185,21 @@ std::vector<ProjectTarget> ParseProjectTargets(const std::string& text, const st
   return targets;
 }
 
+std::vector<Layout> FittedLayouts(const std::vector<ProjectTarget>& targets, int gpus_per_node,
+                                  std::vector<std::string>& unplaced) {
+  std::vector<Layout> layouts;
+  for (const ProjectTarget& target : targets) {
+    std::string why;
+    if (const std::optional<Layout> layout = target.layout ? target.layout : LayoutOnNodes(target, gpus_per_node, why)) {
+      layouts.push_back(*layout);
+    } else {
+      unplaced.push_back("--project " + target.text + " on the offerings without a fabric (--gpus-per-node " +
+                         std::to_string(gpus_per_node) + "): not projected: " + why);
+    }
+  }
+  return layouts;
+}
+
 std::optional<Layout> LayoutOnNodes(const ProjectTarget& target, int gpus_per_node, std::string& why) {
   if (target.layout) {
     if (target.layout->gpus_per_node <= gpus_per_node) return target.layout;

@@ -100,6 +100,10 @@ struct ProjectTarget {
   std::string text;
 };
 std::vector<ProjectTarget> ParseProjectTargets(const std::string& text, const std::string& flag);
+// The targets as layouts on nodes of `gpus_per_node` GPUs (--gpus-per-node, for offerings without a fabric); a target
+// that cannot be laid out so is left out, with why in `unplaced`.
+std::vector<Layout> FittedLayouts(const std::vector<ProjectTarget>& targets, int gpus_per_node,
+                                  std::vector<std::string>& unplaced);
 // The layout of `target` on nodes of `gpus_per_node` GPUs: a count fills whole nodes (1 x k up to one node);
 // nullopt with `why` when it cannot (a count that is not a whole number of nodes; a layout wider than the node).
 std::optional<Layout> LayoutOnNodes(const ProjectTarget& target, int gpus_per_node, std::string& why);

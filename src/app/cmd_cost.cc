@@ -198,8 +198,11 @@ CostPlan PlanCost(const CostFlags& f, const po::variables_map& given) {
   plan.k = f.k;
   if (!f.device_as.empty()) plan.device_as = DeviceAs(f.device_as);
   if (!f.project.empty()) {
-    plan.layouts = ParseLayouts(f.project, f.gpus_per_node, "--project");
     plan.targets = ParseProjectTargets(f.project, "--project");
+    // With a price file, a count that --gpus-per-node cannot lay out is still projected onto the fabrics (on each
+    // offering's own nodes); the offerings without one note it. Without one it is an error, as it always was.
+    plan.layouts = f.prices.empty() ? ParseLayouts(f.project, f.gpus_per_node, "--project")
+                                    : FittedLayouts(plan.targets, f.gpus_per_node, plan.unplaced);
   }
   if (given.count("inter-node-gbps")) plan.overrides.inter_node_gbps = f.inter_node_gbps;
   plan.overrides.inter_node_latency_s = f.inter_node_latency_us * 1e-6;
