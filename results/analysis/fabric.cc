@@ -43,7 +43,8 @@ std::string IntraLinkOf(const Fabric& fabric, LinkParameters& link) {
       return "fabric '" + fabric.name + "': its report '" + in.report + "' measured no usable all_reduce sweep";
     }
     link.origin = "measured: all_reduce sweep of '" + in.report + "'" +
-                  (in.emulated.empty() ? "" : " (" + in.emulated + " emulated)") + ", fitted per size band";
+                  (in.emulated.empty() ? "" : " (" + in.emulated + " emulated)") + ", fitted per size band" +
+                  (in.p2p_GBps ? Format(", p2p %g GB/s", *in.p2p_GBps) : std::string());
     return "";
   }
   if (!in.all_reduce_busbw_GBps || !in.latency_us) {
@@ -53,8 +54,9 @@ std::string IntraLinkOf(const Fabric& fabric, LinkParameters& link) {
   }
   link.alpha_s = *in.latency_us * 1e-6;
   link.beta_s_per_byte = 1.0 / (*in.all_reduce_busbw_GBps * 1e9);
-  link.origin = Format("%s, all_reduce busbw %g GB/s, latency %g us (%s)", IntraKindName(in.kind),
-                       *in.all_reduce_busbw_GBps, *in.latency_us, in.source.c_str());
+  link.origin = Format("%s, all_reduce busbw %g GB/s, latency %g us%s (%s)", IntraKindName(in.kind),
+                       *in.all_reduce_busbw_GBps, *in.latency_us,
+                       in.p2p_GBps ? Format(", p2p %g GB/s", *in.p2p_GBps).c_str() : "", in.source.c_str());
   return "";
 }
 
