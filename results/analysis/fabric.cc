@@ -38,7 +38,7 @@ namespace {
 std::string IntraLinkOf(const Fabric& fabric, LinkParameters& link) {
   const IntraLink& in = fabric.intra;
   if (in.kind == IntraKind::kMeasured) {
-    link = FitIntraBands(in.samples);
+    link = in.measured;
     if (!link.fitted) {
       return "fabric '" + fabric.name + "': its report '" + in.report + "' measured no usable all_reduce sweep";
     }
@@ -94,13 +94,14 @@ void ReadSweep(const Report& report, const std::string& where, IntraLink& in) {
     throw InputError(where + "intra_report '" + in.report + "' has no all_reduce sweep (run collectives --ops "
                      "all_reduce on one node)");
   }
-  in.samples = ReadAllReduceSamples(report, in.report_path);
-  for (const AllReduceSample& s : in.samples) {
+  const std::vector<AllReduceSample> samples = ReadAllReduceSamples(report, in.report_path);
+  for (const AllReduceSample& s : samples) {
     if (s.nodes != 1) {
       throw InputError(where + "intra_report '" + in.report + "' measured " + std::to_string(s.nodes) +
                        " nodes: a measured intra-node link comes from one node (or collectives --split intra)");
     }
   }
+  in.measured = FitIntraBands(samples);
 }
 
 // The median pair rate of a p2p report of one node.

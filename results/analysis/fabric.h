@@ -28,7 +28,9 @@ struct IntraLink {
   std::string source;       // where the figures come from, with its date
   std::string report;       // kMeasured: the report (as the file names it) and the path read
   std::string report_path;
-  std::vector<AllReduceSample> samples;  // kMeasured: the report's all_reduce sweep (one node)
+  // kMeasured: the report's all_reduce sweep (one node), fitted per size band once when read (FitIntraBands;
+  // `fitted` false when the report has no sweep, as a p2p report).
+  LinkParameters measured;
   std::string emulated;     // kMeasured: "pcie" when the report ran with --emulate-pcie
   int line = 0;
 };
