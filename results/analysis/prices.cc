@@ -111,17 +111,20 @@ CostAssumptions ReadAssumptions(const toml::table& table, const std::string& fil
   return a;
 }
 
-std::vector<Offering> ReadOfferings(const toml::array& tables, const std::string& file) {
-  std::vector<Offering> offerings;
+// The tables of an array ([[offering]], [[fabric]]), each read by `read` (table, file, index), their names unique:
+// "FILE:LINE: KIND name 'x' used twice".
+template <typename T, typename Read>
+std::vector<T> ReadNamedTables(const toml::array& tables, const std::string& file, const char* kind, Read read) {
+  std::vector<T> items;
   std::set<std::string> names;
   for (size_t i = 0; i < tables.size(); ++i) {
-    Offering offering = ReadOffering(*tables[i].as_table(), file, i);
-    if (!names.insert(offering.name).second) {
-      throw InputError(At(file, offering.line) + "offering name '" + offering.name + "' used twice");
+    T item = read(*tables[i].as_table(), file, i);
+    if (!names.insert(item.name).second) {
+      throw InputError(At(file, item.line) + kind + " name '" + item.name + "' used twice");
     }
-    offerings.push_back(std::move(offering));
+    items.push_back(std::move(item));
   }
-  return offerings;
+  return items;
 }
 
 
@@ -248,18 +251,6 @@ Fabric ReadFabric(const toml::table& table, const std::string& file, size_t inde
   return fabric;
 }
 
-std::vector<Fabric> ReadFabrics(const toml::array& tables, const std::string& file) {
-  std::vector<Fabric> fabrics;
-  std::set<std::string> names;
-  for (size_t i = 0; i < tables.size(); ++i) {
-    Fabric fabric = ReadFabric(*tables[i].as_table(), file, i);
-    if (!names.insert(fabric.name).second) {
-      throw InputError(At(file, fabric.line) + "fabric name '" + fabric.name + "' used twice");
-    }
-    fabrics.push_back(std::move(fabric));
-  }
-  return fabrics;
-}
 
 // Every offering's fabric is declared.
 void CheckFabricNames(const PriceFile& prices) {
@@ -348,9 +339,9 @@ PriceFile ParsePriceFile(const std::string& text, const std::string& path) {
     if (name == "assumptions" && node.is_table()) {
       prices.assumptions = ReadAssumptions(*node.as_table(), path);
     } else if (name == "offering" && node.is_array_of_tables()) {
-      prices.offerings = ReadOfferings(*node.as_array(), path);
+      prices.offerings = ReadNamedTables<Offering>(*node.as_array(), path, "offering", ReadOffering);
     } else if (name == "fabric" && node.is_array_of_tables()) {
-      prices.fabrics = ReadFabrics(*node.as_array(), path);
+      prices.fabrics = ReadNamedTables<Fabric>(*node.as_array(), path, "fabric", ReadFabric);
     } else {
       RejectTopLevel(name, node, path);
     }
