@@ -25,6 +25,7 @@
 #include "checkpoint.h"
 #include "checkpoint_format.h"
 #include "error.h"
+#include "input_error_of.h"
 
 namespace tb {
 namespace {
@@ -149,16 +150,6 @@ CheckpointOptions Options(const std::string& dir, CheckpointMode mode = Checkpoi
 LoadedCheckpoint Load(const std::string& path, TestState& state, MPI_Comm comm = MPI_COMM_WORLD,
                       uint64_t chunk = 64ull << 20) {
   return LoadCheckpoint(comm, path, state.Buffers(), "test-model d=8 layers=2", state.Copier(), chunk);
-}
-
-// The InputError message `load` throws on this rank, or "" when it does not throw one.
-std::string InputErrorOf(const std::function<void()>& load) {
-  try {
-    load();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Every rank got the same one-line InputError containing `expected`.

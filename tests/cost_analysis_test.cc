@@ -15,22 +15,13 @@
 #include "cost_tables.h"
 #include "cost_text.h"
 #include "error.h"
+#include "input_error_of.h"
 
 namespace tb {
 namespace {
 
 constexpr double kGiBytes = 1024.0 * 1024.0 * 1024.0;
 constexpr double kTargetTokens = 1e11;
-
-template <typename F>
-std::string InputErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // An NVSwitch node with 8x400G InfiniBand and an 8-GPU PCIe node with 2x100G Ethernet, each sold by one offering;
 // the GPUs' memory (GiB) set so that the run's model needs sharding. No provisioning, energy or egress.

@@ -9,6 +9,7 @@
 
 #include "cost.h"
 #include "error.h"
+#include "input_error_of.h"
 #include "memory_fit.h"
 #include "model_config.h"
 #include "prices.h"
@@ -19,17 +20,6 @@ namespace tb {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-// The message of the InputError `f` throws ("" when it throws none).
-template <typename F>
-std::string InputErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 Offering TestOffering() {
   Offering o;

@@ -18,6 +18,7 @@
 
 #include "cpu_kernels.h"
 #include "error.h"
+#include "input_error_of.h"
 #include "model_config.h"
 #include "random.h"
 #include "token_windows.h"
@@ -178,17 +179,6 @@ std::vector<float> Parameters(Transformer& model) {
 
 std::vector<float> Gradients(Transformer& model) {
   return std::vector<float>(model.gradients(), model.gradients() + model.parameter_elements());
-}
-
-// Runs `call` and returns the InputError message it throws ("" when it throws nothing).
-template <typename Call>
-std::string InputErrorOf(Call call) {
-  try {
-    call();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(TransformerLayout, NamesCountsAndOffsetsInForwardOrder) {

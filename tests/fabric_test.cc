@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "error.h"
+#include "input_error_of.h"
 #include "layout_search.h"
 #include "prices.h"
 #include "projection.h"
@@ -15,16 +16,6 @@ namespace tb {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-template <typename F>
-std::string InputErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 const char* const kFabricPrices = R"(
 [[fabric]]

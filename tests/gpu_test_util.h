@@ -16,6 +16,7 @@
 #include "cuda/kernels.h"
 #include "device.h"
 #include "error.h"
+#include "input_error_of.h"
 
 namespace tb::test {
 
@@ -79,14 +80,7 @@ inline std::vector<float> DownloadDevice(const float* device, size_t count) {
   return host;
 }
 
-// The InputError's message `call` throws; empty when it throws none.
-inline std::string InputErrorOf(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  return "";
-}
+// Shared with the host tests (input_error_of.h), named here as the GPU tests call it.
+using tb::InputErrorOf;
 
 }  // namespace tb::test
