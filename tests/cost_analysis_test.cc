@@ -20,7 +20,6 @@
 namespace tb {
 namespace {
 
-constexpr double kGiBytes = 1024.0 * 1024.0 * 1024.0;
 constexpr double kTargetTokens = 1e11;
 
 // An NVSwitch node with 8x400G InfiniBand and an 8-GPU PCIe node with 2x100G Ethernet, each sold by one offering;
@@ -365,7 +364,7 @@ TEST(CostTables, EveryDeclaredColumnIsBuiltAndNoOther) {
   CostPlan plan = FabricPlan();
   plan.model = "gpt-1b";
   plan.model_memory = Facts().memory;
-  plan.gpu_memory = 80 * kGiBytes;
+  plan.gpu_memory = 80 * kGiB;
   plan.gpu_memory_text = "80G";
   plan.deadline = 1000;
   const CostRun c = Analyzed(std::move(plan), ParsePriceFile(PriceText(kTightGib), "p.toml"), {DpRun()});

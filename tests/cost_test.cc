@@ -19,8 +19,6 @@
 namespace tb {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 Offering TestOffering() {
   Offering o;
   o.name = "test";

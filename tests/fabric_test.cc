@@ -15,8 +15,6 @@
 namespace tb {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 const char* const kFabricPrices = R"(
 [[fabric]]
 name = "nvl"

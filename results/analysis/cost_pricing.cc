@@ -11,7 +11,6 @@
 namespace tb {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 bool HasGpu(const RunAnalysis& a, const std::string& model) {
   return std::any_of(a.gpus.begin(), a.gpus.end(), [&](const GpuModel& m) { return m.name == model; });

@@ -11,7 +11,6 @@
 namespace tb {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 using Lines = std::vector<std::string>;
 

@@ -11,7 +11,6 @@
 namespace tb {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 const char* const kModes[] = {"dp", "zero1", "fsdp"};
 
 // The optimizer's share of the model per rank: dp holds the whole (tensor-parallel slice of the) model, zero1 and

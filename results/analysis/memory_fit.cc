@@ -10,7 +10,6 @@ namespace tb {
 std::optional<MemoryCalibration> CalibrateMemory(double measured_peak_bytes, double estimated_bytes,
                                                  const std::string& run) {
   if (!(measured_peak_bytes > 0) || !(estimated_bytes > 0)) return std::nullopt;
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   return MemoryCalibration{measured_peak_bytes / estimated_bytes,
                            Format("measured peak %.2f GiB / estimate %.2f GiB on %s", measured_peak_bytes / kGiB,
                                   estimated_bytes / kGiB, run.c_str())};

@@ -8,6 +8,9 @@
 
 namespace tb {
 
+// Bytes per GiB: GPU memory is sold and fitted in GiB (a datasheet's "80GB" of HBM is 80 GiB).
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 // Per-GPU bytes of training: data parallel's (every rank holds the whole model), or a sharded mode's (ModeMemory).
 struct MemoryBreakdown {
   double weights_bytes = 0;
