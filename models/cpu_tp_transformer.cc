@@ -565,6 +565,22 @@ void CheckCudaTensorParallelWidths(const ModelConfig& config, int tensor_paralle
   }
 }
 
+void CheckTensorParallelStep(const ModelConfig& config, int tensor_parallel, int micro_batch, int seq, bool cuda) {
+  CheckTensorParallel(config, tensor_parallel);
+  if (cuda) CheckCudaTensorParallelWidths(config, tensor_parallel);
+  if ((static_cast<int64_t>(micro_batch) * seq) % tensor_parallel != 0) {
+    throw InputError("--tensor-parallel " + std::to_string(tensor_parallel) + " does not divide the " +
+                     std::to_string(static_cast<int64_t>(micro_batch) * seq) + " tokens of a step (" +
+                     "--micro-batch x --seq) into equal shares");
+  }
+}
+
+std::string TensorParallelModeGap(const std::string& parallel, int tensor_parallel, bool cuda) {
+  if (tensor_parallel == 1 || !cuda || parallel != "fsdp") return "";
+  return "with --parallel fsdp is not built on the GPUs yet: dp or zero1 across the groups, or --backend mpi (the "
+         "CPU reference shards the groups by fsdp)";
+}
+
 TensorSplit TensorParallelSplit(const ModelConfig& config, size_t slot) {
   if (slot == kWteSlot) return TensorSplit::kVocabRows;
   if (slot < kFirstBlockSlot || slot >= LnfWeightSlot(config.layers)) return TensorSplit::kReplicated;

@@ -31,6 +31,15 @@ void CheckTensorParallel(const ModelConfig& config, int tensor_parallel);
 // that train refuses such a split before any work starts.
 void CheckCudaTensorParallelWidths(const ModelConfig& config, int tensor_parallel);
 
+// Throws InputError (one line) unless `config` splits T ways for steps of micro_batch x seq tokens on the CUDA
+// transformer (`cuda`) or the CPU one: CheckTensorParallel, on CUDA CheckCudaTensorParallelWidths, and T dividing a
+// step's tokens into equal shares. What train refuses, and what cost's layout search does not consider.
+void CheckTensorParallelStep(const ModelConfig& config, int tensor_parallel, int micro_batch, int seq, bool cuda);
+
+// Why `parallel` (dp, zero1, fsdp) across tensor-parallel groups of T > 1 is not built on this backend, in words
+// that follow "--tensor-parallel T " ("" when it is built): fsdp across the groups runs on the CPU reference only.
+std::string TensorParallelModeGap(const std::string& parallel, int tensor_parallel, bool cuda);
+
 // The local shapes of rank `rank` of T, which both tensor-parallel models compute with.
 struct TensorParallelDims {
   int tp = 1, rank = 0;

@@ -128,10 +128,10 @@ RunModelFacts Facts() {
   facts.memory.parameters = 1e9;
   facts.memory.gathered_parameters = 0.2e9;
   facts.memory.what = "gpt-1b as run";
-  facts.shapes.push_back({1, "", {2e9, 2e9, 12e9, 4e9, 0}, 0, 0});
-  facts.shapes.push_back({2, "", {2e9, 2e9, 12e9, 2.5e9, 0}, 64e6, 4 * 24 + 4});
-  facts.shapes.push_back({4, "tensor parallel 4 does not divide the 6 heads", {}, 0, 0});
-  facts.shapes.push_back({8, "tensor parallel 8 does not divide the 6 heads", {}, 0, 0});
+  facts.shapes.push_back({1, "", {2e9, 2e9, 12e9, 4e9, 0}, 0, 0, {}});
+  facts.shapes.push_back({2, "", {2e9, 2e9, 12e9, 2.5e9, 0}, 64e6, 4 * 24 + 4, {}});
+  facts.shapes.push_back({4, "tensor parallel 4 does not divide the 6 heads", {}, 0, 0, {}});
+  facts.shapes.push_back({8, "tensor parallel 8 does not divide the 6 heads", {}, 0, 0, {}});
   return facts;
 }
 

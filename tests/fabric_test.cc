@@ -288,6 +288,18 @@ TEST(LayoutSearch, HandComputedStepOnANode) {
   EXPECT_NE(choice.reason.find("fsdp is the fastest that fits"), std::string::npos) << choice.reason;
 }
 
+TEST(LayoutSearch, ModesTheGpusDoNotTrainAreNotConsidered) {
+  const PriceFile p = ParsePriceFile(kFabricPrices, "p.toml");
+  ProjectionBasis basis = SmallBasis();
+  basis.shapes[1].modes_not_built["fsdp"] = "--tensor-parallel 2 with --parallel fsdp is not built on the GPUs yet";
+  const LayoutChoice choice = ChooseLayout(basis, p.fabrics[0], {1, 8}, 80 * kGiB);
+  const LayoutCandidate& tp2_fsdp = choice.candidates[5];
+  ASSERT_EQ(tp2_fsdp.Name(), "tp2+fsdp");
+  EXPECT_FALSE(tp2_fsdp.considered);
+  EXPECT_EQ(tp2_fsdp.why_not, "--tensor-parallel 2 with --parallel fsdp is not built on the GPUs yet");
+  EXPECT_TRUE(choice.candidates[4].considered);  // tp2+zero1
+}
+
 TEST(LayoutSearch, MemoryRulesOutAndNothingFitsSaysWhy) {
   const PriceFile p = ParsePriceFile(kFabricPrices, "p.toml");
   // 5 GiB per GPU: dp needs 6 GB (4 of states + 2 of activations); zero1 over 8 fits.

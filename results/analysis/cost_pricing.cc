@@ -57,7 +57,7 @@ ProjectionBasis BasisOf(const RunAnalysis& a) {
   b.gathered_parameters = a.memory.gathered_parameters;
   b.calibration = a.memory.calibration;
   b.shapes = a.shapes;
-  if (b.shapes.empty()) b.shapes.push_back({1, "", m.memory_estimate, 0, 0});
+  if (b.shapes.empty()) b.shapes.push_back({1, "", m.memory_estimate, 0, 0, {}});
   return b;
 }
 

@@ -124,8 +124,9 @@ std::vector<LayoutCandidate> Candidates(const ProjectionBasis& basis, const Link
       c.mode = mode;
       c.tp = shape.tp;
       if (c.replicas() == 1 && c.mode != "dp") continue;  // one replica: nothing to shard across
-      if (!shape.invalid.empty()) {
-        c.why_not = shape.invalid;
+      const auto not_built = shape.modes_not_built.find(c.mode);
+      if (!shape.invalid.empty() || not_built != shape.modes_not_built.end()) {
+        c.why_not = !shape.invalid.empty() ? shape.invalid : not_built->second;
       } else {
         c.considered = true;
         ModelStep(basis, shape, links, c);

@@ -5,6 +5,7 @@
 // the same price). Pure functions of their inputs: `cost` reads the run and the price file, unit tests build them.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ struct TensorParallelShape {
   MemoryBreakdown dp_memory;    // per rank before sharding, activations at the run's micro-batch, split T ways
   double activation_bytes = 0;  // all-reduced per step in one group at the run's micro-batch (0 for T = 1)
   double activation_ops = 0;    // all-reduces per step
+  std::map<std::string, std::string> modes_not_built;  // a mode across the groups the GPUs cannot train yet: why
 };
 
 // What the projection takes from a measured run: the reference point (the priced one) without its communication.

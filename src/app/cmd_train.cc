@@ -101,20 +101,13 @@ void CheckParallel(const TrainFlags& f, const TrainIoFlags& io) {
 void CheckTensorParallelFlags(const TrainFlags& f, const TrainIoFlags& io, const ModelConfig& model, int seq, bool cuda) {
   if (f.tensor_parallel == 1) return;
   const std::string t = "--tensor-parallel " + std::to_string(f.tensor_parallel);
-  if (cuda && f.parallel == "fsdp") {
-    throw InputError(t + " with --parallel fsdp is not built on the GPUs yet: dp or zero1 across the groups, or "
-                     "--backend mpi (the CPU reference shards the groups by fsdp)");
-  }
+  const std::string gap = TensorParallelModeGap(f.parallel, f.tensor_parallel, cuda);
+  if (!gap.empty()) throw InputError(t + " " + gap);
   if (io.checkpoint_every > 0 || !io.resume.empty() || !io.data_dir.empty()) {
     throw InputError(t + " with --data or checkpoints is not built yet (every rank of a group must read the same "
                      "batches and write its own slices): synthetic tokens, no checkpoints");
   }
-  CheckTensorParallel(model, f.tensor_parallel);
-  if (cuda) CheckCudaTensorParallelWidths(model, f.tensor_parallel);
-  if ((static_cast<int64_t>(f.micro_batch) * seq) % f.tensor_parallel != 0) {
-    throw InputError(t + " does not divide the " + std::to_string(f.micro_batch * seq) + " tokens of a step (" +
-                     "--micro-batch x --seq) into equal shares");
-  }
+  CheckTensorParallelStep(model, f.tensor_parallel, f.micro_batch, seq, cuda);
 }
 
 // --link-probe SIZE, or 0 / off: no probe.

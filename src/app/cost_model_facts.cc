@@ -29,17 +29,17 @@ MemoryCheck RunMemoryCheck(const RunMeasurement& m) {
   return check;
 }
 
-// The model split T ways at the priced point's micro-batch, or why it cannot be (train's own reason).
+// The model split T ways at the priced point's micro-batch, or why it cannot be (train's own reasons). Offerings are
+// GPUs: the CUDA transformer's rules apply, whatever the run's own backend (a CPU stand-in included).
 TensorParallelShape ShapeAt(const ModelConfig& config, const RunMeasurement& m, const MeasuredPoint& p, int t) {
   TensorParallelShape shape;
   shape.tp = t;
+  for (const char* mode : {"dp", "zero1", "fsdp"}) {
+    const std::string gap = TensorParallelModeGap(mode, t, true);
+    if (!gap.empty()) shape.modes_not_built[mode] = "--tensor-parallel " + std::to_string(t) + " " + gap;
+  }
   try {
-    CheckTensorParallel(config, t);
-    if (m.device != "cpu") CheckCudaTensorParallelWidths(config, t);
-    if ((static_cast<int64_t>(p.micro_batch) * m.seq) % t != 0) {
-      throw InputError(Format("tensor parallel %d does not divide the %d tokens of a micro-batch", t,
-                              p.micro_batch * m.seq));
-    }
+    CheckTensorParallelStep(config, t, p.micro_batch, m.seq, true);
     const MemoryEstimate e = EstimateMemory(config, p.micro_batch, m.seq, m.memory_precision.starts_with("bf16"), t);
     shape.dp_memory = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes, 0};
     // The models all-reduce fp32 activations (models/tensor_parallel.h): 4 bytes per element.
