@@ -35,7 +35,7 @@ expect_error 2 "cannot write report" -- "$tb" info -o /proc/forbidden.h5
 expect_error 2 "--size" -- "$tb" p2p --size 10
 expect_error 2 "invalid size '1Q' for --size" -- "$tb" p2p --size 1Q
 expect_error 2 "--threshold" -- "$tb" p2p --threshold 2
-if ! "$tb" info --backend cuda >/dev/null 2>&1 && "$tb" info | grep -q "not built"; then
+if ! "$tb" info --backend cuda >/dev/null 2>&1 && "$tb" info | grep -c >/dev/null "not built"; then
   expect_error 2 "built without CUDA" -- "$tb" collectives --backend cuda
   expect_error 2 "built without CUDA" -- "$tb" train --model tiny --backend cuda
 fi
@@ -64,21 +64,21 @@ checks=$((checks + 1))
 # pipefail would then fail the check on its SIGPIPE (seen once under load after --emulate-pcie lengthened the help).
 "$tb" collectives --help | grep -- "--maxbytes" >/dev/null || fail "collectives --help lacks --maxbytes"
 checks=$((checks + 1))
-"$tb" --version | grep -q "^trainbench " || fail "--version"
+"$tb" --version | grep -c >/dev/null "^trainbench " || fail "--version"
 
 # --- good runs and report read-back with h5dump ---------------------------------------------------------------
 checks=$((checks + 1))
 if "${mpiexec[@]}" -n 2 "$tb" collectives -b 1K -e 64K -f 8 --ops all -n 3 -w 1 -o "$work/c.h5" >"$work/out" 2>"$work/err"; then
   grep -q "# Out of bounds values : 0 OK" "$work/out" || fail "collectives: no OK verdict"
   [[ $(grep -cE '^ +[0-9]+ ' "$work/out") -eq 21 ]] || fail "collectives: want 21 rows (7 ops x 3 sizes): $(cat "$work/out")"
-  "$h5dump" -A -a /status "$work/c.h5" | grep -q '"complete"' || fail "report status is not complete"
+  "$h5dump" -A -a /status "$work/c.h5" | grep -c >/dev/null '"complete"' || fail "report status is not complete"
   "$h5dump" -d /collectives/all_reduce/results "$work/c.h5" >"$work/dump" || fail "h5dump cannot read the results table"
   for field in size_bytes out_of_place_busbw_GBps in_place_wrong; do
     grep -q "\"$field\"" "$work/dump" || fail "results table lacks $field"
   done
-  "$h5dump" -d /topology/ranks "$work/c.h5" | grep -q '"host"' || fail "topology table lacks host"
-  "$h5dump" -A -a /summary/wrong_elements_total "$work/c.h5" | grep -q "(0): 0" || fail "summary wrong_elements_total"
-  "$h5dump" -A -a /config/ops "$work/c.h5" | grep -q '"all"' || fail "config lacks ops"
+  "$h5dump" -d /topology/ranks "$work/c.h5" | grep -c >/dev/null '"host"' || fail "topology table lacks host"
+  "$h5dump" -A -a /summary/wrong_elements_total "$work/c.h5" | grep -c >/dev/null "(0): 0" || fail "summary wrong_elements_total"
+  "$h5dump" -A -a /config/ops "$work/c.h5" | grep -c >/dev/null '"all"' || fail "config lacks ops"
   [[ -z $(ls "$work" | grep -E 'tmp|probe') ]] || fail "temporary files left behind: $(ls "$work")"
 else
   fail "collectives run failed: $(cat "$work/err")"
@@ -87,7 +87,7 @@ fi
 checks=$((checks + 1))
 if "${mpiexec[@]}" -n 2 "$tb" p2p --size 64K -n 3 --latency-iters 10 -o "$work/p.h5" >"$work/out" 2>"$work/err"; then
   grep -q "# Weak links" "$work/out" || fail "p2p: no verdict line"
-  "$h5dump" -d /p2p/uni_bw_GBps "$work/p.h5" | grep -q "DATASPACE  SIMPLE { ( 2, 2 )" || fail "p2p matrix not 2x2"
+  "$h5dump" -d /p2p/uni_bw_GBps "$work/p.h5" | grep -c >/dev/null "DATASPACE  SIMPLE { ( 2, 2 )" || fail "p2p matrix not 2x2"
 else
   fail "p2p run failed: $(cat "$work/err")"
 fi
@@ -105,12 +105,12 @@ if "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --step
   "$h5dump" -H -d /train/k2/steps "$work/t.h5" | grep -c '"comm_exposed_s"' >/dev/null || fail "train: steps table lacks comm_exposed_s"
   "$h5dump" -A -a /train/k2/scaling_efficiency "$work/t.h5" >/dev/null || fail "train: no scaling_efficiency"
   # tiny's 3.8 MB of gradients fit one 25 MiB bucket
-  "$h5dump" -A -a /train/k2/gradient_buckets "$work/t.h5" | grep -q "(0): 1$" || fail "train: gradient_buckets is not 1"
+  "$h5dump" -A -a /train/k2/gradient_buckets "$work/t.h5" | grep -c >/dev/null "(0): 1$" || fail "train: gradient_buckets is not 1"
   grep -q "MB of gradients in 1 bucket," "$work/out" || fail "train: the comm line does not give the bucket count"
-  "$h5dump" -A -a /model/parameters "$work/t.h5" | grep -q "(0): 953856" || fail "train: tiny should have 953856 parameters"
-  "$h5dump" -A -a /status "$work/t.h5" | grep -q '"complete"' || fail "train: report status is not complete"
-  "$h5dump" -A -a /train/attention "$work/t.h5" | grep -q '"cpu"' || fail "train: attention attribute is not cpu"
-  "$h5dump" -d /train/memory "$work/t.h5" | grep -q '"peak_device_memory_bytes"' || fail "train: memory table lacks device column"
+  "$h5dump" -A -a /model/parameters "$work/t.h5" | grep -c >/dev/null "(0): 953856" || fail "train: tiny should have 953856 parameters"
+  "$h5dump" -A -a /status "$work/t.h5" | grep -c >/dev/null '"complete"' || fail "train: report status is not complete"
+  "$h5dump" -A -a /train/attention "$work/t.h5" | grep -c >/dev/null '"cpu"' || fail "train: attention attribute is not cpu"
+  "$h5dump" -d /train/memory "$work/t.h5" | grep -c >/dev/null '"peak_device_memory_bytes"' || fail "train: memory table lacks device column"
 else
   fail "train run failed: $(cat "$work/err")"
 fi
@@ -126,7 +126,7 @@ for n in 2 4; do
   [[ $(grep -o 'loss [0-9.]*' "$work/zero1$n.out") == $(grep -o 'loss [0-9.]*' "$work/dp$n.out") && \
      $(grep -c '^step .*loss [0-9.]*' "$work/dp$n.out") -eq 4 ]] ||
     fail "zero1 at $n ranks: losses differ from dp's: $(grep -o 'loss [0-9.]*' "$work/zero1$n.out" | tr '\n' ' ') vs $(grep -o 'loss [0-9.]*' "$work/dp$n.out" | tr '\n' ' ')"
-  "$h5dump" -A -a /train/k$n/parallel "$work/zero1$n.h5" | grep -q '"zero1"' || fail "zero1 at $n ranks: the point does not record parallel zero1"
+  "$h5dump" -A -a /train/k$n/parallel "$work/zero1$n.h5" | grep -c >/dev/null '"zero1"' || fail "zero1 at $n ranks: the point does not record parallel zero1"
   grep -q "reduce-scattered and the parameters all-gathered" "$work/zero1$n.out" || fail "zero1: the comm line does not say so"
   # AdamW's m and v (8 bytes per element on the CPU) over n ranks: ZeRO's 8 Psi / n, allocated as such.
   grep -qE "model state per rank \(zero1\), MB allocated / ZeRO's: .* optimizer ([0-9.]+) / \1$" "$work/zero1$n.out" &&
@@ -134,7 +134,7 @@ for n in 2 4; do
     fail "zero1 at $n ranks: the model state line: $(grep 'model state' "$work/zero1$n.out" "$work/dp$n.out")"
   [[ $(grep -o 'loss [0-9.]*' "$work/fsdp$n.out") == $(grep -o 'loss [0-9.]*' "$work/dp$n.out") ]] ||
     fail "fsdp at $n ranks: losses differ from dp's: $(grep -o 'loss [0-9.]*' "$work/fsdp$n.out" | tr '\n' ' ')"
-  "$h5dump" -A -a /train/k$n/parallel "$work/fsdp$n.h5" | grep -q '"fsdp"' || fail "fsdp at $n ranks: parallel not recorded"
+  "$h5dump" -A -a /train/k$n/parallel "$work/fsdp$n.h5" | grep -c >/dev/null '"fsdp"' || fail "fsdp at $n ranks: parallel not recorded"
   # Everything sharded: weights, gradients and optimizer state each at ZeRO's figure over n (16 Psi / n in all).
   grep -qE "model state per rank \(fsdp\), MB allocated / ZeRO's: weights ([0-9.]+) / \1, gradients ([0-9.]+) / \2, optimizer ([0-9.]+) / \3$" \
     "$work/fsdp$n.out" || fail "fsdp at $n ranks: the model state line: $(grep 'model state' "$work/fsdp$n.out")"
@@ -145,7 +145,7 @@ for n in 2 4; do
     "$work/dp$n.out" || fail "dp at $n ranks: traffic line: $(grep 'sent per rank' "$work/dp$n.out")"
   grep -qE "gradient sync ([0-9.]+) / \1, parameter gather" "$work/fsdp$n.out" ||
     fail "fsdp at $n ranks: traffic line: $(grep 'sent per rank' "$work/fsdp$n.out")"
-  "$h5dump" -A -a /train/k$n/traffic_parameter_gather_bytes_theory "$work/fsdp$n.h5" | grep -q "(0): [1-9]" ||
+  "$h5dump" -A -a /train/k$n/traffic_parameter_gather_bytes_theory "$work/fsdp$n.h5" | grep -c >/dev/null "(0): [1-9]" ||
     fail "fsdp at $n ranks: no gather theory in the report"
 done
 # --tensor-parallel T: groups of T ranks split the model (Megatron), data parallel across the groups, which share
@@ -163,8 +163,8 @@ for spec in "2 2 1 dp" "4 2 2 dp" "4 4 1 dp" "4 2 2 zero1" "4 2 2 fsdp"; do
   [[ $(grep -o 'loss [0-9.]*' "$work/tp$n$t.out") == $(grep -o 'loss [0-9.]*' "$work/dp$g.out") ]] ||
     fail "tensor parallel $t ($mode) on $n ranks: losses differ from dp on $g: $(grep -o 'loss [0-9.]*' "$work/tp$n$t.out" | tr '\n' ' ')"
   grep -q "tensor parallel $t: activation all-reduces send" "$work/tp$n$t.out" || fail "tp $t: no activation line"
-  "$h5dump" -A -a /train/k$n/tensor_parallel "$work/tp$n$t.h5" | grep -q "(0): $t$" || fail "tp $t: not recorded"
-  "$h5dump" -A -a /train/k$n/traffic_activation_bytes_theory "$work/tp$n$t.h5" | grep -q "(0): [1-9]" ||
+  "$h5dump" -A -a /train/k$n/tensor_parallel "$work/tp$n$t.h5" | grep -c >/dev/null "(0): $t$" || fail "tp $t: not recorded"
+  "$h5dump" -A -a /train/k$n/traffic_activation_bytes_theory "$work/tp$n$t.h5" | grep -c >/dev/null "(0): [1-9]" ||
     fail "tp $t: no activation theory"
 done
 expect_error 2 "--tensor-parallel 3 does not divide --heads 4" -- "$tb" train --model tiny --tensor-parallel 3
@@ -211,7 +211,7 @@ elapsed=$(( $(date +%s) - start ))
 [[ $rc -eq 1 ]] || fail "stuck collective: exit $rc, want 1 (124 = hung): $(cat "$work/err")"
 grep -q "timeout: all_reduce out-of-place, 1024 B, float" "$work/err" || fail "watchdog message: $(cat "$work/err")"
 [[ $elapsed -lt 60 ]] || fail "watchdog took ${elapsed}s"
-"$h5dump" -A -a /status "$work/hang.h5" | grep -q '"failed"' || fail "stuck run: report status is not failed"
+"$h5dump" -A -a /status "$work/hang.h5" | grep -c >/dev/null '"failed"' || fail "stuck run: report status is not failed"
 
 # Rank 0 stuck outside any guarded operation (p2p's fault hook runs before its first measured phase): its own
 # watchdog has nothing to time, so rank 1's tells it, and rank 0's probe names rank 0 itself.
@@ -225,7 +225,7 @@ elapsed=$(( $(date +%s) - start ))
 grep -qE "rank 0 .*error: timeout: on rank 1, .* did not complete within 3 s on a communicator of 2 ranks; stuck: rank 0 \([^)]+\) outside communication for [0-9.]+ s, outside any guarded operation" \
   "$work/err" || fail "rank 0 stuck: not named: $(cat "$work/err")"
 [[ $elapsed -lt 33 ]] || fail "rank 0 stuck: the job took ${elapsed}s to end"
-"$h5dump" -A -a /stuck_ranks "$work/hang0.h5" | grep -q '"0"' || fail "rank 0 stuck: stuck_ranks is not 0"
+"$h5dump" -A -a /stuck_ranks "$work/hang0.h5" | grep -c >/dev/null '"0"' || fail "rank 0 stuck: stuck_ranks is not 0"
 
 # SIGTERM: the run stops at the next size, writes its report as interrupted and exits 128+15. The signal goes
 # once the first size's row is out (the handlers are installed by then), with 63 sizes still to run.
@@ -237,6 +237,6 @@ for _ in $(seq 600); do grep -qE '^ +65536 ' "$work/out" && break; sleep 0.1; do
 kill -TERM $pid
 wait $pid; rc=$?
 [[ $rc -eq 143 ]] || fail "SIGTERM: exit $rc, want 143: $(cat "$work/err")"
-"$h5dump" -A -a /status "$work/int.h5" | grep -q '"interrupted"' || fail "SIGTERM: report status is not interrupted"
+"$h5dump" -A -a /status "$work/int.h5" | grep -c >/dev/null '"interrupted"' || fail "SIGTERM: report status is not interrupted"
 
 finish cli_test

@@ -33,9 +33,9 @@ expect_error 2 "no subcommand given" -- "${mpiexec[@]}" -n 2 "$tb" data
 [[ -e $d && -n $(ls "$d") ]] && fail "a refused command left files in $d: $(ls "$d")"
 
 checks=$((checks + 1))
-"$tb" data generate --help | grep -q "SI suffixes K=1e3, M=1e6, G=1e9, T=1e12" || fail "generate --help does not explain the suffixes"
+"$tb" data generate --help | grep -c >/dev/null "SI suffixes K=1e3, M=1e6, G=1e9, T=1e12" || fail "generate --help does not explain the suffixes"
 checks=$((checks + 1))
-"$tb" data --help | grep -q "generate" || fail "data --help does not list generate"
+"$tb" data --help | grep -c >/dev/null "generate" || fail "data --help does not list generate"
 
 # A dataset, then refusal to overwrite it, then --force with fewer shards leaves none of the old ones.
 expect_ok "$tb" data generate --dir "$d" --tokens 2.5M --shard-tokens 1M --seed 5
@@ -95,7 +95,7 @@ expect_error 2 "no dataset given \(usage: trainbench data verify DIR\)" -- "$tb"
 expect_error 2 "--threads '0': out of range \(accepted: a whole number 1\.\.256\)" -- "$tb" data verify "$v" --threads 0
 expect_error 2 "data verify checks one dataset: give its directory once" -- "${mpiexec[@]}" -n 2 "$tb" data verify "$v" "$d"
 checks=$((checks + 1))
-"$tb" data verify --help | grep -q "Exit code 0: the dataset is good; 2: it is damaged" || fail "verify --help"
+"$tb" data verify --help | grep -c >/dev/null "Exit code 0: the dataset is good; 2: it is damaged" || fail "verify --help"
 
 # --- the listing data verify and train's loader share: shards are numbered from 0 without a gap, and each is a
 # regular file or a symbolic link to one; anything else named like a shard is named, with what it is -------------------

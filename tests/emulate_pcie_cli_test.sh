@@ -23,7 +23,7 @@ for command in collectives p2p train; do
   expect_error 2 "$refusal" -- "${mpi[@]}" -n 2 "$tb" "${args[@]}" --emulate-pcie -o refused.h5
   expect_error 2 "$refusal" -- "$tb" "${args[@]}" --backend cpu --emulate-pcie -o refused.h5
   checks=$((checks + 1))
-  "$tb" "$command" --help | tr -s ' \n' ' ' | grep -q -- "--emulate-pcie measure a PCIe node on an NVLink one: .*NCCL backend only" ||
+  "$tb" "$command" --help | tr -s ' \n' ' ' | grep -c >/dev/null -- "--emulate-pcie measure a PCIe node on an NVLink one: .*NCCL backend only" ||
     fail "$command --help lacks --emulate-pcie"
 done
 # A conflicting NCCL variable does not change what is wrong first: the backend.

@@ -143,7 +143,7 @@ EOF
 # A downtrained link alone warns (exit 0, the run's verdict warn).
 fake "$fake" downtrained.txt; expect_ok "${with[@]}" "$tb" "${collectives[@]}" -o downtrained.h5
 expect_ok "$tb" validate downtrained.h5
-with_notes "$work/out" | grep -qE "^ +warn +[a-z]+ +gpu_health +gpu_health\.$host\.gpu0 .*PCIe x8 of x16 while busy \(downtrained\)" ||
+with_notes "$work/out" | grep -cE >/dev/null "^ +warn +[a-z]+ +gpu_health +gpu_health\.$host\.gpu0 .*PCIe x8 of x16 while busy \(downtrained\)" ||
   fail "a downtrained link does not warn: $(grep gpu_health "$work/out")"
 
 # A query that fails (GPU is lost) is recorded and warns; its figure is NaN.
@@ -156,7 +156,7 @@ assert math.isnan(d["power_mean_W"]) and math.isnan(d["power_max_W"]), d
 EOF
 checks=$((checks + 1))
 "$tb" validate lost.h5 >"$work/out" 2>&1
-with_notes "$work/out" | grep -q "NVML errors: nvmlDeviceGetPowerUsage: GPU is lost" || fail "validate does not name the NVML error"
+with_notes "$work/out" | grep -c >/dev/null "NVML errors: nvmlDeviceGetPowerUsage: GPU is lost" || fail "validate does not name the NVML error"
 
 # ---- train: energy per point, and cost's energy ------------------------------------------------------------
 fake "$fake" trouble.txt; expect_ok "${with[@]}" "${mpi[@]}" -n 2 "$tb" "${train[@]}" --scaling 1,2 -o train.h5

@@ -47,7 +47,7 @@ checks=$((checks + 1))
 [[ ! -e bad.h5 ]] || fail "a refused --inject wrote a report"
 for command in collectives p2p train; do
   checks=$((checks + 1))
-  "$tb" "$command" --help | grep -q -- "--inject arg .*test feature" || fail "$command --help lacks --inject"
+  "$tb" "$command" --help | grep -c >/dev/null -- "--inject arg .*test feature" || fail "$command --help lacks --inject"
 done
 
 # --- slow-rank: rank 1 sleeps 400 ms in each step; its steps are the slow ones and the sleep is its 'other' ---

@@ -222,7 +222,7 @@ expect_error_unchanged 2 "'$work/no_tps.h5': damaged: .* but attribute /train/k2
 expect_error 2 "no report files given" -- "$tb" report
 expect_error 2 "no report files given" -- "$tb" report --format json
 checks=$((checks + 1))
-"$tb" report --help | grep -qF -- "--format text|csv|json (=text)" || fail "report --help does not show the choices of --format"
+"$tb" report --help | grep -cF >/dev/null -- "--format text|csv|json (=text)" || fail "report --help does not show the choices of --format"
 # The same line as cost's (tests/cost_cli_test.sh): one parser, one format for a value not among the choices.
 expect_error 2 "^trainbench: error: --format 'xml': not one of the choices \(accepted: text\|csv\|json\) \(see 'trainbench report --help'\)$" -- \
   "$tb" report "$t" --format xml

@@ -120,7 +120,7 @@ timeout 300 "${mpi[@]}" -n 2 "$tb" suite --inject hang=1 --timeout 5 -o hang.h5 
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]] || fail "hang: suite exit $rc, want the watchdog's abort"
 validate_fault hang hang.h5 '^ +fail +degraded +run +run.status +1 +[^ ]+ .*timeout: .*; stuck: rank 1 '
-with_notes "$work/out" | grep -qE '^ +fail +degraded +suite +suite.collectives .*the job ended during this phase' ||
+with_notes "$work/out" | grep -cE >/dev/null '^ +fail +degraded +suite +suite.collectives .*the job ended during this phase' ||
   fail "hang: the phase it hung in is not named: $(grep suite "$work/out")"
 [[ -n $(left_behind) ]] && rm -rf "$(left_behind)"  # an aborted job cannot clean up: the directory names the run
 

@@ -54,18 +54,18 @@ cmp -s "$work/other/step-00000010/rank-00000.bin" "$work/sync-synthetic-a/step-0
 
 # --- the report's io group ----------------------------------------------------------------------------------------
 r=$work/async-loader.h5
-"$h5dump" -d /io/k2/checkpoints "$r" | grep -q '"stall_s"' || fail "io/k2/checkpoints table missing"
-"$h5dump" -d /io/k2/loader "$r" | grep -q '"bytes_read"' || fail "io/k2/loader table missing"
+"$h5dump" -d /io/k2/checkpoints "$r" | grep -c >/dev/null '"stall_s"' || fail "io/k2/checkpoints table missing"
+"$h5dump" -d /io/k2/loader "$r" | grep -c >/dev/null '"bytes_read"' || fail "io/k2/loader table missing"
 "$h5dump" -A -a /io/k2/data_wait_share "$r" >/dev/null 2>&1 || fail "io/k2 lacks data_wait_share"
 [[ $("$h5dump" -A -a /io/k2/dataset_files_kept_open "$r" | grep -c "(0): [1-9]") == 1 ]] ||
   fail "io/k2 dataset_files_kept_open missing or 0"
 # --read auto: a 400 kB dataset fits a quarter of any host's memory, so its files were read from maps.
 [[ $("$h5dump" -A -a /io/k2/dataset_files_mapped "$r" | grep -c "(0): [1-9]") == 1 ]] ||
   fail "io/k2 dataset_files_mapped missing or 0 (--read auto on a small dataset)"
-"$h5dump" -H -d /train/k2/steps "$r" | grep -q '"data_bytes"' || fail "steps table lacks data_bytes"
+"$h5dump" -H -d /train/k2/steps "$r" | grep -c >/dev/null '"data_bytes"' || fail "steps table lacks data_bytes"
 # Two checkpoints (steps 5 and 10) on each of 2 ranks: 4 rows.
-"$h5dump" -d /io/k2/checkpoints "$r" | grep -q 'DATASPACE  SIMPLE { ( 4 )' || fail "want 4 checkpoint rows"
-"$h5dump" -A -a /io/k2/resumed_step "$work/async-loader-resumed.h5" | grep -q "(0): 5" || fail "resumed_step not 5"
+"$h5dump" -d /io/k2/checkpoints "$r" | grep -c >/dev/null 'DATASPACE  SIMPLE { ( 4 )' || fail "want 4 checkpoint rows"
+"$h5dump" -A -a /io/k2/resumed_step "$work/async-loader-resumed.h5" | grep -c >/dev/null "(0): 5" || fail "resumed_step not 5"
 
 # --- storage sweep: throttled reads show up as data_wait ------------------------------------------------------------
 # The rates are far apart so that the crossing is certain on a busy machine: at 100000 MB/s a 128 KiB batch takes
@@ -78,15 +78,15 @@ expect_ok "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --s
   --record-bytes 64K --prefetch 1 --io-throttle 100000,0.05 --data-wait-share 0.3 -o "$work/sweep.h5"
 grep -q "^# storage sweep: data_wait reaches 30% of step time at" "$work/out" ||
   fail "sweep: no crossing reported: $(grep storage "$work/out")"
-"$h5dump" -d /io/throttle_sweep "$work/sweep.h5" | grep -q '"data_wait_share"' || fail "sweep table missing"
+"$h5dump" -d /io/throttle_sweep "$work/sweep.h5" | grep -c >/dev/null '"data_wait_share"' || fail "sweep table missing"
 "$h5dump" -d /train/k1_throttle0.05/steps "$work/sweep.h5" >/dev/null 2>&1 || fail "sweep point group missing"
 
 # --- why a run ended, in its report -----------------------------------------------------------------------------
 # reason_is FILE PATTERN: the report's status is failed and its status_reason matches PATTERN.
 reason_is() {
   checks=$((checks + 1))
-  "$h5dump" -a /status "$1" | grep -q '(0): "failed"' || { fail "$1: status is not failed"; return; }
-  "$h5dump" -a /status_reason "$1" | grep -qE -- "$2" ||
+  "$h5dump" -a /status "$1" | grep -c >/dev/null '(0): "failed"' || { fail "$1: status is not failed"; return; }
+  "$h5dump" -a /status_reason "$1" | grep -cE >/dev/null -- "$2" ||
     fail "$1: status_reason lacks /$2/: $("$h5dump" -a /status_reason "$1" | grep '(0)')"
 }
 # A step stuck on the only rank: its watchdog names it, in the error line and in the report, then aborts.
@@ -115,7 +115,7 @@ $full/r.h5.tmp.[0-9]+: No space left on device; the earlier report stays, marked
     fail "disk full: want one line naming the file and the OS error: $(cat "$work/err")"
   reason_is "$full/r.h5" "writing the next one \(status complete\) failed: cannot write report .*No space left on device"
   expect_ok "$tb" report "$full/r.h5" --sections config
-  ls "$full" | grep -q tmp && fail "disk full: a temporary report was left: $(ls "$full")"
+  ls "$full" | grep -c >/dev/null tmp && fail "disk full: a temporary report was left: $(ls "$full")"
   umount "$full"
 else
   echo "SKIP: cannot mount a tmpfs here (needs root and mount permission); disk-full report rewrite not tested"
@@ -177,7 +177,7 @@ sys.stdout.buffer.write(text + b"crc32c %08x\n" % (crc ^ 0xFFFFFFFF))' >"$old/ma
 expect_ok "$tb" train "${small[@]}" --data "$tokens" --resume "$old" -o "$work/old.h5"
 grep -q "^# resume: the checkpoint (an older trainbench's) does not record --backend, --seq, --micro-batch, --lr, --data, --data-raw, --record-bytes; assumed equal" "$work/out" ||
   fail "old manifest: no line naming the unchecked options: $(cat "$work/out")"
-"$h5dump" -A -a /io/k1/resume_unchecked "$work/old.h5" | grep -q -- '--backend, --seq' ||
+"$h5dump" -A -a /io/k1/resume_unchecked "$work/old.h5" | grep -c >/dev/null -- '--backend, --seq' ||
   fail "io/k1/resume_unchecked missing"
 expect_error 2 "at or past this run's last step" -- "${mpiexec[@]}" -n 2 "$tb" train --model tiny --seq 32 --micro-batch 2 --warmup-steps 0 \
   --steps 4 --resume "$work/sync-synthetic-a/step-00000005"
@@ -208,7 +208,7 @@ printf 'x' | dd of="$work/corrupt/rank-00001.bin" bs=1 seek=100 conv=notrunc sta
 expect_error 2 "rank-00001.bin" -- "${mpiexec[@]}" -n 2 "$tb" train "${small[@]}" --resume "$work/corrupt"
 
 # --- shard checksums: verified before the first step; a corrupt payload is refused on every rank ------------------
-"$h5dump" -A -a /io/data_verify_bytes "$work/sync-loader.h5" | grep -q "(0): 400000" ||
+"$h5dump" -A -a /io/data_verify_bytes "$work/sync-loader.h5" | grep -c >/dev/null "(0): 400000" ||
   fail "io data_verify_bytes is not the dataset's 200K tokens x 2 B"
 bad=$work/bad-tokens; cp -r "$tokens" "$bad"
 printf 'x' | dd of="$bad/shard-00003.tbs" bs=1 seek=5000 conv=notrunc status=none  # still a token below 4096

@@ -62,7 +62,7 @@ mkdir history
 for run in a b c; do expect_ok "$tb" validate $run.h5 --history history --policy wide.toml; done
 [[ $(ls history | wc -l) -eq 3 ]] || fail "history holds $(ls history | wc -l) nights, want 3"
 expect_ok "$tb" validate d.h5 --history history --policy wide.toml
-with_notes "$work/out" | grep -q 'history: median of 3 passing nights' || fail "no expectation from history: $(cat "$work/out")"
+with_notes "$work/out" | grep -c >/dev/null 'history: median of 3 passing nights' || fail "no expectation from history: $(cat "$work/out")"
 grep -qE '^ +pass +[a-z]+ +train +train.tokens_per_s ' "$work/out" || fail "clean run against history: tokens_per_s not pass"
 checks=$((checks + 1))
 "$tb" validate slow.h5 --history history --policy calm.toml >"$work/out" 2>&1
@@ -74,7 +74,7 @@ grep -q 'a regression: kept for the failure rate, not for the expectation' "$wor
 grep -q '"node_hours": [0-9]' history/*.json && grep -q '"status": "complete"' history/*.json || fail "entries lack status or node_hours"
 # a.h5 again: the other 3 passing nights are its expectation (not 4: the failing one is not counted).
 expect_ok "$tb" validate a.h5 --history history --policy wide.toml
-with_notes "$work/out" | grep -q 'history: median of 3 passing nights' || fail "the failing night joined the expectation: $(grep history "$work/out")"
+with_notes "$work/out" | grep -c >/dev/null 'history: median of 3 passing nights' || fail "the failing night joined the expectation: $(grep history "$work/out")"
 
 # History is a shared directory (nightly jobs of several configurations validate into one). 15 validates at once
 # (12 runs of one configuration and 3 of another, all started in the same second: copies with their own run_id):
@@ -131,12 +131,12 @@ expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject slow-rank=1:400 -o
 expect_error_rc 3 "$tb" validate slowrank.h5 --policy straggler.toml
 # Of two ranks, nothing tells whether rank 1 is slow or rank 0 fast: the check fails naming both, and their host.
 grep -qE '^ +fail +[a-z]+ +train +train.step_s.rank1 +0,1 +[^ -]' "$work/out" || fail "slow rank 1 not failed: $(grep -E 'step_s' "$work/out")"
-with_notes "$work/out" | grep -q 'two ranks cannot tell which of them is off' || fail "no two-rank straggler message: $(cat "$work/out")"
+with_notes "$work/out" | grep -c >/dev/null 'two ranks cannot tell which of them is off' || fail "no two-rank straggler message: $(cat "$work/out")"
 # 0-2's messages wait 200 ms each among three ranks: p2p flags the pair, validate names both ends.
 expect_ok "${mpi[@]}" -n 3 "$tb" p2p --size 256K -n 2 --latency-iters 2 --inject slow-link=0-2:200000 -o slowlink.h5 --quiet
 expect_error_rc 3 "$tb" validate slowlink.h5 --policy calm.toml --prometheus slowlink.prom --junit slowlink.xml
 grep -qE '^ +fail +[a-z]+ +p2p +p2p.weak_links +(0->2|2->0) ' "$work/out" || fail "weak link 0->2 not named: $(grep p2p "$work/out")"
-with_notes "$work/out" | grep -q 'weak link .*(.*ranks 0->2)' || fail "weak link 0->2 not in the message: $(grep p2p "$work/out")"
+with_notes "$work/out" | grep -c >/dev/null 'weak link .*(.*ranks 0->2)' || fail "weak link 0->2 not in the message: $(grep p2p "$work/out")"
 # Dashboards key on names: a clean night and a failing one give the same checks and series (the outcome and the
 # report's path are in values and bounded labels, never in a check's name or a series' identity).
 expect_ok "${mpi[@]}" -n 3 "$tb" p2p --size 256K -n 2 --latency-iters 2 -o cleanlink.h5 --quiet
@@ -176,7 +176,7 @@ checks=$((checks + 1))
 timeout 120 "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject hang=1 --timeout 5 -o hang.h5 >/dev/null 2>&1 &&
   fail "a hanging run exited 0"
 expect_error_rc 3 "$tb" validate hang.h5 --policy calm.toml
-with_notes "$work/out" | grep -qE '^ +fail +[a-z]+ +run +run.status .*timeout' || fail "the hang's reason not shown: $(grep run.status "$work/out")"
+with_notes "$work/out" | grep -cE >/dev/null '^ +fail +[a-z]+ +run +run.status .*timeout' || fail "the hang's reason not shown: $(grep run.status "$work/out")"
 
 # Each read waits 2 s more: data_wait fails against the clean baseline.
 expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --inject io-stall=2000 -o iostall.h5

@@ -76,7 +76,7 @@ check_py "slow link: node2 slow, no other host" "$work/slow.h5" \
   "f['train/link_hosts'][:]"
 checks=$((checks + 1))
 "$tb" validate "$work/slow.h5" >"$work/out" 2>"$work/err"; rc=$?
-[[ $rc -eq 3 ]] && with_notes "$work/out" | grep -q "fail .*train.link.node2.l0 .*straggler host node2 (slow link)" ||
+[[ $rc -eq 3 ]] && with_notes "$work/out" | grep -c >/dev/null "fail .*train.link.node2.l0 .*straggler host node2 (slow link)" ||
   fail "validate of the slow link: exit $rc, want 3 with node2's check failed: $(grep -i link "$work/out")"
 "$hosts" rate "$set_name" node2 off
 

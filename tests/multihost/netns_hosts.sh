@@ -32,7 +32,7 @@ ns_of() { echo "tb$1-$2"; }                # ns_of SET HOST
 namespaces_of() { ip netns list | awk '{print $1}' | grep -E "^tb$1-(sw|node[0-9]+)$" || true; }
 hosts_of() { [[ -f $state_root/$1/hosts ]] || die "set '$1' is not up"; cat "$state_root/$1/hosts"; }
 check_host() {  # check_host SET HOST
-  hosts_of "$1" | grep -qx "$2" || die "set '$1' has no host '$2' (hosts: $(hosts_of "$1" | tr '\n' ' '))"
+  hosts_of "$1" | grep -cx >/dev/null "$2" || die "set '$1' has no host '$2' (hosts: $(hosts_of "$1" | tr '\n' ' '))"
 }
 
 # Runs "$@" in HOST's network namespace with HOST as hostname (a UTS namespace of its own). nsenter, not `ip netns
