@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -263,6 +264,26 @@ TEST(GpuGemm, LinearBackwardInputWithAndWithoutGeluGradient) {
                              d_gelu_pre.as<Bf16>(), shape.rows, shape.in_features, shape.out_features);
     tb::gpu::SynchronizeDevice();
     ExpectAllNear(DownloadBf16(in_grad, in_count), expected, 4e-3f, 1.0f / 128, Describe(shape) + ", GELU");
+
+    // The GELU layer's bias gradient from the DGELU_BGRAD epilogue (when cuBLASLt has it): the column sums of the
+    // fp32 in_grad, before its rounding to bf16; 1e-3 of the sum's scale (sqrt(rows)·|x|) for the summation order.
+    std::vector<float> expected_bias(shape.in_features, 0.0f);
+    for (size_t r = 0; r < shape.rows; ++r) {
+      for (int c = 0; c < shape.in_features; ++c) expected_bias[c] += expected[r * shape.in_features + c];
+    }
+    const DeviceMemory bias_grad = Upload(std::vector<float>(shape.in_features, NAN));  // overwritten
+    if (gemm.LinearBackwardInput(in_grad.as<Bf16>(), d_out_grad.as<Bf16>(), inputs.d_weight.as<Bf16>(),
+                                 d_gelu_pre.as<Bf16>(), shape.rows, shape.in_features, shape.out_features,
+                                 bias_grad.as<float>())) {
+      tb::gpu::SynchronizeDevice();
+      ExpectAllNear(DownloadBf16(in_grad, in_count), expected, 4e-3f, 1.0f / 128, Describe(shape) + ", DGELU_BGRAD");
+      const float scale = 1e-3f * std::sqrt(static_cast<float>(shape.rows));
+      ExpectAllNear(Download<float>(bias_grad, shape.in_features), expected_bias, scale, 1e-3f,
+                    Describe(shape) + ", DGELU_BGRAD's bias gradient");
+    } else {
+      std::printf("note: cuBLASLt has no DGELU_BGRAD algorithm for %s; the model sums that bias with ColumnSum\n",
+                  Describe(shape).c_str());
+    }
   }
 }
 
@@ -287,12 +308,53 @@ TEST(GpuGemm, LinearBackwardWeightsAccumulates) {
                               shape.rows, shape.in_features, shape.out_features);
       gemm.LinearBackwardWeights(d_weight_grad.as<float>(), with_bias ? d_bias_grad.as<float>() : nullptr,
                                  d_out_grad.as<Bf16>(), inputs.d_in.as<Bf16>(), shape.rows, shape.in_features,
-                                 shape.out_features);
+                                 shape.out_features, tb::GradientWrite::kAccumulate);
       tb::gpu::SynchronizeDevice();
       ExpectAllNear(Download<float>(d_weight_grad, weight_count), weight_grad, 1e-3f, 1e-4f, what + ": weight");
       // Without a bias, the bias gradient is untouched (still its starting values).
       ExpectAllNear(Download<float>(d_bias_grad, bias_grad.size()), bias_grad, 1e-3f, 1e-4f, what + ": bias");
     }
+  }
+}
+
+// kOverwrite over gradients that hold NaN (what an FSDP working buffer may hold): beta 0 must not read them. The bias
+// gradient from the BGRADB epilogue where cuBLASLt has it, and from ColumnSum with epilogues turned off: both against
+// the reference from zero, and against each other.
+TEST(GpuGemm, LinearBackwardWeightsOverwritesWithAndWithoutBgradb) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::gpu::Gemm gemm(nullptr);
+  for (const LinearShape& shape : kPlainShapes) {
+    const LinearInputs inputs(shape, 60);
+    const size_t weight_count = static_cast<size_t>(shape.out_features) * shape.in_features;
+    const Bf16Values out_grad = RandomBf16(shape.rows * shape.out_features, 1.0f, 63);
+    const DeviceMemory d_out_grad = Upload(out_grad.bits);
+    std::vector<float> weight_grad(weight_count, 0.0f), bias_grad(shape.out_features, 0.0f);
+    std::vector<float> unused_in_grad(shape.rows * shape.in_features);
+    tb::cpu::MatmulBackward(unused_in_grad.data(), weight_grad.data(), bias_grad.data(), out_grad.values.data(),
+                            inputs.in.values.data(), inputs.weight.values.data(), shape.rows, shape.in_features,
+                            shape.out_features);
+    std::vector<float> bias_by[2];
+    for (const bool fused : {false, true}) {
+      const std::string what = Describe(shape) + (fused ? ", BGRADB allowed" : ", ColumnSum");
+      gemm.set_fused_bias_gradients(fused);
+      const size_t fused_before = gemm.fused_bias_gradients();
+      const DeviceMemory d_weight_grad = Upload(std::vector<float>(weight_count, NAN));
+      const DeviceMemory d_bias_grad = Upload(std::vector<float>(shape.out_features, NAN));
+      gemm.LinearBackwardWeights(d_weight_grad.as<float>(), d_bias_grad.as<float>(), d_out_grad.as<Bf16>(),
+                                 inputs.d_in.as<Bf16>(), shape.rows, shape.in_features, shape.out_features,
+                                 tb::GradientWrite::kOverwrite);
+      tb::gpu::SynchronizeDevice();
+      if (fused && gemm.fused_bias_gradients() == fused_before) {
+        std::printf("note: cuBLASLt has no BGRADB algorithm for %s; ColumnSum ran\n", Describe(shape).c_str());
+      }
+      if (!fused) {
+        EXPECT_EQ(gemm.fused_bias_gradients(), fused_before) << what;
+      }
+      ExpectAllNear(Download<float>(d_weight_grad, weight_count), weight_grad, 1e-3f, 1e-4f, what + ": weight");
+      bias_by[fused] = Download<float>(d_bias_grad, shape.out_features);
+      ExpectAllNear(bias_by[fused], bias_grad, 1e-3f, 1e-4f, what + ": bias");
+    }
+    ExpectAllNear(bias_by[1], bias_by[0], 1e-3f, 1e-4f, Describe(shape) + ": BGRADB against ColumnSum");
   }
 }
 

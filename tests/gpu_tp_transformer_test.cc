@@ -223,7 +223,6 @@ struct StepResult {
 
 StepResult ForwardBackward(Transformer& model, const Batch& batch) {
   StepResult result;
-  model.ZeroGradients();
   result.loss = model.ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   model.Backward([&](size_t slot) { result.order.push_back(slot); });
   return result;

@@ -16,6 +16,7 @@
 //   transpose, layer or scale gives O(1). AdamW on identical gradients is the same formula in fp32: 1e-6 relative.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -24,6 +25,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "clock.h"
@@ -168,14 +170,21 @@ TEST(GpuBf16Kernels, LayerNormBackwardReadsBf16OutGrad) {
   const DeviceMemory d_out_grad = Upload(out_grad);
   const DeviceMemory out(in.size() * sizeof(Bf16)), mean(kRows * sizeof(float)), rstd(kRows * sizeof(float));
   const DeviceMemory scratch(gpu::LayerNormBackwardScratchFloats(kRows, kChannels) * sizeof(float));
+  const DeviceMemory in_grad_bf16(in.size() * sizeof(Bf16));
   gpu::LayerNormForward(out.as<Bf16>(), mean.as<float>(), rstd.as<float>(), d_in.as<float>(), d_weight.as<float>(),
                         d_bias.as<float>(), kRows, kChannels, nullptr);
-  gpu::LayerNormBackward(in_grad.as<float>(), weight_grad.as<float>(), bias_grad.as<float>(), d_out_grad.as<Bf16>(),
-                         d_in.as<float>(), d_weight.as<float>(), mean.as<float>(), rstd.as<float>(), kRows, kChannels,
-                         scratch.as<float>(), nullptr);
+  gpu::LayerNormBackward(in_grad.as<float>(), in_grad_bf16.as<Bf16>(), weight_grad.as<float>(), bias_grad.as<float>(),
+                         d_out_grad.as<Bf16>(), d_in.as<float>(), d_weight.as<float>(), mean.as<float>(),
+                         rstd.as<float>(), kRows, kChannels, GradientWrite::kAccumulate, scratch.as<float>(), nullptr);
   gpu::SynchronizeDevice();
 
-  ExpectAllNear(Download<float>(in_grad, cpu_in_grad.size()), cpu_in_grad, 1e-5f, 1e-5f, "layernorm in_grad");
+  const std::vector<float> device_in_grad = Download<float>(in_grad, cpu_in_grad.size());
+  ExpectAllNear(device_in_grad, cpu_in_grad, 1e-5f, 1e-5f, "layernorm in_grad");
+  // The bf16 copy written in the same pass (what the model's next GEMM reads): in_grad rounded, bit for bit.
+  const std::vector<Bf16> copy = Download<Bf16>(in_grad_bf16, in.size());
+  size_t copy_mismatches = 0;
+  for (size_t i = 0; i < copy.size(); ++i) copy_mismatches += copy[i].bits != gpu::ToBf16(device_in_grad[i]).bits;
+  EXPECT_EQ(copy_mismatches, 0u);
   ExpectAllNear(Download<float>(weight_grad, kChannels), cpu_weight_grad, 1e-4f, 1e-5f, "layernorm weight_grad");
   ExpectAllNear(Download<float>(bias_grad, kChannels), cpu_bias_grad, 1e-4f, 1e-5f, "layernorm bias_grad");
 }
@@ -187,14 +196,15 @@ TEST(GpuBf16Kernels, AdamWWritesTheBf16Copy) {
   std::vector<float> cpu_m(kCount, 0.0f), cpu_v(kCount, 0.0f);
   const DeviceMemory params = Upload(cpu_params), m = Upload(cpu_m), v = Upload(cpu_v);
   const DeviceMemory params_bf16(kCount * sizeof(Bf16));
+  const gpu::AdamWPlan plan({{0, kCount, true}}, 0);
   const AdamWConfig config;
   for (int64_t step = 1; step <= 3; ++step) {
     const std::vector<float> grads = RandomNormal(kCount, 1.0f, 50 + static_cast<uint32_t>(step));
     cpu::AdamWUpdate(cpu_params.data(), grads.data(), cpu_m.data(), cpu_v.data(), kCount, config, config.weight_decay,
                      step);
     const DeviceMemory d_grads = Upload(grads);
-    gpu::AdamWUpdate(params.as<float>(), d_grads.as<float>(), m.as<float>(), v.as<float>(), kCount, config,
-                     config.weight_decay, step, nullptr, params_bf16.as<Bf16>());
+    gpu::AdamWUpdate(params.as<float>(), d_grads.as<float>(), m.as<float>(), v.as<float>(), plan, config, step, nullptr,
+                     params_bf16.as<Bf16>());
     gpu::SynchronizeDevice();
   }
   const std::vector<float> device_params = Download<float>(params, kCount);
@@ -271,8 +281,30 @@ TEST(CudaTransformer, StartsFromTheCpuReferenceWeights) {
   EXPECT_GT(gpu->peak_device_memory_bytes(), 18 * n);  // at least the flat buffers: 4 fp32 + 1 bf16 per element
 }
 
-// Forward and backward on both implementations: the loss, each tensor's gradient and the order gradient_ready
-// reports them in; then a second, smaller batch of odd length (its targets sit at a different offset).
+// Slot `slot`'s elements of a whole flat buffer.
+std::vector<float> SlotOf(const std::vector<float>& all, const tb::TensorSlot& slot) {
+  return {all.begin() + static_cast<std::ptrdiff_t>(slot.offset),
+          all.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.count)};
+}
+
+// Fills `count` floats of device memory with `value`.
+void FillDevice(float* device, size_t count, float value) {
+  const std::vector<float> host(count, value);
+  CopyHostToDevice(device, host.data(), count * sizeof(float));
+}
+
+// Each tensor's gradient against the reference's, by relative norm.
+void ExpectGradientsMatchCpu(Transformer& cpu, Transformer& gpu, const std::string& what) {
+  const std::vector<float> grads = DownloadDevice(gpu.gradients(), cpu.parameter_elements());
+  for (const TensorSlot& slot : cpu.layout()) {
+    const double difference = RelativeDifference(grads.data() + slot.offset, cpu.gradients() + slot.offset, slot.count);
+    EXPECT_LT(difference, kGradientTolerance) << slot.name << " (" << what << ")";
+  }
+}
+
+// Forward and backward on both implementations: the loss, each tensor's gradient (overwritten over NaN) and the order
+// gradient_ready reports them in; then a second, smaller batch of odd length (its targets sit at a different offset),
+// its gradient scaled and accumulated.
 void ExpectForwardAndBackwardMatchCpu(const ModelConfig& config) {
   auto cpu = MakeCpuTransformer(config, 11);
   std::string fallback_reason;
@@ -286,8 +318,8 @@ void ExpectForwardAndBackwardMatchCpu(const ModelConfig& config) {
 
   std::vector<size_t> cpu_order;
   std::vector<size_t> gpu_order;
-  cpu->ZeroGradients();
-  gpu->ZeroGradients();
+  const size_t n = cpu->parameter_elements();
+  FillDevice(gpu->gradients(), n, NAN);  // overwritten: what was there must not matter
   const float cpu_loss = cpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   const float gpu_loss = gpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   EXPECT_NEAR(gpu_loss, cpu_loss, kLossTolerance * cpu_loss);
@@ -296,23 +328,25 @@ void ExpectForwardAndBackwardMatchCpu(const ModelConfig& config) {
   EXPECT_EQ(gpu_order, cpu_order);
   EXPECT_EQ(gpu_order.size(), cpu->layout().size());
 
-  const size_t n = cpu->parameter_elements();
-  const std::vector<float> grads = DownloadDevice(gpu->gradients(), n);
-  for (const TensorSlot& slot : cpu->layout()) {
-    const double difference =
-        RelativeDifference(grads.data() + slot.offset, cpu->gradients() + slot.offset, slot.count);
-    EXPECT_LT(difference, kGradientTolerance) << slot.name;
-  }
+  ExpectGradientsMatchCpu(*cpu, *gpu, "overwritten");
   // wte's padding rows get no gradient.
+  const std::vector<float> grads = DownloadDevice(gpu->gradients(), n);
   const TensorSlot& wte = cpu->layout()[0];
   for (size_t i = static_cast<size_t>(config.vocab) * config.d_model; i < wte.count; ++i) {
     ASSERT_EQ(grads[wte.offset + i], 0.0f) << "wte padding element " << i;
   }
 
+  // A second micro-batch, shorter (wpe's later rows get nothing) and with the gradient scale of two micro-batches,
+  // accumulated into the first's gradients; the loss stays unscaled.
+  cpu->SetGradientScale(0.5f);
+  gpu->SetGradientScale(0.5f);
   const Batch shorter = RandomBatch(config.vocab, 1, kSeq - 7, 13);
   const float cpu_shorter = cpu->ForwardBatch(shorter.inputs.data(), shorter.targets.data(), 1, kSeq - 7);
   const float gpu_shorter = gpu->ForwardBatch(shorter.inputs.data(), shorter.targets.data(), 1, kSeq - 7);
   EXPECT_NEAR(gpu_shorter, cpu_shorter, kLossTolerance * cpu_shorter);
+  cpu->Backward({}, GradientWrite::kAccumulate);
+  gpu->Backward({}, GradientWrite::kAccumulate);
+  ExpectGradientsMatchCpu(*cpu, *gpu, "accumulated, scaled");
 }
 
 TEST(CudaTransformer, ForwardAndBackwardMatchCpuReferenceHeadSize16) {
@@ -323,6 +357,46 @@ TEST(CudaTransformer, ForwardAndBackwardMatchCpuReferenceHeadSize16) {
 TEST(CudaTransformer, ForwardAndBackwardMatchCpuReferenceHeadSize64) {
   if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
   ExpectForwardAndBackwardMatchCpu(Head64Config());
+}
+
+// Gradient accumulation on the device alone, where the reference's tolerance would hide a lost or doubled term: two
+// micro-batches at scale 1/2, the second accumulated into the first (over NaN: overwritten), against half the sum
+// of each one's own overwritten gradients. Scaling by a power of two is exact, so the differences are the fp32
+// rounding of the final add, the order of wte's atomic adds, and the bias gradients' summation order (the epilogues
+// write them when overwriting, ColumnSum adds them when accumulating): 1e-5 of each tensor's largest value. fc's
+// bias more: DGELU_BGRAD sums the fp32 hidden gradient, ColumnSum its bf16 rounding (2^-9 relative per term).
+TEST(CudaTransformer, AccumulatedScaledMicroBatchesAreTheMeanOfTheirGradients) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = SmallHeadsConfig();
+  auto gpu = MakeGpuModel(config, 17);
+  const size_t n = gpu->parameter_elements();
+  const Batch first = RandomBatch(config.vocab, kBatch, kSeq, 18);
+  const Batch second = RandomBatch(config.vocab, kBatch, kSeq, 19);
+  auto gradients_of = [&](const Batch& batch) {
+    const float loss = gpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+    gpu->Backward({});
+    return std::make_pair(loss, DownloadDevice(gpu->gradients(), n));
+  };
+  const auto [first_loss, first_grads] = gradients_of(first);
+  const auto [second_loss, second_grads] = gradients_of(second);
+
+  FillDevice(gpu->gradients(), n, NAN);
+  gpu->SetGradientScale(0.5f);
+  EXPECT_EQ(gpu->ForwardBatch(first.inputs.data(), first.targets.data(), kBatch, kSeq), first_loss);  // unscaled
+  gpu->Backward({}, GradientWrite::kOverwrite);
+  EXPECT_EQ(gpu->ForwardBatch(second.inputs.data(), second.targets.data(), kBatch, kSeq), second_loss);
+  gpu->Backward({}, GradientWrite::kAccumulate);
+  const std::vector<float> accumulated = DownloadDevice(gpu->gradients(), n);
+  std::vector<float> expected(n);
+  for (size_t i = 0; i < n; ++i) expected[i] = 0.5f * (first_grads[i] + second_grads[i]);
+  for (const TensorSlot& slot : gpu->layout()) {
+    const std::vector<float> want = SlotOf(expected, slot);
+    float largest = 0.0f;
+    for (const float value : want) largest = std::max(largest, std::fabs(value));
+    const bool fc_bias = slot.name.find("mlp.fc.bias") != std::string::npos;
+    ExpectAllNear(SlotOf(accumulated, slot), want, (fc_bias ? 1e-2f : 1e-5f) * largest, 1e-5f,
+                  "accumulated " + slot.name);
+  }
 }
 
 // AdamW from identical gradients (the CPU's, copied into the device's buffer): the master weights and moments agree
@@ -340,7 +414,6 @@ TEST(CudaTransformer, AdamWStepMatchesCpuReference) {
   const float cpu_before = cpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   const float gpu_before = gpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   for (int64_t step = 1; step <= 2; ++step) {
-    cpu->ZeroGradients();
     cpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
     cpu->Backward({});
     UploadDevice(gpu->gradients(), cpu->gradients(), n);
@@ -397,7 +470,6 @@ TEST(CudaTransformer, ParametersChangedRefreshesTheBf16Weights) {
   AdamWConfig adamw;
   adamw.learning_rate = 1e-2f;
   for (int64_t step = 1; step <= 2; ++step) {  // as in AdamWStepMatchesCpuReference: the loss moves by ~1
-    cpu->ZeroGradients();
     cpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
     cpu->Backward({});
     cpu->AdamWStep(adamw, step);
@@ -419,7 +491,6 @@ TEST(CudaTransformer, OverfitsOneBatch) {
   float first = 0.0f;
   float last = 0.0f;
   for (int64_t step = 1; step <= 30; ++step) {
-    gpu->ZeroGradients();
     last = gpu->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
     if (step == 1) first = last;
     gpu->Backward({});
@@ -453,8 +524,6 @@ TEST(CudaTransformer, BothAttentionsAgree) {
   const float cudnn_loss = cudnn->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   const float cublas_loss = cublas->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   EXPECT_NEAR(cudnn_loss, cublas_loss, kLossTolerance * cublas_loss);
-  cudnn->ZeroGradients();
-  cublas->ZeroGradients();
   cudnn->Backward({});
   cublas->Backward({});
   const size_t n = cublas->parameter_elements();
@@ -561,7 +630,6 @@ TEST(CudaTransformer, PhaseClockIntervalsAddUpToWallTime) {
     clock->Mark();
     gpu->SetBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
     clock->Mark();
-    gpu->ZeroGradients();
     gpu->Forward();
     clock->Mark();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -586,12 +654,6 @@ TEST(CudaTransformer, PhaseClockIntervalsAddUpToWallTime) {
 
 // --- FSDP on the device --------------------------------------------------------------------------------------
 
-// Slot `slot`'s elements of a whole flat buffer.
-std::vector<float> SlotOf(const std::vector<float>& all, const tb::TensorSlot& slot) {
-  return {all.begin() + static_cast<std::ptrdiff_t>(slot.offset),
-          all.begin() + static_cast<std::ptrdiff_t>(slot.offset + slot.count)};
-}
-
 // The FSDP model alone, without the gatherer or NCCL: over one rank its store is the flat layout, so a flat
 // UnitAccess over the store hands each unit its final place, and one step's loss and gradients must be dp's, slot by
 // slot. Beside FsdpOverOneRankMatchesDp, this tells a fault of the model's unit views from one of the gatherer.
@@ -602,7 +664,6 @@ TEST(CudaTransformer, FsdpModelOverFlatAccessMatchesDp) {
   const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 31);
   auto dp = MakeGpuModel(config, 21);
   const size_t n = dp->parameter_elements();
-  dp->ZeroGradients();
   const float dp_loss = dp->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   dp->Backward({});
   dp->Synchronize();
@@ -616,7 +677,6 @@ TEST(CudaTransformer, FsdpModelOverFlatAccessMatchesDp) {
   const std::unique_ptr<tb::UnitAccess> access =
       tb::MakeFlatUnitAccess(fsdp->parameters(), fsdp->gradients(), ParameterUnits(dp->layout()));
   fsdp->SetUnitAccess(access.get());
-  fsdp->ZeroGradients();
   const float loss = fsdp->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   fsdp->Backward({});
   fsdp->Synchronize();
@@ -633,7 +693,6 @@ TEST(CudaTransformer, FsdpModelOverFlatAccessMatchesDp) {
 float FsdpStep(FsdpGatherer& gatherer, Transformer& model, const Batch& batch, const AdamWConfig& adamw, int64_t step,
                FsdpTiming* timing) {
   gatherer.BeginStep();
-  model.ZeroGradients();
   const float loss = model.ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   model.Backward({});
   *timing = gatherer.Finish();
@@ -661,7 +720,6 @@ TEST(CudaTransformer, FsdpOverOneRankMatchesDp) {
   const size_t n = dp->parameter_elements();
   std::vector<float> dp_losses;
   for (int64_t step = 1; step <= kSteps; ++step) {
-    dp->ZeroGradients();
     dp_losses.push_back(dp->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq));
     dp->Backward({});
     dp->AdamWStep(adamw, step);
@@ -670,7 +728,6 @@ TEST(CudaTransformer, FsdpOverOneRankMatchesDp) {
   // The first step's gradients of a fresh dp model, slot by slot below: a slot that differs names the unit whose
   // gather, cast or scatter is wrong.
   auto dp_first = MakeGpuModel(config, 21);
-  dp_first->ZeroGradients();
   dp_first->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   dp_first->Backward({});
   const std::vector<float> dp_first_grads = DownloadDevice(dp_first->gradients(), n);

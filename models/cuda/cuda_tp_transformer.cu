@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -173,8 +174,9 @@ class CudaTensorParallelTransformer final : public Transformer, public TensorPar
   void SetBatch(const TokenBatch& tokens) override;
   void Forward() override;
   float Loss() override;
-  void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
-  void ZeroGradients() override { ClearFloats(grads_, shard_.capacity); }
+  using Transformer::Backward;
+  void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
+  void SetGradientScale(float scale) override { gradient_scale_ = scale; }
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }
   // As the single-GPU model's without FSDP, over the local elements.
@@ -220,10 +222,10 @@ class CudaTensorParallelTransformer final : public Transformer, public TensorPar
   void RowParallelForward(float* out, const float* residual, const Bf16* in, const Bf16* weight, const float* bias,
                           int in_channels);
   void VocabParallelCrossEntropy();
-  void HeadBackward();
-  void BlockBackward(int layer, const std::function<void(size_t slot)>& ready);
+  void HeadBackward(GradientWrite write);
+  void BlockBackward(int layer, const std::function<void(size_t slot)>& ready, GradientWrite write);
   void ColumnParallelBackward(float* weight_grad, float* bias_grad, const Bf16* out_grad, const Bf16* in,
-                              const Bf16* weight, int out_channels);
+                              const Bf16* weight, int out_channels, GradientWrite write);
 
   ModelConfig config_;
   CudaTransformerOptions options_;
@@ -233,6 +235,7 @@ class CudaTensorParallelTransformer final : public Transformer, public TensorPar
   size_t elements_;
   OptimizerShard shard_;  // ResolveShard's over the local elements
   std::vector<AdamWRange> adamw_ranges_;
+  std::optional<gpu::AdamWPlan> adamw_plan_;  // adamw_ranges_ on the device, for AdamW's one launch
   size_t max_tokens_;  // options.max_batch · config.seq
 
   // Declared before everything that enqueues work on it, so destroyed after.
@@ -280,6 +283,7 @@ class CudaTensorParallelTransformer final : public Transformer, public TensorPar
 
   int batch_ = 0;
   int seq_ = 0;
+  float gradient_scale_ = 1.0f;  // SetGradientScale's: d loss / d logits is scaled by it from the next Forward
   bool backward_pending_ = false;
   bool forward_measured_ = false;
   bool backward_measured_ = false;
@@ -319,7 +323,8 @@ CudaTensorParallelTransformer::CudaTensorParallelTransformer(const ModelConfig& 
   ClearFloats(params_, shard_.capacity);  // ZeRO-1's padding past the layout stays zero
   UploadInitialParameters(seed);
   gpu::CastToBf16(params_bf16_, params_, elements_, stream());
-  ClearFloats(grads_, shard_.capacity);
+  ClearFloats(grads_, shard_.capacity);  // Backward never writes ZeRO-1's padding: it stays zero
+  adamw_plan_.emplace(adamw_ranges_, shard_.begin);
   ClearFloats(m_, shard_.elements());
   ClearFloats(v_, shard_.elements());
   TB_CHECK_CUDA(cudaMemsetAsync(loss_, 0, sizeof(float), stream_.get()));  // Loss() before any Forward: 0
@@ -567,7 +572,7 @@ void CudaTensorParallelTransformer::VocabParallelCrossEntropy() {
   gpu::VocabParallelRowSums(row_sums_, target_logits, logits_, row_max_, targets, n, vl, used, begin, stream());
   AllReduce(row_sums_, 2 * n, ReduceOp::kSum);
   gpu::VocabParallelLossAndGradient(grad_scratch_, row_losses_, loss_, logits_, row_max_, row_sums_, target_logits,
-                                    targets, n, vl, used, begin, stream());
+                                    targets, n, vl, used, begin, gradient_scale_, stream());
 }
 
 float CudaTensorParallelTransformer::Loss() {
@@ -578,7 +583,8 @@ float CudaTensorParallelTransformer::Loss() {
 
 // Slots are reported in the CPU reference's order (lnf, the blocks from last to first, wpe, wte), each once the work
 // that finishes its gradient is enqueued on stream() (and, for the column-parallel layers, after their all-reduce).
-void CudaTensorParallelTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready) {
+void CudaTensorParallelTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready,
+                                             GradientWrite write) {
   // Backward overwrites the logits' gradient that Forward left in grad_scratch_, so it runs once per Forward.
   if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
   backward_pending_ = false;
@@ -587,19 +593,21 @@ void CudaTensorParallelTransformer::Backward(const std::function<void(size_t slo
   };
   const size_t n = tokens();
   const int c = dims_.c;
-  HeadBackward();  // reduce_: the gradient of lnf's output, summed over the group
+  HeadBackward(write);  // reduce_: the gradient of lnf's output, summed over the group
   TB_CHECK_CUDA(cudaMemsetAsync(residual_grad_, 0, n * c * sizeof(float), stream_.get()));
   const size_t lnf = LnfWeightSlot(config_.layers);
   const float* last_residual = config_.layers > 0 ? blocks_.back().residual3 : encoded_;
-  gpu::LayerNormBackward(residual_grad_, Grad(lnf), Grad(lnf + 1), reduce_, last_residual, Param(lnf), lnf_mean_,
-                         lnf_rstd_, n, c, layernorm_scratch_, stream());
+  // Each LayerNorm backward also leaves the residual gradient's bf16 copy for the row-parallel GEMMs after it.
+  gpu::LayerNormBackward(residual_grad_, residual_grad_bf16_, Grad(lnf), Grad(lnf + 1), reduce_, last_residual,
+                         Param(lnf), lnf_mean_, lnf_rstd_, n, c, write, layernorm_scratch_, stream());
   ready(lnf + 1);
   ready(lnf);
-  for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready);
-  // The embedding's gradient: wte's local rows for the tokens this rank holds, wpe (replicated) on every rank; its
-  // input gradient goes nowhere, so nothing is all-reduced.
-  gpu::VocabEmbeddingBackward(Grad(kWteSlot), Grad(kWpeSlot), residual_grad_, tokens_, n, seq_, c, dims_.vocab_begin,
-                              dims_.vocab_rows, stream());
+  for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready, write);
+  // The embedding's gradient: wte's local rows for the tokens this rank holds (added to the LM head's), wpe
+  // (replicated) on every rank, in a fixed order; its input gradient goes nowhere, so nothing is all-reduced.
+  gpu::PositionEmbeddingBackward(Grad(kWpeSlot), residual_grad_, batch_, seq_, c, config_.seq, write, stream());
+  gpu::VocabEmbeddingBackward(Grad(kWteSlot), residual_grad_, tokens_, n, c, dims_.vocab_begin, dims_.vocab_rows,
+                              stream());
   ready(kWpeSlot);
   ready(kWteSlot);
   if (!backward_measured_) {
@@ -608,31 +616,33 @@ void CudaTensorParallelTransformer::Backward(const std::function<void(size_t slo
   }
 }
 
-// The tied head's backward from d loss / d logits (N, Vl): wte's local rows accumulate their gradient (the padding
-// columns' gradient is zero, so the padding rows get none), and the input gradient, a partial sum over the slice,
-// is all-reduced into reduce_.
-void CudaTensorParallelTransformer::HeadBackward() {
+// The tied head's backward from d loss / d logits (N, Vl): wte's local rows get their gradient written or added (the
+// padding columns' gradient is zero, so the padding rows get zero), and the input gradient, a partial sum over the
+// slice, is all-reduced into reduce_.
+void CudaTensorParallelTransformer::HeadBackward(GradientWrite write) {
   const size_t n = tokens();
   const Bf16* logits_grad = grad_scratch_;
   input_gradient_->Run(reduce_, logits_grad, Bf16Param(kWteSlot), n, dims_.c, dims_.vocab_rows);
-  gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, logits_grad, lnf_, n, dims_.c, dims_.vocab_rows);
+  gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, logits_grad, lnf_, n, dims_.c, dims_.vocab_rows, write);
   AllReduce(reduce_, n * dims_.c, ReduceOp::kSum);
 }
 
 // A column-parallel layer (qkv, fc) from its output's gradient: the local weight and bias gradients, and its input
 // gradient (N, C), a partial sum over the local heads or hidden units, into reduce_ in fp32 and all-reduced.
 void CudaTensorParallelTransformer::ColumnParallelBackward(float* weight_grad, float* bias_grad, const Bf16* out_grad,
-                                                           const Bf16* in, const Bf16* weight, int out_channels) {
+                                                           const Bf16* in, const Bf16* weight, int out_channels,
+                                                           GradientWrite write) {
   const size_t n = tokens();
   input_gradient_->Run(reduce_, out_grad, weight, n, dims_.c, out_channels);
-  gemm_->LinearBackwardWeights(weight_grad, bias_grad, out_grad, in, n, dims_.c, out_channels);
+  gemm_->LinearBackwardWeights(weight_grad, bias_grad, out_grad, in, n, dims_.c, out_channels, write);
   AllReduce(reduce_, n * dims_.c, ReduceOp::kSum);
 }
 
 // residual_grad_ (N, C) carries the residual stream's gradient down in fp32, replicated on every rank: the
 // row-parallel layers' weight and bias gradients need no communication; the column-parallel layers' input gradients
 // are all-reduced before their LayerNorm's backward adds into it.
-void CudaTensorParallelTransformer::BlockBackward(int l, const std::function<void(size_t slot)>& ready) {
+void CudaTensorParallelTransformer::BlockBackward(int l, const std::function<void(size_t slot)>& ready,
+                                                  GradientWrite write) {
   const size_t n = tokens();
   const int c = dims_.c, lc = dims_.channels, lf = dims_.hidden;
   auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
@@ -645,41 +655,44 @@ void CudaTensorParallelTransformer::BlockBackward(int l, const std::function<voi
   const BlockActivations& a = blocks_[l];
   const float* residual = l > 0 ? blocks_[l - 1].residual3 : encoded_;
 
-  // MLP: the projection's input gradient with the GELU gradient fused (the DGELU epilogue over fch), then fc.
+  // MLP: the projection's input gradient with the GELU gradient fused (the DGELU epilogue over fch; fc's bias
+  // gradient too, when overwriting, where cuBLASLt offers DGELU_BGRAD), then fc.
   Bf16* hidden_grad = grad_scratch_;  // (N, Fl): the logits' gradient is spent by now
-  gpu::CastToBf16(residual_grad_bf16_, residual_grad_, n * c, stream());
-  gemm_->LinearBackwardInput(hidden_grad, residual_grad_bf16_, bf16_param(kMlpProjWeight), a.fch, n, lf, c);
-  gemm_->LinearBackwardWeights(grad(kMlpProjWeight), grad(kMlpProjBias), residual_grad_bf16_, a.fch_gelu, n, lf, c);
+  const bool fc_bias_written =
+      gemm_->LinearBackwardInput(hidden_grad, residual_grad_bf16_, bf16_param(kMlpProjWeight), a.fch, n, lf, c,
+                                 write == GradientWrite::kOverwrite ? grad(kFcBias) : nullptr);
+  gemm_->LinearBackwardWeights(grad(kMlpProjWeight), grad(kMlpProjBias), residual_grad_bf16_, a.fch_gelu, n, lf, c,
+                               write);
   ready_pair(kMlpProjWeight, kMlpProjBias);
-  ColumnParallelBackward(grad(kFcWeight), grad(kFcBias), hidden_grad, a.ln2, bf16_param(kFcWeight), lf);
+  ColumnParallelBackward(grad(kFcWeight), fc_bias_written ? nullptr : grad(kFcBias), hidden_grad, a.ln2,
+                         bf16_param(kFcWeight), lf, write);
   ready_pair(kFcWeight, kFcBias);
-  gpu::LayerNormBackward(residual_grad_, grad(kLn2Weight), grad(kLn2Bias), reduce_, a.residual2, param(kLn2Weight),
-                         a.ln2_mean, a.ln2_rstd, n, c, layernorm_scratch_, stream());
+  gpu::LayerNormBackward(residual_grad_, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), reduce_, a.residual2,
+                         param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_, stream());
   ready_pair(kLn2Weight, kLn2Bias);
 
   // Attention: the projection, the local heads, qkv.
-  gpu::CastToBf16(residual_grad_bf16_, residual_grad_, n * c, stream());
   gemm_->LinearBackwardInput(attention_grad_, residual_grad_bf16_, bf16_param(kAttnProjWeight), nullptr, n, lc, c);
-  gemm_->LinearBackwardWeights(grad(kAttnProjWeight), grad(kAttnProjBias), residual_grad_bf16_, a.atty, n, lc, c);
+  gemm_->LinearBackwardWeights(grad(kAttnProjWeight), grad(kAttnProjBias), residual_grad_bf16_, a.atty, n, lc, c,
+                               write);
   ready_pair(kAttnProjWeight, kAttnProjBias);
   Bf16* qkv_grad = grad_scratch_;  // (N, 3Cl): the MLP's hidden gradient is spent by now
   attention_->Backward(qkv_grad, attention_grad_, a.qkv, a.atty, a.att_lse, batch_, seq_);
-  ColumnParallelBackward(grad(kQkvWeight), grad(kQkvBias), qkv_grad, a.ln1, bf16_param(kQkvWeight), 3 * lc);
+  ColumnParallelBackward(grad(kQkvWeight), grad(kQkvBias), qkv_grad, a.ln1, bf16_param(kQkvWeight), 3 * lc, write);
   ready_pair(kQkvWeight, kQkvBias);
-  gpu::LayerNormBackward(residual_grad_, grad(kLn1Weight), grad(kLn1Bias), reduce_, residual, param(kLn1Weight),
-                         a.ln1_mean, a.ln1_rstd, n, c, layernorm_scratch_, stream());
+  // The bf16 copy is for the next block down; below block 0 only the embeddings read the (fp32) gradient.
+  gpu::LayerNormBackward(residual_grad_, l > 0 ? residual_grad_bf16_ : nullptr, grad(kLn1Weight), grad(kLn1Bias),
+                         reduce_, residual, param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c, write,
+                         layernorm_scratch_, stream());
   ready_pair(kLn1Weight, kLn1Bias);
 }
 
 void CudaTensorParallelTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError("AdamW step counts from 1, got " + std::to_string(step));
-  // The bf16 copy is rewritten from the updated master weights in the same pass; wte's padding rows, skipped, stay
-  // zero in both.
-  for (const AdamWRange& range : adamw_ranges_) {
-    const size_t moment = range.offset - shard_.begin;  // the moments hold the shard's elements
-    gpu::AdamWUpdate(params_ + range.offset, grads_ + range.offset, m_ + moment, v_ + moment, range.count, config,
-                     range.decay ? config.weight_decay : 0.0f, step, stream(), params_bf16_ + range.offset);
-  }
+  // One launch over every range (the moments hold the shard's elements: local element i is moment i - shard
+  // begin); the bf16 copy is rewritten from the updated master weights in the same pass, and wte's padding rows,
+  // skipped, stay zero in both.
+  gpu::AdamWUpdate(params_, grads_, m_, v_, *adamw_plan_, config, step, stream(), params_bf16_);
 }
 
 // Throws InputError for what the tensor-parallel CUDA transformer cannot take, before it touches the device.

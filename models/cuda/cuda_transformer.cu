@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,8 +78,9 @@ class CudaTransformer final : public Transformer {
   void SetBatch(const TokenBatch& tokens) override;
   void Forward() override;
   float Loss() override;
-  void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
-  void ZeroGradients() override;
+  using Transformer::Backward;
+  void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
+  void SetGradientScale(float scale) override { gradient_scale_ = scale; }
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }
   const FsdpLayout& fsdp_layout() const override { return fsdp_; }
@@ -139,6 +141,7 @@ class CudaTransformer final : public Transformer {
   void HoldGradients(size_t u);
   void ReleaseGradients(size_t u);
   UnitAccess& Access() const;
+  void BlockBackward(int layer, const std::function<void(size_t slot)>& ready, GradientWrite write);
 
   ModelConfig config_;
   CudaTransformerOptions options_;
@@ -150,6 +153,7 @@ class CudaTransformer final : public Transformer {
   size_t moment_elements_;  // of m and v: the shard's elements, or fsdp's store
   std::vector<AdamWRange> adamw_ranges_;
   size_t moment_offset_;  // flat element i (or store element i under fsdp) has its moments at i - moment_offset_
+  std::optional<gpu::AdamWPlan> adamw_plan_;  // adamw_ranges_ on the device, for AdamW's one launch
   std::vector<ParameterUnit> units_;
   std::vector<size_t> slot_units_;    // per slot: its unit
   std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
@@ -203,6 +207,7 @@ class CudaTransformer final : public Transformer {
 
   int batch_ = 0;
   int seq_ = 0;
+  float gradient_scale_ = 1.0f;  // SetGradientScale's: d loss / d logits is scaled by it from the next Forward
   bool backward_pending_ = false;
   // Device memory is measured after construction and after the first forward and backward of each batch shape
   // (libraries build plans and graphs per shape).
@@ -221,7 +226,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
       buffer_elements_(fsdp_.enabled() ? fsdp_.store_elements : shard_.capacity),
       moment_elements_(fsdp_.enabled() ? fsdp_.store_elements : shard_.elements()),
       // wte's padding rows are skipped (they stay exactly zero, as in the CPU reference), and consecutive slots
-      // with the same decay rule share a launch.
+      // with the same decay rule share a range.
       adamw_ranges_(fsdp_.enabled() ? FsdpAdamWRanges(config, layout_, fsdp_)
                                     : AdamWRanges(config, layout_, shard_.begin, shard_.end)),
       moment_offset_(fsdp_.enabled() ? 0 : shard_.begin),
@@ -266,11 +271,13 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
   token_staging_ = PinnedBuffer(2 * max_tokens_ * sizeof(int32_t));
   loss_host_ = PinnedBuffer(sizeof(float));
 
-  // The padding past the layout (zero1's, fsdp's past each unit) zero, and all-gathered as zeros.
+  // The padding past the layout (zero1's, fsdp's past each unit) zero, and all-gathered as zeros; Backward writes
+  // every gradient but never the padding's, which stays zero for the reduce-scatter.
   ClearFloats(params_, buffer_elements_);
   UploadInitialParameters(seed);
   if (!fsdp_.enabled()) gpu::CastToBf16(params_bf16_, params_, elements_, stream());
   ClearFloats(grads_, buffer_elements_);
+  adamw_plan_.emplace(adamw_ranges_, moment_offset_);
   ClearFloats(m_, moment_elements_);
   ClearFloats(v_, moment_elements_);
   TB_CHECK_CUDA(cudaMemsetAsync(loss_, 0, sizeof(float), stream_.get()));  // Loss() before any Forward: 0
@@ -497,7 +504,7 @@ void CudaTransformer::Forward() {
   // Backward starts from it.
   Bf16* logits_grad = grad_scratch_;
   gpu::CrossEntropyForwardBackward(logits_grad, row_losses_, loss_, logits_, targets, n, config_.vocab,
-                                   config_.vocab_padded, stream());
+                                   config_.vocab_padded, gradient_scale_, stream());
   backward_pending_ = true;
   if (!forward_measured_) {
     NoteDeviceMemory();
@@ -511,7 +518,7 @@ float CudaTransformer::Loss() {
   return *static_cast<const float*>(loss_host_.data());
 }
 
-void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready) {
+void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) {
   // Backward overwrites the logits' gradient that Forward left in grad_scratch_, so it runs once per Forward.
   if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
   backward_pending_ = false;
@@ -521,28 +528,25 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   // Slots are reported in descending order, as the CPU reference does: lnf, the blocks from last to first, wpe,
   // and wte last. A slot is reported once the work that finishes its gradient is enqueued on stream(): the
   // loop's all-reduce of its bucket waits for an event recorded there after it.
-  auto ready_pair = [&](int layer, BlockTensor weight, BlockTensor bias) {
-    ready(BlockSlot(layer, bias));
-    ready(BlockSlot(layer, weight));
-  };
   const size_t n = static_cast<size_t>(batch_) * seq_;
   const int c = config_.d_model;
-  const int hidden = config_.mlp_ratio * c;
   const int vp = config_.vocab_padded;
   const int32_t* inputs = tokens_;
 
   // LM head: d loss / d logits (N, Vp) in bf16, from Forward; its padding columns are zero, so wte's padding rows
-  // get a zero gradient.
+  // get a zero gradient. Its GEMM writes (or adds to) wte's gradient; the embedding's scatter adds to it at the end.
   const Bf16* logits_grad = grad_scratch_;
   const size_t lnf_unit = FinalNormUnit(config_.layers);
   HoldGradients(kEmbeddingUnit);
   HoldGradients(lnf_unit);
   gemm_->LinearBackwardInput(channel_grad_, logits_grad, Bf16Param(kWteSlot), nullptr, n, c, vp);
-  gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, logits_grad, lnf_, n, c, vp);
+  gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, logits_grad, lnf_, n, c, vp, write);
   TB_CHECK_CUDA(cudaMemsetAsync(residual_grad_, 0, n * c * sizeof(float), stream_.get()));
   const size_t lnf_slot = LnfWeightSlot(config_.layers);
-  gpu::LayerNormBackward(residual_grad_, Grad(lnf_slot), Grad(lnf_slot + 1), channel_grad_, blocks_.back().residual3,
-                         Param(lnf_slot), lnf_mean_, lnf_rstd_, n, c, layernorm_scratch_, stream());
+  // Each LayerNorm backward also leaves the residual gradient's bf16 copy for the projection GEMMs after it.
+  gpu::LayerNormBackward(residual_grad_, residual_grad_bf16_, Grad(lnf_slot), Grad(lnf_slot + 1), channel_grad_,
+                         blocks_.back().residual3, Param(lnf_slot), lnf_mean_, lnf_rstd_, n, c, write,
+                         layernorm_scratch_, stream());
   ready(lnf_slot + 1);
   ready(lnf_slot);
   ReleaseGradients(lnf_unit);
@@ -550,47 +554,10 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
 
   // residual_grad_ (N, C) carries the gradient of the residual stream down through the blocks in fp32; each
   // residual add passes it on unchanged and each LayerNorm adds its input gradient to it. The projections'
-  // backward GEMMs read its bf16 copy.
-  for (int l = config_.layers - 1; l >= 0; --l) {
-    const BlockActivations& a = blocks_[l];
-    HoldParameters(BlockUnit(l));
-    HoldGradients(BlockUnit(l));
-    auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
-    auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
-    auto grad = [&](BlockTensor t) { return Grad(BlockSlot(l, t)); };
-    const float* residual = l > 0 ? blocks_[l - 1].residual3 : encoded_;
-
-    // MLP projection; the GELU gradient is fused into its input gradient (the DGELU epilogue over fch).
-    Bf16* hidden_grad = grad_scratch_;  // (N, 4C): the logits' gradient is spent by now
-    gpu::CastToBf16(residual_grad_bf16_, residual_grad_, n * c, stream());
-    gemm_->LinearBackwardInput(hidden_grad, residual_grad_bf16_, bf16_param(kMlpProjWeight), a.fch, n, hidden, c);
-    gemm_->LinearBackwardWeights(grad(kMlpProjWeight), grad(kMlpProjBias), residual_grad_bf16_, a.fch_gelu, n,
-                                 hidden, c);
-    ready_pair(l, kMlpProjWeight, kMlpProjBias);
-    gemm_->LinearBackwardInput(channel_grad_, hidden_grad, bf16_param(kFcWeight), nullptr, n, c, hidden);
-    gemm_->LinearBackwardWeights(grad(kFcWeight), grad(kFcBias), hidden_grad, a.ln2, n, c, hidden);
-    ready_pair(l, kFcWeight, kFcBias);
-    gpu::LayerNormBackward(residual_grad_, grad(kLn2Weight), grad(kLn2Bias), channel_grad_, a.residual2,
-                           param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, layernorm_scratch_, stream());
-    ready_pair(l, kLn2Weight, kLn2Bias);
-
-    // Attention projection, attention, qkv.
-    gpu::CastToBf16(residual_grad_bf16_, residual_grad_, n * c, stream());
-    gemm_->LinearBackwardInput(channel_grad_, residual_grad_bf16_, bf16_param(kAttnProjWeight), nullptr, n, c, c);
-    gemm_->LinearBackwardWeights(grad(kAttnProjWeight), grad(kAttnProjBias), residual_grad_bf16_, a.atty, n, c, c);
-    ready_pair(l, kAttnProjWeight, kAttnProjBias);
-    Bf16* qkv_grad = grad_scratch_;  // (N, 3C): the MLP's hidden gradient is spent by now
-    attention_->Backward(qkv_grad, channel_grad_, a.qkv, a.atty, a.att_lse, batch_, seq_);
-    gemm_->LinearBackwardInput(channel_grad_, qkv_grad, bf16_param(kQkvWeight), nullptr, n, c, 3 * c);
-    gemm_->LinearBackwardWeights(grad(kQkvWeight), grad(kQkvBias), qkv_grad, a.ln1, n, c, 3 * c);
-    ready_pair(l, kQkvWeight, kQkvBias);
-    gpu::LayerNormBackward(residual_grad_, grad(kLn1Weight), grad(kLn1Bias), channel_grad_, residual,
-                           param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c, layernorm_scratch_, stream());
-    ready_pair(l, kLn1Weight, kLn1Bias);
-    ReleaseGradients(BlockUnit(l));
-    ReleaseParameters(BlockUnit(l));
-  }
-  gpu::EncoderBackward(Grad(kWteSlot), Grad(kWpeSlot), residual_grad_, inputs, batch_, seq_, c, stream());
+  // backward GEMMs read its bf16 copy, which each LayerNorm backward writes in the same pass.
+  for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready, write);
+  gpu::EncoderBackward(Grad(kWteSlot), Grad(kWpeSlot), residual_grad_, inputs, batch_, seq_, c, config_.seq, write,
+                       stream());
   ready(kWpeSlot);
   ready(kWteSlot);
   ReleaseGradients(kEmbeddingUnit);
@@ -601,21 +568,69 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   }
 }
 
-void CudaTransformer::ZeroGradients() { ClearFloats(grads_, buffer_elements_); }
+// One block's backward, the residual gradient (residual_grad_ and its bf16 copy) coming in from above and going on
+// below; gradients reported as the CPU reference reports them.
+void CudaTransformer::BlockBackward(int l, const std::function<void(size_t slot)>& ready, GradientWrite write) {
+  const size_t n = static_cast<size_t>(batch_) * seq_;
+  const int c = config_.d_model;
+  const int hidden = config_.mlp_ratio * c;
+  auto ready_pair = [&](BlockTensor weight, BlockTensor bias) {
+    ready(BlockSlot(l, bias));
+    ready(BlockSlot(l, weight));
+  };
+  const BlockActivations& a = blocks_[l];
+  HoldParameters(BlockUnit(l));
+  HoldGradients(BlockUnit(l));
+  auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
+  auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
+  auto grad = [&](BlockTensor t) { return Grad(BlockSlot(l, t)); };
+  const float* residual = l > 0 ? blocks_[l - 1].residual3 : encoded_;
+
+  // MLP projection; the GELU gradient is fused into its input gradient (the DGELU epilogue over fch), and so,
+  // when overwriting, is fc's bias gradient where cuBLASLt offers DGELU_BGRAD.
+  Bf16* hidden_grad = grad_scratch_;  // (N, 4C): the logits' gradient is spent by now
+  const bool fc_bias_written =
+      gemm_->LinearBackwardInput(hidden_grad, residual_grad_bf16_, bf16_param(kMlpProjWeight), a.fch, n, hidden, c,
+                                 write == GradientWrite::kOverwrite ? grad(kFcBias) : nullptr);
+  gemm_->LinearBackwardWeights(grad(kMlpProjWeight), grad(kMlpProjBias), residual_grad_bf16_, a.fch_gelu, n,
+                               hidden, c, write);
+  ready_pair(kMlpProjWeight, kMlpProjBias);
+  gemm_->LinearBackwardInput(channel_grad_, hidden_grad, bf16_param(kFcWeight), nullptr, n, c, hidden);
+  gemm_->LinearBackwardWeights(grad(kFcWeight), fc_bias_written ? nullptr : grad(kFcBias), hidden_grad, a.ln2, n,
+                               c, hidden, write);
+  ready_pair(kFcWeight, kFcBias);
+  gpu::LayerNormBackward(residual_grad_, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), channel_grad_,
+                         a.residual2, param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_,
+                         stream());
+  ready_pair(kLn2Weight, kLn2Bias);
+
+  // Attention projection, attention, qkv.
+  gemm_->LinearBackwardInput(channel_grad_, residual_grad_bf16_, bf16_param(kAttnProjWeight), nullptr, n, c, c);
+  gemm_->LinearBackwardWeights(grad(kAttnProjWeight), grad(kAttnProjBias), residual_grad_bf16_, a.atty, n, c, c,
+                               write);
+  ready_pair(kAttnProjWeight, kAttnProjBias);
+  Bf16* qkv_grad = grad_scratch_;  // (N, 3C): the MLP's hidden gradient is spent by now
+  attention_->Backward(qkv_grad, channel_grad_, a.qkv, a.atty, a.att_lse, batch_, seq_);
+  gemm_->LinearBackwardInput(channel_grad_, qkv_grad, bf16_param(kQkvWeight), nullptr, n, c, 3 * c);
+  gemm_->LinearBackwardWeights(grad(kQkvWeight), grad(kQkvBias), qkv_grad, a.ln1, n, c, 3 * c, write);
+  ready_pair(kQkvWeight, kQkvBias);
+  // The bf16 copy is for the next block down; below block 0 only the embeddings read the (fp32) gradient.
+  gpu::LayerNormBackward(residual_grad_, l > 0 ? residual_grad_bf16_ : nullptr, grad(kLn1Weight), grad(kLn1Bias),
+                         channel_grad_, residual, param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c, write,
+                         layernorm_scratch_, stream());
+  ready_pair(kLn1Weight, kLn1Bias);
+  ReleaseGradients(BlockUnit(l));
+  ReleaseParameters(BlockUnit(l));
+}
 
 void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError(std::string("AdamW step counts from 1, got ") + std::to_string(step));
-  // The bf16 weights are rewritten from the updated master weights in the same pass; wte's padding rows, skipped,
-  // stay zero in both.
-  // Under FSDP the ranges are in the shard store, and there is no bf16 copy to rewrite (a unit's is cast where it is
-  // gathered).
-  for (const AdamWRange& range : adamw_ranges_) {
-    // The moments hold the shard's elements: flat element i is moment i - moment_offset_.
-    gpu::AdamWUpdate(params_ + range.offset, grads_ + range.offset, m_ + (range.offset - moment_offset_),
-                     v_ + (range.offset - moment_offset_), range.count, config,
-                     range.decay ? config.weight_decay : 0.0f, step, stream(),
-                     fsdp_.enabled() ? nullptr : params_bf16_ + range.offset);
-  }
+  // One launch over every range (the moments hold the shard's elements: flat element i is moment i -
+  // moment_offset_); the bf16 weights are rewritten from the updated master weights in the same pass, and wte's
+  // padding rows, skipped, stay zero in both. Under FSDP the ranges are in the shard store, and there is no bf16
+  // copy to rewrite (a unit's is cast where it is gathered).
+  gpu::AdamWUpdate(params_, grads_, m_, v_, *adamw_plan_, config, step, stream(),
+                   fsdp_.enabled() ? nullptr : params_bf16_);
 }
 
 }  // namespace

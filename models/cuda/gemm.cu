@@ -14,16 +14,22 @@
 //                   A = W as column-major (IC, OC), ld IC, transa = N; B = out_grad as (OC, N), ld OC,
 //                   transb = N; D = in_grad (IC, N), ld IC; m = IC, n = N, k = OC; DGELU's aux = gelu_pre
 //                   has D's shape and ld.
-//   weight grad     W_grad (OC, IC) += out_gradᵀ · in ⇔ W_gradᵀ (IC, OC) += inᵀ (IC, N) · out_grad (N, OC)
+//   weight grad     W_grad (OC, IC) (+)= out_gradᵀ · in ⇔ W_gradᵀ (IC, OC) (+)= inᵀ (IC, N) · out_grad
+//                   (N, OC)
 //                   A = in as (IC, N), ld IC, transa = N; B = out_grad stored (OC, N), ld OC, transb = T
-//                   (op(B) = (N, OC)); C = D = W_grad (IC, OC), ld IC, fp32, beta = 1; m = IC, n = OC, k = N.
+//                   (op(B) = (N, OC)); C = D = W_grad (IC, OC), ld IC, fp32, beta = 1 (accumulate) or 0
+//                   (overwrite: C is not read); m = IC, n = OC, k = N. BGRADB's bias gradient reduces op(B) over k
+//                   = N: OC entries, the columns of D, the column sums of out_grad (N, OC), in D's type (fp32).
+//   DGELU_BGRAD     on the input grad: the bias gradient is the sum of D (IC, N) over its columns: IC entries,
+//                   D's rows; D is bf16, the bias gradient asked for in fp32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE).
 //
 // C always has D's type, shape and leading dimension, so one layout serves both: cuBLASLt's in-place rule (C == D,
 // as for the weight gradients and the residual adds) wants C's layout to be D's.
 //
-// The bias gradient is a column sum of out_grad added into fp32 (gpu::ColumnSum: partial sums over many blocks,
-// then their sum), not the BGRADB epilogue: that epilogue overwrites its output where the contract here (as in
-// cpu::MatmulBackward) accumulates, and needs its own support from the heuristic for each shape.
+// Bias gradients: the BGRADB (weight grad) and DGELU_BGRAD (input grad) epilogues write them, where the heuristic has
+// an algorithm for the shape with that epilogue; they only overwrite, so an accumulating backward, a shape without
+// such an algorithm, or a bias gradient that is not 16-byte aligned takes gpu::ColumnSum (partial sums over many
+// blocks, then their sum in order) instead.
 #include "cuda/gemm.h"
 
 #include <cublasLt.h>
@@ -89,6 +95,8 @@ const char* EpilogueName(cublasLtEpilogue_t epilogue) {
     case CUBLASLT_EPILOGUE_GELU_AUX: return "GELU_AUX";
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
     case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "DGELU_BGRAD";
+    case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
     default: return "other";
   }
 }
@@ -110,9 +118,10 @@ struct Matmul {
   cudaDataType_t d_type;
   float beta;
   cublasLtEpilogue_t epilogue;
-  const void* bias;  // BIAS epilogues; D's type, m entries
+  const void* bias;  // BIAS epilogues (read; D's type, m entries); BGRAD ones (written; bias_type)
   const void* aux;   // GELU_AUX (written) and DGELU (read) epilogues; D's type, (m, n) with ld aux_ld
   int64_t aux_ld;
+  bool float_bias = false;  // the bias (gradient) is fp32 whatever D's type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE)
 };
 
 // What a plan depends on: the descriptors' contents and the pointer alignments the heuristic saw.
@@ -121,6 +130,7 @@ struct PlanKey {
   int transa, transb;
   int64_t m, n, k, lda, ldb, ldd, aux_ld;
   int d_type;
+  bool float_bias;
   uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
   auto operator<=>(const PlanKey&) const = default;
 };
@@ -129,6 +139,8 @@ struct Plan {
   MatmulDesc desc;
   MatrixLayout a, b, d;  // d is C's layout too
   cublasLtMatmulAlgo_t algo;
+  bool found = false;  // the heuristic had an algorithm (a key without one is kept, so it is asked once)
+  std::string reason;  // why not, when not found
 };
 
 template <typename T>
@@ -163,6 +175,8 @@ struct Gemm::Impl {
   DeviceBuffer workspace;
   std::map<PlanKey, Plan> plans;
   DeviceBuffer column_sum_scratch;  // the bias gradients' partial sums, grown to the largest shape seen
+  bool fuse_bias_gradients = true;
+  size_t fused_bias_gradients = 0;
 
   explicit Impl(void* stream_pointer) : stream(static_cast<cudaStream_t>(stream_pointer)) {
     cublasLtHandle_t raw = nullptr;
@@ -172,15 +186,18 @@ struct Gemm::Impl {
   }
 
   // The plan for `call`'s shape, types, epilogue and pointer alignments: built and chosen by cuBLASLt's heuristic
-  // on first use, then reused.
+  // on first use, then reused; `found` false when the heuristic has no algorithm for it.
   const Plan& PlanFor(const Matmul& call) {
     const void* c = call.c != nullptr ? call.c : call.d;
     const PlanKey key{static_cast<int>(call.epilogue), static_cast<int>(call.transa), static_cast<int>(call.transb),
                       call.m, call.n, call.k, call.lda, call.ldb, call.ldd, call.aux_ld, static_cast<int>(call.d_type),
-                      AlignmentOf(call.a), AlignmentOf(call.b), AlignmentOf(c), AlignmentOf(call.d),
-                      AlignmentOf(call.bias), AlignmentOf(call.aux)};
+                      call.float_bias, AlignmentOf(call.a), AlignmentOf(call.b), AlignmentOf(c),
+                      AlignmentOf(call.d), AlignmentOf(call.bias), AlignmentOf(call.aux)};
     if (const auto found = plans.find(key); found != plans.end()) return found->second;
+    return plans.emplace(key, BuildPlan(call, key)).first->second;
+  }
 
+  Plan BuildPlan(const Matmul& call, const PlanKey& key) {
     Plan plan;
     cublasLtMatmulDesc_t desc = nullptr;
     TB_CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -188,7 +205,8 @@ struct Gemm::Impl {
     SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(call.transa));
     SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(call.transb));
     SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(call.epilogue));
-    // Bias and aux take D's type, cuBLASLt's default for bf16 and fp32 outputs: no type attributes to set.
+    // Bias and aux take D's type, cuBLASLt's default for bf16 and fp32 outputs, unless the bias is asked for in fp32.
+    if (call.float_bias) SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
     if (call.aux != nullptr) SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, call.aux_ld);
     // The heuristic reads the epilogue pointers' values to learn their alignment.
     SetEpiloguePointers(desc, call);
@@ -219,20 +237,50 @@ struct Gemm::Impl {
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a.get(), plan.b.get(),
                                                                  plan.d.get(), plan.d.get(), raw_preference, 1,
                                                                  &result, &found);
-    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-      const std::string what = std::string("cuBLASLt algorithm for Gemm::") + call.caller + " (m " +
-                               std::to_string(call.m) + ", n " + std::to_string(call.n) + ", k " +
-                               std::to_string(call.k) + ", D " + (call.d_type == CUDA_R_32F ? "fp32" : "bf16") +
-                               ", epilogue " + EpilogueName(call.epilogue) + ")";
-      const std::string reason = status != CUBLAS_STATUS_SUCCESS
-                                     ? std::string(cublasGetStatusName(status)) + ": " + cublasGetStatusString(status)
-                                     : "the heuristic found no algorithm";
-      throw RuntimeError(FormatFailure(what.c_str(), __FILE__, __LINE__, reason,
-                                       "this GPU or cuBLAS version may not support this combination of shapes, "
-                                       "types, alignments and epilogue"));
+    plan.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (plan.found) {
+      plan.algo = result.algo;
+    } else {
+      plan.reason = status != CUBLAS_STATUS_SUCCESS
+                        ? std::string(cublasGetStatusName(status)) + ": " + cublasGetStatusString(status)
+                        : "the heuristic found no algorithm";
     }
-    plan.algo = result.algo;
-    return plans.emplace(key, std::move(plan)).first->second;
+    return plan;
+  }
+
+  // Runs `call`; false (nothing run) when cuBLASLt has no algorithm for it.
+  bool TryRun(const Matmul& call) {
+    const Plan& plan = PlanFor(call);
+    if (!plan.found) return false;
+    SetEpiloguePointers(plan.desc.get(), call);
+    const float alpha = 1.0f;
+    TB_CHECK_CUBLAS(cublasLtMatmul(handle.get(), plan.desc.get(), &alpha, call.a, plan.a.get(), call.b,
+                                   plan.b.get(), &call.beta, call.c != nullptr ? call.c : call.d, plan.d.get(),
+                                   call.d, plan.d.get(), &plan.algo, workspace.data(), workspace.bytes(), stream));
+    return true;
+  }
+
+  // Runs `call`; throws a RuntimeError naming the shape and epilogue when cuBLASLt has no algorithm for it.
+  void Run(const Matmul& call) {
+    if (TryRun(call)) return;
+    const std::string what = std::string("cuBLASLt algorithm for Gemm::") + call.caller + " (m " +
+                             std::to_string(call.m) + ", n " + std::to_string(call.n) + ", k " +
+                             std::to_string(call.k) + ", D " + (call.d_type == CUDA_R_32F ? "fp32" : "bf16") +
+                             ", epilogue " + EpilogueName(call.epilogue) + ")";
+    throw RuntimeError(FormatFailure(what.c_str(), __FILE__, __LINE__, PlanFor(call).reason,
+                                     "this GPU or cuBLAS version may not support this combination of shapes, "
+                                     "types, alignments and epilogue"));
+  }
+
+  // `call` with a bias gradient epilogue writing `bias_grad`, where allowed and cuBLASLt can: whether it ran.
+  bool TryFusedBiasGradient(Matmul call, cublasLtEpilogue_t epilogue, float* bias_grad) {
+    if (!fuse_bias_gradients || reinterpret_cast<uintptr_t>(bias_grad) % kEpilogueAlignment != 0) return false;
+    call.epilogue = epilogue;
+    call.bias = bias_grad;
+    call.float_bias = true;
+    if (!TryRun(call)) return false;
+    ++fused_bias_gradients;
+    return true;
   }
 
   // Scratch for ColumnSum over (rows, cols). Growing frees the old buffer: cudaFree waits for the device, so no
@@ -243,14 +291,6 @@ struct Gemm::Impl {
     return static_cast<float*>(column_sum_scratch.data());
   }
 
-  void Run(const Matmul& call) {
-    const Plan& plan = PlanFor(call);
-    SetEpiloguePointers(plan.desc.get(), call);
-    const float alpha = 1.0f;
-    TB_CHECK_CUBLAS(cublasLtMatmul(handle.get(), plan.desc.get(), &alpha, call.a, plan.a.get(), call.b,
-                                   plan.b.get(), &call.beta, call.c != nullptr ? call.c : call.d, plan.d.get(),
-                                   call.d, plan.d.get(), &plan.algo, workspace.data(), workspace.bytes(), stream));
-  }
 };
 
 namespace {
@@ -318,30 +358,46 @@ void Gemm::LinearForwardFloat(float* out, const float* residual, const Bf16* in,
                     bias, nullptr, 0});
 }
 
-void Gemm::LinearBackwardInput(Bf16* in_grad, const Bf16* out_grad, const Bf16* weight, const Bf16* gelu_pre,
-                               size_t rows, int in_features, int out_features) {
+bool Gemm::LinearBackwardInput(Bf16* in_grad, const Bf16* out_grad, const Bf16* weight, const Bf16* gelu_pre,
+                               size_t rows, int in_features, int out_features, float* gelu_bias_grad) {
   constexpr const char* kCaller = "LinearBackwardInput";
   CheckShape(kCaller, rows, in_features, out_features);
   CheckEpiloguePointer(kCaller, "gelu_pre", gelu_pre);
   if (gelu_pre != nullptr) CheckAuxLd(kCaller, "gelu_pre", in_features);
-  if (rows == 0) return;
-  impl_->Run(Matmul{kCaller, CUBLAS_OP_N, CUBLAS_OP_N, in_features, static_cast<int64_t>(rows), out_features, weight,
+  if (rows == 0) return false;
+  const Matmul call{kCaller, CUBLAS_OP_N, CUBLAS_OP_N, in_features, static_cast<int64_t>(rows), out_features, weight,
                     in_features, out_grad, out_features, nullptr, in_grad, in_features, CUDA_R_16BF, 0.0f,
                     gelu_pre != nullptr ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, gelu_pre,
-                    in_features});
+                    in_features};
+  if (gelu_pre != nullptr && gelu_bias_grad != nullptr &&
+      impl_->TryFusedBiasGradient(call, CUBLASLT_EPILOGUE_DGELU_BGRAD, gelu_bias_grad)) {
+    return true;
+  }
+  impl_->Run(call);
+  return false;
 }
 
 void Gemm::LinearBackwardWeights(float* weight_grad, float* bias_grad, const Bf16* out_grad, const Bf16* in,
-                                 size_t rows, int in_features, int out_features) {
+                                 size_t rows, int in_features, int out_features, GradientWrite write) {
   constexpr const char* kCaller = "LinearBackwardWeights";
   CheckShape(kCaller, rows, in_features, out_features);
   if (rows == 0) return;
-  impl_->Run(Matmul{kCaller, CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, static_cast<int64_t>(rows), in,
-                    in_features, out_grad, out_features, weight_grad, weight_grad, in_features, CUDA_R_32F, 1.0f,
-                    CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0});
+  const bool overwrite = write == GradientWrite::kOverwrite;
+  const Matmul call{kCaller, CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, static_cast<int64_t>(rows), in,
+                    in_features, out_grad, out_features, weight_grad, weight_grad, in_features, CUDA_R_32F,
+                    overwrite ? 0.0f : 1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0};
+  if (bias_grad != nullptr && overwrite && impl_->TryFusedBiasGradient(call, CUBLASLT_EPILOGUE_BGRADB, bias_grad)) {
+    return;
+  }
+  impl_->Run(call);
   if (bias_grad != nullptr) {
-    ColumnSum(bias_grad, out_grad, rows, out_features, impl_->ColumnSumScratch(rows, out_features), impl_->stream);
+    ColumnSum(bias_grad, out_grad, rows, out_features, write, impl_->ColumnSumScratch(rows, out_features),
+              impl_->stream);
   }
 }
+
+void Gemm::set_fused_bias_gradients(bool allowed) { impl_->fuse_bias_gradients = allowed; }
+
+size_t Gemm::fused_bias_gradients() const { return impl_->fused_bias_gradients; }
 
 }  // namespace tb::gpu

@@ -32,12 +32,24 @@ class Gemm {
   void LinearForwardFloat(float* out, const float* residual, const Bf16* in, const Bf16* weight, const float* bias,
                           size_t rows, int in_features, int out_features);
   // in_grad (N, IC) = out_grad (N, OC) · weight, overwritten. With gelu_pre non-null (N, IC): in_grad *=
-  // GeluGrad(gelu_pre), for a layer whose input was Gelu(gelu_pre) (the DGELU epilogue).
-  void LinearBackwardInput(Bf16* in_grad, const Bf16* out_grad, const Bf16* weight, const Bf16* gelu_pre,
-                           size_t rows, int in_features, int out_features);
-  // weight_grad (OC, IC) fp32 += out_gradᵀ · in; bias_grad (OC) fp32 += column sums of out_grad (null: no bias).
+  // GeluGrad(gelu_pre), for a layer whose input was Gelu(gelu_pre) (the DGELU epilogue). With gelu_bias_grad non-null
+  // too: that layer's bias gradient (IC, fp32), the column sums of the (fp32, before rounding) in_grad, written over
+  // gelu_bias_grad by the DGELU_BGRAD epilogue where cuBLASLt has an algorithm for it (and bias gradient epilogues
+  // are allowed, 16-byte aligned); returns whether it did. When it returns false, nothing was written there: the
+  // caller sums the bias gradient itself (LinearBackwardWeights' bias_grad).
+  bool LinearBackwardInput(Bf16* in_grad, const Bf16* out_grad, const Bf16* weight, const Bf16* gelu_pre,
+                           size_t rows, int in_features, int out_features, float* gelu_bias_grad = nullptr);
+  // weight_grad (OC, IC) fp32 = (kOverwrite: beta 0) or += (kAccumulate: beta 1) out_gradᵀ · in; bias_grad (OC)
+  // fp32 = or += the column sums of out_grad (null: no bias). Overwriting, the bias gradient comes from the GEMM's
+  // BGRADB epilogue where cuBLASLt has an algorithm for it (bias_grad 16-byte aligned, epilogues allowed); otherwise,
+  // and when accumulating (the epilogue only writes), from gpu::ColumnSum (fixed order: the same bits every run).
   void LinearBackwardWeights(float* weight_grad, float* bias_grad, const Bf16* out_grad, const Bf16* in,
-                             size_t rows, int in_features, int out_features);
+                             size_t rows, int in_features, int out_features, GradientWrite write);
+
+  // Whether bias gradients may come from cuBLASLt's epilogues (BGRADB, DGELU_BGRAD; the default) or always from
+  // ColumnSum (for comparing the two); and how many bias gradients the epilogues have written so far.
+  void set_fused_bias_gradients(bool allowed);
+  size_t fused_bias_gradients() const;
 
  private:
   struct Impl;

@@ -40,10 +40,17 @@ inline float ToFloat(Bf16 value) { return std::bit_cast<float>(static_cast<uint3
 // out (B, T, C) = wte[tokens] + wpe[t].
 void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int batch, int seq,
                     int channels, void* stream);
-// wte_grad (Vp, C) and wpe_grad (T, C) accumulate out_grad (B, T, C); atomics, so the order of the adds into a
-// repeated token's row varies from run to run.
+// The embeddings' gradient from out_grad (B, T, C): wpe_grad (positions, C) = (kOverwrite) or += (kAccumulate) its
+// sum over the batch, one thread per (t, c) adding the B rows in order (the same bits every run; rows from T on get 0
+// or keep theirs); wte_grad (Vp, C) += out_grad
+// at each token's row, always added (the tied LM head's GEMM writes wte's gradient first), with atomics, so the
+// order of the adds into a repeated token's row varies from run to run.
 void EncoderBackward(float* wte_grad, float* wpe_grad, const float* out_grad, const int32_t* tokens, int batch,
-                     int seq, int channels, void* stream);
+                     int seq, int channels, int positions, GradientWrite wpe_write, void* stream);
+// EncoderBackward's position half, for the tensor-parallel model (whose token half is vocab-parallel): wpe_grad
+// (positions, C) = or += the sum over the batch of out_grad (B, T, C), in batch order; rows from T on 0 or kept.
+void PositionEmbeddingBackward(float* wpe_grad, const float* out_grad, int batch, int seq, int channels,
+                               int positions, GradientWrite write, void* stream);
 
 // out (N, C) = LayerNorm(in (N, C)); mean, rstd (N) kept for backward. One warp per row.
 void LayerNormForward(float* out, float* mean, float* rstd, const float* in, const float* weight,
@@ -52,24 +59,29 @@ void LayerNormForward(float* out, float* mean, float* rstd, const float* in, con
 // result is rounded once, to nearest even).
 void LayerNormForward(Bf16* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
                       size_t rows, int channels, void* stream);
-// in_grad (N, C) += d loss / d in; weight_grad, bias_grad (C) accumulate. One warp per row; each block of rows
-// sums its weight and bias gradients in shared memory and writes them to `scratch`
-// (LayerNormBackwardScratchFloats(rows, channels) floats), and a second pass adds those partial sums, in block
-// order, into weight_grad and bias_grad: no global atomics. (The shared-memory adds of a block's warps come in
-// varying order, so the last bits can vary from run to run.)
-void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
-                       const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
-                       int channels, float* scratch, void* stream);
+// in_grad (N, C) += d loss / d in, and with in_grad_bf16 non-null the updated in_grad rounded to bf16 there (what
+// the next backward GEMM reads) in the same pass; weight_grad, bias_grad (C) written or added to, as `write` says.
+// One warp per row, the rows spread over a grid that fills the GPU (a few blocks per SM, the SM count queried once
+// per device); each warp sums its rows' weight and bias gradients in its own stretch of shared memory, each block
+// adds its warps' sums in warp order into one partial row of `scratch` (LayerNormBackwardScratchFloats(rows,
+// channels) floats), and a second pass sums the partial rows in block order into weight_grad and bias_grad: no
+// atomics, the same bits every run. 16-byte loads when channels is a multiple of 8 and every pointer 16-byte
+// aligned (the model's case), scalar loads otherwise.
+void LayerNormBackward(float* in_grad, Bf16* in_grad_bf16, float* weight_grad, float* bias_grad,
+                       const float* out_grad, const float* in, const float* weight, const float* mean,
+                       const float* rstd, size_t rows, int channels, GradientWrite write, float* scratch,
+                       void* stream);
 // The same with a bf16 out_grad (what a backward GEMM writes); in, in_grad and the weight gradients stay fp32.
-void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const Bf16* out_grad, const float* in,
-                       const float* weight, const float* mean, const float* rstd, size_t rows, int channels,
-                       float* scratch, void* stream);
+void LayerNormBackward(float* in_grad, Bf16* in_grad_bf16, float* weight_grad, float* bias_grad,
+                       const Bf16* out_grad, const float* in, const float* weight, const float* mean,
+                       const float* rstd, size_t rows, int channels, GradientWrite write, float* scratch,
+                       void* stream);
 size_t LayerNormBackwardScratchFloats(size_t rows, int channels);
 
-// out (cols) += column sums of in (rows, cols) (a bias gradient), in two passes spread over many blocks: the
-// column sums of chunks of rows into `scratch` (ColumnSumScratchFloats(rows, cols) floats), then their sums in
-// chunk order. No atomics: the same result on every run.
-void ColumnSum(float* out, const Bf16* in, size_t rows, int cols, float* scratch, void* stream);
+// out (cols) = (kOverwrite) or += (kAccumulate) the column sums of in (rows, cols) (a bias gradient), in two
+// passes spread over many blocks: the column sums of chunks of rows into `scratch` (ColumnSumScratchFloats(rows,
+// cols) floats), then their sums in chunk order. No atomics: the same result on every run.
+void ColumnSum(float* out, const Bf16* in, size_t rows, int cols, GradientWrite write, float* scratch, void* stream);
 size_t ColumnSumScratchFloats(size_t rows, int cols);
 
 // out = Gelu(in), elementwise over count values.
@@ -84,20 +96,22 @@ void ResidualAdd(float* out, const float* a, const float* b, size_t count, void*
 void CastToBf16(Bf16* out, const float* in, size_t count, void* stream);
 
 // Softmax cross-entropy, forward and backward, over logits (N, Vp) of which only the first V columns are real
-// vocabulary: row_losses (N) = -log softmax(target); loss (1) = their mean; logits_grad (N, Vp) = d loss / d logits
-// = (softmax - onehot(target)) / N in columns [0, V) and 0 in the padding columns [V, Vp). The same values as
-// cpu::CrossEntropyForward followed by cpu::CrossEntropyBackward. One block per row, reading it twice: once for
-// the max and the normaliser together (online softmax), once to write the gradient, in bf16 for the GEMMs that
-// read it. The fp32 overload may write over the logits themselves (logits_grad == logits).
+// vocabulary: row_losses (N) = -log softmax(target); loss (1) = their mean; logits_grad (N, Vp) = gradient_scale ·
+// d loss / d logits = gradient_scale · (softmax - onehot(target)) / N in columns [0, V) and 0 in the padding columns
+// [V, Vp). The same values as cpu::CrossEntropyForward followed by cpu::CrossEntropyBackward (times the scale). One
+// block per row. Where a row of Vp floats fits the device's shared memory (CrossEntropyReadsLogitsOnce), the row is
+// read from memory once: kept in shared memory while the max and the normaliser are taken (online softmax), the
+// gradient then computed from there. Otherwise twice: the first pass walks the row backwards, so that the second,
+// walking forwards, finds its start still in L2. The gradient in bf16 for the GEMMs that read it; the fp32 overload
+// may write over the logits themselves (logits_grad == logits).
 void CrossEntropyForwardBackward(Bf16* logits_grad, float* row_losses, float* loss, const float* logits,
-                                 const int32_t* targets, size_t rows, int vocab, int vocab_padded, void* stream);
+                                 const int32_t* targets, size_t rows, int vocab, int vocab_padded,
+                                 float gradient_scale, void* stream);
 void CrossEntropyForwardBackward(float* logits_grad, float* row_losses, float* loss, const float* logits,
-                                 const int32_t* targets, size_t rows, int vocab, int vocab_padded, void* stream);
-
-// AdamW over count elements of the flat buffers; step counts from 1. With params_bf16 non-null, the updated
-// parameters are also written there rounded to bf16 (the compute copy the GEMMs read), in the same pass.
-void AdamWUpdate(float* params, const float* grads, float* m, float* v, size_t count, const AdamWConfig& config,
-                 float weight_decay, int64_t step, void* stream, Bf16* params_bf16 = nullptr);
+                                 const int32_t* targets, size_t rows, int vocab, int vocab_padded,
+                                 float gradient_scale, void* stream);
+// Whether CrossEntropyForwardBackward reads each row of vocab_padded logits once on the current device.
+bool CrossEntropyReadsLogitsOnce(int vocab_padded);
 
 // --- device memory --------------------------------------------------------------------------------------
 
@@ -122,6 +136,32 @@ class DeviceMemory {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// --- AdamW ---------------------------------------------------------------------------------------------
+
+// AdamW's ranges (AdamWRanges, FsdpAdamWRanges) on the device, uploaded once: each range's offset into the
+// parameter and gradient buffers, its offset into the moment buffers (offset - moment_offset: ZeRO-1's moments hold
+// the shard only), its length and decay rule, and the first block of the one launch that covers them all.
+class AdamWPlan {
+ public:
+  AdamWPlan(const std::vector<AdamWRange>& ranges, size_t moment_offset);
+  size_t ranges() const { return ranges_; }
+  size_t blocks() const { return blocks_; }
+  const void* table() const { return table_.data(); }
+
+ private:
+  size_t ranges_;
+  size_t blocks_;
+  DeviceMemory table_;
+};
+
+// One AdamW step over every range of `plan`, one launch; step counts from 1. Elements outside the ranges (wte's
+// padding rows, ZeRO-1's padding) are not touched. With params_bf16 non-null (indexed as params), the updated
+// parameters are also written there rounded to bf16 (the compute copy the GEMMs read), in the same pass. 16-byte
+// loads where a range's parameter and moment offsets are both multiples of 4 (every range but, at most, the ones a
+// ZeRO-1 shard boundary cuts), scalar ones elsewhere. The per-element math is element::AdamWElement.
+void AdamWUpdate(float* params, const float* grads, float* m, float* v, const AdamWPlan& plan,
+                 const AdamWConfig& config, int64_t step, void* stream, Bf16* params_bf16 = nullptr);
 
 // Waits for all work on the current device, and throws if any of it faulted.
 void SynchronizeDevice();

@@ -53,15 +53,13 @@ __global__ void AddPositionEmbeddingKernel(float* out, const float* wpe, int seq
   }
 }
 
-__global__ void VocabEmbeddingBackwardKernel(float* wte_local_grad, float* wpe_grad, const float* out_grad,
-                                             const int32_t* tokens, int seq, int channels, int vocab_begin,
-                                             int vocab_rows, size_t count) {
+__global__ void VocabEmbeddingBackwardKernel(float* wte_local_grad, const float* out_grad, const int32_t* tokens,
+                                             int channels, int vocab_begin, int vocab_rows, size_t count) {
   for (size_t i = GridStart(); i < count; i += GridStride()) {
     const size_t row = i / channels;
-    const size_t c = i % channels;
     const int local_row = vocab_parallel::LocalRow(tokens[row], vocab_begin, vocab_rows);
-    if (local_row >= 0) atomicAdd(&wte_local_grad[static_cast<size_t>(local_row) * channels + c], out_grad[i]);
-    atomicAdd(&wpe_grad[(row % seq) * channels + c], out_grad[i]);
+    if (local_row < 0) continue;
+    atomicAdd(&wte_local_grad[static_cast<size_t>(local_row) * channels + i % channels], out_grad[i]);
   }
 }
 
@@ -104,7 +102,7 @@ __global__ void RowSumsKernel(float* sums, float* target_logits, const float* lo
 __global__ void LossAndGradientKernel(Bf16* logits_grad, float* row_losses, const float* logits,
                                       const float* row_max, const float* sums, const float* target_logits,
                                       const int32_t* targets, int vocab_rows, int used, int vocab_begin,
-                                      float inverse_rows) {
+                                      float scale_over_rows) {
   const size_t offset = static_cast<size_t>(blockIdx.x) * vocab_rows;
   const float max = row_max[blockIdx.x];
   const float sum = sums[blockIdx.x];
@@ -113,7 +111,7 @@ __global__ void LossAndGradientKernel(Bf16* logits_grad, float* row_losses, cons
   auto* grad = reinterpret_cast<__nv_bfloat16*>(logits_grad) + offset;
   for (int j = threadIdx.x; j < vocab_rows; j += blockDim.x) {
     const float value =
-        vocab_parallel::LogitGradient(logits[offset + j], j, used, local_target, max, inverse_sum, inverse_rows);
+        vocab_parallel::LogitGradient(logits[offset + j], j, used, local_target, max, inverse_sum, scale_over_rows);
     grad[j] = __float2bfloat16_rn(value);
   }
   if (threadIdx.x == 0) row_losses[blockIdx.x] = vocab_parallel::RowLoss(sum, max, target_logits[blockIdx.x]);
@@ -155,12 +153,12 @@ void AddPositionEmbedding(float* out, const float* wpe, size_t rows, int seq, in
   TB_CHECK_CUDA_LAUNCH();
 }
 
-void VocabEmbeddingBackward(float* wte_local_grad, float* wpe_grad, const float* out_grad, const int32_t* tokens,
-                            size_t rows, int seq, int channels, int vocab_begin, int vocab_rows, void* stream) {
+void VocabEmbeddingBackward(float* wte_local_grad, const float* out_grad, const int32_t* tokens, size_t rows,
+                            int channels, int vocab_begin, int vocab_rows, void* stream) {
   const size_t count = rows * channels;
   if (count == 0) return;
   VocabEmbeddingBackwardKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(
-      wte_local_grad, wpe_grad, out_grad, tokens, seq, channels, vocab_begin, vocab_rows, count);
+      wte_local_grad, out_grad, tokens, channels, vocab_begin, vocab_rows, count);
   TB_CHECK_CUDA_LAUNCH();
 }
 
@@ -191,12 +189,12 @@ void VocabParallelRowSums(float* sums, float* target_logits, const float* logits
 void VocabParallelLossAndGradient(Bf16* logits_grad, float* row_losses, float* loss, const float* logits,
                                   const float* row_max, const float* sums, const float* target_logits,
                                   const int32_t* targets, size_t rows, int vocab_rows, int used, int vocab_begin,
-                                  void* stream) {
+                                  float gradient_scale, void* stream) {
   if (rows == 0) return;
-  const float inverse_rows = 1.0f / static_cast<float>(rows);
+  const float scale_over_rows = gradient_scale / static_cast<float>(rows);
   LossAndGradientKernel<<<RowBlocks(rows), kThreadsPerBlock, 0, AsStream(stream)>>>(
       logits_grad, row_losses, logits, row_max, sums, target_logits, targets, vocab_rows, used, vocab_begin,
-      inverse_rows);
+      scale_over_rows);
   TB_CHECK_CUDA_LAUNCH();
   MeanLossKernel<<<1, kThreadsPerBlock, 0, AsStream(stream)>>>(loss, row_losses, rows);
   TB_CHECK_CUDA_LAUNCH();

@@ -23,10 +23,11 @@ void VocabEmbeddingForward(float* out, const int32_t* tokens, const float* wte_l
                            int vocab_begin, int vocab_rows, void* stream);
 // out (B, S, C) += wpe[s] (S = seq): the replicated position embedding, added after the all-reduce.
 void AddPositionEmbedding(float* out, const float* wpe, size_t rows, int seq, int channels, void* stream);
-// wte_local_grad (Vl, C) accumulates out_grad (N, C) at the rows of the tokens this rank holds, wpe_grad (S, C) at
-// every position; atomics, so the order of the adds into a repeated row varies from run to run.
-void VocabEmbeddingBackward(float* wte_local_grad, float* wpe_grad, const float* out_grad, const int32_t* tokens,
-                            size_t rows, int seq, int channels, int vocab_begin, int vocab_rows, void* stream);
+// wte_local_grad (Vl, C) += out_grad (N, C) at the rows of the tokens this rank holds (always added: the LM head's
+// GEMM writes it first); atomics, so the order of the adds into a repeated row varies from run to run. wpe's
+// gradient is kernels.h's PositionEmbeddingBackward.
+void VocabEmbeddingBackward(float* wte_local_grad, const float* out_grad, const int32_t* tokens, size_t rows,
+                            int channels, int vocab_begin, int vocab_rows, void* stream);
 
 // out (N, C) = (residual + bias) + partial, with partial the all-reduced product of a row-parallel layer and bias (C)
 // its replicated bias. out may alias residual or partial.
@@ -43,10 +44,10 @@ void VocabParallelRowSums(float* sums, float* target_logits, const float* logits
                           void* stream);
 // Stage 3, after sums and target_logits are the group's: row_losses (N) = log(sum) + max − target logit, loss (1) =
 // their mean (summed in double, in one block: the same on every run), and logits_grad (N, vocab_rows) bf16 =
-// (softmax − onehot(target)) / N over the used columns, 0 in the padding columns.
+// gradient_scale · (softmax − onehot(target)) / N over the used columns, 0 in the padding columns.
 void VocabParallelLossAndGradient(Bf16* logits_grad, float* row_losses, float* loss, const float* logits,
                                   const float* row_max, const float* sums, const float* target_logits,
                                   const int32_t* targets, size_t rows, int vocab_rows, int used, int vocab_begin,
-                                  void* stream);
+                                  float gradient_scale, void* stream);
 
 }  // namespace tb::gpu

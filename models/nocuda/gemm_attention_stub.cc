@@ -21,13 +21,17 @@ void Gemm::LinearForwardFloat(float*, const float*, const Bf16*, const Bf16*, co
   ThrowBuiltWithoutCuda("Gemm::LinearForwardFloat");
 }
 
-void Gemm::LinearBackwardInput(Bf16*, const Bf16*, const Bf16*, const Bf16*, size_t, int, int) {
+bool Gemm::LinearBackwardInput(Bf16*, const Bf16*, const Bf16*, const Bf16*, size_t, int, int, float*) {
   ThrowBuiltWithoutCuda("Gemm::LinearBackwardInput");
 }
 
-void Gemm::LinearBackwardWeights(float*, float*, const Bf16*, const Bf16*, size_t, int, int) {
+void Gemm::LinearBackwardWeights(float*, float*, const Bf16*, const Bf16*, size_t, int, int, GradientWrite) {
   ThrowBuiltWithoutCuda("Gemm::LinearBackwardWeights");
 }
+
+void Gemm::set_fused_bias_gradients(bool) { ThrowBuiltWithoutCuda("Gemm::set_fused_bias_gradients"); }
+
+size_t Gemm::fused_bias_gradients() const { ThrowBuiltWithoutCuda("Gemm::fused_bias_gradients"); }
 
 std::unique_ptr<Attention> MakeCudnnAttention(int, int, int, int, void*, int) {
   ThrowBuiltWithoutCuda("MakeCudnnAttention");

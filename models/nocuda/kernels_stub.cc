@@ -10,8 +10,12 @@ void EncoderForward(float*, const int32_t*, const float*, const float*, int, int
   ThrowBuiltWithoutCuda("EncoderForward");
 }
 
-void EncoderBackward(float*, float*, const float*, const int32_t*, int, int, int, void*) {
+void EncoderBackward(float*, float*, const float*, const int32_t*, int, int, int, int, GradientWrite, void*) {
   ThrowBuiltWithoutCuda("EncoderBackward");
+}
+
+void PositionEmbeddingBackward(float*, const float*, int, int, int, int, GradientWrite, void*) {
+  ThrowBuiltWithoutCuda("PositionEmbeddingBackward");
 }
 
 void LayerNormForward(float*, float*, float*, const float*, const float*, const float*, size_t, int, void*) {
@@ -22,19 +26,19 @@ void LayerNormForward(Bf16*, float*, float*, const float*, const float*, const f
   ThrowBuiltWithoutCuda("LayerNormForward");
 }
 
-void LayerNormBackward(float*, float*, float*, const float*, const float*, const float*, const float*,
-                       const float*, size_t, int, float*, void*) {
+void LayerNormBackward(float*, Bf16*, float*, float*, const float*, const float*, const float*, const float*,
+                       const float*, size_t, int, GradientWrite, float*, void*) {
   ThrowBuiltWithoutCuda("LayerNormBackward");
 }
 
-void LayerNormBackward(float*, float*, float*, const Bf16*, const float*, const float*, const float*, const float*,
-                       size_t, int, float*, void*) {
+void LayerNormBackward(float*, Bf16*, float*, float*, const Bf16*, const float*, const float*, const float*,
+                       const float*, size_t, int, GradientWrite, float*, void*) {
   ThrowBuiltWithoutCuda("LayerNormBackward");
 }
 
 size_t LayerNormBackwardScratchFloats(size_t, int) { ThrowBuiltWithoutCuda("LayerNormBackwardScratchFloats"); }
 
-void ColumnSum(float*, const Bf16*, size_t, int, float*, void*) { ThrowBuiltWithoutCuda("ColumnSum"); }
+void ColumnSum(float*, const Bf16*, size_t, int, GradientWrite, float*, void*) { ThrowBuiltWithoutCuda("ColumnSum"); }
 
 size_t ColumnSumScratchFloats(size_t, int) { ThrowBuiltWithoutCuda("ColumnSumScratchFloats"); }
 
@@ -46,15 +50,24 @@ void ResidualAdd(float*, const float*, const float*, size_t, void*) { ThrowBuilt
 
 void CastToBf16(Bf16*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("CastToBf16"); }
 
-void CrossEntropyForwardBackward(Bf16*, float*, float*, const float*, const int32_t*, size_t, int, int, void*) {
+void CrossEntropyForwardBackward(Bf16*, float*, float*, const float*, const int32_t*, size_t, int, int, float,
+                                 void*) {
   ThrowBuiltWithoutCuda("CrossEntropyForwardBackward");
 }
 
-void CrossEntropyForwardBackward(float*, float*, float*, const float*, const int32_t*, size_t, int, int, void*) {
+void CrossEntropyForwardBackward(float*, float*, float*, const float*, const int32_t*, size_t, int, int, float,
+                                 void*) {
   ThrowBuiltWithoutCuda("CrossEntropyForwardBackward");
 }
 
-void AdamWUpdate(float*, const float*, float*, float*, size_t, const AdamWConfig&, float, int64_t, void*, Bf16*) {
+bool CrossEntropyReadsLogitsOnce(int) { ThrowBuiltWithoutCuda("CrossEntropyReadsLogitsOnce"); }
+
+// Never constructed: the constructor throws before its members would be.
+AdamWPlan::AdamWPlan(const std::vector<AdamWRange>&, size_t) : ranges_(0), blocks_(0), table_(0) {
+  ThrowBuiltWithoutCuda("AdamWPlan");
+}
+
+void AdamWUpdate(float*, const float*, float*, float*, const AdamWPlan&, const AdamWConfig&, int64_t, void*, Bf16*) {
   ThrowBuiltWithoutCuda("AdamWUpdate");
 }
 
@@ -66,8 +79,6 @@ DeviceMemory::~DeviceMemory() = default;
 DeviceMemory::DeviceMemory(DeviceMemory&&) noexcept = default;
 
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&&) noexcept = default;
-
-
 
 void SynchronizeDevice() { ThrowBuiltWithoutCuda("SynchronizeDevice"); }
 
