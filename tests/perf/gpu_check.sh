@@ -11,6 +11,16 @@
 #            read-back verification), then resuming from the newest checkpoint                        ≤ 200 s
 #   emulate  --emulate-pcie on every GPU of the node (2 or more; one GPU: skipped, with the reason): all_reduce
 #            on NVLink, then emulated; NCCL's transports (NCCL_DEBUG=INFO) and the report's label        ≤ 300 s
+# Parts for what changed since 2026-12-04 and never ran on a GPU (issue 37; each prints a heading, its figures and
+# "PART NAME: PASS|FAIL|SKIPPED (reason)"; README "gpu_check.sh" gives each one's budget):
+#   parallel zero1 and fsdp on the CUDA model against dp (losses); tensor parallel: train --tensor-parallel 2 with 2
+#            GPUs, else the CUDA tensor-parallel model as threads on one GPU (gpu_tests CudaTensorParallel.*)    ≤ 270 s
+#   fence    an async checkpoint's deferred-snapshot fence (BeforeUpdate) before the next optimizer step        ≤ 90 s
+#   probe    the cross-node link probe's device path: needs ranks on 2 or more hosts; SKIPPED on one host        0 s
+#   optimes  train --op-times, its table (SKIPPED while train --help lacks the flag)                           ≤ 90 s
+#   ncu      Nsight Compute on one training step of a 2-layer gpt2-124m: trainbench's own kernels (the
+#            non-GEMM, memory-bound ones), duration and DRAM throughput % of peak (SKIPPED without ncu)      ≤ 180 s
+#   peer     tests/perf/gpu_vs_pytorch.sh --rounds 1: trainbench against PyTorch eager and compiled           ≤ 280 s
 #
 # Training steps also check the first step's loss: ≈ ln V for random tokens at GPT-2's initialisation.
 # Exit status: 0 when every step passed, 1 when one failed, 2 on a usage error.
@@ -19,8 +29,10 @@
 #   tests/perf/gpu_check.sh .gpu.tar.gz OUT_DIR tests|train|cublas|io|emulate   # on the GPU host, one part per call
 # BUNDLE is the packed folder or its .tar.gz (unpacked into a scratch folder first).
 set -uo pipefail
-usage() { echo "usage: tests/perf/gpu_check.sh BUNDLE_DIR|BUNDLE.tar.gz OUT_DIR tests|train|cublas|io|emulate" >&2; exit 2; }
-[[ $# -eq 3 && $3 =~ ^(tests|train|cublas|io|emulate)$ ]] || usage
+parts='tests|train|cublas|io|emulate|parallel|fence|probe|optimes|ncu|peer'
+usage() { echo "usage: tests/perf/gpu_check.sh BUNDLE_DIR|BUNDLE.tar.gz OUT_DIR $parts" >&2; exit 2; }
+[[ $# -eq 3 && $3 =~ ^($parts)$ ]] || usage
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)  # gpu_vs_pytorch.sh and pytorch_gpt2.py sit beside this script
 bundle=$(realpath "$1") out=$(realpath -m "$2") part=$3
 scratch=$(mktemp -d)
 if [[ -f $bundle ]]; then
@@ -121,6 +133,222 @@ train() {  # train NAME SECONDS ARGS...: one training run on one GPU, with its r
     check_first_loss "$name" 50257  # GPT-2's vocabulary, both presets
 }
 
+# --- Parts for what changed since 2026-12-04 (issue 37) ------------------------------------------------------------
+# Each begins with part_begin (a heading) and ends with part_end (PASS when none of its steps failed, else FAIL;
+# SKIPPED with the reason when the host lacks what it needs). Reports are read with the host's python3 and h5py.
+python=${TB_CHECK_PYTHON:-python3}
+part_failures_before=0
+part_begin() {  # part_begin TEXT
+  part_failures_before=$failures
+  printf '\n## part %s: %s\n' "$part" "$1" | tee -a "$log"
+}
+part_end() {  # part_end [SKIPPED REASON]
+  if [[ $# -gt 0 ]]; then echo "PART $part: SKIPPED ($1)" | tee -a "$log"
+  elif [[ $failures -eq $part_failures_before ]]; then echo "PART $part: PASS" | tee -a "$log"
+  else echo "PART $part: FAIL ($((failures - part_failures_before)) failed)" | tee -a "$log"; fi
+}
+gpu_count() { nvidia-smi -L 2>/dev/null | grep -c '^GPU '; }
+
+# compare_losses NAME REFERENCE TOLERANCE: every step's loss (rank 0, from the reports) within TOLERANCE x the
+# reference's: the same weights and tokens must train the same whatever the mode shards.
+compare_losses() {
+  local text
+  if text=$("$python" - "$out/$1.h5" "$out/$2.h5" "$3" <<'EOF' 2>&1
+import sys, h5py
+def losses(path):
+    with h5py.File(path, "r") as f:
+        rows = f["train/k1/steps"][:]
+    return {int(r["step"]): float(r["loss"]) for r in rows if int(r["rank"]) == 0}
+mode, ref, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+if sorted(mode) != sorted(ref) or not ref:
+    sys.exit(f"steps differ: {sorted(mode)} against {sorted(ref)}")
+worst = max(abs(mode[s] - ref[s]) / abs(ref[s]) for s in ref)
+print(" ".join(f"{mode[s]:.5f}/{ref[s]:.5f}" for s in sorted(ref)) + f"; largest relative difference {worst:.2e}")
+sys.exit(0 if worst <= tol else 1)
+EOF
+  ); then verdict "$1 losses" "ok (against $2 within $3: $text)"
+  else verdict "$1 losses" "FAILED: against $2, tolerance $3: $text"; fi
+}
+
+part_parallel() {
+  part_begin "zero1, fsdp and tensor parallel on the CUDA model (train --backend cuda; losses against dp)"
+  local gpus common=(--model gpt2-124m --micro-batch 8 --warmup-steps 1 --steps 5 --lr 1e-3)
+  gpus=$(gpu_count)
+  # One rank: zero1 and fsdp shard over one rank, so every step's loss must be dp's (the learning rate makes the
+  # optimizer's updates show in the losses within 6 steps).
+  train par_dp 60 "${common[@]}"
+  train par_zero1 60 "${common[@]}" --parallel zero1 && compare_losses par_zero1 par_dp 1e-4
+  train par_fsdp 60 "${common[@]}" --parallel fsdp && compare_losses par_fsdp par_dp 1e-4
+  if [[ $gpus -ge 2 ]]; then  # across 2 GPUs: NCCL between devices, and tensor parallel through train
+    for mode in dp zero1 fsdp; do
+      step "par_${mode}_2gpu" 90 mpirun -np 2 --bind-to none trainbench train --backend cuda "${common[@]}" \
+        --parallel "$mode" -o "$out/par_${mode}_2gpu.h5" && check_first_loss "par_${mode}_2gpu" 50257
+    done
+    compare_losses par_zero1_2gpu par_dp_2gpu 1e-4
+    compare_losses par_fsdp_2gpu par_dp_2gpu 1e-4
+    # A tensor-parallel group of 2 reads the tokens of data-parallel rank 0: the one-rank run's.
+    step par_tp2 90 mpirun -np 2 --bind-to none trainbench train --backend cuda "${common[@]}" --tensor-parallel 2 \
+      -o "$out/par_tp2.h5" && check_first_loss par_tp2 50257 && compare_losses par_tp2 par_dp 2e-3
+  else
+    verdict "par_2gpu" "skipped: $gpus GPU(s): train puts one rank on each GPU (two ranks on one GPU are refused), so zero1, fsdp and tensor parallel across GPUs need 2"
+    # The CUDA tensor-parallel model as threads sharing this GPU, T = 1, 2, 4, against the CPU reference and the
+    # full model (tests/gpu_tp_transformer_test.cc).
+    step par_tp_threads 90 gpu_tests --gtest_color=no --gtest_filter='CudaTensorParallel.*' \
+      --gtest_output="xml:$out/par_tp_threads.xml"
+    grep -E '^\[ +(OK|FAILED|SKIPPED) +\]' "$scratch/par_tp_threads.out" | tee -a "$log"
+  fi
+  part_end
+}
+
+# The deferred snapshot's fence (src/storage/checkpoint.h BeforeUpdate, before the optimizer step after an async
+# checkpoint): on a GPU the state is device memory, copied at Save(), so the fence has nothing to wait for. The
+# 2026-12-04 run measured 3.9 ms there before the fix that makes it wait only for a block of host state.
+check_fence() {  # check_fence NAME
+  local text
+  if text=$("$python" - "$out/$1.h5" <<'EOF' 2>&1
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    steps = {int(r["step"]): r for r in f["train/k1/steps"][:] if int(r["rank"]) == 0}
+    checkpoints = [r for r in f["io/k1/checkpoints"][:] if int(r["rank"]) == 0]
+fences = []
+print(f"{'checkpoint':>10} {'save stall ms':>14} {'fence stall ms':>15} {'write s':>8} {'copy s':>7}")
+for c in checkpoints:
+    s = int(c["step"])  # steps completed: saved at the end of step s-1, fenced before step s's optimizer
+    save = steps[s - 1]["checkpoint_stall_s"] * 1e3 if s - 1 in steps else float("nan")
+    fence = steps[s]["checkpoint_stall_s"] * 1e3 if s in steps else None
+    if fence is not None:
+        fences.append(fence)
+    print(f"{s:>10} {save:>14.3f} {'(last)' if fence is None else f'{fence:.3f}':>15} "
+          f"{float(c['write_s']):>8.3f} {float(c['copy_s']):>7.3f}")
+if not fences:
+    sys.exit("no step after a checkpoint: nothing fenced")
+print(f"largest fence stall {max(fences):.3f} ms (limit 1 ms; 3.9 ms on 2026-12-04 before the fix)")
+sys.exit(0 if max(fences) <= 1.0 else 1)
+EOF
+  ); then echo "$text" | tee -a "$log"; verdict "$1 fence" "ok ($(tail -n1 <<<"$text"))"
+  else echo "$text" | tee -a "$log"; verdict "$1 fence" "FAILED: $(tail -n1 <<<"$text")"; fi
+}
+
+part_fence() {
+  part_begin "the async checkpoint's deferred-snapshot fence before the next optimizer step"
+  # Checkpoints after 3, 6 and 9 steps (the warm-up step counts): each fenced in the step after it.
+  train fence_async 90 --model gpt2-124m --micro-batch 8 --warmup-steps 1 --steps 9 --checkpoint-mode async \
+    --checkpoint-dir "$scratch/ckpt_fence" --checkpoint-every 3 --checkpoint-verify && check_fence fence_async
+  part_end
+}
+
+part_probe() {
+  part_begin "the cross-node link probe's device path (collectives/link_probe.cc over NCCL)"
+  # train probes only when its ranks span nodes (MPI_COMM_TYPE_SHARED: one node per host), each rank on a GPU of its
+  # own; one lent machine is one node, and trainbench has no way to place its ranks on separate nodes of one host.
+  part_end "the probe runs only across nodes and this is 1 host with $(gpu_count) GPU(s); its MPI path is tested by link_probe_mpi_test"
+}
+
+part_optimes() {
+  part_begin "train --op-times: time per operation of a gpt2-124m step"
+  if ! "$bundle/run" trainbench train --help 2>&1 | grep -c -- '--op-times' >/dev/null; then
+    part_end "this trainbench's train --help has no --op-times"
+    return
+  fi
+  train optimes 90 --model gpt2-124m --micro-batch 16 --warmup-steps 2 --steps 5 --op-times
+  # The table: everything train printed but the per-step lines.
+  grep -v -E '^step +[0-9]+' "$scratch/optimes.out" | tee -a "$log"
+  part_end
+}
+
+# The memory-bound kernels of one training step under Nsight Compute: trainbench's own kernels (named ...Kernel by
+# the house style: LayerNorm, GELU, residual, cross-entropy, AdamW, casts; the GEMMs are cuBLASLt's and the attention
+# cuDNN's, both left out), a 2-layer gpt2-124m at micro-batch 8 x 1024, one step. SpeedOfLight gives duration, DRAM
+# throughput % of peak and SM throughput %; dram bytes give the rate. --clock-control none leaves the GPU's clocks
+# as they are (ncu would lock them to base otherwise).
+part_ncu() {
+  part_begin "Nsight Compute: trainbench's own (memory-bound) kernels in one training step"
+  local ncu candidate
+  ncu=$(command -v ncu)
+  for candidate in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+    [[ -z $ncu && -x $candidate ]] && ncu=$candidate
+  done
+  if [[ ! -x $ncu ]]; then part_end "no ncu on this host"; return; fi
+  echo "# $("$ncu" --version 2>&1 | tail -n1)" | tee -a "$log"
+  echo "=== ncu_step: $ncu ... trainbench train (limit 150s)" >>"$log"
+  local start=$SECONDS
+  timeout 150 "$ncu" --clock-control none --target-processes all --kernel-name regex:Kernel --launch-count 400 \
+    --section SpeedOfLight --metrics dram__bytes_read.sum,dram__bytes_write.sum --force-overwrite \
+    --export "$out/ncu_step" "$bundle/run" trainbench train --backend cuda --model gpt2-124m --layers 2 \
+    --micro-batch 8 --warmup-steps 0 --steps 1 -o "$out/ncu_train.h5" >"$scratch/ncu_step.out" 2>&1
+  local rc=$?
+  cat "$scratch/ncu_step.out" >>"$log"
+  if [[ $rc -ne 0 || ! -f $out/ncu_step.ncu-rep ]]; then
+    verdict ncu_step "FAILED: exit $rc after $((SECONDS - start)) s: $(grep -m1 -E '==ERROR==|error' "$scratch/ncu_step.out")"
+    part_end
+    return
+  fi
+  verdict ncu_step "ok ($((SECONDS - start)) s)"
+  "$ncu" --import "$out/ncu_step.ncu-rep" --csv --page raw --print-units base >"$scratch/ncu_raw.csv" 2>&1
+  local table
+  if table=$("$python" - "$scratch/ncu_raw.csv" <<'EOF' 2>&1
+import csv, re, sys
+rows = list(csv.reader(open(sys.argv[1])))
+start = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if start is None:
+    sys.exit("no 'Kernel Name' column in ncu's CSV: " + " | ".join(",".join(r)[:200] for r in rows[:3]))
+head, data = rows[start], [r for r in rows[start + 2:] if len(r) == len(rows[start])]  # row start+1: units
+col = {name: head.index(name) for name in head}
+def value(r, name):
+    try:
+        return float(r[col[name]].replace(",", "")) if name in col else float("nan")
+    except ValueError:
+        return float("nan")
+kernels = {}
+for r in data:
+    # "void tb::gpu::(anonymous namespace)::LayerNormForwardKernel<__nv_bfloat16>(float*, ...)" -> the identifier
+    # before the parameter list (ncu may also give the bare name).
+    raw = r[col["Kernel Name"]]
+    found = re.search(r"([A-Za-z_]\w*)\s*(?:<[^()]*>)?\s*\(", raw)
+    name = found.group(1) if found else raw
+    k = kernels.setdefault(name, {"calls": 0, "ns": 0.0, "dram_pct_ns": 0.0, "sm_pct_ns": 0.0, "bytes": 0.0})
+    ns = value(r, "gpu__time_duration.sum")
+    k["calls"] += 1
+    k["ns"] += ns
+    k["dram_pct_ns"] += value(r, "dram__throughput.avg.pct_of_peak_sustained_elapsed") * ns
+    k["sm_pct_ns"] += value(r, "sm__throughput.avg.pct_of_peak_sustained_elapsed") * ns
+    k["bytes"] += value(r, "dram__bytes_read.sum") + value(r, "dram__bytes_write.sum")
+if not kernels:
+    sys.exit("no kernel rows in ncu's CSV")
+total = sum(k["ns"] for k in kernels.values())
+print(f"{'kernel':<40} {'calls':>5} {'total us':>9} {'mean us':>8} {'DRAM %':>7} {'SM %':>6} {'GB/s':>7} bound")
+for name, k in sorted(kernels.items(), key=lambda kv: -kv[1]["ns"]):
+    dram, sm = k["dram_pct_ns"] / k["ns"], k["sm_pct_ns"] / k["ns"]
+    print(f"{name[:40]:<40} {k['calls']:>5} {k['ns'] / 1e3:>9.1f} {k['ns'] / k['calls'] / 1e3:>8.1f} {dram:>7.1f} "
+          f"{sm:>6.1f} {k['bytes'] / k['ns']:>7.0f} {'memory' if dram >= sm else 'compute'}")
+print(f"# {len(data)} launches of {len(kernels)} kernels, {total / 1e3:.1f} us in all; DRAM % and SM % are "
+      "time-weighted means of ncu's SpeedOfLight (% of peak sustained); GB/s = DRAM bytes read + written / duration")
+EOF
+  ); then echo "$table" | tee -a "$log"; verdict ncu_table "ok ($(tail -n1 <<<"$table" | cut -d';' -f1 | sed 's/^# //'))"
+  else echo "$table" | tee -a "$log"; head -n 5 "$scratch/ncu_raw.csv" >>"$log"; verdict ncu_table "FAILED: $(tail -n1 <<<"$table")"; fi
+  part_end
+}
+
+part_peer() {
+  part_begin "trainbench against its PyTorch peer, eager and compiled (tests/perf/gpu_vs_pytorch.sh, one round)"
+  if ! "$python" -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+    part_end "$python has no PyTorch that sees a GPU"
+    return
+  fi
+  # gpu_check_all.sh passes the seconds it has left (TB_PEER_BUDGET); runs that would not fit are skipped.
+  local budget=${TB_PEER_BUDGET:-270}
+  [[ $budget -gt 270 ]] && budget=270
+  echo "=== peer: gpu_vs_pytorch.sh --rounds 1 --budget $budget (limit $((budget + 10))s)" >>"$log"
+  local start=$SECONDS
+  timeout $((budget + 10)) "$here/gpu_vs_pytorch.sh" --rounds 1 --budget "$budget" "$bundle" "$out/peer" 2>&1 |
+    tee -a "$log"
+  local rc=${PIPESTATUS[0]}
+  if [[ $rc -eq 0 ]]; then verdict peer "ok ($((SECONDS - start)) s)"
+  else verdict peer "FAILED: exit $rc after $((SECONDS - start)) s (gpu_vs_pytorch.log in the archive)"; fi
+  part_end
+}
+# --- end of the issue-37 parts ---------------------------------------------------------------------------------------
+
 {
   echo "# gpu_check $part $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>&1
@@ -179,6 +407,12 @@ NCCL_P2P_DISABLE=0 is set in the environment; it would re-enable NVLink peer-to-
       grep -hE '^# Avg bus bandwidth' "$scratch/emulate_own.out" "$scratch/emulate_pcie.out" | tee -a "$log"
     fi
     ;;
+  parallel) part_parallel ;;
+  fence) part_fence ;;
+  probe) part_probe ;;
+  optimes) part_optimes ;;
+  ncu) part_ncu ;;
+  peer) part_peer ;;
 esac
 
 {

@@ -222,6 +222,11 @@ def device_peak(device):
     return None, name
 
 
+def dynamo_graphs():
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
+
+
 # --- one variant -------------------------------------------------------------------------------------------------
 def run_variant(args, variant, device, shape):
     layers, c, heads, vocab, positions = shape
@@ -314,10 +319,12 @@ def run_variant(args, variant, device, shape):
         "precision": "bf16 autocast, fp32 master weights" if args.precision == "bf16" else "fp32",
         "fused_adamw": fused, "init": args.init, "data": args.data, "device": device_name,
         "torch": torch.__version__,
+        # Graphs dynamo compiled so far in this process (blocks scope: 2 when one compile served every block).
+        "compiled_graphs": dynamo_graphs() if variant == "compiled" else None,
     }
     mfu = f"{result['mfu'] * 100:.1f}%" if result["mfu"] is not None else "n/a"
     print(f"# {variant}: {tokens_per_s:,.0f} tokens/s, {mean_s * 1e3:.2f} ms/step (median "
-          f"{result['ms_per_step_median']:.2f}), MFU {mfu}, loss {losses[0]:.4f} -> {losses[-1]:.4f} "
+          f"{result['ms_per_step_median']:.2f}), MFU {mfu}, {'' if result['compiled_graphs'] is None else str(result['compiled_graphs']) + ' graphs, '}loss {losses[0]:.4f} -> {losses[-1]:.4f} "
           f"(ln V {math.log(vocab):.4f}), first step {result['first_step_extra_s']:+.1f} s", flush=True)
     print("peer_result " + json.dumps(result), flush=True)
     del forward, model, optimizer, losses
