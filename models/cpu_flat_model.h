@@ -3,6 +3,7 @@
 // of the Transformer interface over them.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -40,8 +41,29 @@ class CpuFlatModel : public Transformer {
   ModelStateBytes state_bytes() const override {
     return {4.0 * params_.size(), 4.0 * grads_.size(), 4.0 * (m_.size() + v_.size())};
   }
+  void SetGradientScale(float scale) override { gradient_scale_ = scale; }
 
  protected:
+  // Backward's start: how it treats the gradients the UnitAccess hands out, for `units` units.
+  void BeginBackward(GradientWrite write, size_t units) {
+    write_ = write;
+    unit_started_.assign(units, false);
+  }
+  // Unit `unit`'s gradients (`elements` floats) from `access` for this backward. The layers accumulate into them, so
+  // Backward's kOverwrite is kept by zeroing them at the backward's first call for the unit (the embeddings are asked
+  // for twice); the CUDA model writes them instead.
+  float* BackwardGradients(UnitAccess& access, size_t unit, size_t elements) {
+    float* grads = access.Gradients(unit);
+    if (write_ == GradientWrite::kOverwrite && !unit_started_.at(unit)) std::fill(grads, grads + elements, 0.0f);
+    unit_started_.at(unit) = true;
+    return grads;
+  }
+  // d loss / d logits (count floats) times the gradient scale, unless it is 1.
+  void ScaleLossGradient(float* logits_grad, size_t count) const {
+    if (gradient_scale_ == 1.0f) return;
+    for (size_t i = 0; i < count; ++i) logits_grad[i] *= gradient_scale_;
+  }
+
   ModelConfig config_;
   std::vector<TensorSlot> layout_;
   size_t elements_;
@@ -49,6 +71,11 @@ class CpuFlatModel : public Transformer {
   std::vector<float> grads_;
   std::vector<float> m_;
   std::vector<float> v_;
+  float gradient_scale_ = 1.0f;
+
+ private:
+  GradientWrite write_ = GradientWrite::kOverwrite;
+  std::vector<bool> unit_started_;
 };
 
 }  // namespace tb

@@ -123,8 +123,8 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
   void SetBatch(const TokenBatch& batch) override;
   void Forward() override;
   float Loss() override { return loss_; }
-  void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
-  void ZeroGradients() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+  using Transformer::Backward;
+  void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
 
   // TensorParallelStats (tensor_parallel() also overrides Transformer's where the interface declares one).
@@ -162,7 +162,7 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
   }
   void Hold(size_t unit, bool gradients) {
     held_params_[unit] = Access().Parameters(unit);
-    if (gradients) held_grads_[unit] = Access().Gradients(unit);
+    if (gradients) held_grads_[unit] = BackwardGradients(Access(), unit, units_[unit].elements());
   }
   void Release(size_t unit, bool gradients) {
     if (gradients) {
@@ -371,9 +371,11 @@ float CpuTensorParallelTransformer::VocabParallelCrossEntropy() {
   return static_cast<float>(loss_sum / n);
 }
 
-void CpuTensorParallelTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready) {
+void CpuTensorParallelTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready,
+                                           GradientWrite write) {
   if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
   backward_pending_ = false;
+  BeginBackward(write, units_.size());
   auto ready = [&](size_t slot) {
     if (gradient_ready) gradient_ready(slot);
   };
@@ -414,6 +416,7 @@ void CpuTensorParallelTransformer::HeadBackward() {
     if (target >= 0 && target < used) row[target] -= 1.0f;
     for (int j = 0; j < used; ++j) row[j] *= inverse_rows;
   }
+  ScaleLossGradient(logits_.data(), n * static_cast<size_t>(used));
   if (used > 0) {
     cpu::MatmulBackward(channel_grad_.data(), G(kWteSlot), nullptr, logits_.data(), lnf_.data(), P(kWteSlot), n,
                         dims_.c, used);

@@ -73,8 +73,8 @@ class CpuTransformer : public CpuFlatModel {
   void SetBatch(const TokenBatch& batch) override;
   void Forward() override;
   float Loss() override { return loss_; }
-  void Backward(const std::function<void(size_t slot)>& gradient_ready) override;
-  void ZeroGradients() override { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+  using Transformer::Backward;
+  void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }
   const FsdpLayout& fsdp_layout() const override { return fsdp_; }
@@ -242,7 +242,7 @@ void CpuTransformer::BlockForward(int l, const float* residual, int batch, int s
   Access().ParametersDone(BlockUnit(l));
 }
 
-void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready) {
+void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) {
   // Backward turns the probabilities into their gradient in place, so it runs once per Forward.
   if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
   backward_pending_ = false;
@@ -252,16 +252,18 @@ void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_r
   const size_t n = static_cast<size_t>(batch_) * seq_;
   const int c = config_.d_model;
   UnitAccess& access = Access();
+  BeginBackward(write, units_.size());
   // Slots are reported in descending order: lnf, the blocks from last to first, wpe, and wte last.
   const float* embeddings = access.Parameters(kEmbeddingUnit);
-  float* embedding_grads = access.Gradients(kEmbeddingUnit);
+  float* embedding_grads = BackwardGradients(access, kEmbeddingUnit, units_[kEmbeddingUnit].elements());
   cpu::CrossEntropyBackward(logits_, targets_.data(), n, config_.vocab);  // logits_ now holds d loss / d logits
+  ScaleLossGradient(logits_, n * static_cast<size_t>(config_.vocab));
   cpu::MatmulBackward(channel_grad_, Tensor(embedding_grads, kWteSlot), nullptr, logits_, lnf_,
                       Tensor(embeddings, kWteSlot), n, c, config_.vocab);
   std::fill(residual_grad_, residual_grad_ + n * c, 0.0f);
   const size_t lnf_unit = FinalNormUnit(config_.layers), lnf_slot = LnfWeightSlot(config_.layers);
   const float* lnf = access.Parameters(lnf_unit);
-  float* lnf_grads = access.Gradients(lnf_unit);
+  float* lnf_grads = BackwardGradients(access, lnf_unit, units_[lnf_unit].elements());
   cpu::LayerNormBackward(residual_grad_, Tensor(lnf_grads, lnf_slot), Tensor(lnf_grads, lnf_slot + 1), channel_grad_,
                          blocks_.back().residual3, Tensor(lnf, lnf_slot), lnf_mean_, lnf_rstd_, n, c);
   ready(lnf_slot + 1);
@@ -285,7 +287,7 @@ void CpuTransformer::BlockBackward(int l, const std::function<void(size_t slot)>
   const int c = config_.d_model;
   const int hidden = config_.mlp_ratio * c;
   const float* unit = Access().Parameters(BlockUnit(l));
-  float* unit_grads = Access().Gradients(BlockUnit(l));
+  float* unit_grads = BackwardGradients(Access(), BlockUnit(l), units_[BlockUnit(l)].elements());
   auto w = [&](BlockTensor t) { return Tensor(unit, BlockSlot(l, t)); };
   auto g = [&](BlockTensor t) { return Tensor(unit_grads, BlockSlot(l, t)); };
   auto ready_pair = [&](BlockTensor weight, BlockTensor bias) {

@@ -48,13 +48,14 @@ uint64_t FsdpGatherer::working_bytes() const {
   return bytes;
 }
 
-void FsdpGatherer::BeginStep() {
+void FsdpGatherer::BeginStep(bool accumulate) {
   for (Slot& slot : grads_) {
     if (slot.op) throw std::logic_error("fsdp: a step began before the last one's Finish");
     slot.unit = -1;
   }
   cursor_ = 0;
-  timing_ = FsdpTiming{};
+  if (!accumulate) timing_ = FsdpTiming{};  // a step's micro-batches add up to its timing
+  accumulate_ = accumulate;
 }
 
 void FsdpGatherer::Poll() {
@@ -124,9 +125,30 @@ float* FsdpGatherer::Gradients(size_t unit) {
   float* whole = static_cast<float*>(slot.buffer->data());
   if (slot.unit == static_cast<long>(unit)) return whole;  // asked again in the same step (the embeddings)
   Settle(slot, timing_.gradient_wait_s);  // the unit before it in this buffer still being reduce-scattered
-  model_.ClearFloats(whole, fsdp_.shards[unit].shard.capacity);  // after that reduce-scatter, in the model's order
+  AddScattered(slot);
+  // Backward writes the unit's elements; the padding up to its capacity, reduce-scattered with them, must be zero
+  // (another unit's gradients may have been there). After that reduce-scatter, in the model's order.
+  const size_t elements = fsdp_.units[unit].elements();
+  model_.ClearFloats(whole + elements, fsdp_.shards[unit].shard.capacity - elements);
   slot.unit = static_cast<long>(unit);
   return whole;
+}
+
+float* FsdpGatherer::ScatterTarget(Slot& slot, size_t unit) {
+  const UnitShard& shard = fsdp_.shards[unit];
+  float* mine = model_.gradients() + shard.store;
+  if (!accumulate_) return mine;
+  const size_t bytes = shard.count * sizeof(float);
+  if (!slot.scratch || slot.scratch->bytes() < bytes) slot.scratch = comm_.Allocate(bytes);
+  slot.add_to = mine;
+  slot.add_count = shard.count;
+  return static_cast<float*>(slot.scratch->data());
+}
+
+void FsdpGatherer::AddScattered(Slot& slot) {
+  if (slot.add_to == nullptr) return;
+  model_.AddFloats(slot.add_to, static_cast<const float*>(slot.scratch->data()), slot.add_count);
+  slot.add_to = nullptr;
 }
 
 void FsdpGatherer::GradientsDone(size_t unit) {
@@ -134,20 +156,24 @@ void FsdpGatherer::GradientsDone(size_t unit) {
   if (slot.unit != static_cast<long>(unit)) throw std::logic_error("fsdp: unit " + std::to_string(unit) + " has no gradients");
   const UnitShard& shard = fsdp_.shards[unit];
   const float* whole = static_cast<const float*>(slot.buffer->data());
-  float* mine = model_.gradients() + shard.store;
+  float* target = ScatterTarget(slot, unit);
   timing_.scattered_bytes += shard.shard.capacity * sizeof(float);
   if (overlap_) {
-    slot.op = comm_.StartReduceScatter(whole, mine, shard.count, DataType::kFloat32, ReduceOp::kAvg, model_.stream());
+    slot.op = comm_.StartReduceScatter(whole, target, shard.count, DataType::kFloat32, ReduceOp::kAvg, model_.stream());
     return;
   }
   const double seconds = TimeCollective(
-      comm_, model_, [&] { comm_.ReduceScatter(whole, mine, shard.count, DataType::kFloat32, ReduceOp::kAvg); });
+      comm_, model_, [&] { comm_.ReduceScatter(whole, target, shard.count, DataType::kFloat32, ReduceOp::kAvg); });
   timing_.gradient_wait_s += seconds;
   timing_.comm_total_s += seconds;
+  AddScattered(slot);
 }
 
 FsdpTiming FsdpGatherer::Finish() {
-  for (Slot& slot : grads_) Settle(slot, timing_.gradient_wait_s);
+  for (Slot& slot : grads_) {
+    Settle(slot, timing_.gradient_wait_s);
+    AddScattered(slot);
+  }
   for (Slot& slot : params_) {
     if (slot.op || slot.in_use) throw std::logic_error("fsdp: a parameter gather outlived its step");
   }

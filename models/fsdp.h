@@ -45,8 +45,10 @@ class FsdpGatherer final : public UnitAccess {
   FsdpGatherer(Communicator& comm, Transformer& model, bool overlap);
   ~FsdpGatherer() override;
 
-  // Starts a step (after the last one's Finish).
-  void BeginStep();
+  // Starts a step, or one of its micro-batches under gradient accumulation (after the last one's Finish): the
+  // first writes this rank's gradient shards, later ones (accumulate) add to them (reduce-scattering into a
+  // scratch shard, added once it has arrived).
+  void BeginStep(bool accumulate = false);
   // Waits for the reduce-scatters still in flight; returns the step's timing.
   FsdpTiming Finish();
   // The host time waited so far in this step (gathers and gradient buffers): what a phase timed around the model's
@@ -66,7 +68,17 @@ class FsdpGatherer final : public UnitAccess {
     long unit = -1;                  // the unit it holds (or is receiving); -1: free
     std::unique_ptr<PendingOp> op;   // its all-gather, or its reduce-scatter, in flight
     bool in_use = false;             // parameters handed out and not yet done
+    // Accumulating gradients: the reduce-scatter lands in `scratch` and is added to `add_to` (count floats) when
+    // settled.
+    std::unique_ptr<CommBuffer> scratch;
+    float* add_to = nullptr;
+    size_t add_count = 0;
   };
+  // Where unit `unit`'s reduce-scatter of `slot` lands: this rank's gradient shard, or the slot's scratch when
+  // accumulating.
+  float* ScatterTarget(Slot& slot, size_t unit);
+  // Adds a settled slot's scratch into its shard (accumulating).
+  void AddScattered(Slot& slot);
   size_t SlotOf(size_t unit) const;
   void StartGather(size_t unit);
   // Waits for `slot`'s operation, adding the wait to `wait_s`.
@@ -81,6 +93,7 @@ class FsdpGatherer final : public UnitAccess {
   size_t cursor_ = 0;          // order_'s next unit
   std::vector<Slot> params_;   // embeddings, final LayerNorm, block roles 0 and 1
   std::vector<Slot> grads_;
+  bool accumulate_ = false;
   FsdpTiming timing_;
 };
 

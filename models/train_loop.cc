@@ -37,6 +37,34 @@ void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int v
 
 namespace {
 
+// What each mark of the step's PhaseClock ends: the interval since the mark before it is that phase's.
+enum class Phase { kStart, kH2d, kForward, kBackward, kExposed, kOptimizer, kGather };
+
+// The step's clock with each mark's phase, so that micro-batches and modes add up their intervals by phase.
+class PhaseMarks {
+ public:
+  explicit PhaseMarks(PhaseClock& clock) : clock_(clock) {}
+  void Mark(Phase phase) {
+    clock_.Mark();
+    phases_.push_back(phase);
+  }
+  // Waits for the last mark; the seconds per phase since the last call (kStart's: the gaps between micro-batches,
+  // where the host fetched the next batch, timed as data_wait instead).
+  std::vector<double> Take() {
+    const std::vector<double> intervals = clock_.Intervals();
+    std::vector<double> seconds(static_cast<size_t>(Phase::kGather) + 1, 0.0);
+    for (size_t i = 0; i < intervals.size(); ++i) seconds[static_cast<size_t>(phases_.at(i + 1))] += intervals[i];
+    phases_.clear();
+    return seconds;
+  }
+
+ private:
+  PhaseClock& clock_;
+  std::vector<Phase> phases_;
+};
+
+double Of(const std::vector<double>& seconds, Phase phase) { return seconds[static_cast<size_t>(phase)]; }
+
 // The optimizer step, after the before_optimizer hook; the hook's seconds go to r.checkpoint_stall_s (TakePhases
 // takes them out of the optimizer's interval, which holds them).
 void OptimizerStep(Transformer& model, const TrainLoopOptions& o, int step, StepRecord& r) {
@@ -48,25 +76,11 @@ void OptimizerStep(Transformer& model, const TrainLoopOptions& o, int step, Step
   model.AdamWStep(o.adamw, step + 1);
 }
 
-// Backward (calling `ready` as each tensor's gradient is final), `finish()` (the wait for what backward left in flight:
-// comm_exposed) and AdamW, the clock marked after each; returns what finish returned.
-template <typename Finish>
-auto BackwardThenOptimizer(Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock, StepRecord& r,
-                           const std::function<void(size_t)>& ready, const Finish& finish) {
-  model.Backward(ready);
-  clock.Mark();  // backward
-  auto result = finish();
-  clock.Mark();  // comm_exposed
-  OptimizerStep(model, o, step, r);
-  clock.Mark();  // optimizer
-  return result;
-}
-
-// ZeRO-1 after backward: the gradients reduce-scattered (averaged) in place, so that this rank holds its shard's
-// (NCCL's in-place layout: rank r's block at r x shard), AdamW on the shard, and the updated shard all-gathered in
-// place into every rank's parameters. Marks the clock after the reduce-scatter (comm_exposed), the optimizer, and
-// the all-gather; returns the two collectives' seconds.
-double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock,
+// ZeRO-1 after the last backward: the gradients reduce-scattered (averaged) in place, so that this rank holds its
+// shard's (NCCL's in-place layout: rank r's block at r x shard), AdamW on the shard, and the updated shard all-gathered
+// in place into every rank's parameters. Marks the reduce-scatter (exposed), the optimizer, and the all-gather
+// (gather); returns the two collectives' seconds.
+double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOptions& o, int step, PhaseMarks& marks,
                    StepRecord& r) {
   const OptimizerShard& shard = model.optimizer_shard();
   const size_t count = shard.capacity / static_cast<size_t>(comm.size());
@@ -76,48 +90,14 @@ double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOption
   double seconds = TimeCollective(comm, model, [&] {
     comm.ReduceScatter(grads, grads + own, count, DataType::kFloat32, ReduceOp::kAvg);
   });
-  clock.Mark();  // comm_exposed: the reduce-scatter
+  marks.Mark(Phase::kExposed);
   OptimizerStep(model, o, step, r);
-  clock.Mark();  // optimizer
+  marks.Mark(Phase::kOptimizer);
   seconds += TimeCollective(comm, model, [&] { comm.AllGather(params + own, params, count, DataType::kFloat32); });
   model.ParametersChanged();
-  clock.Mark();  // comm_exposed: the all-gather
+  marks.Mark(Phase::kGather);
   r.reduce_scatter_bytes = r.all_gather_bytes = shard.capacity * sizeof(float);
   return seconds;
-}
-
-// FSDP from forward's end on: backward with the gatherer's re-gathers and reduce-scatters, the wait for the last
-// reduce-scatters, AdamW on the shards; marks the clock after backward, the wait (comm_exposed) and the optimizer.
-// Returns the host seconds backward waited for the gatherer.
-double FsdpStep(FsdpGatherer& gatherer, Transformer& model, const TrainLoopOptions& o, int step, PhaseClock& clock,
-                StepRecord& r) {
-  const double forward_waits = gatherer.waited_s();
-  double backward_waits = 0;
-  const FsdpTiming timing = BackwardThenOptimizer(model, o, step, clock, r, [](size_t) {}, [&] {
-    backward_waits = gatherer.waited_s() - forward_waits;
-    return gatherer.Finish();  // the last reduce-scatters
-  });
-  r.comm_total_s = timing.comm_total_s;
-  r.comm_gather_exposed_s = timing.gather_wait_s;
-  r.reduce_scatter_bytes = timing.scattered_bytes;
-  r.all_gather_bytes = timing.gathered_bytes;
-  return backward_waits;
-}
-
-// Data parallel from backward on: the buckets all-reduced as their gradients become final, the wait for the rest,
-// AdamW; marks the clock after backward, the wait (comm_exposed) and the optimizer, and sets r's comm times.
-void DataParallelStep(BucketedAllReduce& reducer, Transformer& model, const TrainLoopOptions& o, int step,
-                      PhaseClock& clock, StepRecord& r) {
-  reducer.Begin();
-  // Finish waits on the host for every bucket, so the optimizer issued next reads reduced gradients; on a device the
-  // mark after it lands when the last bucket is done, and the interval is what backward did not hide.
-  const BucketTiming comm_timing = BackwardThenOptimizer(
-      model, o, step, clock, r, [&](size_t slot) { reducer.TensorReady(slot, model.stream()); },
-      [&] { return reducer.Finish(model.stream()); });
-  r.comm_total_s = comm_timing.comm_total_s;
-  r.comm_intra_s = comm_timing.comm_intra_s;
-  r.comm_inter_s = comm_timing.comm_inter_s;
-  r.allreduce_bytes = comm_timing.bytes;
 }
 
 // Throws unless the model holds this rank's ZeRO-1 shard of its elements.
@@ -129,20 +109,23 @@ void CheckZeroOneShard(const Communicator& comm, const Transformer& model) {
   }
 }
 
-// The step's communication from the end of forward to the optimizer, in the loop's mode: the host seconds forward and
-// backward waited inside the model for communication (fsdp's gatherer, tensor parallel's activation all-reduces).
-struct ModeStep {
-  double forward_waits_s = 0;
-  double backward_waits_s = 0;
+// The host seconds forward and backward waited inside the model for communication (fsdp's gatherer, tensor
+// parallel's activation all-reduces): exposed communication, not compute.
+struct ModeWaits {
+  double forward_s = 0;
+  double backward_s = 0;
 };
 
-// One rank's training steps, each read top to bottom in Run.
+// One rank's training steps, each read top to bottom in Run: grad_accum micro-batches of forward and backward (the
+// gradients written by the first, added by the others), the mode's gradient sync, AdamW.
 class TrainingSteps {
  public:
   TrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o)
-      : comm_(comm), model_(model), o_(o), clock_(model.MakePhaseClock()) {
+      : comm_(comm), model_(model), o_(o), clock_(model.MakePhaseClock()), marks_(*clock_) {
+    if (o.grad_accum < 1) throw std::logic_error("grad_accum must be at least 1");
     if (o.parallel == ParallelMode::kZero1) CheckZeroOneShard(comm, model);
-    if (o.parallel == ParallelMode::kDp) {
+    // One data-parallel rank has nothing to synchronise: no buckets (NCCL would still copy every gradient).
+    if (o.parallel == ParallelMode::kDp && comm.size() > 1) {
       reducer_ = std::make_unique<BucketedAllReduce>(comm, model.gradients(), DataType::kFloat32,
                                                      GradientTensors(model.layout()),
                                                      static_cast<size_t>(o.bucket_mb * 1024 * 1024), o.overlap);
@@ -150,6 +133,8 @@ class TrainingSteps {
       gatherer_ = std::make_unique<FsdpGatherer>(comm, model, o.overlap);
     }
     if (o.working_bytes) *o.working_bytes = gatherer_ ? gatherer_->working_bytes() : 0;
+    // The step's gradient is that of the mean loss over its micro-batches.
+    model.SetGradientScale(1.0f / static_cast<float>(o.grad_accum));
   }
 
   StepRecord Run(int step) {
@@ -158,21 +143,19 @@ class TrainingSteps {
     r.warmup = step < o_.warmup_steps;
     r.checkpoint_writing = o_.checkpoint_writing && o_.checkpoint_writing();
     const double step_start = NowSeconds();
-    const TokenBatch& batch = FetchBatch(step, r);
-    r.data_wait_s = NowSeconds() - step_start;
-    clock_->Mark();
-    model_.SetBatch(batch);
-    clock_->Mark();  // h2d
-    model_.ZeroGradients();
-    if (gatherer_) gatherer_->BeginStep();
-    model_.Forward();
-    clock_->Mark();  // forward
-    const ActivationComm forward_activations = model_.TakeActivationComm();
-    ModeStep waits = BackwardToOptimizer(step, r);
-    waits.forward_waits_s += forward_activations.seconds;
-    AddActivations(forward_activations, r);
+    ModeWaits waits;
+    double loss_sum = 0;
+    for (int micro = 0; micro < o_.grad_accum; ++micro) {
+      const TokenBatch& batch = FetchBatch(step, micro, r);
+      if (micro == 0) marks_.Mark(Phase::kStart);
+      model_.SetBatch(batch);
+      marks_.Mark(Phase::kH2d);
+      if (micro > 0) loss_sum += model_.Loss();  // the last micro-batch's, done by now: Forward overwrites it
+      MicroBatch(micro, waits, r);
+    }
+    SyncAndUpdate(step, r);
     TakePhases(waits, r);
-    r.loss = model_.Loss();
+    r.loss = (loss_sum + model_.Loss()) / o_.grad_accum;
     if (o_.in_each_step) o_.in_each_step();
     if (o_.checkpoint) {
       const double checkpoint_start = NowSeconds();
@@ -180,52 +163,101 @@ class TrainingSteps {
       r.checkpoint_stall_s += NowSeconds() - checkpoint_start;  // beside the fence before the optimizer
     }
     r.step_s = NowSeconds() - step_start;
-    r.tokens = static_cast<int64_t>(o_.micro_batch) * o_.seq / model_.tensor_parallel();
+    r.tokens = static_cast<int64_t>(o_.micro_batch) * o_.grad_accum * o_.seq / model_.tensor_parallel();
     return r;
   }
 
  private:
-  // The step's batch, from the loader or made on demand (its making is the wait).
-  const TokenBatch& FetchBatch(int step, StepRecord& r) {
+  bool last(int micro) const { return micro + 1 == o_.grad_accum; }
+
+  // The micro-batch's batch, from the loader or made on demand (its making is the wait). Synthetic tokens: the step's
+  // micro-batches are consecutive slices of one batch of grad_accum x micro_batch sequences, so that a step sees the
+  // same tokens whatever the split.
+  const TokenBatch& FetchBatch(int step, int micro, StepRecord& r) {
+    const double start = NowSeconds();
     StepBatch batch;
     if (o_.next_batch) {
       batch = o_.next_batch(step);
     } else {
-      SyntheticBatch(o_.data_seed, comm_.rank(), step, o_.micro_batch, o_.seq, model_.config().vocab, inputs_,
-                     targets_);
-      synthetic_ = TokenArrays(inputs_.data(), targets_.data(), o_.micro_batch, o_.seq);
+      if (micro == 0) {
+        SyntheticBatch(o_.data_seed, comm_.rank(), step, o_.micro_batch * o_.grad_accum, o_.seq,
+                       model_.config().vocab, inputs_, targets_);
+      }
+      const size_t offset = static_cast<size_t>(micro) * o_.micro_batch * o_.seq;
+      synthetic_ = TokenArrays(inputs_.data() + offset, targets_.data() + offset, o_.micro_batch, o_.seq);
       batch.tokens = &synthetic_;
     }
-    r.data_bytes = batch.bytes_read;
-    r.data_read_MBps = batch.read_MBps;
-    r.loader_queue_depth = batch.queue_depth;
+    // The step's read rate over its micro-batches: their bytes over the sum of their read times.
+    if (micro == 0) read_seconds_ = 0;
+    if (batch.read_MBps > 0) read_seconds_ += batch.bytes_read / (batch.read_MBps * 1e6);
+    r.data_bytes += batch.bytes_read;
+    r.data_read_MBps = read_seconds_ > 0 ? r.data_bytes / read_seconds_ / 1e6 : batch.read_MBps;
+    if (micro == 0) r.loader_queue_depth = batch.queue_depth;
     if (!batch.tokens || batch.tokens->batch != o_.micro_batch || batch.tokens->seq != o_.seq) {
       throw RuntimeError("the batch source gave a batch of another shape than micro_batch x seq");
     }
+    r.data_wait_s += NowSeconds() - start;
     return *batch.tokens;
   }
 
-  // Backward, the mode's communication and AdamW, the clock marked after backward, comm_exposed and the optimizer
-  // (and zero1's all-gather).
-  ModeStep BackwardToOptimizer(int step, StepRecord& r) {
-    ModeStep waits;
-    if (o_.parallel == ParallelMode::kZero1) {
-      model_.Backward([](size_t) {});
-      clock_->Mark();  // backward
-      r.comm_total_s = ZeroOneStep(comm_, model_, o_, step, *clock_, r);
-      r.comm_intra_s = r.comm_inter_s = std::nan("");
-    } else if (o_.parallel == ParallelMode::kFsdp) {
-      waits.forward_waits_s = gatherer_->waited_s();
-      waits.backward_waits_s = FsdpStep(*gatherer_, model_, o_, step, *clock_, r);
-      r.comm_intra_s = r.comm_inter_s = std::nan("");
+  // Forward and backward of one micro-batch. dp starts its bucket all-reduces during the last backward only (the
+  // earlier ones only accumulate, as DDP's no_sync); fsdp reduce-scatters every micro-batch's unit gradients, the
+  // shards accumulating, and waits for them at its end.
+  void MicroBatch(int micro, ModeWaits& waits, StepRecord& r) {
+    const GradientWrite write = micro == 0 ? GradientWrite::kOverwrite : GradientWrite::kAccumulate;
+    if (gatherer_) gatherer_->BeginStep(micro > 0);  // a step's first micro-batch starts its timing afresh
+    const double gather_waits = gatherer_ ? gatherer_->waited_s() : 0.0;
+    model_.Forward();
+    marks_.Mark(Phase::kForward);
+    const ActivationComm forward_activations = model_.TakeActivationComm();
+    waits.forward_s += forward_activations.seconds + (gatherer_ ? gatherer_->waited_s() - gather_waits : 0.0);
+    AddActivations(forward_activations, r);
+    const double backward_start_waits = gatherer_ ? gatherer_->waited_s() : 0.0;
+    if (gatherer_) {
+      model_.Backward({}, GradientWrite::kOverwrite);  // the gatherer's working buffers, fresh for this backward
+    } else if (reducer_ && last(micro)) {
+      reducer_->Begin();
+      model_.Backward([&](size_t slot) { reducer_->TensorReady(slot, model_.stream()); }, write);
     } else {
-      DataParallelStep(*reducer_, model_, o_, step, *clock_, r);
+      model_.Backward({}, write);
     }
-    // Taken after the optimizer: the collectives after backward are the loop's own, so they are backward's.
+    marks_.Mark(Phase::kBackward);
     const ActivationComm backward_activations = model_.TakeActivationComm();
-    waits.backward_waits_s += backward_activations.seconds;
+    waits.backward_s += backward_activations.seconds;
     AddActivations(backward_activations, r);
-    return waits;
+    if (gatherer_) {
+      waits.backward_s += gatherer_->waited_s() - backward_start_waits;
+      const FsdpTiming timing = gatherer_->Finish();  // the last reduce-scatters (cumulative over the micro-batches)
+      marks_.Mark(Phase::kExposed);
+      r.comm_total_s = timing.comm_total_s;
+      r.comm_gather_exposed_s = timing.gather_wait_s;
+      r.reduce_scatter_bytes = timing.scattered_bytes;
+      r.all_gather_bytes = timing.gathered_bytes;
+    }
+  }
+
+  // After the last micro-batch: the mode's gradient sync (what backward did not hide) and AdamW, marked.
+  void SyncAndUpdate(int step, StepRecord& r) {
+    if (o_.parallel == ParallelMode::kZero1) {
+      r.comm_total_s += ZeroOneStep(comm_, model_, o_, step, marks_, r);
+      r.comm_intra_s = r.comm_inter_s = std::nan("");
+      return;
+    }
+    if (reducer_) {
+      // Finish waits on the host for every bucket, so the optimizer issued next reads reduced gradients; on a device
+      // the mark after it lands when the last bucket is done, and the interval is what backward did not hide.
+      const BucketTiming timing = reducer_->Finish(model_.stream());
+      marks_.Mark(Phase::kExposed);
+      r.comm_total_s += timing.comm_total_s;
+      r.comm_intra_s = timing.comm_intra_s;
+      r.comm_inter_s = timing.comm_inter_s;
+      r.allreduce_bytes = timing.bytes;
+    } else if (gatherer_) {
+      r.comm_intra_s = r.comm_inter_s = std::nan("");
+      r.comm_total_s += r.comm_activation_s;  // beside the gatherer's, set by the last micro-batch
+    }
+    OptimizerStep(model_, o_, step, r);
+    marks_.Mark(Phase::kOptimizer);
   }
 
   static void AddActivations(const ActivationComm& a, StepRecord& r) {
@@ -235,16 +267,15 @@ class TrainingSteps {
   }
 
   // The phases from the clock: the waits inside forward and backward are exposed communication, not compute.
-  void TakePhases(const ModeStep& waits, StepRecord& r) {
-    const std::vector<double> phases = clock_->Intervals();  // waits for the device
-    r.h2d_s = phases[0];
-    r.forward_s = phases[1] - waits.forward_waits_s;
-    r.backward_s = phases[2] - waits.backward_waits_s;
-    const bool zero1 = o_.parallel == ParallelMode::kZero1;
-    r.comm_exposed_s = phases[3] + waits.forward_waits_s + waits.backward_waits_s + (zero1 ? phases[5] : 0.0);
-    if (zero1) r.comm_gather_exposed_s = phases[5];  // the reduce-scatter and the all-gather
+  void TakePhases(const ModeWaits& waits, StepRecord& r) {
+    const std::vector<double> seconds = marks_.Take();  // waits for the device
+    r.h2d_s = Of(seconds, Phase::kH2d);
+    r.forward_s = Of(seconds, Phase::kForward) - waits.forward_s;
+    r.backward_s = Of(seconds, Phase::kBackward) - waits.backward_s;
+    r.comm_exposed_s = Of(seconds, Phase::kExposed) + Of(seconds, Phase::kGather) + waits.forward_s + waits.backward_s;
+    if (o_.parallel == ParallelMode::kZero1) r.comm_gather_exposed_s = Of(seconds, Phase::kGather);
     // The fence before the optimizer (the only checkpoint stall so far in the step) ran inside its interval.
-    r.optimizer_s = std::max(0.0, phases[4] - r.checkpoint_stall_s);
+    r.optimizer_s = std::max(0.0, Of(seconds, Phase::kOptimizer) - r.checkpoint_stall_s);
   }
 
   Communicator& comm_;
@@ -252,10 +283,12 @@ class TrainingSteps {
   const TrainLoopOptions& o_;
   // Device phases are timed where they run (CUDA events on the model's stream); the host clock on the CPU.
   std::unique_ptr<PhaseClock> clock_;
+  PhaseMarks marks_;
   std::unique_ptr<BucketedAllReduce> reducer_;  // dp
   std::unique_ptr<FsdpGatherer> gatherer_;      // fsdp
   std::vector<int32_t> inputs_, targets_;
   TokenBatch synthetic_;
+  double read_seconds_ = 0;  // the step's micro-batches' read times so far
 };
 
 }  // namespace

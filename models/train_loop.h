@@ -43,7 +43,7 @@ struct StepRecord {
                                 // without tensor parallel)
   double loss = 0;              // this rank's mean cross-entropy
   // From the data loader (zero / -1 with synthetic tokens):
-  uint64_t data_bytes = 0;      // bytes read for this step's batch
+  uint64_t data_bytes = 0;      // bytes read for this step's batch (all its micro-batches)
   double data_read_MBps = 0;    // their read throughput: bytes / (first read's start to last read's end), 1e6 B/s
   int loader_queue_depth = -1;  // batches ready when the step asked for its batch
   bool checkpoint_writing = false;  // an asynchronous checkpoint writer was busy when the step began
@@ -58,7 +58,9 @@ struct StepBatch {
 };
 
 struct TrainLoopOptions {
-  int micro_batch = 4;          // sequences per rank per step
+  int micro_batch = 4;          // sequences per rank per forward and backward
+  int grad_accum = 1;           // micro-batches per optimizer step (gradient accumulation): a step takes
+                                // grad_accum x micro_batch sequences per rank
   int seq = 1024;               // tokens per sequence
   int steps = 20;               // measured steps
   int warmup_steps = 2;         // run first, excluded from the statistics
@@ -75,8 +77,8 @@ struct TrainLoopOptions {
   uint64_t data_seed = 1;       // synthetic tokens: a function of (data_seed, rank, step)
   int first_step = 0;           // global index of the first step (a resume continues at its checkpoint's step);
                                 // steps run while first_step + run < warmup_steps + steps
-  // The batch of global step `step`; null: synthetic tokens (SyntheticBatch). The loop times the call as
-  // data_wait.
+  // The next micro-batch of global step `step` (called grad_accum times per step); null: synthetic tokens
+  // (SyntheticBatch). The loop times the calls as data_wait.
   std::function<StepBatch(int step)> next_batch;
   // After step `step`'s optimizer: checkpoint if one is due (the loop times the call as checkpoint_stall).
   std::function<void(int step)> checkpoint;

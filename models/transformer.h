@@ -28,6 +28,9 @@ struct TensorSlot {
   bool decay = false; // AdamW weight decay applies (matrices and embeddings, not biases or LayerNorm)
 };
 
+// How Backward treats the gradients already in its buffers.
+enum class GradientWrite { kOverwrite, kAccumulate };
+
 struct AdamWConfig {
   float learning_rate = 3e-4f;
   float beta1 = 0.9f;
@@ -101,8 +104,8 @@ class UnitAccess {
   // The unit's whole parameters, ready to read, until ParametersDone(unit).
   virtual const float* Parameters(size_t unit) = 0;
   virtual void ParametersDone(size_t unit) = 0;
-  // The unit's whole gradients to accumulate into (zero at the step's first call), until GradientsDone(unit): then
-  // they are final for the step.
+  // The unit's whole gradients for this backward (Backward overwrites or adds to them, as it was told; under FSDP a
+  // working buffer whose contents are undefined), until GradientsDone(unit): then they are final for the backward.
   virtual float* Gradients(size_t unit) = 0;
   virtual void GradientsDone(size_t unit) = 0;
 };
@@ -110,7 +113,7 @@ class UnitAccess {
 // Per slot of `layout`: its offset inside its unit (where UnitAccess's unit-local views have it).
 std::vector<size_t> UnitOffsets(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units);
 // The UnitAccess of a model without FSDP: unit u's parameters at params + units[u].begin, its gradients likewise
-// (zeroed by the model's ZeroGradients, not here); the Done calls do nothing.
+// (not zeroed here: Backward overwrites or accumulates them); the Done calls do nothing.
 std::unique_ptr<UnitAccess> MakeFlatUnitAccess(float* params, float* grads, std::vector<ParameterUnit> units);
 
 // A stretch of the flat buffers AdamW updates at once: the used elements of consecutive slots with one decay rule
@@ -190,11 +193,20 @@ class Transformer {
     Forward();
     return Loss();
   }
-  // Gradients of the last Forward's mean loss, accumulated into the gradient buffer. Calls
-  // gradient_ready(slot) once per tensor, as soon as its gradient is final, so that buckets can be reduced
-  // while backward goes on.
-  virtual void Backward(const std::function<void(size_t slot)>& gradient_ready) = 0;
-  virtual void ZeroGradients() = 0;
+  // Gradients of the last Forward's mean loss (times the gradient scale), into the gradients the UnitAccess hands
+  // out (the model's own gradient buffer without FSDP): written over what was there (kOverwrite: no buffer is zeroed
+  // first), or added to it (kAccumulate: the later micro-batches of a step under gradient accumulation). Under FSDP
+  // the gatherer hands out working buffers for this backward: the train loop overwrites them and accumulates the
+  // shards. Calls gradient_ready(slot) once per tensor, as soon as its gradient is final, so that buckets can be
+  // reduced while backward goes on.
+  virtual void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) = 0;
+  void Backward(const std::function<void(size_t slot)>& gradient_ready) {
+    Backward(gradient_ready, GradientWrite::kOverwrite);
+  }
+  // Backward's gradients are those of `scale` x the mean loss (1 until set): 1/M when M micro-batches accumulate into
+  // one optimizer step, so that the step's gradient is that of the mean loss over all of them. Takes effect from the
+  // next Forward (the CUDA model computes the loss's gradient there); Loss() stays the unscaled mean.
+  virtual void SetGradientScale(float scale) = 0;
   // One AdamW update with bias correction; step counts from 1. With an OptimizerShard, of the shard only.
   virtual void AdamWStep(const AdamWConfig& config, int64_t step) = 0;
   // The shard the model was made with (ResolveShard's: without ZeRO-1, every element).
@@ -221,6 +233,11 @@ class Transformer {
   // Zeroes `count` floats at `data`, memory of the kind the model computes in (host memory on the CPU, device memory
   // for CUDA), in order with the work issued so far: FSDP's gradient working buffers before a unit's backward.
   virtual void ClearFloats(float* data, size_t count);
+  // dst[i] += src[i] for `count` floats of that memory, in the same order: FSDP's gradient shards accumulating over
+  // the micro-batches of a step.
+  virtual void AddFloats(float* dst, const float* src, size_t count) {
+    for (size_t i = 0; i < count; ++i) dst[i] += src[i];
+  }
   // Call after writing parameters() from outside (a checkpoint restore): refreshes what is derived from the
   // master weights (the CUDA implementation's bf16 copy). Nothing to do on the CPU.
   virtual void ParametersChanged() {}

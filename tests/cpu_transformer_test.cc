@@ -402,7 +402,6 @@ void ExpectGradientsMatchReference(const ModelConfig& config, int batch_size, in
   auto model = MakeCpuTransformer(config, 9);
   Randomise(*model, 10);
   const Batch batch = RandomBatch(config.vocab, batch_size, seq, 14);
-  model->ZeroGradients();
   model->ForwardBatch(batch.inputs.data(), batch.targets.data(), batch_size, seq);
   model->Backward({});
   const std::vector<float> gradients = Gradients(*model);
@@ -449,22 +448,38 @@ TEST(CpuTransformer, GradientsMatchAcrossAttentionRowBlocks) {
   ExpectGradientsMatchReference(CustomModel(1, 16, 2, 37, seq + 10), 1, seq, 6);
 }
 
-TEST(CpuTransformer, BackwardAccumulatesUntilZeroed) {
+TEST(CpuTransformer, BackwardOverwritesOrAccumulatesAsTold) {
   const ModelConfig config = TinyConfig();
   auto model = MakeCpuTransformer(config, 9);
   const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 16);
-  model->ZeroGradients();
   model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   model->Backward({});
   const std::vector<float> once = Gradients(*model);
   model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
-  model->Backward({});
+  model->Backward({}, GradientWrite::kAccumulate);
   const std::vector<float> twice = Gradients(*model);
   // Not bit-exact: a sum of row contributions added onto an earlier sum rounds differently from doubling it.
   for (size_t i = 0; i < once.size(); ++i) ASSERT_NEAR(twice[i], 2 * once[i], 1e-5 * std::abs(once[i]) + 1e-10) << i;
-  model->ZeroGradients();
-  const std::vector<float> zeroed = Gradients(*model);
-  EXPECT_TRUE(std::all_of(zeroed.begin(), zeroed.end(), [](float g) { return g == 0.0f; }));
+  // kOverwrite writes over what was there: the same gradients as the first backward, to the bit.
+  model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  model->Backward({}, GradientWrite::kOverwrite);
+  EXPECT_EQ(Gradients(*model), once);
+}
+
+// With a gradient scale s, Backward gives s times the gradients (the loss itself unscaled): gradient accumulation
+// over M micro-batches sets 1/M.
+TEST(CpuTransformer, GradientScaleScalesTheGradientsNotTheLoss) {
+  const ModelConfig config = TinyConfig();
+  auto model = MakeCpuTransformer(config, 9);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 16);
+  const float loss = model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  model->Backward({});
+  const std::vector<float> whole = Gradients(*model);
+  model->SetGradientScale(0.25f);
+  EXPECT_EQ(model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq), loss);
+  model->Backward({});
+  const std::vector<float> quarter = Gradients(*model);
+  for (size_t i = 0; i < whole.size(); ++i) ASSERT_NEAR(quarter[i], 0.25f * whole[i], 1e-6 * std::abs(whole[i])) << i;
 }
 
 TEST(CpuTransformer, GradientReadyOncePerTensorFromLnfDownToWte) {
@@ -526,7 +541,6 @@ TEST(CpuTransformer, OverfitsOneBatch) {
   float first = 0.0f;
   float last = 0.0f;
   for (int64_t step = 1; step <= 80; ++step) {
-    model->ZeroGradients();
     last = model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
     if (step == 1) first = last;
     model->Backward({});

@@ -162,6 +162,76 @@ void ExpectFsdpMatchesDataParallel(bool overlap) {
   EXPECT_GT(working, 0u);
 }
 
+// A CPU model for `mode` on this rank (zero1's shard, fsdp's layout), from seed 7.
+std::unique_ptr<Transformer> ModelFor(ParallelMode mode, Communicator& comm) {
+  const ModelConfig config = SmallModel();
+  if (mode == ParallelMode::kZero1) {
+    const size_t n = MakeCpuTransformer(config, 7)->parameter_elements();
+    return MakeCpuTransformer(config, 7, ShardOf(n, comm.size(), comm.rank()));
+  }
+  if (mode == ParallelMode::kFsdp) {
+    return MakeCpuTransformer(config, 7, {}, MakeFsdpLayout(MakeLayout(config), comm.size(), comm.rank()));
+  }
+  return MakeCpuTransformer(config, 7);
+}
+
+// The whole flat parameters of a model of any mode.
+std::vector<float> WholeParameters(Communicator& comm, Transformer& model) {
+  if (model.fsdp_layout().enabled()) return GatherFsdpParameters(comm, model);
+  return std::vector<float>(model.parameters(), model.parameters() + model.parameter_elements());
+}
+
+// Gradient accumulation over `accum` micro-batches of one sequence against one batch of `accum` sequences (the same
+// tokens: synthetic micro-batches are slices of the step's batch): the same losses and parameters, within fp32
+// summation order (the accumulated gradient adds the micro-batches' sums), in `mode`.
+void ExpectAccumulationMatchesOneBatch(ParallelMode mode, int accum, bool overlap = true) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  auto one = ModelFor(mode, *comm);
+  auto accumulated = ModelFor(mode, *comm);
+  TrainLoopOptions o = SmallLoop();
+  o.parallel = mode;
+  o.overlap = overlap;
+  o.micro_batch = accum;
+  const std::vector<StepRecord> big = RunTrainingSteps(*comm, *one, o);
+  o.micro_batch = 1;
+  o.grad_accum = accum;
+  const std::vector<StepRecord> micro = RunTrainingSteps(*comm, *accumulated, o);
+  ASSERT_EQ(micro.size(), big.size());
+  for (size_t i = 0; i < big.size(); ++i) {
+    EXPECT_NEAR(micro[i].loss, big[i].loss, 1e-5 * std::fabs(big[i].loss)) << "step " << i;
+    EXPECT_EQ(micro[i].tokens, big[i].tokens);
+    EXPECT_EQ(micro[i].allreduce_bytes, big[i].allreduce_bytes);  // one gradient sync per step
+    EXPECT_GT(micro[i].forward_s, 0);
+    EXPECT_GE(micro[i].step_s + 1e-9, micro[i].forward_s + micro[i].backward_s + micro[i].optimizer_s);
+  }
+  if (mode == ParallelMode::kDp) {
+    // The last step's averaged gradients themselves, whose scale AdamW would hide: the same within the drift of the
+    // parameters (a missing 1/M would be off by a factor of M).
+    double difference = 0, size = 0;
+    for (size_t i = 0; i < one->parameter_elements(); ++i) {
+      difference += std::fabs(double{accumulated->gradients()[i]} - one->gradients()[i]);
+      size += std::fabs(one->gradients()[i]);
+    }
+    EXPECT_LT(difference, 1e-3 * size) << "gradients differ from one batch's";
+  }
+  const std::vector<float> want = WholeParameters(*comm, *one), have = WholeParameters(*comm, *accumulated);
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double{have[i]} - want[i]));
+  // As for ZeRO-1 against dp: AdamW turns summation-order differences of near-zero gradients into a share of lr.
+  EXPECT_LT(worst, 1e-3 * o.adamw.learning_rate * static_cast<double>(big.size()))
+      << "largest parameter difference from one batch";
+}
+
+TEST(TrainLoop, GradAccumGivesOneBatchsLossesDataParallel) {
+  ExpectAccumulationMatchesOneBatch(ParallelMode::kDp, 2);
+  ExpectAccumulationMatchesOneBatch(ParallelMode::kDp, 3, false);
+}
+TEST(TrainLoop, GradAccumGivesOneBatchsLossesZeroOne) { ExpectAccumulationMatchesOneBatch(ParallelMode::kZero1, 3); }
+TEST(TrainLoop, GradAccumGivesOneBatchsLossesFsdp) {
+  ExpectAccumulationMatchesOneBatch(ParallelMode::kFsdp, 2);
+  ExpectAccumulationMatchesOneBatch(ParallelMode::kFsdp, 3, false);
+}
+
 TEST(TrainLoop, FsdpGivesDataParallelsLossesAndParameters) { ExpectFsdpMatchesDataParallel(true); }
 TEST(TrainLoop, FsdpWithoutOverlapGivesTheSame) { ExpectFsdpMatchesDataParallel(false); }
 

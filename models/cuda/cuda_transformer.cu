@@ -96,6 +96,9 @@ class CudaTransformer final : public Transformer {
   void ClearFloats(float* data, size_t count) override {
     TB_CHECK_CUDA(cudaMemsetAsync(data, 0, count * sizeof(float), stream_.get()));
   }
+  void AddFloats(float* dst, const float* src, size_t count) override {
+    gpu::ResidualAdd(dst, dst, src, count, stream());
+  }
   // The bf16 weights again from the master weights written from outside (under fsdp they are cast where gathered).
   void ParametersChanged() override {
     if (!fsdp_.enabled()) gpu::CastToBf16(params_bf16_, params_, elements_, stream());

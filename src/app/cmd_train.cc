@@ -47,6 +47,7 @@ constexpr const char* kUsage =
 // Shape ceilings: past any model trained today, low enough that parameter, FLOP and memory counts stay exact.
 constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxWidth = 1 << 17;
+constexpr int64_t kMaxGradAccum = 1 << 16;  // micro-batches per optimizer step
 constexpr int64_t kMaxVocab = 1 << 24;
 constexpr int64_t kMaxSeq = 1 << 20;
 
@@ -58,6 +59,7 @@ struct TrainFlags {
   int vocab = 50257;
   int seq = 0;
   int micro_batch = 4;
+  int grad_accum = 1;
   int steps = 20;
   int warmup_steps = 2;
   double bucket_mb = kDefaultBucketMiB;
@@ -165,8 +167,9 @@ TrajectoryOf TrainTrajectory(const TrainFlags& f, int seq, bool cuda, bool weak,
         {"ranks", "ranks", std::to_string(ranks)},
         {"backend", "--backend", cuda ? "cuda" : "cpu"},
         {"seq", "--seq", std::to_string(seq)},
-        {"micro_batch", weak ? "--micro-batch" : "sequences per rank (--global-batch / ranks)",
+        {"micro_batch", weak ? "--micro-batch" : "sequences per rank (--global-batch / ranks / --grad-accum)",
          std::to_string(micro_batch)},
+        {"grad_accum", "--grad-accum", std::to_string(f.grad_accum)},
         {"lr", "--lr", Format("%.9g", f.learning_rate)},
         {"data_seed", "--seed", std::to_string(f.seed)}};
     for (const ScalingPointPlan& point : points) {
@@ -349,7 +352,11 @@ class TrainPhase : public Phase {
   void Summarise(const std::vector<RunPoint>& runs);
   void RecordMemory();
   Group& train() { return schema::GroupOf(run_->report().root, schema::kTrain); }
-  int PointBatch(int k) const { return weak_ ? f_.micro_batch : global_batch_ / (k / f_.tensor_parallel); }
+  // Sequences per rank per forward and backward at k ranks: strong scaling divides the global batch over the data
+  // parallel groups and the micro-batches of a step.
+  int PointBatch(int k) const {
+    return weak_ ? f_.micro_batch : global_batch_ / (k / f_.tensor_parallel) / f_.grad_accum;
+  }
   // A storage sweep: the run repeated at each --io-throttle rate (on one scaling point).
   bool Sweep() const { return io_plan_.throttles_MBps.size() > 1; }
 
@@ -366,7 +373,7 @@ class TrainPhase : public Phase {
   LinkProbeOptions link_probe_;  // bytes 0: off
   bool weak_ = true;
   ParallelMode parallel_ = ParallelMode::kDp;
-  int global_batch_ = 0;  // sequences per step over all ranks: what strong scaling divides by k
+  int global_batch_ = 0;  // sequences per optimizer step over all ranks: what strong scaling divides by k
   AttentionChoice attention_ = AttentionChoice::kAuto;
   const Topology* topology_ = nullptr;
   TrainSetup setup_;
@@ -391,7 +398,10 @@ void TrainPhase::AddOptions(po::options_description& options) {
       ("heads", Number(&f.heads, IntRange::Between(1, kMaxWidth)), "custom: attention heads")
       ("vocab", Number(&f.vocab, IntRange::Between(2, kMaxVocab))->default_value(f.vocab), "custom: vocabulary size")
       ("seq", Number(&f.seq, IntRange::Between(1, kMaxSeq)), "tokens per sequence (default: the model's 1024)")
-      ("micro-batch", Number(&f.micro_batch, IntRange::AtLeast(1))->default_value(f.micro_batch), "sequences per rank per step (weak scaling)")
+      ("micro-batch", Number(&f.micro_batch, IntRange::AtLeast(1))->default_value(f.micro_batch), "sequences per rank per forward and backward (weak scaling)")
+      ("grad-accum", Number(&f.grad_accum, IntRange::Between(1, kMaxGradAccum))->default_value(f.grad_accum),
+       "gradient accumulation: N micro-batches per optimizer step, their gradients summed (the mean loss over all "
+       "of them) before one gradient sync and one AdamW step")
       ("steps", Number(&f.steps, IntRange::AtLeast(1))->default_value(f.steps), "measured steps per scaling point")
       ("warmup-steps", Number(&f.warmup_steps, IntRange::AtLeast(0))->default_value(f.warmup_steps), "steps run first and left out of the statistics")
       ("repeats", Number(&f.repeats, IntRange::Between(1, kMaxRepeats))->default_value(f.repeats),
@@ -406,7 +416,7 @@ void TrainPhase::AddOptions(po::options_description& options) {
        "gradient all-reduce on the mpi backend: hierarchical (reduce-scatter in each node, all-reduce across, "
        "all-gather; times intra- and inter-node apart), flat (MPI's own), auto (hierarchical across nodes)")
       ("scaling-mode", Choice(&f.scaling_mode, {"weak", "strong"})->default_value(f.scaling_mode), "weak: per-rank batch fixed; strong: global batch fixed")
-      ("global-batch", Number(&f.global_batch, IntRange::AtLeast(1)), "strong scaling: sequences per step over all ranks (default: micro-batch x ranks)")
+      ("global-batch", Number(&f.global_batch, IntRange::AtLeast(1)), "strong scaling: sequences per optimizer step over all ranks (default: micro-batch x ranks x grad-accum)")
       ("lr", Number(&f.learning_rate, RealRange::AboveUpTo(0, 1))->default_value(f.learning_rate), "AdamW learning rate")
       ("seed", Number(&f.seed, IntRange::AtLeast(0))->default_value(f.seed), "seed of the weights and the synthetic tokens")
       ("attention", Choice(&f.attention, {"auto", "cudnn", "cublas"})->default_value(f.attention),
@@ -484,12 +494,16 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
     for (const ScalingPointPlan& point : scaling_) CheckTensorParallelGroups(f.tensor_parallel, point, shape_);
   }
   // A tensor parallel group shares its batch: data parallel runs over the k / T groups.
-  global_batch_ = f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k / f.tensor_parallel;
+  global_batch_ =
+      f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k / f.tensor_parallel * f.grad_accum;
   for (const auto& [k, nodes, per_node, even, layout, hierarchical] : scaling_) {
-    if (!weak_ && global_batch_ % (k / f.tensor_parallel) != 0) {
+    const int shares = k / f.tensor_parallel * f.grad_accum;
+    if (!weak_ && global_batch_ % shares != 0) {
       throw InputError("--scaling-mode strong: the global batch " + std::to_string(global_batch_) +
                        " does not divide over " + std::to_string(k / f.tensor_parallel) +
-                       (f.tensor_parallel > 1 ? " tensor parallel groups" : " ranks") + " (set --global-batch)");
+                       (f.tensor_parallel > 1 ? " tensor parallel groups" : " ranks") +
+                       (f.grad_accum > 1 ? " x " + std::to_string(f.grad_accum) + " micro-batches" : "") +
+                       " (set --global-batch)");
     }
   }
   // Strong scaling gives the fewest ranks the largest batch.
@@ -497,6 +511,7 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
   CheckMemoryFits(r, TrainMemoryNeed(model_, PointBatch(scaling_.front().k), loop_.seq, r.backend() == "nccl",
                                      f.parallel, scaling_.front().k, f.tensor_parallel));
   loop_.micro_batch = f.micro_batch;
+  loop_.grad_accum = f.grad_accum;
   loop_.steps = f.steps;
   loop_.warmup_steps = f.warmup_steps;
   loop_.bucket_mb = f.bucket_mb;
@@ -525,6 +540,7 @@ void TrainPhase::RecordConfig(CommandRun& r) const {
   r.RecordAsUsed("vocab", int64_t{model_.vocab});
   r.RecordAsUsed("seq", int64_t{loop_.seq});
   r.RecordAsUsed("global_batch", int64_t{global_batch_});
+  r.RecordAsUsed("grad_accum", int64_t{loop_.grad_accum});
   r.RecordAsUsed("scaling", f_.scaling.empty() ? std::to_string(ctx_.world_size) : f_.scaling);
   schema::Set(r.config(), schema::config::overlap, loop_.overlap ? 1 : 0);
 }
@@ -601,6 +617,10 @@ void TrainPhase::PrintHeader() const {
                setup_.flops_per_token, backend.cuda ? "mixed-precision" : "fp32",
                FormatBytes(memory.weights_bytes).c_str(), FormatBytes(memory.gradients_bytes).c_str(),
                FormatBytes(memory.optimizer_bytes).c_str(), FormatBytes(memory.activations_bytes).c_str()));
+  if (loop_.grad_accum > 1) {
+    Print(Format("# gradient accumulation: %d micro-batches of %d sequences per rank per optimizer step (one gradient "
+                 "sync and one AdamW step each)", loop_.grad_accum, loop_.micro_batch));
+  }
   const std::optional<DevicePeak>& peak = setup_.peak;
   if (backend.cuda) {
     Print(Format("# peak FLOP/s: %s; measured bf16 GEMM rate %.1f TFLOP/s (cuBLASLt 8192^3, slowest rank), %s",

@@ -34,7 +34,6 @@ int main(int argc, char** argv) {
   for (int step = 0; step < warmup + steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     tb::SyntheticBatch(seed, 0, step, batch, seq, vocab, inputs, targets);
-    model->ZeroGradients();
     model->ForwardBatch(inputs.data(), targets.data(), batch, seq);
     model->Backward([](size_t) {});
     model->AdamWStep(adamw, step + 1);
