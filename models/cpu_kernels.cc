@@ -4,7 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <numeric>
+#include <vector>
+
+#include "cpu_parallel.h"
+#include "peaks.h"
 
 namespace tb::cpu {
 namespace {
@@ -49,6 +54,47 @@ void ExpShifted(float* x, int count, float shift) {
   for (int i = 0; i < count; ++i) x[i] = Exp(x[i] - shift);
 }
 
+// --- spreading a layer over the threads ---------------------------------------------------------------------
+
+// Work of at least this many floats per piece: a smaller piece costs more to hand to a thread than it saves.
+constexpr size_t kMinPieceFloats = 16384;
+// Pieces per thread, so that a thread slowed by another process leaves its share to the others.
+constexpr size_t kPiecesPerThread = 4;
+// Column pieces start at multiples of 16 floats (64 bytes), so that no two share a cache line.
+constexpr size_t kColumnAlign = 16;
+
+// Calls body(begin, end) over consecutive pieces of [0, count) on CpuThreads() threads, each piece at least `grain`
+// items long (but the last) and starting at a multiple of `align`. The bodies must write only what their piece owns;
+// then no result depends on how [0, count) was split.
+void ForPieces(size_t count, size_t grain, size_t align, const std::function<void(size_t, size_t)>& body) {
+  if (count == 0) return;
+  const size_t threads = static_cast<size_t>(std::max(1, CpuThreads()));
+  const size_t wanted = std::clamp(count / std::max<size_t>(grain, 1), size_t{1}, threads * kPiecesPerThread);
+  const size_t piece = ((count + wanted - 1) / wanted + align - 1) / align * align;
+  ParallelFor((count + piece - 1) / piece, static_cast<int>(threads),
+              [&](size_t i, int) { body(i * piece, std::min(count, (i + 1) * piece)); });
+}
+
+// Rows [begin, end) of a (rows, width) tensor whose rows are independent.
+void ForRows(size_t rows, size_t width, const std::function<void(size_t, size_t)>& body) {
+  ForPieces(rows, std::max<size_t>(1, kMinPieceFloats / std::max<size_t>(width, 1)), 1, body);
+}
+
+// Columns [begin, end) of a (rows, columns) reduction over rows: each piece walks every row in order, so every
+// column's sum is added in row order, the same bits at any thread count.
+void ForColumns(size_t columns, size_t rows, const std::function<void(size_t, size_t)>& body) {
+  ForPieces(columns, std::max(kColumnAlign, kMinPieceFloats / std::max<size_t>(rows, 1)), kColumnAlign, body);
+}
+
+// Worker 0 (the calling thread) uses the caller's scratch; every other worker a buffer of its thread's own, kept
+// for the next call.
+float* WorkerScratch(float* caller_scratch, int worker, size_t floats) {
+  if (worker == 0) return caller_scratch;
+  thread_local std::vector<float> own;
+  if (own.size() < floats) own.resize(floats);
+  return own.data();
+}
+
 }  // namespace
 
 void LayerNormRowForward(float* out, float* mean, float* rstd, const float* in, const float* weight,
@@ -68,8 +114,8 @@ void LayerNormRowForward(float* out, float* mean, float* rstd, const float* in, 
   *rstd = s;
 }
 
-void LayerNormRowBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
-                          const float* in, const float* weight, float mean, float rstd, int channels) {
+void LayerNormRowBackward(float* in_grad, const float* out_grad, const float* in, const float* weight, float mean,
+                          float rstd, int channels) {
   // With n = (x - mean)·rstd and g = out_grad·weight: dx = rstd·(g - mean(g) - n·mean(g·n)).
   float g_sum = 0.0f;
   float gn_sum = 0.0f;
@@ -85,8 +131,6 @@ void LayerNormRowBackward(float* in_grad, float* weight_grad, float* bias_grad, 
     const float norm = (in[c] - mean) * rstd;
     const float g = out_grad[c] * weight[c];
     in_grad[c] += rstd * (g - g_mean - norm * gn_mean);
-    weight_grad[c] += out_grad[c] * norm;
-    bias_grad[c] += out_grad[c];
   }
 }
 
@@ -102,47 +146,61 @@ float CausalSoftmaxRow(float* row, int length, int width) {
 
 void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int batch, int seq,
                     int channels) {
-  for (int b = 0; b < batch; ++b) {
-    for (int t = 0; t < seq; ++t) {
-      const size_t row = static_cast<size_t>(b) * seq + t;
+  ForRows(static_cast<size_t>(batch) * seq, channels, [&](size_t begin, size_t end) {
+    for (size_t row = begin; row < end; ++row) {
       float* o = out + row * channels;
       const float* token_row = wte + static_cast<size_t>(tokens[row]) * channels;
-      const float* position_row = wpe + static_cast<size_t>(t) * channels;
+      const float* position_row = wpe + (row % seq) * channels;
       for (int c = 0; c < channels; ++c) o[c] = token_row[c] + position_row[c];
     }
-  }
+  });
 }
 
 void EncoderBackward(float* wte_grad, float* wpe_grad, const float* out_grad, const int32_t* tokens, int batch,
                      int seq, int channels) {
-  for (int b = 0; b < batch; ++b) {
-    for (int t = 0; t < seq; ++t) {
-      const size_t row = static_cast<size_t>(b) * seq + t;
+  // Split by channels: rows that share a token or a position add into the same gradient row, in row order.
+  const size_t rows = static_cast<size_t>(batch) * seq;
+  ForColumns(channels, rows, [&](size_t begin, size_t end) {
+    for (size_t row = 0; row < rows; ++row) {
       const float* g = out_grad + row * channels;
       float* token_row = wte_grad + static_cast<size_t>(tokens[row]) * channels;
-      float* position_row = wpe_grad + static_cast<size_t>(t) * channels;
-      for (int c = 0; c < channels; ++c) {
+      float* position_row = wpe_grad + (row % seq) * channels;
+      for (size_t c = begin; c < end; ++c) {
         token_row[c] += g[c];
         position_row[c] += g[c];
       }
     }
-  }
+  });
 }
 
 void LayerNormForward(float* out, float* mean, float* rstd, const float* in, const float* weight,
                       const float* bias, size_t rows, int channels) {
-  for (size_t r = 0; r < rows; ++r) {
-    LayerNormRowForward(out + r * channels, mean + r, rstd + r, in + r * channels, weight, bias, channels);
-  }
+  ForRows(rows, channels, [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r) {
+      LayerNormRowForward(out + r * channels, mean + r, rstd + r, in + r * channels, weight, bias, channels);
+    }
+  });
 }
 
 void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
                        const float* in, const float* weight, const float* mean, const float* rstd, size_t rows,
                        int channels) {
-  for (size_t r = 0; r < rows; ++r) {
-    LayerNormRowBackward(in_grad + r * channels, weight_grad, bias_grad, out_grad + r * channels,
-                         in + r * channels, weight, mean[r], rstd[r], channels);
-  }
+  ForRows(rows, channels, [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r) {
+      LayerNormRowBackward(in_grad + r * channels, out_grad + r * channels, in + r * channels, weight, mean[r], rstd[r],
+                           channels);
+    }
+  });
+  ForColumns(channels, rows, [&](size_t begin, size_t end) {
+    for (size_t r = 0; r < rows; ++r) {
+      const float* g = out_grad + r * channels;
+      const float* x = in + r * channels;
+      for (size_t c = begin; c < end; ++c) {
+        weight_grad[c] += g[c] * ((x[c] - mean[r]) * rstd[r]);
+        bias_grad[c] += g[c];
+      }
+    }
+  });
 }
 
 void MatmulForward(float* out, const float* in, const float* weight, const float* bias, const float* residual,
@@ -150,17 +208,19 @@ void MatmulForward(float* out, const float* in, const float* weight, const float
   // Start from residual + bias so that one sgemm with beta = 1 adds the product in its own pass.
   const bool preset = bias != nullptr || residual != nullptr;
   if (preset) {
-    for (size_t r = 0; r < rows; ++r) {
-      float* o = out + r * out_channels;
-      if (residual != nullptr) {
-        std::memcpy(o, residual + r * out_channels, sizeof(float) * out_channels);
-      } else {
-        std::fill(o, o + out_channels, 0.0f);
+    ForRows(rows, out_channels, [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r) {
+        float* o = out + r * out_channels;
+        if (residual != nullptr) {
+          std::memcpy(o, residual + r * out_channels, sizeof(float) * out_channels);
+        } else {
+          std::fill(o, o + out_channels, 0.0f);
+        }
+        if (bias != nullptr) {
+          for (int c = 0; c < out_channels; ++c) o[c] += bias[c];
+        }
       }
-      if (bias != nullptr) {
-        for (int c = 0; c < out_channels; ++c) o[c] += bias[c];
-      }
-    }
+    });
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), out_channels, in_channels, 1.0f, in,
               in_channels, weight, in_channels, preset ? 1.0f : 0.0f, out, out_channels);
@@ -173,132 +233,174 @@ void MatmulBackward(float* in_grad, float* weight_grad, float* bias_grad, const 
               in, in_channels, 1.0f, weight_grad, in_channels);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_channels, out_channels, 1.0f, out_grad,
               out_channels, weight, in_channels, 0.0f, in_grad, in_channels);
-  if (bias_grad != nullptr) {
+  if (bias_grad == nullptr) return;
+  ForColumns(out_channels, rows, [&](size_t begin, size_t end) {
     for (size_t r = 0; r < rows; ++r) {
       const float* g = out_grad + r * out_channels;
-      for (int c = 0; c < out_channels; ++c) bias_grad[c] += g[c];
+      for (size_t c = begin; c < end; ++c) bias_grad[c] += g[c];
     }
+  });
+}
+
+namespace {
+
+// One (sequence, head) pair of the attention, its tensors with their strides: q, k, v (T, hs) at stride 3C in
+// qkv, y and dy (T, hs) at stride C, lse (T).
+struct AttentionHead {
+  int seq, channels, head_dim;
+  float scale;
+  size_t qkv_offset;  // of q's first element in qkv and qkv_grad
+  size_t y_offset;    // of y's first element in out and out_grad
+  size_t lse_offset;
+};
+
+AttentionHead HeadOf(size_t pair, int seq, int channels, int heads) {
+  const size_t b = pair / heads, h = pair % heads;
+  const int head_dim = channels / heads;
+  return {seq,
+          channels,
+          head_dim,
+          1.0f / std::sqrt(static_cast<float>(head_dim)),
+          b * seq * 3 * channels + h * head_dim,
+          b * seq * channels + h * head_dim,
+          pair * seq};
+}
+
+void AttentionHeadForward(float* y, float* lse, float* att, const float* q, const AttentionHead& head) {
+  const int seq = head.seq, hs = head.head_dim, qkv_stride = 3 * head.channels;
+  const float* k = q + head.channels;
+  const float* v = q + 2 * head.channels;
+  for (int r0 = 0; r0 < seq; r0 += kAttentionBlockRows) {
+    const int r1 = std::min(r0 + kAttentionBlockRows, seq);
+    const int rows = r1 - r0;
+    // att (rows, r1), stride T: queries r0..r1 against keys 0..r1
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, head.scale, q + r0 * qkv_stride, qkv_stride, k,
+                qkv_stride, 0.0f, att, seq);
+    for (int i = 0; i < rows; ++i) lse[r0 + i] = CausalSoftmaxRow(att + i * seq, r0 + i + 1, r1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, att, seq, v, qkv_stride, 0.0f,
+                y + r0 * head.channels, head.channels);
   }
 }
 
+// Rows r0 … r0+rows-1 of a block: the probabilities p from the saved log-sum-exp, then the softmax backward in
+// place of dp, d score_j = p_j·(d p_j - Σ_k p_k·d p_k), both zero where the mask hid the key (up to width).
+void SoftmaxBackwardRows(float* att, float* datt, const float* lse, int r0, int rows, int width, int stride) {
+  for (int i = 0; i < rows; ++i) {
+    const int length = r0 + i + 1;
+    float* p = att + i * stride;
+    float* dp = datt + i * stride;
+    ExpShifted(p, length, lse[r0 + i]);
+    const float dot = DotOf(p, dp, length);
+    for (int j = 0; j < length; ++j) dp[j] = p[j] * (dp[j] - dot);
+    std::fill(p + length, p + width, 0.0f);
+    std::fill(dp + length, dp + width, 0.0f);
+  }
+}
+
+void AttentionHeadBackward(float* dq, float* scratch, const float* dy, const float* q, const float* lse,
+                           const AttentionHead& head) {
+  const int seq = head.seq, hs = head.head_dim, c = head.channels, qkv_stride = 3 * c;
+  const float* k = q + c;
+  const float* v = q + 2 * c;
+  float* dk = dq + c;
+  float* dv = dq + 2 * c;
+  float* att = scratch;                               // (rows, r1), stride T
+  float* datt = scratch + kAttentionBlockRows * seq;  // (rows, r1), stride T
+  // The last block reaches every key, so it writes dk and dv whole (beta = 0); earlier blocks add to them.
+  const int last_block = (seq - 1) / kAttentionBlockRows * kAttentionBlockRows;
+  for (int r0 = last_block; r0 >= 0; r0 -= kAttentionBlockRows) {
+    const int r1 = std::min(r0 + kAttentionBlockRows, seq);
+    const int rows = r1 - r0;
+    const float beta = r0 == last_block ? 0.0f : 1.0f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, head.scale, q + r0 * qkv_stride, qkv_stride, k,
+                qkv_stride, 0.0f, att, seq);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, 1.0f, dy + r0 * c, c, v, qkv_stride, 0.0f,
+                datt, seq);
+    SoftmaxBackwardRows(att, datt, lse, r0, rows, r1, seq);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, att, seq, dy + r0 * c, c, beta, dv,
+                qkv_stride);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, head.scale, datt, seq, k, qkv_stride, 0.0f,
+                dq + r0 * qkv_stride, qkv_stride);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, head.scale, datt, seq, q + r0 * qkv_stride,
+                qkv_stride, beta, dk, qkv_stride);
+  }
+}
+
+}  // namespace
+
 void AttentionForward(float* out, float* lse, float* scratch, const float* qkv, int batch, int seq, int channels,
                       int heads) {
-  const int head_dim = channels / heads;
-  const int qkv_stride = 3 * channels;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  for (int b = 0; b < batch; ++b) {
-    for (int h = 0; h < heads; ++h) {
-      const float* q = qkv + static_cast<size_t>(b) * seq * qkv_stride + h * head_dim;  // (T, hs), stride 3C
-      const float* k = q + channels;
-      const float* v = q + 2 * channels;
-      float* y = out + static_cast<size_t>(b) * seq * channels + h * head_dim;  // (T, hs), stride C
-      float* row_lse = lse + (static_cast<size_t>(b) * heads + h) * seq;       // (T)
-      for (int r0 = 0; r0 < seq; r0 += kAttentionBlockRows) {
-        const int r1 = std::min(r0 + kAttentionBlockRows, seq);
-        const int rows = r1 - r0;
-        float* att = scratch;  // (rows, r1), stride T: queries r0..r1 against keys 0..r1
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, head_dim, scale, q + r0 * qkv_stride,
-                    qkv_stride, k, qkv_stride, 0.0f, att, seq);
-        for (int i = 0; i < rows; ++i) row_lse[r0 + i] = CausalSoftmaxRow(att + i * seq, r0 + i + 1, r1);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, r1, 1.0f, att, seq, v, qkv_stride,
-                    0.0f, y + r0 * channels, channels);
-      }
-    }
-  }
+  const size_t scratch_floats = static_cast<size_t>(kAttentionBlockRows) * seq;
+  ParallelFor(static_cast<size_t>(batch) * heads, CpuThreads(), [&](size_t pair, int worker) {
+    const AttentionHead head = HeadOf(pair, seq, channels, heads);
+    AttentionHeadForward(out + head.y_offset, lse + head.lse_offset, WorkerScratch(scratch, worker, scratch_floats),
+                         qkv + head.qkv_offset, head);
+  });
 }
 
 void AttentionBackward(float* qkv_grad, float* scratch, const float* out_grad, const float* qkv, const float* lse,
                        int batch, int seq, int channels, int heads) {
-  const int head_dim = channels / heads;
-  const int qkv_stride = 3 * channels;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int last_block = (seq - 1) / kAttentionBlockRows * kAttentionBlockRows;
-  for (int b = 0; b < batch; ++b) {
-    for (int h = 0; h < heads; ++h) {
-      const size_t head = static_cast<size_t>(b) * seq * qkv_stride + h * head_dim;
-      const float* q = qkv + head;  // (T, hs), stride 3C
-      const float* k = q + channels;
-      const float* v = q + 2 * channels;
-      float* dq = qkv_grad + head;
-      float* dk = dq + channels;
-      float* dv = dq + 2 * channels;
-      const float* dy = out_grad + static_cast<size_t>(b) * seq * channels + h * head_dim;  // (T, hs), stride C
-      const float* row_lse = lse + (static_cast<size_t>(b) * heads + h) * seq;
-      // The last block reaches every key, so it writes dk and dv whole (beta = 0); earlier blocks add to them.
-      for (int r0 = last_block; r0 >= 0; r0 -= kAttentionBlockRows) {
-        const int r1 = std::min(r0 + kAttentionBlockRows, seq);
-        const int rows = r1 - r0;
-        const float beta = r0 == last_block ? 0.0f : 1.0f;
-        float* att = scratch;                                    // (rows, r1), stride T
-        float* datt = scratch + kAttentionBlockRows * seq;  // (rows, r1), stride T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, head_dim, scale, q + r0 * qkv_stride,
-                    qkv_stride, k, qkv_stride, 0.0f, att, seq);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, head_dim, 1.0f, dy + r0 * channels, channels,
-                    v, qkv_stride, 0.0f, datt, seq);
-        for (int i = 0; i < rows; ++i) {
-          // Probabilities from the saved log-sum-exp; then the softmax backward,
-          // d score_j = p_j·(d p_j - Σ_k p_k·d p_k), zero where the mask hid the key.
-          const int length = r0 + i + 1;
-          float* p = att + i * seq;
-          float* dp = datt + i * seq;
-          ExpShifted(p, length, row_lse[r0 + i]);
-          const float dot = DotOf(p, dp, length);
-          for (int j = 0; j < length; ++j) dp[j] = p[j] * (dp[j] - dot);
-          std::fill(p + length, p + r1, 0.0f);
-          std::fill(dp + length, dp + r1, 0.0f);
-        }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, head_dim, rows, 1.0f, att, seq,
-                    dy + r0 * channels, channels, beta, dv, qkv_stride);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, r1, scale, datt, seq, k, qkv_stride,
-                    0.0f, dq + r0 * qkv_stride, qkv_stride);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, head_dim, rows, scale, datt, seq,
-                    q + r0 * qkv_stride, qkv_stride, beta, dk, qkv_stride);
-      }
-    }
-  }
+  const size_t scratch_floats = 2 * static_cast<size_t>(kAttentionBlockRows) * seq;
+  ParallelFor(static_cast<size_t>(batch) * heads, CpuThreads(), [&](size_t pair, int worker) {
+    const AttentionHead head = HeadOf(pair, seq, channels, heads);
+    AttentionHeadBackward(qkv_grad + head.qkv_offset, WorkerScratch(scratch, worker, scratch_floats),
+                          out_grad + head.y_offset, qkv + head.qkv_offset, lse + head.lse_offset, head);
+  });
 }
 
 void GeluForward(float* out, const float* in, size_t count) {
-  for (size_t i = 0; i < count; ++i) out[i] = Gelu(in[i]);
+  ForPieces(count, kMinPieceFloats, kColumnAlign, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) out[i] = Gelu(in[i]);
+  });
 }
 
 void GeluBackward(float* grad, const float* in, size_t count) {
-  for (size_t i = 0; i < count; ++i) grad[i] *= GeluGrad(in[i]);
+  ForPieces(count, kMinPieceFloats, kColumnAlign, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) grad[i] *= GeluGrad(in[i]);
+  });
 }
 
 float CrossEntropyForward(float* logits, const int32_t* targets, size_t rows, int vocab) {
-  double loss_sum = 0.0;
-  for (size_t r = 0; r < rows; ++r) {
-    float* row = logits + r * vocab;
-    const float target_logit = row[targets[r]];
-    const float max = MaxOf(row, vocab);
-    ExpShifted(row, vocab, max);
-    const float sum = SumOf(row, vocab);
-    const float inverse = 1.0f / sum;
-    for (int j = 0; j < vocab; ++j) row[j] *= inverse;
-    // -log softmax(target) from the logits themselves: exact even where the probability underflows.
-    loss_sum += std::log(sum) + max - target_logit;
-  }
+  std::vector<float> losses(rows);
+  ForRows(rows, vocab, [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r) {
+      float* row = logits + r * vocab;
+      const float target_logit = row[targets[r]];
+      const float max = MaxOf(row, vocab);
+      ExpShifted(row, vocab, max);
+      const float sum = SumOf(row, vocab);
+      const float inverse = 1.0f / sum;
+      for (int j = 0; j < vocab; ++j) row[j] *= inverse;
+      // -log softmax(target) from the logits themselves: exact even where the probability underflows.
+      losses[r] = std::log(sum) + max - target_logit;
+    }
+  });
+  double loss_sum = 0.0;  // in row order: the same bits at any thread count
+  for (const float loss : losses) loss_sum += loss;
   return static_cast<float>(loss_sum / rows);
 }
 
 void CrossEntropyBackward(float* probs, const int32_t* targets, size_t rows, int vocab) {
   const float inverse_rows = 1.0f / rows;
-  for (size_t r = 0; r < rows; ++r) {
-    float* row = probs + r * vocab;
-    row[targets[r]] -= 1.0f;
-    for (int j = 0; j < vocab; ++j) row[j] *= inverse_rows;
-  }
+  ForRows(rows, vocab, [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r) {
+      float* row = probs + r * vocab;
+      row[targets[r]] -= 1.0f;
+      for (int j = 0; j < vocab; ++j) row[j] *= inverse_rows;
+    }
+  });
 }
 
 void AdamWUpdate(float* params, const float* grads, float* m, float* v, size_t count, const AdamWConfig& config,
                  float weight_decay, int64_t step) {
   const float m_correction = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config.beta1), step)));
   const float v_correction = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config.beta2), step)));
-  for (size_t i = 0; i < count; ++i) {
-    AdamWElement(params[i], grads[i], m[i], v[i], config.learning_rate, config.beta1, config.beta2, config.epsilon,
-                 weight_decay, m_correction, v_correction);
-  }
+  ForPieces(count, kMinPieceFloats, kColumnAlign, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      AdamWElement(params[i], grads[i], m[i], v[i], config.learning_rate, config.beta1, config.beta2, config.epsilon,
+                   weight_decay, m_correction, v_correction);
+    }
+  });
 }
 
 }  // namespace tb::cpu

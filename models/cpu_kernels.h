@@ -2,6 +2,17 @@
 // mirrors kernel by kernel. Shapes: N = B*T rows (tokens), C channels, NH heads, V vocabulary. Weights are
 // (out_features, in_features) row-major, as nn.Linear stores them. Backward functions accumulate (+=) into
 // parameter gradients; how each treats its input gradient is said beside it.
+//
+// Threads: each layer runs on CpuThreads() threads (models/peaks.h): MatmulForward's and MatmulBackward's GEMMs on
+// OpenBLAS's own threads, the rest on the pool of models/cpu_parallel.h, split by rows (tokens), elements or
+// (sequence, head) pairs. One layer call at a time per buffer; calls from two threads on different buffers are safe.
+// Determinism: no result depends on timing; at a given thread count every run gives the same bits. Each output
+// element is written by one thread; sums across rows (LayerNorm's weight and bias gradients, bias gradients, the wte
+// and wpe scatter-adds, the mean loss) are split by columns, so that each column is still added in row order; the
+// attention runs its GEMMs single-threaded, one (sequence, head) pair per thread. So every layer gives the bits of one
+// thread at any thread count, except MatmulForward's and MatmulBackward's GEMMs: OpenBLAS's threads split a GEMM's
+// output but block its inner dimension differently from one thread, so across thread counts those agree to rounding
+// (tests/cpu_threads_test.cc checks both).
 #pragma once
 
 #include <bit>
@@ -78,9 +89,9 @@ inline float GeluGrad(float x) {
 // Normalises one row of C values; keeps mean and 1/stddev for backward.
 void LayerNormRowForward(float* out, float* mean, float* rstd, const float* in, const float* weight,
                          const float* bias, int channels);
-// in_grad += d loss / d in; weight_grad and bias_grad accumulate.
-void LayerNormRowBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad,
-                          const float* in, const float* weight, float mean, float rstd, int channels);
+// in_grad += d loss / d in for one row (the weight and bias gradients are sums over rows: LayerNormBackward).
+void LayerNormRowBackward(float* in_grad, const float* out_grad, const float* in, const float* weight, float mean,
+                          float rstd, int channels);
 
 // Softmax in place over row[0, length), the keys a causal query may see; zeroes row[length, width) so that a
 // GEMM over the whole width adds nothing from masked keys. Returns log(sum(exp(row))) of the raw scores, which
@@ -124,10 +135,12 @@ void MatmulBackward(float* in_grad, float* weight_grad, float* bias_grad, const 
 
 // Causal multi-head attention over qkv (B, T, 3C) = [q | k | v] per token: out (B, T, C); lse (B, NH, T)
 // holds each query row's log-sum-exp so that backward recomputes the probabilities instead of keeping
-// B·NH·T² of them. scratch holds kAttentionBlockRows·T floats.
+// B·NH·T² of them. The (sequence, head) pairs are spread over the threads, each with its own GEMMs and scratch:
+// `scratch` (kAttentionBlockRows·T floats) is the calling thread's, the pool's threads keep their own.
 void AttentionForward(float* out, float* lse, float* scratch, const float* qkv, int batch, int seq, int channels,
                       int heads);
-// qkv_grad (B, T, 3C) is overwritten. scratch holds 2·kAttentionBlockRows·T floats.
+// qkv_grad (B, T, 3C) is overwritten. scratch holds 2·kAttentionBlockRows·T floats, for the calling thread as in
+// AttentionForward.
 void AttentionBackward(float* qkv_grad, float* scratch, const float* out_grad, const float* qkv, const float* lse,
                        int batch, int seq, int channels, int heads);
 

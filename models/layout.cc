@@ -2,14 +2,13 @@
 // nn.Linear stores them, (out_features, in_features) row-major, so y = x · Wᵀ + b and a checkpoint maps onto
 // GPT-2's tensors one to one.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "clock.h"
+#include "cpu_parallel.h"
 #include "error.h"
 #include "peaks.h"
 #include "random.h"
@@ -85,17 +84,6 @@ void FillSlotPart(const SlotFill& fill, uint64_t seed, size_t begin, size_t end,
   const size_t drawn_end = fill.kind == SlotFill::kNormal ? std::clamp(fill.drawn, begin, end) : begin;
   if (drawn_end > begin) DrawNormals(seed, fill.first_normal + begin, drawn_end - begin, fill.stddev, out);
   std::fill(out + (drawn_end - begin), out + (end - begin), fill.kind == SlotFill::kOne ? 1.0f : 0.0f);
-}
-
-// Calls work(i) for every i in [0, count), on up to `threads` threads, the caller's among them.
-void ParallelFor(size_t count, int threads, const std::function<void(size_t)>& work) {
-  std::atomic<size_t> next{0};
-  auto run = [&] {
-    for (size_t i = next++; i < count; i = next++) work(i);
-  };
-  std::vector<std::jthread> helpers;
-  for (size_t t = 1; t < std::min(count, static_cast<size_t>(std::max(threads, 1))); ++t) helpers.emplace_back(run);
-  run();
 }
 
 class HostPhaseClock : public PhaseClock {
@@ -309,7 +297,7 @@ void InitializeParameterRange(const ModelConfig& config, const std::vector<Tenso
       pieces.push_back({s, b - offset, std::min(b + kPieceElements, high) - offset});
     }
   }
-  ParallelFor(pieces.size(), CpuThreads(), [&](size_t i) {
+  ParallelFor(pieces.size(), CpuThreads(), [&](size_t i, int) {
     const Piece& piece = pieces[i];
     FillSlotPart(fills[piece.slot], seed, piece.begin, piece.end, out + layout[piece.slot].offset + piece.begin - begin);
   });

@@ -1,6 +1,7 @@
 #include "peaks.h"
 
 #include <cblas.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <thread>
@@ -59,7 +60,10 @@ double MeasureCpuGemmFlops(double seconds) {
 
 void SetCpuThreadsPerRank(int ranks_on_node) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  openblas_set_num_threads(std::max(1, cores / std::max(1, ranks_on_node)));
+  // Never more threads than the CPUs this process may run on (taskset, a cpuset, a launcher's binding).
+  cpu_set_t usable;
+  const int usable_cpus = sched_getaffinity(0, sizeof(usable), &usable) == 0 ? CPU_COUNT(&usable) : cores;
+  openblas_set_num_threads(std::max(1, std::min(cores / std::max(1, ranks_on_node), usable_cpus)));
 }
 
 int CpuThreads() { return openblas_get_num_threads(); }

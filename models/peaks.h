@@ -26,7 +26,8 @@ double MeasureCpuGemmFlops(double seconds = 0.3);
 // accumulation), timed with CUDA events for about `seconds`, in FLOP/s. Throws in a build without CUDA.
 double MeasureDeviceGemmFlops(double seconds = 0.5);
 
-// Threads OpenBLAS may use in each rank: the cores of the node shared by its ranks (at least one).
+// Threads each rank's CPU work uses (OpenBLAS's and the CPU reference's, models/cpu_kernels.h): the cores of the
+// node shared by its ranks, at most the CPUs this process may run on (at least one).
 void SetCpuThreadsPerRank(int ranks_on_node);
 int CpuThreads();
 
