@@ -179,6 +179,9 @@ def peer_runs(shape):
             if line.startswith("peer_result "):
                 r = json.loads(line.split(" ", 1)[1])
                 runs.setdefault(r["variant"], []).append(r)
+            elif line.startswith("peer_failed "):
+                r = json.loads(line.split(" ", 1)[1])
+                print(f"# {os.path.basename(path)}: pytorch {r['variant']} failed: {r['error'][:300]}")
     return runs
 
 

@@ -391,9 +391,17 @@ def main(argv):
           f"({shape[0]} of {layers} layers, d {c}, {heads} heads, vocab {vocab} padded {padded_vocab(vocab)}), "
           f"micro-batch {args.micro_batch} x seq {args.seq or positions} x grad-accum {args.grad_accum}, "
           f"{args.precision}, attention {args.attention}", flush=True)
+    failed = 0
     for variant in args.variant_list:
-        run_variant(args, variant, device, shape)
-    return 0
+        try:
+            run_variant(args, variant, device, shape)
+        except Exception as error:  # one variant's failure (out of memory, a compile error) leaves the next to run
+            failed += 1
+            print(f"peer_failed {json.dumps({'variant': variant, 'error': f'{type(error).__name__}: {error}'[:2000]})}",
+                  flush=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
