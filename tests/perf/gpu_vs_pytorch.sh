@@ -193,12 +193,15 @@ def median(runs, key):
 print("\n# gpu_vs_pytorch summary: medians over the rounds that ran; MFU of the device's dense bf16 peak "
       "(trainbench's table: 989 TFLOP/s on an H100 SXM or H200); the first loss must lie within ln V - 0.1 .. + 1.0 "
       "(ln 50257 = 10.825)")
+peer_by_shape = {shape[0]: peer_runs(shape[0]) for shape in shapes}
+devices = sorted({r["device"] for by_variant in peer_by_shape.values() for runs in by_variant.values() for r in runs})
+print(f"# device: {', '.join(devices) or 'unknown (no peer run finished)'}; llm.c's figures are an H100's")
 print(f"{'shape':<30} {'program':<34} {'runs':>4} {'tokens/s':>10} {'ms/step':>9} {'MFU':>6} {'first loss':>10}")
 verdicts = []
 for shape, name, micro, accum, llmc, target in shapes:
     label = f"{name} b{micro} x1024 ga{accum}"
     tb = trainbench_runs(shape)
-    peers = peer_runs(shape)
+    peers = peer_by_shape[shape]
     rows = [("trainbench", tb)] + [(f"pytorch {v}" + (f" ({runs[0]['compile']})" if v == "compiled" and runs else ""),
                                     runs) for v in ("eager", "compiled") for runs in [peers.get(v, [])]]
     tps = {}
