@@ -4,7 +4,8 @@
 #   124m  gpt2-124m, micro-batch 16, seq 1024                 trainbench 2+20 steps, peer 3+20 steps per variant
 #   1.5b  gpt2-1.5b, micro-batch 8, seq 1024, grad-accum 8    trainbench 1+4 steps,  peer 2+4 steps per variant
 # Each round runs, per shape, trainbench (--backend cuda) and one peer process (eager, then torch.compile: "PyTorch's
-# best"): trainbench first in odd rounds, the peer first (compiled, then eager) in even ones. The 1.5B peer compiles block by block
+# best"): trainbench first in odd rounds, the peer first (compiled, then eager) in even ones. The 1.5B peer compiles
+# block by block
 # (--compile-scope blocks: one compile serves all 48 blocks; the whole model's would take minutes); 124m compiles
 # the whole model. Without --grad-accum in `trainbench train --help`, the 1.5B shape runs at grad-accum 1 on both
 # sides, 2+10 steps, and says so. A run that would not fit the time left (--budget) is skipped, and says so.
@@ -19,19 +20,21 @@
 # (BUNDLE need not exist). Environment: TB_PEER_PYTHON (default python3, the one with PyTorch).
 set -uo pipefail
 usage() {
-  echo "usage: tests/perf/gpu_vs_pytorch.sh [--rounds N] [--budget SECONDS] [--shapes 124m,1.5b] [--dry-run] BUNDLE OUT_DIR" >&2
+  echo "usage: tests/perf/gpu_vs_pytorch.sh [--rounds N] [--budget SECONDS] [--shapes 124m,1.5b] [--dry-run]" \
+    "BUNDLE OUT_DIR" >&2
   exit 2
 }
+bad() { echo "gpu_vs_pytorch: $*" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=${TB_PEER_PYTHON:-python3}
 rounds=2 budget=420 shapes=124m,1.5b dry_run=0 positional=()
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --rounds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu_vs_pytorch: --rounds '${2:-}' must be a positive integer" >&2; exit 2; }
+    --rounds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || bad "--rounds '${2:-}' must be a positive integer"
       rounds=$2; shift 2 ;;
-    --budget) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu_vs_pytorch: --budget '${2:-}' must be seconds (a positive integer)" >&2; exit 2; }
+    --budget) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || bad "--budget '${2:-}' must be seconds (a positive integer)"
       budget=$2; shift 2 ;;
-    --shapes) [[ ${2:-} =~ ^(124m|1\.5b)(,(124m|1\.5b))*$ ]] || { echo "gpu_vs_pytorch: --shapes '${2:-}': accepted 124m, 1.5b, comma-separated" >&2; exit 2; }
+    --shapes) [[ ${2:-} =~ ^(124m|1\.5b)(,(124m|1\.5b))*$ ]] || bad "--shapes '${2:-}': accepted 124m and 1.5b, comma-separated"
       shapes=$2; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -65,10 +68,10 @@ elif [[ $dry_run -eq 0 ]]; then
   scratch=$(mktemp -d)
   trap 'rm -rf "$scratch"' EXIT
   if [[ -f $bundle ]]; then
-    tar -xzf "$bundle" -C "$scratch" || { echo "gpu_vs_pytorch: cannot unpack $bundle" >&2; exit 2; }
+    tar -xzf "$bundle" -C "$scratch" || bad "cannot unpack $bundle"
     bundle=$scratch/.gpu
   fi
-  [[ -x $bundle/run ]] || { echo "gpu_vs_pytorch: $bundle/run missing (tests/perf/gpu_prepare.sh packs it)" >&2; exit 2; }
+  [[ -x $bundle/run ]] || bad "$bundle/run missing (tests/perf/gpu_prepare.sh packs it)"
   mkdir -p "$out"
 fi
 if [[ -x $bundle/run ]]; then
@@ -80,21 +83,25 @@ say() { if [[ $dry_run -eq 1 ]]; then echo "$*"; else echo "$*" | tee -a "$log";
 
 if [[ $grad_accum_flag == no ]]; then
   accum[1.5b]=1 tb_steps[1.5b]="--warmup-steps 2 --steps 10" peer_steps[1.5b]="--warmup-steps 3 --steps 10"
-  say "# NOTE: trainbench train --help lacks --grad-accum: the 1.5b shape runs at grad-accum 1 on both sides (the MFU target is set at grad-accum 8)"
+  say "# NOTE: trainbench train --help lacks --grad-accum: the 1.5b shape runs at grad-accum 1 on both sides" \
+    "(the MFU target is set at grad-accum 8)"
 elif [[ $grad_accum_flag == unknown ]]; then
-  say "# NOTE: no bundle to ask: whether trainbench has --grad-accum is decided at run time (without it, 1.5b runs at grad-accum 1, 2+10 steps)"
+  say "# NOTE: no bundle to ask: whether trainbench has --grad-accum is decided at run time" \
+    "(without it, 1.5b runs at grad-accum 1, 2+10 steps)"
 fi
 
 shape_args() { echo "--model ${model[$1]} --micro-batch ${micro[$1]} --seq 1024"; }
 tb_command() {  # tb_command SHAPE ROUND
   local accum_args=""
   [[ ${accum[$1]} -gt 1 ]] && accum_args=" --grad-accum ${accum[$1]}"
-  echo "$bundle/run mpirun -np 1 --bind-to none trainbench train --backend cuda $(shape_args "$1")$accum_args ${tb_steps[$1]} -o $out/vs_tb_$1_r$2.h5"
+  echo "$bundle/run mpirun -np 1 --bind-to none trainbench train --backend cuda $(shape_args "$1")$accum_args" \
+    "${tb_steps[$1]} -o $out/vs_tb_$1_r$2.h5"
 }
 peer_command() {  # peer_command SHAPE ROUND: eager first in odd rounds, compiled first in even ones
   local variants=eager,compiled
   [[ $(($2 % 2)) -eq 0 ]] && variants=compiled,eager
-  echo "$python $here/pytorch_gpt2.py --device cuda $(shape_args "$1") --grad-accum ${accum[$1]} ${peer_steps[$1]} --variants $variants --compile-scope ${scope[$1]}"
+  echo "$python $here/pytorch_gpt2.py --device cuda $(shape_args "$1") --grad-accum ${accum[$1]} ${peer_steps[$1]}" \
+    "--variants $variants --compile-scope ${scope[$1]}"
 }
 
 failures=0
@@ -117,13 +124,17 @@ run_one() {  # run_one NAME LIMIT ESTIMATE COMMAND: under a time limit, skipped 
   local rc=$?
   cat "$out/$name.log" >>"$log"
   if [[ $rc -eq 0 ]]; then say "$(printf '%-20s ok (%d s)' "$name" $((SECONDS - start)))"
-  else say "$(printf '%-20s FAILED: exit %d after %d s: %s' "$name" "$rc" $((SECONDS - start)) "$(grep -m1 -iE 'error|Traceback' "$out/$name.log")")"
-    failures=$((failures + 1)); fi
+  else
+    say "$(printf '%-20s FAILED: exit %d after %d s: %s' "$name" "$rc" $((SECONDS - start)) \
+      "$(grep -m1 -iE 'error|Traceback' "$out/$name.log")")"
+    failures=$((failures + 1))
+  fi
 }
 
 planned=0
 say "# gpu_vs_pytorch $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname): rounds $rounds, shapes $shapes, budget $budget s"
-[[ $dry_run -eq 1 ]] || nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv,noheader 2>&1 | sed 's/^/# GPU: /' | tee -a "$log"
+[[ $dry_run -eq 1 ]] || nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit \
+  --format=csv,noheader 2>&1 | sed 's/^/# GPU: /' | tee -a "$log"
 for ((round = 1; round <= rounds; round++)); do
   for shape in "${shape_list[@]}"; do
     tb="run_one vs_tb_${shape}_r$round ${tb_limit[$shape]} ${tb_estimate[$shape]}"
@@ -147,7 +158,8 @@ fi
 # The table: trainbench's figures from its reports (h5py), the peer's from its peer_result lines.
 summary_args=()
 for shape in "${shape_list[@]}"; do
-  summary_args+=("$shape" "${model[$shape]}" "${micro[$shape]}" "${accum[$shape]}" "${llmc[$shape]}" "${mfu_target[$shape]}")
+  summary_args+=("$shape" "${model[$shape]}" "${micro[$shape]}" "${accum[$shape]}" "${llmc[$shape]}" \
+    "${mfu_target[$shape]}")
 done
 "$python" - "$out" "$grad_accum_flag" "${summary_args[@]}" <<'EOF' 2>&1 | tee -a "$log"
 import glob, json, math, os, statistics, sys

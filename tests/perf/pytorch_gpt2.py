@@ -323,8 +323,9 @@ def run_variant(args, variant, device, shape):
         "compiled_graphs": dynamo_graphs() if variant == "compiled" else None,
     }
     mfu = f"{result['mfu'] * 100:.1f}%" if result["mfu"] is not None else "n/a"
+    graphs = "" if result["compiled_graphs"] is None else f"{result['compiled_graphs']} graphs, "
     print(f"# {variant}: {tokens_per_s:,.0f} tokens/s, {mean_s * 1e3:.2f} ms/step (median "
-          f"{result['ms_per_step_median']:.2f}), MFU {mfu}, {'' if result['compiled_graphs'] is None else str(result['compiled_graphs']) + ' graphs, '}loss {losses[0]:.4f} -> {losses[-1]:.4f} "
+          f"{result['ms_per_step_median']:.2f}), MFU {mfu}, {graphs}loss {losses[0]:.4f} -> {losses[-1]:.4f} "
           f"(ln V {math.log(vocab):.4f}), first step {result['first_step_extra_s']:+.1f} s", flush=True)
     print("peer_result " + json.dumps(result), flush=True)
     del forward, model, optimizer, losses
@@ -334,8 +335,8 @@ def run_variant(args, variant, device, shape):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="gpt2-124m", choices=sorted(PRESETS), help="trainbench's preset")
     p.add_argument("--layers", type=int, help="run N layers of the preset's shape (as trainbench's --layers)")
     p.add_argument("--seq", type=int, help="tokens per sequence (default: the preset's)")
