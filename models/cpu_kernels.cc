@@ -11,6 +11,18 @@
 #include "cpu_parallel.h"
 #include "peaks.h"
 
+// The per-element loops below are compiled for AVX-512 and AVX2 too, the variant picked at load time for the CPU
+// (function multiversioning): a baseline x86-64 build otherwise runs them 4 floats wide. models/CMakeLists.txt
+// compiles this file with -ffp-contract=off, so that no variant fuses a multiply and an add: all give the same bits.
+// The helpers they call are inlined into each variant (TB_INLINE), or would run in the baseline's width.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TB_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define TB_INLINE __attribute__((always_inline)) inline
+#else
+#define TB_VECTOR_CLONES
+#define TB_INLINE inline
+#endif
+
 namespace tb::cpu {
 namespace {
 
@@ -18,7 +30,7 @@ namespace {
 // accumulator would keep these loops scalar and bound by the latency of each add.
 constexpr int kLanes = 8;
 
-float MaxOf(const float* x, int count) {
+TB_INLINE float MaxOf(const float* x, int count) {
   float lanes[kLanes];
   std::fill(lanes, lanes + kLanes, x[0]);
   int i = 0;
@@ -29,7 +41,7 @@ float MaxOf(const float* x, int count) {
   return *std::max_element(lanes, lanes + kLanes);
 }
 
-float SumOf(const float* x, int count) {
+TB_INLINE float SumOf(const float* x, int count) {
   float lanes[kLanes] = {};
   int i = 0;
   for (; i + kLanes <= count; i += kLanes) {
@@ -39,7 +51,7 @@ float SumOf(const float* x, int count) {
   return std::accumulate(lanes, lanes + kLanes, 0.0f);
 }
 
-float DotOf(const float* x, const float* y, int count) {
+TB_INLINE float DotOf(const float* x, const float* y, int count) {
   float lanes[kLanes] = {};
   int i = 0;
   for (; i + kLanes <= count; i += kLanes) {
@@ -50,7 +62,7 @@ float DotOf(const float* x, const float* y, int count) {
 }
 
 // x[i] = Exp(x[i] - shift), in place.
-void ExpShifted(float* x, int count, float shift) {
+TB_INLINE void ExpShifted(float* x, int count, float shift) {
   for (int i = 0; i < count; ++i) x[i] = Exp(x[i] - shift);
 }
 
@@ -84,6 +96,38 @@ void ForRows(size_t rows, size_t width, const std::function<void(size_t, size_t)
 // column's sum is added in row order, the same bits at any thread count.
 void ForColumns(size_t columns, size_t rows, const std::function<void(size_t, size_t)>& body) {
   ForPieces(columns, std::max(kColumnAlign, kMinPieceFloats / std::max<size_t>(rows, 1)), kColumnAlign, body);
+}
+
+// Products below this many multiply-adds run as one sgemm call: too little work to split (OpenBLAS's own threshold).
+constexpr double kMinSplitGemm = 1 << 18;
+// Pieces of a split GEMM start at multiples of 16 rows or columns (64 bytes of C's rows).
+constexpr int kGemmAlign = 16;
+
+// C (M, N) = alpha·op(A)·op(B) + beta·C, row-major, on CpuThreads() threads, each piece a single-threaded sgemm on
+// the pool (OpenBLAS's own threads would spin between calls, taking a core from the layers in between): C's rows
+// split one piece per thread when it has at least as many rows as columns (each piece packs all of B), else its
+// columns (each packs all of A). The split depends on the shape and the thread count only.
+void Gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+          const float* b, int ldb, float beta, float* c, int ldc) {
+  const int threads = CpuThreads();
+  if (threads < 2 || static_cast<double>(m) * n * k < kMinSplitGemm) {
+    cblas_sgemm(CblasRowMajor, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const bool split_rows = m >= n;
+  const int extent = split_rows ? m : n;
+  const int piece = ((extent + threads - 1) / threads + kGemmAlign - 1) / kGemmAlign * kGemmAlign;
+  ParallelFor((extent + piece - 1) / piece, threads, [&](size_t i, int) {
+    const int begin = static_cast<int>(i) * piece, size = std::min(piece, extent - begin);
+    if (split_rows) {  // rows begin… of op(A) and of C
+      const float* a_rows = trans_a == CblasTrans ? a + begin : a + static_cast<size_t>(begin) * lda;
+      cblas_sgemm(CblasRowMajor, trans_a, trans_b, size, n, k, alpha, a_rows, lda, b, ldb, beta,
+                  c + static_cast<size_t>(begin) * ldc, ldc);
+    } else {  // columns begin… of op(B) and of C
+      const float* b_columns = trans_b == CblasTrans ? b + static_cast<size_t>(begin) * ldb : b + begin;
+      cblas_sgemm(CblasRowMajor, trans_a, trans_b, m, size, k, alpha, a, lda, b_columns, ldb, beta, c + begin, ldc);
+    }
+  });
 }
 
 // Worker 0 (the calling thread) uses the caller's scratch; every other worker a buffer of its thread's own, kept
@@ -134,7 +178,9 @@ void LayerNormRowBackward(float* in_grad, const float* out_grad, const float* in
   }
 }
 
-float CausalSoftmaxRow(float* row, int length, int width) {
+namespace {
+
+TB_INLINE float SoftmaxRowInline(float* row, int length, int width) {
   const float max = MaxOf(row, length);
   ExpShifted(row, length, max);
   const float sum = SumOf(row, length);
@@ -143,6 +189,10 @@ float CausalSoftmaxRow(float* row, int length, int width) {
   std::fill(row + length, row + width, 0.0f);
   return max + std::log(sum);
 }
+
+}  // namespace
+
+float CausalSoftmaxRow(float* row, int length, int width) { return SoftmaxRowInline(row, length, width); }
 
 void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int batch, int seq,
                     int channels) {
@@ -222,17 +272,17 @@ void MatmulForward(float* out, const float* in, const float* weight, const float
       }
     });
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), out_channels, in_channels, 1.0f, in,
-              in_channels, weight, in_channels, preset ? 1.0f : 0.0f, out, out_channels);
+  Gemm(CblasNoTrans, CblasTrans, static_cast<int>(rows), out_channels, in_channels, 1.0f, in, in_channels, weight,
+       in_channels, preset ? 1.0f : 0.0f, out, out_channels);
 }
 
 void MatmulBackward(float* in_grad, float* weight_grad, float* bias_grad, const float* out_grad, const float* in,
                     const float* weight, size_t rows, int in_channels, int out_channels) {
   const int n = static_cast<int>(rows);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_channels, in_channels, n, 1.0f, out_grad, out_channels,
-              in, in_channels, 1.0f, weight_grad, in_channels);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_channels, out_channels, 1.0f, out_grad,
-              out_channels, weight, in_channels, 0.0f, in_grad, in_channels);
+  Gemm(CblasTrans, CblasNoTrans, out_channels, in_channels, n, 1.0f, out_grad, out_channels, in, in_channels, 1.0f,
+       weight_grad, in_channels);
+  Gemm(CblasNoTrans, CblasNoTrans, n, in_channels, out_channels, 1.0f, out_grad, out_channels, weight, in_channels,
+       0.0f, in_grad, in_channels);
   if (bias_grad == nullptr) return;
   ForColumns(out_channels, rows, [&](size_t begin, size_t end) {
     for (size_t r = 0; r < rows; ++r) {
@@ -266,6 +316,12 @@ AttentionHead HeadOf(size_t pair, int seq, int channels, int heads) {
           pair * seq};
 }
 
+// Rows r0 … r0+rows-1 of a block of scores (stride `stride`, keys up to `width`): their causal softmax in place and
+// its log-sum-exp.
+TB_VECTOR_CLONES void SoftmaxRows(float* att, float* lse, int r0, int rows, int width, int stride) {
+  for (int i = 0; i < rows; ++i) lse[r0 + i] = SoftmaxRowInline(att + i * stride, r0 + i + 1, width);
+}
+
 void AttentionHeadForward(float* y, float* lse, float* att, const float* q, const AttentionHead& head) {
   const int seq = head.seq, hs = head.head_dim, qkv_stride = 3 * head.channels;
   const float* k = q + head.channels;
@@ -276,7 +332,7 @@ void AttentionHeadForward(float* y, float* lse, float* att, const float* q, cons
     // att (rows, r1), stride T: queries r0..r1 against keys 0..r1
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, head.scale, q + r0 * qkv_stride, qkv_stride, k,
                 qkv_stride, 0.0f, att, seq);
-    for (int i = 0; i < rows; ++i) lse[r0 + i] = CausalSoftmaxRow(att + i * seq, r0 + i + 1, r1);
+    SoftmaxRows(att, lse, r0, rows, r1, seq);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, att, seq, v, qkv_stride, 0.0f,
                 y + r0 * head.channels, head.channels);
   }
@@ -284,7 +340,7 @@ void AttentionHeadForward(float* y, float* lse, float* att, const float* q, cons
 
 // Rows r0 … r0+rows-1 of a block: the probabilities p from the saved log-sum-exp, then the softmax backward in
 // place of dp, d score_j = p_j·(d p_j - Σ_k p_k·d p_k), both zero where the mask hid the key (up to width).
-void SoftmaxBackwardRows(float* att, float* datt, const float* lse, int r0, int rows, int width, int stride) {
+TB_VECTOR_CLONES void SoftmaxBackwardRows(float* att, float* datt, const float* lse, int r0, int rows, int width, int stride) {
   for (int i = 0; i < rows; ++i) {
     const int length = r0 + i + 1;
     float* p = att + i * stride;
@@ -348,33 +404,70 @@ void AttentionBackward(float* qkv_grad, float* scratch, const float* out_grad, c
   });
 }
 
+namespace {
+
+TB_VECTOR_CLONES void GeluRange(float* out, const float* in, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) out[i] = Gelu(in[i]);
+}
+
+TB_VECTOR_CLONES void GeluGradRange(float* grad, const float* in, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) grad[i] *= GeluGrad(in[i]);
+}
+
+// Rows [begin, end) of the logits become probabilities; losses[r] = -log softmax(target) from the logits themselves,
+// exact even where the probability underflows.
+TB_VECTOR_CLONES void CrossEntropyRows(float* logits, const int32_t* targets, float* losses, int vocab, size_t begin,
+                                       size_t end) {
+  for (size_t r = begin; r < end; ++r) {
+    float* row = logits + r * vocab;
+    const float target_logit = row[targets[r]];
+    const float max = MaxOf(row, vocab);
+    ExpShifted(row, vocab, max);
+    const float sum = SumOf(row, vocab);
+    const float inverse = 1.0f / sum;
+    for (int j = 0; j < vocab; ++j) row[j] *= inverse;
+    losses[r] = std::log(sum) + max - target_logit;
+  }
+}
+
+TB_VECTOR_CLONES void CrossEntropyGradRows(float* probs, const int32_t* targets, int vocab, float inverse_rows,
+                                           size_t begin, size_t end) {
+  for (size_t r = begin; r < end; ++r) {
+    float* row = probs + r * vocab;
+    row[targets[r]] -= 1.0f;
+    for (int j = 0; j < vocab; ++j) row[j] *= inverse_rows;
+  }
+}
+
+struct AdamWArgs {
+  float* params;
+  const float* grads;
+  float* m;
+  float* v;
+  AdamWConfig config;
+  float weight_decay, m_correction, v_correction;
+};
+
+TB_VECTOR_CLONES void AdamWRange(const AdamWArgs& a, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    AdamWElement(a.params[i], a.grads[i], a.m[i], a.v[i], a.config.learning_rate, a.config.beta1, a.config.beta2,
+                 a.config.epsilon, a.weight_decay, a.m_correction, a.v_correction);
+  }
+}
+
+}  // namespace
+
 void GeluForward(float* out, const float* in, size_t count) {
-  ForPieces(count, kMinPieceFloats, kColumnAlign, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) out[i] = Gelu(in[i]);
-  });
+  ForPieces(count, kMinPieceFloats, kColumnAlign, [&](size_t begin, size_t end) { GeluRange(out, in, begin, end); });
 }
 
 void GeluBackward(float* grad, const float* in, size_t count) {
-  ForPieces(count, kMinPieceFloats, kColumnAlign, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) grad[i] *= GeluGrad(in[i]);
-  });
+  ForPieces(count, kMinPieceFloats, kColumnAlign, [&](size_t begin, size_t end) { GeluGradRange(grad, in, begin, end); });
 }
 
 float CrossEntropyForward(float* logits, const int32_t* targets, size_t rows, int vocab) {
   std::vector<float> losses(rows);
-  ForRows(rows, vocab, [&](size_t begin, size_t end) {
-    for (size_t r = begin; r < end; ++r) {
-      float* row = logits + r * vocab;
-      const float target_logit = row[targets[r]];
-      const float max = MaxOf(row, vocab);
-      ExpShifted(row, vocab, max);
-      const float sum = SumOf(row, vocab);
-      const float inverse = 1.0f / sum;
-      for (int j = 0; j < vocab; ++j) row[j] *= inverse;
-      // -log softmax(target) from the logits themselves: exact even where the probability underflows.
-      losses[r] = std::log(sum) + max - target_logit;
-    }
-  });
+  ForRows(rows, vocab, [&](size_t begin, size_t end) { CrossEntropyRows(logits, targets, losses.data(), vocab, begin, end); });
   double loss_sum = 0.0;  // in row order: the same bits at any thread count
   for (const float loss : losses) loss_sum += loss;
   return static_cast<float>(loss_sum / rows);
@@ -382,25 +475,16 @@ float CrossEntropyForward(float* logits, const int32_t* targets, size_t rows, in
 
 void CrossEntropyBackward(float* probs, const int32_t* targets, size_t rows, int vocab) {
   const float inverse_rows = 1.0f / rows;
-  ForRows(rows, vocab, [&](size_t begin, size_t end) {
-    for (size_t r = begin; r < end; ++r) {
-      float* row = probs + r * vocab;
-      row[targets[r]] -= 1.0f;
-      for (int j = 0; j < vocab; ++j) row[j] *= inverse_rows;
-    }
-  });
+  ForRows(rows, vocab,
+          [&](size_t begin, size_t end) { CrossEntropyGradRows(probs, targets, vocab, inverse_rows, begin, end); });
 }
 
 void AdamWUpdate(float* params, const float* grads, float* m, float* v, size_t count, const AdamWConfig& config,
                  float weight_decay, int64_t step) {
-  const float m_correction = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config.beta1), step)));
-  const float v_correction = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config.beta2), step)));
-  ForPieces(count, kMinPieceFloats, kColumnAlign, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) {
-      AdamWElement(params[i], grads[i], m[i], v[i], config.learning_rate, config.beta1, config.beta2, config.epsilon,
-                   weight_decay, m_correction, v_correction);
-    }
-  });
+  const AdamWArgs args{params, grads, m, v, config, weight_decay,
+                       static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config.beta1), step))),
+                       static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(config.beta2), step)))};
+  ForPieces(count, kMinPieceFloats, kColumnAlign, [&](size_t begin, size_t end) { AdamWRange(args, begin, end); });
 }
 
 }  // namespace tb::cpu

@@ -3,16 +3,18 @@
 // (out_features, in_features) row-major, as nn.Linear stores them. Backward functions accumulate (+=) into
 // parameter gradients; how each treats its input gradient is said beside it.
 //
-// Threads: each layer runs on CpuThreads() threads (models/peaks.h): MatmulForward's and MatmulBackward's GEMMs on
-// OpenBLAS's own threads, the rest on the pool of models/cpu_parallel.h, split by rows (tokens), elements or
-// (sequence, head) pairs. One layer call at a time per buffer; calls from two threads on different buffers are safe.
+// Threads: each layer runs on CpuThreads() threads (models/peaks.h) of the pool of models/cpu_parallel.h, split by rows
+// (tokens), columns, elements or (sequence, head) pairs; the Matmuls' GEMMs split C's rows or columns into one
+// single-threaded sgemm per thread (OpenBLAS's own threads stay asleep: they would spin between calls, taking a core
+// from the layers in between). The per-element loops run in AVX-512 or AVX2 variants where the CPU has them, with the
+// same bits. One layer call at a time per buffer; calls from two threads on different buffers are safe.
 // Determinism: no result depends on timing; at a given thread count every run gives the same bits. Each output
 // element is written by one thread; sums across rows (LayerNorm's weight and bias gradients, bias gradients, the wte
 // and wpe scatter-adds, the mean loss) are split by columns, so that each column is still added in row order; the
-// attention runs its GEMMs single-threaded, one (sequence, head) pair per thread. So every layer gives the bits of one
-// thread at any thread count, except MatmulForward's and MatmulBackward's GEMMs: OpenBLAS's threads split a GEMM's
-// output but block its inner dimension differently from one thread, so across thread counts those agree to rounding
-// (tests/cpu_threads_test.cc checks both).
+// attention's GEMMs run whole per (sequence, head) pair. So every layer gives the bits of one thread at any thread
+// count, except the Matmuls: their GEMM pieces follow the thread count, and a piece may take another of OpenBLAS's
+// kernels than the whole product, so across thread counts they agree to rounding (tests/cpu_threads_test.cc checks
+// both).
 #pragma once
 
 #include <bit>

@@ -153,7 +153,7 @@ TEST(CpuThreads, TrainingStepIsTheSameBitsEveryRunAtAGivenThreadCount) {
   }
 }
 
-// Across thread counts only OpenBLAS's GEMMs differ, by rounding: each gradient within 1e-5 of its tensor's largest
+// Across thread counts only the Matmuls' GEMMs differ (split by the thread count), by rounding: each gradient within 1e-5 of its tensor's largest
 // magnitude (the largest difference measured: 9e-7 of it, LayerNorm biases), the losses within 1e-6 relative.
 TEST(CpuThreads, TrainingStepAgreesToRoundingAcrossThreadCounts) {
   const StepBits one = RunStep(1);
