@@ -34,7 +34,7 @@ while [[ $# -gt 0 ]]; do
       rounds=$2; shift 2 ;;
     --budget) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || bad "--budget '${2:-}' must be seconds (a positive integer)"
       budget=$2; shift 2 ;;
-    --shapes) [[ ${2:-} =~ ^(124m|1\.5b)(,(124m|1\.5b))*$ ]] || bad "--shapes '${2:-}': accepted 124m and 1.5b, comma-separated"
+    --shapes) [[ ${2:-} =~ ^(124m|1\.5b)(,(124m|1\.5b))*$ ]] || bad "--shapes '${2:-}': accepted: 124m,1.5b"
       shapes=$2; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
