@@ -15,20 +15,15 @@ CollectiveCounts Counts(uint64_t bytes, size_t type_size, int n, int rank) {
   return c;
 }
 
-bool Expected(const CollectiveCounts& c, int, int, size_t i, ReduceOp, int, double* value) {
-  *value = InputValue(static_cast<int>(i / c.op_count), i % c.op_count);
-  return true;
-}
+ExpectedLayout Expected(const CollectiveCounts& c, int, int n, ReduceOp, int) { return BlocksLayout(n, c.op_count); }
 
 void Run(Communicator& comm, const void* send, void* recv, const CollectiveCounts& c, DataType type, ReduceOp, int) {
   comm.AllGather(send, recv, c.op_count, type);
 }
 
-int Source(const CollectiveCounts& c, int, int, size_t i, int) { return static_cast<int>(i / c.op_count); }
 
 }  // namespace
 
-const CollectiveDef kAllGather = {"all_gather", "(n-1)/n", FactorNMinusOneOverN, false, false, Counts, Expected, Run,
-                                  Source};
+const CollectiveDef kAllGather = {"all_gather", "(n-1)/n", FactorNMinusOneOverN, false, false, Counts, Expected, Run};
 
 }  // namespace tb

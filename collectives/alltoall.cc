@@ -13,21 +13,18 @@ CollectiveCounts Counts(uint64_t bytes, size_t type_size, int n, int) {
   return c;
 }
 
-bool Expected(const CollectiveCounts& c, int rank, int, size_t i, ReduceOp, int, double* value) {
-  size_t peer = i / c.op_count;
-  *value = InputValue(static_cast<int>(peer), static_cast<size_t>(rank) * c.op_count + i % c.op_count);
-  return true;
+// Block p holds peer p's block `rank`.
+ExpectedLayout Expected(const CollectiveCounts& c, int rank, int n, ReduceOp, int) {
+  return BlocksLayout(n, c.op_count, static_cast<uint64_t>(rank) * c.op_count);
 }
 
 void Run(Communicator& comm, const void* send, void* recv, const CollectiveCounts& c, DataType type, ReduceOp, int) {
   comm.AllToAll(send, recv, c.op_count, type);
 }
 
-int Source(const CollectiveCounts& c, int, int, size_t i, int) { return static_cast<int>(i / c.op_count); }
 
 }  // namespace
 
-const CollectiveDef kAllToAll = {"alltoall", "(n-1)/n", FactorNMinusOneOverN, false, false, Counts, Expected, Run,
-                                 Source};
+const CollectiveDef kAllToAll = {"alltoall", "(n-1)/n", FactorNMinusOneOverN, false, false, Counts, Expected, Run};
 
 }  // namespace tb

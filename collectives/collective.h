@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "communicator.h"
+#include "verify_math.h"
 
 namespace tb {
 
@@ -30,14 +31,12 @@ struct CollectiveDef {
   bool uses_reduce_op;
   bool uses_root;
   CollectiveCounts (*counts)(uint64_t requested_bytes, size_t type_size, int n, int rank);
-  // Expected value of element `i` of `rank`'s receive buffer, given every rank's input (InputValue); false
-  // when that element is not defined by the operation (e.g. the receive buffer of a non-root in reduce).
-  bool (*expected)(const CollectiveCounts& counts, int rank, int n, size_t i, ReduceOp op, int root, double* value);
+  // Where the expected value of each element of `rank`'s receive buffer comes from (verify_math.h: the host's and
+  // the device's check compute each element from it); ExpectedKind::kUndefined where the operation defines none
+  // (the receive buffer of a non-root in reduce). A copy's layout also names the rank each element came from.
+  ExpectedLayout (*expected)(const CollectiveCounts& counts, int rank, int n, ReduceOp op, int root);
   void (*run)(Communicator& comm, const void* send, void* recv, const CollectiveCounts& counts, DataType type,
               ReduceOp op, int root);
-  // The rank whose input element `i` of `rank`'s receive buffer is a copy of; null for a reduction, whose every
-  // element mixes all ranks' inputs. Names the rank whose data arrived wrong.
-  int (*source)(const CollectiveCounts& counts, int rank, int n, size_t i, int root) = nullptr;
 };
 
 // Every collective, in the order they are documented and run.
@@ -48,24 +47,6 @@ bool HasPerNicRate(const CollectiveDef& def);
 
 // Looks a collective up by name; throws InputError listing the accepted names.
 const CollectiveDef& FindCollective(const std::string& name, const std::string& flag);
-
-// The value rank `rank` puts at element `i` of its send buffer: small non-negative integers, so that sums
-// over many ranks stay exact in every type (bf16 holds integers exactly up to 256).
-double InputValue(int rank, size_t i);
-// Fills receive buffers before a check, so that an operation that writes nothing is caught.
-inline constexpr double kSentinel = -7.0;
-
-// Reduction of InputValue(r, i) over ranks 0..n-1 with `op`, as the device computes it (avg: sum / n, with
-// integer division for int32 applied by the caller through RoundForType).
-double ReduceInputs(size_t i, int n, ReduceOp op);
-
-// Element access on host copies of buffers of any DataType (fp16/bf16 converted in software).
-void StoreElement(DataType type, void* base, size_t i, double value);
-double LoadElement(DataType type, const void* base, size_t i);
-// The value `value` becomes when stored in `type` (rounding/truncation as the type does it).
-double RoundForType(DataType type, double value);
-// Whether `got` matches `expected` for `type`, allowing the rounding that summing over n ranks can add.
-bool ValueMatches(DataType type, double got, double expected, int n);
 
 // Shared count rules: one buffer of `per_rank` elements (all_reduce, broadcast, reduce, sendrecv) or one
 // block per rank (all_gather, reduce_scatter, alltoall: size rounded down to a multiple of n elements).

@@ -1,5 +1,6 @@
 #include "communicator.h"
 
+#include "console.h"
 #include "error.h"
 
 namespace tb {
@@ -71,6 +72,11 @@ std::unique_ptr<Communicator> Communicator::Prefix(int k) {
                      std::to_string(size()) + " (accepted: 1 to " + std::to_string(size()) + ")");
   }
   return Split(rank() < k ? 0 : -1, rank());
+}
+
+std::unique_ptr<CapturedOps> Communicator::Capture(const std::function<void()>&) {
+  throw RuntimeError(Format("the %s backend cannot capture its operations into a CUDA graph (--cuda-graph needs the "
+                            "NCCL backend)", backend().c_str()));
 }
 
 }  // namespace tb

@@ -6,15 +6,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "data_types.h"
+
 namespace tb {
 
-enum class DataType { kFloat32, kFloat64, kInt32, kFloat16, kBFloat16 };
-enum class ReduceOp { kSum, kAvg, kMax, kMin };
 enum class MemoryKind { kHost, kDevice };
 
 size_t DataTypeSize(DataType type);
@@ -54,6 +55,15 @@ class PendingOp {
   // Seconds() split into the steps inside nodes and the step across them, where the algorithm has such steps (the
   // MPI backend's hierarchical all-reduce); nullopt otherwise (a flat algorithm's traffic cannot be told apart).
   virtual std::optional<LinkSeconds> LinkSplit() const { return std::nullopt; }
+};
+
+// Operations recorded once and launched again and again (a CUDA graph of the communicator's stream): what
+// `collectives --cuda-graph` times, without the host's cost of issuing each operation.
+class CapturedOps {
+ public:
+  virtual ~CapturedOps() = default;
+  // Queues one replay of everything captured, on the communicator's stream; Synchronize() waits for it.
+  virtual void Launch() = 0;
 };
 
 class Communicator {
@@ -100,6 +110,16 @@ class Communicator {
 
   // Point-to-point. SendRecv sends to `dst` and receives from `src` concurrently (one may be -1 to skip it).
   virtual void SendRecv(const void* send, int dst, void* recv, int src, size_t count, DataType type) = 0;
+
+  // Issues the operations that `issue` makes on this communicator as one group, launched together (NCCL: between
+  // ncclGroupStart and ncclGroupEnd, as nccl-tests' --agg_iters); MPI's blocking calls simply run one after another.
+  virtual void IssueTogether(const std::function<void()>& issue) { issue(); }
+  // Whether Capture can record this communicator's operations (NCCL, whose operations are device work; not MPI,
+  // whose calls run on the host).
+  virtual bool CanCapture() const { return false; }
+  // Records the operations that `issue` makes on this communicator without running them. `issue` must not wait for
+  // them (no Synchronize). Throws RuntimeError where CanCapture() is false.
+  virtual std::unique_ptr<CapturedOps> Capture(const std::function<void()>& issue);
 
   // Blocks the host until every operation issued so far has completed (a stream sync for NCCL).
   virtual void Synchronize() = 0;

@@ -45,6 +45,9 @@ class ForwardingCommunicator : public Communicator {
   void SendRecv(const void* s, int d, void* r, int src, size_t c, DataType t) override {
     inner_->SendRecv(s, d, r, src, c, t);
   }
+  void IssueTogether(const std::function<void()>& issue) override { inner_->IssueTogether(issue); }
+  bool CanCapture() const override { return inner_->CanCapture(); }
+  std::unique_ptr<CapturedOps> Capture(const std::function<void()>& issue) override { return inner_->Capture(issue); }
   void Synchronize() override { inner_->Synchronize(); }
   void Barrier() override { inner_->Barrier(); }
   MPI_Comm host_comm() const override { return inner_->host_comm(); }

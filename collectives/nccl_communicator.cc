@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <source_location>
@@ -81,6 +82,10 @@ void FinishCreation(ncclComm_t comm, ncclResult_t result, const char* what, cons
   if (comm != nullptr) (void)ncclCommAbort(comm);
   throw RuntimeError(failure);
 }
+
+// ncclGroupStart calls this thread has open through IssueTogether: inside one, NCCL only records each call, and its
+// state stays in progress until the group ends, so a call that answers ncclInProgress must not be waited for there.
+thread_local int open_groups = 0;
 
 // An MPI communicator of ours (a dup or a split), freed on destruction while MPI is still up.
 class MpiComm {
@@ -155,6 +160,12 @@ class NcclCommunicator final : public Communicator {
   void Broadcast(const void* send, void* recv, size_t count, DataType type, int root) override;
   void Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) override;
   void SendRecv(const void* send, int dst, void* recv, int src, size_t count, DataType type) override;
+
+  void IssueTogether(const std::function<void()>& issue) override;
+  bool CanCapture() const override { return true; }
+  std::unique_ptr<CapturedOps> Capture(const std::function<void()>& issue) override;
+  // Queues one launch of a captured graph on our stream.
+  void LaunchGraph(cudaGraphExec_t graph);
 
   void Synchronize() override;
   void Barrier() override { TB_CHECK_MPI(MPI_Barrier(mpi_comm_.get())); }
@@ -266,6 +277,7 @@ void NcclCommunicator::Enqueue(const char* what, Call call, std::source_location
     ThrowIfAborted();
     result = call(comm_, stream_.get());
   }
+  if (result == ncclInProgress && open_groups > 0) return;  // recorded; IssueTogether's ncclGroupEnd settles it
   Settle(result, what, where);
 }
 
@@ -284,6 +296,7 @@ void NcclCommunicator::Grouped(const char* what, Calls calls, std::source_locati
     });
     group_result = ncclGroupEnd();
   }
+  if (group_result == ncclInProgress && open_groups > 0) group_result = ncclSuccess;  // nested: the outer group settles
   group_result = WaitWhileInProgress(group_result, [this] { return PollState(); });
   if (first_failure != ncclSuccess) ThrowFailure(first_failure, what, where);  // the more specific of the two
   if (group_result != ncclSuccess) ThrowFailure(group_result, "ncclGroupEnd", where);
@@ -454,6 +467,71 @@ std::unique_ptr<PendingOp> NcclCommunicator::StartReduceScatter(const void* send
 std::unique_ptr<PendingOp> NcclCommunicator::StartAllGather(const void* send, void* recv, size_t send_count,
                                                            DataType type, void* after_stream) {
   return StartOnStream(after_stream, [&] { AllGather(send, recv, send_count, type); });
+}
+
+void NcclCommunicator::IssueTogether(const std::function<void()>& issue) {
+  TB_CHECK_NCCL(ncclGroupStart());
+  ++open_groups;
+  try {
+    issue();
+  } catch (...) {
+    --open_groups;
+    (void)ncclGroupEnd();  // a group left open would capture every later NCCL call of this thread
+    throw;
+  }
+  --open_groups;
+  ncclResult_t result = ncclSuccess;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ThrowIfAborted();
+    result = ncclGroupEnd();
+  }
+  Settle(result, "ncclGroupEnd (operations issued together)", std::source_location::current());
+}
+
+namespace {
+
+// A graph of operations captured from the communicator's stream, instantiated and ready to launch there.
+class NcclCapturedOps final : public CapturedOps {
+ public:
+  NcclCapturedOps(NcclCommunicator& owner, cudaGraphExec_t graph) : owner_(owner), graph_(graph) {}
+  ~NcclCapturedOps() override { (void)cudaGraphExecDestroy(graph_); }
+  NcclCapturedOps(const NcclCapturedOps&) = delete;
+  NcclCapturedOps& operator=(const NcclCapturedOps&) = delete;
+  void Launch() override { owner_.LaunchGraph(graph_); }
+
+ private:
+  NcclCommunicator& owner_;
+  cudaGraphExec_t graph_;
+};
+
+}  // namespace
+
+// As nccl-tests' -G: the stream captured in thread-local mode (NCCL may allocate while it sets up a connection), the
+// graph instantiated and uploaded, so that the first launch pays no setup.
+std::unique_ptr<CapturedOps> NcclCommunicator::Capture(const std::function<void()>& issue) {
+  TB_CHECK_CUDA(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    issue();
+  } catch (...) {
+    if (cudaStreamEndCapture(stream_.get(), &graph) == cudaSuccess && graph != nullptr) (void)cudaGraphDestroy(graph);
+    throw;
+  }
+  TB_CHECK_CUDA(cudaStreamEndCapture(stream_.get(), &graph));
+  cudaGraphExec_t instance = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&instance, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  if (instantiated != cudaSuccess) cuda_detail::ThrowCudaError(instantiated, "cudaGraphInstantiate", __FILE__, __LINE__);
+  auto captured = std::make_unique<NcclCapturedOps>(*this, instance);
+  TB_CHECK_CUDA(cudaGraphUpload(instance, stream_.get()));
+  return captured;
+}
+
+void NcclCommunicator::LaunchGraph(cudaGraphExec_t graph) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ThrowIfAborted();
+  TB_CHECK_CUDA(cudaGraphLaunch(graph, stream_.get()));
 }
 
 // As nccl-tests does: poll the stream rather than block in cudaStreamSynchronize, so that an asynchronous NCCL

@@ -6,10 +6,9 @@ namespace {
 
 CollectiveCounts Counts(uint64_t bytes, size_t type_size, int, int) { return SingleBufferCounts(bytes, type_size); }
 
-bool Expected(const CollectiveCounts&, int rank, int n, size_t i, ReduceOp op, int root, double* value) {
-  if (rank != root) return false;  // other ranks' receive buffers are not defined
-  *value = ReduceInputs(i, n, op);
-  return true;
+ExpectedLayout Expected(const CollectiveCounts&, int rank, int n, ReduceOp op, int root) {
+  if (rank != root) return {};  // other ranks' receive buffers are not defined
+  return ReductionLayout(n, op);
 }
 
 void Run(Communicator& comm, const void* send, void* recv, const CollectiveCounts& c, DataType type, ReduceOp op, int root) {

@@ -15,9 +15,8 @@ CollectiveCounts Counts(uint64_t bytes, size_t type_size, int n, int rank) {
   return c;
 }
 
-bool Expected(const CollectiveCounts& c, int rank, int n, size_t i, ReduceOp op, int, double* value) {
-  *value = ReduceInputs(static_cast<size_t>(rank) * c.op_count + i, n, op);
-  return true;
+ExpectedLayout Expected(const CollectiveCounts& c, int rank, int n, ReduceOp op, int) {
+  return ReductionLayout(n, op, static_cast<uint64_t>(rank) * c.op_count);  // block `rank` of the reduction
 }
 
 void Run(Communicator& comm, const void* send, void* recv, const CollectiveCounts& c, DataType type, ReduceOp op, int) {

@@ -7,20 +7,16 @@ namespace {
 
 CollectiveCounts Counts(uint64_t bytes, size_t type_size, int, int) { return SingleBufferCounts(bytes, type_size); }
 
-bool Expected(const CollectiveCounts&, int rank, int n, size_t i, ReduceOp, int, double* value) {
-  *value = InputValue((rank + n - 1) % n, i);
-  return true;
-}
+ExpectedLayout Expected(const CollectiveCounts&, int rank, int n, ReduceOp, int) { return CopyLayout(n, (rank + n - 1) % n); }
 
 void Run(Communicator& comm, const void* send, void* recv, const CollectiveCounts& c, DataType type, ReduceOp, int) {
   const int n = comm.size();
   comm.SendRecv(send, (comm.rank() + 1) % n, recv, (comm.rank() + n - 1) % n, c.op_count, type);
 }
 
-int Source(const CollectiveCounts&, int rank, int n, size_t, int) { return (rank + n - 1) % n; }
 
 }  // namespace
 
-const CollectiveDef kSendRecv = {"sendrecv", "1", FactorOne, false, false, Counts, Expected, Run, Source};
+const CollectiveDef kSendRecv = {"sendrecv", "1", FactorOne, false, false, Counts, Expected, Run};
 
 }  // namespace tb

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -11,7 +12,9 @@
 #include "definitions.h"
 #include "console.h"
 #include "error.h"
+#include "log.h"
 #include "mpi_util.h"
+#include "verify.h"
 
 namespace tb {
 namespace {
@@ -30,47 +33,116 @@ struct Buffers {
   std::unique_ptr<CommBuffer> recv;
 };
 
-// Operand pointers for one mode: separate buffers out of place; one buffer holding both in place.
+// Slots start at multiples of this: cudaMalloc's alignment, which NCCL's fastest paths want too.
+constexpr size_t kSlotAlignment = 256;
+
+size_t AlignUp(size_t bytes) { return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment; }
+
+// nccl-tests' shift (startColl): the buffers are sized for the largest size, and iteration k of a smaller one uses
+// slot k mod count of them, so that back-to-back iterations do not find their data in a cache the previous one
+// warmed. One buffer in place; out of place each buffer has its own stride and both the same count of slots.
+struct Slots {
+  size_t send_stride = 0;  // bytes
+  size_t recv_stride = 0;
+  size_t count = 1;
+};
+
+Slots SlotsFor(const Buffers& buffers, const CollectiveCounts& c, size_t type_size, bool in_place) {
+  Slots slots;
+  if (in_place) {
+    slots.send_stride = slots.recv_stride = AlignUp(std::max(c.send_elements, c.recv_elements) * type_size);
+    slots.count = buffers.recv->bytes() / slots.recv_stride;
+  } else {
+    slots.send_stride = AlignUp(c.send_elements * type_size);
+    slots.recv_stride = AlignUp(c.recv_elements * type_size);
+    slots.count = std::min(buffers.send->bytes() / slots.send_stride, buffers.recv->bytes() / slots.recv_stride);
+  }
+  slots.count = std::max<size_t>(slots.count, 1);
+  return slots;
+}
+
+// One mode of one size: what each step of its measurement needs.
+struct ModeRun {
+  Communicator& comm;
+  const CollectiveDef& def;
+  Buffers& buffers;
+  const CollectiveCounts& c;
+  const SweepOptions& o;
+  bool in_place;
+  Slots slots;
+};
+
+// Operand pointers of iteration `iteration`: separate buffers out of place; one buffer holding both in place.
 struct Operands {
   const void* send;
   void* recv;
 };
 
-Operands OperandsFor(Buffers& buffers, const CollectiveCounts& c, size_t type_size, bool in_place) {
-  if (!in_place) return {buffers.send->data(), buffers.recv->data()};
-  char* base = static_cast<char*>(buffers.recv->data());
-  return {base + c.in_place_send_offset * type_size, base + c.in_place_recv_offset * type_size};
+Operands OperandsFor(const ModeRun& m, size_t iteration) {
+  const size_t slot = iteration % m.slots.count;
+  const size_t type_size = DataTypeSize(m.o.type);
+  char* recv = static_cast<char*>(m.buffers.recv->data()) + slot * m.slots.recv_stride;
+  if (!m.in_place) return {static_cast<char*>(m.buffers.send->data()) + slot * m.slots.send_stride, recv};
+  return {recv + m.c.in_place_send_offset * type_size, recv + m.c.in_place_recv_offset * type_size};
 }
 
-std::string Describe(const CollectiveDef& def, const CollectiveCounts& c, DataType type, bool in_place,
-                     const std::string& what) {
-  return def.name + std::string(" ") + (in_place ? "in-place" : "out-of-place") + ", " + std::to_string(c.size_bytes) +
-         " B, " + DataTypeName(type) + ", " + what;
+void RunAt(const ModeRun& m, size_t iteration) {
+  const Operands operands = OperandsFor(m, iteration);
+  m.def.run(m.comm, operands.send, operands.recv, m.c, m.o.type, m.o.reduce_op, m.o.root);
 }
 
-// Times `iters` back-to-back operations after `warmup` untimed ones; returns this rank's mean seconds per op.
-double TimeOperation(Communicator& comm, const CollectiveDef& def, Operands operands, const CollectiveCounts& c,
-                     const SweepOptions& o, bool in_place) {
-  {
-    Watchdog::Scope guard(o.watchdog, [&] {
-      return Describe(def, c, o.type, in_place, std::to_string(o.warmup) + " warm-up iterations");
-    });
-    for (int i = 0; i < o.warmup; ++i) def.run(comm, operands.send, operands.recv, c, o.type, o.reduce_op, o.root);
-    comm.Synchronize();
-    comm.Barrier();
-    if (o.across != MPI_COMM_NULL) {
-      InCommunication waiting;
-      TB_CHECK_MPI(MPI_Barrier(o.across));  // every communicator of the split times this size at once
+std::string Describe(const ModeRun& m, const std::string& what) {
+  return m.def.name + std::string(" ") + (m.in_place ? "in-place" : "out-of-place") + ", " +
+         std::to_string(m.c.size_bytes) + " B, " + DataTypeName(m.o.type) + ", " + what;
+}
+
+// The timed batch: iters iterations of `aggregate` operations issued together, iteration i's operation a at slot
+// i x aggregate + a (nccl-tests' iter*agg_iters+aiter).
+void IssueTimedBatch(const ModeRun& m) {
+  const size_t aggregate = static_cast<size_t>(m.o.aggregate);
+  for (size_t i = 0; i < static_cast<size_t>(m.o.iters); ++i) {
+    if (aggregate == 1) {
+      RunAt(m, i);
+      continue;
     }
+    m.comm.IssueTogether([&] {
+      for (size_t a = 0; a < aggregate; ++a) RunAt(m, i * aggregate + a);
+    });
   }
-  Watchdog::Scope guard(o.watchdog, [&] {
-    return Describe(def, c, o.type, in_place, "timed batch of " + std::to_string(o.iters) + " iterations");
-  });
+}
+
+void WarmUp(const ModeRun& m) {
+  Watchdog::Scope guard(m.o.watchdog, [&] { return Describe(m, std::to_string(m.o.warmup) + " warm-up iterations"); });
+  for (int i = 0; i < m.o.warmup; ++i) RunAt(m, static_cast<size_t>(i));
+  m.comm.Synchronize();
+  m.comm.Barrier();
+  if (m.o.across != MPI_COMM_NULL) {
+    InCommunication waiting;
+    TB_CHECK_MPI(MPI_Barrier(m.o.across));  // every communicator of the split times this size at once
+  }
+}
+
+// Times the batch after the warm-up; returns this rank's mean seconds per operation. With --cuda-graph the batch is
+// captured once and the graph launched cuda_graph times, as nccl-tests' -G: only the launches are timed.
+double TimeOperation(const ModeRun& m) {
+  WarmUp(m);
+  const SweepOptions& o = m.o;
+  Watchdog::Scope guard(o.watchdog, [&] { return Describe(m, "timed batch of " + std::to_string(o.iters) + " iterations"); });
+  std::unique_ptr<CapturedOps> graph;
+  if (o.cuda_graph > 0) {
+    graph = m.comm.Capture([&] { IssueTimedBatch(m); });
+    m.comm.Barrier();
+  }
   if (o.before_timed_batch) o.before_timed_batch();
-  double start = NowSeconds();
-  for (int i = 0; i < o.iters; ++i) def.run(comm, operands.send, operands.recv, c, o.type, o.reduce_op, o.root);
-  comm.Synchronize();
-  return (NowSeconds() - start) / o.iters;
+  const double start = NowSeconds();
+  if (graph) {
+    for (int l = 0; l < o.cuda_graph; ++l) graph->Launch();
+  } else {
+    IssueTimedBatch(m);
+  }
+  m.comm.Synchronize();
+  const double operations = static_cast<double>(o.iters) * o.aggregate * std::max(o.cuda_graph, 1);
+  return (NowSeconds() - start) / operations;
 }
 
 // Where a row's figures are combined: the sweep's communicator, or `across` under a split, whose rank each of the
@@ -90,44 +162,57 @@ RowScope ScopeOf(Communicator& comm, const SweepOptions& o) {
   return scope;
 }
 
-// One verified run: fill inputs, run, compare every defined output element. Returns the wrong count, and adds each
-// wrong element to its source rank's count in `by_source` (data movement only; by the scope's numbers).
-int64_t CheckOperation(Communicator& comm, const CollectiveDef& def, Buffers& buffers, const CollectiveCounts& c,
-                       const SweepOptions& o, bool in_place, const RowScope& scope, std::vector<int64_t>& by_source) {
-  const int rank = comm.rank(), n = comm.size();
-  const size_t type_size = DataTypeSize(o.type);
-  // Host images of the buffers: the receive side starts as sentinel so that a missing write is caught.
-  std::vector<char> recv_image(buffers.recv->bytes());
-  for (size_t i = 0; i < recv_image.size() / type_size; ++i) StoreElement(o.type, recv_image.data(), i, kSentinel);
-  if (in_place) {
-    for (size_t i = 0; i < c.send_elements; ++i) {
-      StoreElement(o.type, recv_image.data(), c.in_place_send_offset + i, InputValue(rank, i));
-    }
-    if (o.before_check) o.before_check(recv_image.data() + c.in_place_send_offset * type_size, c.send_elements);
-    comm.Upload(*buffers.recv, recv_image.data(), recv_image.size());
+// Hands the input of a verified run to `before_check` as host memory: the buffer itself on the host; on a device, a
+// host copy of the buffer up to the input's end, uploaded again afterwards (a test feature's cost, only when set).
+void ApplyBeforeCheck(const ModeRun& m, CommBuffer& buffer, const void* input) {
+  const size_t offset = static_cast<size_t>(static_cast<const char*>(input) - static_cast<char*>(buffer.data()));
+  if (m.comm.memory() == MemoryKind::kHost) {
+    m.o.before_check(static_cast<char*>(buffer.data()) + offset, m.c.send_elements);
+    return;
+  }
+  std::vector<char> image(offset + m.c.send_elements * DataTypeSize(m.o.type));
+  m.comm.Download(buffer, image.data(), image.size());
+  m.o.before_check(image.data() + offset, m.c.send_elements);
+  m.comm.Upload(buffer, image.data(), image.size());
+}
+
+// Fills iteration `iteration`'s operands where they live: the receive side with the sentinel (so that a missing
+// write is caught), then the input.
+void FillOperands(const ModeRun& m, const BufferChecks& checks, size_t iteration) {
+  const Operands operands = OperandsFor(m, iteration);
+  const int rank = m.comm.rank();
+  void* input = const_cast<void*>(operands.send);
+  if (m.in_place) {
+    const size_t slot_start = m.c.in_place_send_offset * DataTypeSize(m.o.type);
+    void* slot = static_cast<char*>(input) - slot_start;
+    checks.fill_sentinel(m.o.type, slot, std::max(m.c.send_elements, m.c.recv_elements));
   } else {
-    std::vector<char> send_image(buffers.send->bytes());
-    for (size_t i = 0; i < c.send_elements; ++i) StoreElement(o.type, send_image.data(), i, InputValue(rank, i));
-    if (o.before_check) o.before_check(send_image.data(), c.send_elements);
-    comm.Upload(*buffers.send, send_image.data(), send_image.size());
-    comm.Upload(*buffers.recv, recv_image.data(), recv_image.size());
+    checks.fill_sentinel(m.o.type, operands.recv, m.c.recv_elements);
   }
-  comm.Barrier();
+  checks.fill_input(m.o.type, input, m.c.send_elements, rank);
+  if (m.o.before_check) ApplyBeforeCheck(m, m.in_place ? *m.buffers.recv : *m.buffers.send, input);
+}
+
+// One verified run, at the slot of check iteration `iteration`: fill, run (through a graph with --cuda-graph, as
+// timed), count the wrong elements where the buffer lives. Adds each wrong element to its source rank's count in
+// `by_source` (data movement only; by the scope's numbers).
+WrongElements CheckOperation(const ModeRun& m, size_t iteration, const RowScope& scope, std::vector<int64_t>& by_source) {
+  const BufferChecks& checks = ChecksFor(m.comm.memory());
+  FillOperands(m, checks, iteration);
+  m.comm.Barrier();
   {
-    Watchdog::Scope guard(o.watchdog, [&] { return Describe(def, c, o.type, in_place, "verification run"); });
-    Operands operands = OperandsFor(buffers, c, type_size, in_place);
-    def.run(comm, operands.send, operands.recv, c, o.type, o.reduce_op, o.root);
-    comm.Synchronize();
+    Watchdog::Scope guard(m.o.watchdog, [&] { return Describe(m, "verification run"); });
+    if (m.o.cuda_graph > 0) {
+      m.comm.Capture([&] { RunAt(m, iteration); })->Launch();
+    } else {
+      RunAt(m, iteration);
+    }
+    m.comm.Synchronize();
   }
-  comm.Download(*buffers.recv, recv_image.data(), recv_image.size());
-  const size_t recv_offset = in_place ? c.in_place_recv_offset : 0;
-  int64_t wrong = 0;
-  for (size_t i = 0; i < c.recv_elements; ++i) {
-    double expected = 0;
-    if (!def.expected(c, rank, n, i, o.reduce_op, o.root, &expected)) continue;
-    if (ValueMatches(o.type, LoadElement(o.type, recv_image.data(), recv_offset + i), expected, n)) continue;
-    ++wrong;
-    if (def.source) ++by_source[static_cast<size_t>(scope.launch_of[static_cast<size_t>(def.source(c, rank, n, i, o.root))])];
+  const ExpectedLayout layout = m.def.expected(m.c, m.comm.rank(), m.comm.size(), m.o.reduce_op, m.o.root);
+  WrongElements wrong = checks.count_wrong(m.o.type, OperandsFor(m, iteration).recv, m.c.recv_elements, layout);
+  for (size_t source = 0; source < wrong.by_source.size(); ++source) {
+    by_source[static_cast<size_t>(scope.launch_of[source])] += wrong.by_source[source];
   }
   return wrong;
 }
@@ -141,12 +226,27 @@ std::string RanksWithCounts(const std::vector<int64_t>& by_source) {
   return ranks;
 }
 
-ModeResult MeasureMode(Communicator& comm, const CollectiveDef& def, Buffers& buffers, const CollectiveCounts& c,
-                       const SweepOptions& o, bool in_place, const RowScope& scope, double bus_factor) {
+// The check iterations of one mode, summed over every rank of the scope; this rank's first wrong element kept.
+void VerifyMode(const ModeRun& m, const RowScope& scope, ModeResult& result) {
+  int scope_size = 0;
+  TB_CHECK_MPI(MPI_Comm_size(scope.comm, &scope_size));
+  std::vector<int64_t> by_source(static_cast<size_t>(scope_size), 0);
+  int64_t wrong = 0;
+  for (int i = 0; i < m.o.check_iters; ++i) {
+    const WrongElements found = CheckOperation(m, static_cast<size_t>(i), scope, by_source);
+    if (found.count > 0 && wrong == 0) result.first_wrong = DescribeFirstWrong(found);
+    wrong += found.count;
+  }
+  TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, scope.comm));
+  TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, by_source.data(), scope_size, MPI_INT64_T, MPI_SUM, scope.comm));
+  result.wrong = wrong;
+  result.wrong_sources = RanksWithCounts(by_source);
+}
+
+ModeResult MeasureMode(const ModeRun& run, const RowScope& scope, double bus_factor) {
   ModeResult m;
   m.measured = true;
-  const size_t type_size = DataTypeSize(o.type);
-  double mine = TimeOperation(comm, def, OperandsFor(buffers, c, type_size, in_place), c, o, in_place);
+  const double mine = TimeOperation(run);
   // Each rank's mean, then max (the time), min and average across ranks (of every communicator of a split).
   std::vector<double> all = AllGatherDoubles(scope.comm, mine);
   double max = *std::max_element(all.begin(), all.end());
@@ -156,27 +256,28 @@ ModeResult MeasureMode(Communicator& comm, const CollectiveDef& def, Buffers& bu
   m.time_us = max * 1e6;
   m.time_rank_min_us = min * 1e6;
   m.time_rank_avg_us = sum / all.size() * 1e6;
-  m.algbw_GBps = static_cast<double>(c.size_bytes) / max / 1e9;
+  m.algbw_GBps = static_cast<double>(run.c.size_bytes) / max / 1e9;
   m.busbw_GBps = m.algbw_GBps * bus_factor;
   // On one rank an in-place operation has nothing to move (its data is already where it goes): the time is the
   // call's overhead and S / t no bandwidth of anything (it printed thousands of GB/s), so the rates are N/A.
-  if (in_place && comm.size() == 1) m.algbw_GBps = m.busbw_GBps = std::nan("");
-  const bool per_nic = o.split.nodes > 1 && HasPerNicRate(def);
-  m.nic_busbw_GBps = per_nic ? PerNicBusBw(m.busbw_GBps, o.split.nodes, comm.size()) : std::nan("");
-  if (o.check_iters > 0) {
-    int64_t wrong = 0;
-    int scope_size = 0;
-    TB_CHECK_MPI(MPI_Comm_size(scope.comm, &scope_size));
-    std::vector<int64_t> by_source(static_cast<size_t>(scope_size), 0);
-    for (int i = 0; i < o.check_iters; ++i) wrong += CheckOperation(comm, def, buffers, c, o, in_place, scope, by_source);
-    TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT64_T, MPI_SUM, scope.comm));
-    TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, by_source.data(), scope_size, MPI_INT64_T, MPI_SUM, scope.comm));
-    m.wrong = wrong;
-    m.wrong_sources = RanksWithCounts(by_source);
-  }
+  if (run.in_place && run.comm.size() == 1) m.algbw_GBps = m.busbw_GBps = std::nan("");
+  const bool per_nic = run.o.split.nodes > 1 && HasPerNicRate(run.def);
+  m.nic_busbw_GBps = per_nic ? PerNicBusBw(m.busbw_GBps, run.o.split.nodes, run.comm.size()) : std::nan("");
+  if (run.o.check_iters > 0) VerifyMode(run, scope, m);
   return m;
 }
 
+// This rank's first wrong element in the op's rows, once per op: "all_gather 4096 B in-place: element 0 = 1000, ...".
+void WarnFirstWrong(const OpResult& op) {
+  for (const SizeResult& row : op.rows) {
+    for (const auto& [m, mode] : {std::pair{&row.out_of_place, "out-of-place"}, std::pair{&row.in_place, "in-place"}}) {
+      if (m->first_wrong.empty()) continue;
+      Warn(Format("%s %llu B %s: the first wrong element here: %s", op.def->name,
+                  static_cast<unsigned long long>(row.size_bytes), mode, m->first_wrong.c_str()));
+      return;
+    }
+  }
+}
 
 }  // namespace
 
@@ -184,28 +285,62 @@ BufferBytes SweepBufferBytes(const CollectiveDef& def, const SweepOptions& o, in
   const size_t type_size = DataTypeSize(o.type);
   const uint64_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
   const CollectiveCounts big = def.counts(largest, type_size, n, rank);
-  return {std::max<size_t>(big.send_elements * type_size, type_size),
-          std::max<size_t>(std::max(big.send_elements, big.recv_elements) * type_size, type_size)};
+  return {AlignUp(std::max<size_t>(big.send_elements * type_size, type_size)),
+          AlignUp(std::max<size_t>(std::max(big.send_elements, big.recv_elements) * type_size, type_size))};
 }
 
-SweepResult RunSweep(Communicator& comm, const SweepOptions& o,
-                     const std::function<void(const OpResult&, const SizeResult&)>& on_row) {
-  const int n = comm.size();
-  const size_t type_size = DataTypeSize(o.type);
+namespace {
+
+// What the sweep needs of its communicator, refused as an input error before any buffer is allocated.
+void CheckSweepable(const Communicator& comm, const SweepOptions& o) {
   if (!comm.Supports(o.type)) {
     throw InputError("the " + comm.backend() + " backend cannot run " + DataTypeName(o.type) +
                      " collectives (--dtype); use float, double or int32, or --backend cuda");
   }
+  if (o.cuda_graph > 0 && !comm.CanCapture()) {
+    throw InputError(Format("--cuda-graph needs the NCCL backend: the %s backend's operations cannot be captured "
+                            "into a CUDA graph", comm.backend().c_str()));
+  }
+}
+
+OpResult StartOp(const Communicator& comm, const CollectiveDef& def, const SweepOptions& o) {
+  OpResult op;
+  op.def = &def;
+  op.n_ranks = comm.size();
+  op.nodes = o.split.nodes;
+  op.bus_factor = def.bus_factor(comm.size());
+  op.backend = comm.backend();
+  op.verified_on = ChecksFor(comm.memory()).where;
+  return op;
+}
+
+// One row: each mode asked for, timed and verified.
+SizeResult MeasureSize(Communicator& comm, const CollectiveDef& def, Buffers& buffers, const CollectiveCounts& c,
+                       const SweepOptions& o, const RowScope& scope, double bus_factor) {
+  const size_t type_size = DataTypeSize(o.type);
+  SizeResult row;
+  row.size_bytes = c.size_bytes;
+  row.count = c.size_bytes / type_size;
+  for (const bool in_place : {false, true}) {
+    if (!(in_place ? o.in_place : o.out_of_place)) continue;
+    const ModeRun run{comm, def, buffers, c, o, in_place, SlotsFor(buffers, c, type_size, in_place)};
+    (in_place ? row.in_place : row.out_of_place) = MeasureMode(run, scope, bus_factor);
+  }
+  return row;
+}
+
+}  // namespace
+
+SweepResult RunSweep(Communicator& comm, const SweepOptions& o,
+                     const std::function<void(const OpResult&, const SizeResult&)>& on_row) {
+  CheckSweepable(comm, o);
+  const size_t type_size = DataTypeSize(o.type);
   SweepResult result;
   const RowScope scope = ScopeOf(comm, o);
   for (const CollectiveDef* def : o.ops) {
-    OpResult op;
-    op.def = def;
-    op.n_ranks = n;
-    op.nodes = o.split.nodes;
-    op.bus_factor = def->bus_factor(n);
+    OpResult op = StartOp(comm, *def, o);
     // Buffers sized once for the largest size, as nccl-tests does; reused for every size.
-    const BufferBytes bytes = SweepBufferBytes(*def, o, n, comm.rank());
+    const BufferBytes bytes = SweepBufferBytes(*def, o, comm.size(), comm.rank());
     Buffers buffers;
     buffers.send = comm.Allocate(bytes.send);
     buffers.recv = comm.Allocate(bytes.recv);
@@ -214,19 +349,16 @@ SweepResult RunSweep(Communicator& comm, const SweepOptions& o,
         result.complete = false;
         break;
       }
-      CollectiveCounts c = def->counts(requested, type_size, n, comm.rank());
+      const CollectiveCounts c = def->counts(requested, type_size, comm.size(), comm.rank());
       if (c.op_count == 0) continue;  // smaller than one element per rank for this operation
-      SizeResult row;
-      row.size_bytes = c.size_bytes;
-      row.count = c.size_bytes / type_size;
-      if (o.out_of_place) row.out_of_place = MeasureMode(comm, *def, buffers, c, o, false, scope, op.bus_factor);
-      if (o.in_place) row.in_place = MeasureMode(comm, *def, buffers, c, o, true, scope, op.bus_factor);
+      const SizeResult row = MeasureSize(comm, *def, buffers, c, o, scope, op.bus_factor);
       for (const ModeResult* m : {&row.out_of_place, &row.in_place}) {
         if (m->wrong > 0) result.wrong_total += m->wrong;
       }
       op.rows.push_back(row);
       if (on_row) on_row(op, row);
     }
+    WarnFirstWrong(op);
     result.ops.push_back(std::move(op));
     if (!result.complete) break;
   }
@@ -249,6 +381,15 @@ std::string RanksText(const OpResult& op, const SweepOptions& o) {
                 o.split.communicators == 1 ? "" : "s", op.n_ranks, o.split.split.c_str());
 }
 
+// "1 op per iteration, issued one by one"; "4 ops per iteration issued together (--aggregate), the timed batch
+// launched 10 times as a CUDA graph (--cuda-graph)".
+std::string IssueText(const SweepOptions& o) {
+  std::string text = o.aggregate == 1 ? "1 op per iteration"
+                                      : Format("%d ops per iteration issued together (--aggregate)", o.aggregate);
+  if (o.cuda_graph > 0) return text + Format(", the timed batch launched %d times as a CUDA graph (--cuda-graph)", o.cuda_graph);
+  return o.aggregate == 1 ? text + ", issued one by one" : text;
+}
+
 // The highest per-NIC rate of the op's rows, and its size; none when the op has no such rate here.
 std::optional<std::pair<double, uint64_t>> PeakPerNic(const OpResult& op) {
   std::optional<std::pair<double, uint64_t>> peak;
@@ -264,15 +405,36 @@ std::optional<std::pair<double, uint64_t>> PeakPerNic(const OpResult& op) {
 
 }  // namespace
 
+namespace {
+
+// "NCCL_ALGO=NVLS" or "NCCL_ALGO unset".
+std::string EnvironmentText(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? Format("%s=%s", name, value) : Format("%s unset", name);
+}
+
+}  // namespace
+
+std::string BusBwConvention(const OpResult& op) {
+  const std::string definition = Format("algbw x %s (nccl-tests)", op.def->bus_factor_formula);
+  if (op.backend != "nccl") return definition;
+  return definition + Format("; NCCL's algorithm not known to the caller (%s, %s): the ring-equivalent figure, which "
+                             "NVLS (NVLink SHARP, reducing in the switch) can lift above the links' rate",
+                             EnvironmentText("NCCL_ALGO").c_str(), EnvironmentText("NCCL_NVLS_ENABLE").c_str());
+}
+
 std::vector<std::string> SweepHeaderLines(const OpResult& op, const SweepOptions& o) {
   std::vector<std::string> lines = {
       Format("# %s: %s, dtype %s, redop %s, root %d, iters %d, warmup %d, check-iters %d, busbw factor %s = %.4f",
              op.def->name, RanksText(op, o).c_str(), DataTypeName(o.type).c_str(),
              op.def->uses_reduce_op ? ReduceOpName(o.reduce_op).c_str() : "none", op.def->uses_root ? o.root : -1,
              o.iters, o.warmup, o.check_iters, op.def->bus_factor_formula, op.bus_factor),
+      Format("# %s; buffer offsets rotate between iterations; %s", IssueText(o).c_str(),
+             o.check_iters > 0 ? (std::string("verified on the ") + op.verified_on).c_str() : "not verified"),
       "#",
       Format("# %66s%-37s%s", "", "out-of-place", "in-place"),
   };
+  if (op.backend == "nccl") lines.insert(lines.begin() + 2, "# busbw: " + BusBwConvention(op));
   for (std::string& line : SweepTable().HeaderLines()) lines.push_back(std::move(line));
   return lines;
 }
@@ -331,6 +493,7 @@ void SetOpAttributes(Group& group, const OpResult& op, const SweepOptions& o) {
   schema::Set(group, sc::check_iters, o.check_iters);
   schema::Set(group, sc::bus_factor, op.bus_factor);
   schema::Set(group, sc::bus_factor_formula, op.def->bus_factor_formula);
+  schema::Set(group, sc::busbw_convention, BusBwConvention(op));
   schema::Set(group, sc::split, o.split.split);
   schema::Set(group, sc::communicators, o.split.communicators);
   schema::Set(group, sc::nodes, o.split.nodes);

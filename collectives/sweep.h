@@ -37,6 +37,11 @@ struct SweepOptions {
   int iters = 20;
   int warmup = 5;
   int check_iters = 1;                         // verified runs per size and mode; 0 skips verification
+  int aggregate = 1;                           // operations issued together per timed iteration (--aggregate, as
+                                               // nccl-tests' -m/--agg_iters): the time is divided by iters x aggregate
+  int cuda_graph = 0;                          // > 0: the timed batch captured once into a CUDA graph and launched this
+                                               // many times (--cuda-graph, nccl-tests' -G); the communicator must
+                                               // CanCapture()
   bool out_of_place = true;
   bool in_place = true;
   Watchdog* watchdog = nullptr;                // guards every warm-up, timed batch and check
@@ -61,6 +66,7 @@ struct ModeResult {
   double algbw_GBps = 0;         // size_bytes / time, GB = 1e9 bytes
   double busbw_GBps = 0;         // algbw * bus factor
   int64_t wrong = -1;            // wrong elements summed over ranks and check iterations; -1 = not checked
+  std::string first_wrong;       // this rank's first wrong element ("element 17 = 5, expected 6"); "" when none
   std::string wrong_sources;     // data movement: the ranks whose data arrived wrong ("1", "0,2"); "" otherwise
                                  // (launch ranks: `across`'s numbers under a split)
   double nic_busbw_GBps = 0;     // per-NIC rate busbw x (k-1)/(n-1) (PerNicBusBw) when the communicator spans k > 1
@@ -79,6 +85,8 @@ struct OpResult {
   int n_ranks = 0;
   int nodes = 1;                 // nodes the communicator spans
   double bus_factor = 0;
+  std::string backend = "mpi";       // the communicator's: "mpi" or "nccl"
+  const char* verified_on = "host";  // where the buffers were filled and checked: "host" (MPI) or "device" (NCCL)
   std::vector<SizeResult> rows;
 };
 
@@ -88,17 +96,22 @@ struct SweepResult {
   int64_t wrong_total = 0;
 };
 
-// Runs the sweep. `on_row` is called on every rank after each size (rank 0 prints). Collective over comm.
-// The send and receive buffers the sweep of `def` allocates on `rank` of `n`: sized once for the largest size (and
-// as large again on the host while an iteration is checked).
+// The send and receive buffers the sweep of `def` allocates on `rank` of `n`: sized once for the largest size
+// (rounded up to the 256 B alignment of the slots whose start rotates between iterations); filled and checked where
+// they live, with no host copy.
 struct BufferBytes {
   size_t send = 0;
   size_t recv = 0;
 };
 BufferBytes SweepBufferBytes(const CollectiveDef& def, const SweepOptions& options, int n, int rank);
 
+// Runs the sweep. `on_row` is called on every rank after each size (rank 0 prints). Collective over comm.
 SweepResult RunSweep(Communicator& comm, const SweepOptions& options,
                      const std::function<void(const OpResult&, const SizeResult&)>& on_row);
+
+// What busbw means for `op` as it ran: nccl-tests' algbw x factor, and on NCCL the ring-equivalent figure whatever
+// algorithm NCCL chose (NCCL_ALGO, NCCL_NVLS_ENABLE as this process sees them; NVLS reduces in the switch).
+std::string BusBwConvention(const OpResult& op);
 
 // Console lines in nccl-tests' layout.
 std::vector<std::string> SweepHeaderLines(const OpResult& op, const SweepOptions& options);

@@ -2,27 +2,44 @@
 
 #include <algorithm>
 
+#include "console.h"
 #include "error.h"
 #include "flags.h"
 #include "units.h"
 
 namespace tb {
 
+namespace {
+
+// -b/-e/-f as a geometric series, or --sizes as given.
+std::vector<uint64_t> SweepSizes(const CollectivesFlags& f) {
+  if (!f.sizes.empty()) return ParseSizeList(f.sizes, "--sizes");
+  const uint64_t min = ParseSize(f.min_bytes, "-b/--minbytes");
+  const uint64_t max = ParseSize(f.max_bytes, "-e/--maxbytes");
+  if (max < min) throw InputError("-e/--maxbytes (" + f.max_bytes + ") is below -b/--minbytes (" + f.min_bytes + ")");
+  std::vector<uint64_t> sizes;
+  for (uint64_t s = min; s <= max; s = s * static_cast<uint64_t>(f.step_factor)) {
+    sizes.push_back(s);
+    if (s > max / static_cast<uint64_t>(f.step_factor)) break;
+  }
+  return sizes;
+}
+
+// --aggregate and --cuda-graph; the latter only where the communicator, when given, can capture.
+void SetIssuing(const CollectivesFlags& f, const Communicator* comm, SweepOptions& o) {
+  o.aggregate = f.aggregate;
+  o.cuda_graph = f.cuda_graph;
+  if (f.cuda_graph > 0 && comm && !comm->CanCapture()) {
+    throw InputError(Format("--cuda-graph needs the NCCL backend: the %s backend's operations run on the host and "
+                            "cannot be captured into a CUDA graph", comm->backend().c_str()));
+  }
+}
+
+}  // namespace
+
 SweepOptions ValidateCollectivesFlags(const CollectivesFlags& f, int n_ranks, const Communicator* comm) {
   SweepOptions o;
-  if (!f.sizes.empty()) {
-    o.sizes = ParseSizeList(f.sizes, "--sizes");
-  } else {
-    uint64_t min = ParseSize(f.min_bytes, "-b/--minbytes");
-    uint64_t max = ParseSize(f.max_bytes, "-e/--maxbytes");
-    if (max < min) {
-      throw InputError("-e/--maxbytes (" + f.max_bytes + ") is below -b/--minbytes (" + f.min_bytes + ")");
-    }
-    for (uint64_t s = min; s <= max; s = s * static_cast<uint64_t>(f.step_factor)) {
-      o.sizes.push_back(s);
-      if (s > max / static_cast<uint64_t>(f.step_factor)) break;
-    }
-  }
+  o.sizes = SweepSizes(f);
   const std::vector<std::string> op_names = SplitFlagList(f.ops, "--ops");
   for (const std::string& name : op_names) {
     if (name == "all") {
@@ -48,6 +65,7 @@ SweepOptions ValidateCollectivesFlags(const CollectivesFlags& f, int n_ranks, co
   o.iters = f.iters;
   o.warmup = f.warmup;
   o.check_iters = f.check_iters;
+  SetIssuing(f, comm, o);
   o.out_of_place = o.in_place = false;
   for (const std::string& mode : SplitFlagList(f.modes, "--modes")) {
     if (mode == "out-of-place") {

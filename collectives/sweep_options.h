@@ -22,6 +22,8 @@ struct CollectivesFlags {
   int iters = 20;
   int warmup = 5;
   int check_iters = 1;
+  int aggregate = 1;
+  int cuda_graph = 0;
   std::string modes = "out-of-place,in-place";
   std::string split = "all";
 };
@@ -38,8 +40,9 @@ struct NodeShape {
 // per node, inter on one node), or nodes with different rank counts (their communicators would not be alike).
 SplitPlan PlanSplit(const std::string& split, const NodeShape& shape);
 
-// Validates the flags for a sweep on communicators of n_ranks (SplitPlan::ranks); `comm`, when given, is asked whether it supports the dtype
-// (the MPI backend has no fp16/bf16). Throws InputError.
+// Validates the flags for a sweep on communicators of n_ranks (SplitPlan::ranks); `comm`, when given, is asked whether
+// it supports the dtype (the MPI backend has no fp16/bf16) and can capture --cuda-graph's graphs (MPI cannot). Throws
+// InputError.
 SweepOptions ValidateCollectivesFlags(const CollectivesFlags& flags, int n_ranks, const Communicator* comm);
 
 }  // namespace tb

@@ -9,6 +9,7 @@
 #include "error.h"
 #include "mpi_communicator.h"
 #include "mpi_util.h"
+#include "verify.h"
 
 namespace tb {
 namespace {
@@ -20,25 +21,17 @@ int64_t RunAndCount(Communicator& comm, const CollectiveDef& def, uint64_t bytes
   const size_t ts = DataTypeSize(type);
   CollectiveCounts c = def.counts(bytes, ts, n, rank);
   std::vector<char> send(c.send_elements * ts + ts), recv(std::max(c.send_elements, c.recv_elements) * ts + ts);
-  for (size_t i = 0; i < recv.size() / ts; ++i) StoreElement(type, recv.data(), i, kSentinel);
+  FillSentinelOnHost(type, recv.data(), recv.size() / ts);
   const void* send_ptr = send.data();
   void* recv_ptr = recv.data();
   if (in_place) {
     send_ptr = recv.data() + c.in_place_send_offset * ts;
     recv_ptr = recv.data() + c.in_place_recv_offset * ts;
-    for (size_t i = 0; i < c.send_elements; ++i) StoreElement(type, recv.data(), c.in_place_send_offset + i, InputValue(rank, i));
-  } else {
-    for (size_t i = 0; i < c.send_elements; ++i) StoreElement(type, send.data(), i, InputValue(rank, i));
   }
+  FillInputOnHost(type, const_cast<void*>(send_ptr), c.send_elements, rank);
   def.run(comm, send_ptr, recv_ptr, c, type, op, root);
   comm.Synchronize();
-  int64_t wrong = 0;
-  for (size_t i = 0; i < c.recv_elements; ++i) {
-    double expected = 0;
-    if (!def.expected(c, rank, n, i, op, root, &expected)) continue;
-    if (!ValueMatches(type, LoadElement(type, recv_ptr, i), expected, n)) ++wrong;
-  }
-  return wrong;
+  return CountWrongOnHost(type, recv_ptr, c.recv_elements, def.expected(c, rank, n, op, root)).count;
 }
 
 TEST(MpiCommunicator, EveryOperationTypeAndReductionIsCorrect) {

@@ -2,8 +2,13 @@
 // early stop, and a corrupting communicator whose wrong values the verification must catch.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <functional>
+#include <thread>
+#include <vector>
 
+#include "error.h"
 #include "forwarding_communicator.h"
 #include "mpi_communicator.h"
 #include "sweep.h"
@@ -190,6 +195,86 @@ TEST(Sweep, SplitCommunicatorsMeasureAtOnceAndCombineOverTheLaunch) {
     EXPECT_EQ(std::get<int64_t>(group->attributes.at("communicators")), o.split.communicators);
     EXPECT_NE(group->tables.at("results").Find("out_of_place_nic_busbw_GBps"), nullptr);
   }
+}
+
+// Records where every all_reduce's operands start, and how often operations were issued together.
+class AddressRecordingCommunicator : public ForwardingCommunicator {
+ public:
+  using ForwardingCommunicator::ForwardingCommunicator;
+  void AllReduce(const void* s, void* r, size_t c, DataType t, ReduceOp op) override {
+    calls.push_back({s, r, c});
+    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    ForwardingCommunicator::AllReduce(s, r, c, t, op);
+  }
+  void IssueTogether(const std::function<void()>& issue) override {
+    ++groups;
+    ForwardingCommunicator::IssueTogether(issue);
+  }
+  struct Call {
+    const void* send;
+    void* recv;
+    size_t count;
+  };
+  std::vector<Call> calls;
+  int groups = 0;
+  int delay_ms = 0;
+};
+
+// nccl-tests' shift: a size smaller than the largest uses a new 256 B-aligned slot of the buffers each iteration; the
+// largest has one slot. Every slot's result verified.
+TEST(Sweep, BufferOffsetsRotateBetweenIterations) {
+  AddressRecordingCommunicator comm(MakeMpiCommunicator(MPI_COMM_WORLD));
+  CollectivesFlags f;
+  f.sizes = "1000,64K";  // 250 floats: slots of 1024 B (rounded up to 256 B), 64 of them in the 64 KiB buffers
+  f.ops = "all_reduce";
+  f.iters = 8;
+  f.warmup = 2;
+  f.check_iters = 3;
+  f.modes = "out-of-place";
+  SweepOptions o = ValidateCollectivesFlags(f, comm.size(), nullptr);
+  const SweepResult result = RunSweep(comm, o, nullptr);
+  EXPECT_EQ(result.wrong_total, 0);
+  ASSERT_EQ(comm.calls.size(), 2u * (2 + 8 + 3));
+  const auto* base = static_cast<const char*>(comm.calls.back().send);  // the largest size: always slot 0
+  for (size_t k = 13; k < 26; ++k) EXPECT_EQ(comm.calls[k].send, base) << k;
+  // The small size: warm-up slots 0, 1; timed 0..7; checks 0..2; send and receive each at slot x 1024 B.
+  const std::vector<size_t> slots = {0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2};
+  const auto* recv_base = static_cast<const char*>(comm.calls[0].recv);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    EXPECT_EQ(static_cast<const char*>(comm.calls[k].send) - base, static_cast<std::ptrdiff_t>(slots[k] * 1024)) << k;
+    EXPECT_EQ(static_cast<const char*>(comm.calls[k].recv) - recv_base, static_cast<std::ptrdiff_t>(slots[k] * 1024)) << k;
+  }
+}
+
+// --aggregate N: N operations issued together per timed iteration (each at its own slot), and the time is per
+// operation: a 5 ms operation stays about 5 ms, not N x 5.
+TEST(Sweep, AggregateIssuesTogetherAndDividesTheTime) {
+  AddressRecordingCommunicator comm(MakeMpiCommunicator(MPI_COMM_WORLD));
+  CollectivesFlags f;
+  f.sizes = "8";
+  f.ops = "all_reduce";
+  f.iters = 2;
+  f.warmup = 1;
+  f.aggregate = 3;
+  f.modes = "in-place";
+  SweepOptions o = ValidateCollectivesFlags(f, comm.size(), nullptr);
+  comm.delay_ms = 5;
+  const SweepResult result = RunSweep(comm, o, nullptr);
+  EXPECT_EQ(result.wrong_total, 0);
+  EXPECT_EQ(comm.groups, 2);                     // one group per timed iteration
+  EXPECT_EQ(comm.calls.size(), 1u + 2 * 3 + 1);  // warm-up, 2 x 3 timed, 1 check
+  const double time_us = result.ops[0].rows[0].in_place.time_us;
+  EXPECT_GE(time_us, 5000 * 0.95);
+  EXPECT_LT(time_us, 5000 * 2.0) << "the time of 3 operations, not of one";
+  EXPECT_NE(SweepHeaderLines(result.ops[0], o)[1].find("3 ops per iteration issued together"), std::string::npos)
+      << SweepHeaderLines(result.ops[0], o)[1];
+}
+
+TEST(Sweep, CudaGraphNeedsACommunicatorThatCaptures) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  SweepOptions o = SmallSweep("all_reduce");
+  o.cuda_graph = 2;
+  EXPECT_THROW(RunSweep(*comm, o, nullptr), InputError);
 }
 
 }  // namespace

@@ -60,6 +60,8 @@ class config:
     parallel = "parallel"
     tensor_parallel = "tensor_parallel"
     repeats = "repeats"
+    buffer_offsets = "buffer_offsets"
+    verified_on = "verified_on"
 
 
 class topology:
@@ -119,6 +121,7 @@ class collectives_op:
     check_iters = "check_iters"
     bus_factor = "bus_factor"
     bus_factor_formula = "bus_factor_formula"
+    busbw_convention = "busbw_convention"
     split = "split"
     communicators = "communicators"
     nodes = "nodes"

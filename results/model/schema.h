@@ -57,7 +57,7 @@ inline GroupSpec kConfig{"config",
                          "option not given as \"\"), or the value as used where the command resolves it (train: "
                          "layers, d_model, heads, vocab, seq, global_batch, scaling, record_bytes; collectives: dtype, "
                          "redop; data generate: tokens, shard_tokens). Listed here: the ones other code reads, and "
-                         "`overlap`, which no flag names"};
+                         "those no flag names (`overlap`, `buffer_offsets`, `verified_on`)"};
 namespace config {
 inline const RealAttribute bucket_mb{kConfig, "bucket_mb", "MiB", "train: gradient bucket size (`--bucket-mb`)"};
 inline const IntAttribute seq{kConfig, "seq", "tokens", "train: sequence length (`--seq`)"};
@@ -76,6 +76,15 @@ inline const TextAttribute parallel{kConfig, "parallel", "", "train: `dp`, `zero
 inline const IntAttribute tensor_parallel{kConfig, "tensor_parallel", "", "train: ranks per tensor parallel group"};
 inline const IntAttribute repeats{kConfig, "repeats", "",
                                   "train: times the measured phase ran (`--repeats`); suite: times the phases ran"};
+inline const TextAttribute buffer_offsets{kConfig, "buffer_offsets", "",
+                                          "collectives: `rotating`: iteration k of a size uses slot k mod m of the "
+                                          "buffers sized for the largest size (m slots of the size rounded up to "
+                                          "256 B), as nccl-tests shifts them, so that no iteration finds its data in "
+                                          "a cache the previous one warmed; absent in reports before it"};
+inline const TextAttribute verified_on{kConfig, "verified_on", "",
+                                       "collectives: where the elements were filled and checked: `device` (kernels; "
+                                       "only the counts come to the host: cuda backend), `host` (cpu backend) or "
+                                       "`none` (`--check-iters 0`); absent in reports before it"};
 }  // namespace config
 
 // ---- topology -----------------------------------------------------------------------------------------------
@@ -149,6 +158,12 @@ inline const IntAttribute warmup{kCollective, "warmup", "", "untimed iterations 
 inline const IntAttribute check_iters{kCollective, "check_iters", "", "verified iterations per size"};
 inline const RealAttribute bus_factor{kCollective, "bus_factor", "", "busbw / algbw (see the definitions above)"};
 inline const TextAttribute bus_factor_formula{kCollective, "bus_factor_formula", "", "e.g. `2(n-1)/n`"};
+inline const TextAttribute busbw_convention{kCollective, "busbw_convention", "",
+                                            "what busbw means here: `algbw x <factor> (nccl-tests)`; on the nccl "
+                                            "backend also NCCL_ALGO and NCCL_NVLS_ENABLE as set and that busbw is the "
+                                            "ring-equivalent figure whatever algorithm NCCL ran (with NVLS, which "
+                                            "reduces in the switch, it can exceed the links' rate: "
+                                            "collectives/README.md); absent in reports before it"};
 inline const TextAttribute split{kCollective, "split", "",
                                  "`all` (one communicator of every rank), `intra` (one per node, of its ranks) or "
                                  "`inter` (one per local rank, of one rank per node), all measuring at once "
@@ -825,8 +840,10 @@ inline const std::vector<const Field*> kStoredOnly = {
     &topology::environment::name, &topology::environment::value,
     // How a collective ran (plots.py draws the bus factor), and each size's spread over ranks.
     &collective::op, &collective::redop, &collective::root, &collective::iters, &collective::warmup,
-    &collective::check_iters, &collective::bus_factor, &collective::bus_factor_formula,
+    &collective::check_iters, &collective::bus_factor, &collective::bus_factor_formula, &collective::busbw_convention,
     &collective::results::time_rank_min_us, &collective::results::time_rank_avg_us,
+    // How a sweep's buffers were placed and checked (the config view lists them with every option).
+    &config::buffer_offsets, &config::verified_on,
     // How p2p ran, and its other two matrices.
     &p2p::iters, &p2p::latency_bytes, &p2p::latency_iters, &p2p::complete,
     // The model's shape and the FLOP convention behind MFU.

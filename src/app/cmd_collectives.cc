@@ -11,6 +11,7 @@
 #include "log.h"
 #include "phase.h"
 #include "scaling_plan.h"
+#include "schema.h"
 #include "sweep.h"
 #include "sweep_options.h"
 #include "units.h"
@@ -21,37 +22,40 @@ namespace {
 constexpr const char* kUsage =
     "usage: [mpirun -np N] trainbench collectives [-b MIN] [-e MAX] [-f FACTOR | --sizes LIST] [--ops LIST]\n"
     "                                            [-d DTYPE] [--redop OP] [-n ITERS] [-w WARMUP] [-c CHECK]\n"
-    "                                            [--split all|intra|inter] [-o FILE]\n"
+    "                                            [--aggregate N] [--cuda-graph N] [--split all|intra|inter] [-o FILE]\n"
     "Times each collective at each size (each rank's mean over ITERS, then the max over ranks), reports algbw =\n"
     "S/t and busbw = algbw x factor (all_reduce 2(n-1)/n; reduce_scatter, all_gather, alltoall (n-1)/n; broadcast,\n"
-    "reduce, sendrecv 1; GB = 1e9 bytes), and verifies every element. Sizes: K/M/G = x1024, KB/MB/GB = x1000.\n"
+    "reduce, sendrecv 1; GB = 1e9 bytes), and verifies every element where the buffers live (device kernels on\n"
+    "cuda). Buffer offsets rotate between iterations. Sizes: K/M/G = x1024, KB/MB/GB = x1000.\n"
     "--split intra runs every node's ranks on their own communicator, inter one communicator per local rank of one\n"
     "rank per node, all at once (the time is the slowest rank's); across k > 1 nodes the report adds the per-NIC rate\n"
     "busbw x (k-1)/(n-1) of all_reduce, reduce_scatter and all_gather.";
 
 // The options as the sweep uses them where they differ from what was typed: the element type and reduction by
 // their canonical names (-d fp32 is float).
+// Beside them, what no flag names: that buffer offsets rotate, and where the elements are checked.
 void RecordConfig(CommandRun& run, const SweepOptions& o) {
   run.RecordAsUsed("dtype", DataTypeName(o.type));
   run.RecordAsUsed("redop", ReduceOpName(o.reduce_op));
+  schema::Set(run.config(), schema::config::buffer_offsets, std::string("rotating"));
+  const std::string verified_on = o.check_iters == 0 ? "none" : run.backend() == "nccl" ? "device" : "host";
+  schema::Set(run.config(), schema::config::verified_on, verified_on);
 }
 
-// The largest buffers any operation of the sweep allocates per rank: on the device (nccl) or the host (mpi), plus
-// their host images while an iteration is checked.
+// The largest buffers any operation of the sweep allocates per rank: on the device (nccl) or the host (mpi). They are
+// filled and checked where they live: no host image.
 MemoryNeed SweepMemoryNeed(const SweepOptions& o, const RankContext& ctx, bool nccl) {
   double buffers = 0;
   for (const CollectiveDef* def : o.ops) {
     const BufferBytes bytes = SweepBufferBytes(*def, o, ctx.world_size, ctx.world_rank);
     buffers = std::max(buffers, static_cast<double>(bytes.send) + static_cast<double>(bytes.recv));
   }
-  const double images = o.check_iters > 0 ? buffers : 0;
   MemoryNeed need;
   need.lower = "-e/--maxbytes (or the largest of --sizes)";
   need.device_bytes = nccl ? buffers : 0;
   need.device_parts = "send and receive buffers of the largest size";
-  need.host_bytes = (nccl ? 0 : buffers) + images;
-  need.host_parts = nccl ? "host images of the buffers for the check" : "send and receive buffers of the largest "
-                                                                       "size and their images for the check";
+  need.host_bytes = nccl ? 0 : buffers;
+  need.host_parts = nccl ? "none (the check runs on the device)" : "send and receive buffers of the largest size";
   return need;
 }
 
@@ -76,6 +80,8 @@ std::unique_ptr<Communicator> SplitCommunicator(Communicator& comm, const SplitP
 
 // Past any useful batch, and far inside the int counters the timing loops keep.
 constexpr int64_t kMaxIterations = 1 << 24;
+// Operations in one NCCL group: older NCCL releases refused more than 2048 (their documented limit).
+constexpr int64_t kMaxAggregate = 1024;
 
 class CollectivesPhase : public Phase {
  public:
@@ -115,6 +121,10 @@ void CollectivesPhase::AddOptions(po::options_description& options) {
       ("iters,n", Number(&f.iters, IntRange::Between(1, kMaxIterations))->default_value(f.iters), "timed iterations per size")
       ("warmup,w", Number(&f.warmup, IntRange::Between(0, kMaxIterations))->default_value(f.warmup), "untimed warm-up iterations per size")
       ("check-iters,c", Number(&f.check_iters, IntRange::Between(0, kMaxIterations))->default_value(f.check_iters), "verified runs per size (0 = no check)")
+      ("aggregate", Number(&f.aggregate, IntRange::Between(1, kMaxAggregate))->default_value(f.aggregate),
+       "operations issued together per timed iteration (one NCCL group; nccl-tests' -m); time divided by N")
+      ("cuda-graph", Number(&f.cuda_graph, IntRange::Between(0, kMaxIterations))->default_value(f.cuda_graph),
+       "capture the timed batch into a CUDA graph and time N launches of it (nccl-tests' -G; cuda backend; 0 = off)")
       ("modes", po::value(&f.modes)->default_value(f.modes), "out-of-place, in-place, or both")
       ("split", Choice(&f.split, {"all", "intra", "inter"})->default_value(f.split),
        "all ranks on one communicator, every node's ranks on their own (intra), or one rank per node (inter)");

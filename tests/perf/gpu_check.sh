@@ -4,7 +4,8 @@
 # (`trainbench info`), then runs its steps, each under a time limit, appending to OUT_DIR/gpu_check_PART.log and
 # printing a verdict line as each step ends, so that a part cut short still leaves what it did.
 #
-#   tests    gpu_tests (every CUDA layer against the CPU reference), NCCL collectives on the device   ≤ 360 s
+#   tests    gpu_tests (every CUDA layer against the CPU reference), NCCL collectives on the device (every
+#            operation to 1 GiB, --cuda-graph 2 --aggregate 4, checked by kernels: collectives_device_sweep)  ≤ 360 s
 #   train    gpt2-124m and the gpt2-1.5b shape on one GPU with auto attention, which must be cuDNN's   ≤ 280 s
 #   cublas   the gpt2-1.5b shape with --attention cublas (the fallback, for the ratio)                 ≤ 180 s
 #   io       gpt2-124m reading token shards, checkpointing from device memory (sync, async with
@@ -124,6 +125,24 @@ check_emulated() {
      grep -qE '^#     intra-node fabric: PCIe emulated on .*\(NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0\)$' "$scratch/$name.report"; then
     verdict "$name report" "ok (emulated_fabric pcie, labelled)"
   else verdict "$name report" "FAILED: $(head -c 600 "$scratch/$name.report")"; fi
+}
+
+# --- collectives (issue 37): every operation on one GPU up to 1 GiB, checked on the device, timed through CUDA graphs
+# of aggregated operations; the sweep's own time (the host-side check of 1 GiB once took most of a minute), and the
+# header's and footer's word on what ran.
+collectives_device_sweep() {
+  local name=collectives start=$SECONDS
+  step "$name" 120 mpirun -np 1 --bind-to none trainbench collectives --backend cuda --ops all -b 1M -e 1G -f 4 -d bf16 \
+    --cuda-graph 2 --aggregate 4 -o "$out/collectives.h5"
+  verdict "$name sweep time" "ok ($((SECONDS - start)) s for 7 operations x 6 sizes x 2 modes, 1 MiB .. 1 GiB, bf16)"
+  if grep -q "^# 4 ops per iteration issued together (--aggregate), the timed batch launched 2 times as a CUDA graph \
+(--cuda-graph); buffer offsets rotate between iterations; verified on the device$" "$scratch/$name.out"; then
+    verdict "$name header" "ok (aggregate 4, CUDA graph x2, offsets rotate, verified on the device)"
+  else verdict "$name header" "FAILED: $(grep -m1 -E '^# [0-9]+ ops? per iteration' "$scratch/$name.out")"; fi
+  if grep -q "^# Out of bounds values : 0 OK$" "$scratch/$name.out" && [[ $(grep -c "^ *1073741824 " "$scratch/$name.out") -eq 7 ]]; then
+    verdict "$name verified" "ok (0 wrong elements; every operation reached 1 GiB)"
+  else verdict "$name verified" "FAILED: $(grep -m1 '^# Out of bounds' "$scratch/$name.out"), $(grep -c "^ *1073741824 " "$scratch/$name.out") rows of 1 GiB"; fi
+  grep -hE '^# busbw:|^# Avg bus bandwidth' "$scratch/$name.out" | sort -u | tee -a "$log"
 }
 
 train() {  # train NAME SECONDS ARGS...: one training run on one GPU, with its report and its first-loss check
@@ -365,8 +384,7 @@ case $part in
     step gpu_tests 200 gpu_tests --gtest_color=no --gtest_output="xml:$out/gpu_tests.xml"
     grep -E "^\[  (FAILED|SKIPPED) |^\[  PASSED|^\[==========\]" "$scratch/gpu_tests.out" | tail -n 12 | tee -a "$log"
     check_skips
-    step collectives 120 mpirun -np 1 trainbench collectives --backend cuda -b 1M -e 1G -f 4 -d bf16 \
-      -o "$out/collectives.h5"
+    collectives_device_sweep
     ;;
   train)
     train train_124m 100 --model gpt2-124m --micro-batch 16 --steps 20
