@@ -270,8 +270,12 @@ part_optimes() {
     return
   fi
   train optimes 90 --model gpt2-124m --micro-batch 16 --warmup-steps 2 --steps 5 --op-times
-  # The table: everything train printed but the per-step lines.
-  grep -v -E '^step +[0-9]+' "$scratch/optimes.out" | tee -a "$log"
+  # The table, from its "# op times" heading to the point's "# k=" summary; if train words it otherwise, all it
+  # printed but the per-step lines.
+  local table
+  table=$(sed -n '/^# op times/,/^# k=/p' "$scratch/optimes.out" | sed '$d')
+  [[ -n $table ]] || table=$(grep -v -E '^step +[0-9]+' "$scratch/optimes.out")
+  echo "$table" | tee -a "$log"
   part_end
 }
 
