@@ -208,6 +208,7 @@ void CpuTransformer::Forward() {
 
   UnitAccess& access = Access();
   const float* embeddings = access.Parameters(kEmbeddingUnit);  // held to the end of backward (the tied LM head)
+  BeginOp(OpKind::kEmbedding, false);
   cpu::EncoderForward(encoded_, inputs_.data(), Tensor(embeddings, kWteSlot), Tensor(embeddings, kWpeSlot), batch,
                       seq, c);
   const float* residual = encoded_;  // (N, C)
@@ -217,10 +218,13 @@ void CpuTransformer::Forward() {
   }
   const float* lnf = access.Parameters(FinalNormUnit(config_.layers));  // held likewise
   const size_t lnf_slot = LnfWeightSlot(config_.layers);
+  BeginOp(OpKind::kLayerNorm, false);
   cpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, Tensor(lnf, lnf_slot), Tensor(lnf, lnf_slot + 1), n, c);
   // The tied LM head reads only wte's first V rows, so the padding rows never reach the logits.
+  BeginOp(OpKind::kLmHead, false);
   cpu::MatmulForward(logits_, lnf_, Tensor(embeddings, kWteSlot), nullptr, nullptr, n, c, config_.vocab);
   loss_ = cpu::CrossEntropyForward(logits_, targets_.data(), n, config_.vocab);
+  EndOps();
   backward_pending_ = true;
 }
 
@@ -231,11 +235,15 @@ void CpuTransformer::BlockForward(int l, const float* residual, int batch, int s
   const float* unit = Access().Parameters(BlockUnit(l));
   auto w = [&](BlockTensor t) { return Tensor(unit, BlockSlot(l, t)); };
   BlockActivations& a = blocks_[l];
+  BeginOp(OpKind::kLayerNorm, false);
   cpu::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w(kLn1Weight), w(kLn1Bias), n, c);
+  BeginOp(OpKind::kAttention, false);
   cpu::MatmulForward(a.qkv, a.ln1, w(kQkvWeight), w(kQkvBias), nullptr, n, c, 3 * c);
   cpu::AttentionForward(a.atty, a.att_lse, attention_scratch_.data(), a.qkv, batch, seq, c, config_.heads);
   cpu::MatmulForward(a.residual2, a.atty, w(kAttnProjWeight), w(kAttnProjBias), residual, n, c, c);
+  BeginOp(OpKind::kLayerNorm, false);
   cpu::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w(kLn2Weight), w(kLn2Bias), n, c);
+  BeginOp(OpKind::kMlp, false);
   cpu::MatmulForward(a.fch, a.ln2, w(kFcWeight), w(kFcBias), nullptr, n, c, hidden);
   cpu::GeluForward(a.fch_gelu, a.fch, n * hidden);
   cpu::MatmulForward(a.residual3, a.fch_gelu, w(kMlpProjWeight), w(kMlpProjBias), a.residual2, n, hidden, c);
@@ -256,6 +264,7 @@ void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_r
   // Slots are reported in descending order: lnf, the blocks from last to first, wpe, and wte last.
   const float* embeddings = access.Parameters(kEmbeddingUnit);
   float* embedding_grads = BackwardGradients(access, kEmbeddingUnit, units_[kEmbeddingUnit].elements());
+  BeginOp(OpKind::kLmHead, true);
   cpu::CrossEntropyBackward(logits_, targets_.data(), n, config_.vocab);  // logits_ now holds d loss / d logits
   ScaleLossGradient(logits_, n * static_cast<size_t>(config_.vocab));
   cpu::MatmulBackward(channel_grad_, Tensor(embedding_grads, kWteSlot), nullptr, logits_, lnf_,
@@ -264,6 +273,7 @@ void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_r
   const size_t lnf_unit = FinalNormUnit(config_.layers), lnf_slot = LnfWeightSlot(config_.layers);
   const float* lnf = access.Parameters(lnf_unit);
   float* lnf_grads = BackwardGradients(access, lnf_unit, units_[lnf_unit].elements());
+  BeginOp(OpKind::kLayerNorm, true);
   cpu::LayerNormBackward(residual_grad_, Tensor(lnf_grads, lnf_slot), Tensor(lnf_grads, lnf_slot + 1), channel_grad_,
                          blocks_.back().residual3, Tensor(lnf, lnf_slot), lnf_mean_, lnf_rstd_, n, c);
   ready(lnf_slot + 1);
@@ -274,10 +284,12 @@ void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_r
   // residual_grad_ (N, C) carries the gradient of the residual stream down through the blocks; each
   // residual add passes it on unchanged and each LayerNorm adds its input gradient to it.
   for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready);
+  BeginOp(OpKind::kEmbedding, true);
   cpu::EncoderBackward(Tensor(embedding_grads, kWteSlot), Tensor(embedding_grads, kWpeSlot), residual_grad_,
                        inputs_.data(), batch_, seq_, c);
   ready(kWpeSlot);
   ready(kWteSlot);
+  EndOps();
   access.GradientsDone(kEmbeddingUnit);
   access.ParametersDone(kEmbeddingUnit);
 }
@@ -296,15 +308,18 @@ void CpuTransformer::BlockBackward(int l, const std::function<void(size_t slot)>
   };
   const BlockActivations& a = blocks_[l];
   const float* residual = l > 0 ? blocks_[l - 1].residual3 : encoded_;
+  BeginOp(OpKind::kMlp, true);
   cpu::MatmulBackward(hidden_grad_, g(kMlpProjWeight), g(kMlpProjBias), residual_grad_, a.fch_gelu,
                       w(kMlpProjWeight), n, hidden, c);
   ready_pair(kMlpProjWeight, kMlpProjBias);
   cpu::GeluBackward(hidden_grad_, a.fch, n * hidden);
   cpu::MatmulBackward(channel_grad_, g(kFcWeight), g(kFcBias), hidden_grad_, a.ln2, w(kFcWeight), n, c, hidden);
   ready_pair(kFcWeight, kFcBias);
+  BeginOp(OpKind::kLayerNorm, true);
   cpu::LayerNormBackward(residual_grad_, g(kLn2Weight), g(kLn2Bias), channel_grad_, a.residual2, w(kLn2Weight),
                          a.ln2_mean, a.ln2_rstd, n, c);
   ready_pair(kLn2Weight, kLn2Bias);
+  BeginOp(OpKind::kAttention, true);
   cpu::MatmulBackward(channel_grad_, g(kAttnProjWeight), g(kAttnProjBias), residual_grad_, a.atty,
                       w(kAttnProjWeight), n, c, c);
   ready_pair(kAttnProjWeight, kAttnProjBias);
@@ -313,6 +328,7 @@ void CpuTransformer::BlockBackward(int l, const std::function<void(size_t slot)>
                          config_.heads);
   cpu::MatmulBackward(channel_grad_, g(kQkvWeight), g(kQkvBias), qkv_grad, a.ln1, w(kQkvWeight), n, c, 3 * c);
   ready_pair(kQkvWeight, kQkvBias);
+  BeginOp(OpKind::kLayerNorm, true);
   cpu::LayerNormBackward(residual_grad_, g(kLn1Weight), g(kLn1Bias), channel_grad_, residual, w(kLn1Weight),
                          a.ln1_mean, a.ln1_rstd, n, c);
   ready_pair(kLn1Weight, kLn1Bias);
@@ -323,11 +339,13 @@ void CpuTransformer::BlockBackward(int l, const std::function<void(size_t slot)>
 void CpuTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError("AdamW step counts from 1, got " + std::to_string(step));
   // The moments hold the shard's elements: parameter element i is moment i - moment_offset_.
+  BeginOp(OpKind::kOptimizer, true);
   for (const AdamWRange& r : adamw_ranges_) {
     cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + (r.offset - moment_offset_),
                      v_.data() + (r.offset - moment_offset_), r.count, config, r.decay ? config.weight_decay : 0.0f,
                      step);
   }
+  EndOps();
 }
 
 }  // namespace

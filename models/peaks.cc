@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -56,6 +57,22 @@ double MeasureCpuGemmFlops(double seconds) {
     elapsed = NowSeconds() - start;
   } while (elapsed < seconds);
   return 2.0 * kN * kN * static_cast<double>(kN) * runs / elapsed;
+}
+
+double MeasureCpuCopyBytesPerSecond(double seconds) {
+  constexpr size_t kBytes = size_t{256} << 20;
+  std::vector<char> from(kBytes, 1), to(kBytes, 0);  // written once: the pages are resident before timing
+  std::memcpy(to.data(), from.data(), kBytes);
+  int runs = 0;
+  const double start = NowSeconds();
+  double elapsed = 0;
+  do {
+    std::memcpy(to.data(), from.data(), kBytes);
+    from[static_cast<size_t>(runs) % kBytes] = static_cast<char>(runs);  // not a copy the compiler may drop
+    ++runs;
+    elapsed = NowSeconds() - start;
+  } while (elapsed < seconds);
+  return 2.0 * kBytes * runs / elapsed;
 }
 
 void SetCpuThreadsPerRank(int ranks_on_node) {

@@ -26,6 +26,12 @@ double MeasureCpuGemmFlops(double seconds = 0.3);
 // accumulation), timed with CUDA events for about `seconds`, in FLOP/s. Throws in a build without CUDA.
 double MeasureDeviceGemmFlops(double seconds = 0.5);
 
+// The memory copy rate `train --op-times` sets memory-bound kernels against: bytes read plus written per second by
+// a 256 MiB memcpy on the CPU (this process's one thread), or a 1 GiB device-to-device cudaMemcpyAsync on the current
+// GPU (timed with CUDA events; throws in a build without CUDA), repeated for about `seconds`.
+double MeasureCpuCopyBytesPerSecond(double seconds = 0.2);
+double MeasureDeviceCopyBytesPerSecond(double seconds = 0.2);
+
 // Threads each rank's CPU work uses (OpenBLAS's and the CPU reference's, models/cpu_kernels.h): the cores of the
 // node shared by its ranks, at most the CPUs this process may run on (at least one).
 void SetCpuThreadsPerRank(int ranks_on_node);

@@ -135,7 +135,15 @@ class TrainingSteps {
     if (o.working_bytes) *o.working_bytes = gatherer_ ? gatherer_->working_bytes() : 0;
     // The step's gradient is that of the mean loss over its micro-batches.
     model.SetGradientScale(1.0f / static_cast<float>(o.grad_accum));
+    if (o.op_times) {
+      if (model.tensor_parallel() > 1) throw std::logic_error("op times: the tensor parallel models do not mark");
+      op_times_ = std::make_unique<OpTimes>(model.MakePhaseClock());
+      model.SetOpTimes(op_times_.get());
+    }
   }
+  ~TrainingSteps() { model_.SetOpTimes(nullptr); }
+  TrainingSteps(const TrainingSteps&) = delete;
+  TrainingSteps& operator=(const TrainingSteps&) = delete;
 
   StepRecord Run(int step) {
     StepRecord r;
@@ -155,6 +163,7 @@ class TrainingSteps {
     }
     SyncAndUpdate(step, r);
     TakePhases(waits, r);
+    if (op_times_) op_times_->TakeInto(r.op_s);
     r.loss = (loss_sum + model_.Loss()) / o_.grad_accum;
     if (o_.in_each_step) o_.in_each_step();
     if (o_.checkpoint) {
@@ -286,6 +295,7 @@ class TrainingSteps {
   PhaseMarks marks_;
   std::unique_ptr<BucketedAllReduce> reducer_;  // dp
   std::unique_ptr<FsdpGatherer> gatherer_;      // fsdp
+  std::unique_ptr<OpTimes> op_times_;           // --op-times
   std::vector<int32_t> inputs_, targets_;
   TokenBatch synthetic_;
   double read_seconds_ = 0;  // the step's micro-batches' read times so far

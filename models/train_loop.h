@@ -47,6 +47,7 @@ struct StepRecord {
   double data_read_MBps = 0;    // their read throughput: bytes / (first read's start to last read's end), 1e6 B/s
   int loader_queue_depth = -1;  // batches ready when the step asked for its batch
   bool checkpoint_writing = false;  // an asynchronous checkpoint writer was busy when the step began
+  OpSeconds op_s{};             // --op-times: seconds per kind in forward and backward (OpSlot), all micro-batches
 };
 
 // One step's tokens, in host memory: micro_batch sequences of seq positions (valid until the next call).
@@ -72,6 +73,7 @@ struct TrainLoopOptions {
   // MakeFsdpLayout(its layout, comm.size(), comm.rank())): FsdpGatherer's gathers and reduce-scatters during forward
   // and backward, overlapped with compute unless `overlap` is false, AdamW on the shards.
   ParallelMode parallel = ParallelMode::kDp;
+  bool op_times = false;        // time the model's work by kind (OpTimes; models without tensor parallel)
   uint64_t* working_bytes = nullptr;  // if set, receives the bytes of fsdp's working buffers (0 otherwise)
   AdamWConfig adamw;
   uint64_t data_seed = 1;       // synthetic tokens: a function of (data_seed, rank, step)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model_config.h"
+#include "op_times.h"
 #include "token_batch.h"
 
 namespace tb {
@@ -158,6 +159,8 @@ class PhaseClock {
   // Waits for the last mark; returns the seconds between consecutive marks since the previous call (one fewer
   // than the marks), and starts over.
   virtual std::vector<double> Intervals() = 0;
+  // A profiler's named range from here to the next Range call (null: none opens): NVTX on a GPU, nothing on the CPU.
+  virtual void Range(const char* name) { (void)name; }
 };
 
 // The host-clock PhaseClock: marks are taken when Mark() is called.
@@ -258,6 +261,21 @@ class Transformer {
   virtual std::unique_ptr<PhaseClock> MakePhaseClock() const = 0;
   // The most device memory this process has held (cudaMemGetInfo at the high points), 0 on the CPU.
   virtual uint64_t peak_device_memory_bytes() const { return 0; }
+
+  // train --op-times: where each kind of work begins in Forward, Backward and AdamWStep is marked on `op_times`
+  // (made over this model's MakePhaseClock; null: nothing is marked). The models without tensor parallel mark.
+  void SetOpTimes(OpTimes* op_times) { op_times_ = op_times; }
+
+ protected:
+  void BeginOp(OpKind kind, bool backward) {
+    if (op_times_ != nullptr) op_times_->Begin(kind, backward);
+  }
+  void EndOps() {
+    if (op_times_ != nullptr) op_times_->End();
+  }
+
+ private:
+  OpTimes* op_times_ = nullptr;
 };
 
 // The CPU reference, initialised as GPT-2 is (normal(0, 0.02) weights, residual projections scaled by

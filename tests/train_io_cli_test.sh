@@ -155,7 +155,7 @@ expect_error 2 "written with --layers 2, this run has --layers 1;" -- "$tb" trai
 expect_error 2 "written with --data $tokens, this run has no --data;" -- "$tb" train "${small[@]}" --resume "$o5"
 expect_error 2 "written with no --record-bytes, this run has --record-bytes 128;" -- "$tb" train "${small[@]}" \
   --data "$tokens" --record-bytes 128 --resume "$o5"
-expect_error 2 "written with 2 sequences per rank \(--global-batch / ranks\), this run has 4 sequences per rank" -- \
+expect_error 2 "written with 2 sequences per rank \(--global-batch / ranks / --grad-accum\), this run has 4 sequences per rank" -- \
   "$tb" train "${small[@]}" --data "$tokens" --scaling-mode strong --global-batch 4 --resume "$o5"
 # The same per-rank batch through --scaling-mode strong is the same trajectory: allowed (and a 0.0003 written as
 # 3e-4 is the same rate).

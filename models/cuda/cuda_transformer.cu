@@ -476,6 +476,7 @@ void CudaTransformer::Forward() {
   // The embeddings are gathered from the fp32 master weights: no GEMM reads them here. Under FSDP they and the final
   // LayerNorm stay held to the end of backward (the tied LM head reads wte last in forward and first in backward).
   HoldParameters(kEmbeddingUnit);
+  BeginOp(OpKind::kEmbedding, false);
   gpu::EncoderForward(encoded_, inputs, Param(kWteSlot), Param(kWpeSlot), batch_, seq_, c, stream());
   const float* residual = encoded_;  // (N, C)
   for (int l = 0; l < config_.layers; ++l) {
@@ -483,14 +484,18 @@ void CudaTransformer::Forward() {
     HoldParameters(BlockUnit(l));
     auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
     auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
+    BeginOp(OpKind::kLayerNorm, false);
     gpu::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, param(kLn1Weight), param(kLn1Bias), n, c, stream());
+    BeginOp(OpKind::kAttention, false);
     gemm_->LinearForward(a.qkv, nullptr, a.ln1, bf16_param(kQkvWeight), bf16_param(kQkvBias), n, c, 3 * c);
     attention_->Forward(a.atty, a.att_lse, a.qkv, batch_, seq_);
     // The projections add into the fp32 residual stream, with their fp32 master biases.
     gemm_->LinearForwardFloat(a.residual2, residual, a.atty, bf16_param(kAttnProjWeight), param(kAttnProjBias), n,
                               c, c);
+    BeginOp(OpKind::kLayerNorm, false);
     gpu::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(kLn2Weight), param(kLn2Bias), n, c,
                           stream());
+    BeginOp(OpKind::kMlp, false);
     gemm_->LinearForward(a.fch_gelu, a.fch, a.ln2, bf16_param(kFcWeight), bf16_param(kFcBias), n, c, hidden);
     gemm_->LinearForwardFloat(a.residual3, a.residual2, a.fch_gelu, bf16_param(kMlpProjWeight),
                               param(kMlpProjBias), n, hidden, c);
@@ -498,16 +503,19 @@ void CudaTransformer::Forward() {
     residual = a.residual3;
   }
   HoldParameters(FinalNormUnit(config_.layers));
+  BeginOp(OpKind::kLayerNorm, false);
   gpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, Param(LnfWeightSlot(config_.layers)),
                         Param(LnfWeightSlot(config_.layers) + 1), n, c, stream());
   // The tied LM head over all Vp rows of wte, so that the GEMM keeps its aligned shape: the padding rows are zero,
   // their logits are 0, and the cross-entropy ignores those columns (and gives them zero gradient).
+  BeginOp(OpKind::kLmHead, false);
   gemm_->LinearForwardFloat(logits_, nullptr, lnf_, Bf16Param(kWteSlot), nullptr, n, c, config_.vocab_padded);
   // Loss and d loss / d logits together, as llm.c does, the gradient in bf16 for the LM head's backward GEMMs:
   // Backward starts from it.
   Bf16* logits_grad = grad_scratch_;
   gpu::CrossEntropyForwardBackward(logits_grad, row_losses_, loss_, logits_, targets, n, config_.vocab,
                                    config_.vocab_padded, gradient_scale_, stream());
+  EndOps();
   backward_pending_ = true;
   if (!forward_measured_) {
     NoteDeviceMemory();
@@ -542,8 +550,10 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   const size_t lnf_unit = FinalNormUnit(config_.layers);
   HoldGradients(kEmbeddingUnit);
   HoldGradients(lnf_unit);
+  BeginOp(OpKind::kLmHead, true);
   gemm_->LinearBackwardInput(channel_grad_, logits_grad, Bf16Param(kWteSlot), nullptr, n, c, vp);
   gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, logits_grad, lnf_, n, c, vp, write);
+  BeginOp(OpKind::kLayerNorm, true);
   TB_CHECK_CUDA(cudaMemsetAsync(residual_grad_, 0, n * c * sizeof(float), stream_.get()));
   const size_t lnf_slot = LnfWeightSlot(config_.layers);
   // Each LayerNorm backward also leaves the residual gradient's bf16 copy for the projection GEMMs after it.
@@ -559,10 +569,12 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   // residual add passes it on unchanged and each LayerNorm adds its input gradient to it. The projections'
   // backward GEMMs read its bf16 copy, which each LayerNorm backward writes in the same pass.
   for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready, write);
+  BeginOp(OpKind::kEmbedding, true);
   gpu::EncoderBackward(Grad(kWteSlot), Grad(kWpeSlot), residual_grad_, inputs, batch_, seq_, c, config_.seq, write,
                        stream());
   ready(kWpeSlot);
   ready(kWteSlot);
+  EndOps();
   ReleaseGradients(kEmbeddingUnit);
   ReleaseParameters(kEmbeddingUnit);
   if (!backward_measured_) {
@@ -592,6 +604,7 @@ void CudaTransformer::BlockBackward(int l, const std::function<void(size_t slot)
   // MLP projection; the GELU gradient is fused into its input gradient (the DGELU epilogue over fch), and so,
   // when overwriting, is fc's bias gradient where cuBLASLt offers DGELU_BGRAD.
   Bf16* hidden_grad = grad_scratch_;  // (N, 4C): the logits' gradient is spent by now
+  BeginOp(OpKind::kMlp, true);
   const bool fc_bias_written =
       gemm_->LinearBackwardInput(hidden_grad, residual_grad_bf16_, bf16_param(kMlpProjWeight), a.fch, n, hidden, c,
                                  write == GradientWrite::kOverwrite ? grad(kFcBias) : nullptr);
@@ -602,12 +615,14 @@ void CudaTransformer::BlockBackward(int l, const std::function<void(size_t slot)
   gemm_->LinearBackwardWeights(grad(kFcWeight), fc_bias_written ? nullptr : grad(kFcBias), hidden_grad, a.ln2, n,
                                c, hidden, write);
   ready_pair(kFcWeight, kFcBias);
+  BeginOp(OpKind::kLayerNorm, true);
   gpu::LayerNormBackward(residual_grad_, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), channel_grad_,
                          a.residual2, param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_,
                          stream());
   ready_pair(kLn2Weight, kLn2Bias);
 
   // Attention projection, attention, qkv.
+  BeginOp(OpKind::kAttention, true);
   gemm_->LinearBackwardInput(channel_grad_, residual_grad_bf16_, bf16_param(kAttnProjWeight), nullptr, n, c, c);
   gemm_->LinearBackwardWeights(grad(kAttnProjWeight), grad(kAttnProjBias), residual_grad_bf16_, a.atty, n, c, c,
                                write);
@@ -618,6 +633,7 @@ void CudaTransformer::BlockBackward(int l, const std::function<void(size_t slot)
   gemm_->LinearBackwardWeights(grad(kQkvWeight), grad(kQkvBias), qkv_grad, a.ln1, n, c, 3 * c, write);
   ready_pair(kQkvWeight, kQkvBias);
   // The bf16 copy is for the next block down; below block 0 only the embeddings read the (fp32) gradient.
+  BeginOp(OpKind::kLayerNorm, true);
   gpu::LayerNormBackward(residual_grad_, l > 0 ? residual_grad_bf16_ : nullptr, grad(kLn1Weight), grad(kLn1Bias),
                          channel_grad_, residual, param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c, write,
                          layernorm_scratch_, stream());
@@ -632,8 +648,10 @@ void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   // moment_offset_); the bf16 weights are rewritten from the updated master weights in the same pass, and wte's
   // padding rows, skipped, stay zero in both. Under FSDP the ranges are in the shard store, and there is no bf16
   // copy to rewrite (a unit's is cast where it is gathered).
+  BeginOp(OpKind::kOptimizer, true);
   gpu::AdamWUpdate(params_, grads_, m_, v_, *adamw_plan_, config, step, stream(),
                    fsdp_.enabled() ? nullptr : params_bf16_);
+  EndOps();
 }
 
 }  // namespace

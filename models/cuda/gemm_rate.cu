@@ -58,4 +58,26 @@ double MeasureDeviceGemmFlops(double seconds) {
   return 2.0 * kN * static_cast<double>(kN) * kN * static_cast<double>(repeats) / elapsed;
 }
 
+double MeasureDeviceCopyBytesPerSecond(double seconds) {
+  constexpr size_t kBytes = size_t{1} << 30;
+  Stream stream;
+  gpu::DeviceMemory from(kBytes);
+  gpu::DeviceMemory to(kBytes);
+  auto copy = [&] {
+    TB_CHECK_CUDA(cudaMemcpyAsync(to.data(), from.data(), kBytes, cudaMemcpyDeviceToDevice, stream.get()));
+  };
+  copy();  // first touch and clocks
+  Event start, stop;
+  int64_t repeats = 0;
+  double elapsed = 0;
+  for (int batch = 2; elapsed < seconds; batch *= 2) {
+    start.Record(stream.get());
+    for (int i = 0; i < batch; ++i) copy();
+    stop.Record(stream.get());
+    elapsed += Event::ElapsedSeconds(start, stop);
+    repeats += batch;
+  }
+  return 2.0 * static_cast<double>(kBytes) * static_cast<double>(repeats) / elapsed;
+}
+
 }  // namespace tb

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +52,13 @@ class CudaPhaseClock : public PhaseClock {
     events_[marks_++].Record(stream_);
   }
 
+  // NVTX ranges (header-only NVTX 3: nothing happens unless a profiler such as Nsight Systems is attached).
+  void Range(const char* name) override {
+    if (range_open_) nvtxRangePop();
+    range_open_ = name != nullptr;
+    if (range_open_) nvtxRangePushA(name);
+  }
+
   std::vector<double> Intervals() override {
     const size_t marks = marks_;
     marks_ = 0;
@@ -64,6 +72,7 @@ class CudaPhaseClock : public PhaseClock {
   cudaStream_t stream_;
   std::vector<Event> events_;
   size_t marks_ = 0;
+  bool range_open_ = false;
 };
 
 }  // namespace tb::cuda_model

@@ -205,6 +205,7 @@ class train:
     attention_fallback_reason = "attention_fallback_reason"
     measured_gemm_flops = "measured_gemm_flops"
     measured_gemm = "measured_gemm"
+    copy_bytes_per_s = "copy_bytes_per_s"
     peak_flops = "peak_flops"
     peak_source = "peak_source"
     mpi_init_s = "mpi_init_s"
@@ -335,6 +336,19 @@ class train_point:
         p50 = "<kind>_p50"
         p95 = "<kind>_p95"
         p99 = "<kind>_p99"
+
+    class op_times:
+        table = "op_times"
+        kind = "kind"
+        phase = "phase"
+        seconds = "seconds"
+        share = "share"
+        flops = "flops"
+        bytes = "bytes"
+        tflops = "tflops"
+        gemm_fraction = "gemm_fraction"
+        GBps = "GBps"
+        copy_fraction = "copy_fraction"
 
     class repeats:
         table = "repeats"

@@ -290,6 +290,10 @@ inline const TextAttribute attention_fallback_reason{kTrain, "attention_fallback
 inline const RealAttribute measured_gemm_flops{kTrain, "measured_gemm_flops", "FLOP/s",
                                                "the slowest rank's start-up GEMM rate"};
 inline const TextAttribute measured_gemm{kTrain, "measured_gemm", "", "how it was measured"};
+inline const RealAttribute copy_bytes_per_s{kTrain, "copy_bytes_per_s", "B/s",
+                                            "--op-times: the slowest rank's start-up copy rate, bytes read plus "
+                                            "written per second (a 1 GiB device-to-device cudaMemcpy on a GPU, a "
+                                            "256 MiB memcpy on the CPU); absent without --op-times"};
 inline const RealAttribute peak_flops{kTrain, "peak_flops", "FLOP/s",
                                       "dense bf16 of rank 0's device from the peak table; NaN without an entry"};
 inline const TextAttribute peak_source{kTrain, "peak_source", "", "where the peak comes from"};
@@ -525,6 +529,34 @@ inline const RealColumn kind_p95{kStallBudget, "<kind>_p95", "fraction", "the ki
 inline const RealColumn kind_p99{kStallBudget, "<kind>_p99", "fraction", "the kind's share of step time, p99",
                                  kCommKinds};
 }  // namespace stall_budget
+
+// `train --op-times`: the model's work by kind (models/op_times.h); absent without it.
+inline TableSpec kOpTimes{kTrainPoint, "op_times",
+                          "a row per kind of work and phase (forward, backward; the optimizer's step), then "
+                          "comm_exposed and other (the rest of the step): mean seconds per measured step over the "
+                          "point's ranks, timed by marks on the model's stream (CUDA events; the host clock on the "
+                          "CPU), so that the rows add up to the mean step; present with --op-times"};
+namespace op_times {
+inline const TextColumn kind{kOpTimes, "kind", "",
+                             "embedding, layernorm, attention (qkv and output projections, attention itself), mlp, "
+                             "lm_head (tied head and cross-entropy), optimizer, comm_exposed, other"};
+inline const TextColumn phase{kOpTimes, "phase", "", "forward, backward or step"};
+inline const RealColumn seconds{kOpTimes, "seconds", "s", "mean per measured step (all its micro-batches)"};
+inline const RealColumn share{kOpTimes, "share", "fraction", "of the mean step time"};
+inline const RealColumn flops{kOpTimes, "flops", "FLOP",
+                              "per step, by the MFU convention (2 per multiply-add of a matmul weight forward, 4 "
+                              "backward; causal attention 2 T C per token per layer forward, 4 backward); 0 without "
+                              "matmuls"};
+inline const RealColumn bytes{kOpTimes, "bytes", "B",
+                              "per step, what the kind must read and write at least (layernorm, embedding, "
+                              "optimizer); 0 for the matmul kinds"};
+inline const RealColumn tflops{kOpTimes, "tflops", "TFLOP/s", "flops / seconds; NaN without flops"};
+inline const RealColumn gemm_fraction{kOpTimes, "gemm_fraction", "fraction",
+                                      "tflops over the GEMM rate measured in the run (train/measured_gemm_flops)"};
+inline const RealColumn GBps{kOpTimes, "GBps", "GB/s", "bytes / seconds; NaN without bytes"};
+inline const RealColumn copy_fraction{kOpTimes, "copy_fraction", "fraction",
+                                      "GBps over the device's copy rate measured in the run (train/copy_bytes_per_s)"};
+}  // namespace op_times
 
 // Repeats (`train --repeats N`): the measured phase run N times, each after its own warm-up on a fresh model.
 inline const IntAttribute repeat_count{kTrainPoint, "repeats", "",

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "memory_fit.h"
 #include "model_config.h"
+#include "op_summary.h"
 #include "mpi_util.h"
 #include "peaks.h"
 #include "phase.h"
@@ -75,6 +76,7 @@ struct TrainFlags {
   std::string parallel = "dp";
   int tensor_parallel = 1;
   bool allow_cross_node_tp = false;
+  bool op_times = false;
   int repeats = 1;
 };
 
@@ -105,6 +107,7 @@ void CheckTensorParallelFlags(const TrainFlags& f, const TrainIoFlags& io, const
   const std::string t = "--tensor-parallel " + std::to_string(f.tensor_parallel);
   const std::string gap = TensorParallelModeGap(f.parallel, f.tensor_parallel, cuda);
   if (!gap.empty()) throw InputError(t + " " + gap);
+  if (f.op_times) throw InputError(t + " with --op-times is not built yet (the tensor parallel models do not mark)");
   if (io.checkpoint_every > 0 || !io.resume.empty() || !io.data_dir.empty()) {
     throw InputError(t + " with --data or checkpoints is not built yet (every rank of a group must read the same "
                      "batches and write its own slices): synthetic tokens, no checkpoints");
@@ -308,6 +311,7 @@ struct PointRepeat {
 struct TrainSetup {
   Backend backend;
   double gemm_min = 0;  // the slowest rank's measured GEMM rate, FLOP/s
+  double copy_min = 0;  // --op-times: the slowest rank's copy rate, bytes read + written per second
   std::optional<DevicePeak> peak;
   double peak_flops = 0;
   double flops_per_token = 0;
@@ -344,6 +348,8 @@ class TrainPhase : public Phase {
   bool RunPoints(Communicator& comm);
   bool RunRepeat(Communicator& comm, const RunPoint& point, bool several, int repeat, std::vector<PointRepeat>& repeats);
   ScalingPoint SummarizeRepeat(const RunPoint& point, int micro_batch, const std::vector<RankSteps>& ranks);
+  void AddOpTimes(Group& point_group, const RunPoint& point, const TrainLoopOptions& point_loop,
+                  const std::vector<RankSteps>& ranks) const;
   void KeepMedianRepeat(const RunPoint& point, std::vector<PointRepeat>& repeats);
   // `folder`: where under --checkpoint-dir the repeat checkpoints ("" for the directory itself); its io/<point>
   // group goes into `io_groups` (rank 0's).
@@ -430,6 +436,10 @@ void TrainPhase::AddOptions(po::options_description& options) {
        "split the model over groups of T ranks inside a node (Megatron: column/row-parallel layers, activation "
        "all-reduces, vocab-parallel embedding and cross-entropy), data parallel across the groups; T divides the "
        "heads and the ranks of each node (CPU backend, --parallel dp)")
+      ("op-times", po::bool_switch(&f.op_times),
+       "time the model's work by kind (embedding, LayerNorms, attention, MLP, LM head and cross-entropy, AdamW) with "
+       "marks on the model's stream (CUDA events, NVTX ranges for a profiler): a table per point, as time, TFLOP/s "
+       "against the measured GEMM rate and GB/s against the measured copy rate (not with --tensor-parallel)")
       ("allow-cross-node-tp", po::bool_switch(&f.allow_cross_node_tp),
        "let tensor parallel groups span nodes (their activation all-reduces then cross the slow link)")
       ("link-probe", po::value(&f.link_probe)->default_value(f.link_probe),
@@ -512,6 +522,7 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
                                      f.parallel, scaling_.front().k, f.tensor_parallel));
   loop_.micro_batch = f.micro_batch;
   loop_.grad_accum = f.grad_accum;
+  loop_.op_times = f.op_times;
   loop_.steps = f.steps;
   loop_.warmup_steps = f.warmup_steps;
   loop_.bucket_mb = f.bucket_mb;
@@ -571,12 +582,14 @@ void TrainPhase::MeasureDevice() {
   // The cores of a node shared by its ranks: OpenBLAS's threads on the CPU, the initial weights' draw on both.
   SetCpuThreadsPerRank(ctx.local_size);
   double gemm_flops = 0;
+  double copy_rate = 0;
   if (backend.cuda) {
     const GpuInfo gpu = QueryGpu(ctx.gpu_index);
     backend.device_name = gpu.name;
     backend.device = Format("%s (GPU %d)", gpu.name.c_str(), gpu.index);
     backend.description = "cuda (NCCL + CUDA transformer: bf16 cuBLASLt GEMMs, fp32 master weights and AdamW)";
     gemm_flops = MeasureDeviceGemmFlops();  // every rank on its own GPU, all at once
+    if (f_.op_times) copy_rate = MeasureDeviceCopyBytesPerSecond();
   } else {
     backend.device = Format("cpu (%d BLAS threads)", CpuThreads());
     backend.description = "cpu (MPI + CPU reference in fp32)";
@@ -586,6 +599,7 @@ void TrainPhase::MeasureDevice() {
     TB_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx.world_rank, MPI_INFO_NULL, &node));
     for (int turn = 0; turn < ctx.local_size; ++turn) {
       if (turn == ctx.local_rank) gemm_flops = MeasureCpuGemmFlops();
+      if (turn == ctx.local_rank && f_.op_times) copy_rate = MeasureCpuCopyBytesPerSecond();
       SleepingBarrier(node);
       if (run_->StopRequested(node)) break;  // a node's turns take 0.3 s per rank: a stop does not wait for them all
     }
@@ -593,6 +607,8 @@ void TrainPhase::MeasureDevice() {
   }
   const std::vector<double> gemm_all = AllGatherDoubles(MPI_COMM_WORLD, gemm_flops);
   setup_.gemm_min = *std::min_element(gemm_all.begin(), gemm_all.end());
+  const std::vector<double> copy_all = AllGatherDoubles(MPI_COMM_WORLD, copy_rate);
+  setup_.copy_min = *std::min_element(copy_all.begin(), copy_all.end());
   // MFU against rank 0's device in the peak table (a launch mixing GPU models is measured against rank 0's).
   setup_.peak = backend.cuda ? FindDevicePeak(topology_->ranks[0].gpu.name) : std::nullopt;
   setup_.peak_flops = setup_.peak ? setup_.peak->bf16_flops : 0.0;
@@ -646,6 +662,7 @@ void TrainPhase::RecordHeader(double comm_ready_s) {
   schema::Set(t, st::backend, backend.cuda ? "cuda" : "cpu");
   schema::Set(t, st::device, backend.device);
   schema::Set(t, st::measured_gemm_flops, setup_.gemm_min);
+  if (f_.op_times) schema::Set(t, st::copy_bytes_per_s, setup_.copy_min);
   schema::Set(t, st::measured_gemm,
         std::string(backend.cuda ? "cuBLASLt bf16 GEMM 8192^3 (fp32 accumulation) on each rank's GPU at start-up, "
                                    "timed with CUDA events; the slowest rank's rate"
@@ -783,11 +800,24 @@ bool TrainPhase::RunRepeat(Communicator& comm, const RunPoint& point, bool sever
   if (ctx.world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
     kept.point = SummarizeRepeat(point, point_loop.micro_batch, ranks);
     AddPointToReport(kept.train, kept.point, ranks, point.name);
+    if (f_.op_times) AddOpTimes(kept.train.Child(point.name), point, point_loop, ranks);
     AddPointEnergyToReport(kept.train.Child(point.name), energy_J, kept.point);
     kept.figures = FiguresOf(kept.point, ranks, kept.io.FindChild(point.name));
     repeats.push_back(std::move(kept));
   }
   return any_stopped != 0;
+}
+
+// --op-times: the point's table, printed and into its group (rank 0).
+void TrainPhase::AddOpTimes(Group& point_group, const RunPoint& point, const TrainLoopOptions& point_loop,
+                            const std::vector<RankSteps>& ranks) const {
+  OpShape shape{model_, point_loop.seq, point_loop.micro_batch, point_loop.grad_accum, setup_.backend.cuda};
+  const double elements = static_cast<double>(CountParameters(model_).total);
+  shape.parameter_elements = parallel_ == ParallelMode::kDp ? elements : elements / point.k;  // AdamW's, per rank
+  const OpRates rates{setup_.gemm_min, setup_.copy_min};
+  const std::vector<OpRow> rows = SummarizeOpTimes(ranks, shape, rates);
+  AddOpTimesTable(point_group, rows);
+  for (const std::string& line : OpTimesLines(rows, rates)) Print(line);
 }
 
 // A repeat's figures, with what the loop cannot know: the layout, the mode and its theory.

@@ -1,0 +1,62 @@
+// `train --op-times`: where a step's time goes inside the model, by kind of work. The model marks where each kind
+// begins in Forward, Backward and AdamWStep on the clock that times its work (CUDA events on its stream, with NVTX
+// ranges of the same names for a profiler; the host clock on the CPU); the interval up to the next mark is that
+// kind's. WorkOf gives each kind's FLOPs and bytes per step, so that a time becomes a rate.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model_config.h"
+
+namespace tb {
+
+class PhaseClock;
+
+// The kinds, in the order of a step's forward.
+enum class OpKind : int { kEmbedding, kLayerNorm, kAttention, kMlp, kLmHead, kOptimizer };
+constexpr int kOpKinds = 6;
+// A kind's time in forward or in backward (the optimizer's counts as backward: it has no forward).
+constexpr int kOpSlots = 2 * kOpKinds;
+constexpr int OpSlot(OpKind kind, bool backward) { return 2 * static_cast<int>(kind) + (backward ? 1 : 0); }
+using OpSeconds = std::array<double, kOpSlots>;
+
+// "embedding", "layernorm", "attention", "mlp", "lm_head", "optimizer".
+const char* OpKindName(OpKind kind);
+// What each kind holds, for the report and --help.
+const char* OpKindScope(OpKind kind);
+
+// A kind's work in one forward or backward of one micro-batch (the optimizer's: one step over the flat buffers).
+// flops follows the MFU convention (2 per multiply-add of a matmul weight forward, 4 backward; causal attention's
+// scores 2·T·C per token per layer forward, 4 backward), 0 for kinds without matmuls; bytes is what the kernels must
+// read and write at least (element sizes of the backend: bf16 activations and fp32 residual stream on the GPU, fp32
+// on the CPU), 0 for the matmul kinds, whose rate is their FLOP/s.
+struct OpWork {
+  double flops = 0;
+  double bytes = 0;
+};
+OpWork WorkOf(const ModelConfig& config, OpKind kind, bool backward, double tokens, int seq, bool bf16,
+              double parameter_elements);
+
+class OpTimes {
+ public:
+  explicit OpTimes(std::unique_ptr<PhaseClock> clock);
+  ~OpTimes();
+  OpTimes(const OpTimes&) = delete;
+  OpTimes& operator=(const OpTimes&) = delete;
+
+  // The work of `kind` in forward or backward starts here (what was marked before ends).
+  void Begin(OpKind kind, bool backward);
+  // The marked work ends here: the end of a forward, a backward or an optimizer step.
+  void End();
+  // Waits for the last mark; adds each slot's seconds since the last call to `seconds`.
+  void TakeInto(OpSeconds& seconds);
+
+ private:
+  std::unique_ptr<PhaseClock> clock_;
+  std::vector<int> slots_;  // per mark: the slot its following interval belongs to (-1: none)
+};
+
+}  // namespace tb
