@@ -634,8 +634,8 @@ void TrainPhase::PrintHeader() const {
                FormatBytes(memory.weights_bytes).c_str(), FormatBytes(memory.gradients_bytes).c_str(),
                FormatBytes(memory.optimizer_bytes).c_str(), FormatBytes(memory.activations_bytes).c_str()));
   if (loop_.grad_accum > 1) {
-    Print(Format("# gradient accumulation: %d micro-batches of %d sequences per rank per optimizer step (one gradient "
-                 "sync and one AdamW step each)", loop_.grad_accum, loop_.micro_batch));
+    Print(Format("# gradient accumulation: %d micro-batches of %d sequences per rank per optimizer step (one "
+                 "gradient sync)", loop_.grad_accum, loop_.micro_batch));
   }
   const std::optional<DevicePeak>& peak = setup_.peak;
   if (backend.cuda) {
