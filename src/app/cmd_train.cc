@@ -232,6 +232,22 @@ void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq, b
                               : "fp32 (CPU reference)");
 }
 
+// The kernels the model chose by timing (models/cuda/autotune.h), once: from the first point's model. No table when
+// it chose none (the CPU backend).
+void RecordKernelChoices(Group& train, const Transformer& model) {
+  const std::vector<KernelChoice> choices = model.kernel_choices();
+  if (choices.empty() || schema::FindTable(&train, schema::train::kKernelChoices) != nullptr) return;
+  namespace kc = schema::train::kernel_choices;
+  schema::RecordTable<KernelChoice>(schema::train::kKernelChoices)
+      .Column(kc::what, [](const KernelChoice& c) { return c.what; })
+      .Column(kc::shape, [](const KernelChoice& c) { return c.shape; })
+      .Column(kc::candidates, [](const KernelChoice& c) { return c.candidates; })
+      .Column(kc::chosen, [](const KernelChoice& c) { return c.chosen; })
+      .Column(kc::chosen_s, [](const KernelChoice& c) { return c.chosen_s; })
+      .Column(kc::first_s, [](const KernelChoice& c) { return c.first_s; })
+      .Write(train, choices);
+}
+
 // io/throttle_sweep: one row per storage rate, and the rate at which data_wait reaches `share` of step time.
 void AddStorageSweep(Group& io, const std::vector<double>& rates, const std::vector<ScalingPoint>& points,
                      const std::vector<double>& shares, double share) {
@@ -348,6 +364,7 @@ class TrainPhase : public Phase {
   bool RunPoints(Communicator& comm);
   bool RunRepeat(Communicator& comm, const RunPoint& point, bool several, int repeat, std::vector<PointRepeat>& repeats);
   ScalingPoint SummarizeRepeat(const RunPoint& point, int micro_batch, const std::vector<RankSteps>& ranks);
+  void SetGlobalBatch();
   void AddOpTimes(Group& point_group, const RunPoint& point, const TrainLoopOptions& point_loop,
                   const std::vector<RankSteps>& ranks) const;
   void KeepMedianRepeat(const RunPoint& point, std::vector<PointRepeat>& repeats);
@@ -503,19 +520,7 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
   if (!f.allow_cross_node_tp) {
     for (const ScalingPointPlan& point : scaling_) CheckTensorParallelGroups(f.tensor_parallel, point, shape_);
   }
-  // A tensor parallel group shares its batch: data parallel runs over the k / T groups.
-  global_batch_ =
-      f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k / f.tensor_parallel * f.grad_accum;
-  for (const auto& [k, nodes, per_node, even, layout, hierarchical] : scaling_) {
-    const int shares = k / f.tensor_parallel * f.grad_accum;
-    if (!weak_ && global_batch_ % shares != 0) {
-      throw InputError("--scaling-mode strong: the global batch " + std::to_string(global_batch_) +
-                       " does not divide over " + std::to_string(k / f.tensor_parallel) +
-                       (f.tensor_parallel > 1 ? " tensor parallel groups" : " ranks") +
-                       (f.grad_accum > 1 ? " x " + std::to_string(f.grad_accum) + " micro-batches" : "") +
-                       " (set --global-batch)");
-    }
-  }
+  SetGlobalBatch();
   // Strong scaling gives the fewest ranks the largest batch.
   // The fewest ranks shard the least.
   CheckMemoryFits(r, TrainMemoryNeed(model_, PointBatch(scaling_.front().k), loop_.seq, r.backend() == "nccl",
@@ -531,6 +536,23 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
   loop_.adamw.learning_rate = static_cast<float>(f.learning_rate);
   loop_.data_seed = static_cast<uint64_t>(f.seed);
   RecordConfig(r);
+}
+
+// The sequences per optimizer step over all ranks. A tensor parallel group shares its batch: data parallel runs over
+// the k / T groups; strong scaling divides the global batch over them and the micro-batches of a step.
+void TrainPhase::SetGlobalBatch() {
+  const TrainFlags& f = f_;
+  global_batch_ =
+      f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k / f.tensor_parallel * f.grad_accum;
+  for (const ScalingPointPlan& point : scaling_) {
+    const int groups = point.k / f.tensor_parallel;
+    if (weak_ || global_batch_ % (groups * f.grad_accum) == 0) continue;
+    throw InputError("--scaling-mode strong: the global batch " + std::to_string(global_batch_) +
+                     " does not divide over " + std::to_string(groups) +
+                     (f.tensor_parallel > 1 ? " tensor parallel groups" : " ranks") +
+                     (f.grad_accum > 1 ? " x " + std::to_string(f.grad_accum) + " micro-batches" : "") +
+                     " (set --global-batch)");
+  }
 }
 
 // --inject: what train can inject; io-stall slows the loader's reads, so it needs one.
@@ -896,6 +918,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   MarkMeasuredSteps(point_loop, run_->gpu_health(), energy);
   point_loop.working_bytes = &point_working_bytes_;
   std::vector<StepRecord> mine = RunTrainingSteps(dp ? *dp : sub, *transformer, point_loop);
+  if (run_->ctx().world_rank == 0) RecordKernelChoices(train(), *transformer);
   energy.end = run_->gpu_health().MarkEnergy();
   io.Finish();
   if (io_plan_.loader || io_plan_.checkpoints || !io_plan_.resume_dir.empty()) {
