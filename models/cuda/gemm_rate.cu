@@ -27,6 +27,23 @@ __global__ void FillKernel(__nv_bfloat16* data, size_t count, uint32_t salt) {
   }
 }
 
+// Device seconds per call of `issue` (work enqueued on `stream`), timed with CUDA events in batches of
+// `first_batch`, doubling, until about `seconds` have passed.
+template <typename Issue>
+double SecondsPerCall(cudaStream_t stream, double seconds, int first_batch, const Issue& issue) {
+  Event start, stop;
+  int64_t repeats = 0;
+  double elapsed = 0;
+  for (int batch = first_batch; elapsed < seconds; batch *= 2) {
+    start.Record(stream);
+    for (int i = 0; i < batch; ++i) issue();
+    stop.Record(stream);
+    elapsed += Event::ElapsedSeconds(start, stop);
+    repeats += batch;
+  }
+  return elapsed / static_cast<double>(repeats);
+}
+
 }  // namespace
 
 double MeasureDeviceGemmFlops(double seconds) {
@@ -45,17 +62,7 @@ double MeasureDeviceGemmFlops(double seconds) {
     gemm.LinearForward(c.as<gpu::Bf16>(), nullptr, a.as<gpu::Bf16>(), b.as<gpu::Bf16>(), nullptr, kN, kN, kN);
   };
   for (int i = 0; i < 3; ++i) multiply();  // plan, heuristics and clocks settle
-  Event start, stop;
-  int64_t repeats = 0;
-  double elapsed = 0;
-  for (int batch = 5; elapsed < seconds; batch *= 2) {
-    start.Record(stream.get());
-    for (int i = 0; i < batch; ++i) multiply();
-    stop.Record(stream.get());
-    elapsed += Event::ElapsedSeconds(start, stop);
-    repeats += batch;
-  }
-  return 2.0 * kN * static_cast<double>(kN) * kN * static_cast<double>(repeats) / elapsed;
+  return 2.0 * kN * static_cast<double>(kN) * kN / SecondsPerCall(stream.get(), seconds, 5, multiply);
 }
 
 double MeasureDeviceCopyBytesPerSecond(double seconds) {
@@ -67,17 +74,7 @@ double MeasureDeviceCopyBytesPerSecond(double seconds) {
     TB_CHECK_CUDA(cudaMemcpyAsync(to.data(), from.data(), kBytes, cudaMemcpyDeviceToDevice, stream.get()));
   };
   copy();  // first touch and clocks
-  Event start, stop;
-  int64_t repeats = 0;
-  double elapsed = 0;
-  for (int batch = 2; elapsed < seconds; batch *= 2) {
-    start.Record(stream.get());
-    for (int i = 0; i < batch; ++i) copy();
-    stop.Record(stream.get());
-    elapsed += Event::ElapsedSeconds(start, stop);
-    repeats += batch;
-  }
-  return 2.0 * static_cast<double>(kBytes) * static_cast<double>(repeats) / elapsed;
+  return 2.0 * static_cast<double>(kBytes) / SecondsPerCall(stream.get(), seconds, 2, copy);
 }
 
 }  // namespace tb
