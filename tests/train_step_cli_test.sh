@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # train's step options (issue 37): --grad-accum N gives the losses of one batch of N x micro-batch sequences (one rank
-# and two, dp and zero1 and fsdp), records grad_accum and the step's tokens, and divides strong scaling's global batch
+# and two, dp and zero1 and fsdp and tensor parallel), records grad_accum and the step's tokens, and divides strong scaling's global batch
 # by it; --op-times writes a table per point whose rows add up to the step (h5py), prints it within the console width,
 # and is refused with tensor parallel. Bad values: one line, exit 2, no report.
 #   train_step_cli_test.sh TRAINBENCH MPIEXEC...
@@ -54,6 +54,11 @@ for mode in dp zero1 fsdp; do
   expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --parallel "$mode" --micro-batch 1 --grad-accum 2 -o "ga-$mode.h5"
   same_losses "ga-$mode.h5" "big-$mode.h5" 1e-4
 done
+
+# Tensor parallel over the 2 ranks: the same losses as its one batch.
+expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --tensor-parallel 2 --micro-batch 2 -o big-tp.h5
+expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --tensor-parallel 2 --micro-batch 1 --grad-accum 2 -o ga-tp.h5
+same_losses ga-tp.h5 big-tp.h5 1e-4
 
 # Strong scaling divides the global batch over the ranks and the micro-batches.
 expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --scaling-mode strong --global-batch 8 --grad-accum 2 -o strong.h5
