@@ -163,6 +163,17 @@ class PhaseClock {
   virtual void Range(const char* name) { (void)name; }
 };
 
+// A kernel chosen by timing candidates once per shape (cuBLASLt's algorithms for a GEMM, cuDNN's execution plans for
+// attention; models/cuda/autotune.h): what, for which shape, how many were timed, which won and how fast.
+struct KernelChoice {
+  std::string what;     // "gemm LinearForward GELU_AUX_BIAS", "cudnn-sdpa forward"
+  std::string shape;    // "m 3072 n 8192 k 768 op T,N D bf16", "B 8 T 1024 NH 12 hd 64"
+  int candidates = 0;   // candidates tried, failed ones included (0: none timed, the heuristic's first kept)
+  int chosen = 0;       // the winner's index in the heuristic's order (0: its first)
+  double chosen_s = 0;  // the winner's median seconds per run (NaN when not timed)
+  double first_s = 0;   // the heuristic's first's (NaN when not timed or it failed)
+};
+
 // The host-clock PhaseClock: marks are taken when Mark() is called.
 std::unique_ptr<PhaseClock> MakeHostPhaseClock();
 
@@ -261,6 +272,8 @@ class Transformer {
   virtual std::unique_ptr<PhaseClock> MakePhaseClock() const = 0;
   // The most device memory this process has held (cudaMemGetInfo at the high points), 0 on the CPU.
   virtual uint64_t peak_device_memory_bytes() const { return 0; }
+  // The kernels chosen by timing so far (cuBLASLt algorithms, cuDNN plans); empty on the CPU.
+  virtual std::vector<KernelChoice> kernel_choices() const { return {}; }
 
   // train --op-times: where each kind of work begins in Forward, Backward and AdamWStep is marked on `op_times`
   // (made over this model's MakePhaseClock; null: nothing is marked). The models without tensor parallel mark.

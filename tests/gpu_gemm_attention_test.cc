@@ -34,11 +34,14 @@
 
 #include "cpu_kernels.h"
 #include "cuda/attention.h"
+#include "cuda/autotune.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "gpu_test_util.h"
 #include "device.h"
 #include "error.h"
+#include "model_config.h"
+#include "transformer.h"
 
 namespace {
 
@@ -358,6 +361,118 @@ TEST(GpuGemm, LinearBackwardWeightsOverwritesWithAndWithoutBgradb) {
   }
 }
 
+// --- algorithm choice (autotune) -----------------------------------------------------------------------------
+
+// A timed choice as kernel_choices() records it: some candidates tried, a winner among them, finite times.
+void ExpectTimedChoice(const tb::KernelChoice& choice) {
+  const std::string what = choice.what + " " + choice.shape;
+  EXPECT_GE(choice.candidates, 1) << what;
+  EXPECT_GE(choice.chosen, 0) << what;
+  EXPECT_LT(choice.chosen, choice.candidates) << what;
+  EXPECT_TRUE(std::isfinite(choice.chosen_s) && choice.chosen_s > 0) << what << ": chosen_s " << choice.chosen_s;
+  if (std::isfinite(choice.first_s)) {
+    EXPECT_LE(choice.chosen_s, choice.first_s * (1 + tb::gpu::kAutotuneTieMargin)) << what;
+  }
+}
+
+// The timed algorithm and the heuristic's first each match the CPU reference (different algorithms may split K
+// differently, so not bit for bit), and each other within twice that; the records say what each did.
+TEST(GpuGemm, AutotunedAndHeuristicFirstBothMatchCpu) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::gpu::Gemm timed(nullptr), first(nullptr);
+  timed.set_autotune(true);
+  first.set_autotune(false);
+  for (const LinearShape& shape : kGeluShapes) {
+    const LinearInputs inputs(shape, 110);
+    const size_t out_count = shape.rows * shape.out_features;
+    std::vector<float> expected_pre(out_count), expected(out_count);
+    tb::cpu::MatmulForward(expected_pre.data(), inputs.in.values.data(), inputs.weight.values.data(),
+                           inputs.bias.values.data(), nullptr, shape.rows, shape.in_features, shape.out_features);
+    tb::cpu::GeluForward(expected.data(), expected_pre.data(), out_count);
+    std::vector<float> outs[2];
+    for (int which = 0; which < 2; ++which) {
+      tb::gpu::Gemm& gemm = which == 0 ? timed : first;
+      const DeviceMemory out(out_count * sizeof(Bf16)), pre(out_count * sizeof(Bf16));
+      gemm.LinearForward(out.as<Bf16>(), pre.as<Bf16>(), inputs.d_in.as<Bf16>(), inputs.d_weight.as<Bf16>(),
+                         inputs.d_bias.as<Bf16>(), shape.rows, shape.in_features, shape.out_features);
+      tb::gpu::SynchronizeDevice();
+      const std::string what = Describe(shape) + (which == 0 ? ", autotuned" : ", heuristic's first");
+      outs[which] = DownloadBf16(out, out_count);
+      ExpectAllNear(outs[which], expected, 4e-3f, 1.0f / 128, what + ": out");
+      ExpectAllNear(DownloadBf16(pre, out_count), expected_pre, 4e-3f, 1.0f / 128, what + ": pre_gelu");
+    }
+    ExpectAllNear(outs[0], outs[1], 8e-3f, 1.0f / 64, Describe(shape) + ": autotuned vs heuristic's first");
+  }
+  const std::vector<tb::KernelChoice> timed_choices = timed.kernel_choices();
+  const std::vector<tb::KernelChoice> first_choices = first.kernel_choices();
+  ASSERT_EQ(timed_choices.size(), kGeluShapes.size());
+  ASSERT_EQ(first_choices.size(), kGeluShapes.size());
+  for (size_t i = 0; i < kGeluShapes.size(); ++i) {
+    EXPECT_EQ(timed_choices[i].what, "gemm LinearForward GELU_AUX_BIAS");
+    ExpectTimedChoice(timed_choices[i]);
+    std::printf("note: %s %s: %d candidates, chose %d (%.3g s against the first's %.3g s)\n",
+                timed_choices[i].what.c_str(), timed_choices[i].shape.c_str(), timed_choices[i].candidates,
+                timed_choices[i].chosen, timed_choices[i].chosen_s, timed_choices[i].first_s);
+    EXPECT_EQ(first_choices[i].shape, timed_choices[i].shape);
+    EXPECT_EQ(first_choices[i].candidates, 0);
+    EXPECT_EQ(first_choices[i].chosen, 0);
+    EXPECT_TRUE(std::isnan(first_choices[i].chosen_s));
+  }
+  // A second call of a shape reuses its plan: no new choice.
+  const LinearInputs inputs(kGeluShapes.front(), 111);
+  const DeviceMemory out(kGeluShapes.front().rows * kGeluShapes.front().out_features * sizeof(Bf16));
+  const DeviceMemory pre(kGeluShapes.front().rows * kGeluShapes.front().out_features * sizeof(Bf16));
+  timed.LinearForward(out.as<Bf16>(), pre.as<Bf16>(), inputs.d_in.as<Bf16>(), inputs.d_weight.as<Bf16>(),
+                      inputs.d_bias.as<Bf16>(), kGeluShapes.front().rows, kGeluShapes.front().in_features,
+                      kGeluShapes.front().out_features);
+  tb::gpu::SynchronizeDevice();
+  EXPECT_EQ(timed.kernel_choices().size(), kGeluShapes.size());
+}
+
+// The timing runs (6 per candidate) write scratch outputs: an accumulating call on a buffer of known contents adds
+// its product exactly once, and an in-place residual add once, on the call that built (and timed) the plan.
+TEST(GpuGemm, TimingLeavesTheCallersOutputsAlone) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  for (const LinearShape& shape : kPlainShapes) {
+    tb::gpu::Gemm gemm(nullptr);
+    gemm.set_autotune(true);
+    const LinearInputs inputs(shape, 120);
+    const size_t weight_count = static_cast<size_t>(shape.out_features) * shape.in_features;
+    const Bf16Values out_grad = RandomBf16(shape.rows * shape.out_features, 1.0f, 123);
+    const DeviceMemory d_out_grad = Upload(out_grad.bits);
+    std::vector<float> weight_grad = RandomNormal(weight_count, 1.0f, 124);
+    std::vector<float> bias_grad = RandomNormal(shape.out_features, 1.0f, 125);
+    const DeviceMemory d_weight_grad = Upload(weight_grad);
+    const DeviceMemory d_bias_grad = Upload(bias_grad);
+    std::vector<float> unused_in_grad(shape.rows * shape.in_features);
+    tb::cpu::MatmulBackward(unused_in_grad.data(), weight_grad.data(), bias_grad.data(), out_grad.values.data(),
+                            inputs.in.values.data(), inputs.weight.values.data(), shape.rows, shape.in_features,
+                            shape.out_features);
+    gemm.LinearBackwardWeights(d_weight_grad.as<float>(), d_bias_grad.as<float>(), d_out_grad.as<Bf16>(),
+                               inputs.d_in.as<Bf16>(), shape.rows, shape.in_features, shape.out_features,
+                               tb::GradientWrite::kAccumulate);
+    tb::gpu::SynchronizeDevice();
+    const std::string what = Describe(shape) + ", accumulate";
+    ExpectAllNear(Download<float>(d_weight_grad, weight_count), weight_grad, 1e-3f, 1e-4f, what + ": weight");
+    ExpectAllNear(Download<float>(d_bias_grad, bias_grad.size()), bias_grad, 1e-3f, 1e-4f, what + ": bias");
+
+    const size_t out_count = shape.rows * shape.out_features;
+    const std::vector<float> residual = RandomNormal(out_count, 1.0f, 126);
+    std::vector<float> expected(out_count);
+    tb::cpu::MatmulForward(expected.data(), inputs.in.values.data(), inputs.weight.values.data(), nullptr,
+                           residual.data(), shape.rows, shape.in_features, shape.out_features);
+    const DeviceMemory d_residual = Upload(residual);
+    gemm.LinearForwardFloat(d_residual.as<float>(), d_residual.as<float>(), inputs.d_in.as<Bf16>(),
+                            inputs.d_weight.as<Bf16>(), nullptr, shape.rows, shape.in_features, shape.out_features);
+    tb::gpu::SynchronizeDevice();
+    ExpectAllNear(Download<float>(d_residual, out_count), expected, 1e-3f, 1e-4f,
+                  Describe(shape) + ", residual add in place");
+    const std::vector<tb::KernelChoice> choices = gemm.kernel_choices();
+    ASSERT_EQ(choices.size(), 2u) << Describe(shape);  // the weight gradient's plan and the residual add's
+    for (const tb::KernelChoice& choice : choices) ExpectTimedChoice(choice);
+  }
+}
+
 TEST(GpuGemm, RefusesWhatItsEpiloguesCannotDo) {
   if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
   tb::gpu::Gemm gemm(nullptr);
@@ -558,6 +673,54 @@ TEST(GpuAttention, CudnnRefusesOneTokenSequences) {
   ExpectRuntimeErrorContaining("1 token", [&] { cudnn->Forward(nullptr, nullptr, nullptr, 1, 1); });
   ExpectRuntimeErrorContaining("1 token",
                                [&] { cudnn->Backward(nullptr, nullptr, nullptr, nullptr, nullptr, 2, 1); });
+}
+
+// Each graph's plan is chosen by timing on its first run and recorded; the chosen plan's results match the CPU, on
+// the first run (which also timed) and on a later one.
+TEST(GpuAttention, CudnnTimesItsPlansAndRecordsTheChoice) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const AttentionShape shape{2, 128, 768, 12};
+  const AttentionCase c(shape, 130);
+  std::string skip_reason;
+  const auto cudnn = MakeCudnnOrSkipReason(shape, shape.batch, shape.seq, skip_reason);
+  if (cudnn == nullptr) GTEST_SKIP() << skip_reason;
+  EXPECT_TRUE(cudnn->kernel_choices().empty());  // built, not yet run
+  ExpectMatchesCpu(RunAttention(*cudnn, c), c, "cudnn, first run");
+  ExpectMatchesCpu(RunAttention(*cudnn, c), c, "cudnn, second run");
+  const std::vector<tb::KernelChoice> choices = cudnn->kernel_choices();
+  ASSERT_EQ(choices.size(), 2u);
+  EXPECT_EQ(choices[0].what, "cudnn-sdpa forward");
+  EXPECT_EQ(choices[1].what, "cudnn-sdpa backward");
+  for (const tb::KernelChoice& choice : choices) {
+    EXPECT_EQ(choice.shape, "B 2 T 128 NH 12 hd 64");
+    std::printf("note: %s: %d plans, chose %d (%.3g s against the first's %.3g s)\n", choice.what.c_str(),
+                choice.candidates, choice.chosen, choice.chosen_s, choice.first_s);
+    if (tb::gpu::AutotuneFromEnvironment()) ExpectTimedChoice(choice);
+  }
+}
+
+// The CUDA model reports its GEMMs' and attention's choices after a step.
+TEST(GpuKernelChoices, TheModelRecordsItsChoicesAfterAStep) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const tb::ModelConfig config = tb::CustomModel(2, 128, 2, 100, 16);
+  tb::CudaTransformerOptions options;
+  options.max_batch = 2;
+  const auto model = tb::MakeCudaTransformer(config, 1, options);
+  std::vector<int32_t> tokens(2 * 16);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 7 % 100);
+  model->ForwardBatch(tokens.data(), tokens.data(), 2, 16);
+  model->Backward({});
+  tb::gpu::SynchronizeDevice();
+  const std::vector<tb::KernelChoice> choices = model->kernel_choices();
+  ASSERT_FALSE(choices.empty());
+  size_t gemms = 0, attention = 0;
+  for (const tb::KernelChoice& choice : choices) {
+    gemms += choice.what.rfind("gemm ", 0) == 0;
+    attention += choice.what.rfind("cudnn-sdpa ", 0) == 0;
+    if (tb::gpu::AutotuneFromEnvironment()) ExpectTimedChoice(choice);
+  }
+  EXPECT_GE(gemms, 6u);  // qkv, projection, fc, MLP projection, LM head forward; their backward plans
+  EXPECT_EQ(attention, model->attention() == "cudnn-sdpa" ? 2u : 0u) << model->attention();
 }
 
 // --- a build without CUDA ---------------------------------------------------------------------------------------

@@ -13,8 +13,10 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/kernels.h"
+#include "transformer.h"
 
 namespace tb::gpu {
 
@@ -30,6 +32,8 @@ class Attention {
                         int batch, int seq) = 0;
   // Device memory the implementation holds besides its inputs and outputs.
   virtual size_t workspace_bytes() const = 0;
+  // The kernels chosen by timing so far (cuDNN: one per graph, on its first run); empty where nothing is timed.
+  virtual std::vector<KernelChoice> kernel_choices() const { return {}; }
 };
 
 // In MakeCudnnAttention's message when, and only when, this build has no cuDNN frontend (attention_cudnn_stub.cc):
@@ -40,7 +44,8 @@ inline constexpr char kBuiltWithoutCudnnFrontend[] = "built without the cuDNN fr
 // shape the caller will run (0: max_seq). Throws RuntimeError, carrying cuDNN's own reason, when this cuDNN, device
 // or shape cannot run it (for example a head size it does not support), so that the caller can fall back to cuBLAS
 // before it runs anything. A sequence of 1 token is refused here, and by Forward and Backward: cuDNN's SDPA
-// backward fails on it (PyTorch does not send it to cuDNN either).
+// backward fails on it (PyTorch does not send it to cuDNN either). Each graph's execution plan is chosen on its first
+// run by timing every plan cuDNN builds for it (attention_cudnn.cc), or is cuDNN's first with TRAINBENCH_AUTOTUNE=0.
 std::unique_ptr<Attention> MakeCudnnAttention(int channels, int heads, int max_batch, int max_seq, void* stream,
                                               int seq = 0);
 // cuBLAS batched GEMMs + causal softmax.

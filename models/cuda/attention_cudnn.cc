@@ -17,6 +17,14 @@
 // heuristics A with the fallback list, check support, build plans. The constructor builds the (max_batch,
 // max_seq) pair, so an unsupported GPU, cuDNN or shape shows at once, with cuDNN's reason, and the caller can
 // fall back to the cuBLAS implementation.
+//
+// Plan choice (autotune.h): every plan that builds is built (BuildPlanPolicy_t::ALL), and on a graph's first run
+// each is timed (one warm-up, then kAutotuneRepeats runs between CUDA events, execute_plan_at_index of this frontend,
+// 1.32) on the call's real inputs with scratch outputs, on the attention's stream; the fastest median is kept (ties
+// within 1 % to the heuristic's order) and recorded in kernel_choices(). Plans needing more workspace than the first
+// plan or kTimedWorkspaceBytes are not timed. One-off cost per graph: building every plan (some engines compile
+// with NVRTC, seconds each), 6 runs of each plan, a scratch allocation of the outputs' size and a host wait.
+// TRAINBENCH_AUTOTUNE=0 builds and runs the frontend's first plan, as before.
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 #include <cuda_runtime_api.h>
@@ -27,6 +35,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -34,6 +43,8 @@
 #include <vector>
 
 #include "cuda/attention.h"
+#include "cuda/autotune.h"
+#include "cuda/autotune_timing.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_raii.h"
 #include "error.h"
@@ -131,17 +142,21 @@ std::shared_ptr<fe::graph::Tensor_attributes> Input(fe::graph::Graph& graph, con
   return graph.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(strides));
 }
 
-// Validates the graph, lowers it to cuDNN, and builds the first plan that heuristics A (then the fallback list)
-// offer and that this device supports.
-void BuildPlans(fe::graph::Graph& graph, cudnnHandle_t handle) {
+// Plans needing up to this much workspace (or the first plan's, if more) are timed; beyond it, a faster plan would
+// cost the model memory it did not plan for (the CUDA transformer keeps 256 MiB for all plans and workspaces).
+constexpr int64_t kTimedWorkspaceBytes = int64_t{64} << 20;
+
+// Validates the graph, lowers it to cuDNN, and builds the plans that heuristics A (then the fallback list) offer
+// and that this device supports: all of them (`all`, for timing), or the first.
+void BuildPlans(fe::graph::Graph& graph, cudnnHandle_t handle, bool all) {
   TB_CHECK_CUDNN_FE(graph.validate());
   TB_CHECK_CUDNN_FE(graph.build_operation_graph(handle));
   TB_CHECK_CUDNN_FE(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}));
   TB_CHECK_CUDNN_FE(graph.check_support());
-  TB_CHECK_CUDNN_FE(graph.build_plans());
+  TB_CHECK_CUDNN_FE(graph.build_plans(all ? fe::BuildPlanPolicy_t::ALL : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE));
 }
 
-GraphPtr BuildForwardGraph(cudnnHandle_t handle, const Layout& layout, float scale) {
+GraphPtr BuildForwardGraph(cudnnHandle_t handle, const Layout& layout, float scale, bool all_plans) {
   GraphPtr graph = NewGraph();
   const auto q = Input(*graph, "Q", kQ, layout.dims, layout.qkv_strides);
   const auto k = Input(*graph, "K", kK, layout.dims, layout.qkv_strides);
@@ -158,11 +173,11 @@ GraphPtr BuildForwardGraph(cudnnHandle_t handle, const Layout& layout, float sca
       .set_data_type(fe::DataType_t::FLOAT)
       .set_dim(layout.stats_dims)
       .set_stride(layout.stats_strides);
-  BuildPlans(*graph, handle);
+  BuildPlans(*graph, handle, all_plans);
   return graph;
 }
 
-GraphPtr BuildBackwardGraph(cudnnHandle_t handle, const Layout& layout, float scale) {
+GraphPtr BuildBackwardGraph(cudnnHandle_t handle, const Layout& layout, float scale, bool all_plans) {
   GraphPtr graph = NewGraph();
   const auto q = Input(*graph, "Q", kQ, layout.dims, layout.qkv_strides);
   const auto k = Input(*graph, "K", kK, layout.dims, layout.qkv_strides);
@@ -179,7 +194,7 @@ GraphPtr BuildBackwardGraph(cudnnHandle_t handle, const Layout& layout, float sc
   dq->set_output(true).set_uid(kDQ).set_dim(layout.dims).set_stride(layout.qkv_strides);
   dk->set_output(true).set_uid(kDK).set_dim(layout.dims).set_stride(layout.qkv_strides);
   dv->set_output(true).set_uid(kDV).set_dim(layout.dims).set_stride(layout.qkv_strides);
-  BuildPlans(*graph, handle);
+  BuildPlans(*graph, handle, all_plans);
   return graph;
 }
 
@@ -187,6 +202,30 @@ int64_t WorkspaceSize(const fe::graph::Graph& graph) {
   int64_t bytes = 0;
   TB_CHECK_CUDNN_FE(graph.get_workspace_size(bytes));
   return bytes;
+}
+
+// The plans worth timing, in the heuristics' order: those that built, needing no more workspace than the first
+// plan or kTimedWorkspaceBytes.
+std::vector<int64_t> TimedPlans(const fe::graph::Graph& graph) {
+  const int64_t limit = std::max(WorkspaceSize(graph), kTimedWorkspaceBytes);
+  std::vector<int64_t> plans;
+  for (int64_t index = 0; index < graph.get_execution_plan_count(); ++index) {
+    int64_t bytes = 0;
+    if (graph.get_workspace_size_plan_at_index(index, bytes).is_good() && bytes <= limit) plans.push_back(index);
+  }
+  return plans;
+}
+
+// The workspace the graph's plans need: the first plan's, or with `timed` the most of any plan to be timed.
+int64_t WorkspaceNeeded(const fe::graph::Graph& graph, bool timed) {
+  int64_t needed = WorkspaceSize(graph);
+  if (!timed) return needed;
+  for (const int64_t index : TimedPlans(graph)) {
+    int64_t bytes = 0;
+    TB_CHECK_CUDNN_FE(graph.get_workspace_size_plan_at_index(index, bytes));
+    needed = std::max(needed, bytes);
+  }
+  return needed;
 }
 
 // "9.19.0" from cudnnGetVersion()'s 91900.
@@ -209,11 +248,13 @@ class CudnnAttention final : public Attention {
         heads_(heads),
         max_batch_(max_batch),
         max_seq_(max_seq),
-        scale_(1.0f / std::sqrt(static_cast<float>(channels / heads))) {
+        scale_(1.0f / std::sqrt(static_cast<float>(channels / heads))),
+        stream_(static_cast<cudaStream_t>(stream)),
+        autotune_(AutotuneFromEnvironment()) {
     cudnnHandle_t raw = nullptr;
     TB_CHECK_CUDNN(cudnnCreate(&raw));
     handle_.reset(raw);
-    TB_CHECK_CUDNN(cudnnSetStream(raw, static_cast<cudaStream_t>(stream)));
+    TB_CHECK_CUDNN(cudnnSetStream(raw, stream_));
     GraphsFor(max_batch, seq, true, true);
   }
 
@@ -221,31 +262,85 @@ class CudnnAttention final : public Attention {
 
   size_t workspace_bytes() const override { return workspace_.bytes(); }
 
+  std::vector<KernelChoice> kernel_choices() const override { return choices_; }
+
   void Forward(Bf16* out, float* lse, const Bf16* qkv, int batch, int seq) override {
     CheckShape("Forward", batch, seq);
-    const fe::graph::Graph& graph = *GraphsFor(batch, seq, true, false).forward;
+    TunedGraph& graph = GraphsFor(batch, seq, true, false).forward;
     std::unordered_map<int64_t, void*> pack = {
         {kQ, Mutable(qkv)},           {kK, Mutable(qkv + channels_)}, {kV, Mutable(qkv + 2 * channels_)},
         {kO, out},                    {kStats, lse}};
-    TB_CHECK_CUDNN_FE(graph.execute(handle_.get(), pack, workspace_.data()));
+    if (!graph.chosen) {
+      const size_t out_bytes = static_cast<size_t>(batch) * seq * channels_ * sizeof(Bf16);
+      const size_t lse_bytes = static_cast<size_t>(batch) * heads_ * seq * sizeof(float);
+      const size_t lse_offset = (out_bytes + 255) / 256 * 256;
+      ChoosePlan(graph, pack, {{kO, 0}, {kStats, lse_offset}}, lse_offset + lse_bytes, "forward", batch, seq);
+    }
+    Execute(graph, pack);
   }
 
   void Backward(Bf16* qkv_grad, const Bf16* out_grad, const Bf16* qkv, const Bf16* out, const float* lse, int batch,
                 int seq) override {
     CheckShape("Backward", batch, seq);
-    const fe::graph::Graph& graph = *GraphsFor(batch, seq, false, true).backward;
+    TunedGraph& graph = GraphsFor(batch, seq, false, true).backward;
     std::unordered_map<int64_t, void*> pack = {
         {kQ, Mutable(qkv)},   {kK, Mutable(qkv + channels_)},      {kV, Mutable(qkv + 2 * channels_)},
         {kO, Mutable(out)},   {kDO, Mutable(out_grad)},            {kStats, Mutable(lse)},
         {kDQ, qkv_grad},      {kDK, qkv_grad + channels_},         {kDV, qkv_grad + 2 * channels_}};
-    TB_CHECK_CUDNN_FE(graph.execute(handle_.get(), pack, workspace_.data()));
+    if (!graph.chosen) {
+      const size_t row_bytes = static_cast<size_t>(channels_) * sizeof(Bf16);  // dQ, dK, dV interleaved as in qkv_grad
+      ChoosePlan(graph, pack, {{kDQ, 0}, {kDK, row_bytes}, {kDV, 2 * row_bytes}},
+                 static_cast<size_t>(batch) * seq * 3 * row_bytes, "backward", batch, seq);
+    }
+    Execute(graph, pack);
   }
 
  private:
-  struct Graphs {
-    GraphPtr forward;
-    GraphPtr backward;
+  // A graph and the plan its runs use: chosen on the first run (nullopt: the frontend's own first plan).
+  struct TunedGraph {
+    GraphPtr graph;
+    std::optional<int64_t> plan;
+    bool chosen = false;
   };
+  struct Graphs {
+    TunedGraph forward;
+    TunedGraph backward;
+  };
+
+  void Execute(const TunedGraph& tuned, std::unordered_map<int64_t, void*>& pack) {
+    if (tuned.plan) {
+      TB_CHECK_CUDNN_FE(tuned.graph->execute_plan_at_index(handle_.get(), pack, workspace_.data(), *tuned.plan));
+    } else {
+      TB_CHECK_CUDNN_FE(tuned.graph->execute(handle_.get(), pack, workspace_.data()));
+    }
+  }
+
+  // Chooses `tuned`'s plan on its first run: times each plan on `pack` with the `outputs` (uid, byte offset) moved
+  // into a scratch of `scratch_bytes`, so the caller's outputs are written only by the real run; records the choice.
+  void ChoosePlan(TunedGraph& tuned, std::unordered_map<int64_t, void*> pack,
+                  const std::vector<std::pair<int64_t, size_t>>& outputs, size_t scratch_bytes, const char* what,
+                  int batch, int seq) {
+    tuned.chosen = true;
+    std::vector<std::optional<double>> medians;
+    int chosen = 0;
+    if (autotune_ && CanTimeOn(stream_)) {
+      const TimingScratch scratch(scratch_bytes, stream_);
+      if (scratch.data() != nullptr) {
+        for (const auto& [uid, offset] : outputs) pack[uid] = static_cast<char*>(scratch.data()) + offset;
+        const std::vector<int64_t> plans = TimedPlans(*tuned.graph);
+        for (const int64_t index : plans) {
+          medians.push_back(MedianRunSeconds(stream_, [&] {
+            return tuned.graph->execute_plan_at_index(handle_.get(), pack, workspace_.data(), index).is_good();
+          }));
+        }
+        chosen = ChooseFastest(medians);
+        if (chosen >= 0) tuned.plan = plans[static_cast<size_t>(chosen)];
+      }
+    }
+    const std::string shape = "B " + std::to_string(batch) + " T " + std::to_string(seq) + " NH " +
+                              std::to_string(heads_) + " hd " + std::to_string(channels_ / heads_);
+    choices_.push_back(MakeKernelChoice(std::string("cudnn-sdpa ") + what, shape, medians, chosen));
+  }
 
   void CheckShape(const char* caller, int batch, int seq) const {
     if (seq == 1) throw RuntimeError(std::string("cuDNN attention ") + caller + ": " + kOneTokenRefusal);
@@ -262,9 +357,11 @@ class CudnnAttention final : public Attention {
     Graphs& graphs = graphs_[{batch, seq}];
     const Layout layout(batch, seq, channels_, heads_);
     try {
-      if (forward && graphs.forward == nullptr) graphs.forward = BuildForwardGraph(handle_.get(), layout, scale_);
-      if (backward && graphs.backward == nullptr) {
-        graphs.backward = BuildBackwardGraph(handle_.get(), layout, scale_);
+      if (forward && graphs.forward.graph == nullptr) {
+        graphs.forward.graph = BuildForwardGraph(handle_.get(), layout, scale_, autotune_);
+      }
+      if (backward && graphs.backward.graph == nullptr) {
+        graphs.backward.graph = BuildBackwardGraph(handle_.get(), layout, scale_, autotune_);
       }
     } catch (const Error&) {
       throw;
@@ -274,8 +371,8 @@ class CudnnAttention final : public Attention {
                          "): cuDNN: " + error.what());
     }
     int64_t needed = 0;
-    for (const GraphPtr& graph : {graphs.forward, graphs.backward}) {
-      if (graph != nullptr) needed = std::max(needed, WorkspaceSize(*graph));
+    for (const GraphPtr& graph : {graphs.forward.graph, graphs.backward.graph}) {
+      if (graph != nullptr) needed = std::max(needed, WorkspaceNeeded(*graph, autotune_));
     }
     if (static_cast<size_t>(needed) > workspace_.bytes()) workspace_ = DeviceBuffer(static_cast<size_t>(needed));
     return graphs;
@@ -286,9 +383,12 @@ class CudnnAttention final : public Attention {
   int max_batch_;
   int max_seq_;
   float scale_;
+  cudaStream_t stream_;
+  bool autotune_;  // time every plan (TRAINBENCH_AUTOTUNE not 0)
   CudnnHandle handle_;
   std::map<std::pair<int, int>, Graphs> graphs_;
   DeviceBuffer workspace_;
+  std::vector<KernelChoice> choices_;
 };
 
 }  // namespace

@@ -73,6 +73,11 @@ class CudaTransformer final : public Transformer {
     return std::make_unique<CudaPhaseClock>(stream_.get());
   }
   uint64_t peak_device_memory_bytes() const override { return peak_device_memory_; }
+  std::vector<KernelChoice> kernel_choices() const override {
+    std::vector<KernelChoice> choices = gemm_->kernel_choices();
+    for (KernelChoice& choice : attention_->kernel_choices()) choices.push_back(std::move(choice));
+    return choices;
+  }
 
   using Transformer::SetBatch;
   void SetBatch(const TokenBatch& tokens) override;

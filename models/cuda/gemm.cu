@@ -26,6 +26,15 @@
 // C always has D's type, shape and leading dimension, so one layout serves both: cuBLASLt's in-place rule (C == D,
 // as for the weight gradients and the residual adds) wants C's layout to be D's.
 //
+// Algorithm choice: a new plan asks the heuristic for up to kAutotuneCandidates algorithms and, unless autotuning is
+// off, times each (one warm-up, then kAutotuneRepeats runs between CUDA events, on the Gemm's stream) before its first
+// real call, keeping the fastest median (autotune.h: ties within 1 % go to the heuristic's order). The timing runs
+// read the call's real A, B (and a C that is not D) but write a scratch D (C too when C is D: the accumulating calls)
+// and scratch epilogue outputs (GELU aux, bias gradients): the caller's outputs are touched only by the real call.
+// One-off cost per plan, paid in the first step: the candidates' 6 runs each (a few ms for the transformer's largest
+// GEMMs), a scratch allocation of D's size (stream-ordered; without the memory the heuristic's first is kept) and a
+// host wait for the stream.
+//
 // Bias gradients: the BGRADB (weight grad) and DGELU_BGRAD (input grad) epilogues write them, where the heuristic has
 // an algorithm for the shape with that epilogue; they only overwrite, so an accumulating backward, a shape without
 // such an algorithm, or a bias gradient that is not 16-byte aligned takes gpu::ColumnSum (partial sums over many
@@ -37,11 +46,17 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
+#include "cuda/autotune.h"
+#include "cuda/autotune_timing.h"
 #include "cuda/cublas_check.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_raii.h"
@@ -138,8 +153,13 @@ struct PlanKey {
 struct Plan {
   MatmulDesc desc;
   MatrixLayout a, b, d;  // d is C's layout too
-  cublasLtMatmulAlgo_t algo;
+  // The heuristic's candidates, best first (std::array: nvcc 13.0's front end crashes on a std::vector of these
+  // structs with array members, in C++20).
+  std::array<cublasLtMatmulAlgo_t, kAutotuneCandidates> candidates{};
+  int candidate_count = 0;
+  cublasLtMatmulAlgo_t algo;  // the one the calls run: candidates[0] until timed
   bool found = false;  // the heuristic had an algorithm (a key without one is kept, so it is asked once)
+  bool chosen = false;  // the algorithm has been chosen (timed, or not, once)
   std::string reason;  // why not, when not found
 };
 
@@ -167,6 +187,23 @@ void SetEpiloguePointers(cublasLtMatmulDesc_t desc, const Matmul& call) {
   if (call.aux != nullptr) SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, call.aux);
 }
 
+bool WritesAux(cublasLtEpilogue_t epilogue) {
+  return epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+bool WritesBias(cublasLtEpilogue_t epilogue) {
+  return epilogue == CUBLASLT_EPILOGUE_BGRADB || epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+
+size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// "m 2304 n 8192 k 768 op T,N D bf16": the plan's shape as kernel_choices() reports it.
+std::string ShapeText(const Matmul& call) {
+  return "m " + std::to_string(call.m) + " n " + std::to_string(call.n) + " k " + std::to_string(call.k) + " op " +
+         (call.transa == CUBLAS_OP_N ? "N" : "T") + "," + (call.transb == CUBLAS_OP_N ? "N" : "T") + " D " +
+         (call.d_type == CUDA_R_32F ? "fp32" : "bf16");
+}
+
 }  // namespace
 
 struct Gemm::Impl {
@@ -177,6 +214,8 @@ struct Gemm::Impl {
   DeviceBuffer column_sum_scratch;  // the bias gradients' partial sums, grown to the largest shape seen
   bool fuse_bias_gradients = true;
   size_t fused_bias_gradients = 0;
+  bool autotune = AutotuneFromEnvironment();
+  std::vector<KernelChoice> choices;  // one per plan with an algorithm, in the order they were chosen
 
   explicit Impl(void* stream_pointer) : stream(static_cast<cudaStream_t>(stream_pointer)) {
     cublasLtHandle_t raw = nullptr;
@@ -187,7 +226,7 @@ struct Gemm::Impl {
 
   // The plan for `call`'s shape, types, epilogue and pointer alignments: built and chosen by cuBLASLt's heuristic
   // on first use, then reused; `found` false when the heuristic has no algorithm for it.
-  const Plan& PlanFor(const Matmul& call) {
+  Plan& PlanFor(const Matmul& call) {
     const void* c = call.c != nullptr ? call.c : call.d;
     const PlanKey key{static_cast<int>(call.epilogue), static_cast<int>(call.transa), static_cast<int>(call.transb),
                       call.m, call.n, call.k, call.lda, call.ldb, call.ldd, call.aux_ld, static_cast<int>(call.d_type),
@@ -232,14 +271,16 @@ struct Gemm::Impl {
     SetPreference(raw_preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                   uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});
 
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates] = {};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle.get(), desc, plan.a.get(), plan.b.get(),
-                                                                 plan.d.get(), plan.d.get(), raw_preference, 1,
-                                                                 &result, &found);
+                                                                 plan.d.get(), plan.d.get(), raw_preference,
+                                                                 kAutotuneCandidates, results, &found);
     plan.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
     if (plan.found) {
-      plan.algo = result.algo;
+      plan.candidate_count = std::min(found, kAutotuneCandidates);
+      for (int i = 0; i < plan.candidate_count; ++i) plan.candidates[static_cast<size_t>(i)] = results[i].algo;
+      plan.algo = plan.candidates[0];
     } else {
       plan.reason = status != CUBLAS_STATUS_SUCCESS
                         ? std::string(cublasGetStatusName(status)) + ": " + cublasGetStatusString(status)
@@ -248,16 +289,64 @@ struct Gemm::Impl {
     return plan;
   }
 
-  // Runs `call`; false (nothing run) when cuBLASLt has no algorithm for it.
-  bool TryRun(const Matmul& call) {
-    const Plan& plan = PlanFor(call);
-    if (!plan.found) return false;
+  // Enqueues `call` with `algo`; cuBLASLt's status (not checked: a candidate being timed may fail).
+  cublasStatus_t Launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const Matmul& call) {
     SetEpiloguePointers(plan.desc.get(), call);
     const float alpha = 1.0f;
-    TB_CHECK_CUBLAS(cublasLtMatmul(handle.get(), plan.desc.get(), &alpha, call.a, plan.a.get(), call.b,
-                                   plan.b.get(), &call.beta, call.c != nullptr ? call.c : call.d, plan.d.get(),
-                                   call.d, plan.d.get(), &plan.algo, workspace.data(), workspace.bytes(), stream));
+    return cublasLtMatmul(handle.get(), plan.desc.get(), &alpha, call.a, plan.a.get(), call.b, plan.b.get(),
+                          &call.beta, call.c != nullptr ? call.c : call.d, plan.d.get(), call.d, plan.d.get(), &algo,
+                          workspace.data(), workspace.bytes(), stream);
+  }
+
+  // Runs `call`; false (nothing run) when cuBLASLt has no algorithm for it. A plan's first call chooses its
+  // algorithm first.
+  bool TryRun(const Matmul& call) {
+    Plan& plan = PlanFor(call);
+    if (!plan.found) return false;
+    if (!plan.chosen) ChooseAlgorithm(plan, call);
+    TB_CHECK_CUBLAS(Launch(plan, plan.algo, call));
     return true;
+  }
+
+  // Times the plan's candidates (when autotuning, and the stream is not being captured) and keeps the fastest;
+  // records the choice either way.
+  void ChooseAlgorithm(Plan& plan, const Matmul& call) {
+    plan.chosen = true;
+    std::vector<std::optional<double>> medians;
+    int chosen = 0;
+    if (autotune && CanTimeOn(stream)) {
+      medians = TimeCandidates(plan, call);
+      chosen = ChooseFastest(medians);
+      if (chosen > 0) plan.algo = plan.candidates[static_cast<size_t>(chosen)];
+    }
+    choices.push_back(MakeKernelChoice(std::string("gemm ") + call.caller + " " + EpilogueName(call.epilogue),
+                                       ShapeText(call), medians, chosen));
+  }
+
+  // Each candidate's median seconds on `call`'s inputs with scratch outputs (nullopt: it failed to run); empty when
+  // the scratch memory was not there.
+  std::vector<std::optional<double>> TimeCandidates(const Plan& plan, const Matmul& call) {
+    const size_t element_bytes = call.d_type == CUDA_R_32F ? 4 : 2;
+    const size_t d_bytes = RoundUp256(element_bytes * static_cast<size_t>(call.ldd * call.n));
+    const size_t aux_bytes =
+        WritesAux(call.epilogue) ? RoundUp256(element_bytes * static_cast<size_t>(call.aux_ld * call.n)) : 0;
+    const size_t bias_bytes =
+        WritesBias(call.epilogue) ? RoundUp256(sizeof(float) * static_cast<size_t>(std::max(call.m, call.n))) : 0;
+    const TimingScratch scratch(d_bytes + aux_bytes + bias_bytes, stream);
+    if (scratch.data() == nullptr) return {};
+    char* base = static_cast<char*>(scratch.data());
+    Matmul timing = call;
+    timing.d = base;
+    if (call.c == call.d) timing.c = base;  // in place: C is D; a separate C is only read
+    if (aux_bytes > 0) timing.aux = base + d_bytes;
+    if (bias_bytes > 0) timing.bias = base + d_bytes + aux_bytes;
+    std::vector<std::optional<double>> medians;
+    for (int i = 0; i < plan.candidate_count; ++i) {
+      const cublasLtMatmulAlgo_t& algo = plan.candidates[static_cast<size_t>(i)];
+      const auto run = [&] { return Launch(plan, algo, timing) == CUBLAS_STATUS_SUCCESS; };
+      medians.push_back(MedianRunSeconds(stream, run));
+    }
+    return medians;
   }
 
   // Runs `call`; throws a RuntimeError naming the shape and epilogue when cuBLASLt has no algorithm for it.
@@ -397,6 +486,10 @@ void Gemm::LinearBackwardWeights(float* weight_grad, float* bias_grad, const Bf1
 }
 
 void Gemm::set_fused_bias_gradients(bool allowed) { impl_->fuse_bias_gradients = allowed; }
+
+void Gemm::set_autotune(bool on) { impl_->autotune = on; }
+
+std::vector<KernelChoice> Gemm::kernel_choices() const { return impl_->choices; }
 
 size_t Gemm::fused_bias_gradients() const { return impl_->fused_bias_gradients; }
 

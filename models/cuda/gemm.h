@@ -2,15 +2,18 @@
 // fused epilogues where they save a pass over memory (bias, GELU with the pre-activation kept, GELU gradient).
 // Shapes and accumulate rules are those of cpu::MatmulForward / cpu::MatmulBackward: row-major, N = rows
 // (tokens), weights (OC, IC) as nn.Linear stores them. CUDA-free header: pointers are device pointers, the stream
-// is a cudaStream_t passed as void*. Each distinct shape's matmul plan (descriptors, layouts, the heuristic's
-// algorithm) is built once and cached. Every cuBLASLt call is checked and throws RuntimeError with cuBLAS's
-// status. Implemented by models/cuda/gemm.cu, or by a stub that throws "built without CUDA".
+// is a cudaStream_t passed as void*. Each distinct shape's matmul plan (descriptors, layouts, its algorithm, chosen
+// on first use by timing cuBLASLt's candidates) is built once and cached. Every cuBLASLt call is checked and throws
+// RuntimeError with cuBLAS's status. Implemented by models/cuda/gemm.cu, or by a stub that throws "built without
+// CUDA".
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "cuda/kernels.h"
+#include "transformer.h"
 
 namespace tb::gpu {
 
@@ -50,6 +53,15 @@ class Gemm {
   // ColumnSum (for comparing the two); and how many bias gradients the epilogues have written so far.
   void set_fused_bias_gradients(bool allowed);
   size_t fused_bias_gradients() const;
+
+  // Whether a new plan times up to 8 of cuBLASLt's candidate algorithms and keeps the fastest (the default, unless
+  // the environment has TRAINBENCH_AUTOTUNE=0) or keeps the heuristic's first (for comparison). Applies to plans
+  // built after the call. The timing writes scratch outputs only, never the caller's (see gemm.cu).
+  void set_autotune(bool on);
+  // One entry per plan with an algorithm, in the order they were built: "gemm <method> <epilogue>", the shape
+  // ("m .. n .. k .. op A,B D type", cuBLASLt's column-major view), candidates tried, the chosen one's index in the
+  // heuristic's order (0: its first), its median seconds and the first's (NaN where not timed).
+  std::vector<KernelChoice> kernel_choices() const;
 
  private:
   struct Impl;

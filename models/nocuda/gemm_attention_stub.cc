@@ -33,6 +33,10 @@ void Gemm::set_fused_bias_gradients(bool) { ThrowBuiltWithoutCuda("Gemm::set_fus
 
 size_t Gemm::fused_bias_gradients() const { ThrowBuiltWithoutCuda("Gemm::fused_bias_gradients"); }
 
+void Gemm::set_autotune(bool) { ThrowBuiltWithoutCuda("Gemm::set_autotune"); }
+
+std::vector<KernelChoice> Gemm::kernel_choices() const { ThrowBuiltWithoutCuda("Gemm::kernel_choices"); }
+
 std::unique_ptr<Attention> MakeCudnnAttention(int, int, int, int, void*, int) {
   ThrowBuiltWithoutCuda("MakeCudnnAttention");
 }

@@ -226,6 +226,15 @@ class train:
         peak_host_memory_bytes = "peak_host_memory_bytes"
         peak_device_memory_bytes = "peak_device_memory_bytes"
 
+    class kernel_choices:
+        table = "kernel_choices"
+        what = "what"
+        shape = "shape"
+        candidates = "candidates"
+        chosen = "chosen"
+        chosen_s = "chosen_s"
+        first_s = "first_s"
+
     class link_pairs:
         table = "link_pairs"
         local_rank = "local_rank"

@@ -316,6 +316,29 @@ inline const RealColumn peak_host_memory_bytes{kMemory, "peak_host_memory_bytes"
 inline const RealColumn peak_device_memory_bytes{kMemory, "peak_device_memory_bytes", "B", "peak GPU memory in use"};
 }  // namespace memory
 
+// The CUDA model's kernels chosen by timing candidates (models/cuda/autotune.h), from rank 0's first point; absent on
+// the CPU backend, which chooses none.
+inline TableSpec kKernelChoices{kTrain, "kernel_choices",
+                                "one row per kernel chosen by timing, in the order chosen: each cuBLASLt matmul plan's "
+                                "algorithm among the heuristic's top 8, each cuDNN SDPA graph's execution plan; rank "
+                                "0's model in the first point (TRAINBENCH_AUTOTUNE=0: the heuristic's first, untimed)"};
+namespace kernel_choices {
+inline const TextColumn what{kKernelChoices, "what", "",
+                             "\"gemm <Gemm method> <cuBLASLt epilogue>\" or \"cudnn-sdpa forward|backward\""};
+inline const TextColumn shape{kKernelChoices, "shape", "",
+                              "GEMM: m n k, op(A),op(B) and D's type in cuBLASLt's column-major view; attention: "
+                              "batch B, sequence T, heads NH, head size hd"};
+inline const IntColumn candidates{kKernelChoices, "candidates", "",
+                                  "candidates tried, failed ones included; 0: not timed"};
+inline const IntColumn chosen{kKernelChoices, "chosen", "",
+                              "the winner's index in the heuristic's order (0: its first); the first within 1 % of "
+                              "the fastest median"};
+inline const RealColumn chosen_s{kKernelChoices, "chosen_s", "s",
+                                 "the winner's median of 5 runs after a warm-up; NaN when not timed"};
+inline const RealColumn first_s{kKernelChoices, "first_s", "s",
+                                "the heuristic's first's median; NaN when not timed or it failed"};
+}  // namespace kernel_choices
+
 // The inter-node link probe (collectives/link_probe.h): written when the launch spans nodes and --link-probe is on.
 inline const IntAttribute link_probe_bytes{kTrain, "link_probe_bytes", "B", "message size per direction"};
 inline const IntAttribute link_probe_iters{kTrain, "link_probe_iters", "", "timed exchanges per pair"};
@@ -884,6 +907,9 @@ inline const std::vector<const Field*> kStoredOnly = {
     // How the rates MFU divides by were found, start-up parts, and each rank's peak memory.
     &train::measured_gemm, &train::peak_source, &train::mpi_init_s, &train::communicator_init_s,
     &train::memory::rank, &train::memory::peak_host_memory_bytes, &train::memory::peak_device_memory_bytes,
+    // The kernels the CUDA model chose by timing, for whoever compares runs or kernels.
+    &train::kernel_choices::what, &train::kernel_choices::shape, &train::kernel_choices::candidates,
+    &train::kernel_choices::chosen, &train::kernel_choices::chosen_s, &train::kernel_choices::first_s,
     // Every step's phases: the figures above are computed from them when the run is summarised.
     &point::steps::rank, &point::steps::forward_s,
     &point::steps::backward_s, &point::steps::comm_total_s, &point::steps::comm_exposed_s,
