@@ -20,7 +20,8 @@ expect_ok "${mpi[@]}" -n 2 "$tb" p2p --size 64K -n 2 --latency-iters 5 -o p2p.h5
 expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --steps 4 --scaling 1,2 --data tokens --checkpoint-dir ck \
   --checkpoint-every 2 -o train.h5
 expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --steps 6 --data tokens --resume ck/k2/step-00000004 -o resumed.h5
-expect_ok "$tb" train "${small[@]}" --steps 2 --data tokens --record-bytes 4K --io-throttle 100000,0.5 -o sweep.h5
+expect_ok "$tb" train "${small[@]}" --steps 2 --data tokens --record-bytes 4K --io-throttle 100000,0.5 --op-times \
+  -o sweep.h5
 expect_ok "${mpi[@]}" -n 2 "$tb" suite --repeats 2 -o suite.h5 --quiet
 # A hang the watchdog ends: the only report that names stuck ranks.
 timeout 120 "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 1K --inject hang=1 --timeout 3 -o hang.h5 --quiet >/dev/null 2>&1

@@ -573,6 +573,26 @@ std::vector<ViewTable> RepeatViews(const std::vector<PointEntry>& points) {
   return views;
 }
 
+// Every point's --op-times table (a row per kind of work and phase), where the report has one.
+std::vector<ViewTable> OpTimesViews(const std::vector<PointEntry>& points) {
+  namespace o = sc::point::op_times;
+  ViewTable view = MakeTable("train", "op_times", "the model's work by kind (--op-times), mean per measured step", false,
+                             {Computed("point", ""), Show(o::kind), Show(o::phase), Show(o::seconds, 5),
+                              Show(o::share, 1), Show(o::tflops, 2), Show(o::gemm_fraction, 1), Show(o::GBps, 1),
+                              Show(o::copy_fraction, 1), Detail(Show(o::flops, -1)), Detail(Show(o::bytes, -1))});
+  for (const PointEntry& point : points) {
+    const Table* table = FindTable(point.group, sc::point::kOpTimes);
+    for (size_t i = 0; table && i < table->rows(); ++i) {
+      RowWriter row(view);
+      row.Set("point", point.name);
+      CopyColumns(row, *table, view.columns, i);
+      view.rows.push_back(row.Take());
+    }
+  }
+  if (view.rows.empty()) return {};
+  return {std::move(view)};
+}
+
 std::vector<ViewTable> TrainSection(const Report& report) {
   const Group* train = sc::FindGroup(report.root, sc::kTrain);
   if (train == nullptr) return {};
@@ -600,6 +620,7 @@ std::vector<ViewTable> TrainSection(const Report& report) {
   }
   std::vector<ViewTable> views = {TrainSummary(report, points), point_table, budget};
   for (ViewTable& view : RepeatViews(points)) views.push_back(std::move(view));
+  for (ViewTable& view : OpTimesViews(points)) views.push_back(std::move(view));
   for (ViewTable& view : LinkProbeViews(*train)) views.push_back(std::move(view));
   return views;
 }

@@ -578,7 +578,8 @@ inline const RealColumn gemm_fraction{kOpTimes, "gemm_fraction", "fraction",
                                       "tflops over the GEMM rate measured in the run (train/measured_gemm_flops)"};
 inline const RealColumn GBps{kOpTimes, "GBps", "GB/s", "bytes / seconds; NaN without bytes"};
 inline const RealColumn copy_fraction{kOpTimes, "copy_fraction", "fraction",
-                                      "GBps over the device's copy rate measured in the run (train/copy_bytes_per_s)"};
+                                      "GBps over the device's copy rate measured in the run (train/copy_bytes_per_s); "
+                                      "above 1 where the kind's data stays in cache"};
 }  // namespace op_times
 
 // Repeats (`train --repeats N`): the measured phase run N times, each after its own warm-up on a fresh model.
@@ -897,15 +898,14 @@ inline const std::vector<const Field*> kStoredOnly = {
     &collective::op, &collective::redop, &collective::root, &collective::iters, &collective::warmup,
     &collective::check_iters, &collective::bus_factor, &collective::bus_factor_formula, &collective::busbw_convention,
     &collective::results::time_rank_min_us, &collective::results::time_rank_avg_us,
-    // How a sweep's buffers were placed and checked (the config view lists them with every option).
-    &config::buffer_offsets, &config::verified_on,
     // How p2p ran, and its other two matrices.
     &p2p::iters, &p2p::latency_bytes, &p2p::latency_iters, &p2p::complete,
     // The model's shape and the FLOP convention behind MFU.
     &model::preset_layers, &model::vocab_padded, &model::matmul_parameters, &model::model_flops_per_token, &model::flops_convention,
     &point::model_flops_per_token, &point::step_s_p95,
     // How the rates MFU divides by were found, start-up parts, and each rank's peak memory.
-    &train::measured_gemm, &train::peak_source, &train::mpi_init_s, &train::communicator_init_s,
+    &train::measured_gemm, &train::copy_bytes_per_s, &train::peak_source, &train::mpi_init_s,
+    &train::communicator_init_s,
     &train::memory::rank, &train::memory::peak_host_memory_bytes, &train::memory::peak_device_memory_bytes,
     // The kernels the CUDA model chose by timing, for whoever compares runs or kernels.
     &train::kernel_choices::what, &train::kernel_choices::shape, &train::kernel_choices::candidates,
