@@ -355,6 +355,9 @@ class CudnnAttention final : public Attention {
   // Growing the workspace frees the old one: cudaFree waits for the device, so no queued graph still uses it.
   Graphs& GraphsFor(int batch, int seq, bool forward, bool backward) {
     Graphs& graphs = graphs_[{batch, seq}];
+    if ((!forward || graphs.forward.graph != nullptr) && (!backward || graphs.backward.graph != nullptr)) {
+      return graphs;  // built before, and the workspace sized for them then
+    }
     const Layout layout(batch, seq, channels_, heads_);
     try {
       if (forward && graphs.forward.graph == nullptr) {
