@@ -92,10 +92,14 @@ void ForRows(size_t rows, size_t width, const std::function<void(size_t, size_t)
   ForPieces(rows, std::max<size_t>(1, kMinPieceFloats / std::max<size_t>(width, 1)), 1, body);
 }
 
+// Column pieces of a reduction over rows are at least this wide: each piece walks every row, and a narrower one
+// spends more on the walk than on its columns.
+constexpr size_t kMinColumnPiece = 64;
+
 // Columns [begin, end) of a (rows, columns) reduction over rows: each piece walks every row in order, so every
 // column's sum is added in row order, the same bits at any thread count.
 void ForColumns(size_t columns, size_t rows, const std::function<void(size_t, size_t)>& body) {
-  ForPieces(columns, std::max(kColumnAlign, kMinPieceFloats / std::max<size_t>(rows, 1)), kColumnAlign, body);
+  ForPieces(columns, std::max(kMinColumnPiece, kMinPieceFloats / std::max<size_t>(rows, 1)), kColumnAlign, body);
 }
 
 // Products below this many multiply-adds run as one sgemm call: too little work to split (OpenBLAS's own threshold).
@@ -194,6 +198,52 @@ TB_INLINE float SoftmaxRowInline(float* row, int length, int width) {
 
 float CausalSoftmaxRow(float* row, int length, int width) { return SoftmaxRowInline(row, length, width); }
 
+namespace {
+
+// The column reductions over rows, columns [begin, end) of each row in row order (ForColumns), in the vector width of
+// the CPU. A gradient row and the row read never overlap (__restrict), which lets each row's loop vectorise.
+
+// wte_grad[tokens[r]] and wpe_grad[r % seq] += out_grad[r].
+TB_VECTOR_CLONES void EncoderGradColumns(float* wte_grad, float* wpe_grad, const float* out_grad, const int32_t* tokens,
+                                         size_t rows, int seq, int channels, size_t begin, size_t end) {
+  for (size_t row = 0; row < rows; ++row) {
+    const float* __restrict g = out_grad + row * channels;
+    float* __restrict token_row = wte_grad + static_cast<size_t>(tokens[row]) * channels;
+    float* __restrict position_row = wpe_grad + (row % seq) * channels;
+    for (size_t c = begin; c < end; ++c) {
+      token_row[c] += g[c];
+      position_row[c] += g[c];
+    }
+  }
+}
+
+// weight_grad += out_grad · normalised in, bias_grad += out_grad, summed over rows.
+TB_VECTOR_CLONES void LayerNormParamGradColumns(float* __restrict weight_grad, float* __restrict bias_grad,
+                                                const float* out_grad, const float* in, const float* mean,
+                                                const float* rstd, size_t rows, int channels, size_t begin,
+                                                size_t end) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* __restrict g = out_grad + r * channels;
+    const float* __restrict x = in + r * channels;
+    const float row_mean = mean[r], row_rstd = rstd[r];
+    for (size_t c = begin; c < end; ++c) {
+      weight_grad[c] += g[c] * ((x[c] - row_mean) * row_rstd);
+      bias_grad[c] += g[c];
+    }
+  }
+}
+
+// bias_grad += out_grad, summed over rows.
+TB_VECTOR_CLONES void BiasGradColumns(float* __restrict bias_grad, const float* out_grad, size_t rows, int channels,
+                                      size_t begin, size_t end) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* __restrict g = out_grad + r * channels;
+    for (size_t c = begin; c < end; ++c) bias_grad[c] += g[c];
+  }
+}
+
+}  // namespace
+
 void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int batch, int seq,
                     int channels) {
   ForRows(static_cast<size_t>(batch) * seq, channels, [&](size_t begin, size_t end) {
@@ -211,15 +261,7 @@ void EncoderBackward(float* wte_grad, float* wpe_grad, const float* out_grad, co
   // Split by channels: rows that share a token or a position add into the same gradient row, in row order.
   const size_t rows = static_cast<size_t>(batch) * seq;
   ForColumns(channels, rows, [&](size_t begin, size_t end) {
-    for (size_t row = 0; row < rows; ++row) {
-      const float* g = out_grad + row * channels;
-      float* token_row = wte_grad + static_cast<size_t>(tokens[row]) * channels;
-      float* position_row = wpe_grad + (row % seq) * channels;
-      for (size_t c = begin; c < end; ++c) {
-        token_row[c] += g[c];
-        position_row[c] += g[c];
-      }
-    }
+    EncoderGradColumns(wte_grad, wpe_grad, out_grad, tokens, rows, seq, channels, begin, end);
   });
 }
 
@@ -242,14 +284,7 @@ void LayerNormBackward(float* in_grad, float* weight_grad, float* bias_grad, con
     }
   });
   ForColumns(channels, rows, [&](size_t begin, size_t end) {
-    for (size_t r = 0; r < rows; ++r) {
-      const float* g = out_grad + r * channels;
-      const float* x = in + r * channels;
-      for (size_t c = begin; c < end; ++c) {
-        weight_grad[c] += g[c] * ((x[c] - mean[r]) * rstd[r]);
-        bias_grad[c] += g[c];
-      }
-    }
+    LayerNormParamGradColumns(weight_grad, bias_grad, out_grad, in, mean, rstd, rows, channels, begin, end);
   });
 }
 
@@ -284,12 +319,8 @@ void MatmulBackward(float* in_grad, float* weight_grad, float* bias_grad, const 
   Gemm(CblasNoTrans, CblasNoTrans, n, in_channels, out_channels, 1.0f, out_grad, out_channels, weight, in_channels,
        0.0f, in_grad, in_channels);
   if (bias_grad == nullptr) return;
-  ForColumns(out_channels, rows, [&](size_t begin, size_t end) {
-    for (size_t r = 0; r < rows; ++r) {
-      const float* g = out_grad + r * out_channels;
-      for (size_t c = begin; c < end; ++c) bias_grad[c] += g[c];
-    }
-  });
+  ForColumns(out_channels, rows,
+             [&](size_t begin, size_t end) { BiasGradColumns(bias_grad, out_grad, rows, out_channels, begin, end); });
 }
 
 namespace {
