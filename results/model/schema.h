@@ -937,5 +937,7 @@ inline const std::vector<const MatrixSpec*> kStoredOnlyMatrices = {&p2p::bidi_bw
 
 // Fields only a GPU run writes (the coverage test's runs are on the CPU).
 inline const std::vector<const Field*> kGpuOnly = {&train::attention_fallback_reason};
+// Tables only a GPU run writes: the kernels the CUDA model chose by timing.
+inline const std::vector<const TableSpec*> kGpuOnlyTables = {&train::kKernelChoices};
 
 }  // namespace tb::schema
