@@ -113,7 +113,7 @@ class Pool {
   }
 
   std::mutex owner_;
-  std::mutex mutex_;  // guards what follows (the atomics are written under it, read also without it)
+  std::mutex mutex_;  // guards what follows; the atomics are also read without it, and running_ counted down
   std::condition_variable wake_, finished_;
   std::vector<std::thread> threads_;
   Job* job_ = nullptr;

@@ -1,7 +1,7 @@
 // Work spread over the CPU's threads: one small pool of persistent threads per process, shared by the CPU
 // reference's layers (models/cpu_kernels.h) and the initial weights' draw (layout.cc). A layer of model "tiny" takes
 // tens of microseconds, so its threads are woken, not created, for each call; and they spin for 0.1 ms before they
-// sleep, since a wake from sleep costs ~40 µs on a VM, and a training step makes about a hundred calls.
+// sleep, since a wake from sleep costs ~40 µs on a VM, and a training step makes 70 to 100 calls.
 #pragma once
 
 #include <cstddef>
