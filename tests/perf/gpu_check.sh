@@ -198,6 +198,11 @@ part_parallel() {
   train par_dp 60 "${common[@]}"
   train par_zero1 60 "${common[@]}" --parallel zero1 && compare_losses par_zero1 par_dp 1e-4
   train par_fsdp 60 "${common[@]}" --parallel fsdp && compare_losses par_fsdp par_dp 1e-4
+  # Gradient accumulation: 2 micro-batches of 4 are the batch of 8's tokens, so the losses are dp's within bf16's
+  # summation order; under fsdp the shards accumulate on the device (AddFloats).
+  local accum=(--model gpt2-124m --micro-batch 4 --grad-accum 2 --warmup-steps 1 --steps 5 --lr 1e-3)
+  train par_dp_ga 60 "${accum[@]}" && compare_losses par_dp_ga par_dp 2e-3
+  train par_fsdp_ga 60 "${accum[@]}" --parallel fsdp && compare_losses par_fsdp_ga par_dp 2e-3
   if [[ $gpus -ge 2 ]]; then  # across 2 GPUs: NCCL between devices, and tensor parallel through train
     for mode in dp zero1 fsdp; do
       step "par_${mode}_2gpu" 90 mpirun -np 2 --bind-to none trainbench train --backend cuda "${common[@]}" \
