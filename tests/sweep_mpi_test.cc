@@ -247,7 +247,8 @@ TEST(Sweep, BufferOffsetsRotateBetweenIterations) {
 }
 
 // --aggregate N: N operations issued together per timed iteration (each at its own slot), and the time is per
-// operation: a 5 ms operation stays about 5 ms, not N x 5.
+// operation: a 5 ms operation stays about 5 ms, not N x 5 = 40 ms (the bound, 20 ms, leaves a loaded machine's
+// scheduling room: 4 ranks on 2 busy cores measured 12 ms against an earlier bound of 10).
 TEST(Sweep, AggregateIssuesTogetherAndDividesTheTime) {
   AddressRecordingCommunicator comm(MakeMpiCommunicator(MPI_COMM_WORLD));
   CollectivesFlags f;
@@ -255,18 +256,18 @@ TEST(Sweep, AggregateIssuesTogetherAndDividesTheTime) {
   f.ops = "all_reduce";
   f.iters = 2;
   f.warmup = 1;
-  f.aggregate = 3;
+  f.aggregate = 8;
   f.modes = "in-place";
   SweepOptions o = ValidateCollectivesFlags(f, comm.size(), nullptr);
   comm.delay_ms = 5;
   const SweepResult result = RunSweep(comm, o, nullptr);
   EXPECT_EQ(result.wrong_total, 0);
   EXPECT_EQ(comm.groups, 2);                     // one group per timed iteration
-  EXPECT_EQ(comm.calls.size(), 1u + 2 * 3 + 1);  // warm-up, 2 x 3 timed, 1 check
+  EXPECT_EQ(comm.calls.size(), 1u + 2 * 8 + 1);  // warm-up, 2 x 8 timed, 1 check
   const double time_us = result.ops[0].rows[0].in_place.time_us;
   EXPECT_GE(time_us, 5000 * 0.95);
-  EXPECT_LT(time_us, 5000 * 2.0) << "the time of 3 operations, not of one";
-  EXPECT_NE(SweepHeaderLines(result.ops[0], o)[1].find("3 ops per iteration issued together"), std::string::npos)
+  EXPECT_LT(time_us, 5000 * 4.0) << "the time of 8 operations, not of one";
+  EXPECT_NE(SweepHeaderLines(result.ops[0], o)[1].find("8 ops per iteration issued together"), std::string::npos)
       << SweepHeaderLines(result.ops[0], o)[1];
 }
 
