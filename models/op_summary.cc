@@ -9,7 +9,7 @@ namespace {
 // Means over every rank's measured steps: each op slot, comm_exposed and the step.
 struct OpMeans {
   OpSeconds slots{};
-  double comm_exposed_s = 0;
+  double comm_exposed_s = 0;  // outside forward and backward
   double step_s = 0;
 };
 
@@ -20,7 +20,7 @@ OpMeans MeansOf(const std::vector<RankSteps>& ranks) {
     for (const StepRecord& r : rank.steps) {
       if (r.warmup) continue;
       for (int i = 0; i < kOpSlots; ++i) m.slots[i] += r.op_s[i];
-      m.comm_exposed_s += r.comm_exposed_s;
+      m.comm_exposed_s += r.comm_exposed_s - r.comm_model_waits_s;  // the waits inside the model are in its kinds
       m.step_s += r.step_s;
       ++count;
     }

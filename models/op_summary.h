@@ -14,7 +14,9 @@
 namespace tb {
 
 struct OpRow {
-  std::string kind;  // OpKindName, "comm_exposed" (what the loop waited for communication) or "other" (the rest)
+  // OpKindName, "comm_exposed" (what the loop waited for communication outside forward and backward: the waits inside
+  // them, fsdp's gathers, are in the kind that waited) or "other" (the rest).
+  std::string kind;
   std::string phase;  // "forward", "backward", "step"
   double seconds = 0;  // mean per measured step
   double share = 0;    // of the mean step time

@@ -281,7 +281,8 @@ class TrainingSteps {
     r.h2d_s = Of(seconds, Phase::kH2d);
     r.forward_s = Of(seconds, Phase::kForward) - waits.forward_s;
     r.backward_s = Of(seconds, Phase::kBackward) - waits.backward_s;
-    r.comm_exposed_s = Of(seconds, Phase::kExposed) + Of(seconds, Phase::kGather) + waits.forward_s + waits.backward_s;
+    r.comm_model_waits_s = waits.forward_s + waits.backward_s;
+    r.comm_exposed_s = Of(seconds, Phase::kExposed) + Of(seconds, Phase::kGather) + r.comm_model_waits_s;
     if (o_.parallel == ParallelMode::kZero1) r.comm_gather_exposed_s = Of(seconds, Phase::kGather);
     // The fence before the optimizer (the only checkpoint stall so far in the step) ran inside its interval.
     r.optimizer_s = std::max(0.0, Of(seconds, Phase::kOptimizer) - r.checkpoint_stall_s);

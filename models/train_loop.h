@@ -48,6 +48,8 @@ struct StepRecord {
   int loader_queue_depth = -1;  // batches ready when the step asked for its batch
   bool checkpoint_writing = false;  // an asynchronous checkpoint writer was busy when the step began
   OpSeconds op_s{};             // --op-times: seconds per kind in forward and backward (OpSlot), all micro-batches
+  double comm_model_waits_s = 0;  // the part of comm_exposed_s waited inside forward and backward (fsdp's gathers,
+                                  // tensor parallel's all-reduces): inside the op_s intervals too
 };
 
 // One step's tokens, in host memory: micro_batch sequences of seq positions (valid until the next call).

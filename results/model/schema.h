@@ -558,7 +558,9 @@ inline TableSpec kOpTimes{kTrainPoint, "op_times",
                           "a row per kind of work and phase (forward, backward; the optimizer's step), then "
                           "comm_exposed and other (the rest of the step): mean seconds per measured step over the "
                           "point's ranks, timed by marks on the model's stream (CUDA events; the host clock on the "
-                          "CPU), so that the rows add up to the mean step; present with --op-times"};
+                          "CPU), so that the rows add up to the mean step (a wait inside forward or backward, fsdp's "
+                          "parameter gathers, is in the kind that waited, comm_exposed holds the rest of the step's); "
+                          "present with --op-times"};
 namespace op_times {
 inline const TextColumn kind{kOpTimes, "kind", "",
                              "embedding, layernorm, attention (qkv and output projections, attention itself), mlp, "
