@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "device.h"
+#include "verify_math.h"
 #include "transformer.h"
 
 namespace tb::gpu {
@@ -25,15 +26,11 @@ struct Bf16 {
 static_assert(sizeof(Bf16) == 2);
 
 // float -> bf16 on the host, rounding to nearest even as the device's __float2bfloat16_rn does (NaN stays a
-// quiet NaN, overflow rounds to infinity); for tests and host code that prepare or read bf16 tensors.
-inline Bf16 ToBf16(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return Bf16{static_cast<uint16_t>((bits >> 16) | 0x0040u)};
-  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return Bf16{static_cast<uint16_t>((bits + rounding) >> 16)};
-}
+// quiet NaN, overflow rounds to infinity); for tests and host code that prepare or read bf16 tensors. The
+// collectives' element conversions (collectives/verify_math.h) are the one implementation.
+inline Bf16 ToBf16(float value) { return Bf16{FloatToBFloat16(value)}; }
 // bf16 -> float, exact.
-inline float ToFloat(Bf16 value) { return std::bit_cast<float>(static_cast<uint32_t>(value.bits) << 16); }
+inline float ToFloat(Bf16 value) { return BFloat16ToFloat(value.bits); }
 
 // --- layers ---------------------------------------------------------------------------------------------
 
