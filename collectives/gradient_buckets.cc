@@ -20,6 +20,7 @@ std::vector<GradientBucket> PlanBuckets(const std::vector<GradientTensor>& tenso
   GradientBucket current;
   size_t current_bytes = 0;
   for (size_t i = tensors.size(); i-- > 0;) {
+    if (tensors[i].count == 0) continue;  // nothing to reduce (a slot a pipeline stage does not hold)
     if (current.tensors.empty()) current.end = tensors[i].offset + tensors[i].count;
     current.tensors.push_back(i);
     current.begin = tensors[i].offset;
@@ -41,7 +42,7 @@ BucketedAllReduce::BucketedAllReduce(Communicator& comm, void* gradients, DataTy
       type_(type),
       tensors_(std::move(tensors)),
       buckets_(PlanBuckets(tensors_, bucket_bytes, DataTypeSize(type))),
-      bucket_of_tensor_(tensors_.size()),
+      bucket_of_tensor_(tensors_.size(), kNoBucket),
       overlap_(overlap) {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (size_t t : buckets_[b].tensors) bucket_of_tensor_[t] = b;
@@ -70,6 +71,7 @@ void BucketedAllReduce::TensorReady(size_t index, void* producer_stream) {
   }
   tensor_ready_[index] = true;
   const size_t b = bucket_of_tensor_[index];
+  if (b == kNoBucket) return;  // an empty tensor
   if (--pending_tensors_[b] == 0 && overlap_) Start(b, producer_stream);
   Progress();
 }

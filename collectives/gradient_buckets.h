@@ -26,7 +26,8 @@ struct GradientBucket {
 // Buckets over `tensors` (listed in layout order, contiguous, none overlapping), formed from the last tensor
 // to the first — the order in which backward finishes them. A bucket closes once it holds at least
 // bucket_bytes; a tensor is never split, so one larger than bucket_bytes forms a bucket of its own.
-// Throws InputError when bucket_bytes is 0 or the tensors are not contiguous.
+// Empty tensors (count 0) belong to no bucket. Throws InputError when bucket_bytes is 0 or the tensors are not
+// contiguous.
 std::vector<GradientBucket> PlanBuckets(const std::vector<GradientTensor>& tensors, size_t bucket_bytes,
                                         size_t element_bytes);
 
@@ -65,6 +66,7 @@ class BucketedAllReduce {
 
  private:
   void Start(size_t bucket, void* producer_stream);
+  static constexpr size_t kNoBucket = ~size_t{0};  // bucket_of_tensor_ of an empty tensor
 
   Communicator& comm_;
   char* gradients_;

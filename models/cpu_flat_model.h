@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,12 @@ class CpuFlatModel : public Transformer {
     return {4.0 * params_.size(), 4.0 * grads_.size(), 4.0 * (m_.size() + v_.size())};
   }
   void SetGradientScale(float scale) override { gradient_scale_ = scale; }
+  const PipelineStage& pipeline_stage() const override { return stage_; }
+  // The whole model: one slot, no edges. A model that holds a stage overrides both.
+  void SelectMicroBatch(int slot) override {
+    if (slot != 0) throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a model holding one");
+  }
+  StageEdges stage_edges() override { return {}; }
 
  protected:
   // Backward's start: how it treats the gradients the UnitAccess hands out, for `units` units.
@@ -72,6 +79,7 @@ class CpuFlatModel : public Transformer {
   std::vector<float> m_;
   std::vector<float> v_;
   float gradient_scale_ = 1.0f;
+  PipelineStage stage_ = ResolveStage({}, config_);  // the whole model unless a derived model holds a stage
 
  private:
   GradientWrite write_ = GradientWrite::kOverwrite;

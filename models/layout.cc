@@ -150,6 +150,63 @@ std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout, const std::
   return slot_units;
 }
 
+PipelineStage MakePipelineStage(const ModelConfig& config, int stages, int stage, int slots) {
+  if (stages < 1 || config.layers % stages != 0) {
+    throw InputError("--pipeline-parallel " + std::to_string(stages) + " does not divide the model's " +
+                     std::to_string(config.layers) + " layers into stages of equal depth");
+  }
+  if (stage < 0 || stage >= stages) {
+    throw InputError("pipeline stage " + std::to_string(stage) + " outside 0.." + std::to_string(stages - 1));
+  }
+  if (slots < 1) throw InputError("a pipeline stage holds at least one micro-batch, not " + std::to_string(slots));
+  const int depth = config.layers / stages;
+  return PipelineStage{stages, stage, stage * depth, (stage + 1) * depth, slots};
+}
+
+PipelineStage ResolveStage(const PipelineStage& stage, const ModelConfig& config) {
+  if (stage.end_layer >= 0) {
+    const PipelineStage made = MakePipelineStage(config, stage.stages, stage.stage, stage.slots);
+    if (made.first_layer != stage.first_layer || made.end_layer != stage.end_layer) {
+      throw InputError("pipeline stage " + std::to_string(stage.stage) + " of " + std::to_string(stage.stages) +
+                       " holds layers [" + std::to_string(made.first_layer) + ", " + std::to_string(made.end_layer) +
+                       "), not [" + std::to_string(stage.first_layer) + ", " + std::to_string(stage.end_layer) + ")");
+    }
+    return made;
+  }
+  return MakePipelineStage(config, stage.stages, stage.stage, stage.slots);
+}
+
+int OneFOneBSlots(int stages, int stage, int micro_batches) { return std::min(stages - stage, micro_batches); }
+
+bool StageHoldsSlot(const PipelineStage& stage, const std::vector<TensorSlot>& layout, size_t slot) {
+  const TensorSlot& s = layout.at(slot);
+  if (s.layer >= 0) return stage.holds_layer(s.layer);
+  if (slot == kWteSlot) return stage.first() || stage.last();  // the last stage's copy is the tied LM head
+  if (slot == kWpeSlot) return stage.first();
+  return stage.last();  // the final LayerNorm
+}
+
+std::vector<TensorSlot> StageLayout(const std::vector<TensorSlot>& layout, const PipelineStage& stage) {
+  std::vector<TensorSlot> staged = layout;
+  size_t offset = 0;
+  for (size_t i = 0; i < staged.size(); ++i) {
+    staged[i].offset = offset;
+    if (!StageHoldsSlot(stage, layout, i)) staged[i].count = 0;
+    offset += staged[i].count;
+  }
+  return staged;
+}
+
+void InitializeStageParameters(const ModelConfig& config, const std::vector<TensorSlot>& layout,
+                               const std::vector<TensorSlot>& stage_layout, uint64_t seed, float* params) {
+  for (size_t s = 0; s < layout.size(); ++s) {
+    const TensorSlot& held = stage_layout.at(s);
+    if (held.count == 0) continue;
+    InitializeParameterRange(config, layout, seed, layout[s].offset, layout[s].offset + held.count,
+                             params + held.offset);
+  }
+}
+
 double FsdpGatheredParameters(const ModelConfig& config) {
   const std::vector<ParameterUnit> units = ParameterUnits(MakeLayout(config));
   double gathered = static_cast<double>(units.front().elements() + units.back().elements());
@@ -188,7 +245,8 @@ std::vector<AdamWRange> AdamWRanges(const ModelConfig& config, const std::vector
   std::vector<AdamWRange> ranges;
   for (size_t s = 0; s < layout.size(); ++s) {
     const TensorSlot& slot = layout[s];
-    const size_t used = s == kWteSlot ? static_cast<size_t>(config.vocab) * config.d_model : slot.count;
+    // A stage without wte holds none of it (count 0).
+    const size_t used = s == kWteSlot ? std::min(slot.count, static_cast<size_t>(config.vocab) * config.d_model) : slot.count;
     const size_t lo = std::max(begin, slot.offset), hi = std::min(end, slot.offset + used);
     if (lo >= hi) continue;
     if (!ranges.empty() && ranges.back().decay == slot.decay && ranges.back().offset + ranges.back().count == lo) {

@@ -59,6 +59,38 @@ OptimizerShard ShardOf(size_t elements, int ranks, int rank);
 // when the shard does not fit `elements`.
 OptimizerShard ResolveShard(const OptimizerShard& shard, size_t elements);
 
+// Pipeline parallel: the part of the model one stage holds. Stage s of P holds the L/P consecutive blocks
+// [first_layer, end_layer); the first stage also the embeddings (wte, wpe), the last the final LayerNorm and the LM
+// head with its own copy of wte (tied: both copies start equal and are updated with the same summed gradient, as
+// Megatron's embedding group keeps them). `slots`: the micro-batches whose activations the stage holds at once (1F1B
+// keeps min(P - s, M) of the M in flight). The default, one stage, is the whole model.
+struct PipelineStage {
+  int stages = 1;
+  int stage = 0;
+  int first_layer = 0;
+  int end_layer = -1;  // -1: through the last layer (ResolveStage fills it in)
+  int slots = 1;
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
+  bool split() const { return stages > 1; }
+  bool holds_layer(int layer) const { return layer >= first_layer && layer < end_layer; }
+};
+// Stage `stage` of `stages` over config's layers, holding `slots` micro-batches. Throws InputError (one line) unless
+// 1 <= stages, stages divides the layers, 0 <= stage < stages and slots >= 1.
+PipelineStage MakePipelineStage(const ModelConfig& config, int stages, int stage, int slots);
+// `stage` with end_layer filled in (the default stage: the whole model); throws InputError where MakePipelineStage
+// would.
+PipelineStage ResolveStage(const PipelineStage& stage, const ModelConfig& config);
+// Micro-batches stage s of P holds at once under 1F1B with M micro-batches: min(P - s, M).
+int OneFOneBSlots(int stages, int stage, int micro_batches);
+// Whether `stage` (resolved) holds slot `slot` of a layout in MakeLayout's slot order (MakeLayout's own or
+// TensorParallelLayout's).
+bool StageHoldsSlot(const PipelineStage& stage, const std::vector<TensorSlot>& layout, size_t slot);
+// `layout` (MakeLayout's or TensorParallelLayout's) as one stage holds it: the same slots in the same order (so
+// BlockSlot, LnfWeightSlot and the slot indices of gradient_ready stay valid), a slot the stage does not hold with
+// count 0 at the offset where the next held one starts, the held ones packed one after the other.
+std::vector<TensorSlot> StageLayout(const std::vector<TensorSlot>& layout, const PipelineStage& stage);
+
 // FSDP (ZeRO-3)'s units: stretches of the flat layout that are gathered before use and freed after, each as a whole —
 // the embeddings (wte and wpe), each block, and the final LayerNorm, in layout order.
 struct ParameterUnit {
@@ -252,6 +284,27 @@ class Transformer {
   virtual void AddFloats(float* dst, const float* src, size_t count) {
     for (size_t i = 0; i < count; ++i) dst[i] += src[i];
   }
+  // Pipeline parallel (a model made for one PipelineStage; the whole model by default). The stage it holds, resolved.
+  virtual const PipelineStage& pipeline_stage() const = 0;
+  // Micro-batch slot `slot` (< pipeline_stage().slots) is the one SetBatch, Forward, Loss, Backward and stage_edges
+  // act on from now on (slot 0 until chosen): a stage keeps the activations of each slot's last Forward until that
+  // slot's Backward. Throws std::logic_error for a slot outside them.
+  virtual void SelectMicroBatch(int slot) = 0;
+  // The residual stream at the stage's edges for the selected slot: batch*seq x d_model fp32 floats each (`count`),
+  // in the model's memory. The caller writes `input` before Forward (a stage after the first starts from the previous
+  // stage's output instead of the embeddings) and `output_grad` before Backward (a stage before the last starts from
+  // the next stage's input gradient instead of the loss); Forward writes `output`, Backward `input_grad`. Null where
+  // the stage has no such edge (the first stage has no input, the last no output). On a device they are ready once
+  // Synchronize() has returned. A stage before the last has no loss: Loss() is NaN there.
+  struct StageEdges {
+    float* input = nullptr;
+    const float* output = nullptr;
+    float* output_grad = nullptr;
+    const float* input_grad = nullptr;
+    size_t count = 0;
+  };
+  virtual StageEdges stage_edges() = 0;
+
   // Call after writing parameters() from outside (a checkpoint restore): refreshes what is derived from the
   // master weights (the CUDA implementation's bf16 copy). Nothing to do on the CPU.
   virtual void ParametersChanged() {}
@@ -326,6 +379,11 @@ std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint
 
 // Throws InputError unless batch >= 1 and 1 <= seq <= config.seq (the ids are checked by UnpackTokens).
 void CheckBatchShape(const ModelConfig& config, int batch, int seq);
+
+// One stage's parameters (`stage_layout`, StageLayout of `layout`) with the bits the whole model (`layout`) has in
+// them: every rank of a pipeline draws its part of the same model.
+void InitializeStageParameters(const ModelConfig& config, const std::vector<TensorSlot>& layout,
+                               const std::vector<TensorSlot>& stage_layout, uint64_t seed, float* params);
 
 // GPT-2's initialisation of the flat fp32 parameter buffer `params` (layout of MakeLayout(config)), drawn from
 // `seed` with our own generator so that every rank and both implementations draw the same model: normal(0, 0.02)

@@ -86,6 +86,11 @@ class CudaTransformer final : public Transformer {
   using Transformer::Backward;
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void SetGradientScale(float scale) override { gradient_scale_ = scale; }
+  const PipelineStage& pipeline_stage() const override { return stage_; }
+  void SelectMicroBatch(int slot) override {
+    if (slot != 0) throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a model holding one");
+  }
+  StageEdges stage_edges() override { return {}; }
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }
   const FsdpLayout& fsdp_layout() const override { return fsdp_; }
@@ -215,6 +220,7 @@ class CudaTransformer final : public Transformer {
 
   int batch_ = 0;
   int seq_ = 0;
+  PipelineStage stage_ = ResolveStage({}, config_);  // the whole model
   float gradient_scale_ = 1.0f;  // SetGradientScale's: d loss / d logits is scaled by it from the next Forward
   bool backward_pending_ = false;
   // Device memory is measured after construction and after the first forward and backward of each batch shape
