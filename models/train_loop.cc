@@ -38,7 +38,7 @@ void SyntheticBatch(uint64_t seed, int rank, int step, int batch, int seq, int v
 namespace {
 
 // What each mark of the step's PhaseClock ends: the interval since the mark before it is that phase's.
-enum class Phase { kStart, kH2d, kForward, kBackward, kExposed, kOptimizer, kGather };
+enum class Phase { kStart, kH2d, kForward, kBackward, kExposed, kOptimizer, kGather, kPipeline };
 
 // The step's clock with each mark's phase, so that micro-batches and modes add up their intervals by phase.
 class PhaseMarks {
@@ -48,11 +48,11 @@ class PhaseMarks {
     clock_.Mark();
     phases_.push_back(phase);
   }
-  // Waits for the last mark; the seconds per phase since the last call (kStart's: the gaps between micro-batches,
-  // where the host fetched the next batch, timed as data_wait instead).
+  // Waits for the last mark; the seconds per phase since the last call (kStart's: the gaps before each micro-batch,
+  // where the host fetched its batch, timed as data_wait instead).
   std::vector<double> Take() {
     const std::vector<double> intervals = clock_.Intervals();
-    std::vector<double> seconds(static_cast<size_t>(Phase::kGather) + 1, 0.0);
+    std::vector<double> seconds(static_cast<size_t>(Phase::kPipeline) + 1, 0.0);
     for (size_t i = 0; i < intervals.size(); ++i) seconds[static_cast<size_t>(phases_.at(i + 1))] += intervals[i];
     phases_.clear();
     return seconds;
@@ -121,7 +121,8 @@ struct ModeWaits {
 class TrainingSteps {
  public:
   TrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o)
-      : comm_(comm), model_(model), o_(o), clock_(model.MakePhaseClock()), marks_(*clock_) {
+      : comm_(comm), model_(model), o_(o), clock_(model.MakePhaseClock()), marks_(*clock_),
+        stage_(model.pipeline_stage()) {
     if (o.grad_accum < 1) throw std::logic_error("grad_accum must be at least 1");
     if (o.parallel == ParallelMode::kZero1) CheckZeroOneShard(comm, model);
     // One data-parallel rank has nothing to synchronise: no buckets (NCCL would still copy every gradient).
@@ -132,6 +133,7 @@ class TrainingSteps {
     } else if (o.parallel == ParallelMode::kFsdp) {
       gatherer_ = std::make_unique<FsdpGatherer>(comm, model, o.overlap);
     }
+    if (o.pipeline != nullptr) StartPipeline();
     if (o.working_bytes) *o.working_bytes = gatherer_ ? gatherer_->working_bytes() : 0;
     // The step's gradient is that of the mean loss over its micro-batches.
     model.SetGradientScale(1.0f / static_cast<float>(o.grad_accum));
@@ -145,39 +147,106 @@ class TrainingSteps {
   TrainingSteps(const TrainingSteps&) = delete;
   TrainingSteps& operator=(const TrainingSteps&) = delete;
 
-  StepRecord Run(int step) {
+  StepRecord Run(int step) { return o_.pipeline != nullptr ? RunOneFOneB(step) : RunMicroBatches(step); }
+
+ private:
+  bool last(int micro) const { return micro + 1 == o_.grad_accum; }
+
+  // Data parallel, zero1, fsdp and tensor parallel: the step's micro-batches one after another, each forward then
+  // backward (the gradients written by the first, added by the others), then the mode's gradient sync and AdamW.
+  StepRecord RunMicroBatches(int step) {
+    StepRecord r = BeginRecord(step);
+    ModeWaits waits;
+    double loss_sum = 0;
+    for (int micro = 0; micro < o_.grad_accum; ++micro) {
+      NextMicroBatch(step, micro, r);
+      if (micro > 0) loss_sum += model_.Loss();  // the last micro-batch's, done by now: Forward overwrites it
+      ForwardMicroBatch(micro, waits, r);
+      BackwardMicroBatch(micro, waits, r);
+    }
+    loss_sum += model_.Loss();
+    SyncAndUpdate(step, r);
+    return FinishRecord(step, loss_sum / o_.grad_accum, waits, r);
+  }
+
+  // Pipeline parallel: Megatron's 1F1B schedule (non-interleaved, PipeDream-Flush). Stage s of P runs min(P - s - 1,
+  // M) forwards ahead (warm-up), then alternates one forward and one backward, then drains the backwards left
+  // (cool-down): at most min(P - s, M) micro-batches' activations at once. Each exchange with a neighbour is one
+  // SendRecv, paired where Megatron pairs them (a forward's output sent while the gradient for the oldest
+  // micro-batch in flight comes back), so that no two stages wait on each other. The last stage has the loss.
+  StepRecord RunOneFOneB(int step) {
+    StepRecord r = BeginRecord(step);
+    const int m = o_.grad_accum;
+    const int warmup = std::min(stage_.stages - stage_.stage - 1, m), steady = m - warmup;
+    ModeWaits waits;
+    double loss_sum = 0;
+    for (int i = 0; i < warmup; ++i) {
+      NextMicroBatch(step, i, r);
+      Exchange(nullptr, Edges(i).input, r);  // receive forward
+      ForwardMicroBatch(i, waits, r);
+      Exchange(Edges(i).output, nullptr, r);  // send forward
+    }
+    if (steady > 0) {
+      NextMicroBatch(step, warmup, r);
+      Exchange(nullptr, Edges(warmup).input, r);
+    }
+    for (int i = 0; i < steady; ++i) {
+      const int forward = warmup + i, backward = i;
+      ForwardMicroBatch(forward, waits, r);
+      Exchange(Edges(forward).output, Edges(backward).output_grad, r);  // send forward, receive backward
+      BackwardMicroBatch(backward, waits, r);
+      if (stage_.last()) loss_sum += model_.Loss();
+      if (i + 1 == steady) {
+        Exchange(Edges(backward).input_grad, nullptr, r, true);  // send backward
+      } else {
+        NextMicroBatch(step, forward + 1, r);
+        Exchange(Edges(backward).input_grad, Edges(forward + 1).input, r, true);  // send backward, receive forward
+      }
+    }
+    for (int i = steady; i < m; ++i) {
+      Exchange(nullptr, Edges(i).output_grad, r);  // receive backward
+      BackwardMicroBatch(i, waits, r);
+      Exchange(Edges(i).input_grad, nullptr, r, true);  // send backward
+    }
+    SyncAndUpdate(step, r);
+    return FinishRecord(step, PipelineLoss(loss_sum / m), waits, r);
+  }
+
+  StepRecord BeginRecord(int step) {
     StepRecord r;
     r.step = step;
     r.warmup = step < o_.warmup_steps;
     r.checkpoint_writing = o_.checkpoint_writing && o_.checkpoint_writing();
-    const double step_start = NowSeconds();
-    ModeWaits waits;
-    double loss_sum = 0;
-    for (int micro = 0; micro < o_.grad_accum; ++micro) {
-      const TokenBatch& batch = FetchBatch(step, micro, r);
-      if (micro == 0) marks_.Mark(Phase::kStart);
-      model_.SetBatch(batch);
-      marks_.Mark(Phase::kH2d);
-      if (micro > 0) loss_sum += model_.Loss();  // the last micro-batch's, done by now: Forward overwrites it
-      MicroBatch(micro, waits, r);
-    }
-    SyncAndUpdate(step, r);
+    step_start_ = NowSeconds();
+    return r;
+  }
+
+  // After the update: the phases, the loss, the hooks, the step's time and tokens.
+  StepRecord FinishRecord(int step, double loss, const ModeWaits& waits, StepRecord& r) {
     TakePhases(waits, r);
     if (op_times_) op_times_->TakeInto(r.op_s);
-    r.loss = (loss_sum + model_.Loss()) / o_.grad_accum;
+    r.loss = loss;
     if (o_.in_each_step) o_.in_each_step();
     if (o_.checkpoint) {
       const double checkpoint_start = NowSeconds();
       o_.checkpoint(step);
       r.checkpoint_stall_s += NowSeconds() - checkpoint_start;  // beside the fence before the optimizer
     }
-    r.step_s = NowSeconds() - step_start;
-    r.tokens = static_cast<int64_t>(o_.micro_batch) * o_.grad_accum * o_.seq / model_.tensor_parallel();
+    r.step_s = NowSeconds() - step_start_;
+    r.tokens = static_cast<int64_t>(o_.micro_batch) * o_.grad_accum * o_.seq / model_.tensor_parallel() /
+               stage_.stages;
     return r;
   }
 
- private:
-  bool last(int micro) const { return micro + 1 == o_.grad_accum; }
+  // The micro-batch's batch into the model (in its slot under pipeline parallel), marked as h2d after the gap where
+  // the host fetched it.
+  void NextMicroBatch(int step, int micro, StepRecord& r) {
+    const TokenBatch& batch = FetchBatch(step, micro, r);
+    marks_.Mark(Phase::kStart);
+    if (stage_.split()) model_.SelectMicroBatch(micro % stage_.slots);
+    model_.SetBatch(batch);
+    marks_.Mark(Phase::kH2d);
+  }
 
   // The micro-batch's batch, from the loader or made on demand (its making is the wait). Synthetic tokens: the step's
   // micro-batches are consecutive slices of one batch of grad_accum x micro_batch sequences, so that a step sees the
@@ -209,18 +278,24 @@ class TrainingSteps {
     return *batch.tokens;
   }
 
-  // Forward and backward of one micro-batch. dp starts its bucket all-reduces during the last backward only (the
-  // earlier ones only accumulate, as DDP's no_sync); fsdp reduce-scatters every micro-batch's unit gradients, the
-  // shards accumulating, and waits for them at its end.
-  void MicroBatch(int micro, ModeWaits& waits, StepRecord& r) {
-    const GradientWrite write = micro == 0 ? GradientWrite::kOverwrite : GradientWrite::kAccumulate;
-    if (gatherer_) gatherer_->BeginStep(micro > 0);  // a step's first micro-batch starts its timing afresh
+  // Forward of one micro-batch: fsdp gathers each unit's parameters as it goes (a step's first micro-batch starts its
+  // timing afresh); tensor parallel all-reduces activations inside.
+  void ForwardMicroBatch(int micro, ModeWaits& waits, StepRecord& r) {
+    if (gatherer_) gatherer_->BeginStep(micro > 0);
     const double gather_waits = gatherer_ ? gatherer_->waited_s() : 0.0;
     model_.Forward();
     marks_.Mark(Phase::kForward);
-    const ActivationComm forward_activations = model_.TakeActivationComm();
-    waits.forward_s += forward_activations.seconds + (gatherer_ ? gatherer_->waited_s() - gather_waits : 0.0);
-    AddActivations(forward_activations, r);
+    const ActivationComm activations = model_.TakeActivationComm();
+    waits.forward_s += activations.seconds + (gatherer_ ? gatherer_->waited_s() - gather_waits : 0.0);
+    AddActivations(activations, r);
+  }
+
+  // Backward of one micro-batch: the first of a step writes the gradients, the others add to them. dp starts its
+  // bucket all-reduces during the last backward only (the earlier ones only accumulate, as DDP's no_sync); fsdp
+  // reduce-scatters every micro-batch's unit gradients, the shards accumulating, and waits for them at its end.
+  void BackwardMicroBatch(int micro, ModeWaits& waits, StepRecord& r) {
+    const GradientWrite write = micro == 0 ? GradientWrite::kOverwrite : GradientWrite::kAccumulate;
+    if (stage_.split()) model_.SelectMicroBatch(micro % stage_.slots);
     const double backward_start_waits = gatherer_ ? gatherer_->waited_s() : 0.0;
     if (gatherer_) {
       model_.Backward({}, GradientWrite::kOverwrite);  // the gatherer's working buffers, fresh for this backward
@@ -231,9 +306,9 @@ class TrainingSteps {
       model_.Backward({}, write);
     }
     marks_.Mark(Phase::kBackward);
-    const ActivationComm backward_activations = model_.TakeActivationComm();
-    waits.backward_s += backward_activations.seconds;
-    AddActivations(backward_activations, r);
+    const ActivationComm activations = model_.TakeActivationComm();
+    waits.backward_s += activations.seconds;
+    AddActivations(activations, r);
     if (gatherer_) {
       waits.backward_s += gatherer_->waited_s() - backward_start_waits;
       const FsdpTiming timing = gatherer_->Finish();  // the last reduce-scatters (cumulative over the micro-batches)
@@ -245,9 +320,67 @@ class TrainingSteps {
     }
   }
 
+  // Pipeline parallel: the checks, and the group of the pipeline's first and last stage that shares the tied
+  // embedding's gradient (Megatron's embedding group).
+  void StartPipeline() {
+    stage_ = model_.pipeline_stage();
+    Communicator& pipeline = *o_.pipeline;
+    if (stage_.stages != pipeline.size() || stage_.stage != pipeline.rank()) {
+      throw std::logic_error("pipeline: the model's stage is not this rank's place in its pipeline");
+    }
+    if (stage_.slots < OneFOneBSlots(stage_.stages, stage_.stage, o_.grad_accum)) {
+      throw std::logic_error("pipeline: the model holds fewer micro-batches than 1F1B keeps in flight");
+    }
+    if (gatherer_) throw std::logic_error("pipeline: fsdp across pipelines is not built");
+    std::unique_ptr<Communicator> embedding = pipeline.Split(stage_.first() || stage_.last() ? 0 : -1, stage_.stage);
+    if (stage_.split()) embedding_ = std::move(embedding);
+  }
+
+  // The stage's edges for micro-batch `micro` (its slot's).
+  Transformer::StageEdges Edges(int micro) {
+    model_.SelectMicroBatch(micro % stage_.slots);
+    return model_.stage_edges();
+  }
+
+  // One exchange with the neighbouring stages, after the model's work that wrote `send`: `send` to the next stage
+  // (`backward`: to the previous one, the gradient), `recv` from the previous (forward) or the next (backward) at the
+  // same time; a null side (the first stage's input, the last stage's output and their gradients) moves nothing.
+  void Exchange(const float* send, float* recv, StepRecord& r, bool backward = false) {
+    const int next = stage_.last() ? -1 : stage_.stage + 1, previous = stage_.first() ? -1 : stage_.stage - 1;
+    const int dst = send == nullptr ? -1 : (backward ? previous : next);
+    const int src = recv == nullptr ? -1 : (backward ? next : previous);
+    if (dst < 0 && src < 0) return;
+    const size_t count = model_.stage_edges().count;
+    TimeCollective(*o_.pipeline, model_, [&] { o_.pipeline->SendRecv(send, dst, recv, src, count, DataType::kFloat32); });
+    marks_.Mark(Phase::kPipeline);
+    if (dst >= 0) r.pipeline_send_bytes += count * sizeof(float);
+  }
+
+  // The step's loss on every stage of the pipeline: the last stage's (the others have none).
+  double PipelineLoss(double last_stage_loss) const {
+    double loss = stage_.last() ? last_stage_loss : 0.0;
+    TB_CHECK_MPI(MPI_Bcast(&loss, 1, MPI_DOUBLE, stage_.stages - 1, o_.pipeline->host_comm()));
+    return loss;
+  }
+
+  // The tied embedding: wte's gradient summed over the pipeline's first and last stage, so that both copies take
+  // the same update (Megatron's embedding all-reduce).
+  void SyncTiedEmbedding(StepRecord& r) {
+    if (!embedding_) return;
+    const TensorSlot& wte = model_.layout()[kWteSlot];
+    float* grads = model_.gradients() + wte.offset;
+    r.comm_embedding_s = TimeCollective(*embedding_, model_, [&] {
+      embedding_->AllReduce(grads, grads, wte.count, DataType::kFloat32, ReduceOp::kSum);
+    });
+    marks_.Mark(Phase::kExposed);
+    r.comm_total_s += r.comm_embedding_s;
+    r.embedding_allreduce_bytes = wte.count * sizeof(float);
+  }
+
   // After the last micro-batch: the mode's gradient sync (what backward did not hide) and AdamW, marked.
   void SyncAndUpdate(int step, StepRecord& r) {
     if (o_.parallel == ParallelMode::kZero1) {
+      SyncTiedEmbedding(r);  // before the reduce-scatter leaves each rank a shard
       r.comm_total_s += ZeroOneStep(comm_, model_, o_, step, marks_, r);
       r.comm_intra_s = r.comm_inter_s = std::nan("");
       return;
@@ -265,6 +398,7 @@ class TrainingSteps {
       r.comm_intra_s = r.comm_inter_s = std::nan("");
       r.comm_total_s += r.comm_activation_s;  // beside the gatherer's, set by the last micro-batch
     }
+    SyncTiedEmbedding(r);
     OptimizerStep(model_, o_, step, r);
     marks_.Mark(Phase::kOptimizer);
   }
@@ -282,7 +416,10 @@ class TrainingSteps {
     r.forward_s = Of(seconds, Phase::kForward) - waits.forward_s;
     r.backward_s = Of(seconds, Phase::kBackward) - waits.backward_s;
     r.comm_model_waits_s = waits.forward_s + waits.backward_s;
-    r.comm_exposed_s = Of(seconds, Phase::kExposed) + Of(seconds, Phase::kGather) + r.comm_model_waits_s;
+    r.comm_pipeline_s = Of(seconds, Phase::kPipeline);
+    r.comm_total_s += r.comm_pipeline_s;
+    r.comm_exposed_s = Of(seconds, Phase::kExposed) + Of(seconds, Phase::kGather) + r.comm_pipeline_s +
+                       r.comm_model_waits_s;
     if (o_.parallel == ParallelMode::kZero1) r.comm_gather_exposed_s = Of(seconds, Phase::kGather);
     // The fence before the optimizer (the only checkpoint stall so far in the step) ran inside its interval.
     r.optimizer_s = std::max(0.0, Of(seconds, Phase::kOptimizer) - r.checkpoint_stall_s);
@@ -297,6 +434,9 @@ class TrainingSteps {
   std::unique_ptr<BucketedAllReduce> reducer_;  // dp
   std::unique_ptr<FsdpGatherer> gatherer_;      // fsdp
   std::unique_ptr<OpTimes> op_times_;           // --op-times
+  PipelineStage stage_;                          // the model's (one stage without pipeline parallel)
+  std::unique_ptr<Communicator> embedding_;      // pipeline parallel: the first and last stage (tied embedding)
+  double step_start_ = 0;
   std::vector<int32_t> inputs_, targets_;
   TokenBatch synthetic_;
   double read_seconds_ = 0;  // the step's micro-batches' read times so far

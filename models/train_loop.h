@@ -30,6 +30,10 @@ struct StepRecord {
                                      // fsdp's)
   double comm_activation_s = 0;      // the part of comm_exposed_s (and comm_total_s) in tensor parallel's blocking
                                      // activation all-reduces inside forward and backward; the rest is gradient sync
+  double comm_pipeline_s = 0;        // the part of comm_exposed_s (and comm_total_s) in pipeline parallel's exchanges
+                                     // with the neighbouring stages: waiting for them (the bubble) and the transfers
+  double comm_embedding_s = 0;       // the part of comm_exposed_s (and comm_total_s) in the tied embedding's gradient
+                                     // all-reduce between a pipeline's first and last stage
   double optimizer_s = 0;
   double checkpoint_stall_s = 0;  // the loop blocked on checkpoints (snapshot, or the whole write when sync)
   double step_s = 0;            // wall time of the whole step
@@ -39,8 +43,10 @@ struct StepRecord {
   uint64_t reduce_scatter_bytes = 0;
   uint64_t all_gather_bytes = 0;
   uint64_t activation_allreduce_bytes = 0;  // tensor parallel's activation all-reduces, inside its group
-  int64_t tokens = 0;           // tokens this rank processed: its share of its tensor parallel group's (all of them
-                                // without tensor parallel)
+  uint64_t pipeline_send_bytes = 0;  // sent to the neighbouring stages: activations forward, their gradients backward
+  uint64_t embedding_allreduce_bytes = 0;   // the tied embedding's gradient (wte), all-reduced by first and last stage
+  int64_t tokens = 0;           // tokens this rank processed: its share of its tensor parallel group's and of its
+                                // pipeline's (all of them without either)
   double loss = 0;              // this rank's mean cross-entropy
   // From the data loader (zero / -1 with synthetic tokens):
   uint64_t data_bytes = 0;      // bytes read for this step's batch (all its micro-batches)
@@ -75,6 +81,10 @@ struct TrainLoopOptions {
   // MakeFsdpLayout(its layout, comm.size(), comm.rank())): FsdpGatherer's gathers and reduce-scatters during forward
   // and backward, overlapped with compute unless `overlap` is false, AdamW on the shards.
   ParallelMode parallel = ParallelMode::kDp;
+  // Pipeline parallel (the model holds one PipelineStage of stages > 1): the ranks of this rank's pipeline, stage s at
+  // rank s; each optimizer step runs grad_accum micro-batches in Megatron's 1F1B schedule, activations and their
+  // gradients exchanged with the neighbouring stages. Null: no pipeline.
+  Communicator* pipeline = nullptr;
   bool op_times = false;        // time the model's work by kind (OpTimes; models without tensor parallel)
   uint64_t* working_bytes = nullptr;  // if set, receives the bytes of fsdp's working buffers (0 otherwise)
   AdamWConfig adamw;
