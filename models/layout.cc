@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -126,28 +127,41 @@ ModelStateBytes TheoryStateBytes(ParallelMode mode, bool bf16, double elements, 
           optimizer * elements / (mode == ParallelMode::kDp ? 1 : ranks)};
 }
 
-std::vector<ParameterUnit> ParameterUnits(const std::vector<TensorSlot>& layout) {
-  std::vector<ParameterUnit> units;
-  int unit_layer = -2;  // the layer of the unit being grown (-1: embeddings or final LayerNorm)
+namespace {
+
+// Per slot of `layout`, the index of its unit: the embeddings, each block, the final LayerNorm, in layout order (by
+// the slots' layers, so that a pipeline stage's empty units keep their places).
+std::vector<size_t> UnitIndices(const std::vector<TensorSlot>& layout) {
+  std::vector<size_t> indices;
+  int unit_layer = -2;  // the layer of the unit being grown (-1: embeddings, -3: the final LayerNorm)
   bool after_blocks = false;
+  size_t unit = 0;
   for (const TensorSlot& slot : layout) {
     after_blocks = after_blocks || (slot.layer < 0 && unit_layer >= 0);
     const int layer = slot.layer >= 0 ? slot.layer : (after_blocks ? -3 : -1);
-    if (units.empty() || layer != unit_layer) units.push_back(ParameterUnit{slot.offset, slot.offset});
+    if (!indices.empty() && layer != unit_layer) ++unit;
     unit_layer = layer;
-    units.back().end = slot.offset + slot.count;
+    indices.push_back(unit);
+  }
+  return indices;
+}
+
+}  // namespace
+
+std::vector<ParameterUnit> ParameterUnits(const std::vector<TensorSlot>& layout) {
+  std::vector<ParameterUnit> units;
+  const std::vector<size_t> indices = UnitIndices(layout);
+  for (size_t s = 0; s < layout.size(); ++s) {
+    if (units.size() <= indices[s]) units.push_back(ParameterUnit{layout[s].offset, layout[s].offset});
+    units.back().end = layout[s].offset + layout[s].count;
   }
   return units;
 }
 
 std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {
-  std::vector<size_t> slot_units;
-  size_t u = 0;
-  for (const TensorSlot& slot : layout) {
-    while (slot.offset >= units[u].end) ++u;
-    slot_units.push_back(u);
-  }
-  return slot_units;
+  std::vector<size_t> indices = UnitIndices(layout);
+  if (!indices.empty() && indices.back() >= units.size()) throw std::logic_error("SlotUnits: units of another layout");
+  return indices;
 }
 
 PipelineStage MakePipelineStage(const ModelConfig& config, int stages, int stage, int slots) {
@@ -274,11 +288,8 @@ std::vector<AdamWRange> FsdpAdamWRanges(const ModelConfig& config, const std::ve
 
 std::vector<size_t> UnitOffsets(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {
   std::vector<size_t> offsets;
-  size_t u = 0;
-  for (const TensorSlot& slot : layout) {
-    while (slot.offset >= units[u].end) ++u;
-    offsets.push_back(slot.offset - units[u].begin);
-  }
+  const std::vector<size_t> indices = SlotUnits(layout, units);
+  for (size_t s = 0; s < layout.size(); ++s) offsets.push_back(layout[s].offset - units[indices[s]].begin);
   return offsets;
 }
 
