@@ -8,6 +8,10 @@
 // the group without any all-reduce of their own: every input of their gradients is either replicated by
 // construction (the residual stream, its gradient, the LayerNorm inputs) or the result of an all-reduce, which every
 // rank receives with the same bits; so AdamW keeps them identical too (tests/tensor_parallel_mpi_test.cc checks it).
+//
+// Tensor parallel inside pipeline stages (Megatron's TP x PP): a model may hold one PipelineStage, the local slices of
+// the stage's tensors only, and the activations of its blocks for each of its micro-batch slots; the residual stream
+// at the stage's edges is whole and replicated on the group, as it is between the blocks.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -54,45 +58,88 @@ void ReserveBlock(LocalBlockActivations& a, size_t n, const LocalDims& d) {
   a.fch_gelu.resize(n * lf);
 }
 
+// What one micro-batch slot keeps from its Forward to its Backward: its batch, and the activations of the stage's
+// blocks and of its edges.
+struct SlotActivations {
+  std::vector<int32_t> inputs, targets;  // (N)
+  int batch = 0;
+  int seq = 0;
+  size_t capacity_tokens = 0;
+  std::vector<float> encoded;                  // (N, C) the first block's input: the embedding, or stage_edges().input
+  std::vector<LocalBlockActivations> blocks;   // the stage's, from its first layer
+  std::vector<float> lnf, lnf_mean, lnf_rstd;  // (N, C), (N), (N): the last stage's
+  std::vector<float> logits;       // (N, vocab_used) the last stage's: logits, then probabilities, then their gradient
+  std::vector<float> output_grad;  // (N, C) stage_edges().output_grad: a stage before the last's
+  bool backward_pending = false;
+  float loss = 0.0f;
+  size_t tokens() const { return static_cast<size_t>(batch) * seq; }
+};
+
 float RowMax(const float* row, int count) {
   return count > 0 ? *std::max_element(row, row + count) : -std::numeric_limits<float>::infinity();
 }
 
-// The elements of one rank's slices.
-size_t LocalElements(const ModelConfig& config, int tensor_parallel) {
-  const std::vector<TensorSlot> layout = TensorParallelLayout(config, tensor_parallel);
+// This rank's slices of the tensors `stage` (resolved) holds.
+std::vector<TensorSlot> LocalStageLayout(const ModelConfig& config, int tensor_parallel, const PipelineStage& stage) {
+  return StageLayout(TensorParallelLayout(config, tensor_parallel), stage);
+}
+
+size_t LocalElements(const ModelConfig& config, int tensor_parallel, const PipelineStage& stage) {
+  const std::vector<TensorSlot> layout = LocalStageLayout(config, tensor_parallel, stage);
   return layout.back().offset + layout.back().count;
 }
 
 // The buffers' lengths (parameters and gradients, m and v): fsdp's store of the local units' shards, or ZeRO-1's
-// capacity and shard of the local elements (all of them without either).
+// capacity and shard of the stage's local elements (all of them without either).
 std::pair<size_t, size_t> LocalBufferElements(const ModelConfig& config, int tensor_parallel,
-                                              const OptimizerShard& shard, const FsdpLayout& fsdp) {
+                                              const PipelineStage& stage, const OptimizerShard& shard,
+                                              const FsdpLayout& fsdp) {
   if (fsdp.enabled()) return {fsdp.store_elements, fsdp.store_elements};
-  const OptimizerShard resolved = ResolveShard(shard, LocalElements(config, tensor_parallel));
+  const OptimizerShard resolved = ResolveShard(shard, LocalElements(config, tensor_parallel, stage));
   return {resolved.capacity, resolved.elements()};
+}
+
+// The stage's local elements (`stage_layout`) with the bits the unsplit tensor-parallel model (`unsplit`) has in them:
+// each stretch of the full model's initialisation that lands in a held slot, moved to that slot's place in the stage.
+void InitializeLocalStage(const ModelConfig& config, const LocalDims& dims, const std::vector<TensorSlot>& unsplit,
+                          const std::vector<TensorSlot>& stage_layout, uint64_t seed, float* local) {
+  const std::vector<TensorSlot> full = MakeLayout(config);
+  size_t slot = 0;
+  for (const TensorParallelStretch& s : TensorParallelStretches(config, dims.tp, dims.rank)) {
+    while (s.local >= unsplit[slot].offset + unsplit[slot].count) ++slot;  // stretches come in local order
+    if (stage_layout[slot].count == 0) continue;
+    float* dest = local + stage_layout[slot].offset + (s.local - unsplit[slot].offset);
+    InitializeParameterRange(config, full, seed, s.full, s.full + s.count, dest);
+  }
 }
 
 class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelStats {
  public:
+  // `stage`: resolved.
   CpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed, Communicator& tp, const OptimizerShard& shard,
-                               const FsdpLayout& fsdp)
-      : CpuFlatModel(config, TensorParallelLayout(config, tp.size()),
-                     LocalBufferElements(config, tp.size(), shard, fsdp).first,
-                     LocalBufferElements(config, tp.size(), shard, fsdp).second),
+                               const FsdpLayout& fsdp, const PipelineStage& stage)
+      : CpuFlatModel(config, LocalStageLayout(config, tp.size(), stage),
+                     LocalBufferElements(config, tp.size(), stage, shard, fsdp).first,
+                     LocalBufferElements(config, tp.size(), stage, shard, fsdp).second),
         tp_(tp),
         dims_(MakeTensorParallelDims(config, tp.size(), tp.rank())),
         shard_(ResolveShard(shard, elements_)),
         fsdp_(fsdp),
+        unsplit_layout_(TensorParallelLayout(config, tp.size())),
         units_(ParameterUnits(layout_)),
-        unit_offsets_(UnitOffsets(layout_, units_)),
-        slot_units_(SlotUnits(layout_, units_)),
+        // A stage holds each unit whole or not at all, but for the last stage's embeddings (wte, the unit's first
+        // tensor, without wpe): a held tensor sits where it sits in the unsplit layout's unit. (The stage layout's
+        // own empty units at its end would defeat SlotUnits' and UnitOffsets' walk.)
+        unit_offsets_(UnitOffsets(unsplit_layout_, ParameterUnits(unsplit_layout_))),
+        slot_units_(SlotUnits(unsplit_layout_, ParameterUnits(unsplit_layout_))),
         adamw_ranges_(LocalAdamWRanges()),
         flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), units_)),
         access_(fsdp.enabled() ? nullptr : flat_access_.get()),
         held_params_(units_.size(), nullptr),
         held_grads_(units_.size(), nullptr),
-        attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
+        attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq),
+        slots_(stage.slots) {
+    stage_ = stage;
     if (fsdp.enabled() && shard.sharded()) throw InputError("a model is sharded by zero1 or by fsdp, not both");
     if (fsdp.enabled() && fsdp.units.size() != units_.size()) {
       throw std::logic_error("fsdp: the layout's units are not the tensor-parallel slices'");
@@ -100,11 +147,7 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
     std::vector<float> whole;
     if (fsdp.enabled()) whole.resize(elements_);
     float* local = fsdp.enabled() ? whole.data() : params_.data();
-    // Each stretch of the local buffer gets the full model's bits for the same elements.
-    const std::vector<TensorSlot> full = MakeLayout(config_);
-    for (const TensorParallelStretch& s : TensorParallelStretches(config_, dims_.tp, dims_.rank)) {
-      InitializeParameterRange(config_, full, seed, s.full, s.full + s.count, local + s.local);
-    }
+    InitializeLocalStage(config_, dims_, unsplit_layout_, layout_, seed, local);
     if (fsdp.enabled()) {  // the shards of `whole` (the local elements) that fsdp gives this rank
       FillFsdpShards(fsdp_, params_.data(), [&](size_t begin, size_t end, float* dest) {
         std::copy(whole.data() + begin, whole.data() + end, dest);
@@ -122,10 +165,18 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
   using Transformer::SetBatch;
   void SetBatch(const TokenBatch& batch) override;
   void Forward() override;
-  float Loss() override { return loss_; }
+  float Loss() override { return Current().loss; }
   using Transformer::Backward;
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
+  void SelectMicroBatch(int slot) override {
+    if (slot < 0 || slot >= stage_.slots) {
+      throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a stage holding " +
+                             std::to_string(stage_.slots));
+    }
+    slot_ = slot;
+  }
+  StageEdges stage_edges() override;
 
   // TensorParallelStats (tensor_parallel() also overrides Transformer's where the interface declares one).
   int tensor_parallel() const override { return dims_.tp; }
@@ -172,22 +223,25 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
     Access().ParametersDone(unit);
     held_params_[unit] = nullptr;
   }
-  size_t tokens() const { return static_cast<size_t>(batch_) * seq_; }
-  void ReserveActivations(size_t tokens);
+  SlotActivations& Current() { return slots_[slot_]; }
+  LocalBlockActivations& Block(SlotActivations& a, int layer) const { return a.blocks[layer - stage_.first_layer]; }
+  void ReserveActivations(SlotActivations& a, size_t tokens);
   void AllReduce(float* data, size_t count, ReduceOp op);
-  void EmbeddingForward();
-  void BlockForward(int layer, const float* residual);
+  void EmbeddingForward(SlotActivations& a);
+  void BlockForward(SlotActivations& a, int layer, const float* residual);
   void RowParallelForward(float* out, const float* in, const float* weight, const float* bias, const float* residual,
-                          int in_channels);
-  float VocabParallelCrossEntropy();
-  void HeadBackward();
-  void BlockBackward(int layer, const std::function<void(size_t slot)>& ready);
-  void EmbeddingBackward();
+                          size_t tokens, int in_channels);
+  float HeadForward(SlotActivations& a, const float* residual);
+  float VocabParallelCrossEntropy(SlotActivations& a);
+  void HeadBackward(SlotActivations& a, const std::function<void(size_t slot)>& ready);
+  void BlockBackward(SlotActivations& a, int layer, const std::function<void(size_t slot)>& ready);
+  void EmbeddingBackward(const SlotActivations& a);
 
   Communicator& tp_;
   LocalDims dims_;
   OptimizerShard shard_;
   FsdpLayout fsdp_;
+  std::vector<TensorSlot> unsplit_layout_;  // TensorParallelLayout: every slot held
   std::vector<ParameterUnit> units_;
   std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
   std::vector<size_t> slot_units_;    // per slot: its unit
@@ -198,21 +252,17 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
   std::vector<float*> held_grads_;         // per unit: its gradients while held
   std::vector<float> attention_scratch_;  // (2, block rows, maxS)
 
-  size_t capacity_tokens_ = 0;
-  std::vector<float> encoded_;  // (N, C) token + position embedding
-  std::vector<LocalBlockActivations> blocks_;
-  std::vector<float> lnf_, lnf_mean_, lnf_rstd_;  // (N, C), (N), (N)
-  std::vector<float> logits_;                     // (N, vocab_used): logits, then probabilities, then their gradient
-  std::vector<float> row_max_;                    // (N) the global row maxima of the logits
-  std::vector<float> row_sums_;                   // (2N): the sums of exp over the whole vocabulary | the target logits
-  std::vector<float> residual_grad_, channel_grad_;  // (N, C)
-  std::vector<float> hidden_grad_;                   // (N, Fl), later the qkv gradient (N, 3Cl)
+  std::vector<SlotActivations> slots_;  // stage_.slots of them
+  int slot_ = 0;                        // SelectMicroBatch's
+  // Scratch the slots share, for the most tokens any of them holds.
+  size_t scratch_tokens_ = 0;
+  std::vector<float> row_max_;   // (N) the global row maxima of the logits
+  std::vector<float> row_sums_;  // (2N): the sums of exp over the whole vocabulary | the target logits
+  // (N, C): the residual stream's gradient, carried in place from the stage's output to its input (so, after a
+  // Backward, stage_edges().input_grad), and the gradient of a LayerNorm's output.
+  std::vector<float> residual_grad_, channel_grad_;
+  std::vector<float> hidden_grad_;  // (N, Fl), later the qkv gradient (N, 3Cl)
 
-  std::vector<int32_t> inputs_, targets_;  // (N)
-  int batch_ = 0;
-  int seq_ = 0;
-  bool backward_pending_ = false;
-  float loss_ = 0.0f;
   TensorParallelComm step_comm_;  // since the last Forward began
   TensorParallelComm take_comm_;  // since the last TakeComm
 };
@@ -230,109 +280,135 @@ void CpuTensorParallelTransformer::AllReduce(float* data, size_t count, ReduceOp
   }
 }
 
-void CpuTensorParallelTransformer::ReserveActivations(size_t n) {
-  if (n <= capacity_tokens_) return;
+void CpuTensorParallelTransformer::ReserveActivations(SlotActivations& a, size_t n) {
   const size_t c = dims_.c;
-  blocks_.resize(config_.layers);
-  for (LocalBlockActivations& a : blocks_) ReserveBlock(a, n, dims_);
-  for (std::vector<float>* v : {&encoded_, &lnf_, &residual_grad_, &channel_grad_}) v->resize(n * c);
-  for (std::vector<float>* v : {&lnf_mean_, &lnf_rstd_, &row_max_}) v->resize(n);
-  row_sums_.resize(2 * n);
-  logits_.resize(n * dims_.vocab_used);
-  hidden_grad_.resize(n * std::max(dims_.hidden, 3 * dims_.channels));
-  inputs_.resize(n);
-  targets_.resize(n);
-  capacity_tokens_ = n;
+  if (n > a.capacity_tokens) {
+    a.blocks.resize(stage_.end_layer - stage_.first_layer);
+    for (LocalBlockActivations& b : a.blocks) ReserveBlock(b, n, dims_);
+    a.encoded.resize(n * c);
+    if (stage_.last()) {
+      a.lnf.resize(n * c);
+      for (std::vector<float>* v : {&a.lnf_mean, &a.lnf_rstd}) v->resize(n);
+      a.logits.resize(n * dims_.vocab_used);
+    } else {
+      a.output_grad.resize(n * c);
+    }
+    a.inputs.resize(n);
+    a.targets.resize(n);
+    a.capacity_tokens = n;
+  }
+  if (n > scratch_tokens_) {
+    for (std::vector<float>* v : {&residual_grad_, &channel_grad_}) v->resize(n * c);
+    row_max_.resize(n);
+    row_sums_.resize(2 * n);
+    hidden_grad_.resize(n * std::max(dims_.hidden, 3 * dims_.channels));
+    scratch_tokens_ = n;
+  }
 }
 
 void CpuTensorParallelTransformer::SetBatch(const TokenBatch& batch) {
   CheckBatchShape(config_, batch.batch, batch.seq);
-  backward_pending_ = false;
+  SlotActivations& a = Current();
+  a.backward_pending = false;
   try {
-    ReserveActivations(static_cast<size_t>(batch.batch) * batch.seq);
+    ReserveActivations(a, static_cast<size_t>(batch.batch) * batch.seq);
   } catch (const std::bad_alloc&) {
-    capacity_tokens_ = 0;
+    a.capacity_tokens = 0;
+    scratch_tokens_ = 0;
     throw RuntimeError("the tensor-parallel CPU transformer could not allocate activations for " +
                        std::to_string(static_cast<size_t>(batch.batch) * batch.seq) +
                        " tokens per step HINT: a smaller --micro-batch or --seq needs less");
   }
-  UnpackTokens(batch, static_cast<uint64_t>(config_.vocab), inputs_.data(), targets_.data());
-  batch_ = batch.batch;
-  seq_ = batch.seq;
+  UnpackTokens(batch, static_cast<uint64_t>(config_.vocab), a.inputs.data(), a.targets.data());
+  a.batch = batch.batch;
+  a.seq = batch.seq;
+}
+
+Transformer::StageEdges CpuTensorParallelTransformer::stage_edges() {
+  SlotActivations& a = Current();
+  if (a.capacity_tokens == 0) return {};  // nothing to point at before the slot's first SetBatch
+  StageEdges edges;
+  edges.count = a.tokens() * dims_.c;
+  if (!stage_.first()) {
+    edges.input = a.encoded.data();
+    edges.input_grad = residual_grad_.data();  // shared by the slots: the last Backward's, until the next
+  }
+  if (!stage_.last()) {
+    edges.output = a.blocks.back().residual3.data();
+    edges.output_grad = a.output_grad.data();
+  }
+  return edges;
 }
 
 void CpuTensorParallelTransformer::Forward() {
-  if (batch_ == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
-  backward_pending_ = false;
+  SlotActivations& a = Current();
+  if (a.batch == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
+  a.backward_pending = false;
   step_comm_ = {};
-  Hold(kEmbeddingUnit, false);  // held to the end of backward (the tied LM head), as the full model does
-  EmbeddingForward();
-  const float* residual = encoded_.data();
-  for (int l = 0; l < config_.layers; ++l) {
+  if (stage_.first()) {
+    Hold(kEmbeddingUnit, false);  // held to the end of backward (the tied LM head), as the full model does
+    EmbeddingForward(a);
+  }  // a later stage's a.encoded is stage_edges().input, which the caller wrote
+  const float* residual = a.encoded.data();
+  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
     Hold(BlockUnit(l), false);
-    BlockForward(l, residual);
+    BlockForward(a, l, residual);
     Release(BlockUnit(l), false);
-    residual = blocks_[l].residual3.data();
+    residual = Block(a, l).residual3.data();
   }
-  Hold(FinalNormUnit(config_.layers), false);  // held likewise
-  const size_t lnf = LnfWeightSlot(config_.layers);
-  cpu::LayerNormForward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual, P(lnf), P(lnf + 1), tokens(),
-                        dims_.c);
-  // The tied LM head over the local slice's real rows only (padding rows never reach the logits).
-  if (dims_.vocab_used > 0) {
-    cpu::MatmulForward(logits_.data(), lnf_.data(), P(kWteSlot), nullptr, nullptr, tokens(), dims_.c, dims_.vocab_used);
-  }
-  loss_ = VocabParallelCrossEntropy();
-  backward_pending_ = true;
+  a.loss = stage_.last() ? HeadForward(a, residual) : std::numeric_limits<float>::quiet_NaN();
+  a.backward_pending = true;
 }
 
 // Each rank writes the rows of the tokens it holds and zeros elsewhere; the sum over the group is the lookup (adding
 // zeros is exact, so the result has the full model's bits), and wpe is added after, once.
-void CpuTensorParallelTransformer::EmbeddingForward() {
-  const size_t c = dims_.c;
+void CpuTensorParallelTransformer::EmbeddingForward(SlotActivations& a) {
+  const size_t c = dims_.c, n = a.tokens();
   const float* wte = P(kWteSlot);
   const float* wpe = P(kWpeSlot);
-  for (size_t row = 0; row < tokens(); ++row) {
-    float* out = encoded_.data() + row * c;
-    const int local = inputs_[row] - dims_.vocab_begin;
+  for (size_t row = 0; row < n; ++row) {
+    float* out = a.encoded.data() + row * c;
+    const int local = a.inputs[row] - dims_.vocab_begin;
     if (local >= 0 && local < dims_.vocab_rows) {
       std::copy_n(wte + static_cast<size_t>(local) * c, c, out);
     } else {
       std::fill_n(out, c, 0.0f);
     }
   }
-  AllReduce(encoded_.data(), tokens() * c, ReduceOp::kSum);
-  for (size_t row = 0; row < tokens(); ++row) {
-    const float* position = wpe + (row % seq_) * c;
-    float* out = encoded_.data() + row * c;
+  AllReduce(a.encoded.data(), n * c, ReduceOp::kSum);
+  for (size_t row = 0; row < n; ++row) {
+    const float* position = wpe + (row % a.seq) * c;
+    float* out = a.encoded.data() + row * c;
     for (size_t k = 0; k < c; ++k) out[k] += position[k];
   }
 }
 
-void CpuTensorParallelTransformer::BlockForward(int l, const float* residual) {
-  const size_t n = tokens();
+void CpuTensorParallelTransformer::BlockForward(SlotActivations& act, int l, const float* residual) {
+  const size_t n = act.tokens();
   const int c = dims_.c, lc = dims_.channels, lf = dims_.hidden;
   auto w = [&](BlockTensor t) { return P(BlockSlot(l, t)); };
-  LocalBlockActivations& a = blocks_[l];
+  LocalBlockActivations& a = Block(act, l);
   cpu::LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), residual, w(kLn1Weight), w(kLn1Bias), n, c);
   // Column-parallel: the local weight's rows are [q | k | v] of the local heads, so the output is the layout the
   // attention kernel takes at width Cl with H/T heads; no repacking.
   cpu::MatmulForward(a.qkv.data(), a.ln1.data(), w(kQkvWeight), w(kQkvBias), nullptr, n, c, 3 * lc);
-  cpu::AttentionForward(a.atty.data(), a.att_lse.data(), attention_scratch_.data(), a.qkv.data(), batch_, seq_, lc,
-                        dims_.heads);
-  RowParallelForward(a.residual2.data(), a.atty.data(), w(kAttnProjWeight), w(kAttnProjBias), residual, lc);
+  cpu::AttentionForward(a.atty.data(), a.att_lse.data(), attention_scratch_.data(), a.qkv.data(), act.batch, act.seq,
+                        lc, dims_.heads);
+  RowParallelForward(a.residual2.data(), a.atty.data(), w(kAttnProjWeight), w(kAttnProjBias), residual, n, lc);
   cpu::LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), w(kLn2Weight),
                         w(kLn2Bias), n, c);
   cpu::MatmulForward(a.fch.data(), a.ln2.data(), w(kFcWeight), w(kFcBias), nullptr, n, c, lf);
   cpu::GeluForward(a.fch_gelu.data(), a.fch.data(), n * lf);
-  RowParallelForward(a.residual3.data(), a.fch_gelu.data(), w(kMlpProjWeight), w(kMlpProjBias), a.residual2.data(), lf);
+  RowParallelForward(a.residual3.data(), a.fch_gelu.data(), w(kMlpProjWeight), w(kMlpProjBias), a.residual2.data(), n,
+                     lf);
 }
 
 // out (N, C) = residual + bias + all-reduce(in (N, in_channels) · weightᵀ): the partial products summed over the
 // group, the replicated bias and residual added once, after.
 void CpuTensorParallelTransformer::RowParallelForward(float* out, const float* in, const float* weight,
-                                                      const float* bias, const float* residual, int in_channels) {
-  const size_t n = tokens(), c = dims_.c;
+                                                      const float* bias, const float* residual, size_t n,
+                                                      int in_channels) {
+  const size_t c = dims_.c;
   cpu::MatmulForward(out, in, weight, nullptr, nullptr, n, in_channels, dims_.c);
   AllReduce(out, n * c, ReduceOp::kSum);
   for (size_t r = 0; r < n; ++r) {
@@ -342,19 +418,34 @@ void CpuTensorParallelTransformer::RowParallelForward(float* out, const float* i
   }
 }
 
+// The last stage's: the final LayerNorm, the tied LM head over the local slice's real rows only (padding rows never
+// reach the logits) and the cross-entropy. Returns the mean loss.
+float CpuTensorParallelTransformer::HeadForward(SlotActivations& a, const float* residual) {
+  if (!stage_.first()) Hold(kEmbeddingUnit, false);  // the head's copy of wte, held to the end of backward
+  Hold(FinalNormUnit(config_.layers), false);        // held likewise
+  const size_t lnf = LnfWeightSlot(config_.layers);
+  cpu::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual, P(lnf), P(lnf + 1), a.tokens(),
+                        dims_.c);
+  if (dims_.vocab_used > 0) {
+    cpu::MatmulForward(a.logits.data(), a.lnf.data(), P(kWteSlot), nullptr, nullptr, a.tokens(), dims_.c,
+                       dims_.vocab_used);
+  }
+  return VocabParallelCrossEntropy(a);
+}
+
 // Megatron's vocab-parallel cross-entropy: the global row maxima (all-reduce max), then the sums of exp over the whole
 // vocabulary and the target logits, which only the rank holding the target contributes (one all-reduce of 2N).
-// logits_ ends as the probabilities of the local slice, for backward. Returns the mean loss (the same on every rank).
-float CpuTensorParallelTransformer::VocabParallelCrossEntropy() {
-  const size_t n = tokens();
+// a.logits ends as the probabilities of the local slice, for backward. Returns the mean loss (the same on every rank).
+float CpuTensorParallelTransformer::VocabParallelCrossEntropy(SlotActivations& a) {
+  const size_t n = a.tokens();
   const int used = dims_.vocab_used;
-  for (size_t r = 0; r < n; ++r) row_max_[r] = RowMax(logits_.data() + r * used, used);
+  for (size_t r = 0; r < n; ++r) row_max_[r] = RowMax(a.logits.data() + r * used, used);
   AllReduce(row_max_.data(), n, ReduceOp::kMax);
   float* sums = row_sums_.data();
   float* target_logits = row_sums_.data() + n;
   for (size_t r = 0; r < n; ++r) {
-    float* row = logits_.data() + r * used;
-    const int target = targets_[r] - dims_.vocab_begin;
+    float* row = a.logits.data() + r * used;
+    const int target = a.targets[r] - dims_.vocab_begin;
     target_logits[r] = target >= 0 && target < used ? row[target] : 0.0f;
     float sum = 0.0f;
     for (int j = 0; j < used; ++j) sum += (row[j] = cpu::Exp(row[j] - row_max_[r]));
@@ -363,7 +454,7 @@ float CpuTensorParallelTransformer::VocabParallelCrossEntropy() {
   AllReduce(row_sums_.data(), 2 * n, ReduceOp::kSum);
   double loss_sum = 0.0;
   for (size_t r = 0; r < n; ++r) {
-    float* row = logits_.data() + r * used;
+    float* row = a.logits.data() + r * used;
     const float inverse = 1.0f / sums[r];
     for (int j = 0; j < used; ++j) row[j] *= inverse;
     loss_sum += std::log(sums[r]) + row_max_[r] - target_logits[r];
@@ -373,64 +464,74 @@ float CpuTensorParallelTransformer::VocabParallelCrossEntropy() {
 
 void CpuTensorParallelTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready,
                                            GradientWrite write) {
-  if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
-  backward_pending_ = false;
+  SlotActivations& a = Current();
+  if (!a.backward_pending) throw RuntimeError("Transformer::Backward called without a Forward before it");
+  a.backward_pending = false;
   BeginBackward(write, units_.size());
   auto ready = [&](size_t slot) {
     if (gradient_ready) gradient_ready(slot);
   };
-  const size_t n = tokens();
-  const int c = dims_.c;
   // The units in the full model's order: the embeddings and the final LayerNorm (held since forward, asked for
-  // again with their gradients), then the blocks from the last.
-  Hold(kEmbeddingUnit, true);
-  HeadBackward();  // channel_grad_: the gradient of lnf's output, summed over the group
-  std::fill(residual_grad_.begin(), residual_grad_.end(), 0.0f);
-  const size_t lnf_unit = FinalNormUnit(config_.layers), lnf = LnfWeightSlot(config_.layers);
-  Hold(lnf_unit, true);
-  cpu::LayerNormBackward(residual_grad_.data(), G(lnf), G(lnf + 1), channel_grad_.data(),
-                         blocks_.back().residual3.data(), P(lnf), lnf_mean_.data(), lnf_rstd_.data(), n, c);
-  ready(lnf + 1);
-  ready(lnf);
-  Release(lnf_unit, true);
-  for (int l = config_.layers - 1; l >= 0; --l) {
+  // again with their gradients), then the blocks from the last; every held slot reported in descending order.
+  const bool embeddings = stage_.first() || stage_.last();
+  if (embeddings) Hold(kEmbeddingUnit, true);
+  if (stage_.last()) {
+    HeadBackward(a, ready);  // residual_grad_: the gradient of the last block's output
+  } else {
+    std::copy_n(a.output_grad.data(), a.tokens() * dims_.c, residual_grad_.data());
+  }
+  for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
     Hold(BlockUnit(l), true);
-    BlockBackward(l, ready);
+    BlockBackward(a, l, ready);
     Release(BlockUnit(l), true);
   }
-  EmbeddingBackward();
-  ready(kWpeSlot);
-  ready(kWteSlot);
-  Release(kEmbeddingUnit, true);
+  if (stage_.first()) {
+    EmbeddingBackward(a);
+    ready(kWpeSlot);
+  }
+  if (embeddings) {
+    ready(kWteSlot);
+    Release(kEmbeddingUnit, true);
+  }
 }
 
 // The cross-entropy's gradient over the local slice, (p - onehot(target)) / N, then the tied head's: wte's local rows
-// accumulate theirs, and the input gradient, a partial sum over the slice, is all-reduced.
-void CpuTensorParallelTransformer::HeadBackward() {
-  const size_t n = tokens();
+// accumulate theirs, and the input gradient, a partial sum over the slice, is all-reduced; then the final
+// LayerNorm's backward into residual_grad_.
+void CpuTensorParallelTransformer::HeadBackward(SlotActivations& a, const std::function<void(size_t slot)>& ready) {
+  const size_t n = a.tokens();
   const int used = dims_.vocab_used;
   const float inverse_rows = 1.0f / n;
   for (size_t r = 0; r < n; ++r) {
-    float* row = logits_.data() + r * used;
-    const int target = targets_[r] - dims_.vocab_begin;
+    float* row = a.logits.data() + r * used;
+    const int target = a.targets[r] - dims_.vocab_begin;
     if (target >= 0 && target < used) row[target] -= 1.0f;
     for (int j = 0; j < used; ++j) row[j] *= inverse_rows;
   }
-  ScaleLossGradient(logits_.data(), n * static_cast<size_t>(used));
+  ScaleLossGradient(a.logits.data(), n * static_cast<size_t>(used));
   if (used > 0) {
-    cpu::MatmulBackward(channel_grad_.data(), G(kWteSlot), nullptr, logits_.data(), lnf_.data(), P(kWteSlot), n,
+    cpu::MatmulBackward(channel_grad_.data(), G(kWteSlot), nullptr, a.logits.data(), a.lnf.data(), P(kWteSlot), n,
                         dims_.c, used);
   } else {
     std::fill(channel_grad_.begin(), channel_grad_.end(), 0.0f);  // a slice of padding only adds nothing
   }
   AllReduce(channel_grad_.data(), n * dims_.c, ReduceOp::kSum);
+  std::fill(residual_grad_.begin(), residual_grad_.end(), 0.0f);
+  const size_t lnf_unit = FinalNormUnit(config_.layers), lnf = LnfWeightSlot(config_.layers);
+  Hold(lnf_unit, true);
+  cpu::LayerNormBackward(residual_grad_.data(), G(lnf), G(lnf + 1), channel_grad_.data(),
+                         a.blocks.back().residual3.data(), P(lnf), a.lnf_mean.data(), a.lnf_rstd.data(), n, dims_.c);
+  ready(lnf + 1);
+  ready(lnf);
+  Release(lnf_unit, true);
 }
 
 // The row-parallel layers' input (the residual stream's gradient) is replicated, so their local weight gradients and
 // the replicated bias gradients need no communication; the column-parallel layers' input gradients are partial sums
 // over the local heads or hidden units and are all-reduced before their LayerNorm's backward.
-void CpuTensorParallelTransformer::BlockBackward(int l, const std::function<void(size_t slot)>& ready) {
-  const size_t n = tokens();
+void CpuTensorParallelTransformer::BlockBackward(SlotActivations& act, int l,
+                                                 const std::function<void(size_t slot)>& ready) {
+  const size_t n = act.tokens();
   const int c = dims_.c, lc = dims_.channels, lf = dims_.hidden;
   auto w = [&](BlockTensor t) { return P(BlockSlot(l, t)); };
   auto g = [&](BlockTensor t) { return G(BlockSlot(l, t)); };
@@ -438,8 +539,8 @@ void CpuTensorParallelTransformer::BlockBackward(int l, const std::function<void
     ready(BlockSlot(l, bias));
     ready(BlockSlot(l, weight));
   };
-  const LocalBlockActivations& a = blocks_[l];
-  const float* residual = l > 0 ? blocks_[l - 1].residual3.data() : encoded_.data();
+  const LocalBlockActivations& a = Block(act, l);
+  const float* residual = l > stage_.first_layer ? Block(act, l - 1).residual3.data() : act.encoded.data();
   float* rg = residual_grad_.data();
   float* cg = channel_grad_.data();
   float* hg = hidden_grad_.data();
@@ -455,7 +556,7 @@ void CpuTensorParallelTransformer::BlockBackward(int l, const std::function<void
   // channel_grad_ holds the attention output's gradient (N, Cl) here, then the qkv input gradient (N, C).
   cpu::MatmulBackward(cg, g(kAttnProjWeight), g(kAttnProjBias), rg, a.atty.data(), w(kAttnProjWeight), n, lc, c);
   ready_pair(kAttnProjWeight, kAttnProjBias);
-  cpu::AttentionBackward(hg, attention_scratch_.data(), cg, a.qkv.data(), a.att_lse.data(), batch_, seq_, lc,
+  cpu::AttentionBackward(hg, attention_scratch_.data(), cg, a.qkv.data(), a.att_lse.data(), act.batch, act.seq, lc,
                          dims_.heads);
   cpu::MatmulBackward(cg, g(kQkvWeight), g(kQkvBias), hg, a.ln1.data(), w(kQkvWeight), n, c, 3 * lc);
   AllReduce(cg, n * c, ReduceOp::kSum);
@@ -467,14 +568,14 @@ void CpuTensorParallelTransformer::BlockBackward(int l, const std::function<void
 
 // The embedding's gradient: wte's local rows for the tokens this rank holds, wpe (replicated) on every rank. Nothing
 // is all-reduced: the embedding's input gradient goes nowhere.
-void CpuTensorParallelTransformer::EmbeddingBackward() {
+void CpuTensorParallelTransformer::EmbeddingBackward(const SlotActivations& a) {
   const size_t c = dims_.c;
   float* wte_grad = G(kWteSlot);
   float* wpe_grad = G(kWpeSlot);
-  for (size_t row = 0; row < tokens(); ++row) {
+  for (size_t row = 0; row < a.tokens(); ++row) {
     const float* g = residual_grad_.data() + row * c;
-    float* position = wpe_grad + (row % seq_) * c;
-    const int local = inputs_[row] - dims_.vocab_begin;
+    float* position = wpe_grad + (row % a.seq) * c;
+    const int local = a.inputs[row] - dims_.vocab_begin;
     float* token = local >= 0 && local < dims_.vocab_rows ? wte_grad + static_cast<size_t>(local) * c : nullptr;
     for (size_t k = 0; k < c; ++k) {
       if (token != nullptr) token[k] += g[k];
@@ -641,17 +742,21 @@ TensorParallelStats* TensorParallelStatsOf(Transformer& model) { return dynamic_
 
 std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
                                                               Communicator& tp, const OptimizerShard& shard,
-                                                              const FsdpLayout& fsdp) {
+                                                              const FsdpLayout& fsdp, const PipelineStage& stage) {
   ValidateModel(config);
   CheckTensorParallel(config, tp.size());
   if (tp.memory() != MemoryKind::kHost) {
     throw InputError("the tensor-parallel CPU transformer needs a host-memory communicator (mpi), got " + tp.backend());
   }
+  const PipelineStage resolved = ResolveStage(stage, config);
+  if (fsdp.enabled() && resolved.split()) {
+    throw InputError("fsdp across tensor-parallel groups within a pipeline stage is not built HINT: dp or zero1 "
+                     "across the groups");
+  }
   try {
-    return std::make_unique<CpuTensorParallelTransformer>(config, seed, tp, shard, fsdp);
+    return std::make_unique<CpuTensorParallelTransformer>(config, seed, tp, shard, fsdp, resolved);
   } catch (const std::bad_alloc&) {
-    const std::vector<TensorSlot> layout = TensorParallelLayout(config, tp.size());
-    const uint64_t bytes = 4 * sizeof(float) * (layout.back().offset + layout.back().count);
+    const uint64_t bytes = 4 * sizeof(float) * LocalElements(config, tp.size(), resolved);
     throw RuntimeError("the tensor-parallel CPU transformer for model '" + config.name + "' could not allocate " +
                        FormatBytes(bytes) + " per rank for fp32 parameters, gradients and AdamW moments HINT: run " +
                        "fewer layers of the same shape with --layers N");

@@ -121,9 +121,15 @@ TensorParallelStats* TensorParallelStatsOf(Transformer& model);
 // `shard`: ZeRO-1 over the ranks that hold the same slices (ShardOf this model's local elements over them).
 // `fsdp`: FSDP over those ranks instead (MakeFsdpLayout of TensorParallelLayout over them): the model holds its shards
 // of the local units and reads whole local units through the UnitAccess of SetUnitAccess, in the full model's order.
+// `stage`: one pipeline stage of the model (transformer.h's PipelineStage; the default, the whole model): layout() is
+// StageLayout of TensorParallelLayout, the buffers hold the stage's local elements (each with the bits it has in the
+// unsplit model; ZeRO-1's shard is of them), and the stage's edges are the whole residual stream, replicated on the
+// group (input_grad, Backward's scratch shared by the slots, is the last Backward's until the next). Every rank of `tp`
+// holds the same stage. A split stage does not take fsdp (InputError).
 std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
                                                               Communicator& tp, const OptimizerShard& shard = {},
-                                                              const FsdpLayout& fsdp = {});
+                                                              const FsdpLayout& fsdp = {},
+                                                              const PipelineStage& stage = {});
 
 // The same split on the GPUs (models/cuda/cuda_tp_transformer.cu): one rank of `tp` per GPU, each holding its slices
 // on the current device in the mixed precision of MakeCudaTransformer (bf16 GEMMs and attention over the local heads,

@@ -1,12 +1,15 @@
 // Megatron tensor parallelism's CPU reference (models/tensor_parallel.h) under mpiexec: every rank of the world is
 // one tensor-parallel group (T = 2 or 4), checked against the full CPU model from the same seed on the same batch —
 // initial bits, loss, gradients slice by slice, three AdamW steps —, the replicated tensors bit-identical across the
-// group, the all-reduces of one step against the formula, and the bad inputs.
+// group, the all-reduces of one step against the formula, and the bad inputs; and pipeline stages inside the group
+// (Megatron's TP x PP) against the unsplit tensor-parallel model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -432,6 +435,246 @@ TEST(TensorParallelInputs, BadSplitsThrowInputError) {
   // The model itself refuses a group that does not divide its heads: 3 heads over 2 or 4 ranks.
   auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
   EXPECT_THROW(MakeCpuTensorParallelTransformer(CustomModel(1, 48, 3, 97, 16), 7, *comm), InputError);
+}
+
+// Pipeline stages inside the tensor-parallel group (Megatron's TP x PP), at T = the world's ranks: a 4-layer model as
+// P = 2 stages of 2 micro-batch slots, both stages held by every rank of the group (two model objects on one
+// communicator: every rank steps them in the same order, as the group's all-reduces block).
+ModelConfig FourLayerModel() { return CustomModel(4, 32, 4, 97, 16); }
+constexpr int kStages = 2;
+constexpr int kSlots = 2;
+
+std::vector<std::unique_ptr<Transformer>> MakeStages(const ModelConfig& config, Communicator& tp) {
+  std::vector<std::unique_ptr<Transformer>> stages;
+  for (int s = 0; s < kStages; ++s) {
+    const PipelineStage stage = MakePipelineStage(config, kStages, s, kSlots);
+    stages.push_back(MakeCpuTensorParallelTransformer(config, 7, tp, {}, {}, stage));
+  }
+  return stages;
+}
+
+// Each stage holds the local slices of its tensors, packed in StageLayout order, with the unsplit model's bits; the
+// slots it does not hold are empty. A slot outside the stage's two and fsdp within a split stage are refused.
+TEST(TensorParallelPipelineStages, StagesHoldTheirSlicesWithTheUnsplitBits) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  const ModelConfig config = FourLayerModel();
+  auto unsplit = MakeCpuTensorParallelTransformer(config, 7, *comm);
+  const std::vector<TensorSlot>& local = unsplit->layout();
+  const std::vector<std::unique_ptr<Transformer>> stages = MakeStages(config, *comm);
+  size_t held_elements = 0;
+  for (int s = 0; s < kStages; ++s) {
+    const Transformer& m = *stages[s];
+    const PipelineStage& stage = m.pipeline_stage();
+    EXPECT_EQ(stage.first_layer, 2 * s);
+    EXPECT_EQ(stage.end_layer, 2 * s + 2);
+    EXPECT_EQ(stage.slots, kSlots);
+    const std::vector<TensorSlot> expected = StageLayout(local, stage);
+    ASSERT_EQ(m.layout().size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(m.layout()[i].offset, expected[i].offset) << expected[i].name;
+      ASSERT_EQ(m.layout()[i].count, StageHoldsSlot(stage, local, i) ? local[i].count : 0) << expected[i].name;
+      if (m.layout()[i].count == 0) continue;
+      EXPECT_EQ(std::memcmp(stages[s]->parameters() + m.layout()[i].offset, unsplit->parameters() + local[i].offset,
+                            local[i].count * sizeof(float)),
+                0)
+          << "stage " << s << " " << local[i].name;
+    }
+    EXPECT_EQ(m.parameter_elements(), expected.back().offset + expected.back().count);
+    EXPECT_EQ(m.state_bytes().weights, 4.0 * m.parameter_elements());
+    held_elements += m.parameter_elements();
+  }
+  // Together the stages hold every local element once, and wte's slice twice (the tied LM head's copy).
+  EXPECT_EQ(held_elements, unsplit->parameter_elements() + local[kWteSlot].count);
+
+  Transformer& first = *stages[0];
+  EXPECT_THROW(first.SelectMicroBatch(kSlots), std::logic_error);
+  EXPECT_THROW(first.SelectMicroBatch(-1), std::logic_error);
+  EXPECT_EQ(first.stage_edges().count, 0u) << "edges before the slot's first SetBatch";
+  try {
+    MakeCpuTensorParallelTransformer(config, 7, *comm, {}, MakeFsdpLayout(local, 2, 0),
+                                     MakePipelineStage(config, kStages, 0, kSlots));
+    ADD_FAILURE() << "fsdp within a split stage accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not built"), std::string::npos) << e.what();
+  }
+}
+
+// Writes the gradients of `model` to NaN, so that a kOverwrite that leaves any element alone shows.
+void PoisonGradients(Transformer& model) {
+  std::fill_n(model.gradients(), model.parameter_elements(), std::numeric_limits<float>::quiet_NaN());
+}
+
+// The slots a Backward reported: each held one once, in descending order, none the stage does not hold.
+void ExpectHeldSlotsReported(const Transformer& model, const std::vector<size_t>& reported) {
+  std::vector<size_t> held;
+  for (size_t s = model.layout().size(); s-- > 0;) {
+    if (model.layout()[s].count > 0) held.push_back(s);
+  }
+  EXPECT_EQ(reported, held) << "stage " << model.pipeline_stage().stage;
+}
+
+GradientWrite WriteOf(int micro_batch) {
+  return micro_batch == 0 ? GradientWrite::kOverwrite : GradientWrite::kAccumulate;
+}
+
+// The two stages stepped as a pipeline steps them, fill then drain (both slots of each stage in flight at once), the
+// edges copied between them, micro-batch mb in slot mb; `losses` gets the last stage's.
+void StepPipeline(Transformer& first, Transformer& last, const std::vector<Batch>& batches,
+                  std::vector<float>& losses) {
+  const size_t count = static_cast<size_t>(kBatch) * kSeq * first.config().d_model;
+  for (size_t mb = 0; mb < batches.size(); ++mb) {
+    for (Transformer* m : {&first, &last}) {
+      m->SelectMicroBatch(static_cast<int>(mb));
+      m->SetBatch(batches[mb].inputs.data(), batches[mb].targets.data(), kBatch, kSeq);
+    }
+    first.Forward();
+    EXPECT_TRUE(std::isnan(first.Loss()));
+    const Transformer::StageEdges out = first.stage_edges(), in = last.stage_edges();
+    ASSERT_EQ(out.count, count);
+    ASSERT_EQ(in.count, count);
+    EXPECT_EQ(out.input, nullptr);
+    EXPECT_EQ(out.input_grad, nullptr);
+    EXPECT_EQ(in.output, nullptr);
+    EXPECT_EQ(in.output_grad, nullptr);
+    std::copy_n(out.output, count, in.input);
+    last.Forward();
+  }
+  for (size_t mb = 0; mb < batches.size(); ++mb) {
+    std::vector<size_t> reported_last, reported_first;
+    last.SelectMicroBatch(static_cast<int>(mb));
+    losses.push_back(last.Loss());
+    last.Backward([&](size_t slot) { reported_last.push_back(slot); }, WriteOf(static_cast<int>(mb)));
+    first.SelectMicroBatch(static_cast<int>(mb));
+    std::copy_n(last.stage_edges().input_grad, count, first.stage_edges().output_grad);
+    first.Backward([&](size_t slot) { reported_first.push_back(slot); }, WriteOf(static_cast<int>(mb)));
+    ExpectHeldSlotsReported(last, reported_last);
+    ExpectHeldSlotsReported(first, reported_first);
+  }
+}
+
+// Every held gradient but wte's has the unsplit model's bits; returns the largest |first + last - unsplit| of wte's,
+// and the largest |unsplit| of it in `max_abs`.
+double CompareStageGradients(const std::vector<std::unique_ptr<Transformer>>& stages, Transformer& unsplit,
+                             double& max_abs) {
+  const std::vector<TensorSlot>& local = unsplit.layout();
+  for (size_t slot = kWpeSlot; slot < local.size(); ++slot) {
+    for (const std::unique_ptr<Transformer>& m : stages) {
+      const TensorSlot& held = m->layout()[slot];
+      if (held.count == 0) continue;
+      EXPECT_EQ(std::memcmp(m->gradients() + held.offset, unsplit.gradients() + local[slot].offset,
+                            held.count * sizeof(float)),
+                0)
+          << "stage " << m->pipeline_stage().stage << " " << local[slot].name;
+    }
+  }
+  Transformer& first = *stages.front();
+  Transformer& last = *stages.back();
+  const float* wte = unsplit.gradients() + local[kWteSlot].offset;
+  double worst = 0;
+  max_abs = 0;
+  for (size_t i = 0; i < local[kWteSlot].count; ++i) {
+    const double sum = double{first.gradients()[first.layout()[kWteSlot].offset + i]} +
+                       last.gradients()[last.layout()[kWteSlot].offset + i];
+    worst = std::max(worst, std::fabs(sum - wte[i]));
+    max_abs = std::max(max_abs, double{std::fabs(wte[i])});
+  }
+  return worst;
+}
+
+// (7) The chained stages, two micro-batches accumulating (kOverwrite, then kAccumulate, at gradient scale 1/2), do the
+// unsplit model's computation: each micro-batch's loss has its bits (and is the whole CPU model's within 1e-5, as in
+// ForwardLossMatchesTheFullModel), every held gradient its bits but wte's: the first stage's copy has the embedding's
+// part, the last's the LM head's, and their sum is the unsplit gradient in another summation order (bounded at 1e-5
+// of its largest element; printed). The all-reduces of both stages together are the unsplit model's.
+TEST(TensorParallelPipelineStages, ChainedStagesAreTheUnsplitModel) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  const ModelConfig config = FourLayerModel();
+  auto full = MakeCpuTransformer(config, 7);
+  auto unsplit = MakeCpuTensorParallelTransformer(config, 7, *comm);
+  const std::vector<std::unique_ptr<Transformer>> stages = MakeStages(config, *comm);
+  Transformer& first = *stages[0];
+  Transformer& last = *stages[1];
+  const std::vector<Batch> batches = {MakeBatch(config, 0), MakeBatch(config, 1)};
+  for (Transformer* m : {unsplit.get(), &first, &last}) {
+    m->SetGradientScale(0.5f);
+    PoisonGradients(*m);
+  }
+  std::vector<float> expected;
+  for (int mb = 0; mb < kSlots; ++mb) {
+    expected.push_back(Loss(*unsplit, batches[mb]));
+    unsplit->Backward(nullptr, WriteOf(mb));
+  }
+  const uint64_t step_elements = TensorParallelStatsOf(*unsplit)->last_step_comm().elements;
+  for (Transformer* m : {&first, &last}) TensorParallelStatsOf(*m)->TakeComm();
+
+  std::vector<float> losses;
+  StepPipeline(first, last, batches, losses);
+  ASSERT_EQ(losses.size(), expected.size());
+  for (int mb = 0; mb < kSlots; ++mb) {
+    EXPECT_EQ(losses[mb], expected[mb]) << "micro-batch " << mb;
+    const float whole = Loss(*full, batches[mb]);
+    EXPECT_NEAR(losses[mb], whole, 1e-5 * std::fabs(whole)) << "micro-batch " << mb;
+  }
+  uint64_t stage_elements = 0;
+  for (Transformer* m : {&first, &last}) stage_elements += TensorParallelStatsOf(*m)->TakeComm().elements;
+  EXPECT_EQ(stage_elements, kSlots * step_elements);
+
+  double max_abs = 0;
+  double worst = CompareStageGradients(stages, *unsplit, max_abs);
+  EXPECT_GT(max_abs, 0);
+  EXPECT_LE(worst, 1e-5 * max_abs) << "wte: first + last stage against the unsplit gradient";
+  worst /= max_abs;
+  MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (comm->rank() == 0) {
+    std::printf("[ info ] T=%d P=%d: wte's stage gradients sum to the unsplit one within %.2e of its max\n",
+                comm->size(), kStages, worst);
+  }
+}
+
+// One stage stepped alone, its edges written by the caller: `step`'s values in place of another stage's.
+void StepStageAlone(Transformer& stage, const Batch& b, int step) {
+  stage.SetBatch(b.inputs.data(), b.targets.data(), kBatch, kSeq);
+  const Transformer::StageEdges edges = stage.stage_edges();
+  if (edges.input != nullptr) {
+    for (size_t i = 0; i < edges.count; ++i) edges.input[i] = 0.1f * std::sin(0.37f * i + step);
+  }
+  stage.Forward();
+  if (edges.output_grad != nullptr) {
+    for (size_t i = 0; i < edges.count; ++i) edges.output_grad[i] = 1e-3f * std::cos(0.53f * i + step);
+  }
+  stage.Backward(nullptr);
+}
+
+// ZeRO-1 over a stage's local elements: each half of them, stepped by AdamW, has the bits the unsharded stage's AdamW
+// gives it, the other half untouched; the moments hold the half only.
+TEST(TensorParallelPipelineStages, Zero1ShardsTheStagesLocalElements) {
+  auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
+  const ModelConfig config = FourLayerModel();
+  AdamWConfig adamw;
+  adamw.learning_rate = 1e-2f;
+  const Batch b = MakeBatch(config, 0);
+  for (int s = 0; s < kStages; ++s) {
+    const PipelineStage stage = MakePipelineStage(config, kStages, s, 1);
+    auto dense = MakeCpuTensorParallelTransformer(config, 7, *comm, {}, {}, stage);
+    const size_t elements = dense->parameter_elements();
+    const std::vector<float> initial(dense->parameters(), dense->parameters() + elements);
+    StepStageAlone(*dense, b, s);
+    dense->AdamWStep(adamw, 1);
+    for (int half = 0; half < 2; ++half) {
+      SCOPED_TRACE("stage " + std::to_string(s) + ", half " + std::to_string(half));
+      const OptimizerShard shard = ShardOf(elements, 2, half);
+      auto sharded = MakeCpuTensorParallelTransformer(config, 7, *comm, shard, {}, stage);
+      EXPECT_EQ(sharded->optimizer_shard().begin, shard.begin);
+      EXPECT_EQ(sharded->optimizer_shard().end, shard.end);
+      EXPECT_EQ(sharded->state_bytes().optimizer, 8.0 * shard.elements());
+      StepStageAlone(*sharded, b, s);
+      sharded->AdamWStep(adamw, 1);
+      for (size_t i = 0; i < elements; ++i) {
+        const float want = i >= shard.begin && i < shard.end ? dense->parameters()[i] : initial[i];
+        ASSERT_EQ(sharded->parameters()[i], want) << "element " << i;
+      }
+    }
+  }
 }
 
 }  // namespace
