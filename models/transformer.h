@@ -367,6 +367,10 @@ struct CudaTransformerOptions {
   // unit and reads whole units through the UnitAccess set by SetUnitAccess, casting each gathered unit to bf16 for
   // the GEMMs (working copies for the embeddings and two block roles).
   FsdpLayout fsdp;
+  // Pipeline parallel: the stage the model holds, with activations for stage.slots micro-batches of max_batch x
+  // config.seq tokens (the default: the whole model, one micro-batch). Not with fsdp; zero1 shards the stage's
+  // elements.
+  PipelineStage stage;
 };
 
 // The CUDA implementation on the current device: bf16 weights and activations for the GEMMs and attention, fp32

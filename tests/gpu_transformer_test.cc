@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -650,6 +651,160 @@ TEST(CudaTransformer, PhaseClockIntervalsAddUpToWallTime) {
     EXPECT_GE(sum, 0.8 * wall - 2e-3) << "wall " << wall;
   }
   EXPECT_TRUE(clock->Intervals().empty());
+}
+
+// --- pipeline stages on one device ------------------------------------------------------------------------------
+
+// The model in P = 2 stages of one layer each on one GPU (two model objects), two micro-batches in flight on each, run
+// as 1F1B runs a stage (F0 F1 B0 B1), the edges carried between the stage objects through the host, against the
+// whole CPU reference over the same two micro-batches (gradient scale 1/2, the second accumulated). Each stage
+// starts from the whole model's weights for what it holds; the last stage's losses are the reference's; each held
+// tensor's gradient is the reference's (wte's the sum of the first stage's embedding copy and the last stage's LM
+// head copy), within the whole model's tolerances; each Backward reports the held tensors in the reference's order.
+// Every gradient starts as NaN: overwriting must not read it (the first stage's wte, which only the embeddings'
+// scatter adds to, included). Slot 0's edges are read after slot 1's Forward or Backward, so a slot that shared its
+// activations or edges with the other would show.
+TEST(CudaTransformer, PipelineStagesMatchTheWholeCpuReference) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = SmallHeadsConfig();
+  constexpr int kStages = 2;
+  constexpr int kMicroBatches = 2;
+  auto cpu = MakeCpuTransformer(config, 11);
+  const std::vector<TensorSlot>& whole = cpu->layout();
+  std::vector<std::unique_ptr<Transformer>> stages;
+  for (int s = 0; s < kStages; ++s) {
+    CudaTransformerOptions options;
+    options.max_batch = kBatch;
+    options.stage = MakePipelineStage(config, kStages, s, kMicroBatches);
+    stages.push_back(MakeCudaTransformer(config, 11, options));
+  }
+  Transformer& first = *stages.front();
+  Transformer& last = *stages.back();
+
+  for (const std::unique_ptr<Transformer>& stage : stages) {
+    const int s = stage->pipeline_stage().stage;
+    const std::vector<TensorSlot> expected = StageLayout(whole, stage->pipeline_stage());
+    ASSERT_EQ(stage->layout().size(), whole.size());
+    const std::vector<float> params = DownloadDevice(stage->parameters(), stage->parameter_elements());
+    for (size_t slot = 0; slot < whole.size(); ++slot) {
+      const TensorSlot& held = stage->layout()[slot];
+      ASSERT_EQ(held.count, expected[slot].count) << held.name << " on stage " << s;
+      EXPECT_EQ(held.offset, expected[slot].offset) << held.name << " on stage " << s;
+      size_t different = 0;
+      for (size_t i = 0; i < held.count; ++i) {
+        different += params[held.offset + i] != cpu->parameters()[whole[slot].offset + i];
+      }
+      EXPECT_EQ(different, 0u) << "initial " << held.name << " on stage " << s;
+    }
+    FillDevice(stage->gradients(), stage->parameter_elements(), NAN);
+    stage->SetGradientScale(0.5f);
+  }
+  EXPECT_THROW(first.SelectMicroBatch(kMicroBatches), std::logic_error);
+
+  std::vector<Batch> batches;
+  std::vector<float> cpu_losses;
+  std::vector<size_t> cpu_order;
+  cpu->SetGradientScale(0.5f);
+  for (int i = 0; i < kMicroBatches; ++i) {
+    batches.push_back(RandomBatch(config.vocab, kBatch, kSeq, 12 + static_cast<uint32_t>(i)));
+    cpu_losses.push_back(cpu->ForwardBatch(batches[i].inputs.data(), batches[i].targets.data(), kBatch, kSeq));
+    cpu->Backward([&](size_t slot) { cpu_order.push_back(slot); },
+                  i == 0 ? GradientWrite::kOverwrite : GradientWrite::kAccumulate);
+  }
+
+  const size_t edge_count = static_cast<size_t>(kBatch) * kSeq * config.d_model;
+  auto write = [](int i) { return i == 0 ? GradientWrite::kOverwrite : GradientWrite::kAccumulate; };
+  std::vector<size_t> orders[kStages];
+  for (int i = 0; i < kMicroBatches; ++i) {
+    first.SelectMicroBatch(i);
+    first.SetBatch(batches[i].inputs.data(), batches[i].targets.data(), kBatch, kSeq);
+    first.Forward();
+    EXPECT_TRUE(std::isnan(first.Loss())) << "a stage before the last has no loss";
+  }
+  for (int i = 0; i < kMicroBatches; ++i) {
+    first.SelectMicroBatch(i);
+    last.SelectMicroBatch(i);
+    last.SetBatch(batches[i].inputs.data(), batches[i].targets.data(), kBatch, kSeq);
+    const Transformer::StageEdges from = first.stage_edges();
+    const Transformer::StageEdges to = last.stage_edges();
+    ASSERT_EQ(from.count, edge_count);
+    ASSERT_EQ(to.count, edge_count);
+    ASSERT_NE(from.output, nullptr);
+    ASSERT_NE(to.input, nullptr);
+    EXPECT_EQ(from.input, nullptr);
+    EXPECT_EQ(from.input_grad, nullptr);
+    EXPECT_EQ(to.output, nullptr);
+    EXPECT_EQ(to.output_grad, nullptr);
+    UploadDevice(to.input, DownloadDevice(from.output, edge_count).data(), edge_count);
+    last.Forward();
+    EXPECT_NEAR(last.Loss(), cpu_losses[i], kLossTolerance * cpu_losses[i]) << "micro-batch " << i;
+  }
+  for (int i = 0; i < kMicroBatches; ++i) {
+    last.SelectMicroBatch(i);
+    last.Backward([&](size_t slot) { orders[1].push_back(slot); }, write(i));
+  }
+  for (int i = 0; i < kMicroBatches; ++i) {
+    last.SelectMicroBatch(i);
+    first.SelectMicroBatch(i);
+    const Transformer::StageEdges from = last.stage_edges();
+    const Transformer::StageEdges to = first.stage_edges();
+    ASSERT_NE(from.input_grad, nullptr);
+    ASSERT_NE(to.output_grad, nullptr);
+    UploadDevice(to.output_grad, DownloadDevice(from.input_grad, edge_count).data(), edge_count);
+    first.Backward([&](size_t slot) { orders[0].push_back(slot); }, write(i));
+  }
+
+  for (int s = 0; s < kStages; ++s) {
+    std::vector<size_t> expected;
+    for (size_t slot : cpu_order) {  // both backwards'
+      if (StageHoldsSlot(stages[s]->pipeline_stage(), whole, slot)) expected.push_back(slot);
+    }
+    EXPECT_EQ(orders[s], expected) << "stage " << s;
+  }
+  std::vector<std::vector<float>> grads;
+  for (const std::unique_ptr<Transformer>& stage : stages) {
+    grads.push_back(DownloadDevice(stage->gradients(), stage->parameter_elements()));
+  }
+  for (size_t slot = 0; slot < whole.size(); ++slot) {
+    std::vector<float> sum(whole[slot].count, 0.0f);
+    int holders = 0;
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const TensorSlot& held = stages[s]->layout()[slot];
+      if (held.count == 0) continue;
+      ++holders;
+      for (size_t i = 0; i < held.count; ++i) sum[i] += grads[s][held.offset + i];
+    }
+    EXPECT_EQ(holders, slot == kWteSlot ? 2 : 1) << whole[slot].name;
+    EXPECT_LT(RelativeDifference(sum.data(), cpu->gradients() + whole[slot].offset, whole[slot].count),
+              kGradientTolerance)
+        << whole[slot].name;
+  }
+}
+
+// fsdp over pipeline stages is not built, and a stage that does not divide the layers is refused, both before any
+// device memory is taken; zero1 shards a stage's own elements.
+TEST(CudaTransformer, PipelineStageOptions) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const ModelConfig config = SmallHeadsConfig();
+  CudaTransformerOptions options;
+  options.max_batch = kBatch;
+  options.stage = MakePipelineStage(config, 2, 1, 1);
+  options.fsdp = MakeFsdpLayout(MakeLayout(config), 2, 0);
+  const std::string fsdp = InputErrorOf([&] { MakeCudaTransformer(config, 1, options); });
+  EXPECT_NE(fsdp.find("not built"), std::string::npos) << fsdp;
+  options.fsdp = {};
+  options.stage.stages = 3;
+  const std::string undivided = InputErrorOf([&] { MakeCudaTransformer(config, 1, options); });
+  EXPECT_NE(undivided.find("does not divide"), std::string::npos) << undivided;
+
+  options.stage = MakePipelineStage(config, 2, 1, 1);
+  const std::vector<TensorSlot> stage_layout = StageLayout(MakeLayout(config), options.stage);
+  const size_t elements = stage_layout.back().offset + stage_layout.back().count;
+  options.shard = ShardOf(elements, 2, 1);
+  auto zero1 = MakeCudaTransformer(config, 1, options);
+  EXPECT_EQ(zero1->parameter_elements(), elements);
+  EXPECT_EQ(zero1->optimizer_shard().end, elements);
+  EXPECT_EQ(zero1->state_bytes().optimizer, 4.0 * (options.shard.capacity + 2.0 * options.shard.elements()));
 }
 
 // --- FSDP on the device --------------------------------------------------------------------------------------

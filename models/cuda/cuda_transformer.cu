@@ -4,13 +4,15 @@
 // by AdamW in the same pass; bf16 activations except the residual stream, the LayerNorm statistics, the attention
 // log-sum-exp and the logits, which stay fp32. GEMMs through cuBLASLt (gemm.h), attention through cuDNN's fused SDPA
 // or cuBLAS (attention.h), every other layer a small kernel (kernels.h). Forward and backward follow the CPU
-// reference step by step, so each tensor can be compared with its reference.
+// reference step by step, so each tensor can be compared with its reference. A pipeline stage holds only its part
+// (StageLayout) and the activations of its micro-batch slots for its blocks; its edges are the fp32 residual stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +54,30 @@ struct BlockActivations {
   float* residual3 = nullptr;  // (N, C) residual after the MLP: the block's output
 };
 
+// What one micro-batch slot keeps from its Forward to its Backward, for the stage's blocks only. N = B·T tokens of
+// the slot's batch.
+struct MicroBatch {
+  int32_t* tokens = nullptr;  // (2, N) its inputs, then its targets (the first stage's Backward reads the inputs)
+  // (N, C) the residual stream entering the stage's first block: the embeddings on the first stage, the previous
+  // stage's output (stage_edges().input) on a later one.
+  float* input = nullptr;
+  std::vector<BlockActivations> blocks;  // blocks [first_layer, end_layer)
+  // The last stage's:
+  Bf16* lnf = nullptr;          // (N, C)
+  float* lnf_mean = nullptr;    // (N)
+  float* lnf_rstd = nullptr;    // (N)
+  float* loss = nullptr;        // (1) the mean loss
+  Bf16* logits_grad = nullptr;  // (N, Vp) d loss / d logits, written by the cross-entropy in Forward
+  // (N, C) the residual gradient that Backward carries down the blocks, fp32 as the stream itself: on the first stage
+  // the backward scratch shared by the slots (its embeddings' backward spends it), on a later stage the slot's own,
+  // left there as stage_edges().input_grad.
+  float* residual_grad = nullptr;
+  float* output_grad = nullptr;  // (N, C) a stage before the last's: stage_edges().output_grad, written by the caller
+  int batch = 0;  // SetBatch's shape
+  int seq = 0;
+  bool backward_pending = false;
+};
+
 class CudaTransformer final : public Transformer {
  public:
   CudaTransformer(const ModelConfig& config, uint64_t seed, const CudaTransformerOptions& options);
@@ -88,9 +114,13 @@ class CudaTransformer final : public Transformer {
   void SetGradientScale(float scale) override { gradient_scale_ = scale; }
   const PipelineStage& pipeline_stage() const override { return stage_; }
   void SelectMicroBatch(int slot) override {
-    if (slot != 0) throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a model holding one");
+    if (slot < 0 || slot >= stage_.slots) {
+      throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a stage holding " +
+                             std::to_string(stage_.slots));
+    }
+    slot_ = slot;
   }
-  StageEdges stage_edges() override { return {}; }
+  StageEdges stage_edges() override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }
   const FsdpLayout& fsdp_layout() const override { return fsdp_; }
@@ -154,11 +184,18 @@ class CudaTransformer final : public Transformer {
   void HoldGradients(size_t u);
   void ReleaseGradients(size_t u);
   UnitAccess& Access() const;
-  void BlockBackward(int layer, const std::function<void(size_t slot)>& ready, GradientWrite write);
+  void BlockBackward(const MicroBatch& mb, int layer, const std::function<void(size_t slot)>& ready,
+                     GradientWrite write);
+  // Block `layer` (one the stage holds) of a slot's activations.
+  const BlockActivations& Block(const MicroBatch& mb, int layer) const {
+    return mb.blocks[static_cast<size_t>(layer - stage_.first_layer)];
+  }
 
   ModelConfig config_;
   CudaTransformerOptions options_;
-  std::vector<TensorSlot> layout_;
+  PipelineStage stage_;  // options_.stage resolved: the whole model by default
+  std::vector<TensorSlot> whole_layout_;  // MakeLayout's, where the stage's tensors and their initial weights come from
+  std::vector<TensorSlot> layout_;        // the stage's (StageLayout): what the flat buffers hold
   size_t elements_;
   OptimizerShard shard_;  // ResolveShard's: without ZeRO-1, [0, elements_) at capacity elements_
   FsdpLayout fsdp_;
@@ -169,10 +206,10 @@ class CudaTransformer final : public Transformer {
   std::optional<gpu::AdamWPlan> adamw_plan_;  // adamw_ranges_ on the device, for AdamW's one launch
   std::vector<ParameterUnit> units_;
   std::vector<size_t> slot_units_;    // per slot: its unit
-  std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
+  std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit (a held one's)
   std::vector<UnitView> views_;  // per unit
   UnitAccess* access_ = nullptr;
-  size_t max_tokens_;  // options.max_batch · config.seq: the activations' capacity
+  size_t max_tokens_;  // options.max_batch · config.seq: each micro-batch's activations' capacity
 
   // Declared first, destroyed last: everything below enqueues work on it.
   Stream stream_;
@@ -180,7 +217,7 @@ class CudaTransformer final : public Transformer {
   std::unique_ptr<gpu::Attention> attention_;
   std::string fallback_reason_;
 
-  // Flat buffers, MakeLayout's order (P = elements_; under ZeRO-1 the weights and gradients hold the shard's
+  // Flat buffers, the stage's layout (P = elements_; under ZeRO-1 the weights and gradients hold the shard's
   // capacity, m and v its elements): fp32 master weights, gradients, AdamW m and v, and the bf16
   // copy of the weights that the GEMMs read (biases included: bf16-output GEMMs take a bf16 bias).
   DeviceBuffer flat_buffers_;
@@ -192,24 +229,21 @@ class CudaTransformer final : public Transformer {
   Bf16* embedding_bf16_ = nullptr;     // the embeddings unit's bf16 working copy
   Bf16* block_bf16_[2] = {nullptr, nullptr};  // the blocks', by parity of the layer
 
-  // Activations and backward scratch for up to max_tokens_ tokens, all in one allocation.
+  // Activations of stage_.slots micro-batches and the scratch they share, each for up to max_tokens_ tokens, all in
+  // one allocation.
   DeviceBuffer activation_buffer_;
-  int32_t* tokens_ = nullptr;     // (2, N) the batch's inputs, then its targets (N = this batch's B·T)
-  float* encoded_ = nullptr;      // (N, C) token + position embedding: the residual stream entering block 0
-  std::vector<BlockActivations> blocks_;
-  Bf16* lnf_ = nullptr;           // (N, C)
-  float* lnf_mean_ = nullptr;     // (N)
-  float* lnf_rstd_ = nullptr;     // (N)
+  std::vector<MicroBatch> micro_batches_;  // per slot
+  int slot_ = 0;                           // SelectMicroBatch's
+  // The last stage's, read only within a Forward: shared by the slots.
   float* logits_ = nullptr;       // (N, Vp)
   float* row_losses_ = nullptr;   // (N)
-  float* loss_ = nullptr;         // (1) the mean loss
-  float* residual_grad_ = nullptr;     // (N, C) gradient of the residual stream, fp32 as the stream itself
-  Bf16* residual_grad_bf16_ = nullptr; // (N, C) its bf16 copy, the out_grad of the projections' backward GEMMs
+  Bf16* residual_grad_bf16_ = nullptr; // (N, C) the residual gradient's bf16 copy, the out_grad of the projections'
+                                       // backward GEMMs
   Bf16* channel_grad_ = nullptr;       // (N, C) gradient of a LayerNorm output or of the attention output
   float* layernorm_scratch_ = nullptr; // LayerNorm backward's per-block partial sums of its weight gradients
-  // (N, max(Vp, 4C)): d loss / d logits in bf16 (written by the cross-entropy in Forward), then each block's MLP
-  // hidden gradient (N, 4C), then its qkv
-  // gradient (N, 3C): each is spent before the next is written (the CPU reference's hidden_grad_ likewise).
+  // (N, max(4C, 3C), or max(Vp, 4C, 3C) on a last stage of one slot): that slot's d loss / d logits (its
+  // logits_grad, written by the cross-entropy in Forward), then each block's MLP hidden gradient (N, 4C), then its
+  // qkv gradient (N, 3C): each is spent before the next is written (the CPU reference's hidden_grad_ likewise).
   Bf16* grad_scratch_ = nullptr;
 
   // Pinned staging for the batch's tokens (2, max_tokens_), and the event after their copy to the device: the next
@@ -218,11 +252,7 @@ class CudaTransformer final : public Transformer {
   Event tokens_copied_;
   PinnedBuffer loss_host_;  // (1)
 
-  int batch_ = 0;
-  int seq_ = 0;
-  PipelineStage stage_ = ResolveStage({}, config_);  // the whole model
   float gradient_scale_ = 1.0f;  // SetGradientScale's: d loss / d logits is scaled by it from the next Forward
-  bool backward_pending_ = false;
   // Device memory is measured after construction and after the first forward and backward of each batch shape
   // (libraries build plans and graphs per shape).
   bool forward_measured_ = false;
@@ -233,7 +263,9 @@ class CudaTransformer final : public Transformer {
 CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const CudaTransformerOptions& options)
     : config_(config),
       options_(options),
-      layout_(MakeLayout(config)),
+      stage_(ResolveStage(options.stage, config)),
+      whole_layout_(MakeLayout(config)),
+      layout_(StageLayout(whole_layout_, stage_)),
       elements_(layout_.back().offset + layout_.back().count),
       shard_(ResolveShard(options.shard, elements_)),
       fsdp_(options.fsdp),
@@ -245,8 +277,11 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
                                     : AdamWRanges(config, layout_, shard_.begin, shard_.end)),
       moment_offset_(fsdp_.enabled() ? 0 : shard_.begin),
       units_(ParameterUnits(layout_)),
-      slot_units_(SlotUnits(layout_, units_)),
-      unit_offsets_(UnitOffsets(layout_, units_)),
+      // By the whole model's layout: a stage holds the same units, and a held slot keeps its place in its unit (the
+      // last stage's embedding unit, wte without wpe, has wte at its start). Over the stage's own layout SlotUnits
+      // could not place the empty slots after its last held one.
+      slot_units_(SlotUnits(whole_layout_, ParameterUnits(whole_layout_))),
+      unit_offsets_(UnitOffsets(whole_layout_, ParameterUnits(whole_layout_))),
       views_(units_.size()),
       max_tokens_(static_cast<size_t>(options.max_batch) * config.seq) {
   if (fsdp_.enabled() && options.shard.sharded()) throw InputError("a model is sharded by zero1 or by fsdp, not both");
@@ -294,7 +329,9 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
   adamw_plan_.emplace(adamw_ranges_, moment_offset_);
   ClearFloats(m_, moment_elements_);
   ClearFloats(v_, moment_elements_);
-  TB_CHECK_CUDA(cudaMemsetAsync(loss_, 0, sizeof(float), stream_.get()));  // Loss() before any Forward: 0
+  for (size_t i = 0; stage_.last() && i < micro_batches_.size(); ++i) {  // Loss() before any Forward: 0
+    TB_CHECK_CUDA(cudaMemsetAsync(micro_batches_[i].loss, 0, sizeof(float), stream_.get()));
+  }
   stream_.Synchronize();
   NoteDeviceMemory();
 }
@@ -318,14 +355,27 @@ void CudaTransformer::CarveFlatBuffers(Carver& flat) {
 // The same initial weights as the CPU reference, drawn on the host from the same seed (InitializeParameterRange, on
 // every core this rank may use) chunk by chunk into two pinned staging buffers, each chunk's copy running while the
 // next is drawn: no pageable vector of all P parameters to fault in (6 GB for gpt2-1.5b), and copies at the pinned
-// rate. Under FSDP the pieces are this rank's shards of the units, into the shard store.
+// rate. The pieces are stretches of the whole model's flat buffer: the stage's held slots, consecutive ones joined
+// (the whole model is one piece, a stage one or two, as InitializeStageParameters draws them on the host); under
+// FSDP this rank's shards of the units, into the shard store.
 void CudaTransformer::UploadInitialParameters(uint64_t seed) {
   struct Piece {
-    size_t begin, end;  // flat elements
+    size_t begin, end;  // the whole model's flat elements
     float* device;
   };
   std::vector<Piece> pieces;
-  if (!fsdp_.enabled()) pieces.push_back({0, elements_, params_});
+  for (size_t s = 0; !fsdp_.enabled() && s < layout_.size(); ++s) {
+    const size_t count = layout_[s].count;
+    if (count == 0) continue;
+    const size_t begin = whole_layout_[s].offset;
+    float* device = params_ + layout_[s].offset;
+    if (!pieces.empty() && pieces.back().end == begin &&
+        pieces.back().device + (pieces.back().end - pieces.back().begin) == device) {
+      pieces.back().end += count;
+    } else {
+      pieces.push_back({begin, begin + count, device});
+    }
+  }
   for (size_t u = 0; fsdp_.enabled() && u < units_.size(); ++u) {
     const OptimizerShard& shard = fsdp_.shards[u].shard;
     pieces.push_back({units_[u].begin + shard.begin, units_[u].begin + shard.end, params_ + fsdp_.shards[u].store});
@@ -341,7 +391,7 @@ void CudaTransformer::UploadInitialParameters(uint64_t seed) {
       PinnedBuffer& buffer = staging[i % 2];
       if (i >= 2) copied[i % 2].Synchronize();  // the copy from this buffer two chunks ago
       float* host = static_cast<float*>(buffer.data());
-      InitializeParameterRange(config_, layout_, seed, begin, begin + count, host);
+      InitializeParameterRange(config_, whole_layout_, seed, begin, begin + count, host);
       TB_CHECK_CUDA(cudaMemcpyAsync(piece.device + (begin - piece.begin), host, count * sizeof(float),
                                     cudaMemcpyHostToDevice, stream_.get()));
       copied[i % 2].Record(stream_.get());
@@ -400,35 +450,48 @@ size_t CudaTransformer::PointActivations(char* base) {
   const size_t hidden = static_cast<size_t>(config_.mlp_ratio) * c;
   const size_t vp = config_.vocab_padded;
   Carver carve(base);
-  tokens_ = carve.Take<int32_t>(2 * n);
-  encoded_ = carve.Take<float>(n * c);
-  blocks_.resize(config_.layers);
-  for (BlockActivations& a : blocks_) {
-    a.ln1 = carve.Take<Bf16>(n * c);
-    a.ln1_mean = carve.Take<float>(n);
-    a.ln1_rstd = carve.Take<float>(n);
-    a.qkv = carve.Take<Bf16>(n * 3 * c);
-    a.atty = carve.Take<Bf16>(n * c);
-    a.att_lse = carve.Take<float>(n * config_.heads);
-    a.residual2 = carve.Take<float>(n * c);
-    a.ln2 = carve.Take<Bf16>(n * c);
-    a.ln2_mean = carve.Take<float>(n);
-    a.ln2_rstd = carve.Take<float>(n);
-    a.fch = carve.Take<Bf16>(n * hidden);
-    a.fch_gelu = carve.Take<Bf16>(n * hidden);
-    a.residual3 = carve.Take<float>(n * c);
+  float* shared_residual_grad = stage_.first() ? carve.Take<float>(n * c) : nullptr;
+  micro_batches_.resize(stage_.slots);
+  for (MicroBatch& mb : micro_batches_) {
+    mb.tokens = carve.Take<int32_t>(2 * n);
+    mb.input = carve.Take<float>(n * c);
+    mb.blocks.resize(static_cast<size_t>(stage_.end_layer - stage_.first_layer));
+    for (BlockActivations& a : mb.blocks) {
+      a.ln1 = carve.Take<Bf16>(n * c);
+      a.ln1_mean = carve.Take<float>(n);
+      a.ln1_rstd = carve.Take<float>(n);
+      a.qkv = carve.Take<Bf16>(n * 3 * c);
+      a.atty = carve.Take<Bf16>(n * c);
+      a.att_lse = carve.Take<float>(n * config_.heads);
+      a.residual2 = carve.Take<float>(n * c);
+      a.ln2 = carve.Take<Bf16>(n * c);
+      a.ln2_mean = carve.Take<float>(n);
+      a.ln2_rstd = carve.Take<float>(n);
+      a.fch = carve.Take<Bf16>(n * hidden);
+      a.fch_gelu = carve.Take<Bf16>(n * hidden);
+      a.residual3 = carve.Take<float>(n * c);
+    }
+    if (stage_.last()) {
+      mb.lnf = carve.Take<Bf16>(n * c);
+      mb.lnf_mean = carve.Take<float>(n);
+      mb.lnf_rstd = carve.Take<float>(n);
+      mb.loss = carve.Take<float>(1);
+      // Slots keep their logits' gradients until their Backwards, in any order; a lone slot's is grad_scratch_.
+      if (stage_.slots > 1) mb.logits_grad = carve.Take<Bf16>(n * vp);
+    }
+    mb.residual_grad = stage_.first() ? shared_residual_grad : carve.Take<float>(n * c);
+    mb.output_grad = stage_.last() ? nullptr : carve.Take<float>(n * c);
   }
-  lnf_ = carve.Take<Bf16>(n * c);
-  lnf_mean_ = carve.Take<float>(n);
-  lnf_rstd_ = carve.Take<float>(n);
-  logits_ = carve.Take<float>(n * vp);
-  row_losses_ = carve.Take<float>(n);
-  loss_ = carve.Take<float>(1);
-  residual_grad_ = carve.Take<float>(n * c);
+  if (stage_.last()) {
+    logits_ = carve.Take<float>(n * vp);
+    row_losses_ = carve.Take<float>(n);
+  }
   residual_grad_bf16_ = carve.Take<Bf16>(n * c);
   channel_grad_ = carve.Take<Bf16>(n * c);
   layernorm_scratch_ = carve.Take<float>(gpu::LayerNormBackwardScratchFloats(n, config_.d_model));
-  grad_scratch_ = carve.Take<Bf16>(n * std::max({vp, hidden, 3 * c}));
+  const bool logits_grad_in_scratch = stage_.last() && stage_.slots == 1;
+  grad_scratch_ = carve.Take<Bf16>(n * std::max({logits_grad_in_scratch ? vp : size_t{0}, hidden, 3 * c}));
+  if (logits_grad_in_scratch) micro_batches_[0].logits_grad = grad_scratch_;
   return carve.used();
 }
 
@@ -437,13 +500,19 @@ void CudaTransformer::CheckDeviceMemory(uint64_t needed_bytes, uint64_t activati
   size_t total_bytes = 0;
   TB_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (needed_bytes <= free_bytes) return;
+  std::string activations = std::to_string(options_.max_batch) + " x " + std::to_string(config_.seq) + " tokens";
+  if (stage_.slots > 1) activations = std::to_string(stage_.slots) + " micro-batches of " + activations;
+  if (stage_.split()) {
+    activations += " in layers [" + std::to_string(stage_.first_layer) + ", " + std::to_string(stage_.end_layer) +
+                   ") (pipeline stage " + std::to_string(stage_.stage) + " of " + std::to_string(stage_.stages) + ")";
+  }
   throw RuntimeError("the CUDA transformer for model '" + config_.name + "' needs " + FormatBytes(needed_bytes) +
                      " of device memory (" + FormatBytes(static_cast<double>(FlatBytes())) +
                      " for fp32 weights, gradients and AdamW moments and the bf16 weights, " +
-                     FormatBytes(activation_bytes) + " for the activations of " + std::to_string(options_.max_batch) +
-                     " x " + std::to_string(config_.seq) + " tokens, " + FormatBytes(kLibraryReserveBytes) +
-                     " kept for cuBLASLt and cuDNN), but only " + FormatBytes(free_bytes) + " of the device's " +
-                     FormatBytes(total_bytes) + " are free HINT: run fewer layers of the same shape with --layers N, " +
+                     FormatBytes(activation_bytes) + " for the activations of " + activations + ", " +
+                     FormatBytes(kLibraryReserveBytes) + " kept for cuBLASLt and cuDNN), but only " +
+                     FormatBytes(free_bytes) + " of the device's " + FormatBytes(total_bytes) +
+                     " are free HINT: run fewer layers of the same shape with --layers N, " +
                      "or a smaller --micro-batch");
 }
 
@@ -462,36 +531,56 @@ void CudaTransformer::SetBatch(const TokenBatch& tokens) {
                      std::to_string(options_.max_batch) +
                      " sequences the CUDA transformer allocated activations for (its max_batch)");
   }
-  backward_pending_ = false;  // the activations are about to change
-  if (batch != batch_ || seq != seq_) forward_measured_ = backward_measured_ = false;
+  MicroBatch& mb = micro_batches_[slot_];
+  mb.backward_pending = false;  // the activations are about to change
+  if (batch != mb.batch || seq != mb.seq) forward_measured_ = backward_measured_ = false;
   const size_t n = static_cast<size_t>(batch) * seq;
   // The previous batch's copy may still be reading the staging buffer.
   tokens_copied_.Synchronize();
   int32_t* staging = static_cast<int32_t*>(token_staging_.data());
   UnpackTokens(tokens, static_cast<uint64_t>(config_.vocab), staging, staging + n);
-  TB_CHECK_CUDA(cudaMemcpyAsync(tokens_, staging, 2 * n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
+  TB_CHECK_CUDA(cudaMemcpyAsync(mb.tokens, staging, 2 * n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_.get()));
   tokens_copied_.Record(stream_.get());
-  batch_ = batch;
-  seq_ = seq;
+  mb.batch = batch;
+  mb.seq = seq;
+}
+
+Transformer::StageEdges CudaTransformer::stage_edges() {
+  const MicroBatch& mb = micro_batches_[slot_];
+  StageEdges edges;
+  edges.count = static_cast<size_t>(mb.batch) * mb.seq * config_.d_model;
+  if (!stage_.first()) {
+    edges.input = mb.input;
+    edges.input_grad = mb.residual_grad;
+  }
+  if (!stage_.last()) {
+    edges.output = mb.blocks.back().residual3;
+    edges.output_grad = mb.output_grad;
+  }
+  return edges;
 }
 
 void CudaTransformer::Forward() {
-  if (batch_ == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
-  backward_pending_ = false;
-  const size_t n = static_cast<size_t>(batch_) * seq_;
+  MicroBatch& mb = micro_batches_[slot_];
+  if (mb.batch == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
+  mb.backward_pending = false;
+  const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
   const int c = config_.d_model;
   const int hidden = config_.mlp_ratio * c;
-  const int32_t* inputs = tokens_;
-  const int32_t* targets = tokens_ + n;
+  const int32_t* inputs = mb.tokens;
+  const int32_t* targets = mb.tokens + n;
 
   // The embeddings are gathered from the fp32 master weights: no GEMM reads them here. Under FSDP they and the final
   // LayerNorm stay held to the end of backward (the tied LM head reads wte last in forward and first in backward).
-  HoldParameters(kEmbeddingUnit);
-  BeginOp(OpKind::kEmbedding, false);
-  gpu::EncoderForward(encoded_, inputs, Param(kWteSlot), Param(kWpeSlot), batch_, seq_, c, stream());
-  const float* residual = encoded_;  // (N, C)
-  for (int l = 0; l < config_.layers; ++l) {
-    BlockActivations& a = blocks_[l];
+  // FSDP holds the whole model (a split stage is refused), so the unit calls keep the whole model's order.
+  if (stage_.first()) {
+    HoldParameters(kEmbeddingUnit);
+    BeginOp(OpKind::kEmbedding, false);
+    gpu::EncoderForward(mb.input, inputs, Param(kWteSlot), Param(kWpeSlot), mb.batch, mb.seq, c, stream());
+  }
+  const float* residual = mb.input;  // (N, C)
+  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+    const BlockActivations& a = Block(mb, l);
     HoldParameters(BlockUnit(l));
     auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
     auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
@@ -499,7 +588,7 @@ void CudaTransformer::Forward() {
     gpu::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, param(kLn1Weight), param(kLn1Bias), n, c, stream());
     BeginOp(OpKind::kAttention, false);
     gemm_->LinearForward(a.qkv, nullptr, a.ln1, bf16_param(kQkvWeight), bf16_param(kQkvBias), n, c, 3 * c);
-    attention_->Forward(a.atty, a.att_lse, a.qkv, batch_, seq_);
+    attention_->Forward(a.atty, a.att_lse, a.qkv, mb.batch, mb.seq);
     // The projections add into the fp32 residual stream, with their fp32 master biases.
     gemm_->LinearForwardFloat(a.residual2, residual, a.atty, bf16_param(kAttnProjWeight), param(kAttnProjBias), n,
                               c, c);
@@ -513,21 +602,23 @@ void CudaTransformer::Forward() {
     ReleaseParameters(BlockUnit(l));
     residual = a.residual3;
   }
-  HoldParameters(FinalNormUnit(config_.layers));
-  BeginOp(OpKind::kLayerNorm, false);
-  gpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, Param(LnfWeightSlot(config_.layers)),
-                        Param(LnfWeightSlot(config_.layers) + 1), n, c, stream());
-  // The tied LM head over all Vp rows of wte, so that the GEMM keeps its aligned shape: the padding rows are zero,
-  // their logits are 0, and the cross-entropy ignores those columns (and gives them zero gradient).
-  BeginOp(OpKind::kLmHead, false);
-  gemm_->LinearForwardFloat(logits_, nullptr, lnf_, Bf16Param(kWteSlot), nullptr, n, c, config_.vocab_padded);
-  // Loss and d loss / d logits together, as llm.c does, the gradient in bf16 for the LM head's backward GEMMs:
-  // Backward starts from it.
-  Bf16* logits_grad = grad_scratch_;
-  gpu::CrossEntropyForwardBackward(logits_grad, row_losses_, loss_, logits_, targets, n, config_.vocab,
-                                   config_.vocab_padded, gradient_scale_, stream());
+  // A stage before the last stops here: its last block's output is its output edge.
+  if (stage_.last()) {
+    HoldParameters(FinalNormUnit(config_.layers));
+    BeginOp(OpKind::kLayerNorm, false);
+    gpu::LayerNormForward(mb.lnf, mb.lnf_mean, mb.lnf_rstd, residual, Param(LnfWeightSlot(config_.layers)),
+                          Param(LnfWeightSlot(config_.layers) + 1), n, c, stream());
+    // The tied LM head over all Vp rows of wte, so that the GEMM keeps its aligned shape: the padding rows are zero,
+    // their logits are 0, and the cross-entropy ignores those columns (and gives them zero gradient).
+    BeginOp(OpKind::kLmHead, false);
+    gemm_->LinearForwardFloat(logits_, nullptr, mb.lnf, Bf16Param(kWteSlot), nullptr, n, c, config_.vocab_padded);
+    // Loss and d loss / d logits together, as llm.c does, the gradient in bf16 for the LM head's backward GEMMs:
+    // Backward starts from it.
+    gpu::CrossEntropyForwardBackward(mb.logits_grad, row_losses_, mb.loss, logits_, targets, n, config_.vocab,
+                                     config_.vocab_padded, gradient_scale_, stream());
+  }
   EndOps();
-  backward_pending_ = true;
+  mb.backward_pending = true;
   if (!forward_measured_) {
     NoteDeviceMemory();
     forward_measured_ = true;
@@ -535,82 +626,103 @@ void CudaTransformer::Forward() {
 }
 
 float CudaTransformer::Loss() {
-  TB_CHECK_CUDA(cudaMemcpyAsync(loss_host_.data(), loss_, sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+  if (!stage_.last()) return std::numeric_limits<float>::quiet_NaN();  // the loss is the last stage's
+  TB_CHECK_CUDA(cudaMemcpyAsync(loss_host_.data(), micro_batches_[slot_].loss, sizeof(float), cudaMemcpyDeviceToHost,
+                                stream_.get()));
   stream_.Synchronize();
   return *static_cast<const float*>(loss_host_.data());
 }
 
 void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) {
-  // Backward overwrites the logits' gradient that Forward left in grad_scratch_, so it runs once per Forward.
-  if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
-  backward_pending_ = false;
+  MicroBatch& mb = micro_batches_[slot_];
+  // Backward spends the logits' gradient that Forward left (in grad_scratch_, with one slot), so it runs once per
+  // Forward.
+  if (!mb.backward_pending) throw RuntimeError("Transformer::Backward called without a Forward before it");
+  mb.backward_pending = false;
   auto ready = [&](size_t slot) {
     if (gradient_ready) gradient_ready(slot);
   };
   // Slots are reported in descending order, as the CPU reference does: lnf, the blocks from last to first, wpe,
-  // and wte last. A slot is reported once the work that finishes its gradient is enqueued on stream(): the
-  // loop's all-reduce of its bucket waits for an event recorded there after it.
-  const size_t n = static_cast<size_t>(batch_) * seq_;
+  // and wte last (those the stage holds). A slot is reported once the work that finishes its gradient is enqueued on
+  // stream(): the loop's all-reduce of its bucket waits for an event recorded there after it.
+  const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
   const int c = config_.d_model;
   const int vp = config_.vocab_padded;
-  const int32_t* inputs = tokens_;
+  const int32_t* inputs = mb.tokens;
 
-  // LM head: d loss / d logits (N, Vp) in bf16, from Forward; its padding columns are zero, so wte's padding rows
-  // get a zero gradient. Its GEMM writes (or adds to) wte's gradient; the embedding's scatter adds to it at the end.
-  const Bf16* logits_grad = grad_scratch_;
-  const size_t lnf_unit = FinalNormUnit(config_.layers);
-  HoldGradients(kEmbeddingUnit);
-  HoldGradients(lnf_unit);
-  BeginOp(OpKind::kLmHead, true);
-  gemm_->LinearBackwardInput(channel_grad_, logits_grad, Bf16Param(kWteSlot), nullptr, n, c, vp);
-  gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, logits_grad, lnf_, n, c, vp, write);
-  BeginOp(OpKind::kLayerNorm, true);
-  TB_CHECK_CUDA(cudaMemsetAsync(residual_grad_, 0, n * c * sizeof(float), stream_.get()));
-  const size_t lnf_slot = LnfWeightSlot(config_.layers);
-  // Each LayerNorm backward also leaves the residual gradient's bf16 copy for the projection GEMMs after it.
-  gpu::LayerNormBackward(residual_grad_, residual_grad_bf16_, Grad(lnf_slot), Grad(lnf_slot + 1), channel_grad_,
-                         blocks_.back().residual3, Param(lnf_slot), lnf_mean_, lnf_rstd_, n, c, write,
-                         layernorm_scratch_, stream());
-  ready(lnf_slot + 1);
-  ready(lnf_slot);
-  ReleaseGradients(lnf_unit);
-  ReleaseParameters(lnf_unit);
+  if (stage_.last()) {
+    // LM head: d loss / d logits (N, Vp) in bf16, from Forward; its padding columns are zero, so wte's padding rows
+    // get a zero gradient. Its GEMM writes (or adds to) wte's gradient; the embedding's scatter adds to it at the end.
+    const size_t lnf_unit = FinalNormUnit(config_.layers);
+    HoldGradients(kEmbeddingUnit);
+    HoldGradients(lnf_unit);
+    BeginOp(OpKind::kLmHead, true);
+    gemm_->LinearBackwardInput(channel_grad_, mb.logits_grad, Bf16Param(kWteSlot), nullptr, n, c, vp);
+    gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, mb.logits_grad, mb.lnf, n, c, vp, write);
+    BeginOp(OpKind::kLayerNorm, true);
+    TB_CHECK_CUDA(cudaMemsetAsync(mb.residual_grad, 0, n * c * sizeof(float), stream_.get()));
+    const size_t lnf_slot = LnfWeightSlot(config_.layers);
+    // Each LayerNorm backward also leaves the residual gradient's bf16 copy for the projection GEMMs after it.
+    gpu::LayerNormBackward(mb.residual_grad, residual_grad_bf16_, Grad(lnf_slot), Grad(lnf_slot + 1), channel_grad_,
+                           mb.blocks.back().residual3, Param(lnf_slot), mb.lnf_mean, mb.lnf_rstd, n, c, write,
+                           layernorm_scratch_, stream());
+    ready(lnf_slot + 1);
+    ready(lnf_slot);
+    ReleaseGradients(lnf_unit);
+    ReleaseParameters(lnf_unit);
+  } else {
+    // The next stage's input gradient, written by the caller, and its bf16 copy for the last block's projection
+    // GEMMs (timed with its MLP, whose backward reads it first). Carried in the slot's residual_grad, so that
+    // output_grad is only ever written by the caller.
+    BeginOp(OpKind::kMlp, true);
+    TB_CHECK_CUDA(cudaMemcpyAsync(mb.residual_grad, mb.output_grad, n * c * sizeof(float), cudaMemcpyDeviceToDevice,
+                                  stream_.get()));
+    gpu::CastToBf16(residual_grad_bf16_, mb.output_grad, n * c, stream());
+  }
 
-  // residual_grad_ (N, C) carries the gradient of the residual stream down through the blocks in fp32; each
+  // residual_grad (N, C) carries the gradient of the residual stream down through the blocks in fp32; each
   // residual add passes it on unchanged and each LayerNorm adds its input gradient to it. The projections'
   // backward GEMMs read its bf16 copy, which each LayerNorm backward writes in the same pass.
-  for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready, write);
-  BeginOp(OpKind::kEmbedding, true);
-  gpu::EncoderBackward(Grad(kWteSlot), Grad(kWpeSlot), residual_grad_, inputs, batch_, seq_, c, config_.seq, write,
-                       stream());
-  ready(kWpeSlot);
-  ready(kWteSlot);
+  for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) BlockBackward(mb, l, ready, write);
+  if (stage_.first()) {
+    BeginOp(OpKind::kEmbedding, true);
+    // Before the last stage no LM head has written wte's gradient in this backward: overwriting, the scatter (which
+    // adds) starts from zero.
+    if (!stage_.last() && write == GradientWrite::kOverwrite) ClearFloats(Grad(kWteSlot), layout_[kWteSlot].count);
+    gpu::EncoderBackward(Grad(kWteSlot), Grad(kWpeSlot), mb.residual_grad, inputs, mb.batch, mb.seq, c, config_.seq,
+                         write, stream());
+    ready(kWpeSlot);
+  }
+  if (stage_.first() || stage_.last()) ready(kWteSlot);  // either copy of the tied wte
   EndOps();
-  ReleaseGradients(kEmbeddingUnit);
-  ReleaseParameters(kEmbeddingUnit);
+  if (stage_.first()) {
+    ReleaseGradients(kEmbeddingUnit);
+    ReleaseParameters(kEmbeddingUnit);
+  }
   if (!backward_measured_) {
     NoteDeviceMemory();
     backward_measured_ = true;
   }
 }
 
-// One block's backward, the residual gradient (residual_grad_ and its bf16 copy) coming in from above and going on
-// below; gradients reported as the CPU reference reports them.
-void CudaTransformer::BlockBackward(int l, const std::function<void(size_t slot)>& ready, GradientWrite write) {
-  const size_t n = static_cast<size_t>(batch_) * seq_;
+// One block's backward, the residual gradient (the slot's residual_grad and its bf16 copy) coming in from above and
+// going on below; gradients reported as the CPU reference reports them.
+void CudaTransformer::BlockBackward(const MicroBatch& mb, int l, const std::function<void(size_t slot)>& ready,
+                                    GradientWrite write) {
+  const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
   const int c = config_.d_model;
   const int hidden = config_.mlp_ratio * c;
   auto ready_pair = [&](BlockTensor weight, BlockTensor bias) {
     ready(BlockSlot(l, bias));
     ready(BlockSlot(l, weight));
   };
-  const BlockActivations& a = blocks_[l];
+  const BlockActivations& a = Block(mb, l);
   HoldParameters(BlockUnit(l));
   HoldGradients(BlockUnit(l));
   auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
   auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
   auto grad = [&](BlockTensor t) { return Grad(BlockSlot(l, t)); };
-  const float* residual = l > 0 ? blocks_[l - 1].residual3 : encoded_;
+  const float* residual = l > stage_.first_layer ? Block(mb, l - 1).residual3 : mb.input;
 
   // MLP projection; the GELU gradient is fused into its input gradient (the DGELU epilogue over fch), and so,
   // when overwriting, is fc's bias gradient where cuBLASLt offers DGELU_BGRAD.
@@ -627,7 +739,7 @@ void CudaTransformer::BlockBackward(int l, const std::function<void(size_t slot)
                                c, hidden, write);
   ready_pair(kFcWeight, kFcBias);
   BeginOp(OpKind::kLayerNorm, true);
-  gpu::LayerNormBackward(residual_grad_, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), channel_grad_,
+  gpu::LayerNormBackward(mb.residual_grad, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), channel_grad_,
                          a.residual2, param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_,
                          stream());
   ready_pair(kLn2Weight, kLn2Bias);
@@ -639,15 +751,16 @@ void CudaTransformer::BlockBackward(int l, const std::function<void(size_t slot)
                                write);
   ready_pair(kAttnProjWeight, kAttnProjBias);
   Bf16* qkv_grad = grad_scratch_;  // (N, 3C): the MLP's hidden gradient is spent by now
-  attention_->Backward(qkv_grad, channel_grad_, a.qkv, a.atty, a.att_lse, batch_, seq_);
+  attention_->Backward(qkv_grad, channel_grad_, a.qkv, a.atty, a.att_lse, mb.batch, mb.seq);
   gemm_->LinearBackwardInput(channel_grad_, qkv_grad, bf16_param(kQkvWeight), nullptr, n, c, 3 * c);
   gemm_->LinearBackwardWeights(grad(kQkvWeight), grad(kQkvBias), qkv_grad, a.ln1, n, c, 3 * c, write);
   ready_pair(kQkvWeight, kQkvBias);
-  // The bf16 copy is for the next block down; below block 0 only the embeddings read the (fp32) gradient.
+  // The bf16 copy is for the next block down; below the stage's first block only the fp32 gradient is read (by the
+  // embeddings' backward, or as the input gradient by the previous stage, which makes its own copy).
   BeginOp(OpKind::kLayerNorm, true);
-  gpu::LayerNormBackward(residual_grad_, l > 0 ? residual_grad_bf16_ : nullptr, grad(kLn1Weight), grad(kLn1Bias),
-                         channel_grad_, residual, param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c, write,
-                         layernorm_scratch_, stream());
+  gpu::LayerNormBackward(mb.residual_grad, l > stage_.first_layer ? residual_grad_bf16_ : nullptr, grad(kLn1Weight),
+                         grad(kLn1Bias), channel_grad_, residual, param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c,
+                         write, layernorm_scratch_, stream());
   ready_pair(kLn1Weight, kLn1Bias);
   ReleaseGradients(BlockUnit(l));
   ReleaseParameters(BlockUnit(l));
@@ -685,6 +798,10 @@ std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint
   if (options.seq < 0 || options.seq > config.seq) {
     throw InputError("the CUDA transformer's run sequence length " + std::to_string(options.seq) + " is outside 0.." +
                      std::to_string(config.seq) + ", the positions of model '" + config.name + "'");
+  }
+  if (options.fsdp.enabled() && ResolveStage(options.stage, config).split()) {
+    throw InputError("fsdp over pipeline stages is not built: the CUDA transformer holds a pipeline stage whole or "
+                     "under zero1 HINT: --parallel dp or zero1 with pipeline stages");
   }
   auto model = std::make_unique<CudaTransformer>(config, seed, options);
   if (fallback_reason != nullptr) *fallback_reason = model->fallback_reason();
