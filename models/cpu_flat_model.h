@@ -1,6 +1,6 @@
 // What the CPU models (the reference, cpu_transformer.cc, and its tensor parallel split, cpu_tp_transformer.cc)
-// share: the config, a layout, four flat fp32 host buffers (parameters, gradients, AdamW m and v) and the accessors
-// of the Transformer interface over them.
+// share: the config, the pipeline stage held and a layout of it, four flat fp32 host buffers (parameters, gradients,
+// AdamW m and v), the selected micro-batch slot, and the accessors of the Transformer interface over them.
 #pragma once
 
 #include <algorithm>
@@ -8,7 +8,6 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "transformer.h"
@@ -17,12 +16,13 @@ namespace tb {
 
 class CpuFlatModel : public Transformer {
  public:
-  // `elements` of the layout; the parameter and gradient buffers hold `buffer_elements`, m and v `moment_elements`
-  // (a sharded model's shares), all zero.
-  CpuFlatModel(const ModelConfig& config, std::vector<TensorSlot> layout, size_t buffer_elements,
-               size_t moment_elements)
+  // Holds `stage` (resolved; the whole model by default) of `layout`: layout() is StageLayout of it. The parameter and
+  // gradient buffers hold `buffer_elements`, m and v `moment_elements` (a sharded model's shares), all zero.
+  CpuFlatModel(const ModelConfig& config, const std::vector<TensorSlot>& layout, size_t buffer_elements,
+               size_t moment_elements, const PipelineStage& stage = {})
       : config_(config),
-        layout_(std::move(layout)),
+        stage_(ResolveStage(stage, config)),
+        layout_(StageLayout(layout, stage_)),
         elements_(layout_.back().offset + layout_.back().count),
         params_(buffer_elements, 0.0f),
         grads_(buffer_elements, 0.0f),
@@ -44,10 +44,14 @@ class CpuFlatModel : public Transformer {
   }
   void SetGradientScale(float scale) override { gradient_scale_ = scale; }
   const PipelineStage& pipeline_stage() const override { return stage_; }
-  // The whole model: one slot, no edges. A model that holds a stage overrides both.
   void SelectMicroBatch(int slot) override {
-    if (slot != 0) throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a model holding one");
+    if (slot < 0 || slot >= stage_.slots) {
+      throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a model holding " +
+                             std::to_string(stage_.slots));
+    }
+    micro_batch_slot_ = slot;
   }
+  // No edges: a model that holds a split stage overrides it.
   StageEdges stage_edges() override { return {}; }
 
  protected:
@@ -72,6 +76,7 @@ class CpuFlatModel : public Transformer {
   }
 
   ModelConfig config_;
+  PipelineStage stage_;
   std::vector<TensorSlot> layout_;
   size_t elements_;
   std::vector<float> params_;
@@ -79,7 +84,7 @@ class CpuFlatModel : public Transformer {
   std::vector<float> m_;
   std::vector<float> v_;
   float gradient_scale_ = 1.0f;
-  PipelineStage stage_ = ResolveStage({}, config_);  // the whole model unless a derived model holds a stage
+  int micro_batch_slot_ = 0;  // SelectMicroBatch's
 
  private:
   GradientWrite write_ = GradientWrite::kOverwrite;

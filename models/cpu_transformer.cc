@@ -1,10 +1,12 @@
 // The CPU reference transformer: fp32 throughout, every GEMM through cblas_sgemm, layers in cpu_kernels.
-// It owns four flat buffers laid out by MakeLayout — parameters, gradients, AdamW m and v (of its shard under
-// ZeRO-1) — and one activation buffer that grows to the largest batch·seq seen and is then reused without allocating.
+// It holds the whole model or one pipeline stage of it (StageLayout), in four flat buffers — parameters, gradients,
+// AdamW m and v (of its shard under ZeRO-1) — and per micro-batch slot one activation buffer that grows to the
+// largest batch·seq seen there and is then reused without allocating.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -37,42 +39,108 @@ struct BlockActivations {
   float* residual3 = nullptr;  // (N, C) residual after the MLP: the block's output
 };
 
-// The buffers' lengths (parameters and gradients, m and v): fsdp's store, or ZeRO-1's capacity and shard (the whole
-// model without either).
-std::pair<size_t, size_t> BufferElements(const ModelConfig& config, const OptimizerShard& shard, const FsdpLayout& fsdp) {
+// One micro-batch slot: its batch, and what its Forward keeps for its Backward, all in `storage` (its own, so that a
+// slot growing leaves the others' activations in place).
+struct MicroBatchSlot {
+  size_t capacity_tokens = 0;  // rows the activations have room for
+  std::vector<float> storage;
+  // (N, C) the residual stream entering the stage's first block: the embeddings on the first stage, stage_edges()'s
+  // input (the previous stage's output, written by the caller) on a later one.
+  float* stage_input = nullptr;
+  std::vector<BlockActivations> blocks;  // per layer; only the stage's point into storage
+  float* lnf = nullptr;                  // (N, C) on the last stage
+  float* lnf_mean = nullptr;             // (N)
+  float* lnf_rstd = nullptr;             // (N)
+  float* logits = nullptr;               // (N, V) on the last stage: logits, then probabilities, then their gradient
+  // (N, C) the gradient of the residual stream, carried down through the blocks in place: on a stage before the last
+  // it starts as stage_edges()'s output_grad (the caller's), and on a stage after the first it ends as its input_grad.
+  float* residual_grad = nullptr;
+  std::vector<int32_t> inputs;   // (N)
+  std::vector<int32_t> targets;  // (N)
+  int batch = 0;                 // 0: no batch set
+  int seq = 0;
+  bool backward_pending = false;
+  float loss = std::numeric_limits<float>::quiet_NaN();
+  size_t tokens() const { return static_cast<size_t>(batch) * seq; }
+};
+
+// Lays `storage` out for `tokens` rows: point(take) takes every tensor's floats in turn (take(count) returns where
+// they start), once to count and once to point, so that the layout is written down once.
+template <typename Point>
+void LayOutActivations(std::vector<float>& storage, size_t tokens, const Point& point) {
+  size_t used = 0;
+  float* base = nullptr;
+  auto take = [&](size_t count) {
+    float* p = base == nullptr ? nullptr : base + used;
+    used += count;
+    return p;
+  };
+  point(take);
+  // The old buffer goes before the new one arrives, so that growing never holds both.
+  storage.clear();
+  storage.shrink_to_fit();
+  try {
+    storage.resize(used);
+  } catch (const std::bad_alloc&) {
+    throw RuntimeError("the CPU transformer could not allocate " + FormatBytes(used * sizeof(float)) +
+                       " of activations for " + std::to_string(tokens) +
+                       " tokens per step HINT: a smaller --micro-batch or --seq needs less");
+  }
+  base = storage.data();
+  used = 0;
+  point(take);
+}
+
+// The part of MakeLayout(config) that `stage` holds.
+std::vector<TensorSlot> HeldLayout(const ModelConfig& config, const PipelineStage& stage) {
+  return StageLayout(MakeLayout(config), ResolveStage(stage, config));
+}
+
+// The buffers' lengths (parameters and gradients, m and v): fsdp's store, or ZeRO-1's capacity and shard of the
+// stage's elements (the whole model's without a stage).
+std::pair<size_t, size_t> BufferElements(const ModelConfig& config, const OptimizerShard& shard, const FsdpLayout& fsdp,
+                                         const PipelineStage& stage) {
   if (fsdp.enabled()) return {fsdp.store_elements, fsdp.store_elements};
-  const std::vector<TensorSlot> layout = MakeLayout(config);
+  const std::vector<TensorSlot> layout = HeldLayout(config, stage);
   const OptimizerShard resolved = ResolveShard(shard, layout.back().offset + layout.back().count);
   return {resolved.capacity, resolved.elements()};
 }
 
 class CpuTransformer : public CpuFlatModel {
  public:
-  CpuTransformer(const ModelConfig& config, uint64_t seed, const OptimizerShard& shard, const FsdpLayout& fsdp)
-      : CpuFlatModel(config, MakeLayout(config), BufferElements(config, shard, fsdp).first,
-                     BufferElements(config, shard, fsdp).second),
+  CpuTransformer(const ModelConfig& config, uint64_t seed, const OptimizerShard& shard, const FsdpLayout& fsdp,
+                 const PipelineStage& stage)
+      : CpuFlatModel(config, MakeLayout(config), BufferElements(config, shard, fsdp, stage).first,
+                     BufferElements(config, shard, fsdp, stage).second, stage),
         shard_(ResolveShard(shard, elements_)),
         fsdp_(fsdp),
         units_(ParameterUnits(layout_)),
-        unit_offsets_(UnitOffsets(layout_, units_)),
+        // The whole model's: a stage holds whole units, or wte alone at the head of the embeddings' unit, so their
+        // unit-local offsets are the stage's too (UnitOffsets cannot walk past the empty units a stage leaves).
+        unit_offsets_(UnitOffsets(MakeLayout(config), ParameterUnits(MakeLayout(config)))),
         adamw_ranges_(fsdp.enabled() ? FsdpAdamWRanges(config, layout_, fsdp)
                                      : AdamWRanges(config, layout_, shard_.begin, shard_.end)),
         moment_offset_(fsdp.enabled() ? 0 : shard_.begin),
         flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), units_)),
         access_(fsdp.enabled() ? nullptr : flat_access_.get()),
+        slots_(stage_.slots),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
     if (fsdp.enabled() && shard.sharded()) throw InputError("a model is sharded by zero1 or by fsdp, not both");
+    if (fsdp.enabled() && stage_.split()) {
+      throw InputError("fsdp with pipeline parallel is not built HINT: a pipeline stage shards its optimizer state "
+                       "with zero1");
+    }
     if (fsdp.enabled()) {
       InitializeFsdpShards(config_, layout_, fsdp_, seed, params_.data());
     } else {
-      InitializeParameters(config_, layout_, seed, params_.data());
+      InitializeStageParameters(config_, MakeLayout(config_), layout_, seed, params_.data());
     }
   }
 
   using Transformer::SetBatch;
   void SetBatch(const TokenBatch& batch) override;
   void Forward() override;
-  float Loss() override { return loss_; }
+  float Loss() override { return Selected().loss; }
   using Transformer::Backward;
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
@@ -82,9 +150,13 @@ class CpuTransformer : public CpuFlatModel {
     if (!fsdp_.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
     access_ = access;
   }
+  StageEdges stage_edges() override;
 
  private:
-  void ReserveActivations(size_t tokens);
+  MicroBatchSlot& Selected() { return slots_[micro_batch_slot_]; }
+  // Room for `tokens` rows in the micro-batch's activations and in the backward scratch.
+  void ReserveActivations(MicroBatchSlot& micro_batch, size_t tokens);
+  void ReserveBackwardScratch(size_t tokens);
   // Tensor `slot` inside its unit's buffer `unit_base` (UnitAccess's unit-local view).
   template <typename T>
   T* Tensor(T* unit_base, size_t slot) const {
@@ -94,8 +166,17 @@ class CpuTransformer : public CpuFlatModel {
     if (access_ == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
     return *access_;
   }
-  void BlockForward(int layer, const float* residual, int batch, int seq);
-  void BlockBackward(int layer, const std::function<void(size_t slot)>& ready);
+  // The first and the last stage hold wte (the last its LM head's copy).
+  bool holds_wte() const { return layout_[kWteSlot].count > 0; }
+  // (N, C) the residual stream entering block `layer` of the stage (at end_layer: the stage's output).
+  const float* Residual(const MicroBatchSlot& micro_batch, int layer) const {
+    return layer > stage_.first_layer ? micro_batch.blocks[layer - 1].residual3 : micro_batch.stage_input;
+  }
+  void BlockForward(MicroBatchSlot& micro_batch, int layer);
+  float HeadForward(MicroBatchSlot& micro_batch, const float* embeddings);
+  void HeadBackward(MicroBatchSlot& micro_batch, const float* embeddings, float* embedding_grads,
+                    const std::function<void(size_t slot)>& ready);
+  void BlockBackward(MicroBatchSlot& micro_batch, int layer, const std::function<void(size_t slot)>& ready);
 
   OptimizerShard shard_;
   FsdpLayout fsdp_;
@@ -106,140 +187,145 @@ class CpuTransformer : public CpuFlatModel {
   std::unique_ptr<UnitAccess> flat_access_;  // views of params_ and grads_ (without FSDP)
   UnitAccess* access_;
 
-  // Activations for up to capacity_tokens_ rows, all in activations_.
-  size_t capacity_tokens_ = 0;
-  std::vector<float> activations_;
-  float* encoded_ = nullptr;  // (N, C) token + position embedding
-  std::vector<BlockActivations> blocks_;
-  float* lnf_ = nullptr;       // (N, C)
-  float* lnf_mean_ = nullptr;  // (N)
-  float* lnf_rstd_ = nullptr;  // (N)
-  float* logits_ = nullptr;    // (N, V) logits, then probabilities, then their gradient
-  // Gradient scratch for backward.
-  float* residual_grad_ = nullptr;  // (N, C) gradient of the residual stream
-  float* channel_grad_ = nullptr;   // (N, C) gradient of a LayerNorm output or of the attention output
-  float* hidden_grad_ = nullptr;    // (N, 4C) gradient of the MLP hidden, and later of qkv (N, 3C)
+  std::vector<MicroBatchSlot> slots_;  // stage_.slots of them
+  // Backward's scratch, shared by the slots, for up to scratch_tokens_ rows.
+  size_t scratch_tokens_ = 0;
+  std::vector<float> backward_scratch_;
+  float* channel_grad_ = nullptr;  // (N, C) gradient of a LayerNorm output or of the attention output
+  float* hidden_grad_ = nullptr;   // (N, 4C) gradient of the MLP hidden, and later of qkv (N, 3C)
   std::vector<float> attention_scratch_;  // (2, block rows, maxT)
-
-  // The last Forward's batch, kept for Backward.
-  std::vector<int32_t> inputs_;   // (N)
-  std::vector<int32_t> targets_;  // (N)
-  int batch_ = 0;
-  int seq_ = 0;
-  bool backward_pending_ = false;
-  float loss_ = 0.0f;
 };
 
-void CpuTransformer::ReserveActivations(size_t tokens) {
-  if (tokens <= capacity_tokens_) return;
+void CpuTransformer::ReserveActivations(MicroBatchSlot& micro_batch, size_t tokens) {
   const size_t n = tokens;
   const size_t c = config_.d_model;
   const size_t hidden = static_cast<size_t>(config_.mlp_ratio) * c;
-  // One pass to count, one to point: the layout of activations_ is written down once.
-  size_t used = 0;
-  float* base = nullptr;
-  auto take = [&](size_t count) {
-    float* p = base == nullptr ? nullptr : base + used;
-    used += count;
-    return p;
-  };
-  blocks_.resize(config_.layers);
-  for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 1) {
-      // The old buffer goes before the new one arrives, so that growing never holds both.
-      activations_.clear();
-      activations_.shrink_to_fit();
-      try {
-        activations_.resize(used);
-      } catch (const std::bad_alloc&) {
-        capacity_tokens_ = 0;
-        throw RuntimeError("the CPU transformer could not allocate " + FormatBytes(used * sizeof(float)) +
-                           " of activations for " + std::to_string(n) +
-                           " tokens per step HINT: a smaller --micro-batch or --seq needs less");
+  if (n > micro_batch.capacity_tokens) {
+    micro_batch.capacity_tokens = 0;  // until the new buffer is laid out
+    micro_batch.blocks.assign(config_.layers, BlockActivations{});
+    LayOutActivations(micro_batch.storage, n, [&](auto& take) {
+      micro_batch.stage_input = take(n * c);
+      for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+        BlockActivations& a = micro_batch.blocks[l];
+        a.ln1 = take(n * c);
+        a.ln1_mean = take(n);
+        a.ln1_rstd = take(n);
+        a.qkv = take(n * 3 * c);
+        a.atty = take(n * c);
+        a.att_lse = take(n * config_.heads);
+        a.residual2 = take(n * c);
+        a.ln2 = take(n * c);
+        a.ln2_mean = take(n);
+        a.ln2_rstd = take(n);
+        a.fch = take(n * hidden);
+        a.fch_gelu = take(n * hidden);
+        a.residual3 = take(n * c);
       }
-      base = activations_.data();
-      used = 0;
-    }
-    encoded_ = take(n * c);
-    for (BlockActivations& a : blocks_) {
-      a.ln1 = take(n * c);
-      a.ln1_mean = take(n);
-      a.ln1_rstd = take(n);
-      a.qkv = take(n * 3 * c);
-      a.atty = take(n * c);
-      a.att_lse = take(n * config_.heads);
-      a.residual2 = take(n * c);
-      a.ln2 = take(n * c);
-      a.ln2_mean = take(n);
-      a.ln2_rstd = take(n);
-      a.fch = take(n * hidden);
-      a.fch_gelu = take(n * hidden);
-      a.residual3 = take(n * c);
-    }
-    lnf_ = take(n * c);
-    lnf_mean_ = take(n);
-    lnf_rstd_ = take(n);
-    logits_ = take(n * config_.vocab);
-    residual_grad_ = take(n * c);
+      if (stage_.last()) {
+        micro_batch.lnf = take(n * c);
+        micro_batch.lnf_mean = take(n);
+        micro_batch.lnf_rstd = take(n);
+        micro_batch.logits = take(n * config_.vocab);
+      }
+      micro_batch.residual_grad = take(n * c);
+    });
+    micro_batch.inputs.resize(n);
+    micro_batch.targets.resize(n);
+    micro_batch.capacity_tokens = n;
+  }
+  if (n > scratch_tokens_) ReserveBackwardScratch(n);
+}
+
+void CpuTransformer::ReserveBackwardScratch(size_t tokens) {
+  const size_t n = tokens;
+  const size_t c = config_.d_model;
+  const size_t hidden = static_cast<size_t>(config_.mlp_ratio) * c;
+  scratch_tokens_ = 0;  // until the new buffer is laid out
+  LayOutActivations(backward_scratch_, n, [&](auto& take) {
     channel_grad_ = take(n * c);
     hidden_grad_ = take(n * std::max(hidden, 3 * c));
-  }
-  inputs_.resize(n);
-  targets_.resize(n);
-  capacity_tokens_ = n;
+  });
+  scratch_tokens_ = n;
 }
 
 void CpuTransformer::SetBatch(const TokenBatch& batch) {
   CheckBatchShape(config_, batch.batch, batch.seq);
-  backward_pending_ = false;  // the activations are about to change
-  ReserveActivations(static_cast<size_t>(batch.batch) * batch.seq);
-  UnpackTokens(batch, static_cast<uint64_t>(config_.vocab), inputs_.data(), targets_.data());
-  batch_ = batch.batch;
-  seq_ = batch.seq;
+  MicroBatchSlot& micro_batch = Selected();
+  micro_batch.backward_pending = false;  // the activations are about to change
+  micro_batch.batch = 0;                 // until they have room
+  ReserveActivations(micro_batch, static_cast<size_t>(batch.batch) * batch.seq);
+  UnpackTokens(batch, static_cast<uint64_t>(config_.vocab), micro_batch.inputs.data(), micro_batch.targets.data());
+  micro_batch.batch = batch.batch;
+  micro_batch.seq = batch.seq;
+}
+
+Transformer::StageEdges CpuTransformer::stage_edges() {
+  MicroBatchSlot& micro_batch = Selected();
+  if (micro_batch.batch == 0) return {};
+  // A middle stage's output_grad and input_grad are the same floats (residual_grad): Backward turns one into the
+  // other. The edges stay where they are until the slot's next SetBatch, which may move them (to grow).
+  StageEdges edges;
+  edges.count = micro_batch.tokens() * config_.d_model;
+  if (!stage_.first()) {
+    edges.input = micro_batch.stage_input;
+    edges.input_grad = micro_batch.residual_grad;
+  }
+  if (!stage_.last()) {
+    edges.output = Residual(micro_batch, stage_.end_layer);
+    edges.output_grad = micro_batch.residual_grad;
+  }
+  return edges;
 }
 
 void CpuTransformer::Forward() {
-  if (batch_ == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
-  backward_pending_ = false;
-  const int batch = batch_;
-  const int seq = seq_;
-  const size_t n = static_cast<size_t>(batch) * seq;
-  const int c = config_.d_model;
-
-  UnitAccess& access = Access();
-  const float* embeddings = access.Parameters(kEmbeddingUnit);  // held to the end of backward (the tied LM head)
-  BeginOp(OpKind::kEmbedding, false);
-  cpu::EncoderForward(encoded_, inputs_.data(), Tensor(embeddings, kWteSlot), Tensor(embeddings, kWpeSlot), batch,
-                      seq, c);
-  const float* residual = encoded_;  // (N, C)
-  for (int l = 0; l < config_.layers; ++l) {
-    BlockForward(l, residual, batch, seq);
-    residual = blocks_[l].residual3;
+  MicroBatchSlot& micro_batch = Selected();
+  if (micro_batch.batch == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
+  micro_batch.backward_pending = false;
+  // Held to the end of backward (the tied LM head).
+  const float* embeddings = holds_wte() ? Access().Parameters(kEmbeddingUnit) : nullptr;
+  if (stage_.first()) {
+    BeginOp(OpKind::kEmbedding, false);
+    cpu::EncoderForward(micro_batch.stage_input, micro_batch.inputs.data(), Tensor(embeddings, kWteSlot),
+                        Tensor(embeddings, kWpeSlot), micro_batch.batch, micro_batch.seq, config_.d_model);
   }
-  const float* lnf = access.Parameters(FinalNormUnit(config_.layers));  // held likewise
-  const size_t lnf_slot = LnfWeightSlot(config_.layers);
-  BeginOp(OpKind::kLayerNorm, false);
-  cpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, Tensor(lnf, lnf_slot), Tensor(lnf, lnf_slot + 1), n, c);
-  // The tied LM head reads only wte's first V rows, so the padding rows never reach the logits.
-  BeginOp(OpKind::kLmHead, false);
-  cpu::MatmulForward(logits_, lnf_, Tensor(embeddings, kWteSlot), nullptr, nullptr, n, c, config_.vocab);
-  loss_ = cpu::CrossEntropyForward(logits_, targets_.data(), n, config_.vocab);
+  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) BlockForward(micro_batch, l);
+  // A stage before the last has no loss.
+  micro_batch.loss = stage_.last() ? HeadForward(micro_batch, embeddings) : std::numeric_limits<float>::quiet_NaN();
   EndOps();
-  backward_pending_ = true;
+  micro_batch.backward_pending = true;
 }
 
-void CpuTransformer::BlockForward(int l, const float* residual, int batch, int seq) {
-  const size_t n = static_cast<size_t>(batch) * seq;
+// The last stage's end: the final LayerNorm, the tied LM head and the mean cross-entropy.
+float CpuTransformer::HeadForward(MicroBatchSlot& micro_batch, const float* embeddings) {
+  const size_t n = micro_batch.tokens();
+  const int c = config_.d_model;
+  const float* lnf = Access().Parameters(FinalNormUnit(config_.layers));  // held to the end of backward
+  const size_t lnf_slot = LnfWeightSlot(config_.layers);
+  BeginOp(OpKind::kLayerNorm, false);
+  cpu::LayerNormForward(micro_batch.lnf, micro_batch.lnf_mean, micro_batch.lnf_rstd,
+                        Residual(micro_batch, stage_.end_layer), Tensor(lnf, lnf_slot), Tensor(lnf, lnf_slot + 1), n,
+                        c);
+  // The tied LM head reads only wte's first V rows, so the padding rows never reach the logits.
+  BeginOp(OpKind::kLmHead, false);
+  cpu::MatmulForward(micro_batch.logits, micro_batch.lnf, Tensor(embeddings, kWteSlot), nullptr, nullptr, n, c,
+                     config_.vocab);
+  return cpu::CrossEntropyForward(micro_batch.logits, micro_batch.targets.data(), n, config_.vocab);
+}
+
+void CpuTransformer::BlockForward(MicroBatchSlot& micro_batch, int l) {
+  const size_t n = micro_batch.tokens();
   const int c = config_.d_model;
   const int hidden = config_.mlp_ratio * c;
   const float* unit = Access().Parameters(BlockUnit(l));
   auto w = [&](BlockTensor t) { return Tensor(unit, BlockSlot(l, t)); };
-  BlockActivations& a = blocks_[l];
+  const float* residual = Residual(micro_batch, l);  // (N, C)
+  BlockActivations& a = micro_batch.blocks[l];
   BeginOp(OpKind::kLayerNorm, false);
   cpu::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w(kLn1Weight), w(kLn1Bias), n, c);
   BeginOp(OpKind::kAttention, false);
   cpu::MatmulForward(a.qkv, a.ln1, w(kQkvWeight), w(kQkvBias), nullptr, n, c, 3 * c);
-  cpu::AttentionForward(a.atty, a.att_lse, attention_scratch_.data(), a.qkv, batch, seq, c, config_.heads);
+  cpu::AttentionForward(a.atty, a.att_lse, attention_scratch_.data(), a.qkv, micro_batch.batch, micro_batch.seq, c,
+                        config_.heads);
   cpu::MatmulForward(a.residual2, a.atty, w(kAttnProjWeight), w(kAttnProjBias), residual, n, c, c);
   BeginOp(OpKind::kLayerNorm, false);
   cpu::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w(kLn2Weight), w(kLn2Bias), n, c);
@@ -251,51 +337,70 @@ void CpuTransformer::BlockForward(int l, const float* residual, int batch, int s
 }
 
 void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) {
+  MicroBatchSlot& micro_batch = Selected();
   // Backward turns the probabilities into their gradient in place, so it runs once per Forward.
-  if (!backward_pending_) throw RuntimeError("Transformer::Backward called without a Forward before it");
-  backward_pending_ = false;
-  auto ready = [&](size_t slot) {
-    if (gradient_ready) gradient_ready(slot);
+  if (!micro_batch.backward_pending) throw RuntimeError("Transformer::Backward called without a Forward before it");
+  micro_batch.backward_pending = false;
+  auto ready = [&](size_t tensor) {
+    if (gradient_ready) gradient_ready(tensor);
   };
-  const size_t n = static_cast<size_t>(batch_) * seq_;
-  const int c = config_.d_model;
   UnitAccess& access = Access();
   BeginBackward(write, units_.size());
-  // Slots are reported in descending order: lnf, the blocks from last to first, wpe, and wte last.
-  const float* embeddings = access.Parameters(kEmbeddingUnit);
-  float* embedding_grads = BackwardGradients(access, kEmbeddingUnit, units_[kEmbeddingUnit].elements());
+  // The slots the stage holds are reported in descending order: lnf, the blocks from last to first, wpe, and wte last.
+  const float* embeddings = nullptr;
+  float* embedding_grads = nullptr;
+  if (holds_wte()) {
+    embeddings = access.Parameters(kEmbeddingUnit);
+    embedding_grads = BackwardGradients(access, kEmbeddingUnit, units_[kEmbeddingUnit].elements());
+  }
+  // A stage before the last starts from residual_grad as the caller wrote it (output_grad).
+  if (stage_.last()) HeadBackward(micro_batch, embeddings, embedding_grads, ready);
+  // residual_grad (N, C) carries the gradient of the residual stream down through the blocks; each residual add passes
+  // it on unchanged and each LayerNorm adds its input gradient to it. Past the stage's first block it is input_grad.
+  for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) BlockBackward(micro_batch, l, ready);
+  if (stage_.first()) {
+    BeginOp(OpKind::kEmbedding, true);
+    cpu::EncoderBackward(Tensor(embedding_grads, kWteSlot), Tensor(embedding_grads, kWpeSlot),
+                         micro_batch.residual_grad, micro_batch.inputs.data(), micro_batch.batch, micro_batch.seq,
+                         config_.d_model);
+    ready(kWpeSlot);
+  }
+  if (holds_wte()) ready(kWteSlot);
+  EndOps();
+  if (holds_wte()) {
+    access.GradientsDone(kEmbeddingUnit);
+    access.ParametersDone(kEmbeddingUnit);
+  }
+}
+
+// The last stage's start: from the loss through the LM head (into wte's gradient) and the final LayerNorm, leaving
+// the gradient of the stage's output in residual_grad.
+void CpuTransformer::HeadBackward(MicroBatchSlot& micro_batch, const float* embeddings, float* embedding_grads,
+                                  const std::function<void(size_t slot)>& ready) {
+  const size_t n = micro_batch.tokens();
+  const int c = config_.d_model;
+  UnitAccess& access = Access();
   BeginOp(OpKind::kLmHead, true);
-  cpu::CrossEntropyBackward(logits_, targets_.data(), n, config_.vocab);  // logits_ now holds d loss / d logits
-  ScaleLossGradient(logits_, n * static_cast<size_t>(config_.vocab));
-  cpu::MatmulBackward(channel_grad_, Tensor(embedding_grads, kWteSlot), nullptr, logits_, lnf_,
+  cpu::CrossEntropyBackward(micro_batch.logits, micro_batch.targets.data(), n, config_.vocab);  // now d loss / d logits
+  ScaleLossGradient(micro_batch.logits, n * static_cast<size_t>(config_.vocab));
+  cpu::MatmulBackward(channel_grad_, Tensor(embedding_grads, kWteSlot), nullptr, micro_batch.logits, micro_batch.lnf,
                       Tensor(embeddings, kWteSlot), n, c, config_.vocab);
-  std::fill(residual_grad_, residual_grad_ + n * c, 0.0f);
+  std::fill(micro_batch.residual_grad, micro_batch.residual_grad + n * c, 0.0f);
   const size_t lnf_unit = FinalNormUnit(config_.layers), lnf_slot = LnfWeightSlot(config_.layers);
   const float* lnf = access.Parameters(lnf_unit);
   float* lnf_grads = BackwardGradients(access, lnf_unit, units_[lnf_unit].elements());
   BeginOp(OpKind::kLayerNorm, true);
-  cpu::LayerNormBackward(residual_grad_, Tensor(lnf_grads, lnf_slot), Tensor(lnf_grads, lnf_slot + 1), channel_grad_,
-                         blocks_.back().residual3, Tensor(lnf, lnf_slot), lnf_mean_, lnf_rstd_, n, c);
+  cpu::LayerNormBackward(micro_batch.residual_grad, Tensor(lnf_grads, lnf_slot), Tensor(lnf_grads, lnf_slot + 1),
+                         channel_grad_, Residual(micro_batch, stage_.end_layer), Tensor(lnf, lnf_slot),
+                         micro_batch.lnf_mean, micro_batch.lnf_rstd, n, c);
   ready(lnf_slot + 1);
   ready(lnf_slot);
   access.GradientsDone(lnf_unit);
   access.ParametersDone(lnf_unit);
-
-  // residual_grad_ (N, C) carries the gradient of the residual stream down through the blocks; each
-  // residual add passes it on unchanged and each LayerNorm adds its input gradient to it.
-  for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready);
-  BeginOp(OpKind::kEmbedding, true);
-  cpu::EncoderBackward(Tensor(embedding_grads, kWteSlot), Tensor(embedding_grads, kWpeSlot), residual_grad_,
-                       inputs_.data(), batch_, seq_, c);
-  ready(kWpeSlot);
-  ready(kWteSlot);
-  EndOps();
-  access.GradientsDone(kEmbeddingUnit);
-  access.ParametersDone(kEmbeddingUnit);
 }
 
-void CpuTransformer::BlockBackward(int l, const std::function<void(size_t slot)>& ready) {
-  const size_t n = static_cast<size_t>(batch_) * seq_;
+void CpuTransformer::BlockBackward(MicroBatchSlot& micro_batch, int l, const std::function<void(size_t slot)>& ready) {
+  const size_t n = micro_batch.tokens();
   const int c = config_.d_model;
   const int hidden = config_.mlp_ratio * c;
   const float* unit = Access().Parameters(BlockUnit(l));
@@ -306,30 +411,31 @@ void CpuTransformer::BlockBackward(int l, const std::function<void(size_t slot)>
     ready(BlockSlot(l, bias));
     ready(BlockSlot(l, weight));
   };
-  const BlockActivations& a = blocks_[l];
-  const float* residual = l > 0 ? blocks_[l - 1].residual3 : encoded_;
+  const BlockActivations& a = micro_batch.blocks[l];
+  const float* residual = Residual(micro_batch, l);
+  float* residual_grad = micro_batch.residual_grad;
   BeginOp(OpKind::kMlp, true);
-  cpu::MatmulBackward(hidden_grad_, g(kMlpProjWeight), g(kMlpProjBias), residual_grad_, a.fch_gelu,
+  cpu::MatmulBackward(hidden_grad_, g(kMlpProjWeight), g(kMlpProjBias), residual_grad, a.fch_gelu,
                       w(kMlpProjWeight), n, hidden, c);
   ready_pair(kMlpProjWeight, kMlpProjBias);
   cpu::GeluBackward(hidden_grad_, a.fch, n * hidden);
   cpu::MatmulBackward(channel_grad_, g(kFcWeight), g(kFcBias), hidden_grad_, a.ln2, w(kFcWeight), n, c, hidden);
   ready_pair(kFcWeight, kFcBias);
   BeginOp(OpKind::kLayerNorm, true);
-  cpu::LayerNormBackward(residual_grad_, g(kLn2Weight), g(kLn2Bias), channel_grad_, a.residual2, w(kLn2Weight),
+  cpu::LayerNormBackward(residual_grad, g(kLn2Weight), g(kLn2Bias), channel_grad_, a.residual2, w(kLn2Weight),
                          a.ln2_mean, a.ln2_rstd, n, c);
   ready_pair(kLn2Weight, kLn2Bias);
   BeginOp(OpKind::kAttention, true);
-  cpu::MatmulBackward(channel_grad_, g(kAttnProjWeight), g(kAttnProjBias), residual_grad_, a.atty,
+  cpu::MatmulBackward(channel_grad_, g(kAttnProjWeight), g(kAttnProjBias), residual_grad, a.atty,
                       w(kAttnProjWeight), n, c, c);
   ready_pair(kAttnProjWeight, kAttnProjBias);
   float* qkv_grad = hidden_grad_;  // (N, 3C): the MLP's hidden gradient is spent by now
-  cpu::AttentionBackward(qkv_grad, attention_scratch_.data(), channel_grad_, a.qkv, a.att_lse, batch_, seq_, c,
-                         config_.heads);
+  cpu::AttentionBackward(qkv_grad, attention_scratch_.data(), channel_grad_, a.qkv, a.att_lse, micro_batch.batch,
+                         micro_batch.seq, c, config_.heads);
   cpu::MatmulBackward(channel_grad_, g(kQkvWeight), g(kQkvBias), qkv_grad, a.ln1, w(kQkvWeight), n, c, 3 * c);
   ready_pair(kQkvWeight, kQkvBias);
   BeginOp(OpKind::kLayerNorm, true);
-  cpu::LayerNormBackward(residual_grad_, g(kLn1Weight), g(kLn1Bias), channel_grad_, residual, w(kLn1Weight),
+  cpu::LayerNormBackward(residual_grad, g(kLn1Weight), g(kLn1Bias), channel_grad_, residual, w(kLn1Weight),
                          a.ln1_mean, a.ln1_rstd, n, c);
   ready_pair(kLn1Weight, kLn1Bias);
   Access().GradientsDone(BlockUnit(l));
@@ -351,12 +457,13 @@ void CpuTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
 }  // namespace
 
 std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed,
-                                                const OptimizerShard& shard, const FsdpLayout& fsdp) {
+                                                const OptimizerShard& shard, const FsdpLayout& fsdp,
+                                                const PipelineStage& stage) {
   ValidateModel(config);
   try {
-    return std::make_unique<CpuTransformer>(config, seed, shard, fsdp);
+    return std::make_unique<CpuTransformer>(config, seed, shard, fsdp, stage);
   } catch (const std::bad_alloc&) {
-    const std::vector<TensorSlot> layout = MakeLayout(config);
+    const std::vector<TensorSlot> layout = HeldLayout(config, stage);
     const uint64_t bytes = 4 * sizeof(float) * (layout.back().offset + layout.back().count);
     throw RuntimeError("the CPU transformer for model '" + config.name + "' could not allocate " +
                        FormatBytes(bytes) + " for fp32 parameters, gradients and AdamW moments HINT: run fewer " +

@@ -347,9 +347,12 @@ class Transformer {
 // The CPU reference, initialised as GPT-2 is (normal(0, 0.02) weights, residual projections scaled by
 // 1/sqrt(2*layers), zero biases, unit LayerNorm gains) from `seed`: every rank with the same seed holds the
 // same model.
-// `shard`: ZeRO-1's; `fsdp`: FSDP's (MakeFsdpLayout; not with a ZeRO-1 shard).
+// `shard`: ZeRO-1's (of the stage's elements); `fsdp`: FSDP's (MakeFsdpLayout; not with a ZeRO-1 shard, nor yet with
+// a split stage); `stage`: the pipeline stage the model holds (ResolveStage's; the whole model by default), its
+// parameters the whole model's bits (InitializeStageParameters), activations for its `slots` micro-batches.
 std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed,
-                                                const OptimizerShard& shard = {}, const FsdpLayout& fsdp = {});
+                                                const OptimizerShard& shard = {}, const FsdpLayout& fsdp = {},
+                                                const PipelineStage& stage = {});
 
 // Which attention the CUDA transformer runs: cuDNN's fused SDPA (flash attention) through the cuDNN C++
 // frontend, or cuBLAS batched GEMMs with a softmax kernel; auto takes cuDNN when it supports the shape on this
