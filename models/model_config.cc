@@ -215,17 +215,23 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int se
   // the CUDA path. Under tensor parallel T (Korthikanti et al.'s 10·s·b·h + 24·s·b·h/t + 5·n·s²·b/t without sequence
   // parallelism) q, k, v, the attention output, both fc tensors, the probabilities (heads / T) and the logits
   // (vocabulary / T) are split; the residual stream, the LayerNorm outputs and statistics and the losses are not.
+  const ActivationBytes per_token = ActivationBytesPerToken(config, seq, bf16, tensor_parallel);
+  const double tokens = static_cast<double>(micro_batch) * seq;
+  estimate.activations_bytes = tokens * (config.layers * per_token.layer + per_token.head);
+  return estimate;
+}
+
+ActivationBytes ActivationBytesPerToken(const ModelConfig& config, int seq, bool bf16, int tensor_parallel) {
   const double act = bf16 ? 2.0 : 4.0;
   const double fp32 = 4.0;
   const double c = config.d_model;
   const double hidden = static_cast<double>(config.mlp_ratio) * c;
   const double t = tensor_parallel;
-  const double per_layer_token = (2 * c + c + c) * act + (3 * c + c + 2 * hidden) * act / t +
-                                 static_cast<double>(config.heads) * seq * act / t + 4 * fp32;
-  const double final_token = 2 * c * act + 2 * fp32 + static_cast<double>(config.vocab_padded) * fp32 / t + fp32;
-  const double tokens = static_cast<double>(micro_batch) * seq;
-  estimate.activations_bytes = tokens * (config.layers * per_layer_token + final_token);
-  return estimate;
+  ActivationBytes bytes;
+  bytes.layer = (2 * c + c + c) * act + (3 * c + c + 2 * hidden) * act / t +
+                static_cast<double>(config.heads) * seq * act / t + 4 * fp32;
+  bytes.head = 2 * c * act + 2 * fp32 + static_cast<double>(config.vocab_padded) * fp32 / t + fp32;
+  return bytes;
 }
 
 }  // namespace tb

@@ -66,4 +66,12 @@ struct MemoryEstimate {
 // Throws InputError for T < 1.
 MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16, int tensor_parallel = 1);
 
+// EstimateMemory's activations per token: those of one block, and those after the last block (the final LayerNorm,
+// the logits, the losses), for sequences of `seq` under tensor parallel T.
+struct ActivationBytes {
+  double layer = 0;
+  double head = 0;
+};
+ActivationBytes ActivationBytesPerToken(const ModelConfig& config, int seq, bool bf16, int tensor_parallel = 1);
+
 }  // namespace tb

@@ -65,14 +65,18 @@ class PhaseMarks {
 
 double Of(const std::vector<double>& seconds, Phase phase) { return seconds[static_cast<size_t>(phase)]; }
 
-// The optimizer step, after the before_optimizer hook; the hook's seconds go to r.checkpoint_stall_s (TakePhases
-// takes them out of the optimizer's interval, which holds them).
+// The loop's host, or one with the defaults: synthetic tokens, no checkpoints, nothing injected, never stopped.
+TrainLoopHost& HostOf(const TrainLoopOptions& o) {
+  static TrainLoopHost defaults;
+  return o.host != nullptr ? *o.host : defaults;
+}
+
+// The optimizer step, after the host's BeforeUpdate; its seconds go to r.checkpoint_stall_s (TakePhases takes them out
+// of the optimizer's interval, which holds them).
 void OptimizerStep(Transformer& model, const TrainLoopOptions& o, int step, StepRecord& r) {
-  if (o.before_optimizer) {
-    const double start = NowSeconds();
-    o.before_optimizer();
-    r.checkpoint_stall_s += NowSeconds() - start;
-  }
+  const double start = NowSeconds();
+  HostOf(o).BeforeUpdate();
+  r.checkpoint_stall_s += NowSeconds() - start;
   model.AdamWStep(o.adamw, step + 1);
 }
 
@@ -180,33 +184,36 @@ class TrainingSteps {
     const int warmup = std::min(stage_.stages - stage_.stage - 1, m), steady = m - warmup;
     ModeWaits waits;
     double loss_sum = 0;
+    const int next = stage_.last() ? -1 : stage_.stage + 1, previous = stage_.stage - 1;
     for (int i = 0; i < warmup; ++i) {
       NextMicroBatch(step, i, r);
-      Exchange(nullptr, Edges(i).input, r);  // receive forward
+      Exchange(nullptr, -1, Edges(i).input, previous, r);  // receive forward
       ForwardMicroBatch(i, waits, r);
-      Exchange(Edges(i).output, nullptr, r);  // send forward
+      Exchange(Edges(i).output, next, nullptr, -1, r);  // send forward
     }
     if (steady > 0) {
       NextMicroBatch(step, warmup, r);
-      Exchange(nullptr, Edges(warmup).input, r);
+      Exchange(nullptr, -1, Edges(warmup).input, previous, r);
     }
     for (int i = 0; i < steady; ++i) {
       const int forward = warmup + i, backward = i;
       ForwardMicroBatch(forward, waits, r);
-      Exchange(Edges(forward).output, Edges(backward).output_grad, r);  // send forward, receive backward
+      const float* output = Edges(forward).output;
+      Exchange(output, next, Edges(backward).output_grad, next, r);  // send forward, receive backward
       BackwardMicroBatch(backward, waits, r);
       if (stage_.last()) loss_sum += model_.Loss();
+      const float* input_grad = Edges(backward).input_grad;
       if (i + 1 == steady) {
-        Exchange(Edges(backward).input_grad, nullptr, r, true);  // send backward
+        Exchange(input_grad, previous, nullptr, -1, r);  // send backward
       } else {
         NextMicroBatch(step, forward + 1, r);
-        Exchange(Edges(backward).input_grad, Edges(forward + 1).input, r, true);  // send backward, receive forward
+        Exchange(input_grad, previous, Edges(forward + 1).input, previous, r);  // send backward, receive forward
       }
     }
     for (int i = steady; i < m; ++i) {
-      Exchange(nullptr, Edges(i).output_grad, r);  // receive backward
+      Exchange(nullptr, -1, Edges(i).output_grad, next, r);  // receive backward
       BackwardMicroBatch(i, waits, r);
-      Exchange(Edges(i).input_grad, nullptr, r, true);  // send backward
+      Exchange(Edges(i).input_grad, previous, nullptr, -1, r);  // send backward
     }
     SyncAndUpdate(step, r);
     return FinishRecord(step, PipelineLoss(loss_sum / m), waits, r);
@@ -216,7 +223,7 @@ class TrainingSteps {
     StepRecord r;
     r.step = step;
     r.warmup = step < o_.warmup_steps;
-    r.checkpoint_writing = o_.checkpoint_writing && o_.checkpoint_writing();
+    r.checkpoint_writing = HostOf(o_).CheckpointWriting();
     step_start_ = NowSeconds();
     return r;
   }
@@ -226,12 +233,10 @@ class TrainingSteps {
     TakePhases(waits, r);
     if (op_times_) op_times_->TakeInto(r.op_s);
     r.loss = loss;
-    if (o_.in_each_step) o_.in_each_step();
-    if (o_.checkpoint) {
-      const double checkpoint_start = NowSeconds();
-      o_.checkpoint(step);
-      r.checkpoint_stall_s += NowSeconds() - checkpoint_start;  // beside the fence before the optimizer
-    }
+    HostOf(o_).InEachStep();
+    const double checkpoint_start = NowSeconds();
+    HostOf(o_).AfterUpdate(step);
+    r.checkpoint_stall_s += NowSeconds() - checkpoint_start;  // beside the fence before the optimizer
     r.step_s = NowSeconds() - step_start_;
     r.tokens = static_cast<int64_t>(o_.micro_batch) * o_.grad_accum * o_.seq / model_.tensor_parallel() /
                stage_.stages;
@@ -254,8 +259,8 @@ class TrainingSteps {
   const TokenBatch& FetchBatch(int step, int micro, StepRecord& r) {
     const double start = NowSeconds();
     StepBatch batch;
-    if (o_.next_batch) {
-      batch = o_.next_batch(step);
+    if (std::optional<StepBatch> loaded = HostOf(o_).NextBatch(step)) {
+      batch = *loaded;
     } else {
       if (micro == 0) {
         SyntheticBatch(o_.data_seed, comm_.rank(), step, o_.micro_batch * o_.grad_accum, o_.seq,
@@ -342,13 +347,11 @@ class TrainingSteps {
     return model_.stage_edges();
   }
 
-  // One exchange with the neighbouring stages, after the model's work that wrote `send`: `send` to the next stage
-  // (`backward`: to the previous one, the gradient), `recv` from the previous (forward) or the next (backward) at the
-  // same time; a null side (the first stage's input, the last stage's output and their gradients) moves nothing.
-  void Exchange(const float* send, float* recv, StepRecord& r, bool backward = false) {
-    const int next = stage_.last() ? -1 : stage_.stage + 1, previous = stage_.first() ? -1 : stage_.stage - 1;
-    const int dst = send == nullptr ? -1 : (backward ? previous : next);
-    const int src = recv == nullptr ? -1 : (backward ? next : previous);
+  // One exchange with the neighbouring stages, after the model's work that wrote `send`: `send` to stage `to` while
+  // `recv` comes from stage `from`. A side whose edge the stage lacks (null: the first stage's input, the last
+  // stage's output and their gradients) or whose peer is past either end (-1) moves nothing.
+  void Exchange(const float* send, int to, float* recv, int from, StepRecord& r) {
+    const int dst = send == nullptr ? -1 : to, src = recv == nullptr ? -1 : from;
     if (dst < 0 && src < 0) return;
     const size_t count = model_.stage_edges().count;
     TimeCollective(*o_.pipeline, model_, [&] { o_.pipeline->SendRecv(send, dst, recv, src, count, DataType::kFloat32); });
@@ -448,12 +451,13 @@ std::vector<StepRecord> RunTrainingSteps(Communicator& comm, Transformer& model,
   TrainingSteps steps(comm, model, o);
   std::vector<StepRecord> records;
   for (int step = o.first_step; step < o.warmup_steps + o.steps; ++step) {
-    if (o.stop_requested && o.stop_requested()) break;
-    Watchdog::Scope guard(o.watchdog, [&] { return "training step " + std::to_string(step) + " on " +
+    TrainLoopHost& host = HostOf(o);
+    if (host.StopRequested()) break;
+    Watchdog::Scope guard(host.watchdog(), [&] { return "training step " + std::to_string(step) + " on " +
                                                    std::to_string(comm.size()) + " ranks"; });
-    if (step == o.first_step && o.at_first_step) o.at_first_step();
+    if (step == o.first_step) host.AtFirstStep();
     records.push_back(steps.Run(step));
-    if (o.on_step) o.on_step(records.back());
+    host.OnStep(records.back());
   }
   return records;
 }

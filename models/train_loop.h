@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "communicator.h"
@@ -66,6 +67,37 @@ struct StepBatch {
   int queue_depth = -1;
 };
 
+// What the loop needs from outside it, in one interface, each with a default that does nothing: its batches (a
+// loader; without one, synthetic tokens), checkpoints, and the run's control (a watchdog, a stop asked for, test
+// faults, progress).
+class TrainLoopHost {
+ public:
+  virtual ~TrainLoopHost() = default;
+  // The next micro-batch of global step `step` (asked grad_accum times per step), or nullopt: synthetic tokens. The
+  // loop times the call as data_wait.
+  virtual std::optional<StepBatch> NextBatch(int step) {
+    (void)step;
+    return std::nullopt;
+  }
+  // Right before each optimizer step changes the weights and AdamW's state (an asynchronous checkpoint's writer may
+  // read them until then): timed as checkpoint_stall and taken out of the optimizer phase.
+  virtual void BeforeUpdate() {}
+  // After step `step`'s optimizer: a checkpoint, if one is due (timed as checkpoint_stall).
+  virtual void AfterUpdate(int step) { (void)step; }
+  // Whether a background checkpoint writer is busy (as a step begins).
+  virtual bool CheckpointWriting() { return false; }
+  // Guards each step (null: none).
+  virtual Watchdog* watchdog() { return nullptr; }
+  // Asked between steps on every rank; must agree.
+  virtual bool StopRequested() { return false; }
+  // At the start of the first step, under its watchdog guard (where the CLI injects test faults).
+  virtual void AtFirstStep() {}
+  // In each step after the optimizer: its time counts in the step only ("other": where the CLI injects a slow rank).
+  virtual void InEachStep() {}
+  // After each step, on every rank.
+  virtual void OnStep(const StepRecord& record) { (void)record; }
+};
+
 struct TrainLoopOptions {
   int micro_batch = 4;          // sequences per rank per forward and backward
   int grad_accum = 1;           // micro-batches per optimizer step (gradient accumulation): a step takes
@@ -91,23 +123,7 @@ struct TrainLoopOptions {
   uint64_t data_seed = 1;       // synthetic tokens: a function of (data_seed, rank, step)
   int first_step = 0;           // global index of the first step (a resume continues at its checkpoint's step);
                                 // steps run while first_step + run < warmup_steps + steps
-  // The next micro-batch of global step `step` (called grad_accum times per step); null: synthetic tokens
-  // (SyntheticBatch). The loop times the calls as data_wait.
-  std::function<StepBatch(int step)> next_batch;
-  // After step `step`'s optimizer: checkpoint if one is due (the loop times the call as checkpoint_stall).
-  std::function<void(int step)> checkpoint;
-  std::function<bool()> checkpoint_writing;  // whether a background checkpoint writer is busy
-  // Right before each optimizer step changes the weights and AdamW's state: an async checkpoint's writer may read
-  // them until then (Checkpointer::BeforeUpdate). Timed as checkpoint_stall and taken out of the optimizer phase.
-  std::function<void()> before_optimizer;
-  Watchdog* watchdog = nullptr; // guards each step
-  std::function<void()> at_first_step;                  // if set, called at the start of the first step, under its
-                                                        // watchdog guard (where the CLI injects test faults)
-  std::function<void()> in_each_step;                   // if set, called in each step after the optimizer; its time
-                                                        // counts in the step only ("other": where the CLI injects
-                                                        // a slow rank)
-  std::function<bool()> stop_requested;                 // asked between steps on every rank; must agree
-  std::function<void(const StepRecord&)> on_step;       // after each step, on every rank
+  TrainLoopHost* host = nullptr;  // the outside: data, checkpoints, control (null: TrainLoopHost's defaults)
 };
 
 // The gradient tensors of a layout, as the bucketed all-reduce takes them.

@@ -19,7 +19,7 @@ StallBudget BudgetOf(const RankSteps& rank) {
   b.rank = rank.rank;
   b.host = rank.host;
   b.device = rank.device;
-  std::vector<double> step, compute, exposed, data, checkpoint, other, sync, gather, activation;
+  std::vector<double> step, compute, exposed, data, checkpoint, other, sync, gather, activation, pipeline;
   for (const StepRecord& r : rank.steps) {
     if (r.warmup || r.step_s <= 0) continue;
     step.push_back(r.step_s);
@@ -27,7 +27,8 @@ StallBudget BudgetOf(const RankSteps& rank) {
     exposed.push_back(r.comm_exposed_s / r.step_s);
     gather.push_back(r.comm_gather_exposed_s / r.step_s);
     activation.push_back(r.comm_activation_s / r.step_s);
-    sync.push_back(exposed.back() - gather.back() - activation.back());
+    pipeline.push_back(r.comm_pipeline_s / r.step_s);
+    sync.push_back(exposed.back() - gather.back() - activation.back() - pipeline.back());
     data.push_back(DataWaitOf(r) / r.step_s);
     checkpoint.push_back(r.checkpoint_stall_s / r.step_s);
     other.push_back(std::max(0.0, 1.0 - compute.back() - exposed.back() - data.back() - checkpoint.back()));
@@ -44,6 +45,7 @@ StallBudget BudgetOf(const RankSteps& rank) {
   b.comm_gradient_sync = percentiles(sync);
   b.comm_param_gather = percentiles(gather);
   b.comm_activation = percentiles(activation);
+  b.comm_pipeline = percentiles(pipeline);
   return b;
 }
 
@@ -112,17 +114,24 @@ namespace {
 // The communication figures of a point, summed over ranks and measured steps.
 struct CommSums {
   double total = 0, exposed = 0, intra = 0, inter = 0, gather_exposed = 0, activation = 0;
+  double pipeline = 0, pipeline_bytes = 0, forward = 0, backward = 0;
   CollectiveTraffic traffic;
 
-  // `k` ranks in groups of `tp`: gradients over the k / tp holding a slice, activations inside a group.
-  void Add(const StepRecord& r, int k, int tp) {
+  // `k` ranks in groups of `tp`: gradients over the k / tp holding a slice (of a stage: over k / (tp pp)),
+  // activations inside a group.
+  void Add(const StepRecord& r, int k, int tp, int pp) {
+    pipeline += r.comm_pipeline_s;
+    pipeline_bytes += static_cast<double>(r.pipeline_send_bytes);
+    forward += r.forward_s;
+    backward += r.backward_s;
     total += r.comm_total_s;
     exposed += r.comm_exposed_s;
     intra += r.comm_intra_s;  // NaN, and so the point's, when any step could not tell
     inter += r.comm_inter_s;
     gather_exposed += r.comm_gather_exposed_s;
     activation += r.comm_activation_s;
-    const CollectiveTraffic t = RingTraffic(r.allreduce_bytes, r.reduce_scatter_bytes, r.all_gather_bytes, k / tp);
+    const CollectiveTraffic t =
+        RingTraffic(r.allreduce_bytes, r.reduce_scatter_bytes, r.all_gather_bytes, k / (tp * pp));
     traffic.gradient_sync += t.gradient_sync;
     traffic.parameter_gather += t.parameter_gather;
     traffic.activation += RingTraffic(r.activation_allreduce_bytes, 0, 0, tp).gradient_sync;
@@ -137,14 +146,54 @@ struct CommSums {
     p.comm_gather_exposed_s = mean(gather_exposed);
     p.comm_activation_s = mean(activation);
     p.traffic = {mean(traffic.gradient_sync), mean(traffic.parameter_gather), mean(traffic.activation)};
+    p.comm_pipeline_s = mean(pipeline);
+    p.traffic_pipeline = mean(pipeline_bytes);
+    p.bubble_measured = pipeline > 0 ? pipeline / (forward + backward + pipeline) : kNaN;
   }
 };
 
 }  // namespace
 
+double StageSummary::bubble_measured() const {
+  const double pipelined = forward_s + backward_s + comm_pipeline_s;
+  return pipelined > 0 ? comm_pipeline_s / pipelined : kNaN;
+}
+
+std::vector<StageSummary> SummarizeStages(const TrainPlan& plan, const std::vector<RankSteps>& ranks) {
+  std::vector<StageSummary> stages;
+  std::vector<double> samples(plan.stages.size(), 0.0);
+  for (const StagePlan& s : plan.stages) stages.push_back({s});
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const size_t s = static_cast<size_t>(plan.Place(static_cast<int>(i)).stage);
+    for (const StepRecord& r : ranks[i].steps) {
+      if (r.warmup) continue;
+      stages[s].forward_s += r.forward_s;
+      stages[s].backward_s += r.backward_s;
+      stages[s].comm_pipeline_s += r.comm_pipeline_s;
+      stages[s].pipeline_send_bytes += static_cast<double>(r.pipeline_send_bytes);
+      samples[s] += 1;
+    }
+  }
+  // Stage s's ranks are [s T D, (s+1) T D): each one's peer in the next stage is T D ranks on.
+  const size_t stride = static_cast<size_t>(plan.tensor_parallel * plan.data_parallel);
+  for (size_t i = 0; i + stride < ranks.size(); ++i) {
+    std::string& link = stages[static_cast<size_t>(plan.Place(static_cast<int>(i)).stage)].next_stage_link;
+    if (ranks[i].host != ranks[i + stride].host) link = "inter-node";
+    if (link.empty()) link = "intra-node";
+  }
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const double n = samples[s] > 0 ? samples[s] : kNaN;
+    stages[s].forward_s /= n;
+    stages[s].backward_s /= n;
+    stages[s].comm_pipeline_s /= n;
+    stages[s].pipeline_send_bytes /= n;
+  }
+  return stages;
+}
+
 ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>& ranks, double model_flops_per_token,
                             double peak_flops, double measured_gemm_flops, double gradient_bytes,
-                            int tensor_parallel) {
+                            int tensor_parallel, int pipeline_parallel) {
   ScalingPoint p;
   p.k = k;
   p.micro_batch = micro_batch;
@@ -152,6 +201,7 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
   p.gradient_bytes = gradient_bytes;
   const size_t steps = ranks.empty() ? 0 : ranks.front().steps.size();
   p.tensor_parallel = tensor_parallel;
+  p.pipeline_parallel = pipeline_parallel;
   double step_sum = 0, loss_first = 0, loss_last = 0;
   CommSums comm;
   int64_t tokens_per_step = 0;
@@ -167,7 +217,7 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
       slowest = std::max(slowest, r.step_s);
       tokens += r.tokens;
       loss += r.loss;
-      comm.Add(r, k, tensor_parallel);
+      comm.Add(r, k, tensor_parallel, pipeline_parallel);
     }
     loss /= static_cast<double>(ranks.size());
     if (first) loss_first = loss;
@@ -282,13 +332,26 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
                            "4 L B S d: %.2f MB), %.3f ms exposed", p.tensor_parallel, p.traffic.activation / 1e6,
                            p.traffic_theory.activation / 1e6, p.comm_activation_s * 1e3));
   }
+  if (p.pipeline_parallel > 1) {
+    lines.push_back(Format("#   pipeline %d stages x %d micro-batches (1F1B): bubble %s measured, %s in theory; sent to "
+                           "neighbouring stages %.2f MB per rank per step (theory %.2f MB), %.3f ms exposed",
+                           p.pipeline_parallel, p.micro_batches, pct(p.bubble_measured).c_str(),
+                           pct(p.bubble_theory).c_str(), p.traffic_pipeline / 1e6, p.traffic_pipeline_theory / 1e6,
+                           p.comm_pipeline_s * 1e3));
+    int across = 0;
+    for (const StageSummary& stage : p.stages) across += stage.next_stage_link == "inter-node" ? 1 : 0;
+    if (across > 0) {
+      lines.push_back(Format("#   %d of %d stage boundaries cross nodes: their activations and gradients go over "
+                             "the inter-node link", across, p.pipeline_parallel - 1));
+    }
+  }
   if (p.k > 1) {
     auto mb = [](double bytes) { return Format("%.2f", bytes / 1e6); };
     lines.push_back(Format("#   sent per rank per step (ring), MB issued / ZeRO's: gradient sync %s / %s, parameter "
                            "gather %s / %s; exposed: gradient sync %.3f ms, parameter gather %.3f ms",
                            mb(p.traffic.gradient_sync).c_str(), mb(p.traffic_theory.gradient_sync).c_str(),
                            mb(p.traffic.parameter_gather).c_str(), mb(p.traffic_theory.parameter_gather).c_str(),
-                           (p.comm_exposed_s - p.comm_gather_exposed_s - p.comm_activation_s) * 1e3,
+                           (p.comm_exposed_s - p.comm_gather_exposed_s - p.comm_activation_s - p.comm_pipeline_s) * 1e3,
                            p.comm_gather_exposed_s * 1e3));
   }
   if (p.nodes > 1) {
@@ -330,6 +393,11 @@ void AddStepsTable(Group& group, const std::vector<RankSteps>& ranks) {
       .Column(c::comm_exposed_s, [](const RankStep& s) { return s.r->comm_exposed_s; })
       .Column(c::comm_gather_exposed_s, [](const RankStep& s) { return s.r->comm_gather_exposed_s; })
       .Column(c::comm_activation_s, [](const RankStep& s) { return s.r->comm_activation_s; })
+      .Column(c::comm_pipeline_s, [](const RankStep& s) { return s.r->comm_pipeline_s; })
+      .Column(c::comm_embedding_s, [](const RankStep& s) { return s.r->comm_embedding_s; })
+      .Column(c::pipeline_send_bytes, [](const RankStep& s) { return static_cast<int64_t>(s.r->pipeline_send_bytes); })
+      .Column(c::embedding_allreduce_bytes,
+              [](const RankStep& s) { return static_cast<int64_t>(s.r->embedding_allreduce_bytes); })
       .Column(c::comm_intra_s, [](const RankStep& s) { return s.r->comm_intra_s; })
       .Column(c::comm_inter_s, [](const RankStep& s) { return s.r->comm_inter_s; })
       .Column(c::optimizer_s, [](const RankStep& s) { return s.r->optimizer_s; })
@@ -363,7 +431,7 @@ void AddStallBudgetTable(Group& group, const ScalingPoint& p) {
         .Column(c::p99, [part](const StallBudget& b) { return PartOf(b, part).p99; }, c::kParts[part]);
   }
   const Percentiles StallBudget::*kinds[] = {&StallBudget::comm_gradient_sync, &StallBudget::comm_param_gather,
-                                             &StallBudget::comm_activation};
+                                             &StallBudget::comm_activation, &StallBudget::comm_pipeline};
   for (size_t kind = 0; kind < c::kCommKinds.size(); ++kind) {
     auto of = [member = kinds[kind]](const StallBudget& b) -> const Percentiles& { return b.*member; };
     table.Column(c::kind_p50, [of](const StallBudget& b) { return of(b).p50; }, c::kCommKinds[kind])
@@ -371,6 +439,25 @@ void AddStallBudgetTable(Group& group, const ScalingPoint& p) {
         .Column(c::kind_p99, [of](const StallBudget& b) { return of(b).p99; }, c::kCommKinds[kind]);
   }
   table.Write(group, p.budgets);
+}
+
+void AddStagesTable(Group& group, const std::vector<StageSummary>& stages) {
+  namespace c = sp::stages;
+  schema::RecordTable<StageSummary>(sp::kStages)
+      .Column(c::stage, [](const StageSummary& s) { return s.plan.stage.stage; })
+      .Column(c::first_layer, [](const StageSummary& s) { return s.plan.stage.first_layer; })
+      .Column(c::last_layer, [](const StageSummary& s) { return s.plan.stage.end_layer - 1; })
+      .Column(c::slots, [](const StageSummary& s) { return s.plan.stage.slots; })
+      .Column(c::parameters, [](const StageSummary& s) { return s.plan.parameters; })
+      .Column(c::activations_bytes_theory, [](const StageSummary& s) { return s.plan.memory.activations_bytes; })
+      .Column(c::forward_s, [](const StageSummary& s) { return s.forward_s; })
+      .Column(c::backward_s, [](const StageSummary& s) { return s.backward_s; })
+      .Column(c::comm_pipeline_s, [](const StageSummary& s) { return s.comm_pipeline_s; })
+      .Column(c::bubble_measured, [](const StageSummary& s) { return s.bubble_measured(); })
+      .Column(c::pipeline_send_bytes, [](const StageSummary& s) { return s.pipeline_send_bytes; })
+      .Column(c::pipeline_send_bytes_theory, [](const StageSummary& s) { return s.plan.pipeline_send_bytes; })
+      .Column(c::next_stage_link, [](const StageSummary& s) { return s.next_stage_link; })
+      .Write(group, stages);
 }
 
 void SetPointAttributes(Group& group, const ScalingPoint& p) {
@@ -408,6 +495,13 @@ void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::working_bytes, p.working_bytes);
   schema::Set(group, sp::tensor_parallel, p.tensor_parallel);
   schema::Set(group, sp::comm_activation_s, p.comm_activation_s);
+  schema::Set(group, sp::pipeline_parallel, p.pipeline_parallel);
+  schema::Set(group, sp::micro_batches, p.micro_batches);
+  schema::Set(group, sp::comm_pipeline_s, p.comm_pipeline_s);
+  schema::Set(group, sp::bubble_measured, p.bubble_measured);
+  schema::Set(group, sp::bubble_theory, p.bubble_theory);
+  schema::Set(group, sp::traffic_pipeline_bytes, p.traffic_pipeline);
+  schema::Set(group, sp::traffic_pipeline_bytes_theory, p.traffic_pipeline_theory);
   schema::Set(group, sp::traffic_activation_bytes, p.traffic.activation);
   schema::Set(group, sp::traffic_activation_bytes_theory, p.traffic_theory.activation);
   schema::Set(group, sp::overlap, p.overlap);
@@ -426,6 +520,7 @@ void AddPointToReport(Group& train, const ScalingPoint& p, const std::vector<Ran
   Group& group = train.Child(name.empty() ? PointGroupName({p.k, 0}) : name);  // under train/: schema::kTrainPoint
   AddStepsTable(group, ranks);
   AddStallBudgetTable(group, p);
+  if (!p.stages.empty()) AddStagesTable(group, p.stages);
   SetPointAttributes(group, p);
 }
 

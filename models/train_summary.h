@@ -8,6 +8,7 @@
 
 #include "report.h"
 #include "train_loop.h"
+#include "train_plan.h"
 
 namespace tb {
 
@@ -51,9 +52,9 @@ struct StallBudget {
   std::string device;
   double median_step_s = 0;
   Percentiles compute, comm_exposed, data_wait, checkpoint_stall, other;
-  // comm_exposed split by kind: waiting for gradients (all-reduce, reduce-scatter), for parameters (all-gather) and
-  // for tensor parallel's activation all-reduces.
-  Percentiles comm_gradient_sync, comm_param_gather, comm_activation;
+  // comm_exposed split by kind: waiting for gradients (all-reduce, reduce-scatter, the tied embedding's all-reduce),
+  // for parameters (all-gather), for tensor parallel's activation all-reduces and for the neighbouring pipeline stages.
+  Percentiles comm_gradient_sync, comm_param_gather, comm_activation, comm_pipeline;
 };
 
 // Bytes one rank sends per step in ring algorithms, by kind of collective.
@@ -72,6 +73,17 @@ CollectiveTraffic TheoryTraffic(ParallelMode mode, double gradient_bytes, int ra
 // 2(T-1)/T of itself in a ring.
 double TheoryActivationTraffic(int layers, int micro_batch, int seq, int d_model, double element_bytes,
                                int tensor_parallel);
+
+// One pipeline stage of a point: its plan and its ranks' means per measured step.
+struct StageSummary {
+  StagePlan plan;
+  double forward_s = 0, backward_s = 0, comm_pipeline_s = 0, pipeline_send_bytes = 0;
+  std::string next_stage_link;  // "inter-node" when a rank's peer in the next stage is on another host, else
+                                // "intra-node"; "" for the last stage
+  double bubble_measured() const;  // comm_pipeline_s / (forward_s + backward_s + comm_pipeline_s)
+};
+// Per stage of `plan`: `ranks` are the point's, in its rank order (plan.Place of their index).
+std::vector<StageSummary> SummarizeStages(const TrainPlan& plan, const std::vector<RankSteps>& ranks);
 
 struct ScalingPoint {
   int k = 0;                        // ranks
@@ -109,6 +121,14 @@ struct ScalingPoint {
                                     // comm_total x 2(k-1)/k); NaN for k = 1
   double loss_first = 0;            // mean over ranks, first and last measured step
   double loss_last = 0;
+  int pipeline_parallel = 1;        // pipeline stages P
+  int micro_batches = 1;            // per optimizer step (M)
+  double comm_pipeline_s = 0;       // the part of comm_exposed_s in the exchanges between stages (mean)
+  double bubble_measured = 0;       // comm_pipeline_s / (forward + backward + comm_pipeline_s); NaN without stages
+  double bubble_theory = 0;         // 1F1B's (P-1)/(M+P-1)
+  double traffic_pipeline = 0;      // bytes a rank sends to its neighbouring stages per step (mean)
+  double traffic_pipeline_theory = 0;
+  std::vector<StageSummary> stages; // pipeline parallel: per stage (empty without)
   std::vector<StallBudget> budgets;
   int worst_rank = 0;               // the rank with the largest median step time
 };
@@ -118,9 +138,10 @@ double Percentile(std::vector<double> values, double q);
 
 // Summarises one scaling point. peak_flops <= 0 means unknown. Under tensor parallel (groups of `tensor_parallel` ranks) the gradients are
 // synchronised over the k / tensor_parallel ranks that hold the same slice, and the activations inside each group.
+// Pipeline parallel: the gradients over k / (tensor_parallel x pipeline_parallel).
 ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>& ranks, double model_flops_per_token,
                             double peak_flops, double measured_gemm_flops, double gradient_bytes,
-                            int tensor_parallel = 1);
+                            int tensor_parallel = 1, int pipeline_parallel = 1);
 
 // Fills `efficiency` of every point against the one with the fewest ranks: weak (per-rank batch fixed)
 // E(k) = throughput(k) / (k/k0 · throughput(k0)); strong (global batch fixed) E(k) = T(k0)·k0 / (k · T(k)).

@@ -22,6 +22,8 @@ expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --steps 4 --scaling 1,2 --d
 expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --steps 6 --data tokens --resume ck/k2/step-00000004 -o resumed.h5
 expect_ok "$tb" train "${small[@]}" --steps 2 --data tokens --record-bytes 4K --io-throttle 100000,0.5 --op-times \
   -o sweep.h5
+# The only report with pipeline stages.
+expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --steps 1 --pipeline-parallel 2 --micro-batches 2 -o pipeline.h5
 expect_ok "${mpi[@]}" -n 2 "$tb" suite --repeats 2 -o suite.h5 --quiet
 # A hang the watchdog ends: the only report that names stuck ranks.
 timeout 120 "${mpi[@]}" -n 2 "$tb" collectives -b 1K -e 1K --inject hang=1 --timeout 3 -o hang.h5 --quiet >/dev/null 2>&1
@@ -33,6 +35,6 @@ expect_ok env TB_NETNS_SLOTS=1 "$hosts" mpirun scv -np 3 "$tb" train "${small[@]
   --link-probe 64KiB -o "$work/hosts.h5"
 
 checks=$((checks + 1))
-"$coverage" hosts.h5 info.h5 data.h5 collectives.h5 p2p.h5 train.h5 resumed.h5 sweep.h5 suite.h5 hang.h5 >"$work/coverage" 2>&1 ||
+"$coverage" hosts.h5 info.h5 data.h5 collectives.h5 p2p.h5 train.h5 resumed.h5 sweep.h5 pipeline.h5 suite.h5 hang.h5 >"$work/coverage" 2>&1 ||
   fail "fields not covered: $(cat "$work/coverage")"
 finish schema_coverage_test

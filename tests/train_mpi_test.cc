@@ -293,8 +293,12 @@ TEST(TrainLoop, StopRequestEndsBetweenSteps) {
   auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
   auto model = MakeCpuTransformer(SmallModel(), 7);
   TrainLoopOptions o = SmallLoop();
-  int asked = 0;
-  o.stop_requested = [&] { return ++asked > 2; };
+  // A host that asks for a stop before the third step (the same on every rank).
+  struct StopAfterTwo : TrainLoopHost {
+    int asked = 0;
+    bool StopRequested() override { return ++asked > 2; }
+  } host;
+  o.host = &host;
   EXPECT_EQ(RunTrainingSteps(*comm, *model, o).size(), 2u);
 }
 

@@ -729,6 +729,9 @@ std::unique_ptr<Transformer> MakeCudaTensorParallelTransformer(const ModelConfig
   ValidateModel(config);
   CheckTensorParallel(config, tp.size());
   CheckCudaTensorParallel(config, tp, options);
+  if (ResolveStage(options.stage, config).split()) {
+    throw InputError("the CUDA tensor parallel model over pipeline stages is not built (the CPU one holds a stage)");
+  }
   // The model resolves options.shard (InputError when it does not fit) before its first device call.
   return std::make_unique<CudaTensorParallelTransformer>(config, seed, tp, options);
 }

@@ -487,6 +487,8 @@ const std::vector<ViewColumn>& PointDetailColumns() {
       Show(p::traffic_parameter_gather_bytes, -1), Show(p::traffic_parameter_gather_bytes_theory, -1),
       Show(p::tensor_parallel), Show(p::comm_activation_s, 4), Show(p::traffic_activation_bytes, -1),
       Show(p::traffic_activation_bytes_theory, -1),
+      Show(p::pipeline_parallel), Show(p::micro_batches), Show(p::comm_pipeline_s, 4), Show(p::bubble_measured, 4),
+      Show(p::bubble_theory, 4), Show(p::traffic_pipeline_bytes, -1), Show(p::traffic_pipeline_bytes_theory, -1),
       Show(p::comm_intra_s, 4), Show(p::comm_inter_s, 4),
       Show(p::loss_first, 4),   Show(p::loss_last, 4),          Show(p::worst_rank),
       Show(p::repeat_count),    Show(p::median_repeat),

@@ -466,6 +466,26 @@ inline const RealAttribute traffic_activation_bytes_theory{
     kTrainPoint, "traffic_activation_bytes_theory", "B",
     "Megatron's: 4 L B S d elements per step (one all-reduce after each row-parallel layer in forward, one per "
     "column-parallel layer in backward) x element bytes x 2(T-1)/T"};
+inline const IntAttribute pipeline_parallel{kTrainPoint, "pipeline_parallel", "",
+                                            "pipeline stages P (1: none); absent in reports before it"};
+inline const IntAttribute micro_batches{kTrainPoint, "micro_batches", "",
+                                        "micro-batches per optimizer step M (--micro-batches, --grad-accum)"};
+inline const RealAttribute comm_pipeline_s{kTrainPoint, "comm_pipeline_s", "s",
+                                           "the part of comm_exposed_s in the exchanges with the neighbouring pipeline "
+                                           "stages (waiting for them and the transfers), mean per step and rank"};
+inline const RealAttribute bubble_measured{
+    kTrainPoint, "bubble_measured", "fraction",
+    "the share of a step's pipelined part that stages waited: comm_pipeline_s / (forward_s + backward_s + "
+    "comm_pipeline_s), means over ranks and measured steps (the transfers count as waiting); NaN without stages"};
+inline const RealAttribute bubble_theory{kTrainPoint, "bubble_theory", "fraction",
+                                         "1F1B's (P-1)/(M+P-1) (Narayanan et al. 2021), transfers taken as free"};
+inline const RealAttribute traffic_pipeline_bytes{kTrainPoint, "traffic_pipeline_bytes", "B",
+                                                  "bytes a rank sends per step to its neighbouring stages (activations "
+                                                  "forward, their gradients backward), mean over ranks"};
+inline const RealAttribute traffic_pipeline_bytes_theory{
+    kTrainPoint, "traffic_pipeline_bytes_theory", "B",
+    "M x micro_batch x seq x d_model x 4 B (fp32) once per neighbour a stage sends to (forward to the next, backward "
+    "to the previous), mean over ranks"};
 inline const RealAttribute working_bytes{kTrainPoint, "working_bytes", "B",
                                          "fsdp: rank 0's working buffers (the units gathered at once and their "
                                          "gradients), outside ZeRO's 16 Psi/N; 0 in the other modes"};
@@ -511,6 +531,17 @@ inline const RealColumn comm_gather_exposed_s{kSteps, "comm_gather_exposed_s", "
 inline const RealColumn comm_activation_s{kSteps, "comm_activation_s", "s",
                                           "the part of comm_exposed_s (and comm_total_s) in tensor parallel's "
                                           "activation all-reduces; absent in reports before it"};
+inline const RealColumn comm_pipeline_s{kSteps, "comm_pipeline_s", "s",
+                                        "the part of comm_exposed_s (and comm_total_s) in pipeline parallel's "
+                                        "exchanges with the neighbouring stages; absent in reports before it"};
+inline const RealColumn comm_embedding_s{kSteps, "comm_embedding_s", "s",
+                                         "the part of comm_exposed_s (and comm_total_s) in the tied embedding's "
+                                         "gradient all-reduce between a pipeline's first and last stage"};
+inline const IntColumn pipeline_send_bytes{kSteps, "pipeline_send_bytes", "B",
+                                           "sent to the neighbouring stages: activations forward, their gradients "
+                                           "backward"};
+inline const IntColumn embedding_allreduce_bytes{kSteps, "embedding_allreduce_bytes", "B",
+                                                 "the tied embedding's gradient all-reduced (first and last stage)"};
 inline const RealColumn comm_intra_s{kSteps, "comm_intra_s", "s",
                                      "comm_total_s inside nodes (hierarchical all-reduce); NaN where not told apart"};
 inline const RealColumn comm_inter_s{kSteps, "comm_inter_s", "s",
@@ -541,10 +572,12 @@ inline const RealColumn median_step_s{kStallBudget, "median_step_s", "s", "media
 inline const RealColumn p50{kStallBudget, "<part>_p50", "fraction", "the part's share of step time, p50", kParts};
 inline const RealColumn p95{kStallBudget, "<part>_p95", "fraction", "the part's share of step time, p95", kParts};
 inline const RealColumn p99{kStallBudget, "<part>_p99", "fraction", "the part's share of step time, p99", kParts};
-// comm_exposed by kind (they add up to it): gradient sync (dp's all-reduce, zero1's and fsdp's reduce-scatters),
-// parameter gather (zero1's and fsdp's all-gathers) and activation (tensor parallel's all-reduces inside forward and
-// backward); absent in reports before them.
-inline const std::vector<std::string> kCommKinds = {"comm_gradient_sync", "comm_param_gather", "comm_activation"};
+// comm_exposed by kind (they add up to it): gradient sync (dp's all-reduce, zero1's and fsdp's reduce-scatters, the
+// tied embedding's all-reduce between a pipeline's first and last stage), parameter gather (zero1's and fsdp's
+// all-gathers), activation (tensor parallel's all-reduces inside forward and backward) and pipeline (the exchanges
+// with the neighbouring stages: waiting for them, the bubble, and the transfers); absent in reports before them.
+inline const std::vector<std::string> kCommKinds = {"comm_gradient_sync", "comm_param_gather", "comm_activation",
+                                                    "comm_pipeline"};
 inline const RealColumn kind_p50{kStallBudget, "<kind>_p50", "fraction", "the kind's share of step time, p50",
                                  kCommKinds};
 inline const RealColumn kind_p95{kStallBudget, "<kind>_p95", "fraction", "the kind's share of step time, p95",
@@ -583,6 +616,36 @@ inline const RealColumn copy_fraction{kOpTimes, "copy_fraction", "fraction",
                                       "GBps over the device's copy rate measured in the run (train/copy_bytes_per_s); "
                                       "above 1 where the kind's data stays in cache"};
 }  // namespace op_times
+
+// Pipeline parallel (`train --pipeline-parallel P`): a row per stage, its plan next to what its ranks measured.
+inline TableSpec kStages{kTrainPoint, "stages",
+                         "a row per pipeline stage: what it holds (the plan) and what its ranks measured (means over "
+                         "them and the measured steps); present with --pipeline-parallel"};
+namespace stages {
+inline const IntColumn stage{kStages, "stage", "", "the stage, from 0 (the embeddings) to P-1 (the LM head)"};
+inline const IntColumn first_layer{kStages, "first_layer", "", "its first block"};
+inline const IntColumn last_layer{kStages, "last_layer", "", "its last block"};
+inline const IntColumn slots{kStages, "slots", "micro-batches",
+                             "micro-batches whose activations it holds at once under 1F1B: min(P - stage, M)"};
+inline const RealColumn parameters{kStages, "parameters", "",
+                                   "elements it holds, before tensor parallel divides them (wte on the first and, "
+                                   "as the tied LM head, on the last)"};
+inline const RealColumn activations_bytes_theory{
+    kStages, "activations_bytes_theory", "B",
+    "EstimateMemory's activations of its blocks (and the head's on the last stage) x slots, per rank"};
+inline const RealColumn forward_s{kStages, "forward_s", "s", "forward compute per step (all micro-batches)"};
+inline const RealColumn backward_s{kStages, "backward_s", "s", "backward compute per step"};
+inline const RealColumn comm_pipeline_s{kStages, "comm_pipeline_s", "s", "exchanges with its neighbours per step"};
+inline const RealColumn bubble_measured{kStages, "bubble_measured", "fraction",
+                                        "comm_pipeline_s / (forward_s + backward_s + comm_pipeline_s)"};
+inline const RealColumn pipeline_send_bytes{kStages, "pipeline_send_bytes", "B", "sent per step per rank"};
+inline const RealColumn pipeline_send_bytes_theory{kStages, "pipeline_send_bytes_theory", "B",
+                                                   "M x micro_batch x seq x d_model x 4 B per neighbour sent to"};
+inline const TextColumn next_stage_link{kStages, "next_stage_link", "",
+                                        "inter-node where a rank of the stage and its peer in the next stage are on "
+                                        "different hosts (its activations cross the network), intra-node where none "
+                                        "is; empty for the last stage"};
+}  // namespace stages
 
 // Repeats (`train --repeats N`): the measured phase run N times, each after its own warm-up on a fresh model.
 inline const IntAttribute repeat_count{kTrainPoint, "repeats", "",
@@ -917,6 +980,13 @@ inline const std::vector<const Field*> kStoredOnly = {
     &point::steps::backward_s, &point::steps::comm_total_s, &point::steps::comm_exposed_s,
     &point::steps::comm_gather_exposed_s, &point::steps::comm_activation_s, &point::steps::comm_intra_s, &point::steps::comm_inter_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
     &point::steps::data_read_MBps, &point::steps::loader_queue_depth, &point::steps::checkpoint_writing,
+    &point::steps::comm_pipeline_s, &point::steps::comm_embedding_s, &point::steps::pipeline_send_bytes,
+    &point::steps::embedding_allreduce_bytes,
+    // Pipeline parallel's stages: the point's attributes summarise them.
+    &point::stages::stage, &point::stages::first_layer, &point::stages::last_layer, &point::stages::slots,
+    &point::stages::parameters, &point::stages::activations_bytes_theory, &point::stages::forward_s,
+    &point::stages::backward_s, &point::stages::comm_pipeline_s, &point::stages::bubble_measured,
+    &point::stages::pipeline_send_bytes, &point::stages::pipeline_send_bytes_theory, &point::stages::next_stage_link,
     &point::stall_budget::p99, &point::stall_budget::kind_p99,
     // The data check before the first step, resume and loader details, and each slice of a checkpoint.
     &io::data_verify, &io::data_verify_bytes, &io::data_verify_s, &io_point::resume_saved_ranks,

@@ -25,6 +25,7 @@
 #include "report_check.h"
 #include "train_energy.h"
 #include "train_loop.h"
+#include "train_plan.h"
 #include "scaling_plan.h"
 #include "train_io.h"
 #include "train_repeats.h"
@@ -75,6 +76,8 @@ struct TrainFlags {
   std::string link_probe = "16MiB";
   std::string parallel = "dp";
   int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int micro_batches = 0;  // 0: not given (--grad-accum's count)
   bool allow_cross_node_tp = false;
   bool op_times = false;
   int repeats = 1;
@@ -113,6 +116,25 @@ void CheckTensorParallelFlags(const TrainFlags& f, const TrainIoFlags& io, const
                      "batches and write its own slices): synthetic tokens, no checkpoints");
   }
   CheckTensorParallelStep(model, f.tensor_parallel, f.micro_batch, seq, cuda);
+}
+
+// --pipeline-parallel P > 1: what it cannot be combined with yet (one line, exit 2). P against the layers, the ranks
+// and the micro-batches: PlanTrainPoint.
+void CheckPipelineFlags(const TrainFlags& f, const TrainIoFlags& io, bool cuda) {
+  if (f.pipeline_parallel == 1) return;
+  const std::string p = "--pipeline-parallel " + std::to_string(f.pipeline_parallel);
+  if (f.parallel == "fsdp") {
+    throw InputError(p + " with --parallel fsdp is not built yet (fsdp across the pipelines): dp or zero1");
+  }
+  if (io.checkpoint_every > 0 || !io.resume.empty() || !io.data_dir.empty()) {
+    throw InputError(p + " with --data or checkpoints is not built yet (every stage of a pipeline must read the same "
+                     "batches and write its own layers): synthetic tokens, no checkpoints");
+  }
+  if (f.op_times) throw InputError(p + " with --op-times is not built yet (its FLOPs and bytes are the whole model's)");
+  if (cuda && f.tensor_parallel > 1) {
+    throw InputError(p + " with --tensor-parallel on the cuda backend is not built yet (the CUDA tensor parallel "
+                     "model holds no stage); on the cpu backend it is");
+  }
 }
 
 // --link-probe SIZE, or 0 / off: no probe.
@@ -275,29 +297,39 @@ void AddStorageSweep(Group& io, const std::vector<double>& rates, const std::vec
         true);
 }
 
-// What a training run needs per rank: its model state and activations on the device (cuda) or the host (cpu), as
-// the parallel mode shards them over `ranks` (ModeMemory: tensor parallel's T, then zero1's or fsdp's shards over
-// the groups); on cuda the host holds the fp32 initial weights while they are drawn and uploaded.
-MemoryNeed TrainMemoryNeed(const ModelConfig& model, int micro_batch, int seq, bool cuda, const std::string& mode,
-                           int ranks, int tensor_parallel) {
-  const MemoryEstimate e = EstimateMemory(model, micro_batch, seq, cuda, tensor_parallel);
-  const MemoryBreakdown m =
-      ModeMemory({e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes}, mode, ranks,
-                 FsdpGatheredParameters(model), static_cast<double>(CountParameters(model).total), tensor_parallel);
+// What a training run needs per rank at `plan`'s point: the model state and activations of its largest pipeline stage
+// (the whole model without stages) on the device (cuda) or the host (cpu), as the parallel mode shards them over the
+// ranks holding the same parameters (ModeMemory: tensor parallel's T, then zero1's or fsdp's shards over the groups);
+// on cuda the host holds the fp32 initial weights while they are drawn and uploaded.
+MemoryNeed TrainMemoryNeed(const ModelConfig& model, const TrainPlan& plan, bool cuda, const std::string& mode) {
+  const StagePlan& stage = plan.largest_stage();
+  const MemoryEstimate& e = stage.memory;
+  const int t = plan.tensor_parallel;
+  const MemoryBreakdown m = ModeMemory({e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes},
+                                       mode, plan.ranks / plan.pipeline_parallel, FsdpGatheredParameters(model),
+                                       static_cast<double>(CountParameters(model).total), t);
   std::string parts = Format("weights %s, gradients %s, optimizer %s, activations %s", FormatBytes(m.weights_bytes).c_str(),
                              FormatBytes(m.gradients_bytes).c_str(), FormatBytes(m.optimizer_bytes).c_str(),
                              FormatBytes(m.activations_bytes).c_str());
   if (m.working_bytes > 0) parts += ", fsdp working buffers " + FormatBytes(m.working_bytes);
-  parts += Format(" at --micro-batch %d and --seq %d", micro_batch, seq);
-  if (mode != "dp" || tensor_parallel > 1) {
-    parts += Format(" (--parallel %s over %d ranks, --tensor-parallel %d)", mode.c_str(), ranks, tensor_parallel);
+  parts += Format(" at --micro-batch %d and --seq %d", plan.micro_batch, plan.seq);
+  if (mode != "dp" || t > 1 || plan.pipeline_parallel > 1) {
+    parts += Format(" (--parallel %s over %d ranks, --tensor-parallel %d", mode.c_str(), plan.ranks, t);
+    if (plan.pipeline_parallel > 1) {
+      parts += Format(", --pipeline-parallel %d: stage %d, layers %d-%d, %d micro-batches in flight",
+                      plan.pipeline_parallel, stage.stage.stage, stage.stage.first_layer, stage.stage.end_layer - 1,
+                      stage.stage.slots);
+    }
+    parts += ")";
   }
   MemoryNeed need;
-  need.lower = "--micro-batch, --seq or --layers";
+  need.lower = plan.pipeline_parallel > 1 ? "--micro-batch, --seq, --layers or fewer --micro-batches in flight (a "
+                                            "larger --pipeline-parallel)"
+                                          : "--micro-batch, --seq or --layers";
   if (cuda) {
     need.device_bytes = m.total_bytes();
     need.device_parts = parts;
-    need.host_bytes = 4.0 * static_cast<double>(CountParameters(model).total);
+    need.host_bytes = 4.0 * stage.parameters;
     need.host_parts = "fp32 initial weights";
   } else {
     need.host_bytes = m.total_bytes();
@@ -357,7 +389,7 @@ class TrainPhase : public Phase {
   void MeasureDevice();
   void PrintHeader() const;
   void RecordHeader(double comm_ready_s);
-  std::unique_ptr<Transformer> MakeModel(const Communicator& dp, Communicator* tp);
+  std::unique_ptr<Transformer> MakeModel(const Communicator& dp, Communicator* tp, const PipelineStage& stage);
   void AddTheory(ScalingPoint& p, int micro_batch) const;
   std::vector<RunPoint> Points() const;
   void ProbeLinks(Communicator& comm);
@@ -372,13 +404,26 @@ class TrainPhase : public Phase {
   // group goes into `io_groups` (rank 0's).
   std::vector<StepRecord> RunOnePoint(Communicator& sub, const RunPoint& point, const std::string& folder,
                                       TrainLoopOptions& point_loop, EnergySpan& energy, Group& io_groups);
+  struct PointComms {
+    std::unique_ptr<Communicator> tp, dp, pipeline;  // null where the plan has no such group
+  };
+  static PointComms MakePointComms(Communicator& sub, const TrainPlan& plan);
+  void PrintStep(const StepRecord& r, Communicator& sub, int k);
+  class PointHost;
   void Summarise(const std::vector<RunPoint>& runs);
   void RecordMemory();
   Group& train() { return schema::GroupOf(run_->report().root, schema::kTrain); }
   // Sequences per rank per forward and backward at k ranks: strong scaling divides the global batch over the data
   // parallel groups and the micro-batches of a step.
-  int PointBatch(int k) const {
-    return weak_ ? f_.micro_batch : global_batch_ / (k / f_.tensor_parallel) / f_.grad_accum;
+  int PointBatch(int k) const { return weak_ ? f_.micro_batch : global_batch_ / DataParallel(k) / f_.grad_accum; }
+  // Data parallel replicas at k ranks: tensor parallel groups and pipelines each share one batch.
+  int DataParallel(int k) const { return k / (f_.tensor_parallel * f_.pipeline_parallel); }
+  // The plan of the point with k ranks.
+  const TrainPlan& PlanOf(int k) const {
+    for (const TrainPlan& plan : plans_) {
+      if (plan.ranks == k) return plan;
+    }
+    throw std::logic_error("train: no plan for " + std::to_string(k) + " ranks");
   }
   // A storage sweep: the run repeated at each --io-throttle rate (on one scaling point).
   bool Sweep() const { return io_plan_.throttles_MBps.size() > 1; }
@@ -392,6 +437,7 @@ class TrainPhase : public Phase {
   InjectionPlan faults_;
   TrainLoopOptions loop_;
   std::vector<ScalingPointPlan> scaling_;
+  std::vector<TrainPlan> plans_;  // per scaling point, in its order
   LaunchShape shape_;
   LinkProbeOptions link_probe_;  // bytes 0: off
   bool weak_ = true;
@@ -410,6 +456,45 @@ class TrainPhase : public Phase {
   uint64_t point_working_bytes_ = 0;  // and fsdp's working buffers
   double point_gradient_bytes_ = 0;   // the gradients it synchronises (a tensor parallel slice's)
   int64_t point_buckets_ = 0;         // dp's buckets over them
+};
+
+// The loop's outside for one point (TrainLoopHost): the point's data and checkpoints (PointIo), the run's watchdog and
+// stop over the point's ranks, the test faults, and after each step its line and the energy marks.
+class TrainPhase::PointHost final : public TrainLoopHost {
+ public:
+  PointHost(TrainPhase& phase, Communicator& sub, int k, PointIo& io, MeasuredStepsEnergy energy)
+      : phase_(phase),
+        sub_(sub),
+        k_(k),
+        io_(io),
+        energy_(std::move(energy)),
+        at_first_step_(TestFaultHook(phase.run_->ctx().world_rank)),
+        in_each_step_(SlowRankHook(phase.faults_, phase.run_->ctx().world_rank)) {}
+  std::optional<StepBatch> NextBatch(int) override { return io_.NextBatch(); }
+  void BeforeUpdate() override { io_.BeforeUpdate(); }
+  void AfterUpdate(int step) override { io_.AfterUpdate(step); }
+  bool CheckpointWriting() override { return io_.CheckpointWriting(); }
+  Watchdog* watchdog() override { return &phase_.run_->watchdog(&sub_); }
+  bool StopRequested() override { return phase_.run_->StopRequested(sub_.host_comm()); }
+  void AtFirstStep() override {
+    if (at_first_step_) at_first_step_();
+  }
+  void InEachStep() override {
+    if (in_each_step_) in_each_step_();
+  }
+  void OnStep(const StepRecord& r) override {
+    phase_.PrintStep(r, sub_, k_);
+    energy_.AfterStep(r);
+  }
+
+ private:
+  TrainPhase& phase_;
+  Communicator& sub_;
+  int k_;
+  PointIo& io_;
+  MeasuredStepsEnergy energy_;
+  std::function<void()> at_first_step_;  // where the CLI injects test faults
+  std::function<void()> in_each_step_;   // and a slow rank
 };
 
 void TrainPhase::AddOptions(po::options_description& options) {
@@ -453,6 +538,15 @@ void TrainPhase::AddOptions(po::options_description& options) {
        "split the model over groups of T ranks inside a node (Megatron: column/row-parallel layers, activation "
        "all-reduces, vocab-parallel embedding and cross-entropy), data parallel across the groups; T divides the "
        "heads and the ranks of each node (CPU backend, --parallel dp)")
+      ("pipeline-parallel", Number(&f.pipeline_parallel, IntRange::Between(1, kMaxLayers))->default_value(f.pipeline_parallel),
+       "split the layers into P pipeline stages of consecutive layers (the embeddings with the first, the final "
+       "LayerNorm, LM head and loss with the last), outermost over the ranks (stage s on ranks [s k/P, (s+1) k/P), "
+       "so that stages span nodes); Megatron's 1F1B schedule over --micro-batches, activations and their gradients "
+       "sent point to point between neighbouring stages; dp or zero1 across the pipelines, tensor parallel inside "
+       "each stage (synthetic tokens, no checkpoints)")
+      ("micro-batches", Number(&f.micro_batches, IntRange::Between(1, kMaxGradAccum)),
+       "pipeline parallel: micro-batches of --micro-batch sequences per optimizer step, M >= P (gradient "
+       "accumulation, as --grad-accum: give one of the two)")
       ("op-times", po::bool_switch(&f.op_times),
        "time the model's work by kind (embedding, LayerNorms, attention, MLP, LM head and cross-entropy, AdamW) with "
        "marks on the model's stream (CUDA events, NVTX ranges for a profiler): a table per point, as time, TFLOP/s "
@@ -473,6 +567,7 @@ std::vector<FlagRule> TrainPhase::Rules() const {
   rules.push_back(Needs("bucket-mb", "parallel", {"dp"}));
   rules.push_back(Needs("no-overlap", "parallel", {"dp", "fsdp"}));
   rules.push_back(Needs("allow-cross-node-tp", "tensor-parallel"));
+  rules.push_back(Needs("micro-batches", "pipeline-parallel"));
   return rules;
 }
 
@@ -516,15 +611,25 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
   }
   if (parallel_ == ParallelMode::kDp) ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
   CheckTensorParallelFlags(f, io_flags_, model_, loop_.seq, r.backend() == "nccl");
+  if (f.micro_batches > 0) {
+    if (f.grad_accum != 1) {
+      throw InputError("--micro-batches and --grad-accum both count the micro-batches of an optimizer step: give one");
+    }
+    f_.grad_accum = f.micro_batches;
+  }
+  CheckPipelineFlags(f, io_flags_, r.backend() == "nccl");
   CheckTensorParallelLayout(f.tensor_parallel, scaling_, f.allow_cross_node_tp);
   if (!f.allow_cross_node_tp) {
     for (const ScalingPointPlan& point : scaling_) CheckTensorParallelGroups(f.tensor_parallel, point, shape_);
   }
   SetGlobalBatch();
-  // Strong scaling gives the fewest ranks the largest batch.
-  // The fewest ranks shard the least.
-  CheckMemoryFits(r, TrainMemoryNeed(model_, PointBatch(scaling_.front().k), loop_.seq, r.backend() == "nccl",
-                                     f.parallel, scaling_.front().k, f.tensor_parallel));
+  plans_.clear();
+  for (const ScalingPointPlan& point : scaling_) {
+    plans_.push_back(PlanTrainPoint(model_, point.k, f.tensor_parallel, f.pipeline_parallel, PointBatch(point.k),
+                                    f_.grad_accum, loop_.seq, r.backend() == "nccl"));
+  }
+  // Strong scaling gives the fewest ranks the largest batch; the fewest ranks shard the least.
+  CheckMemoryFits(r, TrainMemoryNeed(model_, plans_.front(), r.backend() == "nccl", f.parallel));
   loop_.micro_batch = f.micro_batch;
   loop_.grad_accum = f.grad_accum;
   loop_.op_times = f.op_times;
@@ -538,18 +643,20 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
   RecordConfig(r);
 }
 
-// The sequences per optimizer step over all ranks. A tensor parallel group shares its batch: data parallel runs over
-// the k / T groups; strong scaling divides the global batch over them and the micro-batches of a step.
+// The sequences per optimizer step over all ranks. A tensor parallel group and a pipeline share their batch: data
+// parallel runs over the k / (T P) replicas; strong scaling divides the global batch over them and the micro-batches
+// of a step.
 void TrainPhase::SetGlobalBatch() {
   const TrainFlags& f = f_;
   global_batch_ =
-      f.global_batch > 0 ? f.global_batch : f.micro_batch * scaling_.back().k / f.tensor_parallel * f.grad_accum;
+      f.global_batch > 0 ? f.global_batch : f.micro_batch * DataParallel(scaling_.back().k) * f.grad_accum;
   for (const ScalingPointPlan& point : scaling_) {
-    const int groups = point.k / f.tensor_parallel;
-    if (weak_ || global_batch_ % (groups * f.grad_accum) == 0) continue;
+    const int groups = DataParallel(point.k);
+    // A layout the ranks do not divide into is refused with its reason by PlanTrainPoint.
+    if (weak_ || groups == 0 || global_batch_ % (groups * f.grad_accum) == 0) continue;
     throw InputError("--scaling-mode strong: the global batch " + std::to_string(global_batch_) +
                      " does not divide over " + std::to_string(groups) +
-                     (f.tensor_parallel > 1 ? " tensor parallel groups" : " ranks") +
+                     (f.tensor_parallel > 1 || f.pipeline_parallel > 1 ? " data parallel replicas" : " ranks") +
                      (f.grad_accum > 1 ? " x " + std::to_string(f.grad_accum) + " micro-batches" : "") +
                      " (set --global-batch)");
   }
@@ -643,19 +750,27 @@ void TrainPhase::PrintHeader() const {
   const RankContext& ctx = run_->ctx();
   const Backend& backend = setup_.backend;
   const ParameterCount params = CountParameters(model_);
-  const MemoryEstimate memory = EstimateMemory(model_, loop_.micro_batch, loop_.seq, backend.cuda);
+  // The first point's plan (the fewest ranks: the least sharding, the largest batch), as the memory check read it.
+  const TrainPlan& plan = plans_.front();
+  const MemoryNeed memory = TrainMemoryNeed(model_, plan, backend.cuda, f_.parallel);
   Print(Format("# trainbench train: %d ranks on %d nodes, backend %s", ctx.world_size, ctx.node_count,
                backend.description.c_str()));
   Print(Format("# model %s%s: %d layers, d %d, %d heads, vocab %d (padded %d), seq %d; %lld parameters",
                model_.name.c_str(), model_.scaled.empty() ? "" : (" (" + model_.scaled + ")").c_str(), model_.layers,
                model_.d_model, model_.heads, model_.vocab, model_.vocab_padded, loop_.seq,
                static_cast<long long>(params.total)));
-  Print(Format("# model FLOPs per token %.4g (6*N_matmul + 6*L*T*d); memory per rank (%s estimate): weights %s, "
-               "gradients %s, optimizer %s, activations %s",
-               setup_.flops_per_token, backend.cuda ? "mixed-precision" : "fp32",
-               FormatBytes(memory.weights_bytes).c_str(), FormatBytes(memory.gradients_bytes).c_str(),
-               FormatBytes(memory.optimizer_bytes).c_str(), FormatBytes(memory.activations_bytes).c_str()));
-  if (loop_.grad_accum > 1) {
+  Print(Format("# model FLOPs per token %.4g (6*N_matmul + 6*L*T*d); memory per rank at k=%d (%s estimate): %s",
+               setup_.flops_per_token, plan.ranks, backend.cuda ? "mixed-precision" : "fp32",
+               (backend.cuda ? memory.device_parts : memory.host_parts).c_str()));
+  if (plan.pipeline_parallel > 1) {
+    const PipelineStage& first = plan.stages.front().stage;
+    const int depth = first.end_layer - first.first_layer;
+    Print(Format("# pipeline: %d stages of %d layer%s (stage s on ranks [s k/%d, (s+1) k/%d)), 1F1B over %d "
+                 "micro-batches of %d sequences: bubble (P-1)/(M+P-1) = %.1f%% in theory",
+                 plan.pipeline_parallel, depth, depth == 1 ? "" : "s", plan.pipeline_parallel, plan.pipeline_parallel,
+                 plan.micro_batches, plan.micro_batch, 100 * plan.bubble_theory()));
+  }
+  if (loop_.grad_accum > 1 && plan.pipeline_parallel == 1) {
     Print(Format("# gradient accumulation: %d micro-batches of %d sequences per rank per optimizer step (one "
                  "gradient sync)", loop_.grad_accum, loop_.micro_batch));
   }
@@ -706,8 +821,9 @@ void TrainPhase::RecordHeader(double comm_ready_s) {
 // The model of a point: the whole model, or under tensor parallel this rank's slices of it over the group `tp`;
 // `dp` holds the ranks with the same parameters (one per group), over which zero1 shards the optimizer state and
 // fsdp every unit.
-std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& dp, Communicator* tp) {
-  const std::vector<TensorSlot> layout = tp ? TensorParallelLayout(model_, tp->size()) : MakeLayout(model_);
+std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& dp, Communicator* tp, const PipelineStage& stage) {
+  const std::vector<TensorSlot> layout =
+      StageLayout(tp ? TensorParallelLayout(model_, tp->size()) : MakeLayout(model_), stage);
   const OptimizerShard shard = parallel_ == ParallelMode::kZero1
                                    ? ShardOf(layout.back().offset + layout.back().count, dp.size(), dp.rank())
                                    : OptimizerShard{};
@@ -715,8 +831,8 @@ std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& dp, Commu
                                                            : FsdpLayout{};
   const auto seed = static_cast<uint64_t>(f_.seed);
   if (!setup_.backend.cuda) {
-    return tp ? MakeCpuTensorParallelTransformer(model_, seed, *tp, shard, fsdp)
-              : MakeCpuTransformer(model_, seed, shard, fsdp);
+    return tp ? MakeCpuTensorParallelTransformer(model_, seed, *tp, shard, fsdp, stage)
+              : MakeCpuTransformer(model_, seed, shard, fsdp, stage);
   }
   CudaTransformerOptions options;
   options.max_batch = PointBatch(scaling_.front().k);  // the CUDA model's activations are sized for the largest batch
@@ -724,6 +840,7 @@ std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& dp, Commu
   options.seq = loop_.seq;
   options.shard = shard;
   options.fsdp = fsdp;
+  options.stage = stage;
   std::string fallback_reason;
   const double setup_start = NowSeconds();
   std::unique_ptr<Transformer> cuda_model = tp ? MakeCudaTensorParallelTransformer(model_, seed, *tp, options)
@@ -844,8 +961,11 @@ void TrainPhase::AddOpTimes(Group& point_group, const RunPoint& point, const Tra
 
 // A repeat's figures, with what the loop cannot know: the layout, the mode and its theory.
 ScalingPoint TrainPhase::SummarizeRepeat(const RunPoint& point, int micro_batch, const std::vector<RankSteps>& ranks) {
+  const TrainPlan& plan = PlanOf(point.k);
   ScalingPoint p = SummarizePoint(point.k, micro_batch, ranks, setup_.flops_per_token, setup_.peak_flops,
-                                  setup_.gemm_min, point_gradient_bytes_, f_.tensor_parallel);
+                                  setup_.gemm_min, point_gradient_bytes_, plan.tensor_parallel, plan.pipeline_parallel);
+  p.micro_batches = plan.micro_batches;
+  if (plan.pipeline_parallel > 1) p.stages = SummarizeStages(plan, ranks);
   // zero1: one reduce-scatter and one all-gather; fsdp: one of each per unit
   p.gradient_buckets = parallel_ == ParallelMode::kZero1 ? 1
                        : parallel_ == ParallelMode::kFsdp ? model_.layers + 2
@@ -877,17 +997,15 @@ void TrainPhase::KeepMedianRepeat(const RunPoint& point, std::vector<PointRepeat
 }
 
 // One point on the ranks of `sub`: a fresh model and its I/O, the loop with a line per step, the io group.
+// One point on the ranks of `sub`: its communicators and model as the plan lays them out, its I/O, the loop with a
+// line per step, the io group.
 std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoint& point, const std::string& folder,
                                                 TrainLoopOptions& point_loop, EnergySpan& energy, Group& io_groups) {
-  // Tensor parallel: groups of T consecutive ranks of the point (on one node: CheckTensorParallelGroups), and the
-  // ranks holding the same slice, one per group, for the gradients.
-  const int t = f_.tensor_parallel;
-  std::unique_ptr<Communicator> tp, dp;
-  if (t > 1) {
-    tp = sub.Split(sub.rank() / t, sub.rank());
-    dp = sub.Split(sub.rank() % t, sub.rank());
-  }
-  const std::unique_ptr<Transformer> transformer = MakeModel(dp ? *dp : sub, tp.get());
+  const TrainPlan& plan = PlanOf(point.k);
+  const PointComms comms = MakePointComms(sub, plan);
+  Communicator& dp = comms.dp ? *comms.dp : sub;
+  const std::unique_ptr<Transformer> transformer =
+      MakeModel(dp, comms.tp.get(), plan.stages.at(static_cast<size_t>(plan.Place(sub.rank()).stage)).stage);
   point_gradient_bytes_ = static_cast<double>(transformer->parameter_elements() * sizeof(float));
   point_buckets_ = static_cast<int64_t>(PlanBuckets(GradientTensors(transformer->layout()),
                                                     static_cast<size_t>(loop_.bucket_mb * 1024 * 1024), sizeof(float))
@@ -895,29 +1013,12 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   PointIo io(io_flags_, io_plan_, sub, *transformer, point_loop.micro_batch, loop_.seq,
              static_cast<uint64_t>(f_.seed), point.throttle_MBps, folder);
   io.Prepare(point_loop);
-  point_loop.watchdog = &run_->watchdog(&sub);
   const CommandRun::AbortTargetScope abort_target(*run_, sub);
-  point_loop.stop_requested = [&] { return run_->StopRequested(sub.host_comm()); };
-  point_loop.at_first_step = TestFaultHook(run_->ctx().world_rank);
-  point_loop.in_each_step = SlowRankHook(faults_, run_->ctx().world_rank);
-  point_loop.on_step = [&](const StepRecord& r) {
-    if (!first_step_seen_) {
-      first_step_seen_ = true;
-      schema::Set(train(), schema::train::startup_s, NowSeconds() - r.step_s - ProcessStartSeconds());
-    }
-    double local[2] = {r.loss, r.step_s}, sums[2] = {0, 0};
-    {
-      InCommunication waiting;  // for the peers, as in a collective: a host cut off here is no stuck rank 0
-      TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 1, MPI_DOUBLE, MPI_SUM, sub.host_comm()));
-      TB_CHECK_MPI(MPI_Allreduce(&local[1], &sums[1], 1, MPI_DOUBLE, MPI_MAX, sub.host_comm()));
-    }
-    const double tokens_per_s = static_cast<double>(r.tokens) * point.k / sums[1];
-    const double mfu = setup_.peak ? tokens_per_s / point.k * setup_.flops_per_token / setup_.peak_flops : std::nan("");
-    Print(StepLine(r, sums[0] / point.k, point.k, tokens_per_s, mfu));
-  };
-  MarkMeasuredSteps(point_loop, run_->gpu_health(), energy);
+  PointHost host(*this, sub, point.k, io, MeasuredStepsEnergy(run_->gpu_health(), energy, point_loop.warmup_steps));
+  point_loop.host = &host;
+  point_loop.pipeline = comms.pipeline.get();
   point_loop.working_bytes = &point_working_bytes_;
-  std::vector<StepRecord> mine = RunTrainingSteps(dp ? *dp : sub, *transformer, point_loop);
+  std::vector<StepRecord> mine = RunTrainingSteps(dp, *transformer, point_loop);
   if (run_->ctx().world_rank == 0) RecordKernelChoices(train(), *transformer);
   energy.end = run_->gpu_health().MarkEnergy();
   io.Finish();
@@ -929,17 +1030,62 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   return mine;
 }
 
-// ZeRO's and Megatron's figures for a point: the model state and traffic of the mode over the k / T ranks that share
-// a slice (Psi / T each: Megatron splits the model's parameters over T; the replicated LayerNorms and biases make
-// the allocation a little larger), and tensor parallel's activation all-reduces.
+// The plan's groups on this rank: tensor parallel (T consecutive ranks, on one node: CheckTensorParallelGroups), the
+// ranks holding the same parameters (one per tensor parallel group and pipeline) for the gradients, and the pipeline.
+TrainPhase::PointComms TrainPhase::MakePointComms(Communicator& sub, const TrainPlan& plan) {
+  const int rank = sub.rank();
+  PointComms comms;
+  if (plan.tensor_parallel > 1) comms.tp = sub.Split(plan.TensorGroup(rank), rank);
+  if (plan.tensor_parallel > 1 || plan.pipeline_parallel > 1) comms.dp = sub.Split(plan.DataGroup(rank), rank);
+  if (plan.pipeline_parallel > 1) comms.pipeline = sub.Split(plan.PipelineGroup(rank), rank);
+  return comms;
+}
+
+// After each step of a point: the start-up time once, and the step's line (the mean loss and the slowest rank's time
+// over the point's ranks: collective).
+void TrainPhase::PrintStep(const StepRecord& r, Communicator& sub, int k) {
+  if (!first_step_seen_) {
+    first_step_seen_ = true;
+    schema::Set(train(), schema::train::startup_s, NowSeconds() - r.step_s - ProcessStartSeconds());
+  }
+  double local[2] = {r.loss, r.step_s}, sums[2] = {0, 0};
+  {
+    InCommunication waiting;  // for the peers, as in a collective: a host cut off here is no stuck rank 0
+    TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 1, MPI_DOUBLE, MPI_SUM, sub.host_comm()));
+    TB_CHECK_MPI(MPI_Allreduce(&local[1], &sums[1], 1, MPI_DOUBLE, MPI_MAX, sub.host_comm()));
+  }
+  const double tokens_per_s = static_cast<double>(r.tokens) * k / sums[1];
+  const double mfu = setup_.peak ? tokens_per_s / k * setup_.flops_per_token / setup_.peak_flops : std::nan("");
+  Print(StepLine(r, sums[0] / k, k, tokens_per_s, mfu));
+}
+
+// ZeRO's, Megatron's and 1F1B's figures for a point: the model state and traffic of the mode over the ranks that hold
+// the same parameters (rank 0's: Psi / T of the first stage's; Megatron splits the parameters over T, and the
+// replicated LayerNorms and biases make the allocation a little larger), tensor parallel's activation all-reduces
+// over the stage's layers, and the pipeline's bubble and stage traffic.
 void TrainPhase::AddTheory(ScalingPoint& p, int micro_batch) const {
-  const int t = f_.tensor_parallel, groups = p.k / t;
-  const double psi = setup_.gradient_bytes / sizeof(float) / t;
-  p.state_theory = TheoryStateBytes(parallel_, setup_.backend.cuda, psi, groups);
+  const TrainPlan& plan = PlanOf(p.k);
+  const int t = plan.tensor_parallel;
+  const StagePlan& first = plan.stages.front();
+  const double psi = (plan.pipeline_parallel > 1 ? first.parameters : setup_.gradient_bytes / sizeof(float)) / t;
+  p.state_theory = TheoryStateBytes(parallel_, setup_.backend.cuda, psi, plan.data_parallel);
   p.working_bytes = static_cast<double>(point_working_bytes_);
-  p.traffic_theory = TheoryTraffic(parallel_, psi * sizeof(float), groups);
+  // Traffic is a mean over the ranks: each stage's mode over its own parameters.
+  p.traffic_theory = {};
+  for (const StagePlan& stage : plan.stages) {
+    const double stage_psi = plan.pipeline_parallel > 1 ? stage.parameters / t : psi;
+    const CollectiveTraffic traffic = TheoryTraffic(parallel_, stage_psi * sizeof(float), plan.data_parallel);
+    p.traffic_theory.gradient_sync += traffic.gradient_sync / plan.pipeline_parallel;
+    p.traffic_theory.parameter_gather += traffic.parameter_gather / plan.pipeline_parallel;
+  }
   p.traffic_theory.activation =
-      TheoryActivationTraffic(model_.layers, micro_batch, loop_.seq, model_.d_model, sizeof(float), t);
+      TheoryActivationTraffic(first.stage.end_layer - first.stage.first_layer, micro_batch, loop_.seq, model_.d_model,
+                              sizeof(float), t) *
+      plan.micro_batches;
+  p.bubble_theory = plan.pipeline_parallel > 1 ? plan.bubble_theory() : std::nan("");
+  double sends = 0;
+  for (const StagePlan& stage : plan.stages) sends += stage.pipeline_send_bytes;
+  p.traffic_pipeline_theory = sends / plan.pipeline_parallel;
 }
 
 // Rank 0: scaling efficiency, each point's lines, the storage sweep, and the summary the other commands read.

@@ -7,8 +7,18 @@
 
 namespace tb {
 
-// Marks span.begin now and again when the last warm-up step has ended (where the measured steps begin), by
-// wrapping loop.on_step; call it last before RunTrainingSteps, and mark span.end when it returns.
-void MarkMeasuredSteps(TrainLoopOptions& loop, const GpuHealthSampler& sampler, EnergySpan& span);
+// Marks span.begin when made (no warm-up step may run: none asked for, or a resume past them) and again when the last
+// warm-up step has ended, where the measured steps begin. Call AfterStep after each step, and mark span.end when the
+// loop returns.
+class MeasuredStepsEnergy {
+ public:
+  MeasuredStepsEnergy(const GpuHealthSampler& sampler, EnergySpan& span, int warmup_steps);
+  void AfterStep(const StepRecord& record);
+
+ private:
+  const GpuHealthSampler* sampler_;
+  EnergySpan* span_;
+  int warmup_steps_;
+};
 
 }  // namespace tb

@@ -334,9 +334,26 @@ PointIo::~PointIo() = default;
 
 void PointIo::Prepare(TrainLoopOptions& loop) {
   if (!plan_.resume_dir.empty()) Resume(loop);
-  if (plan_.loader) OpenLoader(loop);
-  if (plan_.checkpoints) OpenCheckpointer(loop);
+  if (plan_.loader) OpenLoader();
+  if (plan_.checkpoints) OpenCheckpointer();
 }
+
+std::optional<StepBatch> PointIo::NextBatch() {
+  if (!loader_) return std::nullopt;
+  const LoaderBatch& b = loader_->Next();
+  return StepBatch{&b.tokens, b.stats.bytes_read, b.stats.ReadMBps(), b.stats.queue_depth};
+}
+
+void PointIo::BeforeUpdate() {
+  // The async writer reads the host state itself until the next optimizer step is about to change it.
+  if (checkpointer_ && plan_.checkpoint_mode == CheckpointMode::kAsync) checkpointer_->BeforeUpdate();
+}
+
+void PointIo::AfterUpdate(int step) {
+  if (checkpointer_) Save(step);
+}
+
+bool PointIo::CheckpointWriting() const { return checkpointer_ && checkpointer_->WriterBusy(); }
 
 void PointIo::Resume(TrainLoopOptions& loop) {
   try {
@@ -362,7 +379,7 @@ void PointIo::Resume(TrainLoopOptions& loop) {
   }
 }
 
-void PointIo::OpenLoader(TrainLoopOptions& loop) {
+void PointIo::OpenLoader() {
   DataLoaderOptions o;
   o.dir = flags_.data_dir;
   o.raw = flags_.data_raw;
@@ -381,25 +398,17 @@ void PointIo::OpenLoader(TrainLoopOptions& loop) {
   o.io_latency_ms = flags_.io_latency_ms + plan_.io_stall_ms;
   o.resume = resume_position_;
   loader_ = std::make_unique<DataLoader>(std::move(o));
-  loop.next_batch = [this](int) {
-    const LoaderBatch& b = loader_->Next();
-    return StepBatch{&b.tokens, b.stats.bytes_read, b.stats.ReadMBps(), b.stats.queue_depth};
-  };
 }
 
-void PointIo::OpenCheckpointer(TrainLoopOptions& loop) {
+void PointIo::OpenCheckpointer() {
   CheckpointOptions o;
   o.dir = checkpoint_dir_;
   o.mode = plan_.checkpoint_mode;
   o.keep = flags_.checkpoint_keep;
   o.on_error = plan_.on_error;
   o.verify = flags_.checkpoint_verify;
-  o.deferred_snapshot = true;  // the loop calls BeforeUpdate before each optimizer step (below)
+  o.deferred_snapshot = true;  // the loop calls BeforeUpdate before each optimizer step
   checkpointer_ = std::make_unique<Checkpointer>(comm_.host_comm(), o, StateOf(model_), CopierFor(model_));
-  loop.checkpoint = [this](int step) { Save(step); };
-  loop.checkpoint_writing = [this] { return checkpointer_->WriterBusy(); };
-  // The async writer reads the host state itself until the next optimizer step is about to change it.
-  if (o.mode == CheckpointMode::kAsync) loop.before_optimizer = [this] { checkpointer_->BeforeUpdate(); };
 }
 
 void PointIo::Save(int step) {

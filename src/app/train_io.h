@@ -114,10 +114,16 @@ class PointIo {
           int micro_batch, int seq, uint64_t seed, double throttle_MBps, const std::string& checkpoint_subdir);
   ~PointIo();
 
-  // Restores the model (and the loader's place) from --resume, when given; sets loop.first_step. Then sets the
-  // loop's hooks: next_batch from the loader (when --data), checkpoint and checkpoint_writing (when
-  // --checkpoint-every).
+  // Restores the model (and the loader's place) from --resume, when given; sets loop.first_step. Then opens the
+  // loader (--data) and the checkpointer (--checkpoint-every).
   void Prepare(TrainLoopOptions& loop);
+  // The loop host's data and checkpoint parts (TrainLoopHost): the loader's next batch (nullopt without --data:
+  // synthetic tokens), the asynchronous writer's fence before each update, a checkpoint after step `step`'s update
+  // when one is due, and whether a writer is busy.
+  std::optional<StepBatch> NextBatch();
+  void BeforeUpdate();
+  void AfterUpdate(int step);
+  bool CheckpointWriting() const;
   // After the loop: completes an asynchronous checkpoint still in flight.
   void Finish();
   // Gathers loader statistics and checkpoint events to comm's rank 0 and adds them under io/<name>, with the
@@ -126,8 +132,8 @@ class PointIo {
 
  private:
   void Resume(TrainLoopOptions& loop);
-  void OpenLoader(TrainLoopOptions& loop);
-  void OpenCheckpointer(TrainLoopOptions& loop);
+  void OpenLoader();
+  void OpenCheckpointer();
   void Save(int step);
   // The parts of AddToReport, each collective; `group` is null on ranks other than the point's first.
   void AddSharesToReport(Group* group, const std::vector<StepRecord>& records);

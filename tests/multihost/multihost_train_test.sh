@@ -2,7 +2,8 @@
 # Training across test hosts (netns_hosts.sh): `train --scaling` by layout (1x2,2x2) and by node count, each point
 # recording its nodes and ranks per node; across hosts the gradient all-reduce is hierarchical and its time splits
 # into the steps inside and across nodes, and a host's link shaped far below what the gradients need makes the
-# inter-node part at least what that link can carry; cost's projection checks itself on a held-out 4-host point.
+# inter-node part at least what that link can carry; pipeline stages on different hosts send only their boundary's
+# activations across; cost's projection checks itself on a held-out 4-host point.
 # Everything the test creates is removed at the end.
 #
 #   multihost_train_test.sh TRAINBENCH     (TB_KEEP_WORK=1 keeps its reports: multihost_lib.sh)
@@ -100,6 +101,26 @@ run = json.load(open(sys.argv[1]))["runs"][0]["cost"]["run"]
 assert run["held_out_layout"] == "4x2" and run["held_out_k"] == 8, run
 assert math.isfinite(run["held_out_relative_error"]) and run["held_out_measured_step_s"] > 0, run
 EOF
+
+# Pipeline stages across hosts: 2 stages on 2 nodes of 2 ranks (stage s on ranks [2s, 2s+2), so each on one node):
+# only the stage boundary's activations and gradients cross node1's link, at 20 Mbit/s (2.5 MB/s): each of node1's
+# two ranks exchanges 4 micro-batches x 2 x 32 x 128 fp32 (131 kB) each way per step, so its pipeline exchanges take
+# at least 2 x 131 kB / 2.5 MB/s = 0.1 s per step; the data parallel all-reduce of each stage stays on its node.
+"$hosts" rate "$set_name" node1 20
+expect_ok "${on2[@]}" -np 4 "$tb" train "${small[@]}" --pipeline-parallel 2 --micro-batches 4 --link-probe 0 \
+  -o "$work/pipeline.h5"
+p='f["train/k4"]'
+check_py "pipeline: the stage boundary crosses nodes" "$work/pipeline.h5" \
+  "[l.decode() for l in $p['stages']['next_stage_link']] == ['inter-node', '']" "$p['stages'][()]"
+check_py "pipeline: the bytes sent between stages are the theory's" "$work/pipeline.h5" \
+  "$p.attrs['traffic_pipeline_bytes'] == $p.attrs['traffic_pipeline_bytes_theory'] == 4 * 2 * 32 * 128 * 4" \
+  "dict($p.attrs)"
+check_py "pipeline: the shaped link bounds the exchanges from below" "$work/pipeline.h5" \
+  "$p.attrs['comm_pipeline_s'] >= 0.5 * 2 * $p.attrs['traffic_pipeline_bytes'] / 2.5e6" "$p.attrs['comm_pipeline_s']"
+check_py "pipeline: each stage's gradients stay on its node (all-reduced flat inside it)" "$work/pipeline.h5" \
+  "[h.decode() for h in $p['stall_budget']['host']] == ['node0', 'node0', 'node1', 'node1']" \
+  "list($p['stall_budget']['host'])"
+"$hosts" rate "$set_name" node1 off
 
 # Layouts the launch does not have, and a hierarchical all-reduce over uneven nodes: one line, exit 2.
 expect_error 2 "layout 5x1 needs 5 nodes; this launch has 3" -- "${on2[@]}" -np 6 "$tb" train "${small[@]}" --scaling 5x1
