@@ -151,6 +151,13 @@ class CpuTransformer : public CpuFlatModel {
     access_ = access;
   }
   StageEdges stage_edges() override;
+  ModelStateBytes state_bytes() const override {
+    ModelStateBytes bytes = CpuFlatModel::state_bytes();
+    double floats = static_cast<double>(backward_scratch_.size() + attention_scratch_.size());
+    for (const MicroBatchSlot& slot : slots_) floats += static_cast<double>(slot.storage.size());
+    bytes.activations = 4.0 * floats;
+    return bytes;
+  }
 
  private:
   MicroBatchSlot& Selected() { return slots_[micro_batch_slot_]; }

@@ -165,6 +165,10 @@ std::vector<StageSummary> SummarizeStages(const TrainPlan& plan, const std::vect
   for (const StagePlan& s : plan.stages) stages.push_back({s});
   for (size_t i = 0; i < ranks.size(); ++i) {
     const size_t s = static_cast<size_t>(plan.Place(static_cast<int>(i)).stage);
+    // NaN wins: a stage whose models do not say has no figure.
+    stages[s].activations_bytes = std::isnan(ranks[i].activations_bytes)
+                                      ? ranks[i].activations_bytes
+                                      : std::max(stages[s].activations_bytes, ranks[i].activations_bytes);
     for (const StepRecord& r : ranks[i].steps) {
       if (r.warmup) continue;
       stages[s].forward_s += r.forward_s;
@@ -450,6 +454,7 @@ void AddStagesTable(Group& group, const std::vector<StageSummary>& stages) {
       .Column(c::slots, [](const StageSummary& s) { return s.plan.stage.slots; })
       .Column(c::parameters, [](const StageSummary& s) { return s.plan.parameters; })
       .Column(c::activations_bytes_theory, [](const StageSummary& s) { return s.plan.memory.activations_bytes; })
+      .Column(c::activations_bytes, [](const StageSummary& s) { return s.activations_bytes; })
       .Column(c::forward_s, [](const StageSummary& s) { return s.forward_s; })
       .Column(c::backward_s, [](const StageSummary& s) { return s.backward_s; })
       .Column(c::comm_pipeline_s, [](const StageSummary& s) { return s.comm_pipeline_s; })

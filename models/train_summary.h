@@ -2,6 +2,7 @@
 // overlap, effective bus bandwidth of the gradient buckets, and the stall budget per rank with percentiles.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ struct RankSteps {
   std::string host;
   std::string device;  // "cpu" or the GPU's name and index
   std::vector<StepRecord> steps;
+  double activations_bytes = std::nan("");  // what its model allocated for activations (ModelStateBytes)
 };
 
 // A step's data_wait as every figure counts it: waiting for the batch plus copying it in (data_wait_s + h2d_s).
@@ -78,6 +80,7 @@ double TheoryActivationTraffic(int layers, int micro_batch, int seq, int d_model
 struct StageSummary {
   StagePlan plan;
   double forward_s = 0, backward_s = 0, comm_pipeline_s = 0, pipeline_send_bytes = 0;
+  double activations_bytes = 0;  // the most any of its ranks' models allocated (NaN where they do not say)
   std::string next_stage_link;  // "inter-node" when a rank's peer in the next stage is on another host, else
                                 // "intra-node"; "" for the last stage
   double bubble_measured() const;  // comm_pipeline_s / (forward_s + backward_s + comm_pipeline_s)

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -166,6 +167,9 @@ std::vector<AdamWRange> FsdpAdamWRanges(const ModelConfig& config, const std::ve
 
 struct ModelStateBytes {
   double weights = 0, gradients = 0, optimizer = 0;
+  // What the model allocated for activations (every micro-batch slot's) and backward's scratch; NaN where a model does
+  // not say (the tensor parallel ones, the theory).
+  double activations = std::numeric_limits<double>::quiet_NaN();
 };
 // What ZeRO's paper gives per rank for `elements` (Ψ) over `ranks` (N): dp 2Ψ + 2Ψ + 12Ψ with bf16 compute (fp32
 // master weights and moments), zero1 the optimizer's 12Ψ/N; fp32 throughout (the CPU reference): 4Ψ + 4Ψ + 8Ψ, and

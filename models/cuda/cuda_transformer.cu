@@ -129,8 +129,12 @@ class CudaTransformer final : public Transformer {
   // than ZeRO's 12/N. Under fsdp every buffer is the shard store, and there is no bf16 copy to keep between uses (a
   // unit's is made where it is gathered): 4 + 4 + 8 bytes per element over N, ZeRO's 16Ψ/N in all.
   ModelStateBytes state_bytes() const override {
-    if (fsdp_.enabled()) return {4.0 * buffer_elements_, 4.0 * buffer_elements_, 8.0 * moment_elements_};
-    return {2.0 * elements_, 4.0 * shard_.capacity, 4.0 * (shard_.capacity + 2.0 * shard_.elements())};
+    ModelStateBytes bytes =
+        fsdp_.enabled()
+            ? ModelStateBytes{4.0 * buffer_elements_, 4.0 * buffer_elements_, 8.0 * moment_elements_}
+            : ModelStateBytes{2.0 * elements_, 4.0 * shard_.capacity, 4.0 * (shard_.capacity + 2.0 * shard_.elements())};
+    bytes.activations = static_cast<double>(activation_buffer_.bytes());
+    return bytes;
   }
   void Synchronize() override { stream_.Synchronize(); }
   void ClearFloats(float* data, size_t count) override {

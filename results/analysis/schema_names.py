@@ -378,6 +378,7 @@ class train_point:
         slots = "slots"
         parameters = "parameters"
         activations_bytes_theory = "activations_bytes_theory"
+        activations_bytes = "activations_bytes"
         forward_s = "forward_s"
         backward_s = "backward_s"
         comm_pipeline_s = "comm_pipeline_s"

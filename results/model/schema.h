@@ -633,6 +633,10 @@ inline const RealColumn parameters{kStages, "parameters", "",
 inline const RealColumn activations_bytes_theory{
     kStages, "activations_bytes_theory", "B",
     "EstimateMemory's activations of its blocks (and the head's on the last stage) x slots, per rank"};
+inline const RealColumn activations_bytes{kStages, "activations_bytes", "B",
+                                          "what the stage's models allocated for activations (every micro-batch "
+                                          "slot's) and backward's scratch, the most of its ranks; NaN where the model "
+                                          "does not say (tensor parallel)"};
 inline const RealColumn forward_s{kStages, "forward_s", "s", "forward compute per step (all micro-batches)"};
 inline const RealColumn backward_s{kStages, "backward_s", "s", "backward compute per step"};
 inline const RealColumn comm_pipeline_s{kStages, "comm_pipeline_s", "s", "exchanges with its neighbours per step"};
@@ -984,7 +988,7 @@ inline const std::vector<const Field*> kStoredOnly = {
     &point::steps::embedding_allreduce_bytes,
     // Pipeline parallel's stages: the point's attributes summarise them.
     &point::stages::stage, &point::stages::first_layer, &point::stages::last_layer, &point::stages::slots,
-    &point::stages::parameters, &point::stages::activations_bytes_theory, &point::stages::forward_s,
+    &point::stages::parameters, &point::stages::activations_bytes_theory, &point::stages::activations_bytes, &point::stages::forward_s,
     &point::stages::backward_s, &point::stages::comm_pipeline_s, &point::stages::bubble_measured,
     &point::stages::pipeline_send_bytes, &point::stages::pipeline_send_bytes_theory, &point::stages::next_stage_link,
     &point::stall_budget::p99, &point::stall_budget::kind_p99,

@@ -212,14 +212,16 @@ TrajectoryOf TrainTrajectory(const TrainFlags& f, int seq, bool cuda, bool weak,
   };
 }
 
-// Every rank's records of one scaling point, on rank 0 (ranks outside the point send none).
-std::vector<RankSteps> GatherSteps(const std::vector<StepRecord>& mine, const Topology& topology,
-                                   const std::string& device) {
+// Every rank's records of one scaling point and what its model allocated for activations, on rank 0 (ranks outside
+// the point send no records). Collective.
+std::vector<RankSteps> GatherSteps(const std::vector<StepRecord>& mine, double activations_bytes,
+                                   const Topology& topology, const std::string& device) {
   std::vector<RankSteps> ranks;
   const std::vector<std::vector<StepRecord>> all = GatherRecords(MPI_COMM_WORLD, mine);
+  const std::vector<double> activations = AllGatherDoubles(MPI_COMM_WORLD, activations_bytes);
   for (size_t rank = 0; rank < all.size(); ++rank) {
     if (all[rank].empty()) continue;
-    ranks.push_back({static_cast<int>(rank), topology.ranks[rank].host, device, all[rank]});
+    ranks.push_back({static_cast<int>(rank), topology.ranks[rank].host, device, all[rank], activations[rank]});
   }
   return ranks;
 }
@@ -935,7 +937,8 @@ bool TrainPhase::RunRepeat(Communicator& comm, const RunPoint& point, bool sever
   int stopped = interrupted ? 1 : 0, any_stopped = 0;
   TB_CHECK_MPI(MPI_Allreduce(&stopped, &any_stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
   const double energy_J = run_->gpu_health().EnergyJoules(energy, sub != nullptr);
-  const std::vector<RankSteps> ranks = GatherSteps(mine, *topology_, setup_.backend.device);
+  const std::vector<RankSteps> ranks =
+      GatherSteps(mine, sub ? point_state_.activations : std::nan(""), *topology_, setup_.backend.device);
   if (ctx.world_rank == 0 && !ranks.empty() && !ranks.front().steps.empty()) {
     kept.point = SummarizeRepeat(point, point_loop.micro_batch, ranks);
     AddPointToReport(kept.train, kept.point, ranks, point.name);
