@@ -44,13 +44,7 @@ class CpuFlatModel : public Transformer {
   }
   void SetGradientScale(float scale) override { gradient_scale_ = scale; }
   const PipelineStage& pipeline_stage() const override { return stage_; }
-  void SelectMicroBatch(int slot) override {
-    if (slot < 0 || slot >= stage_.slots) {
-      throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a model holding " +
-                             std::to_string(stage_.slots));
-    }
-    micro_batch_slot_ = slot;
-  }
+  void SelectMicroBatch(int slot) override { micro_batch_slot_ = CheckedSlot(stage_, slot); }
   // No edges: a model that holds a split stage overrides it.
   StageEdges stage_edges() override { return {}; }
 

@@ -169,13 +169,7 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
   using Transformer::Backward;
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
-  void SelectMicroBatch(int slot) override {
-    if (slot < 0 || slot >= stage_.slots) {
-      throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a stage holding " +
-                             std::to_string(stage_.slots));
-    }
-    slot_ = slot;
-  }
+  void SelectMicroBatch(int slot) override { slot_ = CheckedSlot(stage_, slot); }
   StageEdges stage_edges() override;
 
   // TensorParallelStats (tensor_parallel() also overrides Transformer's where the interface declares one).

@@ -190,6 +190,14 @@ PipelineStage ResolveStage(const PipelineStage& stage, const ModelConfig& config
   return MakePipelineStage(config, stage.stages, stage.stage, stage.slots);
 }
 
+int CheckedSlot(const PipelineStage& stage, int slot) {
+  if (slot < 0 || slot >= stage.slots) {
+    throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a model holding " +
+                           std::to_string(stage.slots));
+  }
+  return slot;
+}
+
 int OneFOneBSlots(int stages, int stage, int micro_batches) { return std::min(stages - stage, micro_batches); }
 
 bool StageHoldsSlot(const PipelineStage& stage, const std::vector<TensorSlot>& layout, size_t slot) {

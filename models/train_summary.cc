@@ -300,6 +300,24 @@ void AppendStallBudgetLines(const ScalingPoint& p, std::vector<std::string>& lin
                          worst.device.c_str(), worst.median_step_s * 1e3));
 }
 
+// Pipeline parallel's lines: the bubble against 1F1B's, the bytes between stages against theory, and which stage
+// boundaries cross nodes.
+void AppendPipelineLines(const ScalingPoint& p, std::vector<std::string>& lines) {
+  if (p.pipeline_parallel <= 1) return;
+  auto pct = [](double v) { return std::isnan(v) ? std::string("n/a") : Format("%.1f%%", 100 * v); };
+  lines.push_back(Format("#   pipeline %d stages x %d micro-batches (1F1B): bubble %s measured, %s in theory; sent to "
+                         "neighbouring stages %.2f MB per rank per step (theory %.2f MB), %.3f ms exposed",
+                         p.pipeline_parallel, p.micro_batches, pct(p.bubble_measured).c_str(),
+                         pct(p.bubble_theory).c_str(), p.traffic_pipeline / 1e6, p.traffic_pipeline_theory / 1e6,
+                         p.comm_pipeline_s * 1e3));
+  int across = 0;
+  for (const StageSummary& stage : p.stages) across += stage.next_stage_link == "inter-node" ? 1 : 0;
+  if (across > 0) {
+    lines.push_back(Format("#   %d of %d stage boundaries cross nodes: their activations and gradients go over the "
+                           "inter-node link", across, p.pipeline_parallel - 1));
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mode) {
@@ -336,19 +354,7 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
                            "4 L B S d: %.2f MB), %.3f ms exposed", p.tensor_parallel, p.traffic.activation / 1e6,
                            p.traffic_theory.activation / 1e6, p.comm_activation_s * 1e3));
   }
-  if (p.pipeline_parallel > 1) {
-    lines.push_back(Format("#   pipeline %d stages x %d micro-batches (1F1B): bubble %s measured, %s in theory; sent to "
-                           "neighbouring stages %.2f MB per rank per step (theory %.2f MB), %.3f ms exposed",
-                           p.pipeline_parallel, p.micro_batches, pct(p.bubble_measured).c_str(),
-                           pct(p.bubble_theory).c_str(), p.traffic_pipeline / 1e6, p.traffic_pipeline_theory / 1e6,
-                           p.comm_pipeline_s * 1e3));
-    int across = 0;
-    for (const StageSummary& stage : p.stages) across += stage.next_stage_link == "inter-node" ? 1 : 0;
-    if (across > 0) {
-      lines.push_back(Format("#   %d of %d stage boundaries cross nodes: their activations and gradients go over "
-                             "the inter-node link", across, p.pipeline_parallel - 1));
-    }
-  }
+  AppendPipelineLines(p, lines);
   if (p.k > 1) {
     auto mb = [](double bytes) { return Format("%.2f", bytes / 1e6); };
     lines.push_back(Format("#   sent per rank per step (ring), MB issued / ZeRO's: gradient sync %s / %s, parameter "

@@ -82,6 +82,8 @@ PipelineStage MakePipelineStage(const ModelConfig& config, int stages, int stage
 // `stage` with end_layer filled in (the default stage: the whole model); throws InputError where MakePipelineStage
 // would.
 PipelineStage ResolveStage(const PipelineStage& stage, const ModelConfig& config);
+// `slot` when `stage` (resolved) holds that many micro-batches; std::logic_error otherwise (SelectMicroBatch's check).
+int CheckedSlot(const PipelineStage& stage, int slot);
 // Micro-batches stage s of P holds at once under 1F1B with M micro-batches: min(P - s, M).
 int OneFOneBSlots(int stages, int stage, int micro_batches);
 // Whether `stage` (resolved) holds slot `slot` of a layout in MakeLayout's slot order (MakeLayout's own or

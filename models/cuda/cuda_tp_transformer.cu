@@ -178,9 +178,7 @@ class CudaTensorParallelTransformer final : public Transformer, public TensorPar
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void SetGradientScale(float scale) override { gradient_scale_ = scale; }
   const PipelineStage& pipeline_stage() const override { return stage_; }
-  void SelectMicroBatch(int slot) override {
-    if (slot != 0) throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a model holding one");
-  }
+  void SelectMicroBatch(int slot) override { CheckedSlot(stage_, slot); }
   StageEdges stage_edges() override { return {}; }
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }

@@ -113,13 +113,7 @@ class CudaTransformer final : public Transformer {
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void SetGradientScale(float scale) override { gradient_scale_ = scale; }
   const PipelineStage& pipeline_stage() const override { return stage_; }
-  void SelectMicroBatch(int slot) override {
-    if (slot < 0 || slot >= stage_.slots) {
-      throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a stage holding " +
-                             std::to_string(stage_.slots));
-    }
-    slot_ = slot;
-  }
+  void SelectMicroBatch(int slot) override { slot_ = CheckedSlot(stage_, slot); }
   StageEdges stage_edges() override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const OptimizerShard& optimizer_shard() const override { return shard_; }

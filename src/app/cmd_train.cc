@@ -499,6 +499,31 @@ class TrainPhase::PointHost final : public TrainLoopHost {
   std::function<void()> in_each_step_;   // and a slow rank
 };
 
+// The parallel layout's flags: the mode across the replicas, tensor parallel, pipeline stages.
+void AddParallelOptions(po::options_description& options, TrainFlags& f) {
+  options.add_options()
+      ("parallel", Choice(&f.parallel, {"dp", "zero1", "fsdp"})->default_value(f.parallel),
+       "dp: every rank holds the whole model and all-reduces the gradients; zero1: AdamW's state sharded over the "
+       "ranks (reduce-scatter the gradients, AdamW on the shard, all-gather the parameters); fsdp: parameters, "
+       "gradients and AdamW's state sharded (each layer all-gathered before its forward and again before its "
+       "backward, the next one ahead, its gradients reduce-scattered; --no-overlap: all blocking; CPU backend)")
+      ("tensor-parallel", Number(&f.tensor_parallel, IntRange::Between(1, kMaxWidth))->default_value(f.tensor_parallel),
+       "split the model over groups of T ranks inside a node (Megatron: column/row-parallel layers, activation "
+       "all-reduces, vocab-parallel embedding and cross-entropy), data parallel across the groups; T divides the "
+       "heads and the ranks of each node (CPU backend, --parallel dp)")
+      ("pipeline-parallel", Number(&f.pipeline_parallel, IntRange::Between(1, kMaxLayers))->default_value(f.pipeline_parallel),
+       "split the layers into P pipeline stages of consecutive layers (the embeddings with the first, the final "
+       "LayerNorm, LM head and loss with the last), outermost over the ranks (stage s on ranks [s k/P, (s+1) k/P), "
+       "so that stages span nodes); Megatron's 1F1B schedule over --micro-batches, activations and their gradients "
+       "sent point to point between neighbouring stages; dp or zero1 across the pipelines, tensor parallel inside "
+       "each stage (synthetic tokens, no checkpoints)")
+      ("micro-batches", Number(&f.micro_batches, IntRange::Between(1, kMaxGradAccum)),
+       "pipeline parallel: micro-batches of --micro-batch sequences per optimizer step, M >= P (gradient "
+       "accumulation, as --grad-accum: give one of the two)")
+      ("allow-cross-node-tp", po::bool_switch(&f.allow_cross_node_tp),
+       "let tensor parallel groups span nodes (their activation all-reduces then cross the slow link)");
+}
+
 void TrainPhase::AddOptions(po::options_description& options) {
   TrainFlags& f = f_;
   options.add_options()
@@ -531,33 +556,14 @@ void TrainPhase::AddOptions(po::options_description& options) {
       ("seed", Number(&f.seed, IntRange::AtLeast(0))->default_value(f.seed), "seed of the weights and the synthetic tokens")
       ("attention", Choice(&f.attention, {"auto", "cudnn", "cublas"})->default_value(f.attention),
        "cuda: auto = cuDNN fused SDPA when it supports the shape, else cuBLAS")
-      ("parallel", Choice(&f.parallel, {"dp", "zero1", "fsdp"})->default_value(f.parallel),
-       "dp: every rank holds the whole model and all-reduces the gradients; zero1: AdamW's state sharded over the "
-       "ranks (reduce-scatter the gradients, AdamW on the shard, all-gather the parameters); fsdp: parameters, "
-       "gradients and AdamW's state sharded (each layer all-gathered before its forward and again before its "
-       "backward, the next one ahead, its gradients reduce-scattered; --no-overlap: all blocking; CPU backend)")
-      ("tensor-parallel", Number(&f.tensor_parallel, IntRange::Between(1, kMaxWidth))->default_value(f.tensor_parallel),
-       "split the model over groups of T ranks inside a node (Megatron: column/row-parallel layers, activation "
-       "all-reduces, vocab-parallel embedding and cross-entropy), data parallel across the groups; T divides the "
-       "heads and the ranks of each node (CPU backend, --parallel dp)")
-      ("pipeline-parallel", Number(&f.pipeline_parallel, IntRange::Between(1, kMaxLayers))->default_value(f.pipeline_parallel),
-       "split the layers into P pipeline stages of consecutive layers (the embeddings with the first, the final "
-       "LayerNorm, LM head and loss with the last), outermost over the ranks (stage s on ranks [s k/P, (s+1) k/P), "
-       "so that stages span nodes); Megatron's 1F1B schedule over --micro-batches, activations and their gradients "
-       "sent point to point between neighbouring stages; dp or zero1 across the pipelines, tensor parallel inside "
-       "each stage (synthetic tokens, no checkpoints)")
-      ("micro-batches", Number(&f.micro_batches, IntRange::Between(1, kMaxGradAccum)),
-       "pipeline parallel: micro-batches of --micro-batch sequences per optimizer step, M >= P (gradient "
-       "accumulation, as --grad-accum: give one of the two)")
       ("op-times", po::bool_switch(&f.op_times),
        "time the model's work by kind (embedding, LayerNorms, attention, MLP, LM head and cross-entropy, AdamW) with "
        "marks on the model's stream (CUDA events, NVTX ranges for a profiler): a table per point, as time, TFLOP/s "
-       "against the measured GEMM rate and GB/s against the measured copy rate (not with --tensor-parallel)")
-      ("allow-cross-node-tp", po::bool_switch(&f.allow_cross_node_tp),
-       "let tensor parallel groups span nodes (their activation all-reduces then cross the slow link)")
+       "against the measured GEMM rate and GB/s against the measured copy rate (not with --tensor-parallel or --pipeline-parallel yet)")
       ("link-probe", po::value(&f.link_probe)->default_value(f.link_probe),
        "across nodes, before the points: every node pair exchanges this much both ways on each local rank's link, "
        "naming the host whose link is slow (3 nodes or more); 0 or off: no probe");
+  AddParallelOptions(options, f);
   AddTrainIoOptions(options, io_flags_);
 }
 

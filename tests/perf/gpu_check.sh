@@ -14,8 +14,9 @@
 #            on NVLink, then emulated; NCCL's transports (NCCL_DEBUG=INFO) and the report's label        ≤ 300 s
 # Parts for what changed since 2026-12-04 and never ran on a GPU (issue 37; each prints a heading, its figures and
 # "PART NAME: PASS|FAIL|SKIPPED (reason)"; README "gpu_check.sh" gives each one's budget):
-#   parallel zero1 and fsdp on the CUDA model against dp (losses); tensor parallel: train --tensor-parallel 2 with 2
-#            GPUs, else the CUDA tensor-parallel model as threads on one GPU (gpu_tests CudaTensorParallel.*)    ≤ 270 s
+#   parallel zero1 and fsdp on the CUDA model against dp (losses); tensor parallel and pipeline stages: train
+#            --tensor-parallel 2 and --pipeline-parallel 2 with 2 GPUs, else the CUDA tensor-parallel model as threads
+#            and the CUDA model as 2 stages on one GPU (gpu_tests CudaTensorParallel.*, CudaTransformer.Pipeline*) ≤ 270 s
 #   fence    an async checkpoint's deferred-snapshot fence (BeforeUpdate) before the next optimizer step        ≤ 90 s
 #   probe    the cross-node link probe's device path: needs ranks on 2 or more hosts; SKIPPED on one host        0 s
 #   optimes  train --op-times, its table (SKIPPED while train --help lacks the flag)                           ≤ 90 s
@@ -175,8 +176,8 @@ compare_losses() {
   if text=$("$python" - "$out/$1.h5" "$out/$2.h5" "$3" <<'EOF' 2>&1
 import sys, h5py
 def losses(path):
-    with h5py.File(path, "r") as f:
-        rows = f["train/k1/steps"][:]
+    with h5py.File(path, "r") as f:  # the run's point (one per run here: k1, or k2 on 2 GPUs)
+        rows = f["train"][sorted(k for k in f["train"] if k.startswith("k"))[-1]]["steps"][:]
     return {int(r["step"]): float(r["loss"]) for r in rows if int(r["rank"]) == 0}
 mode, ref, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
 if sorted(mode) != sorted(ref) or not ref:
@@ -213,11 +214,18 @@ part_parallel() {
     # A tensor-parallel group of 2 reads the tokens of data-parallel rank 0: the one-rank run's.
     step par_tp2 90 mpirun -np 2 --bind-to none trainbench train --backend cuda "${common[@]}" --tensor-parallel 2 \
       -o "$out/par_tp2.h5" && check_first_loss par_tp2 50257 && compare_losses par_tp2 par_dp 2e-3
+    # Pipeline stages (issue 38): 2 stages over 2 GPUs, 4 micro-batches of 2 in 1F1B (NCCL send/recv between the
+    # GPUs) against one GPU's 4 accumulated micro-batches of 2: the same tokens.
+    train par_dp_ga4 60 --model gpt2-124m --micro-batch 2 --grad-accum 4 --warmup-steps 1 --steps 5 --lr 1e-3
+    step par_pp2 90 mpirun -np 2 --bind-to none trainbench train --backend cuda --model gpt2-124m --micro-batch 2 \
+      --pipeline-parallel 2 --micro-batches 4 --warmup-steps 1 --steps 5 --lr 1e-3 -o "$out/par_pp2.h5" &&
+      compare_losses par_pp2 par_dp_ga4 2e-3
   else
     verdict "par_2gpu" "skipped: $gpus GPU(s): train puts one rank on each GPU (two ranks on one GPU are refused), so zero1, fsdp and tensor parallel across GPUs need 2"
     # The CUDA tensor-parallel model as threads sharing this GPU, T = 1, 2, 4, against the CPU reference and the
-    # full model (tests/gpu_tp_transformer_test.cc).
-    step par_tp_threads 90 gpu_tests --gtest_color=no --gtest_filter='CudaTensorParallel.*' \
+    # full model (tests/gpu_tp_transformer_test.cc), and the CUDA model as 2 pipeline stages of 2 micro-batches on
+    # this GPU against the whole CPU model (tests/gpu_transformer_test.cc, issue 38).
+    step par_tp_threads 90 gpu_tests --gtest_color=no --gtest_filter='CudaTensorParallel.*:CudaTransformer.Pipeline*' \
       --gtest_output="xml:$out/par_tp_threads.xml"
     grep -E '^\[ +(OK|FAILED|SKIPPED) +\]' "$scratch/par_tp_threads.out" | tee -a "$log"
   fi
