@@ -68,7 +68,10 @@ inline const TextAttribute resume{kConfig, "resume", "", "train: the checkpoint 
 inline const IntAttribute overlap{kConfig, "overlap", "",
                                   "train: 1 when gradients are all-reduced during backward (no `--no-overlap`)"};
 inline const TextAttribute model{kConfig, "model", "", "train: the model preset (`--model`)"};
-inline const IntAttribute micro_batch{kConfig, "micro_batch", "", "train: sequences per rank per step, as used"};
+inline const IntAttribute micro_batch{kConfig, "micro_batch", "",
+                                      "train: sequences per rank per forward and backward, as used: --micro-batch "
+                                      "under weak scaling; under strong scaling the first point's (each point's "
+                                      "is train/<point>/micro_batch)"};
 inline const IntAttribute global_batch{kConfig, "global_batch", "", "train: sequences per step over every rank, as used"};
 inline const IntAttribute warmup_steps{kConfig, "warmup_steps", "steps", "train: untimed steps before the measured ones"};
 inline const IntAttribute steps{kConfig, "steps", "steps", "train: measured steps (`--steps`)"};

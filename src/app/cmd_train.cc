@@ -688,6 +688,7 @@ void TrainPhase::RecordConfig(CommandRun& r) const {
   r.RecordAsUsed("vocab", int64_t{model_.vocab});
   r.RecordAsUsed("seq", int64_t{loop_.seq});
   r.RecordAsUsed("global_batch", int64_t{global_batch_});
+  r.RecordAsUsed("micro_batch", int64_t{plans_.front().micro_batch});
   r.RecordAsUsed("grad_accum", int64_t{loop_.grad_accum});
   r.RecordAsUsed("scaling", f_.scaling.empty() ? std::to_string(ctx_.world_size) : f_.scaling);
   schema::Set(r.config(), schema::config::overlap, loop_.overlap ? 1 : 0);
