@@ -238,8 +238,11 @@ class TrainingSteps {
     HostOf(o_).AfterUpdate(step);
     r.checkpoint_stall_s += NowSeconds() - checkpoint_start;  // beside the fence before the optimizer
     r.step_s = NowSeconds() - step_start_;
-    r.tokens = static_cast<int64_t>(o_.micro_batch) * o_.grad_accum * o_.seq / model_.tensor_parallel() /
-               stage_.stages;
+    // This rank's share of its tensor parallel group's tokens, split over the pipeline's stages (the first ones take
+    // one more where they do not divide), so that the shares add up to the tokens trained.
+    const int64_t group_tokens =
+        static_cast<int64_t>(o_.micro_batch) * o_.grad_accum * o_.seq / model_.tensor_parallel();
+    r.tokens = group_tokens / stage_.stages + (stage_.stage < group_tokens % stage_.stages ? 1 : 0);
     return r;
   }
 

@@ -81,6 +81,19 @@ expect_ok "$tb" "${train[@]}" --layers 3 --grad-accum 3 -o one3.h5
 expect_ok "${mpi[@]}" -n 3 "$tb" "${train[@]}" --layers 3 --pipeline-parallel 3 --micro-batches 3 -o pp3.h5
 same_losses pp3.h5 one3.h5
 
+# Tokens that do not divide over the stages: the ranks' shares still add up to the step's 3 x 33.
+expect_ok "${mpi[@]}" -n 2 "$tb" train --model tiny --seq 33 --micro-batch 1 --warmup-steps 1 --steps 2 \
+  --pipeline-parallel 2 --micro-batches 3 -o uneven.h5
+checks=$((checks + 1))
+/usr/bin/python3 -c '
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    p = f["train/k2"]
+    assert p.attrs["tokens_per_step"] == 99, p.attrs["tokens_per_step"]
+    steps = p["steps"][()]
+    assert sorted(set(steps["tokens"])) == [49, 50], set(steps["tokens"])
+' uneven.h5 2>"$work/py" || fail "uneven.h5: $(cat "$work/py")"
+
 # --- bad input: one line, exit 2, no report ------------------------------------------------------------------------
 expect_error 2 "--pipeline-parallel 3 does not divide the model's 2 layers" -- \
   "${mpi[@]}" -n 3 "$tb" "${train[@]}" --pipeline-parallel 3 --micro-batches 3 -o refused.h5

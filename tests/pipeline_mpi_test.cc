@@ -124,6 +124,10 @@ void ExpectPipelineMatchesDataParallel(ParallelMode mode, int stages, int tensor
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_NEAR(pipelined.losses[i], want[i], 1e-5 * std::fabs(want[i])) << "step " << i;
   }
+  // Every rank's share of the tokens adds up to what the replicas trained.
+  int64_t mine = records.empty() ? 0 : records.front().tokens, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(all, int64_t{2} * micro_batches * 16 * replicas);
   for (const StepRecord& r : records) {
     EXPECT_GE(r.comm_pipeline_s, 0);
     const bool first = plan.Place(world->rank()).stage == 0, last = plan.Place(world->rank()).stage == stages - 1;

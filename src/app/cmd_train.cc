@@ -1058,13 +1058,14 @@ void TrainPhase::PrintStep(const StepRecord& r, Communicator& sub, int k) {
     first_step_seen_ = true;
     schema::Set(train(), schema::train::startup_s, NowSeconds() - r.step_s - ProcessStartSeconds());
   }
-  double local[2] = {r.loss, r.step_s}, sums[2] = {0, 0};
+  // The loss and the tokens summed over the point's ranks (each holds its share of the tokens), the slowest step.
+  double local[3] = {r.loss, static_cast<double>(r.tokens), r.step_s}, sums[3] = {0, 0, 0};
   {
     InCommunication waiting;  // for the peers, as in a collective: a host cut off here is no stuck rank 0
-    TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 1, MPI_DOUBLE, MPI_SUM, sub.host_comm()));
-    TB_CHECK_MPI(MPI_Allreduce(&local[1], &sums[1], 1, MPI_DOUBLE, MPI_MAX, sub.host_comm()));
+    TB_CHECK_MPI(MPI_Allreduce(&local[0], &sums[0], 2, MPI_DOUBLE, MPI_SUM, sub.host_comm()));
+    TB_CHECK_MPI(MPI_Allreduce(&local[2], &sums[2], 1, MPI_DOUBLE, MPI_MAX, sub.host_comm()));
   }
-  const double tokens_per_s = static_cast<double>(r.tokens) * k / sums[1];
+  const double tokens_per_s = sums[1] / sums[2];
   const double mfu = setup_.peak ? tokens_per_s / k * setup_.flops_per_token / setup_.peak_flops : std::nan("");
   Print(StepLine(r, sums[0] / k, k, tokens_per_s, mfu));
 }
