@@ -128,10 +128,10 @@ RunModelFacts Facts() {
   facts.memory.parameters = 1e9;
   facts.memory.gathered_parameters = 0.2e9;
   facts.memory.what = "gpt-1b as run";
-  facts.shapes.push_back({1, "", {2e9, 2e9, 12e9, 4e9, 0}, 0, 0, {}});
-  facts.shapes.push_back({2, "", {2e9, 2e9, 12e9, 2.5e9, 0}, 64e6, 4 * 24 + 4, {}});
-  facts.shapes.push_back({4, "tensor parallel 4 does not divide the 6 heads", {}, 0, 0, {}});
-  facts.shapes.push_back({8, "tensor parallel 8 does not divide the 6 heads", {}, 0, 0, {}});
+  facts.shapes.push_back({1, "", {2e9, 2e9, 12e9, 4e9, 0}, 0, 0, {}, {}});
+  facts.shapes.push_back({2, "", {2e9, 2e9, 12e9, 2.5e9, 0}, 64e6, 4 * 24 + 4, {}, {}});
+  facts.shapes.push_back({4, "tensor parallel 4 does not divide the 6 heads", {}, 0, 0, {}, {}});
+  facts.shapes.push_back({8, "tensor parallel 8 does not divide the 6 heads", {}, 0, 0, {}, {}});
   return facts;
 }
 
@@ -302,6 +302,85 @@ TEST(CostAnalysis, FittedProjectionOnOfferingsWithoutAFabric) {
   EXPECT_NEAR(projected.inputs.tokens_per_s, a.projected[0].tokens_per_s, 1e-9 * a.projected[0].tokens_per_s);
   const HandCost hand = ByHand(a.projected[0].tokens_per_s, 2, 4);
   EXPECT_NEAR(projected.cost.total_usd, hand.total_usd, 1e-9 * hand.total_usd);
+}
+
+// The same model trained in 2 pipeline stages of 4 micro-batches (of 4 sequences) on 4 GPUs of one node (2 replicas):
+// 1.3 s per step of which 0.25 s of exchanges with the neighbouring stage (the bubble) and 0.02 s of tied-embedding
+// all-reduce, as ReadRunMeasurement leaves them (out of the gradient communication: 0.1 s, 0.04 exposed). Each
+// stage's memory: half the states, the first stage 2 micro-batches' activations of half the layers, the last one's
+// and the head's.
+RunMeasurement PipelineRun() {
+  RunMeasurement m = DpRun();
+  m.path = "pp.h5";
+  m.ranks = 4;
+  MeasuredPoint p = Point(4, 1.3, 0.1, 0.04);
+  p.train.tokens_per_step = 2 * 4 * 4 * 2048.0;  // 2 pipelines x 4 micro-batches of 4 sequences
+  p.tokens_per_s_reported = p.train.tokens_per_step / 1.3;
+  p.train.pipeline_parallel = 2;
+  p.train.micro_batches = 4;
+  p.train.pipeline_s = 0.25;
+  p.train.embedding_s = 0.02;
+  p.train.edge_bytes = 1 * 2048 * 2048 * 4.0;
+  p.train.embedding_bytes = 4.0 * 50304 * 2048;
+  p.train.gradient_bytes = 1.1e9;  // stage 0's
+  p.bubble_measured = 0.21;
+  p.bubble_theory = 0.2;
+  m.points = {p};
+  return m;
+}
+
+RunModelFacts PipelineFacts() {
+  RunModelFacts facts = Facts();
+  facts.memory.stages = {{1.1e9, 1.1e9, 6.6e9, 4e9, 0}, {1.0e9, 1.0e9, 6e9, 2.6e9, 0}};
+  PipelineShape two;
+  two.pp = 2;
+  two.stage_memory = facts.memory.stages;
+  two.parameter_share = {0.55, 0.5};
+  two.compute_share = 0.55;
+  two.edge_bytes = 2048 * 2048 * 4.0;
+  two.embedding_bytes = 4.0 * 50304 * 2048;
+  facts.shapes[0].pipelines = {two};
+  PipelineShape four;
+  four.pp = 4;
+  four.invalid = "--pipeline-parallel 4 does not divide ...";  // the sizes PipelineSizes asks for come first below
+  facts.shapes[0].pipelines.push_back(four);
+  return facts;
+}
+
+TEST(CostAnalysis, PipelineRunPricedAsMeasuredAndProjectedWithItsStages) {
+  const PriceFile prices = ParsePriceFile(PriceText(80), "p.toml");
+  const RunMeasurement run = PipelineRun();
+  // Its own P, and the P that divide the nodes of --project's 32 GPUs on 8-GPU nodes (4 nodes); 8 GPUs are one node.
+  EXPECT_EQ(PipelineSizes(prices, FabricPlan().targets, run, 0), (std::vector<int>{2, 4}));
+  const CostRun c = Analyzed(FabricPlan(), prices, {run}, PipelineFacts());
+  const RunAnalysis& a = c.runs[0];
+  // The measured point as measured: its tokens/s, its stages' exchanges as exposed communication, its largest stage's
+  // memory (dp over the stage's 2 ranks: 1.1 + 1.1 + 6.6 + 4 GB).
+  const CostRow& measured = RowNamed(c, "k4 1x4", "nvl-node");
+  EXPECT_DOUBLE_EQ(measured.inputs.tokens_per_s, 2 * 4 * 4 * 2048 / 1.3);
+  EXPECT_EQ(measured.config.pp, 2);
+  EXPECT_NEAR(measured.config.exposed_s, 0.04 + 0.25 + 0.02, 1e-12);
+  EXPECT_NEAR(measured.memory.required_bytes, 12.8e9, 1);
+  const std::string why = CommReason(measured.config, a);
+  EXPECT_NE(why.find("pp2 x 4 micro-batches (1F1B): bubble 21.0% measured at k=4 (20.0% in theory)"), std::string::npos)
+      << why;
+  // The basis: a stage's compute (the step less its gradient, pipeline and embedding communication and AdamW), the
+  // whole model's gradients per rank (stage 0's / its share), the mean stage's share of AdamW's state.
+  EXPECT_EQ(a.basis.pp, 2);
+  EXPECT_NEAR(a.basis.ComputeS(), 1.3 - 0.04 - 0.25 - 0.02 - 0.1, 1e-12);
+  EXPECT_NEAR(a.basis.gradient_bytes, 1.1e9 / 0.55, 1);
+  EXPECT_NEAR(a.basis.optimizer_share, 0.525, 1e-12);
+  // On the PCIe nodes at 32 GPUs: pp2 candidates modelled (M = 2 x 4 / 2 = 4: the run's), pp4 not possible.
+  const LayoutChoice& pcie = *OnFabric(a, "pcie-nodes", "32").choice;
+  const auto pp2 = std::find_if(pcie.candidates.begin(), pcie.candidates.end(),
+                                [](const LayoutCandidate& cand) { return cand.Name() == "pp2+dp"; });
+  ASSERT_NE(pp2, pcie.candidates.end());
+  ASSERT_TRUE(pp2->considered) << pp2->why_not;
+  EXPECT_EQ(pp2->micro_batches, 4);
+  EXPECT_NEAR(pp2->compute_s, a.basis.ComputeS() * 0.55 * 2, 1e-12);  // the run's compute per token, 2 stages' tokens
+  EXPECT_TRUE(std::any_of(pcie.candidates.begin(), pcie.candidates.end(), [](const LayoutCandidate& cand) {
+    return cand.pp == 4 && cand.why_not == "--pipeline-parallel 4 does not divide ...";
+  }));
 }
 
 // What cannot be priced is a note, and nothing priced at all an error naming the first reason; a --k the run did not

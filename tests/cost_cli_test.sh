@@ -472,6 +472,46 @@ measured_fabric x p2p.h5 >"$work/measured_p2p.toml"
 expect_ok "$tb" cost "$r" --prices "$work/measured_p2p.toml" --train-tokens 1e9 --project 4 --device-as "H100 PCIe"
 expect_out "not projected: fabric 'node': its report 'p2p.h5' measured no usable all_reduce sweep"
 
+# Pipeline stages: a 4-rank run of 2 stages x 4 micro-batches (2 replicas) is priced as measured, with its stages
+# (the largest stage's memory), projected with its fitted links to 8 GPUs and onto each fabric, where pipeline
+# candidates are considered (pp4 is not possible for the 2-layer model, with train's reason); a --project count its
+# stages do not divide is bad input.
+expect_ok "${mpiexec[@]}" -n 4 "$tb" train --model tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 \
+  --pipeline-parallel 2 --micro-batches 4 -o "$work/pp.h5"
+expect_ok "$tb" cost "$work/pp.h5" --prices "$prices" --train-tokens 1e9 --project 8,32 "${h100[@]}"
+expect_out "^# run $work/pp.h5: .*, --parallel dp --pipeline-parallel 2 --micro-batches 4 \(1F1B: bubble [0-9.]+% measured, 20.0% in theory"
+expect_out "^ +4x8 pp2\+zero1 +[0-9.e+-]+ "
+expect_out "^#     pp4: not possible: --pipeline-parallel 4 does not divide the model's 2 layers into stages of equal depth"
+expect_out "^#     assumed: M = 4 micro-batches of the run's 64 tokens per pipeline and step"
+expect_ok "$tb" cost "$work/pp.h5" --prices "$prices" --train-tokens 1e9 --project 8,32 --format json "${h100[@]}"
+checks=$((checks + 1))
+python3 - "$work/out" <<'EOF' || fail "cost JSON of a pipeline run: $(head -c 3000 "$work/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+cost = [run["cost"] for run in d["runs"] if run["file"].endswith("pp.h5")][0]
+run, rows, layouts = cost["run"], cost["rows"], cost["layouts"]
+assert run["pipeline_parallel"] == 2 and run["micro_batches"] == 4, run
+assert abs(run["bubble_theory"] - 0.2) < 1e-12 and run["comm_pipeline_s"] > 0, run
+measured = [r for r in rows if r["projected"] == 0]
+assert measured and all(r["config"] == "k4 1x4" and r["pipeline_parallel"] == 2 for r in measured), measured
+# Priced as measured: the priced point's own tokens/s.
+assert all(abs(r["tokens_per_s"] - run["tokens_per_s"]) <= 1e-9 * run["tokens_per_s"] for r in measured), measured
+assert all(r["memory_fits"] == 1 and r["total_usd"] > 0 for r in rows), rows
+pp = [c for c in layouts if (c["candidate"] or "").startswith("pp")]
+assert pp and all(c["pipeline_parallel"] > 1 for c in pp), layouts
+modelled = [c for c in pp if c["step_s"] is not None]
+assert modelled and all(c["micro_batches"] == 4 and c["bubble_s"] > 0 for c in modelled), modelled
+for c in modelled:
+    parts = sum(c[k] for k in ("compute_s", "optimizer_s", "activation_s", "exposed_s", "pipeline_s", "bubble_s",
+                               "embedding_s"))
+    assert abs(parts - c["step_s"]) <= 1e-9 * c["step_s"], c
+    pipelined = c["compute_s"] + c["activation_s"] + c["pipeline_s"] + c["bubble_s"]
+    assert abs(c["bubble_s"] / pipelined - 1 / 5) < 1e-9, c  # (P-1)/(M+P-1) at P = 2, M = 4
+assert any("does not divide the model's 2 layers" in c["why_not"] for c in pp), [c["why_not"] for c in pp]
+EOF
+expect_error 2 "cannot project '$work/pp.h5' to 1x3: its 2 pipeline stages x tensor parallel 1 do not divide 3 GPUs" -- \
+  "$tb" cost "$work/pp.h5" --project 3 --gpus-per-node 4
+
 # Bad fabrics: one line naming the file, line and key, exit 2, before any work.
 bad_prices zero_busbw '0,/^intra_allreduce_busbw_GBps = 370$/s//intra_allreduce_busbw_GBps = 0/'
 expect_error 2 "zero_busbw.toml:$(first_line '^intra_allreduce_busbw_GBps = 370$'): fabric 'hgx-h100-nvswitch-8x400g-ib': intra_allreduce_busbw_GBps must be > 0, got 0" -- \

@@ -1,7 +1,9 @@
 // Fabrics and the layout search (results/analysis/fabric.h, layout_search.h): the [[fabric]] tables of a price file
 // and their checks, the links a fabric gives a layout, the per-size-band fit of a measured link, and the best layout
 // of a run on an offering's fabric against hand-computed steps — including the decision the project is for: a large
-// model on one 8-GPU NVLink node and on four 8-GPU PCIe nodes over Ethernet chooses different layouts.
+// model on one 8-GPU NVLink node and on four 8-GPU PCIe nodes over Ethernet chooses different layouts; and pipeline
+// stages: 1F1B's bubble by hand, a model only stages fit, stages winning over slow Ethernet and losing over InfiniBand,
+// a P the model cannot take, and a pipeline run's fitted projection.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,7 @@
 #include "layout_search.h"
 #include "prices.h"
 #include "projection.h"
+#include "train_plan.h"
 
 namespace tb {
 namespace {
@@ -384,6 +387,302 @@ TEST(LayoutSearch, ProjectTargetsOnTheOfferingsNodes) {
   EXPECT_FALSE(LayoutOnNodes(ParseProjectTargets("12", "--project")[0], 8, why).has_value());
   EXPECT_NE(why.find("12 GPUs are not a whole number of 8-GPU nodes"), std::string::npos);
   EXPECT_NE(InputErrorOf([] { ParseProjectTargets("8,x", "--project"); }).find("--project"), std::string::npos);
+}
+
+// ---- pipeline stages in the layout search ----------------------------------------------------------------------------
+
+// "pcie-eth": 8 PCIe GPUs per node (20 GB/s all-reduce busbw, 3 us) and one 25 Gbit/s Ethernet NIC per node: 25/8 =
+// 3.125 Gbit/s = 0.390625 GB/s per rank when the node's 8 ranks share it, 20 us. "nvl-ib": NVSwitch (370 GB/s, 1 us)
+// and 8 x 400 Gbit/s InfiniBand: 50 GB/s per rank, 5 us.
+const char* const kPipelineFabrics = R"(
+[[fabric]]
+name = "pcie-eth"
+intra = "pcie"
+pcie_gen = 4
+pcie_lanes = 16
+gpus_per_switch = 2
+intra_allreduce_busbw_GBps = 20
+intra_latency_us = 3
+intra_source = "measured 2023"
+nics_per_node = 1
+nic_gbps = 25
+network_latency_us = 20
+network_source = "assumed 2026"
+
+[[fabric]]
+name = "nvl-ib"
+intra = "nvswitch"
+intra_allreduce_busbw_GBps = 370
+intra_latency_us = 1
+intra_source = "nccl-tests issue 212, 2024"
+nics_per_node = 8
+nic_gbps = 400
+network_latency_us = 5
+network_source = "datasheet, 2024"
+
+[[offering]]
+name = "pcie"
+gpu = "H100 PCIe"
+gpus_per_node = 8
+usd_per_gpu_hour = 2
+storage_usd_per_gb_month = 0
+egress_usd_per_gb = 0
+mtbf_node_hours = 6335
+restart_hours = 0.5
+fabric = "pcie-eth"
+)";
+
+// P even stages of a model whose data-parallel memory per rank is `dp` (states and one micro-batch's activations at
+// T): stage s holds 1/P of the states and the activations of its L/P layers for the P - s micro-batches 1F1B keeps in
+// flight there (the head's activations left out, for the hand arithmetic).
+PipelineShape EvenStages(int pp, const MemoryBreakdown& dp, double compute_share, double edge_bytes,
+                         double embedding_bytes) {
+  PipelineShape pipe;
+  pipe.pp = pp;
+  for (int s = 0; s < pp; ++s) {
+    pipe.stage_memory.push_back({dp.weights_bytes / pp, dp.gradients_bytes / pp, dp.optimizer_bytes / pp,
+                                 dp.activations_bytes * (pp - s) / pp, 0});
+    pipe.parameter_share.push_back(1.0 / pp);
+  }
+  pipe.compute_share = compute_share;
+  pipe.edge_bytes = edge_bytes;
+  pipe.embedding_bytes = embedding_bytes;
+  return pipe;
+}
+
+const LayoutCandidate& Named(const LayoutChoice& choice, const std::string& name) {
+  for (const LayoutCandidate& c : choice.candidates) {
+    if (c.Name() == name) return c;
+  }
+  throw std::logic_error("no candidate " + name);
+}
+
+// A dp run on one node of 8, weak scaling: 1 s of compute per step for 4 micro-batches of 2048 tokens per rank, no
+// optimizer time and nothing exposed (so that the pipeline's arithmetic stands alone), 1 GB of gradients per rank.
+ProjectionBasis EvenBasis() {
+  ProjectionBasis b;
+  b.run = "run.h5";
+  b.k = 8;
+  b.step_s = 1.0;
+  b.tokens_per_step = 8 * 4 * 2048;
+  b.micro_batch_tokens = 2048;
+  b.gradient_bytes = 1e9;
+  b.parameters = 0.25e9;
+  TensorParallelShape one;
+  one.dp_memory = {0.5e9, 0.5e9, 3e9, 2e9, 0};
+  one.pipelines = {EvenStages(4, one.dp_memory, 0.25, 16e6, 0)};
+  b.shapes = {one};
+  return b;
+}
+
+TEST(LayoutSearch, PipelineBubbleIsItsShareOfThePipelinedPart) {
+  const PriceFile p = ParsePriceFile(kPipelineFabrics, "p.toml");
+  const LayoutChoice choice = ChooseLayout(EvenBasis(), p.fabrics[1], {4, 8}, 80 * kGiB);
+  // Stages come after the layouts without them, in the order dp, zero1 across the pipelines.
+  ASSERT_EQ(choice.candidates.size(), 5u);
+  const LayoutCandidate& pp = choice.candidates[3];
+  ASSERT_EQ(pp.Name(), "pp4+dp");
+  ASSERT_TRUE(pp.considered) << pp.why_not;
+  // M = P x the run's 4 micro-batches per replica = 16: 8 pipelines x 16 x 2048 tokens, dp's 32 x 4 x 2048.
+  EXPECT_EQ(pp.micro_batches, 16);
+  EXPECT_DOUBLE_EQ(pp.tokens_per_step, choice.candidates[0].tokens_per_step);
+  // The heaviest stage: a quarter of the model's compute on 4 times the tokens of a replica of the run: 1 s.
+  EXPECT_NEAR(pp.compute_s, 1.0, 1e-12);
+  // Boundaries cross nodes: 2 x 16 exchanges of 16 MB at 50 GB/s per rank after 5 us each.
+  const double exchange = 5e-6 + 16e6 / 50e9;
+  EXPECT_NEAR(pp.pipeline_s, 2 * 16 * exchange, 1e-12);
+  // 1F1B: 16 + 3 slots of (compute + exchanges) / 16; the 3 idle ones are the bubble, 3/19 of the pipelined part.
+  EXPECT_NEAR(pp.bubble_s, (1.0 + 2 * 16 * exchange) * 3 / 16, 1e-12);
+  EXPECT_NEAR(pp.bubble_s / (pp.compute_s + pp.activation_s + pp.pipeline_s + pp.bubble_s), 3.0 / 19, 1e-12);
+  // Each stage's 8 replicas sit on one node: its quarter of the gradients in ceil(0.25e9 / 25 MiB) = 10 buckets
+  // over NVSwitch, nothing across the network.
+  EXPECT_NEAR(pp.comm_s, 2 * 7 * 10 * 1e-6 + 2.0 * 7 / 8 * 0.25e9 / 370e9, 1e-12);
+  EXPECT_NEAR(pp.step_s, pp.compute_s + pp.pipeline_s + pp.bubble_s + pp.exposed_s, 1e-12);
+  EXPECT_EQ(pp.embedding_s, 0.0);
+  // Memory: the first stage holds a quarter of the states and 4 micro-batches of a quarter of the layers.
+  EXPECT_NEAR(pp.memory.required_bytes, (0.5e9 + 0.5e9 + 3e9) / 4 + 2e9, 1);
+  EXPECT_NE(std::find_if(pp.assumptions.begin(), pp.assumptions.end(),
+                         [](const std::string& a) { return a.find("M = 16 micro-batches") == 0; }),
+            pp.assumptions.end());
+}
+
+// A model of 40e9 parameters (16 B each: 80 GB of bf16 weights, 80 of gradients, 480 of fp32 master weights and
+// AdamW moments) whose one micro-batch's activations per rank are 80, 40, 20 and 10 GB at T = 1, 2, 4, 8, on four
+// PCIe nodes of 40 GiB GPUs over 25 Gbit/s Ethernet. Without stages nothing fits: at T=8 (the smallest activations)
+// zero1 over the 4 replicas holds 10 + 10 + 480/32 = 35 GB of states and 10 of activations: 45 GB = 41.9 GiB; fsdp
+// across tensor-parallel groups is not built, and fsdp at T=1 holds the 80 GB of activations. With stages each rank
+// holds 1/P of the states: pp2+tp8+zero1 (2 replicas per stage) 5 + 5 + 15 of states and 10 of activations (the first
+// stage keeps 2 micro-batches of half the layers): 35 GB = 32.6 GiB, and pp4+tp8 (one pipeline) 2.5 + 2.5 + 15 + 10 =
+// 30 GB: both fit, and the faster is chosen.
+ProjectionBasis HugeBasis() {
+  ProjectionBasis b;
+  b.run = "huge.h5";
+  b.k = 8;
+  b.tp = 8;
+  b.step_s = 2.0;
+  b.tokens_per_step = 4 * 2048;  // one replica of T = 8, 4 micro-batches of 2048 tokens
+  b.micro_batch_tokens = 2048;
+  b.gradient_bytes = 160e9 / 8;
+  b.parameters = 40e9;
+  const double activations[] = {80e9, 40e9, 20e9, 10e9};
+  int i = 0;
+  for (int t : {1, 2, 4, 8}) {
+    TensorParallelShape s;
+    s.tp = t;
+    s.dp_memory = {80e9, 80e9, 480e9, activations[i++], 0};
+    if (t > 1) s.modes_not_built["fsdp"] = "--tensor-parallel " + std::to_string(t) + " with --parallel fsdp is not built";
+    s.activation_bytes = t > 1 ? 4.0 * 80 * 2048 * 8192 * 4 : 0;
+    s.activation_ops = t > 1 ? 324 : 0;
+    for (int pp : {2, 4}) s.pipelines.push_back(EvenStages(pp, s.dp_memory, 1.0 / pp, 2048 * 8192 * 4.0, 0));
+    b.shapes.push_back(s);
+  }
+  return b;
+}
+
+TEST(LayoutSearch, PipelineStagesFitWhatNoOtherLayoutDoes) {
+  const PriceFile p = ParsePriceFile(kPipelineFabrics, "p.toml");
+  const LayoutChoice choice = ChooseLayout(HugeBasis(), p.fabrics[0], {4, 8}, 40 * kGiB);
+  for (const LayoutCandidate& c : choice.candidates) {
+    if (c.pp == 1) {
+      EXPECT_FALSE(c.Viable()) << c.Name() << " " << c.memory.required_bytes / kGiB << " GiB";
+    }
+  }
+  EXPECT_NEAR(Named(choice, "tp8+zero1").memory.required_bytes, 45e9, 1);
+  const LayoutCandidate& two = Named(choice, "pp2+tp8+zero1");
+  EXPECT_NEAR(two.memory.required_bytes, 35e9, 1);
+  EXPECT_TRUE(two.memory.fits);
+  EXPECT_NEAR(Named(choice, "pp4+tp8").memory.required_bytes, 30e9, 1);
+  EXPECT_FALSE(Named(choice, "pp4+tp4+zero1").memory.fits);  // 5 + 5 + 15 + 20 = 45 GB
+  ASSERT_TRUE(choice.chosen.has_value()) << choice.reason;
+  const LayoutCandidate& won = choice.candidates[*choice.chosen];
+  EXPECT_GT(won.pp, 1);
+  EXPECT_EQ(won.tp, 8);
+  EXPECT_LE(won.memory.required_bytes, 40 * kGiB);
+  EXPECT_NE(choice.reason.find("pp" + std::to_string(won.pp) + " across 4 nodes: only stage boundaries cross the network"),
+            std::string::npos) << choice.reason;
+}
+
+// A 6.7B-parameter model (d 4096, 32 layers, a vocabulary of 50304) measured in dp on one node of 8 GPUs, weak
+// scaling: 0.82 s of compute and 0.1 s of AdamW per step for 4 micro-batches of 2048 tokens per rank, 26.8 GB of fp32
+// gradients, overlap 0.5 (0.1 s hidden). On four nodes:
+//   pcie-eth: dp's hierarchical all-reduce sends 2 x 3/4 x 26.8/8 GB across at 0.390625 GB/s per rank: 12.9 s, plus
+//     1.75 x 26.8 GB over PCIe at 20 GB/s: 2.3 s; a step of about 16 s (zero1 alike). pp4: M = 4 x 4 = 16; a stage's
+//     gradients (a quarter, 6.7 GB) stay in its node: 1.75 x 6.7 / 20 = 0.59 s; only boundary activations cross:
+//     2 x 16 exchanges of 2048 x 4096 x 4 B = 33.6 MB at 0.39 GB/s: 2.75 s; compute of the heaviest stage (27% of the
+//     FLOPs) on 4 x the tokens: 0.89 s; bubble (0.89 + 2.75) x 3/16 = 0.68 s; the tied embedding (4 x 50304 x 4096 B =
+//     824 MB) all-reduced between 2 nodes: 2.1 s; with 0.49 s of the gradients exposed, 6.95 s. Pipeline wins, by over
+//     2x (pp2, its stages on 2 nodes each, sends half its gradients across: 10.1 s).
+//   nvl-ib: zero1's collectives take 1.75 x 26.8 / 370 + 1.5 x 3.35 / 50 = 0.23 s, a step of 1.05 s.
+//     pp4's transfers are 2 x 16 x 0.67 ms = 0.02 s, but its bubble is 3/19 of a pipelined part of 1.08 s and its
+//     heaviest stage carries the LM head: it loses to the layouts without stages (pp2 likewise).
+ProjectionBasis SevenBBasis() {
+  ProjectionBasis b;
+  b.run = "gpt6.7b.h5";
+  b.k = 8;
+  b.optimizer_s = 0.1;
+  b.exposed_s = 0.05;
+  b.step_s = 0.82 + b.optimizer_s + b.exposed_s;
+  b.tokens_per_step = 8 * 4 * 2048;
+  b.micro_batch_tokens = 2048;
+  b.gradient_bytes = 26.8e9;
+  b.overlap = 0.5;
+  b.hidden_s = 0.1;
+  b.overlap_measured = true;
+  b.parameters = 6.7e9;
+  b.fsdp_units = 34;
+  b.gathered_parameters = 2 * 0.2e9 + 0.4e9;
+  TensorParallelShape one;
+  one.dp_memory = {13.4e9, 13.4e9, 80.4e9, 4e9, 0};  // 16 B per parameter: 107 GB of states, dp does not fit
+  // The heaviest stage: its 32/P layers and the LM head (6 V d = 1.24 GFLOP per token, about a layer's 72 d^2 + 6 T d
+  // = 1.26): (32/P + 1) / 33 of the FLOPs.
+  for (int pp : {2, 4}) {
+    one.pipelines.push_back(EvenStages(pp, one.dp_memory, (32.0 / pp + 1) / 33, 2048 * 4096 * 4.0, 4.0 * 50304 * 4096));
+  }
+  b.shapes = {one};
+  return b;
+}
+
+TEST(LayoutSearch, PipelineWinsOnSlowEthernetAndLosesOnInfiniBand) {
+  const PriceFile p = ParsePriceFile(kPipelineFabrics, "p.toml");
+  const LayoutChoice slow = ChooseLayout(SevenBBasis(), p.fabrics[0], {4, 8}, 80 * kGiB);
+  const LayoutChoice fast = ChooseLayout(SevenBBasis(), p.fabrics[1], {4, 8}, 80 * kGiB);
+  ASSERT_TRUE(slow.chosen && fast.chosen) << slow.reason << " / " << fast.reason;
+  const LayoutCandidate& zero1 = Named(slow, "zero1");
+  const LayoutCandidate& pp4 = Named(slow, "pp4+zero1");
+  EXPECT_NEAR(zero1.comm_s, 2.0 * 3 / 4 * 26.8e9 / 8 / 0.390625e9 + 1.75 * 26.8e9 / 20e9, 0.01);
+  EXPECT_NEAR(pp4.pipeline_s, 2 * 16 * (20e-6 + 2048 * 4096 * 4.0 / 0.390625e9), 1e-9);
+  EXPECT_NEAR(pp4.embedding_s, 2 * 20e-6 + 4.0 * 50304 * 4096 / 0.390625e9, 1e-9);
+  EXPECT_NEAR(pp4.bubble_s / (pp4.compute_s + pp4.pipeline_s + pp4.bubble_s), 3.0 / 19, 1e-12);
+  const LayoutCandidate& slow_won = slow.candidates[*slow.chosen];
+  EXPECT_EQ(slow_won.pp, 4) << slow.reason;
+  EXPECT_GT(slow_won.tokens_per_s, 2 * Named(slow, "zero1").tokens_per_s);
+  EXPECT_GT(slow_won.tokens_per_s, 2 * Named(slow, "dp").tokens_per_s);
+  EXPECT_NE(slow.reason.find("pp4 across 4 nodes: only stage boundaries cross the network (each stage's gradients "
+                             "inside its node), bubble "),
+            std::string::npos) << slow.reason;
+  const LayoutCandidate& fast_won = fast.candidates[*fast.chosen];
+  EXPECT_EQ(fast_won.pp, 1) << fast.reason;
+  EXPECT_LT(Named(fast, "pp4+zero1").tokens_per_s, fast_won.tokens_per_s);
+  EXPECT_LT(Named(fast, "pp2+zero1").tokens_per_s, fast_won.tokens_per_s);
+}
+
+TEST(LayoutSearch, PipelineSizeTheModelCannotTakeIsListedWithTrainsReason) {
+  // gpt2-124m's 12 layers in 8 stages: PlanTrainPoint refuses with MakePipelineStage's words.
+  const ModelConfig model = FindPreset("gpt2-124m");
+  const std::string why = InputErrorOf([&] { PlanTrainPoint(model, 8, 1, 8, 1, 8, 1024, true); });
+  ASSERT_NE(why.find("does not divide the model's 12 layers"), std::string::npos) << why;
+  ProjectionBasis basis = EvenBasis();
+  PipelineShape eight;
+  eight.pp = 8;
+  eight.invalid = why;
+  basis.shapes[0].pipelines.push_back(eight);
+  const PriceFile p = ParsePriceFile(kPipelineFabrics, "p.toml");
+  const LayoutChoice choice = ChooseLayout(basis, p.fabrics[1], {8, 8}, 80 * kGiB);
+  const LayoutCandidate& pp8 = Named(choice, "pp8+dp");
+  EXPECT_FALSE(pp8.considered);
+  EXPECT_EQ(pp8.why_not, why);
+  EXPECT_TRUE(Named(choice, "pp4+dp").considered);  // 4 divides the 8 nodes too
+  EXPECT_NE(choice.reason.find("not possible for this model"), std::string::npos) << choice.reason;
+  // Four nodes take no 8 stages: not listed there.
+  const LayoutChoice four = ChooseLayout(basis, p.fabrics[1], {4, 8}, 80 * kGiB);
+  EXPECT_TRUE(std::none_of(four.candidates.begin(), four.candidates.end(), [](const LayoutCandidate& c) { return c.pp == 8; }));
+}
+
+// A pipeline run measured on one node projected with its fitted links to two: its gradients over a stage's replicas,
+// its exchanges and tied-embedding all-reduce as measured plus their change from the intra- to the inter-node link.
+TEST(StepModel, PipelineRunCarriesItsStagesToAnotherLayout) {
+  TrainPointInput p;
+  p.k = 4;
+  p.nodes = 1;
+  p.gpus_per_node = 4;
+  p.step_s = 1.0;
+  p.comm_total_s = 0.1;
+  p.comm_exposed_s = 0.05;
+  p.gradient_bytes = 1e8;
+  p.buckets = 4;
+  p.tokens_per_step = 4096;
+  p.pipeline_parallel = 2;
+  p.micro_batches = 4;
+  p.pipeline_s = 0.2;
+  p.embedding_s = 0.01;
+  p.edge_bytes = 1e6;
+  p.embedding_bytes = 4e7;
+  LinkModel links;
+  links.intra = {0, 1 / 10e9, true, "", {}};
+  links.inter = {5e-6, 8 / 10e9, true, "", {}};
+  const StepModel model({p}, true, p);
+  // At its own layout: the measured step, stage 0 and 1's two replicas each on the node.
+  const ProjectedPoint same = model.Project(links, {1, 4});
+  EXPECT_NEAR(same.comm_s, PredictAllReduceSeconds(links, 1, 2, 1e8, 4), 1e-15);
+  EXPECT_NEAR(same.pipeline_s, 0.21, 1e-15);
+  // Two nodes of 2: each stage on its own node (its replicas inside it), the boundary and the embedding across.
+  const ProjectedPoint two = model.Project(links, {2, 2});
+  EXPECT_NEAR(two.comm_s, PredictAllReduceSeconds(links, 1, 2, 1e8, 4), 1e-15);
+  const double slots = 2.0 * 4 * (4 + 1) / 4;  // 2 M exchanges in (M + P - 1) / M of their time with the bubble
+  const double change = slots * ((5e-6 + 1e6 * 8 / 10e9) - 1e6 / 10e9) +
+                        PredictAllReduceSeconds(links, 2, 1, 4e7, 1) - PredictAllReduceSeconds(links, 1, 2, 4e7, 1);
+  EXPECT_NEAR(two.pipeline_s, 0.21 + change, 1e-12);
+  EXPECT_NEAR(two.step_s - same.step_s, change + 0.5 * (two.comm_s - same.comm_s), 1e-12);
 }
 
 }  // namespace

@@ -63,14 +63,17 @@ void ProjectLayouts(RunAnalysis& a, const std::vector<Layout>& layouts, const Li
   a.links = ResolveLinks(*a.fit, overrides);
   BandLinks(a.links, samples, overrides.inter_node_gbps.has_value());
   a.step_model.emplace(points, a.m.weak_scaling, points.front());
-  const int t = points.back().tensor_parallel;
+  const int t = points.back().tensor_parallel, pp = points.back().pipeline_parallel;
   for (const Layout& layout : layouts) {
     if (layout.gpus_per_node % t != 0) {
       throw InputError("cannot project '" + path + "' (tensor parallel " + std::to_string(t) + ") to " +
                        layout.Name() + ": its groups stay inside a node, and " + std::to_string(t) +
                        " does not divide " + std::to_string(layout.gpus_per_node) + " GPUs per node");
     }
-    const std::string missing = MissingLinks(a.links, layout);
+    const std::string missing = layout.gpus() % (t * pp) != 0
+                                    ? Format("its %d pipeline stages x tensor parallel %d do not divide %d GPUs", pp,
+                                             t, layout.gpus())
+                                    : MissingLinks(a.links, layout);
     if (!missing.empty() && lenient) {
       a.projection_notes.push_back(path + " " + layout.Name() + " on the offerings without a fabric: not projected: " +
                                    missing);
@@ -97,6 +100,17 @@ MemoryCheck CalibratedBy(MemoryCheck check, const RunMeasurement& run) {
 }
 
 }  // namespace
+
+MemoryBreakdown MemoryCheck::For(int k) const {
+  if (stages.empty()) return ModeMemory(estimate, mode, k, gathered_parameters, parameters, tensor_parallel);
+  MemoryBreakdown largest;
+  for (const MemoryBreakdown& stage : stages) {
+    const int per_stage = k / static_cast<int>(stages.size());
+    const MemoryBreakdown m = ModeMemory(stage, mode, per_stage, 0.0, parameters, tensor_parallel);
+    if (m.total_bytes() > largest.total_bytes()) largest = m;
+  }
+  return largest;
+}
 
 std::string ModeWords(const std::string& mode) {
   if (mode == "zero1") return "zero1: AdamW's state sharded over the ranks";
@@ -128,6 +142,30 @@ std::vector<int> TensorParallelSizes(const PriceFile& prices) {
     if (o.fabric.empty()) continue;
     for (int t = 1; t <= o.gpus_per_node; ++t) {
       if (o.gpus_per_node % t == 0 && std::find(sizes.begin(), sizes.end(), t) == sizes.end()) sizes.push_back(t);
+    }
+  }
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
+std::vector<int> PipelineSizes(const PriceFile& prices, const std::vector<ProjectTarget>& targets,
+                               const RunMeasurement& m, size_t priced) {
+  std::vector<int> sizes;
+  auto add = [&](int p) {
+    if (p > 1 && std::find(sizes.begin(), sizes.end(), p) == sizes.end()) sizes.push_back(p);
+  };
+  add(m.points[priced].train.pipeline_parallel);
+  const int k = m.points[priced].train.k;
+  const std::vector<ProjectTarget> at = targets.empty() ? std::vector<ProjectTarget>{{k, std::nullopt, ""}} : targets;
+  for (const Offering& o : prices.offerings) {
+    if (o.fabric.empty()) continue;
+    for (const ProjectTarget& target : at) {
+      std::string why;
+      const std::optional<Layout> layout = LayoutOnNodes(target, o.gpus_per_node, why);
+      for (int p = 2; layout && p <= layout->nodes; ++p) {
+        const bool power_of_two = (p & (p - 1)) == 0;
+        if (layout->nodes % p == 0 && (power_of_two || (m.layers > 0 && m.layers % p == 0))) add(p);
+      }
     }
   }
   std::sort(sizes.begin(), sizes.end());
@@ -184,6 +222,20 @@ std::string Marks(size_t index, const CostDecision& d) {
   return JoinNames(marks, ",");
 }
 
+// ", pp2 x 4 micro-batches (1F1B): bubble 23.5% measured (20.0% in theory), stage exchanges and the tied embedding
+// 31.0% of the step" for a run with stages ("" without).
+std::string PipelineReason(const Config& config, const RunAnalysis& a) {
+  const TrainPointInput& p = a.m.points[a.priced].train;
+  if (config.pp < 2) return "";
+  const MeasuredPoint& measured = a.m.points[a.priced];
+  const double stages_s = config.projected ? config.pipeline_s : p.pipeline_s + p.embedding_s;
+  return Format(", pp%d x %d micro-batches (1F1B): bubble %.1f%% measured at k=%d (%.1f%% in theory), exchanges with "
+                "the neighbouring stages and the tied embedding %.1f%% of the step%s",
+                config.pp, p.micro_batches, 100 * measured.bubble_measured, p.k, 100 * measured.bubble_theory,
+                100 * stages_s / config.step_s,
+                config.projected ? " (as measured, with the change of link modelled)" : "");
+}
+
 // "fsdp, exposed communication 29.1% of the step (parameter gathers 50.2% of it, as measured at k=4)", or on a fabric
 // the layout search's reason.
 std::string CommReason(const Config& config, const RunAnalysis& a) {
@@ -199,7 +251,7 @@ std::string CommReason(const Config& config, const RunAnalysis& a) {
     reason += Format(" (parameter gathers %.1f%% of it, as measured at k=%d)",
                      100 * p.gather_exposed_s / p.train.comm_exposed_s, p.train.k);
   }
-  return reason;
+  return reason + PipelineReason(config, a);
 }
 
 }  // namespace tb

@@ -33,10 +33,11 @@ struct MemoryCheck {
   double gathered_parameters = 0;  // fsdp: the units held at once
   double parameters = 0;
   int tensor_parallel = 1;
-  // The estimate under the mode over `k` ranks (ModeMemory).
-  MemoryBreakdown For(int k) const {
-    return ModeMemory(estimate, mode, k, gathered_parameters, parameters, tensor_parallel);
-  }
+  // A run with pipeline stages: each stage's estimate before the mode shards it (PlanTrainPoint's), the states of its
+  // parameters and the activations of its micro-batches in flight; empty without stages.
+  std::vector<MemoryBreakdown> stages;
+  // The estimate under the mode over `k` ranks (ModeMemory); with stages, the largest stage's over its k / P ranks.
+  MemoryBreakdown For(int k) const;
 };
 
 // How a mode shards the model, in words: "zero1: AdamW's state sharded over the ranks".
@@ -45,8 +46,9 @@ std::string ModeWords(const std::string& mode);
 // What the training models say of a run's model, computed by the caller (src/app/cost_model_facts.cc).
 struct RunModelFacts {
   MemoryCheck memory;  // the run's model as its report states it, before calibration (unused with --model)
-  // The model at each tensor-parallel size of TensorParallelSizes (T = 1 first), at the priced point's micro-batch;
-  // empty when the report lacks the model's shape (data parallel modes only, at the report's estimate).
+  // The model at each tensor-parallel size of TensorParallelSizes (T = 1 first), each with its pipeline stages at each
+  // P of PipelineSizes, at the priced point's micro-batch; empty when the report lacks the model's shape (data
+  // parallel modes only, at the report's estimate).
   std::vector<TensorParallelShape> shapes;
 };
 
@@ -114,6 +116,8 @@ struct Config {
   // Projected onto an offering's fabric: that offering only, the candidate's memory fit and why it was chosen.
   const FabricProjection* on_fabric = nullptr;
   std::optional<MemoryFit> memory;
+  int pp = 1;             // pipeline stages: the run's (measured, projected with the fitted links), or the layout's
+  double pipeline_s = 0;  // projected with the fitted links: its exchanges between stages and tied embedding per step
 };
 
 struct CostRow {
@@ -163,6 +167,11 @@ void UseFailureHistory(CostRun& c, FailureHistory history);
 size_t PricedPoint(const RunMeasurement& m, int k);
 // The tensor-parallel sizes worth modelling: every divisor of some fabric offering's GPUs per node.
 std::vector<int> TensorParallelSizes(const PriceFile& prices);
+// The pipeline sizes worth modelling for run `m` (its point `priced`): every P > 1 that divides the nodes of some
+// --project target (the priced k without one) on some fabric offering's nodes and is a power of two or divides the
+// model's layers (a power of two that does not is listed with train's reason), and the run's own P.
+std::vector<int> PipelineSizes(const PriceFile& prices, const std::vector<ProjectTarget>& targets,
+                               const RunMeasurement& m, size_t priced);
 
 // One run: the priced point, its GPU models, checkpoint cost, energy and memory, and its projection to
 // plan.layouts with the links fitted to its own measurements (and `extra_samples`, --collectives'). A layout the

@@ -32,6 +32,28 @@ void SetOverlap(ProjectionBasis& b, const RunMeasurement& m, const MeasuredPoint
   b.overlap_source = "no point communicated: assumed 0 (every collective exposed)";
 }
 
+// A reference with pipeline stages: its exchanges with the neighbouring stages and tied-embedding all-reduce (out of
+// its compute), and its gradients and AdamW state as a share of the whole model's, by its stages' parameters (the
+// model's shape at its T and P; without it the candidates without stages take rank 0's stage for the model, stated
+// nowhere else: the layouts table shows the figures).
+void SetPipelineOfRun(ProjectionBasis& b, const TrainPointInput& p) {
+  b.pp = p.pipeline_parallel;
+  if (b.pp < 2) return;
+  b.pipeline_s = p.pipeline_s;
+  b.embedding_s = p.embedding_s;
+  for (const TensorParallelShape& shape : b.shapes) {
+    for (const PipelineShape& pipe : shape.pipelines) {
+      if (shape.tp != b.tp || pipe.pp != b.pp || pipe.parameter_share.empty()) continue;
+      // Rank 0 (stage 0) measured gradient_bytes: the whole model's per rank of a T-group is that / its share.
+      b.gradient_bytes /= pipe.parameter_share.front();
+      double shares = 0;
+      for (double share : pipe.parameter_share) shares += share;
+      b.optimizer_share = shares / b.pp;
+      return;
+    }
+  }
+}
+
 // What a projection onto a fabric takes from the run: its priced point without its communication (at the repeats'
 // median), the measured overlap, and the model's memory and tensor-parallel all-reduces at each size (RunModelFacts;
 // without the model's shape, data parallel modes only at the report's estimate).
@@ -52,12 +74,14 @@ ProjectionBasis BasisOf(const RunAnalysis& a) {
   b.gradient_bytes = p.train.gradient_bytes;
   if (m.bucket_bytes > 0) b.bucket_bytes = m.bucket_bytes;
   b.fsdp_units = m.layers + 2;
+  b.micro_batch_tokens = static_cast<double>(p.micro_batch) * m.seq;
   SetOverlap(b, m, p);
   b.parameters = a.memory.parameters;
   b.gathered_parameters = a.memory.gathered_parameters;
   b.calibration = a.memory.calibration;
   b.shapes = a.shapes;
-  if (b.shapes.empty()) b.shapes.push_back({1, "", m.memory_estimate, 0, 0, {}});
+  if (b.shapes.empty()) b.shapes.push_back({1, "", m.memory_estimate, 0, 0, {}, {}});
+  SetPipelineOfRun(b, p.train);
   return b;
 }
 
@@ -121,12 +145,17 @@ std::vector<Config> ConfigsOf(const RunAnalysis& a, size_t run_index) {
   const Layout measured{p.train.nodes, p.train.gpus_per_node};
   // Priced at the median tokens/s of the repeats (the median repeat's own, but for an even count).
   const auto median = [&](double step_s) { return StepAtRepeatRate(p, step_s, p.tokens_per_s_median); };
+  // A run with stages: its exchanges with the neighbouring stages (the bubble) count as exposed communication, as
+  // train's comm_exposed_s counts them.
+  const int pp = p.train.pipeline_parallel;
   configs.push_back({run_index, Format("k%d %s", p.train.k, measured.Name().c_str()), false, measured, p.train.k,
-                     p.train.tokens_per_step, median(p.train.step_s), p.train.comm_exposed_s, a.m.parallel, nullptr,
-                     std::nullopt});
+                     p.train.tokens_per_step, median(p.train.step_s),
+                     p.train.comm_exposed_s + p.train.pipeline_s + p.train.embedding_s, a.m.parallel, nullptr,
+                     std::nullopt, pp, p.train.pipeline_s + p.train.embedding_s});
   for (const ProjectedPoint& q : a.projected) {
     configs.push_back({run_index, q.layout.Name(), true, q.layout, q.layout.gpus(), q.tokens_per_step,
-                       median(q.step_s), q.exposed_s, a.m.parallel, nullptr, std::nullopt});
+                       median(q.step_s), q.exposed_s + q.pipeline_s, a.m.parallel, nullptr, std::nullopt, pp,
+                       q.pipeline_s});
   }
   return configs;
 }
@@ -192,8 +221,10 @@ void PriceOnFabric(CostRun& c, size_t i, const Offering& offering) {
       continue;
     }
     const LayoutCandidate& won = fp.choice->candidates[*fp.choice->chosen];
+    const double stages_s = won.pipeline_s + won.bubble_s + won.embedding_s;
     const Config config{i, won.layout.Name() + " " + won.Name(), true, won.layout, won.layout.gpus(),
-                        won.tokens_per_step, won.step_s, won.exposed_s, won.Name(), &fp, won.memory};
+                        won.tokens_per_step, won.step_s, won.exposed_s + stages_s, won.Name(), &fp, won.memory,
+                        won.pp, stages_s};
     c.rows.push_back(PriceConfig(config, a, offering, c));
   }
 }

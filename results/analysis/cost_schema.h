@@ -63,6 +63,16 @@ inline const Column priced_k{kRun, "priced_k", "", "the measured point priced (t
 inline const Column priced_layout{kRun, "priced_layout", "", "its layout, nodes x GPUs per node (`1x2`)"};
 inline const Column tokens_per_s{kRun, "tokens_per_s", "tokens/s", "the priced point's, without checkpoint stalls"};
 inline const Column tokens_per_s_reported{kRun, "tokens_per_s_reported", "tokens/s", "the priced point's, as reported"};
+inline const Column pipeline_parallel{kRun, "pipeline_parallel", "", "the priced point's pipeline stages P (1: none)"};
+inline const Column micro_batches{kRun, "micro_batches", "", "its micro-batches per optimizer step M"};
+inline const Column comm_pipeline_s{kRun, "comm_pipeline_s", "s",
+                                    "its exchanges with the neighbouring stages per step (bubble and transfers) and the "
+                                    "tied embedding's all-reduce: out of the gradient communication; empty without "
+                                    "stages"};
+inline const Column bubble_measured{kRun, "bubble_measured", "fraction",
+                                    "the share of the pipelined part its stages waited, as train measured it; empty "
+                                    "without stages"};
+inline const Column bubble_theory{kRun, "bubble_theory", "fraction", "1F1B's (P-1)/(M+P-1); empty without stages"};
 inline const Column checkpoint_stall_s{kRun, "checkpoint_stall_s", "s",
                                        "mean stall per checkpoint (every rank, every event); empty: not measured"};
 inline const Column checkpoint_events{kRun, "checkpoint_events", "", "the rank-events averaged"};
@@ -117,6 +127,10 @@ inline const Column tokens_per_s{kPoints, "tokens_per_s", "tokens/s", "without c
 inline const Column tokens_per_s_reported{kPoints, "tokens_per_s_reported", "tokens/s", "as reported (measured)"};
 inline const Column comm_s{kPoints, "comm_s", "s", "gradient communication per step (measured, or modelled)"};
 inline const Column exposed_s{kPoints, "exposed_s", "s", "of it, what backward did not hide"};
+inline const Column stages_s{kPoints, "stages_s", "s",
+                             "pipeline stages: the exchanges between them (bubble and transfers) and the tied "
+                             "embedding's all-reduce per step, measured (projected: with the change of link); empty "
+                             "without stages"};
 inline const Column gradient_bytes{kPoints, "gradient_bytes", "B", "per rank per step (measured)"};
 inline const Column checkpoint_stall_s{kPoints, "checkpoint_stall_s", "s", "mean stall per checkpoint (measured)"};
 inline const Column efficiency{kPoints, "efficiency", "fraction",
@@ -141,13 +155,28 @@ inline const Column layout{kLayouts, "layout", "", "the target on the offering's
 inline const Column candidate{kLayouts, "candidate", "", "`dp`, `tp2+zero1`, `tp8`, ..."};
 inline const Column mode{kLayouts, "mode", "", "`dp`, `zero1` or `fsdp` across the replicas"};
 inline const Column tensor_parallel{kLayouts, "tensor_parallel", "", "T: ranks of a tensor-parallel group"};
-inline const Column replicas{kLayouts, "replicas", "", "GPUs / T"};
-inline const Column step_s{kLayouts, "step_s", "s", "compute + optimizer + activation + exposed"};
-inline const Column compute_s{kLayouts, "compute_s", "s", "the run's compute at this shape"};
+inline const Column pipeline_parallel{kLayouts, "pipeline_parallel", "",
+                                      "P: pipeline stages of whole nodes, outermost (1: none)"};
+inline const Column micro_batches{kLayouts, "micro_batches", "",
+                                  "M per pipeline and step with stages: the tokens per step of the candidates without "
+                                  "stages at T, in the run's micro-batches; empty without stages"};
+inline const Column replicas{kLayouts, "replicas", "", "GPUs / (T x P)"};
+inline const Column step_s{kLayouts, "step_s", "s",
+                           "compute + optimizer + activation + exposed + pipeline + bubble + embedding"};
+inline const Column compute_s{kLayouts, "compute_s", "s", "the run's compute at this shape (with stages: the heaviest "
+                              "stage's)"};
 inline const Column optimizer_s{kLayouts, "optimizer_s", "s", "AdamW, rescaled by the mode's sharding"};
 inline const Column activation_s{kLayouts, "activation_s", "s", "tensor parallel's activation all-reduces"};
 inline const Column comm_s{kLayouts, "comm_s", "s", "the mode's gradient collectives, modelled"};
 inline const Column exposed_s{kLayouts, "exposed_s", "s", "(1 - overlap) x comm_s"};
+inline const Column pipeline_s{kLayouts, "pipeline_s", "s",
+                               "stage boundary exchanges: 2 M x (alpha + a micro-batch's activations x beta) of the "
+                               "inter-node link (per rank) when the stages span nodes"};
+inline const Column bubble_s{kLayouts, "bubble_s", "s",
+                             "1F1B's idle slots: (compute + activation + pipeline) x (P-1)/M, (P-1)/(M+P-1) of the "
+                             "pipelined part"};
+inline const Column embedding_s{kLayouts, "embedding_s", "s",
+                                "the tied embedding's gradient all-reduce between the first and last stage"};
 inline const Column tokens_per_step{kLayouts, "tokens_per_step", "tokens", "over all GPUs"};
 inline const Column tokens_per_s{kLayouts, "tokens_per_s", "tokens/s", "empty when not modelled"};
 inline const Column memory_required_bytes{kLayouts, "memory_required_bytes", "B", "per GPU, calibrated as the run's"};
@@ -168,6 +197,9 @@ inline Table kRows{"rows", "cost per configuration and offering", false, "each r
 namespace rows {
 inline const Column config{kRows, "config", "", "`k8 1x8` (measured), `2x8` or `4x8 tp2+zero1` (projected)"};
 inline const Column projected{kRows, "projected", "", "1: a projected layout; 0: the measured point"};
+inline const Column pipeline_parallel{kRows, "pipeline_parallel", "",
+                                      "pipeline stages: the run's (measured; projected with its fitted links), the "
+                                      "chosen layout's on a fabric"};
 inline const Column offering{kRows, "offering", "", "the price file's offering"};
 inline const Column gpu{kRows, "gpu", "", "its GPU model"};
 inline const Column gpus{kRows, "gpus", "", "the job's ranks"};

@@ -103,6 +103,7 @@ ViewTable RunTable(const RunAnalysis& a, bool priced) {
   namespace r = cs::run;
   const RunMeasurement& m = a.m;
   const MeasuredPoint& p = m.points[a.priced];
+  const bool stages = p.train.pipeline_parallel > 1;
   TableBuilder t(cs::kRun);
   t.Row().Add(r::device, m.device).Add(r::gpu_model, GpuNames(a))
       .Add(r::gpu_model_from, Text(!a.gpu ? "" : a.device_as ? "--device-as" : "device"))
@@ -110,6 +111,10 @@ ViewTable RunTable(const RunAnalysis& a, bool priced) {
       .Add(r::scaling_mode, Text(m.weak_scaling ? "weak" : "strong")).Add(r::startup_s, m.startup_s)
       .Add(r::priced_k, Int(p.train.k)).Add(r::priced_layout, Layout{p.train.nodes, p.train.gpus_per_node}.Name())
       .Add(r::tokens_per_s, TokensPerS(p)).Add(r::tokens_per_s_reported, p.tokens_per_s_reported)
+      .Add(r::pipeline_parallel, Int(p.train.pipeline_parallel)).Add(r::micro_batches, Int(p.train.micro_batches))
+      .Add(r::comm_pipeline_s, stages ? Cell(p.train.pipeline_s + p.train.embedding_s) : Cell())
+      .Add(r::bubble_measured, stages ? Cell(p.bubble_measured) : Cell())
+      .Add(r::bubble_theory, stages ? Cell(p.bubble_theory) : Cell())
       .Add(r::checkpoint_stall_s, Opt(a.stall_s))
       .Add(r::checkpoint_events, a.stall_s ? Int(a.stall_events) : Cell())
       .Add(r::checkpoint_stall_k, a.stall_s ? Int(a.stall_k) : Cell())
@@ -126,8 +131,8 @@ ViewTable RunTable(const RunAnalysis& a, bool priced) {
 // A candidate's cells in cost.layouts: all empty without a candidate (`why_not` aside), its figures empty when it
 // was not modelled.
 struct CandidateCells {
-  Cell name, mode, tp, replicas, step, compute, optimizer, activation, comm, exposed, tokens_per_step, tokens_per_s,
-      memory_required, gpu_memory, memory_fits, why_not, assumptions;
+  Cell name, mode, tp, pp, micro_batches, replicas, step, compute, optimizer, activation, comm, exposed, pipeline,
+      bubble, embedding, tokens_per_step, tokens_per_s, memory_required, gpu_memory, memory_fits, why_not, assumptions;
 };
 
 CandidateCells CellsOf(const LayoutCandidate& c) {
@@ -135,6 +140,8 @@ CandidateCells CellsOf(const LayoutCandidate& c) {
   cells.name = c.Name();
   cells.mode = c.mode;
   cells.tp = Int(c.tp);
+  cells.pp = Int(c.pp);
+  if (c.micro_batches > 0) cells.micro_batches = Int(c.micro_batches);
   cells.replicas = Int(c.replicas());
   if (c.considered) {
     cells.step = c.step_s;
@@ -143,6 +150,9 @@ CandidateCells CellsOf(const LayoutCandidate& c) {
     cells.activation = c.activation_s;
     cells.comm = c.comm_s;
     cells.exposed = c.exposed_s;
+    cells.pipeline = c.pipeline_s;
+    cells.bubble = c.bubble_s;
+    cells.embedding = c.embedding_s;
     cells.tokens_per_step = c.tokens_per_step;
     cells.tokens_per_s = c.tokens_per_s;
     cells.memory_required = c.memory.required_bytes;
@@ -167,9 +177,11 @@ void AddLayoutRow(TableBuilder& t, const FabricProjection& fp, const LayoutCandi
   t.Row().Add(l::offering, fp.offering->name).Add(l::fabric, fp.fabric->name)
       .Add(l::intra, Text(IntraKindName(fp.fabric->intra.kind))).Add(l::target, fp.target.text)
       .Add(l::layout, ch ? Cell(ch->layout.Name()) : Cell()).Add(l::candidate, cells.name).Add(l::mode, cells.mode)
-      .Add(l::tensor_parallel, cells.tp).Add(l::replicas, cells.replicas).Add(l::step_s, cells.step)
+      .Add(l::tensor_parallel, cells.tp).Add(l::pipeline_parallel, cells.pp).Add(l::micro_batches, cells.micro_batches)
+      .Add(l::replicas, cells.replicas).Add(l::step_s, cells.step)
       .Add(l::compute_s, cells.compute).Add(l::optimizer_s, cells.optimizer).Add(l::activation_s, cells.activation)
-      .Add(l::comm_s, cells.comm).Add(l::exposed_s, cells.exposed).Add(l::tokens_per_step, cells.tokens_per_step)
+      .Add(l::comm_s, cells.comm).Add(l::exposed_s, cells.exposed).Add(l::pipeline_s, cells.pipeline)
+      .Add(l::bubble_s, cells.bubble).Add(l::embedding_s, cells.embedding).Add(l::tokens_per_step, cells.tokens_per_step)
       .Add(l::tokens_per_s, cells.tokens_per_s).Add(l::memory_required_bytes, cells.memory_required)
       .Add(l::gpu_memory_bytes, cells.gpu_memory).Add(l::memory_fits, cells.memory_fits).Add(l::chosen, Flag(chosen))
       .Add(l::why_not, cells.why_not).Add(l::reason, chosen ? Cell(ch->reason) : Cell())
@@ -198,19 +210,21 @@ void AddMeasuredPoint(TableBuilder& t, const MeasuredPoint& p) {
       .Add(q::step_s_reported, p.step_s_reported).Add(q::tokens_per_step, p.train.tokens_per_step)
       .Add(q::tokens_per_s, TokensPerS(p)).Add(q::tokens_per_s_reported, p.tokens_per_s_reported)
       .Add(q::comm_s, p.train.comm_total_s).Add(q::exposed_s, p.train.comm_exposed_s)
+      .Add(q::stages_s, p.train.pipeline_parallel > 1 ? Cell(p.train.pipeline_s + p.train.embedding_s) : Cell())
       .Add(q::gradient_bytes, p.train.gradient_bytes).Add(q::checkpoint_stall_s, Opt(p.checkpoint_stall_s))
       .Add(q::efficiency, Cell()).Add(q::repeats, Int(p.repeats))
       .Add(q::tokens_per_s_min, p.tokens_per_s_min).Add(q::tokens_per_s_max, p.tokens_per_s_max)
       .Add(q::tokens_per_s_cv, p.tokens_per_s_cv);
 }
 
-void AddProjectedPoint(TableBuilder& t, const ProjectedPoint& p) {
+void AddProjectedPoint(TableBuilder& t, const ProjectedPoint& p, bool stages) {
   namespace q = cs::points;
   t.Row().Add(q::layout, p.layout.Name()).Add(q::gpus, Int(p.layout.gpus())).Add(q::nodes, Int(p.layout.nodes))
       .Add(q::source, Text("projected")).Add(q::k, Cell()).Add(q::step_s, p.step_s)
       .Add(q::step_s_reported, Cell()).Add(q::tokens_per_step, p.tokens_per_step)
       .Add(q::tokens_per_s, p.tokens_per_s).Add(q::tokens_per_s_reported, Cell())
-      .Add(q::comm_s, p.comm_s).Add(q::exposed_s, p.exposed_s).Add(q::gradient_bytes, Cell())
+      .Add(q::comm_s, p.comm_s).Add(q::exposed_s, p.exposed_s)
+      .Add(q::stages_s, stages ? Cell(p.pipeline_s) : Cell()).Add(q::gradient_bytes, Cell())
       .Add(q::checkpoint_stall_s, Cell()).Add(q::efficiency, p.efficiency).Add(q::repeats, Cell())
       .Add(q::tokens_per_s_min, Cell()).Add(q::tokens_per_s_max, Cell()).Add(q::tokens_per_s_cv, Cell());
 }
@@ -219,7 +233,8 @@ void AddProjectedPoint(TableBuilder& t, const ProjectedPoint& p) {
 ViewTable PointsTable(const RunAnalysis& a) {
   TableBuilder t(cs::kPoints);
   for (const MeasuredPoint& p : a.m.points) AddMeasuredPoint(t, p);
-  for (const ProjectedPoint& p : a.projected) AddProjectedPoint(t, p);
+  const bool stages = a.m.points.back().train.pipeline_parallel > 1;
+  for (const ProjectedPoint& p : a.projected) AddProjectedPoint(t, p, stages);
   return t.Take();
 }
 
@@ -240,6 +255,7 @@ void AddCostRow(TableBuilder& t, const CostRow& r, const std::string& marks, con
   namespace w = cs::rows;
   const CostBreakdown& c = r.cost;
   t.Row().Add(w::config, r.config.label).Add(w::projected, Flag(r.config.projected))
+      .Add(w::pipeline_parallel, Int(r.config.pp))
       .Add(w::offering, r.offering->name).Add(w::gpu, r.offering->gpu).Add(w::gpus, Int(r.inputs.gpus))
       .Add(w::nodes, Int(c.nodes)).Add(w::billed_gpus, Int(c.billed_gpus))
       .Add(w::target_tokens, r.inputs.target_tokens).Add(w::tokens_per_s, r.inputs.tokens_per_s)

@@ -48,6 +48,12 @@ std::string RunHeadline(const RunAnalysis& a) {
   line += ", --parallel " + m.parallel;
   const int t = m.points.back().train.tensor_parallel;
   if (t > 1) line += Format(" --tensor-parallel %d (its activation all-reduces counted as compute)", t);
+  const MeasuredPoint& p = a.m.points[a.priced];
+  if (p.train.pipeline_parallel > 1) {
+    line += Format(" --pipeline-parallel %d --micro-batches %d (1F1B: bubble %.1f%% measured, %.1f%% in theory; its "
+                   "exchanges between stages and tied-embedding all-reduce kept out of the gradient communication)",
+                   p.train.pipeline_parallel, p.train.micro_batches, 100 * p.bubble_measured, 100 * p.bubble_theory);
+  }
   return line;
 }
 
@@ -96,19 +102,32 @@ Lines LinkLines(const LinkModel& links) {
 
 // The measured points and the projected layouts, a row each.
 Lines PointLines(const RunAnalysis& a) {
-  TextTable table({{"layout", "", 8}, {"gpus", "", 6}, {"step", "(s)", 10}, {"comm", "(s)", 10}, {"exposed", "(s)", 10},
-                   {"tokens/s", "", 12}, {"efficiency", "", 10}, {"source", "", 10}});
+  const bool stages = a.m.points.back().train.pipeline_parallel > 1;
+  std::vector<TextTable::ColumnSpec> columns = {{"layout", "", 8},   {"gpus", "", 6},     {"step", "(s)", 10},
+                                                {"comm", "(s)", 10}, {"exposed", "(s)", 10}, {"tokens/s", "", 12},
+                                                {"efficiency", "", 10}, {"source", "", 10}};
+  if (stages) columns.insert(columns.begin() + 5, {"stages", "(s)", 10});
+  TextTable table(columns);
   Lines lines = table.HeaderLines();
+  auto row = [&](std::vector<std::string> cells, double stages_s) {
+    if (stages) cells.insert(cells.begin() + 5, Format("%.4g", stages_s));
+    lines.push_back(table.Row(cells));
+  };
   for (const MeasuredPoint& p : a.m.points) {
     const Layout layout{p.train.nodes, p.train.gpus_per_node};
-    lines.push_back(table.Row({layout.Name(), std::to_string(p.train.k), Format("%.4g", p.train.step_s),
-                               Format("%.4g", p.train.comm_total_s), Format("%.4g", p.train.comm_exposed_s),
-                               Format("%.6g", TokensPerS(p)), "-", "measured"}));
+    row({layout.Name(), std::to_string(p.train.k), Format("%.4g", p.train.step_s), Format("%.4g", p.train.comm_total_s),
+         Format("%.4g", p.train.comm_exposed_s), Format("%.6g", TokensPerS(p)), "-", "measured"},
+        p.train.pipeline_s + p.train.embedding_s);
   }
   for (const ProjectedPoint& q : a.projected) {
-    lines.push_back(table.Row({q.layout.Name(), std::to_string(q.layout.gpus()), Format("%.4g", q.step_s),
-                               Format("%.4g", q.comm_s), Format("%.4g", q.exposed_s), Format("%.6g", q.tokens_per_s),
-                               Format("%.3f", q.efficiency), "projected"}));
+    row({q.layout.Name(), std::to_string(q.layout.gpus()), Format("%.4g", q.step_s), Format("%.4g", q.comm_s),
+         Format("%.4g", q.exposed_s), Format("%.6g", q.tokens_per_s), Format("%.3f", q.efficiency), "projected"},
+        q.pipeline_s);
+  }
+  if (stages) {
+    lines.push_back("#  comm, exposed: gradient collectives; stages: the exchanges between pipeline stages (bubble and "
+                    "transfers) and the tied embedding's all-reduce, as measured (projected: with the change of link "
+                    "where the layout moves the stage boundaries between intra- and inter-node)");
   }
   return lines;
 }
@@ -144,23 +163,27 @@ void AddOnce(Lines& lines, const std::string& line) {
 
 // The candidates of one target on one offering's fabric, the one chosen and why.
 Lines ChoiceLines(const LayoutChoice& ch) {
-  TextTable table({{"layout", "", 14}, {"step", "(s)", 10}, {"compute", "(s)", 10}, {"exposed", "(s)", 10},
-                   {"activ.", "(s)", 9}, {"tokens/s", "", 11}, {"memory", "(GiB)", 9}, {"", "", 0}});
+  TextTable table({{"layout", "", 20}, {"step", "(s)", 10}, {"compute", "(s)", 10}, {"exposed", "(s)", 10},
+                   {"activ.", "(s)", 9}, {"stages", "(s)", 9}, {"tokens/s", "", 11}, {"memory", "(GiB)", 9},
+                   {"", "", 0}});
   Lines lines;
   if (!ch.links.empty()) lines.push_back("#     links: " + ch.links);
   Append(lines, table.HeaderLines());
   Lines assumptions;
-  Lines impossible;  // one line per tensor-parallel size the model cannot take
+  Lines impossible;  // one line per tensor-parallel size (and pipeline size) the model cannot take
   for (size_t i = 0; i < ch.candidates.size(); ++i) {
     const LayoutCandidate& c = ch.candidates[i];
     if (!c.considered) {
-      AddOnce(impossible, Format("#     tp%d: not possible: %s", c.tp, c.why_not.c_str()));
+      const std::string shape = (c.pp > 1 ? Format("pp%d", c.pp) + (c.tp > 1 ? "+" : "") : std::string()) +
+                                (c.tp > 1 || c.pp == 1 ? Format("tp%d", c.tp) : std::string());
+      AddOnce(impossible, "#     " + shape + ": not possible: " + c.why_not);
       continue;
     }
     lines.push_back(table.Row({c.layout.Name() + " " + c.Name(), Format("%.4g", c.step_s),
                                Format("%.4g", c.compute_s + c.optimizer_s), Format("%.4g", c.exposed_s),
-                               Format("%.3g", c.activation_s), Format("%.6g", c.tokens_per_s),
-                               Format("%.3g", c.memory.required_bytes / kGiB), ch.chosen == i ? "chosen" : c.why_not}));
+                               Format("%.3g", c.activation_s), Format("%.3g", c.pipeline_s + c.bubble_s + c.embedding_s),
+                               Format("%.6g", c.tokens_per_s), Format("%.3g", c.memory.required_bytes / kGiB),
+                               ch.chosen == i ? "chosen" : c.why_not}));
     for (const std::string& note : c.assumptions) AddOnce(assumptions, note);
   }
   Append(lines, impossible);
@@ -173,10 +196,19 @@ Lines ChoiceLines(const LayoutChoice& ch) {
 Lines FabricLines(const RunAnalysis& a) {
   const ProjectionBasis& b = a.basis;
   Lines lines = {Format("# projection of %s onto each offering's fabric: compute %.4g s per step (the priced k=%d, "
-                        "%s, T=%d, without its communication; optimizer %.3g s), collectives at the fabric's rates, "
+                        "%s, T=%d%s, without its communication; optimizer %.3g s), collectives at the fabric's rates, "
                         "overlap %.2f %s",
-                        RunName(a).c_str(), b.ComputeS(), b.k, b.mode.c_str(), b.tp, b.optimizer_s, b.overlap,
-                        b.overlap_source.c_str())};
+                        RunName(a).c_str(), b.ComputeS(), b.k, b.mode.c_str(), b.tp,
+                        b.pp > 1 ? Format(", P=%d: a stage's, the whole model's on a replica's tokens", b.pp).c_str() : "",
+                        b.optimizer_s, b.overlap, b.overlap_source.c_str())};
+  const bool stages = std::any_of(a.on_fabrics.begin(), a.on_fabrics.end(), [](const FabricProjection& fp) {
+    return fp.choice && std::any_of(fp.choice->candidates.begin(), fp.choice->candidates.end(),
+                                    [](const LayoutCandidate& c) { return c.pp > 1; });
+  });
+  if (stages) {
+    lines.push_back("#   stages: pipeline candidates' boundary exchanges, 1F1B bubble and tied-embedding all-reduce "
+                    "(ppP: P stages of whole nodes, outermost)");
+  }
   for (const FabricProjection& fp : a.on_fabrics) {
     lines.push_back(Format("#   on %s (fabric %s, %s), %s GPUs:", fp.offering->name.c_str(), fp.fabric->name.c_str(),
                            IntraKindName(fp.fabric->intra.kind), fp.target.text.c_str()));

@@ -22,7 +22,7 @@ const char* IntraKindName(IntraKind kind);  // "nvswitch", "nvlink-pairs", "pcie
 struct IntraLink {
   IntraKind kind = IntraKind::kNvSwitch;
   std::optional<double> all_reduce_busbw_GBps;
-  std::optional<double> p2p_GBps;  // one direction, one pair (shown; pipeline stages will use it)
+  std::optional<double> p2p_GBps;  // one direction, one pair (shown; pipeline stages sit on whole nodes)
   std::optional<double> latency_us;
   int pcie_gen = 0, pcie_lanes = 0, gpus_per_switch = 0;  // kPcie
   std::string source;       // where the figures come from, with its date

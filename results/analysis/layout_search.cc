@@ -13,9 +13,30 @@ namespace {
 
 const char* const kModes[] = {"dp", "zero1", "fsdp"};
 
-// The optimizer's share of the model per rank: dp holds the whole (tensor-parallel slice of the) model, zero1 and
-// fsdp shard AdamW's state over every rank.
-double OptimizerShards(const std::string& mode, int tp, int ranks) { return mode == "dp" ? tp : ranks; }
+// The share of the whole model's AdamW state one rank holds: `share` of the parameters (a stage's; 1 without stages)
+// over its tensor-parallel group, and in zero1 and fsdp over its stage's replicas too.
+double OptimizerHeld(const std::string& mode, int tp, int ranks, int pp, double share) {
+  return share / tp / (mode == "dp" ? 1 : ranks / (tp * pp));
+}
+double OptimizerHeldByRun(const ProjectionBasis& b) { return OptimizerHeld(b.mode, b.tp, b.k, b.pp, b.optimizer_share); }
+
+// The mode's gradient collectives of `gradient` bytes per rank over the replicas that hold them (`group`: their nodes
+// and ranks per node), and what backward hides of them: at most the share it hid in the run, at most the seconds it
+// hid there scaled with the compute that does the hiding, and at most the compute itself; zero1's collectives run
+// after backward and hide nothing.
+void GradientSync(const ProjectionBasis& b, const LinkModel& links, const Layout& group, double gradient,
+                  LayoutCandidate& c) {
+  const double buckets = c.mode == "fsdp" ? std::max(1, b.fsdp_units) : std::max(1.0, std::ceil(gradient / b.bucket_bytes));
+  const ModeCollectives mc = CollectivesOf(c.mode, gradient, buckets);
+  c.comm_s = PredictAllReduceSeconds(links, group.nodes, group.gpus_per_node, mc.bytes, mc.ops);
+  const double hiding = b.ComputeS() > 0 ? c.compute_s / b.ComputeS() : 0.0;
+  const double capacity = c.mode == "zero1" ? 0.0 : std::min({b.overlap * c.comm_s, b.hidden_s * hiding, c.compute_s});
+  c.exposed_s = c.comm_s - std::min(c.comm_s, capacity);
+  if (c.mode != b.mode && c.mode != "zero1" && b.overlap_measured) {
+    c.assumptions.push_back(Format("backward hides up to %.3g s per step as it did in %s, taken for %s", b.hidden_s,
+                                   b.mode.c_str(), c.mode.c_str()));
+  }
+}
 
 // The step of `c` from the run's figures at the fabric's links (its memory aside).
 void ModelStep(const ProjectionBasis& b, const TensorParallelShape& shape, const LinkModel& links, LayoutCandidate& c) {
@@ -29,26 +50,12 @@ void ModelStep(const ProjectionBasis& b, const TensorParallelShape& shape, const
                                    "every GEMM; its unsplit LayerNorms and element-wise work are divided too: not "
                                    "measured at T=%d)", t, b.tp, t));
   }
-  c.optimizer_s = b.optimizer_s * OptimizerShards(b.mode, b.tp, b.k) / OptimizerShards(c.mode, t, k);
+  c.optimizer_s = b.optimizer_s * OptimizerHeld(c.mode, t, k, 1, 1.0) / OptimizerHeldByRun(b);
   if (t > 1) {
     c.activation_s = PredictAllReduceSeconds(links, 1, t, shape.activation_bytes * scale, shape.activation_ops);
   }
   if (replicas > 1) {
-    const double gradient = b.gradient_bytes * b.tp / t;
-    const double buckets = c.mode == "fsdp" ? std::max(1, b.fsdp_units)
-                                            : std::max(1.0, std::ceil(gradient / b.bucket_bytes));
-    const ModeCollectives mc = CollectivesOf(c.mode, gradient, buckets);
-    c.comm_s = PredictAllReduceSeconds(links, c.layout.nodes, c.layout.gpus_per_node / t, mc.bytes, mc.ops);
-    // Backward hides at most the share of the collectives it hid in the run, at most the seconds it hid there
-    // (scaled with the compute that does the hiding) and at most the compute itself; zero1's collectives run after
-    // backward and hide nothing.
-    const double capacity =
-        c.mode == "zero1" ? 0.0 : std::min({b.overlap * c.comm_s, b.hidden_s * scale * b.tp / t, c.compute_s});
-    c.exposed_s = c.comm_s - std::min(c.comm_s, capacity);
-    if (c.mode != b.mode && c.mode != "zero1" && b.overlap_measured) {
-      c.assumptions.push_back(Format("backward hides up to %.3g s per step as it did in %s, taken for %s", b.hidden_s,
-                                     b.mode.c_str(), c.mode.c_str()));
-    }
+    GradientSync(b, links, {c.layout.nodes, c.layout.gpus_per_node / t}, b.gradient_bytes * b.tp / t, c);
   }
   c.step_s = c.compute_s + c.optimizer_s + c.activation_s + c.exposed_s;
   c.tokens_per_step = tokens * replicas;
@@ -64,6 +71,116 @@ void FitCandidate(const ProjectionBasis& b, const TensorParallelShape& shape, do
   if (!c.memory.fits) {
     c.why_not = Format("does not fit: needs %.4g GiB of %.4g GiB", c.memory.required_bytes / kGiB,
                        gpu_memory_bytes / kGiB);
+  }
+}
+
+// The micro-batches per pipeline and step of pipeline candidate `c`, M: the tokens per step of the candidates without
+// stages at its T (weak scaling: the run's tokens per replica on each of gpus / T; strong: the run's) over its
+// pipelines, in micro-batches of the run's size, so that a larger global batch does not pass for a faster layout;
+// "" or why M cannot be.
+std::string ChooseMicroBatches(const ProjectionBasis& b, LayoutCandidate& c) {
+  if (!(b.micro_batch_tokens > 0)) return "the run's micro-batch in tokens is not known (its report has no seq)";
+  const double tokens = b.weak ? b.TokensPerReplica() * c.layout.gpus() / c.tp : b.tokens_per_step;
+  const double exact = tokens / (c.replicas() * b.micro_batch_tokens);
+  c.micro_batches = std::max(1, static_cast<int>(std::lround(exact)));
+  if (c.micro_batches < c.pp) {
+    return Format("the global batch of %.6g tokens over %d pipeline%s leaves %d micro-batch%s of the run's %.6g tokens "
+                  "each, fewer than the %d stages (1F1B needs M >= P)", tokens, c.replicas(),
+                  c.replicas() == 1 ? "" : "s", c.micro_batches, c.micro_batches == 1 ? "" : "es",
+                  b.micro_batch_tokens, c.pp);
+  }
+  c.assumptions.push_back(Format(
+      "M = %d micro-batches of the run's %.6g tokens per pipeline and step%s: the tokens per step of the layouts "
+      "without stages at T=%d, so that a larger batch does not pass for a faster layout; 1F1B's bubble (P-1)/(M+P-1) "
+      "= %.1f%% of the pipelined part (more micro-batches per replica in the run, train --grad-accum, shrink it)",
+      c.micro_batches, b.micro_batch_tokens, std::fabs(exact - c.micro_batches) > 1e-9 ? " (rounded)" : "", c.tp,
+      100.0 * (c.pp - 1) / (c.micro_batches + c.pp - 1)));
+  return "";
+}
+
+// The step of pipeline candidate `c` (micro_batches chosen): the heaviest stage's compute and tensor parallel
+// all-reduces, its boundary exchanges and 1F1B's bubble on them, the optimizer and gradient collectives of the
+// largest stage over its replicas, and the tied embedding's all-reduce.
+void ModelPipelineStep(const ProjectionBasis& b, const TensorParallelShape& shape, const PipelineShape& pipe,
+                       const LinkModel& links, LayoutCandidate& c) {
+  const int t = c.tp, pp = c.pp;
+  const double tokens = c.micro_batches * b.micro_batch_tokens;  // per pipeline and step
+  const double scale = tokens / b.TokensPerReplica() * pipe.compute_share;
+  const double largest = *std::max_element(pipe.parameter_share.begin(), pipe.parameter_share.end());
+  c.compute_s = b.ComputeS() * scale * b.tp / t;
+  c.assumptions.push_back(Format("compute of the heaviest of %d stages (the last: its blocks and the LM head, %.1f%% "
+                                 "of the model's FLOPs per token) from the run's compute per token",
+                                 pp, 100 * pipe.compute_share));
+  c.optimizer_s = b.optimizer_s * OptimizerHeld(c.mode, t, c.layout.gpus(), pp, largest) / OptimizerHeldByRun(b);
+  if (t > 1) {
+    c.activation_s = PredictAllReduceSeconds(links, 1, t, shape.activation_bytes * scale,
+                                             shape.activation_ops * pipe.compute_share);
+  }
+  if (c.replicas() > 1) {
+    const Layout stage = PipelineStageSpan(c.layout, pp);
+    GradientSync(b, links, {stage.nodes, stage.gpus_per_node / t}, b.gradient_bytes * b.tp / t * largest, c);
+  }
+  c.boundaries_inter = StageBoundariesCrossNodes(c.layout, pp);
+  const double exchange = BoundaryExchangeSeconds(links, links.intra, c.layout, pp, pipe.edge_bytes);
+  const OneFOneBTime slots = PipelineTime(c.compute_s + c.activation_s, exchange, pp, c.micro_batches);
+  c.pipeline_s = slots.transfers_s;
+  c.bubble_s = slots.bubble_s;
+  c.embedding_s = EmbeddingAllReduceSeconds(links, c.layout, pipe.embedding_bytes);
+  c.step_s = c.compute_s + c.optimizer_s + c.activation_s + c.exposed_s + c.pipeline_s + c.bubble_s + c.embedding_s;
+  c.tokens_per_step = tokens * c.replicas();
+  c.tokens_per_s = c.tokens_per_step / c.step_s;
+}
+
+// Memory per rank of pipeline candidate `c`: its largest stage under the mode (over the stage's replicas), calibrated
+// as the run's.
+void FitPipelineCandidate(const ProjectionBasis& b, const PipelineShape& pipe, double gpu_memory_bytes,
+                          LayoutCandidate& c) {
+  MemoryBreakdown largest;
+  for (const MemoryBreakdown& stage : pipe.stage_memory) {
+    const MemoryBreakdown m = ModeMemory(stage, c.mode, c.layout.gpus() / c.pp, 0.0, b.parameters, c.tp);
+    if (m.total_bytes() > largest.total_bytes()) largest = m;
+  }
+  c.memory = FitMemory(largest, gpu_memory_bytes, b.calibration);
+  if (!c.memory.fits) {
+    c.why_not = Format("does not fit: its largest stage needs %.4g GiB of %.4g GiB", c.memory.required_bytes / kGiB,
+                       gpu_memory_bytes / kGiB);
+  }
+}
+
+// Why pipeline candidate `c` cannot be modelled ("" when it can): the model in its P stages, a mode the GPUs do not
+// train across pipelines, or its micro-batches.
+std::string PipelineGap(const ProjectionBasis& b, const PipelineShape& pipe, LayoutCandidate& c) {
+  if (!pipe.invalid.empty()) return pipe.invalid;
+  if (const auto gap = pipe.modes_not_built.find(c.mode); gap != pipe.modes_not_built.end()) return gap->second;
+  return ChooseMicroBatches(b, c);
+}
+
+// Pipeline candidates for `layout`: each P of the shapes that divides its nodes, dp and zero1 across the pipelines.
+void AddPipelineCandidates(const ProjectionBasis& basis, const LinkModel& links, const Layout& layout,
+                           double gpu_memory_bytes, std::vector<LayoutCandidate>& candidates) {
+  for (const TensorParallelShape& shape : basis.shapes) {
+    // Groups stay inside a node; a T the model cannot take is listed without stages.
+    if (layout.gpus_per_node % shape.tp != 0 || !shape.invalid.empty()) continue;
+    for (const PipelineShape& pipe : shape.pipelines) {
+      if (pipe.pp < 2 || layout.nodes % pipe.pp != 0) continue;  // stages of whole nodes
+      for (const char* mode : {"dp", "zero1"}) {
+        LayoutCandidate c;
+        c.layout = layout;
+        c.mode = mode;
+        c.tp = shape.tp;
+        c.pp = pipe.pp;
+        if (c.replicas() == 1 && c.mode != "dp") continue;
+        c.why_not = PipelineGap(basis, pipe, c);
+        if (c.why_not.empty()) {
+          c.considered = true;
+          ModelPipelineStep(basis, shape, pipe, links, c);
+          FitPipelineCandidate(basis, pipe, gpu_memory_bytes, c);
+        } else {
+          c.assumptions.clear();
+        }
+        candidates.push_back(std::move(c));
+      }
+    }
   }
 }
 
@@ -89,6 +206,21 @@ std::string NoneChosen(const std::vector<LayoutCandidate>& all) {
   return "no layout fits the GPU's memory (the smallest, " + smallest->Name() + ", " + smallest->why_not + ")";
 }
 
+// What a pipeline candidate's stages do: "; pp4 across 4 nodes: only stage boundaries cross the network (each
+// stage's gradients inside its node), bubble 16% of the step at M = 16, stage transfers 2%" ("" without stages).
+std::string PipelineWords(const LayoutCandidate& c) {
+  if (c.pp < 2) return "";
+  const Layout stage = PipelineStageSpan(c.layout, c.pp);
+  const std::string gradients =
+      c.replicas() == 1 ? "one replica: no gradient collectives"
+      : stage.nodes == 1 ? "each stage's gradients inside its node"
+                         : Format("each stage's gradients across its %d nodes", stage.nodes);
+  return Format("; pp%d across %d nodes: only stage boundaries cross the network (%s), bubble %.0f%% of the step at "
+                "M = %d, stage transfers %.0f%%, tied-embedding all-reduce %.0f%%",
+                c.pp, c.layout.nodes, gradients.c_str(), 100 * c.bubble_s / c.step_s, c.micro_batches,
+                100 * c.pipeline_s / c.step_s, 100 * c.embedding_s / c.step_s);
+}
+
 // Why the chosen candidate won: against the runner-up, and what did not fit.
 std::string Reason(const LayoutChoice& choice) {
   const std::vector<LayoutCandidate>& all = choice.candidates;
@@ -104,15 +236,18 @@ std::string Reason(const LayoutChoice& choice) {
                                            "activation all-reduces %.0f%% of the step)",
                                            100 * (won.compute_s + won.optimizer_s) / won.step_s,
                                            100 * won.exposed_s / won.step_s, 100 * won.activation_s / won.step_s);
+  reason += PipelineWords(won);
   if (second) {
     reason += Format("; next %s at %.1f%% fewer tokens/s (exposed communication %.0f%%, activation all-reduces "
-                     "%.0f%% of its step)", second->Name().c_str(), 100 * (1 - second->tokens_per_s / won.tokens_per_s),
-                     100 * second->exposed_s / second->step_s, 100 * second->activation_s / second->step_s);
+                     "%.0f%% of its step%s)", second->Name().c_str(), 100 * (1 - second->tokens_per_s / won.tokens_per_s),
+                     100 * second->exposed_s / second->step_s, 100 * second->activation_s / second->step_s,
+                     second->pp > 1 ? Format(", bubble %.0f%%", 100 * second->bubble_s / second->step_s).c_str() : "");
   }
   return reason + Excluded(all);
 }
 
-// Every mode x T for `layout` that the fabric's links can model, in order: dp, zero1, fsdp at T = 1, 2, ...
+// Every mode x T for `layout` that the fabric's links can model, in order: dp, zero1, fsdp at T = 1, 2, ...; then
+// the pipeline candidates
 std::vector<LayoutCandidate> Candidates(const ProjectionBasis& basis, const LinkModel& links, const Layout& layout,
                                         double gpu_memory_bytes) {
   std::vector<LayoutCandidate> candidates;
@@ -135,14 +270,18 @@ std::vector<LayoutCandidate> Candidates(const ProjectionBasis& basis, const Link
       candidates.push_back(std::move(c));
     }
   }
+  AddPipelineCandidates(basis, links, layout, gpu_memory_bytes, candidates);
   return candidates;
 }
 
 }  // namespace
 
 std::string LayoutCandidate::Name() const {
-  if (tp == 1) return mode;
-  return replicas() == 1 ? Format("tp%d", tp) : Format("tp%d+%s", tp, mode.c_str());
+  std::string name = pp > 1 ? Format("pp%d+", pp) : "";
+  if (tp > 1) name += Format("tp%d+", tp);
+  if (name.empty() || replicas() > 1) return name + mode;
+  name.pop_back();
+  return name;
 }
 
 LayoutChoice ChooseLayout(const ProjectionBasis& basis, const Fabric& fabric, const Layout& layout,

@@ -266,6 +266,36 @@ std::string MissingLinks(const LinkModel& links, const Layout& layout) {
 
 std::string Layout::Name() const { return std::to_string(nodes) + "x" + std::to_string(gpus_per_node); }
 
+Layout PipelineStageSpan(const Layout& layout, int pipeline_parallel) {
+  const int per_stage = layout.gpus() / std::max(1, pipeline_parallel);
+  if (per_stage >= layout.gpus_per_node) return {per_stage / layout.gpus_per_node, layout.gpus_per_node};
+  return {1, per_stage};
+}
+
+bool StageBoundariesCrossNodes(const Layout& layout, int pipeline_parallel) {
+  return pipeline_parallel > 1 && layout.nodes > 1;
+}
+
+OneFOneBTime PipelineTime(double compute_s, double exchange_s, int pipeline_parallel, int micro_batches) {
+  OneFOneBTime t;
+  if (pipeline_parallel < 2) return t;
+  t.transfers_s = 2.0 * micro_batches * exchange_s;
+  t.bubble_s = (compute_s + t.transfers_s) * (pipeline_parallel - 1) / micro_batches;
+  return t;
+}
+
+double BoundaryExchangeSeconds(const LinkModel& links, const LinkParameters& intra_p2p, const Layout& layout,
+                               int pipeline_parallel, double bytes) {
+  const LinkParameters& link = StageBoundariesCrossNodes(layout, pipeline_parallel) ? links.inter : intra_p2p;
+  const auto [alpha, beta] = link.At(bytes);
+  return alpha + bytes * beta;
+}
+
+double EmbeddingAllReduceSeconds(const LinkModel& links, const Layout& layout, double bytes) {
+  if (!(bytes > 0)) return 0.0;
+  return layout.nodes > 1 ? PredictAllReduceSeconds(links, 2, 1, bytes, 1) : PredictAllReduceSeconds(links, 1, 2, bytes, 1);
+}
+
 std::vector<Layout> ParseLayouts(const std::string& text, int gpus_per_node, const std::string& flag) {
   constexpr long kMaxGpus = 1 << 20;
   auto positive = [&](const std::string& item, const std::string& digits) {
@@ -312,18 +342,42 @@ StepModel::StepModel(const std::vector<TrainPointInput>& points, bool weak, cons
   }
 }
 
+namespace {
+
+// The change of a pipeline reference's stage traffic from its layout to `layout` (its P and M kept): the boundary
+// exchanges of 1F1B's slots and the tied embedding's all-reduce, each where the layout puts it (0 when it stays on the
+// same link). The intra-node exchange is taken at the fitted all-reduce link's rates (a pair's rate is not fitted).
+double PipelineLinkChange(const TrainPointInput& ref, const LinkModel& links, const Layout& layout) {
+  const int pp = ref.pipeline_parallel;
+  const Layout measured{ref.nodes, ref.gpus_per_node};
+  if (pp < 2 || StageBoundariesCrossNodes(measured, pp) == StageBoundariesCrossNodes(layout, pp)) return 0.0;
+  const int m = ref.micro_batches;
+  auto slots = [&](const Layout& at) {
+    return PipelineTime(0.0, BoundaryExchangeSeconds(links, links.intra, at, pp, ref.edge_bytes), pp, m)
+        .pipelined_s(0.0);
+  };
+  return slots(layout) - slots(measured) + EmbeddingAllReduceSeconds(links, layout, ref.embedding_bytes) -
+         EmbeddingAllReduceSeconds(links, measured, ref.embedding_bytes);
+}
+
+}  // namespace
+
 ProjectedPoint StepModel::Project(const LinkModel& links, const Layout& layout) const {
   ProjectedPoint p;
   p.layout = layout;
   const int k = layout.gpus();
   const double base = (reference_.step_s - reference_.comm_exposed_s) *
                       (weak_ ? 1.0 : static_cast<double>(reference_.k) / k);
-  const int t = reference_.tensor_parallel;
-  p.comm_s = k > t ? PredictAllReduceSeconds(links, layout.nodes, layout.gpus_per_node / t, reference_.CommBytes(),
-                                             reference_.buckets)
-                   : 0.0;
+  const int t = reference_.tensor_parallel, pp = reference_.pipeline_parallel;
+  const Layout stage = PipelineStageSpan(layout, pp);  // the layout itself without stages
+  p.comm_s = k > t * pp ? PredictAllReduceSeconds(links, stage.nodes, stage.gpus_per_node / t, reference_.CommBytes(),
+                                                  reference_.buckets)
+                        : 0.0;
   p.exposed_s = (1.0 - overlap_) * p.comm_s;
-  p.step_s = base + p.exposed_s;
+  // The pipeline's exchanges and embedding all-reduce are in the base as measured, plus their change of link.
+  const double change = PipelineLinkChange(reference_, links, layout);
+  p.pipeline_s = reference_.pipeline_s + reference_.embedding_s + change;
+  p.step_s = base + p.exposed_s + change;
   p.tokens_per_step = weak_ ? reference_.tokens_per_step / reference_.k * k : reference_.tokens_per_step;
   p.tokens_per_s = p.tokens_per_step / p.step_s;
   const double smallest_rate = smallest_.tokens_per_step / smallest_.step_s;
@@ -352,9 +406,10 @@ std::vector<AllReduceSample> TrainSamples(const std::vector<TrainPointInput>& po
                          "train k=" + std::to_string(p.k) + " activation all-reduces (tensor parallel " +
                              std::to_string(p.tensor_parallel) + ")"});
     }
-    if (p.k <= p.tensor_parallel) continue;  // a single group: no gradient sync
+    if (p.k <= p.tensor_parallel * p.pipeline_parallel) continue;  // one replica per stage: no gradient sync
     if (!(p.comm_total_s > 0)) continue;
-    samples.push_back({p.nodes, p.gpus_per_node / p.tensor_parallel, p.CommBytes(), p.buckets, p.comm_total_s,
+    const Layout stage = PipelineStageSpan({p.nodes, p.gpus_per_node}, p.pipeline_parallel);
+    samples.push_back({stage.nodes, stage.gpus_per_node / p.tensor_parallel, p.CommBytes(), p.buckets, p.comm_total_s,
                        "train k=" + std::to_string(p.k) + (p.parallel == "dp" ? " gradient buckets" : " " + p.parallel)});
   }
   return samples;

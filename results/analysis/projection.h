@@ -135,8 +135,42 @@ struct TrainPointInput {
   double activation_bytes = 0;
   double activation_ops = 0;
   double activation_s = 0;
+  // Pipeline parallel P (Megatron's 1F1B over M micro-batches, stages outermost: PipelineStageSpan): the gradients are
+  // synchronised over a stage's k / (T P) replicas, and these stay in the compute base, carried as measured (with the
+  // modelled change of link where the layout moves the stage boundaries between intra- and inter-node) — comm_total_s
+  // and comm_exposed_s then hold the gradients' communication only.
+  int pipeline_parallel = 1;
+  int micro_batches = 1;
+  double pipeline_s = 0;        // the exchanges with the neighbouring stages per step: the bubble and the transfers
+  double embedding_s = 0;       // the tied embedding's gradient all-reduce between a pipeline's first and last stage
+  double edge_bytes = 0;        // one boundary exchange: a micro-batch's residual stream (fp32), per rank
+  double embedding_bytes = 0;   // that all-reduce's buffer
   double CommBytes() const { return comm_bytes > 0 ? comm_bytes : gradient_bytes; }
 };
+
+// Pipeline parallel P on `layout`: stage s on ranks [s k/P, (s+1) k/P) (Megatron orders the stages outermost). The
+// ranks of one stage: whole nodes when k/P is a multiple of the node's GPUs, else k/P ranks of one node. Its gradient
+// collectives run over these (g/T per node).
+Layout PipelineStageSpan(const Layout& layout, int pipeline_parallel);
+// Whether a stage boundary crosses nodes: with P > 1 some rank's peer in the next stage is on another node as soon as
+// the layout has several (the last rank of a node sends to a rank past it).
+bool StageBoundariesCrossNodes(const Layout& layout, int pipeline_parallel);
+
+// 1F1B (Narayanan et al. 2021) on the heaviest stage: M micro-batches of compute and, per micro-batch, one exchange
+// with each neighbour (its activations forward, their gradients backward), in M + P - 1 slots; P - 1 of them idle.
+struct OneFOneBTime {
+  double transfers_s = 0;  // 2 M exchanges
+  double bubble_s = 0;     // (compute + transfers) (P-1)/M: (P-1)/(M+P-1) of the pipelined part
+  double pipelined_s(double compute_s) const { return compute_s + transfers_s + bubble_s; }
+};
+OneFOneBTime PipelineTime(double compute_s, double exchange_s, int pipeline_parallel, int micro_batches);
+// One boundary exchange of `bytes` per rank: alpha + bytes x beta of the inter-node link when a boundary crosses nodes
+// (the per-rank share of the node's NICs: every rank of a stage sends at once), else of `intra_p2p`.
+double BoundaryExchangeSeconds(const LinkModel& links, const LinkParameters& intra_p2p, const Layout& layout,
+                               int pipeline_parallel, double bytes);
+// The tied embedding's gradient all-reduce between the first and last stage: two ranks, on two nodes when the layout
+// has several.
+double EmbeddingAllReduceSeconds(const LinkModel& links, const Layout& layout, double bytes);
 
 // A step's collectives as all-reduces for the alpha-beta model: a ring reduce-scatter or all-gather of S bytes
 // takes half the bytes term and half the latency steps of an all-reduce of S ((n-1) against 2(n-1)), so a mode's
@@ -161,6 +195,8 @@ struct ProjectedPoint {
   Layout layout;
   double comm_s = 0;         // modelled all-reduce time per step
   double exposed_s = 0;      // (1 - overlap) x comm_s
+  double pipeline_s = 0;     // pipeline parallel: the reference's exchanges with its neighbours (bubble, transfers)
+                             // and tied-embedding all-reduce, with the modelled change of link at this layout
   double step_s = 0;         // compute (and the rest of the step) + exposed
   double tokens_per_step = 0;
   double tokens_per_s = 0;

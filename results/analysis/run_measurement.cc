@@ -188,6 +188,70 @@ void ReadRepeats(const Group& group, const ReportReader& r, const std::string& w
   r.Fail(where + "/spread has no " + tokens_per_s + " row");
 }
 
+// Tensor parallel's figures of a point (T = 1 in reports before it): its activation all-reduces stay inside the group
+// at any layout — compute base, not gradient sync — and are taken out of the communication.
+void ReadTensorParallel(const Group& group, const ReportReader& r, const std::string& where, MeasuredPoint& p) {
+  namespace sp = schema::point;
+  const int k = p.train.k;
+  p.train.tensor_parallel = static_cast<int>(r.NumberOr(group, sp::tensor_parallel, 1.0));
+  if (p.train.tensor_parallel < 1 || k % p.train.tensor_parallel != 0) {
+    r.Fail(where + " has tensor_parallel " + std::to_string(p.train.tensor_parallel) + " for " + std::to_string(k) +
+           " ranks");
+  }
+  const double activation_s = r.NumberOr(group, sp::comm_activation_s, 0.0);
+  p.train.comm_total_s -= activation_s;
+  p.train.comm_exposed_s -= activation_s;
+  const int t = p.train.tensor_parallel;
+  if (t > 1) {  // sent = 2(T-1)/T of the buffers; ReadRunMeasurement counts the calls from the model's layers
+    p.train.activation_s = activation_s;
+    p.train.activation_bytes = r.NumberOr(group, sp::traffic_activation_bytes, 0.0) * t / (2.0 * (t - 1));
+  }
+}
+
+// Mean over every rank's measured steps of a column (0 without it: reports before it).
+double MeanOverMeasured(const Table& steps, const schema::RealColumn& column, const ReportReader& r,
+                        const std::string& where) {
+  const auto& warmup = r.Column(steps, schema::point::steps::warmup, where);
+  const std::vector<double>* values = schema::Values(steps, column);
+  double sum = 0;
+  int n = 0;
+  for (size_t i = 0; values && i < warmup.size() && i < values->size(); ++i) {
+    if (warmup[i] || !std::isfinite((*values)[i])) continue;
+    sum += (*values)[i];
+    ++n;
+  }
+  return n > 0 ? sum / n : 0.0;
+}
+
+// Pipeline parallel's figures of a point (P = 1 in reports before it): the stages and micro-batches, the exchanges
+// with the neighbouring stages and the tied embedding's all-reduce — taken out of the gradient communication (they
+// stay in the compute base of a projection) — and the bytes of one boundary exchange: what a rank sent per step,
+// M x (2(P-1)/P) of them on average (the first and last stage send to one neighbour, the others to two).
+void ReadPipeline(const Group& group, const Table& steps, const ReportReader& r, const std::string& where,
+                  MeasuredPoint& p) {
+  namespace sp = schema::point;
+  TrainPointInput& t = p.train;
+  t.pipeline_parallel = static_cast<int>(r.NumberOr(group, sp::pipeline_parallel, 1.0));
+  t.micro_batches = static_cast<int>(r.NumberOr(group, sp::micro_batches, 1.0));
+  if (t.pipeline_parallel < 1 || t.k % (t.tensor_parallel * t.pipeline_parallel) != 0 || t.micro_batches < 1) {
+    r.Fail(where + " has pipeline_parallel " + std::to_string(t.pipeline_parallel) + " (micro_batches " +
+           std::to_string(t.micro_batches) + ") for " + std::to_string(t.k) + " ranks of tensor_parallel " +
+           std::to_string(t.tensor_parallel));
+  }
+  if (t.pipeline_parallel == 1) return;
+  t.pipeline_s = r.NumberOr(group, sp::comm_pipeline_s, 0.0);
+  t.embedding_s = MeanOverMeasured(steps, sp::steps::comm_embedding_s, r, where);
+  t.comm_total_s -= t.pipeline_s + t.embedding_s;
+  t.comm_exposed_s -= t.pipeline_s + t.embedding_s;
+  const double sent = r.NumberOr(group, sp::traffic_pipeline_bytes, 0.0);
+  t.edge_bytes = sent * t.pipeline_parallel / (2.0 * t.micro_batches * (t.pipeline_parallel - 1));
+  if (const std::vector<int64_t>* bytes = schema::Values(steps, sp::steps::embedding_allreduce_bytes)) {
+    for (int64_t b : *bytes) t.embedding_bytes = std::max(t.embedding_bytes, static_cast<double>(b));
+  }
+  p.bubble_measured = r.NumberOr(group, sp::bubble_measured, std::nan(""));
+  p.bubble_theory = r.NumberOr(group, sp::bubble_theory, std::nan(""));
+}
+
 // One scaling point of train/: its step without checkpoint stalls, communication and batch.
 MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, const ReportReader& r,
                         const std::map<int64_t, int64_t>& rank_nodes, double bucket_bytes) {
@@ -208,20 +272,8 @@ MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, cons
   p.optimizer_s = OptimizerSecondsOf(*steps, r, where);
   p.train.comm_total_s = r.Number(group, sp::comm_total_s, where);
   p.train.comm_exposed_s = r.Number(group, sp::comm_exposed_s, where);
-  // Tensor parallel's activation all-reduces stay inside the group at any layout: compute base, not gradient sync.
-  p.train.tensor_parallel = static_cast<int>(r.NumberOr(group, sp::tensor_parallel, 1.0));
-  if (p.train.tensor_parallel < 1 || k % p.train.tensor_parallel != 0) {
-    r.Fail(where + " has tensor_parallel " + std::to_string(p.train.tensor_parallel) + " for " + std::to_string(k) +
-           " ranks");
-  }
-  const double activation_s = r.NumberOr(group, sp::comm_activation_s, 0.0);
-  p.train.comm_total_s -= activation_s;
-  p.train.comm_exposed_s -= activation_s;
-  const int t = p.train.tensor_parallel;
-  if (t > 1) {  // sent = 2(T-1)/T of the buffers; ReadRunMeasurement counts the calls from the model's layers
-    p.train.activation_s = activation_s;
-    p.train.activation_bytes = r.NumberOr(group, sp::traffic_activation_bytes, 0.0) * t / (2.0 * (t - 1));
-  }
+  ReadTensorParallel(group, r, where, p);
+  ReadPipeline(group, *steps, r, where, p);
   p.train.gradient_bytes = r.Number(group, sp::gradient_bytes, where);
   // The all-reduces per step as train recorded them; reports written before it did get the estimate (buckets
   // close once they hold bucket_bytes, so a step has about this many).

@@ -22,6 +22,8 @@ struct MeasuredPoint {
   double data_wait_share = 0;          // (data_wait + h2d) / step time without checkpoint stalls, measured steps
   double optimizer_s = 0;              // AdamW per step: mean over every rank's measured steps (0 before it was recorded)
   double gather_exposed_s = 0;         // the part of comm_exposed waiting for parameter all-gathers (0 before it)
+  // Pipeline parallel (train.pipeline_parallel > 1): the share of the pipelined part its stages waited, and 1F1B's.
+  double bubble_measured = NAN, bubble_theory = NAN;
   std::optional<double> checkpoint_stall_s;  // mean over io/k<N>/checkpoints rows (every rank and event)
   int checkpoint_events = 0;           // rows averaged
   double checkpoint_state_bytes = 0;   // the whole checkpoint (io checkpoint_state_bytes); 0 when none was written

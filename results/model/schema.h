@@ -987,8 +987,8 @@ inline const std::vector<const Field*> kStoredOnly = {
     &point::steps::backward_s, &point::steps::comm_total_s, &point::steps::comm_exposed_s,
     &point::steps::comm_gather_exposed_s, &point::steps::comm_activation_s, &point::steps::comm_intra_s, &point::steps::comm_inter_s, &point::steps::tokens, &point::steps::loss, &point::steps::data_bytes,
     &point::steps::data_read_MBps, &point::steps::loader_queue_depth, &point::steps::checkpoint_writing,
-    &point::steps::comm_pipeline_s, &point::steps::comm_embedding_s, &point::steps::pipeline_send_bytes,
-    &point::steps::embedding_allreduce_bytes,
+    // (comm_embedding_s and embedding_allreduce_bytes: cost reads them.)
+    &point::steps::comm_pipeline_s, &point::steps::pipeline_send_bytes,
     // Pipeline parallel's stages: the point's attributes summarise them.
     &point::stages::stage, &point::stages::first_layer, &point::stages::last_layer, &point::stages::slots,
     &point::stages::parameters, &point::stages::activations_bytes_theory, &point::stages::activations_bytes, &point::stages::forward_s,

@@ -235,7 +235,9 @@ CostRun ReadCostInputs(const CostFlags& f, CostPlan plan) {
   for (const std::string& path : f.reports) {
     reports.push_back(ReadReport(path));
     RunMeasurement m = ReadRunMeasurement(reports.back(), path);
-    const RunModelFacts facts = RunModelFactsOf(m, m.points[PricedPoint(m, c.plan.k)], !c.plan.model_memory, tp_sizes);
+    const size_t priced = PricedPoint(m, c.plan.k);
+    const std::vector<int> pp_sizes = c.prices ? PipelineSizes(*c.prices, c.plan.targets, m, priced) : std::vector<int>{};
+    const RunModelFacts facts = RunModelFactsOf(m, m.points[priced], !c.plan.model_memory, tp_sizes, pp_sizes);
     c.runs.push_back(AnalyzeRun(std::move(m), facts, c.plan, extra_samples, c.prices));
   }
   c.comparison = CompareReports(reports, f.reports, f.require_comparable);

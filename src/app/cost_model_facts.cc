@@ -4,6 +4,7 @@
 #include "error.h"
 #include "model_config.h"
 #include "tensor_parallel.h"
+#include "train_plan.h"
 #include "transformer.h"
 
 namespace tb {
@@ -15,7 +16,21 @@ bool ShapeKnown(const RunMeasurement& m) {
 
 ModelConfig ConfigOf(const RunMeasurement& m) { return CustomModel(m.layers, m.d_model, m.heads, m.vocab, m.max_seq); }
 
-// The run's own estimate, as its report states it.
+bool Bf16(const RunMeasurement& m) { return m.memory_precision.starts_with("bf16"); }
+
+// Each stage's memory of the plan train makes for `k` ranks at T and P (1F1B's micro-batches in flight at M, the run's
+// micro-batch), before the mode shards it; throws InputError where train would refuse the plan.
+std::vector<MemoryBreakdown> StageMemory(const ModelConfig& config, const RunMeasurement& m, int micro_batch, int k,
+                                         int t, int pp, int micro_batches) {
+  std::vector<MemoryBreakdown> stages;
+  for (const StagePlan& s : PlanTrainPoint(config, k, t, pp, micro_batch, micro_batches, m.seq, Bf16(m)).stages) {
+    stages.push_back({s.memory.weights_bytes, s.memory.gradients_bytes, s.memory.optimizer_bytes,
+                      s.memory.activations_bytes, 0});
+  }
+  return stages;
+}
+
+// The run's own estimate, as its report states it; with stages, each stage's as train planned it.
 MemoryCheck RunMemoryCheck(const RunMeasurement& m) {
   MemoryCheck check;
   check.estimate = m.memory_estimate;
@@ -26,7 +41,47 @@ MemoryCheck RunMemoryCheck(const RunMeasurement& m) {
   check.what = Format("%s as run (%s%.3g parameters, micro-batch %d, seq %d; %s; %s)", m.model_name.c_str(),
                       m.model_scaled.empty() ? "" : (m.model_scaled + ", ").c_str(), m.parameters,
                       m.points.back().micro_batch, m.seq, m.memory_precision.c_str(), m.parallel.c_str());
+  const TrainPointInput& last = m.points.back().train;
+  if (last.pipeline_parallel > 1 && ShapeKnown(m) && m.seq > 0) {
+    check.stages = StageMemory(ConfigOf(m), m, m.points.back().micro_batch, last.k, last.tensor_parallel,
+                               last.pipeline_parallel, last.micro_batches);
+    check.what += Format(", %d pipeline stages of %d micro-batches: the largest stage's", last.pipeline_parallel,
+                         last.micro_batches);
+  }
   return check;
+}
+
+// The model in `pp` stages at T (train's PlanTrainPoint with M = P: 1F1B keeps P - s micro-batches in flight on stage
+// s whenever M >= P), or why it cannot be (train's own words). The heaviest stage is the last: its L/P blocks and the
+// LM head's FLOPs (6 V C per token); each boundary sends a micro-batch's residual stream in fp32 (train's stage edges);
+// the tied embedding's fp32 gradient (its vocabulary rows / T) is all-reduced between the first and last stage.
+PipelineShape PipelineAt(const ModelConfig& config, const RunMeasurement& m, const MeasuredPoint& p, int t, int pp) {
+  PipelineShape pipe;
+  pipe.pp = pp;
+  if (t > 1) {
+    // cmd_train's CheckPipelineFlags says so for the cuda backend; models/ does not expose it (TensorParallelModeGap's
+    // kind): the same words here.
+    for (const char* mode : {"dp", "zero1"}) {
+      pipe.modes_not_built[mode] = "--pipeline-parallel " + std::to_string(pp) + " with --tensor-parallel on the cuda " +
+                                   "backend is not built yet (the CUDA tensor parallel model holds no stage)";
+    }
+  }
+  try {
+    const TrainPlan plan = PlanTrainPoint(config, t * pp, t, pp, p.micro_batch, pp, m.seq, Bf16(m));
+    double allocated = 0;
+    for (const StagePlan& s : plan.stages) allocated += s.parameters;
+    allocated -= static_cast<double>(config.vocab_padded) * config.d_model;  // the last stage's copy of wte
+    for (const StagePlan& s : plan.stages) pipe.parameter_share.push_back(s.parameters / allocated);
+    pipe.stage_memory = StageMemory(config, m, p.micro_batch, t * pp, t, pp, pp);
+    const double whole = ModelFlopsPerToken(config, m.seq);
+    const double layer = ModelFlopsPerToken(WithLayers(config, 2), m.seq) - ModelFlopsPerToken(WithLayers(config, 1), m.seq);
+    pipe.compute_share = (whole - layer * config.layers * (pp - 1) / pp) / whole;
+    pipe.edge_bytes = 4.0 * p.micro_batch * m.seq * config.d_model;
+    pipe.embedding_bytes = 4.0 * config.vocab_padded * config.d_model / t;
+  } catch (const InputError& e) {
+    pipe.invalid = e.what();
+  }
+  return pipe;
 }
 
 // The model split T ways at the priced point's micro-batch, or why it cannot be (train's own reasons). Offerings are
@@ -78,12 +133,15 @@ MemoryCheck ModelMemoryCheck(const ModelFlags& f) {
 }
 
 RunModelFacts RunModelFactsOf(const RunMeasurement& m, const MeasuredPoint& priced, bool own_memory,
-                              const std::vector<int>& tp_sizes) {
+                              const std::vector<int>& tp_sizes, const std::vector<int>& pp_sizes) {
   RunModelFacts facts;
   if (own_memory) facts.memory = RunMemoryCheck(m);
   if (!ShapeKnown(m) || m.seq <= 0 || tp_sizes.empty()) return facts;  // data parallel modes only, at the report's estimate
   const ModelConfig config = ConfigOf(m);
-  for (int t : tp_sizes) facts.shapes.push_back(ShapeAt(config, m, priced, t));
+  for (int t : tp_sizes) {
+    facts.shapes.push_back(ShapeAt(config, m, priced, t));
+    for (int pp : pp_sizes) facts.shapes.back().pipelines.push_back(PipelineAt(config, m, priced, t, pp));
+  }
   return facts;
 }
 

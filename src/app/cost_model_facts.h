@@ -25,9 +25,10 @@ struct ModelFlags {
 // mode or rank count the models cannot take.
 MemoryCheck ModelMemoryCheck(const ModelFlags& flags);
 
-// A run's model: its memory as its report states it (when `own_memory`: without --model) and its figures at each
-// tensor-parallel size in `tp_sizes` at the micro-batch of `priced` (none when the report lacks the model's shape).
+// A run's model: its memory as its report states it (when `own_memory`: without --model; with stages, each stage's)
+// and its figures at each tensor-parallel size in `tp_sizes`, and in each of `pp_sizes` pipeline stages at each, at the
+// micro-batch of `priced` (none when the report lacks the model's shape).
 RunModelFacts RunModelFactsOf(const RunMeasurement& m, const MeasuredPoint& priced, bool own_memory,
-                              const std::vector<int>& tp_sizes);
+                              const std::vector<int>& tp_sizes, const std::vector<int>& pp_sizes);
 
 }  // namespace tb
