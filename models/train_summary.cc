@@ -162,7 +162,11 @@ double StageSummary::bubble_measured() const {
 std::vector<StageSummary> SummarizeStages(const TrainPlan& plan, const std::vector<RankSteps>& ranks) {
   std::vector<StageSummary> stages;
   std::vector<double> samples(plan.stages.size(), 0.0);
-  for (const StagePlan& s : plan.stages) stages.push_back({s});
+  for (const StagePlan& s : plan.stages) {
+    StageSummary stage;
+    stage.plan = s;
+    stages.push_back(stage);
+  }
   for (size_t i = 0; i < ranks.size(); ++i) {
     const size_t s = static_cast<size_t>(plan.Place(static_cast<int>(i)).stage);
     // NaN wins: a stage whose models do not say has no figure.

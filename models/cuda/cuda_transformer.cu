@@ -182,6 +182,8 @@ class CudaTransformer final : public Transformer {
   void HoldGradients(size_t u);
   void ReleaseGradients(size_t u);
   UnitAccess& Access() const;
+  void HeadForward(MicroBatch& mb, const float* residual, const int32_t* targets);
+  void HeadBackward(MicroBatch& mb, const std::function<void(size_t slot)>& ready, GradientWrite write);
   void BlockBackward(const MicroBatch& mb, int layer, const std::function<void(size_t slot)>& ready,
                      GradientWrite write);
   // Block `layer` (one the stage holds) of a slot's activations.
@@ -601,26 +603,32 @@ void CudaTransformer::Forward() {
     residual = a.residual3;
   }
   // A stage before the last stops here: its last block's output is its output edge.
-  if (stage_.last()) {
-    HoldParameters(FinalNormUnit(config_.layers));
-    BeginOp(OpKind::kLayerNorm, false);
-    gpu::LayerNormForward(mb.lnf, mb.lnf_mean, mb.lnf_rstd, residual, Param(LnfWeightSlot(config_.layers)),
-                          Param(LnfWeightSlot(config_.layers) + 1), n, c, stream());
-    // The tied LM head over all Vp rows of wte, so that the GEMM keeps its aligned shape: the padding rows are zero,
-    // their logits are 0, and the cross-entropy ignores those columns (and gives them zero gradient).
-    BeginOp(OpKind::kLmHead, false);
-    gemm_->LinearForwardFloat(logits_, nullptr, mb.lnf, Bf16Param(kWteSlot), nullptr, n, c, config_.vocab_padded);
-    // Loss and d loss / d logits together, as llm.c does, the gradient in bf16 for the LM head's backward GEMMs:
-    // Backward starts from it.
-    gpu::CrossEntropyForwardBackward(mb.logits_grad, row_losses_, mb.loss, logits_, targets, n, config_.vocab,
-                                     config_.vocab_padded, gradient_scale_, stream());
-  }
+  if (stage_.last()) HeadForward(mb, residual, targets);
   EndOps();
   mb.backward_pending = true;
   if (!forward_measured_) {
     NoteDeviceMemory();
     forward_measured_ = true;
   }
+}
+
+// The last stage's head: the final LayerNorm over the last block's output `residual`, the tied LM head, and the
+// cross-entropy with its gradient.
+void CudaTransformer::HeadForward(MicroBatch& mb, const float* residual, const int32_t* targets) {
+  const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
+  const int c = config_.d_model;
+  HoldParameters(FinalNormUnit(config_.layers));
+  BeginOp(OpKind::kLayerNorm, false);
+  gpu::LayerNormForward(mb.lnf, mb.lnf_mean, mb.lnf_rstd, residual, Param(LnfWeightSlot(config_.layers)),
+                        Param(LnfWeightSlot(config_.layers) + 1), n, c, stream());
+  // The tied LM head over all Vp rows of wte, so that the GEMM keeps its aligned shape: the padding rows are zero,
+  // their logits are 0, and the cross-entropy ignores those columns (and gives them zero gradient).
+  BeginOp(OpKind::kLmHead, false);
+  gemm_->LinearForwardFloat(logits_, nullptr, mb.lnf, Bf16Param(kWteSlot), nullptr, n, c, config_.vocab_padded);
+  // Loss and d loss / d logits together, as llm.c does, the gradient in bf16 for the LM head's backward GEMMs:
+  // Backward starts from it.
+  gpu::CrossEntropyForwardBackward(mb.logits_grad, row_losses_, mb.loss, logits_, targets, n, config_.vocab,
+                                   config_.vocab_padded, gradient_scale_, stream());
 }
 
 float CudaTransformer::Loss() {
@@ -645,29 +653,10 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   // stream(): the loop's all-reduce of its bucket waits for an event recorded there after it.
   const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
   const int c = config_.d_model;
-  const int vp = config_.vocab_padded;
   const int32_t* inputs = mb.tokens;
 
   if (stage_.last()) {
-    // LM head: d loss / d logits (N, Vp) in bf16, from Forward; its padding columns are zero, so wte's padding rows
-    // get a zero gradient. Its GEMM writes (or adds to) wte's gradient; the embedding's scatter adds to it at the end.
-    const size_t lnf_unit = FinalNormUnit(config_.layers);
-    HoldGradients(kEmbeddingUnit);
-    HoldGradients(lnf_unit);
-    BeginOp(OpKind::kLmHead, true);
-    gemm_->LinearBackwardInput(channel_grad_, mb.logits_grad, Bf16Param(kWteSlot), nullptr, n, c, vp);
-    gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, mb.logits_grad, mb.lnf, n, c, vp, write);
-    BeginOp(OpKind::kLayerNorm, true);
-    TB_CHECK_CUDA(cudaMemsetAsync(mb.residual_grad, 0, n * c * sizeof(float), stream_.get()));
-    const size_t lnf_slot = LnfWeightSlot(config_.layers);
-    // Each LayerNorm backward also leaves the residual gradient's bf16 copy for the projection GEMMs after it.
-    gpu::LayerNormBackward(mb.residual_grad, residual_grad_bf16_, Grad(lnf_slot), Grad(lnf_slot + 1), channel_grad_,
-                           mb.blocks.back().residual3, Param(lnf_slot), mb.lnf_mean, mb.lnf_rstd, n, c, write,
-                           layernorm_scratch_, stream());
-    ready(lnf_slot + 1);
-    ready(lnf_slot);
-    ReleaseGradients(lnf_unit);
-    ReleaseParameters(lnf_unit);
+    HeadBackward(mb, ready, write);
   } else {
     // The next stage's input gradient, written by the caller, and its bf16 copy for the last block's projection
     // GEMMs (timed with its MLP, whose backward reads it first). Carried in the slot's residual_grad, so that
@@ -701,6 +690,33 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
     NoteDeviceMemory();
     backward_measured_ = true;
   }
+}
+
+// The last stage's head backward: the LM head from d loss / d logits (N, Vp) in bf16, from Forward (its padding
+// columns are zero, so wte's padding rows get a zero gradient; its GEMM writes or adds to wte's gradient, the
+// embedding's scatter adds to it at the end), then the final LayerNorm's, which starts the residual gradient.
+void CudaTransformer::HeadBackward(MicroBatch& mb, const std::function<void(size_t slot)>& ready,
+                                   GradientWrite write) {
+  const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
+  const int c = config_.d_model;
+  const int vp = config_.vocab_padded;
+  const size_t lnf_unit = FinalNormUnit(config_.layers);
+  HoldGradients(kEmbeddingUnit);
+  HoldGradients(lnf_unit);
+  BeginOp(OpKind::kLmHead, true);
+  gemm_->LinearBackwardInput(channel_grad_, mb.logits_grad, Bf16Param(kWteSlot), nullptr, n, c, vp);
+  gemm_->LinearBackwardWeights(Grad(kWteSlot), nullptr, mb.logits_grad, mb.lnf, n, c, vp, write);
+  BeginOp(OpKind::kLayerNorm, true);
+  TB_CHECK_CUDA(cudaMemsetAsync(mb.residual_grad, 0, n * c * sizeof(float), stream_.get()));
+  const size_t lnf_slot = LnfWeightSlot(config_.layers);
+  // Each LayerNorm backward also leaves the residual gradient's bf16 copy for the projection GEMMs after it.
+  gpu::LayerNormBackward(mb.residual_grad, residual_grad_bf16_, Grad(lnf_slot), Grad(lnf_slot + 1), channel_grad_,
+                         mb.blocks.back().residual3, Param(lnf_slot), mb.lnf_mean, mb.lnf_rstd, n, c, write,
+                         layernorm_scratch_, stream());
+  ready(lnf_slot + 1);
+  ready(lnf_slot);
+  ReleaseGradients(lnf_unit);
+  ReleaseParameters(lnf_unit);
 }
 
 // One block's backward, the residual gradient (the slot's residual_grad and its bf16 copy) coming in from above and
