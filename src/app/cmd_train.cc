@@ -982,7 +982,12 @@ ScalingPoint TrainPhase::SummarizeRepeat(const RunPoint& point, int micro_batch,
                                                           : point_buckets_;
   p.nodes = point.plan.nodes;
   p.ranks_per_node = point.plan.ranks_per_node;
-  p.allreduce = parallel_ != ParallelMode::kDp ? "none" : point.plan.hierarchical ? "hierarchical" : "flat";
+  // The hierarchical all-reduce is the point's communicator's; tensor parallel's and pipeline's data parallel groups
+  // are split off it and reduce flat.
+  const bool split_groups = plan.tensor_parallel > 1 || plan.pipeline_parallel > 1;
+  p.allreduce = parallel_ != ParallelMode::kDp                 ? "none"
+                : point.plan.hierarchical && !split_groups ? "hierarchical"
+                                                           : "flat";
   p.parallel = f_.parallel;
   p.state = point_state_;
   AddTheory(p, micro_batch);

@@ -118,8 +118,8 @@ check_py "pipeline: the bytes sent between stages are the theory's" "$work/pipel
 check_py "pipeline: the shaped link bounds the exchanges from below" "$work/pipeline.h5" \
   "$p.attrs['comm_pipeline_s'] >= 0.5 * 2 * $p.attrs['traffic_pipeline_bytes'] / 2.5e6" "$p.attrs['comm_pipeline_s']"
 check_py "pipeline: each stage's gradients stay on its node (all-reduced flat inside it)" "$work/pipeline.h5" \
-  "[h.decode() for h in $p['stall_budget']['host']] == ['node0', 'node0', 'node1', 'node1']" \
-  "list($p['stall_budget']['host'])"
+  "[h.decode() for h in $p['stall_budget']['host']] == ['node0', 'node0', 'node1', 'node1'] and $p.attrs['allreduce'] == 'flat'" \
+  "list($p['stall_budget']['host']), $p.attrs['allreduce']"
 "$hosts" rate "$set_name" node1 off
 
 # Layouts the launch does not have, and a hierarchical all-reduce over uneven nodes: one line, exit 2.
