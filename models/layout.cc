@@ -178,16 +178,14 @@ PipelineStage MakePipelineStage(const ModelConfig& config, int stages, int stage
 }
 
 PipelineStage ResolveStage(const PipelineStage& stage, const ModelConfig& config) {
-  if (stage.end_layer >= 0) {
-    const PipelineStage made = MakePipelineStage(config, stage.stages, stage.stage, stage.slots);
-    if (made.first_layer != stage.first_layer || made.end_layer != stage.end_layer) {
-      throw InputError("pipeline stage " + std::to_string(stage.stage) + " of " + std::to_string(stage.stages) +
-                       " holds layers [" + std::to_string(made.first_layer) + ", " + std::to_string(made.end_layer) +
-                       "), not [" + std::to_string(stage.first_layer) + ", " + std::to_string(stage.end_layer) + ")");
-    }
-    return made;
+  const PipelineStage made = MakePipelineStage(config, stage.stages, stage.stage, stage.slots);
+  // A stage given whole (end_layer filled in) must be the one MakePipelineStage makes.
+  if (stage.end_layer >= 0 && (made.first_layer != stage.first_layer || made.end_layer != stage.end_layer)) {
+    throw InputError("pipeline stage " + std::to_string(stage.stage) + " of " + std::to_string(stage.stages) +
+                     " holds layers [" + std::to_string(made.first_layer) + ", " + std::to_string(made.end_layer) +
+                     "), not [" + std::to_string(stage.first_layer) + ", " + std::to_string(stage.end_layer) + ")");
   }
-  return MakePipelineStage(config, stage.stages, stage.stage, stage.slots);
+  return made;
 }
 
 int CheckedSlot(const PipelineStage& stage, int slot) {

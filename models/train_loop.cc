@@ -331,7 +331,6 @@ class TrainingSteps {
   // Pipeline parallel: the checks, and the group of the pipeline's first and last stage that shares the tied
   // embedding's gradient (Megatron's embedding group).
   void StartPipeline() {
-    stage_ = model_.pipeline_stage();
     Communicator& pipeline = *o_.pipeline;
     if (stage_.stages != pipeline.size() || stage_.stage != pipeline.rank()) {
       throw std::logic_error("pipeline: the model's stage is not this rank's place in its pipeline");

@@ -1,30 +1,34 @@
 #include "train_plan.h"
 
 #include <string>
+#include <vector>
 
 #include "error.h"
 
 namespace tb {
 namespace {
 
+// The whole model's figures every stage's plan is a part of.
+struct WholeModel {
+  std::vector<TensorSlot> layout;  // MakeLayout's
+  double allocated = 0;            // its elements (the padded wte included)
+  MemoryEstimate memory;           // EstimateMemory's at the point's micro-batch
+  ActivationBytes per_token;       // and its activations per token
+};
+
 // One stage's parameters and memory: the tensors StageLayout leaves it, at EstimateMemory's bytes per parameter, and
 // its in-flight micro-batches' activations (its blocks', and the head's on the last stage).
-StagePlan PlanStage(const ModelConfig& model, const PipelineStage& stage, int micro_batch, int seq, bool bf16,
-                    int tensor_parallel) {
+StagePlan PlanStage(const WholeModel& whole, const PipelineStage& stage, double tokens) {
   StagePlan plan;
   plan.stage = stage;
-  for (const TensorSlot& slot : StageLayout(MakeLayout(model), stage)) plan.parameters += static_cast<double>(slot.count);
-  const MemoryEstimate whole = EstimateMemory(model, micro_batch, seq, bf16, tensor_parallel);
-  const double allocated = static_cast<double>(MakeLayout(model).back().offset + MakeLayout(model).back().count);
-  const double share = plan.parameters / allocated;
-  plan.memory.weights_bytes = whole.weights_bytes * share;
-  plan.memory.gradients_bytes = whole.gradients_bytes * share;
-  plan.memory.optimizer_bytes = whole.optimizer_bytes * share;
-  const ActivationBytes per_token = ActivationBytesPerToken(model, seq, bf16, tensor_parallel);
+  for (const TensorSlot& slot : StageLayout(whole.layout, stage)) plan.parameters += static_cast<double>(slot.count);
+  const double share = plan.parameters / whole.allocated;
+  plan.memory.weights_bytes = whole.memory.weights_bytes * share;
+  plan.memory.gradients_bytes = whole.memory.gradients_bytes * share;
+  plan.memory.optimizer_bytes = whole.memory.optimizer_bytes * share;
   const double layers = stage.end_layer - stage.first_layer;
-  const double tokens = static_cast<double>(micro_batch) * seq;
   plan.memory.activations_bytes =
-      stage.slots * tokens * (layers * per_token.layer + (stage.last() ? per_token.head : 0.0));
+      stage.slots * tokens * (layers * whole.per_token.layer + (stage.last() ? whole.per_token.head : 0.0));
   return plan;
 }
 
@@ -78,11 +82,16 @@ TrainPlan PlanTrainPoint(const ModelConfig& model, int ranks, int tensor_paralle
   plan.micro_batch = micro_batch;
   plan.micro_batches = micro_batches;
   plan.seq = seq;
-  const double edge_bytes = static_cast<double>(micro_batch) * seq * model.d_model * sizeof(float);
+  WholeModel whole;
+  whole.layout = MakeLayout(model);
+  whole.allocated = static_cast<double>(whole.layout.back().offset + whole.layout.back().count);
+  whole.memory = EstimateMemory(model, micro_batch, seq, bf16, tensor_parallel);
+  whole.per_token = ActivationBytesPerToken(model, seq, bf16, tensor_parallel);
+  const double tokens = static_cast<double>(micro_batch) * seq;
+  const double edge_bytes = tokens * model.d_model * sizeof(float);
   for (int s = 0; s < pipeline_parallel; ++s) {
     const int slots = pipeline_parallel > 1 ? OneFOneBSlots(pipeline_parallel, s, micro_batches) : 1;
-    StagePlan stage = PlanStage(model, MakePipelineStage(model, pipeline_parallel, s, slots), micro_batch, seq, bf16,
-                                tensor_parallel);
+    StagePlan stage = PlanStage(whole, MakePipelineStage(model, pipeline_parallel, s, slots), tokens);
     stage.pipeline_send_bytes = micro_batches * edge_bytes * ((stage.stage.last() ? 0 : 1) + (stage.stage.first() ? 0 : 1));
     plan.stages.push_back(stage);
   }
