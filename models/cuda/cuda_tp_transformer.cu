@@ -52,7 +52,9 @@ namespace {
 
 using gpu::Bf16;
 
+using cuda_model::BlockActivations;
 using cuda_model::Carver;
+using cuda_model::CarveBlockActivations;
 using cuda_model::CudaPhaseClock;
 using cuda_model::kLibraryReserveBytes;
 
@@ -96,22 +98,6 @@ class FloatInputGradient {
 
 using LocalDims = TensorParallelDims;
 
-// What one block keeps from forward for backward, at local widths where the tensor is split.
-struct BlockActivations {
-  Bf16* ln1 = nullptr;         // (N, C)
-  float* ln1_mean = nullptr;   // (N)
-  float* ln1_rstd = nullptr;   // (N)
-  Bf16* qkv = nullptr;         // (N, 3Cl): [q | k | v] of the local heads
-  Bf16* atty = nullptr;        // (N, Cl) attention output, before the projection
-  float* att_lse = nullptr;    // (B, H/T, S)
-  float* residual2 = nullptr;  // (N, C)
-  Bf16* ln2 = nullptr;         // (N, C)
-  float* ln2_mean = nullptr;   // (N)
-  float* ln2_rstd = nullptr;   // (N)
-  Bf16* fch = nullptr;         // (N, Fl) before GELU
-  Bf16* fch_gelu = nullptr;    // (N, Fl)
-  float* residual3 = nullptr;  // (N, C) the block's output
-};
 
 // A stretch of local elements drawn on the host and copied up at once: `rows` runs of `count` elements, contiguous
 // locally from `local`, `stride` apart in the full layout from `full` (one run: a plain stretch; more: the rows of a
@@ -381,21 +367,7 @@ size_t CudaTensorParallelTransformer::PointActivations(char* base) {
   tokens_ = carve.Take<int32_t>(2 * n);
   encoded_ = carve.Take<float>(n * c);
   blocks_.resize(config_.layers);
-  for (BlockActivations& a : blocks_) {
-    a.ln1 = carve.Take<Bf16>(n * c);
-    a.ln1_mean = carve.Take<float>(n);
-    a.ln1_rstd = carve.Take<float>(n);
-    a.qkv = carve.Take<Bf16>(n * 3 * lc);
-    a.atty = carve.Take<Bf16>(n * lc);
-    a.att_lse = carve.Take<float>(n * dims_.heads);
-    a.residual2 = carve.Take<float>(n * c);
-    a.ln2 = carve.Take<Bf16>(n * c);
-    a.ln2_mean = carve.Take<float>(n);
-    a.ln2_rstd = carve.Take<float>(n);
-    a.fch = carve.Take<Bf16>(n * lf);
-    a.fch_gelu = carve.Take<Bf16>(n * lf);
-    a.residual3 = carve.Take<float>(n * c);
-  }
+  for (BlockActivations& a : blocks_) CarveBlockActivations(carve, a, n, c, lc, dims_.heads, lf);
   lnf_ = carve.Take<Bf16>(n * c);
   lnf_mean_ = carve.Take<float>(n);
   lnf_rstd_ = carve.Take<float>(n);

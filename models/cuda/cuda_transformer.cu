@@ -33,26 +33,12 @@ namespace {
 
 using gpu::Bf16;
 
+using cuda_model::BlockActivations;
 using cuda_model::Carver;
+using cuda_model::CarveBlockActivations;
 using cuda_model::CudaPhaseClock;
 using cuda_model::kLibraryReserveBytes;
 
-// What one block keeps from forward for backward. N = B·T tokens.
-struct BlockActivations {
-  Bf16* ln1 = nullptr;         // (N, C)
-  float* ln1_mean = nullptr;   // (N)
-  float* ln1_rstd = nullptr;   // (N)
-  Bf16* qkv = nullptr;         // (N, 3C)
-  Bf16* atty = nullptr;        // (N, C) attention output, before the projection
-  float* att_lse = nullptr;    // (B, NH, T) log-sum-exp of each attention row
-  float* residual2 = nullptr;  // (N, C) residual after attention
-  Bf16* ln2 = nullptr;         // (N, C)
-  float* ln2_mean = nullptr;   // (N)
-  float* ln2_rstd = nullptr;   // (N)
-  Bf16* fch = nullptr;         // (N, 4C) MLP hidden, before GELU (the GELU epilogue's aux output)
-  Bf16* fch_gelu = nullptr;    // (N, 4C)
-  float* residual3 = nullptr;  // (N, C) residual after the MLP: the block's output
-};
 
 // What one micro-batch slot keeps from its Forward to its Backward, for the stage's blocks only. N = B·T tokens of
 // the slot's batch.
@@ -456,21 +442,7 @@ size_t CudaTransformer::PointActivations(char* base) {
     mb.tokens = carve.Take<int32_t>(2 * n);
     mb.input = carve.Take<float>(n * c);
     mb.blocks.resize(static_cast<size_t>(stage_.end_layer - stage_.first_layer));
-    for (BlockActivations& a : mb.blocks) {
-      a.ln1 = carve.Take<Bf16>(n * c);
-      a.ln1_mean = carve.Take<float>(n);
-      a.ln1_rstd = carve.Take<float>(n);
-      a.qkv = carve.Take<Bf16>(n * 3 * c);
-      a.atty = carve.Take<Bf16>(n * c);
-      a.att_lse = carve.Take<float>(n * config_.heads);
-      a.residual2 = carve.Take<float>(n * c);
-      a.ln2 = carve.Take<Bf16>(n * c);
-      a.ln2_mean = carve.Take<float>(n);
-      a.ln2_rstd = carve.Take<float>(n);
-      a.fch = carve.Take<Bf16>(n * hidden);
-      a.fch_gelu = carve.Take<Bf16>(n * hidden);
-      a.residual3 = carve.Take<float>(n * c);
-    }
+    for (BlockActivations& a : mb.blocks) CarveBlockActivations(carve, a, n, c, c, config_.heads, hidden);
     if (stage_.last()) {
       mb.lnf = carve.Take<Bf16>(n * c);
       mb.lnf_mean = carve.Take<float>(n);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/cuda_raii.h"
+#include "cuda/kernels.h"
 #include "transformer.h"
 
 namespace tb::cuda_model {
@@ -39,6 +40,43 @@ class Carver {
   char* base_;
   size_t used_ = 0;
 };
+
+// What one block keeps from forward for backward, N = B·T tokens, at the widths the rank holds: C, 3C, the heads and
+// 4C of the whole model, or under tensor parallel the local heads' channels Cl, heads H/T and MLP hidden Fl.
+struct BlockActivations {
+  gpu::Bf16* ln1 = nullptr;        // (N, C)
+  float* ln1_mean = nullptr;       // (N)
+  float* ln1_rstd = nullptr;       // (N)
+  gpu::Bf16* qkv = nullptr;        // (N, 3C) or (N, 3Cl): [q | k | v] of the heads held
+  gpu::Bf16* atty = nullptr;       // (N, C) or (N, Cl) attention output, before the projection
+  float* att_lse = nullptr;        // (B, heads held, T) log-sum-exp of each attention row
+  float* residual2 = nullptr;      // (N, C) residual after attention
+  gpu::Bf16* ln2 = nullptr;        // (N, C)
+  float* ln2_mean = nullptr;       // (N)
+  float* ln2_rstd = nullptr;       // (N)
+  gpu::Bf16* fch = nullptr;        // (N, 4C) or (N, Fl) MLP hidden, before GELU (the GELU epilogue's aux output)
+  gpu::Bf16* fch_gelu = nullptr;   // the same, after GELU
+  float* residual3 = nullptr;      // (N, C) residual after the MLP: the block's output
+};
+
+// One block's activations for `n` tokens out of `carve`: `channels` (C) whole, `head_channels` (C or Cl) and `heads`
+// (NH or H/T) for attention, `hidden` (4C or Fl) for the MLP.
+inline void CarveBlockActivations(Carver& carve, BlockActivations& a, size_t n, size_t channels, size_t head_channels,
+                                  size_t heads, size_t hidden) {
+  a.ln1 = carve.Take<gpu::Bf16>(n * channels);
+  a.ln1_mean = carve.Take<float>(n);
+  a.ln1_rstd = carve.Take<float>(n);
+  a.qkv = carve.Take<gpu::Bf16>(n * 3 * head_channels);
+  a.atty = carve.Take<gpu::Bf16>(n * head_channels);
+  a.att_lse = carve.Take<float>(n * heads);
+  a.residual2 = carve.Take<float>(n * channels);
+  a.ln2 = carve.Take<gpu::Bf16>(n * channels);
+  a.ln2_mean = carve.Take<float>(n);
+  a.ln2_rstd = carve.Take<float>(n);
+  a.fch = carve.Take<gpu::Bf16>(n * hidden);
+  a.fch_gelu = carve.Take<gpu::Bf16>(n * hidden);
+  a.residual3 = carve.Take<float>(n * channels);
+}
 
 // PhaseClock over CUDA events recorded on the model's stream. The events are created as marks first need them
 // and reused every step after, so a step allocates nothing. Host waits between marks (the tensor-parallel model's
