@@ -1011,7 +1011,6 @@ void TrainPhase::KeepMedianRepeat(const RunPoint& point, std::vector<PointRepeat
   if (Sweep()) sweep_shares_.push_back(m.figures.data_wait_share);
 }
 
-// One point on the ranks of `sub`: a fresh model and its I/O, the loop with a line per step, the io group.
 // One point on the ranks of `sub`: its communicators and model as the plan lays them out, its I/O, the loop with a
 // line per step, the io group.
 std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoint& point, const std::string& folder,
@@ -1025,8 +1024,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   point_buckets_ = static_cast<int64_t>(PlanBuckets(GradientTensors(transformer->layout()),
                                                     static_cast<size_t>(loop_.bucket_mb * 1024 * 1024), sizeof(float))
                                             .size());
-  PointIo io(io_flags_, io_plan_, sub, *transformer, point_loop.micro_batch, loop_.seq,
-             static_cast<uint64_t>(f_.seed), point.throttle_MBps, folder);
+  PointIo io(io_flags_, io_plan_, sub, *transformer, plan, static_cast<uint64_t>(f_.seed), point.throttle_MBps, folder);
   io.Prepare(point_loop);
   const CommandRun::AbortTargetScope abort_target(*run_, sub);
   PointHost host(*this, sub, point.k, io, MeasuredStepsEnergy(run_->gpu_health(), energy, point_loop.warmup_steps));

@@ -318,13 +318,14 @@ void AddDataVerifyToReport(Group* io, const TrainIoFlags& f, const TrainIoPlan& 
 }
 
 PointIo::PointIo(const TrainIoFlags& flags, const TrainIoPlan& plan, Communicator& comm, Transformer& model,
-                 int micro_batch, int seq, uint64_t seed, double throttle_MBps, const std::string& checkpoint_subdir)
+                 const TrainPlan& point, uint64_t seed, double throttle_MBps, const std::string& checkpoint_subdir)
     : flags_(flags),
       plan_(plan),
       comm_(comm),
       model_(model),
-      micro_batch_(micro_batch),
-      seq_(seq),
+      point_(point),
+      micro_batch_(point.micro_batch),
+      seq_(point.seq),
       seed_(seed),
       throttle_MBps_(throttle_MBps),
       checkpoint_dir_(checkpoint_subdir.empty() ? flags.checkpoint_dir

@@ -17,6 +17,7 @@
 #include "report.h"
 #include "token_dataset.h"
 #include "train_loop.h"
+#include "train_plan.h"
 #include "transformer.h"
 
 namespace tb {
@@ -107,11 +108,12 @@ void AddDataVerifyToReport(Group* io, const TrainIoFlags& flags, const TrainIoPl
 std::string ModelFingerprint(const ModelConfig& model);
 
 // The loader and checkpointer of one run of the training loop (one scaling point at one storage rate), on the
-// ranks of `comm`. Everything collective is over comm's ranks.
+// ranks of `comm`, laid out as `point` (the point's TrainPlan: micro-batch, sequence, and where each rank sits in its
+// tensor parallel group, data parallel replicas and pipeline). Everything collective is over comm's ranks.
 class PointIo {
  public:
   PointIo(const TrainIoFlags& flags, const TrainIoPlan& plan, Communicator& comm, Transformer& model,
-          int micro_batch, int seq, uint64_t seed, double throttle_MBps, const std::string& checkpoint_subdir);
+          const TrainPlan& point, uint64_t seed, double throttle_MBps, const std::string& checkpoint_subdir);
   ~PointIo();
 
   // Restores the model (and the loader's place) from --resume, when given; sets loop.first_step. Then opens the
@@ -146,6 +148,7 @@ class PointIo {
   const TrainIoPlan& plan_;
   Communicator& comm_;
   Transformer& model_;
+  const TrainPlan& point_;
   int micro_batch_;
   int seq_;
   uint64_t seed_;
