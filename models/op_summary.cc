@@ -9,7 +9,8 @@ namespace {
 // Means over every rank's measured steps: each op slot, comm_exposed and the step.
 struct OpMeans {
   OpSeconds slots{};
-  double comm_exposed_s = 0;  // outside forward and backward
+  double comm_exposed_s = 0;   // outside forward and backward, pipeline exchanges apart
+  double comm_pipeline_s = 0;  // pipeline exchanges and the waits for them
   double step_s = 0;
 };
 
@@ -20,7 +21,9 @@ OpMeans MeansOf(const std::vector<RankSteps>& ranks) {
     for (const StepRecord& r : rank.steps) {
       if (r.warmup) continue;
       for (int i = 0; i < kOpSlots; ++i) m.slots[i] += r.op_s[i];
-      m.comm_exposed_s += r.comm_exposed_s - r.comm_model_waits_s;  // the waits inside the model are in its kinds
+      // The waits inside the model are in its kinds; the pipeline's have a row of their own.
+      m.comm_exposed_s += r.comm_exposed_s - r.comm_model_waits_s - r.comm_pipeline_s;
+      m.comm_pipeline_s += r.comm_pipeline_s;
       m.step_s += r.step_s;
       ++count;
     }
@@ -28,6 +31,7 @@ OpMeans MeansOf(const std::vector<RankSteps>& ranks) {
   if (count == 0) return m;
   for (double& s : m.slots) s /= static_cast<double>(count);
   m.comm_exposed_s /= static_cast<double>(count);
+  m.comm_pipeline_s /= static_cast<double>(count);
   m.step_s /= static_cast<double>(count);
   return m;
 }
@@ -61,7 +65,8 @@ std::vector<OpRow> SummarizeOpTimes(const std::vector<RankSteps>& ranks, const O
       row.phase = kind == OpKind::kOptimizer ? "step" : backward ? "backward" : "forward";
       row.seconds = m.slots[OpSlot(kind, backward)];
       const OpWork work = WorkOf(shape.config, kind, backward, tokens, shape.seq, shape.bf16, shape.parameter_elements);
-      const double times = kind == OpKind::kOptimizer ? 1.0 : shape.grad_accum;  // per micro-batch, or per step
+      // Per micro-batch over the stages, or per step on a rank's own elements.
+      const double times = kind == OpKind::kOptimizer ? 1.0 : static_cast<double>(shape.grad_accum) / shape.stages;
       row.flops = work.flops * times;
       row.bytes = work.bytes * times;
       SetRates(row, rates);
@@ -70,7 +75,8 @@ std::vector<OpRow> SummarizeOpTimes(const std::vector<RankSteps>& ranks, const O
     }
   }
   rows.push_back(OpRow{"comm_exposed", "step", m.comm_exposed_s});
-  rows.push_back(OpRow{"other", "step", m.step_s - marked - m.comm_exposed_s});
+  if (shape.stages > 1) rows.push_back(OpRow{"comm_pipeline", "step", m.comm_pipeline_s});
+  rows.push_back(OpRow{"other", "step", m.step_s - marked - m.comm_exposed_s - m.comm_pipeline_s});
   for (OpRow& row : rows) row.share = m.step_s > 0 ? row.seconds / m.step_s : 0.0;
   return rows;
 }

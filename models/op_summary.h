@@ -15,7 +15,8 @@ namespace tb {
 
 struct OpRow {
   // OpKindName, "comm_exposed" (what the loop waited for communication outside forward and backward: the waits inside
-  // them, fsdp's gathers, are in the kind that waited) or "other" (the rest).
+  // them, fsdp's gathers, are in the kind that waited), "comm_pipeline" (pipeline parallel's exchanges between stages
+  // and the waits for them, the bubble: only with stages) or "other" (the rest).
   std::string kind;
   std::string phase;  // "forward", "backward", "step"
   double seconds = 0;  // mean per measured step
@@ -34,14 +35,18 @@ struct OpRates {
   double copy_bytes_per_s = 0;  // a device-to-device copy's bytes read + written per second
 };
 
-// What one step of the point did: micro-batches of micro_batch x seq tokens, grad_accum of them.
+// What one step of the point did: micro-batches of micro_batch x seq tokens, grad_accum of them, on each of
+// `stages` pipeline stages of equal layers.
 struct OpShape {
   ModelConfig config;
   int seq = 0;
   int micro_batch = 0;
   int grad_accum = 1;
   bool bf16 = false;
-  double parameter_elements = 0;  // AdamW's elements on a rank
+  double parameter_elements = 0;  // AdamW's elements on a rank (with stages: the mean over the point's ranks)
+  // Pipeline stages: a rank does its stage's share of the model's work (the embeddings on the first, the head on the
+  // last), so the mean over the point's ranks, which the rows' seconds are, is the whole model's work over `stages`.
+  int stages = 1;
 };
 
 std::vector<OpRow> SummarizeOpTimes(const std::vector<RankSteps>& ranks, const OpShape& shape, const OpRates& rates);

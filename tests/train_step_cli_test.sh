@@ -2,7 +2,8 @@
 # train's step options (issue 37): --grad-accum N gives the losses of one batch of N x micro-batch sequences (one rank
 # and two, dp and zero1 and fsdp and tensor parallel), records grad_accum and the step's tokens, and divides strong scaling's global batch
 # by it; --op-times writes a table per point whose rows add up to the step (h5py), prints it within the console width,
-# and is refused with tensor parallel. Bad values: one line, exit 2, no report.
+# gives a pipeline's ranks their stages' work (half of dp's with 2 stages) and a comm_pipeline row, and is refused
+# with tensor parallel. Bad values: one line, exit 2, no report.
 #   train_step_cli_test.sh TRAINBENCH MPIEXEC...
 set -uo pipefail
 tb=$(realpath "$1"); shift; mpi=("$@")
@@ -104,6 +105,35 @@ for row in t:
         assert row["flops"] > 0 and row["tflops"] > 0 and np.isnan(row["GBps"]), row
     if kind in ("layernorm", "embedding", "optimizer"):
         assert row["bytes"] > 0 and row["GBps"] > 0 and np.isnan(row["tflops"]), row
+PY
+# With pipeline stages a rank works on its stage's layers: the rows' work is the mean over the point's ranks (half of
+# dp's over the same replicas with 2 stages), the pipeline's exchanges have their row, and the rows still add up.
+expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --micro-batch 2 --grad-accum 4 --op-times -o ops-dp.h5
+expect_ok "${mpi[@]}" -n 4 "$tb" "${train[@]}" --micro-batch 2 --pipeline-parallel 2 --micro-batches 4 --op-times \
+  -o ops-pp.h5
+expect_out "^ +comm_pipeline +step +[0-9.]+ "
+checks=$((checks + 1))
+/usr/bin/python3 - ops-dp.h5 ops-pp.h5 >"$work/py" 2>&1 <<'PY' || fail "ops-pp.h5's op_times: $(cat "$work/py")"
+import sys, h5py, numpy as np
+def table(path, point):
+    with h5py.File(path, "r") as f:
+        t = f[f"train/{point}/op_times"][()]
+        steps = f[f"train/{point}/steps"][()]
+    return {(r["kind"].decode(), r["phase"].decode()): r for r in t}, t, steps[steps["warmup"] == 0]
+dp, _, _ = table(sys.argv[1], "k2")
+pp, t, measured = table(sys.argv[2], "k4")
+assert ("comm_pipeline", "step") in pp and ("comm_pipeline", "step") not in dp, list(pp)
+assert pp[("comm_pipeline", "step")]["seconds"] > 0
+assert abs(t["seconds"].sum() - measured["step_s"].mean()) < 1e-9, (t["seconds"].sum(), measured["step_s"].mean())
+for key, row in dp.items():
+    if key[0] == "optimizer":
+        # Each stage updates its own parameters, the last one also its copy of wte (tiny: V 4096 x C 128).
+        vc = 4096 * 128
+        total = row["bytes"] / 28
+        assert abs(pp[key]["bytes"] / 28 - (total + vc) / 2) < 1e-6 * total, (pp[key]["bytes"], row["bytes"])
+    elif row["flops"] > 0 or row["bytes"] > 0:
+        assert abs(pp[key]["flops"] * 2 - row["flops"]) <= 1e-9 * row["flops"], (key, pp[key], row)
+        assert abs(pp[key]["bytes"] * 2 - row["bytes"]) <= 1e-9 * row["bytes"], (key, pp[key], row)
 PY
 # Without it: no table, no copy rate.
 checks=$((checks + 1))

@@ -130,7 +130,6 @@ void CheckPipelineFlags(const TrainFlags& f, const TrainIoFlags& io, bool cuda) 
     throw InputError(p + " with --data or checkpoints is not built yet (every stage of a pipeline must read the same "
                      "batches and write its own layers): synthetic tokens, no checkpoints");
   }
-  if (f.op_times) throw InputError(p + " with --op-times is not built yet (its FLOPs and bytes are the whole model's)");
   if (cuda && f.tensor_parallel > 1) {
     throw InputError(p + " with --tensor-parallel on the cuda backend is not built yet (the CUDA tensor parallel "
                      "model holds no stage); on the cpu backend it is");
@@ -151,6 +150,15 @@ AttentionChoice ParseAttention(const std::string& text) {
   if (text == "cudnn") return AttentionChoice::kCudnn;
   if (text == "cublas") return AttentionChoice::kCublas;
   throw InputError("unknown attention '" + text + "' for --attention (accepted: auto|cudnn|cublas)");
+}
+
+// AdamW's elements on a rank, the mean over a point's ranks: the model's (with stages also the last stage's own copy of
+// wte) spread over the stages, and over the replicas where zero1 or fsdp shard them.
+double AdamWElementsPerRank(const ModelConfig& model, const TrainPlan& plan, ParallelMode mode) {
+  const ParameterCount count = CountParameters(model);
+  const double tied_copy = plan.pipeline_parallel > 1 ? static_cast<double>(count.token_embedding) : 0.0;
+  const double per_stage = (static_cast<double>(count.total) + tied_copy) / plan.pipeline_parallel;
+  return mode == ParallelMode::kDp ? per_stage : per_stage / plan.data_parallel;
 }
 
 // What runs the steps on this rank, chosen once for every scaling point.
@@ -559,7 +567,7 @@ void TrainPhase::AddOptions(po::options_description& options) {
       ("op-times", po::bool_switch(&f.op_times),
        "time the model's work by kind (embedding, LayerNorms, attention, MLP, LM head and cross-entropy, AdamW) with "
        "marks on the model's stream (CUDA events, NVTX ranges for a profiler): a table per point, as time, TFLOP/s "
-       "against the measured GEMM rate and GB/s against the measured copy rate (not with --tensor-parallel or --pipeline-parallel yet)")
+       "against the measured GEMM rate and GB/s against the measured copy rate (not with --tensor-parallel yet)")
       ("link-probe", po::value(&f.link_probe)->default_value(f.link_probe),
        "across nodes, before the points: every node pair exchanges this much both ways on each local rank's link, "
        "naming the host whose link is slow (3 nodes or more); 0 or off: no probe");
@@ -960,9 +968,10 @@ bool TrainPhase::RunRepeat(Communicator& comm, const RunPoint& point, bool sever
 // --op-times: the point's table, printed and into its group (rank 0).
 void TrainPhase::AddOpTimes(Group& point_group, const RunPoint& point, const TrainLoopOptions& point_loop,
                             const std::vector<RankSteps>& ranks) const {
+  const TrainPlan& plan = PlanOf(point.k);
   OpShape shape{model_, point_loop.seq, point_loop.micro_batch, point_loop.grad_accum, setup_.backend.cuda};
-  const double elements = static_cast<double>(CountParameters(model_).total);
-  shape.parameter_elements = parallel_ == ParallelMode::kDp ? elements : elements / point.k;  // AdamW's, per rank
+  shape.stages = plan.pipeline_parallel;
+  shape.parameter_elements = AdamWElementsPerRank(model_, plan, parallel_);
   const OpRates rates{setup_.gemm_min, setup_.copy_min};
   const std::vector<OpRow> rows = SummarizeOpTimes(ranks, shape, rates);
   AddOpTimesTable(point_group, rows);
