@@ -226,6 +226,24 @@ expect_out "^#   --gpu-memory 80G, 80.0 GiB: needs [0-9.]+ GiB: does NOT fit"
 expect_ok "$tb" cost --model gpt-70b --gpu-memory 80G --ranks 16 --tensor-parallel 8
 expect_out "tensor parallel 8 \(states and split activations over 8\)$"
 expect_out "^#   weights 15.1 GiB, gradients 15.1 GiB, optimizer 90.6 GiB, activations 8.2 GiB: total 129.0 GiB"
+# Pipeline stages on top: 4 stages hold a quarter of the states each (3.8 GiB of weights); 1F1B keeps 4 micro-batches of
+# stage 0's 20 layers in flight, as many activations as one micro-batch of all 80 layers (8.1 GiB). zero1 over the 2
+# replicas halves the optimizer state.
+expect_ok "$tb" cost --model gpt-70b --gpu-memory 80G --ranks 32 --tensor-parallel 8 --pipeline-parallel 4
+expect_out "tensor parallel 8 .*, 4 pipeline stages of 4 micro-batches: the largest stage's$"
+expect_out "^#   weights 3.8 GiB, gradients 3.8 GiB, optimizer 23.1 GiB, activations 8.1 GiB: total 38.9 GiB"
+expect_out "^#   --gpu-memory 80G, 80.0 GiB: needs 38.9 GiB: fits"
+expect_ok "$tb" cost --model gpt-70b --gpu-memory 80G --ranks 64 --tensor-parallel 8 --pipeline-parallel 4 \
+  --micro-batches 8 --parallel zero1
+expect_out "^#   weights 3.8 GiB, gradients 3.8 GiB, optimizer 11.5 GiB, activations 8.1 GiB: total 27.4 GiB"
+expect_error 2 "--pipeline-parallel 3 does not divide the 32 ranks" -- \
+  "$tb" cost --model gpt-70b --gpu-memory 80G --ranks 32 --pipeline-parallel 3
+expect_error 2 "--pipeline-parallel 4 needs --micro-batches of at least 4" -- \
+  "$tb" cost --model gpt-70b --gpu-memory 80G --ranks 32 --pipeline-parallel 4 --micro-batches 2
+expect_error 2 "--pipeline-parallel 2 with --parallel fsdp is not built" -- \
+  "$tb" cost --model gpt-70b --gpu-memory 80G --ranks 32 --pipeline-parallel 2 --parallel fsdp
+expect_error 2 "--micro-batches goes with --pipeline-parallel" -- \
+  "$tb" cost --model gpt-70b --gpu-memory 80G --micro-batches 4
 expect_error 2 "tensor parallel 8 does not divide 12 ranks" -- \
   "$tb" cost --model gpt-70b --gpu-memory 80G --ranks 12 --tensor-parallel 8
 expect_error 2 "--ranks goes with --model" -- "$tb" cost "$r" --ranks 8 --project 4

@@ -122,6 +122,12 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
        "with --model: the GPUs the mode shards over")
       ("tensor-parallel", Number(&f.model.tensor_parallel, IntRange::Between(1, 1 << 20))->default_value(f.model.tensor_parallel),
        "with --model: groups of T of the --ranks GPUs split the model (Megatron), the mode shards across the groups")
+      ("pipeline-parallel", Number(&f.model.pipeline_parallel, IntRange::Between(1, 4096))
+       ->default_value(f.model.pipeline_parallel),
+       "with --model: the --ranks GPUs in P pipeline stages of L/P layers (1F1B; dp or zero1 across the pipelines): "
+       "the largest stage's memory")
+      ("micro-batches", Number(&f.model.micro_batches, IntRange::AtLeast(1)),
+       "with --pipeline-parallel: micro-batches per step (P: 1F1B holds min(P - s, M) in flight on stage s)")
       ("format", Choice(&f.format, ReportFormatNames())->default_value(f.format),
        "csv and json: the tables of results/README.md (Output of cost)")
       ("html", po::value(&f.html), "also write an HTML page: the reports' plots and the cost per configuration")
@@ -130,9 +136,11 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
                                  Needs("collectives", "project"), Needs("gpus-per-node", "project"),
                                  Needs("inter-node-gbps", "project"), Needs("inter-node-latency-us", "project"),
                                  Needs("history", "prices"), Needs("failure-rate", "history")};
-  for (const char* flag : {"layers", "micro-batch", "seq", "gpu-memory", "parallel", "ranks", "tensor-parallel"}) {
+  for (const char* flag : {"layers", "micro-batch", "seq", "gpu-memory", "parallel", "ranks", "tensor-parallel",
+                           "pipeline-parallel"}) {
     rules.push_back(Needs(flag, "model"));
   }
+  rules.push_back(Needs("micro-batches", "pipeline-parallel"));
   ParseSpec spec;
   spec.rules = rules;
   spec.positional = "reports";

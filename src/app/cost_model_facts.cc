@@ -106,6 +106,24 @@ TensorParallelShape ShapeAt(const ModelConfig& config, const RunMeasurement& m, 
   return shape;
 }
 
+// --model in --pipeline-parallel stages: each stage's estimate as train plans it (its layers' states, the last one's
+// copy of wte, the activations of 1F1B's micro-batches in flight); train's refusals in its words.
+void AddModelStages(MemoryCheck& check, const ModelConfig& config, const ModelFlags& f, int micro_batch, int seq) {
+  const int micro_batches = f.micro_batches > 0 ? f.micro_batches : f.pipeline_parallel;
+  if (f.parallel == "fsdp") {
+    throw InputError("--pipeline-parallel " + std::to_string(f.pipeline_parallel) +
+                     " with --parallel fsdp is not built (train refuses it): dp or zero1 across the pipelines");
+  }
+  const TrainPlan plan =
+      PlanTrainPoint(config, f.ranks, f.tensor_parallel, f.pipeline_parallel, micro_batch, micro_batches, seq, true);
+  for (const StagePlan& s : plan.stages) {
+    check.stages.push_back({s.memory.weights_bytes, s.memory.gradients_bytes, s.memory.optimizer_bytes,
+                            s.memory.activations_bytes, 0});
+  }
+  check.what += Format(", %d pipeline stages of %d micro-batches: the largest stage's", f.pipeline_parallel,
+                       micro_batches);
+}
+
 }  // namespace
 
 MemoryCheck ModelMemoryCheck(const ModelFlags& f) {
@@ -128,6 +146,7 @@ MemoryCheck ModelMemoryCheck(const ModelFlags& f) {
     check.what += Format(", tensor parallel %d (states and split activations over %d)", f.tensor_parallel,
                          f.tensor_parallel);
   }
+  if (f.pipeline_parallel > 1) AddModelStages(check, config, f, micro_batch, seq);
   check.For(f.ranks);  // a bad mode or rank count fails here
   return check;
 }

@@ -19,6 +19,8 @@ struct ModelFlags {
   std::string parallel = "dp";
   int ranks = 1;
   int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int micro_batches = 0;  // 0: as many as stages (1F1B's fewest)
 };
 
 // --model's estimate per GPU in its mode, before calibration. Throws InputError for an unknown preset, or a shape,
