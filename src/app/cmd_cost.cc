@@ -81,6 +81,29 @@ struct CostFlags {
   std::string html;
 };
 
+// --model and the flags that shape its memory fit.
+void AddModelFitOptions(po::options_description& options, ModelFlags& model, std::string& gpu_memory) {
+  options.add_options()
+      ("model", po::value(&model.name), "memory fit of this model (a preset name)")
+      ("layers", Number(&model.layers, IntRange::Between(1, 4096)), "with --model: this many layers of its shape")
+      ("micro-batch", Number(&model.micro_batch, IntRange::AtLeast(1)), "with --model: sequences per GPU per step (1)")
+      ("seq", Number(&model.seq, IntRange::Between(1, 1 << 20)), "with --model: tokens per sequence (the model's)")
+      ("gpu-memory", po::value(&gpu_memory), "with --model: GPU memory to fit in (80G = 80 GiB, 80GB = 80e9 B)")
+      ("parallel", Choice(&model.parallel, {"dp", "zero1", "fsdp"})->default_value(model.parallel),
+       "with --model: the mode to fit (dp: whole model per GPU; zero1: AdamW's state over --ranks; fsdp: "
+       "everything over --ranks, two layers gathered)")
+      ("ranks", Number(&model.ranks, IntRange::Between(1, 1 << 20))->default_value(model.ranks),
+       "with --model: the GPUs the mode shards over")
+      ("tensor-parallel", Number(&model.tensor_parallel, IntRange::Between(1, 1 << 20))->default_value(model.tensor_parallel),
+       "with --model: groups of T of the --ranks GPUs split the model (Megatron), the mode shards across the groups")
+      ("pipeline-parallel", Number(&model.pipeline_parallel, IntRange::Between(1, 4096))
+       ->default_value(model.pipeline_parallel),
+       "with --model: the --ranks GPUs in P pipeline stages of L/P layers (1F1B; dp or zero1 across the pipelines): "
+       "the largest stage's memory")
+      ("micro-batches", Number(&model.micro_batches, IntRange::AtLeast(1)),
+       "with --pipeline-parallel: micro-batches per step (P: 1F1B holds min(P - s, M) in flight on stage s)");
+}
+
 // Parses the flags and the report paths; false after --help.
 bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::variables_map& given) {
   po::options_description options("cost options");
@@ -110,28 +133,11 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
       ("failure-rate", Choice(&f.failure_rate, {"assumed", "measured"})->default_value(f.failure_rate),
        "the retry cost's failure rate: the price file's MTBF (assumed) or --history's (measured, once it has seen "
        "3 failures; every offering takes it)")
-      ("model", po::value(&f.model.name), "memory fit of this model (a preset name)")
-      ("layers", Number(&f.model.layers, IntRange::Between(1, 4096)), "with --model: this many layers of its shape")
-      ("micro-batch", Number(&f.model.micro_batch, IntRange::AtLeast(1)), "with --model: sequences per GPU per step (1)")
-      ("seq", Number(&f.model.seq, IntRange::Between(1, 1 << 20)), "with --model: tokens per sequence (the model's)")
-      ("gpu-memory", po::value(&f.gpu_memory), "with --model: GPU memory to fit in (80G = 80 GiB, 80GB = 80e9 B)")
-      ("parallel", Choice(&f.model.parallel, {"dp", "zero1", "fsdp"})->default_value(f.model.parallel),
-       "with --model: the mode to fit (dp: whole model per GPU; zero1: AdamW's state over --ranks; fsdp: "
-       "everything over --ranks, two layers gathered)")
-      ("ranks", Number(&f.model.ranks, IntRange::Between(1, 1 << 20))->default_value(f.model.ranks),
-       "with --model: the GPUs the mode shards over")
-      ("tensor-parallel", Number(&f.model.tensor_parallel, IntRange::Between(1, 1 << 20))->default_value(f.model.tensor_parallel),
-       "with --model: groups of T of the --ranks GPUs split the model (Megatron), the mode shards across the groups")
-      ("pipeline-parallel", Number(&f.model.pipeline_parallel, IntRange::Between(1, 4096))
-       ->default_value(f.model.pipeline_parallel),
-       "with --model: the --ranks GPUs in P pipeline stages of L/P layers (1F1B; dp or zero1 across the pipelines): "
-       "the largest stage's memory")
-      ("micro-batches", Number(&f.model.micro_batches, IntRange::AtLeast(1)),
-       "with --pipeline-parallel: micro-batches per step (P: 1F1B holds min(P - s, M) in flight on stage s)")
       ("format", Choice(&f.format, ReportFormatNames())->default_value(f.format),
        "csv and json: the tables of results/README.md (Output of cost)")
-      ("html", po::value(&f.html), "also write an HTML page: the reports' plots and the cost per configuration")
-      ("help,h", "show this help");
+      ("html", po::value(&f.html), "also write an HTML page: the reports' plots and the cost per configuration");
+  AddModelFitOptions(options, f.model, f.gpu_memory);
+  options.add_options()("help,h", "show this help");
   std::vector<FlagRule> rules = {Excludes("train-tokens", "train-steps"), Needs("deadline-hours", "prices"),
                                  Needs("collectives", "project"), Needs("gpus-per-node", "project"),
                                  Needs("inter-node-gbps", "project"), Needs("inter-node-latency-us", "project"),
