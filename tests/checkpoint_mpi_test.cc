@@ -1,7 +1,8 @@
 // Checkpoints under mpiexec: bit-exact round trips (sync, async, emulated device buffers), keep-K pruning, the
 // newest complete checkpoint, other world sizes on resume, every kind of bad checkpoint as one agreed
-// InputError, and disk full on a small tmpfs (warn goes on, fail throws on every rank, the previous checkpoint
-// still loads).
+// InputError, disk full on a small tmpfs (warn goes on, fail throws on every rank, the previous checkpoint
+// still loads), and checkpoints in parts (ranks holding different state): round trips, another number of replicas,
+// another layout refused, a part's missing slice.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <sys/mount.h>
@@ -148,8 +149,8 @@ CheckpointOptions Options(const std::string& dir, CheckpointMode mode = Checkpoi
 }
 
 LoadedCheckpoint Load(const std::string& path, TestState& state, MPI_Comm comm = MPI_COMM_WORLD,
-                      uint64_t chunk = 64ull << 20) {
-  return LoadCheckpoint(comm, path, state.Buffers(), "test-model d=8 layers=2", state.Copier(), chunk);
+                      uint64_t chunk = 64ull << 20, CheckpointPart part = {}) {
+  return LoadCheckpoint(comm, path, state.Buffers(), "test-model d=8 layers=2", state.Copier(), chunk, part);
 }
 
 // Every rank got the same one-line InputError containing `expected`.
@@ -506,13 +507,25 @@ TEST(Checkpoint, ManifestFormatRoundTrip) {
   m.world_size = 2;
   m.model_fingerprint = "gpt2-124m  layers=12";
   m.total_bytes = 30;
-  m.buffers = {{"params", 10}, {"adam_m", 20}};
+  m.parts = {{0, 30, {{"params", 10}, {"adam_m", 20}}, 0, 2}};
   m.values = {{"seed", "1 2 3"}, {"empty", ""}};
   m.files = {{"rank-00000.bin", 0, 15, 0xdeadbeef}, {"rank-00001.bin", 15, 30, 7}};
-  const checkpoint::Manifest back = checkpoint::ParseManifest(checkpoint::FormatManifest(m), "m");
+  // One part is format version 1, byte for byte as trainbench wrote it before checkpoints had parts (the checksum
+  // line covers the text before it, so equal text means an equal file).
+  const std::string text = checkpoint::FormatManifest(m);
+  EXPECT_EQ(text.substr(0, text.find("end\n") + 4),
+            "# trainbench checkpoint: complete because this file exists; each file holds the byte range [begin, end)\n"
+            "# of the buffers laid end to end; file lines: name begin end bytes crc32c\n"
+            "format trainbench-checkpoint 1\nstep 123\nworld_size 2\nmodel_fingerprint gpt2-124m  layers=12\n"
+            "total_bytes 30\nbuffer params 10\nbuffer adam_m 20\nmeta empty \nmeta seed 1 2 3\n"
+            "file rank-00000.bin 0 15 15 deadbeef\nfile rank-00001.bin 15 30 15 00000007\nend\n");
+  const checkpoint::Manifest back = checkpoint::ParseManifest(text, "m");
   EXPECT_EQ(back.step, 123);
   EXPECT_EQ(back.model_fingerprint, m.model_fingerprint);
-  EXPECT_EQ(back.buffers, m.buffers);
+  ASSERT_EQ(back.parts.size(), 1u);
+  EXPECT_EQ(back.parts[0].buffers, m.parts[0].buffers);
+  EXPECT_EQ(back.parts[0].bytes, 30u);
+  EXPECT_EQ(back.parts[0].file_count, 2u);
   EXPECT_EQ(back.values, m.values);
   ASSERT_EQ(back.files.size(), 2u);
   EXPECT_EQ(back.files[0].crc32c, 0xdeadbeefu);
@@ -520,6 +533,218 @@ TEST(Checkpoint, ManifestFormatRoundTrip) {
   m.files[1].begin = 16;  // a gap between slices
   EXPECT_NE(InputErrorOf([&] { checkpoint::ParseManifest(checkpoint::FormatManifest(m), "m"); }).find("starting at byte 15"),
             std::string::npos);
+}
+
+// A manifest of three parts (pipeline stages x tensor ranks) with 2, 1 and 1 replicas: format version 2, each part's
+// bytes and buffers, its slice files laid after the parts before it.
+checkpoint::Manifest ThreeParts() {
+  checkpoint::Manifest m;
+  m.step = 7;
+  m.world_size = 4;
+  m.model_fingerprint = "tiny";
+  m.total_bytes = 60;
+  m.parts = {{0, 30, {{"params", 10}, {"adam_m", 20}}, 0, 2},
+             {30, 20, {{"params", 5}, {"adam_m", 15}}, 2, 1},
+             {50, 10, {{"params", 10}}, 3, 1}};
+  m.files = {{"part-00000-slice-00000.bin", 0, 15, 1},
+             {"part-00000-slice-00001.bin", 15, 30, 2},
+             {"part-00001-slice-00000.bin", 30, 50, 3},
+             {"part-00002-slice-00000.bin", 50, 60, 4}};
+  return m;
+}
+
+TEST(Checkpoint, PartsManifestRoundTrip) {
+  checkpoint::Manifest m = ThreeParts();
+  const std::string text = checkpoint::FormatManifest(m);
+  EXPECT_NE(text.find("format trainbench-checkpoint 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("parts 3\npart 0 30\npart_buffer 0 params 10\npart_buffer 0 adam_m 20\npart 1 20\n"),
+            std::string::npos)
+      << text;
+  const checkpoint::Manifest back = checkpoint::ParseManifest(text, "m");
+  ASSERT_EQ(back.parts.size(), 3u);
+  for (size_t p = 0; p < 3; ++p) {
+    EXPECT_EQ(back.parts[p].begin, m.parts[p].begin) << p;
+    EXPECT_EQ(back.parts[p].bytes, m.parts[p].bytes) << p;
+    EXPECT_EQ(back.parts[p].buffers, m.parts[p].buffers) << p;
+    EXPECT_EQ(back.parts[p].first_file, m.parts[p].first_file) << p;
+    EXPECT_EQ(back.parts[p].file_count, m.parts[p].file_count) << p;
+  }
+  // A part without its slice: the manifest does not describe a whole checkpoint.
+  m.files.erase(m.files.begin() + 2);
+  m.world_size = 3;
+  EXPECT_NE(InputErrorOf([&] { checkpoint::ParseManifest(checkpoint::FormatManifest(m), "m"); })
+                .find("file line 2 is not part-00001-slice-00000.bin starting at byte 30"),
+            std::string::npos);
+  m = ThreeParts();
+  m.parts[1].buffers[1].second = 16;  // buffers that do not make up the part
+  EXPECT_NE(InputErrorOf([&] { checkpoint::ParseManifest(checkpoint::FormatManifest(m), "m"); })
+                .find("part 1's buffer sizes do not add up to its bytes"),
+            std::string::npos);
+}
+
+TEST(Checkpoint, LayOutSlicesSharesEachPartAmongItsReplicas) {
+  // Ranks 0 and 2 hold part 0 (12 bytes), ranks 1 and 3 part 1 (7 bytes): tensor parallel innermost.
+  const checkpoint::SliceLayout layout = checkpoint::LayOutSlices({0, 1, 0, 1}, {12, 7, 12, 7}, 2);
+  EXPECT_EQ(layout.total_bytes, 19u);
+  ASSERT_EQ(layout.files.size(), 4u);
+  EXPECT_EQ(layout.files[layout.file_of_rank[2]].name, "part-00000-slice-00001.bin");
+  EXPECT_EQ(layout.files[layout.file_of_rank[2]].begin, 6u);
+  EXPECT_EQ(layout.files[layout.file_of_rank[1]].name, "part-00001-slice-00000.bin");
+  EXPECT_EQ(layout.files[layout.file_of_rank[1]].begin, 12u);
+  EXPECT_EQ(layout.files[layout.file_of_rank[3]].end, 19u);
+  // One part: the data parallel names, rank by rank.
+  EXPECT_EQ(checkpoint::LayOutSlices({0, 0}, {5, 5}, 1).files[1].name, "rank-00001.bin");
+  EXPECT_NE(InputErrorOf([] { checkpoint::LayOutSlices({0, 0}, {5, 5}, 2); }).find("no rank holds part 1"),
+            std::string::npos);
+  EXPECT_NE(InputErrorOf([] { checkpoint::LayOutSlices({0, 0}, {5, 6}, 1); }).find("both hold part 0"),
+            std::string::npos);
+}
+
+// Part `part`'s state: its own sizes and bytes, the same on each of its replicas.
+TestState PartState(int part) {
+  TestState state({1001u + 40u * part, 4099u - 7u * part, 777u + 3u * part});
+  state.Fill(20 + part);
+  return state;
+}
+
+// Two parts, rank r holding part r % 2 (tensor parallel innermost): at 4 ranks each part has two replicas.
+CheckpointPart HalfPart() { return {Rank() % 2, 2}; }
+
+TEST(Checkpoint, PartsRoundTripIsBitExact) {
+  for (CheckpointMode mode : {CheckpointMode::kSync, CheckpointMode::kAsync}) {
+    SharedTempDir root;
+    TestState state = PartState(HalfPart().index);
+    const TestState saved = state;
+    CheckpointOptions options = Options(root.path(), mode);
+    options.part = HalfPart();
+    options.verify = true;
+    {
+      Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+      EXPECT_EQ(checkpointer.state_bytes(), 5877u + 5913u);  // both parts
+      checkpointer.Save(Meta(3));
+      checkpointer.Drain();
+      ASSERT_EQ(checkpointer.events().size(), 1u);
+      EXPECT_TRUE(checkpointer.events()[0].ok) << checkpointer.events()[0].error;
+    }
+    const std::string step_dir = root / "step-00000003";
+    std::vector<std::string> expected = {"manifest.txt"};
+    for (int part = 0; part < 2; ++part) {
+      for (int slice = 0; slice < Size() / 2; ++slice) expected.push_back(checkpoint::PartFileName(part, slice));
+    }
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(Entries(step_dir), expected);
+    const std::string manifest = checkpoint::ReadTextFile(step_dir + "/manifest.txt", "manifest");
+    EXPECT_NE(manifest.find("parts 2\npart 0 5877\n"), std::string::npos) << manifest;
+    EXPECT_NE(manifest.find("part 1 5913\npart_buffer 1 params 1041\n"), std::string::npos) << manifest;
+
+    state.Clear();
+    const LoadedCheckpoint loaded = Load(root.path(), state, MPI_COMM_WORLD, 500, HalfPart());
+    EXPECT_EQ(state.data, saved.data) << CheckpointModeName(mode);
+    EXPECT_EQ(loaded.bytes, HalfPart().index == 0 ? 5877u : 5913u);
+    EXPECT_EQ(loaded.saved_world_size, Size());
+  }
+}
+
+TEST(Checkpoint, PartsLoadWithAnotherNumberOfReplicas) {
+  SharedTempDir root;
+  {
+    TestState state = PartState(HalfPart().index);
+    CheckpointOptions options = Options(root.path());
+    options.part = HalfPart();
+    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+    checkpointer.Save(Meta(1));
+  }
+  // The first two ranks: one replica of each part (at 4 ranks, half the replicas that wrote it).
+  MPI_Comm pair = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, Rank() < 2 ? 0 : MPI_UNDEFINED, Rank(), &pair);
+  if (pair != MPI_COMM_NULL) {
+    TestState state = PartState(Rank() % 2);
+    const TestState saved = state;
+    state.Clear();
+    const LoadedCheckpoint info = Load(root.path(), state, pair, 333, {Rank() % 2, 2});
+    EXPECT_EQ(state.data, saved.data);
+    EXPECT_EQ(info.read_bytes, info.bytes);  // the only replica reads its part's every file
+    MPI_Comm_free(&pair);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Checkpoint, AnotherLayoutIsRefused) {
+  SharedTempDir root;
+  TestState state = PartState(HalfPart().index);
+  CheckpointOptions options = Options(root / "two");
+  options.part = HalfPart();
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+    checkpointer.Save(Meta(1));
+  }
+  TestState whole;
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, Options(root / "one"), whole.Buffers(), whole.Copier());
+    checkpointer.Save(Meta(1));
+  }
+  ExpectAgreedInputError(InputErrorOf([&] { Load(root / "two", whole); }),
+                         "holds the state in 2 parts, this run in 1 part (one per pipeline stage and tensor "
+                         "parallel rank): resume with the same layout");
+  ExpectAgreedInputError(InputErrorOf([&] { Load(root / "one", state, MPI_COMM_WORLD, 1000, HalfPart()); }),
+                         "holds the state in 1 part, this run in 2 parts");
+  // The parts swapped: each rank's part holds the other's buffers.
+  TestState swapped = PartState(1 - HalfPart().index);
+  ExpectAgreedInputError(InputErrorOf([&] { Load(root / "two", swapped, MPI_COMM_WORLD, 1000, HalfPart()); }),
+                         " part 0 of 2 parts holds params 1001 B, adam_m 4099 B, adam_v 777 B; this run has params 1041 B");
+}
+
+TEST(Checkpoint, MissingPartSliceIsRefused) {
+  SharedTempDir root;
+  TestState state = PartState(HalfPart().index);
+  CheckpointOptions options = Options(root.path());
+  options.part = HalfPart();
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+    checkpointer.Save(Meta(1));
+  }
+  const std::string victim = root / "step-00000001/part-00001-slice-00000.bin";
+  OnRankZero([&] { fs::remove(victim); });
+  ExpectAgreedInputError(InputErrorOf([&] { Load(root.path(), state, MPI_COMM_WORLD, 1000, HalfPart()); }),
+                         "checkpoint file " + victim);
+}
+
+// A replica of part 1 cannot write its slice: the checkpoint never gets a manifest, so it does not exist.
+TEST(Checkpoint, PartSliceThatFailsLeavesNoCheckpoint) {
+  SharedTempDir root;
+  TestState state = PartState(HalfPart().index);
+  DeviceCopier copier = state.Copier();
+  copier.to_host = [&](void* host, const void* device, uint64_t bytes) {
+    if (Rank() == Size() - 1) throw RuntimeError("emulated device error");
+    std::memcpy(host, device, bytes);
+  };
+  CheckpointOptions options = Options(root.path());
+  options.part = HalfPart();
+  options.on_error = CheckpointErrorPolicy::kWarn;
+  {
+    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), copier);
+    checkpointer.Save(Meta(1));
+    ASSERT_EQ(checkpointer.events().size(), 1u);
+    EXPECT_FALSE(checkpointer.events()[0].ok);
+    EXPECT_NE(checkpointer.events()[0].error.find("emulated device error"), std::string::npos);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_TRUE(Entries(root.path()).empty());
+  EXPECT_NE(InputErrorOf([&] { ResolveCheckpoint(root.path()); }).find("holds no complete checkpoint"),
+            std::string::npos);
+}
+
+TEST(Checkpoint, PartsWithoutARankOrWithOtherStateAreRefused) {
+  SharedTempDir root;
+  TestState state = PartState(HalfPart().index);
+  CheckpointOptions options = Options(root.path());
+  options.part = {Rank(), Size() + 1};
+  ExpectAgreedInputError(InputErrorOf([&] { Checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier()); }),
+                         "no rank holds part " + std::to_string(Size()));
+  TestState other = PartState(Rank());  // replicas of one part with different sizes
+  options.part = {};
+  ExpectAgreedInputError(InputErrorOf([&] { Checkpointer(MPI_COMM_WORLD, options, other.Buffers(), other.Copier()); }),
+                         "both hold part 0");
 }
 
 // A copier whose device-to-host copy fails on one rank: that rank's slice write fails, every rank learns it.

@@ -2,8 +2,9 @@
 # train --pipeline-parallel P --micro-batches M (issue 38): Megatron's 1F1B over P stages gives the losses of data
 # parallel over the same replicas with --grad-accum M (2 stages on 4 ranks, dp and zero1 across the pipelines; 3 stages
 # on 3 ranks; tensor parallel 2 inside 2 stages), and reports the bubble next to (P-1)/(M+P-1), the bytes sent between
-# stages next to theory, a row per stage and the pipeline's share of the stall budget (h5py). Bad values: one line,
-# exit 2, no report.
+# stages next to theory, a row per stage and the pipeline's share of the stall budget (h5py). Checkpoints of 2 stages
+# (and of 2 stages x 2 tensor ranks) resume bit-exactly, sync and async, and a resume with another layout is refused.
+# Bad values: one line, exit 2, no report.
 #   pipeline_cli_test.sh TRAINBENCH MPIEXEC...
 set -uo pipefail
 tb=$(realpath "$1"); shift; mpi=("$@")
@@ -94,6 +95,83 @@ with h5py.File(sys.argv[1], "r") as f:
     assert sorted(set(steps["tokens"])) == [49, 50], set(steps["tokens"])
 ' uneven.h5 2>"$work/py" || fail "uneven.h5: $(cat "$work/py")"
 
+# --- checkpoints of stages and tensor ranks: a resume is bit-exact ----------------------------------------------------
+# 10 steps (2 warm-up and 8 measured, as train_io_cli_test.sh runs dp) with a checkpoint at 5, resumed from 5 to 10,
+# equal 10 uninterrupted steps: the step-10 checkpoints hold the same bytes (every part's slices, one manifest) and
+# rank 0's losses of steps 5..9 are the same numbers.
+ckpt=(train --model tiny --seq 32 --micro-batch 2 --lr 0.01 --warmup-steps 2 --steps 8)
+# same_resume A B A.h5 B.h5: the step-10 checkpoints of A and B are equal byte for byte, manifests included, and B's
+# losses (steps 5..9) are A's.
+same_resume() {
+  checks=$((checks + 1))
+  local f names
+  names=$(cd "$1/step-00000010" && ls)
+  [[ $names == "$(cd "$2/step-00000010" && ls)" ]] || { fail "$1 vs $2: other files: $names"; return; }
+  for f in "$1"/step-00000010/*; do
+    cmp -s "$f" "$2/step-00000010/$(basename "$f")" || { fail "resume not bit-exact: $f differs"; return; }
+  done
+  /usr/bin/python3 - "$3" "$4" >"$work/py" 2>&1 <<'PY' || fail "$3 vs $4: $(cat "$work/py")"
+import sys, h5py
+def losses(path):
+    with h5py.File(path, "r") as f:
+        steps = f["train/k4/steps"][()]
+        mine = steps[steps["rank"] == 0]
+        return {int(s): float(l) for s, l in zip(mine["step"], mine["loss"]) if s >= 5}
+full, resumed = losses(sys.argv[1]), losses(sys.argv[2])
+assert sorted(resumed) == [5, 6, 7, 8, 9] and full == resumed, (full, resumed)
+PY
+}
+for layout in "pp --pipeline-parallel 2" "tp-pp --tensor-parallel 2 --pipeline-parallel 2"; do
+  read -r name flags <<<"$layout"
+  for mode in sync async; do
+    a=$name-$mode-a b=$name-$mode-b
+    # shellcheck disable=SC2086  # the layout's flags are words
+    expect_ok "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" $flags --micro-batches 4 --checkpoint-dir $a --checkpoint-every 5 \
+      --checkpoint-mode $mode -o $a.h5
+    # shellcheck disable=SC2086
+    expect_ok "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" $flags --micro-batches 4 --checkpoint-dir $b --checkpoint-every 5 \
+      --checkpoint-mode $mode --resume $a/step-00000005 -o $b.h5
+    expect_out "^# resumed from .*step-00000005: step 5"
+    same_resume $a $b $a.h5 $b.h5
+  done
+done
+# The checkpoint's parts: 2 stages x 2 replicas (pp), 2 stages x 2 tensor ranks (tp-pp); one manifest for them all.
+checks=$((checks + 1))
+[[ $(cd pp-sync-a/step-00000010 && ls | tr '\n' ' ') == "manifest.txt part-00000-slice-00000.bin part-00000-slice-00001.bin part-00001-slice-00000.bin part-00001-slice-00001.bin " ]] ||
+  fail "pp: files $(ls pp-sync-a/step-00000010)"
+grep -q "^parts 2$" pp-sync-a/step-00000010/manifest.txt || fail "pp: no 'parts 2' in the manifest"
+grep -q "^parts 4$" tp-pp-sync-a/step-00000010/manifest.txt || fail "tp-pp: no 'parts 4' in the manifest"
+grep -q "^meta pipeline_parallel 2$" pp-sync-a/step-00000010/manifest.txt || fail "pp: pipeline_parallel not recorded"
+# --checkpoint-keep prunes a pipeline's checkpoints as a dp run's.
+expect_ok "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --pipeline-parallel 2 --micro-batches 4 --checkpoint-dir kept \
+  --checkpoint-keep 1 --checkpoint-every 2 --checkpoint-verify -o kept.h5
+checks=$((checks + 1))
+[[ $(ls kept) == step-00000010 ]] || fail "--checkpoint-keep 1: $(ls kept)"
+
+# A resume with another layout is refused before any work, naming the flag.
+expect_error 2 "checkpoint 'pp-sync-a/step-00000005' was written with --pipeline-parallel 2, this run has --pipeline-parallel 1; resume with the same value" -- \
+  "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --grad-accum 4 --resume pp-sync-a/step-00000005 -o refused.h5
+expect_error 2 "was written with --tensor-parallel 2, this run has --tensor-parallel 1;" -- \
+  "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --pipeline-parallel 2 --micro-batches 4 --resume tp-pp-sync-a/step-00000005 \
+  -o refused.h5
+# A checkpoint of data parallel (one part), even one of a trainbench before this flag was recorded, is not a pipeline's.
+expect_ok "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --grad-accum 4 --checkpoint-dir dp --checkpoint-every 5 --quiet
+grep -v '^meta pipeline_parallel \|^meta tensor_parallel \|^crc32c ' dp/step-00000005/manifest.txt | /usr/bin/python3 -c '
+import sys
+text = sys.stdin.buffer.read()
+crc = 0xFFFFFFFF
+for byte in text:
+    crc ^= byte
+    for _ in range(8):
+        crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+sys.stdout.buffer.write(text + b"crc32c %08x\n" % (crc ^ 0xFFFFFFFF))' >older-manifest.txt
+mv older-manifest.txt dp/step-00000005/manifest.txt
+expect_error 2 "was written with --pipeline-parallel 1, this run has --pipeline-parallel 2;" -- \
+  "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --pipeline-parallel 2 --micro-batches 4 --resume dp/step-00000005 -o refused.h5
+expect_ok "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --grad-accum 4 --resume dp/step-00000005 --quiet
+checks=$((checks + 1))
+grep -q "does not record" "$work/out" && fail "an older dp checkpoint's layout is known, not assumed: $(cat "$work/out")"
+
 # --- bad input: one line, exit 2, no report ------------------------------------------------------------------------
 expect_error 2 "--pipeline-parallel 3 does not divide the model's 2 layers" -- \
   "${mpi[@]}" -n 3 "$tb" "${train[@]}" --pipeline-parallel 3 --micro-batches 3 -o refused.h5
@@ -103,13 +181,12 @@ expect_error 2 "--pipeline-parallel 2 needs --micro-batches of at least 2" -- \
   "${mpi[@]}" -n 2 "$tb" "${train[@]}" --pipeline-parallel 2 -o refused.h5
 expect_error 2 "--pipeline-parallel 2 with --parallel fsdp is not built yet" -- \
   "${mpi[@]}" -n 2 "$tb" "${train[@]}" --pipeline-parallel 2 --micro-batches 2 --parallel fsdp -o refused.h5
-expect_error 2 "--pipeline-parallel 2 with --data or checkpoints is not built yet" -- \
-  "${mpi[@]}" -n 2 "$tb" "${train[@]}" --pipeline-parallel 2 --micro-batches 2 --checkpoint-every 1 \
-  --checkpoint-dir ckpt -o refused.h5
+expect_error 2 "--pipeline-parallel 2 with --data is not built yet" -- \
+  "${mpi[@]}" -n 2 "$tb" "${train[@]}" --pipeline-parallel 2 --micro-batches 2 --data tokens -o refused.h5
 expect_error 2 "--micro-batches and --grad-accum both count" -- \
   "${mpi[@]}" -n 2 "$tb" "${train[@]}" --pipeline-parallel 2 --micro-batches 2 --grad-accum 2 -o refused.h5
 expect_error 2 "micro-batches" -- "$tb" "${train[@]}" --micro-batches 2 -o refused.h5
 checks=$((checks + 1))
-[[ ! -e refused.h5 && ! -e ckpt ]] || fail "a refused run left refused.h5 or ckpt"
+[[ ! -e refused.h5 ]] || fail "a refused run left refused.h5"
 
 finish pipeline_cli_test

@@ -111,9 +111,9 @@ void CheckTensorParallelFlags(const TrainFlags& f, const TrainIoFlags& io, const
   const std::string gap = TensorParallelModeGap(f.parallel, f.tensor_parallel, cuda);
   if (!gap.empty()) throw InputError(t + " " + gap);
   if (f.op_times) throw InputError(t + " with --op-times is not built yet (the tensor parallel models do not mark)");
-  if (io.checkpoint_every > 0 || !io.resume.empty() || !io.data_dir.empty()) {
-    throw InputError(t + " with --data or checkpoints is not built yet (every rank of a group must read the same "
-                     "batches and write its own slices): synthetic tokens, no checkpoints");
+  if (!io.data_dir.empty()) {
+    throw InputError(t + " with --data is not built yet (every rank of a group must read the same batches): "
+                     "synthetic tokens");
   }
   CheckTensorParallelStep(model, f.tensor_parallel, f.micro_batch, seq, cuda);
 }
@@ -126,9 +126,9 @@ void CheckPipelineFlags(const TrainFlags& f, const TrainIoFlags& io, bool cuda) 
   if (f.parallel == "fsdp") {
     throw InputError(p + " with --parallel fsdp is not built yet (fsdp across the pipelines): dp or zero1");
   }
-  if (io.checkpoint_every > 0 || !io.resume.empty() || !io.data_dir.empty()) {
-    throw InputError(p + " with --data or checkpoints is not built yet (every stage of a pipeline must read the same "
-                     "batches and write its own layers): synthetic tokens, no checkpoints");
+  if (!io.data_dir.empty()) {
+    throw InputError(p + " with --data is not built yet (every stage of a pipeline must read the same batches): "
+                     "synthetic tokens");
   }
   if (cuda && f.tensor_parallel > 1) {
     throw InputError(p + " with --tensor-parallel on the cuda backend is not built yet (the CUDA tensor parallel "
@@ -204,7 +204,10 @@ TrajectoryOf TrainTrajectory(const TrainFlags& f, int seq, bool cuda, bool weak,
          std::to_string(micro_batch)},
         {"grad_accum", "--grad-accum", std::to_string(f.grad_accum)},
         {"lr", "--lr", Format("%.9g", f.learning_rate)},
-        {"data_seed", "--seed", std::to_string(f.seed)}};
+        {"data_seed", "--seed", std::to_string(f.seed)},
+        // Which part of the state each rank holds; older checkpoints were all written without either.
+        {"tensor_parallel", "--tensor-parallel", std::to_string(f.tensor_parallel), "1"},
+        {"pipeline_parallel", "--pipeline-parallel", std::to_string(f.pipeline_parallel), "1"}};
     for (const ScalingPointPlan& point : points) {
       if (!cuda && point.k == ranks) {
         options.push_back({"allreduce", "--allreduce", point.hierarchical ? "hierarchical" : "flat"});
@@ -524,7 +527,7 @@ void AddParallelOptions(po::options_description& options, TrainFlags& f) {
        "LayerNorm, LM head and loss with the last), outermost over the ranks (stage s on ranks [s k/P, (s+1) k/P), "
        "so that stages span nodes); Megatron's 1F1B schedule over --micro-batches, activations and their gradients "
        "sent point to point between neighbouring stages; dp or zero1 across the pipelines, tensor parallel inside "
-       "each stage (synthetic tokens, no checkpoints)")
+       "each stage (synthetic tokens)")
       ("micro-batches", Number(&f.micro_batches, IntRange::Between(1, kMaxGradAccum)),
        "pipeline parallel: micro-batches of --micro-batch sequences per optimizer step, M >= P (gradient "
        "accumulation, as --grad-accum: give one of the two)")

@@ -165,16 +165,21 @@ Trajectory ModelTrajectory(const std::string& fingerprint) {
 }
 
 // Refuses (InputError naming the option and both values) the first of `ours` that the checkpoint recorded with
-// another value. Returns the flags of those it does not record (an older trainbench wrote it), comma-separated.
+// another value, or, where it does not record it, was known to be written with another (TrajectoryOption::older).
+// Returns the flags of those it does not record and nothing is known of (an older trainbench wrote it),
+// comma-separated.
 std::string CompareTrajectory(const std::string& dir, const std::map<std::string, std::string>& saved,
                               const Trajectory& ours) {
   std::string unchecked;
   for (const TrajectoryOption& option : ours) {
     const auto it = saved.find(option.key);
-    if (it == saved.end()) {
+    if (it == saved.end() && option.older.empty()) {
       unchecked += (unchecked.empty() ? "" : ", ") + option.flag;
-    } else if (it->second != option.value) {
-      throw InputError("--resume: checkpoint '" + dir + "' was written with " + Describe(option.flag, it->second) +
+      continue;
+    }
+    const std::string& written = it == saved.end() ? option.older : it->second;
+    if (written != option.value) {
+      throw InputError("--resume: checkpoint '" + dir + "' was written with " + Describe(option.flag, written) +
                        ", this run has " + Describe(option.flag, option.value) + "; resume with the same value");
     }
   }
@@ -359,7 +364,7 @@ bool PointIo::CheckpointWriting() const { return checkpointer_ && checkpointer_-
 void PointIo::Resume(TrainLoopOptions& loop) {
   try {
     resumed_ = LoadCheckpoint(comm_.host_comm(), plan_.resume_dir, StateOf(model_), ModelFingerprint(model_.config()),
-                              CopierFor(model_));
+                              CopierFor(model_), kCheckpointGatherChunkBytes, Part());
   } catch (const InputError& e) {
     throw SharedError(e, comm_.rank() == 0);  // every rank found the same problem: one line
   }
@@ -409,7 +414,12 @@ void PointIo::OpenCheckpointer() {
   o.on_error = plan_.on_error;
   o.verify = flags_.checkpoint_verify;
   o.deferred_snapshot = true;  // the loop calls BeforeUpdate before each optimizer step
+  o.part = Part();
   checkpointer_ = std::make_unique<Checkpointer>(comm_.host_comm(), o, StateOf(model_), CopierFor(model_));
+}
+
+CheckpointPart PointIo::Part() const {
+  return {point_.DataGroup(comm_.rank()), point_.tensor_parallel * point_.pipeline_parallel};
 }
 
 void PointIo::Save(int step) {

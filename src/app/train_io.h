@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint.h"
@@ -50,9 +51,14 @@ std::vector<FlagRule> TrainIoFlagRules();
 // An option that determines the trajectory (the numbers every step computes): recorded in each checkpoint's
 // manifest and compared on --resume, so that a continuation that cannot be bit-identical is refused by name.
 struct TrajectoryOption {
+  TrajectoryOption(std::string key, std::string flag, std::string value, std::string older = "")
+      : key(std::move(key)), flag(std::move(flag)), value(std::move(value)), older(std::move(older)) {}
+
   std::string key;    // manifest key (a "meta KEY VALUE" line)
   std::string flag;   // how the user sets it: "--micro-batch"; a noun ("ranks") reads "2 ranks"
   std::string value;  // this run's, as text; "" = not given ("no --data"), "on" = a switch given
+  std::string older;  // what a checkpoint that does not record it was written with, where that is known (older
+                      // trainbench checkpointed only with it); "" = unknown: assumed equal, and said so
 };
 using Trajectory = std::vector<TrajectoryOption>;
 // The run's trajectory options at a scaling point of `ranks` ranks taking `micro_batch` sequences each.
@@ -137,6 +143,8 @@ class PointIo {
   void OpenLoader();
   void OpenCheckpointer();
   void Save(int step);
+  // This rank's part of a checkpoint: the ranks holding its stage and tensor rank (its data parallel replicas).
+  CheckpointPart Part() const;
   // The parts of AddToReport, each collective; `group` is null on ranks other than the point's first.
   void AddSharesToReport(Group* group, const std::vector<StepRecord>& records);
   void AddLoaderToReport(Group* group);

@@ -180,15 +180,61 @@ Checkpointer::Checkpointer(MPI_Comm comm, CheckpointOptions options, std::vector
     }
     if (rank_ == 0) PrepareCheckpointDir(options_.dir);
   });
-  TB_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
   for (const StateBuffer& buffer : buffers_) total_bytes_ += buffer.bytes;
-  slice_begin_ = checkpoint::SliceBegin(total_bytes_, rank_, size_);
-  slice_end_ = checkpoint::SliceBegin(total_bytes_, rank_ + 1, size_);
+  LayOutParts(comm);
+  TB_CHECK_MPI(MPI_Comm_dup(comm, &comm_));
   if (options_.mode == CheckpointMode::kAsync) {
     snapshot_ = std::make_unique<HostMemory>(slice_bytes(), copier_);
   } else if (std::any_of(buffers_.begin(), buffers_.end(), [](const StateBuffer& b) { return b.on_device; })) {
     staging_ = std::make_unique<HostMemory>(options_.block_bytes, copier_);
   }
+}
+
+void Checkpointer::LayOutParts(MPI_Comm comm) {
+  struct Held {
+    int32_t part, count;
+    uint64_t bytes;
+  };
+  const Held mine{options_.part.index, options_.part.count, total_bytes_};
+  std::vector<Held> held(static_cast<size_t>(size_));
+  TB_CHECK_MPI(MPI_Allgather(&mine, sizeof(Held), MPI_BYTE, held.data(), sizeof(Held), MPI_BYTE, comm));
+  std::vector<std::string> names;
+  for (const StateBuffer& buffer : buffers_) names.push_back(buffer.name);
+  std::vector<uint64_t> bytes;
+  for (const StateBuffer& buffer : buffers_) bytes.push_back(buffer.bytes);
+  const std::vector<std::vector<std::string>> all_names = GatherStringLists(comm, names);
+  const std::vector<std::vector<uint64_t>> all_bytes = GatherRecords(comm, bytes);
+  layout_ = std::make_unique<checkpoint::SliceLayout>();
+  AgreeOnStep(comm, [&] {
+    std::vector<int> part_of_rank;
+    std::vector<uint64_t> part_bytes;
+    for (const Held& h : held) {
+      if (h.count != options_.part.count) {
+        throw InputError("checkpoint: the ranks disagree on the number of parts (" + std::to_string(h.count) + " and " +
+                         std::to_string(options_.part.count) + ")");
+      }
+      part_of_rank.push_back(h.part);
+      part_bytes.push_back(h.bytes);
+    }
+    *layout_ = checkpoint::LayOutSlices(part_of_rank, part_bytes, options_.part.count);
+    std::vector<bool> described(layout_->parts.size(), false);
+    for (size_t r = 0; r < all_names.size(); ++r) {  // rank 0: the buffers each part holds, the same on its replicas
+      checkpoint::BufferSizes buffers;
+      for (size_t i = 0; i < all_names[r].size(); ++i) buffers.emplace_back(all_names[r][i], all_bytes[r][i]);
+      checkpoint::ManifestPart& part = layout_->parts[static_cast<size_t>(part_of_rank[r])];
+      if (described[static_cast<size_t>(part_of_rank[r])] && part.buffers != buffers) {
+        throw InputError("checkpoint: rank " + std::to_string(r) + " holds part " + std::to_string(part_of_rank[r]) +
+                         " with other buffers than the part's first rank");
+      }
+      part.buffers = std::move(buffers);
+      described[static_cast<size_t>(part_of_rank[r])] = true;
+    }
+  });
+  const checkpoint::ManifestFile& file = layout_->files[layout_->file_of_rank[static_cast<size_t>(rank_)]];
+  const uint64_t part_begin = layout_->parts[static_cast<size_t>(options_.part.index)].begin;
+  slice_begin_ = file.begin - part_begin;
+  slice_end_ = file.end - part_begin;
+  checkpoint_bytes_ = layout_->total_bytes;
 }
 
 Checkpointer::~Checkpointer() {
@@ -237,7 +283,8 @@ void Checkpointer::Save(const CheckpointMeta& meta) {
     p.result.error = e.what();  // storage: a failed checkpoint, handled by the error policy below
   }
 
-  const std::string file = (fs::path(p.partial_dir) / checkpoint::RankFileName(rank_)).string();
+  const std::string& name = layout_->files[layout_->file_of_rank[static_cast<size_t>(rank_)]].name;
+  const std::string file = (fs::path(p.partial_dir) / name).string();
   const std::vector<checkpoint::Piece> pieces = checkpoint::PiecesOf(buffers_, slice_begin_, slice_end_);
   const bool started = p.result.error.empty();
   if (started && options_.mode == CheckpointMode::kSync) {
@@ -373,13 +420,11 @@ void Checkpointer::Conclude(Pending& p) {
       manifest.step = p.step;
       manifest.world_size = size_;
       manifest.model_fingerprint = p.meta.model_fingerprint;
-      manifest.total_bytes = total_bytes_;
-      for (const StateBuffer& buffer : buffers_) manifest.buffers.emplace_back(buffer.name, buffer.bytes);
+      manifest.total_bytes = layout_->total_bytes;
+      manifest.parts = layout_->parts;
       manifest.values = p.meta.values;
-      for (int r = 0; r < size_; ++r) {
-        manifest.files.push_back({checkpoint::RankFileName(r), checkpoint::SliceBegin(total_bytes_, r, size_),
-                                  checkpoint::SliceBegin(total_bytes_, r + 1, size_), p.gathered[r].crc32c});
-      }
+      manifest.files = layout_->files;
+      for (int r = 0; r < size_; ++r) manifest.files[layout_->file_of_rank[r]].crc32c = p.gathered[r].crc32c;
       const std::string text = checkpoint::FormatManifest(manifest);
       const WriteResult written = checkpoint::WriteFileDurably(
           (fs::path(p.partial_dir) / checkpoint::kManifestName).string(), {Source{text.data(), text.size(), false}},

@@ -1,7 +1,9 @@
-// Checkpoints of a data-parallel training state. Every rank holds the same state (a list of named buffers);
-// rank r of N writes only its slice [r*S/N, (r+1)*S/N) of the concatenated bytes, rank 0 adds a text
-// manifest once every slice is durable, and a checkpoint exists only when its manifest does. Layout, manifest
-// format and guarantees: src/README.md ("Checkpoints").
+// Checkpoints of a training state (a list of named buffers) held in parts: every rank holds one part, the ranks
+// holding the same part (its data parallel replicas) hold the same bytes, and ranks of different parts (pipeline
+// stages, tensor parallel ranks) different ones; data parallel alone is one part. Replica r of N writes only its
+// slice [r*S/N, (r+1)*S/N) of its part's concatenated bytes, rank 0 adds a text manifest once every part's slices
+// are durable, and a checkpoint exists only when its manifest does. Layout, manifest format and guarantees:
+// src/README.md ("Checkpoints").
 //
 // No CUDA here: device memory is read and written through caller-supplied callbacks (DeviceCopier).
 #pragma once
@@ -19,6 +21,7 @@
 namespace tb {
 namespace checkpoint {
 struct Piece;
+struct SliceLayout;
 }  // namespace checkpoint
 
 // One named piece of the training state, e.g. "params" (fp32 master weights), "adam_m", "adam_v". The memory
@@ -57,6 +60,13 @@ CheckpointErrorPolicy ParseCheckpointErrorPolicy(const std::string& text,
                                                  const std::string& flag = "--on-checkpoint-error");
 const char* CheckpointModeName(CheckpointMode mode);
 
+// The part of a checkpoint a rank holds: ranks holding different state (pipeline stages, tensor parallel ranks) hold
+// different parts; the ranks holding one part (its data parallel replicas) share its write.
+struct CheckpointPart {
+  int index = 0;  // 0 .. count-1
+  int count = 1;  // the same on every rank
+};
+
 struct CheckpointOptions {
   std::string dir;                                                // root: DIR/step-00000050/...
   CheckpointMode mode = CheckpointMode::kSync;
@@ -67,6 +77,7 @@ struct CheckpointOptions {
   // Async: the caller calls Checkpointer::BeforeUpdate() before it changes the buffers after a Save(), so that
   // Save() leaves host buffers where they are (the writer reads them in place) instead of copying them.
   bool deferred_snapshot = false;
+  CheckpointPart part;                  // this rank's; every part must be held by at least one rank
 };
 
 // Where a rank's slice write's time went, by stage: the device-to-host copies of device sources, the CRC-32C, the
@@ -114,8 +125,9 @@ struct CheckpointEvent {
 // event records the error and training goes on.
 class Checkpointer {
  public:
-  // Collective. Creates options.dir (InputError when it cannot), duplicates `comm`, allocates the snapshot
-  // (async) or a staging buffer (device buffers), so that no allocation happens at a checkpoint.
+  // Collective. Creates options.dir (InputError when it cannot), duplicates `comm`, lays the parts' slices out
+  // (InputError when a part has no rank or its ranks hold other buffers), allocates the snapshot (async) or a
+  // staging buffer (device buffers), so that no allocation happens at a checkpoint.
   Checkpointer(MPI_Comm comm, CheckpointOptions options, std::vector<StateBuffer> buffers, DeviceCopier copier = {});
   // Waits for a running writer thread; a checkpoint not yet completed by Save/Poll/Drain stays incomplete.
   ~Checkpointer();
@@ -139,7 +151,7 @@ class Checkpointer {
   bool WriterBusy() const { return writer_busy_.load(std::memory_order_acquire); }
   // Completed checkpoints (ok or failed), oldest first.
   const std::vector<CheckpointEvent>& events() const { return events_; }
-  uint64_t state_bytes() const { return total_bytes_; }
+  uint64_t state_bytes() const { return checkpoint_bytes_; }  // every part's
   uint64_t slice_bytes() const { return slice_end_ - slice_begin_; }
 
  private:
@@ -155,6 +167,8 @@ class Checkpointer {
   void ThrowIfFailed();
   void CloseStallClock(Pending& pending);
   void StartDeferredWrite(Pending& pending, const std::string& file, const std::vector<checkpoint::Piece>& pieces);
+  // Collective: where every rank's slice goes (every rank) and which buffers each part holds (rank 0).
+  void LayOutParts(MPI_Comm comm);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -162,8 +176,10 @@ class Checkpointer {
   CheckpointOptions options_;
   std::vector<StateBuffer> buffers_;
   DeviceCopier copier_;
-  uint64_t total_bytes_ = 0;
-  uint64_t slice_begin_ = 0;
+  uint64_t total_bytes_ = 0;       // this rank's state (its part)
+  uint64_t checkpoint_bytes_ = 0;  // every part's
+  std::unique_ptr<checkpoint::SliceLayout> layout_;
+  uint64_t slice_begin_ = 0;       // in this rank's state
   uint64_t slice_end_ = 0;
   struct HostMemory;
   std::unique_ptr<HostMemory> snapshot_;  // async: this rank's slice
@@ -191,18 +207,21 @@ struct LoadedCheckpoint {
   std::string dir;          // the checkpoint read (path resolved)
   CheckpointMeta meta;
   int saved_world_size = 0;
-  uint64_t bytes = 0;       // whole state
+  uint64_t bytes = 0;       // this rank's part
   uint64_t read_bytes = 0;  // read from files by this rank
   double seconds = 0;       // whole load on this rank
 };
 
-// Restores `buffers` (same names and sizes as saved) from the checkpoint at `path` (see ResolveCheckpoint),
-// written by any number of ranks. Collective over `comm`. Each rank reads and verifies (size, CRC-32C) a
-// contiguous run of the slice files, then the ranks all-gather the bytes in rounds of at most
-// `gather_chunk_bytes` per rank. Every problem (missing path or manifest, corrupt manifest, another model,
-// other buffers, a truncated or corrupt slice) is an InputError with one line, thrown on every rank.
+inline constexpr uint64_t kCheckpointGatherChunkBytes = 64ull << 20;
+
+// Restores `buffers` (same names and sizes as saved in part `part`) from the checkpoint at `path` (see
+// ResolveCheckpoint), written by any number of replicas of each part. Collective over `comm`. Each rank reads and
+// verifies (size, CRC-32C) a contiguous run of its part's slice files, then the ranks holding that part all-gather
+// the bytes in rounds of at most `gather_chunk_bytes` per rank. Every problem (missing path or manifest, corrupt
+// manifest, another model, another count of parts, other buffers, a missing, truncated or corrupt slice) is an
+// InputError with one line, thrown on every rank.
 LoadedCheckpoint LoadCheckpoint(MPI_Comm comm, const std::string& path, const std::vector<StateBuffer>& buffers,
                                 const std::string& model_fingerprint, const DeviceCopier& copier = {},
-                                uint64_t gather_chunk_bytes = 64ull << 20);
+                                uint64_t gather_chunk_bytes = kCheckpointGatherChunkBytes, CheckpointPart part = {});
 
 }  // namespace tb

@@ -75,6 +75,8 @@ bool ChecksumFile(const std::string& path, uint64_t block_bytes, uint32_t& crc, 
   return true;
 }
 
+constexpr uint64_t kNotANumber = UINT64_MAX;  // a manifest word that ParseUnsigned did not read
+
 bool ParseUnsigned(const std::string& text, uint64_t& value, int base = 10) {
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value, base);
@@ -162,6 +164,12 @@ std::string RankFileName(int rank) {
   return name;
 }
 
+std::string PartFileName(int part, int slice) {
+  char name[48];
+  std::snprintf(name, sizeof name, "part-%05d-slice-%05d.bin", part, slice);
+  return name;
+}
+
 int64_t StepOfDirName(const std::string& name) {
   constexpr std::string_view kPrefix = "step-";
   if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return -1;
@@ -187,16 +195,63 @@ std::vector<Piece> PiecesOf(const std::vector<StateBuffer>& buffers, uint64_t be
   return pieces;
 }
 
+SliceLayout LayOutSlices(const std::vector<int>& part_of_rank, const std::vector<uint64_t>& part_bytes,
+                         int part_count) {
+  std::vector<std::vector<int>> ranks_of(static_cast<size_t>(std::max(part_count, 0)));
+  for (size_t r = 0; r < part_of_rank.size(); ++r) {
+    if (part_of_rank[r] < 0 || part_of_rank[r] >= part_count) {
+      throw InputError("checkpoint: rank " + std::to_string(r) + " holds part " + std::to_string(part_of_rank[r]) +
+                       ", not one of 0.." + std::to_string(part_count - 1));
+    }
+    ranks_of[static_cast<size_t>(part_of_rank[r])].push_back(static_cast<int>(r));
+  }
+  SliceLayout layout;
+  layout.file_of_rank.resize(part_of_rank.size());
+  for (size_t p = 0; p < ranks_of.size(); ++p) {
+    const std::vector<int>& ranks = ranks_of[p];
+    if (ranks.empty()) throw InputError("checkpoint: no rank holds part " + std::to_string(p));
+    ManifestPart part{layout.total_bytes, part_bytes[ranks[0]], {}, layout.files.size(), ranks.size()};
+    const int replicas = static_cast<int>(ranks.size());
+    for (int s = 0; s < replicas; ++s) {
+      const int r = ranks[s];
+      if (part_bytes[r] != part.bytes) {
+        throw InputError("checkpoint: ranks " + std::to_string(ranks[0]) + " and " + std::to_string(r) + " both hold part " +
+                         std::to_string(p) + " but " + std::to_string(part.bytes) + " and " +
+                         std::to_string(part_bytes[r]) + " bytes of state");
+      }
+      layout.file_of_rank[r] = layout.files.size();
+      const std::string name = part_count == 1 ? RankFileName(r) : PartFileName(static_cast<int>(p), s);
+      layout.files.push_back({name, part.begin + SliceBegin(part.bytes, s, replicas),
+                              part.begin + SliceBegin(part.bytes, s + 1, replicas), 0});
+    }
+    layout.total_bytes += part.bytes;
+    layout.parts.push_back(std::move(part));
+  }
+  return layout;
+}
+
 std::string FormatManifest(const Manifest& m) {
+  const bool parted = m.parts.size() != 1;
   std::ostringstream out;
   out << "# trainbench checkpoint: complete because this file exists; each file holds the byte range [begin, end)\n"
-      << "# of the buffers laid end to end; file lines: name begin end bytes crc32c\n"
-      << "format " << kFormatName << ' ' << kFormatVersion << '\n'
+      << "# of the buffers laid end to end; file lines: name begin end bytes crc32c\n";
+  if (parted) {
+    out << "# parts: ranks holding different state (pipeline stages, tensor parallel ranks), laid end to end; part\n"
+        << "# lines: index bytes; part_buffer lines: part name bytes\n";
+  }
+  out << "format " << kFormatName << ' ' << (parted ? kPartsFormatVersion : kFormatVersion) << '\n'
       << "step " << m.step << '\n'
       << "world_size " << m.world_size << '\n'
       << "model_fingerprint " << m.model_fingerprint << '\n'
       << "total_bytes " << m.total_bytes << '\n';
-  for (const auto& [name, bytes] : m.buffers) out << "buffer " << name << ' ' << bytes << '\n';
+  if (parted) out << "parts " << m.parts.size() << '\n';
+  for (size_t p = 0; p < m.parts.size(); ++p) {
+    if (parted) out << "part " << p << ' ' << m.parts[p].bytes << '\n';
+    for (const auto& [name, bytes] : m.parts[p].buffers) {
+      out << (parted ? "part_buffer " + std::to_string(p) + " " : std::string("buffer ")) << name << ' ' << bytes
+          << '\n';
+    }
+  }
   for (const auto& [key, value] : m.values) out << "meta " << key << ' ' << value << '\n';
   for (const ManifestFile& f : m.files) {
     out << "file " << f.name << ' ' << f.begin << ' ' << f.end << ' ' << f.end - f.begin << ' ' << Hex32(f.crc32c)
@@ -214,6 +269,8 @@ namespace {
 struct ManifestReader {
   std::string where;  // "checkpoint manifest PATH: "
   Manifest m;
+  int version = 0;
+  size_t declared_parts = 0;  // version 2's "parts N"
   bool have_format = false, have_step = false, have_world = false, have_fingerprint = false, have_total = false,
        have_end = false;
 
@@ -242,10 +299,12 @@ struct ManifestReader {
     if (words.size() != 2 || words[0] != kFormatName || !ParseUnsigned(words[1], number)) {
       throw Fail(at_line + "not a trainbench checkpoint manifest");
     }
-    if (number != static_cast<uint64_t>(kFormatVersion)) {
-      throw Fail("format version " + words[1] + " is not supported (this build reads version " +
-                 std::to_string(kFormatVersion) + ")");
+    if (number != static_cast<uint64_t>(kFormatVersion) && number != static_cast<uint64_t>(kPartsFormatVersion)) {
+      throw Fail("format version " + words[1] + " is not supported (this build reads versions " +
+                 std::to_string(kFormatVersion) + " and " + std::to_string(kPartsFormatVersion) + ")");
     }
+    version = static_cast<int>(number);
+    if (version == kFormatVersion) m.parts.emplace_back();  // the one part, sized by total_bytes
     have_format = true;
   }
 
@@ -280,8 +339,6 @@ struct ManifestReader {
     } else if (key == "total_bytes" && one_number) {
       m.total_bytes = number;
       have_total = true;
-    } else if (key == "buffer" && words.size() == 2 && ParseUnsigned(words[1], number)) {
-      m.buffers.emplace_back(words[0], number);
     } else if (key == "meta" && !words.empty()) {
       const size_t value_start = rest.find(' ');
       m.values[words[0]] = value_start == std::string::npos ? "" : rest.substr(value_start + 1);
@@ -290,31 +347,102 @@ struct ManifestReader {
     } else if (key == "end" && words.empty()) {
       have_end = true;
     } else {
-      return false;
+      return PartLine(key, words);
+    }
+    return true;
+  }
+
+  // The lines that say which part holds what: version 1's "buffer NAME BYTES" (its one part), version 2's
+  // "parts N", then for each part in order "part P BYTES" followed by its "part_buffer P NAME BYTES".
+  bool PartLine(const std::string& key, const std::vector<std::string>& words) {
+    std::vector<uint64_t> numbers(words.size());
+    for (size_t i = 0; i < words.size(); ++i) {
+      if (!ParseUnsigned(words[i], numbers[i])) numbers[i] = kNotANumber;
+    }
+    return version == kFormatVersion ? BufferLine(key, words, numbers) : PartsLine(key, words, numbers);
+  }
+
+  bool BufferLine(const std::string& key, const std::vector<std::string>& words, const std::vector<uint64_t>& numbers) {
+    if (key != "buffer" || words.size() != 2 || numbers[1] == kNotANumber) return false;
+    m.parts.back().buffers.emplace_back(words[0], numbers[1]);
+    return true;
+  }
+
+  bool PartsLine(const std::string& key, const std::vector<std::string>& words, const std::vector<uint64_t>& numbers) {
+    static const std::map<std::string, size_t> kWords = {{"parts", 1}, {"part", 2}, {"part_buffer", 3}};
+    const auto expected = kWords.find(key);
+    if (expected == kWords.end() || words.size() != expected->second || numbers.back() == kNotANumber) return false;
+    if (key == "parts") {
+      if (numbers[0] < 1 || numbers[0] > INT32_MAX) return false;
+      declared_parts = numbers[0];
+    } else if (key == "part") {
+      if (numbers[0] != m.parts.size()) return false;  // in part order
+      m.parts.push_back({0, numbers[1], {}, 0, 0});
+    } else {
+      if (m.parts.empty() || numbers[0] != m.parts.size() - 1) return false;  // right after its part
+      m.parts.back().buffers.emplace_back(words[1], numbers[2]);
     }
     return true;
   }
 
   // The whole: every required line, buffers adding up, one file per rank covering the state in order.
-  void CheckWhole() const {
+  void CheckWhole() {
     if (!have_step || !have_world || !have_fingerprint || !have_total || !have_end) {
       throw Fail("incomplete (needs step, world_size, model_fingerprint, total_bytes and end)");
     }
-    uint64_t buffer_sum = 0;
-    for (const auto& buffer : m.buffers) buffer_sum += buffer.second;
-    if (buffer_sum != m.total_bytes) throw Fail("buffer sizes do not add up to total_bytes");
+    const bool parted = version == kPartsFormatVersion;
+    if (parted && (declared_parts == 0 || m.parts.size() != declared_parts)) {
+      throw Fail(std::to_string(m.parts.size()) + " part lines for parts " + std::to_string(declared_parts));
+    }
+    if (!parted) m.parts.front().bytes = m.total_bytes;
+    CheckSizes();
     if (m.files.size() != static_cast<size_t>(m.world_size)) {
       throw Fail(std::to_string(m.files.size()) + " file lines for world_size " + std::to_string(m.world_size));
     }
-    uint64_t expected_begin = 0;
-    for (size_t r = 0; r < m.files.size(); ++r) {
-      if (m.files[r].name != RankFileName(static_cast<int>(r)) || m.files[r].begin != expected_begin) {
-        throw Fail("file line " + std::to_string(r) + " is not " + RankFileName(static_cast<int>(r)) +
-                   " starting at byte " + std::to_string(expected_begin));
+    CheckFiles();
+  }
+
+  // Each part's buffers add up to its bytes, and the parts' to total_bytes.
+  void CheckSizes() const {
+    const bool parted = version == kPartsFormatVersion;
+    uint64_t part_sum = 0;
+    for (size_t p = 0; p < m.parts.size(); ++p) {
+      uint64_t buffer_sum = 0;
+      for (const auto& buffer : m.parts[p].buffers) buffer_sum += buffer.second;
+      if (buffer_sum != m.parts[p].bytes) {
+        throw Fail(parted ? "part " + std::to_string(p) + "'s buffer sizes do not add up to its bytes"
+                          : "buffer sizes do not add up to total_bytes");
       }
-      expected_begin = m.files[r].end;
+      part_sum += m.parts[p].bytes;
     }
-    if (expected_begin != m.total_bytes) throw Fail("the files do not cover total_bytes");
+    if (part_sum != m.total_bytes) throw Fail("the parts' bytes do not add up to total_bytes");
+  }
+
+  // Each part's slice files in order, contiguous from the end of the part before, covering the part; sets each
+  // part's place and files.
+  void CheckFiles() {
+    const bool parted = version == kPartsFormatVersion;
+    size_t f = 0;
+    uint64_t begin = 0;
+    for (size_t p = 0; p < m.parts.size(); ++p) {
+      ManifestPart& part = m.parts[p];
+      part.begin = begin;
+      part.first_file = f;
+      const auto name = [&](size_t slice) {
+        return parted ? PartFileName(static_cast<int>(p), static_cast<int>(slice)) : RankFileName(static_cast<int>(slice));
+      };
+      for (; f < m.files.size() && m.files[f].name == name(f - part.first_file) && m.files[f].begin == begin; ++f) {
+        begin = m.files[f].end;
+      }
+      part.file_count = f - part.first_file;
+      if (part.file_count > 0 && begin == part.begin + part.bytes) continue;
+      if (f < m.files.size()) {
+        throw Fail("file line " + std::to_string(f) + " is not " + name(f - part.first_file) + " starting at byte " +
+                   std::to_string(begin));
+      }
+      throw Fail(parted ? "the files do not cover part " + std::to_string(p) : "the files do not cover total_bytes");
+    }
+    if (f < m.files.size()) throw Fail("file line " + std::to_string(f) + " belongs to no part");
   }
 };
 

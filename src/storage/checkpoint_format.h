@@ -15,13 +15,17 @@
 
 namespace tb::checkpoint {
 
+// Version 1 holds one part (data parallel: every rank the same state), version 2 several (pipeline stages, tensor
+// parallel ranks). A one-part checkpoint is still written as version 1, so that older builds read it.
 inline constexpr int kFormatVersion = 1;
+inline constexpr int kPartsFormatVersion = 2;
 inline constexpr char kManifestName[] = "manifest.txt";
 inline constexpr char kPartialSuffix[] = ".partial";
 
-// "step-00000050", "rank-00003.bin".
+// "step-00000050", "rank-00003.bin" (one part), "part-00001-slice-00000.bin" (several).
 std::string StepDirName(int64_t step);
 std::string RankFileName(int rank);
+std::string PartFileName(int part, int slice);
 // The step of a directory named exactly step-<digits>; -1 for any other name (partial ones included).
 int64_t StepOfDirName(const std::string& name);
 
@@ -45,15 +49,38 @@ struct ManifestFile {
   uint32_t crc32c = 0;
 };
 
+using BufferSizes = std::vector<std::pair<std::string, uint64_t>>;  // name, bytes, in state order
+
+// The state of the ranks that hold the same part (its replicas), laid end to end after the parts before it.
+struct ManifestPart {
+  uint64_t begin = 0;  // in the concatenated state of every part
+  uint64_t bytes = 0;
+  BufferSizes buffers;
+  size_t first_file = 0;  // its slices: files[first_file, first_file + file_count), one per replica
+  size_t file_count = 0;
+};
+
 struct Manifest {
   int64_t step = 0;
   int world_size = 0;
   std::string model_fingerprint;
-  uint64_t total_bytes = 0;
-  std::vector<std::pair<std::string, uint64_t>> buffers;  // name, bytes, in state order
+  uint64_t total_bytes = 0;          // every part's
+  std::vector<ManifestPart> parts;   // in part order; one for a data parallel checkpoint (format version 1)
   std::map<std::string, std::string> values;
-  std::vector<ManifestFile> files;  // one per rank, contiguous, covering [0, total_bytes)
+  std::vector<ManifestFile> files;  // one per rank, part by part, contiguous, covering [0, total_bytes)
 };
+
+// Where every rank's slice goes: the parts (buffers left empty) and the files of a manifest, and each rank's file.
+struct SliceLayout {
+  std::vector<ManifestPart> parts;
+  std::vector<ManifestFile> files;  // crc32c left 0
+  std::vector<size_t> file_of_rank;
+  uint64_t total_bytes = 0;
+};
+// Rank r holds part part_of_rank[r] (of part_count) of part_bytes[r] bytes; the ranks of one part, in rank order,
+// write its consecutive slices. InputError when a part has no rank or its ranks disagree on its size.
+SliceLayout LayOutSlices(const std::vector<int>& part_of_rank, const std::vector<uint64_t>& part_bytes,
+                         int part_count);
 
 // The manifest text; its last line is the CRC-32C of every byte before it.
 std::string FormatManifest(const Manifest& manifest);
