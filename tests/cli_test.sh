@@ -170,7 +170,7 @@ done
 expect_error 2 "--tensor-parallel 3 does not divide --heads 4" -- "$tb" train --model tiny --tensor-parallel 3
 expect_error 2 "--tensor-parallel 2 does not divide the 1-rank point" -- "$tb" train --model tiny --tensor-parallel 2
 expect_error 2 "--allow-cross-node-tp goes with --tensor-parallel" -- "$tb" train --model tiny --allow-cross-node-tp
-expect_error 2 "--tensor-parallel 2 with --data or checkpoints is not built yet" -- \
+expect_error 2 "--tensor-parallel 2 with checkpoints is not built yet" -- \
   "$tb" train --model tiny --tensor-parallel 2 --checkpoint-dir "$work/ck" --checkpoint-every 2
 
 # fsdp without overlap: every gather and reduce-scatter blocking, the same losses.

@@ -111,9 +111,9 @@ void CheckTensorParallelFlags(const TrainFlags& f, const TrainIoFlags& io, const
   const std::string gap = TensorParallelModeGap(f.parallel, f.tensor_parallel, cuda);
   if (!gap.empty()) throw InputError(t + " " + gap);
   if (f.op_times) throw InputError(t + " with --op-times is not built yet (the tensor parallel models do not mark)");
-  if (io.checkpoint_every > 0 || !io.resume.empty() || !io.data_dir.empty()) {
-    throw InputError(t + " with --data or checkpoints is not built yet (every rank of a group must read the same "
-                     "batches and write its own slices): synthetic tokens, no checkpoints");
+  if (io.checkpoint_every > 0 || !io.resume.empty()) {
+    throw InputError(t + " with checkpoints is not built yet (every rank of a group must write its own slices): no "
+                     "checkpoints");
   }
   CheckTensorParallelStep(model, f.tensor_parallel, f.micro_batch, seq, cuda);
 }
@@ -126,9 +126,9 @@ void CheckPipelineFlags(const TrainFlags& f, const TrainIoFlags& io, bool cuda) 
   if (f.parallel == "fsdp") {
     throw InputError(p + " with --parallel fsdp is not built yet (fsdp across the pipelines): dp or zero1");
   }
-  if (io.checkpoint_every > 0 || !io.resume.empty() || !io.data_dir.empty()) {
-    throw InputError(p + " with --data or checkpoints is not built yet (every stage of a pipeline must read the same "
-                     "batches and write its own layers): synthetic tokens, no checkpoints");
+  if (io.checkpoint_every > 0 || !io.resume.empty()) {
+    throw InputError(p + " with checkpoints is not built yet (every stage of a pipeline must write its own layers): "
+                     "no checkpoints");
   }
   if (f.op_times) throw InputError(p + " with --op-times is not built yet (its FLOPs and bytes are the whole model's)");
   if (cuda && f.tensor_parallel > 1) {
@@ -510,13 +510,14 @@ void AddParallelOptions(po::options_description& options, TrainFlags& f) {
       ("tensor-parallel", Number(&f.tensor_parallel, IntRange::Between(1, kMaxWidth))->default_value(f.tensor_parallel),
        "split the model over groups of T ranks inside a node (Megatron: column/row-parallel layers, activation "
        "all-reduces, vocab-parallel embedding and cross-entropy), data parallel across the groups; T divides the "
-       "heads and the ranks of each node (CPU backend, --parallel dp)")
+       "heads and the ranks of each node (CPU backend, --parallel dp); with --data every rank of a group reads the "
+       "group's batches")
       ("pipeline-parallel", Number(&f.pipeline_parallel, IntRange::Between(1, kMaxLayers))->default_value(f.pipeline_parallel),
        "split the layers into P pipeline stages of consecutive layers (the embeddings with the first, the final "
        "LayerNorm, LM head and loss with the last), outermost over the ranks (stage s on ranks [s k/P, (s+1) k/P), "
        "so that stages span nodes); Megatron's 1F1B schedule over --micro-batches, activations and their gradients "
        "sent point to point between neighbouring stages; dp or zero1 across the pipelines, tensor parallel inside "
-       "each stage (synthetic tokens, no checkpoints)")
+       "each stage; with --data the first and last stages read each replica's batches (no checkpoints)")
       ("micro-batches", Number(&f.micro_batches, IntRange::Between(1, kMaxGradAccum)),
        "pipeline parallel: micro-batches of --micro-batch sequences per optimizer step, M >= P (gradient "
        "accumulation, as --grad-accum: give one of the two)")
@@ -588,6 +589,7 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   TrainIoRun io_run{loop_.seq, static_cast<uint64_t>(f_.seed), loop_.warmup_steps + loop_.steps, {},
                     TrainTrajectory(f_, loop_.seq, r.backend() == "nccl", weak_, scaling_)};
   for (const ScalingPointPlan& point : scaling_) io_run.points.emplace_back(point.k, PointBatch(point.k));
+  io_run.ranks_per_replica = f_.tensor_parallel * f_.pipeline_parallel;
   io_plan_ = PlanTrainIo(io_flags_, model_, io_run);
   r.RecordAsUsed("record_bytes", static_cast<int64_t>(io_plan_.record_bytes));  // 0: seq+1 tokens
   r.AddInputs(TrainInputs(io_flags_, io_plan_));
