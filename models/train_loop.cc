@@ -258,7 +258,8 @@ class TrainingSteps {
 
   // The micro-batch's batch, from the loader or made on demand (its making is the wait). Synthetic tokens: the step's
   // micro-batches are consecutive slices of one batch of grad_accum x micro_batch sequences, so that a step sees the
-  // same tokens whatever the split.
+  // same tokens whatever the split. A pipeline's middle stage gets them under --data too (its host reads no files
+  // for it): it uses no ids, but its SetBatch sizes the slot's activations and stage edges from the batch's shape.
   const TokenBatch& FetchBatch(int step, int micro, StepRecord& r) {
     const double start = NowSeconds();
     StepBatch batch;

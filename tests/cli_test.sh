@@ -170,8 +170,6 @@ done
 expect_error 2 "--tensor-parallel 3 does not divide --heads 4" -- "$tb" train --model tiny --tensor-parallel 3
 expect_error 2 "--tensor-parallel 2 does not divide the 1-rank point" -- "$tb" train --model tiny --tensor-parallel 2
 expect_error 2 "--allow-cross-node-tp goes with --tensor-parallel" -- "$tb" train --model tiny --allow-cross-node-tp
-expect_error 2 "--tensor-parallel 2 with --data is not built yet" -- \
-  "$tb" train --model tiny --tensor-parallel 2 --data "$work/tokens"
 
 # fsdp without overlap: every gather and reduce-scatter blocking, the same losses.
 checks=$((checks + 1))

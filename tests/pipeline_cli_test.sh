@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # train --pipeline-parallel P --micro-batches M (issue 38): Megatron's 1F1B over P stages gives the losses of data
 # parallel over the same replicas with --grad-accum M (2 stages on 4 ranks, dp and zero1 across the pipelines; 3 stages
-# on 3 ranks; tensor parallel 2 inside 2 stages), and reports the bubble next to (P-1)/(M+P-1), the bytes sent between
-# stages next to theory, a row per stage and the pipeline's share of the stall budget (h5py). Checkpoints of 2 stages
-# (and of 2 stages x 2 tensor ranks) resume bit-exactly, sync and async, and a resume with another layout is refused.
-# Bad values: one line, exit 2, no report.
+# on 3 ranks; tensor parallel 2 inside 2 stages), with synthetic tokens and with --data (the first and last stage
+# read each replica's batches, a middle stage none: the io group's loader rows, h5py; --data-raw and a storage sweep),
+# and reports the bubble next to (P-1)/(M+P-1), the bytes sent between stages next to theory, a row per stage and the
+# pipeline's share of the stall budget (h5py). Checkpoints of 2 stages (and of 2 stages x 2 tensor ranks) resume
+# bit-exactly, sync and async, and a resume with another layout is refused. Bad values: one line, exit 2, no report.
 #   pipeline_cli_test.sh TRAINBENCH MPIEXEC...
 set -uo pipefail
 tb=$(realpath "$1"); shift; mpi=("$@")
@@ -81,6 +82,59 @@ same_losses tp-pp.h5 one.h5
 expect_ok "$tb" "${train[@]}" --layers 3 --grad-accum 3 -o one3.h5
 expect_ok "${mpi[@]}" -n 3 "$tb" "${train[@]}" --layers 3 --pipeline-parallel 3 --micro-batches 3 -o pp3.h5
 same_losses pp3.h5 one3.h5
+
+# --- --data: the first and last stage of each replica read its batches, a middle stage none -------------------------
+tokens=$work/tokens
+# Zipf tokens: their losses are far from the uniform synthetic tokens', so a run that ignored the files would show.
+expect_ok "$tb" data generate --dir "$tokens" --tokens 200K --shard-tokens 60K --vocab 4096 --distribution zipf --quiet
+expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --grad-accum 4 --data "$tokens" -o dp-data.h5
+expect_ok "${mpi[@]}" -n 4 "$tb" "${train[@]}" --pipeline-parallel 2 --micro-batches 4 --data "$tokens" -o pp-data.h5
+same_losses pp-data.h5 dp-data.h5
+expect_ok "$tb" "${train[@]}" --grad-accum 4 --data "$tokens" -o one-data.h5
+expect_ok "${mpi[@]}" -n 4 "$tb" "${train[@]}" --tensor-parallel 2 --pipeline-parallel 2 --micro-batches 4 \
+  --data "$tokens" -o tp-pp-data.h5
+same_losses tp-pp-data.h5 one-data.h5
+expect_ok "$tb" "${train[@]}" --layers 3 --grad-accum 3 --data "$tokens" -o one3-data.h5
+expect_ok "${mpi[@]}" -n 3 "$tb" "${train[@]}" --layers 3 --pipeline-parallel 3 --micro-batches 3 --data "$tokens" \
+  -o pp3-data.h5
+same_losses pp3-data.h5 one3-data.h5
+# The io group: a row per rank that read, each replica's batches counted once per rank that read them.
+checks=$((checks + 1))
+/usr/bin/python3 - >"$work/py" 2>&1 <<'PY' || fail "io groups with --data: $(cat "$work/py")"
+import h5py
+def io(path, k):
+    with h5py.File(path, "r") as f:
+        g = f["io"][k]
+        return dict(g.attrs), g["loader"][()]
+def check(path, k, base, base_k, ranks, replicas, per_batch):
+    a, rows = io(path, k)
+    b, _ = io(base, base_k)
+    assert list(rows["rank"]) == ranks and list(rows["replica"]) == replicas, rows
+    assert a["loader_ranks"] == len(ranks) and a["loader_ranks_per_batch"] == per_batch, a
+    assert a["loader_bytes"] == per_batch * b["loader_bytes"] > 0, (a["loader_bytes"], b["loader_bytes"])
+    assert (rows["batches"] == rows["batches"][0]).all() and rows["batches"][0] > 0, rows["batches"]
+check("pp-data.h5", "k4", "dp-data.h5", "k2", [0, 1, 2, 3], [0, 1, 0, 1], 2)
+check("tp-pp-data.h5", "k4", "one-data.h5", "k1", [0, 1, 2, 3], [0, 0, 0, 0], 4)
+check("pp3-data.h5", "k3", "one3-data.h5", "k1", [0, 2], [0, 0], 2)  # the middle stage (rank 1) reads nothing
+def losses(path):
+    with h5py.File(path, "r") as f:
+        steps = f["train/k4/steps"][()]
+        return steps[steps["rank"] == 0]["loss"]
+assert abs(losses("pp-data.h5")[-1] - losses("pp.h5")[-1]) > 0.1, (losses("pp-data.h5"), losses("pp.h5"))
+PY
+# --data-raw and a storage sweep over the stages: every point reads on every stage.
+expect_ok "${mpi[@]}" -n 4 "$tb" "${train[@]}" --pipeline-parallel 2 --micro-batches 4 --data "$tokens" --data-raw \
+  --io-throttle 1000,500 -o pp-sweep.h5
+checks=$((checks + 1))
+/usr/bin/python3 -c '
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    assert len(f["io/throttle_sweep"][()]) == 2
+    points = [k for k in f["io"] if isinstance(f["io"][k], h5py.Group) and "loader" in f["io"][k]]
+    assert len(points) == 2, list(f["io"])
+    for k in points:
+        assert f["io"][k].attrs["loader_ranks"] == 4 and list(f["io"][k]["loader"]["replica"]) == [0, 1, 0, 1], k
+' pp-sweep.h5 2>"$work/py" || fail "pp-sweep.h5: $(cat "$work/py")"
 
 # Tokens that do not divide over the stages: the ranks' shares still add up to the step's 3 x 33.
 expect_ok "${mpi[@]}" -n 2 "$tb" train --model tiny --seq 33 --micro-batch 1 --warmup-steps 1 --steps 2 \
@@ -181,8 +235,6 @@ expect_error 2 "--pipeline-parallel 2 needs --micro-batches of at least 2" -- \
   "${mpi[@]}" -n 2 "$tb" "${train[@]}" --pipeline-parallel 2 -o refused.h5
 expect_error 2 "--pipeline-parallel 2 with --parallel fsdp is not built yet" -- \
   "${mpi[@]}" -n 2 "$tb" "${train[@]}" --pipeline-parallel 2 --micro-batches 2 --parallel fsdp -o refused.h5
-expect_error 2 "--pipeline-parallel 2 with --data is not built yet" -- \
-  "${mpi[@]}" -n 2 "$tb" "${train[@]}" --pipeline-parallel 2 --micro-batches 2 --data tokens -o refused.h5
 expect_error 2 "--micro-batches and --grad-accum both count" -- \
   "${mpi[@]}" -n 2 "$tb" "${train[@]}" --pipeline-parallel 2 --micro-batches 2 --grad-accum 2 -o refused.h5
 expect_error 2 "micro-batches" -- "$tb" "${train[@]}" --micro-batches 2 -o refused.h5

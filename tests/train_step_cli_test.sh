@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train's step options (issue 37): --grad-accum N gives the losses of one batch of N x micro-batch sequences (one rank
 # and two, dp and zero1 and fsdp and tensor parallel), records grad_accum and the step's tokens, and divides strong scaling's global batch
-# by it; --op-times writes a table per point whose rows add up to the step (h5py), prints it within the console width,
+# by it; tensor parallel with --data reads the group's batches on both ranks (the losses of one rank, the io group);
+# --op-times writes a table per point whose rows add up to the step (h5py), prints it within the console width,
 # gives a pipeline's ranks their stages' work (half of dp's with 2 stages) and a comm_pipeline row, and is refused
 # with tensor parallel. Bad values: one line, exit 2, no report.
 #   train_step_cli_test.sh TRAINBENCH MPIEXEC...
@@ -60,6 +61,22 @@ done
 expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --tensor-parallel 2 --micro-batch 2 -o big-tp.h5
 expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --tensor-parallel 2 --micro-batch 1 --grad-accum 2 -o ga-tp.h5
 same_losses ga-tp.h5 big-tp.h5 1e-4
+
+# Tensor parallel with --data: both ranks of the group read its batches, the losses of one rank reading them.
+tokens=$work/tokens
+expect_ok "$tb" data generate --dir "$tokens" --tokens 100K --shard-tokens 40K --vocab 4096 --distribution zipf --quiet
+expect_ok "$tb" "${train[@]}" --micro-batch 2 --data "$tokens" -o one-data.h5
+expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --tensor-parallel 2 --micro-batch 2 --data "$tokens" -o tp-data.h5
+same_losses tp-data.h5 one-data.h5 1e-4
+checks=$((checks + 1))
+/usr/bin/python3 -c '
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as tp, h5py.File(sys.argv[2], "r") as one:
+    a, rows = tp["io/k2"].attrs, tp["io/k2/loader"][()]
+    assert list(rows["rank"]) == [0, 1] and list(rows["replica"]) == [0, 0], rows
+    assert a["loader_ranks"] == 2 and a["loader_ranks_per_batch"] == 2, dict(a)
+    assert a["loader_bytes"] == 2 * one["io/k1"].attrs["loader_bytes"] > 0
+' tp-data.h5 one-data.h5 2>"$work/py" || fail "tp-data.h5: $(cat "$work/py")"
 
 # Strong scaling divides the global batch over the ranks and the micro-batches.
 expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --scaling-mode strong --global-batch 8 --grad-accum 2 -o strong.h5

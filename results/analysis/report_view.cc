@@ -671,16 +671,17 @@ const std::vector<ViewColumn>& IoPointDetailColumns() {
       Detail(Show(p::io_throttle_MBps, 2)), Detail(Show(p::checkpoint_writer_slowdown_steps)),
       Detail(Show(p::dataset_files)), Detail(Show(p::dataset_files_kept_open)), Detail(Show(p::dataset_files_mapped)),
       Detail(Show(p::dataset_samples)), Detail(Show(p::record_bytes)), Detail(Show(p::dropped_samples_per_epoch)),
-      Detail(Show(p::loader_bytes)), Show(p::loader_per_read_MBps, 2), Detail(Show(p::checkpoint_state_bytes)),
+      Detail(Show(p::loader_ranks)), Detail(Show(p::loader_ranks_per_batch)), Detail(Show(p::loader_bytes)),
+      Show(p::loader_per_read_MBps, 2), Detail(Show(p::checkpoint_state_bytes)),
       Detail(Show(p::checkpoint_bytes)), Show(p::checkpoint_write_GBps, 3), Detail(Show(p::resumed_from)),
       Detail(Show(p::resumed_step)), Detail(Show(p::resume_load_s, 3))};
   return columns;
 }
 const std::vector<ViewColumn>& LoaderColumns() {
   namespace l = sc::io_point::loader;
-  static const std::vector<ViewColumn> columns = {Show(l::rank),    Show(l::batches, 0), Show(l::bytes_read, 0),
-                                                  Show(l::reads, 0), Show(l::read_s, 4), Show(l::per_read_MBps, 2),
-                                                  Show(l::wait_s, 4)};
+  static const std::vector<ViewColumn> columns = {Show(l::rank),          Show(l::replica),   Show(l::batches, 0),
+                                                  Show(l::bytes_read, 0), Show(l::reads, 0),  Show(l::read_s, 4),
+                                                  Show(l::per_read_MBps, 2), Show(l::wait_s, 4)};
   return columns;
 }
 

@@ -450,12 +450,15 @@ class io_point:
     checkpoint_state_bytes = "checkpoint_state_bytes"
     checkpoint_bytes = "checkpoint_bytes"
     checkpoint_write_GBps = "checkpoint_write_GBps"
+    loader_ranks = "loader_ranks"
+    loader_ranks_per_batch = "loader_ranks_per_batch"
     loader_bytes = "loader_bytes"
     loader_per_read_MBps = "loader_per_read_MBps"
 
     class loader:
         table = "loader"
         rank = "rank"
+        replica = "replica"
         batches = "batches"
         bytes_read = "bytes_read"
         reads = "reads"

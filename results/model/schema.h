@@ -770,17 +770,32 @@ inline const RealAttribute checkpoint_write_GBps{
     "checkpoints: checkpoint_bytes / the sum of each checkpoint's slowest slice write_s, the rate the "
     "storage took them at, comparable with fio writing the same bytes in as many files with fsync "
     "(tests/perf/checkpoint_vs_fio.sh); NaN without a checkpoint"};
-inline const IntAttribute loader_bytes{kIoPoint, "loader_bytes", "B", "loader: bytes read, every rank"};
+inline const IntAttribute loader_ranks{
+    kIoPoint, "loader_ranks", "ranks",
+    "loader: ranks that read batches: each replica's tensor parallel ranks of its first and last pipeline stage (every "
+    "rank without stages); a middle stage reads none"};
+inline const IntAttribute loader_ranks_per_batch{
+    kIoPoint, "loader_ranks_per_batch", "ranks",
+    "loader: ranks that read each data parallel replica's batch (the same samples): tensor_parallel, times 2 with "
+    "pipeline stages (the first takes the inputs, the last the targets); 1 for plain data parallel"};
+inline const IntAttribute loader_bytes{
+    kIoPoint, "loader_bytes", "B",
+    "loader: bytes read, summed over the loader_ranks ranks that read: each batch counted loader_ranks_per_batch "
+    "times (the dataset's bytes consumed are loader_bytes / loader_ranks_per_batch)"};
 inline const RealAttribute loader_per_read_MBps{
     kIoPoint, "loader_per_read_MBps", "MB/s",
     "loader: loader_bytes / the sum of every read's time (one read stream's rate, comparable with fio's "
     "one-job random reads of record_bytes, tests/perf/loader_vs_fio.sh)"};
 
 inline TableSpec kLoader{kIoPoint, "loader",
-                         "per rank: batches handed to the loop, bytes read, reads, the sum of read times (workers "
-                         "overlap, so bytes/read_s is a per-read rate), and the loop's total wait for batches"};
+                         "per rank that reads (loader_ranks of them): batches handed to the loop, bytes read, reads, "
+                         "the sum of read times (workers overlap, so bytes/read_s is a per-read rate), and the loop's "
+                         "total wait for batches"};
 namespace loader {
 inline const IntColumn rank{kLoader, "rank", "", "rank"};
+inline const IntColumn replica{kLoader, "replica", "",
+                               "the data parallel replica whose share of each global batch it reads (= rank without "
+                               "tensor parallel or pipeline stages)"};
 inline const RealColumn batches{kLoader, "batches", "", "batches handed to the loop"};
 inline const RealColumn bytes_read{kLoader, "bytes_read", "B", "bytes read"};
 inline const RealColumn reads{kLoader, "reads", "", "reads"};

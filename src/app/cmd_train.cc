@@ -105,30 +105,22 @@ void CheckParallel(const TrainFlags& f, const TrainIoFlags& io) {
 
 // --tensor-parallel T > 1: what it needs and what it cannot be combined with yet (one line, exit 2). The layout is
 // checked against the points by CheckTensorParallelLayout and CheckTensorParallelGroups.
-void CheckTensorParallelFlags(const TrainFlags& f, const TrainIoFlags& io, const ModelConfig& model, int seq, bool cuda) {
+void CheckTensorParallelFlags(const TrainFlags& f, const ModelConfig& model, int seq, bool cuda) {
   if (f.tensor_parallel == 1) return;
   const std::string t = "--tensor-parallel " + std::to_string(f.tensor_parallel);
   const std::string gap = TensorParallelModeGap(f.parallel, f.tensor_parallel, cuda);
   if (!gap.empty()) throw InputError(t + " " + gap);
   if (f.op_times) throw InputError(t + " with --op-times is not built yet (the tensor parallel models do not mark)");
-  if (!io.data_dir.empty()) {
-    throw InputError(t + " with --data is not built yet (every rank of a group must read the same batches): "
-                     "synthetic tokens");
-  }
   CheckTensorParallelStep(model, f.tensor_parallel, f.micro_batch, seq, cuda);
 }
 
 // --pipeline-parallel P > 1: what it cannot be combined with yet (one line, exit 2). P against the layers, the ranks
 // and the micro-batches: PlanTrainPoint.
-void CheckPipelineFlags(const TrainFlags& f, const TrainIoFlags& io, bool cuda) {
+void CheckPipelineFlags(const TrainFlags& f, bool cuda) {
   if (f.pipeline_parallel == 1) return;
   const std::string p = "--pipeline-parallel " + std::to_string(f.pipeline_parallel);
   if (f.parallel == "fsdp") {
     throw InputError(p + " with --parallel fsdp is not built yet (fsdp across the pipelines): dp or zero1");
-  }
-  if (!io.data_dir.empty()) {
-    throw InputError(p + " with --data is not built yet (every stage of a pipeline must read the same batches): "
-                     "synthetic tokens");
   }
   if (cuda && f.tensor_parallel > 1) {
     throw InputError(p + " with --tensor-parallel on the cuda backend is not built yet (the CUDA tensor parallel "
@@ -521,13 +513,13 @@ void AddParallelOptions(po::options_description& options, TrainFlags& f) {
       ("tensor-parallel", Number(&f.tensor_parallel, IntRange::Between(1, kMaxWidth))->default_value(f.tensor_parallel),
        "split the model over groups of T ranks inside a node (Megatron: column/row-parallel layers, activation "
        "all-reduces, vocab-parallel embedding and cross-entropy), data parallel across the groups; T divides the "
-       "heads and the ranks of each node (CPU backend, --parallel dp)")
+       "heads and the ranks of each node; with --data every rank of a group reads the group's batches")
       ("pipeline-parallel", Number(&f.pipeline_parallel, IntRange::Between(1, kMaxLayers))->default_value(f.pipeline_parallel),
        "split the layers into P pipeline stages of consecutive layers (the embeddings with the first, the final "
        "LayerNorm, LM head and loss with the last), outermost over the ranks (stage s on ranks [s k/P, (s+1) k/P), "
        "so that stages span nodes); Megatron's 1F1B schedule over --micro-batches, activations and their gradients "
        "sent point to point between neighbouring stages; dp or zero1 across the pipelines, tensor parallel inside "
-       "each stage (synthetic tokens)")
+       "each stage; with --data the first and last stages read each replica's batches")
       ("micro-batches", Number(&f.micro_batches, IntRange::Between(1, kMaxGradAccum)),
        "pipeline parallel: micro-batches of --micro-batch sequences per optimizer step, M >= P (gradient "
        "accumulation, as --grad-accum: give one of the two)")
@@ -599,6 +591,7 @@ void TrainPhase::Configure(CommandRun& r, const InjectionPlan& faults) {
   TrainIoRun io_run{loop_.seq, static_cast<uint64_t>(f_.seed), loop_.warmup_steps + loop_.steps, {},
                     TrainTrajectory(f_, loop_.seq, r.backend() == "nccl", weak_, scaling_)};
   for (const ScalingPointPlan& point : scaling_) io_run.points.emplace_back(point.k, PointBatch(point.k));
+  io_run.ranks_per_replica = f_.tensor_parallel * f_.pipeline_parallel;
   io_plan_ = PlanTrainIo(io_flags_, model_, io_run);
   r.RecordAsUsed("record_bytes", static_cast<int64_t>(io_plan_.record_bytes));  // 0: seq+1 tokens
   r.AddInputs(TrainInputs(io_flags_, io_plan_));
@@ -629,14 +622,14 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
                      "trajectory once (drop one of them)");
   }
   if (parallel_ == ParallelMode::kDp) ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
-  CheckTensorParallelFlags(f, io_flags_, model_, loop_.seq, r.backend() == "nccl");
+  CheckTensorParallelFlags(f, model_, loop_.seq, r.backend() == "nccl");
   if (f.micro_batches > 0) {
     if (f.grad_accum != 1) {
       throw InputError("--micro-batches and --grad-accum both count the micro-batches of an optimizer step: give one");
     }
     f_.grad_accum = f.micro_batches;
   }
-  CheckPipelineFlags(f, io_flags_, r.backend() == "nccl");
+  CheckPipelineFlags(f, r.backend() == "nccl");
   CheckTensorParallelLayout(f.tensor_parallel, scaling_, f.allow_cross_node_tp);
   if (!f.allow_cross_node_tp) {
     for (const ScalingPointPlan& point : scaling_) CheckTensorParallelGroups(f.tensor_parallel, point, shape_);

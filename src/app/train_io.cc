@@ -231,7 +231,7 @@ void PlanLoader(const TrainIoFlags& f, const ModelConfig& model, const TrainIoRu
     o.raw_vocab = static_cast<uint64_t>(model.vocab);
     o.seq = run.seq;
     o.batch = micro_batch;
-    o.world = k;
+    o.world = k / run.ranks_per_replica;
     o.seed = run.seed;
     o.workers = 1;
     o.prefetch = f.prefetch;
@@ -340,8 +340,15 @@ PointIo::~PointIo() = default;
 
 void PointIo::Prepare(TrainLoopOptions& loop) {
   if (!plan_.resume_dir.empty()) Resume(loop);
-  if (plan_.loader) OpenLoader();
+  if (plan_.loader && ReadsTokens()) OpenLoader();
   if (plan_.checkpoints) OpenCheckpointer();
+}
+
+// The first stage embeds the inputs and the last takes the targets of the same micro-batches (both, without stages);
+// a middle stage starts from its neighbour's activations and has no use for tokens, so it reads no files.
+bool PointIo::ReadsTokens() const {
+  const int stage = point_.Place(comm_.rank()).stage;
+  return stage == 0 || stage == point_.pipeline_parallel - 1;
 }
 
 std::optional<StepBatch> PointIo::NextBatch() {
@@ -392,8 +399,11 @@ void PointIo::OpenLoader() {
   o.raw_vocab = static_cast<uint64_t>(model_.config().vocab);
   o.seq = seq_;
   o.batch = micro_batch_;
-  o.rank = comm_.rank();
-  o.world = comm_.size();
+  // The samples are sharded over the data parallel replicas, not the ranks: every rank of a replica that uses tokens
+  // (its tensor parallel group's, its first and last stage's) reads the replica's share, as each rank of plain data
+  // parallel reads its own, so that the run trains on the batches of data parallel over the same replicas.
+  o.rank = point_.Place(comm_.rank()).data;
+  o.world = point_.data_parallel;
   o.seed = seed_;
   o.workers = flags_.loader_workers;
   o.prefetch = flags_.prefetch;
@@ -456,7 +466,7 @@ void PointIo::Shared(const std::function<void()>& collective) {
 void PointIo::AddToReport(Group& io, const std::string& name, const std::vector<StepRecord>& records) {
   Group* group = comm_.rank() == 0 ? &io.Child(name) : nullptr;  // io/<point>: schema::kIoPoint
   AddSharesToReport(group, records);
-  if (loader_) AddLoaderToReport(group);
+  if (plan_.loader) AddLoaderToReport(group);  // collective: the ranks without a loader send no row
   if (checkpointer_) AddCheckpointsToReport(group);
 }
 
@@ -500,29 +510,44 @@ void PointIo::AddSharesToReport(Group* group, const std::vector<StepRecord>& rec
   schema::Set(*group, s::resume_unchecked, plan_.resume_unchecked);
 }
 
-// The loader's figures, and a row per rank of what it read (collective).
+namespace {
+
+// The dataset as the loader found it (the same on every rank that reads).
+void AddDatasetToReport(Group& group, const LoaderStats& s) {
+  namespace sp = schema::io_point;
+  schema::Set(group, sp::dataset_files, static_cast<int64_t>(s.files));
+  schema::Set(group, sp::dataset_files_kept_open, static_cast<int64_t>(s.open_files));
+  schema::Set(group, sp::dataset_files_mapped, static_cast<int64_t>(s.mapped_files));
+  schema::Set(group, sp::dataset_samples, static_cast<int64_t>(s.samples));
+  schema::Set(group, sp::record_bytes, static_cast<int64_t>(s.record_bytes));
+  schema::Set(group, sp::batches_per_epoch, static_cast<int64_t>(s.batches_per_epoch));
+  schema::Set(group, sp::dropped_samples_per_epoch, static_cast<int64_t>(s.dropped_per_epoch));
+}
+
+}  // namespace
+
+// The loader's figures, and a row per rank that read (collective; the point's rank 0, on the first stage, reads).
 void PointIo::AddLoaderToReport(Group* group) {
-  const LoaderStats s = loader_->stats();
   struct RankLoader {
+    int rank, replica;
     double batches, bytes_read, reads, read_s, wait_s;
   };
-  const RankLoader mine{static_cast<double>(s.batches), static_cast<double>(s.bytes_read),
-                        static_cast<double>(s.reads), s.read_s, s.wait_s};
-  const std::vector<std::vector<RankLoader>> all = GatherRecords(comm_.host_comm(), std::vector<RankLoader>{mine});
+  std::vector<RankLoader> mine;
+  if (loader_) {
+    const LoaderStats s = loader_->stats();
+    mine.push_back({comm_.rank(), point_.Place(comm_.rank()).data, static_cast<double>(s.batches),
+                    static_cast<double>(s.bytes_read), static_cast<double>(s.reads), s.read_s, s.wait_s});
+  }
+  const std::vector<std::vector<RankLoader>> all = GatherRecords(comm_.host_comm(), mine);
   if (!group) return;
-  namespace sp = schema::io_point;
-  schema::Set(*group, sp::dataset_files, static_cast<int64_t>(s.files));
-  schema::Set(*group, sp::dataset_files_kept_open, static_cast<int64_t>(s.open_files));
-  schema::Set(*group, sp::dataset_files_mapped, static_cast<int64_t>(s.mapped_files));
-  schema::Set(*group, sp::dataset_samples, static_cast<int64_t>(s.samples));
-  schema::Set(*group, sp::record_bytes, static_cast<int64_t>(s.record_bytes));
-  schema::Set(*group, sp::batches_per_epoch, static_cast<int64_t>(s.batches_per_epoch));
-  schema::Set(*group, sp::dropped_samples_per_epoch, static_cast<int64_t>(s.dropped_per_epoch));
+  AddDatasetToReport(*group, loader_->stats());
   std::vector<RankLoader> rows;
-  for (const std::vector<RankLoader>& rank : all) rows.push_back(rank.front());
+  for (const std::vector<RankLoader>& rank : all) rows.insert(rows.end(), rank.begin(), rank.end());
+  namespace sp = schema::io_point;
   namespace c = sp::loader;
   schema::RecordTable<RankLoader>(sp::kLoader)
-      .Column(c::rank, [&](const RankLoader& r) { return static_cast<int64_t>(&r - rows.data()); })
+      .Column(c::rank, [](const RankLoader& r) { return static_cast<int64_t>(r.rank); })
+      .Column(c::replica, [](const RankLoader& r) { return static_cast<int64_t>(r.replica); })
       .Column(c::batches, [](const RankLoader& r) { return r.batches; })
       .Column(c::bytes_read, [](const RankLoader& r) { return r.bytes_read; })
       .Column(c::reads, [](const RankLoader& r) { return r.reads; })
@@ -531,6 +556,11 @@ void PointIo::AddLoaderToReport(Group* group) {
       .Column(c::wait_s, [](const RankLoader& r) { return r.wait_s; })
       .Write(*group, rows);
   const LoaderTotals totals = LoaderTotalsOf(*schema::FindTable(group, sp::kLoader));
+  // Each replica's batch is read by its tensor parallel ranks, on two stages with a pipeline: the sums count it that
+  // many times, as the storage served it.
+  schema::Set(*group, sp::loader_ranks, static_cast<int64_t>(rows.size()));
+  schema::Set(*group, sp::loader_ranks_per_batch,
+              static_cast<int64_t>(point_.tensor_parallel * (point_.pipeline_parallel > 1 ? 2 : 1)));
   schema::Set(*group, sp::loader_bytes, static_cast<int64_t>(totals.bytes));
   schema::Set(*group, sp::loader_per_read_MBps, totals.per_read_MBps);
 }

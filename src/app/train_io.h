@@ -71,6 +71,8 @@ struct TrainIoRun {
   int last_step = 0;                         // --warmup-steps + --steps: a resume must start before it
   std::vector<std::pair<int, int>> points;   // (ranks, micro-batch) of every scaling point
   TrajectoryOf trajectory;                   // the training options; PlanTrainIo adds the data options
+  int ranks_per_replica = 1;  // tensor parallel x pipeline stages: the ranks of one replica share its batches, so the
+                              // loader shards the samples over ranks / ranks_per_replica replicas
 };
 
 // The flags checked, with what the checks found. Built at option time on every rank (agreed), so that a missing
@@ -123,9 +125,9 @@ class PointIo {
   ~PointIo();
 
   // Restores the model (and the loader's place) from --resume, when given; sets loop.first_step. Then opens the
-  // loader (--data) and the checkpointer (--checkpoint-every).
+  // loader (--data; not on a pipeline's middle stage) and the checkpointer (--checkpoint-every).
   void Prepare(TrainLoopOptions& loop);
-  // The loop host's data and checkpoint parts (TrainLoopHost): the loader's next batch (nullopt without --data:
+  // The loop host's data and checkpoint parts (TrainLoopHost): the loader's next batch (nullopt without a loader:
   // synthetic tokens), the asynchronous writer's fence before each update, a checkpoint after step `step`'s update
   // when one is due, and whether a writer is busy.
   std::optional<StepBatch> NextBatch();
@@ -140,6 +142,8 @@ class PointIo {
 
  private:
   void Resume(TrainLoopOptions& loop);
+  // Whether this rank's pipeline stage uses tokens (and opens a loader): the first and the last.
+  bool ReadsTokens() const;
   void OpenLoader();
   void OpenCheckpointer();
   void Save(int step);
