@@ -189,6 +189,12 @@ for layout in "pp --pipeline-parallel 2" "tp-pp --tensor-parallel 2 --pipeline-p
     same_resume $a $b $a.h5 $b.h5
   done
 done
+# With --data the manifest keeps the loader's place (rank 0, on the first stage, reads) and the resume continues there.
+expect_ok "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --pipeline-parallel 2 --micro-batches 4 --data "$tokens" \
+  --checkpoint-dir data-a --checkpoint-every 5 -o data-a.h5
+expect_ok "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --pipeline-parallel 2 --micro-batches 4 --data "$tokens" \
+  --checkpoint-dir data-b --checkpoint-every 5 --resume data-a/step-00000005 -o data-b.h5
+same_resume data-a data-b data-a.h5 data-b.h5
 # The checkpoint's parts: 2 stages x 2 replicas (pp), 2 stages x 2 tensor ranks (tp-pp); one manifest for them all.
 checks=$((checks + 1))
 [[ $(cd pp-sync-a/step-00000010 && ls | tr '\n' ' ') == "manifest.txt part-00000-slice-00000.bin part-00000-slice-00001.bin part-00001-slice-00000.bin part-00001-slice-00001.bin " ]] ||
