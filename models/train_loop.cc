@@ -86,7 +86,7 @@ void OptimizerStep(Transformer& model, const TrainLoopOptions& o, int step, Step
 // (gather); returns the two collectives' seconds.
 double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOptions& o, int step, PhaseMarks& marks,
                    StepRecord& r) {
-  const OptimizerShard& shard = model.optimizer_shard();
+  const OptimizerShard& shard = model.placement().shard;
   const size_t count = shard.capacity / static_cast<size_t>(comm.size());
   const size_t own = count * static_cast<size_t>(comm.rank());
   float* grads = model.gradients();
@@ -107,7 +107,7 @@ double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOption
 // Throws unless the model holds this rank's ZeRO-1 shard of its elements.
 void CheckZeroOneShard(const Communicator& comm, const Transformer& model) {
   const OptimizerShard want = ShardOf(model.parameter_elements(), comm.size(), comm.rank());
-  const OptimizerShard& have = model.optimizer_shard();
+  const OptimizerShard& have = model.placement().shard;
   if (have.capacity != want.capacity || have.begin != want.begin || have.end != want.end) {
     throw std::logic_error("zero1: the model's optimizer shard is not this rank's ShardOf");
   }
@@ -126,7 +126,7 @@ class TrainingSteps {
  public:
   TrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o)
       : comm_(comm), model_(model), o_(o), clock_(model.MakePhaseClock()), marks_(*clock_),
-        stage_(model.pipeline_stage()) {
+        stage_(model.placement().stage) {
     if (o.grad_accum < 1) throw std::logic_error("grad_accum must be at least 1");
     if (o.parallel == ParallelMode::kZero1) CheckZeroOneShard(comm, model);
     // One data-parallel rank has nothing to synchronise: no buckets (NCCL would still copy every gradient).

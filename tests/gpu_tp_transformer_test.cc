@@ -400,14 +400,14 @@ TEST(CudaTensorParallel, RefusesBadSplitsBeforeTouchingTheDevice) {
   ThreadGroup one(1);
   ThreadRankCommunicator alone(one, 0);
   CudaTransformerOptions fsdp = Options();
-  fsdp.fsdp = MakeFsdpLayout(MakeLayout(config), 2, 0);
+  fsdp.placement.fsdp = MakeFsdpLayout(MakeLayout(config), 2, 0);
   EXPECT_NE(InputErrorOf([&] { MakeCudaTensorParallelTransformer(config, 1, alone, fsdp); }).find("fsdp"),
             std::string::npos);
   CudaTransformerOptions no_batch = Options();
   no_batch.max_batch = 0;
   EXPECT_NE(InputErrorOf([&] { MakeCudaTensorParallelTransformer(config, 1, alone, no_batch); }), "");
   CudaTransformerOptions small_shard = Options();
-  small_shard.shard = OptimizerShard{16, 0, 16};  // a capacity far below the local elements
+  small_shard.placement.shard = OptimizerShard{16, 0, 16};  // a capacity far below the local elements
   const std::string shard = InputErrorOf([&] { MakeCudaTensorParallelTransformer(config, 1, alone, small_shard); });
   EXPECT_NE(shard.find("does not fit"), std::string::npos) << shard;
 }
