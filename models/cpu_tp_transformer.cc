@@ -142,17 +142,11 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
   void SelectMicroBatch(int slot) override { slot_ = CheckedSlot(stage(), slot); }
   StageEdges stage_edges() override;
 
-  // TensorParallelStats (tensor_parallel() also overrides Transformer's where the interface declares one).
+  // TensorParallelStats.
   int tensor_parallel() const override { return dims_.tp; }
   int tensor_parallel_rank() const override { return dims_.rank; }
   TensorParallelComm last_step_comm() const override { return step_comm_; }
   TensorParallelComm TakeComm() override { return std::exchange(take_comm_, TensorParallelComm{}); }
-  // What the train loop takes after forward and after backward: the same counters as TakeComm (one takes what the
-  // other has not).
-  ActivationComm TakeActivationComm() override {
-    const TensorParallelComm c = TakeComm();
-    return {c.seconds, c.bytes, c.allreduces};
-  }
 
  private:
   std::vector<AdamWRange> LocalAdamWRanges() const {

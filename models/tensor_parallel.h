@@ -103,13 +103,14 @@ class TensorParallelStats {
   virtual int tensor_parallel_rank() const = 0;  // this rank's index in the group
   // The last step's all-reduces: from the start of the last Forward to now (so, after Backward, that step's).
   virtual TensorParallelComm last_step_comm() const = 0;
-  // The all-reduces since the previous call (then counted afresh): what a train loop takes after each phase. The
-  // model's Transformer::TakeActivationComm takes the same counters.
+  // The all-reduces since the previous call (then counted afresh): what the train loop takes after forward and after
+  // backward, as exposed communication of kind activation.
   virtual TensorParallelComm TakeComm() = 0;
 };
 
 // The stats of a model made by MakeCpuTensorParallelTransformer or MakeCudaTensorParallelTransformer; nullptr for any
-// other model.
+// other model (not split: T = 1, no activation all-reduces). Tensor parallel's side of a model is here, not in the
+// Transformer interface.
 TensorParallelStats* TensorParallelStatsOf(Transformer& model);
 
 // Tensor parallel over `tp` (T = tp.size() ranks, tp.rank() its index): from the same seed, the same model as
@@ -135,7 +136,7 @@ std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig&
 // models' (TensorParallelLayout order, so that a data-parallel all-reduce across groups averages the local slice).
 // `tp` is a device-memory communicator (nccl) over the group; each activation all-reduce is fp32 and blocking (the
 // model's stream synchronised, the buffer all-reduced in place, the communicator synchronised), counted by
-// TakeActivationComm and TensorParallelStatsOf. `options` as for MakeCudaTransformer (max_batch, attention, seq;
+// TensorParallelStatsOf. `options` as for MakeCudaTransformer (max_batch, attention, seq;
 // placement: a ZeRO-1 shard of the local elements, no fsdp, the whole model). Throws InputError, before it touches the
 // device, where CheckTensorParallel and ResolvePlacement do, for a host-memory communicator, for local widths
 // (d_model/T, vocab_padded/T) that are not multiples of 8, for fsdp or a split stage, and for bad options;

@@ -210,13 +210,6 @@ struct ModelStateBytes {
 enum class ParallelMode { kDp, kZero1, kFsdp };
 ModelStateBytes TheoryStateBytes(ParallelMode mode, bool bf16, double elements, int ranks);
 
-// Tensor parallel's activation all-reduces inside Forward and Backward (blocking: the model waits for each).
-struct ActivationComm {
-  double seconds = 0;     // host time inside them
-  uint64_t bytes = 0;     // the buffers all-reduced (NCCL's S), summed
-  int64_t allreduces = 0;
-};
-
 // Timestamps in the order of the work a model issues: the host clock for the CPU reference, CUDA events on the
 // model's stream for CUDA, so that a phase is timed where its work runs (README.md, "One training step").
 class PhaseClock {
@@ -298,10 +291,6 @@ class Transformer {
   // here, which must outlive the steps. A model without FSDP refuses one (std::logic_error); the CUDA tensor parallel
   // model, which is never made with FSDP, keeps this default.
   virtual void SetUnitAccess(UnitAccess*) { throw std::logic_error("this model has no FSDP"); }
-  // Tensor parallel: the ranks the model is split over (1: not split), and its activation all-reduces since the
-  // last call (then counted afresh).
-  virtual int tensor_parallel() const { return 1; }
-  virtual ActivationComm TakeActivationComm() { return {}; }
   // Bytes this model allocated for the compute copy of the weights, the gradients and the optimizer state (fp32
   // master weights where the compute copy is not fp32, AdamW m and v), as ZeRO's paper counts them.
   virtual ModelStateBytes state_bytes() const = 0;

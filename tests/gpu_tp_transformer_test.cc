@@ -250,8 +250,8 @@ TEST(CudaTensorParallel, OneRankMatchesTheCpuReference) {
   auto gpu = MakeCudaTensorParallelTransformer(config, 11, *nccl, Options());
   SCOPED_TRACE("attention " + gpu->attention());
   EXPECT_EQ(gpu->backend(), "cuda");
-  EXPECT_EQ(gpu->tensor_parallel(), 1);
   ASSERT_NE(TensorParallelStatsOf(*gpu), nullptr);
+  EXPECT_EQ(TensorParallelStatsOf(*gpu)->tensor_parallel(), 1);
   EXPECT_EQ(TensorParallelStatsOf(*gpu)->tensor_parallel_rank(), 0);
   ASSERT_EQ(gpu->parameter_elements(), cpu->parameter_elements());
   ASSERT_EQ(gpu->layout().size(), cpu->layout().size());
@@ -279,7 +279,7 @@ TEST(CudaTensorParallel, OneRankMatchesTheCpuReference) {
   for (size_t i = static_cast<size_t>(config.vocab) * config.d_model; i < wte.count; ++i) {
     ASSERT_EQ(grads[wte.offset + i], 0.0f) << "wte padding element " << i;
   }
-  const ActivationComm comm = gpu->TakeActivationComm();  // a group of one all-reduces nothing
+  const TensorParallelComm comm = TensorParallelStatsOf(*gpu)->TakeComm();  // a group of one all-reduces nothing
   EXPECT_EQ(comm.allreduces, 0);
   EXPECT_EQ(comm.bytes, 0u);
 
@@ -342,10 +342,10 @@ void ExpectSplitMatchesTheFullModel(int tp) {
         << "of rank " << r << "'s " << n << " initial parameters differ from the full model's";
   }
   std::vector<StepResult> steps(tp);
-  std::vector<ActivationComm> comm(tp);
+  std::vector<TensorParallelComm> comm(tp);
   RunRanks(group, [&](int r) {
     steps[r] = ForwardBackward(*ranks[r], batch);
-    comm[r] = ranks[r]->TakeActivationComm();
+    comm[r] = TensorParallelStatsOf(*ranks[r])->TakeComm();
   });
   const uint64_t elements = TensorParallelAllReduceElements(config, tp, kBatch, kSeq);
   for (int r = 0; r < tp; ++r) {

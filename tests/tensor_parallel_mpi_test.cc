@@ -263,7 +263,7 @@ TEST_P(TensorParallel, OneStepAllReducesWhatTheFormulaSays) {
 // The train loop over a tensor-parallel model: each rank its own data-parallel group of one (so every rank of the
 // tensor-parallel group draws the same synthetic batch), against the full model in the same loop. The losses track
 // within 1e-4 as in AdamWStepsTrackTheFullModel; each step's activation all-reduces are taken through
-// Transformer::TakeActivationComm: the formula's elements in fp32 bytes, their time counted as exposed communication.
+// TensorParallelStats::TakeComm: the formula's elements in fp32 bytes, their time counted as exposed communication.
 
 // The loop both training tests run: kBatch x kSeq, small buckets, a learning rate that moves the weights.
 TrainLoopOptions SmallLoop(int steps, int warmup_steps) {
@@ -283,7 +283,7 @@ TEST_P(TensorParallel, TrainLoopTakesTheActivationAllReduces) {
   const ModelConfig config = Model();
   auto full = MakeCpuTransformer(config, 7);
   auto tp = MakeCpuTensorParallelTransformer(config, 7, *world);
-  EXPECT_EQ(tp->tensor_parallel(), world->size());
+  EXPECT_EQ(TensorParallelStatsOf(*tp)->tensor_parallel(), world->size());
   const TrainLoopOptions o = SmallLoop(2, 1);
   const std::vector<StepRecord> expected = RunTrainingSteps(*alone, *full, o);
   const std::vector<StepRecord> steps = RunTrainingSteps(*alone, *tp, o);
@@ -296,7 +296,7 @@ TEST_P(TensorParallel, TrainLoopTakesTheActivationAllReduces) {
     EXPECT_GE(steps[i].comm_exposed_s + 1e-12, steps[i].comm_activation_s) << "step " << i;
     EXPECT_EQ(steps[i].tokens, kBatch * kSeq / world->size()) << "step " << i;
   }
-  EXPECT_EQ(full->TakeActivationComm().allreduces, 0);
+  EXPECT_EQ(TensorParallelStatsOf(*full), nullptr);  // no activation all-reduces to take
 }
 
 // The local buffers: the layout's sizes, ZeRO's unsharded shard of them, the fp32 state.

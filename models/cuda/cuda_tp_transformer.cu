@@ -177,15 +177,11 @@ class CudaTensorParallelTransformer final : public Transformer, public TensorPar
   }
   void ParametersChanged() override { gpu::CastToBf16(params_bf16_, params_, elements_, stream()); }
 
-  // TensorParallelStats (tensor_parallel() overrides Transformer's too).
+  // TensorParallelStats.
   int tensor_parallel() const override { return dims_.tp; }
   int tensor_parallel_rank() const override { return dims_.rank; }
   TensorParallelComm last_step_comm() const override { return step_comm_; }
   TensorParallelComm TakeComm() override { return std::exchange(take_comm_, TensorParallelComm{}); }
-  ActivationComm TakeActivationComm() override {
-    const TensorParallelComm c = TakeComm();
-    return {c.seconds, c.bytes, c.allreduces};
-  }
 
  private:
   // ZeRO-1's shard of the local elements (resolved: all of them without ZeRO-1).
