@@ -28,7 +28,8 @@ class CpuFlatModel : public Transformer {
         params_(placement_.buffer_elements(), 0.0f),
         grads_(placement_.buffer_elements(), 0.0f),
         m_(placement_.moment_elements(), 0.0f),
-        v_(placement_.moment_elements(), 0.0f) {}
+        v_(placement_.moment_elements(), 0.0f),
+        flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), ParameterUnits(layout_))) {}
 
   const ModelConfig& config() const override { return config_; }
   std::string backend() const override { return "cpu"; }
@@ -52,6 +53,13 @@ class CpuFlatModel : public Transformer {
  protected:
   // The pipeline stage held (the whole model by default).
   const PipelineStage& stage() const { return placement_.stage; }
+  // Where Forward and Backward read and write whole units: views of the flat buffers, or under FSDP the UnitAccess
+  // given to SetUnitAccess.
+  UnitAccess& Access() const {
+    UnitAccess* access = placement_.fsdp.enabled() ? unit_access() : flat_access_.get();
+    if (access == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
+    return *access;
+  }
   // Backward's start: how it treats the gradients the UnitAccess hands out, for `units` units.
   void BeginBackward(GradientWrite write, size_t units) {
     write_ = write;
@@ -84,6 +92,7 @@ class CpuFlatModel : public Transformer {
   int micro_batch_slot_ = 0;  // SelectMicroBatch's
 
  private:
+  std::unique_ptr<UnitAccess> flat_access_;  // views of params_ and grads_ (without FSDP)
   GradientWrite write_ = GradientWrite::kOverwrite;
   std::vector<bool> unit_started_;
 };

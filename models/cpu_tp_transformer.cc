@@ -109,8 +109,6 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
         unit_offsets_(UnitOffsets(unsplit_layout_, ParameterUnits(unsplit_layout_))),
         slot_units_(SlotUnits(unsplit_layout_, ParameterUnits(unsplit_layout_))),
         adamw_ranges_(LocalAdamWRanges()),
-        flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), units_)),
-        access_(placement_.fsdp.enabled() ? nullptr : flat_access_.get()),
         held_params_(units_.size(), nullptr),
         held_grads_(units_.size(), nullptr),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq),
@@ -125,11 +123,6 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
         std::copy(whole.data() + begin, whole.data() + end, dest);
       });
     }
-  }
-
-  void SetUnitAccess(UnitAccess* access) override {
-    if (!placement_.fsdp.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
-    access_ = access;
   }
 
   using Transformer::SetBatch;
@@ -165,10 +158,6 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
     if (unit == nullptr) throw std::logic_error("a tensor-parallel slot read outside its unit's hold");
     return unit + unit_offsets_[slot];
   }
-  UnitAccess& Access() const {
-    if (access_ == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
-    return *access_;
-  }
   void Hold(size_t unit, bool gradients) {
     held_params_[unit] = Access().Parameters(unit);
     if (gradients) held_grads_[unit] = BackwardGradients(Access(), unit, units_[unit].elements());
@@ -202,8 +191,6 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
   std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
   std::vector<size_t> slot_units_;    // per slot: its unit
   std::vector<AdamWRange> adamw_ranges_;
-  std::unique_ptr<UnitAccess> flat_access_;  // views of params_ and grads_ (without FSDP)
-  UnitAccess* access_;
   std::vector<const float*> held_params_;  // per unit: its parameters while held, else nullptr
   std::vector<float*> held_grads_;         // per unit: its gradients while held
   std::vector<float> attention_scratch_;  // (2, block rows, maxS)

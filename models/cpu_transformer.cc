@@ -101,8 +101,6 @@ class CpuTransformer : public CpuFlatModel {
         // unit-local offsets are the stage's too (UnitOffsets cannot walk past the empty units a stage leaves).
         unit_offsets_(UnitOffsets(MakeLayout(config), ParameterUnits(MakeLayout(config)))),
         adamw_ranges_(PlacementAdamWRanges(config, layout_, placement_)),
-        flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), units_)),
-        access_(placement_.fsdp.enabled() ? nullptr : flat_access_.get()),
         slots_(stage().slots),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
     if (placement_.fsdp.enabled()) {
@@ -119,10 +117,6 @@ class CpuTransformer : public CpuFlatModel {
   using Transformer::Backward;
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
-  void SetUnitAccess(UnitAccess* access) override {
-    if (!placement_.fsdp.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
-    access_ = access;
-  }
   StageEdges stage_edges() override;
   ModelStateBytes state_bytes() const override {
     ModelStateBytes bytes = CpuFlatModel::state_bytes();
@@ -142,10 +136,6 @@ class CpuTransformer : public CpuFlatModel {
   T* Tensor(T* unit_base, size_t slot) const {
     return unit_base + unit_offsets_[slot];
   }
-  UnitAccess& Access() const {
-    if (access_ == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
-    return *access_;
-  }
   // The first and the last stage hold wte (the last its LM head's copy).
   bool holds_wte() const { return layout_[kWteSlot].count > 0; }
   // (N, C) the residual stream entering block `layer` of the stage (at end_layer: the stage's output).
@@ -161,8 +151,6 @@ class CpuTransformer : public CpuFlatModel {
   std::vector<ParameterUnit> units_;
   std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
   std::vector<AdamWRange> adamw_ranges_;  // offsets into params_ and grads_
-  std::unique_ptr<UnitAccess> flat_access_;  // views of params_ and grads_ (without FSDP)
-  UnitAccess* access_;
 
   std::vector<MicroBatchSlot> slots_;  // stage().slots of them
   // Backward's scratch, shared by the slots, for up to scratch_tokens_ rows.

@@ -288,9 +288,12 @@ class Transformer {
   // Where the model sits in every parallel mode: the ModelPlacement it was made with, resolved (ResolvePlacement).
   virtual const ModelPlacement& placement() const = 0;
   // FSDP (placement().fsdp enabled): Forward and Backward read and write whole units only through the UnitAccess set
-  // here, which must outlive the steps. A model without FSDP refuses one (std::logic_error); the CUDA tensor parallel
-  // model, which is never made with FSDP, keeps this default.
-  virtual void SetUnitAccess(UnitAccess*) { throw std::logic_error("this model has no FSDP"); }
+  // here (the train loop's FsdpGatherer), which must outlive the steps; null unsets it. A model without FSDP refuses
+  // one (std::logic_error): it reads its own flat buffers.
+  void SetUnitAccess(UnitAccess* access) {
+    if (!placement().fsdp.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
+    unit_access_ = access;
+  }
   // Bytes this model allocated for the compute copy of the weights, the gradients and the optimizer state (fp32
   // master weights where the compute copy is not fp32, AdamW m and v), as ZeRO's paper counts them.
   virtual ModelStateBytes state_bytes() const = 0;
@@ -353,6 +356,8 @@ class Transformer {
   void SetOpTimes(OpTimes* op_times) { op_times_ = op_times; }
 
  protected:
+  // The UnitAccess SetUnitAccess gave (null until then, and always without FSDP).
+  UnitAccess* unit_access() const { return unit_access_; }
   void BeginOp(OpKind kind, bool backward) {
     if (op_times_ != nullptr) op_times_->Begin(kind, backward);
   }
@@ -362,6 +367,7 @@ class Transformer {
 
  private:
   OpTimes* op_times_ = nullptr;
+  UnitAccess* unit_access_ = nullptr;
 };
 
 // The CPU reference, initialised as GPT-2 is (normal(0, 0.02) weights, residual projections scaled by

@@ -103,7 +103,6 @@ class CudaTransformer final : public Transformer {
   StageEdges stage_edges() override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   const ModelPlacement& placement() const override { return options_.placement; }
-  void SetUnitAccess(UnitAccess* access) override;
   // The fp32 master weights are not sharded under zero1 (AdamW's moments are): it keeps 4 bytes per element more
   // than ZeRO's 12/N. Under fsdp every buffer is the shard store, and there is no bf16 copy to keep between uses (a
   // unit's is made where it is gathered): 4 + 4 + 8 bytes per element over N, ZeRO's 16Ψ/N in all.
@@ -195,7 +194,6 @@ class CudaTransformer final : public Transformer {
   std::vector<size_t> slot_units_;    // per slot: its unit
   std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit (a held one's)
   std::vector<UnitView> views_;  // per unit
-  UnitAccess* access_ = nullptr;
   size_t max_tokens_;  // options.max_batch · config.seq: each micro-batch's activations' capacity
 
   // Declared first, destroyed last: everything below enqueues work on it.
@@ -378,14 +376,9 @@ void CudaTransformer::UploadInitialParameters(uint64_t seed) {
   stream_.Synchronize();  // before the staging buffers go
 }
 
-void CudaTransformer::SetUnitAccess(UnitAccess* access) {
-  if (!fsdp().enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
-  access_ = access;
-}
-
 UnitAccess& CudaTransformer::Access() const {
-  if (access_ == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
-  return *access_;
+  if (unit_access() == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
+  return *unit_access();
 }
 
 void CudaTransformer::HoldParameters(size_t u) {
