@@ -1,6 +1,7 @@
 // What the CPU models (the reference, cpu_transformer.cc, and its tensor parallel split, cpu_tp_transformer.cc)
-// share: the config, the pipeline stage held and a layout of it, four flat fp32 host buffers (parameters, gradients,
-// AdamW m and v), the selected micro-batch slot, and the accessors of the Transformer interface over them.
+// share: the config, the placement (and so the pipeline stage held) and a layout of it, four flat fp32 host buffers
+// (parameters, gradients, AdamW m and v), the selected micro-batch slot, and the accessors of the Transformer interface
+// over them.
 #pragma once
 
 #include <algorithm>
@@ -16,18 +17,19 @@ namespace tb {
 
 class CpuFlatModel : public Transformer {
  public:
-  // Holds `stage` (resolved; the whole model by default) of `layout`: layout() is StageLayout of it. The parameter and
-  // gradient buffers hold `buffer_elements`, m and v `moment_elements` (a sharded model's shares), all zero.
-  CpuFlatModel(const ModelConfig& config, const std::vector<TensorSlot>& layout, size_t buffer_elements,
-               size_t moment_elements, const PipelineStage& stage = {})
+  // Placed by `placement` (ResolvePlacement of `layout`, the model's unsplit layout): layout() is StageLayout of
+  // `layout`; the parameter and gradient buffers hold the placement's buffer_elements(), m and v its
+  // moment_elements(), all zero.
+  CpuFlatModel(const ModelConfig& config, const std::vector<TensorSlot>& layout, const ModelPlacement& placement)
       : config_(config),
-        stage_(ResolveStage(stage, config)),
-        layout_(StageLayout(layout, stage_)),
+        placement_(placement),
+        layout_(StageLayout(layout, placement_.stage)),
         elements_(layout_.back().offset + layout_.back().count),
-        params_(buffer_elements, 0.0f),
-        grads_(buffer_elements, 0.0f),
-        m_(moment_elements, 0.0f),
-        v_(moment_elements, 0.0f) {}
+        params_(placement_.buffer_elements(), 0.0f),
+        grads_(placement_.buffer_elements(), 0.0f),
+        m_(placement_.moment_elements(), 0.0f),
+        v_(placement_.moment_elements(), 0.0f),
+        flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), ParameterUnits(layout_))) {}
 
   const ModelConfig& config() const override { return config_; }
   std::string backend() const override { return "cpu"; }
@@ -43,12 +45,21 @@ class CpuFlatModel : public Transformer {
     return {4.0 * params_.size(), 4.0 * grads_.size(), 4.0 * (m_.size() + v_.size())};
   }
   void SetGradientScale(float scale) override { gradient_scale_ = scale; }
-  const PipelineStage& pipeline_stage() const override { return stage_; }
-  void SelectMicroBatch(int slot) override { micro_batch_slot_ = CheckedSlot(stage_, slot); }
+  const ModelPlacement& placement() const override { return placement_; }
+  void SelectMicroBatch(int slot) override { micro_batch_slot_ = CheckedSlot(stage(), slot); }
   // No edges: a model that holds a split stage overrides it.
   StageEdges stage_edges() override { return {}; }
 
  protected:
+  // The pipeline stage held (the whole model by default).
+  const PipelineStage& stage() const { return placement_.stage; }
+  // Where Forward and Backward read and write whole units: views of the flat buffers, or under FSDP the UnitAccess
+  // given to SetUnitAccess.
+  UnitAccess& Access() const {
+    UnitAccess* access = placement_.fsdp.enabled() ? unit_access() : flat_access_.get();
+    if (access == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
+    return *access;
+  }
   // Backward's start: how it treats the gradients the UnitAccess hands out, for `units` units.
   void BeginBackward(GradientWrite write, size_t units) {
     write_ = write;
@@ -70,7 +81,7 @@ class CpuFlatModel : public Transformer {
   }
 
   ModelConfig config_;
-  PipelineStage stage_;
+  const ModelPlacement placement_;  // resolved
   std::vector<TensorSlot> layout_;
   size_t elements_;
   std::vector<float> params_;
@@ -81,6 +92,7 @@ class CpuFlatModel : public Transformer {
   int micro_batch_slot_ = 0;  // SelectMicroBatch's
 
  private:
+  std::unique_ptr<UnitAccess> flat_access_;  // views of params_ and grads_ (without FSDP)
   GradientWrite write_ = GradientWrite::kOverwrite;
   std::vector<bool> unit_started_;
 };

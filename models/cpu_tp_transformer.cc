@@ -79,26 +79,6 @@ float RowMax(const float* row, int count) {
   return count > 0 ? *std::max_element(row, row + count) : -std::numeric_limits<float>::infinity();
 }
 
-// This rank's slices of the tensors `stage` (resolved) holds.
-std::vector<TensorSlot> LocalStageLayout(const ModelConfig& config, int tensor_parallel, const PipelineStage& stage) {
-  return StageLayout(TensorParallelLayout(config, tensor_parallel), stage);
-}
-
-size_t LocalElements(const ModelConfig& config, int tensor_parallel, const PipelineStage& stage) {
-  const std::vector<TensorSlot> layout = LocalStageLayout(config, tensor_parallel, stage);
-  return layout.back().offset + layout.back().count;
-}
-
-// The buffers' lengths (parameters and gradients, m and v): fsdp's store of the local units' shards, or ZeRO-1's
-// capacity and shard of the stage's local elements (all of them without either).
-std::pair<size_t, size_t> LocalBufferElements(const ModelConfig& config, int tensor_parallel,
-                                              const PipelineStage& stage, const OptimizerShard& shard,
-                                              const FsdpLayout& fsdp) {
-  if (fsdp.enabled()) return {fsdp.store_elements, fsdp.store_elements};
-  const OptimizerShard resolved = ResolveShard(shard, LocalElements(config, tensor_parallel, stage));
-  return {resolved.capacity, resolved.elements()};
-}
-
 // The stage's local elements (`stage_layout`) with the bits the unsplit tensor-parallel model (`unsplit`) has in them:
 // each stretch of the full model's initialisation that lands in a held slot, moved to that slot's place in the stage.
 void InitializeLocalStage(const ModelConfig& config, const LocalDims& dims, const std::vector<TensorSlot>& unsplit,
@@ -115,16 +95,12 @@ void InitializeLocalStage(const ModelConfig& config, const LocalDims& dims, cons
 
 class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelStats {
  public:
-  // `stage`: resolved.
-  CpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed, Communicator& tp, const OptimizerShard& shard,
-                               const FsdpLayout& fsdp, const PipelineStage& stage)
-      : CpuFlatModel(config, LocalStageLayout(config, tp.size(), stage),
-                     LocalBufferElements(config, tp.size(), stage, shard, fsdp).first,
-                     LocalBufferElements(config, tp.size(), stage, shard, fsdp).second),
+  // `placement`: resolved over TensorParallelLayout(config, tp.size()).
+  CpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed, Communicator& tp,
+                               const ModelPlacement& placement)
+      : CpuFlatModel(config, TensorParallelLayout(config, tp.size()), placement),
         tp_(tp),
         dims_(MakeTensorParallelDims(config, tp.size(), tp.rank())),
-        shard_(ResolveShard(shard, elements_)),
-        fsdp_(fsdp),
         unsplit_layout_(TensorParallelLayout(config, tp.size())),
         units_(ParameterUnits(layout_)),
         // A stage holds each unit whole or not at all, but for the last stage's embeddings (wte, the unit's first
@@ -133,33 +109,20 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
         unit_offsets_(UnitOffsets(unsplit_layout_, ParameterUnits(unsplit_layout_))),
         slot_units_(SlotUnits(unsplit_layout_, ParameterUnits(unsplit_layout_))),
         adamw_ranges_(LocalAdamWRanges()),
-        flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), units_)),
-        access_(fsdp.enabled() ? nullptr : flat_access_.get()),
         held_params_(units_.size(), nullptr),
         held_grads_(units_.size(), nullptr),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq),
-        slots_(stage.slots) {
-    stage_ = stage;
-    if (fsdp.enabled() && shard.sharded()) throw InputError("a model is sharded by zero1 or by fsdp, not both");
-    if (fsdp.enabled() && fsdp.units.size() != units_.size()) {
-      throw std::logic_error("fsdp: the layout's units are not the tensor-parallel slices'");
-    }
+        slots_(stage().slots) {
+    const FsdpLayout& fsdp = placement_.fsdp;
     std::vector<float> whole;
     if (fsdp.enabled()) whole.resize(elements_);
     float* local = fsdp.enabled() ? whole.data() : params_.data();
     InitializeLocalStage(config_, dims_, unsplit_layout_, layout_, seed, local);
     if (fsdp.enabled()) {  // the shards of `whole` (the local elements) that fsdp gives this rank
-      FillFsdpShards(fsdp_, params_.data(), [&](size_t begin, size_t end, float* dest) {
+      FillFsdpShards(fsdp, params_.data(), [&](size_t begin, size_t end, float* dest) {
         std::copy(whole.data() + begin, whole.data() + end, dest);
       });
     }
-  }
-
-  const OptimizerShard& optimizer_shard() const override { return shard_; }
-  const FsdpLayout& fsdp_layout() const override { return fsdp_; }
-  void SetUnitAccess(UnitAccess* access) override {
-    if (!fsdp_.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
-    access_ = access;
   }
 
   using Transformer::SetBatch;
@@ -169,27 +132,21 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
   using Transformer::Backward;
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
-  void SelectMicroBatch(int slot) override { slot_ = CheckedSlot(stage_, slot); }
+  void SelectMicroBatch(int slot) override { slot_ = CheckedSlot(stage(), slot); }
   StageEdges stage_edges() override;
 
-  // TensorParallelStats (tensor_parallel() also overrides Transformer's where the interface declares one).
+  // TensorParallelStats.
   int tensor_parallel() const override { return dims_.tp; }
   int tensor_parallel_rank() const override { return dims_.rank; }
   TensorParallelComm last_step_comm() const override { return step_comm_; }
   TensorParallelComm TakeComm() override { return std::exchange(take_comm_, TensorParallelComm{}); }
-  // What the train loop takes after forward and after backward: the same counters as TakeComm (one takes what the
-  // other has not).
-  ActivationComm TakeActivationComm() override {
-    const TensorParallelComm c = TakeComm();
-    return {c.seconds, c.bytes, c.allreduces};
-  }
 
  private:
   std::vector<AdamWRange> LocalAdamWRanges() const {
     // AdamWRanges leaves out wte's rows from config.vocab on: locally, those past the real tokens of the slice.
     ModelConfig local = config_;
     local.vocab = dims_.vocab_used;
-    return fsdp_.enabled() ? FsdpAdamWRanges(local, layout_, fsdp_) : AdamWRanges(local, layout_, shard_.begin, shard_.end);
+    return PlacementAdamWRanges(local, layout_, placement_);
   }
   // A tensor of a unit held now (its parameters or its gradients), through the UnitAccess: the model's own buffers,
   // or under fsdp the gatherer's whole units.
@@ -200,10 +157,6 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
     T* unit = held[slot_units_[slot]];
     if (unit == nullptr) throw std::logic_error("a tensor-parallel slot read outside its unit's hold");
     return unit + unit_offsets_[slot];
-  }
-  UnitAccess& Access() const {
-    if (access_ == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
-    return *access_;
   }
   void Hold(size_t unit, bool gradients) {
     held_params_[unit] = Access().Parameters(unit);
@@ -218,7 +171,7 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
     held_params_[unit] = nullptr;
   }
   SlotActivations& Current() { return slots_[slot_]; }
-  LocalBlockActivations& Block(SlotActivations& a, int layer) const { return a.blocks[layer - stage_.first_layer]; }
+  LocalBlockActivations& Block(SlotActivations& a, int layer) const { return a.blocks[layer - stage().first_layer]; }
   void ReserveActivations(SlotActivations& a, size_t tokens);
   void AllReduce(float* data, size_t count, ReduceOp op);
   void EmbeddingForward(SlotActivations& a);
@@ -233,20 +186,16 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
 
   Communicator& tp_;
   LocalDims dims_;
-  OptimizerShard shard_;
-  FsdpLayout fsdp_;
   std::vector<TensorSlot> unsplit_layout_;  // TensorParallelLayout: every slot held
   std::vector<ParameterUnit> units_;
   std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
   std::vector<size_t> slot_units_;    // per slot: its unit
   std::vector<AdamWRange> adamw_ranges_;
-  std::unique_ptr<UnitAccess> flat_access_;  // views of params_ and grads_ (without FSDP)
-  UnitAccess* access_;
   std::vector<const float*> held_params_;  // per unit: its parameters while held, else nullptr
   std::vector<float*> held_grads_;         // per unit: its gradients while held
   std::vector<float> attention_scratch_;  // (2, block rows, maxS)
 
-  std::vector<SlotActivations> slots_;  // stage_.slots of them
+  std::vector<SlotActivations> slots_;  // stage().slots of them
   int slot_ = 0;                        // SelectMicroBatch's
   // Scratch the slots share, for the most tokens any of them holds.
   size_t scratch_tokens_ = 0;
@@ -277,10 +226,10 @@ void CpuTensorParallelTransformer::AllReduce(float* data, size_t count, ReduceOp
 void CpuTensorParallelTransformer::ReserveActivations(SlotActivations& a, size_t n) {
   const size_t c = dims_.c;
   if (n > a.capacity_tokens) {
-    a.blocks.resize(stage_.end_layer - stage_.first_layer);
+    a.blocks.resize(stage().end_layer - stage().first_layer);
     for (LocalBlockActivations& b : a.blocks) ReserveBlock(b, n, dims_);
     a.encoded.resize(n * c);
-    if (stage_.last()) {
+    if (stage().last()) {
       a.lnf.resize(n * c);
       for (std::vector<float>* v : {&a.lnf_mean, &a.lnf_rstd}) v->resize(n);
       a.logits.resize(n * dims_.vocab_used);
@@ -323,11 +272,11 @@ Transformer::StageEdges CpuTensorParallelTransformer::stage_edges() {
   if (a.capacity_tokens == 0) return {};  // nothing to point at before the slot's first SetBatch
   StageEdges edges;
   edges.count = a.tokens() * dims_.c;
-  if (!stage_.first()) {
+  if (!stage().first()) {
     edges.input = a.encoded.data();
     edges.input_grad = residual_grad_.data();  // shared by the slots: the last Backward's, until the next
   }
-  if (!stage_.last()) {
+  if (!stage().last()) {
     edges.output = a.blocks.back().residual3.data();
     edges.output_grad = a.output_grad.data();
   }
@@ -339,18 +288,18 @@ void CpuTensorParallelTransformer::Forward() {
   if (a.batch == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
   a.backward_pending = false;
   step_comm_ = {};
-  if (stage_.first()) {
+  if (stage().first()) {
     Hold(kEmbeddingUnit, false);  // held to the end of backward (the tied LM head), as the full model does
     EmbeddingForward(a);
   }  // a later stage's a.encoded is stage_edges().input, which the caller wrote
   const float* residual = a.encoded.data();
-  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+  for (int l = stage().first_layer; l < stage().end_layer; ++l) {
     Hold(BlockUnit(l), false);
     BlockForward(a, l, residual);
     Release(BlockUnit(l), false);
     residual = Block(a, l).residual3.data();
   }
-  a.loss = stage_.last() ? HeadForward(a, residual) : std::numeric_limits<float>::quiet_NaN();
+  a.loss = stage().last() ? HeadForward(a, residual) : std::numeric_limits<float>::quiet_NaN();
   a.backward_pending = true;
 }
 
@@ -415,7 +364,7 @@ void CpuTensorParallelTransformer::RowParallelForward(float* out, const float* i
 // The last stage's: the final LayerNorm, the tied LM head over the local slice's real rows only (padding rows never
 // reach the logits) and the cross-entropy. Returns the mean loss.
 float CpuTensorParallelTransformer::HeadForward(SlotActivations& a, const float* residual) {
-  if (!stage_.first()) Hold(kEmbeddingUnit, false);  // the head's copy of wte, held to the end of backward
+  if (!stage().first()) Hold(kEmbeddingUnit, false);  // the head's copy of wte, held to the end of backward
   Hold(FinalNormUnit(config_.layers), false);        // held likewise
   const size_t lnf = LnfWeightSlot(config_.layers);
   cpu::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual, P(lnf), P(lnf + 1), a.tokens(),
@@ -467,19 +416,19 @@ void CpuTensorParallelTransformer::Backward(const std::function<void(size_t slot
   };
   // The units in the full model's order: the embeddings and the final LayerNorm (held since forward, asked for
   // again with their gradients), then the blocks from the last; every held slot reported in descending order.
-  const bool embeddings = stage_.first() || stage_.last();
+  const bool embeddings = stage().first() || stage().last();
   if (embeddings) Hold(kEmbeddingUnit, true);
-  if (stage_.last()) {
+  if (stage().last()) {
     HeadBackward(a, ready);  // residual_grad_: the gradient of the last block's output
   } else {
     std::copy_n(a.output_grad.data(), a.tokens() * dims_.c, residual_grad_.data());
   }
-  for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
+  for (int l = stage().end_layer - 1; l >= stage().first_layer; --l) {
     Hold(BlockUnit(l), true);
     BlockBackward(a, l, ready);
     Release(BlockUnit(l), true);
   }
-  if (stage_.first()) {
+  if (stage().first()) {
     EmbeddingBackward(a);
     ready(kWpeSlot);
   }
@@ -534,7 +483,7 @@ void CpuTensorParallelTransformer::BlockBackward(SlotActivations& act, int l,
     ready(BlockSlot(l, weight));
   };
   const LocalBlockActivations& a = Block(act, l);
-  const float* residual = l > stage_.first_layer ? Block(act, l - 1).residual3.data() : act.encoded.data();
+  const float* residual = l > stage().first_layer ? Block(act, l - 1).residual3.data() : act.encoded.data();
   float* rg = residual_grad_.data();
   float* cg = channel_grad_.data();
   float* hg = hidden_grad_.data();
@@ -581,8 +530,8 @@ void CpuTensorParallelTransformer::EmbeddingBackward(const SlotActivations& a) {
 void CpuTensorParallelTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError("AdamW step counts from 1, got " + std::to_string(step));
   for (const AdamWRange& r : adamw_ranges_) {
-    // ZeRO-1: the moments hold the shard's elements, local element i at moment i - shard_.begin.
-    const size_t moment = r.offset - shard_.begin;
+    // The moments hold the shard's elements (ZeRO-1's, fsdp's store): local element i at moment i - moment_offset().
+    const size_t moment = r.offset - placement_.moment_offset();
     cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + moment, v_.data() + moment,
                      r.count, config, r.decay ? config.weight_decay : 0.0f, step);
   }
@@ -735,22 +684,19 @@ uint64_t TensorParallelAllReduceElements(const ModelConfig& config, int tensor_p
 TensorParallelStats* TensorParallelStatsOf(Transformer& model) { return dynamic_cast<TensorParallelStats*>(&model); }
 
 std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
-                                                              Communicator& tp, const OptimizerShard& shard,
-                                                              const FsdpLayout& fsdp, const PipelineStage& stage) {
+                                                              Communicator& tp, const ModelPlacement& placement) {
   ValidateModel(config);
   CheckTensorParallel(config, tp.size());
   if (tp.memory() != MemoryKind::kHost) {
     throw InputError("the tensor-parallel CPU transformer needs a host-memory communicator (mpi), got " + tp.backend());
   }
-  const PipelineStage resolved = ResolveStage(stage, config);
-  if (fsdp.enabled() && resolved.split()) {
-    throw InputError("fsdp across tensor-parallel groups within a pipeline stage is not built HINT: dp or zero1 "
-                     "across the groups");
-  }
+  const std::vector<TensorSlot> layout = TensorParallelLayout(config, tp.size());
+  const ModelPlacement resolved = ResolvePlacement(config, layout, placement);
   try {
-    return std::make_unique<CpuTensorParallelTransformer>(config, seed, tp, shard, fsdp, resolved);
+    return std::make_unique<CpuTensorParallelTransformer>(config, seed, tp, resolved);
   } catch (const std::bad_alloc&) {
-    const uint64_t bytes = 4 * sizeof(float) * LocalElements(config, tp.size(), resolved);
+    const std::vector<TensorSlot> held = StageLayout(layout, resolved.stage);
+    const uint64_t bytes = 4 * sizeof(float) * (held.back().offset + held.back().count);
     throw RuntimeError("the tensor-parallel CPU transformer for model '" + config.name + "' could not allocate " +
                        FormatBytes(bytes) + " per rank for fp32 parameters, gradients and AdamW moments HINT: run " +
                        "fewer layers of the same shape with --layers N");

@@ -91,47 +91,20 @@ void LayOutActivations(std::vector<float>& storage, size_t tokens, const Point& 
   point(take);
 }
 
-// The part of MakeLayout(config) that `stage` holds.
-std::vector<TensorSlot> HeldLayout(const ModelConfig& config, const PipelineStage& stage) {
-  return StageLayout(MakeLayout(config), ResolveStage(stage, config));
-}
-
-// The buffers' lengths (parameters and gradients, m and v): fsdp's store, or ZeRO-1's capacity and shard of the
-// stage's elements (the whole model's without a stage).
-std::pair<size_t, size_t> BufferElements(const ModelConfig& config, const OptimizerShard& shard, const FsdpLayout& fsdp,
-                                         const PipelineStage& stage) {
-  if (fsdp.enabled()) return {fsdp.store_elements, fsdp.store_elements};
-  const std::vector<TensorSlot> layout = HeldLayout(config, stage);
-  const OptimizerShard resolved = ResolveShard(shard, layout.back().offset + layout.back().count);
-  return {resolved.capacity, resolved.elements()};
-}
-
 class CpuTransformer : public CpuFlatModel {
  public:
-  CpuTransformer(const ModelConfig& config, uint64_t seed, const OptimizerShard& shard, const FsdpLayout& fsdp,
-                 const PipelineStage& stage)
-      : CpuFlatModel(config, MakeLayout(config), BufferElements(config, shard, fsdp, stage).first,
-                     BufferElements(config, shard, fsdp, stage).second, stage),
-        shard_(ResolveShard(shard, elements_)),
-        fsdp_(fsdp),
+  // `placement`: resolved over MakeLayout(config).
+  CpuTransformer(const ModelConfig& config, uint64_t seed, const ModelPlacement& placement)
+      : CpuFlatModel(config, MakeLayout(config), placement),
         units_(ParameterUnits(layout_)),
         // The whole model's: a stage holds whole units, or wte alone at the head of the embeddings' unit, so their
         // unit-local offsets are the stage's too (UnitOffsets cannot walk past the empty units a stage leaves).
         unit_offsets_(UnitOffsets(MakeLayout(config), ParameterUnits(MakeLayout(config)))),
-        adamw_ranges_(fsdp.enabled() ? FsdpAdamWRanges(config, layout_, fsdp)
-                                     : AdamWRanges(config, layout_, shard_.begin, shard_.end)),
-        moment_offset_(fsdp.enabled() ? 0 : shard_.begin),
-        flat_access_(MakeFlatUnitAccess(params_.data(), grads_.data(), units_)),
-        access_(fsdp.enabled() ? nullptr : flat_access_.get()),
-        slots_(stage_.slots),
+        adamw_ranges_(PlacementAdamWRanges(config, layout_, placement_)),
+        slots_(stage().slots),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
-    if (fsdp.enabled() && shard.sharded()) throw InputError("a model is sharded by zero1 or by fsdp, not both");
-    if (fsdp.enabled() && stage_.split()) {
-      throw InputError("fsdp with pipeline parallel is not built HINT: a pipeline stage shards its optimizer state "
-                       "with zero1");
-    }
-    if (fsdp.enabled()) {
-      InitializeFsdpShards(config_, layout_, fsdp_, seed, params_.data());
+    if (placement_.fsdp.enabled()) {
+      InitializeFsdpShards(config_, layout_, placement_.fsdp, seed, params_.data());
     } else {
       InitializeStageParameters(config_, MakeLayout(config_), layout_, seed, params_.data());
     }
@@ -144,12 +117,6 @@ class CpuTransformer : public CpuFlatModel {
   using Transformer::Backward;
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
-  const OptimizerShard& optimizer_shard() const override { return shard_; }
-  const FsdpLayout& fsdp_layout() const override { return fsdp_; }
-  void SetUnitAccess(UnitAccess* access) override {
-    if (!fsdp_.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
-    access_ = access;
-  }
   StageEdges stage_edges() override;
   ModelStateBytes state_bytes() const override {
     ModelStateBytes bytes = CpuFlatModel::state_bytes();
@@ -169,15 +136,11 @@ class CpuTransformer : public CpuFlatModel {
   T* Tensor(T* unit_base, size_t slot) const {
     return unit_base + unit_offsets_[slot];
   }
-  UnitAccess& Access() const {
-    if (access_ == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
-    return *access_;
-  }
   // The first and the last stage hold wte (the last its LM head's copy).
   bool holds_wte() const { return layout_[kWteSlot].count > 0; }
   // (N, C) the residual stream entering block `layer` of the stage (at end_layer: the stage's output).
   const float* Residual(const MicroBatchSlot& micro_batch, int layer) const {
-    return layer > stage_.first_layer ? micro_batch.blocks[layer - 1].residual3 : micro_batch.stage_input;
+    return layer > stage().first_layer ? micro_batch.blocks[layer - 1].residual3 : micro_batch.stage_input;
   }
   void BlockForward(MicroBatchSlot& micro_batch, int layer);
   float HeadForward(MicroBatchSlot& micro_batch, const float* embeddings);
@@ -185,16 +148,11 @@ class CpuTransformer : public CpuFlatModel {
                     const std::function<void(size_t slot)>& ready);
   void BlockBackward(MicroBatchSlot& micro_batch, int layer, const std::function<void(size_t slot)>& ready);
 
-  OptimizerShard shard_;
-  FsdpLayout fsdp_;
   std::vector<ParameterUnit> units_;
   std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit
   std::vector<AdamWRange> adamw_ranges_;  // offsets into params_ and grads_
-  size_t moment_offset_;                  // m_ and v_ element i is params_ element moment_offset_ + i
-  std::unique_ptr<UnitAccess> flat_access_;  // views of params_ and grads_ (without FSDP)
-  UnitAccess* access_;
 
-  std::vector<MicroBatchSlot> slots_;  // stage_.slots of them
+  std::vector<MicroBatchSlot> slots_;  // stage().slots of them
   // Backward's scratch, shared by the slots, for up to scratch_tokens_ rows.
   size_t scratch_tokens_ = 0;
   std::vector<float> backward_scratch_;
@@ -212,7 +170,7 @@ void CpuTransformer::ReserveActivations(MicroBatchSlot& micro_batch, size_t toke
     micro_batch.blocks.assign(config_.layers, BlockActivations{});
     LayOutActivations(micro_batch.storage, n, [&](auto& take) {
       micro_batch.stage_input = take(n * c);
-      for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+      for (int l = stage().first_layer; l < stage().end_layer; ++l) {
         BlockActivations& a = micro_batch.blocks[l];
         a.ln1 = take(n * c);
         a.ln1_mean = take(n);
@@ -228,7 +186,7 @@ void CpuTransformer::ReserveActivations(MicroBatchSlot& micro_batch, size_t toke
         a.fch_gelu = take(n * hidden);
         a.residual3 = take(n * c);
       }
-      if (stage_.last()) {
+      if (stage().last()) {
         micro_batch.lnf = take(n * c);
         micro_batch.lnf_mean = take(n);
         micro_batch.lnf_rstd = take(n);
@@ -273,12 +231,12 @@ Transformer::StageEdges CpuTransformer::stage_edges() {
   // other. The edges stay where they are until the slot's next SetBatch, which may move them (to grow).
   StageEdges edges;
   edges.count = micro_batch.tokens() * config_.d_model;
-  if (!stage_.first()) {
+  if (!stage().first()) {
     edges.input = micro_batch.stage_input;
     edges.input_grad = micro_batch.residual_grad;
   }
-  if (!stage_.last()) {
-    edges.output = Residual(micro_batch, stage_.end_layer);
+  if (!stage().last()) {
+    edges.output = Residual(micro_batch, stage().end_layer);
     edges.output_grad = micro_batch.residual_grad;
   }
   return edges;
@@ -290,14 +248,15 @@ void CpuTransformer::Forward() {
   micro_batch.backward_pending = false;
   // Held to the end of backward (the tied LM head).
   const float* embeddings = holds_wte() ? Access().Parameters(kEmbeddingUnit) : nullptr;
-  if (stage_.first()) {
+  if (stage().first()) {
     BeginOp(OpKind::kEmbedding, false);
     cpu::EncoderForward(micro_batch.stage_input, micro_batch.inputs.data(), Tensor(embeddings, kWteSlot),
                         Tensor(embeddings, kWpeSlot), micro_batch.batch, micro_batch.seq, config_.d_model);
   }
-  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) BlockForward(micro_batch, l);
+  for (int l = stage().first_layer; l < stage().end_layer; ++l) BlockForward(micro_batch, l);
   // A stage before the last has no loss.
-  micro_batch.loss = stage_.last() ? HeadForward(micro_batch, embeddings) : std::numeric_limits<float>::quiet_NaN();
+  micro_batch.loss =
+      stage().last() ? HeadForward(micro_batch, embeddings) : std::numeric_limits<float>::quiet_NaN();
   EndOps();
   micro_batch.backward_pending = true;
 }
@@ -310,7 +269,7 @@ float CpuTransformer::HeadForward(MicroBatchSlot& micro_batch, const float* embe
   const size_t lnf_slot = LnfWeightSlot(config_.layers);
   BeginOp(OpKind::kLayerNorm, false);
   cpu::LayerNormForward(micro_batch.lnf, micro_batch.lnf_mean, micro_batch.lnf_rstd,
-                        Residual(micro_batch, stage_.end_layer), Tensor(lnf, lnf_slot), Tensor(lnf, lnf_slot + 1), n,
+                        Residual(micro_batch, stage().end_layer), Tensor(lnf, lnf_slot), Tensor(lnf, lnf_slot + 1), n,
                         c);
   // The tied LM head reads only wte's first V rows, so the padding rows never reach the logits.
   BeginOp(OpKind::kLmHead, false);
@@ -361,11 +320,11 @@ void CpuTransformer::Backward(const std::function<void(size_t slot)>& gradient_r
     embedding_grads = BackwardGradients(access, kEmbeddingUnit, units_[kEmbeddingUnit].elements());
   }
   // A stage before the last starts from residual_grad as the caller wrote it (output_grad).
-  if (stage_.last()) HeadBackward(micro_batch, embeddings, embedding_grads, ready);
+  if (stage().last()) HeadBackward(micro_batch, embeddings, embedding_grads, ready);
   // residual_grad (N, C) carries the gradient of the residual stream down through the blocks; each residual add passes
   // it on unchanged and each LayerNorm adds its input gradient to it. Past the stage's first block it is input_grad.
-  for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) BlockBackward(micro_batch, l, ready);
-  if (stage_.first()) {
+  for (int l = stage().end_layer - 1; l >= stage().first_layer; --l) BlockBackward(micro_batch, l, ready);
+  if (stage().first()) {
     BeginOp(OpKind::kEmbedding, true);
     cpu::EncoderBackward(Tensor(embedding_grads, kWteSlot), Tensor(embedding_grads, kWpeSlot),
                          micro_batch.residual_grad, micro_batch.inputs.data(), micro_batch.batch, micro_batch.seq,
@@ -398,7 +357,7 @@ void CpuTransformer::HeadBackward(MicroBatchSlot& micro_batch, const float* embe
   float* lnf_grads = BackwardGradients(access, lnf_unit, units_[lnf_unit].elements());
   BeginOp(OpKind::kLayerNorm, true);
   cpu::LayerNormBackward(micro_batch.residual_grad, Tensor(lnf_grads, lnf_slot), Tensor(lnf_grads, lnf_slot + 1),
-                         channel_grad_, Residual(micro_batch, stage_.end_layer), Tensor(lnf, lnf_slot),
+                         channel_grad_, Residual(micro_batch, stage().end_layer), Tensor(lnf, lnf_slot),
                          micro_batch.lnf_mean, micro_batch.lnf_rstd, n, c);
   ready(lnf_slot + 1);
   ready(lnf_slot);
@@ -451,11 +410,12 @@ void CpuTransformer::BlockBackward(MicroBatchSlot& micro_batch, int l, const std
 
 void CpuTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError("AdamW step counts from 1, got " + std::to_string(step));
-  // The moments hold the shard's elements: parameter element i is moment i - moment_offset_.
+  // The moments hold the shard's elements: parameter element i is moment i - moment_offset.
+  const size_t moment_offset = placement_.moment_offset();
   BeginOp(OpKind::kOptimizer, true);
   for (const AdamWRange& r : adamw_ranges_) {
-    cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + (r.offset - moment_offset_),
-                     v_.data() + (r.offset - moment_offset_), r.count, config, r.decay ? config.weight_decay : 0.0f,
+    cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + (r.offset - moment_offset),
+                     v_.data() + (r.offset - moment_offset), r.count, config, r.decay ? config.weight_decay : 0.0f,
                      step);
   }
   EndOps();
@@ -464,14 +424,15 @@ void CpuTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
 }  // namespace
 
 std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed,
-                                                const OptimizerShard& shard, const FsdpLayout& fsdp,
-                                                const PipelineStage& stage) {
+                                                const ModelPlacement& placement) {
   ValidateModel(config);
+  const std::vector<TensorSlot> layout = MakeLayout(config);
+  const ModelPlacement resolved = ResolvePlacement(config, layout, placement);
   try {
-    return std::make_unique<CpuTransformer>(config, seed, shard, fsdp, stage);
+    return std::make_unique<CpuTransformer>(config, seed, resolved);
   } catch (const std::bad_alloc&) {
-    const std::vector<TensorSlot> layout = HeldLayout(config, stage);
-    const uint64_t bytes = 4 * sizeof(float) * (layout.back().offset + layout.back().count);
+    const std::vector<TensorSlot> held = StageLayout(layout, resolved.stage);
+    const uint64_t bytes = 4 * sizeof(float) * (held.back().offset + held.back().count);
     throw RuntimeError("the CPU transformer for model '" + config.name + "' could not allocate " +
                        FormatBytes(bytes) + " for fp32 parameters, gradients and AdamW moments HINT: run fewer " +
                        "layers of the same shape with --layers N");

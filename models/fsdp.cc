@@ -13,7 +13,7 @@ constexpr size_t kSlots = 4;  // embeddings, final LayerNorm, two block roles
 }  // namespace
 
 FsdpGatherer::FsdpGatherer(Communicator& comm, Transformer& model, bool overlap)
-    : comm_(comm), model_(model), fsdp_(model.fsdp_layout()), overlap_(overlap), params_(kSlots), grads_(kSlots) {
+    : comm_(comm), model_(model), fsdp_(model.placement().fsdp), overlap_(overlap), params_(kSlots), grads_(kSlots) {
   if (!fsdp_.enabled() || fsdp_.ranks != comm.size() || fsdp_.rank != comm.rank()) {
     throw std::logic_error("fsdp: the model's shards are not this communicator's");
   }

@@ -177,17 +177,6 @@ PipelineStage MakePipelineStage(const ModelConfig& config, int stages, int stage
   return PipelineStage{stages, stage, stage * depth, (stage + 1) * depth, slots};
 }
 
-PipelineStage ResolveStage(const PipelineStage& stage, const ModelConfig& config) {
-  const PipelineStage made = MakePipelineStage(config, stage.stages, stage.stage, stage.slots);
-  // A stage given whole (end_layer filled in) must be the one MakePipelineStage makes.
-  if (stage.end_layer >= 0 && (made.first_layer != stage.first_layer || made.end_layer != stage.end_layer)) {
-    throw InputError("pipeline stage " + std::to_string(stage.stage) + " of " + std::to_string(stage.stages) +
-                     " holds layers [" + std::to_string(made.first_layer) + ", " + std::to_string(made.end_layer) +
-                     "), not [" + std::to_string(stage.first_layer) + ", " + std::to_string(stage.end_layer) + ")");
-  }
-  return made;
-}
-
 int CheckedSlot(const PipelineStage& stage, int slot) {
   if (slot < 0 || slot >= stage.slots) {
     throw std::logic_error("micro-batch slot " + std::to_string(slot) + " of a model holding " +
@@ -250,6 +239,23 @@ FsdpLayout MakeFsdpLayout(const std::vector<TensorSlot>& layout, int ranks, int 
   return f;
 }
 
+namespace {
+
+// `stage` with end_layer filled in (the default stage: the whole model); throws InputError where MakePipelineStage
+// would, and for a stage given whole with other layers than MakePipelineStage's.
+PipelineStage ResolveStage(const PipelineStage& stage, const ModelConfig& config) {
+  const PipelineStage made = MakePipelineStage(config, stage.stages, stage.stage, stage.slots);
+  // A stage given whole (end_layer filled in) must be the one MakePipelineStage makes.
+  if (stage.end_layer >= 0 && (made.first_layer != stage.first_layer || made.end_layer != stage.end_layer)) {
+    throw InputError("pipeline stage " + std::to_string(stage.stage) + " of " + std::to_string(stage.stages) +
+                     " holds layers [" + std::to_string(made.first_layer) + ", " + std::to_string(made.end_layer) +
+                     "), not [" + std::to_string(stage.first_layer) + ", " + std::to_string(stage.end_layer) + ")");
+  }
+  return made;
+}
+
+// What a model takes `shard` as: without one, every element ([0, elements) at capacity elements). Throws InputError
+// when the shard does not fit `elements`.
 OptimizerShard ResolveShard(const OptimizerShard& shard, size_t elements) {
   if (!shard.sharded()) return OptimizerShard{elements, 0, elements};
   if (shard.capacity < elements || shard.begin > shard.end || shard.end > elements) {
@@ -258,6 +264,31 @@ OptimizerShard ResolveShard(const OptimizerShard& shard, size_t elements) {
                      " elements");
   }
   return shard;
+}
+
+}  // namespace
+
+ModelPlacement ResolvePlacement(const ModelConfig& config, const std::vector<TensorSlot>& layout,
+                                const ModelPlacement& placement) {
+  ModelPlacement resolved = placement;
+  resolved.stage = ResolveStage(placement.stage, config);
+  if (placement.fsdp.enabled()) {
+    if (placement.shard.sharded()) throw InputError("a model is sharded by zero1 or by fsdp, not both");
+    if (resolved.stage.split()) {
+      throw InputError("fsdp with pipeline parallel is not built HINT: a pipeline stage shards its optimizer state "
+                       "with zero1");
+    }
+    const std::vector<ParameterUnit> units = ParameterUnits(layout);
+    const bool same = units.size() == placement.fsdp.units.size() &&
+                      std::equal(units.begin(), units.end(), placement.fsdp.units.begin(),
+                                 [](const ParameterUnit& a, const ParameterUnit& b) {
+                                   return a.begin == b.begin && a.end == b.end;
+                                 });
+    if (!same) throw std::logic_error("fsdp: the layout's units are not the model's");
+  }
+  const std::vector<TensorSlot> held = StageLayout(layout, resolved.stage);
+  resolved.shard = ResolveShard(placement.shard, held.back().offset + held.back().count);
+  return resolved;
 }
 
 std::vector<AdamWRange> AdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout, size_t begin,
@@ -290,6 +321,12 @@ std::vector<AdamWRange> FsdpAdamWRanges(const ModelConfig& config, const std::ve
     }
   }
   return ranges;
+}
+
+std::vector<AdamWRange> PlacementAdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout,
+                                             const ModelPlacement& placement) {
+  if (placement.fsdp.enabled()) return FsdpAdamWRanges(config, layout, placement.fsdp);
+  return AdamWRanges(config, layout, placement.shard.begin, placement.shard.end);
 }
 
 std::vector<size_t> UnitOffsets(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {

@@ -103,13 +103,14 @@ class TensorParallelStats {
   virtual int tensor_parallel_rank() const = 0;  // this rank's index in the group
   // The last step's all-reduces: from the start of the last Forward to now (so, after Backward, that step's).
   virtual TensorParallelComm last_step_comm() const = 0;
-  // The all-reduces since the previous call (then counted afresh): what a train loop takes after each phase. The
-  // model's Transformer::TakeActivationComm takes the same counters.
+  // The all-reduces since the previous call (then counted afresh): what the train loop takes after forward and after
+  // backward, as exposed communication of kind activation.
   virtual TensorParallelComm TakeComm() = 0;
 };
 
 // The stats of a model made by MakeCpuTensorParallelTransformer or MakeCudaTensorParallelTransformer; nullptr for any
-// other model.
+// other model (not split: T = 1, no activation all-reduces). Tensor parallel's side of a model is here, not in the
+// Transformer interface.
 TensorParallelStats* TensorParallelStatsOf(Transformer& model);
 
 // Tensor parallel over `tp` (T = tp.size() ranks, tp.rank() its index): from the same seed, the same model as
@@ -118,18 +119,16 @@ TensorParallelStats* TensorParallelStatsOf(Transformer& model);
 // groups averages the local slice. Every rank of `tp` must make it and step it together (the all-reduces are
 // blocking, on host memory: an MPI communicator); `tp` must outlive the model. Throws InputError where
 // CheckTensorParallel does.
-// `shard`: ZeRO-1 over the ranks that hold the same slices (ShardOf this model's local elements over them).
-// `fsdp`: FSDP over those ranks instead (MakeFsdpLayout of TensorParallelLayout over them): the model holds its shards
-// of the local units and reads whole local units through the UnitAccess of SetUnitAccess, in the full model's order.
-// `stage`: one pipeline stage of the model (transformer.h's PipelineStage; the default, the whole model): layout() is
-// StageLayout of TensorParallelLayout, the buffers hold the stage's local elements (each with the bits it has in the
-// unsplit model; ZeRO-1's shard is of them), and the stage's edges are the whole residual stream, replicated on the
-// group (input_grad, Backward's scratch shared by the slots, is the last Backward's until the next). Every rank of `tp`
-// holds the same stage. A split stage does not take fsdp (InputError).
+// `placement` (ResolvePlacement over TensorParallelLayout; InputError where it throws) says where the slices sit in the
+// other modes, over the ranks that hold the same slices: zero1 shards this model's local elements (ShardOf them),
+// fsdp its local units instead (MakeFsdpLayout of TensorParallelLayout) — the model holds its shards of the local units
+// and reads whole local units through the UnitAccess of SetUnitAccess, in the full model's order. A pipeline stage
+// (the default: the whole model): layout() is StageLayout of TensorParallelLayout, the buffers hold the stage's local
+// elements (each with the bits it has in the unsplit model; ZeRO-1's shard is of them), and the stage's edges are the
+// whole residual stream, replicated on the group (input_grad, Backward's scratch shared by the slots, is the last
+// Backward's until the next). Every rank of `tp` holds the same stage.
 std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
-                                                              Communicator& tp, const OptimizerShard& shard = {},
-                                                              const FsdpLayout& fsdp = {},
-                                                              const PipelineStage& stage = {});
+                                                              Communicator& tp, const ModelPlacement& placement = {});
 
 // The same split on the GPUs (models/cuda/cuda_tp_transformer.cu): one rank of `tp` per GPU, each holding its slices
 // on the current device in the mixed precision of MakeCudaTransformer (bf16 GEMMs and attention over the local heads,
@@ -137,10 +136,11 @@ std::unique_ptr<Transformer> MakeCpuTensorParallelTransformer(const ModelConfig&
 // models' (TensorParallelLayout order, so that a data-parallel all-reduce across groups averages the local slice).
 // `tp` is a device-memory communicator (nccl) over the group; each activation all-reduce is fp32 and blocking (the
 // model's stream synchronised, the buffer all-reduced in place, the communicator synchronised), counted by
-// TakeActivationComm and TensorParallelStatsOf. `options` as for MakeCudaTransformer (max_batch, attention, seq;
-// shard: ZeRO-1 over the local elements; no fsdp). Throws InputError, before it touches the device, where
-// CheckTensorParallel does, for a host-memory communicator, for local widths (d_model/T, vocab_padded/T) that are not
-// multiples of 8, and for bad options; RuntimeError in a build without CUDA, or when the device lacks memory.
+// TensorParallelStatsOf. `options` as for MakeCudaTransformer (max_batch, attention, seq;
+// placement: a ZeRO-1 shard of the local elements, no fsdp, the whole model). Throws InputError, before it touches the
+// device, where CheckTensorParallel and ResolvePlacement do, for a host-memory communicator, for local widths
+// (d_model/T, vocab_padded/T) that are not multiples of 8, for fsdp or a split stage, and for bad options;
+// RuntimeError in a build without CUDA, or when the device lacks memory.
 std::unique_ptr<Transformer> MakeCudaTensorParallelTransformer(const ModelConfig& config, uint64_t seed,
                                                                Communicator& tp, const CudaTransformerOptions& options);
 

@@ -10,6 +10,7 @@
 #include "error.h"
 #include "gradient_buckets.h"
 #include "random.h"
+#include "tensor_parallel.h"
 
 namespace tb {
 
@@ -86,7 +87,7 @@ void OptimizerStep(Transformer& model, const TrainLoopOptions& o, int step, Step
 // (gather); returns the two collectives' seconds.
 double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOptions& o, int step, PhaseMarks& marks,
                    StepRecord& r) {
-  const OptimizerShard& shard = model.optimizer_shard();
+  const OptimizerShard& shard = model.placement().shard;
   const size_t count = shard.capacity / static_cast<size_t>(comm.size());
   const size_t own = count * static_cast<size_t>(comm.rank());
   float* grads = model.gradients();
@@ -107,7 +108,7 @@ double ZeroOneStep(Communicator& comm, Transformer& model, const TrainLoopOption
 // Throws unless the model holds this rank's ZeRO-1 shard of its elements.
 void CheckZeroOneShard(const Communicator& comm, const Transformer& model) {
   const OptimizerShard want = ShardOf(model.parameter_elements(), comm.size(), comm.rank());
-  const OptimizerShard& have = model.optimizer_shard();
+  const OptimizerShard& have = model.placement().shard;
   if (have.capacity != want.capacity || have.begin != want.begin || have.end != want.end) {
     throw std::logic_error("zero1: the model's optimizer shard is not this rank's ShardOf");
   }
@@ -126,7 +127,7 @@ class TrainingSteps {
  public:
   TrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o)
       : comm_(comm), model_(model), o_(o), clock_(model.MakePhaseClock()), marks_(*clock_),
-        stage_(model.pipeline_stage()) {
+        tensor_parallel_(TensorParallelStatsOf(model)), stage_(model.placement().stage) {
     if (o.grad_accum < 1) throw std::logic_error("grad_accum must be at least 1");
     if (o.parallel == ParallelMode::kZero1) CheckZeroOneShard(comm, model);
     // One data-parallel rank has nothing to synchronise: no buckets (NCCL would still copy every gradient).
@@ -142,7 +143,7 @@ class TrainingSteps {
     // The step's gradient is that of the mean loss over its micro-batches.
     model.SetGradientScale(1.0f / static_cast<float>(o.grad_accum));
     if (o.op_times) {
-      if (model.tensor_parallel() > 1) throw std::logic_error("op times: the tensor parallel models do not mark");
+      if (tensor_parallel() > 1) throw std::logic_error("op times: the tensor parallel models do not mark");
       op_times_ = std::make_unique<OpTimes>(model.MakePhaseClock());
       model.SetOpTimes(op_times_.get());
     }
@@ -241,7 +242,7 @@ class TrainingSteps {
     // This rank's share of its tensor parallel group's tokens, split over the pipeline's stages (the first ones take
     // one more where they do not divide), so that the shares add up to the tokens trained.
     const int64_t group_tokens =
-        static_cast<int64_t>(o_.micro_batch) * o_.grad_accum * o_.seq / model_.tensor_parallel();
+        static_cast<int64_t>(o_.micro_batch) * o_.grad_accum * o_.seq / tensor_parallel();
     r.tokens = group_tokens / stage_.stages + (stage_.stage < group_tokens % stage_.stages ? 1 : 0);
     return r;
   }
@@ -294,7 +295,7 @@ class TrainingSteps {
     const double gather_waits = gatherer_ ? gatherer_->waited_s() : 0.0;
     model_.Forward();
     marks_.Mark(Phase::kForward);
-    const ActivationComm activations = model_.TakeActivationComm();
+    const TensorParallelComm activations = TakeActivationComm();
     waits.forward_s += activations.seconds + (gatherer_ ? gatherer_->waited_s() - gather_waits : 0.0);
     AddActivations(activations, r);
   }
@@ -315,7 +316,7 @@ class TrainingSteps {
       model_.Backward({}, write);
     }
     marks_.Mark(Phase::kBackward);
-    const ActivationComm activations = model_.TakeActivationComm();
+    const TensorParallelComm activations = TakeActivationComm();
     waits.backward_s += activations.seconds;
     AddActivations(activations, r);
     if (gatherer_) {
@@ -409,7 +410,14 @@ class TrainingSteps {
     marks_.Mark(Phase::kOptimizer);
   }
 
-  static void AddActivations(const ActivationComm& a, StepRecord& r) {
+  // Tensor parallel: the ranks the model is split over (1: not split), and its activation all-reduces since the last
+  // call (none without tensor parallel).
+  int tensor_parallel() const { return tensor_parallel_ ? tensor_parallel_->tensor_parallel() : 1; }
+  TensorParallelComm TakeActivationComm() {
+    return tensor_parallel_ ? tensor_parallel_->TakeComm() : TensorParallelComm{};
+  }
+
+  static void AddActivations(const TensorParallelComm& a, StepRecord& r) {
     r.comm_activation_s += a.seconds;
     r.comm_total_s += a.seconds;
     r.activation_allreduce_bytes += a.bytes;
@@ -440,6 +448,7 @@ class TrainingSteps {
   std::unique_ptr<BucketedAllReduce> reducer_;  // dp
   std::unique_ptr<FsdpGatherer> gatherer_;      // fsdp
   std::unique_ptr<OpTimes> op_times_;           // --op-times
+  TensorParallelStats* tensor_parallel_;         // the model's, under tensor parallel; null otherwise
   PipelineStage stage_;                          // the model's (one stage without pipeline parallel)
   std::unique_ptr<Communicator> embedding_;      // pipeline parallel: the first and last stage (tied embedding)
   double step_start_ = 0;

@@ -56,9 +56,6 @@ struct OptimizerShard {
 // Rank `rank`'s shard of `elements` among `ranks`: shards of ceil(elements / ranks), rank r's starting at r times
 // that; the last ones reach into the padding (end is clipped to `elements`). Throws InputError for 0 ranks.
 OptimizerShard ShardOf(size_t elements, int ranks, int rank);
-// What a model takes `shard` as: without one, every element ([0, elements) at capacity elements). Throws InputError
-// when the shard does not fit `elements`.
-OptimizerShard ResolveShard(const OptimizerShard& shard, size_t elements);
 
 // Pipeline parallel: the part of the model one stage holds. Stage s of P holds the L/P consecutive blocks
 // [first_layer, end_layer); the first stage also the embeddings (wte, wpe), the last the final LayerNorm and the LM
@@ -69,7 +66,7 @@ struct PipelineStage {
   int stages = 1;
   int stage = 0;
   int first_layer = 0;
-  int end_layer = -1;  // -1: through the last layer (ResolveStage fills it in)
+  int end_layer = -1;  // -1: through the last layer (ResolvePlacement fills it in)
   int slots = 1;
   bool first() const { return stage == 0; }
   bool last() const { return stage == stages - 1; }
@@ -79,9 +76,6 @@ struct PipelineStage {
 // Stage `stage` of `stages` over config's layers, holding `slots` micro-batches. Throws InputError (one line) unless
 // 1 <= stages, stages divides the layers, 0 <= stage < stages and slots >= 1.
 PipelineStage MakePipelineStage(const ModelConfig& config, int stages, int stage, int slots);
-// `stage` with end_layer filled in (the default stage: the whole model); throws InputError where MakePipelineStage
-// would.
-PipelineStage ResolveStage(const PipelineStage& stage, const ModelConfig& config);
 // `slot` when `stage` (resolved) holds that many micro-batches; std::logic_error otherwise (SelectMicroBatch's check).
 int CheckedSlot(const PipelineStage& stage, int slot);
 // Micro-batches stage s of P holds at once under 1F1B with M micro-batches: min(P - s, M).
@@ -167,6 +161,42 @@ std::vector<AdamWRange> AdamWRanges(const ModelConfig& config, const std::vector
 std::vector<AdamWRange> FsdpAdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout,
                                         const FsdpLayout& fsdp);
 
+// Where this rank's model sits in every parallel mode: given once to each maker (MakeCpuTransformer,
+// MakeCpuTensorParallelTransformer, CudaTransformerOptions::placement), resolved there by ResolvePlacement, and
+// returned resolved by Transformer::placement(). The default is the whole model, every element updated by this rank.
+// Tensor parallel needs nothing here: its group, and so T and this rank's index in it, is the communicator the
+// tensor-parallel makers take (TensorParallelStatsOf reads them back).
+struct ModelPlacement {
+  // ZeRO-1 over the data-parallel ranks (ShardOf the stage's elements; capacity 0: none). Resolved: without ZeRO-1,
+  // every element ([0, elements) at capacity elements).
+  OptimizerShard shard;
+  // FSDP over those ranks instead (MakeFsdpLayout of the model's layout: MakeLayout's, or TensorParallelLayout's; ranks
+  // 0: none): the model holds its shards of every unit in its buffers (store_elements long) and reads and writes whole
+  // units only through the UnitAccess given to Transformer::SetUnitAccess. Not with a zero1 shard nor a split stage.
+  FsdpLayout fsdp;
+  // Pipeline parallel: the stage held (MakePipelineStage; the default, the whole model with one micro-batch slot).
+  // Resolved: end_layer filled in. ZeRO-1 shards the stage's elements.
+  PipelineStage stage;
+
+  // Of a resolved placement: the elements of the parameter and gradient buffers (fsdp's store, or zero1's capacity),
+  // of AdamW's m and v (fsdp's store, or the shard's elements), and the parameter element m[0] and v[0] stand for.
+  size_t buffer_elements() const { return fsdp.enabled() ? fsdp.store_elements : shard.capacity; }
+  size_t moment_elements() const { return fsdp.enabled() ? fsdp.store_elements : shard.elements(); }
+  size_t moment_offset() const { return fsdp.enabled() ? 0 : shard.begin; }
+};
+
+// `placement` as a model of `config` whose unsplit layout is `layout` (MakeLayout's; a tensor parallel rank's
+// TensorParallelLayout) holds it: the stage with end_layer filled in, the shard over the stage's elements (every
+// element without ZeRO-1). Throws InputError (one line) for a stage MakePipelineStage would refuse or one given whole
+// with other layers, a shard that does not fit the stage's elements, fsdp with a zero1 shard, and fsdp with a split
+// stage; std::logic_error for an fsdp layout of other units than `layout`'s.
+ModelPlacement ResolvePlacement(const ModelConfig& config, const std::vector<TensorSlot>& layout,
+                                const ModelPlacement& placement);
+// The stretches AdamW updates on a model placed by `placement` (resolved) whose layout() is `layout`: this rank's FSDP
+// shards (FsdpAdamWRanges), or its zero1 shard of the flat elements (AdamWRanges).
+std::vector<AdamWRange> PlacementAdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout,
+                                             const ModelPlacement& placement);
+
 struct ModelStateBytes {
   double weights = 0, gradients = 0, optimizer = 0;
   // What the model allocated for activations (every micro-batch slot's) and backward's scratch; NaN where a model does
@@ -179,13 +209,6 @@ struct ModelStateBytes {
 // fsdp: everything over N, 16Ψ/N either way.
 enum class ParallelMode { kDp, kZero1, kFsdp };
 ModelStateBytes TheoryStateBytes(ParallelMode mode, bool bf16, double elements, int ranks);
-
-// Tensor parallel's activation all-reduces inside Forward and Backward (blocking: the model waits for each).
-struct ActivationComm {
-  double seconds = 0;     // host time inside them
-  uint64_t bytes = 0;     // the buffers all-reduced (NCCL's S), summed
-  int64_t allreduces = 0;
-};
 
 // Timestamps in the order of the work a model issues: the host clock for the CPU reference, CUDA events on the
 // model's stream for CUDA, so that a phase is timed where its work runs (README.md, "One training step").
@@ -259,23 +282,18 @@ class Transformer {
   // one optimizer step, so that the step's gradient is that of the mean loss over all of them. Takes effect from the
   // next Forward (the CUDA model computes the loss's gradient there); Loss() stays the unscaled mean.
   virtual void SetGradientScale(float scale) = 0;
-  // One AdamW update with bias correction; step counts from 1. With an OptimizerShard, of the shard only.
+  // One AdamW update with bias correction; step counts from 1. Of the elements placement() gives this rank: its
+  // ZeRO-1 shard, its FSDP shards, or all of them.
   virtual void AdamWStep(const AdamWConfig& config, int64_t step) = 0;
-  // The shard the model was made with (ResolveShard's: without ZeRO-1, every element).
-  virtual const OptimizerShard& optimizer_shard() const = 0;
-  // FSDP: the units and this rank's shards of them (enabled() false without FSDP). Under FSDP parameters(),
-  // gradients(), adam_m() and adam_v() are the sharded buffers (store_elements long), and Forward and Backward read
-  // and write whole units only through the UnitAccess set here, which must outlive the steps.
-  // Tensor parallel: the ranks the model is split over (1: not split), and its activation all-reduces since the
-  // last call (then counted afresh).
-  virtual int tensor_parallel() const { return 1; }
-  virtual ActivationComm TakeActivationComm() { return {}; }
-  // Models without FSDP (the tensor parallel ones) keep these defaults.
-  virtual const FsdpLayout& fsdp_layout() const {
-    static const FsdpLayout kNone;
-    return kNone;
+  // Where the model sits in every parallel mode: the ModelPlacement it was made with, resolved (ResolvePlacement).
+  virtual const ModelPlacement& placement() const = 0;
+  // FSDP (placement().fsdp enabled): Forward and Backward read and write whole units only through the UnitAccess set
+  // here (the train loop's FsdpGatherer), which must outlive the steps; null unsets it. A model without FSDP refuses
+  // one (std::logic_error): it reads its own flat buffers.
+  void SetUnitAccess(UnitAccess* access) {
+    if (!placement().fsdp.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
+    unit_access_ = access;
   }
-  virtual void SetUnitAccess(UnitAccess*) { throw std::logic_error("this model has no FSDP"); }
   // Bytes this model allocated for the compute copy of the weights, the gradients and the optimizer state (fp32
   // master weights where the compute copy is not fp32, AdamW m and v), as ZeRO's paper counts them.
   virtual ModelStateBytes state_bytes() const = 0;
@@ -290,11 +308,9 @@ class Transformer {
   virtual void AddFloats(float* dst, const float* src, size_t count) {
     for (size_t i = 0; i < count; ++i) dst[i] += src[i];
   }
-  // Pipeline parallel (a model made for one PipelineStage; the whole model by default). The stage it holds, resolved.
-  virtual const PipelineStage& pipeline_stage() const = 0;
-  // Micro-batch slot `slot` (< pipeline_stage().slots) is the one SetBatch, Forward, Loss, Backward and stage_edges
-  // act on from now on (slot 0 until chosen): a stage keeps the activations of each slot's last Forward until that
-  // slot's Backward. Throws std::logic_error for a slot outside them.
+  // Pipeline parallel: micro-batch slot `slot` (< placement().stage.slots) is the one SetBatch, Forward, Loss,
+  // Backward and stage_edges act on from now on (slot 0 until chosen): a stage keeps the activations of each slot's
+  // last Forward until that slot's Backward. Throws std::logic_error for a slot outside them.
   virtual void SelectMicroBatch(int slot) = 0;
   // The residual stream at the stage's edges for the selected slot: batch*seq x d_model fp32 floats each (`count`),
   // in the model's memory. The caller writes `input` before Forward (a stage after the first starts from the previous
@@ -316,9 +332,10 @@ class Transformer {
   virtual void ParametersChanged() {}
 
   // The flat fp32 buffers (host memory for the CPU reference, device memory for CUDA). Parameters are the
-  // master weights; adam_m and adam_v AdamW's first and second moments; all four share layout(). With an
-  // OptimizerShard, parameters and gradients hold its capacity, and adam_m/adam_v its elements() (element i standing
-  // for flat element begin + i).
+  // master weights; adam_m and adam_v AdamW's first and second moments; all four share layout(). They hold
+  // placement()'s buffer_elements() and moment_elements(): with a ZeRO-1 shard, parameters and gradients its capacity
+  // and adam_m/adam_v its elements() (element i standing for flat element begin + i); under FSDP all four the shards'
+  // store.
   virtual float* parameters() = 0;
   virtual float* gradients() = 0;
   virtual float* adam_m() = 0;
@@ -339,6 +356,8 @@ class Transformer {
   void SetOpTimes(OpTimes* op_times) { op_times_ = op_times; }
 
  protected:
+  // The UnitAccess SetUnitAccess gave (null until then, and always without FSDP).
+  UnitAccess* unit_access() const { return unit_access_; }
   void BeginOp(OpKind kind, bool backward) {
     if (op_times_ != nullptr) op_times_->Begin(kind, backward);
   }
@@ -348,17 +367,15 @@ class Transformer {
 
  private:
   OpTimes* op_times_ = nullptr;
+  UnitAccess* unit_access_ = nullptr;
 };
 
 // The CPU reference, initialised as GPT-2 is (normal(0, 0.02) weights, residual projections scaled by
 // 1/sqrt(2*layers), zero biases, unit LayerNorm gains) from `seed`: every rank with the same seed holds the
-// same model.
-// `shard`: ZeRO-1's (of the stage's elements); `fsdp`: FSDP's (MakeFsdpLayout; not with a ZeRO-1 shard, nor yet with
-// a split stage); `stage`: the pipeline stage the model holds (ResolveStage's; the whole model by default), its
-// parameters the whole model's bits (InitializeStageParameters), activations for its `slots` micro-batches.
+// same model. `placement` (ResolvePlacement over MakeLayout; InputError where it throws): a pipeline stage holds the
+// whole model's bits of its tensors (InitializeStageParameters) and activations for its `slots` micro-batches.
 std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint64_t seed,
-                                                const OptimizerShard& shard = {}, const FsdpLayout& fsdp = {},
-                                                const PipelineStage& stage = {});
+                                                const ModelPlacement& placement = {});
 
 // Which attention the CUDA transformer runs: cuDNN's fused SDPA (flash attention) through the cuDNN C++
 // frontend, or cuBLAS batched GEMMs with a softmax kernel; auto takes cuDNN when it supports the shape on this
@@ -371,15 +388,10 @@ struct CudaTransformerOptions {
   // The sequence length the caller's batches will have (0: config.seq): attention is prepared for it, and chosen
   // by it (cuDNN's does not run 1 token: auto takes cuBLAS, cudnn is refused) before the first step.
   int seq = 0;
-  OptimizerShard shard;  // ZeRO-1 (capacity 0: none)
-  // FSDP (MakeFsdpLayout over the data-parallel ranks; not with a ZeRO-1 shard): the model holds its shards of every
-  // unit and reads whole units through the UnitAccess set by SetUnitAccess, casting each gathered unit to bf16 for
-  // the GEMMs (working copies for the embeddings and two block roles).
-  FsdpLayout fsdp;
-  // Pipeline parallel: the stage the model holds, with activations for stage.slots micro-batches of max_batch x
-  // config.seq tokens (the default: the whole model, one micro-batch). Not with fsdp; zero1 shards the stage's
-  // elements.
-  PipelineStage stage;
+  // Where the model sits (ResolvePlacement over MakeLayout, or TensorParallelLayout for the tensor parallel model).
+  // Under fsdp it casts each gathered unit to bf16 for the GEMMs (working copies for the embeddings and two block
+  // roles); a stage has activations for stage.slots micro-batches of max_batch x config.seq tokens.
+  ModelPlacement placement;
 };
 
 // The CUDA implementation on the current device: bf16 weights and activations for the GEMMs and attention, fp32

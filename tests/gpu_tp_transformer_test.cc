@@ -250,8 +250,8 @@ TEST(CudaTensorParallel, OneRankMatchesTheCpuReference) {
   auto gpu = MakeCudaTensorParallelTransformer(config, 11, *nccl, Options());
   SCOPED_TRACE("attention " + gpu->attention());
   EXPECT_EQ(gpu->backend(), "cuda");
-  EXPECT_EQ(gpu->tensor_parallel(), 1);
   ASSERT_NE(TensorParallelStatsOf(*gpu), nullptr);
+  EXPECT_EQ(TensorParallelStatsOf(*gpu)->tensor_parallel(), 1);
   EXPECT_EQ(TensorParallelStatsOf(*gpu)->tensor_parallel_rank(), 0);
   ASSERT_EQ(gpu->parameter_elements(), cpu->parameter_elements());
   ASSERT_EQ(gpu->layout().size(), cpu->layout().size());
@@ -279,7 +279,7 @@ TEST(CudaTensorParallel, OneRankMatchesTheCpuReference) {
   for (size_t i = static_cast<size_t>(config.vocab) * config.d_model; i < wte.count; ++i) {
     ASSERT_EQ(grads[wte.offset + i], 0.0f) << "wte padding element " << i;
   }
-  const ActivationComm comm = gpu->TakeActivationComm();  // a group of one all-reduces nothing
+  const TensorParallelComm comm = TensorParallelStatsOf(*gpu)->TakeComm();  // a group of one all-reduces nothing
   EXPECT_EQ(comm.allreduces, 0);
   EXPECT_EQ(comm.bytes, 0u);
 
@@ -342,10 +342,10 @@ void ExpectSplitMatchesTheFullModel(int tp) {
         << "of rank " << r << "'s " << n << " initial parameters differ from the full model's";
   }
   std::vector<StepResult> steps(tp);
-  std::vector<ActivationComm> comm(tp);
+  std::vector<TensorParallelComm> comm(tp);
   RunRanks(group, [&](int r) {
     steps[r] = ForwardBackward(*ranks[r], batch);
-    comm[r] = ranks[r]->TakeActivationComm();
+    comm[r] = TensorParallelStatsOf(*ranks[r])->TakeComm();
   });
   const uint64_t elements = TensorParallelAllReduceElements(config, tp, kBatch, kSeq);
   for (int r = 0; r < tp; ++r) {
@@ -400,14 +400,14 @@ TEST(CudaTensorParallel, RefusesBadSplitsBeforeTouchingTheDevice) {
   ThreadGroup one(1);
   ThreadRankCommunicator alone(one, 0);
   CudaTransformerOptions fsdp = Options();
-  fsdp.fsdp = MakeFsdpLayout(MakeLayout(config), 2, 0);
+  fsdp.placement.fsdp = MakeFsdpLayout(MakeLayout(config), 2, 0);
   EXPECT_NE(InputErrorOf([&] { MakeCudaTensorParallelTransformer(config, 1, alone, fsdp); }).find("fsdp"),
             std::string::npos);
   CudaTransformerOptions no_batch = Options();
   no_batch.max_batch = 0;
   EXPECT_NE(InputErrorOf([&] { MakeCudaTensorParallelTransformer(config, 1, alone, no_batch); }), "");
   CudaTransformerOptions small_shard = Options();
-  small_shard.shard = OptimizerShard{16, 0, 16};  // a capacity far below the local elements
+  small_shard.placement.shard = OptimizerShard{16, 0, 16};  // a capacity far below the local elements
   const std::string shard = InputErrorOf([&] { MakeCudaTensorParallelTransformer(config, 1, alone, small_shard); });
   EXPECT_NE(shard.find("does not fit"), std::string::npos) << shard;
 }

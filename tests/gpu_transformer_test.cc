@@ -675,15 +675,15 @@ TEST(CudaTransformer, PipelineStagesMatchTheWholeCpuReference) {
   for (int s = 0; s < kStages; ++s) {
     CudaTransformerOptions options;
     options.max_batch = kBatch;
-    options.stage = MakePipelineStage(config, kStages, s, kMicroBatches);
+    options.placement.stage = MakePipelineStage(config, kStages, s, kMicroBatches);
     stages.push_back(MakeCudaTransformer(config, 11, options));
   }
   Transformer& first = *stages.front();
   Transformer& last = *stages.back();
 
   for (const std::unique_ptr<Transformer>& stage : stages) {
-    const int s = stage->pipeline_stage().stage;
-    const std::vector<TensorSlot> expected = StageLayout(whole, stage->pipeline_stage());
+    const int s = stage->placement().stage.stage;
+    const std::vector<TensorSlot> expected = StageLayout(whole, stage->placement().stage);
     ASSERT_EQ(stage->layout().size(), whole.size());
     const std::vector<float> params = DownloadDevice(stage->parameters(), stage->parameter_elements());
     for (size_t slot = 0; slot < whole.size(); ++slot) {
@@ -757,7 +757,7 @@ TEST(CudaTransformer, PipelineStagesMatchTheWholeCpuReference) {
   for (int s = 0; s < kStages; ++s) {
     std::vector<size_t> expected;
     for (size_t slot : cpu_order) {  // both backwards'
-      if (StageHoldsSlot(stages[s]->pipeline_stage(), whole, slot)) expected.push_back(slot);
+      if (StageHoldsSlot(stages[s]->placement().stage, whole, slot)) expected.push_back(slot);
     }
     EXPECT_EQ(orders[s], expected) << "stage " << s;
   }
@@ -788,23 +788,24 @@ TEST(CudaTransformer, PipelineStageOptions) {
   const ModelConfig config = SmallHeadsConfig();
   CudaTransformerOptions options;
   options.max_batch = kBatch;
-  options.stage = MakePipelineStage(config, 2, 1, 1);
-  options.fsdp = MakeFsdpLayout(MakeLayout(config), 2, 0);
+  options.placement.stage = MakePipelineStage(config, 2, 1, 1);
+  options.placement.fsdp = MakeFsdpLayout(MakeLayout(config), 2, 0);
   const std::string fsdp = InputErrorOf([&] { MakeCudaTransformer(config, 1, options); });
   EXPECT_NE(fsdp.find("not built"), std::string::npos) << fsdp;
-  options.fsdp = {};
-  options.stage.stages = 3;
+  options.placement.fsdp = {};
+  options.placement.stage.stages = 3;
   const std::string undivided = InputErrorOf([&] { MakeCudaTransformer(config, 1, options); });
   EXPECT_NE(undivided.find("does not divide"), std::string::npos) << undivided;
 
-  options.stage = MakePipelineStage(config, 2, 1, 1);
-  const std::vector<TensorSlot> stage_layout = StageLayout(MakeLayout(config), options.stage);
+  options.placement.stage = MakePipelineStage(config, 2, 1, 1);
+  const std::vector<TensorSlot> stage_layout = StageLayout(MakeLayout(config), options.placement.stage);
   const size_t elements = stage_layout.back().offset + stage_layout.back().count;
-  options.shard = ShardOf(elements, 2, 1);
+  options.placement.shard = ShardOf(elements, 2, 1);
   auto zero1 = MakeCudaTransformer(config, 1, options);
   EXPECT_EQ(zero1->parameter_elements(), elements);
-  EXPECT_EQ(zero1->optimizer_shard().end, elements);
-  EXPECT_EQ(zero1->state_bytes().optimizer, 4.0 * (options.shard.capacity + 2.0 * options.shard.elements()));
+  EXPECT_EQ(zero1->placement().shard.end, elements);
+  EXPECT_EQ(zero1->state_bytes().optimizer,
+            4.0 * (options.placement.shard.capacity + 2.0 * options.placement.shard.elements()));
 }
 
 // --- FSDP on the device --------------------------------------------------------------------------------------
@@ -826,9 +827,9 @@ TEST(CudaTransformer, FsdpModelOverFlatAccessMatchesDp) {
 
   CudaTransformerOptions options;
   options.max_batch = kBatch;
-  options.fsdp = MakeFsdpLayout(dp->layout(), 1, 0);
+  options.placement.fsdp = MakeFsdpLayout(dp->layout(), 1, 0);
   auto fsdp = MakeCudaTransformer(config, 21, options);
-  ASSERT_EQ(fsdp->fsdp_layout().store_elements, n);
+  ASSERT_EQ(fsdp->placement().fsdp.store_elements, n);
   const std::unique_ptr<tb::UnitAccess> access =
       tb::MakeFlatUnitAccess(fsdp->parameters(), fsdp->gradients(), ParameterUnits(dp->layout()));
   fsdp->SetUnitAccess(access.get());
@@ -894,9 +895,9 @@ TEST(CudaTransformer, FsdpOverOneRankMatchesDp) {
     SCOPED_TRACE(overlap ? "overlapped" : "blocking");
     CudaTransformerOptions options;
     options.max_batch = kBatch;
-    options.fsdp = MakeFsdpLayout(dp->layout(), 1, 0);
+    options.placement.fsdp = MakeFsdpLayout(dp->layout(), 1, 0);
     auto fsdp = MakeCudaTransformer(config, 21, options);
-    ASSERT_EQ(fsdp->fsdp_layout().store_elements, n);
+    ASSERT_EQ(fsdp->placement().fsdp.store_elements, n);
     EXPECT_EQ(fsdp->state_bytes().optimizer, 8.0 * n);
     FsdpGatherer gatherer(*comm, *fsdp, overlap);
     for (int64_t step = 1; step <= kSteps; ++step) {
@@ -928,8 +929,8 @@ TEST(CudaTransformer, RefusesZero1AndFsdpTogether) {
   const ModelConfig config = SmallHeadsConfig();
   CudaTransformerOptions options;
   options.max_batch = kBatch;
-  options.fsdp = MakeFsdpLayout(MakeLayout(config), 2, 0);
-  options.shard = ShardOf(options.fsdp.units.back().end, 2, 0);
+  options.placement.fsdp = MakeFsdpLayout(MakeLayout(config), 2, 0);
+  options.placement.shard = ShardOf(options.placement.fsdp.units.back().end, 2, 0);
   EXPECT_NE(InputErrorOf([&] { MakeCudaTransformer(config, 1, options); }).find("zero1 or by fsdp"), std::string::npos);
 }
 

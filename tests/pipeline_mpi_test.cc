@@ -48,9 +48,11 @@ Run DataParallel(Communicator& world, ParallelMode mode, int replicas, int micro
   if (dp) {
     const ModelConfig config = PipelineModel();
     const size_t elements = MakeCpuTransformer(config, 7)->parameter_elements();
-    auto model = MakeCpuTransformer(config, 7,
-                                    mode == ParallelMode::kZero1 ? ShardOf(elements, dp->size(), dp->rank())
-                                                                 : OptimizerShard{});
+    auto model = MakeCpuTransformer(
+        config, 7,
+        {.shard = mode == ParallelMode::kZero1 ? ShardOf(elements, dp->size(), dp->rank()) : OptimizerShard{},
+         .fsdp = {},
+         .stage = {}});
     for (const StepRecord& r : RunTrainingSteps(*dp, *model, PipelineLoop(mode, micro_batches))) {
       run.losses.push_back(r.loss);
     }
@@ -77,8 +79,8 @@ Run Pipelined(Communicator& world, ParallelMode mode, int stages, int tensor_par
   const OptimizerShard shard = mode == ParallelMode::kZero1
                                    ? ShardOf(layout.back().offset + layout.back().count, dp->size(), dp->rank())
                                    : OptimizerShard{};
-  auto model = tp ? MakeCpuTensorParallelTransformer(config, 7, *tp, shard, {}, stage)
-                  : MakeCpuTransformer(config, 7, shard, {}, stage);
+  auto model = tp ? MakeCpuTensorParallelTransformer(config, 7, *tp, {.shard = shard, .fsdp = {}, .stage = stage})
+                  : MakeCpuTransformer(config, 7, {.shard = shard, .fsdp = {}, .stage = stage});
   TrainLoopOptions o = PipelineLoop(mode, micro_batches);
   o.pipeline = pipeline.get();
   Run run;

@@ -26,12 +26,15 @@ namespace {
 ModelConfig StageConfig() { return CustomModel(4, 64, 4, 300, 16); }
 constexpr uint64_t kSeed = 31;
 
+// The placement of a model that holds `stage`, and nothing else split.
+ModelPlacement Holding(const PipelineStage& stage) { return {.shard = {}, .fsdp = {}, .stage = stage}; }
+
 using Chain = std::vector<std::unique_ptr<Transformer>>;
 
 Chain MakeChain(const ModelConfig& config, int stages, int slots) {
   Chain chain;
   for (int s = 0; s < stages; ++s) {
-    chain.push_back(MakeCpuTransformer(config, kSeed, {}, {}, MakePipelineStage(config, stages, s, slots)));
+    chain.push_back(MakeCpuTransformer(config, kSeed, Holding(MakePipelineStage(config, stages, s, slots))));
   }
   return chain;
 }
@@ -50,7 +53,7 @@ float ChainForward(Chain& chain, int slot, const test::WindowBatch& batch) {
       std::memcpy(edges.input, previous.output, edges.count * sizeof(float));
     }
     stage.Forward();
-    if (!stage.pipeline_stage().last()) {
+    if (!stage.placement().stage.last()) {
       EXPECT_TRUE(std::isnan(stage.Loss())) << "stage " << s << " has no loss";
     }
   }
@@ -117,7 +120,7 @@ TEST(PipelineStage, MakePipelineStageSplitsTheLayersEvenly) {
   EXPECT_EQ(second.end_layer, 4);
   EXPECT_EQ(second.slots, 3);
   EXPECT_TRUE(second.last() && !second.first() && second.split());
-  const PipelineStage whole = ResolveStage({}, config);
+  const PipelineStage whole = ResolvePlacement(config, MakeLayout(config), {}).stage;
   EXPECT_EQ(whole.first_layer, 0);
   EXPECT_EQ(whole.end_layer, 4);
   EXPECT_TRUE(whole.first() && whole.last() && !whole.split());
@@ -127,9 +130,58 @@ TEST(PipelineStage, MakePipelineStageSplitsTheLayersEvenly) {
   EXPECT_NE(InputErrorOf([&] { MakePipelineStage(config, 2, 2, 1); }).find("outside 0..1"), std::string::npos);
   EXPECT_NE(InputErrorOf([&] { MakePipelineStage(config, 2, -1, 1); }), "");
   EXPECT_NE(InputErrorOf([&] { MakePipelineStage(config, 2, 0, 0); }), "");
-  EXPECT_NE(InputErrorOf([&] { ResolveStage(PipelineStage{2, 1, 1, 4, 1}, config); }), "");
-  EXPECT_NE(InputErrorOf([&] { MakeCpuTransformer(config, kSeed, {}, {}, PipelineStage{3, 0}); }), "");
-  EXPECT_NE(InputErrorOf([&] { MakeCpuTransformer(config, kSeed, {}, {}, PipelineStage{2, 2}); }), "");
+  EXPECT_NE(InputErrorOf([&] { ResolvePlacement(config, MakeLayout(config), Holding({2, 1, 1, 4, 1})); }), "");
+  EXPECT_NE(InputErrorOf([&] { MakeCpuTransformer(config, kSeed, Holding(PipelineStage{3, 0})); }), "");
+  EXPECT_NE(InputErrorOf([&] { MakeCpuTransformer(config, kSeed, Holding(PipelineStage{2, 2})); }), "");
+}
+
+// Every maker resolves its ModelPlacement in ResolvePlacement: the default is the whole model with every element this
+// rank's; a zero1 shard is of the stage's elements; the buffers' lengths follow the mode; the rules between the modes
+// are refused there.
+TEST(ModelPlacement, ResolvePlacementResolvesAndRefusesInOnePlace) {
+  const ModelConfig config = StageConfig();
+  const std::vector<TensorSlot> layout = MakeLayout(config);
+  const size_t elements = layout.back().offset + layout.back().count;
+  const ModelPlacement whole = ResolvePlacement(config, layout, {});
+  EXPECT_EQ(whole.shard.capacity, elements);
+  EXPECT_EQ(whole.shard.begin, 0u);
+  EXPECT_EQ(whole.shard.end, elements);
+  EXPECT_FALSE(whole.fsdp.enabled());
+  EXPECT_EQ(whole.stage.end_layer, config.layers);
+  EXPECT_EQ(whole.buffer_elements(), elements);
+  EXPECT_EQ(whole.moment_elements(), elements);
+  EXPECT_EQ(whole.moment_offset(), 0u);
+
+  const PipelineStage second = MakePipelineStage(config, 2, 1, 2);
+  const std::vector<TensorSlot> held = StageLayout(layout, second);
+  const OptimizerShard shard = ShardOf(held.back().offset + held.back().count, 2, 1);
+  const ModelPlacement zero1 = ResolvePlacement(config, layout, {.shard = shard, .fsdp = {}, .stage = second});
+  EXPECT_EQ(zero1.shard.begin, shard.begin);
+  EXPECT_EQ(zero1.buffer_elements(), shard.capacity);
+  EXPECT_EQ(zero1.moment_elements(), shard.elements());
+  EXPECT_EQ(zero1.moment_offset(), shard.begin);
+
+  const ModelPlacement fsdp =
+      ResolvePlacement(config, layout, {.shard = {}, .fsdp = MakeFsdpLayout(layout, 2, 1), .stage = {}});
+  EXPECT_EQ(fsdp.buffer_elements(), fsdp.fsdp.store_elements);
+  EXPECT_EQ(fsdp.moment_elements(), fsdp.fsdp.store_elements);
+  EXPECT_EQ(fsdp.moment_offset(), 0u);
+
+  EXPECT_EQ(InputErrorOf([&] {
+              ResolvePlacement(config, layout,
+                               {.shard = ShardOf(elements, 2, 0), .fsdp = MakeFsdpLayout(layout, 2, 0), .stage = {}});
+            }),
+            "a model is sharded by zero1 or by fsdp, not both");
+  const std::string split = InputErrorOf(
+      [&] { ResolvePlacement(config, layout, {.shard = {}, .fsdp = MakeFsdpLayout(layout, 2, 0), .stage = second}); });
+  EXPECT_NE(split.find("fsdp with pipeline parallel is not built"), std::string::npos) << split;
+  // The whole model's shard does not fit a stage's elements.
+  const std::string wide = InputErrorOf(
+      [&] { ResolvePlacement(config, layout, {.shard = ShardOf(elements, 2, 1), .fsdp = {}, .stage = second}); });
+  EXPECT_NE(wide.find("does not fit"), std::string::npos) << wide;
+  const std::vector<TensorSlot> other = MakeLayout(WithLayers(config, 2));
+  EXPECT_THROW(ResolvePlacement(config, layout, {.shard = {}, .fsdp = MakeFsdpLayout(other, 2, 0), .stage = {}}),
+               std::logic_error);
 }
 
 // Each stage holds its slots with the whole model's counts and bits, packed; over all stages the whole model once,
@@ -141,7 +193,7 @@ TEST(PipelineStage, StagesHoldTheWholeModelAndOneMoreWte) {
   for (int stages : {1, 2, 4}) {
     size_t held = 0;
     for (const auto& stage : MakeChain(config, stages, 1)) {
-      const PipelineStage& p = stage->pipeline_stage();
+      const PipelineStage& p = stage->placement().stage;
       SCOPED_TRACE("stage " + std::to_string(p.stage) + " of " + std::to_string(stages));
       const std::vector<TensorSlot>& layout = stage->layout();
       ASSERT_EQ(layout.size(), whole_layout.size());
@@ -168,7 +220,7 @@ TEST(PipelineStage, EdgesSlotsAndRefusals) {
   test::WindowBatch batch(config.vocab, 2, 16, 41);
   const size_t count = 2 * 16 * static_cast<size_t>(config.d_model);
   for (const auto& stage : chain) {
-    const PipelineStage& p = stage->pipeline_stage();
+    const PipelineStage& p = stage->placement().stage;
     stage->SelectMicroBatch(1);
     stage->SetBatch(batch.windows);
     const Transformer::StageEdges edges = stage->stage_edges();
@@ -184,7 +236,8 @@ TEST(PipelineStage, EdgesSlotsAndRefusals) {
   // FSDP of a stage is not built; zero1's shard of the stage's elements is (AdamWOnAStage below).
   const std::vector<TensorSlot> first = StageLayout(MakeLayout(config), MakePipelineStage(config, 2, 0, 1));
   const std::string fsdp = InputErrorOf([&] {
-    MakeCpuTransformer(config, kSeed, {}, MakeFsdpLayout(first, 2, 0), MakePipelineStage(config, 2, 0, 1));
+    MakeCpuTransformer(config, kSeed,
+                       {.shard = {}, .fsdp = MakeFsdpLayout(first, 2, 0), .stage = MakePipelineStage(config, 2, 0, 1)});
   });
   EXPECT_NE(fsdp.find("not built"), std::string::npos) << fsdp;
 }
@@ -267,7 +320,7 @@ TEST(PipelineStage, AdamWOnAStage) {
     for (int shard_rank = -1; shard_rank < 2; ++shard_rank) {  // -1: not sharded
       SCOPED_TRACE("stage " + std::to_string(s) + ", zero1 rank " + std::to_string(shard_rank));
       const OptimizerShard shard = shard_rank < 0 ? OptimizerShard{} : ShardOf(elements, 2, shard_rank);
-      auto stage = MakeCpuTransformer(config, kSeed, shard, {}, p);
+      auto stage = MakeCpuTransformer(config, kSeed, {.shard = shard, .fsdp = {}, .stage = p});
       ASSERT_EQ(stage->parameter_elements(), elements);
       const std::vector<float> before(stage->parameters(), stage->parameters() + elements);
       for (size_t t = 0; t < layout.size(); ++t) {
@@ -275,7 +328,7 @@ TEST(PipelineStage, AdamWOnAStage) {
                     layout[t].count * sizeof(float));
       }
       stage->AdamWStep(adamw, 1);
-      const OptimizerShard& updated = stage->optimizer_shard();
+      const OptimizerShard& updated = stage->placement().shard;
       for (size_t t = 0; t < layout.size(); ++t) {
         for (size_t i = 0; i < layout[t].count; ++i) {
           const size_t e = layout[t].offset + i;

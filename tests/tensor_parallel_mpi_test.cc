@@ -263,7 +263,7 @@ TEST_P(TensorParallel, OneStepAllReducesWhatTheFormulaSays) {
 // The train loop over a tensor-parallel model: each rank its own data-parallel group of one (so every rank of the
 // tensor-parallel group draws the same synthetic batch), against the full model in the same loop. The losses track
 // within 1e-4 as in AdamWStepsTrackTheFullModel; each step's activation all-reduces are taken through
-// Transformer::TakeActivationComm: the formula's elements in fp32 bytes, their time counted as exposed communication.
+// TensorParallelStats::TakeComm: the formula's elements in fp32 bytes, their time counted as exposed communication.
 
 // The loop both training tests run: kBatch x kSeq, small buckets, a learning rate that moves the weights.
 TrainLoopOptions SmallLoop(int steps, int warmup_steps) {
@@ -283,7 +283,7 @@ TEST_P(TensorParallel, TrainLoopTakesTheActivationAllReduces) {
   const ModelConfig config = Model();
   auto full = MakeCpuTransformer(config, 7);
   auto tp = MakeCpuTensorParallelTransformer(config, 7, *world);
-  EXPECT_EQ(tp->tensor_parallel(), world->size());
+  EXPECT_EQ(TensorParallelStatsOf(*tp)->tensor_parallel(), world->size());
   const TrainLoopOptions o = SmallLoop(2, 1);
   const std::vector<StepRecord> expected = RunTrainingSteps(*alone, *full, o);
   const std::vector<StepRecord> steps = RunTrainingSteps(*alone, *tp, o);
@@ -296,7 +296,7 @@ TEST_P(TensorParallel, TrainLoopTakesTheActivationAllReduces) {
     EXPECT_GE(steps[i].comm_exposed_s + 1e-12, steps[i].comm_activation_s) << "step " << i;
     EXPECT_EQ(steps[i].tokens, kBatch * kSeq / world->size()) << "step " << i;
   }
-  EXPECT_EQ(full->TakeActivationComm().allreduces, 0);
+  EXPECT_EQ(TensorParallelStatsOf(*full), nullptr);  // no activation all-reduces to take
 }
 
 // The local buffers: the layout's sizes, ZeRO's unsharded shard of them, the fp32 state.
@@ -308,9 +308,9 @@ TEST_P(TensorParallel, LocalBuffersAreTheSlices) {
   const size_t elements = local.back().offset + local.back().count;
   EXPECT_EQ(tp->parameter_elements(), elements);
   EXPECT_EQ(tp->layout().size(), MakeLayout(config).size());
-  EXPECT_EQ(tp->optimizer_shard().begin, 0u);
-  EXPECT_EQ(tp->optimizer_shard().end, elements);
-  EXPECT_FALSE(tp->fsdp_layout().enabled());
+  EXPECT_EQ(tp->placement().shard.begin, 0u);
+  EXPECT_EQ(tp->placement().shard.end, elements);
+  EXPECT_FALSE(tp->placement().fsdp.enabled());
   EXPECT_EQ(tp->state_bytes().weights, 4.0 * elements);
   EXPECT_EQ(tp->state_bytes().optimizer, 8.0 * elements);
 }
@@ -333,8 +333,8 @@ TEST_P(TensorParallel, FsdpAcrossGroupsGivesDpsLosses) {
   for (bool overlap : {true, false}) {
     SCOPED_TRACE(overlap ? "overlap" : "blocking");
     const FsdpLayout fsdp = MakeFsdpLayout(local, dp->size(), dp->rank());
-    auto sharded = MakeCpuTensorParallelTransformer(config, 7, *tp, {}, fsdp);
-    ASSERT_TRUE(sharded->fsdp_layout().enabled());
+    auto sharded = MakeCpuTensorParallelTransformer(config, 7, *tp, {.shard = {}, .fsdp = fsdp, .stage = {}});
+    ASSERT_TRUE(sharded->placement().fsdp.enabled());
     EXPECT_EQ(sharded->state_bytes().weights, 4.0 * fsdp.store_elements);
     EXPECT_LT(fsdp.store_elements, local.back().offset + local.back().count);
     o.parallel = ParallelMode::kFsdp;
@@ -349,8 +349,10 @@ TEST_P(TensorParallel, FsdpAcrossGroupsGivesDpsLosses) {
     }
   }
   // zero1 and fsdp do not combine.
-  EXPECT_THROW(MakeCpuTensorParallelTransformer(config, 7, *tp, ShardOf(local.back().offset + local.back().count, 2, 0),
-                                                MakeFsdpLayout(local, dp->size(), dp->rank())),
+  EXPECT_THROW(MakeCpuTensorParallelTransformer(config, 7, *tp,
+                                                {.shard = ShardOf(local.back().offset + local.back().count, 2, 0),
+                                                 .fsdp = MakeFsdpLayout(local, dp->size(), dp->rank()),
+                                                 .stage = {}}),
                InputError);
 }
 
@@ -448,7 +450,7 @@ std::vector<std::unique_ptr<Transformer>> MakeStages(const ModelConfig& config, 
   std::vector<std::unique_ptr<Transformer>> stages;
   for (int s = 0; s < kStages; ++s) {
     const PipelineStage stage = MakePipelineStage(config, kStages, s, kSlots);
-    stages.push_back(MakeCpuTensorParallelTransformer(config, 7, tp, {}, {}, stage));
+    stages.push_back(MakeCpuTensorParallelTransformer(config, 7, tp, {.shard = {}, .fsdp = {}, .stage = stage}));
   }
   return stages;
 }
@@ -464,7 +466,7 @@ TEST(TensorParallelPipelineStages, StagesHoldTheirSlicesWithTheUnsplitBits) {
   size_t held_elements = 0;
   for (int s = 0; s < kStages; ++s) {
     const Transformer& m = *stages[s];
-    const PipelineStage& stage = m.pipeline_stage();
+    const PipelineStage& stage = m.placement().stage;
     EXPECT_EQ(stage.first_layer, 2 * s);
     EXPECT_EQ(stage.end_layer, 2 * s + 2);
     EXPECT_EQ(stage.slots, kSlots);
@@ -491,8 +493,9 @@ TEST(TensorParallelPipelineStages, StagesHoldTheirSlicesWithTheUnsplitBits) {
   EXPECT_THROW(first.SelectMicroBatch(-1), std::logic_error);
   EXPECT_EQ(first.stage_edges().count, 0u) << "edges before the slot's first SetBatch";
   try {
-    MakeCpuTensorParallelTransformer(config, 7, *comm, {}, MakeFsdpLayout(local, 2, 0),
-                                     MakePipelineStage(config, kStages, 0, kSlots));
+    MakeCpuTensorParallelTransformer(
+        config, 7, *comm,
+        {.shard = {}, .fsdp = MakeFsdpLayout(local, 2, 0), .stage = MakePipelineStage(config, kStages, 0, kSlots)});
     ADD_FAILURE() << "fsdp within a split stage accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("not built"), std::string::npos) << e.what();
@@ -510,7 +513,7 @@ void ExpectHeldSlotsReported(const Transformer& model, const std::vector<size_t>
   for (size_t s = model.layout().size(); s-- > 0;) {
     if (model.layout()[s].count > 0) held.push_back(s);
   }
-  EXPECT_EQ(reported, held) << "stage " << model.pipeline_stage().stage;
+  EXPECT_EQ(reported, held) << "stage " << model.placement().stage.stage;
 }
 
 GradientWrite WriteOf(int micro_batch) {
@@ -564,7 +567,7 @@ double CompareStageGradients(const std::vector<std::unique_ptr<Transformer>>& st
       EXPECT_EQ(std::memcmp(m->gradients() + held.offset, unsplit.gradients() + local[slot].offset,
                             held.count * sizeof(float)),
                 0)
-          << "stage " << m->pipeline_stage().stage << " " << local[slot].name;
+          << "stage " << m->placement().stage.stage << " " << local[slot].name;
     }
   }
   Transformer& first = *stages.front();
@@ -655,7 +658,7 @@ TEST(TensorParallelPipelineStages, Zero1ShardsTheStagesLocalElements) {
   const Batch b = MakeBatch(config, 0);
   for (int s = 0; s < kStages; ++s) {
     const PipelineStage stage = MakePipelineStage(config, kStages, s, 1);
-    auto dense = MakeCpuTensorParallelTransformer(config, 7, *comm, {}, {}, stage);
+    auto dense = MakeCpuTensorParallelTransformer(config, 7, *comm, {.shard = {}, .fsdp = {}, .stage = stage});
     const size_t elements = dense->parameter_elements();
     const std::vector<float> initial(dense->parameters(), dense->parameters() + elements);
     StepStageAlone(*dense, b, s);
@@ -663,9 +666,9 @@ TEST(TensorParallelPipelineStages, Zero1ShardsTheStagesLocalElements) {
     for (int half = 0; half < 2; ++half) {
       SCOPED_TRACE("stage " + std::to_string(s) + ", half " + std::to_string(half));
       const OptimizerShard shard = ShardOf(elements, 2, half);
-      auto sharded = MakeCpuTensorParallelTransformer(config, 7, *comm, shard, {}, stage);
-      EXPECT_EQ(sharded->optimizer_shard().begin, shard.begin);
-      EXPECT_EQ(sharded->optimizer_shard().end, shard.end);
+      auto sharded = MakeCpuTensorParallelTransformer(config, 7, *comm, {.shard = shard, .fsdp = {}, .stage = stage});
+      EXPECT_EQ(sharded->placement().shard.begin, shard.begin);
+      EXPECT_EQ(sharded->placement().shard.end, shard.end);
       EXPECT_EQ(sharded->state_bytes().optimizer, 8.0 * shard.elements());
       StepStageAlone(*sharded, b, s);
       sharded->AdamWStep(adamw, 1);

@@ -80,7 +80,8 @@ TEST(TrainLoop, ZeroOneGivesDataParallelsLossesAndParameters) {
   auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
   auto dp = MakeCpuTransformer(SmallModel(), 7);
   const size_t n = dp->parameter_elements();
-  auto zero = MakeCpuTransformer(SmallModel(), 7, ShardOf(n, comm->size(), comm->rank()));
+  auto zero =
+      MakeCpuTransformer(SmallModel(), 7, {.shard = ShardOf(n, comm->size(), comm->rank()), .fsdp = {}, .stage = {}});
   TrainLoopOptions o = SmallLoop();
   const std::vector<StepRecord> dp_steps = RunTrainingSteps(*comm, *dp, o);
   o.parallel = ParallelMode::kZero1;
@@ -100,7 +101,7 @@ TEST(TrainLoop, ZeroOneGivesDataParallelsLossesAndParameters) {
   EXPECT_LT(worst, 1e-3 * o.adamw.learning_rate * static_cast<double>(dp_steps.size()))
       << "largest parameter difference from data parallel";
   // Each rank keeps AdamW's moments for its shard only; the shards cover every element once.
-  const OptimizerShard& shard = zero->optimizer_shard();
+  const OptimizerShard& shard = zero->placement().shard;
   unsigned long long mine = shard.elements(), all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(all, n);
@@ -109,7 +110,7 @@ TEST(TrainLoop, ZeroOneGivesDataParallelsLossesAndParameters) {
 
 // This rank's FSDP shards of the parameters, gathered from every rank into the flat layout (the padding dropped).
 std::vector<float> GatherFsdpParameters(Communicator& comm, Transformer& model) {
-  const FsdpLayout& f = model.fsdp_layout();
+  const FsdpLayout& f = model.placement().fsdp;
   std::vector<float> flat(model.layout().back().offset + model.layout().back().count);
   for (size_t u = 0; u < f.units.size(); ++u) {
     std::vector<float> whole(f.shards[u].shard.capacity);
@@ -126,7 +127,7 @@ void ExpectFsdpMatchesDataParallel(bool overlap) {
   auto comm = MakeMpiCommunicator(MPI_COMM_WORLD);
   auto dp = MakeCpuTransformer(SmallModel(), 7);
   const FsdpLayout layout = MakeFsdpLayout(dp->layout(), comm->size(), comm->rank());
-  auto fsdp = MakeCpuTransformer(SmallModel(), 7, {}, layout);
+  auto fsdp = MakeCpuTransformer(SmallModel(), 7, {.shard = {}, .fsdp = layout, .stage = {}});
   TrainLoopOptions o = SmallLoop();
   const std::vector<StepRecord> dp_steps = RunTrainingSteps(*comm, *dp, o);
   o.parallel = ParallelMode::kFsdp;
@@ -167,17 +168,18 @@ std::unique_ptr<Transformer> ModelFor(ParallelMode mode, Communicator& comm) {
   const ModelConfig config = SmallModel();
   if (mode == ParallelMode::kZero1) {
     const size_t n = MakeCpuTransformer(config, 7)->parameter_elements();
-    return MakeCpuTransformer(config, 7, ShardOf(n, comm.size(), comm.rank()));
+    return MakeCpuTransformer(config, 7, {.shard = ShardOf(n, comm.size(), comm.rank()), .fsdp = {}, .stage = {}});
   }
   if (mode == ParallelMode::kFsdp) {
-    return MakeCpuTransformer(config, 7, {}, MakeFsdpLayout(MakeLayout(config), comm.size(), comm.rank()));
+    return MakeCpuTransformer(
+        config, 7, {.shard = {}, .fsdp = MakeFsdpLayout(MakeLayout(config), comm.size(), comm.rank()), .stage = {}});
   }
   return MakeCpuTransformer(config, 7);
 }
 
 // The whole flat parameters of a model of any mode.
 std::vector<float> WholeParameters(Communicator& comm, Transformer& model) {
-  if (model.fsdp_layout().enabled()) return GatherFsdpParameters(comm, model);
+  if (model.placement().fsdp.enabled()) return GatherFsdpParameters(comm, model);
   return std::vector<float>(model.parameters(), model.parameters() + model.parameter_elements());
 }
 

@@ -163,14 +163,13 @@ class CudaTensorParallelTransformer final : public Transformer, public TensorPar
   using Transformer::Backward;
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void SetGradientScale(float scale) override { gradient_scale_ = scale; }
-  const PipelineStage& pipeline_stage() const override { return stage_; }
-  void SelectMicroBatch(int slot) override { CheckedSlot(stage_, slot); }
+  void SelectMicroBatch(int slot) override { CheckedSlot(options_.placement.stage, slot); }
   StageEdges stage_edges() override { return {}; }
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
-  const OptimizerShard& optimizer_shard() const override { return shard_; }
+  const ModelPlacement& placement() const override { return options_.placement; }
   // As the single-GPU model's without FSDP, over the local elements.
   ModelStateBytes state_bytes() const override {
-    return {2.0 * elements_, 4.0 * shard_.capacity, 4.0 * (shard_.capacity + 2.0 * shard_.elements())};
+    return {2.0 * elements_, 4.0 * shard().capacity, 4.0 * (shard().capacity + 2.0 * shard().elements())};
   }
   void Synchronize() override { stream_.Synchronize(); }
   void ClearFloats(float* data, size_t count) override {
@@ -178,22 +177,20 @@ class CudaTensorParallelTransformer final : public Transformer, public TensorPar
   }
   void ParametersChanged() override { gpu::CastToBf16(params_bf16_, params_, elements_, stream()); }
 
-  // TensorParallelStats (tensor_parallel() overrides Transformer's too).
+  // TensorParallelStats.
   int tensor_parallel() const override { return dims_.tp; }
   int tensor_parallel_rank() const override { return dims_.rank; }
   TensorParallelComm last_step_comm() const override { return step_comm_; }
   TensorParallelComm TakeComm() override { return std::exchange(take_comm_, TensorParallelComm{}); }
-  ActivationComm TakeActivationComm() override {
-    const TensorParallelComm c = TakeComm();
-    return {c.seconds, c.bytes, c.allreduces};
-  }
 
  private:
+  // ZeRO-1's shard of the local elements (resolved: all of them without ZeRO-1).
+  const OptimizerShard& shard() const { return options_.placement.shard; }
   void MakeAttention();
   size_t PointActivations(char* base);
   void CarveFlatBuffers(Carver& flat);
   uint64_t FlatBytes() const {
-    return (2 * shard_.capacity + 2 * shard_.elements()) * sizeof(float) + elements_ * sizeof(Bf16);
+    return (2 * shard().capacity + 2 * shard().elements()) * sizeof(float) + elements_ * sizeof(Bf16);
   }
   void CheckDeviceMemory(uint64_t needed_bytes, uint64_t activation_bytes) const;
   void NoteDeviceMemory();
@@ -217,12 +214,11 @@ class CudaTensorParallelTransformer final : public Transformer, public TensorPar
                               const Bf16* weight, int out_channels, GradientWrite write);
 
   ModelConfig config_;
-  CudaTransformerOptions options_;
+  CudaTransformerOptions options_;  // its placement resolved over the local elements: the whole model, no fsdp
   Communicator& tp_;
   LocalDims dims_;
   std::vector<TensorSlot> layout_;  // TensorParallelLayout
   size_t elements_;
-  OptimizerShard shard_;  // ResolveShard's over the local elements
   std::vector<AdamWRange> adamw_ranges_;
   std::optional<gpu::AdamWPlan> adamw_plan_;  // adamw_ranges_ on the device, for AdamW's one launch
   size_t max_tokens_;  // options.max_batch · config.seq
@@ -272,7 +268,6 @@ class CudaTensorParallelTransformer final : public Transformer, public TensorPar
 
   int batch_ = 0;
   int seq_ = 0;
-  PipelineStage stage_ = ResolveStage({}, config_);  // the whole model
   float gradient_scale_ = 1.0f;  // SetGradientScale's: d loss / d logits is scaled by it from the next Forward
   bool backward_pending_ = false;
   bool forward_measured_ = false;
@@ -290,7 +285,6 @@ CudaTensorParallelTransformer::CudaTensorParallelTransformer(const ModelConfig& 
       dims_(MakeTensorParallelDims(config, tp.size(), tp.rank())),
       layout_(TensorParallelLayout(config, tp.size())),
       elements_(layout_.back().offset + layout_.back().count),
-      shard_(ResolveShard(options.shard, elements_)),
       adamw_ranges_(LocalAdamWRanges()),
       max_tokens_(static_cast<size_t>(options.max_batch) * config.seq) {
   // The libraries first: their handles and workspaces are then part of what cudaMemGetInfo reports as used.
@@ -310,13 +304,13 @@ CudaTensorParallelTransformer::CudaTensorParallelTransformer(const ModelConfig& 
   token_staging_ = PinnedBuffer(2 * max_tokens_ * sizeof(int32_t));
   loss_host_ = PinnedBuffer(sizeof(float));
 
-  ClearFloats(params_, shard_.capacity);  // ZeRO-1's padding past the layout stays zero
+  ClearFloats(params_, shard().capacity);  // ZeRO-1's padding past the layout stays zero
   UploadInitialParameters(seed);
   gpu::CastToBf16(params_bf16_, params_, elements_, stream());
-  ClearFloats(grads_, shard_.capacity);  // Backward never writes ZeRO-1's padding: it stays zero
-  adamw_plan_.emplace(adamw_ranges_, shard_.begin);
-  ClearFloats(m_, shard_.elements());
-  ClearFloats(v_, shard_.elements());
+  ClearFloats(grads_, shard().capacity);  // Backward never writes ZeRO-1's padding: it stays zero
+  adamw_plan_.emplace(adamw_ranges_, shard().begin);
+  ClearFloats(m_, shard().elements());
+  ClearFloats(v_, shard().elements());
   TB_CHECK_CUDA(cudaMemsetAsync(loss_, 0, sizeof(float), stream_.get()));  // Loss() before any Forward: 0
   stream_.Synchronize();
   NoteDeviceMemory();
@@ -350,14 +344,14 @@ void CudaTensorParallelTransformer::MakeAttention() {
 std::vector<AdamWRange> CudaTensorParallelTransformer::LocalAdamWRanges() const {
   ModelConfig local = config_;
   local.vocab = dims_.vocab_used;
-  return AdamWRanges(local, layout_, shard_.begin, shard_.end);
+  return AdamWRanges(local, layout_, shard().begin, shard().end);
 }
 
 void CudaTensorParallelTransformer::CarveFlatBuffers(Carver& flat) {
-  params_ = flat.Take<float>(shard_.capacity);
-  grads_ = flat.Take<float>(shard_.capacity);
-  m_ = flat.Take<float>(shard_.elements());
-  v_ = flat.Take<float>(shard_.elements());
+  params_ = flat.Take<float>(shard().capacity);
+  grads_ = flat.Take<float>(shard().capacity);
+  m_ = flat.Take<float>(shard().elements());
+  v_ = flat.Take<float>(shard().elements());
   params_bf16_ = flat.Take<Bf16>(elements_);
 }
 
@@ -685,7 +679,7 @@ void CheckCudaTensorParallel(const ModelConfig& config, const Communicator& tp, 
     throw InputError("the CUDA transformer's run sequence length " + std::to_string(options.seq) + " is outside 0.." +
                      std::to_string(config.seq) + ", the positions of model '" + config.name + "'");
   }
-  if (options.fsdp.enabled()) {
+  if (options.placement.fsdp.enabled()) {
     throw InputError("the tensor-parallel CUDA transformer does not shard by fsdp yet (zero1 it does; fsdp across the "
                      "groups runs on the CPU reference)");
   }
@@ -699,11 +693,12 @@ std::unique_ptr<Transformer> MakeCudaTensorParallelTransformer(const ModelConfig
   ValidateModel(config);
   CheckTensorParallel(config, tp.size());
   CheckCudaTensorParallel(config, tp, options);
-  if (ResolveStage(options.stage, config).split()) {
+  CudaTransformerOptions resolved = options;  // before the first device call
+  resolved.placement = ResolvePlacement(config, TensorParallelLayout(config, tp.size()), options.placement);
+  if (resolved.placement.stage.split()) {
     throw InputError("the CUDA tensor parallel model over pipeline stages is not built (the CPU one holds a stage)");
   }
-  // The model resolves options.shard (InputError when it does not fit) before its first device call.
-  return std::make_unique<CudaTensorParallelTransformer>(config, seed, tp, options);
+  return std::make_unique<CudaTensorParallelTransformer>(config, seed, tp, resolved);
 }
 
 }  // namespace tb

@@ -66,6 +66,7 @@ struct MicroBatch {
 
 class CudaTransformer final : public Transformer {
  public:
+  // `options.placement`: resolved over MakeLayout(config).
   CudaTransformer(const ModelConfig& config, uint64_t seed, const CudaTransformerOptions& options);
   ~CudaTransformer() override;
   CudaTransformer(const CudaTransformer&) = delete;
@@ -98,21 +99,20 @@ class CudaTransformer final : public Transformer {
   using Transformer::Backward;
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void SetGradientScale(float scale) override { gradient_scale_ = scale; }
-  const PipelineStage& pipeline_stage() const override { return stage_; }
-  void SelectMicroBatch(int slot) override { slot_ = CheckedSlot(stage_, slot); }
+  void SelectMicroBatch(int slot) override { slot_ = CheckedSlot(stage(), slot); }
   StageEdges stage_edges() override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
-  const OptimizerShard& optimizer_shard() const override { return shard_; }
-  const FsdpLayout& fsdp_layout() const override { return fsdp_; }
-  void SetUnitAccess(UnitAccess* access) override;
+  const ModelPlacement& placement() const override { return options_.placement; }
   // The fp32 master weights are not sharded under zero1 (AdamW's moments are): it keeps 4 bytes per element more
   // than ZeRO's 12/N. Under fsdp every buffer is the shard store, and there is no bf16 copy to keep between uses (a
   // unit's is made where it is gathered): 4 + 4 + 8 bytes per element over N, ZeRO's 16Ψ/N in all.
   ModelStateBytes state_bytes() const override {
+    const ModelPlacement& p = placement();
     ModelStateBytes bytes =
-        fsdp_.enabled()
-            ? ModelStateBytes{4.0 * buffer_elements_, 4.0 * buffer_elements_, 8.0 * moment_elements_}
-            : ModelStateBytes{2.0 * elements_, 4.0 * shard_.capacity, 4.0 * (shard_.capacity + 2.0 * shard_.elements())};
+        fsdp().enabled()
+            ? ModelStateBytes{4.0 * p.buffer_elements(), 4.0 * p.buffer_elements(), 8.0 * p.moment_elements()}
+            : ModelStateBytes{2.0 * elements_, 4.0 * p.shard.capacity,
+                              4.0 * (p.shard.capacity + 2.0 * p.shard.elements())};
     bytes.activations = static_cast<double>(activation_buffer_.bytes());
     return bytes;
   }
@@ -125,7 +125,7 @@ class CudaTransformer final : public Transformer {
   }
   // The bf16 weights again from the master weights written from outside (under fsdp they are cast where gathered).
   void ParametersChanged() override {
-    if (!fsdp_.enabled()) gpu::CastToBf16(params_bf16_, params_, elements_, stream());
+    if (!fsdp().enabled()) gpu::CastToBf16(params_bf16_, params_, elements_, stream());
   }
 
   // Why auto attention did not get cuDNN ("" when it did, or when attention was chosen explicitly).
@@ -139,16 +139,19 @@ class CudaTransformer final : public Transformer {
     float* grads = nullptr;
     const Bf16* bf16 = nullptr;
   };
+  const PipelineStage& stage() const { return options_.placement.stage; }
+  const FsdpLayout& fsdp() const { return options_.placement.fsdp; }
   // Points every activation tensor into `base` (null: only counts); returns the bytes they take.
   size_t PointActivations(char* base);
   void CheckDeviceMemory(uint64_t needed_bytes, uint64_t activation_bytes) const;
   // The flat buffers' bytes: fp32 weights and gradients, m and v, and the bf16 weights (under fsdp the working
   // copies of the embeddings and of two blocks).
   uint64_t FlatBytes() const {
-    return (2 * buffer_elements_ + 2 * moment_elements_) * sizeof(float) + Bf16Elements() * sizeof(Bf16);
+    return (2 * placement().buffer_elements() + 2 * placement().moment_elements()) * sizeof(float) +
+           Bf16Elements() * sizeof(Bf16);
   }
   size_t Bf16Elements() const {
-    return fsdp_.enabled() ? units_[kEmbeddingUnit].elements() + 2 * BlockUnitElements() : elements_;
+    return fsdp().enabled() ? units_[kEmbeddingUnit].elements() + 2 * BlockUnitElements() : elements_;
   }
   size_t BlockUnitElements() const { return config_.layers > 0 ? units_[BlockUnit(0)].elements() : 0; }
   void CarveFlatBuffers(Carver& flat);
@@ -174,27 +177,23 @@ class CudaTransformer final : public Transformer {
                      GradientWrite write);
   // Block `layer` (one the stage holds) of a slot's activations.
   const BlockActivations& Block(const MicroBatch& mb, int layer) const {
-    return mb.blocks[static_cast<size_t>(layer - stage_.first_layer)];
+    return mb.blocks[static_cast<size_t>(layer - stage().first_layer)];
   }
 
   ModelConfig config_;
+  // options_.placement is resolved: the shard without ZeRO-1 is [0, elements_) at capacity elements_; the parameters
+  // and gradients hold its buffer_elements() (the shard's capacity, or fsdp's store), m and v its moment_elements(),
+  // and flat element i (or store element i under fsdp) has its moments at i - moment_offset().
   CudaTransformerOptions options_;
-  PipelineStage stage_;  // options_.stage resolved: the whole model by default
   std::vector<TensorSlot> whole_layout_;  // MakeLayout's, where the stage's tensors and their initial weights come from
   std::vector<TensorSlot> layout_;        // the stage's (StageLayout): what the flat buffers hold
   size_t elements_;
-  OptimizerShard shard_;  // ResolveShard's: without ZeRO-1, [0, elements_) at capacity elements_
-  FsdpLayout fsdp_;
-  size_t buffer_elements_;  // of the weights and gradients: the shard's capacity, or fsdp's store
-  size_t moment_elements_;  // of m and v: the shard's elements, or fsdp's store
   std::vector<AdamWRange> adamw_ranges_;
-  size_t moment_offset_;  // flat element i (or store element i under fsdp) has its moments at i - moment_offset_
   std::optional<gpu::AdamWPlan> adamw_plan_;  // adamw_ranges_ on the device, for AdamW's one launch
   std::vector<ParameterUnit> units_;
   std::vector<size_t> slot_units_;    // per slot: its unit
   std::vector<size_t> unit_offsets_;  // per slot: its offset inside its unit (a held one's)
   std::vector<UnitView> views_;  // per unit
-  UnitAccess* access_ = nullptr;
   size_t max_tokens_;  // options.max_batch · config.seq: each micro-batch's activations' capacity
 
   // Declared first, destroyed last: everything below enqueues work on it.
@@ -215,7 +214,7 @@ class CudaTransformer final : public Transformer {
   Bf16* embedding_bf16_ = nullptr;     // the embeddings unit's bf16 working copy
   Bf16* block_bf16_[2] = {nullptr, nullptr};  // the blocks', by parity of the layer
 
-  // Activations of stage_.slots micro-batches and the scratch they share, each for up to max_tokens_ tokens, all in
+  // Activations of stage().slots micro-batches and the scratch they share, each for up to max_tokens_ tokens, all in
   // one allocation.
   DeviceBuffer activation_buffer_;
   std::vector<MicroBatch> micro_batches_;  // per slot
@@ -249,19 +248,12 @@ class CudaTransformer final : public Transformer {
 CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const CudaTransformerOptions& options)
     : config_(config),
       options_(options),
-      stage_(ResolveStage(options.stage, config)),
       whole_layout_(MakeLayout(config)),
-      layout_(StageLayout(whole_layout_, stage_)),
+      layout_(StageLayout(whole_layout_, stage())),
       elements_(layout_.back().offset + layout_.back().count),
-      shard_(ResolveShard(options.shard, elements_)),
-      fsdp_(options.fsdp),
-      buffer_elements_(fsdp_.enabled() ? fsdp_.store_elements : shard_.capacity),
-      moment_elements_(fsdp_.enabled() ? fsdp_.store_elements : shard_.elements()),
       // wte's padding rows are skipped (they stay exactly zero, as in the CPU reference), and consecutive slots
       // with the same decay rule share a range.
-      adamw_ranges_(fsdp_.enabled() ? FsdpAdamWRanges(config, layout_, fsdp_)
-                                    : AdamWRanges(config, layout_, shard_.begin, shard_.end)),
-      moment_offset_(fsdp_.enabled() ? 0 : shard_.begin),
+      adamw_ranges_(PlacementAdamWRanges(config, layout_, options.placement)),
       units_(ParameterUnits(layout_)),
       // By the whole model's layout: a stage holds the same units, and a held slot keeps its place in its unit (the
       // last stage's embedding unit, wte without wpe, has wte at its start). Over the stage's own layout SlotUnits
@@ -270,8 +262,6 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
       unit_offsets_(UnitOffsets(whole_layout_, ParameterUnits(whole_layout_))),
       views_(units_.size()),
       max_tokens_(static_cast<size_t>(options.max_batch) * config.seq) {
-  if (fsdp_.enabled() && options.shard.sharded()) throw InputError("a model is sharded by zero1 or by fsdp, not both");
-
   // The libraries first: their handles and workspaces are then part of what cudaMemGetInfo reports as used.
   gemm_ = std::make_unique<gpu::Gemm>(stream());
   const int c = config_.d_model;
@@ -308,14 +298,14 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
 
   // The padding past the layout (zero1's, fsdp's past each unit) zero, and all-gathered as zeros; Backward writes
   // every gradient but never the padding's, which stays zero for the reduce-scatter.
-  ClearFloats(params_, buffer_elements_);
+  ClearFloats(params_, placement().buffer_elements());
   UploadInitialParameters(seed);
-  if (!fsdp_.enabled()) gpu::CastToBf16(params_bf16_, params_, elements_, stream());
-  ClearFloats(grads_, buffer_elements_);
-  adamw_plan_.emplace(adamw_ranges_, moment_offset_);
-  ClearFloats(m_, moment_elements_);
-  ClearFloats(v_, moment_elements_);
-  for (size_t i = 0; stage_.last() && i < micro_batches_.size(); ++i) {  // Loss() before any Forward: 0
+  if (!fsdp().enabled()) gpu::CastToBf16(params_bf16_, params_, elements_, stream());
+  ClearFloats(grads_, placement().buffer_elements());
+  adamw_plan_.emplace(adamw_ranges_, placement().moment_offset());
+  ClearFloats(m_, placement().moment_elements());
+  ClearFloats(v_, placement().moment_elements());
+  for (size_t i = 0; stage().last() && i < micro_batches_.size(); ++i) {  // Loss() before any Forward: 0
     TB_CHECK_CUDA(cudaMemsetAsync(micro_batches_[i].loss, 0, sizeof(float), stream_.get()));
   }
   stream_.Synchronize();
@@ -323,11 +313,11 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
 }
 
 void CudaTransformer::CarveFlatBuffers(Carver& flat) {
-  params_ = flat.Take<float>(buffer_elements_);
-  grads_ = flat.Take<float>(buffer_elements_);
-  m_ = flat.Take<float>(moment_elements_);
-  v_ = flat.Take<float>(moment_elements_);
-  if (!fsdp_.enabled()) {
+  params_ = flat.Take<float>(placement().buffer_elements());
+  grads_ = flat.Take<float>(placement().buffer_elements());
+  m_ = flat.Take<float>(placement().moment_elements());
+  v_ = flat.Take<float>(placement().moment_elements());
+  if (!fsdp().enabled()) {
     params_bf16_ = flat.Take<Bf16>(elements_);
     for (size_t u = 0; u < units_.size(); ++u) {
       views_[u] = {params_ + units_[u].begin, grads_ + units_[u].begin, params_bf16_ + units_[u].begin};
@@ -350,7 +340,7 @@ void CudaTransformer::UploadInitialParameters(uint64_t seed) {
     float* device;
   };
   std::vector<Piece> pieces;
-  for (size_t s = 0; !fsdp_.enabled() && s < layout_.size(); ++s) {
+  for (size_t s = 0; !fsdp().enabled() && s < layout_.size(); ++s) {
     const size_t count = layout_[s].count;
     if (count == 0) continue;
     const size_t begin = whole_layout_[s].offset;
@@ -362,9 +352,9 @@ void CudaTransformer::UploadInitialParameters(uint64_t seed) {
       pieces.push_back({begin, begin + count, device});
     }
   }
-  for (size_t u = 0; fsdp_.enabled() && u < units_.size(); ++u) {
-    const OptimizerShard& shard = fsdp_.shards[u].shard;
-    pieces.push_back({units_[u].begin + shard.begin, units_[u].begin + shard.end, params_ + fsdp_.shards[u].store});
+  for (size_t u = 0; fsdp().enabled() && u < units_.size(); ++u) {
+    const OptimizerShard& shard = fsdp().shards[u].shard;
+    pieces.push_back({units_[u].begin + shard.begin, units_[u].begin + shard.end, params_ + fsdp().shards[u].store});
   }
   constexpr size_t kChunkElements = size_t{16} << 20;  // 64 MiB of fp32
   const size_t chunk = std::min(kChunkElements, elements_);
@@ -386,18 +376,13 @@ void CudaTransformer::UploadInitialParameters(uint64_t seed) {
   stream_.Synchronize();  // before the staging buffers go
 }
 
-void CudaTransformer::SetUnitAccess(UnitAccess* access) {
-  if (!fsdp_.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
-  access_ = access;
-}
-
 UnitAccess& CudaTransformer::Access() const {
-  if (access_ == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
-  return *access_;
+  if (unit_access() == nullptr) throw std::logic_error("an FSDP model stepped before SetUnitAccess");
+  return *unit_access();
 }
 
 void CudaTransformer::HoldParameters(size_t u) {
-  if (!fsdp_.enabled() || views_[u].params != nullptr) return;  // the embeddings and lnf: held from forward on
+  if (!fsdp().enabled() || views_[u].params != nullptr) return;  // the embeddings and lnf: held from forward on
   const float* whole = Access().Parameters(u);
   Bf16* bf16 = u == kEmbeddingUnit                    ? embedding_bf16_
                : u == FinalNormUnit(config_.layers) ? nullptr
@@ -410,18 +395,18 @@ void CudaTransformer::HoldParameters(size_t u) {
 }
 
 void CudaTransformer::ReleaseParameters(size_t u) {
-  if (!fsdp_.enabled()) return;
+  if (!fsdp().enabled()) return;
   Access().ParametersDone(u);
   views_[u].params = nullptr;
   views_[u].bf16 = nullptr;
 }
 
 void CudaTransformer::HoldGradients(size_t u) {
-  if (fsdp_.enabled() && views_[u].grads == nullptr) views_[u].grads = Access().Gradients(u);
+  if (fsdp().enabled() && views_[u].grads == nullptr) views_[u].grads = Access().Gradients(u);
 }
 
 void CudaTransformer::ReleaseGradients(size_t u) {
-  if (!fsdp_.enabled()) return;
+  if (!fsdp().enabled()) return;
   Access().GradientsDone(u);
   views_[u].grads = nullptr;
 }
@@ -436,32 +421,32 @@ size_t CudaTransformer::PointActivations(char* base) {
   const size_t hidden = static_cast<size_t>(config_.mlp_ratio) * c;
   const size_t vp = config_.vocab_padded;
   Carver carve(base);
-  float* shared_residual_grad = stage_.first() ? carve.Take<float>(n * c) : nullptr;
-  micro_batches_.resize(stage_.slots);
+  float* shared_residual_grad = stage().first() ? carve.Take<float>(n * c) : nullptr;
+  micro_batches_.resize(stage().slots);
   for (MicroBatch& mb : micro_batches_) {
     mb.tokens = carve.Take<int32_t>(2 * n);
     mb.input = carve.Take<float>(n * c);
-    mb.blocks.resize(static_cast<size_t>(stage_.end_layer - stage_.first_layer));
+    mb.blocks.resize(static_cast<size_t>(stage().end_layer - stage().first_layer));
     for (BlockActivations& a : mb.blocks) CarveBlockActivations(carve, a, n, c, c, config_.heads, hidden);
-    if (stage_.last()) {
+    if (stage().last()) {
       mb.lnf = carve.Take<Bf16>(n * c);
       mb.lnf_mean = carve.Take<float>(n);
       mb.lnf_rstd = carve.Take<float>(n);
       mb.loss = carve.Take<float>(1);
       // Slots keep their logits' gradients until their Backwards, in any order; a lone slot's is grad_scratch_.
-      if (stage_.slots > 1) mb.logits_grad = carve.Take<Bf16>(n * vp);
+      if (stage().slots > 1) mb.logits_grad = carve.Take<Bf16>(n * vp);
     }
-    mb.residual_grad = stage_.first() ? shared_residual_grad : carve.Take<float>(n * c);
-    mb.output_grad = stage_.last() ? nullptr : carve.Take<float>(n * c);
+    mb.residual_grad = stage().first() ? shared_residual_grad : carve.Take<float>(n * c);
+    mb.output_grad = stage().last() ? nullptr : carve.Take<float>(n * c);
   }
-  if (stage_.last()) {
+  if (stage().last()) {
     logits_ = carve.Take<float>(n * vp);
     row_losses_ = carve.Take<float>(n);
   }
   residual_grad_bf16_ = carve.Take<Bf16>(n * c);
   channel_grad_ = carve.Take<Bf16>(n * c);
   layernorm_scratch_ = carve.Take<float>(gpu::LayerNormBackwardScratchFloats(n, config_.d_model));
-  const bool logits_grad_in_scratch = stage_.last() && stage_.slots == 1;
+  const bool logits_grad_in_scratch = stage().last() && stage().slots == 1;
   grad_scratch_ = carve.Take<Bf16>(n * std::max({logits_grad_in_scratch ? vp : size_t{0}, hidden, 3 * c}));
   if (logits_grad_in_scratch) micro_batches_[0].logits_grad = grad_scratch_;
   return carve.used();
@@ -473,10 +458,10 @@ void CudaTransformer::CheckDeviceMemory(uint64_t needed_bytes, uint64_t activati
   TB_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (needed_bytes <= free_bytes) return;
   std::string activations = std::to_string(options_.max_batch) + " x " + std::to_string(config_.seq) + " tokens";
-  if (stage_.slots > 1) activations = std::to_string(stage_.slots) + " micro-batches of " + activations;
-  if (stage_.split()) {
-    activations += " in layers [" + std::to_string(stage_.first_layer) + ", " + std::to_string(stage_.end_layer) +
-                   ") (pipeline stage " + std::to_string(stage_.stage) + " of " + std::to_string(stage_.stages) + ")";
+  if (stage().slots > 1) activations = std::to_string(stage().slots) + " micro-batches of " + activations;
+  if (stage().split()) {
+    activations += " in layers [" + std::to_string(stage().first_layer) + ", " + std::to_string(stage().end_layer) +
+                   ") (pipeline stage " + std::to_string(stage().stage) + " of " + std::to_string(stage().stages) + ")";
   }
   throw RuntimeError("the CUDA transformer for model '" + config_.name + "' needs " + FormatBytes(needed_bytes) +
                      " of device memory (" + FormatBytes(static_cast<double>(FlatBytes())) +
@@ -521,11 +506,11 @@ Transformer::StageEdges CudaTransformer::stage_edges() {
   const MicroBatch& mb = micro_batches_[slot_];
   StageEdges edges;
   edges.count = static_cast<size_t>(mb.batch) * mb.seq * config_.d_model;
-  if (!stage_.first()) {
+  if (!stage().first()) {
     edges.input = mb.input;
     edges.input_grad = mb.residual_grad;
   }
-  if (!stage_.last()) {
+  if (!stage().last()) {
     edges.output = mb.blocks.back().residual3;
     edges.output_grad = mb.output_grad;
   }
@@ -545,13 +530,13 @@ void CudaTransformer::Forward() {
   // The embeddings are gathered from the fp32 master weights: no GEMM reads them here. Under FSDP they and the final
   // LayerNorm stay held to the end of backward (the tied LM head reads wte last in forward and first in backward).
   // FSDP holds the whole model (a split stage is refused), so the unit calls keep the whole model's order.
-  if (stage_.first()) {
+  if (stage().first()) {
     HoldParameters(kEmbeddingUnit);
     BeginOp(OpKind::kEmbedding, false);
     gpu::EncoderForward(mb.input, inputs, Param(kWteSlot), Param(kWpeSlot), mb.batch, mb.seq, c, stream());
   }
   const float* residual = mb.input;  // (N, C)
-  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+  for (int l = stage().first_layer; l < stage().end_layer; ++l) {
     const BlockActivations& a = Block(mb, l);
     HoldParameters(BlockUnit(l));
     auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
@@ -575,7 +560,7 @@ void CudaTransformer::Forward() {
     residual = a.residual3;
   }
   // A stage before the last stops here: its last block's output is its output edge.
-  if (stage_.last()) HeadForward(mb, residual, targets);
+  if (stage().last()) HeadForward(mb, residual, targets);
   EndOps();
   mb.backward_pending = true;
   if (!forward_measured_) {
@@ -604,7 +589,7 @@ void CudaTransformer::HeadForward(MicroBatch& mb, const float* residual, const i
 }
 
 float CudaTransformer::Loss() {
-  if (!stage_.last()) return std::numeric_limits<float>::quiet_NaN();  // the loss is the last stage's
+  if (!stage().last()) return std::numeric_limits<float>::quiet_NaN();  // the loss is the last stage's
   TB_CHECK_CUDA(cudaMemcpyAsync(loss_host_.data(), micro_batches_[slot_].loss, sizeof(float), cudaMemcpyDeviceToHost,
                                 stream_.get()));
   stream_.Synchronize();
@@ -627,7 +612,7 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   const int c = config_.d_model;
   const int32_t* inputs = mb.tokens;
 
-  if (stage_.last()) {
+  if (stage().last()) {
     HeadBackward(mb, ready, write);
   } else {
     // The next stage's input gradient, written by the caller, and its bf16 copy for the last block's projection
@@ -642,19 +627,19 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   // residual_grad (N, C) carries the gradient of the residual stream down through the blocks in fp32; each
   // residual add passes it on unchanged and each LayerNorm adds its input gradient to it. The projections'
   // backward GEMMs read its bf16 copy, which each LayerNorm backward writes in the same pass.
-  for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) BlockBackward(mb, l, ready, write);
-  if (stage_.first()) {
+  for (int l = stage().end_layer - 1; l >= stage().first_layer; --l) BlockBackward(mb, l, ready, write);
+  if (stage().first()) {
     BeginOp(OpKind::kEmbedding, true);
     // Before the last stage no LM head has written wte's gradient in this backward: overwriting, the scatter (which
     // adds) starts from zero.
-    if (!stage_.last() && write == GradientWrite::kOverwrite) ClearFloats(Grad(kWteSlot), layout_[kWteSlot].count);
+    if (!stage().last() && write == GradientWrite::kOverwrite) ClearFloats(Grad(kWteSlot), layout_[kWteSlot].count);
     gpu::EncoderBackward(Grad(kWteSlot), Grad(kWpeSlot), mb.residual_grad, inputs, mb.batch, mb.seq, c, config_.seq,
                          write, stream());
     ready(kWpeSlot);
   }
-  if (stage_.first() || stage_.last()) ready(kWteSlot);  // either copy of the tied wte
+  if (stage().first() || stage().last()) ready(kWteSlot);  // either copy of the tied wte
   EndOps();
-  if (stage_.first()) {
+  if (stage().first()) {
     ReleaseGradients(kEmbeddingUnit);
     ReleaseParameters(kEmbeddingUnit);
   }
@@ -708,7 +693,7 @@ void CudaTransformer::BlockBackward(const MicroBatch& mb, int l, const std::func
   auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
   auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
   auto grad = [&](BlockTensor t) { return Grad(BlockSlot(l, t)); };
-  const float* residual = l > stage_.first_layer ? Block(mb, l - 1).residual3 : mb.input;
+  const float* residual = l > stage().first_layer ? Block(mb, l - 1).residual3 : mb.input;
 
   // MLP projection; the GELU gradient is fused into its input gradient (the DGELU epilogue over fch), and so,
   // when overwriting, is fc's bias gradient where cuBLASLt offers DGELU_BGRAD.
@@ -744,7 +729,7 @@ void CudaTransformer::BlockBackward(const MicroBatch& mb, int l, const std::func
   // The bf16 copy is for the next block down; below the stage's first block only the fp32 gradient is read (by the
   // embeddings' backward, or as the input gradient by the previous stage, which makes its own copy).
   BeginOp(OpKind::kLayerNorm, true);
-  gpu::LayerNormBackward(mb.residual_grad, l > stage_.first_layer ? residual_grad_bf16_ : nullptr, grad(kLn1Weight),
+  gpu::LayerNormBackward(mb.residual_grad, l > stage().first_layer ? residual_grad_bf16_ : nullptr, grad(kLn1Weight),
                          grad(kLn1Bias), channel_grad_, residual, param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c,
                          write, layernorm_scratch_, stream());
   ready_pair(kLn1Weight, kLn1Bias);
@@ -755,12 +740,12 @@ void CudaTransformer::BlockBackward(const MicroBatch& mb, int l, const std::func
 void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError(std::string("AdamW step counts from 1, got ") + std::to_string(step));
   // One launch over every range (the moments hold the shard's elements: flat element i is moment i -
-  // moment_offset_); the bf16 weights are rewritten from the updated master weights in the same pass, and wte's
-  // padding rows, skipped, stay zero in both. Under FSDP the ranges are in the shard store, and there is no bf16
-  // copy to rewrite (a unit's is cast where it is gathered).
+  // placement().moment_offset()); the bf16 weights are rewritten from the updated master weights in the same pass,
+  // and wte's padding rows, skipped, stay zero in both. Under FSDP the ranges are in the shard store, and there is no
+  // bf16 copy to rewrite (a unit's is cast where it is gathered).
   BeginOp(OpKind::kOptimizer, true);
   gpu::AdamWUpdate(params_, grads_, m_, v_, *adamw_plan_, config, step, stream(),
-                   fsdp_.enabled() ? nullptr : params_bf16_);
+                   fsdp().enabled() ? nullptr : params_bf16_);
   EndOps();
 }
 
@@ -785,11 +770,9 @@ std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint
     throw InputError("the CUDA transformer's run sequence length " + std::to_string(options.seq) + " is outside 0.." +
                      std::to_string(config.seq) + ", the positions of model '" + config.name + "'");
   }
-  if (options.fsdp.enabled() && ResolveStage(options.stage, config).split()) {
-    throw InputError("fsdp over pipeline stages is not built: the CUDA transformer holds a pipeline stage whole or "
-                     "under zero1 HINT: --parallel dp or zero1 with pipeline stages");
-  }
-  auto model = std::make_unique<CudaTransformer>(config, seed, options);
+  CudaTransformerOptions resolved = options;  // before any device memory is taken
+  resolved.placement = ResolvePlacement(config, MakeLayout(config), options.placement);
+  auto model = std::make_unique<CudaTransformer>(config, seed, resolved);
   if (fallback_reason != nullptr) *fallback_reason = model->fallback_reason();
   return model;
 }

@@ -837,23 +837,23 @@ void TrainPhase::RecordHeader(double comm_ready_s) {
 std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& dp, Communicator* tp, const PipelineStage& stage) {
   const std::vector<TensorSlot> layout =
       StageLayout(tp ? TensorParallelLayout(model_, tp->size()) : MakeLayout(model_), stage);
-  const OptimizerShard shard = parallel_ == ParallelMode::kZero1
-                                   ? ShardOf(layout.back().offset + layout.back().count, dp.size(), dp.rank())
-                                   : OptimizerShard{};
-  const FsdpLayout fsdp = parallel_ == ParallelMode::kFsdp ? MakeFsdpLayout(layout, dp.size(), dp.rank())
-                                                           : FsdpLayout{};
+  ModelPlacement placement;
+  placement.stage = stage;
+  if (parallel_ == ParallelMode::kZero1) {
+    placement.shard = ShardOf(layout.back().offset + layout.back().count, dp.size(), dp.rank());
+  } else if (parallel_ == ParallelMode::kFsdp) {
+    placement.fsdp = MakeFsdpLayout(layout, dp.size(), dp.rank());
+  }
   const auto seed = static_cast<uint64_t>(f_.seed);
   if (!setup_.backend.cuda) {
-    return tp ? MakeCpuTensorParallelTransformer(model_, seed, *tp, shard, fsdp, stage)
-              : MakeCpuTransformer(model_, seed, shard, fsdp, stage);
+    return tp ? MakeCpuTensorParallelTransformer(model_, seed, *tp, placement)
+              : MakeCpuTransformer(model_, seed, placement);
   }
   CudaTransformerOptions options;
   options.max_batch = PointBatch(scaling_.front().k);  // the CUDA model's activations are sized for the largest batch
   options.attention = attention_;
   options.seq = loop_.seq;
-  options.shard = shard;
-  options.fsdp = fsdp;
-  options.stage = stage;
+  options.placement = placement;
   std::string fallback_reason;
   const double setup_start = NowSeconds();
   std::unique_ptr<Transformer> cuda_model = tp ? MakeCudaTensorParallelTransformer(model_, seed, *tp, options)
