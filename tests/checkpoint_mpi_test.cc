@@ -610,6 +610,14 @@ TestState PartState(int part) {
 // Two parts, rank r holding part r % 2 (tensor parallel innermost): at 4 ranks each part has two replicas.
 CheckpointPart HalfPart() { return {Rank() % 2, 2}; }
 
+// Saves `state`, this rank's HalfPart, as step 1 under `dir`.
+void SaveHalfPart(const std::string& dir, TestState& state) {
+  CheckpointOptions options = Options(dir);
+  options.part = HalfPart();
+  Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
+  checkpointer.Save(Meta(1));
+}
+
 TEST(Checkpoint, PartsRoundTripIsBitExact) {
   for (CheckpointMode mode : {CheckpointMode::kSync, CheckpointMode::kAsync}) {
     SharedTempDir root;
@@ -649,10 +657,7 @@ TEST(Checkpoint, PartsLoadWithAnotherNumberOfReplicas) {
   SharedTempDir root;
   {
     TestState state = PartState(HalfPart().index);
-    CheckpointOptions options = Options(root.path());
-    options.part = HalfPart();
-    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
-    checkpointer.Save(Meta(1));
+    SaveHalfPart(root.path(), state);
   }
   // The first two ranks: one replica of each part (at 4 ranks, half the replicas that wrote it).
   MPI_Comm pair = MPI_COMM_NULL;
@@ -672,12 +677,7 @@ TEST(Checkpoint, PartsLoadWithAnotherNumberOfReplicas) {
 TEST(Checkpoint, AnotherLayoutIsRefused) {
   SharedTempDir root;
   TestState state = PartState(HalfPart().index);
-  CheckpointOptions options = Options(root / "two");
-  options.part = HalfPart();
-  {
-    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
-    checkpointer.Save(Meta(1));
-  }
+  SaveHalfPart(root / "two", state);
   TestState whole;
   {
     Checkpointer checkpointer(MPI_COMM_WORLD, Options(root / "one"), whole.Buffers(), whole.Copier());
@@ -697,12 +697,7 @@ TEST(Checkpoint, AnotherLayoutIsRefused) {
 TEST(Checkpoint, MissingPartSliceIsRefused) {
   SharedTempDir root;
   TestState state = PartState(HalfPart().index);
-  CheckpointOptions options = Options(root.path());
-  options.part = HalfPart();
-  {
-    Checkpointer checkpointer(MPI_COMM_WORLD, options, state.Buffers(), state.Copier());
-    checkpointer.Save(Meta(1));
-  }
+  SaveHalfPart(root.path(), state);
   const std::string victim = root / "step-00000001/part-00001-slice-00000.bin";
   OnRankZero([&] { fs::remove(victim); });
   ExpectAgreedInputError(InputErrorOf([&] { Load(root.path(), state, MPI_COMM_WORLD, 1000, HalfPart()); }),

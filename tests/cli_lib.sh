@@ -61,6 +61,20 @@ with_notes() {
 }
 
 # finish NAME: the tally; the script's exit status.
+# resign_manifest: the checkpoint manifest on stdin, without its crc32c line, written to stdout with that line made
+# afresh (a manifest edited to look like an older trainbench's).
+resign_manifest() {
+  python3 -c '
+import sys
+text = sys.stdin.buffer.read()
+crc = 0xFFFFFFFF
+for byte in text:
+    crc ^= byte
+    for _ in range(8):
+        crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+sys.stdout.buffer.write(text + b"crc32c %08x\n" % (crc ^ 0xFFFFFFFF))'
+}
+
 finish() {
   echo "$1: $checks checks, $failures failed"
   [[ $failures -eq 0 ]]

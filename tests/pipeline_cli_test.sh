@@ -216,15 +216,8 @@ expect_error 2 "was written with --tensor-parallel 2, this run has --tensor-para
   -o refused.h5
 # A checkpoint of data parallel (one part), even one of a trainbench before this flag was recorded, is not a pipeline's.
 expect_ok "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --grad-accum 4 --checkpoint-dir dp --checkpoint-every 5 --quiet
-grep -v '^meta pipeline_parallel \|^meta tensor_parallel \|^crc32c ' dp/step-00000005/manifest.txt | /usr/bin/python3 -c '
-import sys
-text = sys.stdin.buffer.read()
-crc = 0xFFFFFFFF
-for byte in text:
-    crc ^= byte
-    for _ in range(8):
-        crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-sys.stdout.buffer.write(text + b"crc32c %08x\n" % (crc ^ 0xFFFFFFFF))' >older-manifest.txt
+grep -v '^meta pipeline_parallel \|^meta tensor_parallel \|^crc32c ' dp/step-00000005/manifest.txt | resign_manifest \
+  >older-manifest.txt
 mv older-manifest.txt dp/step-00000005/manifest.txt
 expect_error 2 "was written with --pipeline-parallel 1, this run has --pipeline-parallel 2;" -- \
   "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --pipeline-parallel 2 --micro-batches 4 --resume dp/step-00000005 -o refused.h5
