@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "clock.h"
 #include "cpu_parallel.h"
 #include "error.h"
 #include "peaks.h"
@@ -87,26 +86,9 @@ void FillSlotPart(const SlotFill& fill, uint64_t seed, size_t begin, size_t end,
   std::fill(out + (drawn_end - begin), out + (end - begin), fill.kind == SlotFill::kOne ? 1.0f : 0.0f);
 }
 
-class HostPhaseClock : public PhaseClock {
- public:
-  void Mark() override { marks_.push_back(NowSeconds()); }
-  std::vector<double> Intervals() override {
-    std::vector<double> intervals;
-    for (size_t i = 1; i < marks_.size(); ++i) intervals.push_back(marks_[i] - marks_[i - 1]);
-    marks_.clear();
-    return intervals;
-  }
-
- private:
-  std::vector<double> marks_;
-};
-
 }  // namespace
 
-std::unique_ptr<PhaseClock> MakeHostPhaseClock() { return std::make_unique<HostPhaseClock>(); }
-
 void Transformer::ClearFloats(float* data, size_t count) { std::fill(data, data + count, 0.0f); }
-
 
 OptimizerShard ShardOf(size_t elements, int ranks, int rank) {
   if (ranks < 1 || rank < 0 || rank >= ranks) {

@@ -1,6 +1,6 @@
 #include "op_times.h"
 
-#include "transformer.h"
+#include "phase_clock.h"
 
 namespace tb {
 

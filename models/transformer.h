@@ -15,6 +15,7 @@
 
 #include "model_config.h"
 #include "op_times.h"
+#include "phase_clock.h"
 #include "token_batch.h"
 
 namespace tb {
@@ -210,20 +211,6 @@ struct ModelStateBytes {
 enum class ParallelMode { kDp, kZero1, kFsdp };
 ModelStateBytes TheoryStateBytes(ParallelMode mode, bool bf16, double elements, int ranks);
 
-// Timestamps in the order of the work a model issues: the host clock for the CPU reference, CUDA events on the
-// model's stream for CUDA, so that a phase is timed where its work runs (README.md, "One training step").
-class PhaseClock {
- public:
-  virtual ~PhaseClock() = default;
-  // A timestamp after all work issued so far.
-  virtual void Mark() = 0;
-  // Waits for the last mark; returns the seconds between consecutive marks since the previous call (one fewer
-  // than the marks), and starts over.
-  virtual std::vector<double> Intervals() = 0;
-  // A profiler's named range from here to the next Range call (null: none opens): NVTX on a GPU, nothing on the CPU.
-  virtual void Range(const char* name) { (void)name; }
-};
-
 // A kernel chosen by timing candidates once per shape (cuBLASLt's algorithms for a GEMM, cuDNN's execution plans for
 // attention; models/cuda/autotune.h): what, for which shape, how many were timed, which won and how fast.
 struct KernelChoice {
@@ -235,8 +222,6 @@ struct KernelChoice {
   double first_s = 0;   // the heuristic's first's (NaN when not timed or it failed)
 };
 
-// The host-clock PhaseClock: marks are taken when Mark() is called.
-std::unique_ptr<PhaseClock> MakeHostPhaseClock();
 
 class Transformer {
  public:
