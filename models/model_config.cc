@@ -2,11 +2,21 @@
 
 #include <array>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 
 #include "error.h"
 
 namespace tb {
 namespace {
+
+// A preset's MoE blocks; experts 0: a dense model.
+struct MoePreset {
+  int experts = 0;
+  int top_k = 0;
+  int expert_ffn = 0;
+  int every = 0;
+};
 
 struct Preset {
   const char* name;
@@ -15,6 +25,7 @@ struct Preset {
   int heads;
   int vocab;
   int seq;
+  MoePreset moe;
 };
 
 constexpr int kGptVocab = 50257;
@@ -24,16 +35,24 @@ constexpr int kGptSeq = 1024;
 // OPT-13B and Megatron use (the GPT-3 paper's 5140 is not 40 heads of 128); and the 70B class's 80 layers of
 // 8192 with 64 heads. Every GPT preset uses the same GPT-2 block, vocabulary and context length. "tiny" is not a
 // real model: a shape small enough for a quick CPU run (demos, tests, the scaling sweep on a laptop).
-constexpr std::array<Preset, 9> kPresets = {{
-    {"tiny", 2, 128, 4, 4096, 256},
-    {"gpt2-124m", 12, 768, 12, kGptVocab, kGptSeq},
-    {"gpt2-350m", 24, 1024, 16, kGptVocab, kGptSeq},
-    {"gpt2-774m", 36, 1280, 20, kGptVocab, kGptSeq},
-    {"gpt2-1.5b", 48, 1600, 25, kGptVocab, kGptSeq},
-    {"gpt-2.7b", 32, 2560, 32, kGptVocab, kGptSeq},
-    {"gpt-6.7b", 32, 4096, 32, kGptVocab, kGptSeq},
-    {"gpt-13b", 40, 5120, 40, kGptVocab, kGptSeq},
-    {"gpt-70b", 80, 8192, 64, kGptVocab, kGptSeq},
+// The MoE presets put the same GPT-2 block around MoE layers (models/README.md, "Mixture of experts"): moe-tiny is
+// tiny with 4 experts, top-2; moe-mixtral-8x7b has Mixtral-8x7B's widths (32 layers of 4096, 32 heads, 8 experts of
+// 14336, top-2) and moe-deepseek-v3 DeepSeek-V3's (61 layers of 7168, 128 heads, 256 routed experts of 2048, top-8),
+// each expert a 2-matrix GELU MLP (theirs are 3-matrix SwiGLU), with full multi-head attention (no grouped-query
+// attention, no MLA) and in every block (DeepSeek-V3's 3 dense first blocks and its shared expert are left out).
+constexpr std::array<Preset, 12> kPresets = {{
+    {"tiny", 2, 128, 4, 4096, 256, {}},
+    {"gpt2-124m", 12, 768, 12, kGptVocab, kGptSeq, {}},
+    {"gpt2-350m", 24, 1024, 16, kGptVocab, kGptSeq, {}},
+    {"gpt2-774m", 36, 1280, 20, kGptVocab, kGptSeq, {}},
+    {"gpt2-1.5b", 48, 1600, 25, kGptVocab, kGptSeq, {}},
+    {"gpt-2.7b", 32, 2560, 32, kGptVocab, kGptSeq, {}},
+    {"gpt-6.7b", 32, 4096, 32, kGptVocab, kGptSeq, {}},
+    {"gpt-13b", 40, 5120, 40, kGptVocab, kGptSeq, {}},
+    {"gpt-70b", 80, 8192, 64, kGptVocab, kGptSeq, {}},
+    {"moe-tiny", 2, 128, 4, 4096, 256, {4, 2, 512, 1}},
+    {"moe-mixtral-8x7b", 32, 4096, 32, kGptVocab, kGptSeq, {8, 2, 14336, 1}},
+    {"moe-deepseek-v3", 61, 7168, 128, kGptVocab, kGptSeq, {256, 8, 2048, 1}},
 }};
 constexpr int kPresetMlpRatio = 4;
 
@@ -55,6 +74,46 @@ int PaddedVocab(int vocab) {
 
 void RequirePositive(int value, const char* flag) {
   if (value < 1) throw InputError(std::string(flag) + " " + std::to_string(value) + " must be at least 1");
+}
+
+// A flag's number as a user would type it ("1.25", "0", "nan").
+std::string NumberText(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+void ValidateMoe(const MoeConfig& moe) {
+  RequirePositive(moe.experts, "--experts");
+  RequirePositive(moe.expert_ffn, "--expert-ffn");
+  RequirePositive(moe.every, "--moe-every");
+  if (moe.top_k < 1 || moe.top_k > moe.experts) {
+    throw InputError("--top-k " + std::to_string(moe.top_k) + " must lie in 1.." + std::to_string(moe.experts) +
+                     " (1 to --experts)");
+  }
+  // !(x > 0) also refuses NaN.
+  if (!(moe.capacity_factor > 0) || !std::isfinite(moe.capacity_factor)) {
+    throw InputError("--capacity-factor " + NumberText(moe.capacity_factor) +
+                     " must be a finite number above 0 (at least --experts / --top-k never drops a token)");
+  }
+  if (!(moe.aux_loss_coef >= 0) || !std::isfinite(moe.aux_loss_coef)) {
+    throw InputError("--aux-loss-coef " + NumberText(moe.aux_loss_coef) + " must be a finite number, at least 0");
+  }
+}
+
+// Every parameter the flat buffers would hold (the padded vocabulary included), in long double: checked against
+// kMaxParameters before any int64 count is formed.
+long double AllocatedParameters(const ModelConfig& config) {
+  const long double c = config.d_model;
+  const long double attention = 4 * c * c + 8 * c;  // qkv and attention projection with biases, two LayerNorms
+  const auto mlp = [c](long double hidden) { return 2 * c * hidden + hidden + c; };
+  const long double moe_blocks = MoeBlockCount(config);
+  long double blocks = (config.layers - moe_blocks) * (attention + mlp(config.mlp_ratio * c));
+  if (config.moe) {
+    const long double experts = config.moe->experts;
+    blocks += moe_blocks * (attention + experts * c + experts * mlp(config.moe->expert_ffn));
+  }
+  return blocks + (static_cast<long double>(config.vocab_padded) + config.seq + 2) * c;
 }
 
 // Every sequence length a run uses must fit the learned positional embedding.
@@ -87,6 +146,14 @@ ModelConfig FindPreset(const std::string& name) {
     config.seq = preset.seq;
     config.mlp_ratio = kPresetMlpRatio;
     config.preset_layers = preset.layers;
+    if (preset.moe.experts > 0) {
+      MoeConfig moe;
+      moe.experts = preset.moe.experts;
+      moe.top_k = preset.moe.top_k;
+      moe.expert_ffn = preset.moe.expert_ffn;
+      moe.every = preset.moe.every;
+      config.moe = moe;
+    }
     return config;
   }
   std::string accepted;
@@ -119,6 +186,28 @@ ModelConfig CustomModel(int layers, int d_model, int heads, int vocab, int seq) 
   return config;
 }
 
+ModelConfig WithMoe(ModelConfig config, const MoeConfig& moe) {
+  config.moe = moe;
+  if (moe.expert_ffn == 0) config.moe->expert_ffn = config.mlp_ratio * config.d_model;
+  ValidateModel(config);
+  return config;
+}
+
+bool IsMoeBlock(const ModelConfig& config, int layer) {
+  return config.moe.has_value() && layer % config.moe->every == 0;
+}
+
+int MoeBlockCount(const ModelConfig& config) {
+  if (!config.moe) return 0;
+  return 1 + (config.layers - 1) / config.moe->every;  // blocks 0, every, 2 * every, ... below layers
+}
+
+void RequireDenseModel(const ModelConfig& config, const std::string& command) {
+  if (!config.moe) return;
+  throw InputError("model '" + config.name + "' has mixture-of-experts blocks: " + command +
+                   " takes dense models only for now (choose a dense model)");
+}
+
 void ValidateModel(const ModelConfig& config) {
   RequirePositive(config.layers, "--layers");
   RequirePositive(config.d_model, "--d-model");
@@ -142,49 +231,85 @@ void ValidateModel(const ModelConfig& config) {
                      std::to_string(config.d_model) + " / --heads " + std::to_string(config.heads) +
                      ") must be even");
   }
-  const long double c = config.d_model;
-  const long double mlp = config.mlp_ratio;
-  const long double parameters = config.layers * ((4 + 2 * mlp) * c * c + (9 + mlp) * c) +
-                                 (static_cast<long double>(config.vocab_padded) + config.seq + 2) * c;
-  if (parameters > kMaxParameters) {
+  if (config.moe) ValidateMoe(*config.moe);
+  if (AllocatedParameters(config) > kMaxParameters) {
     throw InputError("--layers " + std::to_string(config.layers) + ", --d-model " + std::to_string(config.d_model) +
                      ", --vocab " + std::to_string(config.vocab) + " and --seq " + std::to_string(config.seq) +
-                     " give more than 1e15 parameters");
+                     (config.moe ? " with their experts" : "") + " give more than 1e15 parameters");
   }
 }
+
+namespace {
+
+// One block's parameters: all it holds, what one token uses, and the matmul weights of each.
+struct BlockCount {
+  int64_t total = 0;
+  int64_t active = 0;
+  int64_t matmul = 0;
+  int64_t active_matmul = 0;
+};
+
+// A GELU MLP of `hidden` units on C channels: fc (hidden, C) + bias, then proj (C, hidden) + bias.
+BlockCount MlpCount(int64_t c, int64_t hidden) {
+  const int64_t weights = c * hidden + hidden * c;
+  return {weights + hidden + c, weights + hidden + c, weights, weights};
+}
+
+// ln1, qkv (3C, C) + bias, attention projection (C, C) + bias, ln2, then `mlp`.
+BlockCount BlockWith(int64_t c, const BlockCount& mlp) {
+  const int64_t attention_weights = c * 3 * c + c * c;
+  const int64_t attention = 2 * c + attention_weights + 3 * c + c + 2 * c;
+  return {attention + mlp.total, attention + mlp.active, attention_weights + mlp.matmul,
+          attention_weights + mlp.active_matmul};
+}
+
+// The router (E, C), no bias, used by every token, and E experts of which a token uses K.
+BlockCount MoeLayerCount(int64_t c, const MoeConfig& moe) {
+  const BlockCount expert = MlpCount(c, moe.expert_ffn);
+  const int64_t router = moe.experts * c;
+  return {router + moe.experts * expert.total, router + moe.top_k * expert.total, router + moe.experts * expert.matmul,
+          router + moe.top_k * expert.matmul};
+}
+
+}  // namespace
 
 ParameterCount CountParameters(const ModelConfig& config) {
   ValidateModel(config);
   const int64_t c = config.d_model;
-  const int64_t hidden = static_cast<int64_t>(config.mlp_ratio) * c;
-  const int64_t ln = 2 * c;                    // gain and bias
-  const int64_t qkv = c * 3 * c + 3 * c;       // (3C, C) weight + bias
-  const int64_t attn_proj = c * c + c;         // (C, C) weight + bias
-  const int64_t fc = c * hidden + hidden;      // (4C, C) weight + bias
-  const int64_t fc_proj = hidden * c + c;      // (C, 4C) weight + bias
+  const BlockCount dense = BlockWith(c, MlpCount(c, static_cast<int64_t>(config.mlp_ratio) * c));
+  const BlockCount moe = config.moe ? BlockWith(c, MoeLayerCount(c, *config.moe)) : BlockCount{};
+  const int64_t moe_layers = MoeBlockCount(config);
+  const int64_t dense_layers = config.layers - moe_layers;
 
   ParameterCount count;
   count.token_embedding = static_cast<int64_t>(config.vocab) * c;
   count.position_embedding = static_cast<int64_t>(config.seq) * c;
-  count.per_layer = ln + qkv + attn_proj + ln + fc + fc_proj;
-  count.final_norm = ln;
-  count.total = count.token_embedding + count.position_embedding + config.layers * count.per_layer + count.final_norm;
+  count.per_layer = dense.total;
+  count.per_moe_layer = moe.total;
+  count.moe_layers = moe_layers;
+  count.final_norm = 2 * c;
+  const int64_t outside_blocks = count.token_embedding + count.position_embedding + count.final_norm;
+  count.total = outside_blocks + dense_layers * dense.total + moe_layers * moe.total;
+  count.active = outside_blocks + dense_layers * dense.active + moe_layers * moe.active;
   // Embedding lookups are gathers, not matmuls; the tied LM head reuses wte as a (V, C) matmul.
-  count.matmul = config.layers * (c * 3 * c + c * c + c * hidden + hidden * c) + count.token_embedding;
+  count.matmul = count.token_embedding + dense_layers * dense.matmul + moe_layers * moe.matmul;
+  count.active_matmul = count.token_embedding + dense_layers * dense.active_matmul + moe_layers * moe.active_matmul;
   return count;
 }
 
 double ModelFlopsPerToken(const ModelConfig& config, int seq) {
   ValidateRunShape(config, 1, seq);
-  // 2 FLOPs per multiply-add forward and 4 backward (input and weight gradients) for every matmul weight.
-  // Per layer and token, the scores Q.K and the weighted sum of V take 4*T*C forward and 8*T*C backward over
+  // 2 FLOPs per multiply-add forward and 4 backward (input and weight gradients) for every matmul weight a token
+  // uses. Per layer and token, the scores Q.K and the weighted sum of V take 4*T*C forward and 8*T*C backward over
   // the full T x T; causal masking halves that to 6*T*C.
-  const double matmul = static_cast<double>(CountParameters(config).matmul);
+  const double matmul = static_cast<double>(CountParameters(config).active_matmul);
   return 6.0 * matmul + 6.0 * config.layers * static_cast<double>(seq) * config.d_model;
 }
 
 MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16, int tensor_parallel) {
   ValidateRunShape(config, micro_batch, seq);
+  // An MoE block's activations depend on its routing and its expert parallel layout, which come with its transformer.
+  RequireDenseModel(config, "the memory estimate");
   if (tensor_parallel < 1) {
     throw InputError("tensor parallel size must be at least 1, got " + std::to_string(tensor_parallel));
   }

@@ -209,6 +209,8 @@ checks=$((checks + 1))
 # --- memory fit ------------------------------------------------------------------------------------------------------
 expect_ok "$tb" cost --model gpt-13b --gpu-memory 80G
 expect_out "^#   --gpu-memory 80G, 80.0 GiB: needs [0-9.]+ GiB: does NOT fit, short by"
+expect_error 2 "model 'moe-mixtral-8x7b' has mixture-of-experts blocks: cost takes dense models only for now" -- \
+  "$tb" cost --model moe-mixtral-8x7b --gpu-memory 80G
 expect_ok "$tb" cost --model gpt2-124m --micro-batch 1 --seq 512 --gpu-memory 80G --format json
 checks=$((checks + 1))
 python3 -c 'import json,sys; m=json.load(sys.stdin)["runs"][0]["cost"]["memory"][0]; assert m["fits"] == 1; assert abs(m["weights_bytes"]+m["gradients_bytes"]+m["optimizer_bytes"] - 16*(m["weights_bytes"]/2)) < 1' \

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,8 +55,9 @@ TEST(ModelConfig, PresetsHaveRealShapes) {
       {"gpt2-1.5b", 48, 1600, 25}, {"gpt-2.7b", 32, 2560, 32}, {"gpt-6.7b", 32, 4096, 32},
       {"gpt-13b", 40, 5120, 40},  {"gpt-70b", 80, 8192, 64},
   };
-  std::vector<std::string> names = {"tiny"};  // the CPU demo shape comes first, then the GPT shapes
+  std::vector<std::string> names = {"tiny"};  // the CPU demo shape comes first, then the GPT shapes, then MoE
   for (const Shape& shape : expected) names.push_back(shape.name);
+  for (const char* moe : {"moe-tiny", "moe-mixtral-8x7b", "moe-deepseek-v3"}) names.push_back(moe);
   EXPECT_EQ(PresetNames(), names);
 
   int64_t previous_total = 0;
@@ -72,6 +74,7 @@ TEST(ModelConfig, PresetsHaveRealShapes) {
     EXPECT_EQ(config.mlp_ratio, 4);
     EXPECT_EQ(config.preset_layers, shape.layers);
     EXPECT_EQ(config.scaled, "");
+    EXPECT_FALSE(config.moe.has_value());
     EXPECT_NO_THROW(ValidateModel(config));
     int64_t total = CountParameters(config).total;
     EXPECT_EQ(total, ExpectedTotal(shape.layers, shape.d_model, 50257, 1024));
@@ -137,7 +140,7 @@ TEST(ModelConfig, WithLayersKeepsPerLayerShapesAndSaysWhatWasScaled) {
 TEST(ModelConfig, UnknownPresetListsTheAcceptedNames) {
   EXPECT_EQ(InputErrorOf([] { FindPreset("gpt3"); }),
             "unknown model 'gpt3' for --model (accepted: tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, gpt-2.7b, "
-            "gpt-6.7b, gpt-13b, gpt-70b)");
+            "gpt-6.7b, gpt-13b, gpt-70b, moe-tiny, moe-mixtral-8x7b, moe-deepseek-v3)");
   EXPECT_THROW(FindPreset("GPT2-124M"), InputError);
   EXPECT_THROW(FindPreset(""), InputError);
 }
@@ -217,6 +220,7 @@ TEST(MemoryEstimate, SixteenBytesPerParameterBeforeActivations) {
   for (const std::string& name : PresetNames()) {
     SCOPED_TRACE(name);
     const ModelConfig config = FindPreset(name);
+    if (config.moe) continue;  // refused (MoeModelsAreRefusedWhereOnlyDenseIsBuilt)
     // The flat buffers hold the padded embedding table (Vp rows, not V).
     const double allocated = static_cast<double>(CountParameters(config).total) +
                              static_cast<double>(config.vocab_padded - config.vocab) * config.d_model;
@@ -292,6 +296,188 @@ TEST(MemoryEstimate, ActivationsGrowLinearlyInMicroBatch) {
   EXPECT_DOUBLE_EQ(eight.weights_bytes + eight.gradients_bytes + eight.optimizer_bytes,
                    one.weights_bytes + one.gradients_bytes + one.optimizer_bytes);
   EXPECT_DOUBLE_EQ(eight.total_bytes() - one.total_bytes(), 7 * one.activations_bytes);
+}
+
+// --- mixture of experts ------------------------------------------------------------------------------------
+
+// Closed forms for our MoE block on C channels: ln1, qkv, attention projection, ln2 (4C² + 8C), a router (E, C)
+// without bias, and experts that are GELU MLPs of width F (fc (F, C) + F, proj (C, F) + C).
+int64_t AttentionPart(int64_t c) { return 4 * c * c + 8 * c; }
+int64_t Expert(int64_t c, int64_t f) { return 2 * c * f + f + c; }
+int64_t MoeBlock(int64_t c, int64_t e, int64_t f) { return AttentionPart(c) + e * c + e * Expert(c, f); }
+
+TEST(MoeConfig, MoeTinyCountsByHand) {
+  const ModelConfig config = FindPreset("moe-tiny");
+  ASSERT_TRUE(config.moe.has_value());
+  EXPECT_EQ(config.layers, 2);
+  EXPECT_EQ(config.d_model, 128);
+  EXPECT_EQ(config.heads, 4);
+  EXPECT_EQ(config.vocab, 4096);
+  EXPECT_EQ(config.seq, 256);
+  EXPECT_EQ(config.moe->experts, 4);
+  EXPECT_EQ(config.moe->top_k, 2);
+  EXPECT_EQ(config.moe->expert_ffn, 512);
+  EXPECT_EQ(config.moe->every, 1);
+  EXPECT_DOUBLE_EQ(config.moe->capacity_factor, 1.25);
+  EXPECT_DOUBLE_EQ(config.moe->aux_loss_coef, 0.01);
+
+  // Per MoE block: attention part 4·128² + 8·128 = 66,560; router 4·128 = 512; each expert
+  // 2·128·512 + 512 + 128 = 131,712. Outside the blocks: wte 4096·128, wpe 256·128, lnf 256 = 557,312.
+  const ParameterCount count = CountParameters(config);
+  EXPECT_EQ(count.per_moe_layer, 66560 + 512 + 4 * 131712);
+  EXPECT_EQ(count.per_moe_layer, 593920);
+  EXPECT_EQ(count.moe_layers, 2);
+  EXPECT_EQ(count.total, 557312 + 2 * 593920);
+  EXPECT_EQ(count.total, 1745152);
+  EXPECT_EQ(count.active, 557312 + 2 * (66560 + 512 + 2 * 131712));
+  EXPECT_EQ(count.active, 1218304);
+  // Matmul weights: the tied LM head 4096·128, per block 4·128² attention, the router, 2·128·512 per expert.
+  EXPECT_EQ(count.matmul, 4096 * 128 + 2 * (65536 + 512 + 4 * 131072));
+  EXPECT_EQ(count.active_matmul, 4096 * 128 + 2 * (65536 + 512 + 2 * 131072));
+  EXPECT_EQ(count.active_matmul, 1180672);
+  // FLOPs by active parameters: 6 · 1,180,672 + 6 · 2 · 256 · 128 at T = 256.
+  EXPECT_DOUBLE_EQ(ModelFlopsPerToken(config, 256), 6.0 * 1180672 + 6.0 * 2 * 256 * 128);
+  EXPECT_DOUBLE_EQ(ModelFlopsPerToken(config, 256), 7477248.0);
+}
+
+TEST(MoeConfig, DenseModelsHaveActiveEqualToTotal) {
+  for (const char* name : {"tiny", "gpt2-124m", "gpt-70b"}) {
+    SCOPED_TRACE(name);
+    const ParameterCount count = CountParameters(FindPreset(name));
+    EXPECT_EQ(count.active, count.total);
+    EXPECT_EQ(count.active_matmul, count.matmul);
+    EXPECT_EQ(count.moe_layers, 0);
+    EXPECT_EQ(count.per_moe_layer, 0);
+  }
+}
+
+// Mixtral 8x7B publishes 46.7B parameters in total and 12.9B active per token (Jiang et al. 2024). Our preset keeps its
+// widths but builds our block: 2-matrix GELU experts with biases instead of 3-matrix SwiGLU, full multi-head attention
+// with biases instead of 8 grouped KV heads, LayerNorm with biases instead of RMSNorm, and GPT-2's tied 50257-token
+// vocabulary with learned positions instead of Mixtral's untied 32000 and RoPE. Ours: 32,429,125,632 in total and
+// 9,877,008,384 active. Undoing exactly those differences gives Mixtral's own count, 46,702,792,704.
+TEST(MoeConfig, MixtralClassAgainstThePublishedCount) {
+  const ModelConfig config = FindPreset("moe-mixtral-8x7b");
+  const int64_t c = 4096, f = 14336, e = 8, k = 2, layers = 32;
+  const ParameterCount count = CountParameters(config);
+  EXPECT_EQ(count.per_moe_layer, MoeBlock(c, e, f));
+  EXPECT_EQ(count.total, 51281 * c + 2 * c + layers * MoeBlock(c, e, f));
+  EXPECT_EQ(count.total, 32429125632);
+  EXPECT_EQ(count.active, 51281 * c + 2 * c + layers * (AttentionPart(c) + e * c + k * Expert(c, f)));
+  EXPECT_EQ(count.active, 9877008384);
+
+  const int64_t third_matrix = c * f - f - c;  // per expert: SwiGLU's third matrix, no biases
+  const int64_t gqa_attention = c * (c + 1024 + 1024) + c * c;  // wq, wk, wv (8 KV heads of 128), wo; no biases
+  const int64_t attention_change = gqa_attention + 2 * c - AttentionPart(c);  // two RMSNorm gains
+  const int64_t outside_change = 2 * 32000 * c + c - 51281 * c - 2 * c;  // untied vocabulary, no wpe, RMSNorm gain
+  EXPECT_EQ(count.total + layers * (e * third_matrix + attention_change) + outside_change, 46702792704);
+  EXPECT_EQ(count.active + layers * (k * third_matrix + attention_change) + outside_change, 12879925248);
+}
+
+// DeepSeek-V3 publishes 671B in total and 37B active (DeepSeek-AI 2024). Our preset has its widths (61 layers of 7168,
+// 128 heads, 256 routed experts of 2048, top-8) in our block, in every layer: it leaves out the 3 dense first blocks,
+// the shared expert, MLA attention, SwiGLU's third matrix and the multi-token prediction module. Ours:
+// 471,651,480,576 in total and 27,352,044,544 active, about 2/3 and 3/4 of the published counts; SwiGLU's third
+// matrix alone (61·256·7168·2048 = 229.3B) brings the total to 700.9B, within 5% of 671B.
+TEST(MoeConfig, DeepSeekV3ClassAgainstThePublishedCount) {
+  const ModelConfig config = FindPreset("moe-deepseek-v3");
+  const int64_t c = 7168, f = 2048, e = 256, k = 8, layers = 61;
+  EXPECT_EQ(config.head_dim(), 56);
+  const ParameterCount count = CountParameters(config);
+  EXPECT_EQ(count.total, 51281 * c + 2 * c + layers * MoeBlock(c, e, f));
+  EXPECT_EQ(count.total, 471651480576);
+  EXPECT_EQ(count.active, 51281 * c + 2 * c + layers * (AttentionPart(c) + e * c + k * Expert(c, f)));
+  EXPECT_EQ(count.active, 27352044544);
+  const double with_third_matrix = static_cast<double>(count.total) + static_cast<double>(layers * e * c * f);
+  EXPECT_NEAR(with_third_matrix, 671e9, 0.05 * 671e9);
+  EXPECT_NEAR(static_cast<double>(count.active), 37e9, 0.3 * 37e9);
+  // MFU counts active parameters: 6 · N_active_matmul + 6·L·T·C, far below the 6 · N_matmul of every expert.
+  EXPECT_DOUBLE_EQ(ModelFlopsPerToken(config, 1024),
+                   6.0 * static_cast<double>(count.active_matmul) + 6.0 * layers * 1024 * c);
+  EXPECT_LT(ModelFlopsPerToken(config, 1024), 0.1 * 6.0 * static_cast<double>(count.matmul));
+}
+
+TEST(MoeConfig, WithLayersKeepsTheExpertShapes) {
+  const ModelConfig full = FindPreset("moe-mixtral-8x7b");
+  const ModelConfig scaled = WithLayers(full, 2);
+  EXPECT_EQ(scaled.scaled, "2 of moe-mixtral-8x7b's 32 layers");
+  ASSERT_TRUE(scaled.moe.has_value());
+  EXPECT_EQ(scaled.moe->experts, 8);
+  EXPECT_EQ(scaled.moe->expert_ffn, 14336);
+  const ParameterCount full_count = CountParameters(full);
+  const ParameterCount scaled_count = CountParameters(scaled);
+  EXPECT_EQ(scaled_count.moe_layers, 2);
+  EXPECT_EQ(scaled_count.per_moe_layer, full_count.per_moe_layer);
+  EXPECT_EQ(full_count.total - scaled_count.total, 30 * full_count.per_moe_layer);
+  EXPECT_EQ(full_count.active - scaled_count.active,
+            30 * (AttentionPart(4096) + 8 * 4096 + 2 * Expert(4096, 14336)));
+}
+
+TEST(MoeConfig, EveryNthBlockAndTheDefaultExpertWidth) {
+  MoeConfig moe;
+  moe.experts = 8;
+  moe.top_k = 1;
+  moe.every = 2;
+  const ModelConfig config = WithMoe(FindPreset("gpt2-124m"), moe);
+  EXPECT_EQ(config.moe->expert_ffn, 4 * 768);  // 0 asks for the dense MLP's width
+  EXPECT_TRUE(IsMoeBlock(config, 0));
+  EXPECT_FALSE(IsMoeBlock(config, 1));
+  EXPECT_TRUE(IsMoeBlock(config, 10));
+  EXPECT_EQ(MoeBlockCount(config), 6);  // blocks 0, 2, 4, 6, 8, 10
+  EXPECT_EQ(MoeBlockCount(WithLayers(config, 3)), 2);
+  EXPECT_EQ(MoeBlockCount(FindPreset("gpt2-124m")), 0);
+  EXPECT_FALSE(IsMoeBlock(FindPreset("gpt2-124m"), 0));
+
+  const int64_t c = 768;
+  const ParameterCount dense = CountParameters(FindPreset("gpt2-124m"));
+  const ParameterCount count = CountParameters(config);
+  EXPECT_EQ(count.per_layer, dense.per_layer);
+  EXPECT_EQ(count.per_moe_layer, MoeBlock(c, 8, 4 * c));
+  EXPECT_EQ(count.total, dense.total + 6 * (MoeBlock(c, 8, 4 * c) - dense.per_layer));
+  // Top-1 with experts of the dense width: a token uses what the dense block has, plus the router.
+  EXPECT_EQ(count.active, dense.total + 6 * 8 * c);
+  EXPECT_EQ(count.active_matmul, dense.matmul + 6 * 8 * c);
+}
+
+TEST(MoeConfig, ValidationNamesTheFlag) {
+  const ModelConfig tiny = FindPreset("tiny");
+  const auto with = [&](auto change) {
+    MoeConfig moe;
+    change(moe);
+    return InputErrorOf([&] { WithMoe(tiny, moe); });
+  };
+  EXPECT_EQ(with([](MoeConfig& m) { m.experts = 0; }), "--experts 0 must be at least 1");
+  EXPECT_EQ(with([](MoeConfig& m) { m.top_k = 0; }), "--top-k 0 must lie in 1..8 (1 to --experts)");
+  EXPECT_EQ(with([](MoeConfig& m) { m.top_k = 9; }), "--top-k 9 must lie in 1..8 (1 to --experts)");
+  EXPECT_EQ(with([](MoeConfig& m) { m.expert_ffn = -4; }), "--expert-ffn -4 must be at least 1");
+  EXPECT_EQ(with([](MoeConfig& m) { m.every = 0; }), "--moe-every 0 must be at least 1");
+  const std::string capacity = " must be a finite number above 0 (at least --experts / --top-k never drops a token)";
+  EXPECT_EQ(with([](MoeConfig& m) { m.capacity_factor = 0; }), "--capacity-factor 0" + capacity);
+  EXPECT_EQ(with([](MoeConfig& m) { m.capacity_factor = -1.5; }), "--capacity-factor -1.5" + capacity);
+  EXPECT_EQ(with([](MoeConfig& m) { m.capacity_factor = std::nan(""); }), "--capacity-factor nan" + capacity);
+  EXPECT_EQ(with([](MoeConfig& m) { m.aux_loss_coef = -0.01; }),
+            "--aux-loss-coef -0.01 must be a finite number, at least 0");
+  MoeConfig edges;
+  edges.top_k = edges.experts;
+  edges.aux_loss_coef = 0;
+  edges.capacity_factor = 1e-3;
+  EXPECT_NO_THROW(WithMoe(tiny, edges));
+  // Experts count towards the 1e15 limit.
+  MoeConfig huge;
+  huge.experts = 1 << 20;
+  huge.expert_ffn = 1 << 20;
+  EXPECT_EQ(InputErrorOf([&] { WithMoe(FindPreset("gpt-70b"), huge); }),
+            "--layers 80, --d-model 8192, --vocab 50257 and --seq 1024 with their experts give more than 1e15 "
+            "parameters");
+}
+
+TEST(MoeConfig, MoeModelsAreRefusedWhereOnlyDenseIsBuilt) {
+  const ModelConfig config = FindPreset("moe-tiny");
+  EXPECT_EQ(InputErrorOf([&] { RequireDenseModel(config, "train"); }),
+            "model 'moe-tiny' has mixture-of-experts blocks: train takes dense models only for now (choose a dense "
+            "model)");
+  EXPECT_THROW(EstimateMemory(config, 1, 256, true), InputError);
+  EXPECT_NO_THROW(RequireDenseModel(FindPreset("tiny"), "train"));
 }
 
 }  // namespace

@@ -176,6 +176,7 @@ ModelConfig ModelFromFlags(const TrainFlags& f) {
     config = FindPreset(f.model);
     if (f.layers != -1) config = WithLayers(config, f.layers);
   }
+  RequireDenseModel(config, "train");
   return config;
 }
 

@@ -130,6 +130,7 @@ MemoryCheck ModelMemoryCheck(const ModelFlags& f) {
   MemoryCheck check;
   ModelConfig config = FindPreset(f.name);
   if (f.layers > 0) config = WithLayers(config, f.layers);
+  RequireDenseModel(config, "cost");
   const int micro_batch = f.micro_batch > 0 ? f.micro_batch : 1;
   const int seq = f.seq > 0 ? f.seq : config.seq;
   const MemoryEstimate e = EstimateMemory(config, micro_batch, seq, true, f.tensor_parallel);
