@@ -2,8 +2,8 @@
 # collectives --ops moe_alltoall on the MPI backend at 2 and 4 ranks: verified dispatch and combine (0 wrong), and the
 # report's moe_alltoall group read with h5py against a routing recomputed here in Python from its definition
 # (splitmix64 draws, Floyd's sampling of top-k experts, each token once per rank holding one: collectives/README.md):
-# bytes per rank, the busiest sender and receiver, the share that stays local, and GB/s = bytes per rank / time. Every
-# bad input is one line and exit 2 before any work.
+# bytes per rank, the busiest sender and receiver, the share that stays local, and GB/s = bytes per rank / time;
+# `report` shows its rows. Every bad input is one line and exit 2 before any work.
 #   moe_alltoall_cli_test.sh TRAINBENCH MPIEXEC...
 set -uo pipefail
 tb=$(realpath "$1"); shift; mpi=("$@")
@@ -89,6 +89,10 @@ expect_out "# Out of bounds values : 0 OK"
 checks=$((checks + 1))
 [[ $(grep -cE '^ +[0-9]+ ' "$work/out") -eq 2 ]] || fail "want 2 rows (2 points): $(cat "$work/out")"
 check_report moe2.h5 2 64,200 96 4 256 1
+# `report` shows the points beside the sweep's tables: a row per tokens value, the figures as the group holds them.
+expect_ok "$tb" report moe2.h5 --sections collectives --format csv
+expect_out "^run,ranks,nodes,hidden,top_k,experts,tokens,bytes_per_rank,local_fraction,inter_node_fraction,dispatch_time_us"
+expect_out "^moe2.h5,2,1,96,4,256,200,"
 
 # 8 experts, top-8 of them: every token goes to every rank once, a quarter of the rows stay local.
 expect_ok "${mpi[@]}" -n 4 "$tb" "${moe[@]}" --moe-tokens 32 --moe-hidden 40 --moe-top-k 8 --moe-experts 8 -o moe4.h5

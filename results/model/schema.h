@@ -1083,14 +1083,10 @@ inline const std::vector<const Field*> kStoredOnly = {
     &suite::profile, &suite::phase_order, &suite::repeats, &suite::workdir, &suite::data_write_GBps,
     &suite::phases::phase, &suite::phases::repeat, &suite::phases::status, &suite::phases::reason,
     &suite::phases::seconds,
-    // moe_alltoall's point: read with h5py until `report` shows it.
-    &moe_alltoall::n_ranks, &moe_alltoall::nodes, &moe_alltoall::hidden, &moe_alltoall::top_k, &moe_alltoall::experts, &moe_alltoall::seed,
-    &moe_alltoall::dtype, &moe_alltoall::iters, &moe_alltoall::warmup, &moe_alltoall::check_iters,
-    &moe_alltoall::bytes_convention, &moe_alltoall::results::tokens, &moe_alltoall::results::bytes_per_rank,
-    &moe_alltoall::results::max_sent_bytes, &moe_alltoall::results::max_received_bytes,
-    &moe_alltoall::results::local_fraction, &moe_alltoall::results::inter_node_fraction,
-    &moe_alltoall::results::inter_node_GBps, &moe_alltoall::results::time_us, &moe_alltoall::results::time_rank_min_us,
-    &moe_alltoall::results::time_rank_avg_us, &moe_alltoall::results::GBps, &moe_alltoall::results::wrong,
+    // How moe_alltoall ran, its busiest ranks and each phase's spread over ranks (`report` shows the rest).
+    &moe_alltoall::seed, &moe_alltoall::dtype, &moe_alltoall::iters, &moe_alltoall::warmup, &moe_alltoall::check_iters,
+    &moe_alltoall::bytes_convention, &moe_alltoall::results::max_sent_bytes, &moe_alltoall::results::max_received_bytes,
+    &moe_alltoall::results::time_rank_min_us, &moe_alltoall::results::time_rank_avg_us,
     &moe_alltoall::results::wrong_sources,
 };
 
