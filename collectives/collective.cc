@@ -1,6 +1,7 @@
 #include "collective.h"
 
 #include "error.h"
+#include "moe_alltoall.h"
 
 namespace tb {
 
@@ -18,7 +19,8 @@ const CollectiveDef& FindCollective(const std::string& name, const std::string& 
     if (name == def->name) return *def;
     accepted += (accepted.empty() ? "" : ", ") + std::string(def->name);
   }
-  throw InputError("unknown operation '" + name + "' for " + flag + " (accepted: " + accepted + ", all)");
+  throw InputError("unknown operation '" + name + "' for " + flag + " (accepted: " + accepted + ", " + kMoeAllToAllOp +
+                   ", all)");
 }
 
 CollectiveCounts SingleBufferCounts(uint64_t requested_bytes, size_t type_size) {

@@ -74,6 +74,19 @@ std::unique_ptr<Communicator> Communicator::Prefix(int k) {
   return Split(rank() < k ? 0 : -1, rank());
 }
 
+void CheckAllToAllVLayout(int ranks, const void* send, std::span<const size_t> send_counts,
+                          std::span<const size_t> send_offsets, const void* recv, std::span<const size_t> recv_counts,
+                          std::span<const size_t> recv_offsets) {
+  const size_t n = static_cast<size_t>(ranks);
+  if (send_counts.size() != n || send_offsets.size() != n || recv_counts.size() != n || recv_offsets.size() != n) {
+    throw RuntimeError(Format("alltoallv on %d ranks needs one count and one offset per rank on each side; got %zu send "
+                              "counts, %zu send offsets, %zu receive counts, %zu receive offsets",
+                              ranks, send_counts.size(), send_offsets.size(), recv_counts.size(),
+                              recv_offsets.size()));
+  }
+  if (send == recv) throw RuntimeError("alltoallv cannot run in place: give it separate send and receive buffers");
+}
+
 std::unique_ptr<CapturedOps> Communicator::Capture(const std::function<void()>&) {
   throw RuntimeError(Format("the %s backend cannot capture its operations into a CUDA graph (--cuda-graph needs the "
                             "NCCL backend)", backend().c_str()));

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,12 @@ class PendingOp {
   virtual std::optional<LinkSeconds> LinkSplit() const { return std::nullopt; }
 };
 
+// Throws RuntimeError unless an AllToAllV's layout keeps its contract on a communicator of `ranks`: one count and one
+// offset per rank on each side, and not in place. Both backends check with it before they move anything.
+void CheckAllToAllVLayout(int ranks, const void* send, std::span<const size_t> send_counts,
+                          std::span<const size_t> send_offsets, const void* recv, std::span<const size_t> recv_counts,
+                          std::span<const size_t> recv_offsets);
+
 // Operations recorded once and launched again and again (a CUDA graph of the communicator's stream): what
 // `collectives --cuda-graph` times, without the host's cost of issuing each operation.
 class CapturedOps {
@@ -94,6 +101,18 @@ class Communicator {
   virtual void AllToAll(const void* send, void* recv, size_t count, DataType type) = 0;
   virtual void Broadcast(const void* send, void* recv, size_t count, DataType type, int root) = 0;
   virtual void Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) = 0;
+  // alltoallv: variable blocks per peer (a mixture-of-experts layer's dispatch and combine). Counts and offsets are in
+  // elements, one of each per rank of this communicator: block p of `send` (send_counts[p] elements at
+  // send_offsets[p]) goes to rank p, and rank p's block for this rank lands at recv_offsets[p] (recv_counts[p]
+  // elements, which must equal rank p's send_counts[this rank]). Counts may be zero; blocks may sit anywhere and in
+  // any order. Not in place: send and recv must not overlap (throws RuntimeError when send == recv). Moves elements
+  // without arithmetic, so every type runs on every backend (MPI moves fp16/bf16 as 16-bit words). MPI backend:
+  // MPI_Alltoallv, whose counts and offsets are ints: throws InputError beyond INT_MAX elements (Open MPI 4.1 has no
+  // large-count MPI_Alltoallv_c). NCCL: one group of ncclSend/ncclRecv, one of each per peer with a non-zero count,
+  // the block to itself included.
+  virtual void AllToAllV(const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_offsets,
+                         void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_offsets,
+                         DataType type) = 0;
 
   // Starts an all_reduce and returns at once (MPI_Iallreduce, progressed by Test/Wait; NCCL: queued on the
   // communicator's stream). `after_stream`, when not null, is a device stream (cudaStream_t) whose queued work

@@ -38,6 +38,10 @@ class ForwardingCommunicator : public Communicator {
   }
   void AllGather(const void* s, void* r, size_t c, DataType t) override { inner_->AllGather(s, r, c, t); }
   void AllToAll(const void* s, void* r, size_t c, DataType t) override { inner_->AllToAll(s, r, c, t); }
+  void AllToAllV(const void* s, std::span<const size_t> sc, std::span<const size_t> so, void* r,
+                 std::span<const size_t> rc, std::span<const size_t> ro, DataType t) override {
+    inner_->AllToAllV(s, sc, so, r, rc, ro, t);
+  }
   void Broadcast(const void* s, void* r, size_t c, DataType t, int root) override { inner_->Broadcast(s, r, c, t, root); }
   void Reduce(const void* s, void* r, size_t c, DataType t, ReduceOp op, int root) override {
     inner_->Reduce(s, r, c, t, op, root);

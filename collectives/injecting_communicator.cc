@@ -78,6 +78,12 @@ void InjectingCommunicator::AllToAll(const void* s, void* r, size_t c, DataType 
   ForwardingCommunicator::AllToAll(s, r, c, t);
 }
 
+void InjectingCommunicator::AllToAllV(const void* s, std::span<const size_t> sc, std::span<const size_t> so, void* r,
+                                      std::span<const size_t> rc, std::span<const size_t> ro, DataType t) {
+  BeforeCollective();
+  ForwardingCommunicator::AllToAllV(s, sc, so, r, rc, ro, t);
+}
+
 void InjectingCommunicator::Broadcast(const void* s, void* r, size_t c, DataType t, int root) {
   BeforeCollective();
   ForwardingCommunicator::Broadcast(s, r, c, t, root);

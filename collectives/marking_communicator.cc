@@ -62,6 +62,12 @@ void MarkingCommunicator::AllToAll(const void* s, void* r, size_t c, DataType t)
   ForwardingCommunicator::AllToAll(s, r, c, t);
 }
 
+void MarkingCommunicator::AllToAllV(const void* s, std::span<const size_t> sc, std::span<const size_t> so, void* r,
+                                    std::span<const size_t> rc, std::span<const size_t> ro, DataType t) {
+  InCommunication mark;
+  ForwardingCommunicator::AllToAllV(s, sc, so, r, rc, ro, t);
+}
+
 void MarkingCommunicator::Broadcast(const void* s, void* r, size_t c, DataType t, int root) {
   InCommunication mark;
   ForwardingCommunicator::Broadcast(s, r, c, t, root);

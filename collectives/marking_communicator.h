@@ -23,6 +23,8 @@ class MarkingCommunicator : public ForwardingCommunicator {
   void ReduceScatter(const void* s, void* r, size_t c, DataType t, ReduceOp op) override;
   void AllGather(const void* s, void* r, size_t c, DataType t) override;
   void AllToAll(const void* s, void* r, size_t c, DataType t) override;
+  void AllToAllV(const void* s, std::span<const size_t> sc, std::span<const size_t> so, void* r,
+                 std::span<const size_t> rc, std::span<const size_t> ro, DataType t) override;
   void Broadcast(const void* s, void* r, size_t c, DataType t, int root) override;
   void Reduce(const void* s, void* r, size_t c, DataType t, ReduceOp op, int root) override;
   void SendRecv(const void* s, int d, void* r, int src, size_t c, DataType t) override;

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "clock.h"
+#include "console.h"
 #include "error.h"
 #include "mpi_detail.h"
 #include "mpi_hierarchical.h"
@@ -65,6 +66,26 @@ using mpi_detail::DivideByRanks;
 using mpi_detail::MpiCount;
 using mpi_detail::MpiOp;
 using mpi_detail::MpiType;
+
+// MPI_Alltoallv's counts and displacements are ints; Open MPI 4.1 has no large-count MPI_Alltoallv_c to fall back on.
+std::vector<int> MpiAllToAllVInts(std::span<const size_t> values, const char* what) {
+  std::vector<int> ints(values.size());
+  for (size_t peer = 0; peer < values.size(); ++peer) {
+    if (values[peer] > static_cast<size_t>(INT_MAX)) {
+      throw InputError(Format("alltoallv: the %s of peer %zu, %zu elements, exceeds MPI_Alltoallv's int limit (%d): "
+                              "Open MPI 4.1 has no large-count variant; move fewer elements per rank or use the NCCL "
+                              "backend", what, peer, values[peer], INT_MAX));
+    }
+    ints[peer] = static_cast<int>(values[peer]);
+  }
+  return ints;
+}
+
+// The MPI type that moves `type`'s elements as they are: MPI has no fp16/bf16, but moving one is moving 16 bits.
+MPI_Datatype MpiMoveType(DataType type) {
+  if (type == DataType::kFloat16 || type == DataType::kBFloat16) return MPI_UINT16_T;
+  return MpiType(type);
+}
 
 // Page-aligned host memory: what a real training buffer would be, and what nccl-tests' host path uses.
 class HostBuffer : public CommBuffer {
@@ -236,6 +257,18 @@ class MpiCommunicator : public Communicator {
   void AllToAll(const void* send, void* recv, size_t count, DataType type) override {
     TB_CHECK_MPI(MPI_Alltoall(send == recv ? MPI_IN_PLACE : send, MpiCount(count), MpiType(type), recv,
                               MpiCount(count), MpiType(type), comm_));
+  }
+
+  void AllToAllV(const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_offsets,
+                 void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_offsets,
+                 DataType type) override {
+    CheckAllToAllVLayout(size_, send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+    const std::vector<int> sc = MpiAllToAllVInts(send_counts, "send count");
+    const std::vector<int> sd = MpiAllToAllVInts(send_offsets, "send offset");
+    const std::vector<int> rc = MpiAllToAllVInts(recv_counts, "receive count");
+    const std::vector<int> rd = MpiAllToAllVInts(recv_offsets, "receive offset");
+    TB_CHECK_MPI(MPI_Alltoallv(send, sc.data(), sd.data(), MpiMoveType(type), recv, rc.data(), rd.data(),
+                               MpiMoveType(type), comm_));
   }
 
   void Broadcast(const void* send, void* recv, size_t count, DataType type, int root) override {

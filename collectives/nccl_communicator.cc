@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <source_location>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -157,6 +158,9 @@ class NcclCommunicator final : public Communicator {
   void ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) override;
   void AllGather(const void* send, void* recv, size_t send_count, DataType type) override;
   void AllToAll(const void* send, void* recv, size_t count, DataType type) override;
+  void AllToAllV(const void* send, std::span<const size_t> send_counts, std::span<const size_t> send_offsets,
+                 void* recv, std::span<const size_t> recv_counts, std::span<const size_t> recv_offsets,
+                 DataType type) override;
   void Broadcast(const void* send, void* recv, size_t count, DataType type, int root) override;
   void Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) override;
   void SendRecv(const void* send, int dst, void* recv, int src, size_t count, DataType type) override;
@@ -363,6 +367,29 @@ void NcclCommunicator::AllToAll(const void* send, void* recv, size_t count, Data
       const size_t offset = static_cast<size_t>(peer) * block_bytes;
       record(ncclSend(static_cast<const char*>(send) + offset, count, nccl_type, peer, comm, stream));
       record(ncclRecv(static_cast<char*>(recv) + offset, count, nccl_type, peer, comm, stream));
+    }
+  });
+}
+
+// Peers with nothing to exchange get no call: NCCL would set up a connection for an empty message. The block to this
+// rank goes through NCCL as well (a send to itself in the group), which copies it on the device.
+void NcclCommunicator::AllToAllV(const void* send, std::span<const size_t> send_counts,
+                                 std::span<const size_t> send_offsets, void* recv, std::span<const size_t> recv_counts,
+                                 std::span<const size_t> recv_offsets, DataType type) {
+  CheckAllToAllVLayout(size_, send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+  const ncclDataType_t nccl_type = ToNccl(type);
+  const size_t type_size = DataTypeSize(type);
+  Grouped("ncclSend/ncclRecv (alltoallv)", [&](ncclComm_t comm, cudaStream_t stream, auto record) {
+    for (int peer = 0; peer < size_; ++peer) {
+      const size_t p = static_cast<size_t>(peer);
+      if (send_counts[p] > 0) {
+        const char* block = static_cast<const char*>(send) + send_offsets[p] * type_size;
+        record(ncclSend(block, send_counts[p], nccl_type, peer, comm, stream));
+      }
+      if (recv_counts[p] > 0) {
+        char* block = static_cast<char*>(recv) + recv_offsets[p] * type_size;
+        record(ncclRecv(block, recv_counts[p], nccl_type, peer, comm, stream));
+      }
     }
   });
 }

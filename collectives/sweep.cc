@@ -217,15 +217,6 @@ WrongElements CheckOperation(const ModeRun& m, size_t iteration, const RowScope&
   return wrong;
 }
 
-// "1", "0,2": the ranks with a non-zero count.
-std::string RanksWithCounts(const std::vector<int64_t>& by_source) {
-  std::string ranks;
-  for (size_t r = 0; r < by_source.size(); ++r) {
-    if (by_source[r] > 0) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-  }
-  return ranks;
-}
-
 // The check iterations of one mode, summed over every rank of the scope; this rank's first wrong element kept.
 void VerifyMode(const ModeRun& m, const RowScope& scope, ModeResult& result) {
   int scope_size = 0;
@@ -280,6 +271,16 @@ void WarnFirstWrong(const OpResult& op) {
 }
 
 }  // namespace
+
+std::string RanksWithCounts(const std::vector<int64_t>& by_rank) {
+  std::string ranks;
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    if (by_rank[r] == 0) continue;
+    if (!ranks.empty()) ranks += ',';
+    ranks += std::to_string(r);
+  }
+  return ranks;
+}
 
 BufferBytes SweepBufferBytes(const CollectiveDef& def, const SweepOptions& o, int n, int rank) {
   const size_t type_size = DataTypeSize(o.type);

@@ -105,6 +105,9 @@ struct BufferBytes {
 };
 BufferBytes SweepBufferBytes(const CollectiveDef& def, const SweepOptions& options, int n, int rank);
 
+// "1", "0,2": the ranks whose count is not zero (the senders whose data arrived wrong).
+std::string RanksWithCounts(const std::vector<int64_t>& by_rank);
+
 // Runs the sweep. `on_row` is called on every rank after each size (rank 0 prints). Collective over comm.
 SweepResult RunSweep(Communicator& comm, const SweepOptions& options,
                      const std::function<void(const OpResult&, const SizeResult&)>& on_row);

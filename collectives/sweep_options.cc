@@ -46,6 +46,7 @@ SweepOptions ValidateCollectivesFlags(const CollectivesFlags& f, int n_ranks, co
       o.ops = AllCollectives();
       break;
     }
+    if (name == kMoeAllToAllOp) continue;
     const CollectiveDef* def = &FindCollective(name, "--ops");
     if (std::find(o.ops.begin(), o.ops.end(), def) == o.ops.end()) o.ops.push_back(def);
   }
@@ -77,6 +78,11 @@ SweepOptions ValidateCollectivesFlags(const CollectivesFlags& f, int n_ranks, co
     }
   }
   return o;
+}
+
+bool NamesMoeAllToAll(const CollectivesFlags& f) {
+  const std::vector<std::string> names = SplitFlagList(f.ops, "--ops");
+  return std::find(names.begin(), names.end(), kMoeAllToAllOp) != names.end();
 }
 
 SplitPlan PlanSplit(const std::string& split, const NodeShape& shape) {

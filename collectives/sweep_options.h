@@ -6,6 +6,7 @@
 #include <string>
 
 #include "communicator.h"
+#include "moe_alltoall.h"
 #include "sweep.h"
 
 namespace tb {
@@ -26,6 +27,7 @@ struct CollectivesFlags {
   int cuda_graph = 0;
   std::string modes = "out-of-place,in-place";
   std::string split = "all";
+  MoeFlags moe;  // --moe-*: the moe_alltoall point's layer
 };
 
 // How the launch's ranks sit on nodes (hosts): the input of --split.
@@ -43,6 +45,10 @@ SplitPlan PlanSplit(const std::string& split, const NodeShape& shape);
 // Validates the flags for a sweep on communicators of n_ranks (SplitPlan::ranks); `comm`, when given, is asked whether
 // it supports the dtype (the MPI backend has no fp16/bf16) and can capture --cuda-graph's graphs (MPI cannot). Throws
 // InputError.
+// The sweep's operations are the collectives --ops names; moe_alltoall, which it also accepts, is not one of them
+// (ValidateMoeFlags, moe_alltoall.h).
 SweepOptions ValidateCollectivesFlags(const CollectivesFlags& flags, int n_ranks, const Communicator* comm);
+// Whether --ops names moe_alltoall.
+bool NamesMoeAllToAll(const CollectivesFlags& flags);
 
 }  // namespace tb

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "alltoallv_layout.h"
 #include "communicator.h"
 #include "device.h"
 #include "error.h"
@@ -392,6 +393,34 @@ TEST_F(NcclTest, AllToAllIncludingSelf) {
   std::unique_ptr<tb::CommBuffer> recv = comm_->Allocate(send->bytes());
   comm_->AllToAll(send->data(), recv->data(), kCount, DataType::kFloat32);
   EXPECT_EQ(Get(*recv, expected.size(), DataType::kFloat32), expected);
+}
+
+// The uneven layout of tests/alltoallv_layout.h (zeros, a rank receiving nothing when there are two or more, blocks out
+// of rank order with gaps), moved as bf16 and as float: every element at its place, the gaps untouched, the block to
+// itself included (on one rank it is the only one).
+TEST_F(NcclTest, AllToAllVMovesUnevenBlocks) {
+  const tb::test::VLayout send_layout = tb::test::SendLayout(rank_, size_);
+  const tb::test::VLayout recv_layout = tb::test::RecvLayout(rank_, size_);
+  const auto run = [&]<typename T>(DataType type, T) {
+    const std::vector<T> send_host = tb::test::SendBuffer<T>(send_layout, rank_);
+    const std::vector<T> untouched(recv_layout.elements, static_cast<T>(tb::test::kUntouched));
+    std::unique_ptr<tb::CommBuffer> send = comm_->Allocate(send_host.size() * sizeof(T));
+    std::unique_ptr<tb::CommBuffer> recv = comm_->Allocate(std::max<size_t>(untouched.size(), 1) * sizeof(T));
+    comm_->Upload(*send, send_host.data(), send_host.size() * sizeof(T));
+    comm_->Upload(*recv, untouched.data(), untouched.size() * sizeof(T));
+    comm_->AllToAllV(send->data(), send_layout.counts, send_layout.offsets, recv->data(), recv_layout.counts,
+                     recv_layout.offsets, type);
+    comm_->Synchronize();
+    std::vector<T> got(recv_layout.elements);
+    comm_->Download(*recv, got.data(), got.size() * sizeof(T));
+    EXPECT_EQ(got, tb::test::ExpectedRecvBuffer<T>(recv_layout, rank_)) << tb::DataTypeName(type);
+  };
+  run(DataType::kBFloat16, uint16_t{});
+  run(DataType::kFloat32, float{});
+  std::unique_ptr<tb::CommBuffer> buffer = comm_->Allocate(64);
+  const std::vector<size_t> ones(static_cast<size_t>(size_), 1), offsets(static_cast<size_t>(size_), 0);
+  EXPECT_THROW(comm_->AllToAllV(buffer->data(), ones, offsets, buffer->data(), ones, offsets, DataType::kFloat32),
+               tb::RuntimeError);
 }
 
 TEST_F(NcclTest, SendRecvAroundTheRing) {

@@ -15,7 +15,8 @@ cd "$work"
 small=(--model tiny --seq 32 --micro-batch 2 --warmup-steps 1 --quiet)
 expect_ok "$tb" info -o info.h5 --quiet
 expect_ok "$tb" data generate --dir tokens --tokens 200000 --vocab 4096 -o data.h5 --quiet
-expect_ok "${mpi[@]}" -n 2 "$tb" collectives -b 8 -e 64K -f 8 -n 2 -w 1 -o collectives.h5 --quiet
+expect_ok "${mpi[@]}" -n 2 "$tb" collectives -b 8 -e 64K -f 8 -n 2 -w 1 --ops all_reduce,moe_alltoall --moe-tokens 16 \
+  --moe-hidden 64 -o collectives.h5 --quiet
 expect_ok "${mpi[@]}" -n 2 "$tb" p2p --size 64K -n 2 --latency-iters 5 -o p2p.h5 --quiet
 expect_ok "${mpi[@]}" -n 2 "$tb" train "${small[@]}" --steps 4 --scaling 1,2 --data tokens --checkpoint-dir ck \
   --checkpoint-every 2 -o train.h5

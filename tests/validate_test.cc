@@ -91,6 +91,42 @@ TEST(Validate, ThroughputBandsAgainstABaseline) {
   EXPECT_EQ(Find(ValidateReport(TrainReport(5000), AgainstBaseline(base)), "train.tokens_per_s").verdict, Verdict::kPass);
 }
 
+// A 16-rank alltoall over 2 nodes of 8 whose large-message busbw is `busbw`.
+Report AllToAllAcrossNodes(double busbw, int64_t nodes = 2) {
+  Report r = TrainReport(1000);
+  Group& group = sc::GroupOf(r.root, sc::kCollective, "alltoall");
+  sc::Set(group, sc::collective::n_ranks, 16);
+  sc::Set(group, sc::collective::nodes, nodes);
+  sc::Set(group, sc::collective::split, std::string("all"));
+  struct Row {
+    int64_t size;
+    double busbw;
+  };
+  sc::RecordTable<Row>(sc::collective::kResults)
+      .Column(sc::collective::results::size_bytes, [](const Row& x) { return x.size; })
+      .Column(sc::collective::results::busbw_GBps, [](const Row& x) { return x.busbw; }, "out_of_place")
+      .Write(group, std::vector<Row>{{int64_t{64} << 20, busbw}});
+  return r;
+}
+
+// nccl-tests issue 267: an alltoall across nodes runs at one NIC's rate; its busbw reads (n-1)/(n-m) of it, the
+// part inside each node going over NVLink meanwhile.
+TEST(Validate, AllToAllAcrossNodesExpectsOneNicsRate) {
+  const std::string key = "collectives.alltoall.busbw_GBps.large";
+  ValidateInputs inputs;
+  inputs.policy = ParseValidatePolicy("[derived]\nnic_GBps = 48\n", "p.toml");
+  const Check ok = Find(ValidateReport(AllToAllAcrossNodes(80), inputs), key);
+  ASSERT_TRUE(ok.expected.has_value());
+  EXPECT_DOUBLE_EQ(*ok.expected, 48 * 15.0 / 8 * 0.8);  // 72 GB/s
+  EXPECT_EQ(ok.verdict, Verdict::kPass);
+  EXPECT_NE(ok.source.find("derived: one NIC's rate 48 GB/s x (n-1)/(n-m) = 15/8"), std::string::npos) << ok.source;
+  EXPECT_EQ(Find(ValidateReport(AllToAllAcrossNodes(40), inputs), key).verdict, Verdict::kFail);
+  // Without the NIC's rate, or on one node, nothing is derived.
+  EXPECT_FALSE(Find(ValidateReport(AllToAllAcrossNodes(80), {}), key).expected.has_value());
+  EXPECT_FALSE(Find(ValidateReport(AllToAllAcrossNodes(80, 1), inputs), key).expected.has_value());
+  EXPECT_NE(PolicyError("[derived]\nnic_GBps = -1\n"), "");
+}
+
 TEST(Validate, P2pExpectationDerivedFromNvlinkBelowThePolicy) {
   Report r = TrainReport(1000);
   sc::Set(sc::GroupOf(r.root, sc::kP2p), sc::p2p::median_uni_GBps, 330.0);

@@ -294,7 +294,8 @@ std::vector<ViewTable> TopologySection(const Report& report) {
 
 // --- collectives ----------------------------------------------------------------------------------------------
 
-std::vector<ViewTable> CollectivesSection(const Report& report) {
+// The sweep's tables: the best busbw of each operation, and a row per operation and size.
+std::vector<ViewTable> SweepTables(const Report& report) {
   namespace c = sc::collective;
   const std::vector<std::pair<std::string, const Group*>> ops = sc::Instances(report.root, sc::kCollective);
   if (ops.empty()) return {};
@@ -349,6 +350,41 @@ std::vector<ViewTable> CollectivesSection(const Report& report) {
     }
   }
   return {peak, results};
+}
+
+// moe_alltoall's points: the layer's shape, the traffic its routing made, each phase's time and rate, a row per
+// tokens value.
+ViewTable MoeAllToAllTable(const Group& group) {
+  namespace m = sc::moe_alltoall;
+  const std::vector<ViewColumn> shape = {ShowAs("ranks", m::n_ranks), Detail(Show(m::nodes)), Detail(Show(m::hidden)),
+                                         Detail(Show(m::top_k)), Detail(Show(m::experts))};
+  std::vector<ViewColumn> columns = {Show(m::results::tokens), Show(m::results::bytes_per_rank, 0),
+                                     Show(m::results::local_fraction, 1), Show(m::results::inter_node_fraction, 1)};
+  for (const std::string& phase : m::results::kPhases) {
+    columns.push_back(Show(m::results::time_us, 2, phase));
+    columns.push_back(Show(m::results::GBps, 3, phase));
+    columns.push_back(Detail(Show(m::results::inter_node_GBps, 3, phase)));
+    columns.push_back(Show(m::results::wrong, 0, phase));
+  }
+  std::vector<ViewColumn> all = shape;
+  all.insert(all.end(), columns.begin(), columns.end());
+  ViewTable table = MakeTable("collectives", "moe_alltoall", "moe_alltoall: dispatch and combine, per tokens value",
+                              false, all);
+  const Table* results = FindTable(&group, m::kResults);
+  for (size_t r = 0; results != nullptr && r < results->rows(); ++r) {
+    RowWriter row(table);
+    row.Set("ranks", Attr(&group, m::n_ranks));
+    CopyAttributes(row, &group, std::vector<ViewColumn>(shape.begin() + 1, shape.end()));
+    CopyColumns(row, *results, columns, r);
+    table.rows.push_back(row.Take());
+  }
+  return table;
+}
+
+std::vector<ViewTable> CollectivesSection(const Report& report) {
+  std::vector<ViewTable> tables = SweepTables(report);
+  if (const Group* moe = sc::FindGroup(report.root, sc::kMoeAllToAll)) tables.push_back(MoeAllToAllTable(*moe));
+  return tables;
 }
 
 // --- p2p ------------------------------------------------------------------------------------------------------

@@ -140,6 +140,38 @@ class collectives_op:
         wrong_sources = "<mode>_wrong_sources"
 
 
+class moe_alltoall:
+    """`moe_alltoall`"""
+    path = "moe_alltoall"
+    n_ranks = "n_ranks"
+    nodes = "nodes"
+    hidden = "hidden"
+    top_k = "top_k"
+    experts = "experts"
+    seed = "seed"
+    dtype = "dtype"
+    iters = "iters"
+    warmup = "warmup"
+    check_iters = "check_iters"
+    bytes_convention = "bytes_convention"
+
+    class results:
+        table = "results"
+        tokens = "tokens"
+        bytes_per_rank = "bytes_per_rank"
+        max_sent_bytes = "max_sent_bytes"
+        max_received_bytes = "max_received_bytes"
+        local_fraction = "local_fraction"
+        inter_node_fraction = "inter_node_fraction"
+        time_us = "<phase>_time_us"
+        time_rank_min_us = "<phase>_time_rank_min_us"
+        time_rank_avg_us = "<phase>_time_rank_avg_us"
+        GBps = "<phase>_GBps"
+        inter_node_GBps = "<phase>_inter_node_GBps"
+        wrong = "<phase>_wrong"
+        wrong_sources = "<phase>_wrong_sources"
+
+
 class p2p:
     """`p2p`"""
     path = "p2p"

@@ -426,6 +426,27 @@ std::optional<Expectation> FromStorage(const Figure& f, const ValidatePolicy& po
                             device, policy.derived_efficiency)};
 }
 
+// Derived from the NIC's rate in the policy ([derived] nic_GBps), for alltoall's large-message busbw over every rank
+// of k > 1 nodes of m ranks each: an all-to-all does not aggregate a node's NICs (nccl-tests issue 267), so each rank's
+// share that crosses nodes, (n - m)/n of its buffer, moves at most at its NIC's rate B while the part inside the node
+// goes over NVLink at the same time; busbw = S/t x (n-1)/n is then at most B x (n-1)/(n-m) (which is why such a busbw
+// can read a little above the NIC's rate). Expects that x efficiency.
+std::optional<Expectation> FromNic(const Figure& f, const Report& report, const ValidatePolicy& policy) {
+  if (f.key != "collectives.alltoall.busbw_GBps.large" || !(policy.nic_GBps > 0)) return std::nullopt;
+  for (const auto& [op, group] : sc::Instances(report.root, sc::kCollective)) {
+    if (op != "alltoall") continue;
+    const int64_t* ranks = sc::Find(group, sc::collective::n_ranks);
+    const int64_t* nodes = sc::Find(group, sc::collective::nodes);
+    if (!ranks || !nodes || *nodes < 2 || *ranks % *nodes != 0) return std::nullopt;
+    const double n = static_cast<double>(*ranks), m = n / static_cast<double>(*nodes);
+    return Expectation{policy.nic_GBps * (n - 1) / (n - m) * policy.derived_efficiency, policy.warn, policy.fail,
+                       Format("derived: one NIC's rate %g GB/s x (n-1)/(n-m) = %g/%g x efficiency %g (an alltoall "
+                              "across nodes does not aggregate a node's NICs)",
+                              policy.nic_GBps, n - 1, n - m, policy.derived_efficiency)};
+  }
+  return std::nullopt;
+}
+
 // The policy's warn and fail bands for `f`: relative, or absolute points for a share of step time.
 std::pair<double, double> Bands(const Figure& f, const ValidatePolicy& policy) {
   return f.share ? std::pair{policy.share_warn, policy.share_fail} : std::pair{policy.warn, policy.fail};
@@ -662,6 +683,7 @@ std::vector<Check> ValidateReport(const Report& report, const ValidateInputs& in
     // Later layers win: derived < policy < baseline < history.
     std::optional<Expectation> e = FromTopology(f, report, inputs.policy);
     if (auto d = FromStorage(f, inputs.policy)) e = d;
+    if (auto d = FromNic(f, report, inputs.policy)) e = d;
     if (auto p = FromPolicy(f, inputs.policy, gpu)) e = p;
     if (auto b = FromBaseline(f, baseline, inputs.baseline_file, inputs.policy)) e = b;
     if (auto h = FromHistory(f, inputs.history, inputs.policy)) e = h;

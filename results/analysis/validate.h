@@ -90,6 +90,9 @@ struct ValidatePolicy {
   // job's random reads of the loader's record size (storage.loader_MBps expects it x efficiency).
   double storage_write_GBps = 0;
   double storage_read_MBps = 0;
+  // The rate of the NIC each rank sends through across nodes, per direction (0: not given; 400G NDR: about 48 GB/s
+  // measured): an alltoall over k > 1 nodes runs at one NIC's rate, whatever the node's NICs together could carry.
+  double nic_GBps = 0;
   // Thresholds per GPU model (the model names cost's price files use: "H100 SXM"): figure key -> expected value.
   std::map<std::string, std::map<std::string, double>> gpu_thresholds;
 };

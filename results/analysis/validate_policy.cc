@@ -99,8 +99,9 @@ void ReadDerived(const toml::table& table, const std::string& file, ValidatePoli
   if (r.OptionalNumber("nvlink_GBps")) p.nvlink_GBps = r.Number("nvlink_GBps", true);
   if (r.OptionalNumber("storage_write_GBps")) p.storage_write_GBps = r.Number("storage_write_GBps", true);
   if (r.OptionalNumber("storage_read_MBps")) p.storage_read_MBps = r.Number("storage_read_MBps", true);
+  if (r.OptionalNumber("nic_GBps")) p.nic_GBps = r.Number("nic_GBps", true);
   p.derived_efficiency = Fraction(r, "efficiency", p.derived_efficiency, true);
-  r.RejectUnknown("nvlink_GBps, storage_write_GBps, storage_read_MBps, efficiency");
+  r.RejectUnknown("nvlink_GBps, storage_write_GBps, storage_read_MBps, nic_GBps, efficiency");
 }
 
 // [gpu."H100 SXM"] (or [gpu.cpu]): figure key = expected value.

@@ -207,6 +207,62 @@ inline const TextColumn wrong_sources{kResults, "<mode>_wrong_sources", "",
 }  // namespace results
 }  // namespace collective
 
+// ---- moe_alltoall -------------------------------------------------------------------------------------------
+inline GroupSpec kMoeAllToAll{"moe_alltoall",
+                              "collectives --ops moe_alltoall: a mixture-of-experts layer's dispatch and combine (an "
+                              "alltoallv of bf16 token rows each way), a row per --moe-tokens value; definitions in "
+                              "collectives/README.md"};
+namespace moe_alltoall {
+inline const IntAttribute n_ranks{kMoeAllToAll, "n_ranks", "ranks", "ranks, every one holding experts / n_ranks experts"};
+inline const IntAttribute nodes{kMoeAllToAll, "nodes", "nodes", "nodes the ranks are on"};
+inline const IntAttribute hidden{kMoeAllToAll, "hidden", "elements", "elements per token row (`--moe-hidden`)"};
+inline const IntAttribute top_k{kMoeAllToAll, "top_k", "", "distinct experts per token (`--moe-top-k`)"};
+inline const IntAttribute experts{kMoeAllToAll, "experts", "", "experts over every rank (`--moe-experts`)"};
+inline const IntAttribute seed{kMoeAllToAll, "seed", "", "seed of the routing (`--moe-seed`)"};
+inline const TextAttribute dtype{kMoeAllToAll, "dtype", "", "element type of the rows: `bfloat16`"};
+inline const IntAttribute iters{kMoeAllToAll, "iters", "", "timed dispatches (and combines) per point"};
+inline const IntAttribute warmup{kMoeAllToAll, "warmup", "", "untimed dispatch and combine pairs per point"};
+inline const IntAttribute check_iters{kMoeAllToAll, "check_iters", "", "verified dispatch and combine pairs per point"};
+inline const TextAttribute bytes_convention{kMoeAllToAll, "bytes_convention", "",
+                                            "how bytes and GB/s are counted (as DeepEP's benchmark counts them)"};
+
+inline TableSpec kResults{kMoeAllToAll, "results",
+                          "per tokens value: the traffic the routing makes, and each phase's time (max over ranks of "
+                          "each rank's mean), rate and verification"};
+namespace results {
+inline const IntColumn tokens{kResults, "tokens", "tokens", "tokens per rank"};
+inline const RealColumn bytes_per_rank{kResults, "bytes_per_rank", "B",
+                                       "mean over ranks of the bytes a rank sends in dispatch (each token once per "
+                                       "rank holding one of its experts, itself included); the same as it receives, "
+                                       "and as combine sends and receives"};
+inline const IntColumn max_sent_bytes{kResults, "max_sent_bytes", "B", "the most bytes one rank sends in dispatch"};
+inline const IntColumn max_received_bytes{kResults, "max_received_bytes", "B",
+                                          "the most bytes one rank receives in dispatch (and sends in combine)"};
+inline const RealColumn local_fraction{kResults, "local_fraction", "fraction",
+                                       "share of the rows that stay on their rank (the rest cross to other ranks)"};
+inline const RealColumn inter_node_fraction{kResults, "inter_node_fraction", "fraction",
+                                            "share of the rows that cross to another node (0 on one node)"};
+inline const std::vector<std::string> kPhases = {"dispatch", "combine"};
+inline const RealColumn time_us{kResults, "<phase>_time_us", "us", "time: max over ranks of each rank's mean",
+                                kPhases};
+inline const RealColumn time_rank_min_us{kResults, "<phase>_time_rank_min_us", "us",
+                                         "min over ranks of each rank's mean", kPhases};
+inline const RealColumn time_rank_avg_us{kResults, "<phase>_time_rank_avg_us", "us",
+                                         "average over ranks of each rank's mean", kPhases};
+inline const RealColumn GBps{kResults, "<phase>_GBps", "GB/s",
+                             "bytes_per_rank / time, GB = 1e9 bytes: DeepEP's per-rank figure", kPhases};
+inline const RealColumn inter_node_GBps{kResults, "<phase>_inter_node_GBps", "GB/s",
+                                        "the mean bytes a rank sends to other nodes / time (<phase>_GBps x "
+                                        "inter_node_fraction): what each rank's link out of its node carried; NaN "
+                                        "on one node", kPhases};
+inline const IntColumn wrong{kResults, "<phase>_wrong", "elements",
+                             "elements that failed verification over every rank; -1 when not checked", kPhases};
+inline const TextColumn wrong_sources{kResults, "<phase>_wrong_sources", "",
+                                      "the ranks whose rows arrived wrong, comma-separated; empty when none did",
+                                      kPhases};
+}  // namespace results
+}  // namespace moe_alltoall
+
 // ---- p2p ----------------------------------------------------------------------------------------------------
 inline GroupSpec kP2p{"p2p", "rank-pair bandwidth and latency (row = sender, column = receiver)"};
 namespace p2p {
@@ -1027,6 +1083,11 @@ inline const std::vector<const Field*> kStoredOnly = {
     &suite::profile, &suite::phase_order, &suite::repeats, &suite::workdir, &suite::data_write_GBps,
     &suite::phases::phase, &suite::phases::repeat, &suite::phases::status, &suite::phases::reason,
     &suite::phases::seconds,
+    // How moe_alltoall ran, its busiest ranks and each phase's spread over ranks (`report` shows the rest).
+    &moe_alltoall::seed, &moe_alltoall::dtype, &moe_alltoall::iters, &moe_alltoall::warmup, &moe_alltoall::check_iters,
+    &moe_alltoall::bytes_convention, &moe_alltoall::results::max_sent_bytes, &moe_alltoall::results::max_received_bytes,
+    &moe_alltoall::results::time_rank_min_us, &moe_alltoall::results::time_rank_avg_us,
+    &moe_alltoall::results::wrong_sources,
 };
 
 // The matrices the views do not read (they show p2p's median bidirectional rate from its attribute).

@@ -2,7 +2,8 @@
 # Multi-host measurement on test hosts (netns_hosts.sh: network namespaces with their own hostnames, ranks launched
 # by Open MPI's rsh launcher across them): topology shows each host as its own node, `collectives --split` measures
 # inside and across hosts with the per-NIC rate, tc shapes a host's link, and p2p flags a slow host's pairs within
-# the inter-node class. Everything the test creates is removed at the end, also when it fails.
+# the inter-node class; moe_alltoall reports the share of its rows that crosses hosts. Everything the test creates
+# is removed at the end, also when it fails.
 #
 #   multihost_collectives_test.sh TRAINBENCH     (TB_KEEP_WORK=1 keeps its reports: multihost_lib.sh)
 set_name=mhc
@@ -21,6 +22,13 @@ check_py "split all: one communicator of 4 ranks on 2 nodes" "$work/all.h5" \
 check_py "split all: per-NIC rate = busbw x (k-1)/(n-1)" "$work/all.h5" \
   "abs(f['collectives/all_reduce/results']['out_of_place_nic_busbw_GBps'][0] - f['collectives/all_reduce/results']['out_of_place_busbw_GBps'][0] / 3) < 1e-9"
 grep -q "Per-NIC rate" "$work/out" || fail "split all: no per-NIC line in the output: $(tail -5 "$work/out")"
+
+# moe_alltoall over the two hosts: about half of the rows cross to the other host, and their rate is reported.
+expect_ok "${on2[@]}" -np 4 "$tb" collectives --ops moe_alltoall --moe-tokens 64 --moe-hidden 256 -n 2 -w 1 \
+  -o "$work/moe.h5"
+check_py "moe_alltoall across 2 hosts: verified, nodes, the share that crosses and its rate" "$work/moe.h5" \
+  "f['moe_alltoall'].attrs['nodes'] == 2 and f['moe_alltoall/results']['dispatch_wrong'][0] == 0 and f['moe_alltoall/results']['combine_wrong'][0] == 0 and 0.3 < f['moe_alltoall/results']['inter_node_fraction'][0] < 0.7 and f['moe_alltoall/results']['dispatch_inter_node_GBps'][0] > 0" \
+  "dict(f['moe_alltoall'].attrs), f['moe_alltoall/results'][()]"
 
 # node1's link at 20 Mbit/s (2.5 MB/s) both ways: what crosses it cannot go faster, and the ranks inside a host
 # (shared memory) do not cross it.
