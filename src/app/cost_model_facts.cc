@@ -18,16 +18,21 @@ ModelConfig ConfigOf(const RunMeasurement& m) { return CustomModel(m.layers, m.d
 
 bool Bf16(const RunMeasurement& m) { return m.memory_precision.starts_with("bf16"); }
 
-// Each stage's memory of the plan train makes for `k` ranks at T and P (1F1B's micro-batches in flight at M, the run's
-// micro-batch), before the mode shards it; throws InputError where train would refuse the plan.
-std::vector<MemoryBreakdown> StageMemory(const ModelConfig& config, const RunMeasurement& m, int micro_batch, int k,
-                                         int t, int pp, int micro_batches) {
+// Each stage's memory in `plan`, before the mode shards it.
+std::vector<MemoryBreakdown> StageBreakdowns(const TrainPlan& plan) {
   std::vector<MemoryBreakdown> stages;
-  for (const StagePlan& s : PlanTrainPoint(config, k, t, pp, micro_batch, micro_batches, m.seq, Bf16(m)).stages) {
+  for (const StagePlan& s : plan.stages) {
     stages.push_back({s.memory.weights_bytes, s.memory.gradients_bytes, s.memory.optimizer_bytes,
                       s.memory.activations_bytes, 0});
   }
   return stages;
+}
+
+// Each stage's memory of the plan train makes for `k` ranks at T and P (1F1B's micro-batches in flight at M, the run's
+// micro-batch), before the mode shards it; throws InputError where train would refuse the plan.
+std::vector<MemoryBreakdown> StageMemory(const ModelConfig& config, const RunMeasurement& m, int micro_batch, int k,
+                                         int t, int pp, int micro_batches) {
+  return StageBreakdowns(PlanTrainPoint(config, k, t, pp, micro_batch, micro_batches, m.seq, Bf16(m)));
 }
 
 // The run's own estimate, as its report states it; with stages, each stage's as train planned it.
@@ -114,12 +119,8 @@ void AddModelStages(MemoryCheck& check, const ModelConfig& config, const ModelFl
     throw InputError("--pipeline-parallel " + std::to_string(f.pipeline_parallel) +
                      " with --parallel fsdp is not built (train refuses it): dp or zero1 across the pipelines");
   }
-  const TrainPlan plan =
-      PlanTrainPoint(config, f.ranks, f.tensor_parallel, f.pipeline_parallel, micro_batch, micro_batches, seq, true);
-  for (const StagePlan& s : plan.stages) {
-    check.stages.push_back({s.memory.weights_bytes, s.memory.gradients_bytes, s.memory.optimizer_bytes,
-                            s.memory.activations_bytes, 0});
-  }
+  check.stages = StageBreakdowns(
+      PlanTrainPoint(config, f.ranks, f.tensor_parallel, f.pipeline_parallel, micro_batch, micro_batches, seq, true));
   check.what += Format(", %d pipeline stages of %d micro-batches: the largest stage's", f.pipeline_parallel,
                        micro_batches);
 }
