@@ -20,7 +20,8 @@ expect_error() {
 # expect_ok COMMAND...: exit 0 (stdout in $work/out, stderr in $work/err).
 expect_ok() {
   checks=$((checks + 1))
-  timeout 300 "$@" >"$work/out" 2>"$work/err" || fail "$* -> exit $?; stderr: $(tail -5 "$work/err")"
+  timeout 300 "$@" >"$work/out" 2>"$work/err" ||
+    fail "$* -> exit $?; stderr: $(tail -5 "$work/err"); stdout's failing lines: $(grep -E '^ +(fail|unknown) ' "$work/out" | head -10)"
 }
 
 # expect_out PATTERN: the last command's stdout ($work/out) has a line matching the extended regex.

@@ -19,7 +19,7 @@ expect_ok "$tb" collectives -b 8 -e 1K -n 2 -w 1 -o coll.h5 --quiet
 # Two ranks sharing two busy cores can differ in step time by any factor: the straggler rule is tested in
 # validate_tests (and with injected slow ranks); here its floor (100 = 10000% slower) is out of the way.
 printf '[straggler]\nfloor = 100\nfloor_cpu = 100\n' >calm.toml
-printf '[tolerance]\nwarn = 0.9\nfail = 0.95\nshare_warn = 0.5\nshare_fail = 0.9\n[straggler]\nfloor = 100\nfloor_cpu = 100\n' >wide.toml
+printf '[tolerance]\nwarn = 0.99\nfail = 0.999\nshare_warn = 0.5\nshare_fail = 0.9\n[straggler]\nfloor = 100\nfloor_cpu = 100\n' >wide.toml
 
 # A run against itself: every figure equal, so every check passes.
 expect_ok "$tb" validate a.h5 --baseline a.h5 --json self.json --policy calm.toml
@@ -56,7 +56,8 @@ assert {k for k, v in status.items() if v == 2} == failed, status
 assert len(status) == len(rows), (len(status), len(rows))
 EOF
 
-# History: three clean nights, then a clean run passes against them (bands wide enough that load cannot matter)
+# History: three clean nights, then a clean run passes against them (bands wide enough that load cannot matter:
+# on CI's loaded machine a timing figure of one run once fell over 95% below the other nights' and failed)
 # and the throttled one still fails on data_wait with the default share bands.
 mkdir history
 for run in a b c; do expect_ok "$tb" validate $run.h5 --history history --policy wide.toml; done
