@@ -21,6 +21,12 @@ std::vector<GradientBucket> PlanBuckets(const std::vector<GradientTensor>& tenso
   size_t current_bytes = 0;
   for (size_t i = tensors.size(); i-- > 0;) {
     if (tensors[i].count == 0) continue;  // nothing to reduce (a slot a pipeline stage does not hold)
+    if (!tensors[i].reduced) {             // reduced elsewhere: the bucket before it ends here
+      if (!current.tensors.empty()) buckets.push_back(std::move(current));
+      current = GradientBucket{};
+      current_bytes = 0;
+      continue;
+    }
     if (current.tensors.empty()) current.end = tensors[i].offset + tensors[i].count;
     current.tensors.push_back(i);
     current.begin = tensors[i].offset;

@@ -15,6 +15,7 @@ namespace tb {
 struct GradientTensor {
   size_t offset = 0;
   size_t count = 0;
+  bool reduced = true;  // false: left out (another group reduces it, as expert parallel's experts); no bucket spans it
 };
 
 struct GradientBucket {
@@ -26,7 +27,7 @@ struct GradientBucket {
 // Buckets over `tensors` (listed in layout order, contiguous, none overlapping), formed from the last tensor
 // to the first — the order in which backward finishes them. A bucket closes once it holds at least
 // bucket_bytes; a tensor is never split, so one larger than bucket_bytes forms a bucket of its own.
-// Empty tensors (count 0) belong to no bucket. Throws InputError when bucket_bytes is 0 or the tensors are not
+// Empty tensors (count 0) and those not reduced belong to no bucket; a bucket closes at a tensor not reduced. Throws InputError when bucket_bytes is 0 or the tensors are not
 // contiguous.
 std::vector<GradientBucket> PlanBuckets(const std::vector<GradientTensor>& tensors, size_t bucket_bytes,
                                         size_t element_bytes);

@@ -23,7 +23,7 @@ class CpuFlatModel : public Transformer {
   CpuFlatModel(const ModelConfig& config, const std::vector<TensorSlot>& layout, const ModelPlacement& placement)
       : config_(config),
         placement_(placement),
-        layout_(StageLayout(layout, placement_.stage)),
+        layout_(HeldLayout(layout, placement_)),
         elements_(layout_.back().offset + layout_.back().count),
         params_(placement_.buffer_elements(), 0.0f),
         grads_(placement_.buffer_elements(), 0.0f),

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
+#include "clock.h"
 #include "cpu_kernels.h"
 #include "moe_math.h"
 
@@ -11,24 +13,6 @@ namespace {
 
 // Offset of row `row` in a row-major tensor of `width` columns.
 size_t At(int64_t row, int64_t width) { return static_cast<size_t>(row) * static_cast<size_t>(width); }
-
-// One expert's rows in the gathered blocks, and its tensors.
-struct ExpertBlock {
-  int begin = 0;  // first gathered row
-  int rows = 0;
-  size_t fc_weight = 0, fc_bias = 0, proj_weight = 0, proj_bias = 0;  // offsets of its (F, C), (F), (C, F), (C)
-};
-
-ExpertBlock BlockOf(const MoeRouting& routing, int expert, int channels, int ffn) {
-  ExpertBlock block;
-  block.begin = routing.block_begin[expert];
-  block.rows = routing.block_begin[expert + 1] - block.begin;
-  block.fc_weight = At(expert, At(ffn, channels));
-  block.fc_bias = At(expert, ffn);
-  block.proj_weight = block.fc_weight;  // (C, F) has the size of (F, C)
-  block.proj_bias = At(expert, channels);
-  return block;
-}
 
 // The router's probabilities, each token's choices most probable first, and their gate weights.
 void RouteTokens(MoeRouting& routing, const float* in, const float* router, const MoeConfig& moe, size_t tokens,
@@ -89,38 +73,159 @@ float AuxLossOf(const MoeRouting& routing, const MoeConfig& moe, size_t tokens) 
   return moe::AuxLoss(static_cast<float>(moe.aux_loss_coef), experts, fraction.data(), mean_prob.data());
 }
 
-// Copies each kept choice's token into its expert's block, then runs every expert's MLP on its block: one GEMM per
-// expert and matrix.
-void RunExperts(MoeActivations& a, const float* in, const MoeWeights& w, const MoeConfig& moe, size_t tokens,
-                int channels) {
-  const MoeRouting& routing = a.routing;
-  const int ffn = moe.expert_ffn;
-  const int rows = routing.block_begin[moe.experts];
-  a.gathered.resize(At(rows, channels));
-  a.fc_out.resize(At(rows, ffn));
-  a.gelu_out.resize(At(rows, ffn));
-  a.expert_out.resize(At(rows, channels));
-  for (size_t i = 0; i < tokens * moe.top_k; ++i) {
+// Copies each kept choice's token into its expert's block (all E experts', expert after expert).
+void GatherChoices(std::vector<float>& gathered, const float* in, const MoeRouting& routing, int k, size_t tokens,
+                   int channels) {
+  gathered.resize(At(routing.block_begin.back(), channels));
+  for (size_t i = 0; i < tokens * k; ++i) {
     if (routing.row[i] < 0) continue;
-    std::memcpy(&a.gathered[At(routing.row[i], channels)], in + At(i / moe.top_k, channels), sizeof(float) * channels);
+    std::memcpy(&gathered[At(routing.row[i], channels)], in + At(i / k, channels), sizeof(float) * channels);
   }
-  for (int e = 0; e < moe.experts; ++e) {
-    const ExpertBlock b = BlockOf(routing, e, channels, ffn);
+}
+
+// The ranks of `experts`' group (1 without one) and this rank's index in it.
+int GroupSize(const MoeExperts* experts) { return experts && experts->group ? experts->group->size() : 1; }
+int GroupRank(const MoeExperts* experts) { return experts && experts->group ? experts->group->rank() : 0; }
+
+// Expert parallel: the dispatch's layout. Rank p's experts are a contiguous range, so its rows are one block of the
+// gathered rows; the ranks tell each other how many rows each of their experts gets (an all-to-all of E_local ints
+// per rank), and the expert rows are the received ones regrouped local expert by local expert (each expert's rows
+// from rank 0 first, then rank 1's, ...).
+void PlanDispatch(MoeActivations& a, MoeExperts& experts, int channels, int local_experts) {
+  Communicator& group = *experts.group;
+  const int ranks = group.size();
+  const MoeRouting& routing = a.routing;
+  MoeDispatchLayout& d = a.dispatch;
+  std::vector<int32_t> send_rows(static_cast<size_t>(ranks) * local_experts);
+  d.send_counts.assign(ranks, 0);
+  d.send_offsets.assign(ranks, 0);
+  for (int p = 0; p < ranks; ++p) {
+    const int first = routing.block_begin[p * local_experts], end = routing.block_begin[(p + 1) * local_experts];
+    d.send_offsets[p] = At(first, channels);
+    d.send_counts[p] = At(end - first, channels);
+    for (int e = 0; e < local_experts; ++e) {
+      const int expert = p * local_experts + e;
+      send_rows[At(p, local_experts) + e] = routing.block_begin[expert + 1] - routing.block_begin[expert];
+    }
+  }
+  d.recv_rows.assign(send_rows.size(), 0);
+  const double start = NowSeconds();
+  group.AllToAll(send_rows.data(), d.recv_rows.data(), local_experts, DataType::kInt32);
+  experts.dispatch_s += NowSeconds() - start;
+  d.recv_counts.assign(ranks, 0);
+  d.recv_offsets.assign(ranks, 0);
+  std::vector<int> first_row(ranks + 1, 0);  // of each rank's received rows
+  for (int p = 0; p < ranks; ++p) {
+    int rows = 0;
+    for (int e = 0; e < local_experts; ++e) rows += d.recv_rows[At(p, local_experts) + e];
+    first_row[p + 1] = first_row[p] + rows;
+    d.recv_offsets[p] = At(first_row[p], channels);
+    d.recv_counts[p] = At(rows, channels);
+  }
+  MoeExpertRows& x = a.experts;
+  x.block_begin.assign(local_experts + 1, 0);
+  d.source_row.clear();
+  for (int e = 0; e < local_experts; ++e) {
+    for (int p = 0; p < ranks; ++p) {
+      int row = first_row[p];
+      for (int before = 0; before < e; ++before) row += d.recv_rows[At(p, local_experts) + before];
+      for (int i = 0; i < d.recv_rows[At(p, local_experts) + e]; ++i) d.source_row.push_back(row + i);
+    }
+    x.block_begin[e + 1] = static_cast<int>(d.source_row.size());
+  }
+}
+
+// The bytes of `counts` (elements) that go to ranks other than `self`.
+uint64_t RemoteBytes(const std::vector<size_t>& counts, int self) {
+  uint64_t bytes = 0;
+  for (size_t p = 0; p < counts.size(); ++p) bytes += static_cast<int>(p) == self ? 0 : counts[p] * sizeof(float);
+  return bytes;
+}
+
+// Source rows (R, C; gathered order) to the experts' ranks, regrouped there into expert rows (R_e, C); without a
+// group the same rows. `received` is scratch.
+void Dispatch(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<float>& source,
+              std::vector<float>& expert_rows, std::vector<float>& received, int channels) {
+  if (GroupSize(experts) == 1) {
+    expert_rows = source;
+    return;
+  }
+  received.resize(At(d.recv_offsets.back(), 1) + d.recv_counts.back());
+  const double start = NowSeconds();
+  experts->group->AllToAllV(source.data(), d.send_counts, d.send_offsets, received.data(), d.recv_counts,
+                            d.recv_offsets, DataType::kFloat32);
+  experts->dispatch_s += NowSeconds() - start;
+  experts->dispatch_bytes += RemoteBytes(d.send_counts, GroupRank(experts));
+  expert_rows.resize(At(d.source_row.size(), channels));
+  for (size_t i = 0; i < d.source_row.size(); ++i) {
+    std::memcpy(&expert_rows[At(static_cast<int64_t>(i), channels)], &received[At(d.source_row[i], channels)],
+                sizeof(float) * channels);
+  }
+}
+
+// Expert rows (R_e, C) back to the ranks their tokens came from, in their gathered order (R, C): Dispatch reversed.
+void Combine(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<float>& expert_rows,
+             std::vector<float>& source, std::vector<float>& received, int channels) {
+  if (GroupSize(experts) == 1) {
+    source = expert_rows;
+    return;
+  }
+  received.resize(expert_rows.size());
+  for (size_t i = 0; i < d.source_row.size(); ++i) {
+    std::memcpy(&received[At(d.source_row[i], channels)], &expert_rows[At(static_cast<int64_t>(i), channels)],
+                sizeof(float) * channels);
+  }
+  source.resize(At(d.send_offsets.back(), 1) + d.send_counts.back());
+  const double start = NowSeconds();
+  experts->group->AllToAllV(received.data(), d.recv_counts, d.recv_offsets, source.data(), d.send_counts,
+                            d.send_offsets, DataType::kFloat32);
+  experts->combine_s += NowSeconds() - start;
+  experts->combine_bytes += RemoteBytes(d.recv_counts, GroupRank(experts));
+}
+
+// One local expert's rows of the expert rows, and its tensors.
+struct ExpertBlock {
+  int begin = 0;  // first row
+  int rows = 0;
+  size_t fc_weight = 0, fc_bias = 0, proj_weight = 0, proj_bias = 0;  // offsets of its (F, C), (F), (C, F), (C)
+};
+
+ExpertBlock BlockOf(const std::vector<int>& block_begin, int expert, int channels, int ffn) {
+  ExpertBlock block;
+  block.begin = block_begin[expert];
+  block.rows = block_begin[expert + 1] - block.begin;
+  block.fc_weight = At(expert, At(ffn, channels));
+  block.fc_bias = At(expert, ffn);
+  block.proj_weight = block.fc_weight;  // (C, F) has the size of (F, C)
+  block.proj_bias = At(expert, channels);
+  return block;
+}
+
+// Every local expert's MLP on its rows: one GEMM per expert and matrix.
+void ExpertsForward(MoeExpertRows& x, const MoeWeights& w, int ffn, int channels) {
+  const int rows = x.block_begin.back();
+  const int local_experts = static_cast<int>(x.block_begin.size()) - 1;
+  x.fc_out.resize(At(rows, ffn));
+  x.gelu_out.resize(At(rows, ffn));
+  x.out.resize(At(rows, channels));
+  for (int e = 0; e < local_experts; ++e) {
+    const ExpertBlock b = BlockOf(x.block_begin, e, channels, ffn);
     if (b.rows == 0) continue;
-    MatmulForward(&a.fc_out[At(b.begin, ffn)], &a.gathered[At(b.begin, channels)], w.fc_weight + b.fc_weight,
+    MatmulForward(&x.fc_out[At(b.begin, ffn)], &x.in[At(b.begin, channels)], w.fc_weight + b.fc_weight,
                   w.fc_bias + b.fc_bias, nullptr, b.rows, channels, ffn);
   }
-  GeluForward(a.gelu_out.data(), a.fc_out.data(), a.gelu_out.size());
-  for (int e = 0; e < moe.experts; ++e) {
-    const ExpertBlock b = BlockOf(routing, e, channels, ffn);
+  GeluForward(x.gelu_out.data(), x.fc_out.data(), x.gelu_out.size());
+  for (int e = 0; e < local_experts; ++e) {
+    const ExpertBlock b = BlockOf(x.block_begin, e, channels, ffn);
     if (b.rows == 0) continue;
-    MatmulForward(&a.expert_out[At(b.begin, channels)], &a.gelu_out[At(b.begin, ffn)], w.proj_weight + b.proj_weight,
+    MatmulForward(&x.out[At(b.begin, channels)], &x.gelu_out[At(b.begin, ffn)], w.proj_weight + b.proj_weight,
                   w.proj_bias + b.proj_bias, nullptr, b.rows, ffn, channels);
   }
 }
 
-// out[t] = residual[t] + Σ over t's kept choices of gate · expert output.
-void CombineOutputs(float* out, const float* residual, const MoeActivations& a, int k, size_t tokens, int channels) {
+// out[t] = residual[t] + Σ over t's kept choices of gate · expert output (expert_out: R rows in gathered order).
+void CombineOutputs(float* out, const float* residual, const MoeRouting& routing, const std::vector<float>& expert_out,
+                    int k, size_t tokens, int channels) {
   for (size_t t = 0; t < tokens; ++t) {
     float* o = out + At(t, channels);
     if (residual != nullptr) {
@@ -129,47 +234,73 @@ void CombineOutputs(float* out, const float* residual, const MoeActivations& a, 
       std::fill(o, o + channels, 0.0f);
     }
     for (int j = 0; j < k; ++j) {
-      const int row = a.routing.row[At(t, k) + j];
+      const int row = routing.row[At(t, k) + j];
       if (row < 0) continue;
-      const float gate = a.routing.gate[At(t, k) + j];
-      const float* y = &a.expert_out[At(row, channels)];
+      const float gate = routing.gate[At(t, k) + j];
+      const float* y = &expert_out[At(row, channels)];
       for (int c = 0; c < channels; ++c) o[c] += gate * y[c];
     }
   }
 }
 
+// The local experts this rank holds of E over the group; throws std::logic_error unless the group divides E.
+int LocalExperts(const MoeConfig& moe, const MoeExperts* experts) {
+  const int ranks = GroupSize(experts);
+  if (moe.experts % ranks != 0) throw std::logic_error("expert parallel: the group does not divide the experts");
+  if (experts && experts->group && experts->group->memory() != MemoryKind::kHost) {
+    throw std::logic_error("the CPU MoE layer needs a host-memory expert group");
+  }
+  return moe.experts / ranks;
+}
+
 }  // namespace
 
 void MoeForward(MoeActivations& activations, float* out, const float* in, const float* residual,
-                const MoeWeights& weights, const MoeConfig& moe, size_t tokens, int channels) {
-  RouteTokens(activations.routing, in, weights.router, moe, tokens, channels);
-  AssignRows(activations.routing, moe, tokens);
-  activations.aux_loss = AuxLossOf(activations.routing, moe, tokens);
-  RunExperts(activations, in, weights, moe, tokens, channels);
-  CombineOutputs(out, residual, activations, moe.top_k, tokens, channels);
+                const MoeWeights& weights, const MoeConfig& moe, size_t tokens, int channels, MoeExperts* experts) {
+  MoeActivations& a = activations;
+  const int local_experts = LocalExperts(moe, experts);
+  RouteTokens(a.routing, in, weights.router, moe, tokens, channels);
+  AssignRows(a.routing, moe, tokens);
+  a.aux_loss = AuxLossOf(a.routing, moe, tokens);
+  if (GroupSize(experts) == 1) {
+    GatherChoices(a.experts.in, in, a.routing, moe.top_k, tokens, channels);
+    a.experts.block_begin = a.routing.block_begin;
+    ExpertsForward(a.experts, weights, moe.expert_ffn, channels);
+    CombineOutputs(out, residual, a.routing, a.experts.out, moe.top_k, tokens, channels);
+    return;
+  }
+  GatherChoices(a.gathered, in, a.routing, moe.top_k, tokens, channels);
+  PlanDispatch(a, *experts, channels, local_experts);
+  std::vector<float> received;
+  Dispatch(a.dispatch, experts, a.gathered, a.experts.in, received, channels);
+  ExpertsForward(a.experts, weights, moe.expert_ffn, channels);
+  Combine(a.dispatch, experts, a.experts.out, a.expert_out, received, channels);
+  CombineOutputs(out, residual, a.routing, a.expert_out, moe.top_k, tokens, channels);
 }
 
 namespace {
 
 // MoeBackward's scratch: the gradients of the forward tensors of the same names.
 struct BackwardBuffers {
-  std::vector<float> expert_out;  // (R, C)
-  std::vector<float> hidden;      // (R, F): of gelu_out, then of fc_out in place
-  std::vector<float> gathered;    // (R, C)
-  std::vector<float> gate;        // (N, K)
+  std::vector<float> expert_out;   // (R, C) gathered order, this rank's choices
+  std::vector<float> gate;         // (N, K)
+  std::vector<float> rows_out;     // (R_e, C) of the expert rows' outputs
+  std::vector<float> hidden;       // (R_e, F): of gelu_out, then of fc_out in place
+  std::vector<float> rows_in;      // (R_e, C) of the expert rows' inputs
+  std::vector<float> gathered;     // (R, C) gathered order: of this rank's choices' inputs
+  std::vector<float> received;     // the all-to-alls' scratch
 };
 
 // d loss / d expert_out = gate · out_grad[t] for each kept choice, and d loss / d gate = out_grad[t] · expert_out.
-void OutputBackward(BackwardBuffers& g, const float* out_grad, const MoeActivations& a, int k, size_t tokens,
-                    int channels) {
-  const MoeRouting& routing = a.routing;
-  g.expert_out.resize(a.expert_out.size());
+void OutputBackward(BackwardBuffers& g, const float* out_grad, const MoeRouting& routing,
+                    const std::vector<float>& expert_out, int k, size_t tokens, int channels) {
+  g.expert_out.resize(expert_out.size());
   g.gate.assign(tokens * k, 0.0f);
   for (size_t i = 0; i < tokens * k; ++i) {
     const int row = routing.row[i];
     if (row < 0) continue;  // a dropped choice has no output, and so no gradient
     const float* dy = out_grad + At(i / k, channels);
-    const float* y = &a.expert_out[At(row, channels)];
+    const float* y = &expert_out[At(row, channels)];
     float* dexpert = &g.expert_out[At(row, channels)];
     float dot = 0.0f;
     for (int c = 0; c < channels; ++c) {
@@ -180,25 +311,25 @@ void OutputBackward(BackwardBuffers& g, const float* out_grad, const MoeActivati
   }
 }
 
-// Through each expert's proj, GELU and fc, block by block: one GEMM per expert and gradient.
-void ExpertsBackward(BackwardBuffers& g, const MoeGradients& dw, const MoeWeights& w, const MoeActivations& a,
-                     const MoeConfig& moe, int channels) {
-  const int ffn = moe.expert_ffn;
-  g.hidden.resize(a.fc_out.size());
-  g.gathered.resize(a.gathered.size());
-  for (int e = 0; e < moe.experts; ++e) {
-    const ExpertBlock b = BlockOf(a.routing, e, channels, ffn);
+// Through each local expert's proj, GELU and fc, block by block: one GEMM per expert and gradient.
+void ExpertsBackward(BackwardBuffers& g, const MoeGradients& dw, const MoeWeights& w, const MoeExpertRows& x, int ffn,
+                     int channels) {
+  const int local_experts = static_cast<int>(x.block_begin.size()) - 1;
+  g.hidden.resize(x.fc_out.size());
+  g.rows_in.resize(x.in.size());
+  for (int e = 0; e < local_experts; ++e) {
+    const ExpertBlock b = BlockOf(x.block_begin, e, channels, ffn);
     if (b.rows == 0) continue;
     MatmulBackward(&g.hidden[At(b.begin, ffn)], dw.proj_weight + b.proj_weight, dw.proj_bias + b.proj_bias,
-                   &g.expert_out[At(b.begin, channels)], &a.gelu_out[At(b.begin, ffn)], w.proj_weight + b.proj_weight,
+                   &g.rows_out[At(b.begin, channels)], &x.gelu_out[At(b.begin, ffn)], w.proj_weight + b.proj_weight,
                    b.rows, ffn, channels);
   }
-  GeluBackward(g.hidden.data(), a.fc_out.data(), g.hidden.size());
-  for (int e = 0; e < moe.experts; ++e) {
-    const ExpertBlock b = BlockOf(a.routing, e, channels, ffn);
+  GeluBackward(g.hidden.data(), x.fc_out.data(), g.hidden.size());
+  for (int e = 0; e < local_experts; ++e) {
+    const ExpertBlock b = BlockOf(x.block_begin, e, channels, ffn);
     if (b.rows == 0) continue;
-    MatmulBackward(&g.gathered[At(b.begin, channels)], dw.fc_weight + b.fc_weight, dw.fc_bias + b.fc_bias,
-                   &g.hidden[At(b.begin, ffn)], &a.gathered[At(b.begin, channels)], w.fc_weight + b.fc_weight, b.rows,
+    MatmulBackward(&g.rows_in[At(b.begin, channels)], dw.fc_weight + b.fc_weight, dw.fc_bias + b.fc_bias,
+                   &g.hidden[At(b.begin, ffn)], &x.in[At(b.begin, channels)], w.fc_weight + b.fc_weight, b.rows,
                    channels, ffn);
   }
 }
@@ -232,11 +363,16 @@ std::vector<float> RouterLogitGrad(const BackwardBuffers& g, float aux_loss_grad
 
 void MoeBackward(float* in_grad, const MoeGradients& gradients, const float* out_grad, float aux_loss_grad,
                  const float* in, const MoeWeights& weights, const MoeActivations& activations, const MoeConfig& moe,
-                 size_t tokens, int channels) {
-  const MoeRouting& routing = activations.routing;
+                 size_t tokens, int channels, MoeExperts* experts) {
+  const MoeActivations& a = activations;
+  const MoeRouting& routing = a.routing;
+  LocalExperts(moe, experts);
+  const bool local = GroupSize(experts) == 1;
   BackwardBuffers g;
-  OutputBackward(g, out_grad, activations, moe.top_k, tokens, channels);
-  ExpertsBackward(g, gradients, weights, activations, moe, channels);
+  OutputBackward(g, out_grad, routing, local ? a.experts.out : a.expert_out, moe.top_k, tokens, channels);
+  Dispatch(a.dispatch, experts, g.expert_out, g.rows_out, g.received, channels);
+  ExpertsBackward(g, gradients, weights, a.experts, moe.expert_ffn, channels);
+  Combine(a.dispatch, experts, g.rows_in, g.gathered, g.received, channels);
   const std::vector<float> logit_grad = RouterLogitGrad(g, aux_loss_grad, routing, moe, tokens);
   // The router's input gradient overwrites in_grad; each kept choice's expert input gradient adds to its token's.
   MatmulBackward(in_grad, gradients.router, nullptr, logit_grad.data(), in, weights.router, tokens, channels,

@@ -11,32 +11,48 @@
 //   aux loss: coef · E · Σ_i f_i · P_i (moe_math.h), f_i over the choices before dropping.
 // Backward gives the input gradient and the router's and experts' weight gradients, through the gate weights (their
 // renormalization included) and through the aux loss (P_i; f_i counts, which have no gradient).
+// Expert parallel (MoeExperts::group of EP ranks): rank r holds experts [r·E/EP, (r+1)·E/EP); each rank routes its own
+// tokens (capacity over its own N, as Megatron's router drops before dispatch), sends each kept choice's row to its
+// expert's rank (dispatch: Communicator::AllToAllV), which runs its experts on what it received from every rank, and
+// gets the outputs back (combine); backward sends the output gradients the same way and the input gradients back.
+// Every rank of the group routes the same way as one rank running its batch alone, so the losses match.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "communicator.h"
 #include "model_config.h"
 
 namespace tb::cpu {
 
-// A layer's weights, the E experts' tensors one after the other (an expert parallel rank holds a contiguous range).
+// A layer's weights: the router (all E experts'), and the experts' tensors one after the other, of the experts this
+// rank holds (all E, or E/EP of them under expert parallel).
 struct MoeWeights {
   const float* router = nullptr;       // (E, C), no bias
-  const float* fc_weight = nullptr;    // (E, F, C)
-  const float* fc_bias = nullptr;      // (E, F)
-  const float* proj_weight = nullptr;  // (E, C, F)
-  const float* proj_bias = nullptr;    // (E, C)
+  const float* fc_weight = nullptr;    // (E_local, F, C)
+  const float* fc_bias = nullptr;      // (E_local, F)
+  const float* proj_weight = nullptr;  // (E_local, C, F)
+  const float* proj_bias = nullptr;    // (E_local, C)
 };
 
 // Their gradients, in the same shapes; MoeBackward adds (+=) into them.
 struct MoeGradients {
   float* router = nullptr;       // (E, C)
-  float* fc_weight = nullptr;    // (E, F, C)
-  float* fc_bias = nullptr;      // (E, F)
-  float* proj_weight = nullptr;  // (E, C, F)
-  float* proj_bias = nullptr;    // (E, C)
+  float* fc_weight = nullptr;    // (E_local, F, C)
+  float* fc_bias = nullptr;      // (E_local, F)
+  float* proj_weight = nullptr;  // (E_local, C, F)
+  float* proj_bias = nullptr;    // (E_local, C)
+};
+
+// Where the experts are, and what their all-to-alls moved and took (added to by MoeForward and MoeBackward).
+struct MoeExperts {
+  Communicator* group = nullptr;  // expert parallel over its ranks (host memory: mpi); null: every expert here
+  double dispatch_s = 0;          // host seconds in the dispatch all-to-alls (forward's and backward's)
+  double combine_s = 0;           // and in the combine all-to-alls
+  uint64_t dispatch_bytes = 0;    // token rows this rank sent to other ranks' experts (fp32; to itself not counted)
+  uint64_t combine_bytes = 0;     // expert output rows (and input gradients) it sent back to other ranks
 };
 
 // Where each token went: set by MoeForward, read by MoeBackward. Choice i = t·K + j is token t's j-th choice.
@@ -51,25 +67,45 @@ struct MoeRouting {
   int64_t dropped = 0;            // choices past their expert's capacity
 };
 
+// The rows this rank's experts run on: R_e of them, local expert after local expert.
+struct MoeExpertRows {
+  std::vector<int> block_begin;  // (E_local + 1) local expert e's rows are [block_begin[e], block_begin[e + 1])
+  std::vector<float> in;         // (R_e, C)
+  std::vector<float> fc_out;     // (R_e, F) before GELU
+  std::vector<float> gelu_out;   // (R_e, F)
+  std::vector<float> out;        // (R_e, C) before the gate weights
+};
+
+// Expert parallel: the all-to-alls' layout, in elements (rows · C), one count and offset per rank of the group, and
+// which received row each of the expert rows is.
+struct MoeDispatchLayout {
+  std::vector<size_t> send_counts, send_offsets, recv_counts, recv_offsets;
+  std::vector<int32_t> recv_rows;  // (EP, E_local) rows from each rank for each local expert
+  std::vector<int> source_row;     // (R_e) expert row i is received row source_row[i]
+};
+
 // What MoeForward keeps for backward; R = the kept choices (block_begin[E]).
 struct MoeActivations {
   MoeRouting routing;
-  std::vector<float> gathered;    // (R, C) each expert's tokens, expert after expert
-  std::vector<float> fc_out;      // (R, F) before GELU
-  std::vector<float> gelu_out;    // (R, F)
-  std::vector<float> expert_out;  // (R, C) before the gate weights
+  std::vector<float> gathered;    // (R, C) the kept choices' tokens, expert after expert (all E); empty without EP
+  MoeExpertRows experts;          // what this rank's experts ran on (without EP: gathered itself)
+  MoeDispatchLayout dispatch;     // expert parallel only
+  std::vector<float> expert_out;  // (R, C) the kept choices' expert outputs, back from their experts (with EP)
   float aux_loss = 0.0f;          // coef · E · Σ f_i · P_i
 };
 
 // out (N, C) = residual (N, C) + the experts' gated outputs; residual may be null (then 0). N·K < 2^31.
+// `experts`: where the experts are (null: all here); every rank of its group must call together.
 void MoeForward(MoeActivations& activations, float* out, const float* in, const float* residual,
-                const MoeWeights& weights, const MoeConfig& moe, size_t tokens, int channels);
+                const MoeWeights& weights, const MoeConfig& moe, size_t tokens, int channels,
+                MoeExperts* experts = nullptr);
 
 // in_grad (N, C) = d loss / d in (overwritten), from out_grad (N, C) = d loss / d out and aux_loss_grad = d loss /
 // d aux_loss (1 when the aux loss is added to the loss as it is). Parameter gradients are accumulated.
+// Under expert parallel the experts' weight gradients are over the tokens every rank of the group sent them.
 void MoeBackward(float* in_grad, const MoeGradients& gradients, const float* out_grad, float aux_loss_grad,
                  const float* in, const MoeWeights& weights, const MoeActivations& activations, const MoeConfig& moe,
-                 size_t tokens, int channels);
+                 size_t tokens, int channels, MoeExperts* experts = nullptr);
 
 // How evenly a batch spread over the experts.
 struct MoeLoadStats {

@@ -15,7 +15,9 @@
 
 #include "cpu_flat_model.h"
 #include "cpu_kernels.h"
+#include "cpu_moe.h"
 #include "error.h"
+#include "moe_stats.h"
 #include "transformer.h"
 #include "units.h"
 
@@ -34,9 +36,10 @@ struct BlockActivations {
   float* ln2 = nullptr;        // (N, C)
   float* ln2_mean = nullptr;   // (N)
   float* ln2_rstd = nullptr;   // (N)
-  float* fch = nullptr;        // (N, 4C) MLP hidden, before GELU
+  float* fch = nullptr;        // (N, 4C) MLP hidden, before GELU (a dense block's)
   float* fch_gelu = nullptr;   // (N, 4C)
-  float* residual3 = nullptr;  // (N, C) residual after the MLP: the block's output
+  float* residual3 = nullptr;  // (N, C) residual after the MLP or MoE layer: the block's output
+  cpu::MoeActivations moe;     // an MoE block's routing and experts' activations (sized by MoeForward)
 };
 
 // One micro-batch slot: its batch, and what its Forward keeps for its Backward, all in `storage` (its own, so that a
@@ -91,18 +94,21 @@ void LayOutActivations(std::vector<float>& storage, size_t tokens, const Point& 
   point(take);
 }
 
-class CpuTransformer : public CpuFlatModel {
+class CpuTransformer : public CpuFlatModel, public MoeStatsSource {
  public:
   // `placement`: resolved over MakeLayout(config).
   CpuTransformer(const ModelConfig& config, uint64_t seed, const ModelPlacement& placement)
       : CpuFlatModel(config, MakeLayout(config), placement),
         units_(ParameterUnits(layout_)),
-        // The whole model's: a stage holds whole units, or wte alone at the head of the embeddings' unit, so their
+        // The whole model's (its experts under expert parallel): a stage holds whole units, or wte alone at the head of the embeddings' unit, so their
         // unit-local offsets are the stage's too (UnitOffsets cannot walk past the empty units a stage leaves).
-        unit_offsets_(UnitOffsets(MakeLayout(config), ParameterUnits(MakeLayout(config)))),
+        unit_offsets_(UnitOffsets(ExpertLayout(MakeLayout(config), placement.experts),
+                                  ParameterUnits(ExpertLayout(MakeLayout(config), placement.experts)))),
         adamw_ranges_(PlacementAdamWRanges(config, layout_, placement_)),
         slots_(stage().slots),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
+    moe_stats_.Reset(MoeBlockCount(config_), config_.moe ? config_.moe->experts : 0);
+    moe_experts_.group = placement_.experts.group;
     if (placement_.fsdp.enabled()) {
       InitializeFsdpShards(config_, layout_, placement_.fsdp, seed, params_.data());
     } else {
@@ -118,6 +124,16 @@ class CpuTransformer : public CpuFlatModel {
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
   StageEdges stage_edges() override;
+  MoeStepStats TakeMoeStats() override {
+    MoeStepStats taken = moe_stats_;
+    taken.dispatch_s = moe_experts_.dispatch_s;
+    taken.combine_s = moe_experts_.combine_s;
+    taken.dispatch_bytes = moe_experts_.dispatch_bytes;
+    taken.combine_bytes = moe_experts_.combine_bytes;
+    moe_stats_.Reset(taken.blocks, taken.experts);
+    moe_experts_ = cpu::MoeExperts{placement_.experts.group};
+    return taken;
+  }
   ModelStateBytes state_bytes() const override {
     ModelStateBytes bytes = CpuFlatModel::state_bytes();
     double floats = static_cast<double>(backward_scratch_.size() + attention_scratch_.size());
@@ -159,6 +175,8 @@ class CpuTransformer : public CpuFlatModel {
   float* channel_grad_ = nullptr;  // (N, C) gradient of a LayerNorm output or of the attention output
   float* hidden_grad_ = nullptr;   // (N, 4C) gradient of the MLP hidden, and later of qkv (N, 3C)
   std::vector<float> attention_scratch_;  // (2, block rows, maxT)
+  MoeStepStats moe_stats_;  // since the last TakeMoeStats
+  cpu::MoeExperts moe_experts_;  // where the experts are (placement_.experts.group), and its all-to-alls' figures
 };
 
 void CpuTransformer::ReserveActivations(MicroBatchSlot& micro_batch, size_t tokens) {
@@ -182,8 +200,9 @@ void CpuTransformer::ReserveActivations(MicroBatchSlot& micro_batch, size_t toke
         a.ln2 = take(n * c);
         a.ln2_mean = take(n);
         a.ln2_rstd = take(n);
-        a.fch = take(n * hidden);
-        a.fch_gelu = take(n * hidden);
+        const size_t mlp = IsMoeBlock(config_, l) ? 0 : hidden;  // an MoE block's are in a.moe
+        a.fch = take(n * mlp);
+        a.fch_gelu = take(n * mlp);
         a.residual3 = take(n * c);
       }
       if (stage().last()) {
@@ -254,6 +273,7 @@ void CpuTransformer::Forward() {
                         Tensor(embeddings, kWpeSlot), micro_batch.batch, micro_batch.seq, config_.d_model);
   }
   for (int l = stage().first_layer; l < stage().end_layer; ++l) BlockForward(micro_batch, l);
+  ++moe_stats_.forwards;
   // A stage before the last has no loss.
   micro_batch.loss =
       stage().last() ? HeadForward(micro_batch, embeddings) : std::numeric_limits<float>::quiet_NaN();
@@ -296,9 +316,15 @@ void CpuTransformer::BlockForward(MicroBatchSlot& micro_batch, int l) {
   BeginOp(OpKind::kLayerNorm, false);
   cpu::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w(kLn2Weight), w(kLn2Bias), n, c);
   BeginOp(OpKind::kMlp, false);
-  cpu::MatmulForward(a.fch, a.ln2, w(kFcWeight), w(kFcBias), nullptr, n, c, hidden);
-  cpu::GeluForward(a.fch_gelu, a.fch, n * hidden);
-  cpu::MatmulForward(a.residual3, a.fch_gelu, w(kMlpProjWeight), w(kMlpProjBias), a.residual2, n, hidden, c);
+  if (IsMoeBlock(config_, l)) {
+    const cpu::MoeWeights weights{w(kRouterWeight), w(kFcWeight), w(kFcBias), w(kMlpProjWeight), w(kMlpProjBias)};
+    cpu::MoeForward(a.moe, a.residual3, a.ln2, a.residual2, weights, *config_.moe, n, c, &moe_experts_);
+    moe_stats_.AddBlock(l / config_.moe->every, a.moe.routing.assigned, a.moe.routing.dropped, a.moe.aux_loss);
+  } else {
+    cpu::MatmulForward(a.fch, a.ln2, w(kFcWeight), w(kFcBias), nullptr, n, c, hidden);
+    cpu::GeluForward(a.fch_gelu, a.fch, n * hidden);
+    cpu::MatmulForward(a.residual3, a.fch_gelu, w(kMlpProjWeight), w(kMlpProjBias), a.residual2, n, hidden, c);
+  }
   Access().ParametersDone(BlockUnit(l));
 }
 
@@ -381,11 +407,22 @@ void CpuTransformer::BlockBackward(MicroBatchSlot& micro_batch, int l, const std
   const float* residual = Residual(micro_batch, l);
   float* residual_grad = micro_batch.residual_grad;
   BeginOp(OpKind::kMlp, true);
-  cpu::MatmulBackward(hidden_grad_, g(kMlpProjWeight), g(kMlpProjBias), residual_grad, a.fch_gelu,
-                      w(kMlpProjWeight), n, hidden, c);
+  if (IsMoeBlock(config_, l)) {
+    const cpu::MoeWeights weights{w(kRouterWeight), w(kFcWeight), w(kFcBias), w(kMlpProjWeight), w(kMlpProjBias)};
+    const cpu::MoeGradients grads{g(kRouterWeight), g(kFcWeight), g(kFcBias), g(kMlpProjWeight), g(kMlpProjBias)};
+    // The aux loss is added to the loss as it is, so its gradient is the loss gradient's scale.
+    cpu::MoeBackward(channel_grad_, grads, residual_grad, gradient_scale_, a.ln2, weights, a.moe, *config_.moe, n, c,
+                     &moe_experts_);
+    ready(BlockSlot(l, kRouterWeight));
+  } else {
+    cpu::MatmulBackward(hidden_grad_, g(kMlpProjWeight), g(kMlpProjBias), residual_grad, a.fch_gelu,
+                        w(kMlpProjWeight), n, hidden, c);
+    cpu::GeluBackward(hidden_grad_, a.fch, n * hidden);
+  }
   ready_pair(kMlpProjWeight, kMlpProjBias);
-  cpu::GeluBackward(hidden_grad_, a.fch, n * hidden);
-  cpu::MatmulBackward(channel_grad_, g(kFcWeight), g(kFcBias), hidden_grad_, a.ln2, w(kFcWeight), n, c, hidden);
+  if (!IsMoeBlock(config_, l)) {
+    cpu::MatmulBackward(channel_grad_, g(kFcWeight), g(kFcBias), hidden_grad_, a.ln2, w(kFcWeight), n, c, hidden);
+  }
   ready_pair(kFcWeight, kFcBias);
   BeginOp(OpKind::kLayerNorm, true);
   cpu::LayerNormBackward(residual_grad, g(kLn2Weight), g(kLn2Bias), channel_grad_, a.residual2, w(kLn2Weight),
@@ -431,7 +468,7 @@ std::unique_ptr<Transformer> MakeCpuTransformer(const ModelConfig& config, uint6
   try {
     return std::make_unique<CpuTransformer>(config, seed, resolved);
   } catch (const std::bad_alloc&) {
-    const std::vector<TensorSlot> held = StageLayout(layout, resolved.stage);
+    const std::vector<TensorSlot> held = HeldLayout(layout, resolved);
     const uint64_t bytes = 4 * sizeof(float) * (held.back().offset + held.back().count);
     throw RuntimeError("the CPU transformer for model '" + config.name + "' could not allocate " +
                        FormatBytes(bytes) + " for fp32 parameters, gradients and AdamW moments HINT: run fewer " +

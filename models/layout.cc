@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "communicator.h"
 #include "cpu_parallel.h"
 #include "error.h"
 #include "peaks.h"
@@ -188,13 +189,47 @@ std::vector<TensorSlot> StageLayout(const std::vector<TensorSlot>& layout, const
   return staged;
 }
 
+bool IsExpertSlot(const std::vector<TensorSlot>& layout, size_t slot) {
+  if (slot < kFirstBlockSlot || layout.size() < kFirstBlockSlot + 2) return false;
+  const size_t layers = (layout.size() - kFirstBlockSlot - 2) / kBlockTensors;
+  if (slot >= LnfWeightSlot(static_cast<int>(layers))) return false;
+  const size_t tensor = (slot - kFirstBlockSlot) % kBlockTensors;
+  const size_t router = slot - tensor + kRouterWeight;
+  return tensor >= kFcWeight && tensor <= kMlpProjBias && layout.at(router).count > 0;
+}
+
+std::vector<TensorSlot> ExpertLayout(const std::vector<TensorSlot>& layout, const ExpertPlacement& experts) {
+  if (experts.parallel < 1 || experts.rank < 0 || experts.rank >= experts.parallel) {
+    throw std::logic_error("expert parallel: rank " + std::to_string(experts.rank) + " of " +
+                           std::to_string(experts.parallel));
+  }
+  std::vector<TensorSlot> held = layout;
+  size_t offset = 0;
+  for (size_t i = 0; i < held.size(); ++i) {
+    held[i].offset = offset;
+    if (IsExpertSlot(layout, i)) {
+      if (layout[i].count % experts.parallel != 0) {
+        throw std::logic_error("expert parallel: " + layout[i].name + " does not divide over the ranks");
+      }
+      held[i].count = layout[i].count / experts.parallel;
+      held[i].first = layout[i].first + held[i].count * experts.rank;
+    }
+    offset += held[i].count;
+  }
+  return held;
+}
+
+std::vector<TensorSlot> HeldLayout(const std::vector<TensorSlot>& layout, const ModelPlacement& placement) {
+  return ExpertLayout(StageLayout(layout, placement.stage), placement.experts);
+}
+
 void InitializeStageParameters(const ModelConfig& config, const std::vector<TensorSlot>& layout,
                                const std::vector<TensorSlot>& stage_layout, uint64_t seed, float* params) {
   for (size_t s = 0; s < layout.size(); ++s) {
     const TensorSlot& held = stage_layout.at(s);
     if (held.count == 0) continue;
-    InitializeParameterRange(config, layout, seed, layout[s].offset, layout[s].offset + held.count,
-                             params + held.offset);
+    const size_t begin = layout[s].offset + held.first;
+    InitializeParameterRange(config, layout, seed, begin, begin + held.count, params + held.offset);
   }
 }
 
@@ -268,7 +303,22 @@ ModelPlacement ResolvePlacement(const ModelConfig& config, const std::vector<Ten
                                  });
     if (!same) throw std::logic_error("fsdp: the layout's units are not the model's");
   }
-  const std::vector<TensorSlot> held = StageLayout(layout, resolved.stage);
+  const ExpertPlacement& experts = placement.experts;
+  if (experts.split()) {
+    const int total = config.moe ? config.moe->experts : 0;
+    if (total == 0 || total % experts.parallel != 0) {
+      throw InputError("expert parallel " + std::to_string(experts.parallel) + " does not divide the " +
+                       std::to_string(total) + " experts of model '" + config.name + "'");
+    }
+    if (experts.group == nullptr || experts.group->size() != experts.parallel ||
+        experts.group->rank() != experts.rank) {
+      throw std::logic_error("expert parallel: the group is not this rank's place among the experts");
+    }
+    if (placement.fsdp.enabled() || placement.shard.sharded() || resolved.stage.split()) {
+      throw InputError("expert parallel with zero1, fsdp or pipeline stages is not built (--parallel dp)");
+    }
+  }
+  const std::vector<TensorSlot> held = HeldLayout(layout, resolved);
   resolved.shard = ResolveShard(placement.shard, held.back().offset + held.back().count);
   return resolved;
 }
@@ -365,10 +415,20 @@ std::vector<TensorSlot> MakeLayout(const ModelConfig& config) {
     add(prefix + "attn.proj.bias", channels, l, false);                // (C)
     add(prefix + "ln2.weight", channels, l, false);                    // (C)
     add(prefix + "ln2.bias", channels, l, false);                      // (C)
-    add(prefix + "mlp.fc.weight", hidden * channels, l, true);         // (4C, C)
-    add(prefix + "mlp.fc.bias", hidden, l, false);                     // (4C)
-    add(prefix + "mlp.proj.weight", channels * hidden, l, true);       // (C, 4C)
-    add(prefix + "mlp.proj.bias", channels, l, false);                 // (C)
+    if (IsMoeBlock(config, l)) {
+      const size_t experts = config.moe->experts, ffn = config.moe->expert_ffn;
+      add(prefix + "moe.fc.weight", experts * ffn * channels, l, true);    // (E, F, C)
+      add(prefix + "moe.fc.bias", experts * ffn, l, false);                // (E, F)
+      add(prefix + "moe.proj.weight", experts * channels * ffn, l, true);  // (E, C, F)
+      add(prefix + "moe.proj.bias", experts * channels, l, false);         // (E, C)
+      add(prefix + "moe.router.weight", experts * channels, l, true);      // (E, C)
+    } else {
+      add(prefix + "mlp.fc.weight", hidden * channels, l, true);    // (4C, C)
+      add(prefix + "mlp.fc.bias", hidden, l, false);                // (4C)
+      add(prefix + "mlp.proj.weight", channels * hidden, l, true);  // (C, 4C)
+      add(prefix + "mlp.proj.bias", channels, l, false);            // (C)
+      add(prefix + "moe.router.weight", 0, l, true);                // none: a dense block
+    }
   }
   add("lnf.weight", channels, -1, false);  // (C)
   add("lnf.bias", channels, -1, false);    // (C)

@@ -9,6 +9,7 @@
 #include "fsdp.h"
 #include "error.h"
 #include "gradient_buckets.h"
+#include "moe_stats.h"
 #include "random.h"
 #include "tensor_parallel.h"
 
@@ -17,6 +18,14 @@ namespace tb {
 std::vector<GradientTensor> GradientTensors(const std::vector<TensorSlot>& layout) {
   std::vector<GradientTensor> tensors;
   for (const TensorSlot& slot : layout) tensors.push_back({slot.offset, slot.count});
+  return tensors;
+}
+
+std::vector<GradientTensor> DataParallelGradientTensors(const std::vector<TensorSlot>& layout, bool expert_parallel) {
+  std::vector<GradientTensor> tensors = GradientTensors(layout);
+  if (expert_parallel) {
+    for (size_t s = 0; s < layout.size(); ++s) tensors[s].reduced = !IsExpertSlot(layout, s);
+  }
   return tensors;
 }
 
@@ -127,18 +136,20 @@ class TrainingSteps {
  public:
   TrainingSteps(Communicator& comm, Transformer& model, const TrainLoopOptions& o)
       : comm_(comm), model_(model), o_(o), clock_(model.MakePhaseClock()), marks_(*clock_),
-        tensor_parallel_(TensorParallelStatsOf(model)), stage_(model.placement().stage) {
+        tensor_parallel_(TensorParallelStatsOf(model)), moe_(MoeStatsOf(model)), stage_(model.placement().stage) {
+    moe_step_.Reset(MoeBlockCount(model.config()), model.config().moe ? model.config().moe->experts : 0);
     if (o.grad_accum < 1) throw std::logic_error("grad_accum must be at least 1");
     if (o.parallel == ParallelMode::kZero1) CheckZeroOneShard(comm, model);
     // One data-parallel rank has nothing to synchronise: no buckets (NCCL would still copy every gradient).
     if (o.parallel == ParallelMode::kDp && comm.size() > 1) {
       reducer_ = std::make_unique<BucketedAllReduce>(comm, model.gradients(), DataType::kFloat32,
-                                                     GradientTensors(model.layout()),
+                                                     DataParallelGradientTensors(model.layout(), expert_parallel()),
                                                      static_cast<size_t>(o.bucket_mb * 1024 * 1024), o.overlap);
     } else if (o.parallel == ParallelMode::kFsdp) {
       gatherer_ = std::make_unique<FsdpGatherer>(comm, model, o.overlap);
     }
     if (o.pipeline != nullptr) StartPipeline();
+    if (expert_parallel()) CheckExpertParallel();
     if (o.working_bytes) *o.working_bytes = gatherer_ ? gatherer_->working_bytes() : 0;
     // The step's gradient is that of the mean loss over its micro-batches.
     model.SetGradientScale(1.0f / static_cast<float>(o.grad_accum));
@@ -221,6 +232,7 @@ class TrainingSteps {
   }
 
   StepRecord BeginRecord(int step) {
+    if (moe_) moe_step_.Reset(moe_step_.blocks, moe_step_.experts);
     StepRecord r;
     r.step = step;
     r.warmup = step < o_.warmup_steps;
@@ -232,6 +244,12 @@ class TrainingSteps {
   // After the update: the phases, the loss, the hooks, the step's time and tokens.
   StepRecord FinishRecord(int step, double loss, const ModeWaits& waits, StepRecord& r) {
     TakePhases(waits, r);
+    if (moe_) {
+      r.moe_choices = moe_step_.choices;
+      r.moe_dropped = moe_step_.dropped;
+      r.moe_max_over_mean = moe_step_.max_over_mean();
+      r.moe_aux_loss = moe_step_.aux_loss();
+    }
     if (op_times_) op_times_->TakeInto(r.op_s);
     r.loss = loss;
     HostOf(o_).InEachStep();
@@ -298,6 +316,7 @@ class TrainingSteps {
     const TensorParallelComm activations = TakeActivationComm();
     waits.forward_s += activations.seconds + (gatherer_ ? gatherer_->waited_s() - gather_waits : 0.0);
     AddActivations(activations, r);
+    waits.forward_s += TakeMoe(r);
   }
 
   // Backward of one micro-batch: the first of a step writes the gradients, the others add to them. dp starts its
@@ -319,6 +338,7 @@ class TrainingSteps {
     const TensorParallelComm activations = TakeActivationComm();
     waits.backward_s += activations.seconds;
     AddActivations(activations, r);
+    waits.backward_s += TakeMoe(r);
     if (gatherer_) {
       waits.backward_s += gatherer_->waited_s() - backward_start_waits;
       const FsdpTiming timing = gatherer_->Finish();  // the last reduce-scatters (cumulative over the micro-batches)
@@ -406,6 +426,7 @@ class TrainingSteps {
       r.comm_total_s += r.comm_activation_s;  // beside the gatherer's, set by the last micro-batch
     }
     SyncTiedEmbedding(r);
+    SyncExperts(r);
     OptimizerStep(model_, o_, step, r);
     marks_.Mark(Phase::kOptimizer);
   }
@@ -439,6 +460,57 @@ class TrainingSteps {
     r.optimizer_s = std::max(0.0, Of(seconds, Phase::kOptimizer) - r.checkpoint_stall_s);
   }
 
+  // Expert parallel: the checks, and that the experts' gradients have a group to be summed over.
+  bool expert_parallel() const { return model_.placement().experts.split(); }
+  void CheckExpertParallel() const {
+    if (o_.parallel != ParallelMode::kDp) throw std::logic_error("expert parallel: dp across the ranks only");
+    if (o_.expert_data == nullptr) throw std::logic_error("expert parallel: no group for the experts' gradients");
+    if (o_.expert_data->size() * model_.placement().experts.parallel != comm_.size()) {
+      throw std::logic_error("expert parallel: the expert groups and their replicas do not cover the ranks");
+    }
+  }
+
+  // What the MoE blocks did since the last call: routing figures into the step's, the all-to-alls into the record.
+  // Returns the all-to-alls' seconds (waits inside forward or backward).
+  double TakeMoe(StepRecord& r) {
+    if (!moe_) return 0.0;
+    const MoeStepStats taken = moe_->TakeMoeStats();
+    for (int b = 0; b < taken.blocks; ++b) {
+      const auto first = taken.assigned.begin() + static_cast<ptrdiff_t>(b) * taken.experts;
+      moe_step_.AddBlock(b, std::vector<int64_t>(first, first + taken.experts), 0, 0.0);
+    }
+    moe_step_.dropped += taken.dropped;
+    moe_step_.aux_loss_sum += taken.aux_loss_sum;
+    moe_step_.forwards += taken.forwards;
+    const double seconds = taken.dispatch_s + taken.combine_s;
+    r.comm_alltoall_s += seconds;
+    r.comm_total_s += seconds;
+    r.alltoall_dispatch_bytes += taken.dispatch_bytes;
+    r.alltoall_combine_bytes += taken.combine_bytes;
+    return seconds;
+  }
+
+  // Expert parallel: each expert slot's gradient summed over the ranks that hold the same experts and divided by all
+  // the data parallel ranks: the mean over every rank's tokens, as the buckets give the other tensors.
+  void SyncExperts(StepRecord& r) {
+    if (!expert_parallel()) return;
+    const double start = NowSeconds();
+    const float scale = 1.0f / static_cast<float>(comm_.size());
+    const std::vector<TensorSlot>& layout = model_.layout();
+    for (size_t s = 0; s < layout.size(); ++s) {
+      if (!IsExpertSlot(layout, s) || layout[s].count == 0) continue;
+      float* grads = model_.gradients() + layout[s].offset;
+      if (o_.expert_data->size() > 1) {
+        o_.expert_data->AllReduce(grads, grads, layout[s].count, DataType::kFloat32, ReduceOp::kSum);
+        r.experts_allreduce_bytes += layout[s].count * sizeof(float);
+      }
+      for (size_t i = 0; i < layout[s].count; ++i) grads[i] *= scale;
+    }
+    r.comm_experts_s = NowSeconds() - start;
+    r.comm_total_s += r.comm_experts_s;
+    marks_.Mark(Phase::kExposed);
+  }
+
   Communicator& comm_;
   Transformer& model_;
   const TrainLoopOptions& o_;
@@ -449,6 +521,8 @@ class TrainingSteps {
   std::unique_ptr<FsdpGatherer> gatherer_;      // fsdp
   std::unique_ptr<OpTimes> op_times_;           // --op-times
   TensorParallelStats* tensor_parallel_;         // the model's, under tensor parallel; null otherwise
+  MoeStatsSource* moe_;                          // the model's, with MoE blocks; null otherwise
+  MoeStepStats moe_step_;                        // the step's so far
   PipelineStage stage_;                          // the model's (one stage without pipeline parallel)
   std::unique_ptr<Communicator> embedding_;      // pipeline parallel: the first and last stage (tied embedding)
   double step_start_ = 0;

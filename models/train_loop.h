@@ -2,6 +2,7 @@
 // as README.md ("One training step") lays it out, every phase timed on this rank.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -35,6 +36,10 @@ struct StepRecord {
                                      // with the neighbouring stages: waiting for them (the bubble) and the transfers
   double comm_embedding_s = 0;       // the part of comm_exposed_s (and comm_total_s) in the tied embedding's gradient
                                      // all-reduce between a pipeline's first and last stage
+  double comm_alltoall_s = 0;        // the part of comm_exposed_s (and comm_total_s) in expert parallel's dispatch and
+                                     // combine all-to-alls inside forward and backward (blocking)
+  double comm_experts_s = 0;         // the part of comm_exposed_s (and comm_total_s) in the experts' gradient
+                                     // all-reduce over the ranks holding the same experts (after backward)
   double optimizer_s = 0;
   double checkpoint_stall_s = 0;  // the loop blocked on checkpoints (snapshot, or the whole write when sync)
   double step_s = 0;            // wall time of the whole step
@@ -46,6 +51,14 @@ struct StepRecord {
   uint64_t activation_allreduce_bytes = 0;  // tensor parallel's activation all-reduces, inside its group
   uint64_t pipeline_send_bytes = 0;  // sent to the neighbouring stages: activations forward, their gradients backward
   uint64_t embedding_allreduce_bytes = 0;   // the tied embedding's gradient (wte), all-reduced by first and last stage
+  uint64_t alltoall_dispatch_bytes = 0;  // expert parallel: token rows (and their output gradients) sent to other
+  uint64_t alltoall_combine_bytes = 0;   // ranks' experts, and expert outputs (and input gradients) sent back
+  uint64_t experts_allreduce_bytes = 0;  // the experts' gradients all-reduced over the ranks holding the same experts
+  // Mixture of experts (0 / NaN for a dense model), over the step's micro-batches and MoE blocks:
+  int64_t moe_choices = 0;        // tokens x top-k routed
+  int64_t moe_dropped = 0;        // of them past their expert's capacity
+  double moe_max_over_mean = std::nan("");  // the worst block's busiest expert over its mean (1: balanced)
+  double moe_aux_loss = std::nan("");       // the load-balancing loss (mean over micro-batches, summed over blocks)
   int64_t tokens = 0;           // tokens this rank processed: its share of its tensor parallel group's and of its
                                 // pipeline's (all of them without either)
   double loss = 0;              // this rank's mean cross-entropy
@@ -117,6 +130,11 @@ struct TrainLoopOptions {
   // rank s; each optimizer step runs grad_accum micro-batches in Megatron's 1F1B schedule, activations and their
   // gradients exchanged with the neighbouring stages. Null: no pipeline.
   Communicator* pipeline = nullptr;
+  // Expert parallel (the model placed with ExpertPlacement of parallel > 1, over ranks of `comm`): the ranks of `comm`
+  // that hold the same experts as this one. The experts' gradients stay out of the buckets: after backward they are
+  // summed over these ranks and divided by comm's size (each rank's experts already summed the tokens its expert
+  // group sent them), which is the data parallel mean. Null: no expert parallel.
+  Communicator* expert_data = nullptr;
   bool op_times = false;        // time the model's work by kind (OpTimes; models without tensor parallel)
   uint64_t* working_bytes = nullptr;  // if set, receives the bytes of fsdp's working buffers (0 otherwise)
   AdamWConfig adamw;
@@ -128,6 +146,9 @@ struct TrainLoopOptions {
 
 // The gradient tensors of a layout, as the bucketed all-reduce takes them.
 std::vector<GradientTensor> GradientTensors(const std::vector<TensorSlot>& layout);
+// The tensors data parallel's buckets all-reduce: all of them, or under expert parallel all but the experts' (marked
+// not reduced: SyncExperts sums them over their own group).
+std::vector<GradientTensor> DataParallelGradientTensors(const std::vector<TensorSlot>& layout, bool expert_parallel);
 
 // Synthetic tokens for one rank and step: batch sequences of seq+1 uniform ids in [0, vocab), deterministic.
 // inputs = tokens [0, seq), targets = tokens [1, seq+1) of each sequence.

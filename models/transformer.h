@@ -20,6 +20,8 @@
 
 namespace tb {
 
+class Communicator;
+
 // One parameter tensor inside the flat parameter (and gradient) buffer. Tensors are laid out in forward
 // order and grouped by layer — wte, wpe, then layer 0's tensors, layer 1's, ..., then the final LayerNorm —
 // so that the gradients backward finishes together sit together, and a gradient bucket is a contiguous range.
@@ -29,6 +31,9 @@ struct TensorSlot {
   size_t count = 0;   // elements
   int layer = -1;     // block index, or -1 for the embeddings and the final LayerNorm
   bool decay = false; // AdamW weight decay applies (matrices and embeddings, not biases or LayerNorm)
+  // The element of the whole model's tensor this slot starts at: 0, except under expert parallel, where a rank holds
+  // a range of an MoE block's experts (ExpertLayout).
+  size_t first = 0;
 };
 
 // How Backward treats the gradients already in its buffers.
@@ -167,6 +172,16 @@ std::vector<AdamWRange> FsdpAdamWRanges(const ModelConfig& config, const std::ve
 // returned resolved by Transformer::placement(). The default is the whole model, every element updated by this rank.
 // Tensor parallel needs nothing here: its group, and so T and this rank's index in it, is the communicator the
 // tensor-parallel makers take (TensorParallelStatsOf reads them back).
+// Expert parallel: the experts of each MoE block spread over `parallel` ranks, rank `rank` of them holding experts
+// [rank·E/EP, (rank+1)·E/EP) (ExpertLayout); `group` (host memory on the CPU, EP ranks, this one at `rank`) dispatches
+// the tokens to them and must outlive the model. The default: every expert here.
+struct ExpertPlacement {
+  int parallel = 1;
+  int rank = 0;
+  Communicator* group = nullptr;
+  bool split() const { return parallel > 1; }
+};
+
 struct ModelPlacement {
   // ZeRO-1 over the data-parallel ranks (ShardOf the stage's elements; capacity 0: none). Resolved: without ZeRO-1,
   // every element ([0, elements) at capacity elements).
@@ -178,6 +193,8 @@ struct ModelPlacement {
   // Pipeline parallel: the stage held (MakePipelineStage; the default, the whole model with one micro-batch slot).
   // Resolved: end_layer filled in. ZeRO-1 shards the stage's elements.
   PipelineStage stage;
+  // Expert parallel: the experts held (and the group that reaches the others). Not with fsdp, zero1 or a split stage.
+  ExpertPlacement experts = {};
 
   // Of a resolved placement: the elements of the parameter and gradient buffers (fsdp's store, or zero1's capacity),
   // of AdamW's m and v (fsdp's store, or the shard's elements), and the parameter element m[0] and v[0] stand for.
@@ -193,6 +210,14 @@ struct ModelPlacement {
 // stage; std::logic_error for an fsdp layout of other units than `layout`'s.
 ModelPlacement ResolvePlacement(const ModelConfig& config, const std::vector<TensorSlot>& layout,
                                 const ModelPlacement& placement);
+// Whether slot `slot` of `layout` (MakeLayout's order) holds an MoE block's experts (kFcWeight .. kMlpProjBias of a
+// block whose router is not empty).
+bool IsExpertSlot(const std::vector<TensorSlot>& layout, size_t slot);
+// `layout` as expert parallel rank `experts.rank` of `experts.parallel` holds it: each expert slot's count divided by
+// EP, `first` at the rank's experts; the other slots as they are; repacked, in the same order.
+std::vector<TensorSlot> ExpertLayout(const std::vector<TensorSlot>& layout, const ExpertPlacement& experts);
+// What a model placed by `placement` holds of `layout` (the unsplit one): its stage's slots, and of those its experts.
+std::vector<TensorSlot> HeldLayout(const std::vector<TensorSlot>& layout, const ModelPlacement& placement);
 // The stretches AdamW updates on a model placed by `placement` (resolved) whose layout() is `layout`: this rank's FSDP
 // shards (FsdpAdamWRanges), or its zero1 shard of the flat elements (AdamWRanges).
 std::vector<AdamWRange> PlacementAdamWRanges(const ModelConfig& config, const std::vector<TensorSlot>& layout,
@@ -434,8 +459,12 @@ enum BlockTensor : size_t {
   kFcBias,
   kMlpProjWeight,
   kMlpProjBias,
+  kRouterWeight,  // an MoE block's router (E, C); empty (count 0) in a dense block
   kBlockTensors
 };
+// In an MoE block kFcWeight, kFcBias, kMlpProjWeight and kMlpProjBias hold its E experts' tensors one expert after the
+// other ("hL.moe.fc.weight" (E, F, C), "hL.moe.fc.bias" (E, F), "hL.moe.proj.weight" (E, C, F), "hL.moe.proj.bias"
+// (E, C)), and kRouterWeight its router ("hL.moe.router.weight").
 constexpr size_t kWteSlot = 0;
 constexpr size_t kWpeSlot = 1;
 constexpr size_t kFirstBlockSlot = 2;
