@@ -306,12 +306,21 @@ double ModelFlopsPerToken(const ModelConfig& config, int seq) {
   return 6.0 * matmul + 6.0 * config.layers * static_cast<double>(seq) * config.d_model;
 }
 
-MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16, int tensor_parallel) {
+double ExpertParameters(const ModelConfig& config) {
+  if (!config.moe) return 0.0;
+  const double c = config.d_model, f = config.moe->expert_ffn;
+  return static_cast<double>(MoeBlockCount(config)) * config.moe->experts * (2.0 * c * f + f + c);
+}
+
+MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16, int tensor_parallel,
+                              int expert_parallel) {
   ValidateRunShape(config, micro_batch, seq);
-  // An MoE block's activations depend on its routing and its expert parallel layout, which come with its transformer.
-  RequireDenseModel(config, "the memory estimate");
   if (tensor_parallel < 1) {
     throw InputError("tensor parallel size must be at least 1, got " + std::to_string(tensor_parallel));
+  }
+  if (expert_parallel < 1 || (expert_parallel > 1 && (!config.moe || config.moe->experts % expert_parallel != 0))) {
+    throw InputError("expert parallel " + std::to_string(expert_parallel) + " does not divide the " +
+                     std::to_string(config.moe ? config.moe->experts : 0) + " experts of model '" + config.name + "'");
   }
   const ParameterCount count = CountParameters(config);
   // The flat buffers hold the padded embedding table: its zero rows cost memory like any other parameter.
@@ -340,13 +349,24 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int se
   // the CUDA path. Under tensor parallel T (Korthikanti et al.'s 10·s·b·h + 24·s·b·h/t + 5·n·s²·b/t without sequence
   // parallelism) q, k, v, the attention output, both fc tensors, the probabilities (heads / T) and the logits
   // (vocabulary / T) are split; the residual stream, the LayerNorm outputs and statistics and the losses are not.
-  const ActivationBytes per_token = ActivationBytesPerToken(config, seq, bf16, tensor_parallel);
+  // An MoE block keeps, in place of the MLP's, its routing and its experts' rows (ActivationBytesPerToken).
+  const ActivationBytes per_token = ActivationBytesPerToken(config, seq, bf16, tensor_parallel, expert_parallel);
   const double tokens = static_cast<double>(micro_batch) * seq;
-  estimate.activations_bytes = tokens * (config.layers * per_token.layer + per_token.head);
+  const int moe_layers = MoeBlockCount(config);
+  estimate.activations_bytes =
+      tokens * ((config.layers - moe_layers) * per_token.layer + moe_layers * per_token.moe_layer + per_token.head);
+  if (expert_parallel > 1) {
+    // Each rank holds E/EP of every MoE block's experts: their weights, gradients and optimizer state divide.
+    const double held = 1.0 - ExpertParameters(config) * (1.0 - 1.0 / expert_parallel) / allocated;
+    estimate.weights_bytes *= held;
+    estimate.gradients_bytes *= held;
+    estimate.optimizer_bytes *= held;
+  }
   return estimate;
 }
 
-ActivationBytes ActivationBytesPerToken(const ModelConfig& config, int seq, bool bf16, int tensor_parallel) {
+ActivationBytes ActivationBytesPerToken(const ModelConfig& config, int seq, bool bf16, int tensor_parallel,
+                                        int expert_parallel) {
   const double act = bf16 ? 2.0 : 4.0;
   const double fp32 = 4.0;
   const double c = config.d_model;
@@ -356,6 +376,15 @@ ActivationBytes ActivationBytesPerToken(const ModelConfig& config, int seq, bool
   bytes.layer = (2 * c + c + c) * act + (3 * c + c + 2 * hidden) * act / t +
                 static_cast<double>(config.heads) * seq * act / t + 4 * fp32;
   bytes.head = 2 * c * act + 2 * fp32 + static_cast<double>(config.vocab_padded) * fp32 / t + fp32;
+  if (config.moe) {
+    // An MoE block: the dense block's without its MLP (2 x hidden), plus the router's probabilities (E, fp32), each
+    // of the K choices' expert, gate weight and row (3 x 4 bytes) and its expert's rows: input, fc output before and
+    // after GELU and output (2C + 2F) — K rows per token when the experts are balanced and nothing is dropped; under
+    // expert parallel the input rows sent and the outputs received back are kept too (2C more per choice).
+    const double k = config.moe->top_k, f = config.moe->expert_ffn;
+    const double rows = (2 * c + 2 * f + (expert_parallel > 1 ? 2 * c : 0.0)) * act;
+    bytes.moe_layer = bytes.layer - 2 * hidden * act / t + config.moe->experts * fp32 + k * (3 * 4.0 + rows);
+  }
   return bytes;
 }
 

@@ -97,15 +97,21 @@ struct MemoryEstimate {
 // false: everything fp32 (the CPU reference). tensor_parallel T > 1: the activations one rank of a Megatron group of
 // T holds (the tensors of the split layers and the vocab-parallel logits divided by T, the residual stream, the
 // LayerNorm outputs and statistics and the losses whole); the model states stay whole (ModeMemory divides them).
-// Throws InputError for T < 1 and for a model with MoE blocks (RequireDenseModel).
-MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16, int tensor_parallel = 1);
+// Expert parallel EP > 1: each rank holds E/EP of every MoE block's experts (their states divide by EP; the rest
+// stays whole). Throws InputError for T < 1 and for an EP that does not divide the model's experts.
+MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16, int tensor_parallel = 1,
+                              int expert_parallel = 1);
+// The experts' parameters of all MoE blocks (0 for a dense model): E x (fc, proj and their biases) per block.
+double ExpertParameters(const ModelConfig& config);
 
 // EstimateMemory's activations per token: those of one block, and those after the last block (the final LayerNorm,
 // the logits, the losses), for sequences of `seq` under tensor parallel T.
 struct ActivationBytes {
   double layer = 0;
   double head = 0;
+  double moe_layer = 0;  // an MoE block's (0 for a dense model); expert parallel EP keeps its all-to-alls' rows too
 };
-ActivationBytes ActivationBytesPerToken(const ModelConfig& config, int seq, bool bf16, int tensor_parallel = 1);
+ActivationBytes ActivationBytesPerToken(const ModelConfig& config, int seq, bool bf16, int tensor_parallel = 1,
+                                        int expert_parallel = 1);
 
 }  // namespace tb

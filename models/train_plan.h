@@ -35,6 +35,7 @@ struct TrainPlan {
   int tensor_parallel = 1;    // T
   int pipeline_parallel = 1;  // P
   int data_parallel = 1;      // D = ranks / (T·P)
+  int expert_parallel = 1;    // EP: consecutive replicas that share each MoE block's experts (E/EP each); divides D
   int micro_batch = 1;        // sequences per forward and backward
   int micro_batches = 1;      // per optimizer step (M: gradient accumulation, the pipeline's micro-batches)
   int seq = 0;
@@ -46,6 +47,11 @@ struct TrainPlan {
   int TensorGroup(int rank) const;
   int DataGroup(int rank) const;
   int PipelineGroup(int rank) const;
+  // Expert parallel: the EP replicas whose experts together make each MoE block's (consecutive data parallel ranks,
+  // so inside a node where EP fits one), this rank's place among them, and the ranks holding the same experts.
+  int ExpertGroup(int rank) const;
+  int ExpertRank(int rank) const;
+  int ExpertDataGroup(int rank) const;
   // 1F1B's bubble: the share of the pipelined part of a step a stage idles, (P-1)/(M+P-1) (Narayanan et al. 2021).
   double bubble_theory() const;
   // The stage whose ranks need the most memory (the first on ties).
@@ -53,8 +59,9 @@ struct TrainPlan {
 };
 
 // Throws InputError (one line) unless T·P divides the ranks, P divides the layers and M >= P where P > 1 (1F1B keeps
-// every stage busy only with at least as many micro-batches as stages).
+// every stage busy only with at least as many micro-batches as stages), and unless EP (> 1) divides the data parallel
+// replicas and the model's experts (an MoE model), with T = P = 1 (expert parallel beside them is not built).
 TrainPlan PlanTrainPoint(const ModelConfig& model, int ranks, int tensor_parallel, int pipeline_parallel,
-                         int micro_batch, int micro_batches, int seq, bool bf16);
+                         int micro_batch, int micro_batches, int seq, bool bf16, int expert_parallel = 1);
 
 }  // namespace tb

@@ -19,7 +19,7 @@ StallBudget BudgetOf(const RankSteps& rank) {
   b.rank = rank.rank;
   b.host = rank.host;
   b.device = rank.device;
-  std::vector<double> step, compute, exposed, data, checkpoint, other, sync, gather, activation, pipeline;
+  std::vector<double> step, compute, exposed, data, checkpoint, other, sync, gather, activation, pipeline, alltoall;
   for (const StepRecord& r : rank.steps) {
     if (r.warmup || r.step_s <= 0) continue;
     step.push_back(r.step_s);
@@ -28,7 +28,8 @@ StallBudget BudgetOf(const RankSteps& rank) {
     gather.push_back(r.comm_gather_exposed_s / r.step_s);
     activation.push_back(r.comm_activation_s / r.step_s);
     pipeline.push_back(r.comm_pipeline_s / r.step_s);
-    sync.push_back(exposed.back() - gather.back() - activation.back() - pipeline.back());
+    alltoall.push_back(r.comm_alltoall_s / r.step_s);
+    sync.push_back(exposed.back() - gather.back() - activation.back() - pipeline.back() - alltoall.back());
     data.push_back(DataWaitOf(r) / r.step_s);
     checkpoint.push_back(r.checkpoint_stall_s / r.step_s);
     other.push_back(std::max(0.0, 1.0 - compute.back() - exposed.back() - data.back() - checkpoint.back()));
@@ -46,6 +47,7 @@ StallBudget BudgetOf(const RankSteps& rank) {
   b.comm_param_gather = percentiles(gather);
   b.comm_activation = percentiles(activation);
   b.comm_pipeline = percentiles(pipeline);
+  b.comm_alltoall = percentiles(alltoall);
   return b;
 }
 
@@ -59,6 +61,12 @@ CollectiveTraffic RingTraffic(double allreduce_bytes, double reduce_scatter_byte
                               int ranks) {
   const double share = ranks > 1 ? static_cast<double>(ranks - 1) / ranks : 0.0;
   return {share * (2 * allreduce_bytes + reduce_scatter_bytes), share * all_gather_bytes};
+}
+
+double TheoryAllToAllBytes(int moe_blocks, int micro_batches, double tokens, int top_k, int d_model,
+                           double element_bytes, int expert_parallel) {
+  const double remote = expert_parallel > 1 ? (expert_parallel - 1.0) / expert_parallel : 0.0;
+  return 4.0 * moe_blocks * micro_batches * tokens * top_k * d_model * element_bytes * remote;
 }
 
 double TheoryActivationTraffic(int layers, int micro_batch, int seq, int d_model, double element_bytes,
@@ -115,11 +123,18 @@ namespace {
 struct CommSums {
   double total = 0, exposed = 0, intra = 0, inter = 0, gather_exposed = 0, activation = 0;
   double pipeline = 0, pipeline_bytes = 0, forward = 0, backward = 0;
+  double alltoall = 0, alltoall_bytes = 0, moe_balance = 0, moe_choices = 0, moe_dropped = 0, moe_aux = 0;
   CollectiveTraffic traffic;
 
   // `k` ranks in groups of `tp`: gradients over the k / tp holding a slice (of a stage: over k / (tp pp)),
   // activations inside a group.
-  void Add(const StepRecord& r, int k, int tp, int pp) {
+  void Add(const StepRecord& r, int k, int tp, int pp, int ep) {
+    alltoall += r.comm_alltoall_s;
+    alltoall_bytes += static_cast<double>(r.alltoall_dispatch_bytes + r.alltoall_combine_bytes);
+    moe_balance += r.moe_max_over_mean;  // NaN for a dense model, and so the point's
+    moe_choices += static_cast<double>(r.moe_choices);
+    moe_dropped += static_cast<double>(r.moe_dropped);
+    moe_aux += r.moe_aux_loss;
     pipeline += r.comm_pipeline_s;
     pipeline_bytes += static_cast<double>(r.pipeline_send_bytes);
     forward += r.forward_s;
@@ -132,7 +147,8 @@ struct CommSums {
     activation += r.comm_activation_s;
     const CollectiveTraffic t =
         RingTraffic(r.allreduce_bytes, r.reduce_scatter_bytes, r.all_gather_bytes, k / (tp * pp));
-    traffic.gradient_sync += t.gradient_sync;
+    // The experts' gradients go round the k / EP ranks holding the same experts.
+    traffic.gradient_sync += t.gradient_sync + RingTraffic(r.experts_allreduce_bytes, 0, 0, k / ep).gradient_sync;
     traffic.parameter_gather += t.parameter_gather;
     traffic.activation += RingTraffic(r.activation_allreduce_bytes, 0, 0, tp).gradient_sync;
   }
@@ -149,6 +165,12 @@ struct CommSums {
     p.comm_pipeline_s = mean(pipeline);
     p.traffic_pipeline = mean(pipeline_bytes);
     p.bubble_measured = pipeline > 0 ? pipeline / (forward + backward + pipeline) : kNaN;
+    p.comm_alltoall_s = mean(alltoall);
+    p.alltoall_bytes = mean(alltoall_bytes);
+    p.alltoall_GBps = alltoall > 0 ? alltoall_bytes / alltoall / 1e9 : kNaN;
+    p.moe_max_over_mean = mean(moe_balance);
+    p.moe_dropped_share = moe_choices > 0 ? moe_dropped / moe_choices : kNaN;
+    p.moe_aux_loss = mean(moe_aux);
   }
 };
 
@@ -201,8 +223,9 @@ std::vector<StageSummary> SummarizeStages(const TrainPlan& plan, const std::vect
 
 ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>& ranks, double model_flops_per_token,
                             double peak_flops, double measured_gemm_flops, double gradient_bytes,
-                            int tensor_parallel, int pipeline_parallel) {
+                            int tensor_parallel, int pipeline_parallel, int expert_parallel) {
   ScalingPoint p;
+  p.expert_parallel = expert_parallel;
   p.k = k;
   p.micro_batch = micro_batch;
   p.model_flops_per_token = model_flops_per_token;
@@ -225,7 +248,7 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
       slowest = std::max(slowest, r.step_s);
       tokens += r.tokens;
       loss += r.loss;
-      comm.Add(r, k, tensor_parallel, pipeline_parallel);
+      comm.Add(r, k, tensor_parallel, pipeline_parallel, expert_parallel);
     }
     loss /= static_cast<double>(ranks.size());
     if (first) loss_first = loss;
@@ -304,6 +327,20 @@ void AppendStallBudgetLines(const ScalingPoint& p, std::vector<std::string>& lin
                          worst.device.c_str(), worst.median_step_s * 1e3));
 }
 
+// Mixture of experts' line: the load balance, the dropped choices, and under expert parallel the all-to-alls' bytes
+// against theory, their exposed time and rate.
+void AppendMoeLines(const ScalingPoint& p, std::vector<std::string>& lines) {
+  if (std::isnan(p.moe_max_over_mean)) return;
+  std::string line = Format("#   experts: busiest over mean %.2f (worst block, mean over steps), %.2f%% of the choices "
+                            "dropped, aux loss %.4g", p.moe_max_over_mean, 100 * p.moe_dropped_share, p.moe_aux_loss);
+  if (p.expert_parallel > 1) {
+    line += Format("; expert parallel %d: all-to-all %.2f MB sent per rank per step (theory %.2f MB, balanced), "
+                   "%.3f ms exposed, %.3f GB/s", p.expert_parallel, p.alltoall_bytes / 1e6,
+                   p.alltoall_bytes_theory / 1e6, p.comm_alltoall_s * 1e3, p.alltoall_GBps);
+  }
+  lines.push_back(line);
+}
+
 // Pipeline parallel's lines: the bubble against 1F1B's, the bytes between stages against theory, and which stage
 // boundaries cross nodes.
 void AppendPipelineLines(const ScalingPoint& p, std::vector<std::string>& lines) {
@@ -359,6 +396,7 @@ std::vector<std::string> PointLines(const ScalingPoint& p, const std::string& mo
                            p.traffic_theory.activation / 1e6, p.comm_activation_s * 1e3));
   }
   AppendPipelineLines(p, lines);
+  AppendMoeLines(p, lines);
   if (p.k > 1) {
     auto mb = [](double bytes) { return Format("%.2f", bytes / 1e6); };
     lines.push_back(Format("#   sent per rank per step (ring), MB issued / ZeRO's: gradient sync %s / %s, parameter "
@@ -412,6 +450,18 @@ void AddStepsTable(Group& group, const std::vector<RankSteps>& ranks) {
       .Column(c::pipeline_send_bytes, [](const RankStep& s) { return static_cast<int64_t>(s.r->pipeline_send_bytes); })
       .Column(c::embedding_allreduce_bytes,
               [](const RankStep& s) { return static_cast<int64_t>(s.r->embedding_allreduce_bytes); })
+      .Column(c::comm_alltoall_s, [](const RankStep& s) { return s.r->comm_alltoall_s; })
+      .Column(c::comm_experts_s, [](const RankStep& s) { return s.r->comm_experts_s; })
+      .Column(c::alltoall_dispatch_bytes,
+              [](const RankStep& s) { return static_cast<int64_t>(s.r->alltoall_dispatch_bytes); })
+      .Column(c::alltoall_combine_bytes,
+              [](const RankStep& s) { return static_cast<int64_t>(s.r->alltoall_combine_bytes); })
+      .Column(c::experts_allreduce_bytes,
+              [](const RankStep& s) { return static_cast<int64_t>(s.r->experts_allreduce_bytes); })
+      .Column(c::moe_choices, [](const RankStep& s) { return s.r->moe_choices; })
+      .Column(c::moe_dropped, [](const RankStep& s) { return s.r->moe_dropped; })
+      .Column(c::moe_max_over_mean, [](const RankStep& s) { return s.r->moe_max_over_mean; })
+      .Column(c::moe_aux_loss, [](const RankStep& s) { return s.r->moe_aux_loss; })
       .Column(c::comm_intra_s, [](const RankStep& s) { return s.r->comm_intra_s; })
       .Column(c::comm_inter_s, [](const RankStep& s) { return s.r->comm_inter_s; })
       .Column(c::optimizer_s, [](const RankStep& s) { return s.r->optimizer_s; })
@@ -445,7 +495,8 @@ void AddStallBudgetTable(Group& group, const ScalingPoint& p) {
         .Column(c::p99, [part](const StallBudget& b) { return PartOf(b, part).p99; }, c::kParts[part]);
   }
   const Percentiles StallBudget::*kinds[] = {&StallBudget::comm_gradient_sync, &StallBudget::comm_param_gather,
-                                             &StallBudget::comm_activation, &StallBudget::comm_pipeline};
+                                             &StallBudget::comm_activation, &StallBudget::comm_pipeline,
+                                             &StallBudget::comm_alltoall};
   for (size_t kind = 0; kind < c::kCommKinds.size(); ++kind) {
     auto of = [member = kinds[kind]](const StallBudget& b) -> const Percentiles& { return b.*member; };
     table.Column(c::kind_p50, [of](const StallBudget& b) { return of(b).p50; }, c::kCommKinds[kind])
@@ -517,6 +568,14 @@ void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::bubble_theory, p.bubble_theory);
   schema::Set(group, sp::traffic_pipeline_bytes, p.traffic_pipeline);
   schema::Set(group, sp::traffic_pipeline_bytes_theory, p.traffic_pipeline_theory);
+  schema::Set(group, sp::expert_parallel, p.expert_parallel);
+  schema::Set(group, sp::comm_alltoall_s, p.comm_alltoall_s);
+  schema::Set(group, sp::alltoall_bytes, p.alltoall_bytes);
+  schema::Set(group, sp::alltoall_bytes_theory, p.alltoall_bytes_theory);
+  schema::Set(group, sp::alltoall_GBps, p.alltoall_GBps);
+  schema::Set(group, sp::moe_max_over_mean, p.moe_max_over_mean);
+  schema::Set(group, sp::moe_dropped_share, p.moe_dropped_share);
+  schema::Set(group, sp::moe_aux_loss, p.moe_aux_loss);
   schema::Set(group, sp::traffic_activation_bytes, p.traffic.activation);
   schema::Set(group, sp::traffic_activation_bytes_theory, p.traffic_theory.activation);
   schema::Set(group, sp::overlap, p.overlap);

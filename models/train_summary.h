@@ -55,8 +55,9 @@ struct StallBudget {
   double median_step_s = 0;
   Percentiles compute, comm_exposed, data_wait, checkpoint_stall, other;
   // comm_exposed split by kind: waiting for gradients (all-reduce, reduce-scatter, the tied embedding's all-reduce),
-  // for parameters (all-gather), for tensor parallel's activation all-reduces and for the neighbouring pipeline stages.
-  Percentiles comm_gradient_sync, comm_param_gather, comm_activation, comm_pipeline;
+  // for parameters (all-gather), for tensor parallel's activation all-reduces, for the neighbouring pipeline stages and
+  // for expert parallel's all-to-alls.
+  Percentiles comm_gradient_sync, comm_param_gather, comm_activation, comm_pipeline, comm_alltoall;
 };
 
 // Bytes one rank sends per step in ring algorithms, by kind of collective.
@@ -70,6 +71,11 @@ CollectiveTraffic RingTraffic(double allreduce_bytes, double reduce_scatter_byte
 // ZeRO's volumes for `gradient_bytes` of gradients (Ψ elements of as many bytes as the parameters gathered): dp 2Ψ
 // of gradient sync, zero1 Ψ + Ψ gathered, fsdp Ψ + 2Ψ gathered (1.5 times dp's), each times (N-1)/N.
 CollectiveTraffic TheoryTraffic(ParallelMode mode, double gradient_bytes, int ranks);
+// Expert parallel's all-to-alls: bytes one rank sends to other ranks per step when routing is balanced and nothing is
+// dropped: dispatch and combine, forward and backward (4) x MoE blocks x micro-batches x tokens per micro-batch x
+// top-k x d_model x element bytes x (EP-1)/EP; 0 for EP = 1.
+double TheoryAllToAllBytes(int moe_blocks, int micro_batches, double tokens, int top_k, int d_model,
+                           double element_bytes, int expert_parallel);
 // Megatron's activation all-reduces under tensor parallel T: one of B·S·d elements after each row-parallel layer in
 // forward and one per column-parallel layer in backward, 4·L·B·S·d elements per step of `element_bytes`, each sending
 // 2(T-1)/T of itself in a ring.
@@ -132,6 +138,14 @@ struct ScalingPoint {
   double traffic_pipeline = 0;      // bytes a rank sends to its neighbouring stages per step (mean)
   double traffic_pipeline_theory = 0;
   std::vector<StageSummary> stages; // pipeline parallel: per stage (empty without)
+  int expert_parallel = 1;          // EP
+  double comm_alltoall_s = 0;       // the part of comm_exposed_s in the dispatch and combine all-to-alls (mean)
+  double alltoall_bytes = 0;        // dispatch + combine bytes sent to other ranks per step (mean)
+  double alltoall_bytes_theory = 0; // balanced routing, nothing dropped (TheoryAllToAllBytes)
+  double alltoall_GBps = 0;         // alltoall_bytes / comm_alltoall_s, 1e9 B; NaN without all-to-alls
+  double moe_max_over_mean = 0;     // load balance, mean over ranks and steps; NaN for a dense model
+  double moe_dropped_share = 0;     // dropped / routed choices; NaN for a dense model
+  double moe_aux_loss = 0;          // mean over ranks and steps; NaN for a dense model
   std::vector<StallBudget> budgets;
   int worst_rank = 0;               // the rank with the largest median step time
 };
@@ -141,10 +155,11 @@ double Percentile(std::vector<double> values, double q);
 
 // Summarises one scaling point. peak_flops <= 0 means unknown. Under tensor parallel (groups of `tensor_parallel` ranks) the gradients are
 // synchronised over the k / tensor_parallel ranks that hold the same slice, and the activations inside each group.
-// Pipeline parallel: the gradients over k / (tensor_parallel x pipeline_parallel).
+// Pipeline parallel: the gradients over k / (tensor_parallel x pipeline_parallel). Expert parallel: the experts'
+// gradients over k / expert_parallel.
 ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>& ranks, double model_flops_per_token,
                             double peak_flops, double measured_gemm_flops, double gradient_bytes,
-                            int tensor_parallel = 1, int pipeline_parallel = 1);
+                            int tensor_parallel = 1, int pipeline_parallel = 1, int expert_parallel = 1);
 
 // Fills `efficiency` of every point against the one with the fewest ranks: weak (per-rank batch fixed)
 // E(k) = throughput(k) / (k/k0 · throughput(k0)); strong (global batch fixed) E(k) = T(k0)·k0 / (k · T(k)).

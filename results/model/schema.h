@@ -326,6 +326,19 @@ inline const IntAttribute max_seq{kModel, "max_seq", "tokens", "the preset's con
 inline const IntAttribute parameters{kModel, "parameters", "",
                                      "exact, real vocabulary, tied embeddings counted once"};
 inline const IntAttribute matmul_parameters{kModel, "matmul_parameters", "", "N_matmul"};
+inline const IntAttribute active_parameters{kModel, "active_parameters", "",
+                                            "those one token's forward uses: the router and top-k experts of each "
+                                            "MoE block (= parameters for a dense model)"};
+inline const IntAttribute active_matmul_parameters{kModel, "active_matmul_parameters", "",
+                                                   "N_matmul with top-k of the experts: what FLOPs and MFU count"};
+inline const IntAttribute experts{kModel, "experts", "", "experts per MoE block E (0: a dense model)"};
+inline const IntAttribute top_k{kModel, "top_k", "", "experts per token K (0: a dense model)"};
+inline const IntAttribute expert_ffn{kModel, "expert_ffn", "", "each expert's hidden width (0: a dense model)"};
+inline const IntAttribute moe_every{kModel, "moe_every", "", "block l is an MoE block when l % moe_every == 0"};
+inline const IntAttribute moe_layers{kModel, "moe_layers", "", "MoE blocks"};
+inline const RealAttribute capacity_factor{kModel, "capacity_factor", "",
+                                           "an expert takes ceil(factor x tokens x K / E) per batch"};
+inline const RealAttribute aux_loss_coef{kModel, "aux_loss_coef", "", "weight of the load-balancing loss"};
 inline const RealAttribute model_flops_per_token{kModel, "model_flops_per_token", "FLOP",
                                                  "at the run's sequence length, by flops_convention"};
 inline const TextAttribute flops_convention{kModel, "flops_convention", "", "`6*N_matmul + 6*L*T*d`"};
@@ -527,6 +540,32 @@ inline const RealAttribute traffic_activation_bytes_theory{
     "column-parallel layer in backward) x element bytes x 2(T-1)/T"};
 inline const IntAttribute pipeline_parallel{kTrainPoint, "pipeline_parallel", "",
                                             "pipeline stages P (1: none); absent in reports before it"};
+inline const IntAttribute expert_parallel{kTrainPoint, "expert_parallel", "",
+                                          "ranks each MoE block's experts are spread over EP (1: none); absent in "
+                                          "reports before it"};
+inline const RealAttribute comm_alltoall_s{kTrainPoint, "comm_alltoall_s", "s",
+                                           "the part of comm_exposed_s in expert parallel's dispatch and combine "
+                                           "all-to-alls (blocking, waits for the slowest peer included), mean per step "
+                                           "and rank"};
+inline const RealAttribute alltoall_bytes{kTrainPoint, "alltoall_bytes", "B",
+                                          "dispatch and combine bytes a rank sends to other ranks per step, mean over "
+                                          "ranks"};
+inline const RealAttribute alltoall_bytes_theory{
+    kTrainPoint, "alltoall_bytes_theory", "B",
+    "balanced routing, nothing dropped: 4 all-to-alls (dispatch and combine, forward and backward) x MoE blocks x M x "
+    "B x S x top-k x d x 4 B x (EP-1)/EP"};
+inline const RealAttribute alltoall_GBps{kTrainPoint, "alltoall_GBps", "GB/s",
+                                         "alltoall_bytes / comm_alltoall_s: bytes sent to other ranks over the time in "
+                                         "the all-to-alls (as DeepEP's dispatch and combine bandwidth, waits "
+                                         "included; 1e9 B)"};
+inline const RealAttribute moe_max_over_mean{kTrainPoint, "moe_max_over_mean", "",
+                                             "load balance: the worst MoE block's busiest expert over its mean (1: "
+                                             "balanced), mean over ranks and measured steps"};
+inline const RealAttribute moe_dropped_share{kTrainPoint, "moe_dropped_share", "fraction",
+                                             "routed choices dropped past their expert's capacity"};
+inline const RealAttribute moe_aux_loss{kTrainPoint, "moe_aux_loss", "",
+                                        "the load-balancing loss, mean over ranks and measured steps (coef at "
+                                        "perfect balance)"};
 inline const IntAttribute micro_batches{kTrainPoint, "micro_batches", "",
                                         "micro-batches per optimizer step M (--micro-batches, --grad-accum)"};
 inline const RealAttribute comm_pipeline_s{kTrainPoint, "comm_pipeline_s", "s",
@@ -601,6 +640,28 @@ inline const IntColumn pipeline_send_bytes{kSteps, "pipeline_send_bytes", "B",
                                            "backward"};
 inline const IntColumn embedding_allreduce_bytes{kSteps, "embedding_allreduce_bytes", "B",
                                                  "the tied embedding's gradient all-reduced (first and last stage)"};
+inline const RealColumn comm_alltoall_s{kSteps, "comm_alltoall_s", "s",
+                                        "the part of comm_exposed_s (and comm_total_s) in expert parallel's dispatch "
+                                        "and combine all-to-alls inside forward and backward; absent in reports "
+                                        "before it"};
+inline const RealColumn comm_experts_s{kSteps, "comm_experts_s", "s",
+                                       "the part of comm_exposed_s (and comm_total_s) in the experts' gradient "
+                                       "all-reduce over the ranks holding the same experts"};
+inline const IntColumn alltoall_dispatch_bytes{kSteps, "alltoall_dispatch_bytes", "B",
+                                               "token rows (and, in backward, their output gradients) sent to other "
+                                               "ranks' experts"};
+inline const IntColumn alltoall_combine_bytes{kSteps, "alltoall_combine_bytes", "B",
+                                              "expert outputs (and, in backward, input gradients) sent back to "
+                                              "other ranks"};
+inline const IntColumn experts_allreduce_bytes{kSteps, "experts_allreduce_bytes", "B",
+                                               "the experts' gradients all-reduced over the ranks holding them"};
+inline const IntColumn moe_choices{kSteps, "moe_choices", "", "tokens x top-k routed, over micro-batches and MoE blocks"};
+inline const IntColumn moe_dropped{kSteps, "moe_dropped", "", "of them dropped past their expert's capacity"};
+inline const RealColumn moe_max_over_mean{kSteps, "moe_max_over_mean", "",
+                                          "the worst MoE block's busiest expert over its mean (1: balanced)"};
+inline const RealColumn moe_aux_loss{kSteps, "moe_aux_loss", "",
+                                     "the load-balancing loss (summed over blocks, mean over micro-batches), "
+                                     "not in loss"};
 inline const RealColumn comm_intra_s{kSteps, "comm_intra_s", "s",
                                      "comm_total_s inside nodes (hierarchical all-reduce); NaN where not told apart"};
 inline const RealColumn comm_inter_s{kSteps, "comm_inter_s", "s",
@@ -634,9 +695,10 @@ inline const RealColumn p99{kStallBudget, "<part>_p99", "fraction", "the part's 
 // comm_exposed by kind (they add up to it): gradient sync (dp's all-reduce, zero1's and fsdp's reduce-scatters, the
 // tied embedding's all-reduce between a pipeline's first and last stage), parameter gather (zero1's and fsdp's
 // all-gathers), activation (tensor parallel's all-reduces inside forward and backward) and pipeline (the exchanges
-// with the neighbouring stages: waiting for them, the bubble, and the transfers); absent in reports before them.
+// with the neighbouring stages: waiting for them, the bubble, and the transfers), alltoall (expert parallel's
+// dispatch and combine inside forward and backward); absent in reports before them.
 inline const std::vector<std::string> kCommKinds = {"comm_gradient_sync", "comm_param_gather", "comm_activation",
-                                                    "comm_pipeline"};
+                                                    "comm_pipeline", "comm_alltoall"};
 inline const RealColumn kind_p50{kStallBudget, "<kind>_p50", "fraction", "the kind's share of step time, p50",
                                  kCommKinds};
 inline const RealColumn kind_p95{kStallBudget, "<kind>_p95", "fraction", "the kind's share of step time, p95",
@@ -1048,6 +1110,13 @@ inline const std::vector<const Field*> kStoredOnly = {
     &p2p::iters, &p2p::latency_bytes, &p2p::latency_iters, &p2p::complete,
     // The model's shape and the FLOP convention behind MFU.
     &model::preset_layers, &model::vocab_padded, &model::matmul_parameters, &model::model_flops_per_token, &model::flops_convention,
+    // Mixture of experts: the model's shape and its active counts; each step's routing and all-to-alls (the point's
+    // attributes summarise them).
+    &model::active_parameters, &model::active_matmul_parameters, &model::experts, &model::top_k, &model::expert_ffn,
+    &model::moe_every, &model::moe_layers, &model::capacity_factor, &model::aux_loss_coef,
+    &point::steps::comm_alltoall_s, &point::steps::comm_experts_s, &point::steps::alltoall_dispatch_bytes,
+    &point::steps::alltoall_combine_bytes, &point::steps::experts_allreduce_bytes, &point::steps::moe_choices,
+    &point::steps::moe_dropped, &point::steps::moe_max_over_mean, &point::steps::moe_aux_loss,
     &point::model_flops_per_token, &point::step_s_p95,
     // How the rates MFU divides by were found, start-up parts, and each rank's peak memory.
     &train::measured_gemm, &train::copy_bytes_per_s, &train::peak_source, &train::mpi_init_s,

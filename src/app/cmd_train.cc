@@ -81,7 +81,33 @@ struct TrainFlags {
   bool allow_cross_node_tp = false;
   bool op_times = false;
   int repeats = 1;
+  // Mixture of experts (0 / -1: not given; an moe-* preset's, or MoeConfig's defaults with --experts).
+  int experts = 0;
+  int top_k = 0;
+  int expert_ffn = 0;
+  int moe_every = 0;
+  double capacity_factor = 0;
+  double aux_loss_coef = -1;
+  int expert_parallel = 1;
+  bool allow_cross_node_ep = false;
 };
+
+// The MoE flags given over `moe` (a preset's, or the defaults).
+MoeConfig MoeFromFlags(const TrainFlags& f, MoeConfig moe) {
+  if (f.experts > 0) moe.experts = f.experts;
+  if (f.top_k > 0) moe.top_k = f.top_k;
+  if (f.expert_ffn > 0) moe.expert_ffn = f.expert_ffn;
+  if (f.moe_every > 0) moe.every = f.moe_every;
+  if (f.capacity_factor != 0) moe.capacity_factor = f.capacity_factor;
+  if (f.aux_loss_coef != -1) moe.aux_loss_coef = f.aux_loss_coef;
+  return moe;
+}
+
+// Whether any MoE shape flag was given.
+bool MoeFlagsGiven(const TrainFlags& f) {
+  return f.experts > 0 || f.top_k > 0 || f.expert_ffn > 0 || f.moe_every > 0 || f.capacity_factor != 0 ||
+         f.aux_loss_coef != -1;
+}
 
 ParallelMode ParseParallel(const std::string& text) {
   if (text == "zero1") return ParallelMode::kZero1;
@@ -125,6 +151,25 @@ void CheckPipelineFlags(const TrainFlags& f, bool cuda) {
   if (cuda && f.tensor_parallel > 1) {
     throw InputError(p + " with --tensor-parallel on the cuda backend is not built yet (the CUDA tensor parallel "
                      "model holds no stage); on the cpu backend it is");
+  }
+}
+
+// A model with MoE blocks and --expert-parallel: what is not built yet (one line, exit 2). EP against the experts and
+// the ranks: PlanTrainPoint.
+void CheckMoeFlags(const TrainFlags& f, const ModelConfig& model, bool cuda) {
+  if (!model.moe) return;
+  const std::string m = "model '" + model.name + "' has mixture-of-experts blocks: ";
+  if (cuda) throw InputError(m + "the CUDA transformer has no MoE blocks yet (--backend mpi runs them on the CPU)");
+  if (f.tensor_parallel > 1 || f.pipeline_parallel > 1) {
+    throw InputError(m + "with --tensor-parallel or --pipeline-parallel they are not built yet");
+  }
+  if (f.op_times) throw InputError(m + "--op-times does not time them yet (its MLP row counts a dense MLP's work)");
+  if (f.expert_parallel > 1 && f.parallel != "dp") {
+    throw InputError("--expert-parallel " + std::to_string(f.expert_parallel) + " with --parallel " + f.parallel +
+                     " is not built yet (--parallel dp)");
+  }
+  if (f.expert_parallel > 1 && f.micro_batches > 0) {
+    throw InputError("--expert-parallel with --micro-batches: pipeline stages are not built with experts");
   }
 }
 
@@ -176,7 +221,13 @@ ModelConfig ModelFromFlags(const TrainFlags& f) {
     config = FindPreset(f.model);
     if (f.layers != -1) config = WithLayers(config, f.layers);
   }
-  RequireDenseModel(config, "train");
+  // --experts makes a dense model's MLPs MoE layers; the other MoE flags change an MoE model's (or --experts's).
+  if (config.moe || f.experts > 0) {
+    config = WithMoe(config, MoeFromFlags(f, config.moe.value_or(MoeConfig{})));
+  } else if (MoeFlagsGiven(f)) {
+    throw InputError("--top-k, --expert-ffn, --moe-every, --capacity-factor and --aux-loss-coef shape mixture-of-"
+                     "experts blocks: give --experts E, or an moe-* model");
+  }
   return config;
 }
 
@@ -248,8 +299,21 @@ void RecordModel(Group& group, const ModelConfig& c, int micro_batch, int seq, b
   schema::Set(group, m::max_seq, c.seq);
   schema::Set(group, m::parameters, params.total);
   schema::Set(group, m::matmul_parameters, params.matmul);
+  schema::Set(group, m::active_parameters, params.active);
+  schema::Set(group, m::active_matmul_parameters, params.active_matmul);
+  const MoeConfig moe = c.moe.value_or(MoeConfig{0, 0, 0, 1, 0, 0});
+  schema::Set(group, m::experts, moe.experts);
+  schema::Set(group, m::top_k, moe.top_k);
+  schema::Set(group, m::expert_ffn, moe.expert_ffn);
+  schema::Set(group, m::moe_every, moe.every);
+  schema::Set(group, m::moe_layers, MoeBlockCount(c));
+  schema::Set(group, m::capacity_factor, moe.capacity_factor);
+  schema::Set(group, m::aux_loss_coef, moe.aux_loss_coef);
   schema::Set(group, m::model_flops_per_token, ModelFlopsPerToken(c, seq));
-  schema::Set(group, m::flops_convention, "6*N_matmul + 6*L*T*d (causal attention, forward+backward)");
+  schema::Set(group, m::flops_convention,
+              c.moe ? "6*N_active_matmul + 6*L*T*d (causal attention, forward+backward; active parameters: the router "
+                      "and top-k experts of each MoE block per token, dropped tokens counted as routed)"
+                    : "6*N_matmul + 6*L*T*d (causal attention, forward+backward)");
   schema::Set(group, m::memory_weights_bytes, memory.weights_bytes);
   schema::Set(group, m::memory_gradients_bytes, memory.gradients_bytes);
   schema::Set(group, m::memory_optimizer_bytes, memory.optimizer_bytes);
@@ -395,7 +459,8 @@ class TrainPhase : public Phase {
   void MeasureDevice();
   void PrintHeader() const;
   void RecordHeader(double comm_ready_s);
-  std::unique_ptr<Transformer> MakeModel(const Communicator& dp, Communicator* tp, const PipelineStage& stage);
+  std::unique_ptr<Transformer> MakeModel(const Communicator& dp, Communicator* tp, const PipelineStage& stage,
+                                         const ExpertPlacement& experts);
   void AddTheory(ScalingPoint& p, int micro_batch) const;
   std::vector<RunPoint> Points() const;
   void ProbeLinks(Communicator& comm);
@@ -412,6 +477,7 @@ class TrainPhase : public Phase {
                                       TrainLoopOptions& point_loop, EnergySpan& energy, Group& io_groups);
   struct PointComms {
     std::unique_ptr<Communicator> tp, dp, pipeline;  // null where the plan has no such group
+    std::unique_ptr<Communicator> experts, expert_data;  // expert parallel: the EP group, the ranks with its experts
   };
   static PointComms MakePointComms(Communicator& sub, const TrainPlan& plan);
   void PrintStep(const StepRecord& r, Communicator& sub, int k);
@@ -525,7 +591,29 @@ void AddParallelOptions(po::options_description& options, TrainFlags& f) {
        "pipeline parallel: micro-batches of --micro-batch sequences per optimizer step, M >= P (gradient "
        "accumulation, as --grad-accum: give one of the two)")
       ("allow-cross-node-tp", po::bool_switch(&f.allow_cross_node_tp),
-       "let tensor parallel groups span nodes (their activation all-reduces then cross the slow link)");
+       "let tensor parallel groups span nodes (their activation all-reduces then cross the slow link)")
+      ("expert-parallel", Number(&f.expert_parallel, IntRange::Between(1, kMaxWidth))->default_value(f.expert_parallel),
+       "spread each MoE block's experts over groups of EP consecutive ranks inside a node (E/EP each), the tokens "
+       "dispatched to their experts' ranks and combined back with all-to-alls (MPI_Alltoallv; NCCL grouped "
+       "send/recv), data parallel over all ranks; EP divides the experts and the ranks (cpu backend, --parallel dp)")
+      ("allow-cross-node-ep", po::bool_switch(&f.allow_cross_node_ep),
+       "let expert parallel groups span nodes (their all-to-alls then cross the slow link)");
+}
+
+// Mixture-of-experts blocks: on a dense preset with --experts, or changing an moe-* preset's.
+void AddMoeOptions(po::options_description& options, TrainFlags& f) {
+  options.add_options()
+      ("experts", Number(&f.experts, IntRange::Between(1, kMaxWidth)),
+       "replace the MLP of every (--moe-every n: every n-th) block by E experts of its shape and a router (moe-* "
+       "presets have them)")
+      ("top-k", Number(&f.top_k, IntRange::Between(1, kMaxWidth)),
+       "experts per token (default 2; 1 weighs its expert by its probability, as Switch; more renormalize)")
+      ("expert-ffn", Number(&f.expert_ffn, IntRange::Between(1, 1 << 20)), "each expert's hidden width (default: the MLP's)")
+      ("moe-every", Number(&f.moe_every, IntRange::Between(1, kMaxLayers)), "block l is an MoE block when l % n == 0 (default 1)")
+      ("capacity-factor", po::value(&f.capacity_factor),
+       "tokens an expert takes per batch: ceil(factor x tokens x top-k / experts), the rest dropped and counted "
+       "(default 1.25; experts / top-k never drops)")
+      ("aux-loss-coef", po::value(&f.aux_loss_coef), "weight of the load-balancing loss (default 0.01)");
 }
 
 void TrainPhase::AddOptions(po::options_description& options) {
@@ -568,6 +656,7 @@ void TrainPhase::AddOptions(po::options_description& options) {
        "across nodes, before the points: every node pair exchanges this much both ways on each local rank's link, "
        "naming the host whose link is slow (3 nodes or more); 0 or off: no probe");
   AddParallelOptions(options, f);
+  AddMoeOptions(options, f);
   AddTrainIoOptions(options, io_flags_);
 }
 
@@ -580,6 +669,7 @@ std::vector<FlagRule> TrainPhase::Rules() const {
   rules.push_back(Needs("no-overlap", "parallel", {"dp", "fsdp"}));
   rules.push_back(Needs("allow-cross-node-tp", "tensor-parallel"));
   rules.push_back(Needs("micro-batches", "pipeline-parallel"));
+  rules.push_back(Needs("allow-cross-node-ep", "expert-parallel"));
   return rules;
 }
 
@@ -631,15 +721,22 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
     f_.grad_accum = f.micro_batches;
   }
   CheckPipelineFlags(f, r.backend() == "nccl");
+  CheckMoeFlags(f, model_, r.backend() == "nccl");
   CheckTensorParallelLayout(f.tensor_parallel, scaling_, f.allow_cross_node_tp);
   if (!f.allow_cross_node_tp) {
     for (const ScalingPointPlan& point : scaling_) CheckTensorParallelGroups(f.tensor_parallel, point, shape_);
+  }
+  CheckTensorParallelLayout(f.expert_parallel, scaling_, f.allow_cross_node_ep, kExpertParallelGroups);
+  if (!f.allow_cross_node_ep) {
+    for (const ScalingPointPlan& point : scaling_) {
+      CheckTensorParallelGroups(f.expert_parallel, point, shape_, kExpertParallelGroups);
+    }
   }
   SetGlobalBatch();
   plans_.clear();
   for (const ScalingPointPlan& point : scaling_) {
     plans_.push_back(PlanTrainPoint(model_, point.k, f.tensor_parallel, f.pipeline_parallel, PointBatch(point.k),
-                                    f_.grad_accum, loop_.seq, r.backend() == "nccl"));
+                                    f_.grad_accum, loop_.seq, r.backend() == "nccl", f.expert_parallel));
   }
   // Strong scaling gives the fewest ranks the largest batch; the fewest ranks shard the least.
   CheckMemoryFits(r, TrainMemoryNeed(model_, plans_.front(), r.backend() == "nccl", f.parallel));
@@ -773,8 +870,15 @@ void TrainPhase::PrintHeader() const {
                model_.name.c_str(), model_.scaled.empty() ? "" : (" (" + model_.scaled + ")").c_str(), model_.layers,
                model_.d_model, model_.heads, model_.vocab, model_.vocab_padded, loop_.seq,
                static_cast<long long>(params.total)));
-  Print(Format("# model FLOPs per token %.4g (6*N_matmul + 6*L*T*d); memory per rank at k=%d (%s estimate): %s",
-               setup_.flops_per_token, plan.ranks, backend.cuda ? "mixed-precision" : "fp32",
+  if (model_.moe) {
+    Print(Format("# mixture of experts: %d of %d blocks with %d experts of width %d, top-%d, capacity factor %g, aux "
+                 "loss coef %g; %lld parameters active per token",
+                 MoeBlockCount(model_), model_.layers, model_.moe->experts, model_.moe->expert_ffn, model_.moe->top_k,
+                 model_.moe->capacity_factor, model_.moe->aux_loss_coef, static_cast<long long>(params.active)));
+  }
+  Print(Format("# model FLOPs per token %.4g (%s); memory per rank at k=%d (%s estimate): %s", setup_.flops_per_token,
+               model_.moe ? "6*N_active_matmul + 6*L*T*d: the router and top-k experts per token" : "6*N_matmul + 6*L*T*d",
+               plan.ranks, backend.cuda ? "mixed-precision" : "fp32",
                (backend.cuda ? memory.device_parts : memory.host_parts).c_str()));
   if (plan.pipeline_parallel > 1) {
     const PipelineStage& first = plan.stages.front().stage;
@@ -835,11 +939,13 @@ void TrainPhase::RecordHeader(double comm_ready_s) {
 // The model of a point: the whole model, or under tensor parallel this rank's slices of it over the group `tp`;
 // `dp` holds the ranks with the same parameters (one per group), over which zero1 shards the optimizer state and
 // fsdp every unit.
-std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& dp, Communicator* tp, const PipelineStage& stage) {
+std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& dp, Communicator* tp, const PipelineStage& stage,
+                                                   const ExpertPlacement& experts) {
   const std::vector<TensorSlot> layout =
       StageLayout(tp ? TensorParallelLayout(model_, tp->size()) : MakeLayout(model_), stage);
   ModelPlacement placement;
   placement.stage = stage;
+  placement.experts = experts;
   if (parallel_ == ParallelMode::kZero1) {
     placement.shard = ShardOf(layout.back().offset + layout.back().count, dp.size(), dp.rank());
   } else if (parallel_ == ParallelMode::kFsdp) {
@@ -979,7 +1085,8 @@ void TrainPhase::AddOpTimes(Group& point_group, const RunPoint& point, const Tra
 ScalingPoint TrainPhase::SummarizeRepeat(const RunPoint& point, int micro_batch, const std::vector<RankSteps>& ranks) {
   const TrainPlan& plan = PlanOf(point.k);
   ScalingPoint p = SummarizePoint(point.k, micro_batch, ranks, setup_.flops_per_token, setup_.peak_flops,
-                                  setup_.gemm_min, point_gradient_bytes_, plan.tensor_parallel, plan.pipeline_parallel);
+                                  setup_.gemm_min, point_gradient_bytes_, plan.tensor_parallel, plan.pipeline_parallel,
+                                  plan.expert_parallel);
   p.micro_batches = plan.micro_batches;
   if (plan.pipeline_parallel > 1) p.stages = SummarizeStages(plan, ranks);
   // zero1: one reduce-scatter and one all-gather; fsdp: one of each per unit
@@ -1025,9 +1132,11 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   const PointComms comms = MakePointComms(sub, plan);
   Communicator& dp = comms.dp ? *comms.dp : sub;
   const std::unique_ptr<Transformer> transformer =
-      MakeModel(dp, comms.tp.get(), plan.stages.at(static_cast<size_t>(plan.Place(sub.rank()).stage)).stage);
+      MakeModel(dp, comms.tp.get(), plan.stages.at(static_cast<size_t>(plan.Place(sub.rank()).stage)).stage,
+                {plan.expert_parallel, plan.ExpertRank(sub.rank()), comms.experts.get()});
   point_gradient_bytes_ = static_cast<double>(transformer->parameter_elements() * sizeof(float));
-  point_buckets_ = static_cast<int64_t>(PlanBuckets(GradientTensors(transformer->layout()),
+  point_buckets_ = static_cast<int64_t>(PlanBuckets(DataParallelGradientTensors(transformer->layout(),
+                                                                                plan.expert_parallel > 1),
                                                     static_cast<size_t>(loop_.bucket_mb * 1024 * 1024), sizeof(float))
                                             .size());
   PointIo io(io_flags_, io_plan_, sub, *transformer, plan, static_cast<uint64_t>(f_.seed), point.throttle_MBps, folder);
@@ -1036,6 +1145,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   PointHost host(*this, sub, point.k, io, MeasuredStepsEnergy(run_->gpu_health(), energy, point_loop.warmup_steps));
   point_loop.host = &host;
   point_loop.pipeline = comms.pipeline.get();
+  point_loop.expert_data = comms.expert_data.get();
   point_loop.working_bytes = &point_working_bytes_;
   std::vector<StepRecord> mine = RunTrainingSteps(dp, *transformer, point_loop);
   if (run_->ctx().world_rank == 0) RecordKernelChoices(train(), *transformer);
@@ -1057,6 +1167,10 @@ TrainPhase::PointComms TrainPhase::MakePointComms(Communicator& sub, const Train
   if (plan.tensor_parallel > 1) comms.tp = sub.Split(plan.TensorGroup(rank), rank);
   if (plan.tensor_parallel > 1 || plan.pipeline_parallel > 1) comms.dp = sub.Split(plan.DataGroup(rank), rank);
   if (plan.pipeline_parallel > 1) comms.pipeline = sub.Split(plan.PipelineGroup(rank), rank);
+  if (plan.expert_parallel > 1) {
+    comms.experts = sub.Split(plan.ExpertGroup(rank), rank);
+    comms.expert_data = sub.Split(plan.ExpertDataGroup(rank), rank);
+  }
   return comms;
 }
 
@@ -1087,16 +1201,26 @@ void TrainPhase::AddTheory(ScalingPoint& p, int micro_batch) const {
   const TrainPlan& plan = PlanOf(p.k);
   const int t = plan.tensor_parallel;
   const StagePlan& first = plan.stages.front();
-  const double psi = (plan.pipeline_parallel > 1 ? first.parameters : setup_.gradient_bytes / sizeof(float)) / t;
+  const bool held = plan.pipeline_parallel > 1 || plan.expert_parallel > 1;  // a part of the model per rank
+  const double psi = (held ? first.parameters : setup_.gradient_bytes / sizeof(float)) / t;
   p.state_theory = TheoryStateBytes(parallel_, setup_.backend.cuda, psi, plan.data_parallel);
   p.working_bytes = static_cast<double>(point_working_bytes_);
   // Traffic is a mean over the ranks: each stage's mode over its own parameters.
   p.traffic_theory = {};
   for (const StagePlan& stage : plan.stages) {
     const double stage_psi = plan.pipeline_parallel > 1 ? stage.parameters / t : psi;
-    const CollectiveTraffic traffic = TheoryTraffic(parallel_, stage_psi * sizeof(float), plan.data_parallel);
-    p.traffic_theory.gradient_sync += traffic.gradient_sync / plan.pipeline_parallel;
+    // Expert parallel: the experts a rank holds go round the D/EP replicas holding the same experts, the rest round D.
+    const double experts = plan.expert_parallel > 1 ? ExpertParameters(model_) / plan.expert_parallel : 0.0;
+    const CollectiveTraffic traffic = TheoryTraffic(parallel_, (stage_psi - experts) * sizeof(float), plan.data_parallel);
+    const CollectiveTraffic expert_traffic =
+        TheoryTraffic(parallel_, experts * sizeof(float), plan.data_parallel / plan.expert_parallel);
+    p.traffic_theory.gradient_sync += (traffic.gradient_sync + expert_traffic.gradient_sync) / plan.pipeline_parallel;
     p.traffic_theory.parameter_gather += traffic.parameter_gather / plan.pipeline_parallel;
+  }
+  if (model_.moe) {
+    p.alltoall_bytes_theory =
+        TheoryAllToAllBytes(MoeBlockCount(model_), plan.micro_batches, static_cast<double>(micro_batch) * loop_.seq,
+                            model_.moe->top_k, model_.d_model, sizeof(float), plan.expert_parallel);
   }
   p.traffic_theory.activation =
       TheoryActivationTraffic(first.stage.end_layer - first.stage.first_layer, micro_batch, loop_.seq, model_.d_model,

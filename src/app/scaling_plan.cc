@@ -137,7 +137,8 @@ void ChooseAllReduce(const std::string& mode, bool mpi, std::vector<ScalingPoint
   }
 }
 
-void CheckTensorParallelGroups(int tensor_parallel, const ScalingPointPlan& point, const LaunchShape& shape) {
+void CheckTensorParallelGroups(int tensor_parallel, const ScalingPointPlan& point, const LaunchShape& shape,
+                               const NodeGroups& groups) {
   std::vector<int> members;
   for (int r = 0; r < shape.ranks(); ++r) {
     if (point.Holds(r, shape.node[r], shape.local_rank[r])) members.push_back(r);
@@ -145,26 +146,27 @@ void CheckTensorParallelGroups(int tensor_parallel, const ScalingPointPlan& poin
   for (size_t i = 0; i < members.size(); ++i) {
     const int first = members[i - i % static_cast<size_t>(tensor_parallel)];
     if (shape.node[members[i]] != shape.node[first]) {
-      throw InputError("ranks " + std::to_string(first) + " and " + std::to_string(members[i]) + " of one tensor " +
-                       "parallel group of the " + std::to_string(point.k) + "-rank point are on different nodes: " +
-                       "launch the ranks node by node (mpirun --map-by slot), or --allow-cross-node-tp");
+      throw InputError("ranks " + std::to_string(first) + " and " + std::to_string(members[i]) + " of one " +
+                       groups.name + " group of the " + std::to_string(point.k) + "-rank point are on different " +
+                       "nodes: launch the ranks node by node (mpirun --map-by slot), or " + groups.allow_cross_node);
     }
   }
 }
 
-void CheckTensorParallelLayout(int tensor_parallel, const std::vector<ScalingPointPlan>& points, bool allow_cross_node) {
+void CheckTensorParallelLayout(int tensor_parallel, const std::vector<ScalingPointPlan>& points, bool allow_cross_node,
+                               const NodeGroups& groups) {
   const std::string t = std::to_string(tensor_parallel);
   for (const ScalingPointPlan& p : points) {
     const std::string point = std::to_string(p.k) + "-rank point (" + std::to_string(p.nodes) + " node" +
                               (p.nodes == 1 ? "" : "s") + ", up to " + std::to_string(p.ranks_per_node) + " per node)";
     if (p.k % tensor_parallel != 0) {
-      throw InputError("--tensor-parallel " + t + " does not divide the " + point + " into groups");
+      throw InputError(std::string(groups.flag) + " " + t + " does not divide the " + point + " into groups");
     }
     if (allow_cross_node) continue;
     if (!p.even || p.ranks_per_node % tensor_parallel != 0) {
-      throw InputError("--tensor-parallel " + t + " does not divide the ranks of each node of the " + point +
-                       ": tensor parallel groups stay inside a node, on its fast link (--allow-cross-node-tp to "
-                       "span nodes)");
+      throw InputError(std::string(groups.flag) + " " + t + " does not divide the ranks of each node of the " + point +
+                       ": " + groups.name + " groups stay inside a node, on its fast link (" +
+                       groups.allow_cross_node + " to span nodes)");
     }
   }
 }

@@ -44,13 +44,25 @@ std::vector<ScalingPointPlan> ParseScaling(const std::string& text, const Launch
 // algorithm) and an even layout at every point. Sets each point's `hierarchical`; throws InputError.
 void ChooseAllReduce(const std::string& mode, bool mpi, std::vector<ScalingPointPlan>& points);
 
-// --tensor-parallel T: groups of T ranks inside a node (every point's ranks per node a multiple of T, on every node
+// Groups of consecutive ranks that stay inside a node unless asked: tensor parallel's, and expert parallel's (with
+// T = P = 1 its groups are consecutive ranks too). Their flag, their name and the flag that lets them span nodes.
+struct NodeGroups {
+  const char* flag;
+  const char* name;
+  const char* allow_cross_node;
+};
+inline constexpr NodeGroups kTensorParallelGroups{"--tensor-parallel", "tensor parallel", "--allow-cross-node-tp"};
+inline constexpr NodeGroups kExpertParallelGroups{"--expert-parallel", "expert parallel", "--allow-cross-node-ep"};
+
+// groups.flag T: groups of T ranks inside a node (every point's ranks per node a multiple of T, on every node
 // alike), or anywhere with allow_cross_node (k a multiple of T); throws InputError naming the first point that does
 // not divide. T = 1 passes.
-void CheckTensorParallelLayout(int tensor_parallel, const std::vector<ScalingPointPlan>& points, bool allow_cross_node);
+void CheckTensorParallelLayout(int tensor_parallel, const std::vector<ScalingPointPlan>& points, bool allow_cross_node,
+                               const NodeGroups& groups = kTensorParallelGroups);
 // That each group of T consecutive ranks of `point` (its members in launch order: the groups train splits them
 // into) lies on one node; throws InputError naming the first that does not (a launch that maps ranks across nodes
 // round-robin).
-void CheckTensorParallelGroups(int tensor_parallel, const ScalingPointPlan& point, const LaunchShape& shape);
+void CheckTensorParallelGroups(int tensor_parallel, const ScalingPointPlan& point, const LaunchShape& shape,
+                               const NodeGroups& groups = kTensorParallelGroups);
 
 }  // namespace tb
