@@ -247,7 +247,6 @@ class TrainingSteps {
     if (moe_) {
       r.moe_choices = moe_step_.choices;
       r.moe_dropped = moe_step_.dropped;
-      r.moe_max_over_mean = moe_step_.max_over_mean();
       r.moe_aux_loss = moe_step_.aux_loss();
     }
     if (op_times_) op_times_->TakeInto(r.op_s);
@@ -257,6 +256,7 @@ class TrainingSteps {
     HostOf(o_).AfterUpdate(step);
     r.checkpoint_stall_s += NowSeconds() - checkpoint_start;  // beside the fence before the optimizer
     r.step_s = NowSeconds() - step_start_;
+    if (moe_) r.moe_max_over_mean = StepLoadBalance();
     // This rank's share of its tensor parallel group's tokens, split over the pipeline's stages (the first ones take
     // one more where they do not divide), so that the shares add up to the tokens trained.
     const int64_t group_tokens =
@@ -488,6 +488,19 @@ class TrainingSteps {
     r.alltoall_dispatch_bytes += taken.dispatch_bytes;
     r.alltoall_combine_bytes += taken.combine_bytes;
     return seconds;
+  }
+
+  // The step's load balance over every data parallel rank's tokens (what each expert's work was, wherever it ran):
+  // the choices per block and expert summed over the ranks (outside the step's time), then the worst block's busiest
+  // expert over its mean. Collective over comm_'s ranks.
+  double StepLoadBalance() {
+    if (comm_.size() > 1) {
+      std::vector<double> counts(moe_step_.assigned.begin(), moe_step_.assigned.end());
+      TB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, counts.data(), static_cast<int>(counts.size()), MPI_DOUBLE, MPI_SUM,
+                                 comm_.host_comm()));
+      for (size_t i = 0; i < counts.size(); ++i) moe_step_.assigned[i] = static_cast<int64_t>(counts[i]);
+    }
+    return moe_step_.max_over_mean();
   }
 
   // Expert parallel: each expert slot's gradient summed over the ranks that hold the same experts and divided by all

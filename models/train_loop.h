@@ -57,7 +57,8 @@ struct StepRecord {
   // Mixture of experts (0 / NaN for a dense model), over the step's micro-batches and MoE blocks:
   int64_t moe_choices = 0;        // tokens x top-k routed
   int64_t moe_dropped = 0;        // of them past their expert's capacity
-  double moe_max_over_mean = std::nan("");  // the worst block's busiest expert over its mean (1: balanced)
+  double moe_max_over_mean = std::nan("");  // the worst block's busiest expert over its mean (1: balanced), over the
+                                            // step's tokens of every rank of the loop's communicator
   double moe_aux_loss = std::nan("");       // the load-balancing loss (mean over micro-batches, summed over blocks)
   int64_t tokens = 0;           // tokens this rank processed: its share of its tensor parallel group's and of its
                                 // pipeline's (all of them without either)

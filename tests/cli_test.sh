@@ -41,8 +41,8 @@ if ! "$tb" info --backend cuda >/dev/null 2>&1 && "$tb" info | grep -c >/dev/nul
 fi
 
 expect_error 2 "unknown model 'gpt3' for --model" -- "$tb" train --model gpt3
-expect_error 2 "model 'moe-tiny' has mixture-of-experts blocks: train takes dense models only for now" -- \
-  "$tb" train --model moe-tiny
+expect_error 2 "shape mixture-of-experts blocks: give --experts E, or an moe-\* model" -- \
+  "$tb" train --model tiny --top-k 2
 expect_error 2 "--layers '0': out of range" -- "$tb" train --model tiny --layers 0
 expect_error 2 "--model custom needs --d-model, --heads" -- "$tb" train --model custom --layers 2
 expect_error 2 "not divisible by --heads" -- "$tb" train --model custom --layers 2 --d-model 100 --heads 3

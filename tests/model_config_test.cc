@@ -473,11 +473,36 @@ TEST(MoeConfig, ValidationNamesTheFlag) {
 
 TEST(MoeConfig, MoeModelsAreRefusedWhereOnlyDenseIsBuilt) {
   const ModelConfig config = FindPreset("moe-tiny");
-  EXPECT_EQ(InputErrorOf([&] { RequireDenseModel(config, "train"); }),
-            "model 'moe-tiny' has mixture-of-experts blocks: train takes dense models only for now (choose a dense "
+  EXPECT_EQ(InputErrorOf([&] { RequireDenseModel(config, "cost"); }),
+            "model 'moe-tiny' has mixture-of-experts blocks: cost takes dense models only for now (choose a dense "
             "model)");
-  EXPECT_THROW(EstimateMemory(config, 1, 256, true), InputError);
-  EXPECT_NO_THROW(RequireDenseModel(FindPreset("tiny"), "train"));
+  EXPECT_NO_THROW(RequireDenseModel(FindPreset("tiny"), "cost"));
+}
+
+// The memory estimate of an MoE model: every expert's states on one rank, E/EP of them under expert parallel (the
+// rest whole), and an MoE block's activations in place of the MLP's.
+TEST(MoeConfig, MemoryEstimateCountsTheExpertsHeld) {
+  const ModelConfig config = FindPreset("moe-tiny");
+  const ParameterCount count = CountParameters(config);
+  const double experts = ExpertParameters(config);
+  const MoeConfig& moe = *config.moe;
+  EXPECT_DOUBLE_EQ(experts, static_cast<double>(MoeBlockCount(config)) * moe.experts *
+                                (2.0 * config.d_model * moe.expert_ffn + moe.expert_ffn + config.d_model));
+  const double padding = static_cast<double>(config.vocab_padded - config.vocab) * config.d_model;
+  const MemoryEstimate one = EstimateMemory(config, 2, 64, false);
+  EXPECT_DOUBLE_EQ(one.weights_bytes, 4.0 * (static_cast<double>(count.total) + padding));
+  const MemoryEstimate two = EstimateMemory(config, 2, 64, false, 1, 2);
+  EXPECT_DOUBLE_EQ(two.weights_bytes, 4.0 * (static_cast<double>(count.total) + padding - experts / 2));
+  EXPECT_DOUBLE_EQ(two.optimizer_bytes, 2 * two.weights_bytes);
+  // Expert parallel keeps the rows it sends and gets back as well.
+  EXPECT_GT(two.activations_bytes, one.activations_bytes);
+  const ActivationBytes bytes = ActivationBytesPerToken(config, 64, false);
+  const double f = moe.expert_ffn, c = config.d_model;
+  EXPECT_DOUBLE_EQ(bytes.moe_layer - bytes.layer,
+                   -2.0 * 4 * config.mlp_ratio * c + 4.0 * moe.experts + moe.top_k * (12.0 + 4 * (2 * c + 2 * f)));
+  EXPECT_EQ(InputErrorOf([&] { EstimateMemory(config, 2, 64, false, 1, 3); }),
+            "expert parallel 3 does not divide the 4 experts of model 'moe-tiny'");
+  EXPECT_THROW(EstimateMemory(FindPreset("tiny"), 2, 64, false, 1, 2), InputError);
 }
 
 }  // namespace

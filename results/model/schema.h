@@ -560,7 +560,8 @@ inline const RealAttribute alltoall_GBps{kTrainPoint, "alltoall_GBps", "GB/s",
                                          "included; 1e9 B)"};
 inline const RealAttribute moe_max_over_mean{kTrainPoint, "moe_max_over_mean", "",
                                              "load balance: the worst MoE block's busiest expert over its mean (1: "
-                                             "balanced), mean over ranks and measured steps"};
+                                             "balanced), each step's over every rank's tokens, mean over the measured "
+                                             "steps"};
 inline const RealAttribute moe_dropped_share{kTrainPoint, "moe_dropped_share", "fraction",
                                              "routed choices dropped past their expert's capacity"};
 inline const RealAttribute moe_aux_loss{kTrainPoint, "moe_aux_loss", "",
@@ -658,7 +659,8 @@ inline const IntColumn experts_allreduce_bytes{kSteps, "experts_allreduce_bytes"
 inline const IntColumn moe_choices{kSteps, "moe_choices", "", "tokens x top-k routed, over micro-batches and MoE blocks"};
 inline const IntColumn moe_dropped{kSteps, "moe_dropped", "", "of them dropped past their expert's capacity"};
 inline const RealColumn moe_max_over_mean{kSteps, "moe_max_over_mean", "",
-                                          "the worst MoE block's busiest expert over its mean (1: balanced)"};
+                                          "the worst MoE block's busiest expert over its mean (1: balanced), over "
+                                          "the step's tokens of every data parallel rank"};
 inline const RealColumn moe_aux_loss{kSteps, "moe_aux_loss", "",
                                      "the load-balancing loss (summed over blocks, mean over micro-batches), "
                                      "not in loss"};

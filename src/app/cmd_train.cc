@@ -81,13 +81,13 @@ struct TrainFlags {
   bool allow_cross_node_tp = false;
   bool op_times = false;
   int repeats = 1;
-  // Mixture of experts (0 / -1: not given; an moe-* preset's, or MoeConfig's defaults with --experts).
+  // Mixture of experts (0 / not given: an moe-* preset's, or MoeConfig's defaults with --experts).
   int experts = 0;
   int top_k = 0;
   int expert_ffn = 0;
   int moe_every = 0;
-  double capacity_factor = 0;
-  double aux_loss_coef = -1;
+  std::optional<double> capacity_factor;
+  std::optional<double> aux_loss_coef;
   int expert_parallel = 1;
   bool allow_cross_node_ep = false;
 };
@@ -98,15 +98,15 @@ MoeConfig MoeFromFlags(const TrainFlags& f, MoeConfig moe) {
   if (f.top_k > 0) moe.top_k = f.top_k;
   if (f.expert_ffn > 0) moe.expert_ffn = f.expert_ffn;
   if (f.moe_every > 0) moe.every = f.moe_every;
-  if (f.capacity_factor != 0) moe.capacity_factor = f.capacity_factor;
-  if (f.aux_loss_coef != -1) moe.aux_loss_coef = f.aux_loss_coef;
+  if (f.capacity_factor) moe.capacity_factor = *f.capacity_factor;
+  if (f.aux_loss_coef) moe.aux_loss_coef = *f.aux_loss_coef;
   return moe;
 }
 
 // Whether any MoE shape flag was given.
 bool MoeFlagsGiven(const TrainFlags& f) {
-  return f.experts > 0 || f.top_k > 0 || f.expert_ffn > 0 || f.moe_every > 0 || f.capacity_factor != 0 ||
-         f.aux_loss_coef != -1;
+  return f.experts > 0 || f.top_k > 0 || f.expert_ffn > 0 || f.moe_every > 0 || f.capacity_factor ||
+         f.aux_loss_coef;
 }
 
 ParallelMode ParseParallel(const std::string& text) {
@@ -610,10 +610,11 @@ void AddMoeOptions(po::options_description& options, TrainFlags& f) {
        "experts per token (default 2; 1 weighs its expert by its probability, as Switch; more renormalize)")
       ("expert-ffn", Number(&f.expert_ffn, IntRange::Between(1, 1 << 20)), "each expert's hidden width (default: the MLP's)")
       ("moe-every", Number(&f.moe_every, IntRange::Between(1, kMaxLayers)), "block l is an MoE block when l % n == 0 (default 1)")
-      ("capacity-factor", po::value(&f.capacity_factor),
+      ("capacity-factor", po::value<double>()->notifier([&f](double v) { f.capacity_factor = v; }),
        "tokens an expert takes per batch: ceil(factor x tokens x top-k / experts), the rest dropped and counted "
        "(default 1.25; experts / top-k never drops)")
-      ("aux-loss-coef", po::value(&f.aux_loss_coef), "weight of the load-balancing loss (default 0.01)");
+      ("aux-loss-coef", po::value<double>()->notifier([&f](double v) { f.aux_loss_coef = v; }),
+       "weight of the load-balancing loss (default 0.01)");
 }
 
 void TrainPhase::AddOptions(po::options_description& options) {

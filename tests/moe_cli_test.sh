@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# train with mixture-of-experts blocks (issue 39) on the CPU backend: --expert-parallel 4 on 4 ranks gives the losses of
+# one rank running the four ranks' batches as --grad-accum 4 (moe-tiny, top-2, --data), and so does expert parallel 2
+# with top-1 and dropped tokens; the report holds the load balance, the dropped share, the aux loss, the all-to-all
+# bytes next to theory and their rate, the all-to-all's share of the stall budget and the model's active parameters
+# (h5py); --experts turns a dense preset's MLPs into experts. Bad values: one line, exit 2, no report.
+#   moe_cli_test.sh TRAINBENCH MPIEXEC...
+set -uo pipefail
+tb=$(realpath "$1"); shift; mpi=("$@")
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+cd "$work"
+
+train=(train --model moe-tiny --seq 32 --warmup-steps 1 --steps 3 --lr 0.01 --micro-batch 2 --data tokens)
+expect_ok "$tb" data generate --dir tokens --tokens 200K --vocab 4096 --distribution zipf --quiet
+
+# same_losses A.h5 B.h5: the mean over ranks of each measured step's loss agrees within 1e-4 (relative), with the
+# same tokens per step and the same routing: the same choices, and the same drops but for a few (weights that differ
+# by rounding after a step, the gradients summed in another order, can tip a near tie between two experts).
+same_losses() {
+  checks=$((checks + 1))
+  /usr/bin/python3 - "$@" >"$work/py" 2>&1 <<'PY' || fail "$1 vs $2: $(cat "$work/py")"
+import sys, h5py, numpy as np
+def figures(path):
+    with h5py.File(path, "r") as f:
+        point = f["train"][sorted(k for k in f["train"] if k.startswith("k"))[-1]]
+        s = point["steps"][()]
+        s = s[s["warmup"] == 0]
+        steps = sorted(set(s["step"]))
+        losses = np.array([s[s["step"] == i]["loss"].mean() for i in steps])
+        routed = [(int(s[s["step"] == i]["moe_choices"].sum()), int(s[s["step"] == i]["moe_dropped"].sum())) for i in steps]
+        return losses, int(point.attrs["tokens_per_step"]), routed
+(la, ta, ra), (lb, tb, rb) = figures(sys.argv[1]), figures(sys.argv[2])
+assert ta == tb, f"tokens per step {ta} vs {tb}"
+assert all(a[0] == b[0] and abs(a[1] - b[1]) <= max(2, 0.01 * a[0]) for a, b in zip(ra, rb)), f"routing {ra} vs {rb}"
+worst = np.max(np.abs(la - lb) / np.abs(lb))
+assert worst < 1e-4, f"losses {la} vs {lb}: {worst:.3g} apart"
+PY
+}
+
+# --- expert parallel 4 = one rank, every rank's batch a micro-batch ----------------------------------------------------
+expect_ok "${mpi[@]}" -n 4 "$tb" "${train[@]}" --expert-parallel 4 -o ep4.h5
+expect_out "^#   experts: busiest over mean [0-9.]+ .* expert parallel 4: all-to-all [0-9.]+ MB sent per rank per step \(theory"
+expect_ok "$tb" "${train[@]}" --grad-accum 4 -o one.h5
+expect_out "^# mixture of experts: 2 of 2 blocks with 4 experts of width 512, top-2"
+same_losses ep4.h5 one.h5
+
+# The report: routing figures equal to one rank's, the all-to-all against theory, its share of the stall budget.
+checks=$((checks + 1))
+/usr/bin/python3 - ep4.h5 one.h5 >"$work/py" 2>&1 <<'PY' || fail "ep4.h5's MoE figures: $(cat "$work/py")"
+import sys, h5py, math
+with h5py.File(sys.argv[1], "r") as ep, h5py.File(sys.argv[2], "r") as one:
+    p, q = ep["train/k4"].attrs, one["train/k1"].attrs
+    assert p["expert_parallel"] == 4 and q["expert_parallel"] == 1, (p["expert_parallel"], q["expert_parallel"])
+    for key in ("moe_max_over_mean", "moe_dropped_share"):  # a near tie may tip (same_losses)
+        assert abs(p[key] - q[key]) < 0.01 * q[key], (key, p[key], q[key])
+    assert p["moe_max_over_mean"] >= 1 and 0 <= p["moe_dropped_share"] < 1, dict(p)
+    assert abs(p["moe_aux_loss"] - q["moe_aux_loss"]) < 1e-3 * q["moe_aux_loss"], (p["moe_aux_loss"], q["moe_aux_loss"])
+    # 4 all-to-alls x 2 MoE blocks x 2 x 32 tokens x top-2 x 128 x 4 B x 3/4, routing balanced and nothing dropped.
+    theory = 4 * 2 * 64 * 2 * 128 * 4 * 3 / 4
+    assert p["alltoall_bytes_theory"] == theory, p["alltoall_bytes_theory"]
+    assert 0.5 * theory < p["alltoall_bytes"] < 1.5 * theory, (p["alltoall_bytes"], theory)
+    assert p["comm_alltoall_s"] > 0 and p["alltoall_GBps"] > 0, (p["comm_alltoall_s"], p["alltoall_GBps"])
+    assert math.isclose(p["alltoall_GBps"], p["alltoall_bytes"] / p["comm_alltoall_s"] / 1e9, rel_tol=1e-9)
+    assert q["alltoall_bytes"] == 0 and math.isnan(q["alltoall_GBps"])
+    steps = ep["train/k4/steps"][()]
+    measured = steps[steps["warmup"] == 0]
+    assert (measured["alltoall_dispatch_bytes"] > 0).all() and (measured["comm_alltoall_s"] > 0).all()
+    budget = ep["train/k4/stall_budget"][()]
+    assert (budget["comm_alltoall_p50"] > 0).all(), budget["comm_alltoall_p50"]
+    m, n = ep["model"].attrs, one["model"].attrs
+    assert m["experts"] == 4 and m["top_k"] == 2 and m["moe_layers"] == 2, dict(m)
+    assert m["active_parameters"] < m["parameters"], (m["active_parameters"], m["parameters"])
+    assert "N_active_matmul" in m["flops_convention"], m["flops_convention"]
+PY
+
+# --- top-1 with dropped tokens, over 2 ranks: still one rank's losses; a dense preset made MoE by --experts ----------
+drops=(--top-k 1 --capacity-factor 0.5)
+expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" "${drops[@]}" --expert-parallel 2 -o ep2.h5
+expect_ok "$tb" "${train[@]}" "${drops[@]}" --grad-accum 2 -o one2.h5
+same_losses ep2.h5 one2.h5
+checks=$((checks + 1))
+/usr/bin/python3 -c '
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    assert f["train/k2"].attrs["moe_dropped_share"] > 0.1, f["train/k2"].attrs["moe_dropped_share"]
+' ep2.h5 2>"$work/py" || fail "capacity factor 0.5 dropped nothing: $(cat "$work/py")"
+expect_ok "$tb" train --model tiny --experts 4 --top-k 1 --expert-ffn 64 --seq 32 --steps 2 --warmup-steps 0 -o dense-moe.h5
+expect_out "^# mixture of experts: 2 of 2 blocks with 4 experts of width 64, top-1"
+
+# --- bad values: one line, exit 2, no report ---------------------------------------------------------------------------
+expect_error 2 "--expert-parallel 2 does not divide the 3 experts" -- \
+  "${mpi[@]}" -n 2 "$tb" "${train[@]}" --experts 3 --expert-parallel 2 -o refused.h5
+expect_error 2 "--top-k 5 must lie in 1..4" -- "$tb" "${train[@]}" --top-k 5 -o refused.h5
+expect_error 2 "--capacity-factor -1 must be a finite number above 0" -- "$tb" "${train[@]}" --capacity-factor -1 -o refused.h5
+expect_error 2 "--expert-parallel 4 does not divide the 2-rank point" -- \
+  "${mpi[@]}" -n 2 "$tb" "${train[@]}" --expert-parallel 4 -o refused.h5
+expect_error 2 "--expert-parallel 2 needs a model with experts" -- \
+  "${mpi[@]}" -n 2 "$tb" train --model tiny --expert-parallel 2 -o refused.h5
+expect_error 2 "shape mixture-of-experts blocks: give --experts E" -- "$tb" train --model tiny --capacity-factor 1 -o refused.h5
+expect_error 2 "--expert-parallel 2 with --parallel zero1 is not built yet" -- \
+  "${mpi[@]}" -n 2 "$tb" "${train[@]}" --expert-parallel 2 --parallel zero1 -o refused.h5
+expect_error 2 "--tensor-parallel or --pipeline-parallel they are not built yet" -- \
+  "${mpi[@]}" -n 2 "$tb" "${train[@]}" --tensor-parallel 2 -o refused.h5
+expect_error 2 "--allow-cross-node-ep.*--expert-parallel" -- "$tb" "${train[@]}" --allow-cross-node-ep -o refused.h5
+checks=$((checks + 1))
+[[ ! -e refused.h5 ]] || fail "a refused run left refused.h5"
+
+finish moe_cli_test
