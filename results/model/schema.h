@@ -556,8 +556,9 @@ inline const RealAttribute alltoall_bytes_theory{
     "B x S x top-k x d x 4 B x (EP-1)/EP"};
 inline const RealAttribute alltoall_GBps{kTrainPoint, "alltoall_GBps", "GB/s",
                                          "alltoall_bytes / comm_alltoall_s: bytes sent to other ranks over the time in "
-                                         "the all-to-alls (as DeepEP's dispatch and combine bandwidth, waits "
-                                         "included; 1e9 B)"};
+                                         "the all-to-alls, waits for the slowest peer included (1e9 B; each of a "
+                                         "token's K choices is a row of its own, where DeepEP sends a token once per "
+                                         "rank)"};
 inline const RealAttribute moe_max_over_mean{kTrainPoint, "moe_max_over_mean", "",
                                              "load balance: the worst MoE block's busiest expert over its mean (1: "
                                              "balanced), each step's over every rank's tokens, mean over the measured "
