@@ -20,6 +20,7 @@
 #include "error.h"
 #include "input_error_of.h"
 #include "model_config.h"
+#include "moe_stats.h"
 #include "random.h"
 #include "token_windows.h"
 #include "transformer.h"
@@ -197,6 +198,7 @@ TEST(TransformerLayout, NamesCountsAndOffsetsInForwardOrder) {
       {"ln2.weight", c, false},          {"ln2.bias", c, false},
       {"mlp.fc.weight", 4 * c * c, true}, {"mlp.fc.bias", 4 * c, false},
       {"mlp.proj.weight", 4 * c * c, true}, {"mlp.proj.bias", c, false},
+      {"moe.router.weight", 0, true},  // a dense block's: empty
   };
   std::vector<TensorSlot> expected = {{"wte", 0, 128 * c, -1, true}, {"wpe", 0, 12 * c, -1, true}};
   for (int l = 0; l < 2; ++l) {
@@ -260,7 +262,7 @@ TEST(CpuTransformer, SameSeedSameModelOtherSeedOtherModel) {
   EXPECT_NE(std::memcmp(a->parameters(), c->parameters(), bytes), 0);
   // Every drawn tensor differs between seeds, not just the first.
   for (const TensorSlot& slot : a->layout()) {
-    if (!slot.decay) continue;
+    if (!slot.decay || slot.count == 0) continue;
     EXPECT_NE(std::memcmp(a->parameters() + slot.offset, c->parameters() + slot.offset, slot.count * sizeof(float)), 0)
         << slot.name;
   }
@@ -273,6 +275,7 @@ TEST(CpuTransformer, InitialisesAsGpt2) {
   const float* p = model->parameters();
   for (const TensorSlot& slot : model->layout()) {
     SCOPED_TRACE(slot.name);
+    if (slot.count == 0) continue;  // a dense block's router
     const bool padded = slot.name == "wte";
     const size_t drawn = padded ? static_cast<size_t>(config.vocab) * config.d_model : slot.count;
     if (!slot.decay) {
@@ -412,6 +415,7 @@ void ExpectGradientsMatchReference(const ModelConfig& config, int batch_size, in
   const size_t real_wte = static_cast<size_t>(config.vocab) * config.d_model;
   const size_t real_wpe = static_cast<size_t>(seq) * config.d_model;
   for (const TensorSlot& slot : model->layout()) {
+    if (slot.count == 0) continue;  // a dense block's router
     const size_t real = slot.name == "wte" ? real_wte : slot.name == "wpe" ? real_wpe : slot.count;
     std::uniform_int_distribution<size_t> pick(0, real - 1);
     std::vector<size_t> picked;
@@ -446,6 +450,83 @@ TEST(CpuTransformer, GradientsMatchFiniteDifferencesOfReference) {
 TEST(CpuTransformer, GradientsMatchAcrossAttentionRowBlocks) {
   const int seq = 2 * cpu::kAttentionBlockRows + 22;
   ExpectGradientsMatchReference(CustomModel(1, 16, 2, 37, seq + 10), 1, seq, 6);
+}
+
+// An MoE block's slots: the experts' tensors where the MLP's are, one expert after the other, and the router.
+TEST(TransformerLayout, MoeBlocksHoldTheirExpertsAndRouter) {
+  const ModelConfig config = FindPreset("moe-tiny");  // 4 experts of 512 on d 128, every block
+  const std::vector<TensorSlot> layout = MakeLayout(config);
+  ASSERT_EQ(layout.size(), kFirstBlockSlot + config.layers * kBlockTensors + 2);
+  const size_t c = 128, e = 4, f = 512;
+  const std::pair<BlockTensor, std::pair<std::string, size_t>> expected[] = {
+      {kFcWeight, {"h1.moe.fc.weight", e * f * c}},     {kFcBias, {"h1.moe.fc.bias", e * f}},
+      {kMlpProjWeight, {"h1.moe.proj.weight", e * c * f}}, {kMlpProjBias, {"h1.moe.proj.bias", e * c}},
+      {kRouterWeight, {"h1.moe.router.weight", e * c}}};
+  for (const auto& [tensor, name_count] : expected) {
+    const TensorSlot& slot = layout[BlockSlot(1, tensor)];
+    EXPECT_EQ(slot.name, name_count.first);
+    EXPECT_EQ(slot.count, name_count.second);
+    EXPECT_TRUE(IsExpertSlot(layout, BlockSlot(1, tensor)) == (tensor != kRouterWeight)) << slot.name;
+  }
+  size_t total = 0;
+  for (const TensorSlot& slot : layout) total += slot.count;
+  EXPECT_EQ(total, CountParameters(config).total + (config.vocab_padded - config.vocab) * c);
+  // Expert parallel 2: each expert slot halves, rank 1's starting at expert 2; the rest whole.
+  const std::vector<TensorSlot> held = ExpertLayout(layout, {2, 1, nullptr});
+  EXPECT_EQ(held[BlockSlot(0, kFcWeight)].count, e * f * c / 2);
+  EXPECT_EQ(held[BlockSlot(0, kFcWeight)].first, e * f * c / 2);
+  EXPECT_EQ(held[BlockSlot(0, kRouterWeight)].count, e * c);
+  EXPECT_EQ(held[BlockSlot(0, kRouterWeight)].first, 0u);
+  EXPECT_EQ(held.back().offset + held.back().count, total - ExpertParameters(config) / 2);
+}
+
+// One expert with room for every token (top-1, capacity factor 1) is the dense MLP: its gate is softmax over one
+// logit, exactly 1. With the dense model's weights in its slots, the MoE model gives the dense loss and gradients, and
+// its router none (the softmax of one logit does not move; the aux loss is then the constant coef).
+TEST(CpuTransformer, OneExpertMoeBlockIsTheDenseMlp) {
+  const ModelConfig dense_config = TinyConfig();
+  MoeConfig one;
+  one.experts = 1;
+  one.top_k = 1;
+  one.capacity_factor = 1.0;
+  const ModelConfig moe_config = WithMoe(dense_config, one);
+  auto dense = MakeCpuTransformer(dense_config, 9);
+  auto moe = MakeCpuTransformer(moe_config, 9);
+  Randomise(*dense, 10);
+  ASSERT_EQ(dense->layout().size(), moe->layout().size());
+  for (size_t s = 0; s < moe->layout().size(); ++s) {
+    const TensorSlot &from = dense->layout()[s], &to = moe->layout()[s];
+    if (from.count == 0) {
+      std::fill(moe->parameters() + to.offset, moe->parameters() + to.offset + to.count, 0.25f);  // the router
+      continue;
+    }
+    ASSERT_EQ(from.count, to.count) << to.name;
+    std::copy(dense->parameters() + from.offset, dense->parameters() + from.offset + from.count,
+              moe->parameters() + to.offset);
+  }
+  const Batch batch = RandomBatch(dense_config.vocab, kBatch, kSeq, 16);
+  const float dense_loss = dense->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const float moe_loss = moe->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  EXPECT_NEAR(moe_loss, dense_loss, 1e-6 * dense_loss);
+  dense->Backward({});
+  moe->Backward({});
+  for (size_t s = 0; s < moe->layout().size(); ++s) {
+    const TensorSlot &from = dense->layout()[s], &to = moe->layout()[s];
+    SCOPED_TRACE(to.name);
+    double largest = 0, worst = 0;
+    for (size_t i = 0; i < to.count; ++i) {
+      const double want = from.count == 0 ? 0.0 : dense->gradients()[from.offset + i];
+      largest = std::max(largest, std::fabs(want));
+      worst = std::max(worst, std::fabs(moe->gradients()[to.offset + i] - want));
+    }
+    EXPECT_LE(worst, from.count == 0 ? 1e-9 : 1e-5 * largest);
+  }
+  const MoeStepStats stats = MoeStatsOf(*moe)->TakeMoeStats();
+  EXPECT_EQ(stats.dropped, 0);
+  EXPECT_EQ(stats.choices, 2 * kBatch * kSeq);  // 2 blocks x N tokens x top-1
+  EXPECT_DOUBLE_EQ(stats.max_over_mean(), 1.0);
+  EXPECT_NEAR(stats.aux_loss(), 2 * one.aux_loss_coef, 1e-6);  // coef per block at perfect balance
+  EXPECT_EQ(MoeStatsOf(*dense), nullptr);
 }
 
 TEST(CpuTransformer, BackwardOverwritesOrAccumulatesAsTold) {
@@ -489,9 +570,13 @@ TEST(CpuTransformer, GradientReadyOncePerTensorFromLnfDownToWte) {
   model->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
   std::vector<size_t> order;
   model->Backward([&](size_t slot) { order.push_back(slot); });
-  // Descending slot order is exactly lnf, the blocks from last to first, wpe, then wte.
-  std::vector<size_t> expected(model->layout().size());
-  for (size_t i = 0; i < expected.size(); ++i) expected[i] = expected.size() - 1 - i;
+  // Descending slot order is exactly lnf, the blocks from last to first, wpe, then wte: every slot that holds
+  // elements (a dense block's router slot is empty).
+  std::vector<size_t> expected;
+  for (size_t slot = model->layout().size(); slot-- > 0;) {
+    if (model->layout()[slot].count > 0) expected.push_back(slot);
+  }
+  EXPECT_EQ(expected.size(), model->layout().size() - config.layers);
   EXPECT_EQ(order, expected);
   EXPECT_EQ(model->layout()[order.front()].name, "lnf.bias");
   EXPECT_EQ(model->layout()[order[order.size() - 2]].name, "wpe");

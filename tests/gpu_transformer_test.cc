@@ -327,7 +327,9 @@ void ExpectForwardAndBackwardMatchCpu(const ModelConfig& config) {
   cpu->Backward([&](size_t slot) { cpu_order.push_back(slot); });
   gpu->Backward([&](size_t slot) { gpu_order.push_back(slot); });
   EXPECT_EQ(gpu_order, cpu_order);
-  EXPECT_EQ(gpu_order.size(), cpu->layout().size());
+  size_t held = 0;  // the slots that hold elements (not a dense block's empty router slot)
+  for (const TensorSlot& slot : cpu->layout()) held += slot.count > 0 ? 1 : 0;
+  EXPECT_EQ(gpu_order.size(), held);
 
   ExpectGradientsMatchCpu(*cpu, *gpu, "overwritten");
   // wte's padding rows get no gradient.
