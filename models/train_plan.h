@@ -52,6 +52,10 @@ struct TrainPlan {
   int ExpertGroup(int rank) const;
   int ExpertRank(int rank) const;
   int ExpertDataGroup(int rank) const;
+  // A checkpoint's parts: one per distinct state a rank holds — (stage, tensor rank, expert rank) — each sliced over
+  // the replicas holding it; with EP = 1 the data group.
+  int CheckpointPart(int rank) const { return DataGroup(rank) * expert_parallel + ExpertRank(rank); }
+  int checkpoint_parts() const { return tensor_parallel * pipeline_parallel * expert_parallel; }
   // 1F1B's bubble: the share of the pipelined part of a step a stage idles, (P-1)/(M+P-1) (Narayanan et al. 2021).
   double bubble_theory() const;
   // The stage whose ranks need the most memory (the first on ties).

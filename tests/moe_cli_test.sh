@@ -3,7 +3,8 @@
 # one rank running the four ranks' batches as --grad-accum 4 (moe-tiny, top-2, --data), and so does expert parallel 2
 # with top-1 and dropped tokens; the report holds the load balance, the dropped share, the aux loss, the all-to-all
 # bytes next to theory and their rate, the all-to-all's share of the stall budget and the model's active parameters
-# (h5py); --experts turns a dense preset's MLPs into experts. Bad values: one line, exit 2, no report.
+# (h5py); --experts turns a dense preset's MLPs into experts. A checkpoint of expert parallel holds a part per expert
+# rank and resumes bit-exactly; another layout or MoE shape is refused. Bad values: one line, exit 2, no report.
 #   moe_cli_test.sh TRAINBENCH MPIEXEC...
 set -uo pipefail
 tb=$(realpath "$1"); shift; mpi=("$@")
@@ -87,6 +88,36 @@ with h5py.File(sys.argv[1], "r") as f:
 ' ep2.h5 2>"$work/py" || fail "capacity factor 0.5 dropped nothing: $(cat "$work/py")"
 expect_ok "$tb" train --model tiny --experts 4 --top-k 1 --expert-ffn 64 --seq 32 --steps 2 --warmup-steps 0 -o dense-moe.h5
 expect_out "^# mixture of experts: 2 of 2 blocks with 4 experts of width 64, top-1"
+
+# --- checkpoints of expert parallel: a part per expert rank, resumed bit-exactly; another layout refused ---------------
+ckpt=(train --model moe-tiny --seq 32 --micro-batch 2 --lr 0.01 --warmup-steps 1 --steps 5 --data tokens)
+expect_ok "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --expert-parallel 2 --checkpoint-dir a --checkpoint-every 3 -o a.h5
+expect_ok "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --expert-parallel 2 --checkpoint-dir b --checkpoint-every 3 \
+  --resume a/step-00000003 -o b.h5
+expect_out "^# resumed from .*step-00000003: step 3"
+checks=$((checks + 1))
+# 2 expert ranks, each part held by 2 replicas: 4 slices, and a manifest naming the layout and the experts.
+[[ $(cd a/step-00000006 && ls | tr '\n' ' ') == "manifest.txt part-00000-slice-00000.bin part-00000-slice-00001.bin part-00001-slice-00000.bin part-00001-slice-00001.bin " ]] ||
+  fail "ep 2 x 2 replicas: files $(ls a/step-00000006)"
+grep -q "^meta expert_parallel 2$" a/step-00000006/manifest.txt || fail "expert_parallel not recorded"
+grep -q "experts=4,top_k=2" a/step-00000006/manifest.txt || fail "the MoE shape is not in the model fingerprint"
+for f in a/step-00000006/*; do
+  cmp -s "$f" "b/step-00000006/$(basename "$f")" || fail "resume not bit-exact: $f differs"
+done
+checks=$((checks + 1))
+/usr/bin/python3 - a.h5 b.h5 >"$work/py" 2>&1 <<'PY' || fail "resumed losses: $(cat "$work/py")"
+import sys, h5py
+def losses(path):
+    with h5py.File(path, "r") as f:
+        s = f["train/k4/steps"][()]
+        return {(int(r), int(t)): float(l) for r, t, l in zip(s["rank"], s["step"], s["loss"]) if t >= 3}
+full, resumed = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(resumed) == 12 and full == resumed, (full, resumed)
+PY
+expect_error 2 "was written with --expert-parallel 2, this run has --expert-parallel 4; resume with the same value" -- \
+  "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --expert-parallel 4 --resume a/step-00000003 -o refused.h5
+expect_error 2 "was written with --top-k 2, this run has --top-k 1; resume with the same value" -- \
+  "${mpi[@]}" -n 4 "$tb" "${ckpt[@]}" --expert-parallel 2 --top-k 1 --resume a/step-00000003 -o refused.h5
 
 # --- bad values: one line, exit 2, no report ---------------------------------------------------------------------------
 expect_error 2 "--expert-parallel 2 does not divide the 3 experts" -- \

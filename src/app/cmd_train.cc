@@ -251,7 +251,8 @@ TrajectoryOf TrainTrajectory(const TrainFlags& f, int seq, bool cuda, bool weak,
         {"data_seed", "--seed", std::to_string(f.seed)},
         // Which part of the state each rank holds; older checkpoints were all written without either.
         {"tensor_parallel", "--tensor-parallel", std::to_string(f.tensor_parallel), "1"},
-        {"pipeline_parallel", "--pipeline-parallel", std::to_string(f.pipeline_parallel), "1"}};
+        {"pipeline_parallel", "--pipeline-parallel", std::to_string(f.pipeline_parallel), "1"},
+        {"expert_parallel", "--expert-parallel", std::to_string(f.expert_parallel), "1"}};
     for (const ScalingPointPlan& point : points) {
       if (!cuda && point.k == ranks) {
         options.push_back({"allreduce", "--allreduce", point.hierarchical ? "hierarchical" : "flat"});

@@ -132,8 +132,16 @@ std::vector<std::string> TrainInputs(const TrainIoFlags& f, const TrainIoPlan& p
 }
 
 std::string ModelFingerprint(const ModelConfig& m) {
-  return Format("%s:layers=%d,d_model=%d,heads=%d,vocab=%d,vocab_padded=%d,seq=%d,mlp_ratio=%d", m.name.c_str(),
-                m.layers, m.d_model, m.heads, m.vocab, m.vocab_padded, m.seq, m.mlp_ratio);
+  std::string fingerprint =
+      Format("%s:layers=%d,d_model=%d,heads=%d,vocab=%d,vocab_padded=%d,seq=%d,mlp_ratio=%d", m.name.c_str(), m.layers,
+             m.d_model, m.heads, m.vocab, m.vocab_padded, m.seq, m.mlp_ratio);
+  // A dense model's is what it always was, so that its older checkpoints resume.
+  if (m.moe) {
+    fingerprint += Format(",experts=%d,top_k=%d,expert_ffn=%d,moe_every=%d,capacity_factor=%.9g,aux_loss_coef=%.9g",
+                          m.moe->experts, m.moe->top_k, m.moe->expert_ffn, m.moe->every, m.moe->capacity_factor,
+                          m.moe->aux_loss_coef);
+  }
+  return fingerprint;
 }
 
 namespace {
@@ -150,7 +158,10 @@ std::string Describe(const std::string& flag, const std::string& value) {
 // these in its fingerprint, not as values.
 Trajectory ModelTrajectory(const std::string& fingerprint) {
   static const std::map<std::string, std::string> kFlags = {
-      {"layers", "--layers"}, {"d_model", "--d-model"}, {"heads", "--heads"}, {"vocab", "--vocab"}, {"seq", "--seq"}};
+      {"layers", "--layers"},           {"d_model", "--d-model"},   {"heads", "--heads"},
+      {"vocab", "--vocab"},             {"seq", "--seq"},           {"experts", "--experts"},
+      {"top_k", "--top-k"},             {"expert_ffn", "--expert-ffn"}, {"moe_every", "--moe-every"},
+      {"capacity_factor", "--capacity-factor"}, {"aux_loss_coef", "--aux-loss-coef"}};
   const size_t colon = fingerprint.find(':');
   Trajectory fields = {{"model.name", "--model", fingerprint.substr(0, colon)}};
   if (colon == std::string::npos) return fields;
@@ -161,6 +172,9 @@ Trajectory ModelTrajectory(const std::string& fingerprint) {
     fields.push_back({"model." + name, flag == kFlags.end() ? "model " + name : flag->second,
                       equals == std::string::npos ? "" : item.substr(equals + 1)});
   }
+  // A dense model's fingerprint names no experts: 0 of them, so that a resume across dense and MoE names --experts.
+  const bool moe = std::any_of(fields.begin(), fields.end(), [](const TrajectoryOption& o) { return o.key == "model.experts"; });
+  if (!moe) fields.push_back({"model.experts", "--experts", "0"});
   return fields;
 }
 
@@ -429,7 +443,7 @@ void PointIo::OpenCheckpointer() {
 }
 
 CheckpointPart PointIo::Part() const {
-  return {point_.DataGroup(comm_.rank()), point_.tensor_parallel * point_.pipeline_parallel};
+  return {point_.CheckpointPart(comm_.rank()), point_.checkpoint_parts()};
 }
 
 void PointIo::Save(int step) {
