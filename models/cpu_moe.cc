@@ -83,9 +83,8 @@ void GatherChoices(std::vector<float>& gathered, const float* in, const MoeRouti
   }
 }
 
-// The ranks of `experts`' group (1 without one) and this rank's index in it.
+// The ranks of `experts`' group (1 without one).
 int GroupSize(const MoeExperts* experts) { return experts && experts->group ? experts->group->size() : 1; }
-int GroupRank(const MoeExperts* experts) { return experts && experts->group ? experts->group->rank() : 0; }
 
 // Expert parallel: the dispatch's layout. Rank p's experts are a contiguous range, so its rows are one block of the
 // gathered rows; the ranks tell each other how many rows each of their experts gets (an all-to-all of E_local ints
@@ -135,10 +134,16 @@ void PlanDispatch(MoeActivations& a, MoeExperts& experts, int channels, int loca
   }
 }
 
-// The bytes of `counts` (elements) that go to ranks other than `self`.
-uint64_t RemoteBytes(const std::vector<size_t>& counts, int self) {
+// The bytes of `counts` (elements) that go to ranks other than this one; those to other nodes added to
+// experts.inter_node_bytes.
+uint64_t RemoteBytes(const std::vector<size_t>& counts, MoeExperts& experts) {
+  const int self = experts.group->rank();
   uint64_t bytes = 0;
-  for (size_t p = 0; p < counts.size(); ++p) bytes += static_cast<int>(p) == self ? 0 : counts[p] * sizeof(float);
+  for (size_t p = 0; p < counts.size(); ++p) {
+    if (static_cast<int>(p) == self) continue;
+    bytes += counts[p] * sizeof(float);
+    if (p < experts.remote_node.size() && experts.remote_node[p]) experts.inter_node_bytes += counts[p] * sizeof(float);
+  }
   return bytes;
 }
 
@@ -155,7 +160,7 @@ void Dispatch(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector
   experts->group->AllToAllV(source.data(), d.send_counts, d.send_offsets, received.data(), d.recv_counts,
                             d.recv_offsets, DataType::kFloat32);
   experts->dispatch_s += NowSeconds() - start;
-  experts->dispatch_bytes += RemoteBytes(d.send_counts, GroupRank(experts));
+  experts->dispatch_bytes += RemoteBytes(d.send_counts, *experts);
   expert_rows.resize(At(d.source_row.size(), channels));
   for (size_t i = 0; i < d.source_row.size(); ++i) {
     std::memcpy(&expert_rows[At(static_cast<int64_t>(i), channels)], &received[At(d.source_row[i], channels)],
@@ -180,7 +185,7 @@ void Combine(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<
   experts->group->AllToAllV(received.data(), d.recv_counts, d.recv_offsets, source.data(), d.send_counts,
                             d.send_offsets, DataType::kFloat32);
   experts->combine_s += NowSeconds() - start;
-  experts->combine_bytes += RemoteBytes(d.recv_counts, GroupRank(experts));
+  experts->combine_bytes += RemoteBytes(d.recv_counts, *experts);
 }
 
 // One local expert's rows of the expert rows, and its tensors.

@@ -53,6 +53,9 @@ struct MoeExperts {
   double combine_s = 0;           // and in the combine all-to-alls
   uint64_t dispatch_bytes = 0;    // token rows this rank sent to other ranks' experts (fp32; to itself not counted)
   uint64_t combine_bytes = 0;     // expert output rows (and input gradients) it sent back to other ranks
+  // Per rank of the group: whether it is on another node (empty: none is); the bytes of both sent to those.
+  std::vector<bool> remote_node;
+  uint64_t inter_node_bytes = 0;
 };
 
 // Where each token went: set by MoeForward, read by MoeBackward. Choice i = t·K + j is token t's j-th choice.

@@ -109,6 +109,7 @@ class CpuTransformer : public CpuFlatModel, public MoeStatsSource {
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {
     moe_stats_.Reset(MoeBlockCount(config_), config_.moe ? config_.moe->experts : 0);
     moe_experts_.group = placement_.experts.group;
+    moe_experts_.remote_node = placement_.experts.remote_node;
     if (placement_.fsdp.enabled()) {
       InitializeFsdpShards(config_, layout_, placement_.fsdp, seed, params_.data());
     } else {
@@ -130,8 +131,10 @@ class CpuTransformer : public CpuFlatModel, public MoeStatsSource {
     taken.combine_s = moe_experts_.combine_s;
     taken.dispatch_bytes = moe_experts_.dispatch_bytes;
     taken.combine_bytes = moe_experts_.combine_bytes;
+    taken.inter_node_bytes = moe_experts_.inter_node_bytes;
     moe_stats_.Reset(taken.blocks, taken.experts);
-    moe_experts_ = cpu::MoeExperts{placement_.experts.group};
+    moe_experts_.dispatch_s = moe_experts_.combine_s = 0;
+    moe_experts_.dispatch_bytes = moe_experts_.combine_bytes = moe_experts_.inter_node_bytes = 0;
     return taken;
   }
   ModelStateBytes state_bytes() const override {

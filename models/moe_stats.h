@@ -25,6 +25,7 @@ struct MoeStepStats {
   double combine_s = 0;
   uint64_t dispatch_bytes = 0;
   uint64_t combine_bytes = 0;
+  uint64_t inter_node_bytes = 0;  // of both, sent to ranks on other nodes
 
   // Sized for `blocks` MoE blocks of `experts` experts, nothing counted.
   void Reset(int blocks, int experts);

@@ -487,6 +487,7 @@ class TrainingSteps {
     r.comm_total_s += seconds;
     r.alltoall_dispatch_bytes += taken.dispatch_bytes;
     r.alltoall_combine_bytes += taken.combine_bytes;
+    r.alltoall_inter_node_bytes += taken.inter_node_bytes;
     return seconds;
   }
 

@@ -53,6 +53,7 @@ struct StepRecord {
   uint64_t embedding_allreduce_bytes = 0;   // the tied embedding's gradient (wte), all-reduced by first and last stage
   uint64_t alltoall_dispatch_bytes = 0;  // expert parallel: token rows (and their output gradients) sent to other
   uint64_t alltoall_combine_bytes = 0;   // ranks' experts, and expert outputs (and input gradients) sent back
+  uint64_t alltoall_inter_node_bytes = 0;  // of both, sent to ranks on other nodes
   uint64_t experts_allreduce_bytes = 0;  // the experts' gradients all-reduced over the ranks holding the same experts
   // Mixture of experts (0 / NaN for a dense model), over the step's micro-batches and MoE blocks:
   int64_t moe_choices = 0;        // tokens x top-k routed

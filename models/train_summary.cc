@@ -123,7 +123,7 @@ namespace {
 struct CommSums {
   double total = 0, exposed = 0, intra = 0, inter = 0, gather_exposed = 0, activation = 0;
   double pipeline = 0, pipeline_bytes = 0, forward = 0, backward = 0;
-  double alltoall = 0, alltoall_bytes = 0, moe_balance = 0, moe_choices = 0, moe_dropped = 0, moe_aux = 0;
+  double alltoall = 0, alltoall_bytes = 0, alltoall_inter = 0, moe_balance = 0, moe_choices = 0, moe_dropped = 0, moe_aux = 0;
   CollectiveTraffic traffic;
 
   // `k` ranks in groups of `tp`: gradients over the k / tp holding a slice (of a stage: over k / (tp pp)),
@@ -131,6 +131,7 @@ struct CommSums {
   void Add(const StepRecord& r, int k, int tp, int pp, int ep) {
     alltoall += r.comm_alltoall_s;
     alltoall_bytes += static_cast<double>(r.alltoall_dispatch_bytes + r.alltoall_combine_bytes);
+    alltoall_inter += static_cast<double>(r.alltoall_inter_node_bytes);
     moe_balance += r.moe_max_over_mean;  // NaN for a dense model, and so the point's
     moe_choices += static_cast<double>(r.moe_choices);
     moe_dropped += static_cast<double>(r.moe_dropped);
@@ -167,6 +168,7 @@ struct CommSums {
     p.bubble_measured = pipeline > 0 ? pipeline / (forward + backward + pipeline) : kNaN;
     p.comm_alltoall_s = mean(alltoall);
     p.alltoall_bytes = mean(alltoall_bytes);
+    p.alltoall_inter_node_bytes = mean(alltoall_inter);
     p.alltoall_GBps = alltoall > 0 ? alltoall_bytes / alltoall / 1e9 : kNaN;
     p.moe_max_over_mean = mean(moe_balance);
     p.moe_dropped_share = moe_choices > 0 ? moe_dropped / moe_choices : kNaN;
@@ -334,9 +336,10 @@ void AppendMoeLines(const ScalingPoint& p, std::vector<std::string>& lines) {
   std::string line = Format("#   experts: busiest over mean %.2f (worst block, mean over steps), %.2f%% of the choices "
                             "dropped, aux loss %.4g", p.moe_max_over_mean, 100 * p.moe_dropped_share, p.moe_aux_loss);
   if (p.expert_parallel > 1) {
-    line += Format("; expert parallel %d: all-to-all %.2f MB sent per rank per step (theory %.2f MB, balanced), "
-                   "%.3f ms exposed, %.3f GB/s", p.expert_parallel, p.alltoall_bytes / 1e6,
-                   p.alltoall_bytes_theory / 1e6, p.comm_alltoall_s * 1e3, p.alltoall_GBps);
+    line += Format("; expert parallel %d: all-to-all %.2f MB sent per rank per step (theory %.2f MB, balanced; "
+                   "%.2f MB to other nodes), %.3f ms exposed, %.3f GB/s", p.expert_parallel, p.alltoall_bytes / 1e6,
+                   p.alltoall_bytes_theory / 1e6, p.alltoall_inter_node_bytes / 1e6, p.comm_alltoall_s * 1e3,
+                   p.alltoall_GBps);
   }
   lines.push_back(line);
 }
@@ -456,6 +459,8 @@ void AddStepsTable(Group& group, const std::vector<RankSteps>& ranks) {
               [](const RankStep& s) { return static_cast<int64_t>(s.r->alltoall_dispatch_bytes); })
       .Column(c::alltoall_combine_bytes,
               [](const RankStep& s) { return static_cast<int64_t>(s.r->alltoall_combine_bytes); })
+      .Column(c::alltoall_inter_node_bytes,
+              [](const RankStep& s) { return static_cast<int64_t>(s.r->alltoall_inter_node_bytes); })
       .Column(c::experts_allreduce_bytes,
               [](const RankStep& s) { return static_cast<int64_t>(s.r->experts_allreduce_bytes); })
       .Column(c::moe_choices, [](const RankStep& s) { return s.r->moe_choices; })
@@ -571,6 +576,7 @@ void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::expert_parallel, p.expert_parallel);
   schema::Set(group, sp::comm_alltoall_s, p.comm_alltoall_s);
   schema::Set(group, sp::alltoall_bytes, p.alltoall_bytes);
+  schema::Set(group, sp::alltoall_inter_node_bytes, p.alltoall_inter_node_bytes);
   schema::Set(group, sp::alltoall_bytes_theory, p.alltoall_bytes_theory);
   schema::Set(group, sp::alltoall_GBps, p.alltoall_GBps);
   schema::Set(group, sp::moe_max_over_mean, p.moe_max_over_mean);

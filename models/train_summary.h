@@ -141,6 +141,7 @@ struct ScalingPoint {
   int expert_parallel = 1;          // EP
   double comm_alltoall_s = 0;       // the part of comm_exposed_s in the dispatch and combine all-to-alls (mean)
   double alltoall_bytes = 0;        // dispatch + combine bytes sent to other ranks per step (mean)
+  double alltoall_inter_node_bytes = 0;  // of them, to ranks on other nodes (mean)
   double alltoall_bytes_theory = 0; // balanced routing, nothing dropped (TheoryAllToAllBytes)
   double alltoall_GBps = 0;         // alltoall_bytes / comm_alltoall_s, 1e9 B; NaN without all-to-alls
   double moe_max_over_mean = 0;     // load balance, mean over ranks and steps; NaN for a dense model

@@ -179,6 +179,7 @@ struct ExpertPlacement {
   int parallel = 1;
   int rank = 0;
   Communicator* group = nullptr;
+  std::vector<bool> remote_node;  // per rank of the group: on another node (the report's inter-node bytes); may be empty
   bool split() const { return parallel > 1; }
 };
 

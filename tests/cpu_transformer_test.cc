@@ -472,7 +472,7 @@ TEST(TransformerLayout, MoeBlocksHoldTheirExpertsAndRouter) {
   for (const TensorSlot& slot : layout) total += slot.count;
   EXPECT_EQ(total, CountParameters(config).total + (config.vocab_padded - config.vocab) * c);
   // Expert parallel 2: each expert slot halves, rank 1's starting at expert 2; the rest whole.
-  const std::vector<TensorSlot> held = ExpertLayout(layout, {2, 1, nullptr});
+  const std::vector<TensorSlot> held = ExpertLayout(layout, {2, 1, nullptr, {}});
   EXPECT_EQ(held[BlockSlot(0, kFcWeight)].count, e * f * c / 2);
   EXPECT_EQ(held[BlockSlot(0, kFcWeight)].first, e * f * c / 2);
   EXPECT_EQ(held[BlockSlot(0, kRouterWeight)].count, e * c);

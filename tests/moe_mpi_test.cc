@@ -98,7 +98,7 @@ Run ExpertParallel(Communicator& world, const ModelConfig& config, int expert_pa
   std::unique_ptr<Communicator> group = world.Split(rank / expert_parallel, rank);
   std::unique_ptr<Communicator> same_experts = world.Split(rank % expert_parallel, rank);
   ModelPlacement placement;
-  placement.experts = {expert_parallel, group->rank(), group.get()};
+  placement.experts = {expert_parallel, group->rank(), group.get(), {}};
   auto model = MakeCpuTransformer(config, 7, placement);
   RankBatches batches(config.vocab, rank, 1);
   TrainLoopOptions o = Loop(1);

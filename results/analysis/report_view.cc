@@ -526,6 +526,7 @@ const std::vector<ViewColumn>& PointDetailColumns() {
       Show(p::pipeline_parallel), Show(p::micro_batches), Show(p::comm_pipeline_s, 4), Show(p::bubble_measured, 4),
       Show(p::bubble_theory, 4), Show(p::traffic_pipeline_bytes, -1), Show(p::traffic_pipeline_bytes_theory, -1),
       Show(p::expert_parallel), Show(p::comm_alltoall_s, 4), Show(p::alltoall_bytes, -1),
+      Show(p::alltoall_inter_node_bytes, -1),
       Show(p::alltoall_bytes_theory, -1), Show(p::alltoall_GBps, 3), Show(p::moe_max_over_mean, 3),
       Show(p::moe_dropped_share, 4), Show(p::moe_aux_loss, 4),
       Show(p::comm_intra_s, 4), Show(p::comm_inter_s, 4),

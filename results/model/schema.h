@@ -550,6 +550,9 @@ inline const RealAttribute comm_alltoall_s{kTrainPoint, "comm_alltoall_s", "s",
 inline const RealAttribute alltoall_bytes{kTrainPoint, "alltoall_bytes", "B",
                                           "dispatch and combine bytes a rank sends to other ranks per step, mean over "
                                           "ranks"};
+inline const RealAttribute alltoall_inter_node_bytes{kTrainPoint, "alltoall_inter_node_bytes", "B",
+                                                    "of alltoall_bytes, those sent to ranks on other nodes (expert "
+                                                    "groups across nodes: --allow-cross-node-ep)"};
 inline const RealAttribute alltoall_bytes_theory{
     kTrainPoint, "alltoall_bytes_theory", "B",
     "balanced routing, nothing dropped: 4 all-to-alls (dispatch and combine, forward and backward) x MoE blocks x M x "
@@ -655,6 +658,9 @@ inline const IntColumn alltoall_dispatch_bytes{kSteps, "alltoall_dispatch_bytes"
 inline const IntColumn alltoall_combine_bytes{kSteps, "alltoall_combine_bytes", "B",
                                               "expert outputs (and, in backward, input gradients) sent back to "
                                               "other ranks"};
+inline const IntColumn alltoall_inter_node_bytes{kSteps, "alltoall_inter_node_bytes", "B",
+                                                 "of the dispatch and combine bytes, those sent to ranks on other "
+                                                 "nodes"};
 inline const IntColumn experts_allreduce_bytes{kSteps, "experts_allreduce_bytes", "B",
                                                "the experts' gradients all-reduced over the ranks holding them"};
 inline const IntColumn moe_choices{kSteps, "moe_choices", "", "tokens x top-k routed, over micro-batches and MoE blocks"};
@@ -1118,7 +1124,7 @@ inline const std::vector<const Field*> kStoredOnly = {
     &model::active_parameters, &model::active_matmul_parameters, &model::experts, &model::top_k, &model::expert_ffn,
     &model::moe_every, &model::moe_layers, &model::capacity_factor, &model::aux_loss_coef,
     &point::steps::comm_alltoall_s, &point::steps::comm_experts_s, &point::steps::alltoall_dispatch_bytes,
-    &point::steps::alltoall_combine_bytes, &point::steps::experts_allreduce_bytes, &point::steps::moe_choices,
+    &point::steps::alltoall_combine_bytes, &point::steps::alltoall_inter_node_bytes, &point::steps::experts_allreduce_bytes, &point::steps::moe_choices,
     &point::steps::moe_dropped, &point::steps::moe_max_over_mean, &point::steps::moe_aux_loss,
     &point::model_flops_per_token, &point::step_s_p95,
     // How the rates MFU divides by were found, start-up parts, and each rank's peak memory.

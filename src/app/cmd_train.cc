@@ -154,6 +154,15 @@ void CheckPipelineFlags(const TrainFlags& f, bool cuda) {
   }
 }
 
+// Per rank of `group`: whether it is on another node than this one (`node`: this rank's). Collective over the group.
+std::vector<bool> RemoteNodes(const Communicator& group, int node) {
+  std::vector<int> nodes(static_cast<size_t>(group.size()));
+  TB_CHECK_MPI(MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, group.host_comm()));
+  std::vector<bool> remote;
+  for (int n : nodes) remote.push_back(n != node);
+  return remote;
+}
+
 // A model with MoE blocks and --expert-parallel: what is not built yet (one line, exit 2). EP against the experts and
 // the ranks: PlanTrainPoint.
 void CheckMoeFlags(const TrainFlags& f, const ModelConfig& model, bool cuda) {
@@ -481,6 +490,7 @@ class TrainPhase : public Phase {
     std::unique_ptr<Communicator> experts, expert_data;  // expert parallel: the EP group, the ranks with its experts
   };
   static PointComms MakePointComms(Communicator& sub, const TrainPlan& plan);
+  ExpertPlacement ExpertsOf(const TrainPlan& plan, int rank, Communicator* group) const;
   void PrintStep(const StepRecord& r, Communicator& sub, int k);
   class PointHost;
   void Summarise(const std::vector<RunPoint>& runs);
@@ -1135,7 +1145,7 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   Communicator& dp = comms.dp ? *comms.dp : sub;
   const std::unique_ptr<Transformer> transformer =
       MakeModel(dp, comms.tp.get(), plan.stages.at(static_cast<size_t>(plan.Place(sub.rank()).stage)).stage,
-                {plan.expert_parallel, plan.ExpertRank(sub.rank()), comms.experts.get()});
+                ExpertsOf(plan, sub.rank(), comms.experts.get()));
   point_gradient_bytes_ = static_cast<double>(transformer->parameter_elements() * sizeof(float));
   point_buckets_ = static_cast<int64_t>(PlanBuckets(DataParallelGradientTensors(transformer->layout(),
                                                                                 plan.expert_parallel > 1),
@@ -1159,6 +1169,13 @@ std::vector<StepRecord> TrainPhase::RunOnePoint(Communicator& sub, const RunPoin
   peak_device_memory_ = std::max(peak_device_memory_, static_cast<double>(transformer->peak_device_memory_bytes()));
   point_state_ = transformer->state_bytes();
   return mine;
+}
+
+// Where this rank's experts are: its place in its expert group, and which of the group's ranks are on other nodes.
+ExpertPlacement TrainPhase::ExpertsOf(const TrainPlan& plan, int rank, Communicator* group) const {
+  ExpertPlacement experts{plan.expert_parallel, plan.ExpertRank(rank), group, {}};
+  if (group) experts.remote_node = RemoteNodes(*group, shape_.node[static_cast<size_t>(ctx_.world_rank)]);
+  return experts;
 }
 
 // The plan's groups on this rank: tensor parallel (T consecutive ranks, on one node: CheckTensorParallelGroups), the

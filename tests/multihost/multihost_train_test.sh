@@ -3,7 +3,8 @@
 # recording its nodes and ranks per node; across hosts the gradient all-reduce is hierarchical and its time splits
 # into the steps inside and across nodes, and a host's link shaped far below what the gradients need makes the
 # inter-node part at least what that link can carry; pipeline stages on different hosts send only their boundary's
-# activations across; cost's projection checks itself on a held-out 4-host point.
+# activations across; expert parallel across hosts sends its all-to-alls over the link between them; cost's projection
+# checks itself on a held-out 4-host point.
 # Everything the test creates is removed at the end.
 #
 #   multihost_train_test.sh TRAINBENCH     (TB_KEEP_WORK=1 keeps its reports: multihost_lib.sh)
@@ -120,6 +121,32 @@ check_py "pipeline: the shaped link bounds the exchanges from below" "$work/pipe
 check_py "pipeline: each stage's gradients stay on its node (all-reduced flat inside it)" "$work/pipeline.h5" \
   "[h.decode() for h in $p['stall_budget']['host']] == ['node0', 'node0', 'node1', 'node1'] and $p.attrs['allreduce'] == 'flat'" \
   "list($p['stall_budget']['host']), $p.attrs['allreduce']"
+"$hosts" rate "$set_name" node1 off
+
+# Expert parallel across hosts: moe-tiny's 4 experts over 2 nodes of 2 ranks (--allow-cross-node-ep; without it the
+# groups must stay inside a node and are refused). Each rank sends 2 of its 3 peers' rows across node1's link at
+# 20 Mbit/s (2.5 MB/s): of the 4 all-to-alls x 2 blocks x 64 tokens x top-2 x 128 x 4 B x 3/4 = 393 kB a rank sends
+# per step when routing is balanced, 2/3 cross; node1's two ranks share its link, so their all-to-alls take at least
+# 2 x 0.26 MB / 2.5 MB/s = 0.2 s per step (half of that asked, as above).
+"$hosts" rate "$set_name" node1 20
+moe=(--model moe-tiny --seq 32 --micro-batch 2 --steps 3 --warmup-steps 1 --quiet --link-probe 0)
+expect_error 2 "of one expert parallel group of the 4-rank point are on different nodes|--expert-parallel 4 does not divide the ranks of each node" -- \
+  "${on2[@]}" -np 4 "$tb" train "${moe[@]}" --expert-parallel 4 -o "$work/refused.h5"
+expect_ok "${on2[@]}" -np 4 "$tb" train "${moe[@]}" --expert-parallel 4 --allow-cross-node-ep -o "$work/experts.h5"
+check_py "experts: the all-to-all crosses nodes, about 2/3 of it" "$work/experts.h5" \
+  "$p.attrs['expert_parallel'] == 4 and 0.4 < $p.attrs['alltoall_inter_node_bytes'] / $p.attrs['alltoall_bytes'] < 0.9" \
+  "dict($p.attrs)"
+check_py "experts: the bytes sent near the theory's (balanced routing)" "$work/experts.h5" \
+  "0.5 < $p.attrs['alltoall_bytes'] / $p.attrs['alltoall_bytes_theory'] < 1.5" \
+  "$p.attrs['alltoall_bytes'], $p.attrs['alltoall_bytes_theory']"
+check_py "experts: the shaped link bounds the all-to-alls from below" "$work/experts.h5" \
+  "$p.attrs['comm_alltoall_s'] >= 0.5 * 2 * $p.attrs['alltoall_inter_node_bytes'] / 2.5e6" \
+  "$p.attrs['comm_alltoall_s'], $p.attrs['alltoall_inter_node_bytes']"
+# (The experts' all-to-alls are not what dominates here: the 3.8 MB of dense gradients all-reduced over the shaped
+# link are; the stall budget has both kinds apart.)
+check_py "experts: the all-to-all is a kind of its own in every rank's stall budget" "$work/experts.h5" \
+  "all(r['comm_alltoall_p50'] > 0 and r['comm_gradient_sync_p50'] > 0 for r in $p['stall_budget'][()])" \
+  "$p['stall_budget'][()]"
 "$hosts" rate "$set_name" node1 off
 
 # Layouts the launch does not have, and a hierarchical all-reduce over uneven nodes: one line, exit 2.
