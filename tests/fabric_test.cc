@@ -685,5 +685,96 @@ TEST(StepModel, PipelineRunCarriesItsStagesToAnotherLayout) {
   EXPECT_NEAR(two.step_s - same.step_s, change + 0.5 * (two.comm_s - same.comm_s), 1e-12);
 }
 
+// A Mixtral-like MoE model (16 experts, 32 MoE blocks, top-2, d 4096; 96% of its parameters in the experts) measured
+// with its experts over 8 GPUs of one node: only EP 8 and EP 16 fit 80 GiB.
+ProjectionBasis MoeBasis() {
+  ProjectionBasis b;
+  b.run = "moe.h5";
+  b.mode = "dp";
+  b.k = 8;
+  b.ep = 8;
+  b.tokens_per_step = 8 * 4096;
+  b.micro_batch_tokens = 4096;
+  b.optimizer_s = 0.05;
+  b.exposed_s = 0.05;
+  b.alltoall_s = 0.2;
+  b.step_s = 1.0 + b.optimizer_s + b.exposed_s + b.alltoall_s;
+  b.overlap = 0.5;
+  b.hidden_s = 0.05;
+  b.overlap_measured = true;
+  b.parameters = 24e9;
+  b.moe.expert_share = 0.96;
+  b.moe.alltoall_bytes_per_token = 4.0 * 32 * 2 * 4096 * 2;  // 4 all-to-alls x 32 blocks x top-2 x d x bf16
+  b.moe.alltoall_ops_per_micro_batch = 4.0 * 32;
+  b.gradient_bytes = 2.0 * 24e9 * b.HeldShare(8);  // bf16 gradients of what a rank holds at EP 8
+  TensorParallelShape one;
+  for (int ep : {1, 2, 4, 8, 16}) {
+    const double held = 24e9 * b.HeldShare(ep);
+    one.experts.push_back({ep, "", {2 * held, 2 * held, 12 * held, 10e9, 0}});
+  }
+  one.dp_memory = one.experts.front().dp_memory;
+  b.shapes = {one};
+  return b;
+}
+
+// Expert parallel on two NVLink nodes and on two PCIe nodes: inside the node the all-to-all goes at the fabric's
+// intra-node rate; across nodes 8 of a GPU's 15 peers are behind its share of the NICs. Hand-computed all-to-alls and
+// gradient collectives; the reason names the all-to-all, and on PCIe nodes over 2 x 100 Gbit/s says that the
+// all-to-all across nodes dominates the chosen layout's step.
+TEST(LayoutSearch, ExpertParallelAllToAllInsideANodeAndAcrossNodes) {
+  const PriceFile p = ParsePriceFile(kFabricPrices, "p.toml");
+  const ProjectionBasis basis = MoeBasis();
+  const LayoutChoice nvl = ChooseLayout(basis, p.fabrics[0], {2, 8}, 80 * kGiB);
+  const LayoutChoice pcie = ChooseLayout(basis, p.fabrics[1], {2, 8}, 80 * kGiB);
+  // dp, zero1, fsdp (all experts on every GPU: none fits), then ep2, ep4, ep8, ep16 with dp across.
+  ASSERT_EQ(nvl.candidates.size(), 7u);
+  EXPECT_FALSE(nvl.candidates[0].memory.fits);
+  const LayoutCandidate& ep8 = nvl.candidates[5];
+  const LayoutCandidate& ep16 = nvl.candidates[6];
+  ASSERT_EQ(ep8.Name(), "ep8+dp");
+  ASSERT_EQ(ep16.Name(), "ep16+dp");
+  // 4096 tokens x 2 MiB per token x 7/8 leave the GPU in 128 all-to-alls, all inside the node at 370 GB/s.
+  const double bytes8 = 4096 * basis.moe.alltoall_bytes_per_token * 7 / 8;
+  EXPECT_NEAR(ep8.alltoall_bytes, bytes8, 1e-3);
+  EXPECT_EQ(ep8.alltoall_inter_bytes, 0);
+  EXPECT_NEAR(ep8.alltoall_s, 128 * 1e-6 + bytes8 / 370e9, 1e-9);
+  // EP 16: 15/16 leave; 7 of 15 peers on the node (370 GB/s), 8 on the other (8 x 400 Gbit/s over 8 GPUs: 50 GB/s).
+  const double bytes16 = 4096 * basis.moe.alltoall_bytes_per_token * 15 / 16;
+  const double inter = bytes16 * 8 / 15;
+  EXPECT_NEAR(ep16.alltoall_inter_bytes, inter, 1e-3);
+  EXPECT_NEAR(ep16.alltoall_s, std::max(128 * 1e-6 + (bytes16 - inter) / 370e9, 128 * 5e-6 + inter / 50e9), 1e-9);
+  // The compute is the run's without its all-to-all, at any EP.
+  EXPECT_NEAR(ep8.compute_s, 1.0, 1e-12);
+  EXPECT_NEAR(ep8.step_s, ep8.compute_s + ep8.optimizer_s + ep8.exposed_s + ep8.alltoall_s, 1e-12);
+  // The trade: EP 8 keeps the all-to-all inside the node but all-reduces each expert's gradients (96% of the model,
+  // 1/8 of it per GPU: 5.76 GB in bf16) between the two GPUs holding it, one per node; EP 16 holds each expert once
+  // (no expert gradient to reduce) and sends 8/15 of its all-to-all across. Both fit 80 GiB, EP 4 and below do not.
+  const double experts8 = 2.0 * 24e9 * 0.96 / 8;
+  const Layout pair{2, 1};
+  EXPECT_NEAR(ep8.comm_s, PredictAllReduceSeconds(LinksOnFabric(p.fabrics[0], 2, 8).links, 2, 8,
+                                                  2.0 * 24e9 * 0.04, std::ceil(2.0 * 24e9 * 0.04 / basis.bucket_bytes)) +
+                              PredictAllReduceSeconds(LinksOnFabric(p.fabrics[0], 2, 8).links, pair.nodes,
+                                                      pair.gpus_per_node, experts8, std::ceil(experts8 / basis.bucket_bytes)),
+              1e-9);
+  EXPECT_FALSE(nvl.candidates[4].memory.fits);
+  ASSERT_TRUE(nvl.chosen && pcie.chosen) << nvl.reason << " / " << pcie.reason;
+  // On NVLink nodes with 8 x 400 Gbit/s the all-to-all across costs less than the expert gradients across: EP 16.
+  EXPECT_EQ(nvl.candidates[*nvl.chosen].Name(), "ep16+dp") << nvl.reason;
+  EXPECT_NE(nvl.reason.find("ep16 across nodes: all-to-all 8% of the step, 53% of its bytes over the network"),
+            std::string::npos) << nvl.reason;
+  EXPECT_NE(nvl.reason.find("next ep8+dp at"), std::string::npos) << nvl.reason;
+  EXPECT_NE(nvl.reason.find("all-to-all 2% inside a node"), std::string::npos) << nvl.reason;
+  // On PCIe nodes over 2 x 100 Gbit/s: EP 8 inside the node at 20 GB/s; EP 16's all-to-all across takes longer than
+  // its compute and still wins (EP 8's expert gradients across are worse): the reason says the all-to-all dominates.
+  const LayoutCandidate& pcie_ep16 = pcie.candidates[6];
+  EXPECT_NEAR(pcie_ep16.alltoall_s, std::max(128 * 3e-6 + (bytes16 - inter) / 20e9, 128 * 10e-6 + inter / (2 * 100e9 / 8 / 8)),
+              1e-9);
+  EXPECT_GT(pcie_ep16.alltoall_s, pcie_ep16.compute_s);
+  EXPECT_EQ(pcie.candidates[*pcie.chosen].Name(), "ep16+dp") << pcie.reason;
+  EXPECT_NE(pcie.reason.find("all-to-all across nodes dominates ep16+dp (53% of its step)"), std::string::npos)
+      << pcie.reason;
+  EXPECT_GT(pcie.candidates[5].alltoall_s, nvl.candidates[5].alltoall_s * 10);  // PCIe's 20 GB/s against 370
+}
+
 }  // namespace
 }  // namespace tb

@@ -186,6 +186,7 @@ RunAnalysis AnalyzeRun(RunMeasurement m, const RunModelFacts& facts, const CostP
   }
   if (!a.gpus.empty()) a.gpu = a.gpus.front();
   a.shapes = facts.shapes;
+  a.moe = facts.moe;
   SetCheckpointCost(a, prices);
   a.collective_samples = a.m.all_reduce;
   a.collective_samples.insert(a.collective_samples.end(), extra_samples.begin(), extra_samples.end());

@@ -50,6 +50,7 @@ struct RunModelFacts {
   // P of PipelineSizes, at the priced point's micro-batch; empty when the report lacks the model's shape (data
   // parallel modes only, at the report's estimate).
   std::vector<TensorParallelShape> shapes;
+  MoeFacts moe;  // the run's MoE blocks (zeros for a dense model or without the model's shape)
 };
 
 // What the flags ask for, checked before any file is read.
@@ -84,6 +85,7 @@ struct RunAnalysis {
   std::vector<GpuModel> gpus;    // the device's model, or --device-as's models
   bool device_as = false;  // gpus come from --device-as, not from the device
   std::vector<TensorParallelShape> shapes;   // RunModelFacts::shapes
+  MoeFacts moe;                              // RunModelFacts::moe
   ProjectionBasis basis;   // what a projection onto a fabric takes from the run
   std::vector<FabricProjection> on_fabrics;  // each offering with a fabric x each --project target
   std::vector<std::string> projection_notes;  // --project layouts the fitted links could not model (lenient)

@@ -82,6 +82,9 @@ ProjectionBasis BasisOf(const RunAnalysis& a) {
   b.shapes = a.shapes;
   if (b.shapes.empty()) b.shapes.push_back({1, "", m.memory_estimate, 0, 0, {}, {}});
   SetPipelineOfRun(b, p.train);
+  b.ep = p.train.expert_parallel;
+  b.alltoall_s = p.train.alltoall_s;
+  b.moe = a.moe;
   return b;
 }
 
@@ -146,16 +149,17 @@ std::vector<Config> ConfigsOf(const RunAnalysis& a, size_t run_index) {
   // Priced at the median tokens/s of the repeats (the median repeat's own, but for an even count).
   const auto median = [&](double step_s) { return StepAtRepeatRate(p, step_s, p.tokens_per_s_median); };
   // A run with stages: its exchanges with the neighbouring stages (the bubble) count as exposed communication, as
-  // train's comm_exposed_s counts them.
+  // train's comm_exposed_s counts them; so do expert parallel's all-to-alls (carried as measured by a projection onto
+  // fitted links, which does not model them).
   const int pp = p.train.pipeline_parallel;
   configs.push_back({run_index, Format("k%d %s", p.train.k, measured.Name().c_str()), false, measured, p.train.k,
                      p.train.tokens_per_step, median(p.train.step_s),
-                     p.train.comm_exposed_s + p.train.pipeline_s + p.train.embedding_s, a.m.parallel, nullptr,
-                     std::nullopt, pp, p.train.pipeline_s + p.train.embedding_s});
+                     p.train.comm_exposed_s + p.train.pipeline_s + p.train.embedding_s + p.train.alltoall_s,
+                     a.m.parallel, nullptr, std::nullopt, pp, p.train.pipeline_s + p.train.embedding_s});
   for (const ProjectedPoint& q : a.projected) {
     configs.push_back({run_index, q.layout.Name(), true, q.layout, q.layout.gpus(), q.tokens_per_step,
-                       median(q.step_s), q.exposed_s + q.pipeline_s, a.m.parallel, nullptr, std::nullopt, pp,
-                       q.pipeline_s});
+                       median(q.step_s), q.exposed_s + q.pipeline_s + p.train.alltoall_s, a.m.parallel, nullptr,
+                       std::nullopt, pp, q.pipeline_s});
   }
   return configs;
 }
@@ -223,8 +227,8 @@ void PriceOnFabric(CostRun& c, size_t i, const Offering& offering) {
     const LayoutCandidate& won = fp.choice->candidates[*fp.choice->chosen];
     const double stages_s = won.pipeline_s + won.bubble_s + won.embedding_s;
     const Config config{i, won.layout.Name() + " " + won.Name(), true, won.layout, won.layout.gpus(),
-                        won.tokens_per_step, won.step_s, won.exposed_s + stages_s, won.Name(), &fp, won.memory,
-                        won.pp, stages_s};
+                        won.tokens_per_step, won.step_s, won.exposed_s + stages_s + won.alltoall_s, won.Name(), &fp,
+                        won.memory, won.pp, stages_s};
     c.rows.push_back(PriceConfig(config, a, offering, c));
   }
 }

@@ -157,12 +157,14 @@ inline const Column mode{kLayouts, "mode", "", "`dp`, `zero1` or `fsdp` across t
 inline const Column tensor_parallel{kLayouts, "tensor_parallel", "", "T: ranks of a tensor-parallel group"};
 inline const Column pipeline_parallel{kLayouts, "pipeline_parallel", "",
                                       "P: pipeline stages of whole nodes, outermost (1: none)"};
+inline const Column expert_parallel{kLayouts, "expert_parallel", "",
+                                    "EP: consecutive replicas sharing each MoE block's experts (1: none)"};
 inline const Column micro_batches{kLayouts, "micro_batches", "",
                                   "M per pipeline and step with stages: the tokens per step of the candidates without "
                                   "stages at T, in the run's micro-batches; empty without stages"};
 inline const Column replicas{kLayouts, "replicas", "", "GPUs / (T x P)"};
 inline const Column step_s{kLayouts, "step_s", "s",
-                           "compute + optimizer + activation + exposed + pipeline + bubble + embedding"};
+                           "compute + optimizer + activation + exposed + pipeline + bubble + embedding + alltoall"};
 inline const Column compute_s{kLayouts, "compute_s", "s", "the run's compute at this shape (with stages: the heaviest "
                               "stage's)"};
 inline const Column optimizer_s{kLayouts, "optimizer_s", "s", "AdamW, rescaled by the mode's sharding"};
@@ -177,6 +179,12 @@ inline const Column bubble_s{kLayouts, "bubble_s", "s",
                              "pipelined part"};
 inline const Column embedding_s{kLayouts, "embedding_s", "s",
                                 "the tied embedding's gradient all-reduce between the first and last stage"};
+inline const Column alltoall_s{kLayouts, "alltoall_s", "s",
+                               "expert parallel's dispatch and combine all-to-alls (blocking): the slower of the bytes to "
+                               "peers inside the node at the intra-node link and those to other nodes at the GPU's "
+                               "share of the NICs, plus latencies"};
+inline const Column alltoall_inter_node_bytes{kLayouts, "alltoall_inter_node_bytes", "B",
+                                              "of the all-to-all bytes a GPU sends per step, those to other nodes"};
 inline const Column tokens_per_step{kLayouts, "tokens_per_step", "tokens", "over all GPUs"};
 inline const Column tokens_per_s{kLayouts, "tokens_per_s", "tokens/s", "empty when not modelled"};
 inline const Column memory_required_bytes{kLayouts, "memory_required_bytes", "B", "per GPU, calibrated as the run's"};

@@ -131,8 +131,8 @@ ViewTable RunTable(const RunAnalysis& a, bool priced) {
 // A candidate's cells in cost.layouts: all empty without a candidate (`why_not` aside), its figures empty when it
 // was not modelled.
 struct CandidateCells {
-  Cell name, mode, tp, pp, micro_batches, replicas, step, compute, optimizer, activation, comm, exposed, pipeline,
-      bubble, embedding, tokens_per_step, tokens_per_s, memory_required, gpu_memory, memory_fits, why_not, assumptions;
+  Cell name, mode, tp, pp, ep, micro_batches, replicas, step, compute, optimizer, activation, comm, exposed, pipeline,
+      bubble, embedding, alltoall, alltoall_inter_bytes, tokens_per_step, tokens_per_s, memory_required, gpu_memory, memory_fits, why_not, assumptions;
 };
 
 CandidateCells CellsOf(const LayoutCandidate& c) {
@@ -141,6 +141,7 @@ CandidateCells CellsOf(const LayoutCandidate& c) {
   cells.mode = c.mode;
   cells.tp = Int(c.tp);
   cells.pp = Int(c.pp);
+  cells.ep = Int(c.ep);
   if (c.micro_batches > 0) cells.micro_batches = Int(c.micro_batches);
   cells.replicas = Int(c.replicas());
   if (c.considered) {
@@ -153,6 +154,8 @@ CandidateCells CellsOf(const LayoutCandidate& c) {
     cells.pipeline = c.pipeline_s;
     cells.bubble = c.bubble_s;
     cells.embedding = c.embedding_s;
+    cells.alltoall = c.alltoall_s;
+    cells.alltoall_inter_bytes = c.alltoall_inter_bytes;
     cells.tokens_per_step = c.tokens_per_step;
     cells.tokens_per_s = c.tokens_per_s;
     cells.memory_required = c.memory.required_bytes;
@@ -177,11 +180,13 @@ void AddLayoutRow(TableBuilder& t, const FabricProjection& fp, const LayoutCandi
   t.Row().Add(l::offering, fp.offering->name).Add(l::fabric, fp.fabric->name)
       .Add(l::intra, Text(IntraKindName(fp.fabric->intra.kind))).Add(l::target, fp.target.text)
       .Add(l::layout, ch ? Cell(ch->layout.Name()) : Cell()).Add(l::candidate, cells.name).Add(l::mode, cells.mode)
-      .Add(l::tensor_parallel, cells.tp).Add(l::pipeline_parallel, cells.pp).Add(l::micro_batches, cells.micro_batches)
+      .Add(l::tensor_parallel, cells.tp).Add(l::pipeline_parallel, cells.pp).Add(l::expert_parallel, cells.ep)
+      .Add(l::micro_batches, cells.micro_batches)
       .Add(l::replicas, cells.replicas).Add(l::step_s, cells.step)
       .Add(l::compute_s, cells.compute).Add(l::optimizer_s, cells.optimizer).Add(l::activation_s, cells.activation)
       .Add(l::comm_s, cells.comm).Add(l::exposed_s, cells.exposed).Add(l::pipeline_s, cells.pipeline)
-      .Add(l::bubble_s, cells.bubble).Add(l::embedding_s, cells.embedding).Add(l::tokens_per_step, cells.tokens_per_step)
+      .Add(l::bubble_s, cells.bubble).Add(l::embedding_s, cells.embedding).Add(l::alltoall_s, cells.alltoall)
+      .Add(l::alltoall_inter_node_bytes, cells.alltoall_inter_bytes).Add(l::tokens_per_step, cells.tokens_per_step)
       .Add(l::tokens_per_s, cells.tokens_per_s).Add(l::memory_required_bytes, cells.memory_required)
       .Add(l::gpu_memory_bytes, cells.gpu_memory).Add(l::memory_fits, cells.memory_fits).Add(l::chosen, Flag(chosen))
       .Add(l::why_not, cells.why_not).Add(l::reason, chosen ? Cell(ch->reason) : Cell())

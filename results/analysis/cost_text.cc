@@ -164,8 +164,8 @@ void AddOnce(Lines& lines, const std::string& line) {
 // The candidates of one target on one offering's fabric, the one chosen and why.
 Lines ChoiceLines(const LayoutChoice& ch) {
   TextTable table({{"layout", "", 20}, {"step", "(s)", 10}, {"compute", "(s)", 10}, {"exposed", "(s)", 10},
-                   {"activ.", "(s)", 9}, {"stages", "(s)", 9}, {"tokens/s", "", 11}, {"memory", "(GiB)", 9},
-                   {"", "", 0}});
+                   {"activ.", "(s)", 9}, {"stages", "(s)", 9}, {"a2a", "(s)", 9}, {"tokens/s", "", 11},
+                   {"memory", "(GiB)", 9}, {"", "", 0}});
   Lines lines;
   if (!ch.links.empty()) lines.push_back("#     links: " + ch.links);
   Append(lines, table.HeaderLines());
@@ -182,7 +182,7 @@ Lines ChoiceLines(const LayoutChoice& ch) {
     lines.push_back(table.Row({c.layout.Name() + " " + c.Name(), Format("%.4g", c.step_s),
                                Format("%.4g", c.compute_s + c.optimizer_s), Format("%.4g", c.exposed_s),
                                Format("%.3g", c.activation_s), Format("%.3g", c.pipeline_s + c.bubble_s + c.embedding_s),
-                               Format("%.6g", c.tokens_per_s), Format("%.3g", c.memory.required_bytes / kGiB),
+                               Format("%.3g", c.alltoall_s), Format("%.6g", c.tokens_per_s), Format("%.3g", c.memory.required_bytes / kGiB),
                                ch.chosen == i ? "chosen" : c.why_not}));
     for (const std::string& note : c.assumptions) AddOnce(assumptions, note);
   }

@@ -18,17 +18,41 @@ const char* const kModes[] = {"dp", "zero1", "fsdp"};
 double OptimizerHeld(const std::string& mode, int tp, int ranks, int pp, double share) {
   return share / tp / (mode == "dp" ? 1 : ranks / (tp * pp));
 }
-double OptimizerHeldByRun(const ProjectionBasis& b) { return OptimizerHeld(b.mode, b.tp, b.k, b.pp, b.optimizer_share); }
+double OptimizerHeldByRun(const ProjectionBasis& b) {
+  return OptimizerHeld(b.mode, b.tp, b.k, b.pp, b.optimizer_share * b.HeldShare(b.ep));
+}
 
 // The mode's gradient collectives of `gradient` bytes per rank over the replicas that hold them (`group`: their nodes
-// and ranks per node), and what backward hides of them: at most the share it hid in the run, at most the seconds it
-// hid there scaled with the compute that does the hiding, and at most the compute itself; zero1's collectives run
-// after backward and hide nothing.
+// and ranks per node).
+double CollectiveSeconds(const ProjectionBasis& b, const LinkModel& links, const std::string& mode, const Layout& group,
+                         double gradient) {
+  if (!(gradient > 0) || group.gpus() < 2) return 0.0;
+  const double buckets = mode == "fsdp" ? std::max(1, b.fsdp_units) : std::max(1.0, std::ceil(gradient / b.bucket_bytes));
+  const ModeCollectives mc = CollectivesOf(mode, gradient, buckets);
+  return PredictAllReduceSeconds(links, group.nodes, group.gpus_per_node, mc.bytes, mc.ops);
+}
+
+// The ranks that hold the same experts under expert parallel EP over `replicas` (groups of EP consecutive ranks laid
+// over whole nodes of g ranks): every EP-th rank, g/EP per node while a group fits a node, else one on every EP/g-th
+// node.
+Layout ExpertReplicas(const Layout& replicas, int ep) {
+  if (ep <= replicas.gpus_per_node) return {replicas.nodes, replicas.gpus_per_node / ep};
+  return {std::max(1, replicas.nodes * replicas.gpus_per_node / ep), 1};
+}
+
+// The mode's gradient collectives of `gradient` bytes per rank over the replicas (`group`), and under expert parallel
+// the experts' share over the ranks that hold the same experts; then what backward hides of them: at most the share
+// it hid in the run, at most the seconds it hid there scaled with the compute that does the hiding, and at most the
+// compute itself; zero1's collectives run after backward and hide nothing.
 void GradientSync(const ProjectionBasis& b, const LinkModel& links, const Layout& group, double gradient,
                   LayoutCandidate& c) {
-  const double buckets = c.mode == "fsdp" ? std::max(1, b.fsdp_units) : std::max(1.0, std::ceil(gradient / b.bucket_bytes));
-  const ModeCollectives mc = CollectivesOf(c.mode, gradient, buckets);
-  c.comm_s = PredictAllReduceSeconds(links, group.nodes, group.gpus_per_node, mc.bytes, mc.ops);
+  if (c.ep > 1) {
+    const double experts = gradient * b.moe.expert_share / b.HeldShare(c.ep) / c.ep;
+    c.comm_s = CollectiveSeconds(b, links, c.mode, group, gradient - experts) +
+               CollectiveSeconds(b, links, c.mode, ExpertReplicas(group, c.ep), experts);
+  } else {
+    c.comm_s = CollectiveSeconds(b, links, c.mode, group, gradient);
+  }
   const double hiding = b.ComputeS() > 0 ? c.compute_s / b.ComputeS() : 0.0;
   const double capacity = c.mode == "zero1" ? 0.0 : std::min({b.overlap * c.comm_s, b.hidden_s * hiding, c.compute_s});
   c.exposed_s = c.comm_s - std::min(c.comm_s, capacity);
@@ -36,6 +60,26 @@ void GradientSync(const ProjectionBasis& b, const LinkModel& links, const Layout
     c.assumptions.push_back(Format("backward hides up to %.3g s per step as it did in %s, taken for %s", b.hidden_s,
                                    b.mode.c_str(), c.mode.c_str()));
   }
+}
+
+// Expert parallel's dispatch and combine for `tokens` per replica and step: every MoE block's four all-to-alls per
+// micro-batch of the run's size, each token's K rows to their experts' ranks ((EP-1)/EP of them leave the rank when the
+// routing is balanced), at the fabric's links (AllToAllSeconds), blocking as train's are.
+void ModelAllToAll(const ProjectionBasis& b, const LinkModel& links, double tokens, LayoutCandidate& c) {
+  if (c.ep < 2) return;
+  c.alltoall_bytes = tokens * b.moe.alltoall_bytes_per_token * (c.ep - 1.0) / c.ep;
+  const double micro_batches = b.micro_batch_tokens > 0 ? std::max(1.0, std::round(tokens / b.micro_batch_tokens)) : 1.0;
+  const AllToAllTime t = AllToAllSeconds(links, {c.layout.nodes, c.layout.gpus_per_node / c.tp}, c.ep,
+                                         c.alltoall_bytes, b.moe.alltoall_ops_per_micro_batch * micro_batches);
+  c.alltoall_s = t.seconds;
+  c.alltoall_inter_bytes = t.inter_node_bytes;
+  c.assumptions.push_back(Format(
+      "all-to-all of ep%d: %.4g MB per GPU per step (every MoE block's dispatch and combine, forward and backward; "
+      "top-k rows per token in bf16, routing balanced, nothing dropped), %s; blocking, as train's", c.ep,
+      c.alltoall_bytes / 1e6,
+      t.inter_node_bytes > 0 ? Format("%.0f%% of it to other nodes at the GPU's share of its node's NICs, the rest "
+                                      "inside the node at the same time", 100 * t.inter_node_bytes / c.alltoall_bytes).c_str()
+                             : "inside one node"));
 }
 
 // The step of `c` from the run's figures at the fabric's links (its memory aside).
@@ -50,14 +94,17 @@ void ModelStep(const ProjectionBasis& b, const TensorParallelShape& shape, const
                                    "every GEMM; its unsplit LayerNorms and element-wise work are divided too: not "
                                    "measured at T=%d)", t, b.tp, t));
   }
-  c.optimizer_s = b.optimizer_s * OptimizerHeld(c.mode, t, k, 1, 1.0) / OptimizerHeldByRun(b);
+  c.optimizer_s = b.optimizer_s * OptimizerHeld(c.mode, t, k, 1, b.HeldShare(c.ep)) / OptimizerHeldByRun(b);
   if (t > 1) {
     c.activation_s = PredictAllReduceSeconds(links, 1, t, shape.activation_bytes * scale, shape.activation_ops);
   }
   if (replicas > 1) {
-    GradientSync(b, links, {c.layout.nodes, c.layout.gpus_per_node / t}, b.gradient_bytes * b.tp / t, c);
+    // The run's per-rank gradient is its held share of the model's: the candidate holds its own.
+    const double gradient = b.gradient_bytes * b.tp / t / b.HeldShare(b.ep) * b.HeldShare(c.ep);
+    GradientSync(b, links, {c.layout.nodes, c.layout.gpus_per_node / t}, gradient, c);
   }
-  c.step_s = c.compute_s + c.optimizer_s + c.activation_s + c.exposed_s;
+  ModelAllToAll(b, links, tokens, c);
+  c.step_s = c.compute_s + c.optimizer_s + c.activation_s + c.exposed_s + c.alltoall_s;
   c.tokens_per_step = tokens * replicas;
   c.tokens_per_s = c.tokens_per_step / c.step_s;
 }
@@ -65,6 +112,9 @@ void ModelStep(const ProjectionBasis& b, const TensorParallelShape& shape, const
 void FitCandidate(const ProjectionBasis& b, const TensorParallelShape& shape, double gpu_memory_bytes,
                   LayoutCandidate& c) {
   MemoryBreakdown dp = shape.dp_memory;
+  for (const ExpertShape& experts : shape.experts) {
+    if (experts.ep == c.ep) dp = experts.dp_memory;
+  }
   if (!b.weak) dp.activations_bytes *= (b.tokens_per_step / c.replicas()) / b.TokensPerReplica();
   const MemoryBreakdown mode = ModeMemory(dp, c.mode, c.layout.gpus(), b.gathered_parameters, b.parameters, c.tp);
   c.memory = FitMemory(mode, gpu_memory_bytes, b.calibration);
@@ -184,6 +234,27 @@ void AddPipelineCandidates(const ProjectionBasis& basis, const LinkModel& links,
   }
 }
 
+// Expert parallel candidates for `layout` at `shape`'s T (an MoE model): each EP > 1 of the shape that divides the
+// replicas, dp across them (train builds expert parallel with dp only); groups of EP consecutive ranks, inside a node
+// while EP fits one.
+void AddExpertCandidates(const ProjectionBasis& basis, const TensorParallelShape& shape, const LinkModel& links,
+                         const Layout& layout, double gpu_memory_bytes, std::vector<LayoutCandidate>& candidates) {
+  for (const ExpertShape& experts : shape.experts) {
+    if (experts.ep < 2 || (layout.gpus() / shape.tp) % experts.ep != 0) continue;
+    LayoutCandidate c;
+    c.layout = layout;
+    c.tp = shape.tp;
+    c.ep = experts.ep;
+    c.why_not = !shape.invalid.empty() ? shape.invalid : experts.invalid;
+    if (c.why_not.empty()) {
+      c.considered = true;
+      ModelStep(basis, shape, links, c);
+      FitCandidate(basis, shape, gpu_memory_bytes, c);
+    }
+    candidates.push_back(std::move(c));
+  }
+}
+
 // "; 2 layouts do not fit the GPU's memory; 1 not possible for this model" (empty when every one was viable).
 std::string Excluded(const std::vector<LayoutCandidate>& all) {
   const long invalid = std::count_if(all.begin(), all.end(), [](const LayoutCandidate& c) { return !c.considered; });
@@ -221,6 +292,41 @@ std::string PipelineWords(const LayoutCandidate& c) {
                 100 * c.pipeline_s / c.step_s, 100 * c.embedding_s / c.step_s);
 }
 
+// What a candidate's experts do: "; ep8 inside a node: all-to-all 12% of the step" ("" without expert parallel).
+std::string ExpertWords(const LayoutCandidate& c) {
+  if (c.ep < 2) return "";
+  if (c.alltoall_inter_bytes > 0) {
+    return Format("; ep%d across nodes: all-to-all %.0f%% of the step, %.0f%% of its bytes over the network", c.ep,
+                  100 * c.alltoall_s / c.step_s, 100 * c.alltoall_inter_bytes / c.alltoall_bytes);
+  }
+  return Format("; ep%d inside a node: all-to-all %.0f%% of the step", c.ep, 100 * c.alltoall_s / c.step_s);
+}
+
+// For a model with experts whose winner keeps them whole: the fastest expert parallel candidate and its all-to-all
+// ("; fastest with expert parallel: ep8+dp at 12.0% fewer tokens/s, all-to-all 30% of its step inside a node"); and
+// where an all-to-all across nodes takes more of a candidate's step than its compute: "; all-to-all across nodes
+// dominates ep16+dp (61% of its step)" for the first such viable candidate.
+std::string AllToAllWords(const std::vector<LayoutCandidate>& all, const LayoutCandidate& won) {
+  std::string words;
+  const LayoutCandidate* fastest = nullptr;
+  for (const LayoutCandidate& c : all) {
+    if (c.Viable() && c.ep > 1 && (!fastest || c.tokens_per_s > fastest->tokens_per_s)) fastest = &c;
+  }
+  if (won.ep < 2 && fastest) {
+    words += Format("; fastest with expert parallel: %s at %.1f%% fewer tokens/s, all-to-all %.0f%% of its step %s",
+                    fastest->Name().c_str(), 100 * (1 - fastest->tokens_per_s / won.tokens_per_s),
+                    100 * fastest->alltoall_s / fastest->step_s,
+                    fastest->alltoall_inter_bytes > 0 ? "across nodes" : "inside a node");
+  }
+  for (const LayoutCandidate& c : all) {
+    if (c.Viable() && c.alltoall_inter_bytes > 0 && c.alltoall_s > c.compute_s) {
+      return words + Format("; all-to-all across nodes dominates %s (%.0f%% of its step)", c.Name().c_str(),
+                            100 * c.alltoall_s / c.step_s);
+    }
+  }
+  return words;
+}
+
 // Why the chosen candidate won: against the runner-up, and what did not fit.
 std::string Reason(const LayoutChoice& choice) {
   const std::vector<LayoutCandidate>& all = choice.candidates;
@@ -237,12 +343,17 @@ std::string Reason(const LayoutChoice& choice) {
                                            100 * (won.compute_s + won.optimizer_s) / won.step_s,
                                            100 * won.exposed_s / won.step_s, 100 * won.activation_s / won.step_s);
   reason += PipelineWords(won);
+  reason += ExpertWords(won);
   if (second) {
     reason += Format("; next %s at %.1f%% fewer tokens/s (exposed communication %.0f%%, activation all-reduces "
-                     "%.0f%% of its step%s)", second->Name().c_str(), 100 * (1 - second->tokens_per_s / won.tokens_per_s),
+                     "%.0f%% of its step%s%s)", second->Name().c_str(), 100 * (1 - second->tokens_per_s / won.tokens_per_s),
                      100 * second->exposed_s / second->step_s, 100 * second->activation_s / second->step_s,
-                     second->pp > 1 ? Format(", bubble %.0f%%", 100 * second->bubble_s / second->step_s).c_str() : "");
+                     second->pp > 1 ? Format(", bubble %.0f%%", 100 * second->bubble_s / second->step_s).c_str() : "",
+                     second->ep > 1 ? Format(", all-to-all %.0f%%%s", 100 * second->alltoall_s / second->step_s,
+                                             second->alltoall_inter_bytes > 0 ? " across nodes" : " inside a node").c_str()
+                                    : "");
   }
+  reason += AllToAllWords(all, won);
   return reason + Excluded(all);
 }
 
@@ -269,6 +380,7 @@ std::vector<LayoutCandidate> Candidates(const ProjectionBasis& basis, const Link
       }
       candidates.push_back(std::move(c));
     }
+    AddExpertCandidates(basis, shape, links, layout, gpu_memory_bytes, candidates);
   }
   AddPipelineCandidates(basis, links, layout, gpu_memory_bytes, candidates);
   return candidates;
@@ -278,6 +390,7 @@ std::vector<LayoutCandidate> Candidates(const ProjectionBasis& basis, const Link
 
 std::string LayoutCandidate::Name() const {
   std::string name = pp > 1 ? Format("pp%d+", pp) : "";
+  if (ep > 1) name += Format("ep%d+", ep);
   if (tp > 1) name += Format("tp%d+", tp);
   if (name.empty() || replicas() > 1) return name + mode;
   name.pop_back();

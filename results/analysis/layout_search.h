@@ -33,6 +33,23 @@ struct PipelineShape {
   double embedding_bytes = 0; // the tied embedding's gradient, all-reduced between the first and last stage
 };
 
+// A mixture-of-experts model with its experts over EP ranks (train's --expert-parallel: E/EP of each MoE block's
+// experts per rank, groups of EP consecutive ranks), from models/.
+struct ExpertShape {
+  int ep = 1;
+  std::string invalid;        // why the model cannot take this EP (train's words), "" when it can
+  MemoryBreakdown dp_memory;  // per rank before the mode shards it (the experts' states over EP), the run's micro-batch
+};
+
+// What a projection needs of a model's MoE blocks (all 0 for a dense model), from models/.
+struct MoeFacts {
+  double expert_share = 0;  // of the whole model's parameters (gradients, AdamW state), the experts'
+  // The four all-to-alls of every MoE block (dispatch and combine, forward and backward): their bytes per token when
+  // every one of a token's K rows leaves its rank, at the GPUs' element size (bf16), and how many per micro-batch.
+  double alltoall_bytes_per_token = 0;
+  double alltoall_ops_per_micro_batch = 0;
+};
+
 // The model's figures at one tensor-parallel size T, from models/ (the caller computes them: this layer does not
 // link the models).
 struct TensorParallelShape {
@@ -43,6 +60,7 @@ struct TensorParallelShape {
   double activation_ops = 0;    // all-reduces per step
   std::map<std::string, std::string> modes_not_built;  // a mode across the groups the GPUs cannot train yet: why
   std::vector<PipelineShape> pipelines;  // P > 1 stages at this T (none: no pipeline candidates)
+  std::vector<ExpertShape> experts;      // an MoE model: each EP that divides its experts, EP = 1 first (dense: none)
 };
 
 // What the projection takes from a measured run: the reference point (the priced one) without its communication.
@@ -59,6 +77,9 @@ struct ProjectionBasis {
   double pipeline_s = 0;         // its exchanges with the neighbouring stages per step (bubble and transfers)
   double embedding_s = 0;        // its tied embedding's all-reduce between first and last stage per step
   double micro_batch_tokens = 0; // sequences per micro-batch x seq (0: not known, no pipeline candidates)
+  int ep = 1;                    // expert parallel of the reference point
+  double alltoall_s = 0;         // its dispatch and combine all-to-alls per step
+  MoeFacts moe;                  // the model's MoE blocks (a dense model: zeros)
   // The share of the whole model's AdamW state the reference's ranks hold on average: 1, or the mean over its stages
   // of a stage's parameters / the model's.
   double optimizer_share = 1;
@@ -80,7 +101,11 @@ struct ProjectionBasis {
   // Per rank per step: what is neither gradient communication, activation all-reduce, the pipeline's exchanges nor
   // the optimizer (forward, backward, data wait, the rest), as measured; with stages, a stage's: the whole model's on
   // TokensPerReplica() tokens, as without.
-  double ComputeS() const { return step_s - exposed_s - activation_s - optimizer_s - pipeline_s - embedding_s; }
+  double ComputeS() const {
+    return step_s - exposed_s - activation_s - optimizer_s - pipeline_s - embedding_s - alltoall_s;
+  }
+  // The share of the whole model's parameters a rank holds with the experts over `ep` ranks (1 for a dense model).
+  double HeldShare(int ep) const { return 1.0 - moe.expert_share + moe.expert_share / ep; }
   double TokensPerReplica() const { return tokens_per_step / (k / tp); }
 };
 
@@ -91,8 +116,9 @@ struct LayoutCandidate {
   std::string mode = "dp";
   int tp = 1;
   int pp = 1;
+  int ep = 1;                // expert parallel: EP consecutive replicas share each MoE block's experts
   int replicas() const { return layout.gpus() / (tp * pp); }
-  std::string Name() const;  // "dp", "tp2+zero1", "tp8" (one replica), "pp4+dp", "pp4+tp8+zero1", "pp4+tp8"
+  std::string Name() const;  // "dp", "tp2+zero1", "tp8" (one replica), "pp4+dp", "pp4+tp8+zero1", "pp4+tp8", "ep8+dp"
 
   bool considered = false;   // false: not modelled, `why_not` says why (the model cannot split T ways, ...)
   double compute_s = 0;      // per step: the run's compute at this shape
@@ -106,6 +132,11 @@ struct LayoutCandidate {
   double bubble_s = 0;       // (P-1)/(M+P-1) of the pipelined part (compute + exchanges + bubble)
   double embedding_s = 0;    // the tied embedding's all-reduce between first and last stage
   bool boundaries_inter = false;  // a stage boundary crosses nodes
+  // Expert parallel (ep > 1): the all-to-alls per step at the fabric's links (blocking, as train's), and of the bytes a
+  // rank sends in them, those to other nodes.
+  double alltoall_s = 0;
+  double alltoall_bytes = 0;
+  double alltoall_inter_bytes = 0;
   double step_s = 0;
   double tokens_per_step = 0;
   double tokens_per_s = 0;

@@ -291,6 +291,25 @@ double BoundaryExchangeSeconds(const LinkModel& links, const LinkParameters& int
   return alpha + bytes * beta;
 }
 
+AllToAllTime AllToAllSeconds(const LinkModel& links, const Layout& layout, int expert_parallel, double bytes,
+                             double ops) {
+  AllToAllTime t;
+  if (expert_parallel < 2 || !(bytes > 0) || !(ops > 0)) return t;
+  const int local = std::min(expert_parallel, layout.gpus_per_node);  // the group's ranks on this rank's node
+  const double peers = expert_parallel - 1.0;
+  const double intra_bytes = bytes * (local - 1) / peers;
+  t.inter_node_bytes = bytes - intra_bytes;
+  // Each all-to-all's message to one peer sets the band.
+  auto seconds = [&](const LinkParameters& link, double part, double peers_on_link) {
+    if (!(part > 0)) return 0.0;
+    const auto [alpha, beta] = link.At(part / ops / peers_on_link);
+    return ops * alpha + part * beta;
+  };
+  t.seconds = std::max(seconds(links.intra, intra_bytes, local - 1.0),
+                       seconds(links.inter, t.inter_node_bytes, expert_parallel - local));
+  return t;
+}
+
 double EmbeddingAllReduceSeconds(const LinkModel& links, const Layout& layout, double bytes) {
   if (!(bytes > 0)) return 0.0;
   return layout.nodes > 1 ? PredictAllReduceSeconds(links, 2, 1, bytes, 1) : PredictAllReduceSeconds(links, 1, 2, bytes, 1);

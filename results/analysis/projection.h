@@ -145,6 +145,12 @@ struct TrainPointInput {
   double embedding_s = 0;       // the tied embedding's gradient all-reduce between a pipeline's first and last stage
   double edge_bytes = 0;        // one boundary exchange: a micro-batch's residual stream (fp32), per rank
   double embedding_bytes = 0;   // that all-reduce's buffer
+  // Expert parallel EP (MoE blocks' experts over EP consecutive ranks): the dispatch and combine all-to-alls per step
+  // (blocking, inside forward and backward), carried in the compute base as measured by a projection onto fitted
+  // links; comm_total_s and comm_exposed_s hold the gradients' communication only.
+  int expert_parallel = 1;
+  double alltoall_s = 0;
+  double alltoall_bytes = 0;    // sent to other ranks per step, per rank
   double CommBytes() const { return comm_bytes > 0 ? comm_bytes : gradient_bytes; }
 };
 
@@ -171,6 +177,19 @@ double BoundaryExchangeSeconds(const LinkModel& links, const LinkParameters& int
 // The tied embedding's gradient all-reduce between the first and last stage: two ranks, on two nodes when the layout
 // has several.
 double EmbeddingAllReduceSeconds(const LinkModel& links, const Layout& layout, double bytes);
+
+// Expert parallel's all-to-alls per step: `bytes` a rank sends to the EP - 1 others of its group (EP consecutive ranks
+// of `layout`, `gpus_per_node` of them per node: inside one node while EP fits it) in `ops` all-to-alls, balanced over
+// the peers. The bytes to peers on the rank's node go at the intra-node link's rate (`links.intra`, per rank), those
+// to other nodes at the rank's share of its node's NICs (`links.inter`: an all-to-all does not aggregate a node's
+// NICs beyond that, nccl-tests#267); both run at once, so the slower sets the time, plus each all-to-all's latency on
+// that link.
+struct AllToAllTime {
+  double seconds = 0;
+  double inter_node_bytes = 0;  // of `bytes`, those to other nodes
+};
+AllToAllTime AllToAllSeconds(const LinkModel& links, const Layout& layout, int expert_parallel, double bytes,
+                             double ops);
 
 // A step's collectives as all-reduces for the alpha-beta model: a ring reduce-scatter or all-gather of S bytes
 // takes half the bytes term and half the latency steps of an all-reduce of S ((n-1) against 2(n-1)), so a mode's

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "console.h"
 #include "definitions.h"
 #include "error.h"
 #include "schema.h"
@@ -252,6 +253,23 @@ void ReadPipeline(const Group& group, const Table& steps, const ReportReader& r,
   p.bubble_theory = r.NumberOr(group, sp::bubble_theory, std::nan(""));
 }
 
+// Expert parallel's figures of a point (EP = 1 in reports before it): its dispatch and combine all-to-alls — taken out
+// of the gradient communication; a projection onto a fabric models them at the candidate's EP and links, one onto
+// fitted links carries them as measured — and the bytes a rank sent in them per step.
+void ReadExperts(const Group& group, const ReportReader& r, const std::string& where, MeasuredPoint& p) {
+  namespace sp = schema::point;
+  TrainPointInput& t = p.train;
+  t.expert_parallel = static_cast<int>(r.NumberOr(group, sp::expert_parallel, 1.0));
+  if (t.expert_parallel < 1 || t.k % t.expert_parallel != 0) {
+    r.Fail(where + " has expert_parallel " + std::to_string(t.expert_parallel) + " for " + std::to_string(t.k) +
+           " ranks");
+  }
+  t.alltoall_s = r.NumberOr(group, sp::comm_alltoall_s, 0.0);
+  t.alltoall_bytes = r.NumberOr(group, sp::alltoall_bytes, 0.0);
+  t.comm_total_s -= t.alltoall_s;
+  t.comm_exposed_s -= t.alltoall_s;
+}
+
 // One scaling point of train/: its step without checkpoint stalls, communication and batch.
 MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, const ReportReader& r,
                         const std::map<int64_t, int64_t>& rank_nodes, double bucket_bytes) {
@@ -274,6 +292,7 @@ MeasuredPoint ReadPoint(const Group& group, const std::string& name, int k, cons
   p.train.comm_exposed_s = r.Number(group, sp::comm_exposed_s, where);
   ReadTensorParallel(group, r, where, p);
   ReadPipeline(group, *steps, r, where, p);
+  ReadExperts(group, r, where, p);
   p.train.gradient_bytes = r.Number(group, sp::gradient_bytes, where);
   // The all-reduces per step as train recorded them; reports written before it did get the estimate (buckets
   // close once they hold bucket_bytes, so a step has about this many).
@@ -319,6 +338,18 @@ void ReadModel(const Report& report, const ReportReader& r, RunMeasurement& run)
   run.heads = static_cast<int>(r.NumberOr(*model, m::heads, 0.0));
   run.vocab = static_cast<int>(r.NumberOr(*model, m::vocab, 0.0));
   run.max_seq = static_cast<int>(r.NumberOr(*model, m::max_seq, 0.0));
+  run.experts = static_cast<int>(r.NumberOr(*model, m::experts, 0.0));
+  if (run.experts > 0) {
+    run.top_k = static_cast<int>(r.NumberOr(*model, m::top_k, 0.0));
+    run.expert_ffn = static_cast<int>(r.NumberOr(*model, m::expert_ffn, 0.0));
+    run.moe_every = static_cast<int>(r.NumberOr(*model, m::moe_every, 1.0));
+    run.capacity_factor = r.NumberOr(*model, m::capacity_factor, 0.0);
+    run.aux_loss_coef = r.NumberOr(*model, m::aux_loss_coef, 0.0);
+    if (run.top_k < 1 || run.top_k > run.experts || run.expert_ffn < 1 || run.moe_every < 1) {
+      r.Fail(Format("model has %d experts with top_k %d, expert_ffn %d, moe_every %d", run.experts, run.top_k,
+                    run.expert_ffn, run.moe_every));
+    }
+  }
 }
 
 }  // namespace

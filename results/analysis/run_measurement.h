@@ -52,6 +52,9 @@ struct RunMeasurement {
   double parameters = 0;
   int seq = 0;
   int layers = 0, d_model = 0, heads = 0, vocab = 0, max_seq = 0;  // its shape (model attributes; 0: not recorded)
+  // Its mixture-of-experts blocks (experts 0: a dense model, or a report before them).
+  int experts = 0, top_k = 0, expert_ffn = 0, moe_every = 1;
+  double capacity_factor = 0, aux_loss_coef = 0;
   std::string parallel = "dp";         // the mode of the largest point (dp, zero1, fsdp)
   double bucket_bytes = 0;             // dp's gradient buckets close at this size (config bucket_mb)
   MemoryBreakdown memory_estimate;     // the report's per-rank estimate of dp (model memory_* attributes)

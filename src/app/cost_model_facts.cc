@@ -14,7 +14,18 @@ bool ShapeKnown(const RunMeasurement& m) {
   return m.layers > 0 && m.d_model > 0 && m.heads > 0 && m.vocab > 0 && m.max_seq > 0;
 }
 
-ModelConfig ConfigOf(const RunMeasurement& m) { return CustomModel(m.layers, m.d_model, m.heads, m.vocab, m.max_seq); }
+// The run's model: its shape, and its MoE blocks where it has them.
+ModelConfig ConfigOf(const RunMeasurement& m) {
+  const ModelConfig dense = CustomModel(m.layers, m.d_model, m.heads, m.vocab, m.max_seq);
+  if (m.experts == 0) return dense;
+  return WithMoe(dense, {m.experts, m.top_k, m.expert_ffn, m.moe_every, m.capacity_factor, m.aux_loss_coef});
+}
+
+// Train's refusal of MoE blocks with tensor parallel or pipeline stages (cmd_train's CheckMoeFlags), in its words:
+// models/ does not expose it.
+std::string MoeGap(const RunMeasurement& m, const std::string& what) {
+  return "model '" + m.model_name + "' has mixture-of-experts blocks: with " + what + " they are not built yet";
+}
 
 bool Bf16(const RunMeasurement& m) { return m.memory_precision.starts_with("bf16"); }
 
@@ -63,6 +74,10 @@ MemoryCheck RunMemoryCheck(const RunMeasurement& m) {
 PipelineShape PipelineAt(const ModelConfig& config, const RunMeasurement& m, const MeasuredPoint& p, int t, int pp) {
   PipelineShape pipe;
   pipe.pp = pp;
+  if (config.moe) {
+    pipe.invalid = MoeGap(m, "--pipeline-parallel");
+    return pipe;
+  }
   if (t > 1) {
     // cmd_train's CheckPipelineFlags says so for the cuda backend; models/ does not expose it (TensorParallelModeGap's
     // kind): the same words here.
@@ -89,6 +104,35 @@ PipelineShape PipelineAt(const ModelConfig& config, const RunMeasurement& m, con
   return pipe;
 }
 
+// An MoE model's experts over each EP that divides them (EP = 1 first), at the priced point's micro-batch: the memory
+// per rank before the mode shards it (EstimateMemory with the experts' states over EP).
+void AddExpertShapes(const ModelConfig& config, const RunMeasurement& m, const MeasuredPoint& p,
+                     TensorParallelShape& shape) {
+  for (int ep = 1; ep <= config.moe->experts; ++ep) {
+    if (config.moe->experts % ep != 0) continue;
+    ExpertShape experts;
+    experts.ep = ep;
+    const MemoryEstimate e = EstimateMemory(config, p.micro_batch, m.seq, Bf16(m), 1, ep);
+    experts.dp_memory = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes, 0};
+    shape.experts.push_back(experts);
+  }
+}
+
+// What a projection needs of the run's MoE blocks: the experts' share of the parameters, and the all-to-alls' bytes per
+// token (each of a token's K rows of d_model in bf16, as the GPUs would send them, in every MoE block's four) and count
+// per micro-batch.
+MoeFacts MoeFactsOf(const ModelConfig& config) {
+  MoeFacts moe;
+  if (!config.moe) return moe;
+  const double allocated = static_cast<double>(CountParameters(config).total) +
+                           static_cast<double>(config.vocab_padded - config.vocab) * config.d_model;
+  moe.expert_share = ExpertParameters(config) / allocated;
+  const double blocks = MoeBlockCount(config);
+  moe.alltoall_bytes_per_token = 4.0 * blocks * config.moe->top_k * config.d_model * 2.0;
+  moe.alltoall_ops_per_micro_batch = 4.0 * blocks;
+  return moe;
+}
+
 // The model split T ways at the priced point's micro-batch, or why it cannot be (train's own reasons). Offerings are
 // GPUs: the CUDA transformer's rules apply, whatever the run's own backend (a CPU stand-in included).
 TensorParallelShape ShapeAt(const ModelConfig& config, const RunMeasurement& m, const MeasuredPoint& p, int t) {
@@ -98,7 +142,12 @@ TensorParallelShape ShapeAt(const ModelConfig& config, const RunMeasurement& m, 
     const std::string gap = TensorParallelModeGap(mode, t, true);
     if (!gap.empty()) shape.modes_not_built[mode] = "--tensor-parallel " + std::to_string(t) + " " + gap;
   }
+  if (config.moe && t > 1) {
+    shape.invalid = MoeGap(m, "--tensor-parallel");
+    return shape;
+  }
   try {
+    if (config.moe) AddExpertShapes(config, m, p, shape);
     CheckTensorParallelStep(config, t, p.micro_batch, m.seq, true);
     const MemoryEstimate e = EstimateMemory(config, p.micro_batch, m.seq, m.memory_precision.starts_with("bf16"), t);
     shape.dp_memory = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes, 0};
@@ -159,6 +208,7 @@ RunModelFacts RunModelFactsOf(const RunMeasurement& m, const MeasuredPoint& pric
   if (own_memory) facts.memory = RunMemoryCheck(m);
   if (!ShapeKnown(m) || m.seq <= 0 || tp_sizes.empty()) return facts;  // data parallel modes only, at the report's estimate
   const ModelConfig config = ConfigOf(m);
+  facts.moe = MoeFactsOf(config);
   for (int t : tp_sizes) {
     facts.shapes.push_back(ShapeAt(config, m, priced, t));
     for (int pp : pp_sizes) facts.shapes.back().pipelines.push_back(PipelineAt(config, m, priced, t, pp));
