@@ -4,12 +4,15 @@
 # with top-1 and dropped tokens; the report holds the load balance, the dropped share, the aux loss, the all-to-all
 # bytes next to theory and their rate, the all-to-all's share of the stall budget and the model's active parameters
 # (h5py); --experts turns a dense preset's MLPs into experts. A checkpoint of expert parallel holds a part per expert
-# rank and resumes bit-exactly; another layout or MoE shape is refused. Bad values: one line, exit 2, no report.
+# rank and resumes bit-exactly; another layout or MoE shape is refused. cost prices the run on an NVLink and a PCIe
+# offering with expert parallel layouts and names the all-to-all in its decision. Bad values: one line, exit 2, no
+# report.
 #   moe_cli_test.sh TRAINBENCH MPIEXEC...
 set -uo pipefail
 tb=$(realpath "$1"); shift; mpi=("$@")
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
+prices=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../launch/prices.example.toml")
 cd "$work"
 
 train=(train --model moe-tiny --seq 32 --warmup-steps 1 --steps 3 --lr 0.01 --micro-batch 2 --data tokens)
@@ -88,6 +91,29 @@ with h5py.File(sys.argv[1], "r") as f:
 ' ep2.h5 2>"$work/py" || fail "capacity factor 0.5 dropped nothing: $(cat "$work/py")"
 expect_ok "$tb" train --model tiny --experts 4 --top-k 1 --expert-ffn 64 --seq 32 --steps 2 --warmup-steps 0 -o dense-moe.h5
 expect_out "^# mixture of experts: 2 of 2 blocks with 4 experts of width 64, top-1"
+
+# --- cost: the run priced on an NVLink and a PCIe offering, the all-to-all named in each decision ----------------------
+cost=(cost ep4.h5 --prices "$prices" --device-as "H100 SXM,H100 PCIe" --project 16 --train-tokens 1e9)
+expect_ok "$tb" "${cost[@]}" --format json
+cp "$work/out" cost.json
+expect_ok "$tb" "${cost[@]}"
+for offering in coreweave-hgx-h100 h100-pcie-8x-ethernet; do
+  checks=$((checks + 1))
+  awk -v o="$offering" '/^#   on / {on = index($0, "on " o " ") > 0} on && /^#     chosen: / {print; exit}' "$work/out" \
+    >"$work/chosen"
+  grep -q "all-to-all" "$work/chosen" || fail "$offering: the decision does not name the all-to-all: $(cat "$work/chosen")"
+done
+expect_out "^ +2x8 ep4\+dp "
+checks=$((checks + 1))
+/usr/bin/python3 - cost.json >"$work/py" 2>&1 <<'PY' || fail "cost.layouts: $(cat "$work/py")"
+import json, sys
+rows = [r for run in json.load(open(sys.argv[1]))["runs"] for r in run["cost"].get("layouts", [])]
+ep = [r for r in rows if r["expert_parallel"] == 4 and r["alltoall_s"] not in (None, "")]
+assert ep and all(r["alltoall_s"] > 0 for r in ep), ep[:2]
+pcie = [r for r in ep if r["offering"] == "h100-pcie-8x-ethernet"]
+nvl = [r for r in ep if r["offering"] == "coreweave-hgx-h100"]
+assert pcie and nvl and pcie[0]["alltoall_s"] > nvl[0]["alltoall_s"], (pcie[:1], nvl[:1])
+PY
 
 # --- checkpoints of expert parallel: a part per expert rank, resumed bit-exactly; another layout refused ---------------
 ckpt=(train --model moe-tiny --seq 32 --micro-batch 2 --lr 0.01 --warmup-steps 1 --steps 5 --data tokens)
