@@ -258,6 +258,23 @@ FsdpLayout MakeFsdpLayout(const std::vector<TensorSlot>& layout, int ranks, int 
 
 namespace {
 
+// Expert parallel's placement against the model's experts, its group, and the modes it is not built with.
+void CheckExpertPlacement(const ModelConfig& config, const ModelPlacement& placement) {
+  const ExpertPlacement& experts = placement.experts;
+  if (!experts.split()) return;
+  const int total = config.moe ? config.moe->experts : 0;
+  if (total == 0 || total % experts.parallel != 0) {
+    throw InputError("expert parallel " + std::to_string(experts.parallel) + " does not divide the " +
+                     std::to_string(total) + " experts of model '" + config.name + "'");
+  }
+  if (experts.group == nullptr || experts.group->size() != experts.parallel || experts.group->rank() != experts.rank) {
+    throw std::logic_error("expert parallel: the group is not this rank's place among the experts");
+  }
+  if (placement.fsdp.enabled() || placement.shard.sharded() || placement.stage.split()) {
+    throw InputError("expert parallel with zero1, fsdp or pipeline stages is not built (--parallel dp)");
+  }
+}
+
 // `stage` with end_layer filled in (the default stage: the whole model); throws InputError where MakePipelineStage
 // would, and for a stage given whole with other layers than MakePipelineStage's.
 PipelineStage ResolveStage(const PipelineStage& stage, const ModelConfig& config) {
@@ -303,21 +320,7 @@ ModelPlacement ResolvePlacement(const ModelConfig& config, const std::vector<Ten
                                  });
     if (!same) throw std::logic_error("fsdp: the layout's units are not the model's");
   }
-  const ExpertPlacement& experts = placement.experts;
-  if (experts.split()) {
-    const int total = config.moe ? config.moe->experts : 0;
-    if (total == 0 || total % experts.parallel != 0) {
-      throw InputError("expert parallel " + std::to_string(experts.parallel) + " does not divide the " +
-                       std::to_string(total) + " experts of model '" + config.name + "'");
-    }
-    if (experts.group == nullptr || experts.group->size() != experts.parallel ||
-        experts.group->rank() != experts.rank) {
-      throw std::logic_error("expert parallel: the group is not this rank's place among the experts");
-    }
-    if (placement.fsdp.enabled() || placement.shard.sharded() || resolved.stage.split()) {
-      throw InputError("expert parallel with zero1, fsdp or pipeline stages is not built (--parallel dp)");
-    }
-  }
+  CheckExpertPlacement(config, resolved);
   const std::vector<TensorSlot> held = HeldLayout(layout, resolved);
   resolved.shard = ResolveShard(placement.shard, held.back().offset + held.back().count);
   return resolved;

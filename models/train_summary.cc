@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "console.h"
 #include "definitions.h"
@@ -227,14 +228,13 @@ ScalingPoint SummarizePoint(int k, int micro_batch, const std::vector<RankSteps>
                             double peak_flops, double measured_gemm_flops, double gradient_bytes,
                             int tensor_parallel, int pipeline_parallel, int expert_parallel) {
   ScalingPoint p;
-  p.expert_parallel = expert_parallel;
   p.k = k;
   p.micro_batch = micro_batch;
   p.model_flops_per_token = model_flops_per_token;
   p.gradient_bytes = gradient_bytes;
   const size_t steps = ranks.empty() ? 0 : ranks.front().steps.size();
-  p.tensor_parallel = tensor_parallel;
-  p.pipeline_parallel = pipeline_parallel;
+  std::tie(p.tensor_parallel, p.pipeline_parallel, p.expert_parallel) =
+      std::tuple(tensor_parallel, pipeline_parallel, expert_parallel);
   double step_sum = 0, loss_first = 0, loss_last = 0;
   CommSums comm;
   int64_t tokens_per_step = 0;
@@ -531,6 +531,20 @@ void AddStagesTable(Group& group, const std::vector<StageSummary>& stages) {
       .Write(group, stages);
 }
 
+// The point's mixture-of-experts figures: load balance, drops, aux loss, and expert parallel's all-to-alls.
+void SetExpertAttributes(Group& group, const ScalingPoint& p) {
+  namespace sp = schema::point;
+  schema::Set(group, sp::expert_parallel, p.expert_parallel);
+  schema::Set(group, sp::comm_alltoall_s, p.comm_alltoall_s);
+  schema::Set(group, sp::alltoall_bytes, p.alltoall_bytes);
+  schema::Set(group, sp::alltoall_inter_node_bytes, p.alltoall_inter_node_bytes);
+  schema::Set(group, sp::alltoall_bytes_theory, p.alltoall_bytes_theory);
+  schema::Set(group, sp::alltoall_GBps, p.alltoall_GBps);
+  schema::Set(group, sp::moe_max_over_mean, p.moe_max_over_mean);
+  schema::Set(group, sp::moe_dropped_share, p.moe_dropped_share);
+  schema::Set(group, sp::moe_aux_loss, p.moe_aux_loss);
+}
+
 void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::ranks, p.k);
   schema::Set(group, sp::micro_batch, p.micro_batch);
@@ -573,15 +587,7 @@ void SetPointAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::bubble_theory, p.bubble_theory);
   schema::Set(group, sp::traffic_pipeline_bytes, p.traffic_pipeline);
   schema::Set(group, sp::traffic_pipeline_bytes_theory, p.traffic_pipeline_theory);
-  schema::Set(group, sp::expert_parallel, p.expert_parallel);
-  schema::Set(group, sp::comm_alltoall_s, p.comm_alltoall_s);
-  schema::Set(group, sp::alltoall_bytes, p.alltoall_bytes);
-  schema::Set(group, sp::alltoall_inter_node_bytes, p.alltoall_inter_node_bytes);
-  schema::Set(group, sp::alltoall_bytes_theory, p.alltoall_bytes_theory);
-  schema::Set(group, sp::alltoall_GBps, p.alltoall_GBps);
-  schema::Set(group, sp::moe_max_over_mean, p.moe_max_over_mean);
-  schema::Set(group, sp::moe_dropped_share, p.moe_dropped_share);
-  schema::Set(group, sp::moe_aux_loss, p.moe_aux_loss);
+  SetExpertAttributes(group, p);
   schema::Set(group, sp::traffic_activation_bytes, p.traffic.activation);
   schema::Set(group, sp::traffic_activation_bytes_theory, p.traffic_theory.activation);
   schema::Set(group, sp::overlap, p.overlap);

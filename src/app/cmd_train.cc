@@ -478,6 +478,7 @@ class TrainPhase : public Phase {
   bool RunRepeat(Communicator& comm, const RunPoint& point, bool several, int repeat, std::vector<PointRepeat>& repeats);
   ScalingPoint SummarizeRepeat(const RunPoint& point, int micro_batch, const std::vector<RankSteps>& ranks);
   void SetGlobalBatch();
+  void CheckNodeGroups(int size, bool allow_cross_node, const NodeGroups& groups) const;
   void AddOpTimes(Group& point_group, const RunPoint& point, const TrainLoopOptions& point_loop,
                   const std::vector<RankSteps>& ranks) const;
   void KeepMedianRepeat(const RunPoint& point, std::vector<PointRepeat>& repeats);
@@ -734,16 +735,8 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
   }
   CheckPipelineFlags(f, r.backend() == "nccl");
   CheckMoeFlags(f, model_, r.backend() == "nccl");
-  CheckTensorParallelLayout(f.tensor_parallel, scaling_, f.allow_cross_node_tp);
-  if (!f.allow_cross_node_tp) {
-    for (const ScalingPointPlan& point : scaling_) CheckTensorParallelGroups(f.tensor_parallel, point, shape_);
-  }
-  CheckTensorParallelLayout(f.expert_parallel, scaling_, f.allow_cross_node_ep, kExpertParallelGroups);
-  if (!f.allow_cross_node_ep) {
-    for (const ScalingPointPlan& point : scaling_) {
-      CheckTensorParallelGroups(f.expert_parallel, point, shape_, kExpertParallelGroups);
-    }
-  }
+  CheckNodeGroups(f.tensor_parallel, f.allow_cross_node_tp, kTensorParallelGroups);
+  CheckNodeGroups(f.expert_parallel, f.allow_cross_node_ep, kExpertParallelGroups);
   SetGlobalBatch();
   plans_.clear();
   for (const ScalingPointPlan& point : scaling_) {
@@ -763,6 +756,14 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
   loop_.adamw.learning_rate = static_cast<float>(f.learning_rate);
   loop_.data_seed = static_cast<uint64_t>(f.seed);
   RecordConfig(r);
+}
+
+// Groups of `size` consecutive ranks (tensor parallel's, expert parallel's) against every point's layout: inside a
+// node unless `allow_cross_node`.
+void TrainPhase::CheckNodeGroups(int size, bool allow_cross_node, const NodeGroups& groups) const {
+  CheckTensorParallelLayout(size, scaling_, allow_cross_node, groups);
+  if (allow_cross_node) return;
+  for (const ScalingPointPlan& point : scaling_) CheckTensorParallelGroups(size, point, shape_, groups);
 }
 
 // The sequences per optimizer step over all ranks. A tensor parallel group and a pipeline share their batch: data
