@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train with mixture-of-experts blocks (issue 39) on the CPU backend: --expert-parallel 4 on 4 ranks gives the losses of
 # one rank running the four ranks' batches as --grad-accum 4 (moe-tiny, top-2, --data), and so does expert parallel 2
-# with top-1 and dropped tokens; the report holds the load balance, the dropped share, the aux loss, the all-to-all
+# with top-1 and dropped tokens; zero1 and fsdp give dp's; the report holds the load balance, the dropped share, the aux loss, the all-to-all
 # bytes next to theory and their rate, the all-to-all's share of the stall budget and the model's active parameters
 # (h5py); --experts turns a dense preset's MLPs into experts. A checkpoint of expert parallel holds a part per expert
 # rank and resumes bit-exactly; another layout or MoE shape is refused. cost prices the run on an NVLink and a PCIe
@@ -91,6 +91,13 @@ with h5py.File(sys.argv[1], "r") as f:
 ' ep2.h5 2>"$work/py" || fail "capacity factor 0.5 dropped nothing: $(cat "$work/py")"
 expect_ok "$tb" train --model tiny --experts 4 --top-k 1 --expert-ffn 64 --seq 32 --steps 2 --warmup-steps 0 -o dense-moe.h5
 expect_out "^# mixture of experts: 2 of 2 blocks with 4 experts of width 64, top-1"
+
+# --- the experts under zero1 and fsdp (every expert on every rank): dp's losses ---------------------------------------
+for mode in dp zero1 fsdp; do
+  expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" --parallel $mode -o mode-$mode.h5
+done
+same_losses mode-zero1.h5 mode-dp.h5
+same_losses mode-fsdp.h5 mode-dp.h5
 
 # --- cost: the run priced on an NVLink and a PCIe offering, the all-to-all named in each decision ----------------------
 cost=(cost ep4.h5 --prices "$prices" --device-as "H100 SXM,H100 PCIe" --project 16 --train-tokens 1e9)
