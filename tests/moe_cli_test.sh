@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # train with mixture-of-experts blocks (issue 39) on the CPU backend: --expert-parallel 4 on 4 ranks gives the losses of
 # one rank running the four ranks' batches as --grad-accum 4 (moe-tiny, top-2, --data), and so does expert parallel 2
-# with top-1 and dropped tokens; zero1 and fsdp give dp's; the report holds the load balance, the dropped share, the aux loss, the all-to-all
-# bytes next to theory and their rate, the all-to-all's share of the stall budget and the model's active parameters
-# (h5py); --experts turns a dense preset's MLPs into experts. A checkpoint of expert parallel holds a part per expert
+# with top-1 and dropped tokens; zero1 and fsdp give dp's; the report holds the load balance, the dropped share, the
+# aux loss, the all-to-all bytes next to theory and their rate, the all-to-all's share of the stall budget and the
+# model's active parameters (h5py); --experts turns a dense preset's MLPs into experts. A checkpoint of expert parallel holds a part per expert
 # rank and resumes bit-exactly; another layout or MoE shape is refused. cost prices the run on an NVLink and a PCIe
 # offering with expert parallel layouts and names the all-to-all in its decision. Bad values: one line, exit 2, no
 # report.
