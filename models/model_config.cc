@@ -202,12 +202,6 @@ int MoeBlockCount(const ModelConfig& config) {
   return 1 + (config.layers - 1) / config.moe->every;  // blocks 0, every, 2 * every, ... below layers
 }
 
-void RequireDenseModel(const ModelConfig& config, const std::string& command) {
-  if (!config.moe) return;
-  throw InputError("model '" + config.name + "' has mixture-of-experts blocks: " + command +
-                   " takes dense models only for now (choose a dense model)");
-}
-
 void ValidateModel(const ModelConfig& config) {
   RequirePositive(config.layers, "--layers");
   RequirePositive(config.d_model, "--d-model");

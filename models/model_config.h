@@ -55,9 +55,6 @@ ModelConfig WithMoe(ModelConfig config, const MoeConfig& moe);
 bool IsMoeBlock(const ModelConfig& config, int layer);
 // How many of the blocks are MoE blocks (0 for a dense model).
 int MoeBlockCount(const ModelConfig& config);
-// Throws InputError for a model with MoE blocks: `command` (train, cost, the memory estimate) takes dense models only
-// until the transformers get MoE blocks (issue 39).
-void RequireDenseModel(const ModelConfig& config, const std::string& command);
 
 // Total parameters are those the model holds (every expert); active parameters are those one token's forward uses
 // (the router and K experts of each MoE block; equal to the total for a dense model).

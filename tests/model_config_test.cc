@@ -471,14 +471,6 @@ TEST(MoeConfig, ValidationNamesTheFlag) {
             "parameters");
 }
 
-TEST(MoeConfig, MoeModelsAreRefusedWhereOnlyDenseIsBuilt) {
-  const ModelConfig config = FindPreset("moe-tiny");
-  EXPECT_EQ(InputErrorOf([&] { RequireDenseModel(config, "cost"); }),
-            "model 'moe-tiny' has mixture-of-experts blocks: cost takes dense models only for now (choose a dense "
-            "model)");
-  EXPECT_NO_THROW(RequireDenseModel(FindPreset("tiny"), "cost"));
-}
-
 // The memory estimate of an MoE model: every expert's states on one rank, E/EP of them under expert parallel (the
 // rest whole), and an MoE block's activations in place of the MLP's.
 TEST(MoeConfig, MemoryEstimateCountsTheExpertsHeld) {

@@ -101,7 +101,10 @@ void AddModelFitOptions(po::options_description& options, ModelFlags& model, std
        "with --model: the --ranks GPUs in P pipeline stages of L/P layers (1F1B; dp or zero1 across the pipelines): "
        "the largest stage's memory")
       ("micro-batches", Number(&model.micro_batches, IntRange::AtLeast(1)),
-       "with --pipeline-parallel: micro-batches per step (P: 1F1B holds min(P - s, M) in flight on stage s)");
+       "with --pipeline-parallel: micro-batches per step (P: 1F1B holds min(P - s, M) in flight on stage s)")
+      ("expert-parallel", Number(&model.expert_parallel, IntRange::Between(1, 1 << 20))
+       ->default_value(model.expert_parallel),
+       "with --model (an moe-* preset): each MoE block's experts over EP of the --ranks GPUs, E/EP per GPU (dp)");
 }
 
 // Parses the flags and the report paths; false after --help.
@@ -143,7 +146,7 @@ bool ParseCostFlags(const std::vector<std::string>& args, CostFlags& f, po::vari
                                  Needs("inter-node-gbps", "project"), Needs("inter-node-latency-us", "project"),
                                  Needs("history", "prices"), Needs("failure-rate", "history")};
   for (const char* flag : {"layers", "micro-batch", "seq", "gpu-memory", "parallel", "ranks", "tensor-parallel",
-                           "pipeline-parallel"}) {
+                           "pipeline-parallel", "expert-parallel"}) {
     rules.push_back(Needs(flag, "model"));
   }
   rules.push_back(Needs("micro-batches", "pipeline-parallel"));

@@ -174,16 +174,36 @@ void AddModelStages(MemoryCheck& check, const ModelConfig& config, const ModelFl
                        micro_batches);
 }
 
+
+// --model's experts against the other flags, as train checks them (one line, exit 2).
+void CheckModelExperts(const ModelConfig& config, const ModelFlags& f) {
+  const std::string ep = "--expert-parallel " + std::to_string(f.expert_parallel);
+  if (!config.moe) {
+    if (f.expert_parallel > 1) throw InputError(ep + " needs a model with experts (an moe-* preset)");
+    return;
+  }
+  if (f.tensor_parallel > 1 || f.pipeline_parallel > 1) {
+    throw InputError("model '" + config.name + "' has mixture-of-experts blocks: with --tensor-parallel or "
+                     "--pipeline-parallel they are not built yet");
+  }
+  if (f.expert_parallel > 1 && f.parallel != "dp") {
+    throw InputError(ep + " with --parallel " + f.parallel + " is not built yet (--parallel dp)");
+  }
+  if (f.ranks % f.expert_parallel != 0) {
+    throw InputError(ep + " does not divide the " + std::to_string(f.ranks) + " --ranks");
+  }
+}
+
 }  // namespace
 
 MemoryCheck ModelMemoryCheck(const ModelFlags& f) {
   MemoryCheck check;
   ModelConfig config = FindPreset(f.name);
   if (f.layers > 0) config = WithLayers(config, f.layers);
-  RequireDenseModel(config, "cost");
+  CheckModelExperts(config, f);
   const int micro_batch = f.micro_batch > 0 ? f.micro_batch : 1;
   const int seq = f.seq > 0 ? f.seq : config.seq;
-  const MemoryEstimate e = EstimateMemory(config, micro_batch, seq, true, f.tensor_parallel);
+  const MemoryEstimate e = EstimateMemory(config, micro_batch, seq, true, f.tensor_parallel, f.expert_parallel);
   check.estimate = {e.weights_bytes, e.gradients_bytes, e.optimizer_bytes, e.activations_bytes};
   check.mode = f.parallel;
   check.ranks = f.ranks;
@@ -196,6 +216,12 @@ MemoryCheck ModelMemoryCheck(const ModelFlags& f) {
   if (f.tensor_parallel > 1) {
     check.what += Format(", tensor parallel %d (states and split activations over %d)", f.tensor_parallel,
                          f.tensor_parallel);
+  }
+  if (config.moe) {
+    check.what += Format(", %d experts per MoE block, top-%d, %s", config.moe->experts, config.moe->top_k,
+                         f.expert_parallel > 1 ? Format("expert parallel %d (E/%d of each block's experts per GPU)",
+                                                        f.expert_parallel, f.expert_parallel).c_str()
+                                               : "every expert on every GPU");
   }
   if (f.pipeline_parallel > 1) AddModelStages(check, config, f, micro_batch, seq);
   check.For(f.ranks);  // a bad mode or rank count fails here

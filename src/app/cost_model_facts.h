@@ -21,6 +21,7 @@ struct ModelFlags {
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
   int micro_batches = 0;  // 0: as many as stages (1F1B's fewest)
+  int expert_parallel = 1;  // an MoE preset's experts over EP of the ranks
 };
 
 // --model's estimate per GPU in its mode, before calibration. Throws InputError for an unknown preset, or a shape,
