@@ -484,6 +484,8 @@ class TrainingSteps {
     moe_step_.forwards += taken.forwards;
     const double seconds = taken.dispatch_s + taken.combine_s;
     r.comm_alltoall_s += seconds;
+    r.alltoall_dispatch_s += taken.dispatch_s;
+    r.alltoall_combine_s += taken.combine_s;
     r.comm_total_s += seconds;
     r.alltoall_dispatch_bytes += taken.dispatch_bytes;
     r.alltoall_combine_bytes += taken.combine_bytes;

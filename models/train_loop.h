@@ -38,6 +38,8 @@ struct StepRecord {
                                      // all-reduce between a pipeline's first and last stage
   double comm_alltoall_s = 0;        // the part of comm_exposed_s (and comm_total_s) in expert parallel's dispatch and
                                      // combine all-to-alls inside forward and backward (blocking)
+  double alltoall_dispatch_s = 0;    // comm_alltoall_s's dispatches (tokens, and output gradients, to the experts)
+  double alltoall_combine_s = 0;     // and combines (expert outputs, and input gradients, back)
   double comm_experts_s = 0;         // the part of comm_exposed_s (and comm_total_s) in the experts' gradient
                                      // all-reduce over the ranks holding the same experts (after backward)
   double optimizer_s = 0;

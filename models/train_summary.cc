@@ -124,7 +124,8 @@ namespace {
 struct CommSums {
   double total = 0, exposed = 0, intra = 0, inter = 0, gather_exposed = 0, activation = 0;
   double pipeline = 0, pipeline_bytes = 0, forward = 0, backward = 0;
-  double alltoall = 0, alltoall_bytes = 0, alltoall_inter = 0, moe_balance = 0, moe_choices = 0, moe_dropped = 0, moe_aux = 0;
+  double alltoall = 0, alltoall_bytes = 0, alltoall_inter = 0, dispatch = 0, dispatch_bytes = 0, combine = 0,
+         combine_bytes = 0, moe_balance = 0, moe_choices = 0, moe_dropped = 0, moe_aux = 0;
   CollectiveTraffic traffic;
 
   // `k` ranks in groups of `tp`: gradients over the k / tp holding a slice (of a stage: over k / (tp pp)),
@@ -133,6 +134,10 @@ struct CommSums {
     alltoall += r.comm_alltoall_s;
     alltoall_bytes += static_cast<double>(r.alltoall_dispatch_bytes + r.alltoall_combine_bytes);
     alltoall_inter += static_cast<double>(r.alltoall_inter_node_bytes);
+    dispatch += r.alltoall_dispatch_s;
+    dispatch_bytes += static_cast<double>(r.alltoall_dispatch_bytes);
+    combine += r.alltoall_combine_s;
+    combine_bytes += static_cast<double>(r.alltoall_combine_bytes);
     moe_balance += r.moe_max_over_mean;  // NaN for a dense model, and so the point's
     moe_choices += static_cast<double>(r.moe_choices);
     moe_dropped += static_cast<double>(r.moe_dropped);
@@ -171,6 +176,8 @@ struct CommSums {
     p.alltoall_bytes = mean(alltoall_bytes);
     p.alltoall_inter_node_bytes = mean(alltoall_inter);
     p.alltoall_GBps = alltoall > 0 ? alltoall_bytes / alltoall / 1e9 : kNaN;
+    p.alltoall_dispatch_GBps = dispatch > 0 ? dispatch_bytes / dispatch / 1e9 : kNaN;
+    p.alltoall_combine_GBps = combine > 0 ? combine_bytes / combine / 1e9 : kNaN;
     p.moe_max_over_mean = mean(moe_balance);
     p.moe_dropped_share = moe_choices > 0 ? moe_dropped / moe_choices : kNaN;
     p.moe_aux_loss = mean(moe_aux);
@@ -337,9 +344,10 @@ void AppendMoeLines(const ScalingPoint& p, std::vector<std::string>& lines) {
                             "dropped, aux loss %.4g", p.moe_max_over_mean, 100 * p.moe_dropped_share, p.moe_aux_loss);
   if (p.expert_parallel > 1) {
     line += Format("; expert parallel %d: all-to-all %.2f MB sent per rank per step (theory %.2f MB, balanced; "
-                   "%.2f MB to other nodes), %.3f ms exposed, %.3f GB/s", p.expert_parallel, p.alltoall_bytes / 1e6,
+                   "%.2f MB to other nodes), %.3f ms exposed; dispatch %.3f GB/s, combine %.3f GB/s (DeepEP on H800: "
+                   "153 and 158 GB/s over NVLink)", p.expert_parallel, p.alltoall_bytes / 1e6,
                    p.alltoall_bytes_theory / 1e6, p.alltoall_inter_node_bytes / 1e6, p.comm_alltoall_s * 1e3,
-                   p.alltoall_GBps);
+                   p.alltoall_dispatch_GBps, p.alltoall_combine_GBps);
   }
   lines.push_back(line);
 }
@@ -454,6 +462,8 @@ void AddStepsTable(Group& group, const std::vector<RankSteps>& ranks) {
       .Column(c::embedding_allreduce_bytes,
               [](const RankStep& s) { return static_cast<int64_t>(s.r->embedding_allreduce_bytes); })
       .Column(c::comm_alltoall_s, [](const RankStep& s) { return s.r->comm_alltoall_s; })
+      .Column(c::alltoall_dispatch_s, [](const RankStep& s) { return s.r->alltoall_dispatch_s; })
+      .Column(c::alltoall_combine_s, [](const RankStep& s) { return s.r->alltoall_combine_s; })
       .Column(c::comm_experts_s, [](const RankStep& s) { return s.r->comm_experts_s; })
       .Column(c::alltoall_dispatch_bytes,
               [](const RankStep& s) { return static_cast<int64_t>(s.r->alltoall_dispatch_bytes); })
@@ -540,6 +550,8 @@ void SetExpertAttributes(Group& group, const ScalingPoint& p) {
   schema::Set(group, sp::alltoall_inter_node_bytes, p.alltoall_inter_node_bytes);
   schema::Set(group, sp::alltoall_bytes_theory, p.alltoall_bytes_theory);
   schema::Set(group, sp::alltoall_GBps, p.alltoall_GBps);
+  schema::Set(group, sp::alltoall_dispatch_GBps, p.alltoall_dispatch_GBps);
+  schema::Set(group, sp::alltoall_combine_GBps, p.alltoall_combine_GBps);
   schema::Set(group, sp::moe_max_over_mean, p.moe_max_over_mean);
   schema::Set(group, sp::moe_dropped_share, p.moe_dropped_share);
   schema::Set(group, sp::moe_aux_loss, p.moe_aux_loss);

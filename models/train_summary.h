@@ -144,6 +144,7 @@ struct ScalingPoint {
   double alltoall_inter_node_bytes = 0;  // of them, to ranks on other nodes (mean)
   double alltoall_bytes_theory = 0; // balanced routing, nothing dropped (TheoryAllToAllBytes)
   double alltoall_GBps = 0;         // alltoall_bytes / comm_alltoall_s, 1e9 B; NaN without all-to-alls
+  double alltoall_dispatch_GBps = 0, alltoall_combine_GBps = 0;  // each kind's bytes over its time
   double moe_max_over_mean = 0;     // load balance, mean over ranks and steps; NaN for a dense model
   double moe_dropped_share = 0;     // dropped / routed choices; NaN for a dense model
   double moe_aux_loss = 0;          // mean over ranks and steps; NaN for a dense model

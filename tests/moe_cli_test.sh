@@ -65,11 +65,14 @@ with h5py.File(sys.argv[1], "r") as ep, h5py.File(sys.argv[2], "r") as one:
     assert p["alltoall_bytes_theory"] == theory, p["alltoall_bytes_theory"]
     assert 0.5 * theory < p["alltoall_bytes"] < 1.5 * theory, (p["alltoall_bytes"], theory)
     assert p["comm_alltoall_s"] > 0 and p["alltoall_GBps"] > 0, (p["comm_alltoall_s"], p["alltoall_GBps"])
+    assert p["alltoall_dispatch_GBps"] > 0 and p["alltoall_combine_GBps"] > 0, dict(p)
     assert math.isclose(p["alltoall_GBps"], p["alltoall_bytes"] / p["comm_alltoall_s"] / 1e9, rel_tol=1e-9)
     assert q["alltoall_bytes"] == 0 and math.isnan(q["alltoall_GBps"])
     steps = ep["train/k4/steps"][()]
     measured = steps[steps["warmup"] == 0]
     assert (measured["alltoall_dispatch_bytes"] > 0).all() and (measured["comm_alltoall_s"] > 0).all()
+    parts = measured["alltoall_dispatch_s"] + measured["alltoall_combine_s"]
+    assert (abs(parts - measured["comm_alltoall_s"]) <= 1e-9 * measured["comm_alltoall_s"]).all(), parts
     budget = ep["train/k4/stall_budget"][()]
     assert (budget["comm_alltoall_p50"] > 0).all(), budget["comm_alltoall_p50"]
     m, n = ep["model"].attrs, one["model"].attrs

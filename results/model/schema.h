@@ -562,6 +562,14 @@ inline const RealAttribute alltoall_GBps{kTrainPoint, "alltoall_GBps", "GB/s",
                                          "the all-to-alls, waits for the slowest peer included (1e9 B; each of a "
                                          "token's K choices is a row of its own, where DeepEP sends a token once per "
                                          "rank)"};
+inline const RealAttribute alltoall_dispatch_GBps{
+    kTrainPoint, "alltoall_dispatch_GBps", "GB/s",
+    "dispatch bytes sent to other ranks over the dispatches' time (1e9 B, waits included); DeepEP publishes 153 GB/s "
+    "on H800 over NVLink and 43-58 GB/s across nodes over 400G RDMA for its dispatch (a token once per rank, and "
+    "across nodes only the bytes that cross: collectives --ops moe_alltoall measures that convention)"};
+inline const RealAttribute alltoall_combine_GBps{kTrainPoint, "alltoall_combine_GBps", "GB/s",
+                                                 "combine bytes sent to other ranks over the combines' time (DeepEP: "
+                                                 "158 GB/s on H800 over NVLink, as alltoall_dispatch_GBps)"};
 inline const RealAttribute moe_max_over_mean{kTrainPoint, "moe_max_over_mean", "",
                                              "load balance: the worst MoE block's busiest expert over its mean (1: "
                                              "balanced), each step's over every rank's tokens, mean over the measured "
@@ -649,6 +657,11 @@ inline const RealColumn comm_alltoall_s{kSteps, "comm_alltoall_s", "s",
                                         "the part of comm_exposed_s (and comm_total_s) in expert parallel's dispatch "
                                         "and combine all-to-alls inside forward and backward; absent in reports "
                                         "before it"};
+inline const RealColumn alltoall_dispatch_s{kSteps, "alltoall_dispatch_s", "s",
+                                            "comm_alltoall_s's dispatches: token rows (and their output gradients) "
+                                            "to the experts' ranks, the row counts' exchange included"};
+inline const RealColumn alltoall_combine_s{kSteps, "alltoall_combine_s", "s",
+                                           "comm_alltoall_s's combines: expert outputs (and input gradients) back"};
 inline const RealColumn comm_experts_s{kSteps, "comm_experts_s", "s",
                                        "the part of comm_exposed_s (and comm_total_s) in the experts' gradient "
                                        "all-reduce over the ranks holding the same experts"};
@@ -1123,7 +1136,8 @@ inline const std::vector<const Field*> kStoredOnly = {
     // attributes summarise them).
     &model::active_parameters, &model::active_matmul_parameters, &model::experts, &model::top_k, &model::expert_ffn,
     &model::moe_every, &model::moe_layers, &model::capacity_factor, &model::aux_loss_coef,
-    &point::steps::comm_alltoall_s, &point::steps::comm_experts_s, &point::steps::alltoall_dispatch_bytes,
+    &point::steps::comm_alltoall_s, &point::steps::alltoall_dispatch_s, &point::steps::alltoall_combine_s,
+    &point::steps::comm_experts_s, &point::steps::alltoall_dispatch_bytes,
     &point::steps::alltoall_combine_bytes, &point::steps::alltoall_inter_node_bytes, &point::steps::experts_allreduce_bytes, &point::steps::moe_choices,
     &point::steps::moe_dropped, &point::steps::moe_max_over_mean, &point::steps::moe_aux_loss,
     &point::model_flops_per_token, &point::step_s_p95,
