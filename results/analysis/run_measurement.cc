@@ -339,12 +339,12 @@ void ReadModel(const Report& report, const ReportReader& r, RunMeasurement& run)
   run.vocab = static_cast<int>(r.NumberOr(*model, m::vocab, 0.0));
   run.max_seq = static_cast<int>(r.NumberOr(*model, m::max_seq, 0.0));
   run.experts = static_cast<int>(r.NumberOr(*model, m::experts, 0.0));
+  run.top_k = static_cast<int>(r.NumberOr(*model, m::top_k, 0.0));
+  run.expert_ffn = static_cast<int>(r.NumberOr(*model, m::expert_ffn, 0.0));
+  run.moe_every = static_cast<int>(r.NumberOr(*model, m::moe_every, 1.0));
+  run.capacity_factor = r.NumberOr(*model, m::capacity_factor, 0.0);
+  run.aux_loss_coef = r.NumberOr(*model, m::aux_loss_coef, 0.0);
   if (run.experts > 0) {
-    run.top_k = static_cast<int>(r.NumberOr(*model, m::top_k, 0.0));
-    run.expert_ffn = static_cast<int>(r.NumberOr(*model, m::expert_ffn, 0.0));
-    run.moe_every = static_cast<int>(r.NumberOr(*model, m::moe_every, 1.0));
-    run.capacity_factor = r.NumberOr(*model, m::capacity_factor, 0.0);
-    run.aux_loss_coef = r.NumberOr(*model, m::aux_loss_coef, 0.0);
     if (run.top_k < 1 || run.top_k > run.experts || run.expert_ffn < 1 || run.moe_every < 1) {
       r.Fail(Format("model has %d experts with top_k %d, expert_ffn %d, moe_every %d", run.experts, run.top_k,
                     run.expert_ffn, run.moe_every));

@@ -1132,10 +1132,9 @@ inline const std::vector<const Field*> kStoredOnly = {
     &p2p::iters, &p2p::latency_bytes, &p2p::latency_iters, &p2p::complete,
     // The model's shape and the FLOP convention behind MFU.
     &model::preset_layers, &model::vocab_padded, &model::matmul_parameters, &model::model_flops_per_token, &model::flops_convention,
-    // Mixture of experts: the model's shape and its active counts; each step's routing and all-to-alls (the point's
-    // attributes summarise them).
-    &model::active_parameters, &model::active_matmul_parameters, &model::experts, &model::top_k, &model::expert_ffn,
-    &model::moe_every, &model::moe_layers, &model::capacity_factor, &model::aux_loss_coef,
+    // Mixture of experts: the model's active counts and MoE blocks (cost reads its shape); each step's routing and
+    // all-to-alls (the point's attributes summarise them).
+    &model::active_parameters, &model::active_matmul_parameters, &model::moe_layers,
     &point::steps::comm_alltoall_s, &point::steps::alltoall_dispatch_s, &point::steps::alltoall_combine_s,
     &point::steps::comm_experts_s, &point::steps::alltoall_dispatch_bytes,
     &point::steps::alltoall_combine_bytes, &point::steps::alltoall_inter_node_bytes, &point::steps::experts_allreduce_bytes, &point::steps::moe_choices,
