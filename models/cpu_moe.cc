@@ -14,14 +14,11 @@ namespace {
 // Offset of row `row` in a row-major tensor of `width` columns.
 size_t At(int64_t row, int64_t width) { return static_cast<size_t>(row) * static_cast<size_t>(width); }
 
-// The router's probabilities, each token's choices most probable first, and their gate weights.
-void RouteTokens(MoeRouting& routing, const float* in, const float* router, const MoeConfig& moe, size_t tokens,
-                 int channels) {
+}  // namespace
+
+void RouteLogits(MoeRouting& routing, const MoeConfig& moe, size_t tokens) {
   const int experts = moe.experts;
   const int k = moe.top_k;
-  routing.probs.resize(tokens * experts);
-  // The logits (N, E) land in probs and become probabilities in place.
-  MatmulForward(routing.probs.data(), in, router, nullptr, nullptr, tokens, channels, experts);
   routing.expert.resize(tokens * k);
   routing.gate.resize(tokens * k);
   for (size_t t = 0; t < tokens; ++t) {
@@ -32,8 +29,6 @@ void RouteTokens(MoeRouting& routing, const float* in, const float* router, cons
   }
 }
 
-// Gives each choice its row in the gathered blocks, in token order; the choices an expert gets past its capacity are
-// dropped (row -1). An expert's block holds its kept choices in token order.
 void AssignRows(MoeRouting& routing, const MoeConfig& moe, size_t tokens) {
   const int experts = moe.experts;
   const size_t choices = tokens * moe.top_k;
@@ -57,6 +52,16 @@ void AssignRows(MoeRouting& routing, const MoeConfig& moe, size_t tokens) {
       routing.row[i] += routing.block_begin[routing.expert[i]];
     }
   }
+}
+
+namespace {
+
+// The router's probabilities (its logits x · Wrᵀ, then RouteLogits), each token's choices and gate weights.
+void RouteTokens(MoeRouting& routing, const float* in, const float* router, const MoeConfig& moe, size_t tokens,
+                 int channels) {
+  routing.probs.resize(tokens * moe.experts);
+  MatmulForward(routing.probs.data(), in, router, nullptr, nullptr, tokens, channels, moe.experts);
+  RouteLogits(routing, moe, tokens);
 }
 
 // coef · E · Σ f_i · P_i over this batch's routing.

@@ -120,4 +120,12 @@ struct MoeLoadStats {
 
 MoeLoadStats LoadStatsOf(const MoeRouting& routing);
 
+// The routing's steps on their own (what MoeForward runs first), for a device implementation to be compared with:
+// RouteLogits turns routing.probs, holding the router's logits (N, E), into probabilities in place and sets each
+// token's choices (most probable first) and gate weights; AssignRows then gives each choice its row in the gathered
+// blocks in token order (token t's choices before token t+1's, a token's most probable first), the choices past their
+// expert's capacity dropped (row -1, counted), and sets capacity, assigned and block_begin.
+void RouteLogits(MoeRouting& routing, const MoeConfig& moe, size_t tokens);
+void AssignRows(MoeRouting& routing, const MoeConfig& moe, size_t tokens);
+
 }  // namespace tb::cpu

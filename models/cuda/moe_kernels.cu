@@ -1,0 +1,97 @@
+// CUDA kernels of the MoE layer's routing (see moe_kernels.h), each followed by its launcher.
+#include "cuda/moe_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+
+#include "cuda/cuda_check.h"
+#include "error.h"
+#include "moe_math.h"
+
+namespace tb::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+// One thread per token: softmax of its logits in place, its top K, their gate weights (moe_math.h, as the CPU).
+__global__ void RouteLogitsKernel(float* probs, int* expert, float* gate, size_t tokens, int experts, int top_k) {
+  const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  float* row = probs + t * experts;
+  moe::SoftmaxRow(row, experts, row);
+  moe::TopK(row, experts, top_k, expert + t * top_k);
+  moe::GateWeights(row, expert + t * top_k, top_k, gate + t * top_k);
+}
+
+// Block e: every choice of expert e in choice order gets its order among them (a block-wide exclusive scan per
+// chunk of kThreads choices, carried over the chunks), kept below the capacity (a row relative to the expert's
+// block, fixed by OffsetRowsKernel), -1 beyond; assigned[e] = the count.
+__global__ void OrderChoicesKernel(int* row, int* assigned, const int* expert, size_t choices, long long capacity) {
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage scratch;
+  const int e = static_cast<int>(blockIdx.x);
+  long long before = 0;  // this expert's choices in the chunks before
+  for (size_t first = 0; first < choices; first += kThreads) {
+    const size_t i = first + threadIdx.x;
+    const int mine = i < choices && expert[i] == e ? 1 : 0;
+    int order = 0, in_chunk = 0;
+    Scan(scratch).ExclusiveSum(mine, order, in_chunk);
+    if (mine) {
+      const long long position = before + order;
+      row[i] = position < capacity ? static_cast<int>(position) : -1;
+    }
+    before += in_chunk;
+    __syncthreads();  // the scan's scratch is reused by the next chunk
+  }
+  if (threadIdx.x == 0) assigned[e] = static_cast<int>(before);
+}
+
+// One thread: block_begin as the exclusive scan of min(assigned, capacity), and the dropped choices.
+__global__ void BlockBeginKernel(int* block_begin, int* dropped, const int* assigned, int experts, long long capacity) {
+  long long begin = 0, lost = 0;
+  for (int e = 0; e < experts; ++e) {
+    block_begin[e] = static_cast<int>(begin);
+    const long long kept = assigned[e] < capacity ? assigned[e] : capacity;
+    begin += kept;
+    lost += assigned[e] - kept;
+  }
+  block_begin[experts] = static_cast<int>(begin);
+  *dropped = static_cast<int>(lost);
+}
+
+// Each kept choice's row moves to its expert's block.
+__global__ void OffsetRowsKernel(int* row, const int* expert, const int* block_begin, size_t choices) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < choices && row[i] >= 0) row[i] += block_begin[expert[i]];
+}
+
+unsigned int BlocksFor(size_t count) { return static_cast<unsigned int>((count + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+void MoeRouteLogits(float* probs, int* expert, float* gate, size_t tokens, int experts, int top_k, void* stream) {
+  if (tokens == 0) return;
+  if (experts < 1 || top_k < 1 || top_k > experts) throw InputError("MoeRouteLogits: top_k must lie in 1..experts");
+  RouteLogitsKernel<<<BlocksFor(tokens), kThreads, 0, AsStream(stream)>>>(probs, expert, gate, tokens, experts, top_k);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void MoeAssignRows(int* row, int* assigned, int* block_begin, int* dropped, const int* expert, size_t tokens,
+                   int experts, int top_k, long long capacity, void* stream) {
+  if (experts < 1 || top_k < 1 || capacity < 0) throw InputError("MoeAssignRows: bad experts, top_k or capacity");
+  const size_t choices = tokens * static_cast<size_t>(top_k);
+  // Rows of choices no expert block visits keep -1 only if set: every choice is some expert's, so each is written.
+  OrderChoicesKernel<<<static_cast<unsigned int>(experts), kThreads, 0, AsStream(stream)>>>(row, assigned, expert,
+                                                                                            choices, capacity);
+  TB_CHECK_CUDA_LAUNCH();
+  BlockBeginKernel<<<1, 1, 0, AsStream(stream)>>>(block_begin, dropped, assigned, experts, capacity);
+  TB_CHECK_CUDA_LAUNCH();
+  if (choices == 0) return;
+  OffsetRowsKernel<<<BlocksFor(choices), kThreads, 0, AsStream(stream)>>>(row, expert, block_begin, choices);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+}  // namespace tb::gpu
