@@ -1,6 +1,7 @@
 // CUDA kernels of the MoE layer's routing (see moe_kernels.h), each followed by its launcher.
 #include "cuda/moe_kernels.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cub/block/block_scan.cuh>
@@ -70,6 +71,37 @@ __global__ void OffsetRowsKernel(int* row, const int* expert, const int* block_b
 
 unsigned int BlocksFor(size_t count) { return static_cast<unsigned int>((count + kThreads - 1) / kThreads); }
 
+// Grid-stride over choices x channels: a kept choice's element copied to its row.
+__global__ void GatherKernel(__nv_bfloat16* gathered, const __nv_bfloat16* in, const int* row, size_t choices,
+                             int top_k, int channels) {
+  const size_t total = choices * channels;
+  for (size_t at = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; at < total;
+       at += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t i = at / channels, c = at % channels;
+    const int r = row[i];
+    if (r >= 0) gathered[static_cast<size_t>(r) * channels + c] = in[(i / top_k) * channels + c];
+  }
+}
+
+// Grid-stride over tokens x channels: the residual plus the token's kept choices' gated outputs, in choice order.
+__global__ void CombineKernel(float* out, const float* residual, const __nv_bfloat16* expert_out, const int* row,
+                              const float* gate, size_t tokens, int top_k, int channels) {
+  const size_t total = tokens * channels;
+  for (size_t at = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; at < total;
+       at += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t t = at / channels, c = at % channels;
+    float sum = residual != nullptr ? residual[at] : 0.0f;
+    for (int j = 0; j < top_k; ++j) {
+      const int r = row[t * top_k + j];
+      if (r >= 0) sum += gate[t * top_k + j] * __bfloat162float(expert_out[static_cast<size_t>(r) * channels + c]);
+    }
+    out[at] = sum;
+  }
+}
+
+// Grid-stride launches: enough blocks to cover `count` elements, at most 65536.
+unsigned int StrideBlocks(size_t count) { return BlocksFor(count) < 65536u ? BlocksFor(count) : 65536u; }
+
 }  // namespace
 
 void MoeRouteLogits(float* probs, int* expert, float* gate, size_t tokens, int experts, int top_k, void* stream) {
@@ -91,6 +123,23 @@ void MoeAssignRows(int* row, int* assigned, int* block_begin, int* dropped, cons
   TB_CHECK_CUDA_LAUNCH();
   if (choices == 0) return;
   OffsetRowsKernel<<<BlocksFor(choices), kThreads, 0, AsStream(stream)>>>(row, expert, block_begin, choices);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void MoeGather(Bf16* gathered, const Bf16* in, const int* row, size_t tokens, int top_k, int channels, void* stream) {
+  const size_t choices = tokens * static_cast<size_t>(top_k);
+  if (choices == 0 || channels == 0) return;
+  GatherKernel<<<StrideBlocks(choices * channels), kThreads, 0, AsStream(stream)>>>(
+      reinterpret_cast<__nv_bfloat16*>(gathered), reinterpret_cast<const __nv_bfloat16*>(in), row, choices, top_k,
+      channels);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void MoeCombine(float* out, const float* residual, const Bf16* expert_out, const int* row, const float* gate,
+                size_t tokens, int top_k, int channels, void* stream) {
+  if (tokens == 0 || channels == 0) return;
+  CombineKernel<<<StrideBlocks(tokens * channels), kThreads, 0, AsStream(stream)>>>(
+      out, residual, reinterpret_cast<const __nv_bfloat16*>(expert_out), row, gate, tokens, top_k, channels);
   TB_CHECK_CUDA_LAUNCH();
 }
 

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 
+#include "cuda/kernels.h"  // Bf16
+
 namespace tb::gpu {
 
 // probs (N, E): the router's fp32 logits in, their softmax out (in place); expert (N, K): each token's K most
@@ -22,5 +24,14 @@ void MoeRouteLogits(float* probs, int* expert, float* gate, size_t tokens, int e
 // order (no atomics: the same rows every run), then one small kernel scans the experts.
 void MoeAssignRows(int* row, int* assigned, int* block_begin, int* dropped, const int* expert, size_t tokens,
                    int experts, int top_k, long long capacity, void* stream);
+
+// gathered (rows, C): each kept choice's token row of in (N, C) at its row (row (N, K) from MoeAssignRows); rows no
+// choice takes are left as they are (the caller zeroes the padding its GEMMs read). Copies only.
+void MoeGather(Bf16* gathered, const Bf16* in, const int* row, size_t tokens, int top_k, int channels, void* stream);
+
+// out (N, C) = residual (N, C; null: 0) + Σ over token t's kept choices j (in order) of gate[t, j] · expert_out[row]
+// (expert_out (rows, C) bf16, the experts' outputs in gathered order), in fp32; out may alias residual.
+void MoeCombine(float* out, const float* residual, const Bf16* expert_out, const int* row, const float* gate,
+                size_t tokens, int top_k, int channels, void* stream);
 
 }  // namespace tb::gpu

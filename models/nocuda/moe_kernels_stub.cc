@@ -11,4 +11,10 @@ void MoeAssignRows(int*, int*, int*, int*, const int*, size_t, int, int, long lo
   ThrowBuiltWithoutCuda("MoeAssignRows");
 }
 
+void MoeGather(Bf16*, const Bf16*, const int*, size_t, int, int, void*) { ThrowBuiltWithoutCuda("MoeGather"); }
+
+void MoeCombine(float*, const float*, const Bf16*, const int*, const float*, size_t, int, int, void*) {
+  ThrowBuiltWithoutCuda("MoeCombine");
+}
+
 }  // namespace tb::gpu
