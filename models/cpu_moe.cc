@@ -115,7 +115,7 @@ void PlanDispatch(MoeActivations& a, MoeExperts& experts, int channels, int loca
   d.recv_rows.assign(send_rows.size(), 0);
   const double start = NowSeconds();
   group.AllToAll(send_rows.data(), d.recv_rows.data(), local_experts, DataType::kInt32);
-  experts.dispatch_s += NowSeconds() - start;
+  experts.figures.dispatch_s += NowSeconds() - start;
   d.recv_counts.assign(ranks, 0);
   d.recv_offsets.assign(ranks, 0);
   std::vector<int> first_row(ranks + 1, 0);  // of each rank's received rows
@@ -140,32 +140,30 @@ void PlanDispatch(MoeActivations& a, MoeExperts& experts, int channels, int loca
 }
 
 // The bytes of `counts` (elements) that go to ranks other than this one; those to other nodes added to
-// experts.inter_node_bytes.
+// experts.figures.inter_node_bytes.
 uint64_t RemoteBytes(const std::vector<size_t>& counts, MoeExperts& experts) {
   const int self = experts.group->rank();
   uint64_t bytes = 0;
   for (size_t p = 0; p < counts.size(); ++p) {
     if (static_cast<int>(p) == self) continue;
     bytes += counts[p] * sizeof(float);
-    if (p < experts.remote_node.size() && experts.remote_node[p]) experts.inter_node_bytes += counts[p] * sizeof(float);
+    if (p < experts.remote_node.size() && experts.remote_node[p]) {
+      experts.figures.inter_node_bytes += counts[p] * sizeof(float);
+    }
   }
   return bytes;
 }
 
-// Source rows (R, C; gathered order) to the experts' ranks, regrouped there into expert rows (R_e, C); without a
-// group the same rows. `received` is scratch.
+// Expert parallel: source rows (R, C; gathered order) to the experts' ranks, regrouped there into expert rows
+// (R_e, C). `received` is scratch.
 void Dispatch(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<float>& source,
               std::vector<float>& expert_rows, std::vector<float>& received, int channels) {
-  if (GroupSize(experts) == 1) {
-    expert_rows = source;
-    return;
-  }
   received.resize(At(d.recv_offsets.back(), 1) + d.recv_counts.back());
   const double start = NowSeconds();
   experts->group->AllToAllV(source.data(), d.send_counts, d.send_offsets, received.data(), d.recv_counts,
                             d.recv_offsets, DataType::kFloat32);
-  experts->dispatch_s += NowSeconds() - start;
-  experts->dispatch_bytes += RemoteBytes(d.send_counts, *experts);
+  experts->figures.dispatch_s += NowSeconds() - start;
+  experts->figures.dispatch_bytes += RemoteBytes(d.send_counts, *experts);
   expert_rows.resize(At(d.source_row.size(), channels));
   for (size_t i = 0; i < d.source_row.size(); ++i) {
     std::memcpy(&expert_rows[At(static_cast<int64_t>(i), channels)], &received[At(d.source_row[i], channels)],
@@ -173,13 +171,10 @@ void Dispatch(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector
   }
 }
 
-// Expert rows (R_e, C) back to the ranks their tokens came from, in their gathered order (R, C): Dispatch reversed.
+// Expert parallel: expert rows (R_e, C) back to the ranks their tokens came from, in their gathered order (R, C):
+// Dispatch reversed.
 void Combine(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<float>& expert_rows,
              std::vector<float>& source, std::vector<float>& received, int channels) {
-  if (GroupSize(experts) == 1) {
-    source = expert_rows;
-    return;
-  }
   received.resize(expert_rows.size());
   for (size_t i = 0; i < d.source_row.size(); ++i) {
     std::memcpy(&received[At(d.source_row[i], channels)], &expert_rows[At(static_cast<int64_t>(i), channels)],
@@ -189,8 +184,8 @@ void Combine(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<
   const double start = NowSeconds();
   experts->group->AllToAllV(received.data(), d.recv_counts, d.recv_offsets, source.data(), d.send_counts,
                             d.send_offsets, DataType::kFloat32);
-  experts->combine_s += NowSeconds() - start;
-  experts->combine_bytes += RemoteBytes(d.recv_counts, *experts);
+  experts->figures.combine_s += NowSeconds() - start;
+  experts->figures.combine_bytes += RemoteBytes(d.recv_counts, *experts);
 }
 
 // One local expert's rows of the expert rows, and its tensors.
@@ -380,9 +375,18 @@ void MoeBackward(float* in_grad, const MoeGradients& gradients, const float* out
   const bool local = GroupSize(experts) == 1;
   BackwardBuffers g;
   OutputBackward(g, out_grad, routing, local ? a.experts.out : a.expert_out, moe.top_k, tokens, channels);
-  Dispatch(a.dispatch, experts, g.expert_out, g.rows_out, g.received, channels);
+  // Without a group the gathered rows are the expert rows: handed over, not copied.
+  if (local) {
+    g.rows_out.swap(g.expert_out);
+  } else {
+    Dispatch(a.dispatch, experts, g.expert_out, g.rows_out, g.received, channels);
+  }
   ExpertsBackward(g, gradients, weights, a.experts, moe.expert_ffn, channels);
-  Combine(a.dispatch, experts, g.rows_in, g.gathered, g.received, channels);
+  if (local) {
+    g.gathered.swap(g.rows_in);
+  } else {
+    Combine(a.dispatch, experts, g.rows_in, g.gathered, g.received, channels);
+  }
   const std::vector<float> logit_grad = RouterLogitGrad(g, aux_loss_grad, routing, moe, tokens);
   // The router's input gradient overwrites in_grad; each kept choice's expert input gradient adds to its token's.
   MatmulBackward(in_grad, gradients.router, nullptr, logit_grad.data(), in, weights.router, tokens, channels,

@@ -24,6 +24,7 @@
 
 #include "communicator.h"
 #include "model_config.h"
+#include "moe_stats.h"
 
 namespace tb::cpu {
 
@@ -49,13 +50,8 @@ struct MoeGradients {
 // Where the experts are, and what their all-to-alls moved and took (added to by MoeForward and MoeBackward).
 struct MoeExperts {
   Communicator* group = nullptr;  // expert parallel over its ranks (host memory: mpi); null: every expert here
-  double dispatch_s = 0;          // host seconds in the dispatch all-to-alls (forward's and backward's)
-  double combine_s = 0;           // and in the combine all-to-alls
-  uint64_t dispatch_bytes = 0;    // token rows this rank sent to other ranks' experts (fp32; to itself not counted)
-  uint64_t combine_bytes = 0;     // expert output rows (and input gradients) it sent back to other ranks
-  // Per rank of the group: whether it is on another node (empty: none is); the bytes of both sent to those.
-  std::vector<bool> remote_node;
-  uint64_t inter_node_bytes = 0;
+  std::vector<bool> remote_node;  // per rank of the group: whether it is on another node (empty: none is)
+  AllToAllFigures figures;        // the all-to-alls so far
 };
 
 // Where each token went: set by MoeForward, read by MoeBackward. Choice i = t·K + j is token t's j-th choice.

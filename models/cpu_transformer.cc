@@ -127,14 +127,9 @@ class CpuTransformer : public CpuFlatModel, public MoeStatsSource {
   StageEdges stage_edges() override;
   MoeStepStats TakeMoeStats() override {
     MoeStepStats taken = moe_stats_;
-    taken.dispatch_s = moe_experts_.dispatch_s;
-    taken.combine_s = moe_experts_.combine_s;
-    taken.dispatch_bytes = moe_experts_.dispatch_bytes;
-    taken.combine_bytes = moe_experts_.combine_bytes;
-    taken.inter_node_bytes = moe_experts_.inter_node_bytes;
+    taken.alltoall = moe_experts_.figures;
     moe_stats_.Reset(taken.blocks, taken.experts);
-    moe_experts_.dispatch_s = moe_experts_.combine_s = 0;
-    moe_experts_.dispatch_bytes = moe_experts_.combine_bytes = moe_experts_.inter_node_bytes = 0;
+    moe_experts_.figures = {};
     return taken;
   }
   ModelStateBytes state_bytes() const override {

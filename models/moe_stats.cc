@@ -30,6 +30,22 @@ void MoeStepStats::AddBlock(int block, const std::vector<int64_t>& expert_choice
   aux_loss_sum += aux_loss;
 }
 
+void MoeStepStats::Add(const MoeStepStats& other) {
+  if (other.blocks != blocks || other.experts != experts) {
+    throw std::logic_error("MoeStepStats::Add: another count of blocks or experts");
+  }
+  for (size_t i = 0; i < assigned.size(); ++i) assigned[i] += other.assigned[i];
+  choices += other.choices;
+  dropped += other.dropped;
+  aux_loss_sum += other.aux_loss_sum;
+  forwards += other.forwards;
+  alltoall.dispatch_s += other.alltoall.dispatch_s;
+  alltoall.combine_s += other.alltoall.combine_s;
+  alltoall.dispatch_bytes += other.alltoall.dispatch_bytes;
+  alltoall.combine_bytes += other.alltoall.combine_bytes;
+  alltoall.inter_node_bytes += other.alltoall.inter_node_bytes;
+}
+
 double MoeStepStats::aux_loss() const {
   return forwards > 0 ? aux_loss_sum / forwards : std::numeric_limits<double>::quiet_NaN();
 }

@@ -10,6 +10,17 @@ namespace tb {
 
 class Transformer;
 
+// Expert parallel's all-to-alls (all 0 without): host seconds in the dispatches and in the combines (forward's and
+// backward's; the exchange of row counts in the dispatch's), the token rows sent to other ranks in each (fp32; to
+// itself not counted), and of both the bytes to ranks on other nodes.
+struct AllToAllFigures {
+  double dispatch_s = 0;
+  double combine_s = 0;
+  uint64_t dispatch_bytes = 0;
+  uint64_t combine_bytes = 0;
+  uint64_t inter_node_bytes = 0;
+};
+
 struct MoeStepStats {
   int blocks = 0;   // MoE blocks of the model (or of the stage held)
   int experts = 0;  // E
@@ -19,18 +30,14 @@ struct MoeStepStats {
   int64_t dropped = 0;  // choices past their expert's capacity, summed
   double aux_loss_sum = 0;  // per forward: Σ over the blocks of coef · E · Σ f_i · P_i; summed over the forwards
   int forwards = 0;
-  // Expert parallel (0 without): host seconds in the dispatch and the combine all-to-alls (forward's and backward's,
-  // the exchange of row counts in dispatch's), and the token rows this rank sent to other ranks in each.
-  double dispatch_s = 0;
-  double combine_s = 0;
-  uint64_t dispatch_bytes = 0;
-  uint64_t combine_bytes = 0;
-  uint64_t inter_node_bytes = 0;  // of both, sent to ranks on other nodes
+  AllToAllFigures alltoall;
 
   // Sized for `blocks` MoE blocks of `experts` experts, nothing counted.
   void Reset(int blocks, int experts);
   // Block `block`'s routing of one forward.
   void AddBlock(int block, const std::vector<int64_t>& expert_choices, int64_t block_dropped, double aux_loss);
+  // Another's counts (of as many blocks and experts) added to these.
+  void Add(const MoeStepStats& other);
   // The mean over the forwards of the blocks' summed aux loss (NaN before any forward).
   double aux_loss() const;
   // Load balance: per block, its busiest expert's choices over the block's mean (choices / E); the largest over the

@@ -475,21 +475,16 @@ class TrainingSteps {
   double TakeMoe(StepRecord& r) {
     if (!moe_) return 0.0;
     const MoeStepStats taken = moe_->TakeMoeStats();
-    for (int b = 0; b < taken.blocks; ++b) {
-      const auto first = taken.assigned.begin() + static_cast<ptrdiff_t>(b) * taken.experts;
-      moe_step_.AddBlock(b, std::vector<int64_t>(first, first + taken.experts), 0, 0.0);
-    }
-    moe_step_.dropped += taken.dropped;
-    moe_step_.aux_loss_sum += taken.aux_loss_sum;
-    moe_step_.forwards += taken.forwards;
-    const double seconds = taken.dispatch_s + taken.combine_s;
+    moe_step_.Add(taken);
+    const AllToAllFigures& a = taken.alltoall;
+    const double seconds = a.dispatch_s + a.combine_s;
     r.comm_alltoall_s += seconds;
-    r.alltoall_dispatch_s += taken.dispatch_s;
-    r.alltoall_combine_s += taken.combine_s;
+    r.alltoall_dispatch_s += a.dispatch_s;
+    r.alltoall_combine_s += a.combine_s;
     r.comm_total_s += seconds;
-    r.alltoall_dispatch_bytes += taken.dispatch_bytes;
-    r.alltoall_combine_bytes += taken.combine_bytes;
-    r.alltoall_inter_node_bytes += taken.inter_node_bytes;
+    r.alltoall_dispatch_bytes += a.dispatch_bytes;
+    r.alltoall_combine_bytes += a.combine_bytes;
+    r.alltoall_inter_node_bytes += a.inter_node_bytes;
     return seconds;
   }
 
