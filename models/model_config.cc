@@ -306,6 +306,31 @@ double ExpertParameters(const ModelConfig& config) {
   return static_cast<double>(MoeBlockCount(config)) * config.moe->experts * (2.0 * c * f + f + c);
 }
 
+std::string MoeLayoutGap(const ModelConfig& config, const std::string& parallel, int tensor_parallel,
+                         int pipeline_parallel, int expert_parallel) {
+  if (!config.moe) return "";
+  if (tensor_parallel > 1 || pipeline_parallel > 1) {
+    return "model '" + config.name + "' has mixture-of-experts blocks: with --tensor-parallel or --pipeline-parallel "
+           "they are not built yet";
+  }
+  if (expert_parallel > 1 && parallel != "dp") {
+    return "--expert-parallel " + std::to_string(expert_parallel) + " with --parallel " + parallel +
+           " is not built yet (--parallel dp)";
+  }
+  return "";
+}
+
+double ExpertShare(const ModelConfig& config) {
+  const double allocated = static_cast<double>(CountParameters(config).total) +
+                           static_cast<double>(config.vocab_padded - config.vocab) * config.d_model;
+  return ExpertParameters(config) / allocated;
+}
+
+double AllToAllBytesPerToken(const ModelConfig& config, double element_bytes) {
+  if (!config.moe) return 0.0;
+  return 4.0 * MoeBlockCount(config) * config.moe->top_k * config.d_model * element_bytes;
+}
+
 MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int seq, bool bf16, int tensor_parallel,
                               int expert_parallel) {
   ValidateRunShape(config, micro_batch, seq);
@@ -351,7 +376,7 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int se
       tokens * ((config.layers - moe_layers) * per_token.layer + moe_layers * per_token.moe_layer + per_token.head);
   if (expert_parallel > 1) {
     // Each rank holds E/EP of every MoE block's experts: their weights, gradients and optimizer state divide.
-    const double held = 1.0 - ExpertParameters(config) * (1.0 - 1.0 / expert_parallel) / allocated;
+    const double held = 1.0 - ExpertShare(config) * (1.0 - 1.0 / expert_parallel);
     estimate.weights_bytes *= held;
     estimate.gradients_bytes *= held;
     estimate.optimizer_bytes *= held;

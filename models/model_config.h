@@ -100,6 +100,18 @@ MemoryEstimate EstimateMemory(const ModelConfig& config, int micro_batch, int se
                               int expert_parallel = 1);
 // The experts' parameters of all MoE blocks (0 for a dense model): E x (fc, proj and their biases) per block.
 double ExpertParameters(const ModelConfig& config);
+// What is not built yet for a model with MoE blocks in a layout of `parallel` (dp, zero1, fsdp) with T, P and EP: ""
+// when it is, else the reason in train's words ("model 'moe-tiny' has mixture-of-experts blocks: with
+// --tensor-parallel or --pipeline-parallel they are not built yet"; "--expert-parallel 2 with --parallel zero1 is not
+// built yet (--parallel dp)"). train refuses such a layout and cost lists it as not possible.
+std::string MoeLayoutGap(const ModelConfig& config, const std::string& parallel, int tensor_parallel,
+                         int pipeline_parallel, int expert_parallel);
+// Their share of the parameters the flat buffers hold (the padded vocabulary included): what expert parallel divides.
+double ExpertShare(const ModelConfig& config);
+// The bytes one token's rows make in every MoE block's four all-to-alls (dispatch and combine, forward and backward),
+// each of its K rows of d_model `element_bytes` wide once, before the share that stays on the rank (0 for a dense
+// model).
+double AllToAllBytesPerToken(const ModelConfig& config, double element_bytes);
 
 // EstimateMemory's activations per token: those of one block, and those after the last block (the final LayerNorm,
 // the logits, the losses), for sequences of `seq` under tensor parallel T.

@@ -64,10 +64,9 @@ CollectiveTraffic RingTraffic(double allreduce_bytes, double reduce_scatter_byte
   return {share * (2 * allreduce_bytes + reduce_scatter_bytes), share * all_gather_bytes};
 }
 
-double TheoryAllToAllBytes(int moe_blocks, int micro_batches, double tokens, int top_k, int d_model,
-                           double element_bytes, int expert_parallel) {
+double TheoryAllToAllBytes(const ModelConfig& model, double tokens, double element_bytes, int expert_parallel) {
   const double remote = expert_parallel > 1 ? (expert_parallel - 1.0) / expert_parallel : 0.0;
-  return 4.0 * moe_blocks * micro_batches * tokens * top_k * d_model * element_bytes * remote;
+  return tokens * AllToAllBytesPerToken(model, element_bytes) * remote;
 }
 
 double TheoryActivationTraffic(int layers, int micro_batch, int seq, int d_model, double element_bytes,

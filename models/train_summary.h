@@ -71,11 +71,10 @@ CollectiveTraffic RingTraffic(double allreduce_bytes, double reduce_scatter_byte
 // ZeRO's volumes for `gradient_bytes` of gradients (Ψ elements of as many bytes as the parameters gathered): dp 2Ψ
 // of gradient sync, zero1 Ψ + Ψ gathered, fsdp Ψ + 2Ψ gathered (1.5 times dp's), each times (N-1)/N.
 CollectiveTraffic TheoryTraffic(ParallelMode mode, double gradient_bytes, int ranks);
-// Expert parallel's all-to-alls: bytes one rank sends to other ranks per step when routing is balanced and nothing is
-// dropped: dispatch and combine, forward and backward (4) x MoE blocks x micro-batches x tokens per micro-batch x
-// top-k x d_model x element bytes x (EP-1)/EP; 0 for EP = 1.
-double TheoryAllToAllBytes(int moe_blocks, int micro_batches, double tokens, int top_k, int d_model,
-                           double element_bytes, int expert_parallel);
+// Expert parallel's all-to-alls: bytes one rank sends to other ranks per step of `tokens` when routing is balanced
+// and nothing is dropped: AllToAllBytesPerToken (dispatch and combine, forward and backward, x MoE blocks x top-k x
+// d_model x element bytes) x tokens x (EP-1)/EP; 0 for EP = 1.
+double TheoryAllToAllBytes(const ModelConfig& model, double tokens, double element_bytes, int expert_parallel);
 // Megatron's activation all-reduces under tensor parallel T: one of B·S·d elements after each row-parallel layer in
 // forward and one per column-parallel layer in backward, 4·L·B·S·d elements per step of `element_bytes`, each sending
 // 2(T-1)/T of itself in a ring.

@@ -156,10 +156,8 @@ void CheckPipelineFlags(const TrainFlags& f, bool cuda) {
 
 // Per rank of `group`: whether it is on another node than this one (`node`: this rank's). Collective over the group.
 std::vector<bool> RemoteNodes(const Communicator& group, int node) {
-  std::vector<int> nodes(static_cast<size_t>(group.size()));
-  TB_CHECK_MPI(MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, group.host_comm()));
   std::vector<bool> remote;
-  for (int n : nodes) remote.push_back(n != node);
+  for (double n : AllGatherDoubles(group.host_comm(), node)) remote.push_back(n != node);
   return remote;
 }
 
@@ -169,14 +167,9 @@ void CheckMoeFlags(const TrainFlags& f, const ModelConfig& model, bool cuda) {
   if (!model.moe) return;
   const std::string m = "model '" + model.name + "' has mixture-of-experts blocks: ";
   if (cuda) throw InputError(m + "the CUDA transformer has no MoE blocks yet (--backend mpi runs them on the CPU)");
-  if (f.tensor_parallel > 1 || f.pipeline_parallel > 1) {
-    throw InputError(m + "with --tensor-parallel or --pipeline-parallel they are not built yet");
-  }
+  const std::string gap = MoeLayoutGap(model, f.parallel, f.tensor_parallel, f.pipeline_parallel, f.expert_parallel);
+  if (!gap.empty()) throw InputError(gap);
   if (f.op_times) throw InputError(m + "--op-times does not time them yet (its MLP row counts a dense MLP's work)");
-  if (f.expert_parallel > 1 && f.parallel != "dp") {
-    throw InputError("--expert-parallel " + std::to_string(f.expert_parallel) + " with --parallel " + f.parallel +
-                     " is not built yet (--parallel dp)");
-  }
   if (f.expert_parallel > 1 && f.micro_batches > 0) {
     throw InputError("--expert-parallel with --micro-batches: pipeline stages are not built with experts");
   }
@@ -1238,9 +1231,8 @@ void TrainPhase::AddTheory(ScalingPoint& p, int micro_batch) const {
     p.traffic_theory.parameter_gather += traffic.parameter_gather / plan.pipeline_parallel;
   }
   if (model_.moe) {
-    p.alltoall_bytes_theory =
-        TheoryAllToAllBytes(MoeBlockCount(model_), plan.micro_batches, static_cast<double>(micro_batch) * loop_.seq,
-                            model_.moe->top_k, model_.d_model, sizeof(float), plan.expert_parallel);
+    const double tokens = static_cast<double>(plan.micro_batches) * micro_batch * loop_.seq;
+    p.alltoall_bytes_theory = TheoryAllToAllBytes(model_, tokens, sizeof(float), plan.expert_parallel);
   }
   p.traffic_theory.activation =
       TheoryActivationTraffic(first.stage.end_layer - first.stage.first_layer, micro_batch, loop_.seq, model_.d_model,

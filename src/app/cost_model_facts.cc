@@ -14,17 +14,13 @@ bool ShapeKnown(const RunMeasurement& m) {
   return m.layers > 0 && m.d_model > 0 && m.heads > 0 && m.vocab > 0 && m.max_seq > 0;
 }
 
-// The run's model: its shape, and its MoE blocks where it has them.
+// The run's model: its shape, and its MoE blocks (under the run's model name, which their refusals name) where it
+// has them.
 ModelConfig ConfigOf(const RunMeasurement& m) {
-  const ModelConfig dense = CustomModel(m.layers, m.d_model, m.heads, m.vocab, m.max_seq);
-  if (m.experts == 0) return dense;
-  return WithMoe(dense, {m.experts, m.top_k, m.expert_ffn, m.moe_every, m.capacity_factor, m.aux_loss_coef});
-}
-
-// Train's refusal of MoE blocks with tensor parallel or pipeline stages (cmd_train's CheckMoeFlags), in its words:
-// models/ does not expose it.
-std::string MoeGap(const RunMeasurement& m, const std::string& what) {
-  return "model '" + m.model_name + "' has mixture-of-experts blocks: with " + what + " they are not built yet";
+  ModelConfig config = CustomModel(m.layers, m.d_model, m.heads, m.vocab, m.max_seq);
+  if (m.experts == 0) return config;
+  config.name = m.model_name;
+  return WithMoe(config, {m.experts, m.top_k, m.expert_ffn, m.moe_every, m.capacity_factor, m.aux_loss_coef});
 }
 
 bool Bf16(const RunMeasurement& m) { return m.memory_precision.starts_with("bf16"); }
@@ -74,10 +70,8 @@ MemoryCheck RunMemoryCheck(const RunMeasurement& m) {
 PipelineShape PipelineAt(const ModelConfig& config, const RunMeasurement& m, const MeasuredPoint& p, int t, int pp) {
   PipelineShape pipe;
   pipe.pp = pp;
-  if (config.moe) {
-    pipe.invalid = MoeGap(m, "--pipeline-parallel");
-    return pipe;
-  }
+  pipe.invalid = MoeLayoutGap(config, "dp", t, pp, 1);
+  if (!pipe.invalid.empty()) return pipe;
   if (t > 1) {
     // cmd_train's CheckPipelineFlags says so for the cuda backend; models/ does not expose it (TensorParallelModeGap's
     // kind): the same words here.
@@ -124,12 +118,9 @@ void AddExpertShapes(const ModelConfig& config, const RunMeasurement& m, const M
 MoeFacts MoeFactsOf(const ModelConfig& config) {
   MoeFacts moe;
   if (!config.moe) return moe;
-  const double allocated = static_cast<double>(CountParameters(config).total) +
-                           static_cast<double>(config.vocab_padded - config.vocab) * config.d_model;
-  moe.expert_share = ExpertParameters(config) / allocated;
-  const double blocks = MoeBlockCount(config);
-  moe.alltoall_bytes_per_token = 4.0 * blocks * config.moe->top_k * config.d_model * 2.0;
-  moe.alltoall_ops_per_micro_batch = 4.0 * blocks;
+  moe.expert_share = ExpertShare(config);
+  moe.alltoall_bytes_per_token = AllToAllBytesPerToken(config, 2.0);  // bf16 rows
+  moe.alltoall_ops_per_micro_batch = 4.0 * MoeBlockCount(config);
   return moe;
 }
 
@@ -142,10 +133,8 @@ TensorParallelShape ShapeAt(const ModelConfig& config, const RunMeasurement& m, 
     const std::string gap = TensorParallelModeGap(mode, t, true);
     if (!gap.empty()) shape.modes_not_built[mode] = "--tensor-parallel " + std::to_string(t) + " " + gap;
   }
-  if (config.moe && t > 1) {
-    shape.invalid = MoeGap(m, "--tensor-parallel");
-    return shape;
-  }
+  shape.invalid = MoeLayoutGap(config, "dp", t, 1, 1);
+  if (!shape.invalid.empty()) return shape;
   try {
     if (config.moe) AddExpertShapes(config, m, p, shape);
     CheckTensorParallelStep(config, t, p.micro_batch, m.seq, true);
@@ -182,13 +171,8 @@ void CheckModelExperts(const ModelConfig& config, const ModelFlags& f) {
     if (f.expert_parallel > 1) throw InputError(ep + " needs a model with experts (an moe-* preset)");
     return;
   }
-  if (f.tensor_parallel > 1 || f.pipeline_parallel > 1) {
-    throw InputError("model '" + config.name + "' has mixture-of-experts blocks: with --tensor-parallel or "
-                     "--pipeline-parallel they are not built yet");
-  }
-  if (f.expert_parallel > 1 && f.parallel != "dp") {
-    throw InputError(ep + " with --parallel " + f.parallel + " is not built yet (--parallel dp)");
-  }
+  const std::string gap = MoeLayoutGap(config, f.parallel, f.tensor_parallel, f.pipeline_parallel, f.expert_parallel);
+  if (!gap.empty()) throw InputError(gap);
   if (f.ranks % f.expert_parallel != 0) {
     throw InputError(ep + " does not divide the " + std::to_string(f.ranks) + " --ranks");
   }
