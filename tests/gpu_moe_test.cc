@@ -55,7 +55,7 @@ void ExpectRoutingMatchesCpu(int top_k, double capacity_factor, bool drops, bool
                           static_cast<float*>(gate.data()), tokens, moe.experts, top_k, nullptr);
   tb::gpu::MoeAssignRows(static_cast<int*>(row.data()), static_cast<int*>(assigned.data()),
                          static_cast<int*>(block_begin.data()), static_cast<int*>(dropped.data()),
-                         static_cast<const int*>(expert.data()), tokens, moe.experts, top_k, cpu.capacity, nullptr);
+                         static_cast<const int*>(expert.data()), tokens, moe.experts, top_k, cpu.capacity, 0, nullptr);
   tb::gpu::SynchronizeDevice();
   EXPECT_EQ(Download<int>(expert, choices), cpu.expert);
   EXPECT_EQ(Download<int>(row, choices), cpu.row);

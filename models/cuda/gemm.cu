@@ -137,6 +137,10 @@ struct Matmul {
   const void* aux;   // GELU_AUX (written) and DGELU (read) epilogues; D's type, (m, n) with ld aux_ld
   int64_t aux_ld;
   bool float_bias = false;  // the bias (gradient) is fp32 whatever D's type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE)
+  // Strided batch: `batch` matmuls of this shape, the b-th's operands at b times these strides (elements) from the
+  // pointers above (1: one matmul, strides unread).
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_d = 0, stride_bias = 0, stride_aux = 0;
 };
 
 // What a plan depends on: the descriptors' contents and the pointer alignments the heuristic saw.
@@ -147,6 +151,7 @@ struct PlanKey {
   int d_type;
   bool float_bias;
   uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
+  int64_t batch, stride_a, stride_b, stride_d, stride_bias, stride_aux;
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -174,11 +179,20 @@ void SetPreference(cublasLtMatmulPreference_t preference, cublasLtMatmulPreferen
   TB_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
 }
 
-MatrixLayout MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld) {
+// A matrix layout; with batch > 1, `batch` matrices of it `stride` elements apart.
+MatrixLayout MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch = 1,
+                        int64_t stride = 0) {
   cublasLtMatrixLayout_t layout = nullptr;
   TB_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols),
                                              ld));
-  return MatrixLayout(layout);
+  MatrixLayout owned(layout);
+  if (batch > 1) {
+    const auto count = static_cast<int32_t>(batch);
+    TB_CHECK_CUBLAS(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    TB_CHECK_CUBLAS(
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return owned;
 }
 
 // The epilogue pointers change from call to call; the descriptor is reused, so they are set before each use.
@@ -199,7 +213,8 @@ size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // "m 2304 n 8192 k 768 op T,N D bf16": the plan's shape as kernel_choices() reports it.
 std::string ShapeText(const Matmul& call) {
-  return "m " + std::to_string(call.m) + " n " + std::to_string(call.n) + " k " + std::to_string(call.k) + " op " +
+  const std::string batch = call.batch > 1 ? "batch " + std::to_string(call.batch) + " " : "";
+  return batch + "m " + std::to_string(call.m) + " n " + std::to_string(call.n) + " k " + std::to_string(call.k) + " op " +
          (call.transa == CUBLAS_OP_N ? "N" : "T") + "," + (call.transb == CUBLAS_OP_N ? "N" : "T") + " D " +
          (call.d_type == CUDA_R_32F ? "fp32" : "bf16");
 }
@@ -231,7 +246,8 @@ struct Gemm::Impl {
     const PlanKey key{static_cast<int>(call.epilogue), static_cast<int>(call.transa), static_cast<int>(call.transb),
                       call.m, call.n, call.k, call.lda, call.ldb, call.ldd, call.aux_ld, static_cast<int>(call.d_type),
                       call.float_bias, AlignmentOf(call.a), AlignmentOf(call.b), AlignmentOf(c),
-                      AlignmentOf(call.d), AlignmentOf(call.bias), AlignmentOf(call.aux)};
+                      AlignmentOf(call.d), AlignmentOf(call.bias), AlignmentOf(call.aux), call.batch,
+                      call.stride_a, call.stride_b, call.stride_d, call.stride_bias, call.stride_aux};
     if (const auto found = plans.find(key); found != plans.end()) return found->second;
     return plans.emplace(key, BuildPlan(call, key)).first->second;
   }
@@ -247,14 +263,22 @@ struct Gemm::Impl {
     // Bias and aux take D's type, cuBLASLt's default for bf16 and fp32 outputs, unless the bias is asked for in fp32.
     if (call.float_bias) SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
     if (call.aux != nullptr) SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, call.aux_ld);
+    if (call.batch > 1 && call.bias != nullptr) {
+      SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, call.stride_bias);
+    }
+    if (call.batch > 1 && call.aux != nullptr) {
+      SetDescAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, call.stride_aux);
+    }
     // The heuristic reads the epilogue pointers' values to learn their alignment.
     SetEpiloguePointers(desc, call);
 
     const bool a_transposed = call.transa != CUBLAS_OP_N;
     const bool b_transposed = call.transb != CUBLAS_OP_N;
-    plan.a = MakeLayout(CUDA_R_16BF, a_transposed ? call.k : call.m, a_transposed ? call.m : call.k, call.lda);
-    plan.b = MakeLayout(CUDA_R_16BF, b_transposed ? call.n : call.k, b_transposed ? call.k : call.n, call.ldb);
-    plan.d = MakeLayout(call.d_type, call.m, call.n, call.ldd);
+    plan.a = MakeLayout(CUDA_R_16BF, a_transposed ? call.k : call.m, a_transposed ? call.m : call.k, call.lda,
+                        call.batch, call.stride_a);
+    plan.b = MakeLayout(CUDA_R_16BF, b_transposed ? call.n : call.k, b_transposed ? call.k : call.n, call.ldb,
+                        call.batch, call.stride_b);
+    plan.d = MakeLayout(call.d_type, call.m, call.n, call.ldd, call.batch, call.stride_d);
 
     cublasLtMatmulPreference_t raw_preference = nullptr;
     TB_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&raw_preference));
@@ -327,11 +351,15 @@ struct Gemm::Impl {
   // the scratch memory was not there.
   std::vector<std::optional<double>> TimeCandidates(const Plan& plan, const Matmul& call) {
     const size_t element_bytes = call.d_type == CUDA_R_32F ? 4 : 2;
-    const size_t d_bytes = RoundUp256(element_bytes * static_cast<size_t>(call.ldd * call.n));
+    // A batch's outputs reach (batch - 1) strides past the first one's.
+    const auto span = [&](int64_t one, int64_t stride) {
+      return static_cast<size_t>(call.batch > 1 ? (call.batch - 1) * stride + one : one);
+    };
+    const size_t d_bytes = RoundUp256(element_bytes * span(call.ldd * call.n, call.stride_d));
     const size_t aux_bytes =
-        WritesAux(call.epilogue) ? RoundUp256(element_bytes * static_cast<size_t>(call.aux_ld * call.n)) : 0;
+        WritesAux(call.epilogue) ? RoundUp256(element_bytes * span(call.aux_ld * call.n, call.stride_aux)) : 0;
     const size_t bias_bytes =
-        WritesBias(call.epilogue) ? RoundUp256(sizeof(float) * static_cast<size_t>(std::max(call.m, call.n))) : 0;
+        WritesBias(call.epilogue) ? RoundUp256(sizeof(float) * span(std::max(call.m, call.n), call.stride_bias)) : 0;
     const TimingScratch scratch(d_bytes + aux_bytes + bias_bytes, stream);
     if (scratch.data() == nullptr) return {};
     char* base = static_cast<char*>(scratch.data());
@@ -483,6 +511,96 @@ void Gemm::LinearBackwardWeights(float* weight_grad, float* bias_grad, const Bf1
     ColumnSum(bias_grad, out_grad, rows, out_features, write, impl_->ColumnSumScratch(rows, out_features),
               impl_->stream);
   }
+}
+
+namespace {
+
+void CheckBatch(const char* caller, size_t rows, int in_features, int out_features, int batch) {
+  CheckShape(caller, rows, in_features, out_features);
+  if (batch < 1) throw RuntimeError(std::string("Gemm::") + caller + ": batch " + std::to_string(batch) + " < 1");
+}
+
+}  // namespace
+
+void Gemm::BatchedLinearForward(Bf16* out, Bf16* pre_gelu, const Bf16* in, const Bf16* weight, const Bf16* bias,
+                                size_t rows, int in_features, int out_features, int batch) {
+  constexpr const char* kCaller = "BatchedLinearForward";
+  CheckBatch(kCaller, rows, in_features, out_features, batch);
+  CheckEpiloguePointer(kCaller, "bias", bias);
+  CheckEpiloguePointer(kCaller, "pre_gelu", pre_gelu);
+  if (pre_gelu != nullptr) CheckAuxLd(kCaller, "pre_gelu", out_features);
+  if (rows == 0) return;
+  const auto n = static_cast<int64_t>(rows);
+  Matmul call{kCaller, CUBLAS_OP_T, CUBLAS_OP_N, out_features, n, in_features, weight, in_features, in, in_features,
+              nullptr, out, out_features, CUDA_R_16BF, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0};
+  call.batch = batch;
+  call.stride_a = int64_t{out_features} * in_features;
+  call.stride_b = n * in_features;
+  call.stride_d = n * out_features;
+  if (bias != nullptr || pre_gelu != nullptr) {
+    Matmul fused = call;
+    fused.epilogue = pre_gelu == nullptr ? CUBLASLT_EPILOGUE_BIAS
+                     : bias != nullptr   ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                         : CUBLASLT_EPILOGUE_GELU_AUX;
+    fused.bias = bias;
+    fused.stride_bias = out_features;
+    fused.aux = pre_gelu;
+    fused.aux_ld = out_features;
+    fused.stride_aux = call.stride_d;
+    if (impl_->TryRun(fused)) return;
+  }
+  // No batched algorithm with the epilogue: the plain product (into pre_gelu when there is a GELU), then the bias
+  // and the GELU in one pass.
+  if (pre_gelu != nullptr) call.d = pre_gelu;
+  impl_->Run(call);
+  if (bias != nullptr || pre_gelu != nullptr) {
+    BatchedBiasGelu(out, pre_gelu, bias, rows, out_features, batch, impl_->stream);
+  }
+}
+
+void Gemm::BatchedLinearBackwardInput(Bf16* in_grad, const Bf16* out_grad, const Bf16* weight, const Bf16* gelu_pre,
+                                      size_t rows, int in_features, int out_features, int batch) {
+  constexpr const char* kCaller = "BatchedLinearBackwardInput";
+  CheckBatch(kCaller, rows, in_features, out_features, batch);
+  CheckEpiloguePointer(kCaller, "gelu_pre", gelu_pre);
+  if (gelu_pre != nullptr) CheckAuxLd(kCaller, "gelu_pre", in_features);
+  if (rows == 0) return;
+  const auto n = static_cast<int64_t>(rows);
+  Matmul call{kCaller, CUBLAS_OP_N, CUBLAS_OP_N, in_features, n, out_features, weight, in_features, out_grad,
+              out_features, nullptr, in_grad, in_features, CUDA_R_16BF, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
+              nullptr, 0};
+  call.batch = batch;
+  call.stride_a = int64_t{out_features} * in_features;
+  call.stride_b = n * out_features;
+  call.stride_d = n * in_features;
+  if (gelu_pre != nullptr) {
+    Matmul fused = call;
+    fused.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    fused.aux = gelu_pre;
+    fused.aux_ld = in_features;
+    fused.stride_aux = call.stride_d;
+    if (impl_->TryRun(fused)) return;
+  }
+  impl_->Run(call);
+  if (gelu_pre != nullptr) GeluGradInPlace(in_grad, gelu_pre, rows * batch * in_features, impl_->stream);
+}
+
+void Gemm::BatchedLinearBackwardWeights(float* weight_grad, float* bias_grad, const Bf16* out_grad, const Bf16* in,
+                                        size_t rows, int in_features, int out_features, int batch,
+                                        GradientWrite write) {
+  constexpr const char* kCaller = "BatchedLinearBackwardWeights";
+  CheckBatch(kCaller, rows, in_features, out_features, batch);
+  if (rows == 0) return;
+  const auto n = static_cast<int64_t>(rows);
+  Matmul call{kCaller, CUBLAS_OP_N, CUBLAS_OP_T, in_features, out_features, n, in, in_features, out_grad,
+              out_features, weight_grad, weight_grad, in_features, CUDA_R_32F,
+              write == GradientWrite::kOverwrite ? 0.0f : 1.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0};
+  call.batch = batch;
+  call.stride_a = n * in_features;
+  call.stride_b = n * out_features;
+  call.stride_d = int64_t{out_features} * in_features;
+  impl_->Run(call);
+  if (bias_grad != nullptr) BatchedColumnSum(bias_grad, out_grad, rows, out_features, batch, write, impl_->stream);
 }
 
 void Gemm::set_fused_bias_gradients(bool allowed) { impl_->fuse_bias_gradients = allowed; }

@@ -49,6 +49,20 @@ class Gemm {
   void LinearBackwardWeights(float* weight_grad, float* bias_grad, const Bf16* out_grad, const Bf16* in,
                              size_t rows, int in_features, int out_features, GradientWrite write);
 
+  // Strided-batched: `batch` linear layers of one shape, each on its own block of `rows` rows (a mixture of
+  // experts' experts, each on its capacity of rows), as one cuBLASLt matmul (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT) per
+  // call. Layer b's tensors are the b-th of each argument's blocks: in + b·rows·IC, weight + b·OC·IC, bias + b·OC,
+  // out and pre_gelu + b·rows·OC (and likewise in the backward). Contracts as the unbatched calls above, with bf16
+  // biases: the bias and GELU come from the epilogues where cuBLASLt has a batched algorithm with them, otherwise from
+  // BatchedBiasGelu / GeluGradInPlace after a plain batched product (one more pass; pre_gelu then holds the rounded
+  // pre-activation). Bias gradients always from BatchedColumnSum.
+  void BatchedLinearForward(Bf16* out, Bf16* pre_gelu, const Bf16* in, const Bf16* weight, const Bf16* bias,
+                            size_t rows, int in_features, int out_features, int batch);
+  void BatchedLinearBackwardInput(Bf16* in_grad, const Bf16* out_grad, const Bf16* weight, const Bf16* gelu_pre,
+                                  size_t rows, int in_features, int out_features, int batch);
+  void BatchedLinearBackwardWeights(float* weight_grad, float* bias_grad, const Bf16* out_grad, const Bf16* in,
+                                    size_t rows, int in_features, int out_features, int batch, GradientWrite write);
+
   // Whether bias gradients may come from cuBLASLt's epilogues (BGRADB, DGELU_BGRAD; the default) or always from
   // ColumnSum (for comparing the two); and how many bias gradients the epilogues have written so far.
   void set_fused_bias_gradients(bool allowed);

@@ -392,6 +392,42 @@ __global__ void CastToBf16Kernel(Bf16* out, const float* in, size_t count) {
   }
 }
 
+// Over (batch·rows, cols): bias_b added to the pre-activation (or to out without GELU), then the GELU.
+__global__ void BatchedBiasGeluKernel(Bf16* out, Bf16* pre_gelu, const Bf16* bias, size_t rows, int cols,
+                                      size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t col = i % cols;
+    const size_t block = i / cols / rows;
+    const float b = bias != nullptr ? LoadFloat(&bias[block * cols + col]) : 0.0f;
+    if (pre_gelu == nullptr) {
+      StoreFloat(&out[i], LoadFloat(&out[i]) + b);
+      continue;
+    }
+    StoreFloat(&pre_gelu[i], LoadFloat(&pre_gelu[i]) + b);
+    StoreFloat(&out[i], element::Gelu(LoadFloat(&pre_gelu[i])));
+  }
+}
+
+__global__ void GeluGradInPlaceKernel(Bf16* grad, const Bf16* pre, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    StoreFloat(&grad[i], LoadFloat(&grad[i]) * element::GeluGrad(LoadFloat(&pre[i])));
+  }
+}
+
+// Grid (column tiles, batch): thread (x, block y) sums column x of block y's rows in order.
+__global__ void BatchedColumnSumKernel(float* out, const Bf16* in, size_t rows, int cols, bool add) {
+  const int col = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (col >= cols) return;
+  const size_t block = blockIdx.y;
+  const Bf16* first = in + block * rows * cols + col;
+  float sum = 0.0f;
+  for (size_t r = 0; r < rows; ++r) sum += LoadFloat(first + r * cols);
+  float* target = out + block * cols + col;
+  *target = add ? *target + sum : sum;
+}
+
 // --- cross-entropy --------------------------------------------------------------------------------------
 
 // d (scale · mean loss) / d logit for column j of a row with the given softmax statistics; 0 in the padding columns.
@@ -706,6 +742,30 @@ void ResidualAdd(float* out, const float* a, const float* b, size_t count, void*
 void CastToBf16(Bf16* out, const float* in, size_t count, void* stream) {
   if (count == 0) return;
   CastToBf16Kernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(out, in, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void BatchedBiasGelu(Bf16* out, Bf16* pre_gelu, const Bf16* bias, size_t rows, int cols, int batch, void* stream) {
+  const size_t count = rows * static_cast<size_t>(cols) * static_cast<size_t>(batch);
+  if (count == 0 || (bias == nullptr && pre_gelu == nullptr)) return;
+  BatchedBiasGeluKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(out, pre_gelu, bias,
+                                                                                            rows, cols, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void GeluGradInPlace(Bf16* grad, const Bf16* pre, size_t count, void* stream) {
+  if (count == 0) return;
+  GeluGradInPlaceKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(grad, pre, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void BatchedColumnSum(float* out, const Bf16* in, size_t rows, int cols, int batch, GradientWrite write,
+                      void* stream) {
+  if (cols < 1 || batch < 1) return;
+  const dim3 grid(static_cast<unsigned int>((cols + kThreadsPerBlock - 1) / kThreadsPerBlock),
+                  static_cast<unsigned int>(batch));
+  BatchedColumnSumKernel<<<grid, kThreadsPerBlock, 0, AsStream(stream)>>>(out, in, rows, cols,
+                                                                          write == GradientWrite::kAccumulate);
   TB_CHECK_CUDA_LAUNCH();
 }
 

@@ -81,6 +81,18 @@ size_t LayerNormBackwardScratchFloats(size_t rows, int channels);
 void ColumnSum(float* out, const Bf16* in, size_t rows, int cols, GradientWrite write, float* scratch, void* stream);
 size_t ColumnSumScratchFloats(size_t rows, int cols);
 
+// The strided-batched GEMMs' layers (Gemm::Batched*: `batch` blocks of `rows` rows, block b using the b-th of the
+// per-block vectors), for where cuBLASLt has no batched algorithm with the epilogue:
+// pre_gelu null: out (batch·rows, cols) += bias_b. Otherwise pre_gelu += bias_b (bias null: nothing added) and out =
+// Gelu(pre_gelu), computed from the rounded pre-activation. Elementwise, bf16 in and out, fp32 math.
+void BatchedBiasGelu(Bf16* out, Bf16* pre_gelu, const Bf16* bias, size_t rows, int cols, int batch, void* stream);
+// grad *= GeluGrad(pre), elementwise over count bf16 values, in place.
+void GeluGradInPlace(Bf16* grad, const Bf16* pre, size_t count, void* stream);
+// out (batch, cols) = (kOverwrite) or += (kAccumulate) the column sums of each block of `rows` rows of in
+// (batch·rows, cols): one thread per column and block, adding its rows in order (the same bits every run).
+void BatchedColumnSum(float* out, const Bf16* in, size_t rows, int cols, int batch, GradientWrite write,
+                      void* stream);
+
 // out = Gelu(in), elementwise over count values.
 void GeluForward(float* out, const float* in, size_t count, void* stream);
 // grad *= GeluGrad(in), in place.

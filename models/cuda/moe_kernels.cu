@@ -1,4 +1,4 @@
-// CUDA kernels of the MoE layer's routing (see moe_kernels.h), each followed by its launcher.
+// CUDA kernels of the MoE layer's non-GEMM steps (see moe_kernels.h), each followed by its launcher.
 #include "cuda/moe_kernels.h"
 
 #include <cuda_bf16.h>
@@ -63,10 +63,12 @@ __global__ void BlockBeginKernel(int* block_begin, int* dropped, const int* assi
   *dropped = static_cast<int>(lost);
 }
 
-// Each kept choice's row moves to its expert's block.
-__global__ void OffsetRowsKernel(int* row, const int* expert, const int* block_begin, size_t choices) {
+// Each kept choice's row moves to its expert's block: at block_begin, or at expert · stride when stride > 0.
+__global__ void OffsetRowsKernel(int* row, const int* expert, const int* block_begin, size_t choices,
+                                 long long stride) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < choices && row[i] >= 0) row[i] += block_begin[expert[i]];
+  if (i >= choices || row[i] < 0) return;
+  row[i] += stride > 0 ? static_cast<int>(expert[i] * stride) : block_begin[expert[i]];
 }
 
 unsigned int BlocksFor(size_t count) { return static_cast<unsigned int>((count + kThreads - 1) / kThreads); }
@@ -99,6 +101,96 @@ __global__ void CombineKernel(float* out, const float* residual, const __nv_bflo
   }
 }
 
+// One block: P_e (the token-order sum of probs' column e in double, over N) and f_e into shared memory, then thread 0
+// applies moe::AuxLoss to them in expert order, as the CPU layer does.
+__global__ void AuxLossKernel(float* aux_loss, const float* probs, const int* assigned, size_t tokens, int experts,
+                              int top_k, float coef) {
+  extern __shared__ float shared[];  // (2, E): fractions, then mean probabilities
+  float* fraction = shared;
+  float* mean_prob = shared + experts;
+  const double choices = static_cast<double>(tokens) * top_k;
+  for (int e = static_cast<int>(threadIdx.x); e < experts; e += blockDim.x) {
+    double sum = 0.0;
+    for (size_t t = 0; t < tokens; ++t) sum += probs[t * experts + e];
+    mean_prob[e] = static_cast<float>(sum / static_cast<double>(tokens));
+    fraction[e] = static_cast<float>(static_cast<double>(assigned[e]) / choices);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *aux_loss = moe::AuxLoss(coef, experts, fraction, mean_prob);
+}
+
+constexpr int kWarp = 32;
+
+// One warp per choice: the expert output's gradient (gate · dy) and the gate's (dy · y, a warp sum).
+__global__ void CombineBackwardKernel(__nv_bfloat16* expert_out_grad, float* gate_grad, const float* out_grad,
+                                      const __nv_bfloat16* expert_out, const int* row, const float* gate,
+                                      size_t choices, int top_k, int channels) {
+  const size_t i = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  if (i >= choices) return;
+  const int r = row[i];
+  if (r < 0) {
+    if (lane == 0) gate_grad[i] = 0.0f;
+    return;
+  }
+  const float* dy = out_grad + (i / top_k) * channels;
+  const __nv_bfloat16* y = expert_out + static_cast<size_t>(r) * channels;
+  __nv_bfloat16* dexpert = expert_out_grad + static_cast<size_t>(r) * channels;
+  float dot = 0.0f;
+  for (int c = lane; c < channels; c += kWarp) {
+    dexpert[c] = __float2bfloat16_rn(gate[i] * dy[c]);
+    dot += dy[c] * __bfloat162float(y[c]);
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) dot += __shfl_down_sync(0xffffffffu, dot, offset);
+  if (lane == 0) gate_grad[i] = dot;
+}
+
+// One thread per token: d loss / d probs from the aux loss and the gates, through the softmax, in place in the fp32
+// row, then rounded.
+__global__ void RouterBackwardKernel(__nv_bfloat16* logit_grad, float* logit_grad_float, const float* probs,
+                                     const int* expert, const float* gate, const float* gate_grad,
+                                     const int* assigned, size_t tokens, int experts, int top_k, float aux_coef) {
+  const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const double choices = static_cast<double>(tokens) * top_k;
+  float* grad = logit_grad_float + t * experts;
+  const float* p = probs + t * experts;
+  for (int e = 0; e < experts; ++e) {
+    const float fraction = static_cast<float>(static_cast<double>(assigned[e]) / choices);
+    grad[e] = moe::AuxLossProbGrad(aux_coef, experts, fraction, static_cast<long long>(tokens));
+  }
+  moe::GateBackward(p, expert + t * top_k, gate + t * top_k, gate_grad + t * top_k, top_k, grad);
+  moe::SoftmaxBackwardRow(p, grad, experts, grad);
+  for (int e = 0; e < experts; ++e) logit_grad[t * experts + e] = __float2bfloat16_rn(grad[e]);
+}
+
+// Grid-stride over tokens x channels: the router's input gradient plus the token's kept choices' expert input
+// gradients, in choice order.
+__global__ void ScatterInputGradKernel(float* in_grad, const __nv_bfloat16* router_in_grad,
+                                       const __nv_bfloat16* expert_in_grad, const int* row, size_t tokens, int top_k,
+                                       int channels) {
+  const size_t total = tokens * channels;
+  for (size_t at = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; at < total;
+       at += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t t = at / channels, c = at % channels;
+    float sum = __bfloat162float(router_in_grad[at]);
+    for (int j = 0; j < top_k; ++j) {
+      const int r = row[t * top_k + j];
+      if (r >= 0) sum += __bfloat162float(expert_in_grad[static_cast<size_t>(r) * channels + c]);
+    }
+    in_grad[at] = sum;
+  }
+}
+
+__global__ void AccumulateStatsKernel(long long* assigned_sum, long long* dropped_sum, double* aux_sum,
+                                      const int* assigned, const int* dropped, const float* aux_loss, int experts) {
+  for (int e = static_cast<int>(threadIdx.x); e < experts; e += blockDim.x) assigned_sum[e] += assigned[e];
+  if (threadIdx.x == 0) {
+    *dropped_sum += *dropped;
+    *aux_sum += *aux_loss;
+  }
+}
+
 // Grid-stride launches: enough blocks to cover `count` elements, at most 65536.
 unsigned int StrideBlocks(size_t count) { return BlocksFor(count) < 65536u ? BlocksFor(count) : 65536u; }
 
@@ -112,8 +204,9 @@ void MoeRouteLogits(float* probs, int* expert, float* gate, size_t tokens, int e
 }
 
 void MoeAssignRows(int* row, int* assigned, int* block_begin, int* dropped, const int* expert, size_t tokens,
-                   int experts, int top_k, long long capacity, void* stream) {
+                   int experts, int top_k, long long capacity, long long block_stride, void* stream) {
   if (experts < 1 || top_k < 1 || capacity < 0) throw InputError("MoeAssignRows: bad experts, top_k or capacity");
+  if (block_stride > 0 && block_stride < capacity) throw InputError("MoeAssignRows: block_stride below the capacity");
   const size_t choices = tokens * static_cast<size_t>(top_k);
   // Rows of choices no expert block visits keep -1 only if set: every choice is some expert's, so each is written.
   OrderChoicesKernel<<<static_cast<unsigned int>(experts), kThreads, 0, AsStream(stream)>>>(row, assigned, expert,
@@ -122,7 +215,8 @@ void MoeAssignRows(int* row, int* assigned, int* block_begin, int* dropped, cons
   BlockBeginKernel<<<1, 1, 0, AsStream(stream)>>>(block_begin, dropped, assigned, experts, capacity);
   TB_CHECK_CUDA_LAUNCH();
   if (choices == 0) return;
-  OffsetRowsKernel<<<BlocksFor(choices), kThreads, 0, AsStream(stream)>>>(row, expert, block_begin, choices);
+  OffsetRowsKernel<<<BlocksFor(choices), kThreads, 0, AsStream(stream)>>>(row, expert, block_begin, choices,
+                                                                             block_stride);
   TB_CHECK_CUDA_LAUNCH();
 }
 
@@ -140,6 +234,50 @@ void MoeCombine(float* out, const float* residual, const Bf16* expert_out, const
   if (tokens == 0 || channels == 0) return;
   CombineKernel<<<StrideBlocks(tokens * channels), kThreads, 0, AsStream(stream)>>>(
       out, residual, reinterpret_cast<const __nv_bfloat16*>(expert_out), row, gate, tokens, top_k, channels);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void MoeAuxLoss(float* aux_loss, const float* probs, const int* assigned, size_t tokens, int experts, int top_k,
+                float coef, void* stream) {
+  if (tokens == 0 || experts < 1) return;
+  AuxLossKernel<<<1, kThreads, 2 * experts * sizeof(float), AsStream(stream)>>>(aux_loss, probs, assigned, tokens,
+                                                                                 experts, top_k, coef);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void MoeCombineBackward(Bf16* expert_out_grad, float* gate_grad, const float* out_grad, const Bf16* expert_out,
+                        const int* row, const float* gate, size_t tokens, int top_k, int channels, void* stream) {
+  const size_t choices = tokens * static_cast<size_t>(top_k);
+  if (choices == 0) return;
+  CombineBackwardKernel<<<BlocksFor(choices * kWarp), kThreads, 0, AsStream(stream)>>>(
+      reinterpret_cast<__nv_bfloat16*>(expert_out_grad), gate_grad, out_grad,
+      reinterpret_cast<const __nv_bfloat16*>(expert_out), row, gate, choices, top_k, channels);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void MoeRouterBackward(Bf16* logit_grad, float* logit_grad_float, const float* probs, const int* expert,
+                       const float* gate, const float* gate_grad, const int* assigned, size_t tokens, int experts,
+                       int top_k, float aux_coef, void* stream) {
+  if (tokens == 0) return;
+  RouterBackwardKernel<<<BlocksFor(tokens), kThreads, 0, AsStream(stream)>>>(
+      reinterpret_cast<__nv_bfloat16*>(logit_grad), logit_grad_float, probs, expert, gate, gate_grad, assigned,
+      tokens, experts, top_k, aux_coef);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void MoeScatterInputGrad(float* in_grad, const Bf16* router_in_grad, const Bf16* expert_in_grad, const int* row,
+                         size_t tokens, int top_k, int channels, void* stream) {
+  if (tokens == 0 || channels == 0) return;
+  ScatterInputGradKernel<<<StrideBlocks(tokens * channels), kThreads, 0, AsStream(stream)>>>(
+      in_grad, reinterpret_cast<const __nv_bfloat16*>(router_in_grad),
+      reinterpret_cast<const __nv_bfloat16*>(expert_in_grad), row, tokens, top_k, channels);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void MoeAccumulateStats(long long* assigned_sum, long long* dropped_sum, double* aux_sum, const int* assigned,
+                        const int* dropped, const float* aux_loss, int experts, void* stream) {
+  AccumulateStatsKernel<<<1, kThreads, 0, AsStream(stream)>>>(assigned_sum, dropped_sum, aux_sum, assigned, dropped,
+                                                              aux_loss, experts);
   TB_CHECK_CUDA_LAUNCH();
 }
 

@@ -25,6 +25,19 @@ bool Gemm::LinearBackwardInput(Bf16*, const Bf16*, const Bf16*, const Bf16*, siz
   ThrowBuiltWithoutCuda("Gemm::LinearBackwardInput");
 }
 
+void Gemm::BatchedLinearForward(Bf16*, Bf16*, const Bf16*, const Bf16*, const Bf16*, size_t, int, int, int) {
+  ThrowBuiltWithoutCuda("Gemm::BatchedLinearForward");
+}
+
+void Gemm::BatchedLinearBackwardInput(Bf16*, const Bf16*, const Bf16*, const Bf16*, size_t, int, int, int) {
+  ThrowBuiltWithoutCuda("Gemm::BatchedLinearBackwardInput");
+}
+
+void Gemm::BatchedLinearBackwardWeights(float*, float*, const Bf16*, const Bf16*, size_t, int, int, int,
+                                        GradientWrite) {
+  ThrowBuiltWithoutCuda("Gemm::BatchedLinearBackwardWeights");
+}
+
 void Gemm::LinearBackwardWeights(float*, float*, const Bf16*, const Bf16*, size_t, int, int, GradientWrite) {
   ThrowBuiltWithoutCuda("Gemm::LinearBackwardWeights");
 }

@@ -42,6 +42,14 @@ void ColumnSum(float*, const Bf16*, size_t, int, GradientWrite, float*, void*) {
 
 size_t ColumnSumScratchFloats(size_t, int) { ThrowBuiltWithoutCuda("ColumnSumScratchFloats"); }
 
+void BatchedBiasGelu(Bf16*, Bf16*, const Bf16*, size_t, int, int, void*) { ThrowBuiltWithoutCuda("BatchedBiasGelu"); }
+
+void GeluGradInPlace(Bf16*, const Bf16*, size_t, void*) { ThrowBuiltWithoutCuda("GeluGradInPlace"); }
+
+void BatchedColumnSum(float*, const Bf16*, size_t, int, int, GradientWrite, void*) {
+  ThrowBuiltWithoutCuda("BatchedColumnSum");
+}
+
 void GeluForward(float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("GeluForward"); }
 
 void GeluBackward(float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("GeluBackward"); }

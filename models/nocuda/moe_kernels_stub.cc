@@ -1,5 +1,6 @@
-// models/cuda/moe_kernels.h for a build without CUDA: every launcher throws, naming itself.
+// models/cuda/moe_kernels.h and moe_layer.h for a build without CUDA: every launcher throws, naming itself.
 #include "cuda/moe_kernels.h"
+#include "cuda/moe_layer.h"
 
 #include "nocuda/built_without_cuda.h"
 
@@ -7,7 +8,7 @@ namespace tb::gpu {
 
 void MoeRouteLogits(float*, int*, float*, size_t, int, int, void*) { ThrowBuiltWithoutCuda("MoeRouteLogits"); }
 
-void MoeAssignRows(int*, int*, int*, int*, const int*, size_t, int, int, long long, void*) {
+void MoeAssignRows(int*, int*, int*, int*, const int*, size_t, int, int, long long, long long, void*) {
   ThrowBuiltWithoutCuda("MoeAssignRows");
 }
 
@@ -15,6 +16,42 @@ void MoeGather(Bf16*, const Bf16*, const int*, size_t, int, int, void*) { ThrowB
 
 void MoeCombine(float*, const float*, const Bf16*, const int*, const float*, size_t, int, int, void*) {
   ThrowBuiltWithoutCuda("MoeCombine");
+}
+
+void MoeAuxLoss(float*, const float*, const int*, size_t, int, int, float, void*) { ThrowBuiltWithoutCuda("MoeAuxLoss"); }
+
+void MoeCombineBackward(Bf16*, float*, const float*, const Bf16*, const int*, const float*, size_t, int, int, void*) {
+  ThrowBuiltWithoutCuda("MoeCombineBackward");
+}
+
+void MoeRouterBackward(Bf16*, float*, const float*, const int*, const float*, const float*, const int*, size_t, int,
+                       int, float, void*) {
+  ThrowBuiltWithoutCuda("MoeRouterBackward");
+}
+
+void MoeScatterInputGrad(float*, const Bf16*, const Bf16*, const int*, size_t, int, int, void*) {
+  ThrowBuiltWithoutCuda("MoeScatterInputGrad");
+}
+
+void MoeAccumulateStats(long long*, long long*, double*, const int*, const int*, const float*, int, void*) {
+  ThrowBuiltWithoutCuda("MoeAccumulateStats");
+}
+
+size_t PointMoeActivations(MoeLayerActivations&, char*, const MoeShape&) {
+  ThrowBuiltWithoutCuda("PointMoeActivations");
+}
+
+size_t PointMoeScratch(MoeLayerScratch&, char*, const MoeShape&) { ThrowBuiltWithoutCuda("PointMoeScratch"); }
+
+void MoeLayerForward(Gemm&, const MoeLayerActivations&, float*, const float*, const Bf16*, const MoeLayerWeights&,
+                     const MoeConfig&, size_t, int, void*) {
+  ThrowBuiltWithoutCuda("MoeLayerForward");
+}
+
+void MoeLayerBackward(Gemm&, const MoeLayerScratch&, float*, const MoeLayerGradients&, const float*, float,
+                      const Bf16*, const MoeLayerWeights&, const MoeLayerActivations&, const MoeConfig&, size_t, int,
+                      GradientWrite, void*) {
+  ThrowBuiltWithoutCuda("MoeLayerBackward");
 }
 
 }  // namespace tb::gpu
