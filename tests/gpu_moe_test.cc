@@ -4,7 +4,10 @@
 // the gather and combine against the CPU layer's arithmetic on the same bf16 rows.
 // Tolerances: the choices, rows, counts, block starts and gathered rows exactly; probabilities and gate weights 2e-6
 // relative + 1e-7 absolute (the device's expf against the host's differs by a few ulp, and a sum over E of them); the
-// combine 1e-6 relative + 1e-7 (the device may fuse a multiply and an add). Skips, saying why, without a usable GPU.
+// combine 1e-6 relative + 1e-7 (the device may fuse a multiply and an add). The whole layer (moe_layer.h) against
+// cpu::MoeForward / MoeBackward on the same bf16-rounded input and weights: the choices and drops exactly, the output
+// and every gradient within 3e-2 of its norm (the CUDA transformer's tolerance: the experts' activations are rounded
+// to bf16 three times, and the routers' logits come from a bf16 GEMM). Skips, saying why, without a usable GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,10 +16,13 @@
 
 #include "cpu_moe.h"
 #include "cuda/kernels.h"
+#include "cuda/gemm.h"
 #include "cuda/moe_kernels.h"
+#include "cuda/moe_layer.h"
 #include "device.h"
 #include "gpu_test_util.h"
 #include "moe_math.h"
+#include "transformer.h"
 
 namespace {
 
@@ -24,6 +30,8 @@ using tb::gpu::DeviceMemory;
 using tb::gpu::Download;
 using tb::gpu::Upload;
 using tb::test::NoGpuMessage;
+using tb::test::RandomNormal;
+using tb::test::RelativeDifference;
 
 // Logits (N, E): normal, or with every other token's row all equal (ties everywhere).
 std::vector<float> Logits(size_t tokens, int experts, unsigned seed, bool ties) {
@@ -135,5 +143,117 @@ TEST(GpuMoe, TopTwoRoutingWithDropsMatchesCpu) { ExpectRoutingMatchesCpu(2, 0.5,
 TEST(GpuMoe, TopTwoRoutingWithoutDropsMatchesCpu) { ExpectRoutingMatchesCpu(2, 3.0, false, false); }
 TEST(GpuMoe, TopOneRoutingWithDropsMatchesCpu) { ExpectRoutingMatchesCpu(1, 0.5, true, false); }
 TEST(GpuMoe, TiesGoToTheLowerExpertAsOnTheCpu) { ExpectRoutingMatchesCpu(2, 1.25, true, true); }
+
+// --- the whole layer ------------------------------------------------------------------------------------------
+
+// `count` normal values rounded to bf16: the values for the CPU, the bits for the device.
+struct Bf16Tensor {
+  std::vector<float> values;
+  std::vector<tb::gpu::Bf16> bits;
+};
+
+Bf16Tensor RandomBf16(size_t count, float stddev, uint32_t seed) {
+  Bf16Tensor t{RandomNormal(count, stddev, seed), {}};
+  for (float& value : t.values) {
+    t.bits.push_back(tb::gpu::ToBf16(value));
+    value = tb::gpu::ToFloat(t.bits.back());
+  }
+  return t;
+}
+
+// `count` values of device memory that no DeviceMemory owns (a tensor inside a carved allocation).
+template <typename T>
+std::vector<T> DownloadRaw(const T* device, size_t count) {
+  std::vector<T> host(count);
+  tb::CopyDeviceToHost(host.data(), device, count * sizeof(T));
+  return host;
+}
+
+void ExpectNormNear(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  EXPECT_LT(RelativeDifference(gpu.data(), cpu.data(), cpu.size()), 3e-2) << what;
+}
+
+void ExpectLayerMatchesCpu(int top_k, double capacity_factor, bool drops) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const size_t tokens = 96;
+  const int channels = 32;
+  tb::MoeConfig moe;
+  moe.experts = 4;
+  moe.top_k = top_k;
+  moe.expert_ffn = 48;
+  moe.capacity_factor = capacity_factor;
+  moe.aux_loss_coef = 0.05;
+  const int e = moe.experts, f = moe.expert_ffn;
+  const Bf16Tensor in = RandomBf16(tokens * channels, 1.0f, 81);
+  const Bf16Tensor router = RandomBf16(static_cast<size_t>(e) * channels, 0.5f, 82);
+  const Bf16Tensor fc = RandomBf16(static_cast<size_t>(e) * f * channels, 0.2f, 83);
+  const Bf16Tensor fc_bias = RandomBf16(static_cast<size_t>(e) * f, 0.1f, 84);
+  const Bf16Tensor proj = RandomBf16(static_cast<size_t>(e) * channels * f, 0.15f, 85);
+  const Bf16Tensor proj_bias = RandomBf16(static_cast<size_t>(e) * channels, 0.1f, 86);
+  const std::vector<float> residual = RandomNormal(tokens * channels, 1.0f, 87);
+  const std::vector<float> out_grad = RandomNormal(tokens * channels, 1.0f, 88);
+  const float aux_loss_grad = 0.5f;
+
+  // The reference.
+  tb::cpu::MoeActivations cpu;
+  std::vector<float> cpu_out(tokens * channels), cpu_in_grad(tokens * channels);
+  const tb::cpu::MoeWeights cpu_weights{router.values.data(), fc.values.data(), fc_bias.values.data(),
+                                        proj.values.data(), proj_bias.values.data()};
+  tb::cpu::MoeForward(cpu, cpu_out.data(), in.values.data(), residual.data(), cpu_weights, moe, tokens, channels);
+  ASSERT_EQ(drops, cpu.routing.dropped > 0) << cpu.routing.dropped << " dropped";
+  std::vector<float> g_router(router.values.size()), g_fc(fc.values.size()), g_fc_bias(fc_bias.values.size());
+  std::vector<float> g_proj(proj.values.size()), g_proj_bias(proj_bias.values.size());
+  tb::cpu::MoeBackward(cpu_in_grad.data(), {g_router.data(), g_fc.data(), g_fc_bias.data(), g_proj.data(),
+                                            g_proj_bias.data()},
+                       out_grad.data(), aux_loss_grad, in.values.data(), cpu_weights, cpu, moe, tokens, channels);
+
+  // The device, its gradients over NaN (overwritten).
+  tb::gpu::Gemm gemm(nullptr);
+  const tb::gpu::MoeShape shape = tb::gpu::MoeShapeOf(moe, tokens, channels);
+  tb::gpu::MoeLayerActivations a;
+  tb::gpu::MoeLayerScratch scratch;
+  const DeviceMemory activations(tb::gpu::PointMoeActivations(a, nullptr, shape));
+  const DeviceMemory scratch_memory(tb::gpu::PointMoeScratch(scratch, nullptr, shape));
+  tb::gpu::PointMoeActivations(a, activations.as<char>(), shape);
+  tb::gpu::PointMoeScratch(scratch, scratch_memory.as<char>(), shape);
+  const DeviceMemory d_in = Upload(in.bits), d_router = Upload(router.bits), d_fc = Upload(fc.bits);
+  const DeviceMemory d_fc_bias = Upload(fc_bias.bits), d_proj = Upload(proj.bits), d_proj_bias = Upload(proj_bias.bits);
+  const DeviceMemory d_residual = Upload(residual), d_out_grad = Upload(out_grad);
+  DeviceMemory d_out(tokens * channels * sizeof(float)), d_in_grad(tokens * channels * sizeof(float));
+  auto nan = [](size_t count) { return Upload(std::vector<float>(count, NAN)); };
+  const DeviceMemory dg_router = nan(g_router.size()), dg_fc = nan(g_fc.size()), dg_fc_bias = nan(g_fc_bias.size());
+  const DeviceMemory dg_proj = nan(g_proj.size()), dg_proj_bias = nan(g_proj_bias.size());
+  const tb::gpu::MoeLayerWeights weights{d_router.as<tb::gpu::Bf16>(), d_fc.as<tb::gpu::Bf16>(),
+                                         d_fc_bias.as<tb::gpu::Bf16>(), d_proj.as<tb::gpu::Bf16>(),
+                                         d_proj_bias.as<tb::gpu::Bf16>()};
+  tb::gpu::MoeLayerForward(gemm, a, d_out.as<float>(), d_residual.as<float>(), d_in.as<tb::gpu::Bf16>(), weights, moe,
+                           tokens, channels, nullptr);
+  tb::gpu::MoeLayerBackward(gemm, scratch, d_in_grad.as<float>(),
+                            {dg_router.as<float>(), dg_fc.as<float>(), dg_fc_bias.as<float>(), dg_proj.as<float>(),
+                             dg_proj_bias.as<float>()},
+                            d_out_grad.as<float>(), aux_loss_grad, d_in.as<tb::gpu::Bf16>(), weights, a, moe, tokens,
+                            channels, tb::GradientWrite::kOverwrite, nullptr);
+  tb::gpu::SynchronizeDevice();
+
+  const size_t choices = tokens * top_k;
+  const std::vector<int> expert = DownloadRaw(a.expert, choices);
+  ASSERT_EQ(expert, cpu.routing.expert) << "the routing differs (a near tie of the bf16 GEMM's logits?)";
+  EXPECT_EQ(DownloadRaw(a.dropped, 1).front(), cpu.routing.dropped);
+  const std::vector<int> assigned = DownloadRaw(a.assigned, e);
+  for (int x = 0; x < e; ++x) EXPECT_EQ(assigned[x], cpu.routing.assigned[x]) << "expert " << x;
+  EXPECT_NEAR(DownloadRaw(a.aux_loss, 1).front(), cpu.aux_loss, 1e-3 * cpu.aux_loss);
+  ExpectNormNear(Download<float>(d_out, cpu_out.size()), cpu_out, "out");
+  ExpectNormNear(Download<float>(d_in_grad, cpu_in_grad.size()), cpu_in_grad, "in_grad");
+  ExpectNormNear(Download<float>(dg_router, g_router.size()), g_router, "router gradient");
+  ExpectNormNear(Download<float>(dg_fc, g_fc.size()), g_fc, "fc weight gradient");
+  ExpectNormNear(Download<float>(dg_fc_bias, g_fc_bias.size()), g_fc_bias, "fc bias gradient");
+  ExpectNormNear(Download<float>(dg_proj, g_proj.size()), g_proj, "proj weight gradient");
+  ExpectNormNear(Download<float>(dg_proj_bias, g_proj_bias.size()), g_proj_bias, "proj bias gradient");
+}
+
+TEST(GpuMoe, LayerTopTwoWithDropsMatchesCpu) { ExpectLayerMatchesCpu(2, 0.75, true); }
+TEST(GpuMoe, LayerTopTwoWithoutDropsMatchesCpu) { ExpectLayerMatchesCpu(2, 2.0, false); }
+TEST(GpuMoe, LayerTopOneWithDropsMatchesCpu) { ExpectLayerMatchesCpu(1, 0.75, true); }
 
 }  // namespace
