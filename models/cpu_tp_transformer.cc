@@ -624,7 +624,7 @@ void CheckTensorParallelStep(const ModelConfig& config, int tensor_parallel, int
 
 std::string TensorParallelModeGap(const std::string& parallel, int tensor_parallel, bool cuda) {
   if (tensor_parallel == 1 || !cuda || parallel != "fsdp") return "";
-  return "with --parallel fsdp is not built on the GPUs yet: dp or zero1 across the groups, or --backend mpi (the "
+  return "with --parallel fsdp is not built on the GPUs yet: dp or zero1 across the groups, or --backend cpu (the "
          "CPU reference shards the groups by fsdp)";
 }
 

@@ -24,7 +24,10 @@
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "cuda/model_parts.h"
+#include "cuda/moe_kernels.h"
+#include "cuda/moe_layer.h"
 #include "error.h"
+#include "moe_stats.h"
 #include "transformer.h"
 #include "units.h"
 
@@ -38,6 +41,14 @@ using cuda_model::Carver;
 using cuda_model::CarveBlockActivations;
 using cuda_model::CudaPhaseClock;
 using cuda_model::kLibraryReserveBytes;
+
+// An MoE layer's tensors out of `carve`: `point(at)` points them into the stretch at `at` (null: counts) and returns
+// its bytes.
+template <typename Point>
+void CarveMoe(Carver& carve, Point point) {
+  char* at = carve.Take<char>(point(nullptr));
+  point(at);
+}
 
 
 // What one micro-batch slot keeps from its Forward to its Backward, for the stage's blocks only. N = B·T tokens of
@@ -64,7 +75,7 @@ struct MicroBatch {
   bool backward_pending = false;
 };
 
-class CudaTransformer final : public Transformer {
+class CudaTransformer final : public Transformer, public MoeStatsSource {
  public:
   // `options.placement`: resolved over MakeLayout(config).
   CudaTransformer(const ModelConfig& config, uint64_t seed, const CudaTransformerOptions& options);
@@ -128,6 +139,9 @@ class CudaTransformer final : public Transformer {
     if (!fsdp().enabled()) gpu::CastToBf16(params_bf16_, params_, elements_, stream());
   }
 
+  // The MoE blocks' routing since the last call, from the device's running totals (waits for the stream).
+  MoeStepStats TakeMoeStats() override;
+
   // Why auto attention did not get cuDNN ("" when it did, or when attention was chosen explicitly).
   const std::string& fallback_reason() const { return fallback_reason_; }
 
@@ -175,6 +189,16 @@ class CudaTransformer final : public Transformer {
   void HeadBackward(MicroBatch& mb, const std::function<void(size_t slot)>& ready, GradientWrite write);
   void BlockBackward(const MicroBatch& mb, int layer, const std::function<void(size_t slot)>& ready,
                      GradientWrite write);
+  // Block `layer`'s MLP forward (dense, or its MoE layer) from ln2 onto residual2, into residual3; and its backward
+  // from the residual gradient to channel_grad_ (dense, bf16) or moe_in_grad_ (MoE, fp32), its gradients reported.
+  void MlpForward(const BlockActivations& a, int layer, size_t n);
+  void MlpBackward(const MicroBatch& mb, const BlockActivations& a, int layer,
+                   const std::function<void(size_t slot)>& ready, GradientWrite write);
+  // Block l's MoE weights and gradients where its unit is now.
+  gpu::MoeLayerWeights MoeWeightsOf(int layer) const;
+  gpu::MoeLayerGradients MoeGradientsOf(int layer) const;
+  // The routing totals zeroed, on the stream.
+  void ClearMoeTotals();
   // Block `layer` (one the stage holds) of a slot's activations.
   const BlockActivations& Block(const MicroBatch& mb, int layer) const {
     return mb.blocks[static_cast<size_t>(layer - stage().first_layer)];
@@ -230,6 +254,15 @@ class CudaTransformer final : public Transformer {
   // logits_grad, written by the cross-entropy in Forward), then each block's MLP hidden gradient (N, 4C), then its
   // qkv gradient (N, 3C): each is spent before the next is written (the CPU reference's hidden_grad_ likewise).
   Bf16* grad_scratch_ = nullptr;
+  // MoE blocks (none without): the backward's scratch and fp32 input gradient (N, C), shared by the blocks; per MoE
+  // block the running totals of its routing since TakeMoeStats: (blocks, E) choices per expert, (blocks) dropped
+  // choices and aux losses.
+  gpu::MoeLayerScratch moe_scratch_;
+  float* moe_in_grad_ = nullptr;
+  long long* moe_assigned_sum_ = nullptr;
+  long long* moe_dropped_sum_ = nullptr;
+  double* moe_aux_sum_ = nullptr;
+  int moe_forwards_ = 0;  // forwards since TakeMoeStats
 
   // Pinned staging for the batch's tokens (2, max_tokens_), and the event after their copy to the device: the next
   // SetBatch waits for it before overwriting the staging buffer.
@@ -308,6 +341,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
   for (size_t i = 0; stage().last() && i < micro_batches_.size(); ++i) {  // Loss() before any Forward: 0
     TB_CHECK_CUDA(cudaMemsetAsync(micro_batches_[i].loss, 0, sizeof(float), stream_.get()));
   }
+  ClearMoeTotals();
   stream_.Synchronize();
   NoteDeviceMemory();
 }
@@ -421,13 +455,20 @@ size_t CudaTransformer::PointActivations(char* base) {
   const size_t hidden = static_cast<size_t>(config_.mlp_ratio) * c;
   const size_t vp = config_.vocab_padded;
   Carver carve(base);
+  const bool has_moe = MoeBlockCount(config_) > 0;
+  const gpu::MoeShape moe_shape = has_moe ? gpu::MoeShapeOf(*config_.moe, n, config_.d_model) : gpu::MoeShape{};
   float* shared_residual_grad = stage().first() ? carve.Take<float>(n * c) : nullptr;
   micro_batches_.resize(stage().slots);
   for (MicroBatch& mb : micro_batches_) {
     mb.tokens = carve.Take<int32_t>(2 * n);
     mb.input = carve.Take<float>(n * c);
     mb.blocks.resize(static_cast<size_t>(stage().end_layer - stage().first_layer));
-    for (BlockActivations& a : mb.blocks) CarveBlockActivations(carve, a, n, c, c, config_.heads, hidden);
+    for (int l = stage().first_layer; l < stage().end_layer; ++l) {
+      BlockActivations& a = mb.blocks[static_cast<size_t>(l - stage().first_layer)];
+      const bool moe = IsMoeBlock(config_, l);
+      CarveBlockActivations(carve, a, n, c, c, config_.heads, moe ? 0 : hidden);
+      if (moe) CarveMoe(carve, [&](char* at) { return gpu::PointMoeActivations(a.moe, at, moe_shape); });
+    }
     if (stage().last()) {
       mb.lnf = carve.Take<Bf16>(n * c);
       mb.lnf_mean = carve.Take<float>(n);
@@ -449,6 +490,14 @@ size_t CudaTransformer::PointActivations(char* base) {
   const bool logits_grad_in_scratch = stage().last() && stage().slots == 1;
   grad_scratch_ = carve.Take<Bf16>(n * std::max({logits_grad_in_scratch ? vp : size_t{0}, hidden, 3 * c}));
   if (logits_grad_in_scratch) micro_batches_[0].logits_grad = grad_scratch_;
+  if (has_moe) {
+    CarveMoe(carve, [&](char* at) { return gpu::PointMoeScratch(moe_scratch_, at, moe_shape); });
+    moe_in_grad_ = carve.Take<float>(n * c);
+    const size_t blocks = static_cast<size_t>(MoeBlockCount(config_));
+    moe_assigned_sum_ = carve.Take<long long>(blocks * config_.moe->experts);
+    moe_dropped_sum_ = carve.Take<long long>(blocks);
+    moe_aux_sum_ = carve.Take<double>(blocks);
+  }
   return carve.used();
 }
 
@@ -523,7 +572,6 @@ void CudaTransformer::Forward() {
   mb.backward_pending = false;
   const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
   const int c = config_.d_model;
-  const int hidden = config_.mlp_ratio * c;
   const int32_t* inputs = mb.tokens;
   const int32_t* targets = mb.tokens + n;
 
@@ -553,12 +601,11 @@ void CudaTransformer::Forward() {
     gpu::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(kLn2Weight), param(kLn2Bias), n, c,
                           stream());
     BeginOp(OpKind::kMlp, false);
-    gemm_->LinearForward(a.fch_gelu, a.fch, a.ln2, bf16_param(kFcWeight), bf16_param(kFcBias), n, c, hidden);
-    gemm_->LinearForwardFloat(a.residual3, a.residual2, a.fch_gelu, bf16_param(kMlpProjWeight),
-                              param(kMlpProjBias), n, hidden, c);
+    MlpForward(a, l, n);
     ReleaseParameters(BlockUnit(l));
     residual = a.residual3;
   }
+  if (MoeBlockCount(config_) > 0) ++moe_forwards_;
   // A stage before the last stops here: its last block's output is its output edge.
   if (stage().last()) HeadForward(mb, residual, targets);
   EndOps();
@@ -682,7 +729,6 @@ void CudaTransformer::BlockBackward(const MicroBatch& mb, int l, const std::func
                                     GradientWrite write) {
   const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
   const int c = config_.d_model;
-  const int hidden = config_.mlp_ratio * c;
   auto ready_pair = [&](BlockTensor weight, BlockTensor bias) {
     ready(BlockSlot(l, bias));
     ready(BlockSlot(l, weight));
@@ -695,24 +741,19 @@ void CudaTransformer::BlockBackward(const MicroBatch& mb, int l, const std::func
   auto grad = [&](BlockTensor t) { return Grad(BlockSlot(l, t)); };
   const float* residual = l > stage().first_layer ? Block(mb, l - 1).residual3 : mb.input;
 
-  // MLP projection; the GELU gradient is fused into its input gradient (the DGELU epilogue over fch), and so,
-  // when overwriting, is fc's bias gradient where cuBLASLt offers DGELU_BGRAD.
-  Bf16* hidden_grad = grad_scratch_;  // (N, 4C): the logits' gradient is spent by now
   BeginOp(OpKind::kMlp, true);
-  const bool fc_bias_written =
-      gemm_->LinearBackwardInput(hidden_grad, residual_grad_bf16_, bf16_param(kMlpProjWeight), a.fch, n, hidden, c,
-                                 write == GradientWrite::kOverwrite ? grad(kFcBias) : nullptr);
-  gemm_->LinearBackwardWeights(grad(kMlpProjWeight), grad(kMlpProjBias), residual_grad_bf16_, a.fch_gelu, n,
-                               hidden, c, write);
-  ready_pair(kMlpProjWeight, kMlpProjBias);
-  gemm_->LinearBackwardInput(channel_grad_, hidden_grad, bf16_param(kFcWeight), nullptr, n, c, hidden);
-  gemm_->LinearBackwardWeights(grad(kFcWeight), fc_bias_written ? nullptr : grad(kFcBias), hidden_grad, a.ln2, n,
-                               c, hidden, write);
-  ready_pair(kFcWeight, kFcBias);
+  MlpBackward(mb, a, l, ready, write);
   BeginOp(OpKind::kLayerNorm, true);
-  gpu::LayerNormBackward(mb.residual_grad, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), channel_grad_,
-                         a.residual2, param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_,
-                         stream());
+  // The MLP's input gradient: the dense one's in bf16 (a GEMM's output), an MoE layer's in fp32.
+  if (IsMoeBlock(config_, l)) {
+    gpu::LayerNormBackward(mb.residual_grad, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), moe_in_grad_,
+                           a.residual2, param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_,
+                           stream());
+  } else {
+    gpu::LayerNormBackward(mb.residual_grad, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), channel_grad_,
+                           a.residual2, param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_,
+                           stream());
+  }
   ready_pair(kLn2Weight, kLn2Bias);
 
   // Attention projection, attention, qkv.
@@ -735,6 +776,101 @@ void CudaTransformer::BlockBackward(const MicroBatch& mb, int l, const std::func
   ready_pair(kLn1Weight, kLn1Bias);
   ReleaseGradients(BlockUnit(l));
   ReleaseParameters(BlockUnit(l));
+}
+
+// The dense MLP (fc with its GELU epilogue, proj adding into the fp32 residual stream), or an MoE block's layer with
+// its routing added to the step's totals.
+void CudaTransformer::MlpForward(const BlockActivations& a, int l, size_t n) {
+  const int c = config_.d_model;
+  if (IsMoeBlock(config_, l)) {
+    const MoeConfig& moe = *config_.moe;
+    gpu::MoeLayerForward(*gemm_, a.moe, a.residual3, a.residual2, a.ln2, MoeWeightsOf(l), moe, n, c, stream());
+    const size_t block = static_cast<size_t>(l / moe.every);
+    gpu::MoeAccumulateStats(moe_assigned_sum_ + block * moe.experts, moe_dropped_sum_ + block, moe_aux_sum_ + block,
+                            a.moe.assigned, a.moe.dropped, a.moe.aux_loss, moe.experts, stream());
+    return;
+  }
+  const int hidden = config_.mlp_ratio * c;
+  const Bf16* fc_weight = Bf16Param(BlockSlot(l, kFcWeight));
+  gemm_->LinearForward(a.fch_gelu, a.fch, a.ln2, fc_weight, Bf16Param(BlockSlot(l, kFcBias)), n, c, hidden);
+  gemm_->LinearForwardFloat(a.residual3, a.residual2, a.fch_gelu, Bf16Param(BlockSlot(l, kMlpProjWeight)),
+                            Param(BlockSlot(l, kMlpProjBias)), n, hidden, c);
+}
+
+// The dense MLP's backward into channel_grad_: the GELU gradient fused into proj's input gradient (the DGELU epilogue
+// over fch), and so, when overwriting, fc's bias gradient where cuBLASLt offers DGELU_BGRAD. An MoE layer's into
+// moe_in_grad_, its aux loss weighted as the loss is (the aux loss is added to the loss as it is).
+void CudaTransformer::MlpBackward(const MicroBatch& mb, const BlockActivations& a, int l,
+                                  const std::function<void(size_t slot)>& ready, GradientWrite write) {
+  const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
+  const int c = config_.d_model;
+  auto grad = [&](BlockTensor t) { return Grad(BlockSlot(l, t)); };
+  auto ready_pair = [&](BlockTensor weight, BlockTensor bias) {
+    ready(BlockSlot(l, bias));
+    ready(BlockSlot(l, weight));
+  };
+  if (IsMoeBlock(config_, l)) {
+    gpu::MoeLayerBackward(*gemm_, moe_scratch_, moe_in_grad_, MoeGradientsOf(l), mb.residual_grad, gradient_scale_,
+                          a.ln2, MoeWeightsOf(l), a.moe, *config_.moe, n, c, write, stream());
+    ready(BlockSlot(l, kRouterWeight));
+    ready_pair(kMlpProjWeight, kMlpProjBias);
+    ready_pair(kFcWeight, kFcBias);
+    return;
+  }
+  const int hidden = config_.mlp_ratio * c;
+  Bf16* hidden_grad = grad_scratch_;  // (N, 4C): the logits' gradient is spent by now
+  const bool fc_bias_written = gemm_->LinearBackwardInput(
+      hidden_grad, residual_grad_bf16_, Bf16Param(BlockSlot(l, kMlpProjWeight)), a.fch, n, hidden, c,
+      write == GradientWrite::kOverwrite ? grad(kFcBias) : nullptr);
+  gemm_->LinearBackwardWeights(grad(kMlpProjWeight), grad(kMlpProjBias), residual_grad_bf16_, a.fch_gelu, n,
+                               hidden, c, write);
+  ready_pair(kMlpProjWeight, kMlpProjBias);
+  gemm_->LinearBackwardInput(channel_grad_, hidden_grad, Bf16Param(BlockSlot(l, kFcWeight)), nullptr, n, c, hidden);
+  gemm_->LinearBackwardWeights(grad(kFcWeight), fc_bias_written ? nullptr : grad(kFcBias), hidden_grad, a.ln2, n,
+                               c, hidden, write);
+  ready_pair(kFcWeight, kFcBias);
+}
+
+gpu::MoeLayerWeights CudaTransformer::MoeWeightsOf(int l) const {
+  return {Bf16Param(BlockSlot(l, kRouterWeight)), Bf16Param(BlockSlot(l, kFcWeight)), Bf16Param(BlockSlot(l, kFcBias)),
+          Bf16Param(BlockSlot(l, kMlpProjWeight)), Bf16Param(BlockSlot(l, kMlpProjBias))};
+}
+
+gpu::MoeLayerGradients CudaTransformer::MoeGradientsOf(int l) const {
+  return {Grad(BlockSlot(l, kRouterWeight)), Grad(BlockSlot(l, kFcWeight)), Grad(BlockSlot(l, kFcBias)),
+          Grad(BlockSlot(l, kMlpProjWeight)), Grad(BlockSlot(l, kMlpProjBias))};
+}
+
+MoeStepStats CudaTransformer::TakeMoeStats() {
+  MoeStepStats stats;
+  const int blocks = MoeBlockCount(config_);
+  const int experts = config_.moe ? config_.moe->experts : 0;
+  stats.Reset(blocks, experts);
+  if (blocks == 0) return stats;
+  const size_t count = static_cast<size_t>(blocks) * experts;
+  std::vector<long long> assigned(count), dropped(blocks);
+  std::vector<double> aux(blocks);
+  stream_.Synchronize();
+  CopyDeviceToHost(assigned.data(), moe_assigned_sum_, count * sizeof(long long));
+  CopyDeviceToHost(dropped.data(), moe_dropped_sum_, dropped.size() * sizeof(long long));
+  CopyDeviceToHost(aux.data(), moe_aux_sum_, aux.size() * sizeof(double));
+  for (int b = 0; b < blocks; ++b) {
+    const auto first = assigned.begin() + static_cast<std::ptrdiff_t>(b) * experts;
+    stats.AddBlock(b, std::vector<int64_t>(first, first + experts), dropped[b], aux[b]);
+  }
+  stats.forwards = moe_forwards_;
+  ClearMoeTotals();
+  return stats;
+}
+
+void CudaTransformer::ClearMoeTotals() {
+  moe_forwards_ = 0;
+  if (MoeBlockCount(config_) == 0) return;
+  const size_t blocks = static_cast<size_t>(MoeBlockCount(config_));
+  TB_CHECK_CUDA(cudaMemsetAsync(moe_assigned_sum_, 0, blocks * config_.moe->experts * sizeof(long long),
+                                stream_.get()));
+  TB_CHECK_CUDA(cudaMemsetAsync(moe_dropped_sum_, 0, blocks * sizeof(long long), stream_.get()));
+  TB_CHECK_CUDA(cudaMemsetAsync(moe_aux_sum_, 0, blocks * sizeof(double), stream_.get()));
 }
 
 void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
@@ -761,6 +897,11 @@ std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint
     throw InputError(std::string("--d-model ") + std::to_string(config.d_model) +
                      " is not a multiple of 8, which the CUDA transformer needs (16-byte aligned bf16 rows and biases "
                      "for cuBLASLt) HINT: a d_model of 8·k, or --backend cpu");
+  }
+  if (config.moe && config.moe->expert_ffn % 8 != 0) {
+    throw InputError(std::string("--expert-ffn ") + std::to_string(config.moe->expert_ffn) +
+                     " is not a multiple of 8, which the CUDA MoE layer needs (its experts' GELU epilogue) HINT: an "
+                     "expert width of 8·k, or --backend cpu");
   }
   if (options.max_batch < 1) {
     throw InputError(std::string("the CUDA transformer's max_batch must be at least 1, got ") +

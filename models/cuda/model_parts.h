@@ -11,6 +11,7 @@
 
 #include "cuda/cuda_raii.h"
 #include "cuda/kernels.h"
+#include "cuda/moe_layer.h"
 #include "transformer.h"
 
 namespace tb::cuda_model {
@@ -57,6 +58,7 @@ struct BlockActivations {
   gpu::Bf16* fch = nullptr;        // (N, 4C) or (N, Fl) MLP hidden, before GELU (the GELU epilogue's aux output)
   gpu::Bf16* fch_gelu = nullptr;   // the same, after GELU
   float* residual3 = nullptr;      // (N, C) residual after the MLP: the block's output
+  gpu::MoeLayerActivations moe;    // an MoE block's routing and experts' activations (fch and fch_gelu then empty)
 };
 
 // One block's activations for `n` tokens out of `carve`: `channels` (C) whole, `head_channels` (C or Cl) and `heads`

@@ -166,7 +166,10 @@ std::vector<bool> RemoteNodes(const Communicator& group, int node) {
 void CheckMoeFlags(const TrainFlags& f, const ModelConfig& model, bool cuda) {
   if (!model.moe) return;
   const std::string m = "model '" + model.name + "' has mixture-of-experts blocks: ";
-  if (cuda) throw InputError(m + "the CUDA transformer has no MoE blocks yet (--backend mpi runs them on the CPU)");
+  if (cuda && f.expert_parallel > 1) {
+    throw InputError(m + "--expert-parallel runs on the CPU backend only so far (--backend cpu); the CUDA transformer "
+                         "holds every expert on each GPU");
+  }
   const std::string gap = MoeLayoutGap(model, f.parallel, f.tensor_parallel, f.pipeline_parallel, f.expert_parallel);
   if (!gap.empty()) throw InputError(gap);
   if (f.op_times) throw InputError(m + "--op-times does not time them yet (its MLP row counts a dense MLP's work)");

@@ -407,6 +407,14 @@ case $part in
     train train_124m 100 --model gpt2-124m --micro-batch 16 --steps 20
     train train_1p5b 140 --model gpt2-1.5b --micro-batch 8 --steps 10 --warmup-steps 2 && \
       check_attention train_1p5b cudnn-sdpa
+
+    # MoE blocks (issue 39): two of Mixtral-8x7B's layers (8 experts of 14336, top-2), and moe-tiny against the CPU
+    # backend's losses from the same weights and tokens (bf16 against fp32: 2%).
+    train train_moe_mixtral 140 --model moe-mixtral-8x7b --layers 2 --micro-batch 4 --steps 10 --warmup-steps 2
+    step train_moe_tiny 60 mpirun -np 1 --bind-to none trainbench train --backend cuda --model moe-tiny --steps 10 \
+      --warmup-steps 0 -o "$out/train_moe_tiny.h5"
+    step train_moe_tiny_cpu 120 mpirun -np 1 --bind-to none trainbench train --backend cpu --model moe-tiny \
+      --steps 10 --warmup-steps 0 -o "$out/train_moe_tiny_cpu.h5" && compare_losses train_moe_tiny train_moe_tiny_cpu 0.02
     ;;
   cublas)
     train train_1p5b_cublas 140 --model gpt2-1.5b --micro-batch 8 --steps 10 --warmup-steps 2 --attention cublas
