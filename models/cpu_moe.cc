@@ -91,69 +91,6 @@ void GatherChoices(std::vector<float>& gathered, const float* in, const MoeRouti
 // The ranks of `experts`' group (1 without one).
 int GroupSize(const MoeExperts* experts) { return experts && experts->group ? experts->group->size() : 1; }
 
-// Expert parallel: the dispatch's layout. Rank p's experts are a contiguous range, so its rows are one block of the
-// gathered rows; the ranks tell each other how many rows each of their experts gets (an all-to-all of E_local ints
-// per rank), and the expert rows are the received ones regrouped local expert by local expert (each expert's rows
-// from rank 0 first, then rank 1's, ...).
-void PlanDispatch(MoeActivations& a, MoeExperts& experts, int channels, int local_experts) {
-  Communicator& group = *experts.group;
-  const int ranks = group.size();
-  const MoeRouting& routing = a.routing;
-  MoeDispatchLayout& d = a.dispatch;
-  std::vector<int32_t> send_rows(static_cast<size_t>(ranks) * local_experts);
-  d.send_counts.assign(ranks, 0);
-  d.send_offsets.assign(ranks, 0);
-  for (int p = 0; p < ranks; ++p) {
-    const int first = routing.block_begin[p * local_experts], end = routing.block_begin[(p + 1) * local_experts];
-    d.send_offsets[p] = At(first, channels);
-    d.send_counts[p] = At(end - first, channels);
-    for (int e = 0; e < local_experts; ++e) {
-      const int expert = p * local_experts + e;
-      send_rows[At(p, local_experts) + e] = routing.block_begin[expert + 1] - routing.block_begin[expert];
-    }
-  }
-  d.recv_rows.assign(send_rows.size(), 0);
-  const double start = NowSeconds();
-  group.AllToAll(send_rows.data(), d.recv_rows.data(), local_experts, DataType::kInt32);
-  experts.figures.dispatch_s += NowSeconds() - start;
-  d.recv_counts.assign(ranks, 0);
-  d.recv_offsets.assign(ranks, 0);
-  std::vector<int> first_row(ranks + 1, 0);  // of each rank's received rows
-  for (int p = 0; p < ranks; ++p) {
-    int rows = 0;
-    for (int e = 0; e < local_experts; ++e) rows += d.recv_rows[At(p, local_experts) + e];
-    first_row[p + 1] = first_row[p] + rows;
-    d.recv_offsets[p] = At(first_row[p], channels);
-    d.recv_counts[p] = At(rows, channels);
-  }
-  MoeExpertRows& x = a.experts;
-  x.block_begin.assign(local_experts + 1, 0);
-  d.source_row.clear();
-  for (int e = 0; e < local_experts; ++e) {
-    for (int p = 0; p < ranks; ++p) {
-      int row = first_row[p];
-      for (int before = 0; before < e; ++before) row += d.recv_rows[At(p, local_experts) + before];
-      for (int i = 0; i < d.recv_rows[At(p, local_experts) + e]; ++i) d.source_row.push_back(row + i);
-    }
-    x.block_begin[e + 1] = static_cast<int>(d.source_row.size());
-  }
-}
-
-// The bytes of `counts` (elements) that go to ranks other than this one; those to other nodes added to
-// experts.figures.inter_node_bytes.
-uint64_t RemoteBytes(const std::vector<size_t>& counts, MoeExperts& experts) {
-  const int self = experts.group->rank();
-  uint64_t bytes = 0;
-  for (size_t p = 0; p < counts.size(); ++p) {
-    if (static_cast<int>(p) == self) continue;
-    bytes += counts[p] * sizeof(float);
-    if (p < experts.remote_node.size() && experts.remote_node[p]) {
-      experts.figures.inter_node_bytes += counts[p] * sizeof(float);
-    }
-  }
-  return bytes;
-}
-
 // Expert parallel: source rows (R, C; gathered order) to the experts' ranks, regrouped there into expert rows
 // (R_e, C). `received` is scratch.
 void Dispatch(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<float>& source,
@@ -163,10 +100,10 @@ void Dispatch(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector
   experts->group->AllToAllV(source.data(), d.send_counts, d.send_offsets, received.data(), d.recv_counts,
                             d.recv_offsets, DataType::kFloat32);
   experts->figures.dispatch_s += NowSeconds() - start;
-  experts->figures.dispatch_bytes += RemoteBytes(d.send_counts, *experts);
-  expert_rows.resize(At(d.source_row.size(), channels));
-  for (size_t i = 0; i < d.source_row.size(); ++i) {
-    std::memcpy(&expert_rows[At(static_cast<int64_t>(i), channels)], &received[At(d.source_row[i], channels)],
+  experts->figures.dispatch_bytes += RemoteBytes(d.send_counts, sizeof(float), *experts);
+  expert_rows.resize(At(d.expert_row.size(), channels));
+  for (size_t i = 0; i < d.expert_row.size(); ++i) {
+    std::memcpy(&expert_rows[At(d.expert_row[i], channels)], &received[At(static_cast<int64_t>(i), channels)],
                 sizeof(float) * channels);
   }
 }
@@ -176,8 +113,8 @@ void Dispatch(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector
 void Combine(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<float>& expert_rows,
              std::vector<float>& source, std::vector<float>& received, int channels) {
   received.resize(expert_rows.size());
-  for (size_t i = 0; i < d.source_row.size(); ++i) {
-    std::memcpy(&received[At(d.source_row[i], channels)], &expert_rows[At(static_cast<int64_t>(i), channels)],
+  for (size_t i = 0; i < d.expert_row.size(); ++i) {
+    std::memcpy(&received[At(static_cast<int64_t>(i), channels)], &expert_rows[At(d.expert_row[i], channels)],
                 sizeof(float) * channels);
   }
   source.resize(At(d.send_offsets.back(), 1) + d.send_counts.back());
@@ -185,7 +122,7 @@ void Combine(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<
   experts->group->AllToAllV(received.data(), d.recv_counts, d.recv_offsets, source.data(), d.send_counts,
                             d.send_offsets, DataType::kFloat32);
   experts->figures.combine_s += NowSeconds() - start;
-  experts->figures.combine_bytes += RemoteBytes(d.recv_counts, *experts);
+  experts->figures.combine_bytes += RemoteBytes(d.recv_counts, sizeof(float), *experts);
 }
 
 // One local expert's rows of the expert rows, and its tensors.
@@ -275,7 +212,8 @@ void MoeForward(MoeActivations& activations, float* out, const float* in, const 
     return;
   }
   GatherChoices(a.gathered, in, a.routing, moe.top_k, tokens, channels);
-  PlanDispatch(a, *experts, channels, local_experts);
+  a.dispatch = PlanDispatch(a.routing.block_begin, *experts, local_experts, channels);
+  a.experts.block_begin = a.dispatch.expert_begin;
   std::vector<float> received;
   Dispatch(a.dispatch, experts, a.gathered, a.experts.in, received, channels);
   ExpertsForward(a.experts, weights, moe.expert_ffn, channels);

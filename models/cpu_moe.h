@@ -24,7 +24,7 @@
 
 #include "communicator.h"
 #include "model_config.h"
-#include "moe_stats.h"
+#include "moe_dispatch.h"
 
 namespace tb::cpu {
 
@@ -45,13 +45,6 @@ struct MoeGradients {
   float* fc_bias = nullptr;      // (E_local, F)
   float* proj_weight = nullptr;  // (E_local, C, F)
   float* proj_bias = nullptr;    // (E_local, C)
-};
-
-// Where the experts are, and what their all-to-alls moved and took (added to by MoeForward and MoeBackward).
-struct MoeExperts {
-  Communicator* group = nullptr;  // expert parallel over its ranks (host memory: mpi); null: every expert here
-  std::vector<bool> remote_node;  // per rank of the group: whether it is on another node (empty: none is)
-  AllToAllFigures figures;        // the all-to-alls so far
 };
 
 // Where each token went: set by MoeForward, read by MoeBackward. Choice i = t·K + j is token t's j-th choice.
@@ -75,20 +68,12 @@ struct MoeExpertRows {
   std::vector<float> out;        // (R_e, C) before the gate weights
 };
 
-// Expert parallel: the all-to-alls' layout, in elements (rows · C), one count and offset per rank of the group, and
-// which received row each of the expert rows is.
-struct MoeDispatchLayout {
-  std::vector<size_t> send_counts, send_offsets, recv_counts, recv_offsets;
-  std::vector<int32_t> recv_rows;  // (EP, E_local) rows from each rank for each local expert
-  std::vector<int> source_row;     // (R_e) expert row i is received row source_row[i]
-};
-
 // What MoeForward keeps for backward; R = the kept choices (block_begin[E]).
 struct MoeActivations {
   MoeRouting routing;
   std::vector<float> gathered;    // (R, C) the kept choices' tokens, expert after expert (all E); empty without EP
   MoeExpertRows experts;          // what this rank's experts ran on (without EP: gathered itself)
-  MoeDispatchLayout dispatch;     // expert parallel only
+  MoeDispatchLayout dispatch;     // expert parallel only (expert_row, expert_begin: the compact expert rows)
   std::vector<float> expert_out;  // (R, C) the kept choices' expert outputs, back from their experts (with EP)
   float aux_loss = 0.0f;          // coef · E · Σ f_i · P_i
 };

@@ -174,7 +174,7 @@ class CpuTransformer : public CpuFlatModel, public MoeStatsSource {
   float* hidden_grad_ = nullptr;   // (N, 4C) gradient of the MLP hidden, and later of qkv (N, 3C)
   std::vector<float> attention_scratch_;  // (2, block rows, maxT)
   MoeStepStats moe_stats_;  // since the last TakeMoeStats
-  cpu::MoeExperts moe_experts_;  // where the experts are (placement_.experts.group), and its all-to-alls' figures
+  MoeExperts moe_experts_;  // where the experts are (placement_.experts.group), and its all-to-alls' figures
 };
 
 void CpuTransformer::ReserveActivations(MicroBatchSlot& micro_batch, size_t tokens) {
