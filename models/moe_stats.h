@@ -11,8 +11,8 @@ namespace tb {
 class Transformer;
 
 // Expert parallel's all-to-alls (all 0 without): host seconds in the dispatches and in the combines (forward's and
-// backward's; the exchange of row counts in the dispatch's), the token rows sent to other ranks in each (fp32; to
-// itself not counted), and of both the bytes to ranks on other nodes.
+// backward's; the exchange of row counts in the dispatch's), the bytes of the token rows sent to other ranks in each
+// (fp32 rows on the CPU, bf16 on the GPU; to itself not counted), and of both the bytes to ranks on other nodes.
 struct AllToAllFigures {
   double dispatch_s = 0;
   double combine_s = 0;

@@ -512,10 +512,12 @@ class TrainingSteps {
       if (!IsExpertSlot(layout, s) || layout[s].count == 0) continue;
       float* grads = model_.gradients() + layout[s].offset;
       if (o_.expert_data->size() > 1) {
-        o_.expert_data->AllReduce(grads, grads, layout[s].count, DataType::kFloat32, ReduceOp::kSum);
+        TimeCollective(*o_.expert_data, model_, [&] {
+          o_.expert_data->AllReduce(grads, grads, layout[s].count, DataType::kFloat32, ReduceOp::kSum);
+        });
         r.experts_allreduce_bytes += layout[s].count * sizeof(float);
       }
-      for (size_t i = 0; i < layout[s].count; ++i) grads[i] *= scale;
+      model_.ScaleFloats(grads, layout[s].count, scale);
     }
     r.comm_experts_s = NowSeconds() - start;
     r.comm_total_s += r.comm_experts_s;

@@ -319,6 +319,11 @@ class Transformer {
   virtual void AddFloats(float* dst, const float* src, size_t count) {
     for (size_t i = 0; i < count; ++i) dst[i] += src[i];
   }
+  // data[i] *= scale for `count` floats of that memory, in the same order: expert parallel's gradients, summed over
+  // the ranks holding the same experts, to their mean over every rank's tokens.
+  virtual void ScaleFloats(float* data, size_t count, float scale) {
+    for (size_t i = 0; i < count; ++i) data[i] *= scale;
+  }
   // Pipeline parallel: micro-batch slot `slot` (< placement().stage.slots) is the one SetBatch, Forward, Loss,
   // Backward and stage_edges act on from now on (slot 0 until chosen): a stage keeps the activations of each slot's
   // last Forward until that slot's Backward. Throws std::logic_error for a slot outside them.

@@ -9,19 +9,23 @@
 // and every gradient within 3e-2 of its norm (the CUDA transformer's tolerance: the experts' activations are rounded
 // to bf16 three times, and the routers' logits come from a bf16 GEMM). Skips, saying why, without a usable GPU.
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "communicator.h"
 #include "cpu_moe.h"
-#include "cuda/kernels.h"
 #include "cuda/gemm.h"
+#include "cuda/kernels.h"
 #include "cuda/moe_kernels.h"
 #include "cuda/moe_layer.h"
 #include "device.h"
 #include "gpu_test_util.h"
 #include "moe_math.h"
+#include "nccl_communicator.h"
 #include "transformer.h"
 
 namespace {
@@ -174,86 +178,152 @@ void ExpectNormNear(const std::vector<float>& gpu, const std::vector<float>& cpu
   EXPECT_LT(RelativeDifference(gpu.data(), cpu.data(), cpu.size()), 3e-2) << what;
 }
 
-void ExpectLayerMatchesCpu(int top_k, double capacity_factor, bool drops) {
-  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
-  const size_t tokens = 96;
-  const int channels = 32;
+// One layer's inputs: bf16-rounded input and weights, fp32 residual and output gradient.
+struct LayerInputs {
   tb::MoeConfig moe;
-  moe.experts = 4;
-  moe.top_k = top_k;
-  moe.expert_ffn = 48;
-  moe.capacity_factor = capacity_factor;
-  moe.aux_loss_coef = 0.05;
-  const int e = moe.experts, f = moe.expert_ffn;
-  const Bf16Tensor in = RandomBf16(tokens * channels, 1.0f, 81);
-  const Bf16Tensor router = RandomBf16(static_cast<size_t>(e) * channels, 0.5f, 82);
-  const Bf16Tensor fc = RandomBf16(static_cast<size_t>(e) * f * channels, 0.2f, 83);
-  const Bf16Tensor fc_bias = RandomBf16(static_cast<size_t>(e) * f, 0.1f, 84);
-  const Bf16Tensor proj = RandomBf16(static_cast<size_t>(e) * channels * f, 0.15f, 85);
-  const Bf16Tensor proj_bias = RandomBf16(static_cast<size_t>(e) * channels, 0.1f, 86);
-  const std::vector<float> residual = RandomNormal(tokens * channels, 1.0f, 87);
-  const std::vector<float> out_grad = RandomNormal(tokens * channels, 1.0f, 88);
-  const float aux_loss_grad = 0.5f;
+  size_t tokens = 96;
+  int channels = 32;
+  Bf16Tensor in, router, fc, fc_bias, proj, proj_bias;
+  std::vector<float> residual, out_grad;
+  float aux_loss_grad = 0.5f;
 
-  // The reference.
+  LayerInputs(int top_k, double capacity_factor) {
+    moe.experts = 4;
+    moe.top_k = top_k;
+    moe.expert_ffn = 48;
+    moe.capacity_factor = capacity_factor;
+    moe.aux_loss_coef = 0.05;
+    const size_t e = moe.experts, f = moe.expert_ffn, c = channels;
+    in = RandomBf16(tokens * c, 1.0f, 81);
+    router = RandomBf16(e * c, 0.5f, 82);
+    fc = RandomBf16(e * f * c, 0.2f, 83);
+    fc_bias = RandomBf16(e * f, 0.1f, 84);
+    proj = RandomBf16(e * c * f, 0.15f, 85);
+    proj_bias = RandomBf16(e * c, 0.1f, 86);
+    residual = RandomNormal(tokens * c, 1.0f, 87);
+    out_grad = RandomNormal(tokens * c, 1.0f, 88);
+  }
+};
+
+// What a layer gives: its output, input gradient and weight gradients (router, fc, fc bias, proj, proj bias), and its
+// routing (choices, drops, choices per expert, aux loss).
+struct LayerResult {
+  std::vector<float> out, in_grad;
+  std::vector<std::vector<float>> grads;
+  std::vector<int> expert;
+  int64_t dropped = 0;
+  std::vector<int64_t> assigned;
+  float aux_loss = 0;
+};
+
+LayerResult RunCpuLayer(const LayerInputs& x) {
   tb::cpu::MoeActivations cpu;
-  std::vector<float> cpu_out(tokens * channels), cpu_in_grad(tokens * channels);
-  const tb::cpu::MoeWeights cpu_weights{router.values.data(), fc.values.data(), fc_bias.values.data(),
-                                        proj.values.data(), proj_bias.values.data()};
-  tb::cpu::MoeForward(cpu, cpu_out.data(), in.values.data(), residual.data(), cpu_weights, moe, tokens, channels);
-  ASSERT_EQ(drops, cpu.routing.dropped > 0) << cpu.routing.dropped << " dropped";
-  std::vector<float> g_router(router.values.size()), g_fc(fc.values.size()), g_fc_bias(fc_bias.values.size());
-  std::vector<float> g_proj(proj.values.size()), g_proj_bias(proj_bias.values.size());
-  tb::cpu::MoeBackward(cpu_in_grad.data(), {g_router.data(), g_fc.data(), g_fc_bias.data(), g_proj.data(),
-                                            g_proj_bias.data()},
-                       out_grad.data(), aux_loss_grad, in.values.data(), cpu_weights, cpu, moe, tokens, channels);
+  LayerResult r;
+  r.out.resize(x.tokens * x.channels);
+  r.in_grad.resize(x.tokens * x.channels);
+  const tb::cpu::MoeWeights weights{x.router.values.data(), x.fc.values.data(), x.fc_bias.values.data(),
+                                    x.proj.values.data(), x.proj_bias.values.data()};
+  tb::cpu::MoeForward(cpu, r.out.data(), x.in.values.data(), x.residual.data(), weights, x.moe, x.tokens, x.channels);
+  for (const Bf16Tensor* t : {&x.router, &x.fc, &x.fc_bias, &x.proj, &x.proj_bias}) {
+    r.grads.emplace_back(t->values.size(), 0.0f);
+  }
+  tb::cpu::MoeBackward(r.in_grad.data(),
+                       {r.grads[0].data(), r.grads[1].data(), r.grads[2].data(), r.grads[3].data(), r.grads[4].data()},
+                       x.out_grad.data(), x.aux_loss_grad, x.in.values.data(), weights, cpu, x.moe, x.tokens,
+                       x.channels);
+  r.expert = cpu.routing.expert;
+  r.dropped = cpu.routing.dropped;
+  r.assigned = cpu.routing.assigned;
+  r.aux_loss = cpu.aux_loss;
+  return r;
+}
 
-  // The device, its gradients over NaN (overwritten).
+// The device layer on the same inputs, its gradients over NaN (overwritten); with `experts`, dispatched over its
+// group.
+LayerResult RunGpuLayer(const LayerInputs& x, tb::MoeExperts* experts) {
+  using tb::gpu::Bf16;
   tb::gpu::Gemm gemm(nullptr);
-  const tb::gpu::MoeShape shape = tb::gpu::MoeShapeOf(moe, tokens, channels);
+  const tb::gpu::MoeShape shape = tb::gpu::MoeShapeOf(x.moe, x.tokens, x.channels, experts);
   tb::gpu::MoeLayerActivations a;
   tb::gpu::MoeLayerScratch scratch;
   const DeviceMemory activations(tb::gpu::PointMoeActivations(a, nullptr, shape));
   const DeviceMemory scratch_memory(tb::gpu::PointMoeScratch(scratch, nullptr, shape));
   tb::gpu::PointMoeActivations(a, activations.as<char>(), shape);
   tb::gpu::PointMoeScratch(scratch, scratch_memory.as<char>(), shape);
-  const DeviceMemory d_in = Upload(in.bits), d_router = Upload(router.bits), d_fc = Upload(fc.bits);
-  const DeviceMemory d_fc_bias = Upload(fc_bias.bits), d_proj = Upload(proj.bits), d_proj_bias = Upload(proj_bias.bits);
-  const DeviceMemory d_residual = Upload(residual), d_out_grad = Upload(out_grad);
-  DeviceMemory d_out(tokens * channels * sizeof(float)), d_in_grad(tokens * channels * sizeof(float));
-  auto nan = [](size_t count) { return Upload(std::vector<float>(count, NAN)); };
-  const DeviceMemory dg_router = nan(g_router.size()), dg_fc = nan(g_fc.size()), dg_fc_bias = nan(g_fc_bias.size());
-  const DeviceMemory dg_proj = nan(g_proj.size()), dg_proj_bias = nan(g_proj_bias.size());
-  const tb::gpu::MoeLayerWeights weights{d_router.as<tb::gpu::Bf16>(), d_fc.as<tb::gpu::Bf16>(),
-                                         d_fc_bias.as<tb::gpu::Bf16>(), d_proj.as<tb::gpu::Bf16>(),
-                                         d_proj_bias.as<tb::gpu::Bf16>()};
-  tb::gpu::MoeLayerForward(gemm, a, d_out.as<float>(), d_residual.as<float>(), d_in.as<tb::gpu::Bf16>(), weights, moe,
-                           tokens, channels, nullptr);
+  const DeviceMemory d_in = Upload(x.in.bits), d_router = Upload(x.router.bits), d_fc = Upload(x.fc.bits);
+  const DeviceMemory d_fc_bias = Upload(x.fc_bias.bits), d_proj = Upload(x.proj.bits);
+  const DeviceMemory d_proj_bias = Upload(x.proj_bias.bits);
+  const DeviceMemory d_residual = Upload(x.residual), d_out_grad = Upload(x.out_grad);
+  const size_t values = x.tokens * x.channels;
+  DeviceMemory d_out(values * sizeof(float)), d_in_grad(values * sizeof(float));
+  std::vector<DeviceMemory> d_grads;
+  for (const Bf16Tensor* t : {&x.router, &x.fc, &x.fc_bias, &x.proj, &x.proj_bias}) {
+    d_grads.push_back(Upload(std::vector<float>(t->values.size(), NAN)));
+  }
+  const tb::gpu::MoeLayerWeights weights{d_router.as<Bf16>(), d_fc.as<Bf16>(), d_fc_bias.as<Bf16>(),
+                                         d_proj.as<Bf16>(), d_proj_bias.as<Bf16>()};
+  tb::gpu::MoeLayerForward(gemm, a, scratch, d_out.as<float>(), d_residual.as<float>(), d_in.as<Bf16>(), weights,
+                           x.moe, x.tokens, x.channels, nullptr, experts);
   tb::gpu::MoeLayerBackward(gemm, scratch, d_in_grad.as<float>(),
-                            {dg_router.as<float>(), dg_fc.as<float>(), dg_fc_bias.as<float>(), dg_proj.as<float>(),
-                             dg_proj_bias.as<float>()},
-                            d_out_grad.as<float>(), aux_loss_grad, d_in.as<tb::gpu::Bf16>(), weights, a, moe, tokens,
-                            channels, tb::GradientWrite::kOverwrite, nullptr);
+                            {d_grads[0].as<float>(), d_grads[1].as<float>(), d_grads[2].as<float>(),
+                             d_grads[3].as<float>(), d_grads[4].as<float>()},
+                            d_out_grad.as<float>(), x.aux_loss_grad, d_in.as<Bf16>(), weights, a, x.moe, x.tokens,
+                            x.channels, tb::GradientWrite::kOverwrite, nullptr, experts);
   tb::gpu::SynchronizeDevice();
+  LayerResult r;
+  r.out = Download<float>(d_out, values);
+  r.in_grad = Download<float>(d_in_grad, values);
+  for (const DeviceMemory& g : d_grads) r.grads.push_back(Download<float>(g, g.bytes() / sizeof(float)));
+  r.expert = DownloadRaw(a.expert, x.tokens * x.moe.top_k);
+  r.dropped = DownloadRaw(a.dropped, 1).front();
+  for (const int count : DownloadRaw(a.assigned, x.moe.experts)) r.assigned.push_back(count);
+  r.aux_loss = DownloadRaw(a.aux_loss, 1).front();
+  return r;
+}
 
-  const size_t choices = tokens * top_k;
-  const std::vector<int> expert = DownloadRaw(a.expert, choices);
-  ASSERT_EQ(expert, cpu.routing.expert) << "the routing differs (a near tie of the bf16 GEMM's logits?)";
-  EXPECT_EQ(DownloadRaw(a.dropped, 1).front(), cpu.routing.dropped);
-  const std::vector<int> assigned = DownloadRaw(a.assigned, e);
-  for (int x = 0; x < e; ++x) EXPECT_EQ(assigned[x], cpu.routing.assigned[x]) << "expert " << x;
-  EXPECT_NEAR(DownloadRaw(a.aux_loss, 1).front(), cpu.aux_loss, 1e-3 * cpu.aux_loss);
-  ExpectNormNear(Download<float>(d_out, cpu_out.size()), cpu_out, "out");
-  ExpectNormNear(Download<float>(d_in_grad, cpu_in_grad.size()), cpu_in_grad, "in_grad");
-  ExpectNormNear(Download<float>(dg_router, g_router.size()), g_router, "router gradient");
-  ExpectNormNear(Download<float>(dg_fc, g_fc.size()), g_fc, "fc weight gradient");
-  ExpectNormNear(Download<float>(dg_fc_bias, g_fc_bias.size()), g_fc_bias, "fc bias gradient");
-  ExpectNormNear(Download<float>(dg_proj, g_proj.size()), g_proj, "proj weight gradient");
-  ExpectNormNear(Download<float>(dg_proj_bias, g_proj_bias.size()), g_proj_bias, "proj bias gradient");
+const char* const kGradientNames[] = {"router gradient", "fc weight gradient", "fc bias gradient",
+                                      "proj weight gradient", "proj bias gradient"};
+
+void ExpectLayerMatchesCpu(int top_k, double capacity_factor, bool drops) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const LayerInputs x(top_k, capacity_factor);
+  const LayerResult cpu = RunCpuLayer(x);
+  ASSERT_EQ(drops, cpu.dropped > 0) << cpu.dropped << " dropped";
+  const LayerResult gpu = RunGpuLayer(x, nullptr);
+  ASSERT_EQ(gpu.expert, cpu.expert) << "the routing differs (a near tie of the bf16 GEMM's logits?)";
+  EXPECT_EQ(gpu.dropped, cpu.dropped);
+  EXPECT_EQ(gpu.assigned, cpu.assigned);
+  EXPECT_NEAR(gpu.aux_loss, cpu.aux_loss, 1e-3 * cpu.aux_loss);
+  ExpectNormNear(gpu.out, cpu.out, "out");
+  ExpectNormNear(gpu.in_grad, cpu.in_grad, "in_grad");
+  for (size_t i = 0; i < cpu.grads.size(); ++i) ExpectNormNear(gpu.grads[i], cpu.grads[i], kGradientNames[i]);
 }
 
 TEST(GpuMoe, LayerTopTwoWithDropsMatchesCpu) { ExpectLayerMatchesCpu(2, 0.75, true); }
 TEST(GpuMoe, LayerTopTwoWithoutDropsMatchesCpu) { ExpectLayerMatchesCpu(2, 2.0, false); }
 TEST(GpuMoe, LayerTopOneWithDropsMatchesCpu) { ExpectLayerMatchesCpu(1, 0.75, true); }
+
+// Expert parallel's path (the compact gather, the host's dispatch plan, NCCL's all-to-alls, the regrouping into padded
+// expert rows and back) over a group of one rank, which one GPU can run: the same expert rows as without a group, so
+// the same bits, and no bytes counted (the rows go to this rank itself). Expert parallel over more ranks needs a GPU
+// each (NCCL refuses two ranks on one device): tests/perf/gpu_check.sh's parallel part runs it where there are two.
+TEST(GpuMoe, LayerOverAOneRankExpertGroupEqualsTheLayerWithout) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  const LayerInputs x(2, 0.75);
+  const LayerResult alone = RunGpuLayer(x, nullptr);
+  const std::unique_ptr<tb::Communicator> group = tb::MakeNcclCommunicator(MPI_COMM_SELF);
+  tb::MoeExperts experts;
+  experts.group = group.get();
+  const LayerResult grouped = RunGpuLayer(x, &experts);
+  EXPECT_EQ(grouped.expert, alone.expert);
+  EXPECT_EQ(grouped.dropped, alone.dropped);
+  EXPECT_EQ(grouped.out, alone.out);
+  EXPECT_EQ(grouped.in_grad, alone.in_grad);
+  for (size_t i = 0; i < alone.grads.size(); ++i) EXPECT_EQ(grouped.grads[i], alone.grads[i]) << kGradientNames[i];
+  EXPECT_GT(experts.figures.dispatch_s, 0.0);
+  EXPECT_GT(experts.figures.combine_s, 0.0);
+  EXPECT_EQ(experts.figures.dispatch_bytes, 0u);
+  EXPECT_EQ(experts.figures.combine_bytes, 0u);
+}
 
 }  // namespace

@@ -396,6 +396,44 @@ TEST(CudaTransformer, MoeBlocksMatchCpuReference) {
   }
 }
 
+// Expert parallel's path through the whole model over a one-rank expert group (what one GPU can run: NCCL refuses two
+// ranks on one device): the same loss and gradients, bit for bit, as the model without a group, top-2 with dropped
+// choices, and the all-to-alls' figures in the routing stats (no bytes: the rows go to this rank itself).
+TEST(CudaTransformer, MoeOverAOneRankExpertGroupEqualsTheModelWithout) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::MoeConfig moe;
+  moe.experts = 4;
+  moe.top_k = 2;
+  moe.expert_ffn = 96;
+  moe.capacity_factor = 0.75;
+  const ModelConfig config = tb::WithMoe(SmallHeadsConfig(), moe);
+  const std::unique_ptr<tb::Communicator> group = tb::MakeNcclCommunicator(MPI_COMM_SELF);
+  CudaTransformerOptions options;
+  options.max_batch = kBatch;
+  options.attention = AttentionChoice::kCublas;
+  auto alone = MakeCudaTransformer(config, 5, options);
+  options.placement.experts.group = group.get();
+  auto grouped = MakeCudaTransformer(config, 5, options);
+  const Batch batch = RandomBatch(config.vocab, kBatch, kSeq, 6);
+  const float alone_loss = alone->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  const float grouped_loss = grouped->ForwardBatch(batch.inputs.data(), batch.targets.data(), kBatch, kSeq);
+  EXPECT_EQ(grouped_loss, alone_loss);
+  alone->Backward({});
+  grouped->Backward({});
+  const size_t n = alone->parameter_elements();
+  ASSERT_EQ(grouped->parameter_elements(), n);
+  EXPECT_EQ(DownloadDevice(grouped->gradients(), n), DownloadDevice(alone->gradients(), n));
+  const tb::MoeStepStats alone_stats = tb::MoeStatsOf(*alone)->TakeMoeStats();
+  const tb::MoeStepStats grouped_stats = tb::MoeStatsOf(*grouped)->TakeMoeStats();
+  EXPECT_EQ(grouped_stats.assigned, alone_stats.assigned);
+  EXPECT_GT(grouped_stats.dropped, 0);
+  EXPECT_EQ(grouped_stats.dropped, alone_stats.dropped);
+  EXPECT_GT(grouped_stats.alltoall.dispatch_s, 0.0);
+  EXPECT_GT(grouped_stats.alltoall.combine_s, 0.0);
+  EXPECT_EQ(grouped_stats.alltoall.dispatch_bytes, 0u);
+  EXPECT_EQ(alone_stats.alltoall.dispatch_s, 0.0);
+}
+
 TEST(CudaTransformer, ForwardAndBackwardMatchCpuReferenceHeadSize64) {
   if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
   ExpectForwardAndBackwardMatchCpu(Head64Config());

@@ -128,6 +128,9 @@ class CudaTransformer final : public Transformer, public MoeStatsSource {
     return bytes;
   }
   void Synchronize() override { stream_.Synchronize(); }
+  void ScaleFloats(float* data, size_t count, float scale) override {
+    gpu::ScaleFloats(data, count, scale, stream());
+  }
   void ClearFloats(float* data, size_t count) override {
     TB_CHECK_CUDA(cudaMemsetAsync(data, 0, count * sizeof(float), stream_.get()));
   }
@@ -191,7 +194,7 @@ class CudaTransformer final : public Transformer, public MoeStatsSource {
                      GradientWrite write);
   // Block `layer`'s MLP forward (dense, or its MoE layer) from ln2 onto residual2, into residual3; and its backward
   // from the residual gradient to channel_grad_ (dense, bf16) or moe_in_grad_ (MoE, fp32), its gradients reported.
-  void MlpForward(const BlockActivations& a, int layer, size_t n);
+  void MlpForward(BlockActivations& a, int layer, size_t n);
   void MlpBackward(const MicroBatch& mb, const BlockActivations& a, int layer,
                    const std::function<void(size_t slot)>& ready, GradientWrite write);
   // Block l's MoE weights and gradients where its unit is now.
@@ -210,7 +213,7 @@ class CudaTransformer final : public Transformer, public MoeStatsSource {
   // and flat element i (or store element i under fsdp) has its moments at i - moment_offset().
   CudaTransformerOptions options_;
   std::vector<TensorSlot> whole_layout_;  // MakeLayout's, where the stage's tensors and their initial weights come from
-  std::vector<TensorSlot> layout_;        // the stage's (StageLayout): what the flat buffers hold
+  std::vector<TensorSlot> layout_;        // the stage's and its experts' (HeldLayout): what the flat buffers hold
   size_t elements_;
   std::vector<AdamWRange> adamw_ranges_;
   std::optional<gpu::AdamWPlan> adamw_plan_;  // adamw_ranges_ on the device, for AdamW's one launch
@@ -259,6 +262,7 @@ class CudaTransformer final : public Transformer, public MoeStatsSource {
   // choices and aux losses.
   gpu::MoeLayerScratch moe_scratch_;
   float* moe_in_grad_ = nullptr;
+  MoeExperts moe_experts_;  // where the experts are (placement's expert group), and its all-to-alls' figures
   long long* moe_assigned_sum_ = nullptr;
   long long* moe_dropped_sum_ = nullptr;
   double* moe_aux_sum_ = nullptr;
@@ -282,19 +286,23 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
     : config_(config),
       options_(options),
       whole_layout_(MakeLayout(config)),
-      layout_(StageLayout(whole_layout_, stage())),
+      layout_(HeldLayout(whole_layout_, options.placement)),
       elements_(layout_.back().offset + layout_.back().count),
       // wte's padding rows are skipped (they stay exactly zero, as in the CPU reference), and consecutive slots
       // with the same decay rule share a range.
       adamw_ranges_(PlacementAdamWRanges(config, layout_, options.placement)),
       units_(ParameterUnits(layout_)),
-      // By the whole model's layout: a stage holds the same units, and a held slot keeps its place in its unit (the
+      // By the whole model's layout (its experts under expert parallel): a stage holds the same units, and a held slot keeps its place in its unit (the
       // last stage's embedding unit, wte without wpe, has wte at its start). Over the stage's own layout SlotUnits
       // could not place the empty slots after its last held one.
-      slot_units_(SlotUnits(whole_layout_, ParameterUnits(whole_layout_))),
-      unit_offsets_(UnitOffsets(whole_layout_, ParameterUnits(whole_layout_))),
+      slot_units_(SlotUnits(ExpertLayout(whole_layout_, options.placement.experts),
+                            ParameterUnits(ExpertLayout(whole_layout_, options.placement.experts)))),
+      unit_offsets_(UnitOffsets(ExpertLayout(whole_layout_, options.placement.experts),
+                                ParameterUnits(ExpertLayout(whole_layout_, options.placement.experts)))),
       views_(units_.size()),
       max_tokens_(static_cast<size_t>(options.max_batch) * config.seq) {
+  moe_experts_.group = placement().experts.group;
+  moe_experts_.remote_node = placement().experts.remote_node;
   // The libraries first: their handles and workspaces are then part of what cudaMemGetInfo reports as used.
   gemm_ = std::make_unique<gpu::Gemm>(stream());
   const int c = config_.d_model;
@@ -377,7 +385,7 @@ void CudaTransformer::UploadInitialParameters(uint64_t seed) {
   for (size_t s = 0; !fsdp().enabled() && s < layout_.size(); ++s) {
     const size_t count = layout_[s].count;
     if (count == 0) continue;
-    const size_t begin = whole_layout_[s].offset;
+    const size_t begin = whole_layout_[s].offset + layout_[s].first;  // an expert slot: this rank's experts
     float* device = params_ + layout_[s].offset;
     if (!pieces.empty() && pieces.back().end == begin &&
         pieces.back().device + (pieces.back().end - pieces.back().begin) == device) {
@@ -456,7 +464,8 @@ size_t CudaTransformer::PointActivations(char* base) {
   const size_t vp = config_.vocab_padded;
   Carver carve(base);
   const bool has_moe = MoeBlockCount(config_) > 0;
-  const gpu::MoeShape moe_shape = has_moe ? gpu::MoeShapeOf(*config_.moe, n, config_.d_model) : gpu::MoeShape{};
+  const gpu::MoeShape moe_shape =
+      has_moe ? gpu::MoeShapeOf(*config_.moe, n, config_.d_model, &moe_experts_) : gpu::MoeShape{};
   float* shared_residual_grad = stage().first() ? carve.Take<float>(n * c) : nullptr;
   micro_batches_.resize(stage().slots);
   for (MicroBatch& mb : micro_batches_) {
@@ -585,7 +594,7 @@ void CudaTransformer::Forward() {
   }
   const float* residual = mb.input;  // (N, C)
   for (int l = stage().first_layer; l < stage().end_layer; ++l) {
-    const BlockActivations& a = Block(mb, l);
+    BlockActivations& a = mb.blocks[static_cast<size_t>(l - stage().first_layer)];
     HoldParameters(BlockUnit(l));
     auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
     auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
@@ -780,11 +789,12 @@ void CudaTransformer::BlockBackward(const MicroBatch& mb, int l, const std::func
 
 // The dense MLP (fc with its GELU epilogue, proj adding into the fp32 residual stream), or an MoE block's layer with
 // its routing added to the step's totals.
-void CudaTransformer::MlpForward(const BlockActivations& a, int l, size_t n) {
+void CudaTransformer::MlpForward(BlockActivations& a, int l, size_t n) {
   const int c = config_.d_model;
   if (IsMoeBlock(config_, l)) {
     const MoeConfig& moe = *config_.moe;
-    gpu::MoeLayerForward(*gemm_, a.moe, a.residual3, a.residual2, a.ln2, MoeWeightsOf(l), moe, n, c, stream());
+    gpu::MoeLayerForward(*gemm_, a.moe, moe_scratch_, a.residual3, a.residual2, a.ln2, MoeWeightsOf(l), moe, n, c,
+                         stream(), &moe_experts_);
     const size_t block = static_cast<size_t>(l / moe.every);
     gpu::MoeAccumulateStats(moe_assigned_sum_ + block * moe.experts, moe_dropped_sum_ + block, moe_aux_sum_ + block,
                             a.moe.assigned, a.moe.dropped, a.moe.aux_loss, moe.experts, stream());
@@ -811,7 +821,7 @@ void CudaTransformer::MlpBackward(const MicroBatch& mb, const BlockActivations& 
   };
   if (IsMoeBlock(config_, l)) {
     gpu::MoeLayerBackward(*gemm_, moe_scratch_, moe_in_grad_, MoeGradientsOf(l), mb.residual_grad, gradient_scale_,
-                          a.ln2, MoeWeightsOf(l), a.moe, *config_.moe, n, c, write, stream());
+                          a.ln2, MoeWeightsOf(l), a.moe, *config_.moe, n, c, write, stream(), &moe_experts_);
     ready(BlockSlot(l, kRouterWeight));
     ready_pair(kMlpProjWeight, kMlpProjBias);
     ready_pair(kFcWeight, kFcBias);
@@ -859,6 +869,8 @@ MoeStepStats CudaTransformer::TakeMoeStats() {
     stats.AddBlock(b, std::vector<int64_t>(first, first + experts), dropped[b], aux[b]);
   }
   stats.forwards = moe_forwards_;
+  stats.alltoall = moe_experts_.figures;
+  moe_experts_.figures = {};
   ClearMoeTotals();
   return stats;
 }

@@ -385,6 +385,13 @@ __global__ void ResidualAddKernel(float* out, const float* a, const float* b, si
   }
 }
 
+__global__ void ScaleKernel(float* data, size_t count, float scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    data[i] *= scale;
+  }
+}
+
 __global__ void CastToBf16Kernel(Bf16* out, const float* in, size_t count) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -736,6 +743,12 @@ void GeluBackward(float* grad, const float* in, size_t count, void* stream) {
 void ResidualAdd(float* out, const float* a, const float* b, size_t count, void* stream) {
   if (count == 0) return;
   ResidualAddKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(out, a, b, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void ScaleFloats(float* data, size_t count, float scale, void* stream) {
+  if (count == 0) return;
+  ScaleKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(data, count, scale);
   TB_CHECK_CUDA_LAUNCH();
 }
 

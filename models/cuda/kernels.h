@@ -101,6 +101,9 @@ void GeluBackward(float* grad, const float* in, size_t count, void* stream);
 // out = a + b, elementwise over count values; out may alias a or b.
 void ResidualAdd(float* out, const float* a, const float* b, size_t count, void* stream);
 
+// data *= scale, elementwise over count values.
+void ScaleFloats(float* data, size_t count, float scale, void* stream);
+
 // out = in rounded to bf16 (nearest even, as ToBf16), elementwise over count values.
 void CastToBf16(Bf16* out, const float* in, size_t count, void* stream);
 

@@ -121,6 +121,23 @@ __global__ void AuxLossKernel(float* aux_loss, const float* probs, const int* as
 
 constexpr int kWarp = 32;
 
+// Grid-stride over rows x channels: row i of src to row index[i] of dst (scatter), or row index[i] of src to row i
+// of dst (gather).
+__global__ void MoveRowsKernel(__nv_bfloat16* dst, const __nv_bfloat16* src, const int* index, size_t rows,
+                               int channels, bool scatter) {
+  const size_t total = rows * channels;
+  for (size_t at = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; at < total;
+       at += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t i = at / channels, c = at % channels;
+    const size_t mapped = static_cast<size_t>(index[i]) * channels + c;
+    if (scatter) {
+      dst[mapped] = src[at];
+    } else {
+      dst[at] = src[mapped];
+    }
+  }
+}
+
 // One warp per choice: the expert output's gradient (gate · dy) and the gate's (dy · y, a warp sum).
 __global__ void CombineBackwardKernel(__nv_bfloat16* expert_out_grad, float* gate_grad, const float* out_grad,
                                       const __nv_bfloat16* expert_out, const int* row, const float* gate,
@@ -234,6 +251,21 @@ void MoeCombine(float* out, const float* residual, const Bf16* expert_out, const
   if (tokens == 0 || channels == 0) return;
   CombineKernel<<<StrideBlocks(tokens * channels), kThreads, 0, AsStream(stream)>>>(
       out, residual, reinterpret_cast<const __nv_bfloat16*>(expert_out), row, gate, tokens, top_k, channels);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void MoeScatterRows(Bf16* dst, const Bf16* src, const int* index, size_t rows, int channels, void* stream) {
+  if (rows == 0 || channels == 0) return;
+  MoveRowsKernel<<<StrideBlocks(rows * channels), kThreads, 0, AsStream(stream)>>>(
+      reinterpret_cast<__nv_bfloat16*>(dst), reinterpret_cast<const __nv_bfloat16*>(src), index, rows, channels, true);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
+void MoeGatherRows(Bf16* dst, const Bf16* src, const int* index, size_t rows, int channels, void* stream) {
+  if (rows == 0 || channels == 0) return;
+  MoveRowsKernel<<<StrideBlocks(rows * channels), kThreads, 0, AsStream(stream)>>>(
+      reinterpret_cast<__nv_bfloat16*>(dst), reinterpret_cast<const __nv_bfloat16*>(src), index, rows, channels,
+      false);
   TB_CHECK_CUDA_LAUNCH();
 }
 

@@ -36,6 +36,11 @@ void MoeGather(Bf16* gathered, const Bf16* in, const int* row, size_t tokens, in
 void MoeCombine(float* out, const float* residual, const Bf16* expert_out, const int* row, const float* gate,
                 size_t tokens, int top_k, int channels, void* stream);
 
+// Rows moved by an index map (expert parallel's regrouping of received rows into expert rows and back), bf16 (rows,
+// C): ScatterRows dst[index[i]] = src[i], GatherRows dst[i] = src[index[i]], for i < rows.
+void MoeScatterRows(Bf16* dst, const Bf16* src, const int* index, size_t rows, int channels, void* stream);
+void MoeGatherRows(Bf16* dst, const Bf16* src, const int* index, size_t rows, int channels, void* stream);
+
 // aux_loss (1) = coef · E · Σ_e f_e · P_e (moe::AuxLoss): f_e = assigned[e] / (N·K), P_e the mean of probs (N, E)
 // over the tokens, each summed in token order in double as the CPU layer does. One block.
 void MoeAuxLoss(float* aux_loss, const float* probs, const int* assigned, size_t tokens, int experts, int top_k,

@@ -50,6 +50,8 @@ void BatchedColumnSum(float*, const Bf16*, size_t, int, int, GradientWrite, void
   ThrowBuiltWithoutCuda("BatchedColumnSum");
 }
 
+void ScaleFloats(float*, size_t, float, void*) { ThrowBuiltWithoutCuda("ScaleFloats"); }
+
 void GeluForward(float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("GeluForward"); }
 
 void GeluBackward(float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("GeluBackward"); }

@@ -18,6 +18,10 @@ void MoeCombine(float*, const float*, const Bf16*, const int*, const float*, siz
   ThrowBuiltWithoutCuda("MoeCombine");
 }
 
+void MoeScatterRows(Bf16*, const Bf16*, const int*, size_t, int, void*) { ThrowBuiltWithoutCuda("MoeScatterRows"); }
+
+void MoeGatherRows(Bf16*, const Bf16*, const int*, size_t, int, void*) { ThrowBuiltWithoutCuda("MoeGatherRows"); }
+
 void MoeAuxLoss(float*, const float*, const int*, size_t, int, int, float, void*) { ThrowBuiltWithoutCuda("MoeAuxLoss"); }
 
 void MoeCombineBackward(Bf16*, float*, const float*, const Bf16*, const int*, const float*, size_t, int, int, void*) {
@@ -37,20 +41,22 @@ void MoeAccumulateStats(long long*, long long*, double*, const int*, const int*,
   ThrowBuiltWithoutCuda("MoeAccumulateStats");
 }
 
+MoeShape MoeShapeOf(const MoeConfig&, size_t, int, const MoeExperts*) { ThrowBuiltWithoutCuda("MoeShapeOf"); }
+
 size_t PointMoeActivations(MoeLayerActivations&, char*, const MoeShape&) {
   ThrowBuiltWithoutCuda("PointMoeActivations");
 }
 
 size_t PointMoeScratch(MoeLayerScratch&, char*, const MoeShape&) { ThrowBuiltWithoutCuda("PointMoeScratch"); }
 
-void MoeLayerForward(Gemm&, const MoeLayerActivations&, float*, const float*, const Bf16*, const MoeLayerWeights&,
-                     const MoeConfig&, size_t, int, void*) {
+void MoeLayerForward(Gemm&, MoeLayerActivations&, const MoeLayerScratch&, float*, const float*, const Bf16*,
+                     const MoeLayerWeights&, const MoeConfig&, size_t, int, void*, MoeExperts*) {
   ThrowBuiltWithoutCuda("MoeLayerForward");
 }
 
 void MoeLayerBackward(Gemm&, const MoeLayerScratch&, float*, const MoeLayerGradients&, const float*, float,
                       const Bf16*, const MoeLayerWeights&, const MoeLayerActivations&, const MoeConfig&, size_t, int,
-                      GradientWrite, void*) {
+                      GradientWrite, void*, MoeExperts*) {
   ThrowBuiltWithoutCuda("MoeLayerBackward");
 }
 

@@ -556,7 +556,7 @@ inline const RealAttribute alltoall_inter_node_bytes{kTrainPoint, "alltoall_inte
 inline const RealAttribute alltoall_bytes_theory{
     kTrainPoint, "alltoall_bytes_theory", "B",
     "balanced routing, nothing dropped: 4 all-to-alls (dispatch and combine, forward and backward) x MoE blocks x M x "
-    "B x S x top-k x d x 4 B x (EP-1)/EP"};
+    "B x S x top-k x d x 4 B (fp32 rows; 2 B, bf16, on the cuda backend) x (EP-1)/EP"};
 inline const RealAttribute alltoall_GBps{kTrainPoint, "alltoall_GBps", "GB/s",
                                          "alltoall_bytes / comm_alltoall_s: bytes sent to other ranks over the time in "
                                          "the all-to-alls, waits for the slowest peer included (1e9 B; each of a "

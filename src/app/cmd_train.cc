@@ -163,13 +163,9 @@ std::vector<bool> RemoteNodes(const Communicator& group, int node) {
 
 // A model with MoE blocks and --expert-parallel: what is not built yet (one line, exit 2). EP against the experts and
 // the ranks: PlanTrainPoint.
-void CheckMoeFlags(const TrainFlags& f, const ModelConfig& model, bool cuda) {
+void CheckMoeFlags(const TrainFlags& f, const ModelConfig& model) {
   if (!model.moe) return;
   const std::string m = "model '" + model.name + "' has mixture-of-experts blocks: ";
-  if (cuda && f.expert_parallel > 1) {
-    throw InputError(m + "--expert-parallel runs on the CPU backend only so far (--backend cpu); the CUDA transformer "
-                         "holds every expert on each GPU");
-  }
   const std::string gap = MoeLayoutGap(model, f.parallel, f.tensor_parallel, f.pipeline_parallel, f.expert_parallel);
   if (!gap.empty()) throw InputError(gap);
   if (f.op_times) throw InputError(m + "--op-times does not time them yet (its MLP row counts a dense MLP's work)");
@@ -603,7 +599,7 @@ void AddParallelOptions(po::options_description& options, TrainFlags& f) {
       ("expert-parallel", Number(&f.expert_parallel, IntRange::Between(1, kMaxWidth))->default_value(f.expert_parallel),
        "spread each MoE block's experts over groups of EP consecutive ranks inside a node (E/EP each), the tokens "
        "dispatched to their experts' ranks and combined back with all-to-alls (MPI_Alltoallv; NCCL grouped "
-       "send/recv), data parallel over all ranks; EP divides the experts and the ranks (cpu backend, --parallel dp)")
+       "send/recv), data parallel over all ranks; EP divides the experts and the ranks (--parallel dp)")
       ("allow-cross-node-ep", po::bool_switch(&f.allow_cross_node_ep),
        "let expert parallel groups span nodes (their all-to-alls then cross the slow link)");
 }
@@ -730,7 +726,7 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
     f_.grad_accum = f.micro_batches;
   }
   CheckPipelineFlags(f, r.backend() == "nccl");
-  CheckMoeFlags(f, model_, r.backend() == "nccl");
+  CheckMoeFlags(f, model_);
   CheckNodeGroups(f.tensor_parallel, f.allow_cross_node_tp, kTensorParallelGroups);
   CheckNodeGroups(f.expert_parallel, f.allow_cross_node_ep, kExpertParallelGroups);
   SetGlobalBatch();
@@ -1235,7 +1231,9 @@ void TrainPhase::AddTheory(ScalingPoint& p, int micro_batch) const {
   }
   if (model_.moe) {
     const double tokens = static_cast<double>(plan.micro_batches) * micro_batch * loop_.seq;
-    p.alltoall_bytes_theory = TheoryAllToAllBytes(model_, tokens, sizeof(float), plan.expert_parallel);
+    // The rows' element: bf16 on the CUDA model (its activations), fp32 on the CPU.
+    const double element = setup_.backend.cuda ? sizeof(uint16_t) : sizeof(float);
+    p.alltoall_bytes_theory = TheoryAllToAllBytes(model_, tokens, element, plan.expert_parallel);
   }
   p.traffic_theory.activation =
       TheoryActivationTraffic(first.stage.end_layer - first.stage.first_layer, micro_batch, loop_.seq, model_.d_model,

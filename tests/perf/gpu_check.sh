@@ -220,6 +220,12 @@ part_parallel() {
     step par_pp2 90 mpirun -np 2 --bind-to none trainbench train --backend cuda --model gpt2-124m --micro-batch 2 \
       --pipeline-parallel 2 --micro-batches 4 --warmup-steps 1 --steps 5 --lr 1e-3 -o "$out/par_pp2.h5" &&
       compare_losses par_pp2 par_dp_ga4 2e-3
+    # Expert parallel (issue 39): moe-tiny's 4 experts over 2 GPUs (NCCL all-to-alls) against one GPU's 2 accumulated
+    # micro-batches: the same tokens; routing ties may tip a choice between bf16 runs, so 2e-2.
+    step par_moe_ga2 60 mpirun -np 1 --bind-to none trainbench train --backend cuda --model moe-tiny --grad-accum 2 \
+      --warmup-steps 1 --steps 5 -o "$out/par_moe_ga2.h5"
+    step par_ep2 90 mpirun -np 2 --bind-to none trainbench train --backend cuda --model moe-tiny --expert-parallel 2 \
+      --warmup-steps 1 --steps 5 -o "$out/par_ep2.h5" && compare_losses par_ep2 par_moe_ga2 2e-2
   else
     verdict "par_2gpu" "skipped: $gpus GPU(s): train puts one rank on each GPU (two ranks on one GPU are refused), so zero1, fsdp and tensor parallel across GPUs need 2"
     # The CUDA tensor-parallel model as threads sharing this GPU, T = 1, 2, 4, against the CPU reference and the
