@@ -369,26 +369,38 @@ struct BatchedShape {
   int in_features, out_features, batch;
 };
 
-TEST(GpuGemm, BatchedLinearMatchesEachBlockOnTheCpu) {
-  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
-  tb::gpu::Gemm gemm(nullptr);
-  for (const BatchedShape& shape : {BatchedShape{37, 24, 40, 3}, BatchedShape{128, 256, 512, 8}}) {
-    const std::string what = "batch " + std::to_string(shape.batch) + " of " +
-                             Describe({shape.rows, shape.in_features, shape.out_features});
-    const size_t ic = shape.in_features, oc = shape.out_features, b = shape.batch, rows = shape.rows;
-    const Bf16Values in = RandomBf16(b * rows * ic, 1.0f, 70);
-    const Bf16Values weight = RandomBf16(b * oc * ic, 1.0f / std::sqrt(static_cast<float>(ic)), 71);
-    const Bf16Values bias = RandomBf16(b * oc, 0.5f, 72);
-    const Bf16Values out_grad = RandomBf16(b * rows * oc, 1.0f, 73);
-    const Bf16Values gelu_pre = RandomBf16(b * rows * ic, 1.5f, 74);
-    const DeviceMemory d_in = Upload(in.bits), d_weight = Upload(weight.bits), d_bias = Upload(bias.bits);
-    const DeviceMemory d_out_grad = Upload(out_grad.bits), d_gelu_pre = Upload(gelu_pre.bits);
-    // The reference, block by block.
-    std::vector<float> pre(b * rows * oc), out(b * rows * oc), plain(b * rows * oc), in_grad(b * rows * ic);
-    std::vector<float> in_grad_gelu(b * rows * ic), weight_grad(b * oc * ic, 0.0f), bias_grad(b * oc, 0.0f);
-    const std::vector<float> start_weight_grad = RandomNormal(b * oc * ic, 1.0f, 75);
-    const std::vector<float> start_bias_grad = RandomNormal(b * oc, 1.0f, 76);
-    std::vector<float> accumulated_weight_grad = start_weight_grad, accumulated_bias_grad = start_bias_grad;
+// One batched case: its inputs on both sides and the reference, block by block.
+struct BatchedCase {
+  BatchedShape shape;
+  std::string what;
+  Bf16Values in, weight, bias, out_grad, gelu_pre;
+  DeviceMemory d_in, d_weight, d_bias, d_out_grad, d_gelu_pre;
+  std::vector<float> pre, out, plain, in_grad, in_grad_gelu, weight_grad, bias_grad;
+  std::vector<float> start_weight_grad, start_bias_grad, accumulated_weight_grad, accumulated_bias_grad;
+
+  explicit BatchedCase(const BatchedShape& s)
+      : shape(s),
+        what("batch " + std::to_string(s.batch) + " of " + Describe({s.rows, s.in_features, s.out_features})),
+        in(RandomBf16(s.batch * s.rows * s.in_features, 1.0f, 70)),
+        weight(RandomBf16(static_cast<size_t>(s.batch) * s.out_features * s.in_features,
+                          1.0f / std::sqrt(static_cast<float>(s.in_features)), 71)),
+        bias(RandomBf16(static_cast<size_t>(s.batch) * s.out_features, 0.5f, 72)),
+        out_grad(RandomBf16(s.batch * s.rows * s.out_features, 1.0f, 73)),
+        gelu_pre(RandomBf16(s.batch * s.rows * s.in_features, 1.5f, 74)),
+        d_in(Upload(in.bits)),
+        d_weight(Upload(weight.bits)),
+        d_bias(Upload(bias.bits)),
+        d_out_grad(Upload(out_grad.bits)),
+        d_gelu_pre(Upload(gelu_pre.bits)) {
+    const size_t ic = s.in_features, oc = s.out_features, b = s.batch, rows = s.rows;
+    pre.resize(b * rows * oc);
+    plain.resize(b * rows * oc);
+    in_grad.resize(b * rows * ic);
+    weight_grad.assign(b * oc * ic, 0.0f);
+    bias_grad.assign(b * oc, 0.0f);
+    start_weight_grad = accumulated_weight_grad = RandomNormal(b * oc * ic, 1.0f, 75);
+    start_bias_grad = accumulated_bias_grad = RandomNormal(b * oc, 1.0f, 76);
+    std::vector<float> unused(rows * ic);
     for (size_t k = 0; k < b; ++k) {
       const float* x = in.values.data() + k * rows * ic;
       const float* w = weight.values.data() + k * oc * ic;
@@ -397,56 +409,71 @@ TEST(GpuGemm, BatchedLinearMatchesEachBlockOnTheCpu) {
       tb::cpu::MatmulForward(&plain[k * rows * oc], x, w, nullptr, nullptr, rows, ic, oc);
       tb::cpu::MatmulBackward(&in_grad[k * rows * ic], &weight_grad[k * oc * ic], &bias_grad[k * oc], dy, x, w, rows,
                               ic, oc);
-      std::vector<float> unused(rows * ic);
       tb::cpu::MatmulBackward(unused.data(), &accumulated_weight_grad[k * oc * ic], &accumulated_bias_grad[k * oc], dy,
                               x, w, rows, ic, oc);
     }
+    out.resize(pre.size());
     tb::cpu::GeluForward(out.data(), pre.data(), out.size());
     in_grad_gelu = in_grad;
     tb::cpu::GeluBackward(in_grad_gelu.data(), gelu_pre.values.data(), in_grad_gelu.size());
+  }
+};
 
-    const DeviceMemory d_out(out.size() * sizeof(Bf16)), d_pre(out.size() * sizeof(Bf16));
-    gemm.BatchedLinearForward(d_out.as<Bf16>(), d_pre.as<Bf16>(), d_in.as<Bf16>(), d_weight.as<Bf16>(),
-                              d_bias.as<Bf16>(), rows, shape.in_features, shape.out_features, shape.batch);
-    tb::gpu::SynchronizeDevice();
-    ExpectAllNear(DownloadBf16(d_pre, pre.size()), pre, 4e-3f, 1.0f / 128, what + ": pre_gelu");
-    ExpectAllNear(DownloadBf16(d_out, out.size()), out, 4e-3f, 1.0f / 128, what + ": GELU out");
-    gemm.BatchedLinearForward(d_out.as<Bf16>(), nullptr, d_in.as<Bf16>(), d_weight.as<Bf16>(), d_bias.as<Bf16>(), rows,
-                              shape.in_features, shape.out_features, shape.batch);
-    tb::gpu::SynchronizeDevice();
-    ExpectAllNear(DownloadBf16(d_out, out.size()), pre, 4e-3f, 1.0f / 128, what + ": biased out");
-    gemm.BatchedLinearForward(d_out.as<Bf16>(), nullptr, d_in.as<Bf16>(), d_weight.as<Bf16>(), nullptr, rows,
-                              shape.in_features, shape.out_features, shape.batch);
-    tb::gpu::SynchronizeDevice();
-    ExpectAllNear(DownloadBf16(d_out, out.size()), plain, 2e-3f, 1.0f / 256, what + ": plain out");
+const BatchedShape kBatchedShapes[] = {{37, 24, 40, 3}, {128, 256, 512, 8}};
 
-    const DeviceMemory d_in_grad(in_grad.size() * sizeof(Bf16));
-    gemm.BatchedLinearBackwardInput(d_in_grad.as<Bf16>(), d_out_grad.as<Bf16>(), d_weight.as<Bf16>(), nullptr, rows,
-                                    shape.in_features, shape.out_features, shape.batch);
-    tb::gpu::SynchronizeDevice();
-    ExpectAllNear(DownloadBf16(d_in_grad, in_grad.size()), in_grad, 2e-3f, 1.0f / 256, what + ": in_grad");
-    gemm.BatchedLinearBackwardInput(d_in_grad.as<Bf16>(), d_out_grad.as<Bf16>(), d_weight.as<Bf16>(),
-                                    d_gelu_pre.as<Bf16>(), rows, shape.in_features, shape.out_features, shape.batch);
-    tb::gpu::SynchronizeDevice();
-    ExpectAllNear(DownloadBf16(d_in_grad, in_grad.size()), in_grad_gelu, 4e-3f, 1.0f / 128, what + ": GELU in_grad");
+TEST(GpuGemm, BatchedLinearForwardMatchesEachBlockOnTheCpu) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::gpu::Gemm gemm(nullptr);
+  for (const BatchedShape& shape : kBatchedShapes) {
+    const BatchedCase c(shape);
+    const DeviceMemory d_out(c.out.size() * sizeof(Bf16)), d_pre(c.out.size() * sizeof(Bf16));
+    const auto forward = [&](Bf16* pre, const DeviceMemory* bias) {
+      gemm.BatchedLinearForward(d_out.as<Bf16>(), pre, c.d_in.as<Bf16>(), c.d_weight.as<Bf16>(),
+                                bias ? bias->as<Bf16>() : nullptr, shape.rows, shape.in_features, shape.out_features,
+                                shape.batch);
+      tb::gpu::SynchronizeDevice();
+    };
+    forward(d_pre.as<Bf16>(), &c.d_bias);
+    ExpectAllNear(DownloadBf16(d_pre, c.pre.size()), c.pre, 4e-3f, 1.0f / 128, c.what + ": pre_gelu");
+    ExpectAllNear(DownloadBf16(d_out, c.out.size()), c.out, 4e-3f, 1.0f / 128, c.what + ": GELU out");
+    forward(nullptr, &c.d_bias);
+    ExpectAllNear(DownloadBf16(d_out, c.out.size()), c.pre, 4e-3f, 1.0f / 128, c.what + ": biased out");
+    forward(nullptr, nullptr);
+    ExpectAllNear(DownloadBf16(d_out, c.out.size()), c.plain, 2e-3f, 1.0f / 256, c.what + ": plain out");
+  }
+}
 
-    const DeviceMemory d_weight_grad = Upload(std::vector<float>(weight_grad.size(), NAN));
-    const DeviceMemory d_bias_grad = Upload(std::vector<float>(bias_grad.size(), NAN));
-    gemm.BatchedLinearBackwardWeights(d_weight_grad.as<float>(), d_bias_grad.as<float>(), d_out_grad.as<Bf16>(),
-                                      d_in.as<Bf16>(), rows, shape.in_features, shape.out_features, shape.batch,
-                                      tb::GradientWrite::kOverwrite);
+TEST(GpuGemm, BatchedLinearBackwardMatchesEachBlockOnTheCpu) {
+  if (tb::GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  tb::gpu::Gemm gemm(nullptr);
+  for (const BatchedShape& shape : kBatchedShapes) {
+    const BatchedCase c(shape);
+    const int ic = shape.in_features, oc = shape.out_features, b = shape.batch;
+    const DeviceMemory d_in_grad(c.in_grad.size() * sizeof(Bf16));
+    gemm.BatchedLinearBackwardInput(d_in_grad.as<Bf16>(), c.d_out_grad.as<Bf16>(), c.d_weight.as<Bf16>(), nullptr,
+                                    shape.rows, ic, oc, b);
     tb::gpu::SynchronizeDevice();
-    ExpectAllNear(Download<float>(d_weight_grad, weight_grad.size()), weight_grad, 1e-3f, 1e-4f, what + ": weight");
-    ExpectAllNear(Download<float>(d_bias_grad, bias_grad.size()), bias_grad, 1e-3f, 1e-4f, what + ": bias");
-    const DeviceMemory d_weight_sum = Upload(start_weight_grad), d_bias_sum = Upload(start_bias_grad);
-    gemm.BatchedLinearBackwardWeights(d_weight_sum.as<float>(), d_bias_sum.as<float>(), d_out_grad.as<Bf16>(),
-                                      d_in.as<Bf16>(), rows, shape.in_features, shape.out_features, shape.batch,
-                                      tb::GradientWrite::kAccumulate);
+    ExpectAllNear(DownloadBf16(d_in_grad, c.in_grad.size()), c.in_grad, 2e-3f, 1.0f / 256, c.what + ": in_grad");
+    gemm.BatchedLinearBackwardInput(d_in_grad.as<Bf16>(), c.d_out_grad.as<Bf16>(), c.d_weight.as<Bf16>(),
+                                    c.d_gelu_pre.as<Bf16>(), shape.rows, ic, oc, b);
     tb::gpu::SynchronizeDevice();
-    ExpectAllNear(Download<float>(d_weight_sum, weight_grad.size()), accumulated_weight_grad, 1e-3f, 1e-4f,
-                  what + ": accumulated weight");
-    ExpectAllNear(Download<float>(d_bias_sum, bias_grad.size()), accumulated_bias_grad, 1e-3f, 1e-4f,
-                  what + ": accumulated bias");
+    ExpectAllNear(DownloadBf16(d_in_grad, c.in_grad.size()), c.in_grad_gelu, 4e-3f, 1.0f / 128,
+                  c.what + ": GELU in_grad");
+    for (const tb::GradientWrite write : {tb::GradientWrite::kOverwrite, tb::GradientWrite::kAccumulate}) {
+      const bool overwrite = write == tb::GradientWrite::kOverwrite;
+      const DeviceMemory d_weight_grad =
+          Upload(overwrite ? std::vector<float>(c.weight_grad.size(), NAN) : c.start_weight_grad);
+      const DeviceMemory d_bias_grad =
+          Upload(overwrite ? std::vector<float>(c.bias_grad.size(), NAN) : c.start_bias_grad);
+      gemm.BatchedLinearBackwardWeights(d_weight_grad.as<float>(), d_bias_grad.as<float>(), c.d_out_grad.as<Bf16>(),
+                                        c.d_in.as<Bf16>(), shape.rows, ic, oc, b, write);
+      tb::gpu::SynchronizeDevice();
+      const std::string what = c.what + (overwrite ? ": overwritten " : ": accumulated ");
+      ExpectAllNear(Download<float>(d_weight_grad, c.weight_grad.size()),
+                    overwrite ? c.weight_grad : c.accumulated_weight_grad, 1e-3f, 1e-4f, what + "weight");
+      ExpectAllNear(Download<float>(d_bias_grad, c.bias_grad.size()), overwrite ? c.bias_grad : c.accumulated_bias_grad,
+                    1e-3f, 1e-4f, what + "bias");
+    }
   }
 }
 

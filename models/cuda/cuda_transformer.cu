@@ -160,6 +160,10 @@ class CudaTransformer final : public Transformer, public MoeStatsSource {
   const FsdpLayout& fsdp() const { return options_.placement.fsdp; }
   // Points every activation tensor into `base` (null: only counts); returns the bytes they take.
   size_t PointActivations(char* base);
+  void CarveBlocks(Carver& carve, MicroBatch& mb);
+  void CarveMoeShared(Carver& carve);
+  // The MoE layers' shape at the most tokens a micro-batch has.
+  gpu::MoeShape MoeShape() const { return gpu::MoeShapeOf(*config_.moe, max_tokens_, config_.d_model, &moe_experts_); }
   void CheckDeviceMemory(uint64_t needed_bytes, uint64_t activation_bytes) const;
   // The flat buffers' bytes: fp32 weights and gradients, m and v, and the bf16 weights (under fsdp the working
   // copies of the embeddings and of two blocks).
@@ -172,6 +176,7 @@ class CudaTransformer final : public Transformer, public MoeStatsSource {
   }
   size_t BlockUnitElements() const { return config_.layers > 0 ? units_[BlockUnit(0)].elements() : 0; }
   void CarveFlatBuffers(Carver& flat);
+  void MakeAttention();
   void UploadInitialParameters(uint64_t seed);
   // Records the device memory in use now if it is the most so far.
   void NoteDeviceMemory();
@@ -292,8 +297,8 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
       // with the same decay rule share a range.
       adamw_ranges_(PlacementAdamWRanges(config, layout_, options.placement)),
       units_(ParameterUnits(layout_)),
-      // By the whole model's layout (its experts under expert parallel): a stage holds the same units, and a held slot keeps its place in its unit (the
-      // last stage's embedding unit, wte without wpe, has wte at its start). Over the stage's own layout SlotUnits
+      // By the whole model's layout (its experts under expert parallel): a stage holds the same units, and a held
+      // slot keeps its place in its unit (the last stage's embedding unit, wte without wpe, has wte at its start). Over the stage's own layout SlotUnits
       // could not place the empty slots after its last held one.
       slot_units_(SlotUnits(ExpertLayout(whole_layout_, options.placement.experts),
                             ParameterUnits(ExpertLayout(whole_layout_, options.placement.experts)))),
@@ -305,22 +310,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
   moe_experts_.remote_node = placement().experts.remote_node;
   // The libraries first: their handles and workspaces are then part of what cudaMemGetInfo reports as used.
   gemm_ = std::make_unique<gpu::Gemm>(stream());
-  const int c = config_.d_model;
-  if (options_.attention == AttentionChoice::kCublas) {
-    attention_ = gpu::MakeCublasAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
-  } else {
-    try {
-      attention_ = gpu::MakeCudnnAttention(c, config_.heads, options_.max_batch, config_.seq, stream(), options_.seq);
-    } catch (const RuntimeError& error) {
-      if (options_.attention == AttentionChoice::kCudnn) {
-        throw RuntimeError(std::string("attention 'cudnn' was asked for, but cuDNN's fused attention cannot run "
-                                       "this model here: ") +
-                           error.what() + " HINT: choose cublas (or auto, which falls back to it)");
-      }
-      fallback_reason_ = error.what();
-      attention_ = gpu::MakeCublasAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
-    }
-  }
+  MakeAttention();
 
   const uint64_t flat_bytes = FlatBytes();
   const uint64_t activation_bytes = PointActivations(nullptr);
@@ -352,6 +342,26 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
   ClearMoeTotals();
   stream_.Synchronize();
   NoteDeviceMemory();
+}
+
+// cuDNN's fused attention unless cuBLAS was asked for; auto falls back to cuBLAS (saying why), cudnn throws.
+void CudaTransformer::MakeAttention() {
+  const int c = config_.d_model;
+  if (options_.attention == AttentionChoice::kCublas) {
+    attention_ = gpu::MakeCublasAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
+    return;
+  }
+  try {
+    attention_ = gpu::MakeCudnnAttention(c, config_.heads, options_.max_batch, config_.seq, stream(), options_.seq);
+  } catch (const RuntimeError& error) {
+    if (options_.attention == AttentionChoice::kCudnn) {
+      throw RuntimeError(std::string("attention 'cudnn' was asked for, but cuDNN's fused attention cannot run "
+                                     "this model here: ") +
+                         error.what() + " HINT: choose cublas (or auto, which falls back to it)");
+    }
+    fallback_reason_ = error.what();
+    attention_ = gpu::MakeCublasAttention(c, config_.heads, options_.max_batch, config_.seq, stream());
+  }
 }
 
 void CudaTransformer::CarveFlatBuffers(Carver& flat) {
@@ -463,21 +473,12 @@ size_t CudaTransformer::PointActivations(char* base) {
   const size_t hidden = static_cast<size_t>(config_.mlp_ratio) * c;
   const size_t vp = config_.vocab_padded;
   Carver carve(base);
-  const bool has_moe = MoeBlockCount(config_) > 0;
-  const gpu::MoeShape moe_shape =
-      has_moe ? gpu::MoeShapeOf(*config_.moe, n, config_.d_model, &moe_experts_) : gpu::MoeShape{};
   float* shared_residual_grad = stage().first() ? carve.Take<float>(n * c) : nullptr;
   micro_batches_.resize(stage().slots);
   for (MicroBatch& mb : micro_batches_) {
     mb.tokens = carve.Take<int32_t>(2 * n);
     mb.input = carve.Take<float>(n * c);
-    mb.blocks.resize(static_cast<size_t>(stage().end_layer - stage().first_layer));
-    for (int l = stage().first_layer; l < stage().end_layer; ++l) {
-      BlockActivations& a = mb.blocks[static_cast<size_t>(l - stage().first_layer)];
-      const bool moe = IsMoeBlock(config_, l);
-      CarveBlockActivations(carve, a, n, c, c, config_.heads, moe ? 0 : hidden);
-      if (moe) CarveMoe(carve, [&](char* at) { return gpu::PointMoeActivations(a.moe, at, moe_shape); });
-    }
+    CarveBlocks(carve, mb);
     if (stage().last()) {
       mb.lnf = carve.Take<Bf16>(n * c);
       mb.lnf_mean = carve.Take<float>(n);
@@ -499,15 +500,33 @@ size_t CudaTransformer::PointActivations(char* base) {
   const bool logits_grad_in_scratch = stage().last() && stage().slots == 1;
   grad_scratch_ = carve.Take<Bf16>(n * std::max({logits_grad_in_scratch ? vp : size_t{0}, hidden, 3 * c}));
   if (logits_grad_in_scratch) micro_batches_[0].logits_grad = grad_scratch_;
-  if (has_moe) {
-    CarveMoe(carve, [&](char* at) { return gpu::PointMoeScratch(moe_scratch_, at, moe_shape); });
-    moe_in_grad_ = carve.Take<float>(n * c);
-    const size_t blocks = static_cast<size_t>(MoeBlockCount(config_));
-    moe_assigned_sum_ = carve.Take<long long>(blocks * config_.moe->experts);
-    moe_dropped_sum_ = carve.Take<long long>(blocks);
-    moe_aux_sum_ = carve.Take<double>(blocks);
-  }
+  CarveMoeShared(carve);
   return carve.used();
+}
+
+// A slot's blocks: an MoE block's layer in place of the dense MLP's hidden activations.
+void CudaTransformer::CarveBlocks(Carver& carve, MicroBatch& mb) {
+  const size_t n = max_tokens_;
+  const size_t c = config_.d_model;
+  const size_t hidden = static_cast<size_t>(config_.mlp_ratio) * c;
+  mb.blocks.resize(static_cast<size_t>(stage().end_layer - stage().first_layer));
+  for (int l = stage().first_layer; l < stage().end_layer; ++l) {
+    BlockActivations& a = mb.blocks[static_cast<size_t>(l - stage().first_layer)];
+    const bool moe = IsMoeBlock(config_, l);
+    CarveBlockActivations(carve, a, n, c, c, config_.heads, moe ? 0 : hidden);
+    if (moe) CarveMoe(carve, [&](char* at) { return gpu::PointMoeActivations(a.moe, at, MoeShape()); });
+  }
+}
+
+// What the MoE blocks share (nothing without them): the backward's scratch and input gradient, the routing totals.
+void CudaTransformer::CarveMoeShared(Carver& carve) {
+  if (MoeBlockCount(config_) == 0) return;
+  CarveMoe(carve, [&](char* at) { return gpu::PointMoeScratch(moe_scratch_, at, MoeShape()); });
+  moe_in_grad_ = carve.Take<float>(max_tokens_ * config_.d_model);
+  const size_t blocks = static_cast<size_t>(MoeBlockCount(config_));
+  moe_assigned_sum_ = carve.Take<long long>(blocks * config_.moe->experts);
+  moe_dropped_sum_ = carve.Take<long long>(blocks);
+  moe_aux_sum_ = carve.Take<double>(blocks);
 }
 
 void CudaTransformer::CheckDeviceMemory(uint64_t needed_bytes, uint64_t activation_bytes) const {

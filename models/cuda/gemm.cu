@@ -188,7 +188,8 @@ MatrixLayout MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t
   MatrixLayout owned(layout);
   if (batch > 1) {
     const auto count = static_cast<int32_t>(batch);
-    TB_CHECK_CUBLAS(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    TB_CHECK_CUBLAS(
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
     TB_CHECK_CUBLAS(
         cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
   }
@@ -214,8 +215,8 @@ size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 // "m 2304 n 8192 k 768 op T,N D bf16": the plan's shape as kernel_choices() reports it.
 std::string ShapeText(const Matmul& call) {
   const std::string batch = call.batch > 1 ? "batch " + std::to_string(call.batch) + " " : "";
-  return batch + "m " + std::to_string(call.m) + " n " + std::to_string(call.n) + " k " + std::to_string(call.k) + " op " +
-         (call.transa == CUBLAS_OP_N ? "N" : "T") + "," + (call.transb == CUBLAS_OP_N ? "N" : "T") + " D " +
+  return batch + "m " + std::to_string(call.m) + " n " + std::to_string(call.n) + " k " + std::to_string(call.k) +
+         " op " + (call.transa == CUBLAS_OP_N ? "N" : "T") + "," + (call.transb == CUBLAS_OP_N ? "N" : "T") + " D " +
          (call.d_type == CUDA_R_32F ? "fp32" : "bf16");
 }
 

@@ -11,6 +11,7 @@
 #include "communicator.h"
 #include "cuda/cuda_check.h"
 #include "cuda/gemm.h"
+#include "cuda/model_parts.h"
 #include "cuda/moe_kernels.h"
 #include "device.h"
 #include "error.h"
@@ -20,23 +21,6 @@ namespace tb::gpu {
 namespace {
 
 cudaStream_t AsStream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-// Typed tensors carved out of `base` at 256-byte alignment (null: only counted), as the transformers carve theirs.
-class Carve {
- public:
-  explicit Carve(char* base) : base_(base) {}
-  template <typename T>
-  T* Take(size_t count) {
-    const size_t offset = used_;
-    used_ += (count * sizeof(T) + 255) / 256 * 256;
-    return base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + offset);
-  }
-  size_t used() const { return used_; }
-
- private:
-  char* base_;
-  size_t used_ = 0;
-};
 
 // The layer's shape for this call; throws InputError on what the layer cannot run.
 MoeShape CheckedShape(const MoeConfig& moe, size_t tokens, int channels, const MoeExperts* experts) {
@@ -126,7 +110,7 @@ MoeShape MoeShapeOf(const MoeConfig& moe, size_t tokens, int channels, const Moe
 }
 
 size_t PointMoeActivations(MoeLayerActivations& a, char* base, const MoeShape& shape) {
-  Carve carve(base);
+  cuda_model::Carver carve(base);
   const size_t n = shape.tokens, rows = shape.padded_rows();
   const size_t choices = shape.choice_rows();
   a.probs = carve.Take<float>(n * shape.experts);
@@ -149,7 +133,7 @@ size_t PointMoeActivations(MoeLayerActivations& a, char* base, const MoeShape& s
 }
 
 size_t PointMoeScratch(MoeLayerScratch& s, char* base, const MoeShape& shape) {
-  Carve carve(base);
+  cuda_model::Carver carve(base);
   const size_t n = shape.tokens, rows = shape.padded_rows();
   s.expert_out_grad = carve.Take<Bf16>(rows * shape.channels);
   s.hidden_grad = carve.Take<Bf16>(rows * shape.ffn);

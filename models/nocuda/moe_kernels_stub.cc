@@ -22,7 +22,9 @@ void MoeScatterRows(Bf16*, const Bf16*, const int*, size_t, int, void*) { ThrowB
 
 void MoeGatherRows(Bf16*, const Bf16*, const int*, size_t, int, void*) { ThrowBuiltWithoutCuda("MoeGatherRows"); }
 
-void MoeAuxLoss(float*, const float*, const int*, size_t, int, int, float, void*) { ThrowBuiltWithoutCuda("MoeAuxLoss"); }
+void MoeAuxLoss(float*, const float*, const int*, size_t, int, int, float, void*) {
+  ThrowBuiltWithoutCuda("MoeAuxLoss");
+}
 
 void MoeCombineBackward(Bf16*, float*, const float*, const Bf16*, const int*, const float*, size_t, int, int, void*) {
   ThrowBuiltWithoutCuda("MoeCombineBackward");
