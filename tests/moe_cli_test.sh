@@ -2,8 +2,8 @@
 # train with mixture-of-experts blocks (issue 39) on the CPU backend: --expert-parallel 4 on 4 ranks gives the losses of
 # one rank running the four ranks' batches as --grad-accum 4 (moe-tiny, top-2, --data), and so does expert parallel 2
 # with top-1 and dropped tokens; zero1 and fsdp give dp's; the report holds the load balance, the dropped share, the
-# aux loss, the all-to-all bytes next to theory and their rate, the all-to-all's share of the stall budget and the
-# model's active parameters (h5py); --experts turns a dense preset's MLPs into experts. A checkpoint of expert parallel holds a part per expert
+# aux loss, the all-to-all bytes next to theory and their rate, the all-to-all's share of the stall budget (also on the
+# HTML page's plot) and the model's active parameters (h5py); --experts turns a dense preset's MLPs into experts. A checkpoint of expert parallel holds a part per expert
 # rank and resumes bit-exactly; another layout or MoE shape is refused. cost prices the run on an NVLink and a PCIe
 # offering with expert parallel layouts and names the all-to-all in its decision. Bad values: one line, exit 2, no
 # report.
@@ -13,6 +13,7 @@ tb=$(realpath "$1"); shift; mpi=("$@")
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/cli_lib.sh"
 prices=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../launch/prices.example.toml")
+analysis=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../results/analysis")
 cd "$work"
 
 train=(train --model moe-tiny --seq 32 --warmup-steps 1 --steps 3 --lr 0.01 --micro-batch 2 --data tokens)
@@ -79,6 +80,18 @@ with h5py.File(sys.argv[1], "r") as ep, h5py.File(sys.argv[2], "r") as one:
     assert m["experts"] == 4 and m["top_k"] == 2 and m["moe_layers"] == 2, dict(m)
     assert m["active_parameters"] < m["parameters"], (m["active_parameters"], m["parameters"])
     assert "N_active_matmul" in m["flops_convention"], m["flops_convention"]
+PY
+# The HTML page's stall budget (plots.py) stacks comm_exposed by kind, the all-to-all among them.
+checks=$((checks + 1))
+/usr/bin/python3 - ep4.h5 "$analysis" >"$work/py" 2>&1 <<'PY' || fail "plots.py's stall budget of ep4.h5: $(cat "$work/py")"
+import sys, h5py
+sys.path.insert(0, sys.argv[2])
+import plots
+if plots.MISSING_PACKAGE:  # plots_cli_tests checks plots.py's message for that
+    print(f"SKIP: plots.py lacks {plots.MISSING_PACKAGE}"); sys.exit(0)
+with h5py.File(sys.argv[1], "r") as f:
+    keys = [key for key, _ in plots.read_stall(4, f["train/k4"]).components]
+assert "comm_alltoall" in keys and "comm_exposed" not in keys, keys
 PY
 
 # --- top-1 with dropped tokens, over 2 ranks: still one rank's losses; a dense preset made MoE by --experts ----------

@@ -70,6 +70,14 @@ STALL_COMPONENTS = [
     ("checkpoint_stall", "checkpoint"),
     ("other", "other"),
 ]
+# comm_exposed's kinds (they add up to it), stacked in its place where a report has them and any is not zero.
+COMM_KINDS = [
+    ("comm_gradient_sync", "comm: gradient sync"),
+    ("comm_param_gather", "comm: parameter gather"),
+    ("comm_activation", "comm: activation (TP)"),
+    ("comm_pipeline", "comm: pipeline"),
+    ("comm_alltoall", "comm: all-to-all (EP)"),
+]
 # Cost parts stacked in the cost plot when the JSON gives them (key, label); their sum is the total.
 COST_PARTS = [("gpu_usd", "GPU time"), ("provisioning_usd", "provisioning"), ("storage_usd", "storage"),
               ("transfer_usd", "transfer"), ("retry_usd", "retries")]
@@ -103,6 +111,7 @@ class StallBudget:
     ranks_in_point: int
     rank_labels: list[str]
     shares_p50: dict[str, Any]  # component -> share of step time per rank (0..1)
+    components: list[tuple[str, str]]  # what the bars stack, in order: (key, legend label)
 
 
 @dataclass
@@ -258,7 +267,15 @@ def read_stall(ranks_in_point: int, group: Any) -> StallBudget | None:
         return None
     labels = [f"{int(r)}\n{text(h)}" for r, h in zip(column(table, budget.rank), column(table, budget.host))]
     shares = {key: column(table, S.name(budget.p50, key)) for key, _ in STALL_COMPONENTS}
-    return StallBudget(ranks_in_point, labels, shares)
+    kinds = [(key, label) for key, label in COMM_KINDS if S.name(budget.p50, key) in (table.dtype.names or ())]
+    for key, _ in kinds:
+        shares[key] = column(table, S.name(budget.p50, key))
+    kinds = [(key, label) for key, label in kinds if np.any(np.asarray(shares[key], dtype=float) > 0)]
+    components = list(STALL_COMPONENTS)
+    if kinds:  # comm_exposed by kind
+        at = [key for key, _ in components].index("comm_exposed")
+        components[at:at + 1] = kinds
+    return StallBudget(ranks_in_point, labels, shares, components)
 
 
 def read_p2p(f: Any) -> P2p | None:
@@ -476,7 +493,7 @@ def stall_section(runs: list[Run]) -> Section:
         positions = np.arange(len(stall.rank_labels))
         fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(positions) + 3), 4.5))
         bottom = np.zeros(len(positions))
-        for i, (key, label) in enumerate(STALL_COMPONENTS):
+        for i, (key, label) in enumerate(stall.components):
             share = 100 * np.asarray(stall.shares_p50[key], dtype=float)
             ax.bar(positions, share, bottom=bottom, color=f"C{i}", label=label)
             bottom += share
@@ -489,7 +506,10 @@ def stall_section(runs: list[Run]) -> Section:
         images.append((png_base64(fig), f"{run.name} stall budget per rank"))
     caption = ("Each bar is one rank at the largest scaling point of the run: the median (p50) over measured steps "
                "of each part's share of that rank's step time. compute = forward + backward + optimizer; "
-               "comm_exposed = waiting for gradient all-reduce buckets after backward (what overlap did not hide); "
+               "comm_exposed = communication the step waited for (what overlap did not hide), shown by kind where "
+               "the report has them: gradient sync (all-reduce buckets, reduce-scatters), parameter gather, "
+               "activation (tensor parallel's all-reduces), pipeline (stage exchanges and bubble), all-to-all "
+               "(expert parallel's dispatch and combine); "
                "data_wait = waiting for the batch plus the host-to-device copy; checkpoint = time the loop was "
                "blocked by checkpointing; other = the rest of the step. Medians are taken per part, so a bar need "
                "not add up to exactly 100%.")
