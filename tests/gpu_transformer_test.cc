@@ -31,6 +31,7 @@
 
 #include "clock.h"
 #include "cpu_kernels.h"
+#include "cuda/autotune.h"
 #include "cuda/kernels.h"
 #include "gpu_test_util.h"
 #include "token_windows.h"
@@ -40,6 +41,7 @@
 #include "nccl_communicator.h"
 #include "model_config.h"
 #include "moe_stats.h"
+#include "scoped_env.h"
 #include "transformer.h"
 
 namespace tb {
@@ -407,6 +409,8 @@ TEST(CudaTransformer, MoeOverAOneRankExpertGroupEqualsTheModelWithout) {
   moe.expert_ffn = 96;
   moe.capacity_factor = 0.75;
   const ModelConfig config = tb::WithMoe(SmallHeadsConfig(), moe);
+  // The heuristic's first algorithm everywhere: autotuning may pick another for the second model's equal shapes.
+  const tb::test::ScopedEnv no_autotune(tb::gpu::kAutotuneVariable, "0");
   const std::unique_ptr<tb::Communicator> group = tb::MakeNcclCommunicator(MPI_COMM_SELF);
   CudaTransformerOptions options;
   options.max_batch = kBatch;
@@ -422,7 +426,15 @@ TEST(CudaTransformer, MoeOverAOneRankExpertGroupEqualsTheModelWithout) {
   grouped->Backward({});
   const size_t n = alone->parameter_elements();
   ASSERT_EQ(grouped->parameter_elements(), n);
-  EXPECT_EQ(DownloadDevice(grouped->gradients(), n), DownloadDevice(alone->gradients(), n));
+  const std::vector<float> want = DownloadDevice(alone->gradients(), n), got = DownloadDevice(grouped->gradients(), n);
+  for (const TensorSlot& slot : alone->layout()) {
+    const std::vector<float> a = SlotOf(want, slot), b = SlotOf(got, slot);
+    if (slot.name == alone->layout()[kWteSlot].name) {  // its embedding scatter adds with atomics, in any order
+      EXPECT_LT(RelativeDifference(b.data(), a.data(), a.size()), 1e-6) << slot.name;
+    } else {
+      EXPECT_EQ(b, a) << slot.name;
+    }
+  }
   const tb::MoeStepStats alone_stats = tb::MoeStatsOf(*alone)->TakeMoeStats();
   const tb::MoeStepStats grouped_stats = tb::MoeStatsOf(*grouped)->TakeMoeStats();
   EXPECT_EQ(grouped_stats.assigned, alone_stats.assigned);

@@ -17,6 +17,7 @@
 
 #include "error.h"
 #include "report.h"
+#include "scoped_env.h"
 #include "validate.h"
 
 namespace tb {
@@ -24,27 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Sets an environment variable for the life of the object, then restores what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) previous_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (previous_) {
-      setenv(name_, previous_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> previous_;
-};
+using test::ScopedEnv;
 
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path);
