@@ -1,15 +1,19 @@
 // Expert parallel on the CPU backend, at every rank count it is registered with (2, 4): a mixture-of-experts model
 // with its experts spread over EP ranks (the tokens dispatched to them and combined back with all-to-alls), data
 // parallel over all the ranks, gives per step the mean loss and afterwards the parameters of one rank running every
-// rank's batch as a micro-batch of one step (--grad-accum k): top-1 and top-2, with and without dropped tokens.
+// rank's batch as a micro-batch of one step (--grad-accum k): top-1 and top-2, with and without dropped tokens. And
+// the dispatch plan both layers use (moe_dispatch.h), compact as the CPU layer's expert rows and padded as the CUDA
+// layer's, against its layout worked out here from the counts each rank sends.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "moe_dispatch.h"
 #include "moe_stats.h"
 #include "mpi_communicator.h"
 #include "token_batch.h"
@@ -164,6 +168,55 @@ TEST(ExpertParallel, TopOneWithoutDrops) { ExpectExpertParallelMatchesOneRank(2,
 // summed across them.
 TEST(ExpertParallel, FourWayTopTwoWithDrops) { ExpectExpertParallelMatchesOneRank(4, 2, 0.5, true); }
 TEST(ExpertParallel, FourWayTopOneWithoutDrops) { ExpectExpertParallelMatchesOneRank(4, 1, 4.0, false); }
+
+// Rank p sends expert x (of E = 2 per rank) p + 1 + x rows, except none to expert 1 from rank 0: uneven blocks and
+// an empty one. Each rank's plan: what it sends where, what it receives from whom, and each received row's expert
+// row, compact (local expert after local expert, each one's rows from rank 0 first) and padded (expert e's at e x
+// the most any expert receives).
+TEST(DispatchPlan, CompactAndPaddedExpertRows) {
+  auto world = MakeMpiCommunicator(MPI_COMM_WORLD);
+  const int ranks = world->size(), me = world->rank(), local = 2, experts = local * ranks, channels = 3;
+  auto rows = [](int p, int x) { return p == 0 && x == 1 ? 0 : p + 1 + x; };
+  std::vector<int> block_begin{0};
+  for (int x = 0; x < experts; ++x) block_begin.push_back(block_begin.back() + rows(me, x));
+  int most = 0;  // rows any expert receives at most
+  for (int x = 0; x < experts; ++x) {
+    int sum = 0;
+    for (int p = 0; p < ranks; ++p) sum += rows(p, x);
+    most = std::max(most, sum);
+  }
+  for (const int padded : {0, most}) {
+    MoeExperts group;
+    group.group = world.get();
+    const MoeDispatchLayout d = PlanDispatch(block_begin, group, local, channels, padded);
+    EXPECT_GT(group.figures.dispatch_s, 0.0);
+    size_t sent = 0, received = 0;
+    for (int q = 0; q < ranks; ++q) {
+      const int to_q = rows(me, q * local) + rows(me, q * local + 1);
+      const int from_q = rows(q, me * local) + rows(q, me * local + 1);
+      EXPECT_EQ(d.send_counts[q], static_cast<size_t>(to_q * channels)) << "to rank " << q;
+      EXPECT_EQ(d.send_offsets[q], sent) << "to rank " << q;
+      EXPECT_EQ(d.recv_counts[q], static_cast<size_t>(from_q * channels)) << "from rank " << q;
+      EXPECT_EQ(d.recv_offsets[q], received) << "from rank " << q;
+      sent += d.send_counts[q];
+      received += d.recv_counts[q];
+    }
+    // Received rows in order: rank q's for local expert 0, then for local expert 1, then rank q + 1's.
+    std::vector<int> want;
+    for (int q = 0; q < ranks; ++q) {
+      for (int e = 0; e < local; ++e) {
+        int first = padded > 0 ? e * padded : 0;
+        for (int before = 0; padded == 0 && before < e; ++before) {
+          for (int p = 0; p < ranks; ++p) first += rows(p, me * local + before);
+        }
+        for (int p = 0; p < q; ++p) first += rows(p, me * local + e);
+        for (int i = 0; i < rows(q, me * local + e); ++i) want.push_back(first + i);
+      }
+    }
+    EXPECT_EQ(d.expert_row, want) << (padded ? "padded" : "compact");
+    EXPECT_EQ(d.expert_begin.back(), padded ? local * padded : static_cast<int>(want.size()));
+  }
+}
 
 }  // namespace
 }  // namespace tb
