@@ -267,9 +267,9 @@ def read_stall(ranks_in_point: int, group: Any) -> StallBudget | None:
         return None
     labels = [f"{int(r)}\n{text(h)}" for r, h in zip(column(table, budget.rank), column(table, budget.host))]
     shares = {key: column(table, S.name(budget.p50, key)) for key, _ in STALL_COMPONENTS}
-    kinds = [(key, label) for key, label in COMM_KINDS if S.name(budget.p50, key) in (table.dtype.names or ())]
+    kinds = [(key, label) for key, label in COMM_KINDS if S.name(budget.kind_p50, key) in (table.dtype.names or ())]
     for key, _ in kinds:
-        shares[key] = column(table, S.name(budget.p50, key))
+        shares[key] = column(table, S.name(budget.kind_p50, key))
     kinds = [(key, label) for key, label in kinds if np.any(np.asarray(shares[key], dtype=float) > 0)]
     components = list(STALL_COMPONENTS)
     if kinds:  # comm_exposed by kind

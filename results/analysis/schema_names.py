@@ -417,9 +417,9 @@ class train_point:
         p50 = "<part>_p50"
         p95 = "<part>_p95"
         p99 = "<part>_p99"
-        p50 = "<kind>_p50"
-        p95 = "<kind>_p95"
-        p99 = "<kind>_p99"
+        kind_p50 = "<kind>_p50"
+        kind_p95 = "<kind>_p95"
+        kind_p99 = "<kind>_p99"
 
     class op_times:
         table = "op_times"

@@ -1,6 +1,8 @@
 #include "schema_doc.h"
 
 #include <cctype>
+#include <set>
+#include <string>
 
 #include "schema.h"
 
@@ -78,9 +80,20 @@ std::string PythonField(const Field& field) {
   return name;
 }
 
+// One line per field; a name an earlier field of the list already took gets its placeholder's word in front
+// ("<kind>_p50" after "<part>_p50": "kind_p50"), so that no field hides another.
 std::string PythonFields(const std::vector<const Field*>& fields, const std::string& indent) {
   std::string text;
-  for (const Field* field : fields) text += indent + PythonField(*field) + " = \"" + field->name + "\"\n";
+  std::set<std::string> taken;
+  for (const Field* field : fields) {
+    std::string name = PythonField(*field);
+    if (!taken.insert(name).second) {
+      const size_t open = field->name.find('<');
+      name = field->name.substr(open + 1, field->name.find('>') - open - 1) + "_" + name;
+      taken.insert(name);
+    }
+    text += indent + name + " = \"" + field->name + "\"\n";
+  }
   return text;
 }
 
