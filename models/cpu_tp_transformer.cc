@@ -106,8 +106,8 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
         // A stage holds each unit whole or not at all, but for the last stage's embeddings (wte, the unit's first
         // tensor, without wpe): a held tensor sits where it sits in the unsplit layout's unit. (The stage layout's
         // own empty units at its end would defeat SlotUnits' and UnitOffsets' walk.)
-        unit_offsets_(UnitOffsets(unsplit_layout_, ParameterUnits(unsplit_layout_))),
-        slot_units_(SlotUnits(unsplit_layout_, ParameterUnits(unsplit_layout_))),
+        unit_offsets_(UnitOffsets(unsplit_layout_)),
+        slot_units_(SlotUnits(unsplit_layout_)),
         adamw_ranges_(LocalAdamWRanges()),
         held_params_(units_.size(), nullptr),
         held_grads_(units_.size(), nullptr),

@@ -100,10 +100,10 @@ class CpuTransformer : public CpuFlatModel, public MoeStatsSource {
   CpuTransformer(const ModelConfig& config, uint64_t seed, const ModelPlacement& placement)
       : CpuFlatModel(config, MakeLayout(config), placement),
         units_(ParameterUnits(layout_)),
-        // The whole model's (its experts under expert parallel): a stage holds whole units, or wte alone at the head of the embeddings' unit, so their
-        // unit-local offsets are the stage's too (UnitOffsets cannot walk past the empty units a stage leaves).
-        unit_offsets_(UnitOffsets(ExpertLayout(MakeLayout(config), placement.experts),
-                                  ParameterUnits(ExpertLayout(MakeLayout(config), placement.experts)))),
+        // The whole model's (its experts under expert parallel): a stage holds whole units, or wte alone at the head
+        // of the embeddings' unit, so their unit-local offsets are the stage's too (UnitOffsets cannot walk past the
+        // empty units a stage leaves).
+        unit_offsets_(UnitOffsets(ExpertLayout(MakeLayout(config), placement.experts))),
         adamw_ranges_(PlacementAdamWRanges(config, layout_, placement_)),
         slots_(stage().slots),
         attention_scratch_(2 * static_cast<size_t>(cpu::kAttentionBlockRows) * config.seq) {

@@ -141,11 +141,7 @@ std::vector<ParameterUnit> ParameterUnits(const std::vector<TensorSlot>& layout)
   return units;
 }
 
-std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {
-  std::vector<size_t> indices = UnitIndices(layout);
-  if (!indices.empty() && indices.back() >= units.size()) throw std::logic_error("SlotUnits: units of another layout");
-  return indices;
-}
+std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout) { return UnitIndices(layout); }
 
 PipelineStage MakePipelineStage(const ModelConfig& config, int stages, int stage, int slots) {
   if (stages < 1 || config.layers % stages != 0) {
@@ -364,9 +360,10 @@ std::vector<AdamWRange> PlacementAdamWRanges(const ModelConfig& config, const st
   return AdamWRanges(config, layout, placement.shard.begin, placement.shard.end);
 }
 
-std::vector<size_t> UnitOffsets(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units) {
+std::vector<size_t> UnitOffsets(const std::vector<TensorSlot>& layout) {
+  const std::vector<ParameterUnit> units = ParameterUnits(layout);
   std::vector<size_t> offsets;
-  const std::vector<size_t> indices = SlotUnits(layout, units);
+  const std::vector<size_t> indices = SlotUnits(layout);
   for (size_t s = 0; s < layout.size(); ++s) offsets.push_back(layout[s].offset - units[indices[s]].begin);
   return offsets;
 }

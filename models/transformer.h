@@ -105,8 +105,8 @@ constexpr size_t kEmbeddingUnit = 0;
 inline size_t BlockUnit(int layer) { return 1 + static_cast<size_t>(layer); }
 inline size_t FinalNormUnit(int layers) { return 1 + static_cast<size_t>(layers); }
 std::vector<ParameterUnit> ParameterUnits(const std::vector<TensorSlot>& layout);
-// Per slot of `layout`: the index of the unit of `units` (ParameterUnits of it) that holds it.
-std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units);
+// Per slot of `layout`: the index of the unit (of ParameterUnits(layout)) that holds it.
+std::vector<size_t> SlotUnits(const std::vector<TensorSlot>& layout);
 // The parameters fsdp holds gathered at once on a rank: the embeddings, the final LayerNorm and two blocks (one with
 // a single layer), as FsdpGatherer's working buffers (models/fsdp.h) hold them; of the whole model (tensor parallel
 // divides them by T).
@@ -146,8 +146,9 @@ class UnitAccess {
   virtual void GradientsDone(size_t unit) = 0;
 };
 
-// Per slot of `layout`: its offset inside its unit (where UnitAccess's unit-local views have it).
-std::vector<size_t> UnitOffsets(const std::vector<TensorSlot>& layout, const std::vector<ParameterUnit>& units);
+// Per slot of `layout`: its offset inside its unit of ParameterUnits(layout) (where UnitAccess's unit-local views have
+// it).
+std::vector<size_t> UnitOffsets(const std::vector<TensorSlot>& layout);
 // The UnitAccess of a model without FSDP: unit u's parameters at params + units[u].begin, its gradients likewise
 // (not zeroed here: Backward overwrites or accumulates them); the Done calls do nothing.
 std::unique_ptr<UnitAccess> MakeFlatUnitAccess(float* params, float* grads, std::vector<ParameterUnit> units);

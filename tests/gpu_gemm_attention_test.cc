@@ -23,6 +23,7 @@
 // ones: C = 768 with 12 heads (gpt2-124m) and C = 1600 with 25 heads (gpt2-1.5b), head size 64.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +48,8 @@ namespace {
 
 using tb::test::ExpectAllNear;
 using tb::test::NoGpuMessage;
+using tb::test::Bf16Values;
+using tb::test::RandomBf16;
 using tb::test::RandomNormal;
 
 using tb::gpu::Bf16;
@@ -54,22 +57,6 @@ using tb::gpu::DeviceMemory;
 using tb::gpu::Download;
 using tb::gpu::Upload;
 
-// Random normal values, rounded to bf16: `values` for the CPU reference, `bits` for the device.
-struct Bf16Values {
-  std::vector<float> values;
-  std::vector<Bf16> bits;
-};
-
-Bf16Values RandomBf16(size_t count, float stddev, uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> normal(0.0f, stddev);
-  Bf16Values result{std::vector<float>(count), std::vector<Bf16>(count)};
-  for (size_t i = 0; i < count; ++i) {
-    result.bits[i] = tb::gpu::ToBf16(normal(generator));
-    result.values[i] = tb::gpu::ToFloat(result.bits[i]);
-  }
-  return result;
-}
 
 
 std::vector<float> DownloadBf16(const DeviceMemory& device, size_t count) {
@@ -461,10 +448,13 @@ TEST(GpuGemm, BatchedLinearBackwardMatchesEachBlockOnTheCpu) {
                   c.what + ": GELU in_grad");
     for (const tb::GradientWrite write : {tb::GradientWrite::kOverwrite, tb::GradientWrite::kAccumulate}) {
       const bool overwrite = write == tb::GradientWrite::kOverwrite;
-      const DeviceMemory d_weight_grad =
-          Upload(overwrite ? std::vector<float>(c.weight_grad.size(), NAN) : c.start_weight_grad);
-      const DeviceMemory d_bias_grad =
-          Upload(overwrite ? std::vector<float>(c.bias_grad.size(), NAN) : c.start_bias_grad);
+      // Overwritten over NaN (beta 0 must not read them), accumulated onto the starting values.
+      std::vector<float> weight_start = c.start_weight_grad, bias_start = c.start_bias_grad;
+      if (overwrite) {
+        std::fill(weight_start.begin(), weight_start.end(), NAN);
+        std::fill(bias_start.begin(), bias_start.end(), NAN);
+      }
+      const DeviceMemory d_weight_grad = Upload(weight_start), d_bias_grad = Upload(bias_start);
       gemm.BatchedLinearBackwardWeights(d_weight_grad.as<float>(), d_bias_grad.as<float>(), c.d_out_grad.as<Bf16>(),
                                         c.d_in.as<Bf16>(), shape.rows, ic, oc, b, write);
       tb::gpu::SynchronizeDevice();

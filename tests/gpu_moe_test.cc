@@ -35,7 +35,10 @@ namespace {
 using tb::gpu::DeviceMemory;
 using tb::gpu::Download;
 using tb::gpu::Upload;
+using tb::test::Bf16Values;
+using tb::test::DownloadDevice;
 using tb::test::NoGpuMessage;
+using tb::test::RandomBf16;
 using tb::test::RandomNormal;
 using tb::test::RelativeDifference;
 
@@ -152,29 +155,6 @@ TEST(GpuMoe, TiesGoToTheLowerExpertAsOnTheCpu) { ExpectRoutingMatchesCpu(2, 1.25
 
 // --- the whole layer ------------------------------------------------------------------------------------------
 
-// `count` normal values rounded to bf16: the values for the CPU, the bits for the device.
-struct Bf16Tensor {
-  std::vector<float> values;
-  std::vector<tb::gpu::Bf16> bits;
-};
-
-Bf16Tensor RandomBf16(size_t count, float stddev, uint32_t seed) {
-  Bf16Tensor t{RandomNormal(count, stddev, seed), {}};
-  for (float& value : t.values) {
-    t.bits.push_back(tb::gpu::ToBf16(value));
-    value = tb::gpu::ToFloat(t.bits.back());
-  }
-  return t;
-}
-
-// `count` values of device memory that no DeviceMemory owns (a tensor inside a carved allocation).
-template <typename T>
-std::vector<T> DownloadRaw(const T* device, size_t count) {
-  std::vector<T> host(count);
-  tb::CopyDeviceToHost(host.data(), device, count * sizeof(T));
-  return host;
-}
-
 void ExpectNormNear(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what) {
   ASSERT_EQ(gpu.size(), cpu.size()) << what;
   EXPECT_LT(RelativeDifference(gpu.data(), cpu.data(), cpu.size()), 3e-2) << what;
@@ -185,7 +165,7 @@ struct LayerInputs {
   tb::MoeConfig moe;
   size_t tokens = 96;
   int channels = 32;
-  Bf16Tensor in, router, fc, fc_bias, proj, proj_bias;
+  Bf16Values in, router, fc, fc_bias, proj, proj_bias;
   std::vector<float> residual, out_grad;
   float aux_loss_grad = 0.5f;
 
@@ -226,7 +206,7 @@ LayerResult RunCpuLayer(const LayerInputs& x) {
   const tb::cpu::MoeWeights weights{x.router.values.data(), x.fc.values.data(), x.fc_bias.values.data(),
                                     x.proj.values.data(), x.proj_bias.values.data()};
   tb::cpu::MoeForward(cpu, r.out.data(), x.in.values.data(), x.residual.data(), weights, x.moe, x.tokens, x.channels);
-  for (const Bf16Tensor* t : {&x.router, &x.fc, &x.fc_bias, &x.proj, &x.proj_bias}) {
+  for (const Bf16Values* t : {&x.router, &x.fc, &x.fc_bias, &x.proj, &x.proj_bias}) {
     r.grads.emplace_back(t->values.size(), 0.0f);
   }
   tb::cpu::MoeBackward(r.in_grad.data(),
@@ -259,7 +239,7 @@ LayerResult RunGpuLayer(const LayerInputs& x, tb::MoeExperts* experts) {
   const size_t values = x.tokens * x.channels;
   DeviceMemory d_out(values * sizeof(float)), d_in_grad(values * sizeof(float));
   std::vector<DeviceMemory> d_grads;
-  for (const Bf16Tensor* t : {&x.router, &x.fc, &x.fc_bias, &x.proj, &x.proj_bias}) {
+  for (const Bf16Values* t : {&x.router, &x.fc, &x.fc_bias, &x.proj, &x.proj_bias}) {
     d_grads.push_back(Upload(std::vector<float>(t->values.size(), NAN)));
   }
   const tb::gpu::MoeLayerWeights weights{d_router.as<Bf16>(), d_fc.as<Bf16>(), d_fc_bias.as<Bf16>(),
@@ -276,10 +256,10 @@ LayerResult RunGpuLayer(const LayerInputs& x, tb::MoeExperts* experts) {
   r.out = Download<float>(d_out, values);
   r.in_grad = Download<float>(d_in_grad, values);
   for (const DeviceMemory& g : d_grads) r.grads.push_back(Download<float>(g, g.bytes() / sizeof(float)));
-  r.expert = DownloadRaw(a.expert, x.tokens * x.moe.top_k);
-  r.dropped = DownloadRaw(a.dropped, 1).front();
-  for (const int count : DownloadRaw(a.assigned, x.moe.experts)) r.assigned.push_back(count);
-  r.aux_loss = DownloadRaw(a.aux_loss, 1).front();
+  r.expert = DownloadDevice(a.expert, x.tokens * x.moe.top_k);
+  r.dropped = DownloadDevice(a.dropped, 1).front();
+  for (const int count : DownloadDevice(a.assigned, x.moe.experts)) r.assigned.push_back(count);
+  r.aux_loss = DownloadDevice(a.aux_loss, 1).front();
   return r;
 }
 

@@ -72,12 +72,29 @@ inline double RelativeDifference(const float* actual, const float* expected, siz
   return std::sqrt(difference / norm);
 }
 
-// A model's device buffer on the host, after all work queued on any stream.
-inline std::vector<float> DownloadDevice(const float* device, size_t count) {
+// `count` values of device memory on the host (a model's buffer, a tensor inside a carved allocation), after all
+// work queued on any stream.
+template <typename T>
+std::vector<T> DownloadDevice(const T* device, size_t count) {
   gpu::SynchronizeDevice();
-  std::vector<float> host(count);
-  CopyDeviceToHost(host.data(), device, count * sizeof(float));
+  std::vector<T> host(count);
+  CopyDeviceToHost(host.data(), device, count * sizeof(T));
   return host;
+}
+
+// Random normal values (RandomNormal's), rounded to bf16: `values` for the CPU reference, `bits` for the device.
+struct Bf16Values {
+  std::vector<float> values;
+  std::vector<gpu::Bf16> bits;
+};
+
+inline Bf16Values RandomBf16(size_t count, float stddev, uint32_t seed) {
+  Bf16Values result{RandomNormal(count, stddev, seed), {}};
+  for (float& value : result.values) {
+    result.bits.push_back(gpu::ToBf16(value));
+    value = gpu::ToFloat(result.bits.back());
+  }
+  return result;
 }
 
 // Shared with the host tests (input_error_of.h), named here as the GPU tests call it.

@@ -298,12 +298,10 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
       adamw_ranges_(PlacementAdamWRanges(config, layout_, options.placement)),
       units_(ParameterUnits(layout_)),
       // By the whole model's layout (its experts under expert parallel): a stage holds the same units, and a held
-      // slot keeps its place in its unit (the last stage's embedding unit, wte without wpe, has wte at its start). Over the stage's own layout SlotUnits
-      // could not place the empty slots after its last held one.
-      slot_units_(SlotUnits(ExpertLayout(whole_layout_, options.placement.experts),
-                            ParameterUnits(ExpertLayout(whole_layout_, options.placement.experts)))),
-      unit_offsets_(UnitOffsets(ExpertLayout(whole_layout_, options.placement.experts),
-                                ParameterUnits(ExpertLayout(whole_layout_, options.placement.experts)))),
+      // slot keeps its place in its unit (the last stage's embedding unit, wte without wpe, has wte at its start).
+      // Over the stage's own layout SlotUnits could not place the empty slots after its last held one.
+      slot_units_(SlotUnits(ExpertLayout(whole_layout_, options.placement.experts))),
+      unit_offsets_(UnitOffsets(ExpertLayout(whole_layout_, options.placement.experts))),
       views_(units_.size()),
       max_tokens_(static_cast<size_t>(options.max_batch) * config.seq) {
   moe_experts_.group = placement().experts.group;
@@ -772,15 +770,16 @@ void CudaTransformer::BlockBackward(const MicroBatch& mb, int l, const std::func
   BeginOp(OpKind::kMlp, true);
   MlpBackward(mb, a, l, ready, write);
   BeginOp(OpKind::kLayerNorm, true);
-  // The MLP's input gradient: the dense one's in bf16 (a GEMM's output), an MoE layer's in fp32.
+  // From the MLP's input gradient: the dense one's in bf16 (a GEMM's output), an MoE layer's in fp32.
+  const auto ln2_backward = [&](const auto* mlp_in_grad) {
+    gpu::LayerNormBackward(mb.residual_grad, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), mlp_in_grad,
+                           a.residual2, param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_,
+                           stream());
+  };
   if (IsMoeBlock(config_, l)) {
-    gpu::LayerNormBackward(mb.residual_grad, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), moe_in_grad_,
-                           a.residual2, param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_,
-                           stream());
+    ln2_backward(moe_in_grad_);
   } else {
-    gpu::LayerNormBackward(mb.residual_grad, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), channel_grad_,
-                           a.residual2, param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_,
-                           stream());
+    ln2_backward(channel_grad_);
   }
   ready_pair(kLn2Weight, kLn2Bias);
 

@@ -583,7 +583,7 @@ void Gemm::BatchedLinearBackwardInput(Bf16* in_grad, const Bf16* out_grad, const
     if (impl_->TryRun(fused)) return;
   }
   impl_->Run(call);
-  if (gelu_pre != nullptr) GeluGradInPlace(in_grad, gelu_pre, rows * batch * in_features, impl_->stream);
+  if (gelu_pre != nullptr) GeluBackward(in_grad, gelu_pre, rows * batch * in_features, impl_->stream);
 }
 
 void Gemm::BatchedLinearBackwardWeights(float* weight_grad, float* bias_grad, const Bf16* out_grad, const Bf16* in,

@@ -54,7 +54,7 @@ class Gemm {
   // call. Layer b's tensors are the b-th of each argument's blocks: in + b·rows·IC, weight + b·OC·IC, bias + b·OC,
   // out and pre_gelu + b·rows·OC (and likewise in the backward). Contracts as the unbatched calls above, with bf16
   // biases: the bias and GELU come from the epilogues where cuBLASLt has a batched algorithm with them, otherwise from
-  // BatchedBiasGelu / GeluGradInPlace after a plain batched product (one more pass; pre_gelu then holds the rounded
+  // BatchedBiasGelu / GeluBackward after a plain batched product (one more pass; pre_gelu then holds the rounded
   // pre-activation). Bias gradients always from BatchedColumnSum.
   void BatchedLinearForward(Bf16* out, Bf16* pre_gelu, const Bf16* in, const Bf16* weight, const Bf16* bias,
                             size_t rows, int in_features, int out_features, int batch);

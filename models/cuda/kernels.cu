@@ -371,10 +371,12 @@ __global__ void GeluForwardKernel(float* out, const float* in, size_t count) {
   }
 }
 
-__global__ void GeluBackwardKernel(float* grad, const float* in, size_t count) {
+// fp32, or bf16 (the batched GEMMs' fallback) with fp32 math and one rounding of the product.
+template <typename T>
+__global__ void GeluBackwardKernel(T* grad, const T* in, size_t count) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    grad[i] *= element::GeluGrad(in[i]);
+    StoreFloat(&grad[i], LoadFloat(&grad[i]) * element::GeluGrad(LoadFloat(&in[i])));
   }
 }
 
@@ -413,13 +415,6 @@ __global__ void BatchedBiasGeluKernel(Bf16* out, Bf16* pre_gelu, const Bf16* bia
     }
     StoreFloat(&pre_gelu[i], LoadFloat(&pre_gelu[i]) + b);
     StoreFloat(&out[i], element::Gelu(LoadFloat(&pre_gelu[i])));
-  }
-}
-
-__global__ void GeluGradInPlaceKernel(Bf16* grad, const Bf16* pre, size_t count) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    StoreFloat(&grad[i], LoadFloat(&grad[i]) * element::GeluGrad(LoadFloat(&pre[i])));
   }
 }
 
@@ -740,6 +735,12 @@ void GeluBackward(float* grad, const float* in, size_t count, void* stream) {
   TB_CHECK_CUDA_LAUNCH();
 }
 
+void GeluBackward(Bf16* grad, const Bf16* in, size_t count, void* stream) {
+  if (count == 0) return;
+  GeluBackwardKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(grad, in, count);
+  TB_CHECK_CUDA_LAUNCH();
+}
+
 void ResidualAdd(float* out, const float* a, const float* b, size_t count, void* stream) {
   if (count == 0) return;
   ResidualAddKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(out, a, b, count);
@@ -763,12 +764,6 @@ void BatchedBiasGelu(Bf16* out, Bf16* pre_gelu, const Bf16* bias, size_t rows, i
   if (count == 0 || (bias == nullptr && pre_gelu == nullptr)) return;
   BatchedBiasGeluKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(out, pre_gelu, bias,
                                                                                             rows, cols, count);
-  TB_CHECK_CUDA_LAUNCH();
-}
-
-void GeluGradInPlace(Bf16* grad, const Bf16* pre, size_t count, void* stream) {
-  if (count == 0) return;
-  GeluGradInPlaceKernel<<<ElementwiseBlocks(count), kThreadsPerBlock, 0, AsStream(stream)>>>(grad, pre, count);
   TB_CHECK_CUDA_LAUNCH();
 }
 

@@ -82,12 +82,11 @@ void ColumnSum(float* out, const Bf16* in, size_t rows, int cols, GradientWrite 
 size_t ColumnSumScratchFloats(size_t rows, int cols);
 
 // The strided-batched GEMMs' layers (Gemm::Batched*: `batch` blocks of `rows` rows, block b using the b-th of the
-// per-block vectors), for where cuBLASLt has no batched algorithm with the epilogue:
+// per-block vectors), for where cuBLASLt has no batched algorithm with the epilogue (and GeluBackward's bf16 overload
+// below, for DGELU's):
 // pre_gelu null: out (batch·rows, cols) += bias_b. Otherwise pre_gelu += bias_b (bias null: nothing added) and out =
 // Gelu(pre_gelu), computed from the rounded pre-activation. Elementwise, bf16 in and out, fp32 math.
 void BatchedBiasGelu(Bf16* out, Bf16* pre_gelu, const Bf16* bias, size_t rows, int cols, int batch, void* stream);
-// grad *= GeluGrad(pre), elementwise over count bf16 values, in place.
-void GeluGradInPlace(Bf16* grad, const Bf16* pre, size_t count, void* stream);
 // out (batch, cols) = (kOverwrite) or += (kAccumulate) the column sums of each block of `rows` rows of in
 // (batch·rows, cols): one thread per column and block, adding its rows in order (the same bits every run).
 void BatchedColumnSum(float* out, const Bf16* in, size_t rows, int cols, int batch, GradientWrite write,
@@ -95,8 +94,9 @@ void BatchedColumnSum(float* out, const Bf16* in, size_t rows, int cols, int bat
 
 // out = Gelu(in), elementwise over count values.
 void GeluForward(float* out, const float* in, size_t count, void* stream);
-// grad *= GeluGrad(in), in place.
+// grad *= GeluGrad(in), in place; the bf16 overload computes in fp32 and rounds the product once.
 void GeluBackward(float* grad, const float* in, size_t count, void* stream);
+void GeluBackward(Bf16* grad, const Bf16* in, size_t count, void* stream);
 
 // out = a + b, elementwise over count values; out may alias a or b.
 void ResidualAdd(float* out, const float* a, const float* b, size_t count, void* stream);

@@ -85,17 +85,25 @@ __global__ void GatherKernel(__nv_bfloat16* gathered, const __nv_bfloat16* in, c
   }
 }
 
-// Grid-stride over tokens x channels: the residual plus the token's kept choices' gated outputs, in choice order.
-__global__ void CombineKernel(float* out, const float* residual, const __nv_bfloat16* expert_out, const int* row,
+__device__ float AsFloat(float value) { return value; }
+__device__ float AsFloat(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+// Grid-stride over tokens x channels: out = base (null: 0) plus the token's kept choices' rows, each times its gate
+// (null: 1), in choice order. The combine (base: the residual) and the input gradient's scatter (base: the router's
+// input gradient, no gates).
+template <typename Base>
+__global__ void CombineKernel(float* out, const Base* base, const __nv_bfloat16* rows, const int* row,
                               const float* gate, size_t tokens, int top_k, int channels) {
   const size_t total = tokens * channels;
   for (size_t at = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; at < total;
        at += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t t = at / channels, c = at % channels;
-    float sum = residual != nullptr ? residual[at] : 0.0f;
+    float sum = base != nullptr ? AsFloat(base[at]) : 0.0f;
     for (int j = 0; j < top_k; ++j) {
       const int r = row[t * top_k + j];
-      if (r >= 0) sum += gate[t * top_k + j] * __bfloat162float(expert_out[static_cast<size_t>(r) * channels + c]);
+      if (r < 0) continue;
+      const float value = __bfloat162float(rows[static_cast<size_t>(r) * channels + c]);
+      sum += gate != nullptr ? gate[t * top_k + j] * value : value;
     }
     out[at] = sum;
   }
@@ -179,24 +187,6 @@ __global__ void RouterBackwardKernel(__nv_bfloat16* logit_grad, float* logit_gra
   moe::GateBackward(p, expert + t * top_k, gate + t * top_k, gate_grad + t * top_k, top_k, grad);
   moe::SoftmaxBackwardRow(p, grad, experts, grad);
   for (int e = 0; e < experts; ++e) logit_grad[t * experts + e] = __float2bfloat16_rn(grad[e]);
-}
-
-// Grid-stride over tokens x channels: the router's input gradient plus the token's kept choices' expert input
-// gradients, in choice order.
-__global__ void ScatterInputGradKernel(float* in_grad, const __nv_bfloat16* router_in_grad,
-                                       const __nv_bfloat16* expert_in_grad, const int* row, size_t tokens, int top_k,
-                                       int channels) {
-  const size_t total = tokens * channels;
-  for (size_t at = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; at < total;
-       at += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t t = at / channels, c = at % channels;
-    float sum = __bfloat162float(router_in_grad[at]);
-    for (int j = 0; j < top_k; ++j) {
-      const int r = row[t * top_k + j];
-      if (r >= 0) sum += __bfloat162float(expert_in_grad[static_cast<size_t>(r) * channels + c]);
-    }
-    in_grad[at] = sum;
-  }
 }
 
 __global__ void AccumulateStatsKernel(long long* assigned_sum, long long* dropped_sum, double* aux_sum,
@@ -300,9 +290,10 @@ void MoeRouterBackward(Bf16* logit_grad, float* logit_grad_float, const float* p
 void MoeScatterInputGrad(float* in_grad, const Bf16* router_in_grad, const Bf16* expert_in_grad, const int* row,
                          size_t tokens, int top_k, int channels, void* stream) {
   if (tokens == 0 || channels == 0) return;
-  ScatterInputGradKernel<<<StrideBlocks(tokens * channels), kThreads, 0, AsStream(stream)>>>(
+  CombineKernel<<<StrideBlocks(tokens * channels), kThreads, 0, AsStream(stream)>>>(
       in_grad, reinterpret_cast<const __nv_bfloat16*>(router_in_grad),
-      reinterpret_cast<const __nv_bfloat16*>(expert_in_grad), row, tokens, top_k, channels);
+      reinterpret_cast<const __nv_bfloat16*>(expert_in_grad), row, static_cast<const float*>(nullptr), tokens, top_k,
+      channels);
   TB_CHECK_CUDA_LAUNCH();
 }
 

@@ -1,7 +1,8 @@
-// The routing of a mixture-of-experts layer on the device (models/cuda/README.md, "Mixture of experts on the GPU"):
-// what cpu::RouteLogits and cpu::AssignRows compute (models/cpu_moe.h), with the same per-token formulas
-// (models/moe_math.h), so that a GPU test compares choice by choice. The first pieces of the CUDA MoE block; the
-// gather, the experts' GEMMs, the combine and the backward come next. CUDA-free header: pointers are device pointers,
+// The non-GEMM steps of a mixture-of-experts layer on the device (models/cuda/README.md, "Mixture of experts on the
+// GPU"): the routing, what cpu::RouteLogits and cpu::AssignRows compute (models/cpu_moe.h), with the same per-token
+// formulas (models/moe_math.h), so that a GPU test compares choice by choice; the gather and combine, expert
+// parallel's row moves, the aux loss and the backward (moe_layer.h puts them together with the experts' batched
+// GEMMs). CUDA-free header: pointers are device pointers,
 // `stream` a cudaStream_t passed as void*. Launchers only enqueue work and throw RuntimeError on a failed launch.
 // Implemented by models/cuda/moe_kernels.cu, or by a stub that throws "built without CUDA".
 #pragma once

@@ -44,8 +44,6 @@ size_t ColumnSumScratchFloats(size_t, int) { ThrowBuiltWithoutCuda("ColumnSumScr
 
 void BatchedBiasGelu(Bf16*, Bf16*, const Bf16*, size_t, int, int, void*) { ThrowBuiltWithoutCuda("BatchedBiasGelu"); }
 
-void GeluGradInPlace(Bf16*, const Bf16*, size_t, void*) { ThrowBuiltWithoutCuda("GeluGradInPlace"); }
-
 void BatchedColumnSum(float*, const Bf16*, size_t, int, int, GradientWrite, void*) {
   ThrowBuiltWithoutCuda("BatchedColumnSum");
 }
@@ -55,6 +53,8 @@ void ScaleFloats(float*, size_t, float, void*) { ThrowBuiltWithoutCuda("ScaleFlo
 void GeluForward(float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("GeluForward"); }
 
 void GeluBackward(float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("GeluBackward"); }
+
+void GeluBackward(Bf16*, const Bf16*, size_t, void*) { ThrowBuiltWithoutCuda("GeluBackward"); }
 
 void ResidualAdd(float*, const float*, const float*, size_t, void*) { ThrowBuiltWithoutCuda("ResidualAdd"); }
 
