@@ -212,9 +212,12 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
 
 void CpuTensorParallelTransformer::AllReduce(float* data, size_t count, ReduceOp op) {
   if (dims_.tp == 1) return;  // a group of one has nothing to combine
-  const double start = NowSeconds();
-  tp_.AllReduce(data, data, count, DataType::kFloat32, op);
-  const double seconds = NowSeconds() - start;
+  double seconds = 0;
+  WaitOp([&] {  // --op-times's comm_model
+    const double start = NowSeconds();
+    tp_.AllReduce(data, data, count, DataType::kFloat32, op);
+    seconds = NowSeconds() - start;
+  });
   for (TensorParallelComm* c : {&step_comm_, &take_comm_}) {
     c->allreduces += 1;
     c->elements += count;
@@ -290,6 +293,7 @@ void CpuTensorParallelTransformer::Forward() {
   step_comm_ = {};
   if (stage().first()) {
     Hold(kEmbeddingUnit, false);  // held to the end of backward (the tied LM head), as the full model does
+    BeginOp(OpKind::kEmbedding, false);
     EmbeddingForward(a);
   }  // a later stage's a.encoded is stage_edges().input, which the caller wrote
   const float* residual = a.encoded.data();
@@ -300,6 +304,7 @@ void CpuTensorParallelTransformer::Forward() {
     residual = Block(a, l).residual3.data();
   }
   a.loss = stage().last() ? HeadForward(a, residual) : std::numeric_limits<float>::quiet_NaN();
+  EndOps();
   a.backward_pending = true;
 }
 
@@ -331,15 +336,19 @@ void CpuTensorParallelTransformer::BlockForward(SlotActivations& act, int l, con
   const int c = dims_.c, lc = dims_.channels, lf = dims_.hidden;
   auto w = [&](BlockTensor t) { return P(BlockSlot(l, t)); };
   LocalBlockActivations& a = Block(act, l);
+  BeginOp(OpKind::kLayerNorm, false);
   cpu::LayerNormForward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), residual, w(kLn1Weight), w(kLn1Bias), n, c);
+  BeginOp(OpKind::kAttention, false);
   // Column-parallel: the local weight's rows are [q | k | v] of the local heads, so the output is the layout the
   // attention kernel takes at width Cl with H/T heads; no repacking.
   cpu::MatmulForward(a.qkv.data(), a.ln1.data(), w(kQkvWeight), w(kQkvBias), nullptr, n, c, 3 * lc);
   cpu::AttentionForward(a.atty.data(), a.att_lse.data(), attention_scratch_.data(), a.qkv.data(), act.batch, act.seq,
                         lc, dims_.heads);
   RowParallelForward(a.residual2.data(), a.atty.data(), w(kAttnProjWeight), w(kAttnProjBias), residual, n, lc);
+  BeginOp(OpKind::kLayerNorm, false);
   cpu::LayerNormForward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), w(kLn2Weight),
                         w(kLn2Bias), n, c);
+  BeginOp(OpKind::kMlp, false);
   cpu::MatmulForward(a.fch.data(), a.ln2.data(), w(kFcWeight), w(kFcBias), nullptr, n, c, lf);
   cpu::GeluForward(a.fch_gelu.data(), a.fch.data(), n * lf);
   RowParallelForward(a.residual3.data(), a.fch_gelu.data(), w(kMlpProjWeight), w(kMlpProjBias), a.residual2.data(), n,
@@ -367,8 +376,10 @@ float CpuTensorParallelTransformer::HeadForward(SlotActivations& a, const float*
   if (!stage().first()) Hold(kEmbeddingUnit, false);  // the head's copy of wte, held to the end of backward
   Hold(FinalNormUnit(config_.layers), false);        // held likewise
   const size_t lnf = LnfWeightSlot(config_.layers);
+  BeginOp(OpKind::kLayerNorm, false);
   cpu::LayerNormForward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual, P(lnf), P(lnf + 1), a.tokens(),
                         dims_.c);
+  BeginOp(OpKind::kLmHead, false);
   if (dims_.vocab_used > 0) {
     cpu::MatmulForward(a.logits.data(), a.lnf.data(), P(kWteSlot), nullptr, nullptr, a.tokens(), dims_.c,
                        dims_.vocab_used);
@@ -429,13 +440,13 @@ void CpuTensorParallelTransformer::Backward(const std::function<void(size_t slot
     Release(BlockUnit(l), true);
   }
   if (stage().first()) {
+    BeginOp(OpKind::kEmbedding, true);
     EmbeddingBackward(a);
     ready(kWpeSlot);
   }
-  if (embeddings) {
-    ready(kWteSlot);
-    Release(kEmbeddingUnit, true);
-  }
+  if (embeddings) ready(kWteSlot);
+  EndOps();
+  if (embeddings) Release(kEmbeddingUnit, true);
 }
 
 // The cross-entropy's gradient over the local slice, (p - onehot(target)) / N, then the tied head's: wte's local rows
@@ -445,6 +456,7 @@ void CpuTensorParallelTransformer::HeadBackward(SlotActivations& a, const std::f
   const size_t n = a.tokens();
   const int used = dims_.vocab_used;
   const float inverse_rows = 1.0f / n;
+  BeginOp(OpKind::kLmHead, true);
   for (size_t r = 0; r < n; ++r) {
     float* row = a.logits.data() + r * used;
     const int target = a.targets[r] - dims_.vocab_begin;
@@ -462,6 +474,7 @@ void CpuTensorParallelTransformer::HeadBackward(SlotActivations& a, const std::f
   std::fill(residual_grad_.begin(), residual_grad_.end(), 0.0f);
   const size_t lnf_unit = FinalNormUnit(config_.layers), lnf = LnfWeightSlot(config_.layers);
   Hold(lnf_unit, true);
+  BeginOp(OpKind::kLayerNorm, true);
   cpu::LayerNormBackward(residual_grad_.data(), G(lnf), G(lnf + 1), channel_grad_.data(),
                          a.blocks.back().residual3.data(), P(lnf), a.lnf_mean.data(), a.lnf_rstd.data(), n, dims_.c);
   ready(lnf + 1);
@@ -487,16 +500,19 @@ void CpuTensorParallelTransformer::BlockBackward(SlotActivations& act, int l,
   float* rg = residual_grad_.data();
   float* cg = channel_grad_.data();
   float* hg = hidden_grad_.data();
+  BeginOp(OpKind::kMlp, true);
   cpu::MatmulBackward(hg, g(kMlpProjWeight), g(kMlpProjBias), rg, a.fch_gelu.data(), w(kMlpProjWeight), n, lf, c);
   ready_pair(kMlpProjWeight, kMlpProjBias);
   cpu::GeluBackward(hg, a.fch.data(), n * lf);
   cpu::MatmulBackward(cg, g(kFcWeight), g(kFcBias), hg, a.ln2.data(), w(kFcWeight), n, c, lf);
   AllReduce(cg, n * c, ReduceOp::kSum);
   ready_pair(kFcWeight, kFcBias);
+  BeginOp(OpKind::kLayerNorm, true);
   cpu::LayerNormBackward(rg, g(kLn2Weight), g(kLn2Bias), cg, a.residual2.data(), w(kLn2Weight), a.ln2_mean.data(),
                          a.ln2_rstd.data(), n, c);
   ready_pair(kLn2Weight, kLn2Bias);
   // channel_grad_ holds the attention output's gradient (N, Cl) here, then the qkv input gradient (N, C).
+  BeginOp(OpKind::kAttention, true);
   cpu::MatmulBackward(cg, g(kAttnProjWeight), g(kAttnProjBias), rg, a.atty.data(), w(kAttnProjWeight), n, lc, c);
   ready_pair(kAttnProjWeight, kAttnProjBias);
   cpu::AttentionBackward(hg, attention_scratch_.data(), cg, a.qkv.data(), a.att_lse.data(), act.batch, act.seq, lc,
@@ -504,6 +520,7 @@ void CpuTensorParallelTransformer::BlockBackward(SlotActivations& act, int l,
   cpu::MatmulBackward(cg, g(kQkvWeight), g(kQkvBias), hg, a.ln1.data(), w(kQkvWeight), n, c, 3 * lc);
   AllReduce(cg, n * c, ReduceOp::kSum);
   ready_pair(kQkvWeight, kQkvBias);
+  BeginOp(OpKind::kLayerNorm, true);
   cpu::LayerNormBackward(rg, g(kLn1Weight), g(kLn1Bias), cg, residual, w(kLn1Weight), a.ln1_mean.data(),
                          a.ln1_rstd.data(), n, c);
   ready_pair(kLn1Weight, kLn1Bias);
@@ -529,12 +546,14 @@ void CpuTensorParallelTransformer::EmbeddingBackward(const SlotActivations& a) {
 
 void CpuTensorParallelTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   if (step < 1) throw InputError("AdamW step counts from 1, got " + std::to_string(step));
+  BeginOp(OpKind::kOptimizer, true);
   for (const AdamWRange& r : adamw_ranges_) {
     // The moments hold the shard's elements (ZeRO-1's, fsdp's store): local element i at moment i - moment_offset().
     const size_t moment = r.offset - placement_.moment_offset();
     cpu::AdamWUpdate(params_.data() + r.offset, grads_.data() + r.offset, m_.data() + moment, v_.data() + moment,
                      r.count, config, r.decay ? config.weight_decay : 0.0f, step);
   }
+  EndOps();
 }
 
 // The input width of a row-parallel weight: attn.proj's C, mlp.proj's mlp_ratio·C.

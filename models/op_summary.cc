@@ -21,7 +21,7 @@ OpMeans MeansOf(const std::vector<RankSteps>& ranks) {
     for (const StepRecord& r : rank.steps) {
       if (r.warmup) continue;
       for (int i = 0; i < kOpSlots; ++i) m.slots[i] += r.op_s[i];
-      // The waits inside the model are in its kinds; the pipeline's have a row of their own.
+      // The waits inside the model are comm_model's; the pipeline's have a row of their own.
       m.comm_exposed_s += r.comm_exposed_s - r.comm_model_waits_s - r.comm_pipeline_s;
       m.comm_pipeline_s += r.comm_pipeline_s;
       m.step_s += r.step_s;
@@ -58,13 +58,16 @@ std::vector<OpRow> SummarizeOpTimes(const std::vector<RankSteps>& ranks, const O
   double marked = 0;
   for (int k = 0; k < kOpKinds; ++k) {
     const OpKind kind = static_cast<OpKind>(k);
+    const bool per_step = kind == OpKind::kOptimizer || kind == OpKind::kCommModel;  // one row, in backward's slot
+    if (kind == OpKind::kCommModel && !shape.model_waits() && m.slots[OpSlot(kind, true)] == 0) continue;
     for (const bool backward : {false, true}) {
-      if (kind == OpKind::kOptimizer && !backward) continue;  // no forward
+      if (per_step && !backward) continue;
       OpRow row;
       row.kind = OpKindName(kind);
-      row.phase = kind == OpKind::kOptimizer ? "step" : backward ? "backward" : "forward";
+      row.phase = per_step ? "step" : backward ? "backward" : "forward";
       row.seconds = m.slots[OpSlot(kind, backward)];
-      const OpWork work = WorkOf(shape.config, kind, backward, tokens, shape.seq, shape.bf16, shape.parameter_elements);
+      const OpWork work = WorkOf(shape.config, kind, backward, tokens, shape.seq, shape.bf16, shape.parameter_elements,
+                                 shape.tensor_parallel);
       // Per micro-batch over the stages, or per step on a rank's own elements.
       const double times = kind == OpKind::kOptimizer ? 1.0 : static_cast<double>(shape.grad_accum) / shape.stages;
       row.flops = work.flops * times;

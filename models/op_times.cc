@@ -12,6 +12,7 @@ const char* OpKindName(OpKind kind) {
     case OpKind::kMlp: return "mlp";
     case OpKind::kLmHead: return "lm_head";
     case OpKind::kOptimizer: return "optimizer";
+    case OpKind::kCommModel: return "comm_model";
   }
   return "?";
 }
@@ -24,16 +25,20 @@ const char* OpKindScope(OpKind kind) {
     case OpKind::kMlp: return "the MLP's two linear layers, GELU, biases";
     case OpKind::kLmHead: return "the tied LM head and the cross-entropy";
     case OpKind::kOptimizer: return "AdamW over the flat buffers (and the bf16 copy of the weights on a GPU)";
+    case OpKind::kCommModel:
+      return "communication forward and backward wait for: tensor parallel's activation all-reduces, fsdp's gathers "
+             "and reduce-scatters";
   }
   return "?";
 }
 
 OpWork WorkOf(const ModelConfig& config, OpKind kind, bool backward, double tokens, int seq, bool bf16,
-              double parameter_elements) {
+              double parameter_elements, int tensor_parallel) {
   const double c = config.d_model;
   const double hidden = static_cast<double>(config.mlp_ratio) * c;
   const double layers = config.layers;
   const double pass = backward ? 2.0 : 1.0;  // backward: input and weight gradients
+  const double split = tensor_parallel;       // a matmul's share of a tensor parallel rank
   const double activation = bf16 ? 2.0 : 4.0;  // a GEMM's input or output element
   OpWork w;
   switch (kind) {
@@ -51,18 +56,21 @@ OpWork WorkOf(const ModelConfig& config, OpKind kind, bool backward, double toke
       break;
     }
     case OpKind::kAttention:
-      w.flops = pass * tokens * layers * (2.0 * (3.0 * c * c + c * c) + 2.0 * seq * c);
+      w.flops = pass * tokens * layers * (2.0 * (3.0 * c * c + c * c) + 2.0 * seq * c) / split;
       break;
     case OpKind::kMlp:
-      w.flops = pass * tokens * layers * 2.0 * (2.0 * c * hidden);
+      w.flops = pass * tokens * layers * 2.0 * (2.0 * c * hidden) / split;
       break;
     case OpKind::kLmHead:
       w.flops = pass * tokens * 2.0 * static_cast<double>(CountParameters(config).token_embedding);
+      w.flops /= split;
       break;
     case OpKind::kOptimizer:
       // Parameter, gradient, m and v read; parameter, m and v written (and the bf16 copy on a GPU).
       w.bytes = backward ? parameter_elements * (bf16 ? 30.0 : 28.0) : 0.0;
       break;
+    case OpKind::kCommModel:
+      break;  // its rates are the collectives' (the report's activation and gather figures)
   }
   return w;
 }
@@ -81,6 +89,20 @@ void OpTimes::End() {
   clock_->Range(nullptr);
   clock_->Mark();
   slots_.push_back(-1);
+}
+
+void OpTimes::BeginWait() {
+  interrupted_ = slots_.empty() ? -1 : slots_.back();
+  clock_->Range(OpKindName(OpKind::kCommModel));
+  clock_->Mark();
+  slots_.push_back(OpSlot(OpKind::kCommModel, true));
+}
+
+void OpTimes::EndWait() {
+  clock_->Range(interrupted_ >= 0 ? OpKindName(static_cast<OpKind>(interrupted_ / 2)) : nullptr);
+  clock_->Mark();
+  slots_.push_back(interrupted_);
+  interrupted_ = -1;
 }
 
 void OpTimes::TakeInto(OpSeconds& seconds) {

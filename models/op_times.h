@@ -15,15 +15,18 @@ namespace tb {
 
 class PhaseClock;
 
-// The kinds, in the order of a step's forward.
-enum class OpKind : int { kEmbedding, kLayerNorm, kAttention, kMlp, kLmHead, kOptimizer };
-constexpr int kOpKinds = 6;
-// A kind's time in forward or in backward (the optimizer's counts as backward: it has no forward).
+// The kinds of work, in the order of a step's forward, then the communication the model waits for inside forward and
+// backward (tensor parallel's activation all-reduces, fsdp's parameter gathers and gradient reduce-scatters), which
+// interrupts the kind that waited.
+enum class OpKind : int { kEmbedding, kLayerNorm, kAttention, kMlp, kLmHead, kOptimizer, kCommModel };
+constexpr int kOpKinds = 7;
+// A kind's time in forward or in backward (the optimizer's and comm_model's count as backward: they are one row for
+// the step).
 constexpr int kOpSlots = 2 * kOpKinds;
 constexpr int OpSlot(OpKind kind, bool backward) { return 2 * static_cast<int>(kind) + (backward ? 1 : 0); }
 using OpSeconds = std::array<double, kOpSlots>;
 
-// "embedding", "layernorm", "attention", "mlp", "lm_head", "optimizer".
+// "embedding", "layernorm", "attention", "mlp", "lm_head", "optimizer", "comm_model".
 const char* OpKindName(OpKind kind);
 // What each kind holds, for the report and --help.
 const char* OpKindScope(OpKind kind);
@@ -32,13 +35,14 @@ const char* OpKindScope(OpKind kind);
 // flops follows the MFU convention (2 per multiply-add of a matmul weight forward, 4 backward; causal attention's
 // scores 2·T·C per token per layer forward, 4 backward), 0 for kinds without matmuls; bytes is what the kernels must
 // read and write at least (element sizes of the backend: bf16 activations and fp32 residual stream on the GPU, fp32
-// on the CPU), 0 for the matmul kinds, whose rate is their FLOP/s.
+// on the CPU), 0 for the matmul kinds, whose rate is their FLOP/s, and for comm_model. Over `tensor_parallel` ranks a
+// rank does 1/T of every matmul (its heads, its MLP columns, its slice of the vocabulary) and all of the rest.
 struct OpWork {
   double flops = 0;
   double bytes = 0;
 };
 OpWork WorkOf(const ModelConfig& config, OpKind kind, bool backward, double tokens, int seq, bool bf16,
-              double parameter_elements);
+              double parameter_elements, int tensor_parallel = 1);
 
 class OpTimes {
  public:
@@ -51,12 +55,17 @@ class OpTimes {
   void Begin(OpKind kind, bool backward);
   // The marked work ends here: the end of a forward, a backward or an optimizer step.
   void End();
+  // Communication the model waits for, between these two: comm_model's, then the kind it interrupted resumes (or
+  // nothing, where it came after End or before any mark).
+  void BeginWait();
+  void EndWait();
   // Waits for the last mark; adds each slot's seconds since the last call to `seconds`.
   void TakeInto(OpSeconds& seconds);
 
  private:
   std::unique_ptr<PhaseClock> clock_;
   std::vector<int> slots_;  // per mark: the slot its following interval belongs to (-1: none)
+  int interrupted_ = -1;    // between BeginWait and EndWait: the slot that resumes
 };
 
 }  // namespace tb

@@ -154,7 +154,6 @@ class TrainingSteps {
     // The step's gradient is that of the mean loss over its micro-batches.
     model.SetGradientScale(1.0f / static_cast<float>(o.grad_accum));
     if (o.op_times) {
-      if (tensor_parallel() > 1) throw std::logic_error("op times: the tensor parallel models do not mark");
       op_times_ = std::make_unique<OpTimes>(model.MakePhaseClock());
       model.SetOpTimes(op_times_.get());
     }

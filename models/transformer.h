@@ -369,22 +369,61 @@ class Transformer {
   virtual std::vector<KernelChoice> kernel_choices() const { return {}; }
 
   // train --op-times: where each kind of work begins in Forward, Backward and AdamWStep is marked on `op_times`
-  // (made over this model's MakePhaseClock; null: nothing is marked). The models without tensor parallel mark.
-  void SetOpTimes(OpTimes* op_times) { op_times_ = op_times; }
+  // (made over this model's MakePhaseClock; null: nothing is marked), and the communication they wait for (WaitOp,
+  // and every call of unit_access() that may wait for fsdp's collectives) as comm_model's.
+  void SetOpTimes(OpTimes* op_times) {
+    op_times_ = op_times;
+    marked_access_.op_times = op_times;
+  }
 
  protected:
-  // The UnitAccess SetUnitAccess gave (null until then, and always without FSDP).
-  UnitAccess* unit_access() const { return unit_access_; }
+  // The UnitAccess SetUnitAccess gave (null until then, and always without FSDP); under --op-times, one that marks its
+  // waits.
+  UnitAccess* unit_access() const {
+    if (unit_access_ == nullptr || op_times_ == nullptr) return unit_access_;
+    marked_access_.inner = unit_access_;
+    return &marked_access_;
+  }
   void BeginOp(OpKind kind, bool backward) {
     if (op_times_ != nullptr) op_times_->Begin(kind, backward);
   }
   void EndOps() {
     if (op_times_ != nullptr) op_times_->End();
   }
+  // Runs `wait`, communication that forward or backward waits for (tensor parallel's all-reduces), as comm_model's.
+  template <class Wait>
+  void WaitOp(Wait&& wait) {
+    if (op_times_ != nullptr) op_times_->BeginWait();
+    wait();
+    if (op_times_ != nullptr) op_times_->EndWait();
+  }
 
  private:
+  // fsdp's gatherer as the model sees it under --op-times: the calls that may wait for a collective marked.
+  struct MarkedUnitAccess final : UnitAccess {
+    UnitAccess* inner = nullptr;
+    OpTimes* op_times = nullptr;
+    template <class Call>
+    auto Marked(Call&& call) {
+      op_times->BeginWait();
+      auto result = call();
+      op_times->EndWait();
+      return result;
+    }
+    const float* Parameters(size_t unit) override { return Marked([&] { return inner->Parameters(unit); }); }
+    void ParametersDone(size_t unit) override { inner->ParametersDone(unit); }
+    float* Gradients(size_t unit) override { return Marked([&] { return inner->Gradients(unit); }); }
+    void GradientsDone(size_t unit) override {
+      Marked([&] {
+        inner->GradientsDone(unit);
+        return 0;
+      });
+    }
+  };
+
   OpTimes* op_times_ = nullptr;
   UnitAccess* unit_access_ = nullptr;
+  mutable MarkedUnitAccess marked_access_;
 };
 
 // The CPU reference, initialised as GPT-2 is (normal(0, 0.02) weights, residual projections scaled by

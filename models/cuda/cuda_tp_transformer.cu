@@ -431,14 +431,18 @@ void CudaTensorParallelTransformer::UploadInitialParameters(uint64_t seed) {
 }
 
 // One blocking all-reduce of fp32 device memory over the group, after the model's work that wrote it; timed from when
-// that work is done to when the communicator's is, so that the seconds are the collective's own.
+// that work is done to when the communicator's is, so that the seconds are the collective's own (and --op-times's
+// comm_model, on the model's stream, from the end of that work to after the collective).
 void CudaTensorParallelTransformer::AllReduce(float* data, size_t count, ReduceOp op) {
   if (dims_.tp == 1) return;  // a group of one has nothing to combine
-  stream_.Synchronize();
-  const double start = NowSeconds();
-  tp_.AllReduce(data, data, count, DataType::kFloat32, op);
-  tp_.Synchronize();
-  const double seconds = NowSeconds() - start;
+  double seconds = 0;
+  WaitOp([&] {
+    stream_.Synchronize();
+    const double start = NowSeconds();
+    tp_.AllReduce(data, data, count, DataType::kFloat32, op);
+    tp_.Synchronize();
+    seconds = NowSeconds() - start;
+  });
   for (TensorParallelComm* c : {&step_comm_, &take_comm_}) {
     c->allreduces += 1;
     c->elements += count;
@@ -472,6 +476,7 @@ void CudaTensorParallelTransformer::Forward() {
   backward_pending_ = false;
   step_comm_ = {};
   const size_t n = tokens();
+  BeginOp(OpKind::kEmbedding, false);
   EmbeddingForward();
   const float* residual = encoded_;
   for (int l = 0; l < config_.layers; ++l) {
@@ -479,11 +484,14 @@ void CudaTensorParallelTransformer::Forward() {
     residual = blocks_[l].residual3;
   }
   const size_t lnf = LnfWeightSlot(config_.layers);
+  BeginOp(OpKind::kLayerNorm, false);
   gpu::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual, Param(lnf), Param(lnf + 1), n, dims_.c, stream());
+  BeginOp(OpKind::kLmHead, false);
   // The tied LM head over all Vl local rows of wte, so that the GEMM keeps its aligned shape: the padding rows are
   // zero, and the cross-entropy ignores their columns (and gives them zero gradient).
   gemm_->LinearForwardFloat(logits_, nullptr, lnf_, Bf16Param(kWteSlot), nullptr, n, dims_.c, dims_.vocab_rows);
   VocabParallelCrossEntropy();
+  EndOps();
   backward_pending_ = true;
   if (!forward_measured_) {
     NoteDeviceMemory();
@@ -507,14 +515,18 @@ void CudaTensorParallelTransformer::BlockForward(int l, const float* residual) {
   auto param = [&](BlockTensor t) { return Param(BlockSlot(l, t)); };
   auto bf16_param = [&](BlockTensor t) { return Bf16Param(BlockSlot(l, t)); };
   BlockActivations& a = blocks_[l];
+  BeginOp(OpKind::kLayerNorm, false);
   gpu::LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, param(kLn1Weight), param(kLn1Bias), n, c, stream());
+  BeginOp(OpKind::kAttention, false);
   // Column-parallel: the local weight's rows are [q | k | v] of the local heads, the layout the attention over H/T
   // heads of width Cl takes.
   gemm_->LinearForward(a.qkv, nullptr, a.ln1, bf16_param(kQkvWeight), bf16_param(kQkvBias), n, c, 3 * lc);
   attention_->Forward(a.atty, a.att_lse, a.qkv, batch_, seq_);
   RowParallelForward(a.residual2, residual, a.atty, bf16_param(kAttnProjWeight), param(kAttnProjBias), lc);
+  BeginOp(OpKind::kLayerNorm, false);
   gpu::LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, param(kLn2Weight), param(kLn2Bias), n, c,
                         stream());
+  BeginOp(OpKind::kMlp, false);
   gemm_->LinearForward(a.fch_gelu, a.fch, a.ln2, bf16_param(kFcWeight), bf16_param(kFcBias), n, c, lf);
   RowParallelForward(a.residual3, a.residual2, a.fch_gelu, bf16_param(kMlpProjWeight), param(kMlpProjBias), lf);
 }
@@ -563,7 +575,9 @@ void CudaTensorParallelTransformer::Backward(const std::function<void(size_t slo
   };
   const size_t n = tokens();
   const int c = dims_.c;
+  BeginOp(OpKind::kLmHead, true);
   HeadBackward(write);  // reduce_: the gradient of lnf's output, summed over the group
+  BeginOp(OpKind::kLayerNorm, true);
   TB_CHECK_CUDA(cudaMemsetAsync(residual_grad_, 0, n * c * sizeof(float), stream_.get()));
   const size_t lnf = LnfWeightSlot(config_.layers);
   const float* last_residual = config_.layers > 0 ? blocks_.back().residual3 : encoded_;
@@ -575,11 +589,13 @@ void CudaTensorParallelTransformer::Backward(const std::function<void(size_t slo
   for (int l = config_.layers - 1; l >= 0; --l) BlockBackward(l, ready, write);
   // The embedding's gradient: wte's local rows for the tokens this rank holds (added to the LM head's), wpe
   // (replicated) on every rank, in a fixed order; its input gradient goes nowhere, so nothing is all-reduced.
+  BeginOp(OpKind::kEmbedding, true);
   gpu::PositionEmbeddingBackward(Grad(kWpeSlot), residual_grad_, batch_, seq_, c, config_.seq, write, stream());
   gpu::VocabEmbeddingBackward(Grad(kWteSlot), residual_grad_, tokens_, n, c, dims_.vocab_begin, dims_.vocab_rows,
                               stream());
   ready(kWpeSlot);
   ready(kWteSlot);
+  EndOps();
   if (!backward_measured_) {
     NoteDeviceMemory();
     backward_measured_ = true;
@@ -628,6 +644,7 @@ void CudaTensorParallelTransformer::BlockBackward(int l, const std::function<voi
   // MLP: the projection's input gradient with the GELU gradient fused (the DGELU epilogue over fch; fc's bias
   // gradient too, when overwriting, where cuBLASLt offers DGELU_BGRAD), then fc.
   Bf16* hidden_grad = grad_scratch_;  // (N, Fl): the logits' gradient is spent by now
+  BeginOp(OpKind::kMlp, true);
   const bool fc_bias_written =
       gemm_->LinearBackwardInput(hidden_grad, residual_grad_bf16_, bf16_param(kMlpProjWeight), a.fch, n, lf, c,
                                  write == GradientWrite::kOverwrite ? grad(kFcBias) : nullptr);
@@ -637,11 +654,13 @@ void CudaTensorParallelTransformer::BlockBackward(int l, const std::function<voi
   ColumnParallelBackward(grad(kFcWeight), fc_bias_written ? nullptr : grad(kFcBias), hidden_grad, a.ln2,
                          bf16_param(kFcWeight), lf, write);
   ready_pair(kFcWeight, kFcBias);
+  BeginOp(OpKind::kLayerNorm, true);
   gpu::LayerNormBackward(residual_grad_, residual_grad_bf16_, grad(kLn2Weight), grad(kLn2Bias), reduce_, a.residual2,
                          param(kLn2Weight), a.ln2_mean, a.ln2_rstd, n, c, write, layernorm_scratch_, stream());
   ready_pair(kLn2Weight, kLn2Bias);
 
   // Attention: the projection, the local heads, qkv.
+  BeginOp(OpKind::kAttention, true);
   gemm_->LinearBackwardInput(attention_grad_, residual_grad_bf16_, bf16_param(kAttnProjWeight), nullptr, n, lc, c);
   gemm_->LinearBackwardWeights(grad(kAttnProjWeight), grad(kAttnProjBias), residual_grad_bf16_, a.atty, n, lc, c,
                                write);
@@ -651,6 +670,7 @@ void CudaTensorParallelTransformer::BlockBackward(int l, const std::function<voi
   ColumnParallelBackward(grad(kQkvWeight), grad(kQkvBias), qkv_grad, a.ln1, bf16_param(kQkvWeight), 3 * lc, write);
   ready_pair(kQkvWeight, kQkvBias);
   // The bf16 copy is for the next block down; below block 0 only the embeddings read the (fp32) gradient.
+  BeginOp(OpKind::kLayerNorm, true);
   gpu::LayerNormBackward(residual_grad_, l > 0 ? residual_grad_bf16_ : nullptr, grad(kLn1Weight), grad(kLn1Bias),
                          reduce_, residual, param(kLn1Weight), a.ln1_mean, a.ln1_rstd, n, c, write,
                          layernorm_scratch_, stream());
@@ -662,7 +682,9 @@ void CudaTensorParallelTransformer::AdamWStep(const AdamWConfig& config, int64_t
   // One launch over every range (the moments hold the shard's elements: local element i is moment i - shard
   // begin); the bf16 copy is rewritten from the updated master weights in the same pass, and wte's padding rows,
   // skipped, stay zero in both.
+  BeginOp(OpKind::kOptimizer, true);
   gpu::AdamWUpdate(params_, grads_, m_, v_, *adamw_plan_, config, step, stream(), params_bf16_);
+  EndOps();
 }
 
 // Throws InputError for what the tensor-parallel CUDA transformer cannot take, before it touches the device.

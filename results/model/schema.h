@@ -732,25 +732,28 @@ inline const RealColumn kind_p99{kStallBudget, "<kind>_p99", "fraction", "the ki
 // `train --op-times`: the model's work by kind (models/op_times.h); absent without it.
 inline TableSpec kOpTimes{kTrainPoint, "op_times",
                           "a row per kind of work and phase (forward, backward; the optimizer's step), then "
-                          "comm_exposed, comm_pipeline (with pipeline stages) and other (the rest of the step): mean "
-                          "seconds per measured step over the point's ranks, timed by marks on the model's stream "
-                          "(CUDA events; the host clock on the CPU), so that the rows add up to the mean step (a wait "
-                          "inside forward or backward, fsdp's parameter gathers, is in the kind that waited, "
-                          "comm_pipeline holds the exchanges between stages and the waits for them, comm_exposed the "
-                          "rest of the step's communication); with stages a rank works on its stage's layers only, "
-                          "and flops and bytes are the means over the point's ranks as the seconds are; present with "
-                          "--op-times"};
+                          "comm_model (with tensor parallel or fsdp), comm_exposed, comm_pipeline (with pipeline "
+                          "stages) and other (the rest of the step): mean seconds per measured step over the point's "
+                          "ranks, timed by marks on the model's stream (CUDA events; the host clock on the CPU), so "
+                          "that the rows add up to the mean step (comm_model holds the waits inside forward and "
+                          "backward, tensor parallel's activation all-reduces and fsdp's gathers and reduce-scatters, "
+                          "taken out of the kind that waited; comm_pipeline the exchanges between stages and the "
+                          "waits for them; comm_exposed the rest of the step's communication); with stages a rank "
+                          "works on its stage's layers only, and flops and bytes are the means over the point's ranks "
+                          "as the seconds are; with tensor parallel a rank's matmul flops are 1/T of the model's; "
+                          "present with --op-times"};
 namespace op_times {
 inline const TextColumn kind{kOpTimes, "kind", "",
                              "embedding, layernorm, attention (qkv and output projections, attention itself), mlp, "
-                             "lm_head (tied head and cross-entropy), optimizer, comm_exposed, comm_pipeline, other"};
+                             "lm_head (tied head and cross-entropy), optimizer, comm_model, comm_exposed, "
+                             "comm_pipeline, other"};
 inline const TextColumn phase{kOpTimes, "phase", "", "forward, backward or step"};
 inline const RealColumn seconds{kOpTimes, "seconds", "s", "mean per measured step (all its micro-batches)"};
 inline const RealColumn share{kOpTimes, "share", "fraction", "of the mean step time"};
 inline const RealColumn flops{kOpTimes, "flops", "FLOP",
                               "per step and rank, by the MFU convention (2 per multiply-add of a matmul weight forward, 4 "
-                              "backward; causal attention 2 T C per token per layer forward, 4 backward); 0 without "
-                              "matmuls"};
+                              "backward; causal attention 2 T C per token per layer forward, 4 backward; a tensor "
+                              "parallel rank's 1/T of them); 0 without matmuls"};
 inline const RealColumn bytes{kOpTimes, "bytes", "B",
                               "per step and rank, what the kind must read and write at least (layernorm, embedding, "
                               "optimizer); 0 for the matmul kinds"};

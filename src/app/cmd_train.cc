@@ -136,7 +136,6 @@ void CheckTensorParallelFlags(const TrainFlags& f, const ModelConfig& model, int
   const std::string t = "--tensor-parallel " + std::to_string(f.tensor_parallel);
   const std::string gap = TensorParallelModeGap(f.parallel, f.tensor_parallel, cuda);
   if (!gap.empty()) throw InputError(t + " " + gap);
-  if (f.op_times) throw InputError(t + " with --op-times is not built yet (the tensor parallel models do not mark)");
   CheckTensorParallelStep(model, f.tensor_parallel, f.micro_batch, seq, cuda);
 }
 
@@ -1079,6 +1078,8 @@ void TrainPhase::AddOpTimes(Group& point_group, const RunPoint& point, const Tra
   const TrainPlan& plan = PlanOf(point.k);
   OpShape shape{model_, point_loop.seq, point_loop.micro_batch, point_loop.grad_accum, setup_.backend.cuda};
   shape.stages = plan.pipeline_parallel;
+  shape.tensor_parallel = plan.tensor_parallel;
+  shape.fsdp = parallel_ == ParallelMode::kFsdp;
   shape.parameter_elements = AdamWElementsPerRank(model_, plan, parallel_);
   const OpRates rates{setup_.gemm_min, setup_.copy_min};
   const std::vector<OpRow> rows = SummarizeOpTimes(ranks, shape, rates);

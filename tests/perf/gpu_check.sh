@@ -211,9 +211,10 @@ part_parallel() {
     done
     compare_losses par_zero1_2gpu par_dp_2gpu 1e-4
     compare_losses par_fsdp_2gpu par_dp_2gpu 1e-4
-    # A tensor-parallel group of 2 reads the tokens of data-parallel rank 0: the one-rank run's.
+    # A tensor-parallel group of 2 reads the tokens of data-parallel rank 0: the one-rank run's. With --op-times: the
+    # tensor-parallel model's marks on the GPU, its all-reduces in the comm_model row of the table in the log.
     step par_tp2 90 mpirun -np 2 --bind-to none trainbench train --backend cuda "${common[@]}" --tensor-parallel 2 \
-      -o "$out/par_tp2.h5" && check_first_loss par_tp2 50257 && compare_losses par_tp2 par_dp 2e-3
+      --op-times -o "$out/par_tp2.h5" && check_first_loss par_tp2 50257 && compare_losses par_tp2 par_dp 2e-3
     # Pipeline stages (issue 38): 2 stages over 2 GPUs, 4 micro-batches of 2 in 1F1B (NCCL send/recv between the
     # GPUs) against one GPU's 4 accumulated micro-batches of 2: the same tokens.
     train par_dp_ga4 60 --model gpt2-124m --micro-batch 2 --grad-accum 4 --warmup-steps 1 --steps 5 --lr 1e-3
