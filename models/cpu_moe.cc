@@ -4,7 +4,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "clock.h"
 #include "cpu_kernels.h"
 #include "moe_math.h"
 
@@ -96,10 +95,10 @@ int GroupSize(const MoeExperts* experts) { return experts && experts->group ? ex
 void Dispatch(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<float>& source,
               std::vector<float>& expert_rows, std::vector<float>& received, int channels) {
   received.resize(At(d.recv_offsets.back(), 1) + d.recv_counts.back());
-  const double start = NowSeconds();
-  experts->group->AllToAllV(source.data(), d.send_counts, d.send_offsets, received.data(), d.recv_counts,
-                            d.recv_offsets, DataType::kFloat32);
-  experts->figures.dispatch_s += NowSeconds() - start;
+  TimeExchange(*experts, experts->figures.dispatch_s, [&] {
+    experts->group->AllToAllV(source.data(), d.send_counts, d.send_offsets, received.data(), d.recv_counts,
+                              d.recv_offsets, DataType::kFloat32);
+  });
   experts->figures.dispatch_bytes += RemoteBytes(d.send_counts, sizeof(float), *experts);
   expert_rows.resize(At(d.expert_row.size(), channels));
   for (size_t i = 0; i < d.expert_row.size(); ++i) {
@@ -118,10 +117,10 @@ void Combine(const MoeDispatchLayout& d, MoeExperts* experts, const std::vector<
                 sizeof(float) * channels);
   }
   source.resize(At(d.send_offsets.back(), 1) + d.send_counts.back());
-  const double start = NowSeconds();
-  experts->group->AllToAllV(received.data(), d.recv_counts, d.recv_offsets, source.data(), d.send_counts,
-                            d.send_offsets, DataType::kFloat32);
-  experts->figures.combine_s += NowSeconds() - start;
+  TimeExchange(*experts, experts->figures.combine_s, [&] {
+    experts->group->AllToAllV(received.data(), d.recv_counts, d.recv_offsets, source.data(), d.send_counts,
+                              d.send_offsets, DataType::kFloat32);
+  });
   experts->figures.combine_bytes += RemoteBytes(d.recv_counts, sizeof(float), *experts);
 }
 

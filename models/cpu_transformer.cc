@@ -263,6 +263,7 @@ void CpuTransformer::Forward() {
   MicroBatchSlot& micro_batch = Selected();
   if (micro_batch.batch == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
   micro_batch.backward_pending = false;
+  moe_experts_.op_times = op_times();  // expert parallel's exchanges are comm_model's waits
   // Held to the end of backward (the tied LM head).
   const float* embeddings = holds_wte() ? Access().Parameters(kEmbeddingUnit) : nullptr;
   if (stage().first()) {

@@ -4,7 +4,6 @@
 
 #include <stdexcept>
 
-#include "clock.h"
 #include "communicator.h"
 #include "error.h"
 
@@ -36,10 +35,10 @@ MoeDispatchLayout PlanDispatch(const std::vector<int>& block_begin, MoeExperts& 
     }
   }
   d.recv_rows.assign(send_rows.size(), 0);
-  const double start = NowSeconds();
-  TB_CHECK_MPI(MPI_Alltoall(send_rows.data(), local_experts, MPI_INT32_T, d.recv_rows.data(), local_experts,
-                            MPI_INT32_T, group.host_comm()));
-  experts.figures.dispatch_s += NowSeconds() - start;
+  TimeExchange(experts, experts.figures.dispatch_s, [&] {
+    TB_CHECK_MPI(MPI_Alltoall(send_rows.data(), local_experts, MPI_INT32_T, d.recv_rows.data(), local_experts,
+                              MPI_INT32_T, group.host_comm()));
+  });
   // Received: rank after rank, each rank's rows local expert after local expert.
   d.recv_counts.assign(ranks, 0);
   d.recv_offsets.assign(ranks, 0);

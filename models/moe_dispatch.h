@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "clock.h"
+#include "op_times.h"
+
 #include "moe_stats.h"  // AllToAllFigures
 
 namespace tb {
@@ -23,7 +26,19 @@ struct MoeExperts {
   Communicator* group = nullptr;  // expert parallel over its ranks; null: every expert here
   std::vector<bool> remote_node;  // per rank of the group: whether it is on another node (empty: none is)
   AllToAllFigures figures;        // the all-to-alls so far
+  OpTimes* op_times = nullptr;    // train --op-times (set by the model): the exchanges marked as comm_model's waits
 };
+
+// Runs `exchange`, one of expert parallel's exchanges waited for on the host, adding its seconds to `seconds`
+// (experts.figures.dispatch_s or combine_s); under --op-times, marked as comm_model's wait.
+template <class Exchange>
+void TimeExchange(MoeExperts& experts, double& seconds, Exchange&& exchange) {
+  if (experts.op_times != nullptr) experts.op_times->BeginWait();
+  const double start = NowSeconds();
+  exchange();
+  seconds += NowSeconds() - start;
+  if (experts.op_times != nullptr) experts.op_times->EndWait();
+}
 
 // The all-to-alls' layout, in elements (rows · C), one count and offset per rank of the group, and the rows.
 struct MoeDispatchLayout {

@@ -59,7 +59,7 @@ std::vector<OpRow> SummarizeOpTimes(const std::vector<RankSteps>& ranks, const O
   for (int k = 0; k < kOpKinds; ++k) {
     const OpKind kind = static_cast<OpKind>(k);
     const bool per_step = kind == OpKind::kOptimizer || kind == OpKind::kCommModel;  // one row, in backward's slot
-    if (kind == OpKind::kCommModel && !shape.model_waits() && m.slots[OpSlot(kind, true)] == 0) continue;
+    if (kind == OpKind::kCommModel && !shape.comm_model) continue;
     for (const bool backward : {false, true}) {
       if (per_step && !backward) continue;
       OpRow row;

@@ -14,8 +14,7 @@
 namespace tb {
 
 struct OpRow {
-  // OpKindName (comm_model: the communication waited for inside forward and backward, tensor parallel's and fsdp's;
-  // only where the mode has some), "comm_exposed" (what the loop waited for communication outside forward and
+  // OpKindName (comm_model: the communication inside forward and backward; only where the mode has some), "comm_exposed" (what the loop waited for communication outside forward and
   // backward), "comm_pipeline" (pipeline parallel's exchanges between stages and the waits for them, the bubble: only
   // with stages) or "other" (the rest).
   std::string kind;
@@ -48,11 +47,11 @@ struct OpShape {
   // Pipeline stages: a rank does its stage's share of the model's work (the embeddings on the first, the head on the
   // last), so the mean over the point's ranks, which the rows' seconds are, is the whole model's work over `stages`.
   int stages = 1;
-  // Tensor parallel: each rank does 1/T of the matmuls (WorkOf). fsdp: its gathers and reduce-scatters are waited for
-  // inside forward and backward.
+  // Tensor parallel: each rank does 1/T of the matmuls (WorkOf).
   int tensor_parallel = 1;
-  bool fsdp = false;
-  bool model_waits() const { return tensor_parallel > 1 || fsdp; }
+  // The mode communicates inside forward and backward (tensor parallel, fsdp, expert parallel, dp's buckets over
+  // several ranks): the table has a comm_model row.
+  bool comm_model = false;
 };
 
 std::vector<OpRow> SummarizeOpTimes(const std::vector<RankSteps>& ranks, const OpShape& shape, const OpRates& rates);

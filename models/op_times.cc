@@ -26,8 +26,9 @@ const char* OpKindScope(OpKind kind) {
     case OpKind::kLmHead: return "the tied LM head and the cross-entropy";
     case OpKind::kOptimizer: return "AdamW over the flat buffers (and the bf16 copy of the weights on a GPU)";
     case OpKind::kCommModel:
-      return "communication forward and backward wait for: tensor parallel's activation all-reduces, fsdp's gathers "
-             "and reduce-scatters";
+      return "communication inside forward and backward: tensor parallel's activation all-reduces, fsdp's gathers and "
+             "reduce-scatters, expert parallel's all-to-alls, dp's bucket all-reduces started (and progressed by MPI) "
+             "as gradients become ready";
   }
   return "?";
 }
@@ -58,9 +59,21 @@ OpWork WorkOf(const ModelConfig& config, OpKind kind, bool backward, double toke
     case OpKind::kAttention:
       w.flops = pass * tokens * layers * (2.0 * (3.0 * c * c + c * c) + 2.0 * seq * c) / split;
       break;
-    case OpKind::kMlp:
-      w.flops = pass * tokens * layers * 2.0 * (2.0 * c * hidden) / split;
+    case OpKind::kMlp: {
+      // Per token: a dense block's two matmuls; an MoE block's router and K experts' two (the active convention of
+      // ModelFlopsPerToken: every token counts as routed to K experts).
+      double per_token = 0;
+      for (int l = 0; l < config.layers; ++l) {
+        if (!IsMoeBlock(config, l)) {
+          per_token += 2.0 * (2.0 * c * hidden);
+          continue;
+        }
+        const MoeConfig& moe = *config.moe;
+        per_token += 2.0 * c * moe.experts + moe.top_k * 2.0 * (2.0 * c * moe.expert_ffn);
+      }
+      w.flops = pass * tokens * per_token / split;
       break;
+    }
     case OpKind::kLmHead:
       w.flops = pass * tokens * 2.0 * static_cast<double>(CountParameters(config).token_embedding);
       w.flops /= split;

@@ -15,9 +15,9 @@ namespace tb {
 
 class PhaseClock;
 
-// The kinds of work, in the order of a step's forward, then the communication the model waits for inside forward and
-// backward (tensor parallel's activation all-reduces, fsdp's parameter gathers and gradient reduce-scatters), which
-// interrupts the kind that waited.
+// The kinds of work, in the order of a step's forward, then the communication inside forward and backward (tensor
+// parallel's activation all-reduces, fsdp's parameter gathers and gradient reduce-scatters, expert parallel's
+// all-to-alls, dp's bucket all-reduces started as gradients become ready), which interrupts the kind that waited.
 enum class OpKind : int { kEmbedding, kLayerNorm, kAttention, kMlp, kLmHead, kOptimizer, kCommModel };
 constexpr int kOpKinds = 7;
 // A kind's time in forward or in backward (the optimizer's and comm_model's count as backward: they are one row for
@@ -32,11 +32,13 @@ const char* OpKindName(OpKind kind);
 const char* OpKindScope(OpKind kind);
 
 // A kind's work in one forward or backward of one micro-batch (the optimizer's: one step over the flat buffers).
-// flops follows the MFU convention (2 per multiply-add of a matmul weight forward, 4 backward; causal attention's
-// scores 2·T·C per token per layer forward, 4 backward), 0 for kinds without matmuls; bytes is what the kernels must
-// read and write at least (element sizes of the backend: bf16 activations and fp32 residual stream on the GPU, fp32
-// on the CPU), 0 for the matmul kinds, whose rate is their FLOP/s, and for comm_model. Over `tensor_parallel` ranks a
-// rank does 1/T of every matmul (its heads, its MLP columns, its slice of the vocabulary) and all of the rest.
+// flops follows the MFU convention, ModelFlopsPerToken's (2 per multiply-add of a matmul weight forward, 4 backward;
+// causal attention's scores 2·T·C per token per layer forward, 4 backward; an MoE block's MLP its router and K
+// experts: over the kinds and both passes they add up to it per token), 0 for kinds without matmuls; bytes is what
+// the kernels must read and write at least (element sizes of the backend: bf16 activations and fp32 residual stream
+// on the GPU, fp32 on the CPU), 0 for the matmul kinds, whose rate is their FLOP/s, and for comm_model. Over
+// `tensor_parallel` ranks a rank does 1/T of every matmul (its heads, its MLP columns, its slice of the vocabulary)
+// and all of the rest.
 struct OpWork {
   double flops = 0;
   double bytes = 0;

@@ -379,6 +379,8 @@ class Transformer {
  protected:
   // The UnitAccess SetUnitAccess gave (null until then, and always without FSDP); under --op-times, one that marks its
   // waits.
+  // The OpTimes SetOpTimes gave (null: none), for what marks its waits outside the model's own calls (MoeExperts).
+  OpTimes* op_times() const { return op_times_; }
   UnitAccess* unit_access() const {
     if (unit_access_ == nullptr || op_times_ == nullptr) return unit_access_;
     marked_access_.inner = unit_access_;

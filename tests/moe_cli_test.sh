@@ -3,10 +3,10 @@
 # one rank running the four ranks' batches as --grad-accum 4 (moe-tiny, top-2, --data), and so does expert parallel 2
 # with top-1 and dropped tokens; zero1 and fsdp give dp's; the report holds the load balance, the dropped share, the
 # aux loss, the all-to-all bytes next to theory and their rate, the all-to-all's share of the stall budget (also on the
-# HTML page's plot) and the model's active parameters (h5py); --experts turns a dense preset's MLPs into experts. A checkpoint of expert parallel holds a part per expert
-# rank and resumes bit-exactly; another layout or MoE shape is refused. cost prices the run on an NVLink and a PCIe
-# offering with expert parallel layouts and names the all-to-all in its decision. Bad values: one line, exit 2, no
-# report.
+# HTML page's plot), --op-times' comm_model and MLP rows, and the model's active parameters (h5py); --experts turns a
+# dense preset's MLPs into experts. A checkpoint of expert parallel holds a part per expert rank and resumes
+# bit-exactly; another layout or MoE shape is refused. cost prices the run on an NVLink and a PCIe offering with
+# expert parallel layouts and names the all-to-all in its decision. Bad values: one line, exit 2, no report.
 #   moe_cli_test.sh TRAINBENCH MPIEXEC...
 set -uo pipefail
 tb=$(realpath "$1"); shift; mpi=("$@")
@@ -96,9 +96,28 @@ PY
 
 # --- top-1 with dropped tokens, over 2 ranks: still one rank's losses; a dense preset made MoE by --experts ----------
 drops=(--top-k 1 --capacity-factor 0.5)
-expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" "${drops[@]}" --expert-parallel 2 -o ep2.h5
+expect_ok "${mpi[@]}" -n 2 "$tb" "${train[@]}" "${drops[@]}" --expert-parallel 2 --op-times -o ep2.h5
+expect_out "^ +comm_model +step +[0-9.]+ "
 expect_ok "$tb" "${train[@]}" "${drops[@]}" --grad-accum 2 -o one2.h5
 same_losses ep2.h5 one2.h5
+# --op-times: the all-to-alls inside forward and backward are comm_model's (at least the seconds the report gives
+# them); the MLP rows count the router and the K experts per token, dropped tokens as routed (the MFU convention).
+checks=$((checks + 1))
+/usr/bin/python3 - ep2.h5 >"$work/py" 2>&1 <<'PY' || fail "ep2.h5's op_times: $(cat "$work/py")"
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    t = {(r["kind"].decode(), r["phase"].decode()): r for r in f["train/k2/op_times"][()]}
+    steps = f["train/k2/steps"][()]
+    m = dict(f["model"].attrs)
+measured = steps[steps["warmup"] == 0]
+alltoall = measured["comm_alltoall_s"].mean()
+assert alltoall > 0 and t[("comm_model", "step")]["seconds"] >= 0.99 * alltoall, (t[("comm_model", "step")], alltoall)
+c, e, k, ffn, layers = m["d_model"], m["experts"], m["top_k"], m["expert_ffn"], m["moe_layers"]
+tokens = 2 * 32  # a rank's micro-batch
+forward = tokens * layers * (2 * c * e + k * 4 * c * ffn)
+assert abs(t[("mlp", "forward")]["flops"] - forward) < 1e-9 * forward, (t[("mlp", "forward")]["flops"], forward)
+assert abs(t[("mlp", "backward")]["flops"] - 2 * forward) < 1e-9 * forward
+PY
 checks=$((checks + 1))
 /usr/bin/python3 -c '
 import sys, h5py

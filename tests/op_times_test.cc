@@ -90,5 +90,24 @@ TEST(OpTimesWork, ATensorParallelRankDoesItsShareOfTheMatmulsAndAllOfTheRest) {
   }
 }
 
+// The matmul kinds' FLOPs over both passes, per token, are the MFU convention's (ModelFlopsPerToken): a dense model's,
+// and an MoE model's active ones (its router and K experts per MoE block, dense blocks between them).
+TEST(OpTimesWork, TheKindsAddUpToTheModelsFlopsPerToken) {
+  ModelConfig every_other = FindPreset("moe-tiny");
+  every_other.moe->every = 2;
+  for (const ModelConfig& config : {FindPreset("tiny"), FindPreset("moe-tiny"), every_other}) {
+    const int seq = 32;
+    const double tokens = 2.0 * seq;
+    double flops = 0;
+    for (int k = 0; k < kOpKinds; ++k) {
+      for (const bool backward : {false, true}) {
+        flops += WorkOf(config, static_cast<OpKind>(k), backward, tokens, seq, true, 1e6).flops;
+      }
+    }
+    EXPECT_NEAR(flops / tokens, ModelFlopsPerToken(config, seq), 1e-9 * flops / tokens)
+        << config.name << (config.moe ? " every " + std::to_string(config.moe->every) : "");
+  }
+}
+
 }  // namespace
 }  // namespace tb

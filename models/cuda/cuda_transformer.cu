@@ -596,6 +596,7 @@ void CudaTransformer::Forward() {
   MicroBatch& mb = micro_batches_[slot_];
   if (mb.batch == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
   mb.backward_pending = false;
+  moe_experts_.op_times = op_times();  // expert parallel's exchanges are comm_model's waits
   const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
   const int c = config_.d_model;
   const int32_t* inputs = mb.tokens;

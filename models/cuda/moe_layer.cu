@@ -7,7 +7,6 @@
 
 #include <vector>
 
-#include "clock.h"
 #include "communicator.h"
 #include "cuda/cuda_check.h"
 #include "cuda/gemm.h"
@@ -65,16 +64,16 @@ void ExchangeRows(const MoeDispatchLayout& d, MoeExperts& experts, const Bf16* s
                   void* stream, double& seconds, uint64_t& bytes) {
   TB_CHECK_CUDA(cudaStreamSynchronize(AsStream(stream)));
   const std::vector<size_t>& send_counts = forward ? d.send_counts : d.recv_counts;
-  const double start = NowSeconds();
-  if (forward) {
-    experts.group->AllToAllV(send, d.send_counts, d.send_offsets, recv, d.recv_counts, d.recv_offsets,
-                             DataType::kBFloat16);
-  } else {
-    experts.group->AllToAllV(send, d.recv_counts, d.recv_offsets, recv, d.send_counts, d.send_offsets,
-                             DataType::kBFloat16);
-  }
-  experts.group->Synchronize();
-  seconds += NowSeconds() - start;
+  TimeExchange(experts, seconds, [&] {
+    if (forward) {
+      experts.group->AllToAllV(send, d.send_counts, d.send_offsets, recv, d.recv_counts, d.recv_offsets,
+                               DataType::kBFloat16);
+    } else {
+      experts.group->AllToAllV(send, d.recv_counts, d.recv_offsets, recv, d.send_counts, d.send_offsets,
+                               DataType::kBFloat16);
+    }
+    experts.group->Synchronize();
+  });
   bytes += RemoteBytes(send_counts, sizeof(Bf16), experts);
 }
 

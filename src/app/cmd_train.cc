@@ -164,10 +164,8 @@ std::vector<bool> RemoteNodes(const Communicator& group, int node) {
 // the ranks: PlanTrainPoint.
 void CheckMoeFlags(const TrainFlags& f, const ModelConfig& model) {
   if (!model.moe) return;
-  const std::string m = "model '" + model.name + "' has mixture-of-experts blocks: ";
   const std::string gap = MoeLayoutGap(model, f.parallel, f.tensor_parallel, f.pipeline_parallel, f.expert_parallel);
   if (!gap.empty()) throw InputError(gap);
-  if (f.op_times) throw InputError(m + "--op-times does not time them yet (its MLP row counts a dense MLP's work)");
   if (f.expert_parallel > 1 && f.micro_batches > 0) {
     throw InputError("--expert-parallel with --micro-batches: pipeline stages are not built with experts");
   }
@@ -1079,7 +1077,8 @@ void TrainPhase::AddOpTimes(Group& point_group, const RunPoint& point, const Tra
   OpShape shape{model_, point_loop.seq, point_loop.micro_batch, point_loop.grad_accum, setup_.backend.cuda};
   shape.stages = plan.pipeline_parallel;
   shape.tensor_parallel = plan.tensor_parallel;
-  shape.fsdp = parallel_ == ParallelMode::kFsdp;
+  shape.comm_model = plan.tensor_parallel > 1 || plan.expert_parallel > 1 || parallel_ == ParallelMode::kFsdp ||
+                     (parallel_ == ParallelMode::kDp && DataParallel(point.k) > 1);
   shape.parameter_elements = AdamWElementsPerRank(model_, plan, parallel_);
   const OpRates rates{setup_.gemm_min, setup_.copy_min};
   const std::vector<OpRow> rows = SummarizeOpTimes(ranks, shape, rates);
