@@ -226,7 +226,7 @@ part_parallel() {
     step par_moe_ga2 60 mpirun -np 1 --bind-to none trainbench train --backend cuda --model moe-tiny --grad-accum 2 \
       --warmup-steps 1 --steps 5 -o "$out/par_moe_ga2.h5"
     step par_ep2 90 mpirun -np 2 --bind-to none trainbench train --backend cuda --model moe-tiny --expert-parallel 2 \
-      --warmup-steps 1 --steps 5 -o "$out/par_ep2.h5" && compare_losses par_ep2 par_moe_ga2 2e-2
+      --warmup-steps 1 --steps 5 --op-times -o "$out/par_ep2.h5" && compare_losses par_ep2 par_moe_ga2 2e-2
   else
     verdict "par_2gpu" "skipped: $gpus GPU(s): train puts one rank on each GPU (two ranks on one GPU are refused), so zero1, fsdp and tensor parallel across GPUs need 2"
     # The CUDA tensor-parallel model as threads sharing this GPU, T = 1, 2, 4, against the CPU reference and the
@@ -415,9 +415,11 @@ case $part in
     train train_1p5b 140 --model gpt2-1.5b --micro-batch 8 --steps 10 --warmup-steps 2 && \
       check_attention train_1p5b cudnn-sdpa
 
-    # MoE blocks (issue 39): two of Mixtral-8x7B's layers (8 experts of 14336, top-2), and moe-tiny against the CPU
-    # backend's losses from the same weights and tokens (bf16 against fp32: 2%).
-    train train_moe_mixtral 140 --model moe-mixtral-8x7b --layers 2 --micro-batch 4 --steps 10 --warmup-steps 2
+    # MoE blocks (issue 39): two of Mixtral-8x7B's layers (8 experts of 14336, top-2; --op-times: the MoE layer's
+    # share of the step, its MLP rate in the active convention), and moe-tiny against the CPU backend's losses from the
+    # same weights and tokens (bf16 against fp32: 2%).
+    train train_moe_mixtral 140 --model moe-mixtral-8x7b --layers 2 --micro-batch 4 --steps 10 --warmup-steps 2 \
+      --op-times
     step train_moe_tiny 60 mpirun -np 1 --bind-to none trainbench train --backend cuda --model moe-tiny --steps 10 \
       --warmup-steps 0 -o "$out/train_moe_tiny.h5"
     step train_moe_tiny_cpu 120 mpirun -np 1 --bind-to none trainbench train --backend cpu --model moe-tiny \
