@@ -169,7 +169,7 @@ class NcclCommunicator final : public Communicator {
   bool CanCapture() const override { return true; }
   std::unique_ptr<CapturedOps> Capture(const std::function<void()>& issue) override;
   // Queues one launch of a captured graph on our stream.
-  void LaunchGraph(cudaGraphExec_t graph);
+  void LaunchGraph(const CapturedGraph& graph);
 
   void Synchronize() override;
   void Barrier() override { TB_CHECK_MPI(MPI_Barrier(mpi_comm_.get())); }
@@ -521,15 +521,12 @@ namespace {
 // A graph of operations captured from the communicator's stream, instantiated and ready to launch there.
 class NcclCapturedOps final : public CapturedOps {
  public:
-  NcclCapturedOps(NcclCommunicator& owner, cudaGraphExec_t graph) : owner_(owner), graph_(graph) {}
-  ~NcclCapturedOps() override { (void)cudaGraphExecDestroy(graph_); }
-  NcclCapturedOps(const NcclCapturedOps&) = delete;
-  NcclCapturedOps& operator=(const NcclCapturedOps&) = delete;
+  NcclCapturedOps(NcclCommunicator& owner, CapturedGraph graph) : owner_(owner), graph_(std::move(graph)) {}
   void Launch() override { owner_.LaunchGraph(graph_); }
 
  private:
   NcclCommunicator& owner_;
-  cudaGraphExec_t graph_;
+  CapturedGraph graph_;
 };
 
 }  // namespace
@@ -537,28 +534,13 @@ class NcclCapturedOps final : public CapturedOps {
 // As nccl-tests' -G: the stream captured in thread-local mode (NCCL may allocate while it sets up a connection), the
 // graph instantiated and uploaded, so that the first launch pays no setup.
 std::unique_ptr<CapturedOps> NcclCommunicator::Capture(const std::function<void()>& issue) {
-  TB_CHECK_CUDA(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal));
-  cudaGraph_t graph = nullptr;
-  try {
-    issue();
-  } catch (...) {
-    if (cudaStreamEndCapture(stream_.get(), &graph) == cudaSuccess && graph != nullptr) (void)cudaGraphDestroy(graph);
-    throw;
-  }
-  TB_CHECK_CUDA(cudaStreamEndCapture(stream_.get(), &graph));
-  cudaGraphExec_t instance = nullptr;
-  const cudaError_t instantiated = cudaGraphInstantiate(&instance, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  if (instantiated != cudaSuccess) cuda_detail::ThrowCudaError(instantiated, "cudaGraphInstantiate", __FILE__, __LINE__);
-  auto captured = std::make_unique<NcclCapturedOps>(*this, instance);
-  TB_CHECK_CUDA(cudaGraphUpload(instance, stream_.get()));
-  return captured;
+  return std::make_unique<NcclCapturedOps>(*this, CapturedGraph::Capture(stream_.get(), issue));
 }
 
-void NcclCommunicator::LaunchGraph(cudaGraphExec_t graph) {
+void NcclCommunicator::LaunchGraph(const CapturedGraph& graph) {
   std::lock_guard<std::mutex> lock(mutex_);
   ThrowIfAborted();
-  TB_CHECK_CUDA(cudaGraphLaunch(graph, stream_.get()));
+  graph.Launch(stream_.get());
 }
 
 // As nccl-tests does: poll the stream rather than block in cudaStreamSynchronize, so that an asynchronous NCCL

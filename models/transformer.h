@@ -367,6 +367,8 @@ class Transformer {
   virtual uint64_t peak_device_memory_bytes() const { return 0; }
   // The kernels chosen by timing so far (cuBLASLt algorithms, cuDNN plans); empty on the CPU.
   virtual std::vector<KernelChoice> kernel_choices() const { return {}; }
+  // Forward and backward passes replayed from CUDA graphs so far (CudaTransformerOptions::cuda_graphs); 0 elsewhere.
+  virtual uint64_t graph_replays() const { return 0; }
 
   // train --op-times: where each kind of work begins in Forward, Backward and AdamWStep is marked on `op_times`
   // (made over this model's MakePhaseClock; null: nothing is marked), and the communication they wait for (WaitOp,
@@ -450,6 +452,12 @@ struct CudaTransformerOptions {
   // Under fsdp it casts each gathered unit to bf16 for the GEMMs (working copies for the embeddings and two block
   // roles); a stage has activations for stage.slots micro-batches of max_batch x config.seq tokens.
   ModelPlacement placement;
+  // CUDA graphs (train --cuda-graph): Forward, and Backward without a gradient_ready callback, replayed from a graph
+  // of their launches, captured at their second call of a batch shape (the first runs them, so that the libraries'
+  // plans, autotuning and workspaces are in place) and dropped when the shape or the gradient scale changes; the
+  // same kernels with the same arguments, so the same bits as without. Not with fsdp, a split stage, MoE blocks or
+  // --op-times' marks (host work inside the passes): MakeCudaTransformer refuses them.
+  bool cuda_graphs = false;
 };
 
 // The CUDA implementation on the current device: bf16 weights and activations for the GEMMs and attention, fp32

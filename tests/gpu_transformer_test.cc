@@ -446,6 +446,95 @@ TEST(CudaTransformer, MoeOverAOneRankExpertGroupEqualsTheModelWithout) {
   EXPECT_EQ(alone_stats.alltoall.dispatch_s, 0.0);
 }
 
+// CUDA graphs (train --cuda-graph): the same passes replayed. Two models from one seed, one with graphs, step after step
+// of two micro-batches (scale 1/2: the first backward overwrites, the second accumulates), so that each of the three
+// passes runs eagerly, is captured at its second call and replayed after; then a smaller batch (the graphs dropped,
+// the passes run, captured and replayed again). Each step the losses and gradients agree: bit for bit with cuBLAS's
+// attention (wte's embedding scatter adds with atomics in any order: 1e-6 of its norm), within `tolerance` of each
+// tensor's norm with cuDNN's (its backward need not sum in one order); then the graphed model takes the eager one's
+// gradients, so that both step from the same state. The replays are counted: a model that never replayed fails.
+void ExpectGraphedPassesEqualEager(const ModelConfig& config, AttentionChoice attention, double tolerance) {
+  const tb::test::ScopedEnv no_autotune(tb::gpu::kAutotuneVariable, "0");  // the same algorithms in both models
+  CudaTransformerOptions options;
+  options.max_batch = kBatch;
+  options.attention = attention;
+  auto eager = MakeCudaTransformer(config, 31, options);
+  options.cuda_graphs = true;
+  auto graphed = MakeCudaTransformer(config, 31, options);
+  eager->SetGradientScale(0.5f);
+  graphed->SetGradientScale(0.5f);
+  const size_t n = eager->parameter_elements();
+  const AdamWConfig adamw;
+  int64_t step = 0;
+  for (const int batch : {kBatch, kBatch, kBatch, 1, 1, 1}) {
+    ++step;
+    for (const GradientWrite write : {GradientWrite::kOverwrite, GradientWrite::kAccumulate}) {
+      const Batch tokens = RandomBatch(config.vocab, batch, kSeq, static_cast<uint64_t>(100 + 2 * step) +
+                                                                      (write == GradientWrite::kAccumulate ? 1 : 0));
+      const float want = eager->ForwardBatch(tokens.inputs.data(), tokens.targets.data(), batch, kSeq);
+      const float got = graphed->ForwardBatch(tokens.inputs.data(), tokens.targets.data(), batch, kSeq);
+      if (tolerance == 0) {
+        EXPECT_EQ(got, want) << "step " << step;
+      } else {
+        EXPECT_NEAR(got, want, tolerance * std::fabs(want)) << "step " << step;
+      }
+      eager->Backward({}, write);
+      graphed->Backward({}, write);
+    }
+    const std::vector<float> want = DownloadDevice(eager->gradients(), n);
+    const std::vector<float> got = DownloadDevice(graphed->gradients(), n);
+    for (const TensorSlot& slot : eager->layout()) {
+      const std::vector<float> a = SlotOf(want, slot), b = SlotOf(got, slot);
+      if (tolerance == 0 && slot.name != eager->layout()[kWteSlot].name) {
+        EXPECT_EQ(b, a) << slot.name << ", step " << step;
+      } else {
+        EXPECT_LT(RelativeDifference(b.data(), a.data(), a.size()), std::max(tolerance, 1e-6))
+            << slot.name << ", step " << step;
+      }
+    }
+    UploadDevice(graphed->gradients(), want.data(), n);
+    eager->AdamWStep(adamw, step);
+    graphed->AdamWStep(adamw, step);
+  }
+  // Per shape: of forward's 6 calls all but the first launched from its graph (the second right after capturing it),
+  // of each backward's 3 calls the last 2.
+  EXPECT_EQ(eager->graph_replays(), 0u);
+  EXPECT_EQ(graphed->graph_replays(), 2u * (5 + 2 + 2));
+}
+
+TEST(CudaTransformer, CudaGraphsReplayTheSamePassesWithCublasAttention) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  ExpectGraphedPassesEqualEager(SmallHeadsConfig(), AttentionChoice::kCublas, 0);
+}
+
+TEST(CudaTransformer, CudaGraphsReplayTheSamePassesWithCudnnAttention) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  try {
+    ExpectGraphedPassesEqualEager(Head64Config(), AttentionChoice::kCudnn, 1e-3);
+  } catch (const RuntimeError& error) {
+    if (!test::BuiltWithoutCudnnFrontend(error.what())) throw;  // a GPU where cuDNN fails is a failure, not a skip
+    GTEST_SKIP() << error.what();
+  }
+}
+
+// What graphs cannot replay is refused before any device memory is taken.
+TEST(CudaTransformer, CudaGraphsRefuseHostWorkInsideThePasses) {
+  if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
+  CudaTransformerOptions options;
+  options.max_batch = kBatch;
+  options.cuda_graphs = true;
+  tb::MoeConfig moe;
+  moe.experts = 4;
+  moe.expert_ffn = 96;
+  EXPECT_NE(InputErrorOf([&] { MakeCudaTransformer(tb::WithMoe(SmallHeadsConfig(), moe), 1, options); })
+                .find("not built with mixture-of-experts blocks"),
+            std::string::npos);
+  const ModelConfig config = SmallHeadsConfig();
+  options.placement.fsdp = MakeFsdpLayout(MakeLayout(config), 1, 0);
+  EXPECT_NE(InputErrorOf([&] { MakeCudaTransformer(config, 1, options); }).find("not built with fsdp"),
+            std::string::npos);
+}
+
 TEST(CudaTransformer, ForwardAndBackwardMatchCpuReferenceHeadSize64) {
   if (GpuCount() == 0) GTEST_SKIP() << NoGpuMessage();
   ExpectForwardAndBackwardMatchCpu(Head64Config());

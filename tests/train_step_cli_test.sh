@@ -201,6 +201,7 @@ with h5py.File(sys.argv[1], "r") as f:
 # --- bad input: one line, exit 2, no report ------------------------------------------------------------------------
 expect_error 2 "grad-accum" -- "$tb" "${train[@]}" --grad-accum 0 -o refused.h5
 expect_error 2 "grad-accum" -- "$tb" "${train[@]}" --grad-accum two -o refused.h5
+expect_error 2 "--cuda-graph applies to --backend cuda" -- "$tb" "${train[@]}" --cuda-graph -o refused.h5
 checks=$((checks + 1))
 [[ ! -e refused.h5 ]] || fail "a refused run left refused.h5"
 

@@ -97,6 +97,7 @@ class CudaTransformer final : public Transformer, public MoeStatsSource {
     return std::make_unique<CudaPhaseClock>(stream_.get());
   }
   uint64_t peak_device_memory_bytes() const override { return peak_device_memory_; }
+  uint64_t graph_replays() const override { return graph_replays_; }
   std::vector<KernelChoice> kernel_choices() const override {
     std::vector<KernelChoice> choices = gemm_->kernel_choices();
     for (KernelChoice& choice : attention_->kernel_choices()) choices.push_back(std::move(choice));
@@ -109,7 +110,10 @@ class CudaTransformer final : public Transformer, public MoeStatsSource {
   float Loss() override;
   using Transformer::Backward;
   void Backward(const std::function<void(size_t slot)>& gradient_ready, GradientWrite write) override;
-  void SetGradientScale(float scale) override { gradient_scale_ = scale; }
+  void SetGradientScale(float scale) override {
+    if (scale != gradient_scale_) DropGraphs();  // the cross-entropy's graphed launch has the old scale
+    gradient_scale_ = scale;
+  }
   void SelectMicroBatch(int slot) override { slot_ = CheckedSlot(stage(), slot); }
   StageEdges stage_edges() override;
   void AdamWStep(const AdamWConfig& config, int64_t step) override;
@@ -193,6 +197,21 @@ class CudaTransformer final : public Transformer, public MoeStatsSource {
   void HoldGradients(size_t u);
   void ReleaseGradients(size_t u);
   UnitAccess& Access() const;
+  // options_.cuda_graphs: one pass's graph, captured at the pass's second call at a shape (`ran`: its first is done).
+  struct PassGraph {
+    bool ran = false;
+    CapturedGraph graph;
+  };
+  struct SlotGraphs {
+    PassGraph forward;
+    PassGraph backward[2];  // by GradientWrite: overwriting, accumulating
+  };
+  // Runs `work`, one pass's launches: eagerly, or under cuda_graphs from its graph (captured at its second call).
+  template <class Work>
+  void RunPass(PassGraph& pass, Work&& work);
+  void DropGraphs();
+  void ForwardWork(MicroBatch& mb);
+  void BackwardWork(MicroBatch& mb, const std::function<void(size_t slot)>& ready, GradientWrite write);
   void HeadForward(MicroBatch& mb, const float* residual, const int32_t* targets);
   void HeadBackward(MicroBatch& mb, const std::function<void(size_t slot)>& ready, GradientWrite write);
   void BlockBackward(const MicroBatch& mb, int layer, const std::function<void(size_t slot)>& ready,
@@ -280,6 +299,8 @@ class CudaTransformer final : public Transformer, public MoeStatsSource {
   PinnedBuffer loss_host_;  // (1)
 
   float gradient_scale_ = 1.0f;  // SetGradientScale's: d loss / d logits is scaled by it from the next Forward
+  std::vector<SlotGraphs> graphs_;  // per slot, at the slots' current shape (options_.cuda_graphs)
+  uint64_t graph_replays_ = 0;
   // Device memory is measured after construction and after the first forward and backward of each batch shape
   // (libraries build plans and graphs per shape).
   bool forward_measured_ = false;
@@ -322,6 +343,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, uint64_t seed, const
   CarveFlatBuffers(flat);
   activation_buffer_ = DeviceBuffer(activation_bytes);
   PointActivations(static_cast<char*>(activation_buffer_.data()));
+  DropGraphs();  // none yet: one empty set per slot
   token_staging_ = PinnedBuffer(2 * max_tokens_ * sizeof(int32_t));
   loss_host_ = PinnedBuffer(sizeof(float));
 
@@ -565,7 +587,10 @@ void CudaTransformer::SetBatch(const TokenBatch& tokens) {
   }
   MicroBatch& mb = micro_batches_[slot_];
   mb.backward_pending = false;  // the activations are about to change
-  if (batch != mb.batch || seq != mb.seq) forward_measured_ = backward_measured_ = false;
+  if (batch != mb.batch || seq != mb.seq) {
+    forward_measured_ = backward_measured_ = false;
+    DropGraphs();  // a new shape may grow the libraries' workspaces, which the graphs of the old one point into
+  }
   const size_t n = static_cast<size_t>(batch) * seq;
   // The previous batch's copy may still be reading the staging buffer.
   tokens_copied_.Synchronize();
@@ -597,6 +622,37 @@ void CudaTransformer::Forward() {
   if (mb.batch == 0) throw RuntimeError("Transformer::Forward called before SetBatch");
   mb.backward_pending = false;
   moe_experts_.op_times = op_times();  // expert parallel's exchanges are comm_model's waits
+  RunPass(graphs_[static_cast<size_t>(slot_)].forward, [&] { ForwardWork(mb); });
+  if (MoeBlockCount(config_) > 0) ++moe_forwards_;
+  mb.backward_pending = true;
+  if (!forward_measured_) {
+    NoteDeviceMemory();
+    forward_measured_ = true;
+  }
+}
+
+template <class Work>
+void CudaTransformer::RunPass(PassGraph& pass, Work&& work) {
+  if (!options_.cuda_graphs || op_times() != nullptr) return work();  // --op-times' marks are host work
+  if (pass.graph.empty()) {
+    if (!pass.ran) {  // the first call at this shape: the libraries prepare it
+      work();
+      pass.ran = true;
+      return;
+    }
+    pass.graph = CapturedGraph::Capture(stream_.get(), work);
+  }
+  pass.graph.Launch(stream_.get());
+  ++graph_replays_;
+}
+
+void CudaTransformer::DropGraphs() {
+  graphs_.clear();
+  graphs_.resize(micro_batches_.size());
+}
+
+// Forward's launches, all on the stream (RunPass may capture them).
+void CudaTransformer::ForwardWork(MicroBatch& mb) {
   const size_t n = static_cast<size_t>(mb.batch) * mb.seq;
   const int c = config_.d_model;
   const int32_t* inputs = mb.tokens;
@@ -632,15 +688,9 @@ void CudaTransformer::Forward() {
     ReleaseParameters(BlockUnit(l));
     residual = a.residual3;
   }
-  if (MoeBlockCount(config_) > 0) ++moe_forwards_;
   // A stage before the last stops here: its last block's output is its output edge.
   if (stage().last()) HeadForward(mb, residual, targets);
   EndOps();
-  mb.backward_pending = true;
-  if (!forward_measured_) {
-    NoteDeviceMemory();
-    forward_measured_ = true;
-  }
 }
 
 // The last stage's head: the final LayerNorm over the last block's output `residual`, the tied LM head, and the
@@ -676,9 +726,29 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   // Forward.
   if (!mb.backward_pending) throw RuntimeError("Transformer::Backward called without a Forward before it");
   mb.backward_pending = false;
-  auto ready = [&](size_t slot) {
+  const std::function<void(size_t slot)> ready = [&](size_t slot) {
     if (gradient_ready) gradient_ready(slot);
   };
+  if (gradient_ready) {
+    BackwardWork(mb, ready, write);  // the callbacks are host work: never in a graph
+  } else {
+    RunPass(graphs_[static_cast<size_t>(slot_)].backward[write == GradientWrite::kOverwrite ? 0 : 1],
+            [&] { BackwardWork(mb, ready, write); });
+  }
+  if (stage().first()) {
+    ReleaseGradients(kEmbeddingUnit);
+    ReleaseParameters(kEmbeddingUnit);
+  }
+  if (!backward_measured_) {
+    NoteDeviceMemory();
+    backward_measured_ = true;
+  }
+}
+
+// Backward's launches, all on the stream, with `ready` called as each gradient's are issued (RunPass may capture
+// them, without callbacks).
+void CudaTransformer::BackwardWork(MicroBatch& mb, const std::function<void(size_t slot)>& ready,
+                                   GradientWrite write) {
   // Slots are reported in descending order, as the CPU reference does: lnf, the blocks from last to first, wpe,
   // and wte last (those the stage holds). A slot is reported once the work that finishes its gradient is enqueued on
   // stream(): the loop's all-reduce of its bucket waits for an event recorded there after it.
@@ -713,14 +783,6 @@ void CudaTransformer::Backward(const std::function<void(size_t slot)>& gradient_
   }
   if (stage().first() || stage().last()) ready(kWteSlot);  // either copy of the tied wte
   EndOps();
-  if (stage().first()) {
-    ReleaseGradients(kEmbeddingUnit);
-    ReleaseParameters(kEmbeddingUnit);
-  }
-  if (!backward_measured_) {
-    NoteDeviceMemory();
-    backward_measured_ = true;
-  }
 }
 
 // The last stage's head backward: the LM head from d loss / d logits (N, Vp) in bf16, from Forward (its padding
@@ -918,6 +980,23 @@ void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
 
 }  // namespace
 
+namespace {
+
+// CUDA graphs replay passes without the host work inside them that fsdp's gathers, pipeline stages' edges and MoE
+// routing's host plans need.
+void CheckCudaGraphs(const ModelConfig& config, const ModelPlacement& placement) {
+  const char* gap = placement.fsdp.enabled()                       ? "fsdp"
+                    : placement.stage.stages > 1                   ? "pipeline stages"
+                    : config.moe || placement.experts.split()      ? "mixture-of-experts blocks"
+                                                                   : nullptr;
+  if (gap != nullptr) {
+    throw InputError(std::string("CUDA graphs of the step are not built with ") + gap +
+                     " (their passes do host work between launches) HINT: drop --cuda-graph");
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint64_t seed,
                                                  const CudaTransformerOptions& options,
                                                  std::string* fallback_reason) {
@@ -938,6 +1017,7 @@ std::unique_ptr<Transformer> MakeCudaTransformer(const ModelConfig& config, uint
     throw InputError(std::string("the CUDA transformer's max_batch must be at least 1, got ") +
                      std::to_string(options.max_batch));
   }
+  if (options.cuda_graphs) CheckCudaGraphs(config, options.placement);
   if (options.seq < 0 || options.seq > config.seq) {
     throw InputError("the CUDA transformer's run sequence length " + std::to_string(options.seq) + " is outside 0.." +
                      std::to_string(config.seq) + ", the positions of model '" + config.name + "'");

@@ -243,6 +243,7 @@ class train:
     backend = "backend"
     device = "device"
     attention = "attention"
+    cuda_graphs = "cuda_graphs"
     attention_fallback_reason = "attention_fallback_reason"
     measured_gemm_flops = "measured_gemm_flops"
     measured_gemm = "measured_gemm"

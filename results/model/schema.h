@@ -357,6 +357,11 @@ inline const TextAttribute backend{kTrain, "backend", "", "`cpu` or `cuda`"};
 inline const TextAttribute device{kTrain, "device", "",
                                   "rank 0's: \"NVIDIA H200 (GPU 0)\" or \"cpu (N BLAS threads)\""};
 inline const TextAttribute attention{kTrain, "attention", "", "what ran: `cpu`, `cudnn-sdpa` or `cublas`"};
+inline const TextAttribute cuda_graphs{kTrain, "cuda_graphs", "",
+                                       "`off`, or with --cuda-graph `forward and backward`: each micro-batch's passes "
+                                       "replayed from CUDA graphs captured at their second call at the point's shape "
+                                       "(backward runs eagerly where dp's bucket all-reduces start from inside it: more "
+                                       "than one data-parallel rank)"};
 inline const TextAttribute attention_fallback_reason{kTrain, "attention_fallback_reason", "",
                                                      "why --attention auto did not get cuDNN's fused SDPA (cuda)"};
 inline const RealAttribute measured_gemm_flops{kTrain, "measured_gemm_flops", "FLOP/s",
@@ -1135,6 +1140,8 @@ inline const std::vector<const Field*> kStoredOnly = {
     &collective::results::time_rank_min_us, &collective::results::time_rank_avg_us,
     // How p2p ran, and its other two matrices.
     &p2p::iters, &p2p::latency_bytes, &p2p::latency_iters, &p2p::complete,
+    // Whether the CUDA model's passes ran from CUDA graphs (train --cuda-graph; the same bits either way).
+    &train::cuda_graphs,
     // The model's shape and the FLOP convention behind MFU.
     &model::preset_layers, &model::vocab_padded, &model::matmul_parameters, &model::model_flops_per_token, &model::flops_convention,
     // Mixture of experts: the model's active counts and MoE blocks (cost reads its shape); each step's routing and

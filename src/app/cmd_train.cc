@@ -80,6 +80,7 @@ struct TrainFlags {
   int micro_batches = 0;  // 0: not given (--grad-accum's count)
   bool allow_cross_node_tp = false;
   bool op_times = false;
+  bool cuda_graph = false;
   int repeats = 1;
   // Mixture of experts (0 / not given: an moe-* preset's, or MoeConfig's defaults with --experts).
   int experts = 0;
@@ -137,6 +138,24 @@ void CheckTensorParallelFlags(const TrainFlags& f, const ModelConfig& model, int
   const std::string gap = TensorParallelModeGap(f.parallel, f.tensor_parallel, cuda);
   if (!gap.empty()) throw InputError(t + " " + gap);
   CheckTensorParallelStep(model, f.tensor_parallel, f.micro_batch, seq, cuda);
+}
+
+// --cuda-graph: what it needs and what it cannot be combined with (one line, exit 2): the CUDA model's passes without
+// host work inside them (CudaTransformerOptions::cuda_graphs).
+void CheckCudaGraphFlags(const TrainFlags& f, const ModelConfig& model, bool cuda) {
+  if (!f.cuda_graph) return;
+  const std::string gap = !cuda                       ? "applies to --backend cuda"
+                          : f.op_times                ? "with --op-times is not built (its marks are host work "
+                                                        "inside the passes)"
+                          : f.tensor_parallel > 1     ? "with --tensor-parallel is not built (the tensor-parallel "
+                                                        "model all-reduces inside its passes)"
+                          : f.pipeline_parallel > 1   ? "with --pipeline-parallel is not built"
+                          : f.parallel == "fsdp"      ? "with --parallel fsdp is not built (its gathers are host work "
+                                                        "inside the passes)"
+                          : model.moe.has_value()     ? "with mixture-of-experts blocks is not built (their routing "
+                                                        "plans the dispatch on the host)"
+                                                      : "";
+  if (!gap.empty()) throw InputError("--cuda-graph " + gap);
 }
 
 // --pipeline-parallel P > 1: what it cannot be combined with yet (one line, exit 2). P against the layers, the ranks
@@ -653,7 +672,10 @@ void TrainPhase::AddOptions(po::options_description& options) {
       ("op-times", po::bool_switch(&f.op_times),
        "time the model's work by kind (embedding, LayerNorms, attention, MLP, LM head and cross-entropy, AdamW) with "
        "marks on the model's stream (CUDA events, NVTX ranges for a profiler): a table per point, as time, TFLOP/s "
-       "against the measured GEMM rate and GB/s against the measured copy rate (not with --tensor-parallel yet)")
+       "against the measured GEMM rate and GB/s against the measured copy rate")
+      ("cuda-graph", po::bool_switch(&f.cuda_graph),
+       "cuda: replay each micro-batch's forward and backward from CUDA graphs captured at their second call (fewer "
+       "launches, the same bits); not with --op-times, --tensor-parallel, --pipeline-parallel, fsdp or MoE models")
       ("link-probe", po::value(&f.link_probe)->default_value(f.link_probe),
        "across nodes, before the points: every node pair exchanges this much both ways on each local rank's link, "
        "naming the host whose link is slow (3 nodes or more); 0 or off: no probe");
@@ -716,6 +738,7 @@ void TrainPhase::ConfigureShape(CommandRun& r) {
   }
   if (parallel_ == ParallelMode::kDp) ChooseAllReduce(f.allreduce, r.backend() == "mpi", scaling_);
   CheckTensorParallelFlags(f, model_, loop_.seq, r.backend() == "nccl");
+  CheckCudaGraphFlags(f, model_, r.backend() == "nccl");
   if (f.micro_batches > 0) {
     if (f.grad_accum != 1) {
       throw InputError("--micro-batches and --grad-accum both count the micro-batches of an optimizer step: give one");
@@ -936,6 +959,7 @@ void TrainPhase::RecordHeader(double comm_ready_s) {
   schema::Set(t, st::mpi_init_s, MpiInitSeconds());
   schema::Set(t, st::communicator_init_s, comm_ready_s - ProcessStartSeconds() - MpiInitSeconds());
   if (!backend.cuda) schema::Set(t, st::attention, "cpu");
+  schema::Set(t, st::cuda_graphs, !f_.cuda_graph ? "off" : "forward and backward");
 }
 
 // The model of a point: the whole model, or under tensor parallel this rank's slices of it over the group `tp`;
@@ -963,6 +987,7 @@ std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& dp, Commu
   options.attention = attention_;
   options.seq = loop_.seq;
   options.placement = placement;
+  options.cuda_graphs = f_.cuda_graph;
   std::string fallback_reason;
   const double setup_start = NowSeconds();
   std::unique_ptr<Transformer> cuda_model = tp ? MakeCudaTensorParallelTransformer(model_, seed, *tp, options)
@@ -976,6 +1001,10 @@ std::unique_ptr<Transformer> TrainPhase::MakeModel(const Communicator& dp, Commu
     schema::Set(t, schema::train::attention_fallback_reason, fallback_reason);
     Print("# attention: " + cuda_model->attention() +
           (fallback_reason.empty() ? std::string() : " (cuDNN SDPA unavailable: " + fallback_reason + ")"));
+    if (f_.cuda_graph) {
+      Print("# cuda graphs: forward and backward replayed from graphs captured at their second call (backward "
+            "eagerly where dp's buckets start from it)");
+    }
   }
   return cuda_model;
 }

@@ -190,6 +190,21 @@ EOF
   else verdict "$1 losses" "FAILED: against $2, tolerance $3: $text"; fi
 }
 
+compare_steps() {  # compare_steps A B: the median measured step of run A against run B's (info: A/B)
+  local text
+  text=$("$python" - "$out/$1.h5" "$out/$2.h5" <<'EOF' 2>&1
+import sys, h5py, numpy as np
+def median_step(path):
+    with h5py.File(path, "r") as f:
+        rows = f["train"][sorted(k for k in f["train"] if k.startswith("k"))[-1]]["steps"][:]
+    return float(np.median(rows[rows["warmup"] == 0]["step_s"]))
+a, b = median_step(sys.argv[1]), median_step(sys.argv[2])
+print(f"median step {a * 1e3:.2f} ms against {b * 1e3:.2f} ms: {a / b:.3f}x the time")
+EOF
+  ) || { verdict "$1 step" "FAILED: $text"; return 1; }
+  verdict "$1 step" "ok (one run each, not a paired benchmark: $text)"
+}
+
 part_parallel() {
   part_begin "zero1, fsdp and tensor parallel on the CUDA model (train --backend cuda; losses against dp)"
   local gpus common=(--model gpt2-124m --micro-batch 8 --warmup-steps 1 --steps 5 --lr 1e-3)
@@ -412,6 +427,10 @@ case $part in
     ;;
   train)
     train train_124m 100 --model gpt2-124m --micro-batch 16 --steps 20
+    # CUDA graphs of the step (issue 37 item 8): the same run replayed from graphs, its losses the eager run's (the
+    # autotuner may choose other algorithms in another process: 2e-3), its median step against the eager one's.
+    train train_124m_graph 100 --model gpt2-124m --micro-batch 16 --steps 20 --cuda-graph &&
+      compare_losses train_124m_graph train_124m 2e-3 && compare_steps train_124m_graph train_124m
     train train_1p5b 140 --model gpt2-1.5b --micro-batch 8 --steps 10 --warmup-steps 2 && \
       check_attention train_1p5b cudnn-sdpa
 

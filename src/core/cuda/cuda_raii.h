@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <functional>
 #include <utility>
 
 #include "cuda/cuda_check.h"
@@ -144,6 +145,60 @@ class PinnedBuffer {
 
   void* data_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// A CUDA graph of what one stream was given while captured, instantiated and uploaded, to launch on that stream (or
+// another of the device). Empty (launches nothing) when default-constructed or moved from.
+class CapturedGraph {
+ public:
+  CapturedGraph() = default;
+  // Captures what `issue` enqueues on `stream` (none of it runs now) in thread-local mode, so that other threads' CUDA
+  // calls (NCCL setting up a connection, a checkpoint's copies) do not break the capture; instantiates and uploads the
+  // graph, so that its first launch pays no setup. A capture that fails (`issue` throws, or calls something a capture
+  // refuses) is ended before the error goes on: the stream is usable again.
+  static CapturedGraph Capture(cudaStream_t stream, const std::function<void()>& issue) {
+    TB_CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      issue();
+    } catch (...) {
+      if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr) (void)cudaGraphDestroy(graph);
+      throw;
+    }
+    TB_CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CapturedGraph captured;
+    const cudaError_t instantiated = cudaGraphInstantiate(&captured.exec_, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    if (instantiated != cudaSuccess) {
+      cuda_detail::ThrowCudaError(instantiated, "cudaGraphInstantiate", __FILE__, __LINE__);
+    }
+    TB_CHECK_CUDA(cudaGraphUpload(captured.exec_, stream));
+    return captured;
+  }
+  ~CapturedGraph() { Release(); }
+  CapturedGraph(CapturedGraph&& other) noexcept : exec_(std::exchange(other.exec_, nullptr)) {}
+  CapturedGraph& operator=(CapturedGraph&& other) noexcept {
+    if (this != &other) {
+      Release();
+      exec_ = std::exchange(other.exec_, nullptr);
+    }
+    return *this;
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+
+  bool empty() const { return exec_ == nullptr; }
+  void Launch(cudaStream_t stream) const {
+    if (exec_ != nullptr) TB_CHECK_CUDA(cudaGraphLaunch(exec_, stream));
+  }
+
+ private:
+  void Release() noexcept {
+    if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
+    exec_ = nullptr;
+  }
+
+  cudaGraphExec_t exec_ = nullptr;
 };
 
 }  // namespace tb
