@@ -33,10 +33,29 @@ const char* OpKindScope(OpKind kind) {
   return "?";
 }
 
+namespace {
+
+// A forward's MLP FLOPs per token over the layers: a dense block's two matmuls; an MoE block's router and K experts'
+// two (the active convention of ModelFlopsPerToken: every token counts as routed to K experts).
+double MlpFlopsPerToken(const ModelConfig& config) {
+  const double c = config.d_model;
+  double flops = 0;
+  for (int l = 0; l < config.layers; ++l) {
+    if (!IsMoeBlock(config, l)) {
+      flops += 2.0 * (2.0 * c * config.mlp_ratio * c);
+      continue;
+    }
+    const MoeConfig& moe = *config.moe;
+    flops += 2.0 * c * moe.experts + moe.top_k * 2.0 * (2.0 * c * moe.expert_ffn);
+  }
+  return flops;
+}
+
+}  // namespace
+
 OpWork WorkOf(const ModelConfig& config, OpKind kind, bool backward, double tokens, int seq, bool bf16,
               double parameter_elements, int tensor_parallel) {
   const double c = config.d_model;
-  const double hidden = static_cast<double>(config.mlp_ratio) * c;
   const double layers = config.layers;
   const double pass = backward ? 2.0 : 1.0;  // backward: input and weight gradients
   const double split = tensor_parallel;       // a matmul's share of a tensor parallel rank
@@ -59,21 +78,9 @@ OpWork WorkOf(const ModelConfig& config, OpKind kind, bool backward, double toke
     case OpKind::kAttention:
       w.flops = pass * tokens * layers * (2.0 * (3.0 * c * c + c * c) + 2.0 * seq * c) / split;
       break;
-    case OpKind::kMlp: {
-      // Per token: a dense block's two matmuls; an MoE block's router and K experts' two (the active convention of
-      // ModelFlopsPerToken: every token counts as routed to K experts).
-      double per_token = 0;
-      for (int l = 0; l < config.layers; ++l) {
-        if (!IsMoeBlock(config, l)) {
-          per_token += 2.0 * (2.0 * c * hidden);
-          continue;
-        }
-        const MoeConfig& moe = *config.moe;
-        per_token += 2.0 * c * moe.experts + moe.top_k * 2.0 * (2.0 * c * moe.expert_ffn);
-      }
-      w.flops = pass * tokens * per_token / split;
+    case OpKind::kMlp:
+      w.flops = pass * tokens * MlpFlopsPerToken(config) / split;
       break;
-    }
     case OpKind::kLmHead:
       w.flops = pass * tokens * 2.0 * static_cast<double>(CountParameters(config).token_embedding);
       w.flops /= split;

@@ -978,10 +978,6 @@ void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
   EndOps();
 }
 
-}  // namespace
-
-namespace {
-
 // CUDA graphs replay passes without the host work inside them that fsdp's gathers, pipeline stages' edges and MoE
 // routing's host plans need.
 void CheckCudaGraphs(const ModelConfig& config, const ModelPlacement& placement) {
