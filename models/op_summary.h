@@ -14,9 +14,9 @@
 namespace tb {
 
 struct OpRow {
-  // OpKindName (comm_model: the communication inside forward and backward; only where the mode has some), "comm_exposed" (what the loop waited for communication outside forward and
-  // backward), "comm_pipeline" (pipeline parallel's exchanges between stages and the waits for them, the bubble: only
-  // with stages) or "other" (the rest).
+  // OpKindName (comm_model: the communication inside forward and backward; only where the mode has some),
+  // "comm_exposed" (what the loop waited for communication outside forward and backward), "comm_pipeline" (pipeline
+  // parallel's exchanges between stages and the waits for them, the bubble: only with stages) or "other" (the rest).
   std::string kind;
   std::string phase;  // "forward", "backward", "step"
   double seconds = 0;  // mean per measured step

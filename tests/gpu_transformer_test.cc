@@ -446,13 +446,14 @@ TEST(CudaTransformer, MoeOverAOneRankExpertGroupEqualsTheModelWithout) {
   EXPECT_EQ(alone_stats.alltoall.dispatch_s, 0.0);
 }
 
-// CUDA graphs (train --cuda-graph): the same passes replayed. Two models from one seed, one with graphs, step after step
-// of two micro-batches (scale 1/2: the first backward overwrites, the second accumulates), so that each of the three
-// passes runs eagerly, is captured at its second call and replayed after; then a smaller batch (the graphs dropped,
-// the passes run, captured and replayed again). Each step the losses and gradients agree: bit for bit with cuBLAS's
-// attention (wte's embedding scatter adds with atomics in any order: 1e-6 of its norm), within `tolerance` of each
-// tensor's norm with cuDNN's (its backward need not sum in one order); then the graphed model takes the eager one's
-// gradients, so that both step from the same state. The replays are counted: a model that never replayed fails.
+// CUDA graphs (train --cuda-graph): the same passes replayed. Two models from one seed, one with graphs, step after
+// step of two micro-batches (scale 1/2: the first backward overwrites, the second accumulates), so that each of the
+// three passes runs eagerly, is captured at its second call and replayed after; then a smaller batch (the graphs
+// dropped, the passes run, captured and replayed again). Each step the losses and gradients agree: bit for bit with
+// cuBLAS's attention (wte's embedding scatter adds with atomics in any order: 1e-6 of its norm), within `tolerance`
+// of each tensor's norm with cuDNN's (its backward need not sum in one order); then the graphed model takes the eager
+// one's gradients, so that both step from the same state. The replays are counted: a model that never replayed
+// fails.
 void ExpectGraphedPassesEqualEager(const ModelConfig& config, AttentionChoice attention, double tolerance) {
   const tb::test::ScopedEnv no_autotune(tb::gpu::kAutotuneVariable, "0");  // the same algorithms in both models
   CudaTransformerOptions options;

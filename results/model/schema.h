@@ -360,8 +360,8 @@ inline const TextAttribute attention{kTrain, "attention", "", "what ran: `cpu`, 
 inline const TextAttribute cuda_graphs{kTrain, "cuda_graphs", "",
                                        "`off`, or with --cuda-graph `forward and backward`: each micro-batch's passes "
                                        "replayed from CUDA graphs captured at their second call at the point's shape "
-                                       "(backward runs eagerly where dp's bucket all-reduces start from inside it: more "
-                                       "than one data-parallel rank)"};
+                                       "(backward runs eagerly where dp's bucket all-reduces start from inside it: "
+                                       "more than one data-parallel rank)"};
 inline const TextAttribute attention_fallback_reason{kTrain, "attention_fallback_reason", "",
                                                      "why --attention auto did not get cuDNN's fused SDPA (cuda)"};
 inline const RealAttribute measured_gemm_flops{kTrain, "measured_gemm_flops", "FLOP/s",
