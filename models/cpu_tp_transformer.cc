@@ -213,7 +213,7 @@ class CpuTensorParallelTransformer : public CpuFlatModel, public TensorParallelS
 void CpuTensorParallelTransformer::AllReduce(float* data, size_t count, ReduceOp op) {
   if (dims_.tp == 1) return;  // a group of one has nothing to combine
   double seconds = 0;
-  WaitOp([&] {  // --op-times's comm_model
+  MarkWait(op_times(), [&] {  // --op-times' comm_model
     const double start = NowSeconds();
     tp_.AllReduce(data, data, count, DataType::kFloat32, op);
     seconds = NowSeconds() - start;

@@ -33,11 +33,11 @@ struct MoeExperts {
 // (experts.figures.dispatch_s or combine_s); under --op-times, marked as comm_model's wait.
 template <class Exchange>
 void TimeExchange(MoeExperts& experts, double& seconds, Exchange&& exchange) {
-  if (experts.op_times != nullptr) experts.op_times->BeginWait();
-  const double start = NowSeconds();
-  exchange();
-  seconds += NowSeconds() - start;
-  if (experts.op_times != nullptr) experts.op_times->EndWait();
+  MarkWait(experts.op_times, [&] {
+    const double start = NowSeconds();
+    exchange();
+    seconds += NowSeconds() - start;
+  });
 }
 
 // The all-to-alls' layout, in elements (rows · C), one count and offset per rank of the group, and the rows.

@@ -7,6 +7,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model_config.h"
@@ -69,5 +70,21 @@ class OpTimes {
   std::vector<int> slots_;  // per mark: the slot its following interval belongs to (-1: none)
   int interrupted_ = -1;    // between BeginWait and EndWait: the slot that resumes
 };
+
+// Runs `wait`, communication inside forward or backward, between op_times' BeginWait and EndWait (null: just runs
+// it); returns what it returns.
+template <class Wait>
+auto MarkWait(OpTimes* op_times, Wait&& wait) {
+  if (op_times == nullptr) return wait();
+  op_times->BeginWait();
+  if constexpr (std::is_void_v<std::invoke_result_t<Wait&>>) {
+    wait();
+    op_times->EndWait();
+  } else {
+    auto result = wait();
+    op_times->EndWait();
+    return result;
+  }
+}
 
 }  // namespace tb

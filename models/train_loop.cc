@@ -167,14 +167,6 @@ class TrainingSteps {
  private:
   bool last(int micro) const { return micro + 1 == o_.grad_accum; }
 
-  // Runs `communication`, called from inside the model's work, as --op-times' comm_model.
-  template <class Communication>
-  void MarkedWait(Communication&& communication) {
-    if (op_times_) op_times_->BeginWait();
-    communication();
-    if (op_times_) op_times_->EndWait();
-  }
-
   // Data parallel, zero1, fsdp and tensor parallel: the step's micro-batches one after another, each forward then
   // backward (the gradients written by the first, added by the others), then the mode's gradient sync and AdamW.
   StepRecord RunMicroBatches(int step) {
@@ -339,7 +331,10 @@ class TrainingSteps {
       reducer_->Begin();
       // A bucket's all-reduce starts from inside backward (and MPI progresses them there, on the CPU backend):
       // --op-times' comm_model, not the kind that finished the gradient.
-      model_.Backward([&](size_t slot) { MarkedWait([&] { reducer_->TensorReady(slot, model_.stream()); }); }, write);
+      const auto ready = [&](size_t slot) {
+        MarkWait(op_times_.get(), [&] { reducer_->TensorReady(slot, model_.stream()); });
+      };
+      model_.Backward(ready, write);
     } else {
       model_.Backward({}, write);
     }

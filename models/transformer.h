@@ -371,18 +371,18 @@ class Transformer {
   virtual uint64_t graph_replays() const { return 0; }
 
   // train --op-times: where each kind of work begins in Forward, Backward and AdamWStep is marked on `op_times`
-  // (made over this model's MakePhaseClock; null: nothing is marked), and the communication they wait for (WaitOp,
-  // and every call of unit_access() that may wait for fsdp's collectives) as comm_model's.
+  // (made over this model's MakePhaseClock; null: nothing is marked), and the communication they wait for
+  // (MarkWait(op_times(), ...), and every call of unit_access() that may wait for fsdp's collectives) as comm_model's.
   void SetOpTimes(OpTimes* op_times) {
     op_times_ = op_times;
     marked_access_.op_times = op_times;
   }
 
  protected:
-  // The UnitAccess SetUnitAccess gave (null until then, and always without FSDP); under --op-times, one that marks its
-  // waits.
   // The OpTimes SetOpTimes gave (null: none), for what marks its waits outside the model's own calls (MoeExperts).
   OpTimes* op_times() const { return op_times_; }
+  // The UnitAccess SetUnitAccess gave (null until then, and always without FSDP); under --op-times, one that marks its
+  // waits.
   UnitAccess* unit_access() const {
     if (unit_access_ == nullptr || op_times_ == nullptr) return unit_access_;
     marked_access_.inner = unit_access_;
@@ -394,35 +394,18 @@ class Transformer {
   void EndOps() {
     if (op_times_ != nullptr) op_times_->End();
   }
-  // Runs `wait`, communication that forward or backward waits for (tensor parallel's all-reduces), as comm_model's.
-  template <class Wait>
-  void WaitOp(Wait&& wait) {
-    if (op_times_ != nullptr) op_times_->BeginWait();
-    wait();
-    if (op_times_ != nullptr) op_times_->EndWait();
-  }
 
  private:
   // fsdp's gatherer as the model sees it under --op-times: the calls that may wait for a collective marked.
   struct MarkedUnitAccess final : UnitAccess {
     UnitAccess* inner = nullptr;
     OpTimes* op_times = nullptr;
-    template <class Call>
-    auto Marked(Call&& call) {
-      op_times->BeginWait();
-      auto result = call();
-      op_times->EndWait();
-      return result;
+    const float* Parameters(size_t unit) override {
+      return MarkWait(op_times, [&] { return inner->Parameters(unit); });
     }
-    const float* Parameters(size_t unit) override { return Marked([&] { return inner->Parameters(unit); }); }
     void ParametersDone(size_t unit) override { inner->ParametersDone(unit); }
-    float* Gradients(size_t unit) override { return Marked([&] { return inner->Gradients(unit); }); }
-    void GradientsDone(size_t unit) override {
-      Marked([&] {
-        inner->GradientsDone(unit);
-        return 0;
-      });
-    }
+    float* Gradients(size_t unit) override { return MarkWait(op_times, [&] { return inner->Gradients(unit); }); }
+    void GradientsDone(size_t unit) override { MarkWait(op_times, [&] { inner->GradientsDone(unit); }); }
   };
 
   OpTimes* op_times_ = nullptr;
@@ -455,8 +438,8 @@ struct CudaTransformerOptions {
   // CUDA graphs (train --cuda-graph): Forward, and Backward without a gradient_ready callback, replayed from a graph
   // of their launches, captured at their second call of a batch shape (the first runs them, so that the libraries'
   // plans, autotuning and workspaces are in place) and dropped when the shape or the gradient scale changes; the
-  // same kernels with the same arguments, so the same bits as without. Not with fsdp, a split stage, MoE blocks or
-  // --op-times' marks (host work inside the passes): MakeCudaTransformer refuses them.
+  // same kernels with the same arguments, so the same bits as without. Not with fsdp, a split stage or MoE blocks
+  // (host work inside the passes): MakeCudaTransformer refuses them; under --op-times' marks the passes run eagerly.
   bool cuda_graphs = false;
 };
 

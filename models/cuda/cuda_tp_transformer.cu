@@ -436,7 +436,7 @@ void CudaTensorParallelTransformer::UploadInitialParameters(uint64_t seed) {
 void CudaTensorParallelTransformer::AllReduce(float* data, size_t count, ReduceOp op) {
   if (dims_.tp == 1) return;  // a group of one has nothing to combine
   double seconds = 0;
-  WaitOp([&] {
+  MarkWait(op_times(), [&] {
     stream_.Synchronize();
     const double start = NowSeconds();
     tp_.AllReduce(data, data, count, DataType::kFloat32, op);
