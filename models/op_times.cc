@@ -58,7 +58,6 @@ OpWork WorkOf(const ModelConfig& config, OpKind kind, bool backward, double toke
   const double c = config.d_model;
   const double layers = config.layers;
   const double pass = backward ? 2.0 : 1.0;  // backward: input and weight gradients
-  const double split = tensor_parallel;       // a matmul's share of a tensor parallel rank
   const double activation = bf16 ? 2.0 : 4.0;  // a GEMM's input or output element
   OpWork w;
   switch (kind) {
@@ -76,14 +75,13 @@ OpWork WorkOf(const ModelConfig& config, OpKind kind, bool backward, double toke
       break;
     }
     case OpKind::kAttention:
-      w.flops = pass * tokens * layers * (2.0 * (3.0 * c * c + c * c) + 2.0 * seq * c) / split;
+      w.flops = pass * tokens * layers * (2.0 * (3.0 * c * c + c * c) + 2.0 * seq * c);
       break;
     case OpKind::kMlp:
-      w.flops = pass * tokens * MlpFlopsPerToken(config) / split;
+      w.flops = pass * tokens * MlpFlopsPerToken(config);
       break;
     case OpKind::kLmHead:
       w.flops = pass * tokens * 2.0 * static_cast<double>(CountParameters(config).token_embedding);
-      w.flops /= split;
       break;
     case OpKind::kOptimizer:
       // Parameter, gradient, m and v read; parameter, m and v written (and the bf16 copy on a GPU).
@@ -92,6 +90,7 @@ OpWork WorkOf(const ModelConfig& config, OpKind kind, bool backward, double toke
     case OpKind::kCommModel:
       break;  // its rates are the collectives' (the report's activation and gather figures)
   }
+  w.flops /= tensor_parallel;  // a rank's share of each matmul (the kinds without matmuls have none)
   return w;
 }
 
@@ -112,17 +111,17 @@ void OpTimes::End() {
 }
 
 void OpTimes::BeginWait() {
-  interrupted_ = slots_.empty() ? -1 : slots_.back();
   clock_->Range(OpKindName(OpKind::kCommModel));
   clock_->Mark();
   slots_.push_back(OpSlot(OpKind::kCommModel, true));
 }
 
 void OpTimes::EndWait() {
-  clock_->Range(interrupted_ >= 0 ? OpKindName(static_cast<OpKind>(interrupted_ / 2)) : nullptr);
+  // The slot before BeginWait's: the kind that waited (-1: none).
+  const int interrupted = slots_.size() >= 2 ? slots_[slots_.size() - 2] : -1;
+  clock_->Range(interrupted >= 0 ? OpKindName(static_cast<OpKind>(interrupted / 2)) : nullptr);
   clock_->Mark();
-  slots_.push_back(interrupted_);
-  interrupted_ = -1;
+  slots_.push_back(interrupted);
 }
 
 void OpTimes::TakeInto(OpSeconds& seconds) {

@@ -68,7 +68,6 @@ class OpTimes {
  private:
   std::unique_ptr<PhaseClock> clock_;
   std::vector<int> slots_;  // per mark: the slot its following interval belongs to (-1: none)
-  int interrupted_ = -1;    // between BeginWait and EndWait: the slot that resumes
 };
 
 // Runs `wait`, communication inside forward or backward, between op_times' BeginWait and EndWait (null: just runs

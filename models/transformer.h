@@ -305,6 +305,7 @@ class Transformer {
   void SetUnitAccess(UnitAccess* access) {
     if (!placement().fsdp.enabled()) throw std::logic_error("SetUnitAccess on a model without FSDP");
     unit_access_ = access;
+    marked_access_.inner = access;
   }
   // Bytes this model allocated for the compute copy of the weights, the gradients and the optimizer state (fp32
   // master weights where the compute copy is not fp32, AdamW m and v), as ZeRO's paper counts them.
@@ -385,7 +386,6 @@ class Transformer {
   // waits.
   UnitAccess* unit_access() const {
     if (unit_access_ == nullptr || op_times_ == nullptr) return unit_access_;
-    marked_access_.inner = unit_access_;
     return &marked_access_;
   }
   void BeginOp(OpKind kind, bool backward) {
@@ -410,7 +410,7 @@ class Transformer {
 
   OpTimes* op_times_ = nullptr;
   UnitAccess* unit_access_ = nullptr;
-  mutable MarkedUnitAccess marked_access_;
+  mutable MarkedUnitAccess marked_access_;  // over unit_access_, marking on op_times_
 };
 
 // The CPU reference, initialised as GPT-2 is (normal(0, 0.02) weights, residual projections scaled by

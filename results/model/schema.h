@@ -744,11 +744,10 @@ inline TableSpec kOpTimes{kTrainPoint, "op_times",
                           "communication inside forward and backward, tensor parallel's activation all-reduces, "
                           "fsdp's gathers and reduce-scatters, expert parallel's all-to-alls, dp's bucket all-reduces "
                           "started and progressed as gradients become ready, taken out of the kind that waited; "
-                          "comm_pipeline the exchanges between stages and the "
-                          "waits for them; comm_exposed the rest of the step's communication); with stages a rank "
-                          "works on its stage's layers only, and flops and bytes are the means over the point's ranks "
-                          "as the seconds are; with tensor parallel a rank's matmul flops are 1/T of the model's; "
-                          "present with --op-times"};
+                          "comm_pipeline the exchanges between stages and the waits for them; comm_exposed the rest "
+                          "of the step's communication); with stages a rank works on its stage's layers only, and "
+                          "flops and bytes are the means over the point's ranks as the seconds are; with tensor "
+                          "parallel a rank's matmul flops are 1/T of the model's; present with --op-times"};
 namespace op_times {
 inline const TextColumn kind{kOpTimes, "kind", "",
                              "embedding, layernorm, attention (qkv and output projections, attention itself), mlp, "
