@@ -488,4 +488,11 @@ void CheckBatchShape(const ModelConfig& config, int batch, int seq) {
   }
 }
 
+std::string CudaGraphGap(const ModelConfig& config, bool fsdp, bool pipeline_stages) {
+  if (fsdp) return "fsdp (--parallel fsdp)";
+  if (pipeline_stages) return "pipeline stages (--pipeline-parallel)";
+  if (config.moe) return "mixture-of-experts blocks";
+  return "";
+}
+
 }  // namespace tb

@@ -443,6 +443,11 @@ struct CudaTransformerOptions {
   bool cuda_graphs = false;
 };
 
+// What CUDA graphs of the step cannot replay, for a model of `config` under fsdp or over pipeline stages, in words
+// ("fsdp (--parallel fsdp)", "pipeline stages (--pipeline-parallel)", "mixture-of-experts blocks": their passes do
+// host work between launches); "" when nothing is in the way. train's flag check and MakeCudaTransformer both ask it.
+std::string CudaGraphGap(const ModelConfig& config, bool fsdp, bool pipeline_stages);
+
 // The CUDA implementation on the current device: bf16 weights and activations for the GEMMs and attention, fp32
 // master weights, gradients and AdamW moments; initialised exactly as the CPU reference (same seed, same
 // weights). Throws RuntimeError in a build without CUDA, or when the device lacks memory (naming how much).

@@ -979,14 +979,11 @@ void CudaTransformer::AdamWStep(const AdamWConfig& config, int64_t step) {
 }
 
 // CUDA graphs replay passes without the host work inside them that fsdp's gathers, pipeline stages' edges and MoE
-// routing's host plans need.
+// routing's host plans need (expert parallel over a model without MoE blocks is ResolvePlacement's to refuse).
 void CheckCudaGraphs(const ModelConfig& config, const ModelPlacement& placement) {
-  const char* gap = placement.fsdp.enabled()                       ? "fsdp"
-                    : placement.stage.stages > 1                   ? "pipeline stages"
-                    : config.moe || placement.experts.split()      ? "mixture-of-experts blocks"
-                                                                   : nullptr;
-  if (gap != nullptr) {
-    throw InputError(std::string("CUDA graphs of the step are not built with ") + gap +
+  const std::string gap = CudaGraphGap(config, placement.fsdp.enabled(), placement.stage.split());
+  if (!gap.empty()) {
+    throw InputError("CUDA graphs of the step are not built with " + gap +
                      " (their passes do host work between launches) HINT: drop --cuda-graph");
   }
 }

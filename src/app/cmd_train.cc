@@ -141,21 +141,15 @@ void CheckTensorParallelFlags(const TrainFlags& f, const ModelConfig& model, int
 }
 
 // --cuda-graph: what it needs and what it cannot be combined with (one line, exit 2): the CUDA model's passes without
-// host work inside them (CudaTransformerOptions::cuda_graphs).
+// host work inside them (CudaTransformerOptions::cuda_graphs; the model's own gaps from CudaGraphGap).
 void CheckCudaGraphFlags(const TrainFlags& f, const ModelConfig& model, bool cuda) {
   if (!f.cuda_graph) return;
-  const std::string gap = !cuda                       ? "applies to --backend cuda"
-                          : f.op_times                ? "with --op-times is not built (its marks are host work "
-                                                        "inside the passes)"
-                          : f.tensor_parallel > 1     ? "with --tensor-parallel is not built (the tensor-parallel "
-                                                        "model all-reduces inside its passes)"
-                          : f.pipeline_parallel > 1   ? "with --pipeline-parallel is not built"
-                          : f.parallel == "fsdp"      ? "with --parallel fsdp is not built (its gathers are host work "
-                                                        "inside the passes)"
-                          : model.moe.has_value()     ? "with mixture-of-experts blocks is not built (their routing "
-                                                        "plans the dispatch on the host)"
-                                                      : "";
-  if (!gap.empty()) throw InputError("--cuda-graph " + gap);
+  if (!cuda) throw InputError("--cuda-graph applies to --backend cuda");
+  const std::string gap = f.op_times              ? "--op-times (its marks are host work inside the passes)"
+                          : f.tensor_parallel > 1 ? "--tensor-parallel (the tensor-parallel model all-reduces inside "
+                                                    "its passes)"
+                                                  : CudaGraphGap(model, f.parallel == "fsdp", f.pipeline_parallel > 1);
+  if (!gap.empty()) throw InputError("--cuda-graph is not built with " + gap);
 }
 
 // --pipeline-parallel P > 1: what it cannot be combined with yet (one line, exit 2). P against the layers, the ranks
