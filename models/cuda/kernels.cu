@@ -19,6 +19,7 @@
 
 #include "cuda/adamw_table.h"
 #include "cuda/cuda_check.h"
+#include "cuda/float_access.cuh"
 #include "element_math.h"
 #include "error.h"
 
@@ -93,14 +94,6 @@ __device__ T BlockReduce(T value, T* scratch, Combine combine) {
   T total = scratch[0];
   for (int w = 1; w < warps; ++w) total = combine(total, scratch[w]);
   return total;
-}
-
-// fp32 in registers, fp32 or bf16 in memory: templated kernels read and write either through these.
-__device__ float LoadFloat(const float* p) { return *p; }
-__device__ float LoadFloat(const Bf16* p) { return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p)); }
-__device__ void StoreFloat(float* p, float value) { *p = value; }
-__device__ void StoreFloat(Bf16* p, float value) {
-  *reinterpret_cast<__nv_bfloat16*>(p) = __float2bfloat16_rn(value);
 }
 
 // What the launch shapes depend on, queried once per device.

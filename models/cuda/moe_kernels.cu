@@ -7,6 +7,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "cuda/cuda_check.h"
+#include "cuda/float_access.cuh"
 #include "error.h"
 #include "moe_math.h"
 
@@ -85,9 +86,6 @@ __global__ void GatherKernel(__nv_bfloat16* gathered, const __nv_bfloat16* in, c
   }
 }
 
-__device__ float AsFloat(float value) { return value; }
-__device__ float AsFloat(__nv_bfloat16 value) { return __bfloat162float(value); }
-
 // Grid-stride over tokens x channels: out = base (null: 0) plus the token's kept choices' rows, each times its gate
 // (null: 1), in choice order. The combine (base: the residual) and the input gradient's scatter (base: the router's
 // input gradient, no gates).
@@ -98,7 +96,7 @@ __global__ void CombineKernel(float* out, const Base* base, const __nv_bfloat16*
   for (size_t at = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; at < total;
        at += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t t = at / channels, c = at % channels;
-    float sum = base != nullptr ? AsFloat(base[at]) : 0.0f;
+    float sum = base != nullptr ? LoadFloat(base + at) : 0.0f;
     for (int j = 0; j < top_k; ++j) {
       const int r = row[t * top_k + j];
       if (r < 0) continue;
